@@ -1,0 +1,12 @@
+"""gridify: learned gridification for fast deep learning on point clouds.
+
+A point cloud of N points is mapped by one bilateral-kNN message-passing layer onto a dense
+regular grid of about N nodes (:class:`gridify.nn.Gridification`), regular 3D networks work on
+that grid, and :class:`gridify.nn.Degridification` maps grid features back to the points.
+"""
+__version__ = "0.1.0"
+
+from . import ops, nn  # noqa: E402,F401
+from .registry import BACKBONES, KERNELS, MODELS, POS_EMBEDDINGS, Registry  # noqa: E402,F401
+
+__all__ = ["__version__", "ops", "nn", "Registry", "BACKBONES", "KERNELS", "MODELS", "POS_EMBEDDINGS"]

@@ -1,0 +1,140 @@
+"""Bilateral kNN connectivity between a batch of point clouds and their grids."""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from .._checks import check_batch, check_finite, check_points, fail
+from ..ops import grid_knn, knn
+from .grid import RegularGrid
+
+
+@dataclass
+class BipartiteGraph:
+    """Edges between N points (of B clouds) and the B * R^3 nodes of their grids.
+
+    ``edge_index[0]`` indexes points, ``edge_index[1]`` global grid nodes
+    (``cloud * R^3 + a * R^2 + b * R + c``); sorted by node, then point. Gridification sends
+    messages along point -> node, de-gridification along the transposed node -> point.
+
+    Shapes:
+        edge_index: [2, E], pos: [N, 3], batch: [N]
+    """
+
+    edge_index: Tensor
+    pos: Tensor
+    batch: Tensor
+    num_clouds: int
+    grid: RegularGrid
+    #: ``(B, N)`` when the input was dense ``[B, N, 3]``, else ``None``.
+    dense_shape: Optional[Tuple[int, int]] = None
+
+    @property
+    def num_points(self) -> int:
+        return self.pos.size(0)
+
+    @property
+    def num_nodes(self) -> int:
+        return self.num_clouds * self.grid.num_nodes
+
+    def node_positions(self, dtype: Optional[torch.dtype] = None) -> Tensor:
+        """Positions of the grid nodes of one cloud, ``[R^3, 3]`` (identical for every cloud)."""
+        return self.grid.positions(self.pos.device, dtype or self.pos.dtype)
+
+    def point_to_node_offsets(self) -> Tensor:
+        """``c_node - c_point`` for every edge (target minus source for gridification). [E, 3]"""
+        nodes = self.node_positions()
+        point, node = self.edge_index
+        return nodes[node % self.grid.num_nodes] - self.pos[point]
+
+    def degree(self) -> Tuple[Tensor, Tensor]:
+        """Number of edges at every point ``[N]`` and at every grid node ``[B * R^3]``."""
+        point, node = self.edge_index
+        return (torch.bincount(point, minlength=self.num_points),
+                torch.bincount(node, minlength=self.num_nodes))
+
+
+def bilateral_knn(pos: Tensor, grid: RegularGrid, k: int, batch: Optional[Tensor] = None,
+                  num_clouds: Optional[int] = None, knn_backend: str = "auto",
+                  max_in_degree: Optional[int] = None) -> BipartiteGraph:
+    r"""Bilateral kNN connectivity (thesis sec. 4.2.5).
+
+        E = { (j -> i) : j in kNN_P(c_i^G) } U { (j -> i) : i in kNN_G(c_j^P) }
+
+    the union, deduplicated, of every grid node's ``k`` nearest points and every point's ``k``
+    nearest grid nodes, within each cloud. Every point and node gets at least one edge: every node
+    its ``k`` nearest points, every point its ``k`` nearest nodes. The union does *not* bound a
+    node's in-degree by ``2k``: a node near a dense patch of points (a flat or clustered cloud) is
+    chosen by many of them. ``max_in_degree`` (e.g. ``2 * k``) caps it: a node keeps its own ``k``
+    nearest points plus the nearest of the points that chose it, up to the cap; a point left with
+    no edge at all keeps the edge to its nearest node even past the cap, so coverage (every point
+    connected) always wins over the cap. The
+    point -> nodes half is exact index arithmetic on the regular grid (:func:`gridify.ops.grid_knn`),
+    the nodes -> points half a kNN search (:func:`gridify.ops.knn`).
+
+    A cloud with fewer than ``k`` points is allowed: its nodes connect to all of its points, and a
+    warning says so.
+
+    Shapes:
+        pos: [N, 3], batch: [N] -> BipartiteGraph with edge_index [2, E], k*max(N, B*R^3) <= E <= 2k*...
+    """
+    where = "bilateral_knn"
+    pos = check_points(pos, where)
+    if not isinstance(grid, RegularGrid):
+        fail(where, f"grid must be a RegularGrid, got {type(grid).__name__}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        fail(where, f"k must be a positive integer, got {k!r}")
+    if max_in_degree is not None and (isinstance(max_in_degree, bool) or not isinstance(max_in_degree, int)
+                                      or max_in_degree < k):
+        fail(where, f"max_in_degree must be None or an integer >= k={k}, got {max_in_degree!r}")
+    batch, B, counts = check_batch(batch, pos.size(0), where, num_clouds=num_clouds, device=pos.device)
+    if B == 0:
+        fail(where, "no points: every cloud needs at least one point")
+    check_finite(pos, "pos", where, batch)
+    small = (counts < k).nonzero().flatten()
+    if small.numel():
+        b = int(small[0])
+        warnings.warn(f"{where}: cloud {b} has {int(counts[b])} points, fewer than k={k}; its grid nodes "
+                      f"connect to all of its points ({small.numel()} such clouds)", stacklevel=3)
+    R3 = grid.num_nodes
+    nodes = grid.positions(pos.device, pos.dtype)
+    node_pos = nodes.repeat(B, 1)
+    node_batch = torch.arange(B, device=pos.device).repeat_interleave(R3)
+    g2p = knn(pos, node_pos, k, batch_x=batch, batch_y=node_batch, backend=knn_backend)  # (node, point)
+    p2g = grid_knn(pos, min(k, R3), grid.resolution, grid.lower, grid.upper, batch)   # (point, node)
+    n = pos.size(0)
+    key_a = g2p[0] * n + g2p[1]
+    key_b = p2g[1] * n + p2g[0]
+    if max_in_degree is not None:
+        key_b = _cap_in_degree(key_a, key_b, p2g, pos, nodes, n, R3, B, max_in_degree)
+    keys = torch.unique(torch.cat([key_a, key_b]), sorted=True)
+    edge_index = torch.stack([keys % n, keys // n])
+    return BipartiteGraph(edge_index=edge_index, pos=pos, batch=batch, num_clouds=B, grid=grid)
+
+
+def _cap_in_degree(key_a: Tensor, key_b: Tensor, p2g: Tensor, pos: Tensor, nodes: Tensor, n: int, R3: int,
+                   B: int, cap: int) -> Tensor:
+    """Keep the point -> node edges that fit under ``cap`` per node, plus coverage edges."""
+    extra = ~torch.isin(key_b, key_a)
+    point, node = p2g[0][extra], p2g[1][extra]
+    own = torch.bincount(key_a // n, minlength=B * R3)  # edges each node has from its own search
+    d = (nodes[node % R3] - pos[point]).pow(2).sum(-1)
+    order = torch.argsort(d, stable=True)
+    order = order[torch.argsort(node[order], stable=True)]
+    node_sorted = node[order]
+    rank = torch.arange(order.numel(), device=pos.device) - torch.searchsorted(node_sorted, node_sorted)
+    keep = order[rank < (cap - own[node_sorted])]
+    kept = key_b[extra][keep]
+    covered = torch.zeros(n, dtype=torch.bool, device=pos.device)
+    covered[key_a % n] = True
+    covered[kept % n] = True
+    lonely = (~covered).nonzero().flatten()
+    if lonely.numel():  # grid_knn lists each point's nodes nearest first, k per point
+        k_grid = p2g.size(1) // n
+        nearest = p2g[1][lonely * k_grid]
+        kept = torch.cat([kept, nearest * n + lonely])
+    return kept

@@ -1,0 +1,78 @@
+"""The regular grid that point clouds are gridified onto."""
+from __future__ import annotations
+
+from typing import Sequence, Union
+
+import torch
+from torch import Tensor
+
+from ..ops.grid import box_tensors, grid_positions
+
+Bound = Union[float, Sequence[float]]
+
+
+class RegularGrid:
+    r"""A regular lattice of ``R`` nodes per axis over the box ``[lower, upper]^3``.
+
+    Node ``(a, b, c)`` sits at ``lower + (a, b, c) * h`` with ``h = (upper - lower) / (R - 1)``
+    (``linspace(lower, upper, R)`` per axis, both ends included). Nodes are flattened as
+    ``a * R^2 + b * R + c``; the dense layout ``[B, C, R, R, R]`` has axes (C, x, y, z).
+
+    Args:
+        resolution: nodes per axis ``R`` (>= 2).
+        lower, upper: box corners, scalars or one value per axis (default ``[-1, 1]^3``).
+
+    Shapes:
+        :meth:`positions`: ``[R^3, 3]``; :meth:`to_dense`: ``[B * R^3, C] -> [B, C, R, R, R]``;
+        :meth:`from_dense`: the inverse.
+    """
+
+    def __init__(self, resolution: int, lower: Bound = -1.0, upper: Bound = 1.0) -> None:
+        if isinstance(resolution, bool) or not isinstance(resolution, int) or resolution < 2:
+            raise ValueError(f"RegularGrid: resolution must be an integer >= 2, got {resolution!r}")
+        lo, hi = box_tensors(lower, upper, dtype=torch.float64)
+        if not bool(torch.isfinite(lo).all() and torch.isfinite(hi).all()):
+            raise ValueError(f"RegularGrid: box corners must be finite, got {lower!r} .. {upper!r}")
+        if bool((hi <= lo).any()):
+            raise ValueError(f"RegularGrid: upper must exceed lower on every axis, got "
+                             f"{lo.tolist()} .. {hi.tolist()}")
+        self.resolution = resolution
+        self.lower = tuple(float(v) for v in lo)
+        self.upper = tuple(float(v) for v in hi)
+
+    @property
+    def num_nodes(self) -> int:
+        return self.resolution ** 3
+
+    @property
+    def spacing(self) -> tuple:
+        return tuple((u - l) / (self.resolution - 1) for l, u in zip(self.lower, self.upper))
+
+    def positions(self, device=None, dtype=torch.float32) -> Tensor:
+        return grid_positions(self.resolution, self.lower, self.upper, device=device, dtype=dtype)
+
+    def contains(self, pos: Tensor, rtol: float = 1e-5) -> Tensor:
+        """Boolean mask of points inside the box (with a relative tolerance). [N]"""
+        lo, hi = box_tensors(self.lower, self.upper, pos.device, pos.dtype)
+        tol = rtol * (hi - lo)
+        return ((pos >= lo - tol) & (pos <= hi + tol)).all(-1)
+
+    def to_dense(self, x: Tensor, num_clouds: int) -> Tensor:
+        R = self.resolution
+        if x.dim() != 2 or x.size(0) != num_clouds * R ** 3:
+            raise ValueError(f"RegularGrid.to_dense: expected [{num_clouds} * {R}^3, C] node features, "
+                             f"got {tuple(x.shape)}")
+        return x.view(num_clouds, R, R, R, -1).permute(0, 4, 1, 2, 3).contiguous()
+
+    def from_dense(self, x: Tensor) -> Tensor:
+        R = self.resolution
+        if x.dim() != 5 or tuple(x.shape[2:]) != (R, R, R):
+            raise ValueError(f"RegularGrid.from_dense: expected [B, C, {R}, {R}, {R}], got {tuple(x.shape)}")
+        return x.permute(0, 2, 3, 4, 1).reshape(-1, x.size(1))
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, RegularGrid) and self.resolution == other.resolution
+                and self.lower == other.lower and self.upper == other.upper)
+
+    def __repr__(self) -> str:
+        return f"RegularGrid(resolution={self.resolution}, lower={self.lower}, upper={self.upper})"

@@ -1,0 +1,186 @@
+"""k-nearest-neighbour search between two (batched) point sets.
+
+For every row ``y_i`` of ``y`` find the ``k`` rows ``x_j`` of ``x`` in the same cloud with the
+smallest Euclidean distance ``||y_i - x_j||``. Returned as a PyG-style ``edge_index``:
+
+    edge_index[0] = indices into y (queries), edge_index[1] = indices into x (neighbours),
+
+grouped by query and, within a query, ordered by increasing distance. A query whose cloud holds
+fewer than ``k`` points gets all of them (``min(k, n_b)`` edges), never points of another cloud.
+
+Backends (``backend=``):
+
+* ``"torch_cluster"``: ``torch_cluster.knn`` (optional dependency, CPU and CUDA).
+* ``"torch"``: exact brute force in pure PyTorch, computed in chunks of queries against only
+  the clouds those queries belong to, so memory is O(chunk x N) (any device).
+* ``"kdtree"``: SciPy ``cKDTree`` (CPU, O(N log N)). All clouds share one tree: the cloud index
+  becomes an extra coordinate scaled far beyond any in-cloud distance, so no Python loop over
+  clouds is needed and no neighbour can come from another cloud.
+* ``"auto"``: torch_cluster when installed; otherwise kdtree for large CPU inputs, torch else.
+
+Shapes:
+    x: [N, D], y: [M, D], batch_x: [N] (sorted), batch_y: [M] (sorted) -> edge_index: [2, E],
+    E <= M * k
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .. import _optional
+from .._checks import check_batch, check_finite, check_float, check_tensor, fail
+
+BACKENDS = ("auto", "torch_cluster", "torch", "kdtree")
+#: Above this many candidate pairs (N * M), ``auto`` on CPU picks the KD-tree.
+KDTREE_MIN_PAIRS = 1 << 20
+#: Elements of the distance block held in memory at once by the brute-force path.
+CHUNK_ELEMENTS = 1 << 24
+
+
+def _validate(x, y, k, batch_x, batch_y, backend, where="knn"):
+    x = check_tensor(x, "x", where)
+    y = check_tensor(y, "y", where)
+    for name, t in (("x", x), ("y", y)):
+        if t.dim() != 2:
+            fail(where, f"{name} must have shape [num_points, dim], got {tuple(t.shape)}")
+        check_float(t, name, where)
+    if x.size(1) != y.size(1):
+        fail(where, f"x and y must have the same dimension, got {x.size(1)} and {y.size(1)}")
+    if x.device != y.device:
+        fail(where, f"x is on {x.device} but y is on {y.device}")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        fail(where, f"k must be a positive integer, got {k!r}")
+    if backend not in BACKENDS:
+        fail(where, f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    bx, nx, cx = check_batch(batch_x, x.size(0), where, "batch_x", device=x.device)
+    by, ny, _ = (check_batch(batch_y, y.size(0), where, "batch_y", device=y.device, allow_empty=True)
+                 if y.size(0) else (torch.zeros(0, dtype=torch.long, device=y.device), 0, None))
+    if ny > nx:
+        fail(where, f"batch_y refers to cloud {ny - 1} but x has points for only {nx} clouds")
+    check_finite(x, "x", where, bx)
+    check_finite(y, "y", where, by)
+    return x, y, int(k), bx, by, nx, cx
+
+
+def knn(x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor] = None, batch_y: Optional[Tensor] = None,
+        backend: str = "auto") -> Tensor:
+    """The ``k`` nearest rows of ``x`` (same cloud) for every row of ``y``; see module docstring."""
+    x, y, k, bx, by, nclouds, counts = _validate(x, y, k, batch_x, batch_y, backend)
+    if y.size(0) == 0 or x.size(0) == 0:
+        return torch.zeros(2, 0, dtype=torch.long, device=x.device)
+    if backend == "auto":
+        if _optional.WITH_TORCH_CLUSTER:
+            backend = "torch_cluster"
+        elif x.device.type == "cpu" and x.size(0) * y.size(0) > KDTREE_MIN_PAIRS:
+            backend = "kdtree"
+        else:
+            backend = "torch"
+    if backend == "torch_cluster":
+        if not _optional.WITH_TORCH_CLUSTER:
+            fail("knn", "backend='torch_cluster' requested but torch_cluster is not installed "
+                        "(pip install --no-build-isolation torch-cluster)")
+        row, col = _knn_cluster(x, y, k, bx, by)
+        return _canonical(x, y, row, col)
+    elif backend == "kdtree":
+        if x.device.type != "cpu":
+            fail("knn", f"backend='kdtree' runs on the CPU only; inputs are on {x.device}")
+        row, col = _knn_kdtree(x, y, k, bx, by, counts)
+    else:
+        row, col = _knn_torch(x, y, k, bx, by, counts)
+    return torch.stack([row, col])  # both already grouped by query, nearest first
+
+
+def _canonical(x: Tensor, y: Tensor, row: Tensor, col: Tensor) -> Tensor:
+    """Order edges by query, then by distance, then by neighbour index."""
+    d = (y[row] - x[col]).pow(2).sum(-1)
+    order = torch.argsort(col, stable=True)
+    order = order[torch.argsort(d[order], stable=True)]
+    order = order[torch.argsort(row[order], stable=True)]
+    return torch.stack([row[order], col[order]])
+
+
+def _knn_cluster(x, y, k, bx, by):
+    ei = _optional.torch_cluster.knn(x.contiguous(), y.contiguous(), k, bx, by)
+    row, col = ei[0], ei[1]
+    keep = bx[col] == by[row]  # defensive: never across clouds
+    return row[keep], col[keep]
+
+
+def _knn_torch(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Tensor):
+    ptr = torch.zeros(counts.numel() + 1, dtype=torch.long, device=x.device)
+    ptr[1:] = torch.cumsum(counts, 0)
+    ptr_l = ptr.tolist()
+    by_l = by
+    rows, cols = [], []
+    m = y.size(0)
+    start = 0
+    while start < m:
+        b0 = int(by_l[start])
+        # grow the chunk while the candidate block stays within budget
+        span = max(1, ptr_l[b0 + 1] - ptr_l[b0])
+        step = max(1, CHUNK_ELEMENTS // span)
+        end = min(m, start + step)
+        b1 = int(by_l[end - 1])
+        while end - start > 1 and (end - start) * (ptr_l[b1 + 1] - ptr_l[b0]) > CHUNK_ELEMENTS:
+            end = start + max(1, (end - start) // 2)
+            b1 = int(by_l[end - 1])
+        lo, hi = ptr_l[b0], ptr_l[b1 + 1]
+        xs, ys = x[lo:hi], y[start:end]
+        d = torch.zeros(end - start, hi - lo, dtype=x.dtype, device=x.device)
+        for c in range(x.size(1)):
+            d += (ys[:, c, None] - xs[None, :, c]).pow(2)
+        same = by[start:end, None] == bx[None, lo:hi]
+        d.masked_fill_(~same, float("inf"))
+        kk = min(k, hi - lo)
+        dist, idx = torch.topk(d, kk, dim=1, largest=False, sorted=True)
+        valid = torch.isfinite(dist)
+        r = torch.arange(start, end, device=x.device).unsqueeze(1).expand(-1, kk)
+        rows.append(r[valid])
+        cols.append(idx[valid] + lo)
+        start = end
+    return torch.cat(rows), torch.cat(cols)
+
+
+def _knn_kdtree(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Tensor):
+    from scipy.spatial import cKDTree
+
+    xn = x.detach().to(torch.float64).numpy()
+    yn = y.detach().to(torch.float64).numpy()
+    bxn, byn = bx.numpy(), by.numpy()
+    nclouds = counts.numel()
+    if nclouds > 1:
+        extent = float(max(np.ptp(xn, axis=0).max(), 0.0) + max(np.ptp(yn, axis=0).max(), 0.0))
+        lo = float(min(xn.min(), yn.min()))
+        hi = float(max(xn.max(), yn.max()))
+        sep = 4.0 * (extent + (hi - lo)) + 1.0  # > any in-cloud distance
+        xn = np.concatenate([xn, bxn[:, None] * sep], 1)
+        yn = np.concatenate([yn, byn[:, None] * sep], 1)
+    kk = min(k, x.size(0))
+    tree = cKDTree(xn)
+    _, idx = tree.query(yn, k=kk, workers=-1)
+    idx = np.asarray(idx).reshape(y.size(0), kk)
+    valid = idx < x.size(0)
+    idx_safe = np.where(valid, idx, 0)
+    valid &= bxn[idx_safe] == byn[:, None]
+    rows = np.broadcast_to(np.arange(y.size(0))[:, None], idx.shape)[valid]
+    cols = idx_safe[valid]
+    return (torch.from_numpy(np.ascontiguousarray(rows)).long(),
+            torch.from_numpy(np.ascontiguousarray(cols)).long())
+
+
+def knn_reference(x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor] = None,
+                  batch_y: Optional[Tensor] = None) -> Tensor:
+    """Loop-over-queries brute force, the obviously-correct reference for tests."""
+    bx = torch.zeros(x.size(0), dtype=torch.long) if batch_x is None else batch_x
+    by = torch.zeros(y.size(0), dtype=torch.long) if batch_y is None else batch_y
+    rows, cols = [], []
+    for i in range(y.size(0)):
+        cand = (bx == by[i]).nonzero().flatten()
+        d = ((x[cand] - y[i]) ** 2).sum(-1)
+        order = sorted(range(cand.numel()), key=lambda j: (float(d[j]), int(cand[j])))[:k]
+        rows += [i] * len(order)
+        cols += [int(cand[j]) for j in order]
+    return torch.tensor([rows, cols], dtype=torch.long).reshape(2, -1)

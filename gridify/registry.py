@@ -1,0 +1,80 @@
+"""Name -> class registries, one per kind of component.
+
+A :class:`Registry` maps a short string name (``"ccnn"``, ``"rff"``, ...) to a class
+so models and configs can refer to components by name, while the components themselves
+keep typed keyword arguments::
+
+    BACKBONES = Registry("backbone")
+
+    @BACKBONES.register("ccnn")
+    class CCNN(nn.Module): ...
+
+    net = BACKBONES.build("ccnn", in_channels=64, out_channels=64, depth=3)
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Generic, Iterator, Optional, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """A named mapping from string keys to classes (or factories) of one kind."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: Dict[str, T] = {}
+
+    def register(self, name: Optional[str] = None, obj: Optional[T] = None) -> Any:
+        """Register ``obj`` under ``name``; usable as a decorator when ``obj`` is omitted."""
+
+        def _add(target: T) -> T:
+            key = (name or getattr(target, "__name__", None) or "").lower()
+            if not key:
+                raise ValueError(f"cannot register an unnamed {self.kind}")
+            if key in self._entries and self._entries[key] is not target:
+                raise KeyError(f"{self.kind} {key!r} is already registered to {self._entries[key]!r}")
+            self._entries[key] = target
+            return target
+
+        if obj is not None:
+            return _add(obj)
+        return _add
+
+    def get(self, name: str) -> T:
+        if not isinstance(name, str):
+            raise TypeError(f"{self.kind} name must be a string, got {type(name).__name__}")
+        key = name.lower()
+        if key not in self._entries:
+            known = ", ".join(sorted(self._entries)) or "(none registered)"
+            raise KeyError(f"unknown {self.kind} {name!r}; known {self.kind}s: {known}")
+        return self._entries[key]
+
+    def build(self, name: str, **kwargs: Any) -> Any:
+        """Instantiate the component registered under ``name`` with keyword arguments."""
+        return self.get(name)(**kwargs)  # type: ignore[operator]
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {self.names()})"
+
+
+#: Positional-embedding fields phi_pos (offset in R^3 -> R^H).
+POS_EMBEDDINGS: Registry[Callable[..., Any]] = Registry("positional embedding")
+#: Continuous kernel networks (offset in R^3 -> kernel values).
+KERNELS: Registry[Callable[..., Any]] = Registry("kernel network")
+#: Grid backbones, dense [B, C, R, R, R] -> [B, C', R, R, R].
+BACKBONES: Registry[Callable[..., Any]] = Registry("backbone")
+#: Full models (classifiers, segmenters, baselines).
+MODELS: Registry[Callable[..., Any]] = Registry("model")

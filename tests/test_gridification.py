@@ -1,0 +1,234 @@
+import warnings
+
+import pytest
+import torch
+
+from conftest import ragged_batch
+from gridify.nn import BipartiteGraph, Degridification, Gridification, RegularGrid, bilateral_knn
+from gridify.ops import grid_positions, knn_reference
+
+
+def _reference_edges(pos, batch, R, k):
+    """Bilateral kNN from the loop-based reference search, as a set of (point, node)."""
+    B = int(batch.max()) + 1
+    nodes = grid_positions(R).repeat(B, 1)
+    nb = torch.arange(B).repeat_interleave(R ** 3)
+    g2p = knn_reference(pos, nodes, k, batch, nb)  # (node, point)
+    p2g = knn_reference(nodes, pos, k, nb, batch)  # (point, node)
+    return {(int(p), int(n)) for n, p in g2p.t()} | {(int(p), int(n)) for p, n in p2g.t()}
+
+
+@pytest.mark.parametrize("R, k", [(3, 4), (5, 9)])
+def test_bilateral_knn_equals_reference_union(R, k):
+    pos, batch = ragged_batch([60, 6, 33], seed=R)
+    with pytest.warns(UserWarning, match="cloud 1 has 6 points, fewer than k=9") if k > 6 else warnings.catch_warnings():
+        g = bilateral_knn(pos, RegularGrid(R), k, batch)
+    got = {(int(p), int(n)) for p, n in g.edge_index.t()}
+    assert got == _reference_edges(pos, batch, R, k)
+    assert g.edge_index.size(1) == len(got)  # deduplicated
+
+
+def test_bilateral_knn_coverage_and_no_cross_cloud():
+    pos, batch = ragged_batch([200, 50, 120], seed=3)
+    R, k = 5, 9
+    g = bilateral_knn(pos, RegularGrid(R), k, batch)
+    point, node = g.edge_index
+    assert torch.equal(batch[point], node // R ** 3), "an edge crosses clouds"
+    pdeg, ndeg = g.degree()
+    assert int(pdeg.min()) >= k  # every point keeps its k nearest nodes
+    assert int(ndeg.min()) >= k  # every node keeps its k nearest points
+    assert ndeg.numel() == 3 * R ** 3
+
+
+@pytest.mark.parametrize("shape", ["cube", "sphere", "cluster"])
+def test_max_in_degree_caps_nodes_and_keeps_every_point(shape):
+    g = torch.Generator().manual_seed(0)
+    if shape == "cube":
+        pos = torch.rand(1000, 3, generator=g) * 2 - 1
+    elif shape == "sphere":
+        pos = torch.randn(1000, 3, generator=g)
+        pos = 0.95 * pos / pos.norm(dim=1, keepdim=True)
+    else:  # everything within a few cells: the cap cannot hold without dropping points
+        pos = torch.randn(1000, 3, generator=g) * 0.05
+    k = 9
+    plain = bilateral_knn(pos, RegularGrid(9), k)
+    capped = bilateral_knn(pos, RegularGrid(9), k, max_in_degree=2 * k)
+    pdeg, ndeg = capped.degree()
+    assert int(pdeg.min()) >= 1 and int(ndeg.min()) >= k
+    assert int(plain.degree()[1].max()) > 2 * k  # the plain union exceeds 2k here
+    if shape != "cluster":
+        assert int(ndeg.max()) <= 2 * k
+    else:
+        assert int(ndeg.max()) > 2 * k  # coverage wins: points keep their nearest node
+    # the capped edge set is a subset of the plain union
+    key = lambda e: set((e[0] * 10 ** 6 + e[1]).tolist())
+    assert key(capped.edge_index) <= key(plain.edge_index)
+
+
+def _model(message="product", aggr="mean", pos_embedding="rff", C=8):
+    return Gridification(4, C, 5, k=6, hidden_channels=16, message=message, aggr=aggr,
+                         pos_embedding=pos_embedding, omega0=1.0)
+
+
+@pytest.mark.parametrize("message, aggr", [("product", "mean"), ("concat", "max"), ("product", "sum")])
+def test_permutation_invariance(message, aggr):
+    pos, batch = ragged_batch([80, 50], seed=5)
+    x = torch.randn(pos.size(0), 4)
+    net = _model(message, aggr)
+    out = net(pos, x, batch)
+    perm = torch.cat([torch.randperm(80), 80 + torch.randperm(50)])
+    out_p = net(pos[perm], x[perm], batch)
+    torch.testing.assert_close(out, out_p, atol=1e-5, rtol=1e-5)
+
+
+def test_batch_composition_invariance_and_dense_input():
+    pos, batch = ragged_batch([70, 40, 90], seed=6)
+    x = torch.randn(pos.size(0), 4)
+    net = _model("concat", "max")
+    together = net(pos, x, batch)
+    alone = net(pos[batch == 1], x[batch == 1])
+    assert together.shape == (3, 8, 5, 5, 5)
+    torch.testing.assert_close(together[1:2], alone, atol=1e-5, rtol=1e-5)
+    # dense [B, N, 3] input gives the same grids as the flat form
+    dpos, dx = torch.rand(2, 30, 3) * 2 - 1, torch.randn(2, 30, 4)
+    dense = net(dpos, dx)
+    flat = net(dpos.reshape(-1, 3), dx.reshape(-1, 4), torch.arange(2).repeat_interleave(30))
+    torch.testing.assert_close(dense, flat)
+
+
+@pytest.mark.parametrize("message, aggr, field", [("product", "mean", "rff"), ("concat", "max", "siren")])
+def test_gradients_reach_every_parameter(message, aggr, field):
+    pos, batch = ragged_batch([40, 30], seed=7)
+    x = torch.randn(pos.size(0), 4)
+    grid_net = _model(message, aggr, field)
+    degrid = Degridification(8, 3, hidden_channels=16, message=message, aggr=aggr, pos_embedding=field)
+    grid, graph = grid_net(pos, x, batch, return_graph=True)
+    out = degrid(grid, graph)
+    assert out.shape == (70, 3)
+    out.square().sum().backward()
+    for name, p in list(grid_net.named_parameters()) + list(degrid.named_parameters()):
+        assert p.grad is not None and p.grad.abs().sum() > 0, f"no gradient reaches {name}"
+
+
+def test_degridification_dense_shapes_and_transposed_edges():
+    net = _model()
+    degrid = Degridification(8, 2, hidden_channels=16)
+    pos, x = torch.rand(3, 25, 3) * 2 - 1, torch.randn(3, 25, 4)
+    grid, graph = net(pos, x, return_graph=True)
+    assert isinstance(graph, BipartiteGraph) and graph.dense_shape == (3, 25)
+    assert degrid(grid, graph).shape == (3, 25, 2)
+    # flat node features are accepted too and give the same answer
+    flat = graph.grid.from_dense(grid)
+    torch.testing.assert_close(degrid(flat, graph), degrid(grid, graph))
+    # a point's output depends only on grid nodes it is connected to
+    grid2 = grid.clone().detach()
+    point, node = graph.edge_index
+    unconnected = torch.ones(graph.num_nodes, dtype=torch.bool)
+    unconnected[node[point == 0]] = False
+    flat2 = graph.grid.from_dense(grid2)
+    flat2[unconnected] += 100.0
+    torch.testing.assert_close(degrid(flat2, graph)[0, 0], degrid(grid, graph)[0, 0])
+
+
+def test_identical_points_and_fewer_points_than_k():
+    net = _model()
+    pos = torch.full((3, 3), 0.25)
+    with pytest.warns(UserWarning, match="fewer than k=6"):
+        grid, graph = net(pos, torch.randn(3, 4), return_graph=True)
+    assert torch.isfinite(grid).all()
+    pdeg, ndeg = graph.degree()
+    assert torch.all(ndeg >= 3) and torch.all(pdeg >= 6)
+
+
+def test_outside_points_error_or_allow():
+    pos, batch = ragged_batch([10, 10], seed=8)
+    pos[15] = torch.tensor([0.0, 1.5, 0.0])
+    x = torch.randn(20, 4)
+    with pytest.raises(ValueError, match=r"cloud 1 has points outside the grid box.*row 15"):
+        _model()(pos, x, batch)
+    allow = Gridification(4, 8, 5, k=6, hidden_channels=16, outside="allow")
+    assert torch.isfinite(allow(pos, x, batch)).all()
+    # a bigger box accepts them
+    big = Gridification(4, 8, 5, k=6, hidden_channels=16, bounds=(-2.0, 2.0))
+    assert big(pos, x, batch).shape == (2, 8, 5, 5, 5)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda n: n(torch.rand(10, 2), torch.rand(10, 4)), r"pos must have shape \[N, 3\] or \[B, N, 3\]"),
+    (lambda n: n(torch.randint(0, 2, (10, 3)), torch.rand(10, 4)), "pos must be a floating-point"),
+    (lambda n: n(torch.rand(10, 3), torch.rand(9, 4)), r"x must have shape \[10, F\]"),
+    (lambda n: n(torch.rand(10, 3), torch.rand(10, 5)), "5 features per point but the module was built with in_channels=4"),
+    (lambda n: n(torch.rand(10, 3)), r"in_channels=4 \(x=None uses the 3 coordinates\)"),
+    (lambda n: n(torch.rand(0, 3), torch.rand(0, 4)), "holds no points"),
+    (lambda n: n(torch.rand(2, 0, 3), torch.rand(2, 0, 4)), "holds no points"),
+    (lambda n: n(torch.rand(10, 3), torch.rand(10, 4), torch.tensor([0] * 5 + [2] * 5)), "cloud 1 is empty"),
+    (lambda n: n(torch.rand(10, 3), torch.rand(10, 4), torch.tensor([0] * 5 + [1] * 5), num_clouds=3), "cloud 2 is empty"),
+    (lambda n: n(torch.rand(10, 3), torch.rand(10, 4), torch.tensor([1] * 5 + [0] * 5)), "must be sorted"),
+    (lambda n: n(torch.rand(2, 5, 3), torch.rand(2, 5, 4), torch.zeros(10, dtype=torch.long)), "batch must be None"),
+    (lambda n: n("points"), "pos must be a torch.Tensor"),
+])
+def test_gridification_input_errors(call, match):
+    with pytest.raises(ValueError, match=match):
+        call(_model())
+
+
+def test_nan_and_inf_name_the_cloud():
+    pos, batch = ragged_batch([10, 10, 10], seed=9)
+    x = torch.randn(30, 4)
+    bad = pos.clone()
+    bad[25, 0] = float("nan")
+    with pytest.raises(ValueError, match="pos contains NaN.*cloud 2 at row 25"):
+        _model()(bad, x, batch)
+    badx = x.clone()
+    badx[4, 3] = float("inf")
+    with pytest.raises(ValueError, match="x contains Inf.*cloud 0 at row 4"):
+        _model()(pos, badx, batch)
+
+
+def test_constructor_and_degrid_errors():
+    with pytest.raises(ValueError, match="k must be a positive integer"):
+        Gridification(3, 8, 5, k=0)
+    with pytest.raises(ValueError, match="resolution must be an integer >= 2"):
+        Gridification(3, 8, 1)
+    with pytest.raises(ValueError, match="message must be one of"):
+        Gridification(3, 8, 5, message="sum")
+    with pytest.raises(ValueError, match="aggr must be one of"):
+        Gridification(3, 8, 5, aggr="median")
+    with pytest.raises(ValueError, match="omega0 must be a positive"):
+        Gridification(3, 8, 5, omega0=-1.0)
+    with pytest.raises(KeyError, match="unknown positional embedding 'mlp'"):
+        Gridification(3, 8, 5, pos_embedding="mlp")
+    with pytest.raises(ValueError, match="upper must exceed lower"):
+        RegularGrid(5, 1.0, 1.0)
+    net = _model()
+    grid, graph = net(torch.rand(20, 3) * 2 - 1, torch.randn(20, 4), return_graph=True)
+    with pytest.raises(ValueError, match=r"grid must have shape \[1, 8, 5, 5, 5\]"):
+        Degridification(8, 2)(grid[:, :4], graph)
+    with pytest.raises(ValueError, match="graph must be the BipartiteGraph"):
+        Degridification(8, 2)(grid, None)
+
+
+def test_float64_module_and_input_casting():
+    net = _model().double()
+    out = net(torch.rand(20, 3) * 2 - 1, torch.randn(20, 4, dtype=torch.float32))
+    assert out.dtype == torch.float64
+
+
+def test_tiny_reconstruction_fit():
+    """gridify -> degridify learns to reproduce point features (loss falls a lot)."""
+    torch.manual_seed(0)
+    pos = torch.rand(4, 64, 3) * 2 - 1
+    feat = torch.rand(4, 64, 1) * 2 - 1
+    g = Gridification(1, 16, 5, k=4, hidden_channels=32, omega0=1.0, message="concat")
+    d = Degridification(16, 1, hidden_channels=32, omega0=1.0, message="concat")
+    opt = torch.optim.Adam(list(g.parameters()) + list(d.parameters()), lr=3e-3)
+    grid, graph = g(pos, feat, return_graph=True)
+    first = None
+    for _ in range(300):
+        grid = g(pos, feat)
+        loss = (d(grid, graph) - feat).square().mean()
+        first = first if first is not None else loss.item()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.2 * first, (first, loss.item())

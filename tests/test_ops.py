@@ -1,0 +1,151 @@
+import importlib
+
+import pytest
+import torch
+
+from conftest import ragged_batch
+from gridify import _optional
+from gridify.ops import grid_knn, grid_positions, knn, knn_reference, scatter, scatter_reference
+
+KNN_MODULE = importlib.import_module("gridify.ops.knn")
+BACKENDS = ["torch", "kdtree"] + (["torch_cluster"] if _optional.WITH_TORCH_CLUSTER else [])
+
+
+def _dists(x, y, ei):
+    return (y[ei[0]] - x[ei[1]]).pow(2).sum(-1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("k", [1, 5, 16])
+def test_knn_matches_reference_on_ragged_batches(backend, k):
+    # cloud 2 has fewer points (3) than k=5/16: its queries get all 3 points, never another cloud's
+    x, bx = ragged_batch([40, 17, 3, 60], seed=1)
+    y, by = ragged_batch([10, 25, 4, 8], seed=2)
+    ref = knn_reference(x, y, k, bx, by)
+    out = knn(x, y, k, bx, by, backend=backend)
+    assert out.shape == ref.shape
+    assert torch.equal(out[0], ref[0])  # same number of neighbours per query, same order
+    # same neighbour distances (indices may differ only on exact ties)
+    torch.testing.assert_close(_dists(x, y, out), _dists(x, y, ref))
+    assert torch.equal(bx[out[1]], by[out[0]]), "an edge crosses clouds"
+    counts = torch.bincount(out[0], minlength=y.size(0))
+    expected = torch.bincount(bx)[by].clamp(max=k)
+    assert torch.equal(counts, expected)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_knn_chunked_path_equals_unchunked(backend, monkeypatch):
+    x, bx = ragged_batch([300, 200], seed=3)
+    y, by = ragged_batch([50, 70], seed=4)
+    full = knn(x, y, 7, bx, by, backend="torch")
+    monkeypatch.setattr(KNN_MODULE, "CHUNK_ELEMENTS", 64)  # force many tiny chunks
+    chunked = knn(x, y, 7, bx, by, backend="torch")
+    assert torch.equal(full, chunked)
+    assert torch.equal(knn(x, y, 7, bx, by, backend=backend)[0], full[0])
+
+
+def test_knn_auto_uses_kdtree_for_large_cpu_inputs(monkeypatch):
+    calls = []
+    m = KNN_MODULE
+    orig = m._knn_kdtree
+    monkeypatch.setattr(m, "_knn_kdtree", lambda *a: calls.append(1) or orig(*a))
+    monkeypatch.setattr(m, "KDTREE_MIN_PAIRS", 10)
+    if not _optional.WITH_TORCH_CLUSTER:
+        knn(torch.rand(20, 3), torch.rand(20, 3), 3)
+        assert calls == [1]
+
+
+def test_knn_float64_and_noncontiguous():
+    x = torch.rand(3, 50, dtype=torch.float64).t()  # non-contiguous [50, 3]
+    y = torch.rand(20, 3, dtype=torch.float64)
+    for backend in BACKENDS:
+        assert torch.equal(knn(x, y, 4, backend=backend)[0], knn_reference(x, y, 4)[0])
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(k=0), "k must be a positive integer"),
+    (dict(k=2.5), "k must be a positive integer"),
+    (dict(backend="faiss"), "unknown backend"),
+    (dict(x=torch.rand(10, 2)), "same dimension"),
+    (dict(x=torch.randint(0, 3, (10, 3))), "floating-point"),
+    (dict(y=torch.rand(4)), r"shape \[num_points, dim\]"),
+    (dict(batch_x=torch.tensor([0] * 5 + [1] * 5), batch_y=torch.tensor([0, 2, 2, 2])), "batch_y refers to cloud 2"),
+    (dict(batch_x=torch.tensor([1] * 5 + [0] * 5)), "must be sorted"),
+    (dict(batch_x=torch.tensor([0] * 5 + [2] * 5)), "cloud 1 is empty"),
+    (dict(batch_x=torch.zeros(9, dtype=torch.long)), "one entry per point"),
+    (dict(batch_x=torch.zeros(10)), "integer tensor"),
+])
+def test_knn_errors(bad, match):
+    args = dict(x=torch.rand(10, 3), y=torch.rand(4, 3), k=3, batch_x=None, batch_y=None, backend="auto")
+    args.update(bad)
+    with pytest.raises(ValueError, match=match):
+        knn(**args)
+
+
+def test_knn_names_cloud_with_nan():
+    x, bx = ragged_batch([5, 5, 5])
+    x[12, 1] = float("nan")
+    with pytest.raises(ValueError, match="NaN.*cloud 2 at row 12"):
+        knn(x, x, 2, bx, bx)
+    x[12, 1] = float("inf")
+    with pytest.raises(ValueError, match="Inf.*cloud 2"):
+        knn(x, x, 2, bx, bx)
+
+
+@pytest.mark.parametrize("R, k", [(2, 1), (3, 9), (5, 9), (9, 9), (6, 27), (4, 64)])
+def test_grid_knn_exact_against_brute_force(R, k):
+    pos, batch = ragged_batch([100, 37, 1], seed=R)
+    B = 3
+    nodes = grid_positions(R).repeat(B, 1)
+    nb = torch.arange(B).repeat_interleave(R ** 3)
+    ref = knn(nodes, pos, k, nb, batch, backend="torch")
+    out = grid_knn(pos, k, R, batch=batch)
+    assert torch.equal(out[0], ref[0])
+    torch.testing.assert_close(_dists(nodes, pos, out), _dists(nodes, pos, ref))
+    assert torch.equal(out[1] // R ** 3, batch[out[0]])  # never another cloud's grid
+
+
+def test_grid_knn_points_outside_box_and_anisotropic_box():
+    pos = torch.randn(300, 3) * 3  # many far outside [-1, 1]^3: the window search must retry
+    lo, hi = (-1.0, -2.0, 0.0), (1.0, 2.0, 0.5)
+    nodes = grid_positions(6, lo, hi)
+    out = grid_knn(pos, 8, 6, lo, hi)
+    ref = knn(nodes, pos, 8, backend="torch")
+    torch.testing.assert_close(_dists(nodes, pos, out), _dists(nodes, pos, ref))
+
+
+def test_grid_knn_errors():
+    with pytest.raises(ValueError, match="resolution must be an integer >= 2"):
+        grid_knn(torch.rand(4, 3), 1, 1)
+    with pytest.raises(ValueError, match="exceeds the number of grid nodes"):
+        grid_knn(torch.rand(4, 3), 9, 2)
+    with pytest.raises(ValueError, match=r"shape \[N, 3\]"):
+        grid_knn(torch.rand(4, 2), 1, 3)
+    with pytest.raises(ValueError, match="upper > lower"):
+        grid_knn(torch.rand(4, 3), 1, 3, lower=1.0, upper=-1.0)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min"])
+def test_scatter_matches_reference_with_empty_buckets(reduce):
+    src = torch.randn(50, 4, dtype=torch.float64, requires_grad=True)
+    index = torch.randint(0, 8, (50,))
+    index[index == 3] = 4  # bucket 3 stays empty -> 0
+    out = scatter(src, index, dim_size=10, reduce=reduce, backend="torch")
+    ref = scatter_reference(src.detach(), index, 10, reduce)
+    torch.testing.assert_close(out.detach(), ref)
+    assert torch.all(out[3] == 0) and torch.all(out[9] == 0)
+    if reduce in ("sum", "mean", "max"):
+        assert torch.autograd.gradcheck(lambda s: scatter(s, index, 10, reduce, "torch"), (src,))
+    if _optional.WITH_TORCH_SCATTER:
+        torch.testing.assert_close(scatter(src, index, 10, reduce, "torch_scatter").detach(), ref)
+
+
+def test_scatter_errors():
+    with pytest.raises(ValueError, match="unknown reduce"):
+        scatter(torch.rand(3, 2), torch.zeros(3, dtype=torch.long), reduce="median")
+    with pytest.raises(ValueError, match="src has 3 rows but index has 2"):
+        scatter(torch.rand(3, 2), torch.zeros(2, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"index values must lie in \[0, 2\)"):
+        scatter(torch.rand(3, 2), torch.tensor([0, 1, 5]), dim_size=2)
+    with pytest.raises(ValueError, match="1-D integer"):
+        scatter(torch.rand(3, 2), torch.zeros(3))
