@@ -9,7 +9,7 @@ is trained to reproduce the features. Sweeps R and C and writes
 
 with the validation MSE per (R, C). The error should fall as R and C grow.
 
-    python scripts/reconstruct.py                      # full sweep (about an hour on 2 CPU cores)
+    python scripts/reconstruct.py                      # full 4 x 3 sweep (30-60 min on 2 CPU cores)
     python scripts/reconstruct.py --quick              # a 2 x 2 sweep in a few minutes
 """
 from __future__ import annotations
@@ -72,7 +72,7 @@ def evaluate(model, pos, feat, batch_size):
 
 def run_one(R, C, args, train, val, bar):
     torch.manual_seed(args.seed)
-    model = Reconstructor(C, R, args.k, args.omega0, args.hidden, args.message, args.aggr)
+    model = Reconstructor(C, R, args.k, args.omega0, max(args.hidden, C), args.message, args.aggr)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     steps_per_epoch = math.ceil(train[0].size(0) / args.batch_size)
     total = steps_per_epoch * args.epochs
@@ -134,18 +134,19 @@ def plot(rows, baseline, path):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--resolutions", type=int, nargs="+", default=[3, 5, 7, 9, 11])
-    p.add_argument("--channels", type=int, nargs="+", default=[1, 4, 16, 64])
+    p.add_argument("--resolutions", type=int, nargs="+", default=[3, 5, 7, 9])
+    p.add_argument("--channels", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--num-points", type=int, default=1000)
     p.add_argument("--train", type=int, default=800)
     p.add_argument("--val", type=int, default=200)
-    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--k", type=int, default=9)
-    p.add_argument("--omega0", type=float, default=2.0)
-    p.add_argument("--hidden", type=int, default=64, help="width of the (de)gridification MLPs")
-    p.add_argument("--message", choices=["product", "concat"], default="concat")
+    p.add_argument("--omega0", type=float, default=1.0)
+    p.add_argument("--hidden", type=int, default=16,
+                   help="width of the (de)gridification MLPs (at least C: max(hidden, C) is used)")
+    p.add_argument("--message", choices=["product", "concat"], default="product")
     p.add_argument("--aggr", choices=["mean", "max", "sum"], default="mean")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave the default)")

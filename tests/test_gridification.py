@@ -96,6 +96,17 @@ def test_batch_composition_invariance_and_dense_input():
     torch.testing.assert_close(dense, flat)
 
 
+def test_pyg_batch_object_input():
+    from torch_geometric.data import Batch, Data
+    pos, batch = ragged_batch([30, 20], seed=11)
+    x = torch.randn(50, 4)
+    data = Batch.from_data_list([Data(pos=pos[batch == i], x=x[batch == i]) for i in range(2)])
+    net = _model()
+    torch.testing.assert_close(net(data), net(pos, x, batch))
+    with pytest.raises(ValueError, match="not both"):
+        net(data, x)
+
+
 @pytest.mark.parametrize("message, aggr, field", [("product", "mean", "rff"), ("concat", "max", "siren")])
 def test_gradients_reach_every_parameter(message, aggr, field):
     pos, batch = ragged_batch([40, 30], seed=7)

@@ -2,7 +2,8 @@
 from .connectivity import BipartiteGraph, bilateral_knn
 from .fields import RandomFourierField, SIRENField
 from .grid import RegularGrid
+from .norm import ChannelLayerNorm, recalibrate_batchnorm
 from .gridification import BipartiteConv, Degridification, Gridification
 
 __all__ = ["RegularGrid", "BipartiteGraph", "bilateral_knn", "BipartiteConv", "Gridification",
-           "Degridification", "RandomFourierField", "SIRENField"]
+           "Degridification", "RandomFourierField", "SIRENField", "ChannelLayerNorm", "recalibrate_batchnorm"]

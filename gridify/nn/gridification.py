@@ -91,7 +91,13 @@ def _dtype_of(module: nn.Module) -> torch.dtype:
 
 
 def _parse_points(where: str, pos, x, batch, in_channels: Optional[int], dtype: torch.dtype):
-    """Accept PyG-style ``pos [N,3], x [N,F], batch [N]`` or dense ``pos [B,N,3], x [B,N,F]``."""
+    """Accept PyG-style ``pos [N,3], x [N,F], batch [N]``, a PyG ``Data``/``Batch`` object, or dense
+    ``pos [B,N,3], x [B,N,F]``."""
+    if not isinstance(pos, Tensor) and isinstance(getattr(pos, "pos", None), Tensor):  # PyG Data / Batch
+        if x is not None or batch is not None:
+            fail(where, "pass either a PyG Data/Batch object or tensors pos, x, batch, not both")
+        data = pos
+        pos, x, batch = data.pos, getattr(data, "x", None), getattr(data, "batch", None)
     pos = check_tensor(pos, "pos", where)
     check_float(pos, "pos", where)
     dense_shape = None
@@ -159,8 +165,9 @@ class Gridification(nn.Module):
         max_in_degree: optional cap on the edges a grid node receives (e.g. ``2 * k``); see
             :func:`bilateral_knn` (coverage of every point is kept even past the cap).
 
-    Inputs: ``pos [N, 3]`` with ``x [N, F]`` and ``batch [N]`` (PyG style, sorted), or dense
-    ``pos [B, N, 3]`` with ``x [B, N, F]``. ``x=None`` uses the coordinates as features.
+    Inputs: ``pos [N, 3]`` with ``x [N, F]`` and ``batch [N]`` (PyG style, sorted), a PyG
+    ``Data``/``Batch`` with those attributes, or dense ``pos [B, N, 3]`` with ``x [B, N, F]``.
+    ``x=None`` uses the coordinates as features.
     A cloud with fewer than ``k`` points is allowed (warning); NaN/Inf, empty clouds, wrong
     shapes/dtypes and points outside the box raise ``ValueError`` naming the cloud.
 

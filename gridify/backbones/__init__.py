@@ -1,0 +1,34 @@
+"""Grid backbones: dense ``[B, C_in, R, R, R] -> [B, C_out, R, R, R]`` networks, by name.
+
+Registered in :data:`gridify.registry.BACKBONES`:
+
+* ``"ccnn"`` -- :class:`CCNN`, residual blocks of continuous-kernel SepFlexConv3d (default).
+* ``"resnet"`` -- :class:`ResNet3d`, the same blocks with discrete depthwise kernels.
+* ``"unet"`` -- :class:`UNet3d`, a 3D U-Net that handles odd grid sizes.
+
+All share the keyword arguments ``in_channels, out_channels, hidden_channels=128, depth=3,
+dropout=0.1, kernel_size=9`` plus backbone-specific extras, and a ``kernel_l2()`` method.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from ..registry import BACKBONES
+from .blocks import DepthwiseSeparableConv3d, GridBackbone, ResidualBlock3d
+from .ccnn import CCNN
+from .resnet import ResNet3d
+from .unet import UNet3d
+
+
+def build_backbone(name: str, **kwargs: Any) -> nn.Module:
+    """Instantiate the backbone registered under ``name`` (``"ccnn"``, ``"resnet"``, ``"unet"``).
+
+    Unknown names raise ``KeyError`` listing the registered ones.
+    """
+    return BACKBONES.build(name, **kwargs)
+
+
+__all__ = ["CCNN", "ResNet3d", "UNet3d", "build_backbone", "GridBackbone", "ResidualBlock3d",
+           "DepthwiseSeparableConv3d"]

@@ -1,0 +1,167 @@
+"""Building blocks shared by the grid backbones.
+
+All blocks act on dense cubic grids ``[B, C, R, R, R]`` and keep the spatial size.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..nn.flexconv import DEFAULT_FFT_THRESHOLD, check_grid_input, fft_depthwise_conv3d
+
+__all__ = ["GridBackbone", "ResidualBlock3d", "DepthwiseSeparableConv3d", "pointwise_conv3d",
+           "check_positive_int", "check_dropout", "check_kernel_size"]
+
+
+def check_positive_int(where: str, **values: int) -> None:
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{where}: {name} must be a positive integer, got {v!r}")
+
+
+def check_dropout(where: str, dropout: float) -> None:
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+        raise ValueError(f"{where}: dropout must be a probability in [0, 1), got {dropout!r}")
+
+
+def check_kernel_size(where: str, kernel_size: int) -> None:
+    if isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 1:
+        raise ValueError(f"{where}: kernel_size must be an odd positive integer, got {kernel_size!r}")
+    if kernel_size % 2 == 0:
+        raise ValueError(f"{where}: kernel_size must be odd (same-size 'centred' convolution), got {kernel_size}")
+
+
+def pointwise_conv3d(in_channels: int, out_channels: int, bias: bool = True) -> nn.Conv3d:
+    """A 1x1x1 convolution (per-node linear layer) with LeCun-normal weights and zero bias.
+
+    ``W ~ N(0, 1 / C_in)`` keeps unit-variance inputs at unit variance.
+    """
+    conv = nn.Conv3d(in_channels, out_channels, kernel_size=1, bias=bias)
+    nn.init.normal_(conv.weight, 0.0, 1.0 / math.sqrt(in_channels))
+    if conv.bias is not None:
+        nn.init.zeros_(conv.bias)
+    return conv
+
+
+class DepthwiseSeparableConv3d(nn.Module):
+    r"""Discrete depthwise convolution followed by a pointwise linear layer.
+
+        z_c(p) = sum_{o in [-P, P]^3} w_c(o) x_c(p + o)     (zero padding, P = K // 2)
+        y(p)   = W z(p) + b
+
+    Depthwise weights ``w ~ N(0, 1 / K^3)`` (fan-in ``K^3``), pointwise ``W ~ N(0, 1 / C_in)``.
+    On a grid with ``2R - 1 < K`` the taps that can only ever see the zero padding are cropped
+    before the convolution (same result, less work). ``fft`` selects the backend as in
+    :class:`gridify.nn.flexconv.SepFlexConv3d` (``"auto"``: FFT from ``fft_threshold`` taps per
+    axis, default per device); both compute the same cross-correlation.
+
+    Shapes:
+        input ``[B, C_in, R, R, R]`` -> output ``[B, C_out, R, R, R]``
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 9, bias: bool = True,
+                 fft: Union[str, bool] = "auto", fft_threshold: Optional[int] = None) -> None:
+        super().__init__()
+        check_positive_int("DepthwiseSeparableConv3d", in_channels=in_channels, out_channels=out_channels)
+        check_kernel_size("DepthwiseSeparableConv3d", kernel_size)
+        if fft not in ("auto", True, False):
+            raise ValueError(f"DepthwiseSeparableConv3d: fft must be 'auto', True or False, got {fft!r}")
+        if fft_threshold is not None:
+            check_positive_int("DepthwiseSeparableConv3d", fft_threshold=fft_threshold)
+        self.fft, self.fft_threshold = fft, fft_threshold
+        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
+        self.depthwise = nn.Conv3d(in_channels, in_channels, kernel_size, padding=kernel_size // 2,
+                                   groups=in_channels, bias=False)
+        self.pointwise = pointwise_conv3d(in_channels, out_channels, bias=bias)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.depthwise.weight, 0.0, 1.0 / math.sqrt(self.kernel_size ** 3))
+        nn.init.normal_(self.pointwise.weight, 0.0, 1.0 / math.sqrt(self.in_channels))
+        if self.pointwise.bias is not None:
+            nn.init.zeros_(self.pointwise.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        r = check_grid_input(x, self.in_channels, type(self).__name__)
+        weight = self.depthwise.weight
+        k = self.kernel_size
+        if k > 2 * r - 1:
+            c = (k - (2 * r - 1)) // 2
+            weight = weight[..., c:k - c, c:k - c, c:k - c]
+            k = 2 * r - 1
+        if self.fft is True:
+            use_fft = True
+        elif self.fft is False or k <= 1:
+            use_fft = False
+        else:
+            threshold = self.fft_threshold or DEFAULT_FFT_THRESHOLD.get(x.device.type, DEFAULT_FFT_THRESHOLD["cuda"])
+            use_fft = k >= threshold
+        if use_fft:
+            z = fft_depthwise_conv3d(x, weight)
+        else:
+            z = F.conv3d(x, weight, padding=k // 2, groups=self.in_channels)
+        return self.pointwise(z)
+
+
+class ResidualBlock3d(nn.Module):
+    r"""Pre-norm residual block of the grid networks (CCNN block).
+
+        y = x + GELU(W_2 Dropout(GELU(S(BN(x)))))
+
+    ``S`` is the spatial mixing layer given to the constructor, which ends with its own
+    pointwise linear ``W_1``: a :class:`gridify.nn.flexconv.SepFlexConv3d` (continuous
+    depthwise kernel, CCNN) or a :class:`DepthwiseSeparableConv3d` (discrete). ``W_2`` is a
+    1x1x1 convolution. The identity path is untouched: the block returns ``x + F(x)``.
+
+    Shapes:
+        input ``[B, C, R, R, R]`` -> output ``[B, C, R, R, R]``
+    """
+
+    def __init__(self, channels: int, spatial: nn.Module, dropout: float = 0.1) -> None:
+        super().__init__()
+        check_positive_int("ResidualBlock3d", channels=channels)
+        check_dropout("ResidualBlock3d", dropout)
+        self.channels = channels
+        self.norm = nn.BatchNorm3d(channels)
+        self.spatial = spatial
+        self.dropout = nn.Dropout(dropout)
+        self.linear = pointwise_conv3d(channels, channels)
+
+    def forward(self, x: Tensor) -> Tensor:
+        check_grid_input(x, self.channels, type(self).__name__)
+        h = F.gelu(self.spatial(self.norm(x)))
+        h = F.gelu(self.linear(self.dropout(h)))
+        return x + h
+
+
+class GridBackbone(nn.Module):
+    """Common helpers of the registered grid backbones (dense ``[B, C_in, R^3] -> [B, C_out, R^3]``)."""
+
+    in_channels: int
+    out_channels: int
+
+    def kernel_l2(self) -> Tensor:
+        """Sum over layers of the squared L2 norm of the *generated* continuous kernels.
+
+        Zero (a tensor on the parameters' device) for backbones with discrete kernels.
+        """
+        total: Optional[Tensor] = None
+        for module in self.modules():
+            if module is not self and hasattr(module, "kernel_l2") and not isinstance(module, GridBackbone):
+                term = module.kernel_l2()
+                total = term if total is None else total + term
+        if total is None:
+            p = next(self.parameters())
+            return torch.zeros((), device=p.device, dtype=p.dtype)
+        return total
+
+    def num_parameters(self, trainable_only: bool = True) -> int:
+        """Number of (trainable) parameters."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+    def _check_input(self, x: Tensor) -> int:
+        return check_grid_input(x, self.in_channels, type(self).__name__)

@@ -1,0 +1,76 @@
+"""CCNN grid backbone: residual blocks of separable continuous-kernel convolutions."""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+from torch import Tensor, nn
+
+from ..nn.flexconv import SepFlexConv3d
+from ..registry import BACKBONES
+from .blocks import GridBackbone, ResidualBlock3d, check_dropout, check_positive_int, pointwise_conv3d
+
+__all__ = ["CCNN"]
+
+
+@BACKBONES.register("ccnn")
+class CCNN(GridBackbone):
+    r"""Continuous Convolutional Neural Network on a dense 3D grid (Knigge, Romero et al.).
+
+        h_0 = W_in x
+        h_l = h_{l-1} + GELU(W_2 Dropout(GELU(SepFlexConv(BN(h_{l-1}))))),   l = 1..depth
+        y   = W_out [BN](h_depth)
+
+    ``W_in``, ``W_out`` and ``W_2`` are 1x1x1 linear layers; ``SepFlexConv`` is a
+    :class:`gridify.nn.flexconv.SepFlexConv3d` (MAGNet depthwise kernel with a Gaussian mask,
+    CCNN initialisation, then a pointwise linear ``W_1``). The optional final BatchNorm
+    (``final_norm``) is off by default so the output scale reflects the initialisation.
+
+    The kernels are functions of physical position: a model built (or first run) at resolution
+    ``R0`` can be applied to any ``R >= 2``; every SepFlexConv re-samples its kernel at the new
+    spacing (see :class:`~gridify.nn.flexconv.SepFlexConv3d`).
+
+    Args:
+        in_channels, out_channels: channels of the input and output grids.
+        hidden_channels: width ``C`` of the residual stream.
+        depth: number of residual blocks.
+        dropout: dropout probability inside the blocks.
+        kernel_size: odd taps per axis at the base resolution, or ``"global"``.
+        kernel_net, kernel_hidden, kernel_layers, omega0, mask, mask_init, fft, fft_threshold,
+        base_resolution, kernel_init, quadrature: forwarded to every :class:`SepFlexConv3d`.
+        final_norm: apply a BatchNorm before the output projection.
+
+    Shapes:
+        input ``[B, in_channels, R, R, R]`` -> output ``[B, out_channels, R, R, R]``
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, hidden_channels: int = 128, depth: int = 3,
+                 dropout: float = 0.1, kernel_size: Union[int, str] = 9, kernel_net: str = "magnet",
+                 kernel_hidden: int = 32, kernel_layers: int = 3, omega0: float = 3.0, mask: bool = True,
+                 mask_init: float = 0.5, fft: Union[str, bool] = "auto", fft_threshold: Optional[int] = None,
+                 base_resolution: Optional[int] = None, kernel_init: str = "ccnn", quadrature: str = "trapezoid",
+                 final_norm: bool = False) -> None:
+        super().__init__()
+        check_positive_int("CCNN", in_channels=in_channels, out_channels=out_channels,
+                           hidden_channels=hidden_channels, depth=depth)
+        check_dropout("CCNN", dropout)
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.hidden_channels, self.depth = hidden_channels, depth
+        self.in_proj = pointwise_conv3d(in_channels, hidden_channels)
+        self.blocks = nn.ModuleList(
+            ResidualBlock3d(
+                hidden_channels,
+                SepFlexConv3d(hidden_channels, hidden_channels, kernel_size=kernel_size, kernel_net=kernel_net,
+                              kernel_hidden=kernel_hidden, kernel_layers=kernel_layers, omega0=omega0, mask=mask,
+                              mask_init=mask_init, fft=fft, fft_threshold=fft_threshold,
+                              base_resolution=base_resolution, kernel_init=kernel_init, quadrature=quadrature),
+                dropout=dropout)
+            for _ in range(depth))
+        self.norm = nn.BatchNorm3d(hidden_channels) if final_norm else nn.Identity()
+        self.out_proj = pointwise_conv3d(hidden_channels, out_channels)
+
+    def forward(self, x: Tensor) -> Tensor:
+        self._check_input(x)
+        h = self.in_proj(x)
+        for block in self.blocks:
+            h = block(h)
+        return self.out_proj(self.norm(h))

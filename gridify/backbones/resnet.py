@@ -1,0 +1,57 @@
+"""Discrete-kernel residual grid backbone (the official gridification code's grid network)."""
+from __future__ import annotations
+
+from typing import Union
+
+from torch import Tensor, nn
+
+from ..registry import BACKBONES
+from .blocks import (DepthwiseSeparableConv3d, GridBackbone, ResidualBlock3d, check_dropout, check_kernel_size,
+                     check_positive_int, pointwise_conv3d)
+
+__all__ = ["ResNet3d"]
+
+
+@BACKBONES.register("resnet")
+class ResNet3d(GridBackbone):
+    r"""Residual network of discrete depthwise-separable 3D convolutions.
+
+        h_0 = W_in x
+        h_l = h_{l-1} + GELU(W_2 Dropout(GELU(W_1 DWConv_K(BN(h_{l-1}))))),   l = 1..depth
+        y   = W_out [BN](h_depth)
+
+    The same block as :class:`gridify.backbones.CCNN` with a discrete depthwise kernel
+    (``nn.Conv3d(C, C, K, groups=C, padding=K // 2)``) in place of the continuous one. Its
+    kernel is tied to the grid spacing: applied at another resolution it covers another
+    physical extent. ``fft`` picks the depthwise backend (same result; ``"auto"`` uses the FFT
+    for large kernels, see :class:`~gridify.backbones.blocks.DepthwiseSeparableConv3d`).
+
+    Shapes:
+        input ``[B, in_channels, R, R, R]`` -> output ``[B, out_channels, R, R, R]``
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, hidden_channels: int = 128, depth: int = 3,
+                 dropout: float = 0.1, kernel_size: int = 9, final_norm: bool = False,
+                 fft: Union[str, bool] = "auto") -> None:
+        super().__init__()
+        check_positive_int("ResNet3d", in_channels=in_channels, out_channels=out_channels,
+                           hidden_channels=hidden_channels, depth=depth)
+        check_dropout("ResNet3d", dropout)
+        check_kernel_size("ResNet3d", kernel_size)
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.hidden_channels, self.depth, self.kernel_size = hidden_channels, depth, kernel_size
+        self.in_proj = pointwise_conv3d(in_channels, hidden_channels)
+        self.blocks = nn.ModuleList(
+            ResidualBlock3d(hidden_channels,
+                            DepthwiseSeparableConv3d(hidden_channels, hidden_channels, kernel_size, fft=fft),
+                            dropout=dropout)
+            for _ in range(depth))
+        self.norm = nn.BatchNorm3d(hidden_channels) if final_norm else nn.Identity()
+        self.out_proj = pointwise_conv3d(hidden_channels, out_channels)
+
+    def forward(self, x: Tensor) -> Tensor:
+        self._check_input(x)
+        h = self.in_proj(x)
+        for block in self.blocks:
+            h = block(h)
+        return self.out_proj(self.norm(h))

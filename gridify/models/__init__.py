@@ -1,0 +1,15 @@
+"""Complete models: gridified classifier and segmenter, registered in :data:`gridify.registry.MODELS`."""
+from typing import Any
+
+from torch import nn
+
+from ..registry import MODELS
+from .gridified import GridifiedClassifier, GridifiedSegmenter
+
+
+def build_model(name: str, **kwargs: Any) -> nn.Module:
+    """Instantiate the model registered under ``name`` with keyword arguments."""
+    return MODELS.build(name, **kwargs)
+
+
+__all__ = ["GridifiedClassifier", "GridifiedSegmenter", "build_model"]

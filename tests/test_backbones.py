@@ -1,0 +1,197 @@
+"""Tests of the grid backbones (ccnn, resnet, unet): shapes, init, gradients, overfitting, transfer."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gridify.backbones import CCNN, ResNet3d, UNet3d, build_backbone
+from gridify.backbones.blocks import DepthwiseSeparableConv3d, ResidualBlock3d
+from gridify.nn.flexconv import SepFlexConv3d
+from gridify.registry import BACKBONES
+
+NAMES = ["ccnn", "resnet", "unet"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _single_thread():
+    # These tensors are tiny: OpenMP synchronisation dominates, and on a shared 2-core machine
+    # with one busy core a 2-thread run is tens of times slower than a 1-thread run.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _small(name: str, **kwargs) -> torch.nn.Module:
+    args = dict(in_channels=3, out_channels=2, hidden_channels=8, depth=3, dropout=0.0, kernel_size=5)
+    args.update(kwargs)
+    return build_backbone(name, **args)
+
+
+def test_registry_and_build():
+    for name, cls in (("ccnn", CCNN), ("resnet", ResNet3d), ("unet", UNet3d)):
+        assert name in BACKBONES and BACKBONES.get(name) is cls
+        assert isinstance(_small(name), cls)
+    with pytest.raises(KeyError, match="unknown backbone"):
+        build_backbone("transformer", in_channels=3, out_channels=2)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("r", [3, 9, 13])
+def test_output_shapes(name, r):
+    torch.manual_seed(0)
+    net = _small(name, kernel_size=9)
+    for b in (1, 3):
+        y = net(torch.randn(b, 3, r, r, r))
+        assert y.shape == (b, 2, r, r, r)
+        assert torch.isfinite(y).all()
+
+
+@pytest.mark.parametrize("r, levels", [(2, 1), (3, 2), (4, 2), (5, 3), (9, 3), (13, 3), (7, 3)])
+def test_unet_odd_sizes_and_levels(r, levels):
+    torch.manual_seed(0)
+    net = _small("unet", kernel_size=3)
+    assert net.levels_used(r) == levels
+    assert net(torch.randn(2, 3, r, r, r)).shape == (2, 2, r, r, r)
+
+
+def test_residual_block_is_x_plus_f():
+    torch.manual_seed(0)
+    block = ResidualBlock3d(4, DepthwiseSeparableConv3d(4, 4, 3), dropout=0.0)
+    x = torch.randn(2, 4, 5, 5, 5)
+    f = F.gelu(block.linear(F.gelu(block.spatial(block.norm(x)))))
+    assert torch.allclose(block(x), x + f, atol=1e-6)
+    with torch.no_grad():  # a zero residual branch leaves the input untouched (not 2 F(x), not 0)
+        block.linear.weight.zero_()
+    assert torch.equal(block(x), x)
+
+
+def _init_std(kernel_init: str, seed: int) -> float:
+    torch.manual_seed(seed)
+    net = CCNN(in_channels=16, out_channels=16, hidden_channels=32, depth=3, kernel_size=9, base_resolution=9,
+               kernel_init=kernel_init)
+    with torch.no_grad():
+        return net(torch.randn(4, 16, 9, 9, 9)).std().item()
+
+
+def test_ccnn_initialisation_keeps_outputs_of_order_one():
+    for seed in (0, 1):
+        std = _init_std("ccnn", seed)
+        std_raw = _init_std("none", seed)  # kernel network with Var(k) ~ 1, no CCNN rescaling
+        assert 0.2 < std < 5.0, std
+        assert std_raw > 5 * std, (std, std_raw)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gradients_reach_every_parameter(name):
+    torch.manual_seed(0)
+    net = _small(name, dropout=0.1)
+    x = torch.randn(2, 3, 9, 9, 9)
+    loss = net(x).square().mean() + 1e-3 * net.kernel_l2()
+    loss.backward()
+    missing = [n for n, p in net.named_parameters() if p.grad is None or not (p.grad.abs().sum() > 0)]
+    assert not missing, missing
+    assert all(torch.isfinite(p.grad).all() for p in net.parameters())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_overfits_a_tiny_batch(name):
+    """Dense regression of a fixed nonlinear function of the input on 4 grids at R=5."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 5, 5, 5)
+    smooth = F.avg_pool3d(x, 3, stride=1, padding=1, count_include_pad=False)
+    target = torch.stack([torch.tanh(2 * smooth[:, 0] * smooth[:, 1]), smooth[:, 2] ** 2 - x[:, 0]], dim=1)
+    net = _small(name, depth=2, kernel_size=3 if name != "ccnn" else 5)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(200):
+        opt.zero_grad()
+        loss = F.mse_loss(net(x), target)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert min(losses[-10:]) < 0.1 * losses[0], (losses[0], losses[-10:])
+
+
+def _smooth_field(r: int) -> torch.Tensor:
+    g = torch.linspace(-1.0, 1.0, r, dtype=torch.float64)
+    x, y, z = torch.meshgrid(g, g, g, indexing="ij")
+    f1 = torch.sin(1.5 * x + 0.3) * torch.cos(1.1 * y - 0.2) + 0.5 * z ** 2
+    f2 = torch.exp(-((x - 0.2) ** 2 + (y + 0.1) ** 2 + (z - 0.3) ** 2) / 0.5)
+    return torch.stack([f1, f2, torch.cos(2 * z + x)])[None]
+
+
+def test_ccnn_resolution_transfer():
+    """A CCNN built at R=9 runs at R=13 and agrees at shared nodes; fixed-size kernels do not."""
+    torch.manual_seed(0)
+    net = CCNN(in_channels=3, out_channels=4, hidden_channels=8, depth=2, kernel_size=9, base_resolution=9,
+               dropout=0.0).double().eval()
+    naive = copy.deepcopy(net)
+    for m in naive.modules():
+        if isinstance(m, SepFlexConv3d):
+            m.base_res.fill_(13)  # same taps and values per cell: the kernels shrink physically
+    s13 = slice(0, 13, 3)
+    with torch.no_grad():
+        y9 = net(_smooth_field(9))[..., ::2, ::2, ::2]
+        y13 = net(_smooth_field(13))[..., s13, s13, s13]
+        y13_naive = naive(_smooth_field(13))[..., s13, s13, s13]
+    err = ((y13 - y9).norm() / y9.norm()).item()
+    err_naive = ((y13_naive - y9).norm() / y9.norm()).item()
+    assert err < 0.05, err
+    assert err_naive > 5 * err, (err, err_naive)
+
+
+def test_ccnn_takes_base_resolution_from_first_input():
+    torch.manual_seed(0)
+    net = _small("ccnn")
+    net(torch.randn(2, 3, 7, 7, 7))
+    assert all(m.base_resolution == 7 for m in net.modules() if isinstance(m, SepFlexConv3d))
+    assert net(torch.randn(1, 3, 11, 11, 11)).shape == (1, 2, 11, 11, 11)
+
+
+def test_kernel_l2():
+    torch.manual_seed(0)
+    ccnn = _small("ccnn", base_resolution=9)
+    layers = [m for m in ccnn.modules() if isinstance(m, SepFlexConv3d)]
+    assert len(layers) == 3
+    expected = sum(m.kernel_l2() for m in layers)
+    assert ccnn.kernel_l2().item() == pytest.approx(expected.item(), rel=1e-6) and expected.item() > 0
+    for name in ("resnet", "unet"):
+        assert _small(name).kernel_l2().item() == 0.0
+
+
+def test_parameter_counts():
+    ccnn = CCNN(in_channels=128, out_channels=128, hidden_channels=128, depth=3, kernel_size=9)
+    # 2 projections (128^2 + 128 each) + 3 blocks x (BN 256 + MAGNet 7296 + mask 3 + 2 pointwise 16512)
+    assert ccnn.num_parameters() == 2 * 16512 + 3 * (256 + 7296 + 3 + 2 * 16512)
+    resnet = ResNet3d(in_channels=128, out_channels=128, hidden_channels=128, depth=3, kernel_size=9)
+    assert resnet.num_parameters() == 2 * 16512 + 3 * (256 + 128 * 729 + 2 * 16512)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(hidden_channels=0), "hidden_channels"),
+    (dict(depth=0), "depth"),
+    (dict(in_channels=-1), "in_channels"),
+    (dict(dropout=1.0), "dropout"),
+    (dict(kernel_size=4), "kernel_size must be odd"),
+])
+def test_bad_arguments(name, kwargs, match):
+    args = dict(in_channels=3, out_channels=2, hidden_channels=8, depth=1)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        build_backbone(name, **args)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bad_inputs(name):
+    net = _small(name, depth=1)
+    with pytest.raises(ValueError, match="expected 3 input channels"):
+        net(torch.randn(1, 4, 5, 5, 5))
+    with pytest.raises(ValueError, match="5-dim"):
+        net(torch.randn(3, 5, 5, 5))
+    with pytest.raises(ValueError, match="cubic"):
+        net(torch.randn(1, 3, 5, 5, 4))
