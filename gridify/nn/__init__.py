@@ -1,9 +1,12 @@
 """Neural-network modules: the grid, bilateral kNN, (de-)gridification, fields, kernels."""
 from .connectivity import BipartiteGraph, bilateral_knn
 from .fields import RandomFourierField, SIRENField
+from .flexconv import SepFlexConv3d
+from .kernels import MAGNet, RFFKernel, SIRENKernel
 from .grid import RegularGrid
 from .norm import ChannelLayerNorm, recalibrate_batchnorm
 from .gridification import BipartiteConv, Degridification, Gridification
 
 __all__ = ["RegularGrid", "BipartiteGraph", "bilateral_knn", "BipartiteConv", "Gridification",
-           "Degridification", "RandomFourierField", "SIRENField", "ChannelLayerNorm", "recalibrate_batchnorm"]
+           "Degridification", "RandomFourierField", "SIRENField", "ChannelLayerNorm", "recalibrate_batchnorm", "SepFlexConv3d", "MAGNet",
+           "SIRENKernel", "RFFKernel"]
