@@ -96,6 +96,22 @@ def test_batch_composition_invariance_and_dense_input():
     torch.testing.assert_close(dense, flat)
 
 
+@pytest.mark.parametrize("message, aggr", [("product", "mean"), ("concat", "max"), ("product", "sum")])
+def test_chunked_inference_path_equals_single_pass(message, aggr, monkeypatch):
+    pos, batch = ragged_batch([90, 60], seed=12)
+    x = torch.randn(150, 4)
+    net = _model(message, aggr)
+    degrid = Degridification(8, 3, hidden_channels=16, message=message, aggr=aggr)
+    grid, graph = net(pos, x, batch, return_graph=True)  # grad enabled: single pass
+    ref = degrid(grid, graph)
+    monkeypatch.setattr(type(net.conv), "edge_chunk_size", 37)  # many small chunks
+    with torch.no_grad():
+        grid_c, graph_c = net(pos, x, batch, return_graph=True)
+        out_c = degrid(grid_c, graph_c)
+    torch.testing.assert_close(grid_c, grid.detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out_c, ref.detach(), atol=1e-5, rtol=1e-5)
+
+
 def test_pyg_batch_object_input():
     from torch_geometric.data import Batch, Data
     pos, batch = ragged_batch([30, 20], seed=11)

@@ -75,15 +75,48 @@ class BipartiteConv(nn.Module):
             if m is not self and hasattr(m, "reset_parameters"):
                 m.reset_parameters()
 
-    def forward(self, x_src: Tensor, edge_src: Tensor, edge_dst: Tensor, offset: Tensor, num_dst: int) -> Tensor:
-        h = self.phi_node(x_src)
+    #: Edges processed at once when no gradient is needed: the per-edge tensors of a chunk stay in
+    #: cache, which makes inference several times faster on CPU. Training uses one pass.
+    edge_chunk_size: int = 8192
+
+    def _messages(self, h: Tensor, offset: Tensor, edge_src: Tensor) -> Tensor:
         p = self.phi_pos(offset)
         if self.message == "product":
-            m = h[edge_src] * p
+            return h[edge_src] * p
+        return self.msg_out(nn.functional.gelu(h[edge_src] + p))
+
+    def forward(self, x_src: Tensor, edge_src: Tensor, edge_dst: Tensor, offset: Tensor, num_dst: int) -> Tensor:
+        h = self.phi_node(x_src)
+        if self.message == "concat":
+            h = self.msg_node(h)  # A phi_node, once per source node
+        E = edge_src.numel()
+        chunk = self.edge_chunk_size
+        if torch.is_grad_enabled() or E <= chunk:
+            agg = scatter(self._messages(h, offset, edge_src), edge_dst, dim_size=num_dst, reduce=self.aggr)
         else:
-            m = self.msg_out(nn.functional.gelu(self.msg_node(h)[edge_src] + p))
-        agg = scatter(m, edge_dst, dim_size=num_dst, reduce=self.aggr)
+            agg = self._chunked_aggregate(h, offset, edge_src, edge_dst, num_dst, chunk)
         return self.phi_upd(agg)
+
+    def _chunked_aggregate(self, h: Tensor, offset: Tensor, edge_src: Tensor, edge_dst: Tensor, num_dst: int,
+                           chunk: int) -> Tensor:
+        """The same aggregation as one pass, edge chunk by edge chunk (inference only)."""
+        H = self.hidden_channels
+        if self.aggr == "max":
+            out = h.new_full((num_dst, H), float("-inf"))
+        else:
+            out = h.new_zeros((num_dst, H))
+        for s in range(0, edge_src.numel(), chunk):
+            m = self._messages(h, offset[s:s + chunk], edge_src[s:s + chunk])
+            dst = edge_dst[s:s + chunk]
+            if self.aggr == "max":
+                out.scatter_reduce_(0, dst[:, None].expand_as(m), m, reduce="amax", include_self=True)
+            else:
+                out.index_add_(0, dst, m)
+        if self.aggr == "mean":
+            out /= torch.bincount(edge_dst, minlength=num_dst).clamp_(min=1).to(out.dtype)[:, None]
+        elif self.aggr == "max":
+            out.masked_fill_(torch.isinf(out), 0.0)  # targets without edges, as scatter() gives
+        return out
 
 
 def _dtype_of(module: nn.Module) -> torch.dtype:
