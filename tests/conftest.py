@@ -4,6 +4,10 @@ from pathlib import Path
 import pytest
 import torch
 
+# The suite's tensors are small: one intra-op thread is as fast and immune to the oversubscription
+# slow-down seen when another process competes for the 2 cores of a CI machine.
+torch.set_num_threads(1)
+
 
 def shared_data_root() -> Path | None:
     """``../shared/data`` beside the project, or ``$GRIDIFY_SHARED_DATA``; None when absent."""
