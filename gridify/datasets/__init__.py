@@ -1,0 +1,31 @@
+"""Datasets: ModelNet10/40, ShapeNet-Part, a built-in procedural set, and download helpers.
+
+Every dataset returns dicts of tensors (``pos``, ``x``, ``y``, ...) and batches with
+:func:`collate_points` into PyG-style flat tensors with a ``batch`` vector::
+
+    from torch.utils.data import DataLoader
+    from gridify.datasets import ProceduralShapes, collate_points
+
+    ds = ProceduralShapes("train", num_points=1024, num_samples_per_class=50)
+    loader = DataLoader(ds, batch_size=16, shuffle=True, collate_fn=collate_points)
+
+Real datasets live under a data root (default: the repository's ``datasets/`` folder or
+``$GRIDIFY_DATA_ROOT``); see ``datasets/README.md`` for the expected layouts.
+"""
+from ._common import PointCloudDataset, collate_points, default_root, stratified_split
+from .download import (ARCHIVES, DatasetNotFoundError, DownloadError, download_and_extract,
+                       extract_archive)
+from .modelnet import MODELNET10_CLASSES, MODELNET40_CLASSES, ModelNet
+from .procedural import (PROCEDURAL_CATEGORY_TO_PARTS, PROCEDURAL_CLASSES, PROCEDURAL_PARTS,
+                         ProceduralShapes, make_shape)
+from .shapenet import (SHAPENET_CATEGORIES, SHAPENET_CATEGORY_TO_PARTS, SHAPENET_NUM_PARTS,
+                       SHAPENET_SYNSETS, ShapeNetPart)
+
+__all__ = [
+    "ModelNet", "ShapeNetPart", "ProceduralShapes", "PointCloudDataset", "collate_points",
+    "default_root", "stratified_split", "make_shape",
+    "download_and_extract", "extract_archive", "DownloadError", "DatasetNotFoundError", "ARCHIVES",
+    "MODELNET10_CLASSES", "MODELNET40_CLASSES",
+    "SHAPENET_CATEGORIES", "SHAPENET_SYNSETS", "SHAPENET_CATEGORY_TO_PARTS", "SHAPENET_NUM_PARTS",
+    "PROCEDURAL_CLASSES", "PROCEDURAL_PARTS", "PROCEDURAL_CATEGORY_TO_PARTS",
+]

@@ -1,0 +1,227 @@
+"""Pieces shared by the datasets: data root, split carving, item assembly, caching, collation."""
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..transforms import FixedPoints, Normalize
+
+PathLike = Union[str, "os.PathLike[str]"]
+Transform = Callable[[Dict[str, Any]], Dict[str, Any]]
+
+SPLITS = ("train", "val", "test", "trainval")
+
+
+def default_root() -> Path:
+    """The default data root: ``$GRIDIFY_DATA_ROOT``, else the repository's ``datasets/``
+    folder (when gridify runs from a source checkout), else ``./datasets``."""
+    env = os.environ.get("GRIDIFY_DATA_ROOT")
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parents[2] / "datasets"
+    if repo.is_dir():
+        return repo
+    return Path.cwd() / "datasets"
+
+
+def check_split(split: str, where: str, allowed: Sequence[str] = SPLITS) -> str:
+    if split not in allowed:
+        raise ValueError(f"{where}: split must be one of {list(allowed)}, got {split!r}")
+    return split
+
+
+def check_num_points(num_points: Optional[int], where: str) -> Optional[int]:
+    if num_points is None:
+        return None
+    if isinstance(num_points, bool) or not isinstance(num_points, (int, np.integer)) or num_points < 1:
+        raise ValueError(f"{where}: num_points must be a positive integer or None, got {num_points!r}")
+    return int(num_points)
+
+
+def stratified_split(labels: Sequence[int], fraction: float, seed: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Split indices into ``(keep, held_out)`` with ``round(fraction * n_c)`` held out per class.
+
+    Deterministic given ``seed``; every class with at least 2 members keeps at least one
+    member and (for ``fraction > 0``) holds out at least one. Both index arrays are sorted.
+    """
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"val_fraction must be in [0, 1), got {fraction!r}")
+    labels = np.asarray(labels, dtype=np.int64)
+    rng = np.random.default_rng(int(seed))
+    held: List[np.ndarray] = []
+    for c in np.unique(labels):
+        members = np.flatnonzero(labels == c)
+        k = int(round(fraction * len(members)))
+        if fraction > 0 and len(members) >= 2:
+            k = min(max(k, 1), len(members) - 1)
+        else:
+            k = min(k, max(len(members) - 1, 0))
+        if k:
+            held.append(rng.permutation(members)[:k])
+    held_idx = np.sort(np.concatenate(held)) if held else np.zeros(0, np.int64)
+    keep = np.setdiff1d(np.arange(len(labels)), held_idx)
+    return keep, held_idx
+
+
+def writable_dir(path: Path) -> bool:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=str(path), prefix=".probe", delete=True)
+        probe.close()
+        return True
+    except OSError:
+        return False
+
+
+def save_npz_atomic(path: Path, **arrays: np.ndarray) -> None:
+    """Write an ``.npz`` through a temporary file + rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def load_npz(path: Path) -> Optional[Dict[str, np.ndarray]]:
+    """Load a cache file; None (and a warning) when it is unreadable."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except Exception as exc:  # a corrupt cache entry is regenerated, never fatal
+        warnings.warn(f"ignoring unreadable cache file {path} ({exc})", stacklevel=3)
+        return None
+
+
+class PointCloudDataset(torch.utils.data.Dataset):
+    """Base class: loads a raw sample, normalizes, subsamples, transforms, builds tensors.
+
+    Subclasses implement :meth:`raw` returning a dict of numpy arrays (``pos`` ``[N, 3]``,
+    optional ``normal`` ``[N, 3]``, ``y``: int class or ``[N]`` part labels, optional
+    ``category``) and set ``self.split``.
+
+    The pipeline of :meth:`__getitem__`: ``raw`` -> :class:`~gridify.transforms.Normalize`
+    (when ``normalize``) -> :class:`~gridify.transforms.FixedPoints` (random at ``train``,
+    deterministic otherwise; skipped when ``num_points`` is None) -> ``transform`` -> tensors,
+    with ``x = pos`` or ``x = [pos, normal]`` built last.
+    """
+
+    split: str
+
+    def __init__(self, *, split: str, num_points: Optional[int], use_normals: bool,
+                 transform: Optional[Transform], seed: int, normalize: bool = True) -> None:
+        super().__init__()
+        where = type(self).__name__
+        self.split = split
+        self.num_points = check_num_points(num_points, where)
+        self.use_normals = bool(use_normals)
+        if transform is not None and not callable(transform):
+            raise ValueError(f"{where}: transform must be callable, got {type(transform).__name__}")
+        self.transform = transform
+        self.seed = int(seed)
+        self.normalize = Normalize() if normalize else None
+        self.sampler = (None if self.num_points is None else
+                        FixedPoints(self.num_points, deterministic=(split != "train"), seed=self.seed))
+
+    def raw(self, index: int) -> Dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __len__(self) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __getitem__(self, index: int) -> Dict[str, Tensor]:
+        n = len(self)
+        if not -n <= int(index) < n:
+            raise IndexError(f"{type(self).__name__}: index {index} out of range for {n} samples")
+        index = int(index) % n
+        sample = self.raw(index)
+        if self.normalize is not None:
+            try:
+                sample = self.normalize(sample)
+            except ValueError as exc:
+                raise ValueError(f"{self.describe(index)}: {exc}") from None
+        if self.sampler is not None:
+            sample = self.sampler(sample)
+        if self.transform is not None:
+            sample = self.transform(sample)
+        return self.to_item(sample, index)
+
+    def describe(self, index: int) -> str:
+        """A human-readable name of sample ``index`` (its file), for error messages."""
+        return f"{type(self).__name__}[{index}]"
+
+    def to_item(self, sample: Dict[str, Any], index: int) -> Dict[str, Tensor]:
+        item: Dict[str, Tensor] = {}
+        for k, v in sample.items():
+            if isinstance(v, (str, bytes)) or v is None:
+                continue
+            item[k] = torch.as_tensor(np.asarray(v) if not isinstance(v, Tensor) else v)
+        item["pos"] = item["pos"].float()
+        if "normal" in item:
+            item["normal"] = item["normal"].float()
+        if self.use_normals:
+            if "normal" not in item:
+                raise ValueError(f"{self.describe(index)}: use_normals=True but the sample has no normals")
+            item["x"] = torch.cat([item["pos"], item["normal"]], dim=1)
+        else:
+            item.pop("normal", None)
+            item["x"] = item["pos"].clone()
+        for k in ("y", "category"):
+            if k in item:
+                item[k] = item[k].long()
+        item["index"] = torch.tensor(index, dtype=torch.long)
+        return item
+
+
+def collate_points(items: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """Collate dataset items into one PyG-style flat batch (a DataLoader ``collate_fn``).
+
+    Per-point tensors (first dimension equal to the item's ``pos`` length) are concatenated;
+    0-d tensors (class label ``y``, ``category``, ``index``) are stacked into ``[B]``;
+    ``batch`` maps each point to its item and ``ptr`` holds the item offsets. Non-tensor
+    values are gathered into lists.
+
+    Shapes:
+        pos ``[sum N_i, 3]``, x ``[sum N_i, F]``, batch ``[sum N_i]``, ptr ``[B + 1]``,
+        y ``[B]`` (classification) or ``[sum N_i]`` (segmentation), category ``[B]``.
+    """
+    if not items:
+        raise ValueError("collate_points: got an empty list of items")
+    keys = list(items[0].keys())
+    for i, it in enumerate(items):
+        if set(it.keys()) != set(keys):
+            raise ValueError(f"collate_points: item {i} has keys {sorted(it)} but item 0 has {sorted(keys)}")
+        if "pos" not in it:
+            raise ValueError(f"collate_points: item {i} has no 'pos'")
+    sizes = [int(it["pos"].shape[0]) for it in items]
+    out: Dict[str, Any] = {}
+    for k in keys:
+        vals = [it[k] for it in items]
+        if not all(isinstance(v, Tensor) for v in vals):
+            out[k] = vals
+            continue
+        per_point = all(v.dim() >= 1 and v.shape[0] == n for v, n in zip(vals, sizes)) and k not in (
+            "category", "index")
+        if per_point:
+            out[k] = torch.cat(vals, dim=0)
+        elif all(v.dim() == 0 for v in vals):
+            out[k] = torch.stack(vals)
+        elif all(v.shape == vals[0].shape for v in vals):
+            out[k] = torch.stack(vals)
+        else:
+            raise ValueError(f"collate_points: cannot collate {k!r}: neither per-point nor equal shapes "
+                             f"({[tuple(v.shape) for v in vals][:4]}...)")
+    out["batch"] = torch.repeat_interleave(torch.arange(len(items)), torch.tensor(sizes))
+    out["ptr"] = torch.tensor([0] + np.cumsum(sizes).tolist(), dtype=torch.long)
+    return out

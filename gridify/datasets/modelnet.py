@@ -1,0 +1,396 @@
+"""ModelNet10 / ModelNet40 shape classification from any of the four common releases.
+
+Source formats (``source=``), with the layout expected under ``root``:
+
+``"off"``
+    the original meshes, ``ModelNet40/<class>/{train,test}/<class>_NNNN.off`` (from
+    ``ModelNet40.zip`` / ``ModelNet10.zip``). Each mesh is surface-sampled once (area-weighted,
+    seeded per file) into ``mesh_samples`` points with face normals and cached as ``.npz`` under
+    ``cache_dir`` (default ``<dataset>/.cache``).
+``"normal_resampled"``
+    the PointNet++ release ``modelnet40_normal_resampled/<class>/<shape>.txt`` (10,000 rows of
+    ``x,y,z,nx,ny,nz``) with ``modelnet{10,40}_{train,test}.txt`` and
+    ``modelnet{10,40}_shape_names.txt``. Its y and z axes are swapped relative to the meshes;
+    with ``align_up_axis=True`` they are swapped back so every source has z up. The few rows
+    with placeholder normals ``(1, 1, 1)`` get the normal of their nearest valid neighbour.
+``"hdf5"``
+    the PointNet release ``modelnet40_ply_hdf5_2048/ply_data_{train,test}N.h5`` (``data``
+    ``[B, 2048, 3]``, ``label`` ``[B, 1]``, optionally ``normal``); ModelNet40 only; y-up,
+    realigned like ``normal_resampled``.
+``"pcd"``
+    ``ModelNet10/pcd/<class>/{train,test}/*.pcd`` point clouds (xyz only, original units).
+
+Splits: ``"train"`` and ``"val"`` are carved from the official TRAIN split (deterministic,
+seeded, stratified per class, ``val_fraction`` of every class held out); ``"trainval"`` is the
+whole official train split; ``"test"`` is the official test split, never used for validation.
+
+Labels follow the official alphabetical class lists (:data:`MODELNET40_CLASSES`,
+:data:`MODELNET10_CLASSES`) for every source, so ids agree across formats.
+"""
+from __future__ import annotations
+
+import os
+import re
+import warnings
+import zlib
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from ..io import read_mesh, read_points, repair_normals, sample_mesh
+from ._common import (PathLike, PointCloudDataset, Transform, check_split, default_root, load_npz,
+                      save_npz_atomic, stratified_split, writable_dir)
+from .download import DatasetNotFoundError, download_archive, manual_instructions
+
+__all__ = ["ModelNet", "MODELNET40_CLASSES", "MODELNET10_CLASSES"]
+
+MODELNET40_CLASSES: List[str] = [
+    "airplane", "bathtub", "bed", "bench", "bookshelf", "bottle", "bowl", "car", "chair", "cone",
+    "cup", "curtain", "desk", "door", "dresser", "flower_pot", "glass_box", "guitar", "keyboard",
+    "lamp", "laptop", "mantel", "monitor", "night_stand", "person", "piano", "plant", "radio",
+    "range_hood", "sink", "sofa", "stairs", "stool", "table", "tent", "toilet", "tv_stand", "vase",
+    "wardrobe", "xbox"]
+MODELNET10_CLASSES: List[str] = [
+    "bathtub", "bed", "chair", "desk", "dresser", "monitor", "night_stand", "sofa", "table", "toilet"]
+
+SOURCES = ("off", "normal_resampled", "hdf5", "pcd")
+
+
+def _shape_class(shape: str) -> str:
+    """``night_stand_0012`` -> ``night_stand``."""
+    return shape.rsplit("_", 1)[0]
+
+
+class ModelNet(PointCloudDataset):
+    """ModelNet10/40 classification.
+
+    Args:
+        root: data root holding the release folder (or the release folder itself);
+            default :func:`~gridify.datasets._common.default_root`.
+        name: ``"40"`` or ``"10"``.
+        split: ``"train"``, ``"val"``, ``"test"`` or ``"trainval"`` (see module docstring).
+        source: ``"off"``, ``"normal_resampled"``, ``"hdf5"`` or ``"pcd"``.
+        num_points: points per sample (random subset at train, deterministic otherwise;
+            ``None`` keeps all).
+        use_normals: ``x`` = xyz + normals (True) or xyz (False). ``"pcd"`` has no normals.
+        transform: applied to the sample dict after normalization and subsampling.
+        val_fraction: fraction of each class of the official train split held out as ``val``.
+        seed: seed of the val carving, the subsampling and the mesh sampling.
+        cache: cache sampled OFF meshes as ``.npz``.
+        cache_dir: where the cache goes (default ``<dataset folder>/.cache``); when not
+            writable the cache is disabled with a warning.
+        mesh_samples: surface points sampled per OFF mesh (before ``num_points`` subsampling).
+        normalize: centre each shape and scale it into the unit sphere.
+        align_up_axis: swap y/z of the y-up releases (``normal_resampled``, ``hdf5``) so z is up.
+        download: try to download the release when it is missing.
+        skip_missing: drop split-file entries whose file is missing (with a warning) instead
+            of raising.
+
+    Items (dicts of tensors):
+        ``pos`` ``[N, 3]``, ``x`` ``[N, 3 or 6]``, ``normal`` ``[N, 3]`` (when ``use_normals``),
+        ``y`` (0-d int64 class id), ``index`` (0-d).
+
+    Attributes:
+        class_names, num_classes, source_format, data_dir, files (per sample).
+    """
+
+    def __init__(self, root: Optional[PathLike] = None, name: str = "40", split: str = "train", *,
+                 source: str = "off", num_points: Optional[int] = 1024, use_normals: bool = True,
+                 transform: Optional[Transform] = None, val_fraction: float = 0.1, seed: int = 0,
+                 cache: bool = True, cache_dir: Optional[PathLike] = None, mesh_samples: int = 10_000,
+                 normalize: bool = True, align_up_axis: bool = True, download: bool = False,
+                 skip_missing: bool = False) -> None:
+        name = str(name)
+        if name not in ("10", "40"):
+            raise ValueError(f"ModelNet: name must be '10' or '40', got {name!r}")
+        check_split(split, "ModelNet")
+        if source not in SOURCES:
+            raise ValueError(f"ModelNet: source must be one of {list(SOURCES)}, got {source!r}")
+        if source == "pcd" and use_normals:
+            raise ValueError("ModelNet: source='pcd' has no normals; pass use_normals=False")
+        if source == "hdf5" and name == "10":
+            raise ValueError("ModelNet: the hdf5 release (modelnet40_ply_hdf5_2048) only exists for ModelNet40")
+        if not 0.0 <= val_fraction < 1.0:
+            raise ValueError(f"ModelNet: val_fraction must be in [0, 1), got {val_fraction!r}")
+        if int(mesh_samples) < 1:
+            raise ValueError(f"ModelNet: mesh_samples must be positive, got {mesh_samples!r}")
+        super().__init__(split=split, num_points=num_points, use_normals=use_normals, transform=transform,
+                         seed=seed, normalize=normalize)
+        self.name = name
+        self.root = Path(root) if root is not None else default_root()
+        self.source_format = source
+        self.class_names = list(MODELNET40_CLASSES if name == "40" else MODELNET10_CLASSES)
+        self.val_fraction = float(val_fraction)
+        self.mesh_samples = int(mesh_samples)
+        self.align_up_axis = bool(align_up_axis)
+        self.skip_missing = bool(skip_missing)
+        self._h5: Dict[str, Any] = {}
+
+        self.data_dir = self._locate(download)
+        official = "test" if split == "test" else "train"
+        entries, labels = self._list(official)
+        if not entries:
+            raise ValueError(f"ModelNet{name} ({source}): no samples found for the official {official!r} "
+                             f"split under {self.data_dir}")
+        labels_arr = np.asarray(labels, dtype=np.int64)
+        if split in ("train", "val"):
+            keep, held = stratified_split(labels_arr, self.val_fraction, self.seed)
+            chosen = keep if split == "train" else held
+            if len(chosen) == 0:
+                raise ValueError(f"ModelNet{name}: split {split!r} is empty (val_fraction={val_fraction}, "
+                                 f"{len(entries)} official train samples)")
+        else:
+            chosen = np.arange(len(entries))
+        self.entries = [entries[i] for i in chosen]
+        self.labels = labels_arr[chosen]
+
+        self.cache = bool(cache) and source == "off"
+        self.cache_dir: Optional[Path] = None
+        if self.cache:
+            base = Path(cache_dir) if cache_dir is not None else self.data_dir / ".cache"
+            target = base / f"off_n{self.mesh_samples}_seed{self.seed}"
+            if writable_dir(target):
+                self.cache_dir = target
+            else:
+                warnings.warn(f"ModelNet: cache folder {target} is not writable; sampled meshes will not "
+                              f"be cached (pass cache_dir= to a writable folder)", stacklevel=2)
+                self.cache = False
+
+    # ----------------------------------------------------------------------------------
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def files(self) -> List[str]:
+        return [e if isinstance(e, str) else f"{e[0]}[{e[1]}]" for e in self.entries]
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def describe(self, index: int) -> str:
+        return f"ModelNet{self.name} {self.split}[{index}] ({self.files[index]})"
+
+    def __repr__(self) -> str:
+        return (f"ModelNet(name={self.name!r}, split={self.split!r}, source={self.source_format!r}, "
+                f"samples={len(self)}, num_points={self.num_points}, data_dir='{self.data_dir}')")
+
+    # ----------------------------------------------------------------------------------
+    def _archive_key(self) -> str:
+        return {"off": f"ModelNet{self.name}", "normal_resampled": "modelnet40_normal_resampled",
+                "hdf5": "modelnet40_ply_hdf5_2048", "pcd": ""}[self.source_format]
+
+    def _candidates(self) -> List[Path]:
+        r = self.root
+        if self.source_format == "off":
+            return [r / f"ModelNet{self.name}", r]
+        if self.source_format == "pcd":
+            return [r / f"ModelNet{self.name}" / "pcd", r / "pcd", r]
+        if self.source_format == "normal_resampled":
+            return [r / "modelnet40_normal_resampled", r]
+        return [r / "modelnet40_ply_hdf5_2048", r]
+
+    def _looks_right(self, d: Path) -> bool:
+        if not d.is_dir():
+            return False
+        if self.source_format in ("off", "pcd"):
+            return any((d / c).is_dir() for c in self.class_names)
+        if self.source_format == "normal_resampled":
+            return (d / f"modelnet{self.name}_train.txt").is_file() or (d / f"modelnet{self.name}_test.txt").is_file()
+        return any(d.glob("ply_data_*.h5"))
+
+    def _locate(self, download: bool) -> Path:
+        for d in self._candidates():
+            if self._looks_right(d):
+                return d
+        key = self._archive_key()
+        if download and key:
+            download_archive(key, self.root)
+            for d in self._candidates():
+                if self._looks_right(d):
+                    return d
+        expected = self._candidates()[0]
+        how = {
+            "off": f"<class>/{{train,test}}/*.off for the {self.num_classes} classes",
+            "pcd": "<class>/{train,test}/*.pcd",
+            "normal_resampled": f"modelnet{self.name}_{{train,test}}.txt, modelnet{self.name}_shape_names.txt "
+                                f"and <class>/<shape>.txt",
+            "hdf5": "ply_data_train*.h5, ply_data_test*.h5 and shape_names.txt",
+        }[self.source_format]
+        msg = (f"ModelNet{self.name} ({self.source_format}) not found under {self.root}: expected {expected} "
+               f"holding {how}.")
+        if key:
+            msg += ("\nPass download=True to fetch it, or:\n" + manual_instructions(key, self.root)
+                    + "\n(then unzip it there, or let download=True extract it)")
+        raise DatasetNotFoundError(msg)
+
+    def _label_of(self, cls: str, where: str) -> int:
+        try:
+            return self.class_names.index(cls)
+        except ValueError:
+            raise ValueError(f"{where}: class {cls!r} is not a ModelNet{self.name} class") from None
+
+    def _list(self, official: str) -> Tuple[List[Any], List[int]]:
+        d = self.data_dir
+        entries: List[Any] = []
+        labels: List[int] = []
+        if self.source_format in ("off", "pcd"):
+            ext = "*.off" if self.source_format == "off" else "*.pcd"
+            present = [c for c in self.class_names if (d / c).is_dir()]
+            unknown = sorted(p.name for p in d.iterdir() if p.is_dir() and not p.name.startswith(".")
+                             and p.name not in self.class_names)
+            if unknown and self.source_format == "off":
+                raise ValueError(f"{d}: folders {unknown[:5]} are not ModelNet{self.name} classes "
+                                 f"(wrong name= or wrong folder?)")
+            if len(present) < len(self.class_names):
+                missing = [c for c in self.class_names if c not in present]
+                warnings.warn(f"ModelNet{self.name}: only {len(present)} of {len(self.class_names)} class "
+                              f"folders found under {d} (missing: {missing[:5]}...)", stacklevel=3)
+            for c in present:
+                for f in sorted((d / c / official).glob(ext), key=lambda p: p.name):
+                    entries.append(str(f))
+                    labels.append(self.class_names.index(c))
+            return entries, labels
+        if self.source_format == "normal_resampled":
+            names_file = d / f"modelnet{self.name}_shape_names.txt"
+            if names_file.is_file():
+                listed = [ln.strip() for ln in names_file.read_text().splitlines() if ln.strip()]
+                if listed != self.class_names:
+                    raise ValueError(f"{names_file}: class list differs from the official ModelNet{self.name} list")
+            split_file = d / f"modelnet{self.name}_{official}.txt"
+            if not split_file.is_file():
+                raise DatasetNotFoundError(f"{split_file}: split file missing (the release ships "
+                                           f"modelnet{self.name}_train.txt and modelnet{self.name}_test.txt)")
+            shapes = [ln.strip() for ln in split_file.read_text().splitlines() if ln.strip()]
+            missing = []
+            for s in shapes:
+                cls = _shape_class(s)
+                f = d / cls / f"{s}.txt"
+                if not f.is_file():
+                    missing.append(str(f))
+                    continue
+                entries.append(str(f))
+                labels.append(self._label_of(cls, str(split_file)))
+            if missing:
+                msg = (f"{split_file}: {len(missing)} of {len(shapes)} listed shapes are missing "
+                       f"(first: {missing[0]})")
+                if not self.skip_missing:
+                    raise ValueError(msg + "; the release is incomplete (pass skip_missing=True to use "
+                                           "what is there)")
+                warnings.warn(msg + "; skipped", stacklevel=3)
+            return entries, labels
+        # hdf5
+        import h5py
+
+        def order(p: Path) -> int:
+            m = re.search(r"(\d+)\.h5$", p.name)
+            return int(m.group(1)) if m else 0
+
+        files = sorted(d.glob(f"ply_data_{official}*.h5"), key=order)
+        names_file = d / "shape_names.txt"
+        if names_file.is_file():
+            listed = [ln.strip() for ln in names_file.read_text().splitlines() if ln.strip()]
+            if listed != self.class_names:
+                raise ValueError(f"{names_file}: class list differs from the official ModelNet40 list")
+        for f in files:
+            try:
+                with h5py.File(f, "r") as h:
+                    if "data" not in h or "label" not in h:
+                        raise ValueError(f"{f}: HDF5 file lacks a 'data' or 'label' dataset (has {list(h)})")
+                    lab = np.asarray(h["label"]).reshape(-1).astype(np.int64)
+                    n = h["data"].shape[0]
+                    if self.use_normals and "normal" not in h:
+                        raise ValueError(f"{f}: use_normals=True but the file has no 'normal' dataset; "
+                                         f"pass use_normals=False")
+            except OSError as exc:
+                raise ValueError(f"{f}: cannot read HDF5 file ({exc})") from None
+            if len(lab) != n:
+                raise ValueError(f"{f}: {len(lab)} labels for {n} shapes")
+            if len(lab) and (lab.min() < 0 or lab.max() >= self.num_classes):
+                raise ValueError(f"{f}: labels outside 0..{self.num_classes - 1}")
+            entries.extend((str(f), i) for i in range(n))
+            labels.extend(lab.tolist())
+        return entries, labels
+
+    # ----------------------------------------------------------------------------------
+    def _sample_seed(self, rel: str) -> List[int]:
+        return [self.seed, zlib.crc32(rel.encode("utf-8"))]
+
+    def _load_off(self, path: Path, label: int) -> Tuple[np.ndarray, np.ndarray]:
+        rel = f"{self.class_names[label]}/{path.parent.name}/{path.stem}"
+        cache_file = None if self.cache_dir is None else self.cache_dir / f"{rel}.npz"
+        if cache_file is not None and cache_file.is_file():
+            data = load_npz(cache_file)
+            if (data is not None and data.get("pos") is not None and data["pos"].shape == (self.mesh_samples, 3)
+                    and int(data.get("src_size", -1)) == path.stat().st_size):
+                return data["pos"], data["normal"]
+        vertices, faces = read_mesh(path)
+        if len(faces) == 0:
+            raise ValueError(f"{path}: mesh has no faces")
+        pts, nrm = sample_mesh((vertices, faces), self.mesh_samples,
+                               seed=np.random.default_rng(self._sample_seed(rel)))
+        if cache_file is not None:
+            try:
+                save_npz_atomic(cache_file, pos=pts, normal=nrm, src_size=np.int64(path.stat().st_size))
+            except OSError as exc:
+                warnings.warn(f"ModelNet: could not write cache file {cache_file} ({exc})", stacklevel=2)
+        return pts, nrm
+
+    def _h5_file(self, path: str) -> Any:
+        if getattr(self, "_h5_pid", None) != os.getpid():  # h5py handles must not cross a fork
+            self._h5, self._h5_pid = {}, os.getpid()
+        h = self._h5.get(path)
+        if h is None:
+            import h5py
+
+            h = h5py.File(path, "r")
+            self._h5[path] = h
+        return h
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_h5"] = {}  # h5py handles are per process
+        return state
+
+    def raw(self, index: int) -> Dict[str, Any]:
+        entry = self.entries[index]
+        label = int(self.labels[index])
+        normal: Optional[np.ndarray] = None
+        if self.source_format == "off":
+            pos, normal = self._load_off(Path(entry), label)
+        elif self.source_format == "pcd":
+            pos = read_points(entry).points
+        elif self.source_format == "normal_resampled":
+            cloud = read_points(entry, columns=("x", "y", "z", "nx", "ny", "nz"))
+            pos = cloud.points
+            if self.use_normals:
+                normal = repair_normals(cloud.points, cloud.normals)
+        else:
+            path, row = entry
+            h = self._h5_file(path)
+            pos = np.asarray(h["data"][row], dtype=np.float32)
+            if self.use_normals:
+                normal = np.asarray(h["normal"][row], dtype=np.float32)
+        if self.align_up_axis and self.source_format in ("normal_resampled", "hdf5"):
+            pos = pos[:, [0, 2, 1]]
+            normal = None if normal is None else normal[:, [0, 2, 1]]
+        sample: Dict[str, Any] = {"pos": np.ascontiguousarray(pos, dtype=np.float32), "y": np.int64(label)}
+        if normal is not None and self.use_normals:
+            sample["normal"] = np.ascontiguousarray(normal, dtype=np.float32)
+        return sample
+
+    def warm_cache(self, progress: bool = True) -> None:
+        """Sample and cache every OFF mesh of this split now (otherwise done on first access)."""
+        if self.source_format != "off":
+            return
+        it = range(len(self))
+        if progress:
+            try:
+                from tqdm.auto import tqdm
+
+                it = tqdm(it, desc=f"sampling ModelNet{self.name} {self.split} meshes")
+            except ImportError:
+                pass
+        for i in it:
+            self._load_off(Path(self.entries[i]), int(self.labels[i]))

@@ -1,0 +1,371 @@
+"""Seeded point-cloud transforms acting on sample dicts.
+
+A sample is a dict holding ``pos`` (``[N, 3]``) and optionally ``normal`` (``[N, 3]``) and any
+other per-point arrays (``x``, per-point part labels ``y``, ``color``...). Values may be numpy
+arrays or torch tensors; a transform returns a new dict of the same kinds (inputs are never
+modified in place).
+
+* Geometric transforms (:class:`Normalize`, :class:`RandomRotateZ`, :class:`RandomScale`,
+  :class:`RandomJitter`) change ``pos`` and keep ``normal`` consistent with it. They do not
+  touch ``x``: the datasets of :mod:`gridify.datasets` build ``x`` from ``pos``/``normal``
+  after the transform has run.
+* :class:`FixedPoints` subsamples every per-point entry (an array whose first dimension is
+  ``N``) with the same indices; scalars such as a 0-d class label ``y`` are kept.
+
+Randomness: every random transform owns a ``numpy.random.Generator`` seeded from ``seed``
+(or uses the ``generator`` passed in), so two runs with the same seed see the same
+augmentations. Inside a ``torch.utils.data.DataLoader`` worker the generator is re-seeded from
+``(seed, worker seed)`` so workers do not repeat each other's augmentations; worker seeds come
+from torch's RNG, so runs stay reproducible under ``torch.manual_seed``.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+
+import numpy as np
+import torch
+
+Sample = Dict[str, Any]
+
+__all__ = ["Compose", "Normalize", "FixedPoints", "RandomRotateZ", "RandomRotate", "RandomScale",
+           "RandomJitter", "RandomTransform", "point_keys"]
+
+#: keys never treated as per-point even when their first dimension happens to equal N
+_NON_POINT_KEYS = frozenset({"category", "index", "idx", "class_names"})
+
+
+def _n_points(sample: Sample, where: str) -> int:
+    if "pos" not in sample:
+        raise ValueError(f"{where}: the sample has no 'pos' entry (keys: {sorted(sample)})")
+    pos = sample["pos"]
+    if getattr(pos, "ndim", None) != 2 or pos.shape[1] != 3:
+        raise ValueError(f"{where}: 'pos' must have shape [N, 3], got {tuple(getattr(pos, 'shape', ()))}")
+    return int(pos.shape[0])
+
+
+def point_keys(sample: Sample) -> List[str]:
+    """Keys of the per-point entries: arrays/tensors whose first dimension is ``N``."""
+    n = _n_points(sample, "point_keys")
+    keys = []
+    for k, v in sample.items():
+        if k in _NON_POINT_KEYS or not isinstance(v, (np.ndarray, torch.Tensor)):
+            continue
+        if v.ndim >= 1 and v.shape[0] == n:
+            keys.append(k)
+    return keys
+
+
+def _apply_matrix(a: Any, m: np.ndarray) -> Any:
+    """``a @ m.T`` for a numpy array or a torch tensor, keeping its kind and dtype."""
+    if isinstance(a, torch.Tensor):
+        return a @ torch.as_tensor(m.T, dtype=a.dtype, device=a.device)
+    a = np.asarray(a)
+    dtype = a.dtype if a.dtype.kind == "f" else np.float64
+    return (a @ m.T).astype(dtype, copy=False)
+
+
+def _normalize_rows(a: Any) -> Any:
+    if isinstance(a, torch.Tensor):
+        return a / a.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+
+
+class RandomTransform:
+    """Base class owning a seeded generator (re-seeded per DataLoader worker).
+
+    Args:
+        seed: seed of the generator; ``None`` draws one from numpy's entropy (not reproducible).
+        generator: use this ``numpy.random.Generator`` instead (the caller owns its state;
+            no per-worker re-seeding then).
+    """
+
+    def __init__(self, *, seed: Optional[int] = 0, generator: Optional[np.random.Generator] = None) -> None:
+        if generator is not None and not isinstance(generator, np.random.Generator):
+            raise ValueError(f"{type(self).__name__}: generator must be a numpy.random.Generator, "
+                             f"got {type(generator).__name__}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+            raise ValueError(f"{type(self).__name__}: seed must be a non-negative int or None, got {seed!r}")
+        self.seed = seed
+        self._external = generator
+        self._rng: Optional[np.random.Generator] = None
+        self._rng_key: Any = ("unset",)
+
+    @property
+    def rng(self) -> np.random.Generator:
+        if self._external is not None:
+            return self._external
+        info = torch.utils.data.get_worker_info()
+        key = None if info is None else int(info.seed)
+        if self._rng is None or key != self._rng_key:
+            entropy = [] if self.seed is None else [int(self.seed)]
+            if key is not None:
+                entropy.append(key & 0xFFFFFFFFFFFF)
+            self._rng = np.random.default_rng(entropy if entropy else None)
+            self._rng_key = key
+        return self._rng
+
+    def reseed(self, seed: Optional[int]) -> None:
+        """Restart the generator from ``seed``."""
+        self.seed = seed
+        self._rng = None
+        self._rng_key = ("unset",)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(seed={self.seed})"
+
+
+class Compose:
+    """Apply transforms in order."""
+
+    def __init__(self, transforms: Iterable[Callable[[Sample], Sample]]) -> None:
+        self.transforms = list(transforms)
+        for t in self.transforms:
+            if not callable(t):
+                raise ValueError(f"Compose: {t!r} is not callable")
+
+    def __call__(self, sample: Sample) -> Sample:
+        for t in self.transforms:
+            sample = t(sample)
+        return sample
+
+    def __repr__(self) -> str:
+        inner = ", ".join(repr(t) for t in self.transforms)
+        return f"Compose([{inner}])"
+
+
+class Normalize:
+    """Centre the cloud and scale it into the unit sphere (max distance to centre = 1).
+
+    Args:
+        center: ``"mean"`` (centroid) or ``"bbox"`` (bounding-box centre).
+
+    Raises:
+        ValueError: the cloud is empty or has zero extent (all points identical).
+
+    Shapes:
+        pos: ``[N, 3]``; normals are unchanged (translation and uniform scaling).
+    """
+
+    def __init__(self, center: str = "mean") -> None:
+        if center not in ("mean", "bbox"):
+            raise ValueError(f"Normalize: center must be 'mean' or 'bbox', got {center!r}")
+        self.center = center
+
+    def __call__(self, sample: Sample) -> Sample:
+        n = _n_points(sample, "Normalize")
+        if n == 0:
+            raise ValueError("Normalize: the cloud is empty (0 points)")
+        pos = sample["pos"]
+        is_t = isinstance(pos, torch.Tensor)
+        p = pos.detach().double().cpu().numpy() if is_t else np.asarray(pos, dtype=np.float64)
+        c = p.mean(0) if self.center == "mean" else (p.min(0) + p.max(0)) / 2
+        q = p - c
+        scale = float(np.sqrt((q * q).sum(1).max()))
+        if not math.isfinite(scale):
+            raise ValueError("Normalize: the cloud has NaN/Inf coordinates")
+        if scale <= 1e-12 * max(1.0, float(np.abs(p).max())):
+            raise ValueError(f"Normalize: all {n} points are identical (zero extent); cannot scale "
+                             f"the cloud into the unit sphere")
+        q = q / scale
+        out = dict(sample)
+        out["pos"] = torch.as_tensor(q, dtype=pos.dtype, device=pos.device) if is_t else q.astype(
+            np.asarray(pos).dtype if np.asarray(pos).dtype.kind == "f" else np.float32)
+        return out
+
+    def __repr__(self) -> str:
+        return f"Normalize(center={self.center!r})"
+
+
+class FixedPoints(RandomTransform):
+    """Subsample (or pad) the cloud to exactly ``n`` points.
+
+    Without replacement whenever ``N >= n``. When ``N < n`` every point is kept once and the
+    remaining ``n - N`` are drawn with replacement. ``replace=True`` always draws with
+    replacement. All per-point entries are indexed alike.
+
+    Args:
+        n: number of points to keep.
+        replace: always sample with replacement.
+        deterministic: evaluation mode: the indices depend only on ``seed`` and the content
+            of ``pos`` (the same input always gives the same output), not on how many samples
+            were drawn before.
+        seed, generator: see :class:`RandomTransform`.
+
+    Shapes:
+        every per-point ``[N, ...]`` entry becomes ``[n, ...]``.
+    """
+
+    def __init__(self, n: int, *, replace: bool = False, deterministic: bool = False,
+                 seed: Optional[int] = 0, generator: Optional[np.random.Generator] = None) -> None:
+        super().__init__(seed=seed, generator=generator)
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"FixedPoints: n must be a positive integer, got {n!r}")
+        self.n = int(n)
+        self.replace = bool(replace)
+        self.deterministic = bool(deterministic)
+
+    def indices(self, sample: Sample) -> np.ndarray:
+        """The row indices this call would take (advances the generator unless deterministic)."""
+        num = _n_points(sample, "FixedPoints")
+        if num == 0:
+            raise ValueError("FixedPoints: the cloud is empty (0 points)")
+        if self.deterministic:
+            pos = sample["pos"]
+            buf = (pos.detach().cpu().numpy() if isinstance(pos, torch.Tensor) else np.asarray(pos)).tobytes()
+            rng = np.random.default_rng([0 if self.seed is None else int(self.seed), zlib.crc32(buf), num])
+        else:
+            rng = self.rng
+        if self.replace:
+            return rng.integers(0, num, size=self.n)
+        if num >= self.n:
+            if num == self.n:
+                return np.arange(num)
+            return np.sort(rng.choice(num, size=self.n, replace=False))
+        extra = rng.integers(0, num, size=self.n - num)
+        return np.concatenate([np.arange(num), extra])
+
+    def __call__(self, sample: Sample) -> Sample:
+        idx = self.indices(sample)
+        out = dict(sample)
+        for k in point_keys(sample):
+            v = sample[k]
+            out[k] = v[torch.as_tensor(idx, device=v.device)] if isinstance(v, torch.Tensor) else v[idx]
+        return out
+
+    def __repr__(self) -> str:
+        return (f"FixedPoints(n={self.n}, replace={self.replace}, deterministic={self.deterministic}, "
+                f"seed={self.seed})")
+
+
+def _rotation(axis: int, angle: float) -> np.ndarray:
+    c, s = math.cos(angle), math.sin(angle)
+    i, j = [(1, 2), (2, 0), (0, 1)][axis]
+    m = np.eye(3)
+    m[i, i], m[i, j], m[j, i], m[j, j] = c, -s, s, c
+    return m
+
+
+class RandomRotate(RandomTransform):
+    """Rotate ``pos`` and ``normal`` about a coordinate axis by a random angle.
+
+    Args:
+        degrees: the angle is uniform in ``[-degrees, degrees]`` (a float) or in
+            ``[low, high]`` (a pair).
+        axis: 0 (x), 1 (y) or 2 (z).
+        seed, generator: see :class:`RandomTransform`.
+
+    Shapes:
+        pos, normal: ``[N, 3]``.
+    """
+
+    def __init__(self, degrees: Union[float, Tuple[float, float]] = 180.0, *, axis: int = 2,
+                 seed: Optional[int] = 0, generator: Optional[np.random.Generator] = None) -> None:
+        super().__init__(seed=seed, generator=generator)
+        if axis not in (0, 1, 2):
+            raise ValueError(f"{type(self).__name__}: axis must be 0, 1 or 2, got {axis!r}")
+        lo, hi = (-float(degrees), float(degrees)) if np.isscalar(degrees) else map(float, degrees)  # type: ignore[arg-type]
+        if not hi >= lo:
+            raise ValueError(f"{type(self).__name__}: degrees range must have low <= high, got {degrees!r}")
+        self.degrees = (lo, hi)
+        self.axis = axis
+
+    def matrix(self) -> np.ndarray:
+        """Draw the next rotation matrix."""
+        angle = math.radians(self.rng.uniform(*self.degrees))
+        return _rotation(self.axis, angle)
+
+    def __call__(self, sample: Sample) -> Sample:
+        _n_points(sample, type(self).__name__)
+        m = self.matrix()
+        out = dict(sample)
+        out["pos"] = _apply_matrix(sample["pos"], m)
+        if sample.get("normal") is not None:
+            out["normal"] = _apply_matrix(sample["normal"], m)
+        return out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(degrees={self.degrees}, axis={self.axis}, seed={self.seed})"
+
+
+class RandomRotateZ(RandomRotate):
+    """Rotate about the z (up) axis by a random angle (default: any angle).
+
+    Shapes:
+        pos, normal: ``[N, 3]``.
+    """
+
+    def __init__(self, degrees: Union[float, Tuple[float, float]] = 180.0, *, seed: Optional[int] = 0,
+                 generator: Optional[np.random.Generator] = None) -> None:
+        super().__init__(degrees, axis=2, seed=seed, generator=generator)
+
+
+class RandomScale(RandomTransform):
+    """Scale ``pos`` by a random factor in ``[low, high]``.
+
+    Args:
+        low, high: range of the factor.
+        anisotropic: draw one factor per axis; normals are then transformed by the inverse
+            scale and renormalized so they stay perpendicular to the surface.
+        seed, generator: see :class:`RandomTransform`.
+
+    Shapes:
+        pos, normal: ``[N, 3]``.
+    """
+
+    def __init__(self, low: float = 0.8, high: float = 1.25, *, anisotropic: bool = False,
+                 seed: Optional[int] = 0, generator: Optional[np.random.Generator] = None) -> None:
+        super().__init__(seed=seed, generator=generator)
+        if not (0 < low <= high):
+            raise ValueError(f"RandomScale: need 0 < low <= high, got low={low}, high={high}")
+        self.low, self.high, self.anisotropic = float(low), float(high), bool(anisotropic)
+
+    def __call__(self, sample: Sample) -> Sample:
+        _n_points(sample, "RandomScale")
+        s = self.rng.uniform(self.low, self.high, size=3 if self.anisotropic else 1)
+        s = np.broadcast_to(s, (3,)).astype(np.float64)
+        out = dict(sample)
+        out["pos"] = _apply_matrix(sample["pos"], np.diag(s))
+        if self.anisotropic and sample.get("normal") is not None:
+            out["normal"] = _normalize_rows(_apply_matrix(sample["normal"], np.diag(1.0 / s)))
+        return out
+
+    def __repr__(self) -> str:
+        return f"RandomScale(low={self.low}, high={self.high}, anisotropic={self.anisotropic}, seed={self.seed})"
+
+
+class RandomJitter(RandomTransform):
+    """Add clipped Gaussian noise to ``pos`` (normals are left unchanged).
+
+    Args:
+        sigma: standard deviation of the noise.
+        clip: noise is clipped to ``[-clip, clip]`` per coordinate (``None``: no clipping).
+        seed, generator: see :class:`RandomTransform`.
+
+    Shapes:
+        pos: ``[N, 3]``.
+    """
+
+    def __init__(self, sigma: float = 0.01, clip: Optional[float] = 0.05, *, seed: Optional[int] = 0,
+                 generator: Optional[np.random.Generator] = None) -> None:
+        super().__init__(seed=seed, generator=generator)
+        if sigma < 0 or (clip is not None and clip < 0):
+            raise ValueError(f"RandomJitter: sigma and clip must be non-negative, got {sigma}, {clip}")
+        self.sigma, self.clip = float(sigma), clip
+
+    def __call__(self, sample: Sample) -> Sample:
+        n = _n_points(sample, "RandomJitter")
+        noise = self.rng.normal(0.0, self.sigma, size=(n, 3))
+        if self.clip is not None:
+            noise = np.clip(noise, -self.clip, self.clip)
+        pos = sample["pos"]
+        out = dict(sample)
+        if isinstance(pos, torch.Tensor):
+            out["pos"] = pos + torch.as_tensor(noise, dtype=pos.dtype, device=pos.device)
+        else:
+            out["pos"] = (np.asarray(pos) + noise).astype(np.asarray(pos).dtype, copy=False)
+        return out
+
+    def __repr__(self) -> str:
+        return f"RandomJitter(sigma={self.sigma}, clip={self.clip}, seed={self.seed})"
