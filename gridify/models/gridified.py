@@ -19,6 +19,17 @@ def _check_int(where: str, **values: int) -> None:
 
 
 class _GridifiedBase(nn.Module):
+    def _build_trunk(self, in_channels: int, hidden_channels: int, resolution: int, k: int, omega0: float,
+                     aggr: str, message: str, pos_embedding: str, backbone: str, depth: int, dropout: float,
+                     kernel_size: Union[int, str], backbone_kwargs: Optional[Dict[str, Any]]) -> None:
+        """gridify -> per-node LayerNorm -> backbone, shared by the classifier and the segmenter."""
+        self.gridify = Gridification(in_channels, hidden_channels, resolution, k=k, omega0=omega0, aggr=aggr,
+                                     message=message, pos_embedding=pos_embedding)
+        self.grid_norm = ChannelLayerNorm(hidden_channels)
+        self.backbone = build_backbone(backbone, in_channels=hidden_channels, out_channels=hidden_channels,
+                                       hidden_channels=hidden_channels, depth=depth, dropout=dropout,
+                                       kernel_size=kernel_size, **(backbone_kwargs or {}))
+
     def set_resolution(self, resolution: int, calibration_batches: Optional[Iterable[Any]] = None) -> None:
         """Run at another grid resolution without retraining (resolution transfer).
 
@@ -82,12 +93,8 @@ class GridifiedClassifier(_GridifiedBase):
                    hidden_channels=hidden_channels)
         if pool not in ("mean", "max", "meanmax"):
             raise ValueError(f"{type(self).__name__}: pool must be 'mean', 'max' or 'meanmax', got {pool!r}")
-        self.gridify = Gridification(in_channels, hidden_channels, resolution, k=k, omega0=omega0, aggr=aggr,
-                                     message=message, pos_embedding=pos_embedding)
-        self.grid_norm = ChannelLayerNorm(hidden_channels)
-        self.backbone = build_backbone(backbone, in_channels=hidden_channels, out_channels=hidden_channels,
-                                       hidden_channels=hidden_channels, depth=depth, dropout=dropout,
-                                       kernel_size=kernel_size, **(backbone_kwargs or {}))
+        self._build_trunk(in_channels, hidden_channels, resolution, k, omega0, aggr, message, pos_embedding,
+                          backbone, depth, dropout, kernel_size, backbone_kwargs)
         self.pool = pool
         feat = hidden_channels * (2 if pool == "meanmax" else 1)
         self.head = nn.Sequential(nn.LayerNorm(feat), nn.Linear(feat, hidden_channels), nn.GELU(),
@@ -137,12 +144,8 @@ class GridifiedSegmenter(_GridifiedBase):
                    point_channels=point_channels)
         if isinstance(num_categories, bool) or not isinstance(num_categories, int) or num_categories < 0:
             raise ValueError(f"{where}: num_categories must be a non-negative integer, got {num_categories!r}")
-        self.gridify = Gridification(in_channels, hidden_channels, resolution, k=k, omega0=omega0, aggr=aggr,
-                                     message=message, pos_embedding=pos_embedding)
-        self.grid_norm = ChannelLayerNorm(hidden_channels)
-        self.backbone = build_backbone(backbone, in_channels=hidden_channels, out_channels=hidden_channels,
-                                       hidden_channels=hidden_channels, depth=depth, dropout=dropout,
-                                       kernel_size=kernel_size, **(backbone_kwargs or {}))
+        self._build_trunk(in_channels, hidden_channels, resolution, k, omega0, aggr, message, pos_embedding,
+                          backbone, depth, dropout, kernel_size, backbone_kwargs)
         self.degridify = Degridification(hidden_channels, hidden_channels, omega0=omega0, aggr=aggr,
                                          message=message, pos_embedding=pos_embedding)
         self.point_mlp = nn.Sequential(nn.Linear(in_channels, point_channels), nn.GELU(),
