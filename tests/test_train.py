@@ -1,0 +1,280 @@
+"""Tests of the training/evaluation scripts (scripts/train.py, scripts/evaluate.py) and configs/.
+
+The end-to-end runs use a tiny procedural data set and a tiny model so the whole file stays
+well under a minute on one core (the two-process DDP run takes about 15 s of it).
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("lightning")
+pytest.importorskip("yaml")
+pytest.importorskip("matplotlib")
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+if str(SCRIPTS) not in sys.path:
+    sys.path.insert(0, str(SCRIPTS))
+
+import evaluate as E  # noqa: E402
+import train as T  # noqa: E402
+
+#: four classes x 2 shapes of 96 points, batch 4: two optimizer steps per epoch
+TINY = [
+    "task=classification", "data.name=procedural", "data.num_points=96", "data.num_samples_per_class=2",
+    "data.classes=[box, sphere, cylinder, torus]", "data.val={num_samples_per_class: 1}",
+    "data.test={num_samples_per_class: 2}", "data.batch_size=4",
+    "data.augmentations=[rotate_z, {name: scale, low: 0.9, high: 1.2}, jitter]",
+    "model.name=gridified_classifier", "model.resolution=4", "model.k=4", "model.hidden_channels=8",
+    "model.depth=1", "model.kernel_size=3", "model.dropout=0.2",
+    "optim.lr=5e-3", "optim.warmup_epochs=1", "optim.kernel_l2=1e-4",
+    "trainer.max_epochs=2", "trainer.num_threads=1", "trainer.progress_bar=false", "trainer.log_every_n_steps=1",
+]
+
+
+def tiny(out_dir, *extra):
+    return ["--config", str(ROOT / "configs" / "procedural.yaml"), *TINY, f"output_dir={out_dir}", *extra]
+
+
+# --------------------------------------------------------------------------------------
+# config and overrides
+# --------------------------------------------------------------------------------------
+def test_override_values_are_yaml():
+    assert T.parse_override("model.resolution=13") == (["model", "resolution"], 13)
+    assert T.parse_override("optim.lr=1e-3") == (["optim", "lr"], 1e-3)  # YAML 1.1 would give a string
+    assert T.parse_override("trainer.devices=[0, 1]") == (["trainer", "devices"], [0, 1])
+    assert T.parse_override("trainer.progress_bar=false") == (["trainer", "progress_bar"], False)
+    assert T.parse_override("data.root=") == (["data", "root"], None)
+    assert T.parse_override("data.root=a=b") == (["data", "root"], "a=b")
+    cfg = T.resolve_config(str(ROOT / "configs" / "procedural.yaml"),
+                           ["model.resolution=7", "trainer.max_epochs=2", "data.batch_size=8",
+                            "model.backbone_kwargs.fft=false", "seed=3"])
+    assert cfg["model"]["resolution"] == 7 and cfg["trainer"]["max_epochs"] == 2
+    assert cfg["data"]["batch_size"] == 8 and cfg["model"]["backbone_kwargs"] == {"fft": False}
+    assert cfg["seed"] == 3
+    assert cfg["trainer"]["precision"] == T.DEFAULTS["trainer"]["precision"]  # defaults fill the rest
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.resolution", "malformed override 'model.resolution': expected section.key=value"),
+    ("=3", "malformed override"),
+    ("model..k=3", "must be dot-separated names"),
+    ("model.k=[1, 2", "not valid YAML"),
+    ("bogus.x=1", "unknown section 'bogus'; known sections: seed, task, output_dir, data, model, optim, trainer"),
+    ("seed.x=1", "seed is a int"),
+    ("trainer.max_epoch=3", "unknown key trainer.max_epoch"),
+    ("trainer.checkpoint.every=3", "unknown key trainer.checkpoint.every"),
+    ("optim.lr=-1", "optim.lr must be a non-negative number"),
+    ("data.batch_size=0", "data.batch_size must be a positive integer"),
+    ("task=detection", "task must be one of"),
+    ("data.name=kitti", "data.name must be one of"),
+    ("data.augmentations=[spin]", "unknown augmentation 'spin'"),
+])
+def test_bad_overrides_give_clear_errors(override, message):
+    with pytest.raises(T.ConfigError) as exc:
+        T.resolve_config(None, [override])
+    assert message in str(exc.value)
+
+
+def test_config_file_errors(tmp_path):
+    with pytest.raises(T.ConfigError, match="config file not found"):
+        T.resolve_config(str(tmp_path / "missing.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {resolution: 9}\nschedule: {epochs: 3}\n")
+    with pytest.raises(T.ConfigError, match=r"bad.yaml: unknown config section\(s\) \['schedule'\]"):
+        T.resolve_config(str(bad))
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(T.ConfigError, match="top level must be a mapping"):
+        T.resolve_config(str(bad))
+    bad.write_text("model: [unclosed\n")
+    with pytest.raises(T.ConfigError, match="not valid YAML"):
+        T.resolve_config(str(bad))
+
+
+def test_cli_reports_config_errors(capsys):
+    with pytest.raises(SystemExit) as exc:
+        T.main(["--config", str(ROOT / "configs" / "procedural.yaml"), "modle.resolution=3"])
+    assert "config error" in str(exc.value) and "unknown section 'modle'" in str(exc.value)
+    T.main(["--config", str(ROOT / "configs" / "procedural.yaml"), "--print-config", "--devices", "2"])
+    assert "devices: 2" in capsys.readouterr().out
+
+
+def test_shipped_configs_resolve_and_follow_the_thesis():
+    for f in sorted((ROOT / "configs").glob("*.yaml")):
+        T.resolve_config(str(f))
+    m40 = T.resolve_config(str(ROOT / "configs" / "modelnet40.yaml"))
+    assert {k: m40["model"][k] for k in ("resolution", "k", "hidden_channels", "depth", "dropout", "omega0",
+                                         "aggr", "message", "kernel_size")} == dict(
+        resolution=9, k=9, hidden_channels=128, depth=3, dropout=0.1, omega0=0.1, aggr="mean",
+        message="product", kernel_size=9)
+    assert (m40["optim"]["lr"], m40["optim"]["weight_decay"], m40["optim"]["warmup_epochs"]) == (5e-3, 0.0, 10)
+    assert (m40["trainer"]["max_epochs"], m40["data"]["batch_size"]) == (60, 32)
+    m10 = T.resolve_config(str(ROOT / "configs" / "modelnet10.yaml"))
+    assert m10["data"]["source"] == "pcd" and m10["data"]["use_normals"] is False
+    assert m10["data"]["num_points"] == 1024 and m10["data"]["root"].endswith("modelnet10_pcd/ModelNet10/pcd")
+    for name, backbone in (("shapenet_ccnn", "ccnn"), ("shapenet_unet", "unet")):
+        c = T.resolve_config(str(ROOT / "configs" / f"{name}.yaml"))
+        assert c["task"] == "segmentation" and c["model"]["backbone"] == backbone
+        assert {k: c["model"][k] for k in ("resolution", "k", "omega0", "aggr", "message", "dropout", "depth")} == dict(
+            resolution=13, k=9, omega0=1.0, aggr="max", message="concat", dropout=0.3, depth=4)
+        assert (c["optim"]["lr"], c["optim"]["weight_decay"], c["data"]["batch_size"]) == (1e-3, 1e-3, 16)
+
+
+def test_warmup_cosine_schedule():
+    f = lambda s: T.warmup_cosine(s, warmup=10, total=110, floor=0.0)  # noqa: E731
+    assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)
+    assert f(10) == pytest.approx(1.0) and f(60) == pytest.approx(0.5) and f(110) == pytest.approx(0.0)
+    assert all(f(s) >= f(s + 1) for s in range(10, 110))
+    assert T.warmup_cosine(500, warmup=0, total=100, floor=0.1) == pytest.approx(0.1)
+
+
+def test_shard_sampler_orders_depend_on_seed_and_epoch_only():
+    s = T.ShardSampler(10, shuffle=True, seed=1)
+    first = list(s)
+    s.set_epoch(1)
+    assert list(s) != first and sorted(s) == list(range(10))
+    s.set_epoch(0)
+    assert list(s) == first
+    shards = [list(T.ShardSampler(10, shuffle=True, seed=1, rank=r, world_size=3, pad=True)) for r in range(3)]
+    assert all(len(x) == 4 for x in shards) and set(sum(shards, [])) == set(range(10))
+    evals = [list(T.ShardSampler(10, shuffle=False, rank=r, world_size=3)) for r in range(3)]
+    assert sorted(sum(evals, [])) == list(range(10))  # evaluation: every sample exactly once
+
+
+# --------------------------------------------------------------------------------------
+# end to end
+# --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("procedural_run")
+    summary = T.main(tiny(out))
+    return out, summary
+
+
+def test_train_writes_everything(trained):
+    out, summary = trained
+    ck = out / "checkpoints"
+    assert (ck / "last.ckpt").is_file() and list(ck.glob("best-epoch*.ckpt")) and (ck / "model.pt").is_file()
+    report = json.loads((out / "test_metrics.json").read_text())
+    assert set(report["metrics"]) >= {"oa", "macc"} and 0.0 <= report["metrics"]["oa"] <= 1.0
+    assert report["num_samples"] == report["num_scored"] == 8 and report["global_step"] == 4
+    assert len(report["confusion_matrix"]) == 4 and sum(map(sum, report["confusion_matrix"])) == 8
+    info = json.loads((out / "run_info.json").read_text())
+    assert info["source_format"] == "procedural" and info["num_parameters"] > 0
+    import gridify
+
+    assert info["gridify_version"] == gridify.__version__ and report["gridify_version"] == gridify.__version__
+    cfg = T.load_yaml(out / "config.yaml")
+    assert cfg["model"]["in_channels"] == 6 and cfg["model"]["num_classes"] == 4  # filled from the data
+    for png in ("loss.png", "metrics.png", "confusion_matrix.png"):
+        assert (out / "plots" / png).stat().st_size > 1000
+    assert (out / "csv" / "version_0" / "metrics.csv").is_file() and list((out / "tensorboard").rglob("events.*"))
+    exported = torch.load(ck / "model.pt", map_location="cpu", weights_only=True)
+    assert exported["model_name"] == "gridified_classifier" and exported["class_names"] == [
+        "box", "sphere", "cylinder", "torus"]
+    assert exported["gridify_version"] == gridify.__version__ and exported["model_kwargs"]["resolution"] == 4
+    torch.load(ck / "last.ckpt", map_location="cpu", weights_only=True)  # Lightning ckpts load safely too
+
+
+def test_evaluate_reproduces_the_test_metrics(trained, tmp_path):
+    out, _ = trained
+    report = json.loads((out / "test_metrics.json").read_text())
+    for ckpt in (report["checkpoint"], str(out / "checkpoints" / "model.pt")):
+        res = E.main(["--ckpt", ckpt, "--threads", "1", "--no-progress", "--output", str(tmp_path / "m.json")])
+        for key in ("oa", "macc", "loss"):
+            assert res["metrics"][key] == pytest.approx(report["metrics"][key], abs=1e-6), (ckpt, key)
+        assert res["confusion_matrix"] == report["confusion_matrix"]
+        assert json.loads((tmp_path / "m.json").read_text())["metrics"] == res["metrics"]
+
+
+def test_evaluate_rejects_missing_corrupt_and_unsafe_files(tmp_path):
+    missing = tmp_path / "nope.ckpt"
+    with pytest.raises(SystemExit, match=f"checkpoint not found: {missing}"):
+        E.main(["--ckpt", str(missing)])
+    corrupt = tmp_path / "corrupt.ckpt"
+    corrupt.write_bytes(b"\x80\x04not a checkpoint at all")
+    with pytest.raises(SystemExit, match=f"cannot read checkpoint {corrupt}: the file is corrupt"):
+        E.main(["--ckpt", str(corrupt)])
+    import argparse
+
+    unsafe = tmp_path / "unsafe.pt"
+    torch.save({"state_dict": {}, "payload": argparse.Namespace(x=1)}, unsafe)
+    with pytest.raises(SystemExit, match=r"refusing to load .*unsafe.pt.*argparse.Namespace"):
+        E.main(["--ckpt", str(unsafe)])
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.zeros(2)}, foreign)
+    with pytest.raises(SystemExit, match="not a gridify checkpoint"):
+        E.main(["--ckpt", str(foreign)])
+
+
+def test_exact_resume(trained, tmp_path):
+    """2 epochs in one go == 1 epoch, interrupted, + 1 resumed epoch (weights, optimizer, step)."""
+    full_dir, _ = trained
+    T.main(tiny(tmp_path, "trainer.stop_after_epochs=1", "trainer.plots=false"))
+    first = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert first["global_step"] == 2
+    with pytest.raises(SystemExit, match="already holds a run"):
+        T.main(tiny(tmp_path, "trainer.plots=false"))
+    T.main(tiny(tmp_path, "trainer.plots=false", "--resume", "auto"))
+    a = torch.load(full_dir / "checkpoints" / "last.ckpt", weights_only=True)
+    b = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert (a["global_step"], a["epoch"]) == (b["global_step"], b["epoch"]) == (4, 1)
+    assert a["state_dict"].keys() == b["state_dict"].keys()
+    for k in a["state_dict"]:
+        torch.testing.assert_close(a["state_dict"][k], b["state_dict"][k], rtol=1e-5, atol=1e-6, msg=k)
+    for sa, sb in zip(a["optimizer_states"][0]["state"].values(), b["optimizer_states"][0]["state"].values()):
+        torch.testing.assert_close(sa["exp_avg_sq"], sb["exp_avg_sq"], rtol=1e-5, atol=1e-9)
+    assert a["lr_schedulers"][0]["last_epoch"] == b["lr_schedulers"][0]["last_epoch"] == 4
+
+
+def test_segmentation_run_and_export(tmp_path):
+    T.main(["--config", str(ROOT / "configs" / "procedural_seg.yaml"), f"output_dir={tmp_path}",
+            "data.num_points=96", "data.num_samples_per_class=1", "data.classes=[chair, lamp, box]",
+            "data.val={num_samples_per_class: 1}", "data.test={num_samples_per_class: 1}", "data.batch_size=3",
+            "model.resolution=4", "model.k=4", "model.hidden_channels=8", "model.depth=1", "model.kernel_size=3",
+            "model.point_channels=8", "trainer.max_epochs=1", "trainer.num_threads=1", "trainer.progress_bar=false",
+            "trainer.plots=false"])
+    report = json.loads((tmp_path / "test_metrics.json").read_text())
+    assert set(report["metrics"]) >= {"instance_miou", "class_miou"}
+    assert 0.0 <= report["metrics"]["instance_miou"] <= 1.0 and len(report["per_category_iou"]) == 3
+    res = E.main(["--ckpt", str(tmp_path / "checkpoints" / "model.pt"), "--threads", "1", "--no-progress"])
+    assert res["metrics"]["instance_miou"] == pytest.approx(report["metrics"]["instance_miou"], abs=1e-6)
+
+
+def test_modelnet10_one_training_step(shared_data, tmp_path):
+    root = shared_data / "modelnet10_pcd"
+    if not (root / "ModelNet10" / "pcd").is_dir():
+        pytest.skip(f"ModelNet10 pcd release not found under {root}")
+    T.main(["--config", str(ROOT / "configs" / "modelnet10.yaml"), f"output_dir={tmp_path}",
+            f"data.root={root / 'ModelNet10' / 'pcd'}", "data.batch_size=2", "data.num_workers=0",
+            "model.resolution=4", "model.k=4", "model.hidden_channels=8", "model.depth=1", "model.kernel_size=3",
+            "trainer.max_epochs=1", "trainer.max_steps=1", "trainer.limit_train_batches=1",
+            "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.num_threads=1",
+            "trainer.progress_bar=false", "trainer.plots=false"])
+    report = json.loads((tmp_path / "test_metrics.json").read_text())
+    assert report["global_step"] == 1 and report["source_format"] == "pcd" and report["num_samples"] == 908
+    assert report["num_scored"] == 2  # limit_test_batches=1
+    cfg = T.load_yaml(tmp_path / "config.yaml")
+    assert cfg["model"]["in_channels"] == 3 and cfg["model"]["num_classes"] == 10
+
+
+def test_ddp_two_cpu_processes(tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.pop("LOCAL_RANK", None)
+    cmd = [sys.executable, str(SCRIPTS / "train.py"), *tiny(tmp_path, "data.batch_size=2", "trainer.max_epochs=1",
+                                                           "trainer.plots=false"),
+           "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Starting with 2 processes" in proc.stdout + proc.stderr
+    ckpt = tmp_path / "checkpoints" / "last.ckpt"
+    assert torch.load(ckpt, weights_only=True)["global_step"] == 2  # 8 samples / 2 ranks / batch 2
+    report = json.loads((tmp_path / "test_metrics.json").read_text())
+    res = E.main(["--ckpt", report["checkpoint"], "--threads", "1", "--no-progress"])
+    assert res["metrics"]["oa"] == pytest.approx(report["metrics"]["oa"], abs=1e-9)
+    assert report["num_scored"] == res["num_scored"] == 8  # every test shape exactly once over 2 ranks
