@@ -396,3 +396,15 @@ def test_global_kernel_covers_the_whole_grid():
         z = fft_depthwise_conv3d(x, layer.kernel())
     assert (z[0, :, 4, 4, 4].abs() > 0).all()
     assert math.isclose(layer.kernel().shape[-1], 9)
+
+
+def test_sepflexconv_accepts_half_precision_input_under_autocast():
+    layer = SepFlexConv3d(4, 4, kernel_size=5)
+    x = torch.randn(2, 4, 6, 6, 6)
+    ref = layer(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = layer(x.bfloat16())
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), ref, atol=0.1, rtol=0.1)
+    with pytest.raises(ValueError, match="does not match the layer's dtype"):
+        layer(x.double())

@@ -168,3 +168,13 @@ def test_recalibrate_batchnorm_restores_mode_and_rejects_empty():
     assert not torch.equal(before, bn.running_var)
     with pytest.raises(ValueError, match="batches was empty"):
         recalibrate_batchnorm(m, [])
+
+
+def test_models_expose_grid_box_options():
+    pos = torch.rand(2, 40, 3) * 2.4 - 1.2  # augmentation pushed points slightly out of [-1, 1]^3
+    with pytest.raises(ValueError, match="outside the grid box"):
+        _small_classifier()(pos)
+    assert _small_classifier(outside="allow")(pos).shape == (2, 3)
+    seg = GridifiedSegmenter(3, 4, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3,
+                             point_channels=4, bounds=(-1.5, 1.5))
+    assert seg(pos).shape == (2, 40, 4)

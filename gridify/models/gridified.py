@@ -1,7 +1,7 @@
 """Gridified networks for global (classification) and dense (segmentation) prediction."""
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Optional, Union
+from typing import Any, Dict, Iterable, Optional, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -21,10 +21,12 @@ def _check_int(where: str, **values: int) -> None:
 class _GridifiedBase(nn.Module):
     def _build_trunk(self, in_channels: int, hidden_channels: int, resolution: int, k: int, omega0: float,
                      aggr: str, message: str, pos_embedding: str, backbone: str, depth: int, dropout: float,
-                     kernel_size: Union[int, str], backbone_kwargs: Optional[Dict[str, Any]]) -> None:
+                     kernel_size: Union[int, str], backbone_kwargs: Optional[Dict[str, Any]],
+                     bounds: Tuple[Any, Any], outside: str) -> None:
         """gridify -> per-node LayerNorm -> backbone, shared by the classifier and the segmenter."""
         self.gridify = Gridification(in_channels, hidden_channels, resolution, k=k, omega0=omega0, aggr=aggr,
-                                     message=message, pos_embedding=pos_embedding)
+                                     message=message, pos_embedding=pos_embedding, bounds=bounds,
+                                     outside=outside)
         self.grid_norm = ChannelLayerNorm(hidden_channels)
         self.backbone = build_backbone(backbone, in_channels=hidden_channels, out_channels=hidden_channels,
                                        hidden_channels=hidden_channels, depth=depth, dropout=dropout,
@@ -78,6 +80,7 @@ class GridifiedClassifier(_GridifiedBase):
         depth, dropout, kernel_size: of the backbone.
         pool: ``"mean"``, ``"max"`` or ``"meanmax"`` (concatenation) over the grid.
         backbone_kwargs: extra keyword arguments for the backbone (e.g. ``kernel_net``).
+        bounds, outside: grid box and the handling of points outside it (see :class:`Gridification`).
 
     Shapes:
         pos [N, 3], x [N, F], batch [N] (or dense [B, N, 3], [B, N, F]) -> logits [B, num_classes]
@@ -87,14 +90,15 @@ class GridifiedClassifier(_GridifiedBase):
                  hidden_channels: int = 128, backbone: str = "ccnn", depth: int = 3, dropout: float = 0.1,
                  kernel_size: Union[int, str] = 9, omega0: float = 0.1, aggr: str = "mean",
                  message: str = "product", pos_embedding: str = "rff", pool: str = "mean",
-                 backbone_kwargs: Optional[Dict[str, Any]] = None) -> None:
+                 backbone_kwargs: Optional[Dict[str, Any]] = None,
+                 bounds: Tuple[Any, Any] = (-1.0, 1.0), outside: str = "error") -> None:
         super().__init__()
         _check_int(type(self).__name__, in_channels=in_channels, num_classes=num_classes,
                    hidden_channels=hidden_channels)
         if pool not in ("mean", "max", "meanmax"):
             raise ValueError(f"{type(self).__name__}: pool must be 'mean', 'max' or 'meanmax', got {pool!r}")
         self._build_trunk(in_channels, hidden_channels, resolution, k, omega0, aggr, message, pos_embedding,
-                          backbone, depth, dropout, kernel_size, backbone_kwargs)
+                          backbone, depth, dropout, kernel_size, backbone_kwargs, bounds, outside)
         self.pool = pool
         feat = hidden_channels * (2 if pool == "meanmax" else 1)
         self.head = nn.Sequential(nn.LayerNorm(feat), nn.Linear(feat, hidden_channels), nn.GELU(),
@@ -137,7 +141,8 @@ class GridifiedSegmenter(_GridifiedBase):
                  k: int = 9, hidden_channels: int = 128, backbone: str = "ccnn", depth: int = 4,
                  dropout: float = 0.3, kernel_size: Union[int, str] = 9, omega0: float = 1.0,
                  aggr: str = "max", message: str = "concat", pos_embedding: str = "rff",
-                 point_channels: int = 64, backbone_kwargs: Optional[Dict[str, Any]] = None) -> None:
+                 point_channels: int = 64, backbone_kwargs: Optional[Dict[str, Any]] = None,
+                 bounds: Tuple[Any, Any] = (-1.0, 1.0), outside: str = "error") -> None:
         super().__init__()
         where = type(self).__name__
         _check_int(where, in_channels=in_channels, num_classes=num_classes, hidden_channels=hidden_channels,
@@ -145,7 +150,7 @@ class GridifiedSegmenter(_GridifiedBase):
         if isinstance(num_categories, bool) or not isinstance(num_categories, int) or num_categories < 0:
             raise ValueError(f"{where}: num_categories must be a non-negative integer, got {num_categories!r}")
         self._build_trunk(in_channels, hidden_channels, resolution, k, omega0, aggr, message, pos_embedding,
-                          backbone, depth, dropout, kernel_size, backbone_kwargs)
+                          backbone, depth, dropout, kernel_size, backbone_kwargs, bounds, outside)
         self.degridify = Degridification(hidden_channels, hidden_channels, omega0=omega0, aggr=aggr,
                                          message=message, pos_embedding=pos_embedding)
         self.point_mlp = nn.Sequential(nn.Linear(in_channels, point_channels), nn.GELU(),

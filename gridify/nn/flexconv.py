@@ -403,6 +403,10 @@ class SepFlexConv3d(nn.Module):
             if self.kernel_init == "ccnn":
                 self._ccnn_rescale()
         kernel = self.kernel(r)
+        if x.dtype in (torch.float16, torch.bfloat16) and kernel.dtype == torch.float32:
+            # mixed precision: the depthwise (FFT) convolution runs in float32, the pointwise layer
+            # under autocast as usual
+            x = x.float()
         if kernel.dtype != x.dtype:
             raise ValueError(f"SepFlexConv3d: input dtype {x.dtype} does not match the layer's dtype "
                              f"{kernel.dtype}; convert the module with .to(dtype)")
