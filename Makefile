@@ -1,15 +1,19 @@
 # gridify: two commands do everything on a fresh Linux machine.
-#   make demo   set up .venv and run the main job on built-in (generated) data
-#   make test   set up .venv and run the test suite
+#   make demo         set up .venv, train + test a gridified classifier on the built-in procedural shapes
+#   make test         set up .venv and run the test suite
+#   make reconstruct  the paper's reconstruction experiment, small sweep
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-slow clean
+.PHONY: setup demo reconstruct test test-slow clean
 
 setup:
 	@bash scripts/setup.sh
 
 demo: setup
+	$(PY) scripts/train.py --config configs/procedural.yaml --overwrite
+
+reconstruct: setup
 	$(PY) scripts/reconstruct.py --quick --out outputs/reconstruction-demo
 
 test: setup
