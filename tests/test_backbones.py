@@ -15,14 +15,6 @@ from gridify.registry import BACKBONES
 NAMES = ["ccnn", "resnet", "unet"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _single_thread():
-    # These tensors are tiny: OpenMP synchronisation dominates, and on a shared 2-core machine
-    # with one busy core a 2-thread run is tens of times slower than a 1-thread run.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _small(name: str, **kwargs) -> torch.nn.Module:

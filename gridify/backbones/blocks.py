@@ -5,7 +5,7 @@ All blocks act on dense cubic grids ``[B, C, R, R, R]`` and keep the spatial siz
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -165,3 +165,28 @@ class GridBackbone(nn.Module):
 
     def _check_input(self, x: Tensor) -> int:
         return check_grid_input(x, self.in_channels, type(self).__name__)
+
+
+class ResidualStack(GridBackbone):
+    """``W_out [BN](block_depth(... block_1(W_in x)))``: the trunk shared by ``ccnn`` and ``resnet``.
+
+    Subclasses call :meth:`_build` with a factory returning one depthwise-separable convolution.
+
+    Shapes:
+        input ``[B, in_channels, R, R, R]`` -> output ``[B, out_channels, R, R, R]``
+    """
+
+    def _build(self, in_channels: int, hidden_channels: int, out_channels: int, depth: int,
+               make_conv: Callable[[], nn.Module], dropout: float, final_norm: bool) -> None:
+        self.in_proj = pointwise_conv3d(in_channels, hidden_channels)
+        self.blocks = nn.ModuleList(ResidualBlock3d(hidden_channels, make_conv(), dropout=dropout)
+                                    for _ in range(depth))
+        self.norm = nn.BatchNorm3d(hidden_channels) if final_norm else nn.Identity()
+        self.out_proj = pointwise_conv3d(hidden_channels, out_channels)
+
+    def forward(self, x: Tensor) -> Tensor:
+        self._check_input(x)
+        h = self.in_proj(x)
+        for block in self.blocks:
+            h = block(h)
+        return self.out_proj(self.norm(h))

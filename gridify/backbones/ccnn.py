@@ -3,17 +3,15 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-from torch import Tensor, nn
-
 from ..nn.flexconv import SepFlexConv3d
 from ..registry import BACKBONES
-from .blocks import GridBackbone, ResidualBlock3d, check_dropout, check_positive_int, pointwise_conv3d
+from .blocks import ResidualStack, check_dropout, check_positive_int
 
 __all__ = ["CCNN"]
 
 
 @BACKBONES.register("ccnn")
-class CCNN(GridBackbone):
+class CCNN(ResidualStack):
     r"""Continuous Convolutional Neural Network on a dense 3D grid (Knigge, Romero et al.).
 
         h_0 = W_in x
@@ -55,22 +53,10 @@ class CCNN(GridBackbone):
         check_dropout("CCNN", dropout)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.hidden_channels, self.depth = hidden_channels, depth
-        self.in_proj = pointwise_conv3d(in_channels, hidden_channels)
-        self.blocks = nn.ModuleList(
-            ResidualBlock3d(
-                hidden_channels,
-                SepFlexConv3d(hidden_channels, hidden_channels, kernel_size=kernel_size, kernel_net=kernel_net,
-                              kernel_hidden=kernel_hidden, kernel_layers=kernel_layers, omega0=omega0, mask=mask,
-                              mask_init=mask_init, fft=fft, fft_threshold=fft_threshold,
-                              base_resolution=base_resolution, kernel_init=kernel_init, quadrature=quadrature),
-                dropout=dropout)
-            for _ in range(depth))
-        self.norm = nn.BatchNorm3d(hidden_channels) if final_norm else nn.Identity()
-        self.out_proj = pointwise_conv3d(hidden_channels, out_channels)
+        def make_conv() -> SepFlexConv3d:
+            return SepFlexConv3d(hidden_channels, hidden_channels, kernel_size=kernel_size, kernel_net=kernel_net,
+                                 kernel_hidden=kernel_hidden, kernel_layers=kernel_layers, omega0=omega0, mask=mask,
+                                 mask_init=mask_init, fft=fft, fft_threshold=fft_threshold,
+                                 base_resolution=base_resolution, kernel_init=kernel_init, quadrature=quadrature)
 
-    def forward(self, x: Tensor) -> Tensor:
-        self._check_input(x)
-        h = self.in_proj(x)
-        for block in self.blocks:
-            h = block(h)
-        return self.out_proj(self.norm(h))
+        self._build(in_channels, hidden_channels, out_channels, depth, make_conv, dropout, final_norm)

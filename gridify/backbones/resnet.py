@@ -3,17 +3,15 @@ from __future__ import annotations
 
 from typing import Union
 
-from torch import Tensor, nn
-
 from ..registry import BACKBONES
-from .blocks import (DepthwiseSeparableConv3d, GridBackbone, ResidualBlock3d, check_dropout, check_kernel_size,
-                     check_positive_int, pointwise_conv3d)
+from .blocks import (DepthwiseSeparableConv3d, ResidualStack, check_dropout, check_kernel_size,
+                     check_positive_int)
 
 __all__ = ["ResNet3d"]
 
 
 @BACKBONES.register("resnet")
-class ResNet3d(GridBackbone):
+class ResNet3d(ResidualStack):
     r"""Residual network of discrete depthwise-separable 3D convolutions.
 
         h_0 = W_in x
@@ -40,18 +38,6 @@ class ResNet3d(GridBackbone):
         check_kernel_size("ResNet3d", kernel_size)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.hidden_channels, self.depth, self.kernel_size = hidden_channels, depth, kernel_size
-        self.in_proj = pointwise_conv3d(in_channels, hidden_channels)
-        self.blocks = nn.ModuleList(
-            ResidualBlock3d(hidden_channels,
-                            DepthwiseSeparableConv3d(hidden_channels, hidden_channels, kernel_size, fft=fft),
-                            dropout=dropout)
-            for _ in range(depth))
-        self.norm = nn.BatchNorm3d(hidden_channels) if final_norm else nn.Identity()
-        self.out_proj = pointwise_conv3d(hidden_channels, out_channels)
-
-    def forward(self, x: Tensor) -> Tensor:
-        self._check_input(x)
-        h = self.in_proj(x)
-        for block in self.blocks:
-            h = block(h)
-        return self.out_proj(self.norm(h))
+        self._build(in_channels, hidden_channels, out_channels, depth,
+                    lambda: DepthwiseSeparableConv3d(hidden_channels, hidden_channels, kernel_size, fft=fft),
+                    dropout, final_norm)
