@@ -1,4 +1,4 @@
-"""Tests of the training/evaluation scripts (scripts/train.py, scripts/evaluate.py) and configs/.
+"""Tests of the training/evaluation scripts (gridify.training / gridify.evaluation, wrapped by scripts/train.py and scripts/evaluate.py) and configs/.
 
 The end-to-end runs use a tiny procedural data set and a tiny model so the whole file stays
 well under a minute on one core (the two-process DDP run takes about 15 s of it).
@@ -18,11 +18,9 @@ pytest.importorskip("matplotlib")
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
-if str(SCRIPTS) not in sys.path:
-    sys.path.insert(0, str(SCRIPTS))
 
-import evaluate as E  # noqa: E402
-import train as T  # noqa: E402
+from gridify import evaluation as E  # noqa: E402
+from gridify import training as T  # noqa: E402
 
 #: four classes x 2 shapes of 96 points, batch 4: two optimizer steps per epoch
 TINY = [
