@@ -17,7 +17,8 @@ from typing import Any, Dict
 import numpy as np
 import torch
 
-__all__ = ["plain", "export_model", "CheckpointError", "load_checkpoint"]
+__all__ = ["plain", "export_model", "CheckpointError", "load_checkpoint", "reparameterize_model",
+           "build_model_from_checkpoint"]
 
 
 def plain(obj: Any) -> Any:
@@ -35,10 +36,60 @@ def plain(obj: Any) -> Any:
     raise TypeError(f"cannot store {type(obj).__name__} ({obj!r}) in a plain checkpoint")
 
 
-def export_model(path: Path, model: torch.nn.Module, meta: Dict[str, Any]) -> None:
-    """Write ``model.pt``: weights + what is needed to rebuild and evaluate the model."""
+def reparameterize_model(model: torch.nn.Module) -> int:
+    """Fold every reparameterizable layer of ``model`` into its inference form, in place.
+
+    A layer opts in by defining ``reparameterize()`` (in place, idempotent) and a boolean
+    attribute ``reparameterized`` (e.g. the multi-resolution MRConv layers, whose branches,
+    BatchNorms and weights merge into one convolution). The walk calls the outermost such
+    layers and does not descend into them; ``model`` itself is folded only when none of its
+    sub-modules is foldable. The model is put in eval mode first: folding uses the BatchNorm
+    running statistics. Returns the number of layers folded (0 for models with none, and on a
+    second call).
+    """
+    model.eval()
+
+    def foldable(m: torch.nn.Module) -> bool:
+        return callable(getattr(m, "reparameterize", None)) and hasattr(m, "reparameterized")
+
+    def walk(m: torch.nn.Module) -> int:
+        n = 0
+        for child in m.children():
+            if foldable(child):
+                if not child.reparameterized:
+                    child.reparameterize()
+                    n += 1
+            else:
+                n += walk(child)
+        return n
+
+    count = walk(model)
+    if count == 0 and foldable(model) and not model.reparameterized:
+        model.reparameterize()
+        count = 1
+    return count
+
+
+def export_model(path: Path, model: torch.nn.Module, meta: Dict[str, Any], reparameterize: bool = True) -> None:
+    """Write ``model.pt``: weights + what is needed to rebuild and evaluate the model.
+
+    With ``reparameterize`` (default), a copy of the model is folded into its inference form
+    (:func:`reparameterize_model`) before its weights are written, and the file records
+    ``"reparameterized": True`` so :func:`build_model_from_checkpoint` rebuilds the same
+    structure. Models without reparameterizable layers are written unchanged. The file is
+    written to a temporary name and renamed, so an interrupted export never leaves a partial
+    ``model.pt``.
+    """
+    import copy
+
+    folded = False
+    if reparameterize and any(callable(getattr(m, "reparameterize", None)) and hasattr(m, "reparameterized")
+                              for m in model.modules()):
+        model = copy.deepcopy(model)
+        folded = reparameterize_model(model) > 0
     payload = {"state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
     payload.update(plain(meta))
+    payload["reparameterized"] = folded
     tmp = path.with_name(path.name + ".tmp")
     torch.save(payload, tmp)
     os.replace(tmp, path)
@@ -93,5 +144,36 @@ def load_checkpoint(path: os.PathLike | str) -> Dict[str, Any]:
         raise CheckpointError(f"{path}: exported model without the entries {missing}")
     out = {k: raw[k] for k in need}
     out.update(kind="export", state_dict=raw["state_dict"], class_names=raw.get("class_names"),
-               gridify_version=raw.get("gridify_version"))
+               gridify_version=raw.get("gridify_version"), reparameterized=bool(raw.get("reparameterized", False)))
     return out
+
+
+def build_model_from_checkpoint(payload: Dict[str, Any], *, reparameterize: bool = False) -> torch.nn.Module:
+    """Rebuild the model described by a :func:`load_checkpoint` payload and load its weights.
+
+    The model is built from the registered ``model_name`` and ``model_kwargs``; when the file
+    holds folded (reparameterized) weights the fresh model is folded first so the structures
+    match. ``reparameterize=True`` also folds models saved unfolded (inference only). The model
+    is returned in eval mode. Mismatched weights raise :class:`CheckpointError`.
+    """
+    from .models import build_model
+
+    name, kwargs = payload["model_name"], payload["model_kwargs"]
+    try:
+        model = build_model(name, **kwargs)
+    except KeyError as exc:
+        raise CheckpointError(f"the checkpoint's model {name!r} is not registered "
+                              f"({exc.args[0] if exc.args else exc})") from None
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"cannot rebuild {name!r} from the checkpoint's arguments {kwargs}: {exc}") from None
+    folded = bool(payload.get("reparameterized", False))
+    if folded:
+        reparameterize_model(model)
+    try:
+        model.load_state_dict(payload["state_dict"], strict=True)
+    except RuntimeError as exc:
+        raise CheckpointError(f"the checkpoint's weights do not fit {name!r} {kwargs}: "
+                              f"{str(exc).splitlines()[0]}") from None
+    if reparameterize and not folded:
+        reparameterize_model(model)
+    return model.eval()

@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader
 
 import gridify
 from gridify import training as T
+from gridify.checkpoint import CheckpointError, build_model_from_checkpoint
 from gridify.datasets import collate_points
 
 
@@ -70,12 +71,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
 
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
-    model = T.make_model(payload["model_name"], payload["model_kwargs"])
     try:
-        model.load_state_dict(payload["state_dict"], strict=True)
-    except RuntimeError as exc:
-        raise SystemExit(f"evaluate.py: error: the weights in {args.ckpt} do not fit {payload['model_name']} "
-                         f"{payload['model_kwargs']}: {str(exc).splitlines()[0]}")
+        model = build_model_from_checkpoint(payload, reparameterize=True)
+    except CheckpointError as exc:
+        raise SystemExit(f"evaluate.py: error: {args.ckpt}: {exc}")
 
     try:
         ds = T.build_dataset(cfg, args.split)
