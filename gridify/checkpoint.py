@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any, Dict
 
 import numpy as np
 import torch
 
-__all__ = ["plain", "export_model", "CheckpointError", "load_checkpoint", "reparameterize_model",
+__all__ = ["plain", "atomic_torch_save", "export_model", "CheckpointError", "load_checkpoint", "reparameterize_model",
            "build_model_from_checkpoint"]
 
 
@@ -34,6 +35,39 @@ def plain(obj: Any) -> Any:
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"cannot store {type(obj).__name__} ({obj!r}) in a plain checkpoint")
+
+
+def atomic_torch_save(obj: Any, path: os.PathLike | str) -> None:
+    """``torch.save`` that never leaves a partial file at ``path``.
+
+    The object is written to a temporary file in the same directory, flushed and fsynced, then
+    renamed over ``path`` (``os.replace`` is atomic on POSIX and Windows) and the directory is
+    fsynced. A crash or exception at any point leaves the previous file at ``path`` intact
+    (and the temporary file is removed on exceptions).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(obj, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    try:  # make the rename itself durable
+        dfd = os.open(str(path.parent), os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:  # pragma: no cover - e.g. Windows cannot fsync a directory
+        pass
 
 
 def reparameterize_model(model: torch.nn.Module) -> int:
@@ -90,9 +124,7 @@ def export_model(path: Path, model: torch.nn.Module, meta: Dict[str, Any], repar
     payload = {"state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
     payload.update(plain(meta))
     payload["reparameterized"] = folded
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    atomic_torch_save(payload, path)
 
 
 class CheckpointError(RuntimeError):

@@ -149,3 +149,16 @@ def test_scatter_errors():
         scatter(torch.rand(3, 2), torch.tensor([0, 1, 5]), dim_size=2)
     with pytest.raises(ValueError, match="1-D integer"):
         scatter(torch.rand(3, 2), torch.zeros(3))
+
+
+# regressions found by the property tests (tests/test_properties.py): the torch backend used to
+# square half-precision offsets in float16 (overflow beyond a spread of ~250) and to mark other-cloud
+# candidates with +inf, so overflowing real neighbours were silently dropped
+@pytest.mark.parametrize("scale, dtype", [(1000.0, torch.float16), (1e20, torch.float32)])
+def test_knn_torch_backend_keeps_every_neighbour_of_wide_clouds(scale, dtype):
+    x = (torch.rand(50, 3, generator=torch.Generator().manual_seed(0)) * scale).to(dtype)
+    batch = torch.tensor([0] * 20 + [1] * 30)
+    out = knn(x, x, 4, batch, batch, backend="torch")
+    assert out.size(1) == 50 * 4
+    ref = knn(x, x, 4, batch, batch, backend="kdtree")
+    assert {tuple(e) for e in out.t().tolist()} == {tuple(e) for e in ref.t().tolist()}

@@ -116,6 +116,13 @@ def _knn_torch(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Ten
     by_l = by
     rows, cols = [], []
     m = y.size(0)
+    # Squared distances are computed in float32 (float64 for float64 inputs, and for float32
+    # coordinates so large that their squares would overflow): half-precision squares overflow
+    # beyond a spread of ~250. Other-cloud candidates are excluded by a mask, not by their value.
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    if work == torch.float32 and m and x.numel() and max(float(x.abs().max()), float(y.abs().max())) > 1e18:
+        work = torch.float64
+    x, y = x.to(work), y.to(work)
     start = 0
     while start < m:
         b0 = int(by_l[start])
@@ -136,7 +143,7 @@ def _knn_torch(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Ten
         d.masked_fill_(~same, float("inf"))
         kk = min(k, hi - lo)
         dist, idx = torch.topk(d, kk, dim=1, largest=False, sorted=True)
-        valid = torch.isfinite(dist)
+        valid = same.gather(1, idx)
         r = torch.arange(start, end, device=x.device).unsqueeze(1).expand(-1, kk)
         rows.append(r[valid])
         cols.append(idx[valid] + lo)
