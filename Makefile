@@ -4,8 +4,9 @@
 #   make reconstruct  the paper's reconstruction experiment, small sweep
 PY := .venv/bin/python
 PYTEST_ARGS ?=
+FUZZ_SECONDS ?= 150
 
-.PHONY: setup demo reconstruct test test-slow clean
+.PHONY: setup demo reconstruct test test-slow fuzz clean
 
 setup:
 	@bash scripts/setup.sh
@@ -21,6 +22,10 @@ test: setup
 
 test-slow: setup
 	$(PY) -m pytest -m slow -q $(PYTEST_ARGS)
+
+# time-bounded fuzzing of every file reader (exit 1 and a reproducer on a crash)
+fuzz: setup
+	$(PY) scripts/fuzz.py --seconds $(FUZZ_SECONDS)
 
 clean:
 	rm -rf outputs .pytest_cache

@@ -84,7 +84,8 @@ class PointCloud:
         pts = np.asarray(self.points)
         if pts.ndim != 2 or pts.shape[1] != 3:
             raise ValueError(f"{where}: points must have shape [N, 3], got {pts.shape}")
-        self.points = np.ascontiguousarray(pts, dtype=np.float32)
+        with np.errstate(over="ignore"):  # beyond float32 becomes Inf, which the readers drop/refuse
+            self.points = np.ascontiguousarray(pts, dtype=np.float32)
         n = len(self.points)
         for name in ("normals", "colors"):
             arr = getattr(self, name)
@@ -167,8 +168,13 @@ def read_points(path: PathLike, *, num_samples: int = 10_000, seed: int = 0,
         else:
             raise ValueError(f"{p}: unsupported file extension {p.suffix!r}; supported: "
                              f"{', '.join(SUPPORTED_EXTENSIONS)}")
-    except (ValueError, FileNotFoundError):
+    except FileNotFoundError:
         raise
+    except ValueError as exc:
+        if str(p) in str(exc):
+            raise
+        # a ValueError from numpy/trimesh or a helper (sample_mesh...): name the file
+        raise ValueError(f"{p}: could not read {ext} file ({exc})") from exc
     except MemoryError as exc:
         raise ValueError(f"{p}: file is too large or its header is corrupt ({exc})") from exc
     except Exception as exc:  # anything from numpy/trimesh/zipfile becomes a named ValueError
@@ -193,6 +199,8 @@ def _finalize(cloud: PointCloud, p: Path, drop_invalid: bool) -> PointCloud:
     cloud.source = str(p)
     if len(cloud) == 0:
         raise ValueError(f"{p}: file contains no points")
+    if cloud.colors is not None:  # the documented range, whatever the file holds
+        cloud.colors = np.clip(np.nan_to_num(cloud.colors, nan=0.0, posinf=1.0, neginf=0.0), 0.0, 1.0)
     bad = ~np.isfinite(cloud.points).all(axis=1)
     if bad.any():
         if not drop_invalid:
@@ -227,6 +235,8 @@ def _looks_like_normals(block: np.ndarray) -> bool:
 
 def _color_scale(block: np.ndarray) -> Optional[float]:
     """1.0 or 255.0 when ``block`` looks like colours, else None."""
+    if block.size == 0:
+        return 1.0
     if not np.all(np.isfinite(block)) or block.min() < 0:
         return None
     top = float(block.max())
@@ -543,6 +553,8 @@ def _read_pcd(p: Path) -> PointCloud:
         raise ValueError(f"{p}: PCD header has a malformed SIZE/COUNT/POINTS/WIDTH entry") from None
     if npts < 0:
         raise ValueError(f"{p}: PCD header declares a negative point count")
+    if any(c < 1 for c in counts_i):
+        raise ValueError(f"{p}: PCD header COUNT entries must be positive, got {counts}")
     dtypes = []
     seen: Dict[str, int] = {}
     for name, t, s, c in zip(fields, types, sizes_i, counts_i):
@@ -553,7 +565,10 @@ def _read_pcd(p: Path) -> PointCloud:
         seen[name] = k + 1
         fname = name if k == 0 else f"{name}__{k}"  # padding fields '_' repeat
         dtypes.append((fname, "<" + _PCD_TYPES[key], (c,) if c > 1 else ()))
-    dt = np.dtype(dtypes)
+    try:
+        dt = np.dtype(dtypes)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ValueError(f"{p}: PCD header declares an impossible field layout (COUNT {counts}: {exc})") from None
     body = raw[pos:]
     if data_kind == "ascii":
         text = body.decode("latin-1")

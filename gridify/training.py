@@ -48,7 +48,7 @@ import yaml
 from torch.utils.data import DataLoader, Sampler
 
 import gridify
-from gridify.checkpoint import CheckpointError, export_model, load_checkpoint, plain  # noqa: F401
+from gridify.checkpoint import CheckpointError, atomic_torch_save, export_model, load_checkpoint, plain  # noqa: F401
 from gridify.datasets import (DatasetNotFoundError, DownloadError, ModelNet, ProceduralShapes, ShapeNetPart,
                               collate_points)
 from gridify.metrics import MeanClassAccuracy, OverallAccuracy, ShapeNetPartIoU
@@ -490,9 +490,20 @@ class ShardSampler(Sampler):
         self.size, self.shuffle, self.seed = int(size), bool(shuffle), int(seed)
         self.rank, self.world_size, self.pad = int(rank), int(world_size), bool(pad)
         self.epoch = 0
+        self._skip = 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
+
+    def skip_next(self, count: int) -> None:
+        """Make the next iteration (only) start after the first ``count`` indices of this epoch's order.
+
+        Used to resume mid-epoch: the remaining indices are exactly those an uninterrupted run
+        would still draw. ``len()`` is unchanged (Lightning counts the skipped batches as done).
+        """
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"ShardSampler.skip_next: count must be a non-negative integer, got {count!r}")
+        self._skip = count
 
     def _order(self) -> List[int]:
         if self.shuffle:
@@ -506,7 +517,8 @@ class ShardSampler(Sampler):
         return order[self.rank::self.world_size]
 
     def __iter__(self):
-        return iter(self._order())
+        skip, self._skip = self._skip, 0
+        return iter(self._order()[skip:])
 
     def __len__(self) -> int:
         if self.pad:
@@ -520,20 +532,45 @@ class EpochDataLoader(DataLoader):
     Lightning may create a train iterator before it calls ``sampler.set_epoch`` (first epoch,
     and right after resuming), so the epoch is read from ``epoch_fn`` here, before any worker
     starts or any index is drawn.
+
+    It is also resumable mid-epoch (Lightning's ``state_dict``/``load_state_dict`` protocol for
+    dataloaders): :meth:`state_dict` records ``(epoch, batches consumed)`` with the consumed
+    count read from ``progress_fn``; after :meth:`load_state_dict`, the next iteration of that
+    same epoch skips the consumed batches (through :meth:`ShardSampler.skip_next`), so a run
+    resumed from a mid-epoch checkpoint sees exactly the batches an uninterrupted run would.
     """
 
     def __init__(self, *args: Any, epoch_fn: Optional[Callable[[], int]] = None,
-                 on_epoch: Optional[Callable[[int], None]] = None, **kwargs: Any) -> None:
-        self.epoch_fn, self.on_epoch = epoch_fn, on_epoch
+                 on_epoch: Optional[Callable[[int], None]] = None,
+                 progress_fn: Optional[Callable[[], int]] = None, **kwargs: Any) -> None:
+        self.epoch_fn, self.on_epoch, self.progress_fn = epoch_fn, on_epoch, progress_fn
+        self._resume_at: Optional[Tuple[int, int]] = None
         super().__init__(*args, **kwargs)
 
+    def state_dict(self) -> Dict[str, int]:
+        epoch = int(self.epoch_fn()) if self.epoch_fn is not None else 0
+        batches = int(self.progress_fn()) if self.progress_fn is not None else 0
+        return {"epoch": epoch, "batches": batches}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        try:
+            self._resume_at = (int(state["epoch"]), int(state["batches"]))
+        except (KeyError, TypeError, ValueError):
+            warnings.warn(f"ignoring a malformed train dataloader state in the checkpoint: {state!r}")
+            self._resume_at = None
+
     def __iter__(self):
-        if self.epoch_fn is not None:
-            epoch = int(self.epoch_fn())
+        epoch = int(self.epoch_fn()) if self.epoch_fn is not None else None
+        if epoch is not None:
             if hasattr(self.sampler, "set_epoch"):
                 self.sampler.set_epoch(epoch)
             if self.on_epoch is not None:
                 self.on_epoch(epoch)
+        resume, self._resume_at = self._resume_at, None
+        if resume is not None and resume[0] == epoch and hasattr(self.sampler, "skip_next"):
+            batches = resume[1]
+            if 0 < batches < len(self):  # a checkpoint from inside this epoch: skip what it consumed
+                self.sampler.skip_next(batches * int(self.batch_size or 1))
         return super().__iter__()
 
 
@@ -874,7 +911,8 @@ def lightning_classes():
                 return EpochDataLoader(
                     ds, batch_size=int(d["batch_size"]), sampler=sampler, drop_last=bool(d.get("drop_last")),
                     epoch_fn=lambda: fit_loop.epoch_progress.current.processed,
-                    on_epoch=lambda e: set_train_epoch(ds, self.augment, seed, e), **common)
+                    on_epoch=lambda e: set_train_epoch(ds, self.augment, seed, e),
+                    progress_fn=lambda: fit_loop.epoch_loop.batch_progress.current.processed, **common)
             return DataLoader(ds, batch_size=int(d.get("eval_batch_size") or d["batch_size"]), sampler=sampler,
                               **common)
 
@@ -900,6 +938,32 @@ def lightning_classes():
                 trainer.should_stop = True
 
     return pl, PointCloudTask, PointCloudData, StopAfterEpochs
+
+
+def atomic_checkpoint_io():
+    """A Lightning ``CheckpointIO`` that writes checkpoints atomically and loads them safely.
+
+    Saving goes through :func:`atomic_torch_save` (temporary file in the same directory, fsync,
+    ``os.replace``), so a run killed while writing ``last.ckpt`` keeps the previous one;
+    loading always uses ``torch.load(..., weights_only=True)`` (tensors and plain containers,
+    no unpickled code), whatever the caller asks for.
+    """
+    from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+
+    class AtomicCheckpointIO(TorchCheckpointIO):
+        def save_checkpoint(self, checkpoint: Dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
+            if storage_options is not None:
+                raise TypeError("AtomicCheckpointIO.save_checkpoint does not take storage_options")
+            atomic_torch_save(checkpoint, path)
+
+        def load_checkpoint(self, path: Any, map_location: Optional[Any] = None,
+                            weights_only: Optional[bool] = None) -> Dict[str, Any]:
+            if not Path(path).is_file():
+                raise FileNotFoundError(f"Checkpoint file not found: {path}")
+            return torch.load(path, map_location=map_location if map_location is not None else "cpu",
+                              weights_only=True)
+
+    return AtomicCheckpointIO()
 
 
 # ======================================================================================
@@ -1099,7 +1163,8 @@ def run(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool = Fal
         num_sanity_val_steps=int(tr["num_sanity_val_steps"]), gradient_clip_val=tr["gradient_clip_val"],
         accumulate_grad_batches=int(tr["accumulate_grad_batches"]), deterministic=tr["deterministic"],
         enable_progress_bar=bool(tr["progress_bar"]), enable_model_summary=rank0 and bool(tr["progress_bar"]),
-        callbacks=callbacks, logger=loggers, use_distributed_sampler=False, default_root_dir=str(out), **limits)
+        callbacks=callbacks, logger=loggers, use_distributed_sampler=False, default_root_dir=str(out),
+        plugins=[atomic_checkpoint_io()], **limits)
     if trainer.world_size != world and rank0:
         warnings.warn(f"steps per epoch were computed for {world} processes but the trainer runs "
                       f"{trainer.world_size}; the LR schedule length may be off")

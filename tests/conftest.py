@@ -4,6 +4,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from _network_guard import no_external_network  # noqa: F401  (autouse: tests may open loopback sockets only)
+
 # The suite's tensors are small: one intra-op thread is as fast and immune to the oversubscription
 # slow-down seen when another process competes for the 2 cores of a CI machine.
 torch.set_num_threads(1)

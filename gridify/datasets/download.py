@@ -138,11 +138,27 @@ def download_file(url: str, dest: PathLike, *, sha256: Optional[str] = None, tim
                   progress: bool = True, resume: bool = True) -> Path:
     """Download ``url`` to ``dest`` (resumable through ``dest + '.part'``), verify, rename.
 
+    A resumed download whose result fails the sha256 check (the ``.part`` file held bytes of
+    another version, or was damaged) is fetched once more from the start before giving up.
+
     Raises:
         urllib.error.URLError / OSError: the transfer failed (the ``.part`` file is kept so a
             later call resumes).
         ValueError: the downloaded file's sha256 differs (the ``.part`` file is deleted).
     """
+    part = Path(dest).with_name(Path(dest).name + ".part")
+    resumed = bool(resume and part.exists() and part.stat().st_size > 0)
+    try:
+        return _download_once(url, dest, sha256=sha256, timeout=timeout, progress=progress, resume=resume)
+    except ValueError:
+        if not resumed:
+            raise
+        # the kept partial file was bad: start over once (the .part is gone after a mismatch)
+        return _download_once(url, dest, sha256=sha256, timeout=timeout, progress=progress, resume=False)
+
+
+def _download_once(url: str, dest: PathLike, *, sha256: Optional[str], timeout: float, progress: bool,
+                   resume: bool) -> Path:
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
@@ -352,14 +368,21 @@ def download_and_extract(name: str, root: PathLike, urls: Sequence[str], sha256:
     archive = root / filename
     root.mkdir(parents=True, exist_ok=True)
 
-    if archive.exists():
-        if sha256 is not None:
-            got = sha256_of(archive)
-            if got.lower() != sha256.lower():
-                raise ValueError(f"{archive}: sha256 mismatch (expected {sha256}, got {got}); the archive "
-                                 f"is corrupt or a different version. Delete it and run again, or replace it "
-                                 f"with a good copy.")
-    else:
+    bad_copy: Optional[Path] = None
+    mismatch = ""
+    if archive.exists() and sha256 is not None:
+        got = sha256_of(archive)
+        if got.lower() != sha256.lower():
+            # e.g. a download interrupted by something other than gridify, or a different version:
+            # keep it aside (never silently delete a user's file) and fetch a good copy
+            mismatch = (f"{archive}: sha256 mismatch (expected {sha256}, got {got}); the archive is "
+                        f"truncated, corrupt or a different version")
+            bad_copy = archive.with_name(archive.name + ".corrupt")
+            os.replace(archive, bad_copy)
+            import warnings
+
+            warnings.warn(f"{mismatch}; moved it to {bad_copy} and re-fetching it", stacklevel=2)
+    if not archive.exists():
         errors: List[str] = []
         for url in urls:
             for attempt in range(max(1, int(retries))):
@@ -378,6 +401,11 @@ def download_and_extract(name: str, root: PathLike, urls: Sequence[str], sha256:
                 break
         if not archive.exists():
             tried = "\n".join(f"    {e}" for e in errors) or "    (no mirror URLs given)"
+            if bad_copy is not None:
+                os.replace(bad_copy, archive)  # leave things as they were
+                raise ValueError(f"{mismatch}. Re-fetching it failed; tried:\n{tried}\nDelete it and run "
+                                 f"again, or replace it with a good copy.\n"
+                                 + _manual_hint(filename, urls, archive, sha256, note))
             raise DownloadError(f"could not download {filename!r} for dataset {name!r}; tried:\n{tried}\n"
                                 + _manual_hint(filename, urls, archive, sha256, note))
     if not extract:
