@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 VENV=${VENV:-.venv}
-SYSTEM_LIBS=(libusb-1.0-0 libgl1 libgomp1)
+SYSTEM_LIBS=(libusb-1.0-0 libgl1 libgomp1 mesa-vulkan-drivers)  # mesa-vulkan-drivers: headless rendering (gridify show --out)
 
 say() { printf '[setup] %s\n' "$*"; }
 

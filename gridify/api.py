@@ -1,0 +1,629 @@
+"""Inference on your own point clouds: :func:`load` a trained model, :meth:`Predictor.predict`.
+
+    import gridify
+    model = gridify.load("outputs/procedural/checkpoints/model.pt")   # or a Lightning .ckpt
+    pred = model.predict("scan.ply")               # a path, an [N, 3] array/tensor or a PointCloud
+    pred.labels, pred.probabilities, pred.names    # [N] / [N, K] (segmentation) or [] / [K]
+
+What :meth:`Predictor.predict` does to a cloud of ``N`` points (any ``N >= 1``):
+
+1. **Normalization, as in training.** The whole cloud is centred on its centroid and scaled into
+   the unit sphere (``p' = (p - mean(p)) / max_j |p_j - mean(p)|``, the datasets' default
+   :class:`gridify.transforms.Normalize`), unless the checkpoint's config says
+   ``data.normalize: false``. Normals are unchanged by this.
+2. **Any N.** Models are trained on clouds of ``n = num_points`` points (from the checkpoint's
+   data config). The points are first put in a canonical order that depends only on their
+   content (a lexicographic sort of ``[xyz, normals]``), so the result does not depend on the
+   input order (exactly, for clouds without duplicate points).
+
+   * classification: ``N == n``: one pass over the cloud. Otherwise ``num_votes`` subsets of
+     ``n`` points are drawn with a seeded generator (without replacement when ``N > n``; when
+     ``N < n`` every point is kept and ``n - N`` are repeated, like the training sampler), and
+     their softmax probabilities are averaged.
+   * segmentation: every point is labelled. A seeded permutation splits the cloud into
+     ``ceil(N / n)`` chunks of nearly equal size (at most ``n`` points each; one chunk when
+     ``N <= n``), each chunk is segmented as one cloud of the batch, and the per-point
+     labels/probabilities are scattered back to the input order.
+3. Segmentation models trained with object categories (ShapeNet-Part style) need
+   ``category=`` (a name or an index); the argmax is then restricted to that category's parts
+   (as the ShapeNet-Part metric does), and those parts' probabilities sum to 1.
+
+:func:`gridify` is the functional form of the gridification layer for custom clouds.
+
+This module needs only PyTorch and NumPy (and :mod:`gridify.io` for files).
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from .checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
+from .io import PointCloud, read_points
+
+__all__ = ["load", "Predictor", "Prediction", "gridify", "normalize_cloud", "DEFAULT_NUM_POINTS"]
+
+#: points per training cloud of each dataset when the config does not say (the constructors' defaults)
+DEFAULT_NUM_POINTS = {"procedural": 1024, "modelnet": 1024, "modelnet10": 1024, "modelnet40": 1024,
+                      "shapenet": 2048}
+
+PointsLike = Union[np.ndarray, Tensor, PointCloud, str, "os.PathLike[str]"]
+
+
+# --------------------------------------------------------------------------------------
+# input handling
+# --------------------------------------------------------------------------------------
+def _to_numpy(a: Any, name: str, where: str) -> np.ndarray:
+    if isinstance(a, Tensor):
+        a = a.detach().cpu().numpy()
+    if not isinstance(a, np.ndarray):
+        if isinstance(a, (list, tuple)):
+            a = np.asarray(a)
+        else:
+            raise TypeError(f"{where}: {name} must be a numpy array, a torch tensor, a gridify.io.PointCloud "
+                            f"or a file path, got {type(a).__name__}")
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"{where}: {name} must hold numbers, got dtype {a.dtype}")
+    return a
+
+
+def _read_cloud(points: PointsLike, normals: Any, where: str) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
+    """``(points [N, 3] float32, normals [N, 3] float32 or None, source)`` from any supported input."""
+    source = ""
+    if isinstance(points, (str, os.PathLike)):
+        points = read_points(points)
+    if isinstance(points, PointCloud):
+        source = points.source
+        if normals is None:
+            normals = points.normals
+        points = points.points
+    pos = _to_numpy(points, "points", where)
+    if pos.ndim != 2 or pos.shape[-1] != 3:
+        hint = " (pass normals separately: normals=...)" if pos.ndim == 2 and pos.shape[-1] == 6 else ""
+        raise ValueError(f"{where}: points must have shape [N, 3], got {tuple(pos.shape)}{hint}")
+    if pos.shape[0] == 0:
+        raise ValueError(f"{where}: the cloud is empty (0 points)")
+    pos = pos.astype(np.float32)
+    if not np.isfinite(pos).all():
+        bad = int((~np.isfinite(pos)).any(1).sum())
+        raise ValueError(f"{where}: points contain NaN/Inf values ({bad} of {len(pos)} points); drop them first")
+    if normals is not None:
+        nrm = _to_numpy(normals, "normals", where)
+        if nrm.shape != pos.shape:
+            raise ValueError(f"{where}: normals must have shape {list(pos.shape)} like points, got {tuple(nrm.shape)}")
+        nrm = nrm.astype(np.float32)
+        if not np.isfinite(nrm).all():
+            raise ValueError(f"{where}: normals contain NaN/Inf values")
+        normals = nrm
+    return pos, normals, source
+
+
+def normalize_cloud(pos: np.ndarray) -> Tuple[np.ndarray, np.ndarray, float]:
+    """Centre on the centroid and scale into the unit sphere: ``(p - c) / s``.
+
+    Returns ``(normalized [N, 3] float32, c [3], s)`` with ``s = max_j |p_j - c|``; the
+    original points are ``normalized * s + c``. Raises ValueError for a zero-extent cloud.
+    """
+    p = np.asarray(pos, dtype=np.float64)
+    c = p.mean(0)
+    q = p - c
+    s = float(np.sqrt((q * q).sum(1).max()))
+    if not s > 1e-12 * max(1.0, float(np.abs(p).max())):
+        raise ValueError(f"normalize_cloud: all {len(p)} points are identical (zero extent); cannot scale the "
+                         f"cloud into the unit sphere")
+    return (q / s).astype(np.float32), c, s
+
+
+def canonical_order(pos: np.ndarray, normals: Optional[np.ndarray] = None) -> np.ndarray:
+    """A permutation that depends only on the rows' content: lexicographic by ``[x, y, z, normals]``."""
+    cols = [pos[:, 2], pos[:, 1], pos[:, 0]]
+    if normals is not None:
+        cols = [normals[:, 2], normals[:, 1], normals[:, 0]] + cols
+    return np.lexsort(cols)  # the last key is the primary one
+
+
+def estimate_normals(pos: np.ndarray, k: int = 30) -> np.ndarray:
+    """Unit normals from the covariance of the ``k`` nearest neighbours (Open3D, imported lazily).
+
+    Normals are oriented away from the centroid (``n . (p - mean) >= 0``), which suits closed,
+    roughly star-shaped objects; open scans may get some flipped normals.
+    """
+    try:
+        import open3d as o3d
+    except ImportError as exc:  # pragma: no cover - open3d is a dependency
+        raise ImportError("estimate_normals needs open3d (pip install open3d)") from exc
+    pc = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(np.asarray(pos, dtype=np.float64)))
+    pc.estimate_normals(o3d.geometry.KDTreeSearchParamKNN(int(min(k, max(len(pos) - 1, 1)))))
+    n = np.asarray(pc.normals, dtype=np.float32)
+    if n.shape != (len(pos), 3):
+        raise ValueError(f"estimate_normals: could not estimate normals for {len(pos)} points")
+    out = np.asarray(pos, dtype=np.float32) - np.asarray(pos, dtype=np.float32).mean(0)
+    flip = (n * out).sum(1) < 0
+    n[flip] *= -1
+    return n
+
+
+_estimate_normals = estimate_normals  # Predictor methods take an ``estimate_normals`` flag
+
+
+# --------------------------------------------------------------------------------------
+# results
+# --------------------------------------------------------------------------------------
+@dataclass
+class Prediction:
+    """The result of :meth:`Predictor.predict`.
+
+    Shapes:
+        segmentation: labels ``[N]`` int64 and probabilities ``[N, K]`` in the input order.
+        classification: labels ``[]`` (0-d) int64 and probabilities ``[K]``.
+        ``K = len(class_names)``; probabilities sum to 1 over the classes (over the category's
+        parts when a category restricted them).
+    """
+
+    labels: np.ndarray
+    probabilities: np.ndarray
+    class_names: List[str]
+    task: str
+    num_points: int
+    category: Optional[str] = None
+    source: str = ""
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> int:
+        """The class id of a classification (the majority part id for segmentation)."""
+        if self.task == "classification":
+            return int(self.labels)
+        return int(np.bincount(self.labels, minlength=len(self.class_names)).argmax())
+
+    @property
+    def names(self) -> Union[str, List[str]]:
+        """Class name (classification) or one part name per point (segmentation)."""
+        if self.task == "classification":
+            return self.class_names[int(self.labels)]
+        return [self.class_names[i] for i in self.labels.tolist()]
+
+    @property
+    def point_labels(self) -> np.ndarray:
+        """One label per input point ``[N]`` (a classification's class repeated)."""
+        if self.task == "classification":
+            return np.full(self.num_points, int(self.labels), dtype=np.int64)
+        return self.labels
+
+    def summary(self, top: int = 5) -> str:
+        """A few human-readable lines."""
+        src = f"{self.source}: " if self.source else ""
+        if self.task == "classification":
+            order = np.argsort(-self.probabilities)[:top]
+            alts = ", ".join(f"{self.class_names[i]} {self.probabilities[i]:.3f}" for i in order)
+            return f"{src}{self.names} (p={self.probabilities[int(self.labels)]:.3f}; top: {alts})"
+        counts = np.bincount(self.labels, minlength=len(self.class_names))
+        parts = ", ".join(f"{self.class_names[i]} {counts[i]}" for i in np.flatnonzero(counts))
+        cat = f" [{self.category}]" if self.category else ""
+        return f"{src}{self.num_points} points{cat}: {parts}"
+
+
+# --------------------------------------------------------------------------------------
+# the predictor
+# --------------------------------------------------------------------------------------
+class Predictor(nn.Module):
+    """A trained gridified model plus what is needed to run it on new clouds.
+
+    Build it with :func:`load`. ``forward`` is the bare model's forward (normalized, PyG-style
+    inputs); :meth:`predict` and :meth:`embed` take raw clouds of any size (see the module
+    docstring for the exact procedure).
+
+    Attributes:
+        model: the network (eval mode). task: ``"classification"`` or ``"segmentation"``.
+        class_names: names of the outputs (classes, or parts for segmentation).
+        category_names / category_to_parts: object categories of a segmentation model (or None).
+        num_points: points per training cloud ``n``. normalize: whether clouds are normalized.
+        in_channels / use_normals: point features the model takes (6 = xyz + normals).
+        gridify_version: the version that trained the model. meta: the checkpoint's info/config.
+
+    Shapes:
+        forward: pos ``[N, 3]``, x ``[N, F]``, batch ``[N]`` -> logits ``[B, K]`` or ``[N, K]``.
+    """
+
+    def __init__(self, model: nn.Module, *, task: str, class_names: Sequence[str], num_points: Optional[int],
+                 in_channels: int, normalize: bool = True, category_names: Optional[Sequence[str]] = None,
+                 category_to_parts: Optional[Sequence[Sequence[int]]] = None,
+                 gridify_version: Optional[str] = None, meta: Optional[Dict[str, Any]] = None) -> None:
+        super().__init__()
+        if task not in ("classification", "segmentation"):
+            raise ValueError(f"Predictor: task must be 'classification' or 'segmentation', got {task!r}")
+        self.model = model.eval()
+        self.task = task
+        self.class_names = [str(c) for c in class_names]
+        self.num_points = None if num_points is None else int(num_points)
+        self.in_channels = int(in_channels)
+        self.use_normals = self.in_channels == 6
+        self.normalize = bool(normalize)
+        self.category_names = None if category_names is None else [str(c) for c in category_names]
+        self.category_to_parts = None if category_to_parts is None else [list(map(int, p)) for p in category_to_parts]
+        self.num_categories = int(getattr(model, "num_categories", 0) or 0)
+        self.gridify_version = gridify_version
+        self.meta = dict(meta or {})
+        self.eval()
+
+    # ---- plumbing ----------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def resolution(self) -> int:
+        return int(self.model.gridify.resolution)
+
+    def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None,
+                category: Optional[Tensor] = None) -> Tensor:
+        if self.task == "segmentation":
+            return self.model(pos, x, batch, category=category)
+        return self.model(pos, x, batch)
+
+    def extra_repr(self) -> str:
+        return (f"task={self.task}, classes={len(self.class_names)}, num_points={self.num_points}, "
+                f"in_channels={self.in_channels}, normalize={self.normalize}, version={self.gridify_version}")
+
+    def prepare(self, points: PointsLike, normals: Any = None, *, estimate_normals: bool = False,
+                where: str = "Predictor.prepare") -> Dict[str, Any]:
+        """Validate and normalize one cloud: a dict with ``pos`` ``[N, 3]`` (normalized), ``x``
+        ``[N, F]`` (model features), ``center`` ``[3]``, ``scale``, ``normals`` and ``source``."""
+        pos, nrm, source = _read_cloud(points, normals, where)
+        if self.use_normals and nrm is None:
+            if not estimate_normals:
+                raise ValueError(f"{where}: the model was trained with normals (in_channels=6) but the cloud has "
+                                 f"none; pass normals=..., a file with normals (or a mesh), or estimate_normals=True")
+            nrm = _estimate_normals(pos)
+        center, scale = np.zeros(3), 1.0
+        if self.normalize:
+            try:
+                pos, center, scale = normalize_cloud(pos)
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
+        x = np.concatenate([pos, nrm], 1) if self.use_normals else pos
+        if x.shape[1] != self.in_channels:
+            raise ValueError(f"{where}: the model takes {self.in_channels} features per point, but the cloud "
+                             f"gives {x.shape[1]}")
+        return {"pos": pos, "x": x, "normals": nrm, "center": center, "scale": scale, "source": source}
+
+    def _category(self, category: Any, where: str) -> Optional[int]:
+        if self.task != "segmentation" or self.num_categories == 0:
+            if category is not None:
+                raise ValueError(f"{where}: category is only used by segmentation models trained with object "
+                                 f"categories; this model does not take one")
+            return None
+        names = self.category_names or [str(i) for i in range(self.num_categories)]
+        if category is None:
+            raise ValueError(f"{where}: this segmentation model needs the object category: pass category= one of "
+                             f"{names} (or its index)")
+        if isinstance(category, str):
+            low = [n.lower() for n in names]
+            if category.lower() in low:
+                return low.index(category.lower())
+            if category.isdigit():
+                category = int(category)
+            else:
+                raise ValueError(f"{where}: unknown category {category!r}; known: {names}")
+        if isinstance(category, bool) or not isinstance(category, (int, np.integer)) or \
+                not 0 <= int(category) < self.num_categories:
+            raise ValueError(f"{where}: category must be a name or an index in [0, {self.num_categories}), "
+                             f"got {category!r}")
+        return int(category)
+
+    # ---- prediction ----------------------------------------------------------------------
+    @torch.no_grad()
+    def predict(self, points: PointsLike, normals: Any = None, category: Any = None, *, num_votes: int = 4,
+                seed: int = 0, batch_size: int = 8, estimate_normals: bool = False) -> Prediction:
+        """Labels and probabilities for one cloud of any size (see the module docstring).
+
+        Args:
+            points: ``[N, 3]`` numpy array or tensor, a :class:`gridify.io.PointCloud`, or a file
+                path (read with :func:`gridify.io.read_points`; its normals are used).
+            normals: ``[N, 3]`` normals (required when the model was trained with normals,
+                unless the file/PointCloud has them or ``estimate_normals=True``).
+            category: object category (name or index) for segmentation models that need one.
+            num_votes: random subsets averaged by a classifier when ``N != num_points``.
+            seed: seed of the subsets / chunks (the result is a function of the cloud and seed).
+            batch_size: subsets or chunks per forward pass (bounds the memory).
+            estimate_normals: estimate missing normals with Open3D (see :func:`estimate_normals`).
+
+        Returns:
+            A :class:`Prediction`.
+
+        Raises:
+            ValueError: empty cloud, wrong shapes, NaN/Inf, missing normals, missing/unknown
+                category. TypeError: unsupported input type.
+        """
+        where = f"{type(self).__name__}.predict"
+        for name, v in (("num_votes", num_votes), ("batch_size", batch_size)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{where}: {name} must be a positive integer, got {v!r}")
+        cat = self._category(category, where)
+        cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=where)
+        probs = (self._classify(cloud, num_votes, seed, batch_size, "probs") if self.task == "classification"
+                 else self._segment(cloud, cat, seed, batch_size))
+        labels = probs.argmax(-1).astype(np.int64)
+        cat_name = None
+        if cat is not None:
+            cat_name = (self.category_names or [str(i) for i in range(self.num_categories)])[cat]
+        return Prediction(labels=np.asarray(labels), probabilities=probs, class_names=list(self.class_names),
+                          task=self.task, num_points=int(len(cloud["pos"])), category=cat_name,
+                          source=cloud["source"])
+
+    def _subsets(self, n_in: int, order: np.ndarray, num_votes: int, seed: int) -> List[np.ndarray]:
+        n = self.num_points
+        if n is None or n_in == n:
+            return [order]
+        rng = np.random.default_rng(int(seed))
+        out = []
+        for _ in range(num_votes):
+            if n_in > n:
+                idx = np.sort(rng.choice(n_in, size=n, replace=False))
+            else:
+                idx = np.concatenate([np.arange(n_in), rng.integers(0, n_in, size=n - n_in)])
+            out.append(order[idx])
+        return out
+
+    def _classify(self, cloud: Dict[str, Any], num_votes: int, seed: int, batch_size: int, what: str) -> np.ndarray:
+        order = canonical_order(cloud["pos"], cloud["normals"])
+        subsets = self._subsets(len(order), order, num_votes, seed)
+        dev = self.device
+        pos_all = torch.from_numpy(cloud["pos"]).to(dev)
+        x_all = torch.from_numpy(np.ascontiguousarray(cloud["x"])).to(dev)
+        outs = []
+        for s in range(0, len(subsets), batch_size):
+            idx = torch.from_numpy(np.stack(subsets[s:s + batch_size])).to(dev)  # [V, n]
+            pos, x = pos_all[idx], x_all[idx]
+            if what == "probs":
+                outs.append(torch.softmax(self.model(pos, x).float(), -1))
+            else:
+                outs.append(self._embed_dense(pos, x).float())
+        return torch.cat(outs).mean(0).cpu().numpy()
+
+    def _chunks(self, cloud: Dict[str, Any], seed: int) -> List[np.ndarray]:
+        n_in = len(cloud["pos"])
+        order = canonical_order(cloud["pos"], cloud["normals"])
+        n = self.num_points
+        if n is None or n_in <= n:
+            return [order]
+        perm = order[np.random.default_rng(int(seed)).permutation(n_in)]
+        return np.array_split(perm, math.ceil(n_in / n))
+
+    def _segment(self, cloud: Dict[str, Any], cat: Optional[int], seed: int, batch_size: int) -> np.ndarray:
+        chunks = self._chunks(cloud, seed)
+        dev = self.device
+        pos_all = torch.from_numpy(cloud["pos"]).to(dev)
+        x_all = torch.from_numpy(np.ascontiguousarray(cloud["x"])).to(dev)
+        K = len(self.class_names)
+        probs = torch.zeros(len(pos_all), K)
+        mask = None
+        if cat is not None and self.category_to_parts is not None:
+            mask = torch.full((K,), float("-inf"))
+            mask[self.category_to_parts[cat]] = 0.0
+        for s in range(0, len(chunks), batch_size):
+            group = chunks[s:s + batch_size]
+            idx = torch.from_numpy(np.concatenate(group)).to(dev)
+            batch = torch.repeat_interleave(torch.arange(len(group), device=dev),
+                                            torch.tensor([len(g) for g in group], device=dev))
+            category = None if cat is None else torch.full((len(group),), cat, dtype=torch.long, device=dev)
+            logits = self.model(pos_all[idx], x_all[idx], batch, category=category).float().cpu()
+            if mask is not None:
+                logits = logits + mask
+            probs[idx.cpu()] = torch.softmax(logits, -1)
+        return probs.numpy()
+
+    # ---- features ----------------------------------------------------------------------
+    def _grid(self, pos: Tensor, x: Tensor, batch: Optional[Tensor] = None) -> Tensor:
+        """Backbone output ``[B, C, R, R, R]``."""
+        m = self.model
+        return m.backbone(m.grid_norm(m.gridify(pos, x, batch)))
+
+    def _embed_dense(self, pos: Tensor, x: Tensor) -> Tensor:
+        embed = getattr(self.model, "embed", None)
+        if callable(embed):
+            return embed(pos, x)
+        return self._grid(pos, x).flatten(2).mean(-1)
+
+    @torch.no_grad()
+    def embed(self, points: PointsLike, normals: Any = None, *, num_votes: int = 4, seed: int = 0,
+              batch_size: int = 8, estimate_normals: bool = False) -> np.ndarray:
+        """One descriptor per cloud: the pooled backbone grid features ``[C]``.
+
+        For a classifier this is ``model.embed`` (the input of its MLP head, ``[2C]`` with
+        ``pool="meanmax"``); for a segmenter the mean of its backbone grid. Subsets are drawn
+        and averaged exactly as :meth:`predict` does for a classifier.
+        """
+        where = f"{type(self).__name__}.embed"
+        cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=where)
+        return self._classify(cloud, int(num_votes), seed, int(batch_size), "embed")
+
+    @torch.no_grad()
+    def inspect(self, points: PointsLike, normals: Any = None, category: Any = None, *, seed: int = 0,
+                estimate_normals: bool = False) -> Dict[str, Any]:
+        """Everything :func:`gridify.vis.show` draws, in the normalized frame.
+
+        Returns a dict: ``pos`` ``[N, 3]`` (all points, normalized), ``prediction``
+        (:class:`Prediction`), ``grid`` ``[C, R, R, R]`` (the *gridification* output, i.e. the
+        learned grid before the backbone) and ``graph`` (its :class:`BipartiteGraph`), both for
+        one canonical subset/chunk of ``num_points`` points (the whole cloud when smaller).
+        """
+        pred = self.predict(points, normals, category, seed=seed, estimate_normals=estimate_normals)
+        cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=f"{type(self).__name__}.inspect")
+        sub = self._chunks(cloud, seed)[0] if self.task == "segmentation" else \
+            self._subsets(len(cloud["pos"]), canonical_order(cloud["pos"], cloud["normals"]), 1, seed)[0]
+        dev = self.device
+        pos = torch.from_numpy(cloud["pos"][sub]).to(dev)
+        x = torch.from_numpy(np.ascontiguousarray(cloud["x"][sub])).to(dev)
+        grid, graph = self.model.gridify(pos, x, return_graph=True)
+        return {"pos": cloud["pos"], "prediction": pred, "grid": grid[0].cpu(), "graph": graph,
+                "subset": sub, "center": cloud["center"], "scale": cloud["scale"]}
+
+
+def _num_points_of(config: Dict[str, Any]) -> Optional[int]:
+    data = config.get("data") or {}
+    for section in (data.get("test") or {}, data):
+        if "num_points" in section:
+            v = section["num_points"]
+            return None if v is None else int(v)
+    return DEFAULT_NUM_POINTS.get(str(data.get("name", "procedural")), 1024)
+
+
+def load(path: Union[str, "os.PathLike[str]"], device: Union[str, torch.device] = "cpu",
+         reparameterize: bool = True) -> Predictor:
+    """Load a trained model (exported ``model.pt`` or Lightning ``.ckpt``) for inference.
+
+    The file is read with ``torch.load(..., weights_only=True)`` (no code is unpickled). The
+    checkpoint's metadata gives the task, class/part/category names, the training
+    ``num_points`` and normalization (from the stored data config) and the gridify version.
+
+    Args:
+        path: the checkpoint file.
+        device: where to put the model (``"cpu"``, ``"cuda"``, ...).
+        reparameterize: fold reparameterizable layers into their inference form (faster, same
+            outputs up to float rounding).
+
+    Raises:
+        gridify.checkpoint.CheckpointError: missing, corrupt, unsafe or foreign files.
+    """
+    payload = load_checkpoint(path)
+    model = build_model_from_checkpoint(payload, reparameterize=reparameterize)
+    info = payload.get("info") or {}
+    config = payload.get("config") or {}
+    kwargs = payload.get("model_kwargs") or {}
+    data = config.get("data") or {}
+    in_channels = int(kwargs.get("in_channels", info.get("in_channels", 3)))
+    class_names = payload.get("class_names") or info.get("class_names")
+    if not class_names:
+        n = int(kwargs.get("num_classes", info.get("num_outputs", 0)))
+        if n < 1:
+            raise CheckpointError(f"{path}: the checkpoint records neither class names nor the number of classes")
+        class_names = [f"class{i}" for i in range(n)]
+    meta = {"info": info, "config": config, "model_name": payload.get("model_name"), "model_kwargs": kwargs,
+            "path": str(path), "kind": payload.get("kind")}
+    pred = Predictor(model, task=str(payload["task"]), class_names=class_names, num_points=_num_points_of(config),
+                     in_channels=in_channels, normalize=bool(data.get("normalize", True)),
+                     category_names=info.get("category_names"), category_to_parts=info.get("category_to_parts"),
+                     gridify_version=payload.get("gridify_version"), meta=meta)
+    return pred.to(device)
+
+
+# --------------------------------------------------------------------------------------
+# functional gridification
+# --------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _seeded(seed: Optional[int]):
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        yield
+
+
+def gridify(points: PointsLike, features: Any = None, resolution: Optional[int] = None, k: Optional[int] = None, *,
+            channels: int = 16, module: Optional[nn.Module] = None, seed: Optional[int] = 0, normalize: bool = True,
+            return_graph: bool = False, **kwargs: Any):
+    r"""Gridify a custom cloud onto a dense ``R^3`` grid (no training needed).
+
+    Computes one :class:`gridify.nn.Gridification` layer,
+
+        x_i^G = phi_upd( AGG_{j -> i} phi_msg( phi_node(f_j), phi_pos(c_i^G - p_j) ) ),
+
+    over the bilateral kNN edges between the points ``p_j`` and the ``R^3`` nodes ``c_i^G`` of
+    the grid over ``[-1, 1]^3`` (each node takes its ``k`` nearest points and each point
+    sends to its ``k`` nearest nodes). ``f_j`` are ``features`` (the coordinates when None).
+
+    * ``module=None``: the networks are a *freshly initialised* Gridification with
+      ``channels`` outputs, created under ``torch.manual_seed(seed)`` (the global RNG is left
+      untouched), so the result is a deterministic random-feature gridification of the
+      cloud: useful to inspect the connectivity and as untrained grid features.
+    * ``module=``: a given (e.g. trained) Gridification, such as ``predictor.model.gridify``;
+      its ``resolution`` and ``k`` are used (passing different ones raises ValueError).
+
+    With ``normalize`` (default) each cloud is first centred and scaled into the unit sphere
+    (as the datasets do), so any cloud fits in the grid box; otherwise it must already lie in
+    the module's box. Runs without gradients.
+
+    Args:
+        points: ``[N, 3]`` or batched ``[B, N, 3]`` (array/tensor), a PointCloud or a file path.
+        features: ``[N, F]`` / ``[B, N, F]`` point features, or None.
+        resolution: grid nodes per axis ``R`` (default 9). k: neighbours (default 9).
+        channels: output channels ``C`` of a fresh module. seed: its initialisation seed.
+        kwargs: further :class:`Gridification` arguments for a fresh module (``omega0``,
+            ``aggr``, ``message``, ``pos_embedding``, ...).
+        return_graph: also return the :class:`gridify.nn.connectivity.BipartiteGraph`.
+
+    Returns:
+        ``[C, R, R, R]`` for one cloud, ``[B, C, R, R, R]`` for a batch (float32, CPU unless
+        the module lives elsewhere); with ``return_graph`` a ``(grid, graph)`` pair.
+    """
+    from .nn.gridification import Gridification
+
+    where = "gridify.gridify"
+    if isinstance(points, (str, os.PathLike, PointCloud)):
+        pos, nrm, _ = _read_cloud(points, None, where)
+        pos_b = pos[None]
+    else:
+        arr = _to_numpy(points, "points", where)
+        if arr.ndim == 2:
+            pos, _, _ = _read_cloud(arr, None, where)
+            pos_b = pos[None]
+        elif arr.ndim == 3 and arr.shape[-1] == 3:
+            if arr.shape[0] == 0 or arr.shape[1] == 0:
+                raise ValueError(f"{where}: the batch holds no points (shape {tuple(arr.shape)})")
+            pos_b = arr.astype(np.float32)
+            if not np.isfinite(pos_b).all():
+                raise ValueError(f"{where}: points contain NaN/Inf values")
+        else:
+            raise ValueError(f"{where}: points must have shape [N, 3] or [B, N, 3], got {tuple(arr.shape)}")
+    single = isinstance(points, (str, os.PathLike, PointCloud)) or _to_numpy(points, "points", where).ndim == 2
+    B, N = pos_b.shape[:2]
+    feat = None
+    if features is not None:
+        feat = _to_numpy(features, "features", where).astype(np.float32)
+        if single and feat.ndim == 2:
+            feat = feat[None]
+        if feat.ndim != 3 or feat.shape[:2] != (B, N):
+            want = f"[{N}, F]" if single else f"[{B}, {N}, F]"
+            raise ValueError(f"{where}: features must have shape {want} to match points, got "
+                             f"{tuple(_to_numpy(features, 'features', where).shape)}")
+        if not np.isfinite(feat).all():
+            raise ValueError(f"{where}: features contain NaN/Inf values")
+    if normalize:
+        try:
+            pos_b = np.stack([normalize_cloud(p)[0] for p in pos_b])
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+    in_channels = 3 if feat is None else feat.shape[-1]
+    if module is None:
+        resolution = 9 if resolution is None else resolution
+        k = 9 if k is None else k
+        with _seeded(seed):
+            module = Gridification(in_channels, int(channels), resolution, k=k, **kwargs)
+        module.eval()
+    else:
+        if not isinstance(module, Gridification):
+            raise TypeError(f"{where}: module must be a gridify.nn.Gridification, got {type(module).__name__}")
+        if kwargs:
+            raise ValueError(f"{where}: {sorted(kwargs)} only configure a fresh module; not with module=")
+        for name, given, has in (("resolution", resolution, module.resolution), ("k", k, module.k)):
+            if given is not None and given != has:
+                raise ValueError(f"{where}: {name}={given} but the given module has {name}={has}")
+        if module.in_channels != in_channels:
+            raise ValueError(f"{where}: the module takes {module.in_channels} features per point but "
+                             f"{'the coordinates give 3' if feat is None else f'features has {in_channels}'}")
+    dev = next(module.parameters()).device
+    pos_t = torch.from_numpy(np.ascontiguousarray(pos_b)).to(dev)
+    x_t = None if feat is None else torch.from_numpy(np.ascontiguousarray(feat)).to(dev)
+    with torch.no_grad():
+        grid, graph = module(pos_t, x_t, return_graph=True)
+    if single:
+        grid = grid[0]
+    return (grid, graph) if return_graph else grid

@@ -1,0 +1,291 @@
+"""The ``gridify`` command line: train, evaluate, predict, show, bench, download.
+
+    gridify train --config configs/procedural.yaml [section.key=value ...]
+    gridify evaluate --ckpt outputs/procedural/checkpoints/model.pt
+    gridify predict scan.ply --ckpt model.pt [--category chair] [--out labels.ply]
+    gridify show scan.ply [--ckpt model.pt] [--layers points,grid,edges] [--out view.png]
+    gridify bench [...]
+    gridify download ModelNet40 [--root datasets]
+
+``train``, ``evaluate`` and ``bench`` hand their arguments to :func:`gridify.training.main`,
+:func:`gridify.evaluation.main` and :func:`gridify.benchmarking.main` (imported only when used).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, List, Optional, Sequence
+
+import numpy as np
+
+DELEGATED = {
+    "train": ("gridify.training", "train and test a model from a YAML config (Lightning)"),
+    "evaluate": ("gridify.evaluation", "evaluate a checkpoint on a dataset split"),
+    "bench": ("gridify.benchmarking", "speed / memory benchmarks"),
+}
+PRED_FORMATS = (".txt", ".npy", ".ply", ".json")
+
+
+@contextmanager
+def _prog(name: str):
+    """Make the delegated parser print ``gridify <name>`` as its program name."""
+    saved = sys.argv[0] if sys.argv else ""
+    if sys.argv:
+        sys.argv[0] = f"gridify {name}"
+    else:  # pragma: no cover
+        sys.argv.append(f"gridify {name}")
+    try:
+        yield
+    finally:
+        sys.argv[0] = saved
+
+
+def _delegate(name: str, argv: List[str]) -> int:
+    import importlib
+
+    module_name = DELEGATED[name][0]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            raise SystemExit(f"gridify {name}: {module_name} is not available in this installation of gridify")
+        raise SystemExit(f"gridify {name}: missing dependency {exc.name!r}; install the script extras: "
+                         f"pip install 'gridify[scripts]'")
+    with _prog(name):
+        module.main(argv)
+    return 0
+
+
+def _add_common_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default: cpu)")
+    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--category", help="object category (name or index) for segmentation models that need one")
+    p.add_argument("--seed", type=int, default=0, help="seed of the point subsets / chunks (default 0)")
+    p.add_argument("--estimate-normals", action="store_true",
+                   help="estimate normals with Open3D when the model needs them and the file has none")
+    p.add_argument("--num-samples", type=int, default=10_000, help="points sampled from a mesh file (default 10000)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import gridify
+
+    p = argparse.ArgumentParser(prog="gridify", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Run 'gridify <command> --help' for the options of a command.")
+    p.add_argument("--version", action="version", version=f"gridify {gridify.__version__}")
+    sub = p.add_subparsers(dest="command", metavar="command")
+    for name, (_, text) in DELEGATED.items():
+        sub.add_parser(name, help=text, add_help=False)
+
+    q = sub.add_parser("predict", help="label the points of a file with a trained model",
+                       description="Classify a cloud, or segment every point of it, with a trained model. Any "
+                                   "file gridify.io.read_points reads (.ply .pcd .xyz .txt .npy .npz .off .obj .stl; "
+                                   "meshes are surface-sampled) and any number of points.")
+    q.add_argument("file", help="point cloud or mesh file")
+    q.add_argument("--ckpt", required=True, help="exported model.pt or Lightning .ckpt")
+    q.add_argument("--out", help="write the labels: .txt (one per line), .npy, .ply (points coloured by label, "
+                                 "with a label property) or .json (labels, names, probabilities)")
+    q.add_argument("--votes", type=int, default=4, help="subsets averaged by a classifier when N differs from "
+                                                       "the training N (default 4)")
+    _add_common_model_args(q)
+    q.set_defaults(func=cmd_predict)
+
+    s = sub.add_parser("show", help="look at a cloud (and a model's labels, grid and kNN edges) in Open3D",
+                       description="Show a cloud in an Open3D window, or render it headless to a PNG with --out. "
+                                   "With --ckpt the points are coloured by the predicted class/part (with a legend) "
+                                   "and the grid layer is the model's learned gridification; without it the file's "
+                                   "colours/labels are used and the grid comes from a freshly initialised "
+                                   "(seeded) Gridification at --resolution / --k.")
+    s.add_argument("file", help="point cloud or mesh file")
+    s.add_argument("--ckpt", help="model whose predictions colour the points")
+    s.add_argument("--out", help="PNG path: render headless instead of opening a window")
+    s.add_argument("--layers", default=None,
+                   help="comma-separated layers to show: points, grid, edges (default: points; with --ckpt in a "
+                        "window all three, toggleable)")
+    s.add_argument("--grid-color", choices=("norm", "pca"), default="pca",
+                   help="colour grid nodes by feature norm or by a PCA of the features (default pca)")
+    s.add_argument("--resolution", type=int, default=9, help="grid resolution without --ckpt (default 9)")
+    s.add_argument("--k", type=int, default=9, help="kNN neighbours without --ckpt (default 9)")
+    s.add_argument("--width", type=int, default=800, help="image width (default 800)")
+    s.add_argument("--height", type=int, default=600, help="image height (default 600)")
+    s.add_argument("--point-size", type=float, default=3.0, help="point size in pixels (default 3)")
+    s.add_argument("--max-edges", type=int, default=20_000, help="edges drawn at most (default 20000)")
+    _add_common_model_args(s)
+    s.set_defaults(func=cmd_show)
+
+    d = sub.add_parser("download", help="download and extract a dataset archive",
+                       description="Fetch a known dataset archive (resumable, verified) and extract it under --root. "
+                                   "Without network access it prints where to get the file by hand.")
+    d.add_argument("name", nargs="?", help="archive name (see --list)")
+    d.add_argument("--root", help="data root (default: $GRIDIFY_DATA_ROOT or ./datasets)")
+    d.add_argument("--list", action="store_true", help="list the known archives")
+    d.add_argument("--instructions", action="store_true", help="only print the by-hand download instructions")
+    d.add_argument("--no-progress", action="store_true", help="no progress bar")
+    d.set_defaults(func=cmd_download)
+    return p
+
+
+# --------------------------------------------------------------------------------------
+# commands
+# --------------------------------------------------------------------------------------
+def _load(args: argparse.Namespace):
+    import torch
+
+    from .api import load
+    from .checkpoint import CheckpointError
+
+    if args.threads:
+        torch.set_num_threads(int(args.threads))
+    try:
+        return load(args.ckpt, device=args.device)
+    except CheckpointError as exc:
+        raise SystemExit(f"gridify {args.command}: error: {exc}")
+
+
+def _read(args: argparse.Namespace):
+    from .io import read_points
+
+    try:
+        return read_points(args.file, num_samples=args.num_samples)
+    except (FileNotFoundError, ValueError) as exc:
+        raise SystemExit(f"gridify {args.command}: error: {exc}")
+
+
+def _predict(model: Any, cloud: Any, args: argparse.Namespace, **kw: Any):
+    try:
+        return model.predict(cloud, category=args.category, seed=args.seed, estimate_normals=args.estimate_normals,
+                             **kw)
+    except (ValueError, TypeError) as exc:
+        raise SystemExit(f"gridify {args.command}: error: {exc}")
+
+
+def write_labels(path: Path, cloud: Any, pred: Any) -> Path:
+    """Write a :class:`~gridify.api.Prediction` as .txt, .npy, .ply or .json (by extension)."""
+    from .io import write_ply
+    from .vis import label_colors
+
+    ext = path.suffix.lower()
+    if ext not in PRED_FORMATS:
+        raise ValueError(f"--out {path}: unsupported extension {ext!r}; use one of {list(PRED_FORMATS)}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    labels = pred.point_labels
+    if ext == ".txt":
+        np.savetxt(path, labels[:, None] if pred.task == "segmentation" else labels[:1, None], fmt="%d")
+    elif ext == ".npy":
+        np.save(path, labels if pred.task == "segmentation" else np.asarray(pred.labels))
+    elif ext == ".ply":
+        write_ply(path, cloud.points, normals=cloud.normals,
+                  colors=label_colors(labels, len(pred.class_names)).astype(np.float32), labels=labels)
+    else:
+        payload = {"task": pred.task, "class_names": pred.class_names, "category": pred.category,
+                   "labels": np.asarray(pred.labels).tolist(), "probabilities": np.round(pred.probabilities, 6).tolist()}
+        path.write_text(json.dumps(payload))
+    return path
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    if args.out and Path(args.out).suffix.lower() not in PRED_FORMATS:
+        raise SystemExit(f"gridify predict: error: --out {args.out}: use one of {list(PRED_FORMATS)}")
+    model = _load(args)
+    cloud = _read(args)
+    pred = _predict(model, cloud, args, num_votes=args.votes)
+    print(pred.summary())
+    if args.out:
+        path = write_labels(Path(args.out), cloud, pred)
+        print(f"labels written to {path}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from . import vis
+    from .api import gridify as gridify_fn
+
+    layers = None if args.layers is None else [x.strip() for x in args.layers.split(",") if x.strip()]
+    bad = [x for x in (layers or ()) if x not in vis.LAYERS]
+    if bad:
+        raise SystemExit(f"gridify show: error: unknown layer(s) {bad}; layers are {list(vis.LAYERS)}")
+    cloud = _read(args)
+    want = set(layers or ())
+    try:
+        if args.ckpt:
+            model = _load(args)
+            try:
+                res = model.inspect(cloud, category=args.category, seed=args.seed,
+                                    estimate_normals=args.estimate_normals)
+            except (ValueError, TypeError) as exc:
+                raise SystemExit(f"gridify show: error: {exc}")
+            pred = res["prediction"]
+            print(pred.summary())
+            if layers is None:
+                layers = ["points"] if args.out else list(vis.LAYERS)
+            kw = dict(points=res["pos"], labels=pred.point_labels, class_names=pred.class_names,
+                      grid=res["grid"], edges=res["graph"],
+                      title=f"{Path(args.file).name}: {pred.names if pred.task == 'classification' else pred.task}")
+        else:
+            if layers is None:
+                layers = ["points"]
+            grid = graph = None
+            if want & {"grid", "edges"}:
+                grid, graph = gridify_fn(cloud.points, resolution=args.resolution, k=args.k, seed=args.seed,
+                                         return_graph=True)
+            from .api import normalize_cloud
+
+            pos = normalize_cloud(cloud.points)[0] if grid is not None else cloud.points
+            kw = dict(points=pos, labels=cloud.labels, colors=cloud.colors, grid=grid, edges=graph,
+                      title=Path(args.file).name)
+        img = vis.show(**kw, grid_color=args.grid_color, layers=layers, out=args.out, width=args.width,
+                       height=args.height, point_size=args.point_size, max_edges=args.max_edges, seed=args.seed)
+    except vis.RenderError as exc:
+        raise SystemExit(f"gridify show: error: {exc}")
+    if args.out:
+        print(f"wrote {args.out} ({img.shape[1]}x{img.shape[0]}, layers {', '.join(layers)})")
+    return 0
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from .datasets.download import ARCHIVES, DownloadError, download_archive, manual_instructions
+
+    if args.list or not args.name:
+        for key, spec in ARCHIVES.items():
+            print(f"{key:58s} {spec.note}")
+        if not args.list:
+            print("\ngridify download: give an archive name (above)")
+            return 2
+        return 0
+    if args.name not in ARCHIVES:
+        raise SystemExit(f"gridify download: error: unknown archive {args.name!r}; known: {sorted(ARCHIVES)}")
+    if args.root:
+        root = Path(args.root)
+    else:
+        from .datasets._common import default_root
+
+        root = default_root()
+    if args.instructions:
+        print(manual_instructions(args.name, root))
+        return 0
+    try:
+        path = download_archive(args.name, root, progress=not args.no_progress)
+    except (DownloadError, ValueError) as exc:
+        raise SystemExit(f"gridify download: error: {exc}")
+    print(f"{args.name}: ready at {path}")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``gridify`` console script. Returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in DELEGATED:
+        return _delegate(argv[0], argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""Tests of the inference API (gridify.load / Predictor.predict / embed) and gridify.gridify.
+
+Two tiny models (a classifier and a part segmenter, 96 training points, 1 epoch) are trained
+once per module through gridify.training.main; everything else runs on them.
+"""
+import numpy as np
+import pytest
+import torch
+
+import gridify
+from gridify.api import Predictor, canonical_order, normalize_cloud
+from gridify.checkpoint import CheckpointError
+from gridify.datasets import ProceduralShapes
+from gridify.io import write_ply
+from gridify.nn import Gridification
+
+pytest.importorskip("lightning")
+pytest.importorskip("yaml")
+
+COMMON = ["data.name=procedural", "data.num_points=96", "data.val={num_samples_per_class: 1}",
+          "data.test={num_samples_per_class: 1}", "model.resolution=4", "model.k=4", "model.hidden_channels=8",
+          "model.depth=1", "model.kernel_size=3", "trainer.max_epochs=1", "trainer.num_threads=1",
+          "trainer.progress_bar=false", "trainer.plots=false", "trainer.log_every_n_steps=1"]
+CLS = ["task=classification", "data.num_samples_per_class=2", "data.classes=[box, sphere, cylinder, torus]",
+       "data.batch_size=4", "model.name=gridified_classifier", "model.dropout=0.2", "optim.lr=5e-3"]
+SEG = ["task=segmentation", "data.num_samples_per_class=1", "data.classes=[chair, lamp, box]", "data.batch_size=3",
+       "model.name=gridified_segmenter", "model.point_channels=8"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    from gridify import training as T
+
+    out = {}
+    for name, extra, cfg in (("cls", CLS, "procedural.yaml"), ("seg", SEG, "procedural_seg.yaml")):
+        d = tmp_path_factory.mktemp(f"api_{name}")
+        T.main(["--config", str(T.REPO_ROOT / "configs" / cfg), f"output_dir={d}", *COMMON, *extra])
+        out[name] = d / "checkpoints"
+    return out
+
+
+def shape(category, n, seed=0, task="classification"):
+    classes = ["box", "sphere", "cylinder", "torus"] if task == "classification" else ["chair", "lamp", "box"]
+    ds = ProceduralShapes(split="test", task=task, num_points=n, num_samples_per_class=1, classes=classes,
+                          normalize=False, seed=seed)
+    s = ds[classes.index(category)]
+    return s["pos"].numpy() * 3.0 + 1.5, s["normal"].numpy()  # off-centre and larger: the API normalizes
+
+
+def test_load_reads_the_metadata(trained):
+    for f in ("model.pt", "last.ckpt"):
+        m = gridify.load(trained["cls"] / f)
+        assert isinstance(m, Predictor) and isinstance(m, torch.nn.Module) and not m.training
+        assert m.task == "classification" and m.class_names == ["box", "sphere", "cylinder", "torus"]
+        assert (m.num_points, m.in_channels, m.use_normals, m.normalize) == (96, 6, True, True)
+        assert m.gridify_version == gridify.__version__ and m.resolution == 4
+    s = gridify.load(trained["seg"] / "model.pt")
+    assert s.task == "segmentation" and s.num_categories == 3 and len(s.category_names) == 3
+    assert len(s.class_names) == 23 and s.category_to_parts[s.category_names.index("chair")] == [11, 12, 13]
+    with pytest.raises(CheckpointError, match="checkpoint not found"):
+        gridify.load(trained["cls"] / "missing.pt")
+
+
+def test_training_n_agrees_with_the_bare_model(trained):
+    """N == training N: one pass over the normalized cloud, exactly the model's own output."""
+    pos, nrm = shape("torus", 96)
+    for f in ("model.pt", "last.ckpt"):
+        m = gridify.load(trained["cls"] / f)
+        pred = m.predict(pos, nrm)
+        p, _, _ = normalize_cloud(pos)
+        with torch.no_grad():
+            ref = torch.softmax(m.model(torch.from_numpy(p), torch.from_numpy(np.concatenate([p, nrm], 1))), -1)[0]
+        np.testing.assert_allclose(pred.probabilities, ref.numpy(), rtol=1e-5, atol=1e-6)
+    # the exported (reparameterized) model and the Lightning checkpoint predict alike
+    a = gridify.load(trained["cls"] / "model.pt").predict(pos, nrm).probabilities
+    b = gridify.load(trained["cls"] / "last.ckpt", reparameterize=False).predict(pos, nrm).probabilities
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [37, 300])
+def test_classify_any_number_of_points(trained, n):
+    m = gridify.load(trained["cls"] / "model.pt")
+    pos, nrm = shape("box", n)
+    pred = m.predict(pos, nrm, num_votes=3)
+    assert pred.labels.shape == () and pred.probabilities.shape == (4,) and pred.num_points == n
+    assert pred.probabilities.sum() == pytest.approx(1.0, abs=1e-5) and 0 <= pred.label < 4
+    assert pred.names == m.class_names[pred.label] and pred.point_labels.shape == (n,)
+    perm = np.random.default_rng(3).permutation(n)
+    again = m.predict(torch.from_numpy(pos[perm]), torch.from_numpy(nrm[perm]), num_votes=3)
+    np.testing.assert_allclose(again.probabilities, pred.probabilities, rtol=1e-5, atol=1e-6)  # order-invariant
+    other = m.predict(pos, nrm, num_votes=3, seed=1)
+    assert not np.allclose(other.probabilities, pred.probabilities, atol=1e-7)  # the seed picks the subsets
+    e = m.embed(pos, nrm, num_votes=2)
+    assert e.shape == (8,) and np.isfinite(e).all()
+
+
+def test_segment_every_point_in_input_order(trained):
+    m = gridify.load(trained["seg"] / "model.pt")
+    pos, nrm = shape("chair", 250, task="segmentation")
+    pred = m.predict(pos, nrm, category="chair")
+    assert pred.labels.shape == (250,) and pred.probabilities.shape == (250, 23) and pred.category == "chair"
+    np.testing.assert_allclose(pred.probabilities.sum(1), 1.0, atol=1e-5)
+    assert set(pred.labels.tolist()) <= {11, 12, 13}  # restricted to the chair's parts
+    assert pred.probabilities[:, [i for i in range(23) if i not in (11, 12, 13)]].max() == 0.0
+    # 250 points -> 3 chunks of at most 96 that cover every point once
+    chunks = m._chunks(m.prepare(pos, nrm), 0)
+    assert [len(c) for c in chunks] == [84, 83, 83] and np.array_equal(np.sort(np.concatenate(chunks)), np.arange(250))
+    # permuting the input permutes the output (chunks depend on the content, not the order)
+    perm = np.random.default_rng(0).permutation(250)
+    again = m.predict(pos[perm], nrm[perm], category=1)
+    assert np.array_equal(again.labels, pred.labels[perm])
+    np.testing.assert_allclose(again.probabilities, pred.probabilities[perm], atol=1e-5)
+    # N == training N: the bare model's output, point by point
+    pos96, nrm96 = pos[:96], nrm[:96]
+    p, _, _ = normalize_cloud(pos96)
+    with torch.no_grad():
+        logits = m.model(torch.from_numpy(p), torch.from_numpy(np.concatenate([p, nrm96], 1)),
+                         category=torch.tensor([1]))
+    mask = torch.full((23,), float("-inf"))
+    mask[[11, 12, 13]] = 0
+    ref = torch.softmax(logits + mask, -1).numpy()
+    np.testing.assert_allclose(m.predict(pos96, nrm96, category="chair").probabilities, ref, atol=1e-5)
+
+
+def test_predict_a_file(trained, tmp_path):
+    m = gridify.load(trained["seg"] / "model.pt")
+    pos, nrm = shape("lamp", 150, task="segmentation")
+    f = write_ply(tmp_path / "lamp.ply", pos, normals=nrm)
+    a = m.predict(f, category="lamp")
+    b = m.predict(pos, nrm, category="lamp")
+    assert a.source == str(f) and np.array_equal(a.labels, b.labels)
+    assert "150 points [lamp]" in a.summary()
+
+
+def test_bad_inputs_give_clear_errors(trained, tmp_path):
+    cls = gridify.load(trained["cls"] / "model.pt")
+    seg = gridify.load(trained["seg"] / "model.pt")
+    pos, nrm = shape("box", 50)
+    with pytest.raises(ValueError, match=r"trained with normals \(in_channels=6\) but the cloud has none"):
+        cls.predict(pos)
+    assert cls.predict(pos, estimate_normals=True).probabilities.shape == (4,)
+    with pytest.raises(ValueError, match=r"points must have shape \[N, 3\], got \(50, 6\) \(pass normals separately"):
+        cls.predict(np.concatenate([pos, nrm], 1))
+    with pytest.raises(ValueError, match=r"normals must have shape \[50, 3\] like points, got \(49, 3\)"):
+        cls.predict(pos, nrm[:49])
+    bad = pos.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(ValueError, match=r"points contain NaN/Inf values \(1 of 50 points\)"):
+        cls.predict(bad, nrm)
+    with pytest.raises(ValueError, match=r"the cloud is empty \(0 points\)"):
+        cls.predict(np.zeros((0, 3)), np.zeros((0, 3)))
+    with pytest.raises(ValueError, match="all 50 points are identical"):
+        cls.predict(np.ones((50, 3)), nrm)
+    with pytest.raises(TypeError, match="points must be a numpy array, a torch tensor"):
+        cls.predict({"pos": pos})
+    with pytest.raises(ValueError, match="num_votes must be a positive integer"):
+        cls.predict(pos, nrm, num_votes=0)
+    with pytest.raises(ValueError, match="this model does not take one"):
+        cls.predict(pos, nrm, category="chair")
+    with pytest.raises(ValueError, match=r"needs the object category: pass category= one of \["):
+        seg.predict(pos, nrm)
+    with pytest.raises(ValueError, match="unknown category 'plane'"):
+        seg.predict(pos, nrm, category="plane")
+    with pytest.raises(ValueError, match=r"category must be a name or an index in \[0, 3\)"):
+        seg.predict(pos, nrm, category=7)
+    with pytest.raises(FileNotFoundError):
+        seg.predict(tmp_path / "nope.ply", category=0)
+
+
+def test_canonical_order_depends_on_content_only():
+    rng = np.random.default_rng(0)
+    pos = rng.normal(size=(40, 3)).astype(np.float32)
+    perm = rng.permutation(40)
+    np.testing.assert_array_equal(pos[canonical_order(pos)], pos[perm][canonical_order(pos[perm])])
+
+
+def test_functional_gridify():
+    rng = np.random.default_rng(0)
+    pts = rng.normal(size=(200, 3)).astype(np.float32) * 4
+    g = gridify.gridify(pts, resolution=5, k=4, channels=6)
+    assert g.shape == (6, 5, 5, 5) and torch.isfinite(g).all() and not g.requires_grad
+    torch.testing.assert_close(g, gridify.gridify(torch.from_numpy(pts), resolution=5, k=4, channels=6))  # seeded
+    assert not torch.allclose(g, gridify.gridify(pts, resolution=5, k=4, channels=6, seed=1))
+    # a given module: the same as calling it on the normalized cloud
+    torch.manual_seed(0)
+    mod = Gridification(5, 7, 4, k=3).eval()
+    feats = rng.normal(size=(200, 5)).astype(np.float32)
+    out, graph = gridify.gridify(pts, feats, module=mod, return_graph=True)
+    with torch.no_grad():
+        ref = mod(torch.from_numpy(normalize_cloud(pts)[0]), torch.from_numpy(feats))[0]
+    torch.testing.assert_close(out, ref)
+    assert graph.num_points == 200 and graph.grid.resolution == 4
+    batch = gridify.gridify(np.stack([pts, pts[::-1].copy()]), resolution=4, k=3, channels=2)
+    assert batch.shape == (2, 2, 4, 4, 4)
+    torch.testing.assert_close(batch[0], batch[1], rtol=1e-4, atol=1e-5)  # same cloud, other order
+    with pytest.raises(ValueError, match="resolution=9 but the given module has resolution=4"):
+        gridify.gridify(pts, feats, resolution=9, module=mod)
+    with pytest.raises(ValueError, match=r"features must have shape \[200, F\] to match points"):
+        gridify.gridify(pts, feats[:10])
+    with pytest.raises(ValueError, match=r"points must have shape \[N, 3\] or \[B, N, 3\]"):
+        gridify.gridify(np.zeros((2, 3, 4, 3)))
+    with pytest.raises(ValueError, match="cloud 0 has points outside the grid box"):
+        gridify.gridify(pts, normalize=False)
