@@ -1,0 +1,291 @@
+"""PointNet++ (single-scale grouping) baselines on PyG ``PointNetConv`` with gridify's own ops.
+
+The architecture follows the PointNet++ paper (Qi et al., 2017) in the configuration of the PyG
+examples ``pointnet2_classification.py`` / ``pointnet2_segmentation.py``. Sampling and grouping
+use :func:`gridify.ops.fps`, :func:`gridify.ops.radius` and :func:`gridify.ops.knn` (PyG 2.8 routes
+its own versions through pyg-lib, which has no wheels). Differences from the PyG example, all
+deliberate:
+
+* the ball query keeps the *nearest* ``max_num_neighbors`` points within ``r`` (torch-cluster
+  keeps the first ones by index), and in eval mode farthest point sampling starts at the point
+  farthest from the cloud's centroid (a random point in training). Both make the eval-mode
+  output independent of the order of the points;
+* ``PointNetConv(add_self_loops=False)``: the query point is already its own neighbour (distance
+  0), and PyG's self loops on a bipartite graph would join source ``i`` to target ``i``, which
+  are different points;
+* point features ``x`` are optional (``x=None`` uses the coordinates, so ``in_channels=3``).
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from .._checks import check_batch
+from ..nn.gridification import _parse_points
+from ..ops.knn import knn
+from ..ops.sampling import fps, radius
+from ..ops.scatter import scatter
+from ..registry import MODELS
+
+__all__ = ["SAModule", "GlobalSAModule", "FPModule", "knn_interpolate", "PointNet2Classifier",
+           "PointNet2Segmenter"]
+
+
+# ---------------------------------------------------------------------------- shared helpers
+def _check_int(where: str, minimum: int = 1, **values: int) -> None:
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise ValueError(f"{where}: {name} must be an integer >= {minimum}, got {v!r}")
+
+
+def _check_prob(where: str, **values: float) -> None:
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 1.0:
+            raise ValueError(f"{where}: {name} must be a probability in [0, 1), got {v!r}")
+
+
+def prepare_points(where: str, pos, x, batch, in_channels: int, dtype: torch.dtype
+                   ) -> Tuple[Tensor, Tensor, Tensor, int, Optional[Tuple[int, int]]]:
+    """Validate PyG-style or dense inputs: ``(pos [N,3], x [N,F], batch [N], num_clouds, dense_shape)``."""
+    pos, x, batch, dense_shape = _parse_points(where, pos, x, batch, in_channels, dtype)
+    batch, num_clouds, _ = check_batch(batch, pos.size(0), where, "batch", device=pos.device)
+    return pos, x, batch, num_clouds, dense_shape
+
+
+def category_onehot(where: str, category, num_categories: int, num_clouds: int, dtype: torch.dtype
+                    ) -> Optional[Tensor]:
+    """One-hot ``[B, num_categories]`` of the object category (None when the model has none)."""
+    if num_categories:
+        if category is None:
+            raise ValueError(f"{where}: built with num_categories={num_categories}, so category "
+                             f"([B] object category per cloud) is required")
+        if not isinstance(category, Tensor) or category.dim() != 1 or category.numel() != num_clouds:
+            raise ValueError(f"{where}: category must be a 1-D tensor with one entry per cloud "
+                             f"({num_clouds}), got {getattr(category, 'shape', type(category))}")
+        if category.is_floating_point() or int(category.min()) < 0 or int(category.max()) >= num_categories:
+            raise ValueError(f"{where}: category must hold integers in [0, {num_categories})")
+        return nn.functional.one_hot(category.long(), num_categories).to(dtype)
+    if category is not None:
+        raise ValueError(f"{where}: got category but the model was built with num_categories=0")
+    return None
+
+
+def _mlp(channels: Sequence[int], **kwargs) -> nn.Module:
+    from torch_geometric.nn import MLP
+
+    return MLP(list(channels), **kwargs)
+
+
+def _fps_start(pos: Tensor, batch: Tensor, num_clouds: int) -> Tensor:
+    """Per cloud, the local index of the point farthest from the centroid (order independent)."""
+    centroid = scatter(pos, batch, num_clouds, reduce="mean")
+    d = (pos - centroid[batch]).square().sum(-1)
+    far = scatter(d, batch, num_clouds, reduce="max")
+    counts = torch.bincount(batch, minlength=num_clouds)
+    ptr = torch.cumsum(counts, 0) - counts
+    local = torch.arange(pos.size(0), device=pos.device) - ptr[batch]
+    cand = torch.where(d == far[batch], local, torch.full_like(local, pos.size(0)))
+    return scatter(cand, batch, num_clouds, reduce="min")
+
+
+# ---------------------------------------------------------------------------- modules
+class SAModule(nn.Module):
+    r"""Set abstraction: sample centroids, group a ball around each, run a PointNet on it.
+
+        idx = FPS(P, ratio),   N(i) = {j : ||p_j - p_i|| <= r}  (at most max_num_neighbors, nearest)
+        x'_i = max_{j in N(i)} h_theta([x_j, p_j - p_i]),     i in idx
+
+    Shapes:
+        x [N, F], pos [N, 3], batch [N] -> x' [M, C_out], pos [M, 3], batch [M], M = sum ceil(ratio n_b)
+    """
+
+    def __init__(self, ratio: float, r: float, local_nn: nn.Module, max_num_neighbors: int = 64) -> None:
+        super().__init__()
+        from torch_geometric.nn import PointNetConv
+
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 < ratio <= 1.0:
+            raise ValueError(f"SAModule: ratio must be a number in (0, 1], got {ratio!r}")
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
+            raise ValueError(f"SAModule: r must be a positive finite number, got {r!r}")
+        _check_int("SAModule", max_num_neighbors=max_num_neighbors)
+        self.ratio, self.r, self.max_num_neighbors = float(ratio), float(r), int(max_num_neighbors)
+        self.conv = PointNetConv(local_nn, add_self_loops=False)
+
+    def forward(self, x: Tensor, pos: Tensor, batch: Tensor, num_clouds: int) -> Tuple[Tensor, Tensor, Tensor]:
+        start = None if self.training else _fps_start(pos.detach(), batch, num_clouds)
+        idx = fps(pos.detach(), batch, ratio=self.ratio, random_start=self.training, start=start)
+        row, col = radius(pos.detach(), pos[idx].detach(), self.r, batch, batch[idx],
+                          max_num_neighbors=self.max_num_neighbors)
+        edge_index = torch.stack([col, row], dim=0)  # source = neighbour, target = centroid
+        x = self.conv((x, x[idx]), (pos, pos[idx]), edge_index)
+        return x, pos[idx], batch[idx]
+
+
+class GlobalSAModule(nn.Module):
+    r"""Global set abstraction: one PointNet over every cloud, ``x'_b = max_{j in b} h([x_j, p_j])``.
+
+    Shapes:
+        x [N, F], pos [N, 3], batch [N] -> x' [B, C_out], pos [B, 3] (zeros), batch [B]
+    """
+
+    def __init__(self, nn_module: nn.Module) -> None:
+        super().__init__()
+        self.nn = nn_module
+
+    def forward(self, x: Tensor, pos: Tensor, batch: Tensor, num_clouds: int) -> Tuple[Tensor, Tensor, Tensor]:
+        h = self.nn(torch.cat([x, pos], dim=1))
+        h = scatter(h, batch, num_clouds, reduce="max")
+        return h, pos.new_zeros(num_clouds, 3), torch.arange(num_clouds, device=pos.device)
+
+
+def knn_interpolate(x: Tensor, pos_x: Tensor, pos_y: Tensor, batch_x: Tensor, batch_y: Tensor, k: int = 3
+                    ) -> Tensor:
+    r"""Inverse-squared-distance interpolation from the ``k`` nearest source points.
+
+        y_i = sum_{j in kNN(i)} w_ij x_j / sum_j w_ij,     w_ij = 1 / max(||p_j - p_i||^2, 1e-16)
+
+    Shapes:
+        x [N, C], pos_x [N, 3], pos_y [M, 3], batch_x [N], batch_y [M] -> [M, C]
+    """
+    with torch.no_grad():
+        row, col = knn(pos_x.detach(), pos_y.detach(), k, batch_x, batch_y)
+        d2 = (pos_x[col] - pos_y[row]).square().sum(-1, keepdim=True)
+        w = 1.0 / d2.clamp_min(1e-16)
+        norm = scatter(w, row, pos_y.size(0), reduce="sum")
+    out = scatter(x[col] * w, row, pos_y.size(0), reduce="sum")
+    return out / norm.clamp_min(1e-30)
+
+
+class FPModule(nn.Module):
+    r"""Feature propagation: interpolate coarse features to the finer level and fuse the skip.
+
+        x'_i = h_theta([knn_interpolate(x)_i, x^skip_i])
+
+    Shapes:
+        coarse x [N_c, C], fine pos [N_f, 3], skip [N_f, C_s] -> [N_f, C_out]
+    """
+
+    def __init__(self, k: int, nn_module: nn.Module) -> None:
+        super().__init__()
+        _check_int("FPModule", k=k)
+        self.k = int(k)
+        self.nn = nn_module
+
+    def forward(self, x: Tensor, pos: Tensor, batch: Tensor, x_skip: Optional[Tensor], pos_skip: Tensor,
+                batch_skip: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        x = knn_interpolate(x, pos, pos_skip, batch, batch_skip, k=self.k)
+        if x_skip is not None:
+            x = torch.cat([x, x_skip], dim=1)
+        return self.nn(x), pos_skip, batch_skip
+
+
+# ---------------------------------------------------------------------------- models
+class _PointNet2Base(nn.Module):
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def kernel_l2(self) -> Tensor:
+        """No generated kernels: zero (for the training loop's optional kernel regularizer)."""
+        return next(self.parameters()).new_zeros(())
+
+    def _dtype(self) -> torch.dtype:
+        return next(self.parameters()).dtype
+
+
+@MODELS.register("pointnet2_classifier")
+class PointNet2Classifier(_PointNet2Base):
+    r"""PointNet++ SSG classifier (PyG example sizes).
+
+        SA(ratio_1, r_1, [F+3, 64, 64, 128]) -> SA(ratio_2, r_2, [128+3, 128, 128, 256])
+        -> GlobalSA([256+3, 256, 512, 1024]) -> MLP([1024, 512, 256, num_classes], dropout)
+
+    (every PointNet MLP: Linear-BatchNorm-ReLU, last layer plain; see :class:`SAModule`.)
+
+    Args:
+        in_channels: point features ``F`` (3 when ``x`` is None: the coordinates are used).
+        num_classes: number of classes.
+        ratios: FPS ratios of the two set-abstraction levels.
+        radii: ball-query radii of the two levels (in the units of ``pos``; clouds in the unit ball).
+        max_num_neighbors: ball-query cap per centroid.
+        dropout: dropout of the classification head.
+
+    Shapes:
+        pos [N, 3], x [N, F] or None, batch [N] (or dense [B, N, 3]) -> logits [B, num_classes]
+    """
+
+    def __init__(self, in_channels: int, num_classes: int, ratios: Sequence[float] = (0.5, 0.25),
+                 radii: Sequence[float] = (0.2, 0.4), max_num_neighbors: int = 64, dropout: float = 0.5) -> None:
+        super().__init__()
+        where = type(self).__name__
+        _check_int(where, in_channels=in_channels, num_classes=num_classes)
+        _check_prob(where, dropout=dropout)
+        if len(ratios) != 2 or len(radii) != 2:
+            raise ValueError(f"{where}: ratios and radii must have two entries each (two SA levels), "
+                             f"got {list(ratios)} and {list(radii)}")
+        self.in_channels, self.num_classes = in_channels, num_classes
+        self.sa1 = SAModule(ratios[0], radii[0], _mlp([in_channels + 3, 64, 64, 128]), max_num_neighbors)
+        self.sa2 = SAModule(ratios[1], radii[1], _mlp([128 + 3, 128, 128, 256]), max_num_neighbors)
+        self.sa3 = GlobalSAModule(_mlp([256 + 3, 256, 512, 1024]))
+        self.head = _mlp([1024, 512, 256, num_classes], dropout=dropout, norm=None)
+
+    def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None) -> Tensor:
+        pos, x, batch, nb, _ = prepare_points(type(self).__name__, pos, x, batch, self.in_channels, self._dtype())
+        out = (x, pos, batch)
+        out = self.sa1(*out, nb)
+        out = self.sa2(*out, nb)
+        h, _, _ = self.sa3(*out, nb)
+        return self.head(h)
+
+
+@MODELS.register("pointnet2_segmenter")
+class PointNet2Segmenter(_PointNet2Base):
+    r"""PointNet++ SSG segmenter with feature propagation (PyG example sizes).
+
+        SA(0.2, 0.2, [F+3, 64, 64, 128]) -> SA(0.25, 0.4, [128+3, 128, 128, 256]) -> GlobalSA([259, 256, 512, 1024])
+        FP(k=1, [1024+256, 256, 256]) -> FP(k=3, [256+128, 256, 128]) -> FP(k=3, [128+F, 128, 128, 128])
+        logits_j = MLP([128 + num_categories, 128, 128, num_classes], dropout)([f_j, onehot(category)])
+
+    Shapes:
+        pos [N, 3], x [N, F] or None, batch [N], category [B] -> logits [N, num_classes]
+        (dense [B, N, 3] inputs give [B, N, num_classes])
+    """
+
+    def __init__(self, in_channels: int, num_classes: int, num_categories: int = 0,
+                 ratios: Sequence[float] = (0.2, 0.25), radii: Sequence[float] = (0.2, 0.4),
+                 max_num_neighbors: int = 64, dropout: float = 0.5) -> None:
+        super().__init__()
+        where = type(self).__name__
+        _check_int(where, in_channels=in_channels, num_classes=num_classes)
+        _check_int(where, minimum=0, num_categories=num_categories)
+        _check_prob(where, dropout=dropout)
+        if len(ratios) != 2 or len(radii) != 2:
+            raise ValueError(f"{where}: ratios and radii must have two entries each (two SA levels), "
+                             f"got {list(ratios)} and {list(radii)}")
+        self.in_channels, self.num_classes, self.num_categories = in_channels, num_classes, num_categories
+        self.sa1 = SAModule(ratios[0], radii[0], _mlp([in_channels + 3, 64, 64, 128]), max_num_neighbors)
+        self.sa2 = SAModule(ratios[1], radii[1], _mlp([128 + 3, 128, 128, 256]), max_num_neighbors)
+        self.sa3 = GlobalSAModule(_mlp([256 + 3, 256, 512, 1024]))
+        self.fp3 = FPModule(1, _mlp([1024 + 256, 256, 256]))
+        self.fp2 = FPModule(3, _mlp([256 + 128, 256, 128]))
+        self.fp1 = FPModule(3, _mlp([128 + in_channels, 128, 128, 128]))
+        self.head = _mlp([128 + num_categories, 128, 128, num_classes], dropout=dropout, norm=None)
+
+    def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None,
+                category: Optional[Tensor] = None) -> Tensor:
+        where = type(self).__name__
+        pos, x, batch, nb, dense = prepare_points(where, pos, x, batch, self.in_channels, self._dtype())
+        onehot = category_onehot(where, category, self.num_categories, nb, x.dtype)
+        s0 = (x, pos, batch)
+        s1 = self.sa1(*s0, nb)
+        s2 = self.sa2(*s1, nb)
+        s3 = self.sa3(*s2, nb)
+        h = self.fp3(*s3, *s2)
+        h = self.fp2(*h, *s1)
+        h, _, _ = self.fp1(*h, *s0)
+        if onehot is not None:
+            h = torch.cat([h, onehot[batch]], dim=1)
+        logits = self.head(h)
+        return logits.view(*dense, -1) if dense is not None else logits

@@ -1,0 +1,653 @@
+"""Speed and memory benchmark: gridified classifier vs native point-cloud baselines.
+
+Measures, for every model and every number of points ``N`` (and, in a second sweep, every
+neighbourhood size ``k`` at a fixed ``N``):
+
+* inference time of a batch (median of ``--repeats`` runs after ``--warmup`` runs, under
+  ``torch.no_grad()``, model in eval mode), throughput (clouds/s) and time per point;
+* training-step time (forward, cross-entropy, backward, AdamW step; ``--train-step``);
+* peak memory: on CUDA ``torch.cuda.max_memory_allocated`` minus the memory allocated before
+  the measurement; on the CPU the increase of the process's peak resident set size
+  (``getrusage(RUSAGE_SELF).ru_maxrss``) over its resident set size after one cold
+  single-cloud forward pass (which loads lazy imports and caches). ``ru_maxrss`` only ever grows, so every (model, N) measurement runs in a fresh
+  subprocess (``--isolation subprocess``, the default); ``--isolation inprocess`` is faster but
+  its CPU memory figures are lower bounds. The training peak is measured after the inference
+  runs in the same process, so on the CPU it is ``max(inference peak, training peak)``.
+* the machine's dense fp32 matmul rate (median GFLOP/s of ``torch.mm`` of 2048 x 2048 matrices
+  with the same thread count) and, for gridified models, the achieved GFLOP/s of the forward pass:
+  FLOPs counted by :class:`torch.utils.flop_counter.FlopCounterMode` (matmuls and convolutions;
+  FFTs are not counted by it) plus an estimate of every FFT convolution of
+  :class:`gridify.nn.flexconv.SepFlexConv3d` (``2.5 n log2 n`` real FLOPs per real transform of
+  ``n`` samples, 6 FLOPs per complex product), divided by the measured forward time.
+
+Models (``--models``): ``gridified`` (the thesis ModelNet40 configuration:
+``GridifiedClassifier(in_channels=3, num_classes=40, resolution=R, k=9, hidden_channels=128,
+depth=3, kernel_size=9)``, CCNN backbone), ``gridified-<backbone>`` for any registered backbone
+(``gridified-resnet``, ``gridified-mrconv``, ...), ``gridified-<backbone>-reparam`` (the model
+folded by :func:`gridify.checkpoint.reparameterize_model` after ``model.eval()``; inference
+only), ``pointnet2`` (:class:`gridify.baselines.PointNet2Classifier`, PyG example sizes) and
+``point_ckconv`` (:class:`gridify.baselines.PointCKConvClassifier`, ``K = 64`` by default).
+Variants whose backbone is not registered are reported as skipped.
+
+**Grid resolution rule**: ``R = max(2, round(N ** (1/3)))``, so the grid has about ``N`` nodes.
+
+**Time budget**: every measurement (one model, one ``N``, inference or training) first runs
+one batch of a single cloud as a warm-up and times a second one (skipped when the first already
+took a quarter of the budget; when it took half the budget, that single run is the measurement);
+the batch size is then the largest ``b <= --batch-size`` (and
+``b * N <= --max-points-per-batch``) for which ``(1 + repeats) * b * t_1`` fits in
+``--time-budget``, the warm-up and the timed repeats stop early once the budget is spent (at
+least one timed run is always made), and the batch size actually used is recorded. A batch that
+runs out of memory is halved and retried.
+
+The inputs are synthetic: ``N`` points on the surface of a random ellipsoid inside
+``[-0.9, 0.9]^3`` per cloud, coordinates as the only features (``in_channels = 3``).
+
+Outputs in ``--out``: ``benchmark.json`` (machine, settings, matmul peak, rows), ``benchmark.csv``
+(one row per measurement, :data:`CSV_COLUMNS`), ``scaling_n.png`` / ``scaling_k.png`` (log-log
+time per cloud and peak memory per cloud, like thesis figures 4.8 and 4.9) and a printed table
+with each model's throughput ratio ``gridified / model``.
+
+Usage::
+
+    python scripts/benchmark.py --quick
+    python scripts/benchmark.py --threads 2 --out outputs/benchmark
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["main", "build_benchmark_model", "grid_resolution", "matmul_gflops", "measure", "CSV_COLUMNS",
+           "DEFAULT_NUM_POINTS", "DEFAULT_KS"]
+
+DEFAULT_NUM_POINTS = [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536]
+DEFAULT_KS = [4, 8, 16, 32, 64, 128]
+DEFAULT_MODELS = ["gridified", "pointnet2", "point_ckconv"]
+NUM_CLASSES = 40
+CSV_COLUMNS = ["sweep", "model", "num_points", "resolution", "k", "batch", "ms_per_batch", "clouds_per_s",
+               "us_per_point", "peak_mb", "train_batch", "train_ms_per_batch", "train_clouds_per_s",
+               "train_peak_mb", "repeats", "params", "gflop_per_cloud", "gflops_achieved", "ratio",
+               "train_ratio", "status"]
+RESULT_TAG = "GRIDIFY_BENCHMARK_RESULT:"
+
+
+# ----------------------------------------------------------------------------- models and data
+def grid_resolution(num_points: int) -> int:
+    """``R = max(2, round(N ** (1/3)))``: a grid of about ``N`` nodes."""
+    return max(2, int(round(num_points ** (1.0 / 3.0))))
+
+
+def _model_kind(name: str) -> Tuple[str, Optional[str], bool]:
+    """``(family, backbone, reparam)`` of a benchmark model name."""
+    key = name.lower()
+    if key in ("pointnet2", "pointnet++"):
+        return "pointnet2", None, False
+    if key in ("point_ckconv", "ckconv", "pointckconvnet", "point-ckconv"):
+        return "point_ckconv", None, False
+    if key == "gridified" or key.startswith("gridified-"):
+        parts = key.split("-")[1:]
+        reparam = bool(parts) and parts[-1] == "reparam"
+        if reparam:
+            parts = parts[:-1]
+        backbone = "-".join(parts) if parts else "ccnn"
+        return "gridified", backbone, reparam
+    raise ValueError(f"benchmark: unknown model {name!r}; expected gridified, gridified-<backbone>[-reparam], "
+                     f"pointnet2 or point_ckconv")
+
+
+def model_uses_k(name: str) -> bool:
+    return _model_kind(name)[0] in ("gridified", "point_ckconv")
+
+
+def skip_reason(name: str) -> Optional[str]:
+    """Why ``name`` cannot be built here (``None``: it can)."""
+    family, backbone, reparam = _model_kind(name)
+    if family != "gridified":
+        return None
+    from .registry import BACKBONES
+
+    if backbone not in BACKBONES:
+        return f"backbone {backbone!r} is not registered"
+    if reparam:
+        try:
+            from .checkpoint import reparameterize_model  # noqa: F401
+        except ImportError:
+            return "gridify.checkpoint.reparameterize_model is not available"
+    return None
+
+
+def build_benchmark_model(name: str, num_points: int, k: Optional[int] = None,
+                          device: torch.device = torch.device("cpu")) -> nn.Module:
+    """The benchmark configuration of model ``name`` for clouds of ``num_points`` points.
+
+    ``-reparam`` variants run one forward pass in eval mode (so every layer knows its input
+    resolution) and are then folded by :func:`gridify.checkpoint.reparameterize_model`.
+    """
+    import gridify  # noqa: F401  (registers every model and backbone)
+    from .models import build_model
+
+    family, backbone, reparam = _model_kind(name)
+    reason = skip_reason(name)
+    if reason is not None:
+        raise ValueError(f"benchmark: model {name!r} unavailable: {reason}")
+    if family == "gridified":
+        model = build_model("gridified_classifier", in_channels=3, num_classes=NUM_CLASSES,
+                            resolution=grid_resolution(num_points), k=9 if k is None else k, hidden_channels=128,
+                            depth=3, kernel_size=9, backbone=backbone).to(device)
+        if reparam:
+            from .checkpoint import reparameterize_model
+
+            model.eval()
+            pos, batch, _ = make_batch(1, num_points, device)
+            with torch.no_grad():
+                model(pos, None, batch)
+            reparameterize_model(model)
+        return model
+    if family == "pointnet2":
+        return build_model("pointnet2_classifier", in_channels=3, num_classes=NUM_CLASSES)
+    return build_model("point_ckconv_classifier", in_channels=3, num_classes=NUM_CLASSES, k=64 if k is None else k)
+
+
+def make_batch(batch_size: int, num_points: int, device: torch.device, seed: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(pos [B*N, 3], batch [B*N], y [B])``: points on random ellipsoids inside ``[-0.9, 0.9]^3``."""
+    g = torch.Generator().manual_seed(seed)
+    d = torch.randn(batch_size, num_points, 3, generator=g)
+    d = d / d.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    axes = 0.45 + 0.45 * torch.rand(batch_size, 1, 3, generator=g)
+    pos = (d * axes).reshape(-1, 3)
+    batch = torch.arange(batch_size).repeat_interleave(num_points)
+    y = torch.randint(0, NUM_CLASSES, (batch_size,), generator=g)
+    return pos.to(device), batch.to(device), y.to(device)
+
+
+# ----------------------------------------------------------------------------- machine
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine_info(device: torch.device) -> Dict[str, Any]:
+    info = {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
+            "device": str(device)}
+    if device.type == "cuda":
+        info["device_name"] = torch.cuda.get_device_name(device)
+        info["cuda"] = torch.version.cuda
+    else:
+        info["device_name"] = info["cpu"]
+    try:
+        import torch_geometric
+
+        info["torch_geometric"] = torch_geometric.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def matmul_gflops(device: torch.device, size: int = 2048, repeats: int = 5) -> float:
+    """Median GFLOP/s of an fp32 ``torch.mm`` of two ``size x size`` matrices."""
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+    for _ in range(2):
+        torch.mm(a, b)
+    _sync(device)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return 2.0 * size ** 3 / statistics.median(times) / 1e9
+
+
+# ----------------------------------------------------------------------------- FLOP counting
+def count_forward_flops(model: nn.Module, args: Tuple[Any, ...]) -> Tuple[float, float]:
+    """``(counted, fft_estimate)`` FLOPs of one ``model(*args)`` forward pass (no grad).
+
+    ``counted`` comes from :class:`torch.utils.flop_counter.FlopCounterMode` (matmuls,
+    convolutions); ``fft_estimate`` adds the FFT convolutions of every
+    :class:`gridify.nn.flexconv.SepFlexConv3d` that takes its FFT path, which the counter skips.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from .nn import flexconv
+
+    fft_flops = [0.0]
+
+    def hook(module: nn.Module, inputs: Tuple[Any, ...]) -> None:
+        x = inputs[0]
+        r = x.shape[-1]
+        p, _, _ = module.kernel_geometry(r)
+        k = 2 * p + 1
+        if not module._use_fft(k, x.device):
+            return
+        n = flexconv._next_fast_len(r + p)
+        b, c = x.shape[0], x.shape[1]
+        size = n ** 3
+        per_transform = 2.5 * size * math.log2(max(size, 2))
+        fft_flops[0] += per_transform * (b * c + c + b * c) + 6.0 * b * c * n * n * (n // 2 + 1)
+
+    handles = [m.register_forward_pre_hook(hook) for m in model.modules()
+               if isinstance(m, flexconv.SepFlexConv3d)]
+    try:
+        counter = FlopCounterMode(display=False)
+        with torch.no_grad(), counter:
+            model(*args)
+    finally:
+        for h in handles:
+            h.remove()
+    return float(counter.get_total_flops()), fft_flops[0]
+
+
+# ----------------------------------------------------------------------------- measurement
+def _rss_mb() -> float:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+    except (OSError, ValueError):
+        return 0.0
+
+
+def _maxrss_mb() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return r / 2 ** 20 if sys.platform == "darwin" else r / 1024
+
+
+def _is_oom(exc: BaseException) -> bool:
+    msg = str(exc).lower()
+    return isinstance(exc, MemoryError) or "out of memory" in msg or "can't allocate" in msg \
+        or "cannot allocate" in msg
+
+
+class _Timer:
+    """Run ``fn(b)`` under a time budget: probe at b=1, pick b, warm up, time repeats."""
+
+    def __init__(self, fn: Callable[[int], None], device: torch.device, budget: float, repeats: int,
+                 warmup: int, max_batch: int) -> None:
+        self.fn, self.device, self.budget = fn, device, budget
+        self.repeats, self.warmup, self.max_batch = repeats, warmup, max_batch
+
+    def _once(self, b: int) -> float:
+        t0 = time.perf_counter()
+        self.fn(b)
+        _sync(self.device)
+        return time.perf_counter() - t0
+
+    def run(self) -> Dict[str, Any]:
+        start = time.perf_counter()
+        t1 = self._once(1)  # first call: one-time costs (lazy init, caches, allocator growth)
+        if t1 >= self.budget / 2:
+            # one cloud already takes half the budget: that run is the (single) measurement; at
+            # this size the one-time costs are negligible next to the run itself
+            return {"batch": 1, "seconds": t1, "repeats": 1}
+        if t1 < self.budget / 4:
+            t1 = self._once(1)  # the probe proper
+        b = self.max_batch
+        if b > 1:
+            b = max(1, min(b, int(self.budget / ((1 + self.repeats) * max(t1, 1e-9)))))
+        while True:
+            try:
+                warm = self.warmup if b > 1 else max(0, self.warmup - 1)
+                for _ in range(warm):
+                    if time.perf_counter() - start > self.budget / 2:
+                        break
+                    self._once(b)
+                times = []
+                for _ in range(self.repeats):
+                    times.append(self._once(b))
+                    if time.perf_counter() - start > self.budget:
+                        break
+                break
+            except (RuntimeError, MemoryError) as exc:
+                if not _is_oom(exc) or b == 1:
+                    raise
+                b = max(1, b // 2)
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+        return {"batch": b, "seconds": statistics.median(times), "repeats": len(times)}
+
+
+def measure(model_name: str, num_points: int, k: Optional[int] = None, batch_size: int = 32, repeats: int = 5,
+            warmup: int = 1, time_budget: float = 20.0, device: str = "cpu", train_step: bool = True,
+            max_points_per_batch: int = 1 << 20, count_flops: bool = True, seed: int = 0) -> Dict[str, Any]:
+    """One benchmark row: inference (and training-step) time and peak memory of one model at one N."""
+    dev = torch.device(device)
+    torch.manual_seed(seed)
+    family, _, reparam = _model_kind(model_name)
+    row: Dict[str, Any] = {"model": model_name, "num_points": num_points,
+                           "resolution": grid_resolution(num_points) if family == "gridified" else None,
+                           "k": (k if k is not None else (9 if family == "gridified" else 64))
+                           if model_uses_k(model_name) else None}
+    reason = skip_reason(model_name)
+    if reason is not None:
+        row["status"] = f"skipped: {reason}"
+        return row
+    model = build_benchmark_model(model_name, num_points, k, dev).to(dev)
+    row["params"] = sum(p.numel() for p in model.parameters())
+    max_batch = max(1, min(batch_size, max_points_per_batch // num_points))
+    data = {b: make_batch(b, num_points, dev, seed) for b in sorted({1, max_batch})}
+
+    def get(b: int) -> Tuple[Tensor, Tensor, Tensor]:
+        if b not in data:
+            data[b] = make_batch(b, num_points, dev, seed)
+        return data[b]
+
+    def infer(b: int) -> None:
+        pos, batch, _ = get(b)
+        with torch.no_grad():
+            model(pos, None, batch)
+
+    # One cold forward pass first: lazy imports (SciPy's KD-tree, ...), kernel caches and
+    # library workspaces would otherwise count as activation memory. Then the memory baseline.
+    model.eval()
+    infer(1)
+    _sync(dev)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+        base = torch.cuda.memory_allocated(dev) / 2 ** 20
+    else:
+        base = _rss_mb()
+
+    def peak() -> float:
+        if dev.type == "cuda":
+            return torch.cuda.max_memory_allocated(dev) / 2 ** 20 - base
+        return max(0.0, _maxrss_mb() - base)
+
+    model.eval()
+    res = _Timer(infer, dev, time_budget, repeats, warmup, max_batch).run()
+    b = res["batch"]
+    row.update(batch=b, ms_per_batch=1e3 * res["seconds"], clouds_per_s=b / res["seconds"],
+               us_per_point=1e6 * res["seconds"] / (b * num_points), peak_mb=peak(), repeats=res["repeats"])
+    if count_flops and family == "gridified":
+        pos, batch, _ = get(1)
+        counted, fft = count_forward_flops(model, (pos, None, batch))
+        row["gflop_per_cloud"] = (counted + fft) / 1e9
+        row["gflop_per_cloud_counted"] = counted / 1e9
+        row["gflops_achieved"] = row["gflop_per_cloud"] * row["clouds_per_s"]
+    if train_step and not reparam:
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+
+        def step(bb: int) -> None:
+            pos, batch, y = get(bb)
+            opt.zero_grad(set_to_none=True)
+            loss = nn.functional.cross_entropy(model(pos, None, batch), y)
+            loss.backward()
+            opt.step()
+
+        res = _Timer(step, dev, time_budget, repeats, warmup, b).run()
+        tb = res["batch"]
+        row.update(train_batch=tb, train_ms_per_batch=1e3 * res["seconds"],
+                   train_clouds_per_s=tb / res["seconds"], train_peak_mb=peak())
+    row["status"] = "ok"
+    return row
+
+
+def _worker_main(spec_json: str) -> int:
+    spec = json.loads(spec_json)
+    threads = spec.pop("threads", None)
+    if threads:
+        torch.set_num_threads(int(threads))
+    try:
+        row = measure(**spec)
+    except Exception as exc:  # reported as a row, the sweep goes on
+        row = {"model": spec.get("model_name"), "num_points": spec.get("num_points"), "k": spec.get("k"),
+               "status": f"error: {type(exc).__name__}: {exc}"[:300]}
+    print(RESULT_TAG + json.dumps(row), flush=True)
+    return 0
+
+
+def _run_isolated(spec: Dict[str, Any], timeout: float) -> Dict[str, Any]:
+    env = dict(os.environ)
+    if spec.get("threads"):
+        env["OMP_NUM_THREADS"] = str(spec["threads"])
+        env["MKL_NUM_THREADS"] = str(spec["threads"])
+    cmd = [sys.executable, "-m", "gridify.benchmarking", "--_worker", json.dumps(spec)]
+    base = {"model": spec["model_name"], "num_points": spec["num_points"], "k": spec.get("k")}
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {**base, "status": f"timeout after {timeout:.0f} s"}
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_TAG):
+            return json.loads(line[len(RESULT_TAG):])
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+    return {**base, "status": f"error: worker exited {proc.returncode}: {tail[0][:250]}"}
+
+
+# ----------------------------------------------------------------------------- reporting
+def add_ratios(rows: List[Dict[str, Any]], reference: str = "gridified") -> None:
+    """``ratio`` = throughput of ``reference`` in the same sweep at the same (N, k) / this row's."""
+    def key(r: Dict[str, Any], with_k: bool) -> Tuple[Any, ...]:
+        return (r.get("sweep"), r.get("num_points"), r.get("k") if with_k else None)
+
+    ref_rows = [r for r in rows if r.get("model") == reference and r.get("status") == "ok"]
+    for r in rows:
+        if r.get("status") != "ok":
+            continue
+        with_k = r.get("sweep") == "k"
+        match = [g for g in ref_rows if key(g, with_k) == key(r, with_k)]
+        if not match:
+            continue
+        g = match[0]
+        r["ratio"] = g["clouds_per_s"] / r["clouds_per_s"]
+        if g.get("train_clouds_per_s") and r.get("train_clouds_per_s"):
+            r["train_ratio"] = g["train_clouds_per_s"] / r["train_clouds_per_s"]
+
+
+def _fmt(v: Any, digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if v == 0:
+            return "0"
+        return f"{v:.{digits}g}" if abs(v) < 1e4 else f"{v:.0f}"
+    return str(v)
+
+
+def format_table(rows: List[Dict[str, Any]]) -> str:
+    cols = [("sweep", "sweep"), ("model", "model"), ("num_points", "N"), ("resolution", "R"), ("k", "k"),
+            ("batch", "batch"), ("ms_per_batch", "ms/batch"), ("clouds_per_s", "clouds/s"),
+            ("us_per_point", "us/point"), ("peak_mb", "peak MB"), ("train_ms_per_batch", "train ms/b"),
+            ("gflops_achieved", "GFLOP/s"), ("ratio", "grid/model"), ("status", "status")]
+    table = [[h for _, h in cols]] + [[_fmt(r.get(c))[:60] for c, _ in cols] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
+    lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def write_csv(path: Path, rows: List[Dict[str, Any]]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: ("" if r.get(c) is None else r.get(c)) for c in CSV_COLUMNS})
+
+
+def plot(rows: List[Dict[str, Any]], out: Path) -> List[str]:
+    """Log-log plots of time and peak memory per cloud vs N and vs k (PNG, Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for sweep, xkey, xlabel in (("n", "num_points", "number of points N"), ("k", "k", "neighbours k")):
+        sel = [r for r in rows if r.get("sweep") == sweep and r.get("status") == "ok"]
+        if not sel:
+            continue
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+        series = [("ms_per_batch", "batch", "inference time per cloud [ms]"),
+                  ("train_ms_per_batch", "train_batch", "training step per cloud [ms]"),
+                  ("peak_mb", "batch", "peak memory per cloud [MB]")]
+        for ax, (ykey, bkey, ylabel) in zip(axes, series):
+            for model in sorted({r["model"] for r in sel}):
+                pts = sorted((r[xkey], r[ykey] / r[bkey]) for r in sel
+                             if r["model"] == model and r.get(ykey) and r.get(bkey) and r.get(xkey))
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=model)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(ylabel)
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0].legend()
+        fig.tight_layout()
+        path = out / f"scaling_{sweep}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(str(path))
+    return written
+
+
+# ----------------------------------------------------------------------------- CLI
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="benchmark.py", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="+", default=None, help=f"models (default: {' '.join(DEFAULT_MODELS)})")
+    p.add_argument("--num-points", nargs="+", type=int, default=None, help="N values of the N sweep")
+    p.add_argument("--k", nargs="*", type=int, default=None, help="k values of the k sweep (none: no k sweep)")
+    p.add_argument("--k-num-points", type=int, default=1024, help="N of the k sweep")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--time-budget", type=float, default=20.0, help="seconds per measurement")
+    p.add_argument("--max-points-per-batch", type=int, default=1 << 20)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    p.add_argument("--train-step", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--flops", action=argparse.BooleanOptionalAction, default=True,
+                   help="count the gridified forward's FLOPs")
+    p.add_argument("--isolation", choices=("subprocess", "inprocess"), default="subprocess",
+                   help="fresh process per measurement (honest CPU peak memory) or all in this process")
+    p.add_argument("--matmul-size", type=int, default=2048, help="matrix size of the matmul-peak measurement")
+    p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--out", default="outputs/benchmark")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true",
+                   help="smoke test: N in {512, 1024}, k in {8, 16}, batch 4, 2 repeats, 5 s budget")
+    p.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args._worker is not None:
+        return _worker_main(args._worker)
+    if args.quick:
+        args.num_points = args.num_points or [512, 1024]
+        args.k = [8, 16] if args.k is None else args.k
+        args.k_num_points = min(args.k_num_points, 512)
+        args.batch_size = min(args.batch_size, 4)
+        args.repeats = min(args.repeats, 2)
+        args.time_budget = min(args.time_budget, 5.0)
+    models = args.models or list(DEFAULT_MODELS)
+    num_points = args.num_points or list(DEFAULT_NUM_POINTS)
+    ks = DEFAULT_KS if args.k is None else args.k
+    for name in models:
+        _model_kind(name)  # fail fast on unknown names
+    for name, v in (("--batch-size", args.batch_size), ("--repeats", args.repeats),
+                    ("--max-points-per-batch", args.max_points_per_batch), ("--k-num-points", args.k_num_points)):
+        if v < 1:
+            raise SystemExit(f"benchmark: {name} must be >= 1, got {v}")
+    if any(n < 8 for n in num_points) or any(k < 1 for k in ks):
+        raise SystemExit("benchmark: --num-points must be >= 8 and --k >= 1")
+    if args.matmul_size < 16:
+        raise SystemExit(f"benchmark: --matmul-size must be >= 16, got {args.matmul_size}")
+    if args.time_budget <= 0:
+        raise SystemExit(f"benchmark: --time-budget must be positive, got {args.time_budget}")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if args.device == "auto" else args.device))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("benchmark: --device cuda requested but CUDA is not available")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    info = machine_info(device)
+    print(f"device: {info['device_name']} ({device}), threads {info['threads']}, torch {info['torch']}", flush=True)
+    peak = matmul_gflops(device, size=args.matmul_size)
+    print(f"dense fp32 matmul ({args.matmul_size}^3): {peak:.1f} GFLOP/s", flush=True)
+
+    jobs: List[Tuple[str, str, int, Optional[int]]] = [("n", m, n, None) for m in models for n in num_points]
+    jobs += [("k", m, args.k_num_points, k) for m in models if model_uses_k(m) for k in ks]
+    rows: List[Dict[str, Any]] = []
+    started = time.perf_counter()
+    for i, (sweep, model, n, k) in enumerate(jobs):
+        spec = dict(model_name=model, num_points=n, k=k, batch_size=args.batch_size, repeats=args.repeats,
+                    warmup=args.warmup, time_budget=args.time_budget, device=str(device),
+                    train_step=args.train_step, max_points_per_batch=args.max_points_per_batch,
+                    count_flops=args.flops, seed=args.seed)
+        if args.isolation == "subprocess":
+            row = _run_isolated({**spec, "threads": torch.get_num_threads()},
+                                timeout=6 * args.time_budget + 300)
+        else:
+            try:
+                row = measure(**spec)
+            except Exception as exc:
+                row = {"model": model, "num_points": n, "k": k, "status": f"error: {type(exc).__name__}: {exc}"}
+        row["sweep"] = sweep
+        if row.get("gflops_achieved"):
+            row["matmul_fraction"] = row["gflops_achieved"] / peak
+        rows.append(row)
+        print(f"[{i + 1}/{len(jobs)} {time.perf_counter() - started:.0f}s] {sweep}-sweep {model} N={n} "
+              f"k={row.get('k')}: {row.get('status')} batch={row.get('batch')} "
+              f"ms/batch={_fmt(row.get('ms_per_batch'))} peak={_fmt(row.get('peak_mb'))} MB", flush=True)
+    add_ratios(rows)
+    result = {"machine": info, "matmul_gflops": peak, "resolution_rule": "R = max(2, round(N ** (1/3)))",
+              "memory_method": ("cuda max_memory_allocated" if device.type == "cuda" else
+                                f"peak RSS increase (ru_maxrss), isolation={args.isolation}"),
+              "flops_method": "FlopCounterMode + estimated FFT convolutions (see gridify.benchmarking)",
+              "settings": {k: v for k, v in vars(args).items() if k != "_worker"},
+              "models": models, "num_points": num_points, "ks": ks, "rows": rows,
+              "wall_seconds": time.perf_counter() - started}
+    (out / "benchmark.json").write_text(json.dumps(result, indent=2, default=str))
+    write_csv(out / "benchmark.csv", rows)
+    print()
+    print(format_table(rows))
+    grid = [r for r in rows if r.get("model") == "gridified" and r.get("gflops_achieved")]
+    for r in grid:
+        print(f"gridified {r['sweep']}-sweep N={r['num_points']} k={r.get('k')}: {r['gflops_achieved']:.1f} GFLOP/s "
+              f"= {100 * r['gflops_achieved'] / peak:.0f} % of the matmul peak ({peak:.1f})")
+    if args.plots:
+        try:
+            for path in plot(rows, out):
+                print(f"wrote {path}")
+        except ImportError:
+            print("matplotlib not installed: no plots")
+    print(f"wrote {out / 'benchmark.json'} and {out / 'benchmark.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

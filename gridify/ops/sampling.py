@@ -1,0 +1,279 @@
+"""Point sampling and ball queries: farthest point sampling and radius neighbourhoods.
+
+PyG 2.8 routes ``torch_geometric.nn.fps`` / ``radius`` through pyg-lib or torch-cluster, neither
+of which has wheels on PyPI; these native PyTorch versions let PointNet++-style models run
+anywhere.
+
+**Farthest point sampling** (:func:`fps`). For every cloud ``b`` with ``n_b`` points choose
+``m_b = ceil(ratio * n_b)`` points greedily:
+
+    s_0 = start,     s_t = argmax_i  min_{u < t} ||p_i - p_{s_u}||^2
+
+(ties go to the lowest index). All clouds of a batch are processed at once on a padded
+``[B, max n_b]`` distance table; the Python loop runs only over the sample index ``t``.
+Cost O(max m_b * B * max n_b), memory O(B * max n_b).
+
+**Ball query** (:func:`radius`). For every row ``y_i`` the points ``x_j`` of the same cloud
+with ``||x_j - y_i|| <= r``; when more than ``max_num_neighbors`` qualify, the nearest ones are
+kept (distance, then index), so the result does not depend on the order of the points
+(torch-cluster keeps the first ones by index instead). Returned PyG-style as
+``edge_index[0]`` = query rows (into ``y``), ``edge_index[1]`` = neighbour rows (into ``x``),
+grouped by query, nearest first.
+
+Backends of :func:`radius`: ``"torch"`` (brute force in chunks of queries against only their
+own clouds: memory O(chunk x N), any device), ``"kdtree"`` (SciPy cKDTree, CPU, O(N log N)),
+``"auto"`` (kdtree for large CPU inputs, torch otherwise).
+
+Shapes:
+    fps: pos [N, D], batch [N] (sorted) -> index [sum_b m_b] (int64, grouped by cloud, in
+    selection order)
+    radius: x [N, D], y [M, D], batch_x [N], batch_y [M] -> edge_index [2, E],
+    E <= M * max_num_neighbors
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .._checks import check_batch, check_finite, check_float, check_tensor, fail
+
+__all__ = ["fps", "fps_reference", "radius", "radius_reference"]
+
+RADIUS_BACKENDS = ("auto", "torch", "kdtree")
+#: Elements of the distance block held in memory at once by the brute-force ball query.
+CHUNK_ELEMENTS = 1 << 24
+#: Above this many candidate pairs (N * M), ``auto`` on CPU picks the KD-tree.
+KDTREE_MIN_PAIRS = 1 << 20
+
+
+def _check_ratio(ratio: float, where: str) -> float:
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio) \
+            or not 0.0 < ratio <= 1.0:
+        fail(where, f"ratio must be a number in (0, 1], got {ratio!r}")
+    return float(ratio)
+
+
+def _ptr(counts: Tensor) -> Tensor:
+    ptr = counts.new_zeros(counts.numel() + 1)
+    ptr[1:] = torch.cumsum(counts, 0)
+    return ptr
+
+
+def fps(pos: Tensor, batch: Optional[Tensor] = None, ratio: float = 0.5, random_start: bool = True,
+        generator: Optional[torch.Generator] = None, start: Optional[Tensor] = None) -> Tensor:
+    """Farthest point sampling of ``ceil(ratio * n_b)`` points per cloud (see module docstring).
+
+    Args:
+        pos: point coordinates ``[N, D]``.
+        batch: sorted cloud index per point ``[N]`` (``None``: one cloud).
+        ratio: fraction of each cloud to keep, in ``(0, 1]``.
+        random_start: start every cloud at a uniformly random point (else at its first point).
+        generator: optional random generator for the start points.
+        start: explicit first sample of every cloud ``[B]``, as an index local to the cloud
+            (overrides ``random_start``).
+
+    Returns:
+        global indices into ``pos`` ``[sum_b m_b]``, cloud 0's samples first, each cloud's in
+        selection order.
+    """
+    where = "fps"
+    pos = check_tensor(pos, "pos", where)
+    if pos.dim() != 2 or pos.size(0) == 0:
+        fail(where, f"pos must have shape [N, D] with N >= 1, got {tuple(pos.shape)}")
+    check_float(pos, "pos", where)
+    ratio = _check_ratio(ratio, where)
+    bx, nclouds, counts = check_batch(batch, pos.size(0), where, "batch", device=pos.device)
+    check_finite(pos, "pos", where, bx)
+    dev = pos.device
+    ptr = _ptr(counts)
+    nmax = int(counts.max())
+    num = torch.ceil(counts.double() * ratio).long().clamp_(min=1, max=None)
+    num = torch.minimum(num, counts)
+    mmax = int(num.max())
+    # padded coordinate planes [D, B, nmax] (contiguous per axis); padded slots get distance -1
+    # so they are never chosen
+    local = torch.arange(pos.size(0), device=dev) - ptr[bx]
+    planes = pos.new_zeros(pos.size(1), nclouds, nmax)
+    planes[:, bx, local] = pos.detach().t()
+    valid = torch.zeros(nclouds, nmax, dtype=torch.bool, device=dev)
+    valid[bx, local] = True
+    if start is not None:
+        start = check_tensor(start, "start", where)
+        if start.dim() != 1 or start.numel() != nclouds or start.is_floating_point():
+            fail(where, f"start must be a 1-D integer tensor with one entry per cloud ({nclouds}), "
+                        f"got shape {tuple(start.shape)} and dtype {start.dtype}")
+        cur = start.to(device=dev, dtype=torch.long)
+        if bool(((cur < 0) | (cur >= counts)).any()):
+            fail(where, "start holds an index outside its cloud")
+    elif random_start:
+        u = torch.rand(nclouds, generator=generator, device="cpu" if generator is None else generator.device)
+        cur = torch.minimum((u.to(dev) * counts.double()).long(), counts - 1)
+    else:
+        cur = torch.zeros(nclouds, dtype=torch.long, device=dev)
+    mind = torch.full((nclouds, nmax), float("inf"), dtype=pos.dtype, device=dev)
+    mind.masked_fill_(~valid, -1.0)
+    rows = torch.arange(nclouds, device=dev)
+    out = torch.empty(nclouds, mmax, dtype=torch.long, device=dev)
+    out[:, 0] = cur
+    d = torch.empty_like(mind)
+    tmp = torch.empty_like(mind)
+    for t in range(1, mmax):
+        c = planes[:, rows, cur].unsqueeze(-1)  # [D, B, 1] coordinates of the last sample
+        # squared distance summed axis by axis in the same order as ((p - c) ** 2).sum(-1)
+        torch.sub(planes[0], c[0], out=d).mul_(d)
+        for a in range(1, planes.size(0)):
+            torch.sub(planes[a], c[a], out=tmp).mul_(tmp)
+            d.add_(tmp)
+        torch.minimum(mind, d, out=mind)  # padded slots stay at -1
+        cur = mind.argmax(1)
+        out[:, t] = cur
+    keep = torch.arange(mmax, device=dev).unsqueeze(0) < num.unsqueeze(1)
+    return (out + ptr[:-1].unsqueeze(1))[keep]
+
+
+def fps_reference(pos: Tensor, batch: Optional[Tensor] = None, ratio: float = 0.5,
+                  start: Optional[Tensor] = None) -> Tensor:
+    """Loop-over-clouds greedy farthest point sampling, the obviously-correct reference for tests.
+
+    ``start`` holds each cloud's first sample as an index local to the cloud (default 0).
+    """
+    bx = torch.zeros(pos.size(0), dtype=torch.long) if batch is None else batch.long()
+    nclouds = int(bx.max()) + 1
+    out = []
+    for b in range(nclouds):
+        idx = (bx == b).nonzero().flatten()
+        p = pos[idx]
+        m = min(idx.numel(), max(1, math.ceil(idx.numel() * ratio)))
+        chosen = [0 if start is None else int(start[b])]
+        mind = torch.full((idx.numel(),), float("inf"), dtype=pos.dtype)
+        for _ in range(1, m):
+            mind = torch.minimum(mind, ((p - p[chosen[-1]]) ** 2).sum(-1))
+            chosen.append(int(torch.argmax(mind)))
+        out += [int(idx[c]) for c in chosen]
+    return torch.tensor(out, dtype=torch.long)
+
+
+def _validate_radius(x, y, r, batch_x, batch_y, max_num_neighbors, backend, where="radius"):
+    x = check_tensor(x, "x", where)
+    y = check_tensor(y, "y", where)
+    for name, t in (("x", x), ("y", y)):
+        if t.dim() != 2:
+            fail(where, f"{name} must have shape [num_points, dim], got {tuple(t.shape)}")
+        check_float(t, name, where)
+    if x.size(1) != y.size(1):
+        fail(where, f"x and y must have the same dimension, got {x.size(1)} and {y.size(1)}")
+    if x.device != y.device:
+        fail(where, f"x is on {x.device} but y is on {y.device}")
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
+        fail(where, f"r must be a positive finite number, got {r!r}")
+    if isinstance(max_num_neighbors, bool) or not isinstance(max_num_neighbors, (int, np.integer)) \
+            or max_num_neighbors < 1:
+        fail(where, f"max_num_neighbors must be a positive integer, got {max_num_neighbors!r}")
+    if backend not in RADIUS_BACKENDS:
+        fail(where, f"unknown backend {backend!r}; expected one of {RADIUS_BACKENDS}")
+    if x.size(0) == 0:
+        fail(where, "x holds no points")
+    bx, nx, cx = check_batch(batch_x, x.size(0), where, "batch_x", device=x.device, allow_empty=True)
+    by, ny = ((check_batch(batch_y, y.size(0), where, "batch_y", device=y.device, allow_empty=True)[:2])
+              if y.size(0) else (torch.zeros(0, dtype=torch.long, device=y.device), 0))
+    if ny > nx:
+        fail(where, f"batch_y refers to cloud {ny - 1} but x has points for only {nx} clouds")
+    check_finite(x, "x", where, bx)
+    check_finite(y, "y", where, by)
+    return x, y, float(r), bx, by, cx, int(max_num_neighbors)
+
+
+def radius(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor] = None, batch_y: Optional[Tensor] = None,
+           max_num_neighbors: int = 64, backend: str = "auto") -> Tensor:
+    """Rows of ``x`` within distance ``r`` of every row of ``y`` (same cloud); see module docstring."""
+    x, y, r, bx, by, counts, kmax = _validate_radius(x, y, r, batch_x, batch_y, max_num_neighbors, backend)
+    if y.size(0) == 0:
+        return torch.zeros(2, 0, dtype=torch.long, device=x.device)
+    if backend == "auto":
+        backend = "kdtree" if x.device.type == "cpu" and x.size(0) * y.size(0) > KDTREE_MIN_PAIRS else "torch"
+    if backend == "kdtree":
+        if x.device.type != "cpu":
+            fail("radius", f"backend='kdtree' runs on the CPU only; inputs are on {x.device}")
+        return _radius_kdtree(x, y, r, bx, by, counts, kmax)
+    return _radius_torch(x, y, r, bx, by, counts, kmax)
+
+
+def _radius_torch(x: Tensor, y: Tensor, r: float, bx: Tensor, by: Tensor, counts: Tensor, kmax: int) -> Tensor:
+    ptr_l = _ptr(counts).tolist()
+    by_l = by.tolist()
+    rows, cols = [], []
+    m = y.size(0)
+    r2 = r * r
+    start = 0
+    while start < m:
+        b0 = by_l[start]
+        span = max(1, ptr_l[b0 + 1] - ptr_l[b0])
+        end = min(m, start + max(1, CHUNK_ELEMENTS // span))
+        b1 = by_l[end - 1]
+        while end - start > 1 and (end - start) * (ptr_l[b1 + 1] - ptr_l[b0]) > CHUNK_ELEMENTS:
+            end = start + max(1, (end - start) // 2)
+            b1 = by_l[end - 1]
+        lo, hi = ptr_l[b0], ptr_l[b1 + 1]
+        if hi == lo:  # queries of clouds without points
+            start = end
+            continue
+        xs, ys = x[lo:hi].detach(), y[start:end].detach()
+        d = torch.zeros(end - start, hi - lo, dtype=x.dtype, device=x.device)
+        for c in range(x.size(1)):
+            d += (ys[:, c, None] - xs[None, :, c]).pow(2)
+        d.masked_fill_((by[start:end, None] != bx[None, lo:hi]) | (d > r2), float("inf"))
+        kk = min(kmax, hi - lo)
+        dist, idx = torch.topk(d, kk, dim=1, largest=False, sorted=True)
+        ok = torch.isfinite(dist)
+        q = torch.arange(start, end, device=x.device).unsqueeze(1).expand(-1, kk)
+        rows.append(q[ok])
+        cols.append(idx[ok] + lo)
+        start = end
+    if not rows:
+        return torch.zeros(2, 0, dtype=torch.long, device=x.device)
+    return torch.stack([torch.cat(rows), torch.cat(cols)])
+
+
+def _radius_kdtree(x: Tensor, y: Tensor, r: float, bx: Tensor, by: Tensor, counts: Tensor, kmax: int) -> Tensor:
+    from scipy.spatial import cKDTree
+
+    xn = x.detach().to(torch.float64).numpy()
+    yn = y.detach().to(torch.float64).numpy()
+    bxn, byn = bx.numpy(), by.numpy()
+    if counts.numel() > 1:  # the cloud index as an extra coordinate far beyond r: no cross-cloud pairs
+        sep = 4.0 * r + 1.0
+        xn = np.concatenate([xn, bxn[:, None] * sep], 1)
+        yn = np.concatenate([yn, byn[:, None] * sep], 1)
+    kk = min(kmax, x.size(0))
+    tree = cKDTree(xn)
+    _, idx = tree.query(yn, k=kk, distance_upper_bound=r * (1 + 1e-6) + 1e-12, workers=-1)
+    idx = np.asarray(idx).reshape(y.size(0), kk)
+    valid = idx < x.size(0)
+    idx_safe = np.where(valid, idx, 0)
+    rows = torch.from_numpy(np.ascontiguousarray(
+        np.broadcast_to(np.arange(y.size(0))[:, None], idx.shape)[valid])).long()
+    cols = torch.from_numpy(np.ascontiguousarray(idx_safe[valid])).long()
+    # exact test in the input precision, same formula as the torch path
+    d = (y[rows].detach() - x[cols].detach()).pow(2).sum(-1)
+    keep = (d <= r * r) & (bx[cols] == by[rows])
+    return torch.stack([rows[keep], cols[keep]])
+
+
+def radius_reference(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor] = None,
+                     batch_y: Optional[Tensor] = None, max_num_neighbors: int = 64) -> Tensor:
+    """Loop-over-queries ball query, the obviously-correct reference for tests."""
+    bx = torch.zeros(x.size(0), dtype=torch.long) if batch_x is None else batch_x
+    by = torch.zeros(y.size(0), dtype=torch.long) if batch_y is None else batch_y
+    rows, cols = [], []
+    for i in range(y.size(0)):
+        cand = (bx == by[i]).nonzero().flatten()
+        d = ((x[cand] - y[i]) ** 2).sum(-1)
+        inside = [j for j in range(cand.numel()) if float(d[j]) <= r * r]
+        inside = sorted(inside, key=lambda j: (float(d[j]), int(cand[j])))[:max_num_neighbors]
+        rows += [i] * len(inside)
+        cols += [int(cand[j]) for j in inside]
+    return torch.tensor([rows, cols], dtype=torch.long).reshape(2, -1)

@@ -1,0 +1,13 @@
+#!/usr/bin/env python
+"""Speed and memory benchmark: gridified classifier vs PointCKConvNet and PointNet++ (see
+:mod:`gridify.benchmarking`).
+
+    python scripts/benchmark.py --quick
+    python scripts/benchmark.py --threads 2 --out outputs/benchmark
+"""
+import sys
+
+from gridify.benchmarking import main
+
+if __name__ == "__main__":
+    sys.exit(main())

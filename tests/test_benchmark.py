@@ -1,0 +1,85 @@
+import csv
+import json
+
+import pytest
+
+from gridify import benchmarking
+from gridify.benchmarking import CSV_COLUMNS, add_ratios, grid_resolution, main
+
+
+def test_resolution_rule():
+    assert [grid_resolution(n) for n in (8, 512, 1024, 4096, 65536)] == [2, 8, 10, 16, 40]
+
+
+def test_tiny_run_writes_json_csv_and_ratios(tmp_path, capsys):
+    out = tmp_path / "bench"
+    rc = main(["--models", "gridified", "pointnet2", "point_ckconv", "gridified-nosuch", "--num-points", "64",
+               "--k", "4", "--k-num-points", "64", "--batch-size", "2", "--repeats", "1", "--warmup", "0",
+               "--time-budget", "2", "--threads", "1", "--isolation", "inprocess", "--no-plots",
+               "--matmul-size", "512", "--out", str(out)])
+    assert rc == 0
+    result = json.loads((out / "benchmark.json").read_text())
+    assert result["machine"]["threads"] == 1 and result["machine"]["torch"]
+    assert result["matmul_gflops"] > 0
+    rows = result["rows"]
+    # N sweep: 4 models; k sweep: gridified, point_ckconv (and the skipped variant)
+    assert len(rows) == 4 + 3
+    ok = {(r["sweep"], r["model"]): r for r in rows if r["status"] == "ok"}
+    assert set(ok) == {("n", "gridified"), ("n", "pointnet2"), ("n", "point_ckconv"), ("k", "gridified"),
+                       ("k", "point_ckconv")}
+    skipped = [r for r in rows if r["model"] == "gridified-nosuch"]
+    assert all(r["status"].startswith("skipped: backbone 'nosuch'") for r in skipped)
+    grid = ok[("n", "gridified")]
+    assert grid["resolution"] == 4 and grid["k"] == 9 and grid["ratio"] == pytest.approx(1.0)
+    assert grid["gflop_per_cloud"] > 0 and grid["gflops_achieved"] > 0
+    for r in ok.values():
+        assert r["batch"] >= 1 and r["ms_per_batch"] > 0 and r["train_ms_per_batch"] > 0
+        assert r["clouds_per_s"] == pytest.approx(1e3 * r["batch"] / r["ms_per_batch"])
+        assert r["us_per_point"] == pytest.approx(1e3 * r["ms_per_batch"] / (r["batch"] * 64))
+        if r["sweep"] == "n":
+            assert r["ratio"] == pytest.approx(grid["clouds_per_s"] / r["clouds_per_s"])
+    assert ok[("k", "point_ckconv")]["k"] == 4
+    with open(out / "benchmark.csv") as f:
+        reader = csv.DictReader(f)
+        assert reader.fieldnames == CSV_COLUMNS
+        csv_rows = list(reader)
+    assert len(csv_rows) == len(rows)
+    assert all(r["ratio"] for r in csv_rows if r["status"] == "ok")
+    printed = capsys.readouterr().out
+    assert "grid/model" in printed and "GFLOP/s" in printed and "% of the matmul peak" in printed
+
+
+def test_add_ratios_matches_sweep_n_and_k():
+    rows = [dict(sweep="n", model="gridified", num_points=512, k=9, clouds_per_s=100.0, status="ok"),
+            dict(sweep="n", model="pointnet2", num_points=512, k=None, clouds_per_s=25.0, status="ok"),
+            dict(sweep="k", model="gridified", num_points=512, k=4, clouds_per_s=200.0, status="ok"),
+            dict(sweep="k", model="point_ckconv", num_points=512, k=4, clouds_per_s=10.0, status="ok"),
+            dict(sweep="k", model="point_ckconv", num_points=512, k=8, clouds_per_s=10.0, status="ok")]
+    add_ratios(rows)
+    assert [r.get("ratio") for r in rows] == [1.0, 4.0, 1.0, 20.0, None]
+
+
+def test_plots_are_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    rows = [dict(sweep="n", model=m, num_points=n, batch=2, ms_per_batch=n * f, train_batch=2,
+                 train_ms_per_batch=3 * n * f, peak_mb=0.01 * n, status="ok")
+            for m, f in (("gridified", 0.01), ("pointnet2", 0.1)) for n in (512, 1024, 2048)]
+    paths = benchmarking.plot(rows, tmp_path)
+    assert paths == [str(tmp_path / "scaling_n.png")]
+    assert (tmp_path / "scaling_n.png").stat().st_size > 1000
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="unknown model 'resnet50'"):
+        main(["--models", "resnet50", "--out", "/tmp/unused"])
+    with pytest.raises(SystemExit, match="--batch-size must be >= 1"):
+        main(["--batch-size", "0", "--out", "/tmp/unused"])
+
+
+@pytest.mark.slow
+def test_subprocess_isolation_measures_memory(tmp_path):
+    out = tmp_path / "bench"
+    main(["--models", "point_ckconv", "--num-points", "256", "--k", "--batch-size", "2", "--repeats", "1",
+          "--time-budget", "3", "--threads", "1", "--no-plots", "--matmul-size", "256", "--out", str(out)])
+    rows = json.loads((out / "benchmark.json").read_text())["rows"]
+    assert rows[0]["status"] == "ok" and rows[0]["peak_mb"] > 0
