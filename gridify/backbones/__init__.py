@@ -5,6 +5,8 @@ Registered in :data:`gridify.registry.BACKBONES`:
 * ``"ccnn"`` -- :class:`CCNN`, residual blocks of continuous-kernel SepFlexConv3d (default).
 * ``"resnet"`` -- :class:`ResNet3d`, the same blocks with discrete depthwise kernels.
 * ``"unet"`` -- :class:`UNet3d`, a 3D U-Net that handles odd grid sizes.
+* ``"mrconv"`` -- :class:`MRConvNet`, the same blocks with multi-resolution reparameterizable
+  depthwise kernels (:class:`gridify.nn.MRConv3d`).
 
 All share the keyword arguments ``in_channels, out_channels, hidden_channels=128, depth=3,
 dropout=0.1, kernel_size=9`` plus backbone-specific extras, and a ``kernel_l2()`` method.
@@ -18,6 +20,7 @@ from torch import nn
 from ..registry import BACKBONES
 from .blocks import DepthwiseSeparableConv3d, GridBackbone, ResidualBlock3d
 from .ccnn import CCNN
+from .mrconv import MRConvNet
 from .resnet import ResNet3d
 from .unet import UNet3d
 
@@ -30,5 +33,5 @@ def build_backbone(name: str, **kwargs: Any) -> nn.Module:
     return BACKBONES.build(name, **kwargs)
 
 
-__all__ = ["CCNN", "ResNet3d", "UNet3d", "build_backbone", "GridBackbone", "ResidualBlock3d",
+__all__ = ["CCNN", "ResNet3d", "UNet3d", "MRConvNet", "build_backbone", "GridBackbone", "ResidualBlock3d",
            "DepthwiseSeparableConv3d"]

@@ -1,0 +1,142 @@
+#!/usr/bin/env python
+"""Inference time of GridifiedClassifier with the ccnn, resnet and mrconv grid backbones.
+
+Measures, for each variant, the median wall time of a forward pass (eval mode, no grad) of the
+whole classifier (gridify -> backbone -> pool -> head) and of the backbone alone on its
+``[B, C, R, R, R]`` input, after warm-up, on one CPU thread by default. The ``mrconv`` model is
+timed as trained (parallel branches + BatchNorms) and after
+:func:`gridify.checkpoint.reparameterize_model` (one depthwise convolution per block); the
+script checks that both give the same logits. Defaults: the ModelNet10-cpu configuration
+(R=9, k=9, C=64, depth 2, kernel_size 5 for ccnn/resnet, 3 for mrconv = supports 3/5/9/17),
+batch 32, N=1024 points, 3 input features, 10 classes.
+
+    python scripts/bench_backbones.py                 # table + outputs/bench_backbones/results.json
+    python scripts/bench_backbones.py --repeats 20 --fourier
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from gridify.checkpoint import reparameterize_model  # noqa: E402
+from gridify.models import GridifiedClassifier  # noqa: E402
+
+
+def median_time(fn: Callable[[], Any], warmup: int, repeats: int) -> Dict[str, float]:
+    for _ in range(warmup):
+        fn()
+    times: List[float] = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return {"median_ms": 1e3 * statistics.median(times), "min_ms": 1e3 * min(times), "max_ms": 1e3 * max(times)}
+
+
+def build(backbone: str, args: argparse.Namespace, **backbone_kwargs: Any) -> GridifiedClassifier:
+    torch.manual_seed(args.seed)
+    kernel_size = args.mrconv_kernel_size if backbone == "mrconv" else args.kernel_size
+    return GridifiedClassifier(in_channels=args.in_channels, num_classes=args.num_classes,
+                               resolution=args.resolution, k=args.k, hidden_channels=args.channels,
+                               backbone=backbone, depth=args.depth, kernel_size=kernel_size, dropout=0.1,
+                               backbone_kwargs=backbone_kwargs or None)
+
+
+def main(argv: List[str] | None = None) -> Dict[str, Any]:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--num-points", type=int, default=1024)
+    p.add_argument("--in-channels", type=int, default=3)
+    p.add_argument("--num-classes", type=int, default=10)
+    p.add_argument("--resolution", type=int, default=9)
+    p.add_argument("--k", type=int, default=9)
+    p.add_argument("--channels", type=int, default=64)
+    p.add_argument("--depth", type=int, default=2)
+    p.add_argument("--kernel-size", type=int, default=5, help="ccnn / resnet kernel size")
+    p.add_argument("--mrconv-kernel-size", type=int, default=3, help="mrconv first-branch support")
+    p.add_argument("--num-branches", type=int, default=4)
+    p.add_argument("--fourier", action="store_true", help="also time mrconv with Fourier kernels")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench_backbones")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    g = torch.Generator().manual_seed(args.seed)
+    pos = torch.rand(args.batch_size, args.num_points, 3, generator=g) * 2 - 1
+    feats = pos if args.in_channels == 3 else torch.randn(args.batch_size, args.num_points, args.in_channels,
+                                                          generator=g)
+
+    variants: List[tuple] = [("ccnn", "ccnn", {}), ("resnet", "resnet", {}),
+                             ("mrconv", "mrconv", {"kernel_type": "dilated", "num_branches": args.num_branches})]
+    if args.fourier:
+        variants.append(("mrconv_fourier", "mrconv", {"kernel_type": "fourier", "num_branches": args.num_branches}))
+
+    results: List[Dict[str, Any]] = []
+
+    def measure(name: str, model: GridifiedClassifier, note: str = "") -> torch.Tensor:
+        model.eval()
+        with torch.no_grad():
+            grid = model.grid_norm(model.gridify(pos, feats))
+            logits = model(pos, feats)
+            full = median_time(lambda: model(pos, feats), args.warmup, args.repeats)
+            bb = median_time(lambda: model.backbone(grid), args.warmup, args.repeats)
+        row = {"variant": name, "params": sum(q.numel() for q in model.parameters()),
+               "model_ms": full["median_ms"], "model_min_ms": full["min_ms"],
+               "backbone_ms": bb["median_ms"], "backbone_min_ms": bb["min_ms"], "note": note}
+        results.append(row)
+        print(f"  {name:<22s} model {row['model_ms']:8.1f} ms   backbone {row['backbone_ms']:8.1f} ms", flush=True)
+        return logits
+
+    print(f"batch {args.batch_size}, N={args.num_points}, R={args.resolution}, C={args.channels}, "
+          f"depth {args.depth}, {args.threads} thread(s), median of {args.repeats} after {args.warmup} warm-up",
+          flush=True)
+    for name, backbone, kw in variants:
+        model = build(backbone, args, **kw)
+        if backbone != "mrconv":
+            measure(name, model, note=f"kernel_size {args.kernel_size}")
+            continue
+        model.train()
+        with torch.no_grad():  # non-trivial BatchNorm statistics before folding
+            for _ in range(2):
+                model(pos, feats)
+        ref = measure(name, model, note=f"{kw['kernel_type']}, {args.num_branches} branches, parallel")
+        folded = copy.deepcopy(model)
+        n = reparameterize_model(folded)
+        out = measure(name + "_reparam", folded, note=f"{n} layers folded into one depthwise conv each")
+        rel = ((out - ref).norm() / ref.norm()).item()
+        results[-1]["logits_rel_err_vs_unfolded"] = rel
+        print(f"  {'':<22s} folded vs unfolded logits: relative error {rel:.2e}", flush=True)
+
+    print()
+    print(f"| {'variant':<22s} | {'params':>8s} | {'model ms':>9s} | {'backbone ms':>11s} |")
+    print(f"|{'-' * 24}|{'-' * 10}|{'-' * 11}|{'-' * 13}|")
+    for r in results:
+        print(f"| {r['variant']:<22s} | {r['params']:>8d} | {r['model_ms']:>9.1f} | {r['backbone_ms']:>11.1f} |")
+    report = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+              "torch": torch.__version__, "machine": platform.platform(), "processor": platform.processor(),
+              "results": results}
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / "results.json"
+    path.write_text(json.dumps(report, indent=2))
+    print(f"\nwrote {path}")
+    return report
+
+
+if __name__ == "__main__":
+    main()
