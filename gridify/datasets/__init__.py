@@ -13,6 +13,8 @@ Real datasets live under a data root (default: the repository's ``datasets/`` fo
 ``$GRIDIFY_DATA_ROOT``); see ``datasets/README.md`` for the expected layouts.
 """
 from ._common import PointCloudDataset, collate_points, default_root, stratified_split
+from .dynamic import (DYNAMIC_CLASSES, DynamicShapes, PointCloudSequence, collate_sequences,
+                      read_sequence)
 from .download import (ARCHIVES, DatasetNotFoundError, DownloadError, download_and_extract,
                        extract_archive)
 from .modelnet import MODELNET10_CLASSES, MODELNET40_CLASSES, ModelNet
@@ -28,4 +30,5 @@ __all__ = [
     "MODELNET10_CLASSES", "MODELNET40_CLASSES",
     "SHAPENET_CATEGORIES", "SHAPENET_SYNSETS", "SHAPENET_CATEGORY_TO_PARTS", "SHAPENET_NUM_PARTS",
     "PROCEDURAL_CLASSES", "PROCEDURAL_PARTS", "PROCEDURAL_CATEGORY_TO_PARTS",
+    "DynamicShapes", "DYNAMIC_CLASSES", "collate_sequences", "PointCloudSequence", "read_sequence",
 ]

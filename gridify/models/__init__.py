@@ -5,6 +5,7 @@ from torch import nn
 
 from ..registry import MODELS
 from .gridified import GridifiedClassifier, GridifiedSegmenter
+from .temporal import TemporalGridifiedClassifier, TemporalOutput
 
 
 def build_model(name: str, **kwargs: Any) -> nn.Module:
@@ -12,4 +13,4 @@ def build_model(name: str, **kwargs: Any) -> nn.Module:
     return MODELS.build(name, **kwargs)
 
 
-__all__ = ["GridifiedClassifier", "GridifiedSegmenter", "build_model"]
+__all__ = ["GridifiedClassifier", "GridifiedSegmenter", "build_model", "TemporalGridifiedClassifier", "TemporalOutput"]

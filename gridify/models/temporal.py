@@ -1,0 +1,184 @@
+"""Sequence classification of point-cloud sequences: gridified per-frame encoder + CfC (or GRU)."""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
+
+import torch
+from torch import Tensor, nn
+
+from .._checks import fail
+from ..nn.cfc import CfC, DeltaTGRU
+from ..registry import MODELS
+from .gridified import GridifiedClassifier, _check_int
+
+__all__ = ["TemporalGridifiedClassifier", "TemporalOutput", "timespans_from_times"]
+
+RNNS = ("cfc", "gru")
+
+
+class TemporalOutput(NamedTuple):
+    """Outputs of :class:`TemporalGridifiedClassifier`.
+
+    Shapes:
+        logits ``[B, classes]`` (from the state after each sequence's last valid frame),
+        frame_logits ``[B, T, classes]`` (from the state after each frame; at padded frames the
+        carried state, to be ignored), states ``[B, T, H]``.
+    """
+
+    logits: Tensor
+    frame_logits: Tensor
+    states: Tensor
+
+
+def timespans_from_times(times: Tensor, mask: Tensor, first: float = 1.0) -> Tensor:
+    """Elapsed time since the previous valid frame, ``first`` at each sequence's first valid frame.
+
+    Padded (masked) frames get 0. ``times`` must increase strictly over the valid frames.
+
+    Shapes:
+        times [B, T], mask [B, T] -> [B, T]
+    """
+    out = torch.zeros_like(times)
+    last = torch.full_like(times[:, 0], float("nan"))
+    for t in range(times.size(1)):
+        valid = mask[:, t]
+        cur = times[:, t]
+        dt = torch.where(torch.isnan(last), torch.full_like(cur, first), cur - last)
+        out[:, t] = torch.where(valid, dt, torch.zeros_like(cur))
+        last = torch.where(valid, cur, last)
+    return out
+
+
+@MODELS.register("temporal_cfc")
+class TemporalGridifiedClassifier(nn.Module):
+    r"""Classify sequences of point clouds observed at (irregular) times.
+
+        e_{b,t} = Pool(Backbone(LN_c(Gridify(P_{b,t}))))         (shared per-frame encoder)
+        x_{b,t} = RNN(e_{b,t}, x_{b,t-1}, dt_{b,t})               (CfC or Delta-t GRU)
+        frame_logits_{b,t} = Head(x_{b,t}),   logits_b = Head(x_{b,last valid t})
+
+    ``dt`` is ``time_scale`` times the elapsed time since the previous valid frame
+    (``first_timespan`` at the first one). ``rnn="cfc"`` uses :class:`gridify.nn.CfC` (the time
+    enters the gate ``sigma(-f dt)``); ``rnn="gru"`` is the baseline :class:`gridify.nn.DeltaTGRU`
+    (``dt`` concatenated to the frame embedding). The encoder is the trunk of a
+    :class:`GridifiedClassifier` (its classification head is dropped); all valid frames of all
+    sequences go through it in one batched call, padded frames are skipped.
+
+    Args:
+        in_channels: point features per frame (3 for xyz).
+        num_classes: sequence classes.
+        rnn: ``"cfc"`` or ``"gru"``.
+        rnn_hidden: RNN state size ``H``.
+        cfc_mode, cfc_backbone_units, cfc_backbone_layers, cfc_backbone_activation,
+            cfc_backbone_dropout: of :class:`gridify.nn.CfCCell` (ignored for the GRU).
+        time_scale: multiplies the elapsed times before the RNN (choose it so typical frame
+            intervals are about 1).
+        first_timespan: elapsed time assigned to each sequence's first frame (after scaling).
+        resolution, k, hidden_channels, backbone, depth, dropout, kernel_size, omega0, aggr,
+            message, pos_embedding, pool, backbone_kwargs, bounds, outside: the encoder, see
+            :class:`GridifiedClassifier`.
+
+    Shapes:
+        pos [B, T, N, 3], times [B, T], mask [B, T] or lengths [B] (default: all valid),
+        x [B, T, N, F] (default: the coordinates) -> :class:`TemporalOutput`
+        (logits [B, classes], frame_logits [B, T, classes], states [B, T, H]).
+    """
+
+    def __init__(self, in_channels: int, num_classes: int, rnn: str = "cfc", rnn_hidden: int = 64,
+                 cfc_mode: str = "default", cfc_backbone_units: int = 64, cfc_backbone_layers: int = 1,
+                 cfc_backbone_activation: str = "lecun_tanh", cfc_backbone_dropout: float = 0.0,
+                 time_scale: float = 1.0, first_timespan: float = 1.0, resolution: int = 6, k: int = 6,
+                 hidden_channels: int = 32, backbone: str = "ccnn", depth: int = 2, dropout: float = 0.1,
+                 kernel_size: Union[int, str] = 3, omega0: float = 0.5, aggr: str = "mean",
+                 message: str = "product", pos_embedding: str = "rff", pool: str = "mean",
+                 backbone_kwargs: Optional[Dict[str, Any]] = None,
+                 bounds: Tuple[Any, Any] = (-1.0, 1.0), outside: str = "error") -> None:
+        super().__init__()
+        where = type(self).__name__
+        _check_int(where, in_channels=in_channels, num_classes=num_classes, rnn_hidden=rnn_hidden)
+        if rnn not in RNNS:
+            raise ValueError(f"{where}: rnn must be one of {RNNS}, got {rnn!r}")
+        for name, v in (("time_scale", time_scale), ("first_timespan", first_timespan)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"{where}: {name} must be a non-negative number, got {v!r}")
+        if time_scale == 0:
+            raise ValueError(f"{where}: time_scale must be positive, got {time_scale!r}")
+        self.encoder = GridifiedClassifier(in_channels, num_classes, resolution=resolution, k=k,
+                                           hidden_channels=hidden_channels, backbone=backbone, depth=depth,
+                                           dropout=dropout, kernel_size=kernel_size, omega0=omega0, aggr=aggr,
+                                           message=message, pos_embedding=pos_embedding, pool=pool,
+                                           backbone_kwargs=backbone_kwargs, bounds=bounds, outside=outside)
+        self.encoder.head = nn.Identity()  # the trunk only: embed() per frame
+        feat = hidden_channels * (2 if pool == "meanmax" else 1)
+        self.frame_norm = nn.LayerNorm(feat)
+        if rnn == "cfc":
+            self.rnn: nn.Module = CfC(feat, rnn_hidden, backbone_units=cfc_backbone_units,
+                                      backbone_layers=cfc_backbone_layers,
+                                      backbone_activation=cfc_backbone_activation,
+                                      backbone_dropout=cfc_backbone_dropout, mode=cfc_mode)
+        else:
+            self.rnn = DeltaTGRU(feat, rnn_hidden)
+        self.head = nn.Sequential(nn.LayerNorm(rnn_hidden), nn.Dropout(dropout), nn.Linear(rnn_hidden, num_classes))
+        self.rnn_type, self.time_scale, self.first_timespan = rnn, float(time_scale), float(first_timespan)
+        self.in_channels, self.num_classes, self.feat_channels = in_channels, num_classes, feat
+
+    def embed_frames(self, pos: Tensor, x: Optional[Tensor] = None) -> Tensor:
+        """Per-frame embeddings of ``M`` frames in one batched encoder call. [M, N, 3] -> [M, C]"""
+        return self.encoder.embed(pos, x)
+
+    def forward(self, pos: Tensor, times: Optional[Tensor] = None, mask: Optional[Tensor] = None,
+                lengths: Optional[Tensor] = None, x: Optional[Tensor] = None) -> TemporalOutput:
+        where = type(self).__name__
+        if not isinstance(pos, Tensor) or pos.dim() != 4 or pos.size(-1) != 3:
+            fail(where, f"pos must be a tensor of shape [B, T, N, 3], got "
+                        f"{tuple(pos.shape) if isinstance(pos, Tensor) else type(pos).__name__}")
+        if not pos.is_floating_point():
+            fail(where, f"pos must be a floating-point tensor, got dtype {pos.dtype}")
+        b, t, n, _ = pos.shape
+        if x is not None and (not isinstance(x, Tensor) or x.dim() != 4 or tuple(x.shape[:3]) != (b, t, n)):
+            fail(where, f"x must have shape [B, T, N, F] = [{b}, {t}, {n}, F], got "
+                        f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
+        if mask is not None and lengths is not None:
+            fail(where, "pass either mask or lengths, not both")
+        if lengths is not None:
+            if not isinstance(lengths, Tensor) or lengths.dim() != 1 or lengths.numel() != b:
+                fail(where, f"lengths must be a 1-D tensor with one entry per sequence ({b})")
+            if lengths.is_floating_point() or lengths.dtype == torch.bool:
+                fail(where, f"lengths must be an integer tensor, got dtype {lengths.dtype}")
+            if int(lengths.min()) < 1 or int(lengths.max()) > t:
+                fail(where, f"lengths must lie in [1, T={t}], got {lengths.tolist()}")
+            mask = torch.arange(t, device=pos.device)[None] < lengths.to(pos.device)[:, None]
+        elif mask is not None:
+            if not isinstance(mask, Tensor) or tuple(mask.shape) != (b, t):
+                fail(where, f"mask must have shape [B, T] = [{b}, {t}], got "
+                            f"{tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__}")
+            mask = mask.bool()
+            if not bool(mask.any(1).all()):
+                fail(where, f"sequence {int((~mask.any(1)).nonzero()[0])} has no valid frame")
+        else:
+            mask = torch.ones(b, t, dtype=torch.bool, device=pos.device)
+        if times is None:
+            times = torch.arange(t, dtype=pos.dtype, device=pos.device).expand(b, t)
+        else:
+            if not isinstance(times, Tensor) or tuple(times.shape) != (b, t):
+                fail(where, f"times must have shape [B, T] = [{b}, {t}], got "
+                            f"{tuple(times.shape) if isinstance(times, Tensor) else type(times).__name__}")
+            times = times.to(pos.dtype)
+            if not bool(torch.isfinite(times[mask]).all()):
+                fail(where, "times contains NaN/Inf at valid frames")
+        timespans = timespans_from_times(times, mask, first=0.0)
+        later = mask & (torch.cumsum(mask.long(), 1) > 1)
+        if bool((timespans[later] <= 0).any()):
+            bi, ti = ((timespans <= 0) & later).nonzero()[0].tolist()
+            fail(where, f"times must increase strictly over the valid frames of each sequence; sequence {bi} "
+                        f"frame {ti} is at {float(times[bi, ti]):g}, not after the previous valid frame")
+        first = mask & ~later
+        timespans = torch.where(first, torch.full_like(timespans, self.first_timespan),
+                                timespans * self.time_scale)
+
+        emb = self.embed_frames(pos[mask], None if x is None else x[mask])  # [M, C], one batched call
+        seq = emb.new_zeros(b, t, emb.size(-1))
+        seq[mask] = self.frame_norm(emb)
+        states, last = self.rnn(seq, timespans, mask=mask)
+        return TemporalOutput(self.head(last), self.head(states), states)

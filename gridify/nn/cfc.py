@@ -1,0 +1,309 @@
+"""Closed-form continuous-depth (CfC) recurrent cells for irregularly timed sequences.
+
+A CfC cell (Hasani et al., "Closed-form continuous-time neural networks", eq. 10) updates its
+state with an explicit function of the time elapsed since the previous input, so sequences
+observed at irregular times need no ODE solver:
+
+    z    = Backbone([I_t, x_{t-1}])                                 (shared layers)
+    f    = W_f z + b_f,   g = tanh(W_g z + b_g),   h = tanh(W_h z + b_h)
+    x_t  = sigma(-f * dt) * g + (1 - sigma(-f * dt)) * h             ("default")
+    x_t  = sigma(-f * dt) * g + h                                    ("no_gate")
+
+``dt`` is the elapsed time of step ``t``. At ``dt = 0`` the gate is ``sigma(0) = 1/2`` and the
+state is the midpoint ``(g + h) / 2`` (``g / 2 + h`` without the gate); as ``dt`` grows the
+state moves towards ``h`` where ``f > 0`` and towards ``g`` where ``f < 0``.
+
+:class:`CfC` runs a cell over padded batches ``[B, T, F]`` with per-step elapsed times and a
+mask; :class:`DeltaTGRU` is the matching baseline (a GRU that receives ``dt`` as an extra
+input feature) with the same interface.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Dict, Optional, Tuple, Union
+
+import torch
+from torch import Tensor, nn
+
+from .._checks import fail
+
+__all__ = ["CfCCell", "CfC", "DeltaTGRU", "CFC_MODES", "CFC_ACTIVATIONS"]
+
+CFC_MODES = ("default", "no_gate")
+
+
+class LeCunTanh(nn.Module):
+    """``1.7159 * tanh(2/3 * x)`` (LeCun's scaled tanh, unit-variance preserving)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return 1.7159 * torch.tanh(0.666 * x)
+
+
+CFC_ACTIVATIONS: Dict[str, Callable[[], nn.Module]] = {
+    "lecun_tanh": LeCunTanh, "tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU, "gelu": nn.GELU,
+}
+
+
+def _check_pos_int(where: str, **values: int) -> None:
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{where}: {name} must be a positive integer, got {v!r}")
+
+
+class CfCCell(nn.Module):
+    r"""One closed-form continuous-depth step (paper eq. 10), see the module docstring.
+
+        z = Backbone([I, x]),  f = W_f z,  g = tanh(W_g z),  h = tanh(W_h z)
+        x' = sigma(-f dt) * g + (1 - sigma(-f dt)) * h        (mode "default")
+        x' = sigma(-f dt) * g + h                             (mode "no_gate")
+
+    The backbone is ``backbone_layers`` x (Linear -> activation -> Dropout) of width
+    ``backbone_units``; ``backbone_layers=0`` feeds ``[I, x]`` to the heads directly.
+
+    Args:
+        input_size: features ``F`` of the input ``I``.
+        hidden_size: state size ``H``.
+        backbone_units, backbone_layers, backbone_activation, backbone_dropout: the shared
+            backbone (activations: ``"lecun_tanh"``, ``"tanh"``, ``"relu"``, ``"silu"``, ``"gelu"``).
+        mode: ``"default"`` (gated, eq. 10) or ``"no_gate"`` (CfC-noGate: no ``1 - sigma`` on h).
+
+    Shapes:
+        input [B, F], hx [B, H], timespans [B] (or [B, 1], or a scalar) -> [B, H]
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, backbone_units: int = 64, backbone_layers: int = 1,
+                 backbone_activation: str = "lecun_tanh", backbone_dropout: float = 0.0,
+                 mode: str = "default") -> None:
+        super().__init__()
+        where = type(self).__name__
+        _check_pos_int(where, input_size=input_size, hidden_size=hidden_size, backbone_units=backbone_units)
+        if isinstance(backbone_layers, bool) or not isinstance(backbone_layers, int) or backbone_layers < 0:
+            raise ValueError(f"{where}: backbone_layers must be a non-negative integer, got {backbone_layers!r}")
+        if backbone_activation not in CFC_ACTIVATIONS:
+            raise ValueError(f"{where}: backbone_activation must be one of {sorted(CFC_ACTIVATIONS)}, "
+                             f"got {backbone_activation!r}")
+        if not isinstance(backbone_dropout, (int, float)) or not 0.0 <= float(backbone_dropout) < 1.0:
+            raise ValueError(f"{where}: backbone_dropout must be in [0, 1), got {backbone_dropout!r}")
+        if mode not in CFC_MODES:
+            raise ValueError(f"{where}: mode must be one of {CFC_MODES}, got {mode!r}")
+        self.input_size, self.hidden_size, self.mode = input_size, hidden_size, mode
+        layers = []
+        width = input_size + hidden_size
+        for _ in range(backbone_layers):
+            layers += [nn.Linear(width, backbone_units), CFC_ACTIVATIONS[backbone_activation]()]
+            if backbone_dropout > 0:
+                layers.append(nn.Dropout(float(backbone_dropout)))
+            width = backbone_units
+        self.backbone = nn.Sequential(*layers)
+        self.f = nn.Linear(width, hidden_size)
+        self.g = nn.Linear(width, hidden_size)
+        self.h = nn.Linear(width, hidden_size)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform weights and zero biases (as the reference implementation)."""
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
+                nn.init.zeros_(m.bias)
+
+    def heads(self, input: Tensor, hx: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """The three heads ``(f, g, h)``, each ``[B, H]``, before the time gate."""
+        z = self.backbone(torch.cat([input, hx], -1))
+        return self.f(z), torch.tanh(self.g(z)), torch.tanh(self.h(z))
+
+    def forward(self, input: Tensor, hx: Optional[Tensor] = None,
+                timespans: Union[Tensor, float, None] = None) -> Tensor:
+        where = type(self).__name__
+        if not isinstance(input, Tensor) or input.dim() != 2 or input.size(-1) != self.input_size:
+            fail(where, f"input must be a tensor of shape [B, {self.input_size}], "
+                        f"got {tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__}")
+        if not input.is_floating_point():
+            fail(where, f"input must be a floating-point tensor, got dtype {input.dtype}")
+        b = input.size(0)
+        if hx is None:
+            hx = input.new_zeros(b, self.hidden_size)
+        elif not isinstance(hx, Tensor) or tuple(hx.shape) != (b, self.hidden_size):
+            fail(where, f"hx must have shape [{b}, {self.hidden_size}], "
+                        f"got {tuple(hx.shape) if isinstance(hx, Tensor) else type(hx).__name__}")
+        return self._step(input, hx, _cell_timespans(where, timespans, b, input))
+
+    def _step(self, input: Tensor, hx: Tensor, ts: Tensor) -> Tensor:
+        """The update without input checks; ``ts`` is ``[B, 1]``."""
+        f, g, h = self.heads(input, hx)
+        gate = torch.sigmoid(-f * ts)
+        if self.mode == "no_gate":
+            return gate * g + h
+        return gate * g + (1.0 - gate) * h
+
+    def extra_repr(self) -> str:
+        return f"{self.input_size}, {self.hidden_size}, mode={self.mode!r}"
+
+
+def _cell_timespans(where: str, timespans: Union[Tensor, float, None], b: int, ref: Tensor) -> Tensor:
+    if timespans is None:
+        return ref.new_ones(b, 1)
+    if isinstance(timespans, (int, float)) and not isinstance(timespans, bool):
+        return ref.new_full((b, 1), float(timespans))
+    if not isinstance(timespans, Tensor):
+        fail(where, f"timespans must be a tensor or a number, got {type(timespans).__name__}")
+    if timespans.dim() == 0:
+        return timespans.to(ref.dtype).expand(b).unsqueeze(-1)
+    if timespans.dim() == 2 and timespans.size(-1) == 1:
+        timespans = timespans.squeeze(-1)
+    if timespans.dim() != 1 or timespans.numel() != b:
+        fail(where, f"timespans must have shape [B] = [{b}] (or [B, 1]), got {tuple(timespans.shape)}")
+    return timespans.to(ref.dtype).unsqueeze(-1)
+
+
+def check_sequence_inputs(where: str, input: Tensor, input_size: int, timespans: Optional[Tensor],
+                          mask: Optional[Tensor], lengths: Optional[Tensor], hx: Optional[Tensor],
+                          hidden_size: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """Validate ``[B, T, F]`` inputs; return ``(timespans [B, T], mask [B, T] bool, hx [B, H])``."""
+    if not isinstance(input, Tensor):
+        fail(where, f"input must be a torch.Tensor, got {type(input).__name__}")
+    if input.dim() != 3 or input.size(-1) != input_size:
+        fail(where, f"input must have shape [B, T, {input_size}], got {tuple(input.shape)}")
+    if not input.is_floating_point():
+        fail(where, f"input must be a floating-point tensor, got dtype {input.dtype}")
+    b, t, _ = input.shape
+    if timespans is None:
+        timespans = input.new_ones(b, t)
+    else:
+        if not isinstance(timespans, Tensor):
+            fail(where, f"timespans must be a torch.Tensor [B, T], got {type(timespans).__name__}")
+        if timespans.dim() == 3 and timespans.size(-1) == 1:
+            timespans = timespans.squeeze(-1)
+        if tuple(timespans.shape) != (b, t):
+            fail(where, f"timespans must have shape [B, T] = [{b}, {t}] (elapsed time since the previous "
+                        f"step), got {tuple(timespans.shape)}")
+        if not timespans.is_floating_point():
+            timespans = timespans.to(input.dtype)
+    if mask is not None and lengths is not None:
+        fail(where, "pass either mask or lengths, not both")
+    if lengths is not None:
+        if not isinstance(lengths, Tensor) or lengths.dim() != 1 or lengths.numel() != b:
+            fail(where, f"lengths must be a 1-D tensor with one entry per sequence ({b}), got "
+                        f"{tuple(lengths.shape) if isinstance(lengths, Tensor) else type(lengths).__name__}")
+        if lengths.is_floating_point() or lengths.dtype == torch.bool:
+            fail(where, f"lengths must be an integer tensor, got dtype {lengths.dtype}")
+        if b and (int(lengths.min()) < 0 or int(lengths.max()) > t):
+            fail(where, f"lengths must lie in [0, T={t}], got min {int(lengths.min())} max {int(lengths.max())}")
+        mask = torch.arange(t, device=input.device)[None, :] < lengths.to(input.device)[:, None]
+    elif mask is not None:
+        if not isinstance(mask, Tensor) or tuple(mask.shape) != (b, t):
+            fail(where, f"mask must have shape [B, T] = [{b}, {t}], got "
+                        f"{tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__}")
+        if mask.dtype != torch.bool:
+            if mask.is_floating_point() or not bool(((mask == 0) | (mask == 1)).all()):
+                fail(where, f"mask must be a boolean (or 0/1 integer) tensor, got dtype {mask.dtype}")
+            mask = mask.bool()
+    else:
+        mask = torch.ones(b, t, dtype=torch.bool, device=input.device)
+    valid_ts = timespans[mask]
+    if valid_ts.numel() and not bool(torch.isfinite(valid_ts).all()):
+        fail(where, "timespans contains NaN/Inf at valid (unmasked) steps")
+    if valid_ts.numel() and bool((valid_ts < 0).any()):
+        bad = ((timespans < 0) & mask).nonzero()[0].tolist()
+        fail(where, f"timespans must be non-negative (elapsed time since the previous step); sequence "
+                    f"{bad[0]} step {bad[1]} has {float(timespans[bad[0], bad[1]]):.4g}")
+    if hx is None:
+        hx = input.new_zeros(b, hidden_size)
+    elif not isinstance(hx, Tensor) or tuple(hx.shape) != (b, hidden_size):
+        fail(where, f"hx must have shape [B, H] = [{b}, {hidden_size}], got "
+                    f"{tuple(hx.shape) if isinstance(hx, Tensor) else type(hx).__name__}")
+    return timespans, mask, hx
+
+
+def run_masked(step: Callable[[Tensor, Tensor, Tensor], Tensor], input: Tensor, timespans: Tensor,
+               mask: Tensor, hx: Tensor) -> Tuple[Tensor, Tensor]:
+    """Unroll ``hx <- step(input_t, hx, timespans_t)`` over T; masked steps keep ``hx`` unchanged.
+
+    Returns ``(states [B, T, H], last [B, H])``: ``states[:, t]`` is the state after step ``t``
+    (the carried state at masked steps) and ``last`` the state after the last valid step
+    (``hx`` itself for a sequence with no valid step).
+    """
+    states = []
+    for t in range(input.size(1)):
+        new = step(input[:, t], hx, timespans[:, t])
+        hx = torch.where(mask[:, t, None], new, hx)
+        states.append(hx)
+    out = torch.stack(states, 1) if states else input.new_zeros(input.size(0), 0, hx.size(-1))
+    return out, hx
+
+
+class CfC(nn.Module):
+    r"""A :class:`CfCCell` unrolled over padded, irregularly timed sequences.
+
+        x_t = CfCCell(I_t, x_{t-1}, dt_t)  if mask[b, t]  else  x_{t-1}
+
+    ``timespans[b, t]`` is the elapsed time since the previous (valid) step of sequence ``b``;
+    ``None`` means regular unit steps. Padding is given by ``mask`` (True = valid) or ``lengths``
+    (valid prefix); padded steps leave the state unchanged, so a sequence padded to any length
+    gives the same states as the unpadded sequence and the result of a sequence does not depend
+    on the other sequences in the batch.
+
+    Args: those of :class:`CfCCell`.
+
+    Shapes:
+        input [B, T, F], timespans [B, T], mask [B, T] or lengths [B], hx [B, H]
+        -> (states [B, T, H], last [B, H])
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, backbone_units: int = 64, backbone_layers: int = 1,
+                 backbone_activation: str = "lecun_tanh", backbone_dropout: float = 0.0,
+                 mode: str = "default") -> None:
+        super().__init__()
+        self.cell = CfCCell(input_size, hidden_size, backbone_units=backbone_units,
+                            backbone_layers=backbone_layers, backbone_activation=backbone_activation,
+                            backbone_dropout=backbone_dropout, mode=mode)
+        self.input_size, self.hidden_size = input_size, hidden_size
+
+    def reset_parameters(self) -> None:
+        self.cell.reset_parameters()
+
+    def forward(self, input: Tensor, timespans: Optional[Tensor] = None, mask: Optional[Tensor] = None,
+                lengths: Optional[Tensor] = None, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        timespans, mask, hx = check_sequence_inputs(type(self).__name__, input, self.input_size, timespans,
+                                                    mask, lengths, hx, self.hidden_size)
+        cell = self.cell
+
+        def step(i: Tensor, h: Tensor, dt: Tensor) -> Tensor:
+            return cell._step(i, h, dt.unsqueeze(-1))
+
+        return run_masked(step, input, timespans.to(input.dtype), mask, hx)
+
+
+class DeltaTGRU(nn.Module):
+    r"""GRU baseline for irregular sequences: the elapsed time is one more input feature.
+
+        x_t = GRUCell([I_t, dt_t * time_scale], x_{t-1})  if mask[b, t]  else  x_{t-1}
+
+    Same interface and masking semantics as :class:`CfC`.
+
+    Shapes:
+        input [B, T, F], timespans [B, T], mask [B, T] or lengths [B], hx [B, H]
+        -> (states [B, T, H], last [B, H])
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, time_scale: float = 1.0) -> None:
+        super().__init__()
+        _check_pos_int(type(self).__name__, input_size=input_size, hidden_size=hidden_size)
+        if not isinstance(time_scale, (int, float)) or not math.isfinite(time_scale) or time_scale <= 0:
+            raise ValueError(f"{type(self).__name__}: time_scale must be a positive number, got {time_scale!r}")
+        self.cell = nn.GRUCell(input_size + 1, hidden_size)
+        self.input_size, self.hidden_size, self.time_scale = input_size, hidden_size, float(time_scale)
+
+    def reset_parameters(self) -> None:
+        self.cell.reset_parameters()
+
+    def forward(self, input: Tensor, timespans: Optional[Tensor] = None, mask: Optional[Tensor] = None,
+                lengths: Optional[Tensor] = None, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        timespans, mask, hx = check_sequence_inputs(type(self).__name__, input, self.input_size, timespans,
+                                                    mask, lengths, hx, self.hidden_size)
+        scale = self.time_scale
+
+        def step(i: Tensor, h: Tensor, dt: Tensor) -> Tensor:
+            return self.cell(torch.cat([i, (dt * scale).unsqueeze(-1).to(i.dtype)], -1), h)
+
+        return run_masked(step, input, timespans.to(input.dtype), mask, hx)
