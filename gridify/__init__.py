@@ -7,6 +7,10 @@ that grid, and :class:`gridify.nn.Degridification` maps grid features back to th
 __version__ = "0.1.0"
 
 from . import ops, nn, backbones, models, io, transforms, datasets  # noqa: E402,F401
+from . import baselines  # noqa: E402,F401  (registers the baseline models)
 from .registry import BACKBONES, KERNELS, MODELS, POS_EMBEDDINGS, Registry  # noqa: E402,F401
 
 __all__ = ["__version__", "ops", "nn", "backbones", "models", "io", "transforms", "datasets", "Registry", "BACKBONES", "KERNELS", "MODELS", "POS_EMBEDDINGS"]
+__all__ += ["baselines"]
+from .api import Prediction, Predictor, gridify, load  # noqa: E402,F401  (gridify.gridify is the function; no submodule has that name)
+__all__ += ["load", "gridify", "Predictor", "Prediction"]

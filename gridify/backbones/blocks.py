@@ -11,9 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..nn.flexconv import DEFAULT_FFT_THRESHOLD, check_grid_input, fft_depthwise_conv3d
+from ..nn.flexconv import (DEFAULT_FFT_THRESHOLD, PointwiseConv3d, check_grid_input, fft_depthwise_conv3d,  # noqa: F401
+                           use_fft_conv)
 
-__all__ = ["GridBackbone", "ResidualBlock3d", "DepthwiseSeparableConv3d", "pointwise_conv3d",
+__all__ = ["GridBackbone", "ResidualBlock3d", "DepthwiseSeparableConv3d", "PointwiseConv3d", "pointwise_conv3d",
            "check_positive_int", "check_dropout", "check_kernel_size"]
 
 
@@ -35,12 +36,12 @@ def check_kernel_size(where: str, kernel_size: int) -> None:
         raise ValueError(f"{where}: kernel_size must be odd (same-size 'centred' convolution), got {kernel_size}")
 
 
-def pointwise_conv3d(in_channels: int, out_channels: int, bias: bool = True) -> nn.Conv3d:
+def pointwise_conv3d(in_channels: int, out_channels: int, bias: bool = True) -> PointwiseConv3d:
     """A 1x1x1 convolution (per-node linear layer) with LeCun-normal weights and zero bias.
 
     ``W ~ N(0, 1 / C_in)`` keeps unit-variance inputs at unit variance.
     """
-    conv = nn.Conv3d(in_channels, out_channels, kernel_size=1, bias=bias)
+    conv = PointwiseConv3d(in_channels, out_channels, bias=bias)
     nn.init.normal_(conv.weight, 0.0, 1.0 / math.sqrt(in_channels))
     if conv.bias is not None:
         nn.init.zeros_(conv.bias)
@@ -93,14 +94,8 @@ class DepthwiseSeparableConv3d(nn.Module):
             c = (k - (2 * r - 1)) // 2
             weight = weight[..., c:k - c, c:k - c, c:k - c]
             k = 2 * r - 1
-        if self.fft is True:
-            use_fft = True
-        elif self.fft is False or k <= 1:
-            use_fft = False
-        else:
-            threshold = self.fft_threshold or DEFAULT_FFT_THRESHOLD.get(x.device.type, DEFAULT_FFT_THRESHOLD["cuda"])
-            use_fft = k >= threshold
-        if use_fft:
+        needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+        if use_fft_conv(self.fft, k, x.device, self.fft_threshold, needs_grad):
             z = fft_depthwise_conv3d(x, weight)
         else:
             z = F.conv3d(x, weight, padding=k // 2, groups=self.in_channels)

@@ -2,11 +2,14 @@
 from .connectivity import BipartiteGraph, bilateral_knn
 from .fields import RandomFourierField, SIRENField
 from .flexconv import SepFlexConv3d
+from .mrconv import MRConv3d, MRConvSeparable3d
 from .kernels import MAGNet, RFFKernel, SIRENKernel
 from .grid import RegularGrid
 from .norm import ChannelLayerNorm, recalibrate_batchnorm
 from .gridification import BipartiteConv, Degridification, Gridification
+from .cfc import CfC, CfCCell, DeltaTGRU
 
 __all__ = ["RegularGrid", "BipartiteGraph", "bilateral_knn", "BipartiteConv", "Gridification",
            "Degridification", "RandomFourierField", "SIRENField", "ChannelLayerNorm", "recalibrate_batchnorm", "SepFlexConv3d", "MAGNet",
-           "SIRENKernel", "RFFKernel"]
+           "SIRENKernel", "RFFKernel", "CfCCell", "CfC", "DeltaTGRU",
+           "MRConv3d", "MRConvSeparable3d"]

@@ -18,7 +18,8 @@ from torch import Tensor, nn
 from ..registry import KERNELS
 from . import kernels as _kernels  # noqa: F401  (registers "magnet", "siren", "rff")
 
-__all__ = ["SepFlexConv3d", "check_grid_input", "fft_depthwise_conv3d", "direct_depthwise_conv3d"]
+__all__ = ["SepFlexConv3d", "PointwiseConv3d", "check_grid_input", "fft_depthwise_conv3d", "direct_depthwise_conv3d", "use_fft_conv",
+           "DEFAULT_FFT_THRESHOLD", "DEFAULT_FFT_THRESHOLD_INFERENCE"]
 
 #: Default ``fft_threshold`` per device type when ``fft_threshold=None``: the FFT path is used
 #: when the sampled kernel has at least this many taps per axis. Measured on CPU (2 cores,
@@ -26,6 +27,31 @@ __all__ = ["SepFlexConv3d", "check_grid_input", "fft_depthwise_conv3d", "direct_
 #: are on par at 3 taps, the FFT is ~2x faster at 5 taps and ~3.5x at 9 (~4x at R = 13). The
 #: CUDA value is a guess that has not been measured.
 DEFAULT_FFT_THRESHOLD: Dict[str, int] = {"cpu": 5, "cuda": 11}
+
+#: The same thresholds when no gradient is needed (inference). Without a backward pass the
+#: direct grouped ``conv3d`` (oneDNN on CPU, in the channels-last layout the gridified models use)
+#: beats the FFT up to 9 taps: measured on CPU (1 thread, 128 channels, interleaved A/B runs) at
+#: 9 taps it was 1.4-5x faster for R = 10-20 and on par at R = 25; at 5 taps 3-10x faster for
+#: R = 10-25. Its backward pass is what makes the direct path slow in training.
+DEFAULT_FFT_THRESHOLD_INFERENCE: Dict[str, int] = {"cpu": 11, "cuda": 11}
+
+
+def use_fft_conv(fft: Union[str, bool], k: int, device: torch.device, threshold: Optional[int],
+                 needs_grad: bool) -> bool:
+    """Whether a depthwise convolution with ``k`` taps per axis should run through the FFT.
+
+    ``fft=True``/``False`` force the choice; ``"auto"`` compares ``k`` with ``threshold`` or, when
+    that is ``None``, with the per-device default for training (:data:`DEFAULT_FFT_THRESHOLD`)
+    or, when no gradient is needed, for inference (:data:`DEFAULT_FFT_THRESHOLD_INFERENCE`).
+    """
+    if fft is True:
+        return True
+    if fft is False or k <= 1:
+        return False
+    if threshold is None:
+        table = DEFAULT_FFT_THRESHOLD if needs_grad else DEFAULT_FFT_THRESHOLD_INFERENCE
+        threshold = table.get(device.type, table["cuda"])
+    return k >= threshold
 
 
 def check_grid_input(x: Tensor, channels: int, where: str, min_resolution: int = 1) -> int:
@@ -104,6 +130,33 @@ def fft_depthwise_conv3d(x: Tensor, kernel: Tensor) -> Tensor:
     kf = torch.fft.rfftn(torch.flip(kernel[:, 0].to(work), dims=dims), s=size, dim=dims)
     z = torch.fft.irfftn(xf * kf, s=size, dim=dims)
     return z[..., p:p + r, p:p + r, p:p + r].to(dtype)
+
+
+class PointwiseConv3d(nn.Conv3d):
+    r"""A 1x1x1 convolution computed as a matrix product over the channel axis.
+
+        y[b, :, p] = W x[b, :, p] + bias        (every grid node p)
+
+    Same parameters (``weight [C_out, C_in, 1, 1, 1]``, ``bias [C_out]``) and the same result
+    as :class:`torch.nn.Conv3d` with ``kernel_size=1``, but it runs as one GEMM on the
+    channels-last view of the grid instead of a convolution kernel: on CPU a channels-last
+    input otherwise falls back to the slow reference 3D convolution. Input in the channels-last
+    layout (what :meth:`gridify.nn.RegularGrid.to_dense` returns) costs no copy, and the output
+    is channels-last too.
+
+    Shapes:
+        input ``[B, C_in, R1, R2, R3]`` -> output ``[B, C_out, R1, R2, R3]``
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, bias: bool = True) -> None:
+        super().__init__(in_channels, out_channels, kernel_size=1, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dim() != 5 or x.shape[1] != self.in_channels:
+            raise ValueError(f"{type(self).__name__}: expected input [B, {self.in_channels}, R, R, R], "
+                             f"got {tuple(x.shape)}")
+        w = self.weight.view(self.out_channels, self.in_channels)
+        return F.linear(x.movedim(1, -1), w, self.bias).movedim(-1, 1)
 
 
 class SepFlexConv3d(nn.Module):
@@ -243,7 +296,7 @@ class SepFlexConv3d(nn.Module):
             self.mask_log_sigma = nn.Parameter(torch.empty(3))
         else:
             self.register_parameter("mask_log_sigma", None)
-        self.pointwise = nn.Conv3d(in_channels, out_channels, kernel_size=1, bias=bias)
+        self.pointwise = PointwiseConv3d(in_channels, out_channels, bias=bias)
         # 0 = not known yet; persistent so a loaded model keeps its geometry and init.
         self.register_buffer("base_res", torch.tensor(int(base_resolution or 0), dtype=torch.long))
         self._lattice_cache: Dict[Tuple, Tuple[Tensor, Tensor, int, float]] = {}
@@ -386,15 +439,32 @@ class SepFlexConv3d(nn.Module):
         self.kernel_net.rescale_output(factor)
 
     # ------------------------------------------------------------------ forward
-    def _use_fft(self, k: int, device: torch.device) -> bool:
-        if self.fft is True:
-            return True
-        if self.fft is False or k <= 1:
-            return False
-        threshold = self.fft_threshold
-        if threshold is None:
-            threshold = DEFAULT_FFT_THRESHOLD.get(device.type, DEFAULT_FFT_THRESHOLD["cuda"])
-        return k >= threshold
+    def _use_fft(self, k: int, device: torch.device, needs_grad: bool = True) -> bool:
+        return use_fft_conv(self.fft, k, device, self.fft_threshold, needs_grad)
+
+    def _inference_kernel(self, r: int) -> Tensor:
+        """The sampled kernel at resolution ``r``, cached while no parameter changes (inference).
+
+        Used only when autograd is off and the module is in eval mode. The cache key holds every
+        parameter's version counter, so an optimizer step, ``load_state_dict`` or any other
+        in-place update of the weights invalidates it.
+        """
+        ref = self.pointwise.weight
+        key = (r, ref.device, ref.dtype, tuple(p._version for p in self.parameters()),
+               tuple(b._version for b in self.buffers()))
+        cache = getattr(self, "_kernel_cache", None)
+        if cache is None or cache[0] != key:
+            cache = (key, self.kernel(r))
+            self._kernel_cache = cache
+        return cache[1]
+
+    def train(self, mode: bool = True) -> "SepFlexConv3d":
+        self._kernel_cache = None
+        return super().train(mode)
+
+    def _apply(self, fn, *args, **kwargs):  # .to(), .cuda(), .double(): drop the cached kernel
+        self._kernel_cache = None
+        return super()._apply(fn, *args, **kwargs)
 
     def forward(self, x: Tensor) -> Tensor:
         r = check_grid_input(x, self.in_channels, "SepFlexConv3d", min_resolution=2)
@@ -402,7 +472,11 @@ class SepFlexConv3d(nn.Module):
             self.base_res.fill_(r)
             if self.kernel_init == "ccnn":
                 self._ccnn_rescale()
-        kernel = self.kernel(r)
+        needs_grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        if not needs_grad and not self.training:
+            kernel = self._inference_kernel(r)
+        else:
+            kernel = self.kernel(r)
         if x.dtype in (torch.float16, torch.bfloat16) and kernel.dtype == torch.float32:
             # mixed precision: the depthwise (FFT) convolution runs in float32, the pointwise layer
             # under autocast as usual
@@ -413,7 +487,7 @@ class SepFlexConv3d(nn.Module):
         if self.quadrature == "trapezoid":
             x = x * self._node_weights_3d(r, x.device, x.dtype)
         k = kernel.shape[-1]
-        if self._use_fft(k, x.device):
+        if self._use_fft(k, x.device, needs_grad):
             z = fft_depthwise_conv3d(x, kernel)
         else:
             z = direct_depthwise_conv3d(x, kernel)
