@@ -507,8 +507,10 @@ def load(path: Union[str, "os.PathLike[str]"], device: Union[str, torch.device] 
         class_names = [f"class{i}" for i in range(n)]
     meta = {"info": info, "config": config, "model_name": payload.get("model_name"), "model_kwargs": kwargs,
             "path": str(path), "kind": payload.get("kind")}
-    pred = Predictor(model, task=str(payload["task"]), class_names=class_names, num_points=_num_points_of(config),
-                     in_channels=in_channels, normalize=bool(data.get("normalize", True)),
+    num_points = info["num_points"] if info.get("num_points") is not None else _num_points_of(config)
+    normalize = (info["normalization"] is not None) if "normalization" in info else bool(data.get("normalize", True))
+    pred = Predictor(model, task=str(payload["task"]), class_names=class_names, num_points=num_points,
+                     in_channels=in_channels, normalize=normalize,
                      category_names=info.get("category_names"), category_to_parts=info.get("category_to_parts"),
                      gridify_version=payload.get("gridify_version"), meta=meta)
     return pred.to(device)

@@ -1088,6 +1088,12 @@ def run(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool = Fal
     train_set = build_dataset(cfg, "train", augment)
     val_set = build_dataset(cfg, "val")
     info = dataset_info(train_set, cfg["task"])
+    # what inference on new clouds needs (gridify.load / Predictor.predict): the training cloud size
+    # and the normalization every dataset applies (centre at the mean, scale into the unit sphere)
+    test_section = cfg["data"].get("test") or {}
+    info["num_points"] = test_section.get("num_points", cfg["data"].get("num_points"))
+    info["normalization"] = ({"center": "mean", "scale": "unit_sphere"} if cfg["data"].get("normalize", True)
+                             else None)
     model_name, model_kwargs = fill_model_kwargs(cfg, info)
     cfg["model"] = {"name": model_name, **model_kwargs}
 

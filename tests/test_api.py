@@ -9,7 +9,7 @@ import torch
 
 import gridify
 from gridify.api import Predictor, canonical_order, normalize_cloud
-from gridify.checkpoint import CheckpointError
+from gridify.checkpoint import CheckpointError, load_checkpoint
 from gridify.datasets import ProceduralShapes
 from gridify.io import write_ply
 from gridify.nn import Gridification
@@ -54,6 +54,9 @@ def test_load_reads_the_metadata(trained):
         assert m.task == "classification" and m.class_names == ["box", "sphere", "cylinder", "torus"]
         assert (m.num_points, m.in_channels, m.use_normals, m.normalize) == (96, 6, True, True)
         assert m.gridify_version == gridify.__version__ and m.resolution == 4
+        # the training run records what inference needs explicitly, not only inside the config
+        info = load_checkpoint(trained["cls"] / f)["info"]
+        assert info["num_points"] == 96 and info["normalization"] == {"center": "mean", "scale": "unit_sphere"}
     s = gridify.load(trained["seg"] / "model.pt")
     assert s.task == "segmentation" and s.num_categories == 3 and len(s.category_names) == 3
     assert len(s.class_names) == 23 and s.category_to_parts[s.category_names.index("chair")] == [11, 12, 13]

@@ -15,6 +15,7 @@ from .gridified import GridifiedClassifier, _check_int
 __all__ = ["TemporalGridifiedClassifier", "TemporalOutput", "timespans_from_times"]
 
 RNNS = ("cfc", "gru")
+READOUTS = ("pool", "flatten")
 
 
 class TemporalOutput(NamedTuple):
@@ -54,7 +55,9 @@ def timespans_from_times(times: Tensor, mask: Tensor, first: float = 1.0) -> Ten
 class TemporalGridifiedClassifier(nn.Module):
     r"""Classify sequences of point clouds observed at (irregular) times.
 
-        e_{b,t} = Pool(Backbone(LN_c(Gridify(P_{b,t}))))         (shared per-frame encoder)
+        z_{b,t} = Backbone(LN_c(Gridify(P_{b,t})))                (shared per-frame encoder)
+        e_{b,t} = Pool(z_{b,t})                                   (frame_readout="pool")
+        e_{b,t} = W vec(GELU(Conv_1x1x1(z_{b,t})))                (frame_readout="flatten")
         x_{b,t} = RNN(e_{b,t}, x_{b,t-1}, dt_{b,t})               (CfC or Delta-t GRU)
         frame_logits_{b,t} = Head(x_{b,t}),   logits_b = Head(x_{b,last valid t})
 
@@ -65,11 +68,20 @@ class TemporalGridifiedClassifier(nn.Module):
     :class:`GridifiedClassifier` (its classification head is dropped); all valid frames of all
     sequences go through it in one batched call, padded frames are skipped.
 
+    The frame readout matters for motion: ``"pool"`` (global ``pool`` over the grid) is nearly
+    invariant to where the object is and how it is oriented, so small rotations and
+    translations barely change ``e``; ``"flatten"`` keeps the grid layout (a 1x1x1 convolution
+    to ``readout_channels`` channels, flattened, then a linear map to ``frame_features``), so
+    the embedding follows the pose. ``"flatten"`` ties the model to one ``resolution``.
+
     Args:
         in_channels: point features per frame (3 for xyz).
         num_classes: sequence classes.
         rnn: ``"cfc"`` or ``"gru"``.
         rnn_hidden: RNN state size ``H``.
+        frame_readout: ``"pool"`` or ``"flatten"`` (see above).
+        readout_channels, frame_features: channels before flattening and the embedding size of
+            the ``"flatten"`` readout (ignored for ``"pool"``).
         cfc_mode, cfc_backbone_units, cfc_backbone_layers, cfc_backbone_activation,
             cfc_backbone_dropout: of :class:`gridify.nn.CfCCell` (ignored for the GRU).
         time_scale: multiplies the elapsed times before the RNN (choose it so typical frame
@@ -88,7 +100,8 @@ class TemporalGridifiedClassifier(nn.Module):
     def __init__(self, in_channels: int, num_classes: int, rnn: str = "cfc", rnn_hidden: int = 64,
                  cfc_mode: str = "default", cfc_backbone_units: int = 64, cfc_backbone_layers: int = 1,
                  cfc_backbone_activation: str = "lecun_tanh", cfc_backbone_dropout: float = 0.0,
-                 time_scale: float = 1.0, first_timespan: float = 1.0, resolution: int = 6, k: int = 6,
+                 time_scale: float = 1.0, first_timespan: float = 1.0, frame_readout: str = "pool",
+                 readout_channels: int = 8, frame_features: int = 64, resolution: int = 6, k: int = 6,
                  hidden_channels: int = 32, backbone: str = "ccnn", depth: int = 2, dropout: float = 0.1,
                  kernel_size: Union[int, str] = 3, omega0: float = 0.5, aggr: str = "mean",
                  message: str = "product", pos_embedding: str = "rff", pool: str = "mean",
@@ -97,6 +110,9 @@ class TemporalGridifiedClassifier(nn.Module):
         super().__init__()
         where = type(self).__name__
         _check_int(where, in_channels=in_channels, num_classes=num_classes, rnn_hidden=rnn_hidden)
+        _check_int(where, readout_channels=readout_channels, frame_features=frame_features)
+        if frame_readout not in READOUTS:
+            raise ValueError(f"{where}: frame_readout must be one of {READOUTS}, got {frame_readout!r}")
         if rnn not in RNNS:
             raise ValueError(f"{where}: rnn must be one of {RNNS}, got {rnn!r}")
         for name, v in (("time_scale", time_scale), ("first_timespan", first_timespan)):
@@ -110,7 +126,15 @@ class TemporalGridifiedClassifier(nn.Module):
                                            message=message, pos_embedding=pos_embedding, pool=pool,
                                            backbone_kwargs=backbone_kwargs, bounds=bounds, outside=outside)
         self.encoder.head = nn.Identity()  # the trunk only: embed() per frame
-        feat = hidden_channels * (2 if pool == "meanmax" else 1)
+        self.frame_readout = frame_readout
+        if frame_readout == "flatten":
+            self.readout: Optional[nn.Module] = nn.Sequential(
+                nn.Conv3d(hidden_channels, readout_channels, 1), nn.GELU(), nn.Flatten(1),
+                nn.Linear(readout_channels * resolution ** 3, frame_features))
+            feat = frame_features
+        else:
+            self.readout = None
+            feat = hidden_channels * (2 if pool == "meanmax" else 1)
         self.frame_norm = nn.LayerNorm(feat)
         if rnn == "cfc":
             self.rnn: nn.Module = CfC(feat, rnn_hidden, backbone_units=cfc_backbone_units,
@@ -125,7 +149,10 @@ class TemporalGridifiedClassifier(nn.Module):
 
     def embed_frames(self, pos: Tensor, x: Optional[Tensor] = None) -> Tensor:
         """Per-frame embeddings of ``M`` frames in one batched encoder call. [M, N, 3] -> [M, C]"""
-        return self.encoder.embed(pos, x)
+        if self.readout is None:
+            return self.encoder.embed(pos, x)
+        enc = self.encoder
+        return self.readout(enc.backbone(enc.grid_norm(enc.gridify(pos, x))))
 
     def forward(self, pos: Tensor, times: Optional[Tensor] = None, mask: Optional[Tensor] = None,
                 lengths: Optional[Tensor] = None, x: Optional[Tensor] = None) -> TemporalOutput:
