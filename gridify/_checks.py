@@ -27,6 +27,21 @@ def check_float(t: Tensor, name: str, where: str) -> None:
         fail(where, f"{name} must be a floating-point tensor, got dtype {t.dtype}")
 
 
+def check_point_pair(x: object, y: object, where: str) -> Tuple[Tensor, Tensor]:
+    """Validate two point sets of one dimension on one device (the ``x``/``y`` of a search)."""
+    x = check_tensor(x, "x", where)
+    y = check_tensor(y, "y", where)
+    for name, t in (("x", x), ("y", y)):
+        if t.dim() != 2:
+            fail(where, f"{name} must have shape [num_points, dim], got {tuple(t.shape)}")
+        check_float(t, name, where)
+    if x.size(1) != y.size(1):
+        fail(where, f"x and y must have the same dimension, got {x.size(1)} and {y.size(1)}")
+    if x.device != y.device:
+        fail(where, f"x is on {x.device} but y is on {y.device}")
+    return x, y
+
+
 def cloud_of(batch: Optional[Tensor], row: int) -> int:
     return 0 if batch is None else int(batch[row])
 
@@ -64,7 +79,7 @@ def check_batch(batch: Optional[Tensor], num_rows: int, where: str, name: str = 
     if num_rows == 0:
         n = int(num_clouds or 0)
         if n > 0:
-            fail(where, f"cloud 0 is empty (no points at all); every cloud needs at least one point")
+            fail(where, "cloud 0 is empty (no points at all); every cloud needs at least one point")
         return batch, n, batch.new_zeros(0)
     if int(batch.min()) < 0:
         fail(where, f"{name} holds negative cloud indices")

@@ -123,11 +123,6 @@ def skip_reason(name: str) -> Optional[str]:
 
     if backbone not in BACKBONES:
         return f"backbone {backbone!r} is not registered"
-    if reparam:
-        try:
-            from .checkpoint import reparameterize_model  # noqa: F401
-        except ImportError:
-            return "gridify.checkpoint.reparameterize_model is not available"
     return None
 
 

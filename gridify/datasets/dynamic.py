@@ -24,8 +24,10 @@
   ``jitter * frame_interval`` and each frame dropped with probability ``drop_prob`` (at least
   ``min_frames`` kept), so the length ``T`` varies; ``"mixed"`` picks one of the two per sample.
   The motion of sample ``i`` depends only on ``(seed, split, i)``, so the regular and the
-  irregular version of a split hold the same motions observed at different times. Every frame
-  samples fresh surface points (as a scanner would), ``num_points`` per frame.
+  irregular version of a split hold the same motions observed at different times. By default
+  every frame samples fresh surface points (as a scanner would), ``num_points`` per frame;
+  ``resample=False`` keeps the same surface points through the sequence (tracked points, an
+  animated mesh), so frame-to-frame changes come from the motion only, not from resampling.
 
 * :func:`collate_sequences`: pads items to ``[B, T_max, N, 3]`` with a ``mask``/``lengths``.
 
@@ -171,6 +173,8 @@ class DynamicShapes(torch.utils.data.Dataset):
         drop_prob: irregular frames are dropped with this probability.
         min_frames: irregular sequences keep at least this many frames.
         noise: std of the Gaussian noise on the points.
+        resample: draw fresh surface points in every frame (True) or move one fixed set of
+            surface points with the object (False).
         classes: a subset of :data:`DYNAMIC_CLASSES` (labels follow its order); default all.
         seed: global seed; the data are a function of ``(seed, split, index)`` only.
 
@@ -182,7 +186,7 @@ class DynamicShapes(torch.utils.data.Dataset):
     def __init__(self, split: str = "train", *, num_samples_per_class: int = 40, num_frames: int = 8,
                  num_points: int = 256, sampling: str = "regular", frame_interval: float = 1.0,
                  jitter: float = 0.4, drop_prob: float = 0.3, min_frames: int = 3, noise: float = 0.005,
-                 classes: Optional[Sequence[str]] = None, seed: int = 0) -> None:
+                 classes: Optional[Sequence[str]] = None, seed: int = 0, resample: bool = True) -> None:
         super().__init__()
         where = type(self).__name__
         self.split = check_split(split, where, allowed=tuple(_SPLIT_CODE))
@@ -202,6 +206,8 @@ class DynamicShapes(torch.utils.data.Dataset):
             raise ValueError(f"{where}: drop_prob must be in [0, 1), got {drop_prob!r}")
         if not isinstance(noise, (int, float)) or not 0.0 <= noise <= 0.02:
             raise ValueError(f"{where}: noise must be in [0, 0.02], got {noise!r}")
+        if not isinstance(resample, bool):
+            raise TypeError(f"{where}: resample must be a bool, got {type(resample).__name__}")
         if classes is None:
             classes = list(DYNAMIC_CLASSES)
         if isinstance(classes, str) or not classes or any(c not in DYNAMIC_CLASSES for c in classes):
@@ -214,6 +220,7 @@ class DynamicShapes(torch.utils.data.Dataset):
         self.num_points, self.sampling = int(num_points), sampling
         self.frame_interval, self.jitter, self.drop_prob = float(frame_interval), float(jitter), float(drop_prob)
         self.min_frames, self.noise, self.seed = int(min_frames), float(noise), int(seed)
+        self.resample = resample
 
     @property
     def num_classes(self) -> int:
@@ -260,7 +267,8 @@ class DynamicShapes(torch.utils.data.Dataset):
         frames = []
         for t in times:
             rot, scale, offset, flap = motion(float(t))
-            p = shape.sample(self.num_points, flap, obs) @ rot.T * scale + offset
+            pts = np.random.default_rng(self._key(index, 3)) if not self.resample else obs
+            p = shape.sample(self.num_points, flap, pts) @ rot.T * scale + offset
             if self.noise:
                 p = p + obs.normal(scale=self.noise, size=p.shape)
             frames.append(p)
@@ -271,7 +279,8 @@ class DynamicShapes(torch.utils.data.Dataset):
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(split={self.split!r}, n={len(self)}, classes={self.num_classes}, "
-                f"sampling={self.sampling!r}, num_frames={self.num_frames}, num_points={self.num_points})")
+                f"sampling={self.sampling!r}, num_frames={self.num_frames}, num_points={self.num_points}, "
+                f"resample={self.resample})")
 
 
 def collate_sequences(items: Sequence[Dict[str, Any]]) -> Dict[str, Tensor]:

@@ -51,6 +51,23 @@ def timespans_from_times(times: Tensor, mask: Tensor, first: float = 1.0) -> Ten
     return out
 
 
+def _delta_to_previous(seq: Tensor, mask: Tensor) -> Tensor:
+    """``seq[b, t] - seq[b, t']`` with ``t'`` the previous valid frame (0 at first and padded frames).
+
+    Shapes:
+        seq [B, T, C], mask [B, T] -> [B, T, C]
+    """
+    out = torch.zeros_like(seq)
+    prev = seq[:, 0]
+    seen = torch.zeros_like(mask[:, 0])
+    for t in range(seq.size(1)):
+        valid = mask[:, t]
+        out[:, t] = torch.where((valid & seen)[:, None], seq[:, t] - prev, torch.zeros_like(prev))
+        prev = torch.where(valid[:, None], seq[:, t], prev)
+        seen = seen | valid
+    return out
+
+
 @MODELS.register("temporal_cfc")
 class TemporalGridifiedClassifier(nn.Module):
     r"""Classify sequences of point clouds observed at (irregular) times.
@@ -58,7 +75,9 @@ class TemporalGridifiedClassifier(nn.Module):
         z_{b,t} = Backbone(LN_c(Gridify(P_{b,t})))                (shared per-frame encoder)
         e_{b,t} = Pool(z_{b,t})                                   (frame_readout="pool")
         e_{b,t} = W vec(GELU(Conv_1x1x1(z_{b,t})))                (frame_readout="flatten")
-        x_{b,t} = RNN(e_{b,t}, x_{b,t-1}, dt_{b,t})               (CfC or Delta-t GRU)
+        u_{b,t} = LN(e_{b,t})   or  [LN(e_{b,t}), LN(e_{b,t}) - LN(e_{b,t'})]   (frame_delta; t' the
+                  previous valid frame, difference 0 at the first one)
+        x_{b,t} = RNN(u_{b,t}, x_{b,t-1}, dt_{b,t})               (CfC or Delta-t GRU)
         frame_logits_{b,t} = Head(x_{b,t}),   logits_b = Head(x_{b,last valid t})
 
     ``dt`` is ``time_scale`` times the elapsed time since the previous valid frame
@@ -80,6 +99,9 @@ class TemporalGridifiedClassifier(nn.Module):
         rnn: ``"cfc"`` or ``"gru"``.
         rnn_hidden: RNN state size ``H``.
         frame_readout: ``"pool"`` or ``"flatten"`` (see above).
+        frame_delta: also feed the change of the (normalized) embedding since the previous valid
+            frame, so the RNN sees the displacement directly (not divided by ``dt``: turning
+            displacement into speed is still the RNN's job).
         readout_channels, frame_features: channels before flattening and the embedding size of
             the ``"flatten"`` readout (ignored for ``"pool"``).
         cfc_mode, cfc_backbone_units, cfc_backbone_layers, cfc_backbone_activation,
@@ -101,7 +123,7 @@ class TemporalGridifiedClassifier(nn.Module):
                  cfc_mode: str = "default", cfc_backbone_units: int = 64, cfc_backbone_layers: int = 1,
                  cfc_backbone_activation: str = "lecun_tanh", cfc_backbone_dropout: float = 0.0,
                  time_scale: float = 1.0, first_timespan: float = 1.0, frame_readout: str = "pool",
-                 readout_channels: int = 8, frame_features: int = 64, resolution: int = 6, k: int = 6,
+                 readout_channels: int = 8, frame_features: int = 64, frame_delta: bool = False, resolution: int = 6, k: int = 6,
                  hidden_channels: int = 32, backbone: str = "ccnn", depth: int = 2, dropout: float = 0.1,
                  kernel_size: Union[int, str] = 3, omega0: float = 0.5, aggr: str = "mean",
                  message: str = "product", pos_embedding: str = "rff", pool: str = "mean",
@@ -113,6 +135,8 @@ class TemporalGridifiedClassifier(nn.Module):
         _check_int(where, readout_channels=readout_channels, frame_features=frame_features)
         if frame_readout not in READOUTS:
             raise ValueError(f"{where}: frame_readout must be one of {READOUTS}, got {frame_readout!r}")
+        if not isinstance(frame_delta, bool):
+            raise TypeError(f"{where}: frame_delta must be a bool, got {type(frame_delta).__name__}")
         if rnn not in RNNS:
             raise ValueError(f"{where}: rnn must be one of {RNNS}, got {rnn!r}")
         for name, v in (("time_scale", time_scale), ("first_timespan", first_timespan)):
@@ -136,13 +160,15 @@ class TemporalGridifiedClassifier(nn.Module):
             self.readout = None
             feat = hidden_channels * (2 if pool == "meanmax" else 1)
         self.frame_norm = nn.LayerNorm(feat)
+        self.frame_delta = frame_delta
+        rnn_in = 2 * feat if frame_delta else feat
         if rnn == "cfc":
-            self.rnn: nn.Module = CfC(feat, rnn_hidden, backbone_units=cfc_backbone_units,
+            self.rnn: nn.Module = CfC(rnn_in, rnn_hidden, backbone_units=cfc_backbone_units,
                                       backbone_layers=cfc_backbone_layers,
                                       backbone_activation=cfc_backbone_activation,
                                       backbone_dropout=cfc_backbone_dropout, mode=cfc_mode)
         else:
-            self.rnn = DeltaTGRU(feat, rnn_hidden)
+            self.rnn = DeltaTGRU(rnn_in, rnn_hidden)
         self.head = nn.Sequential(nn.LayerNorm(rnn_hidden), nn.Dropout(dropout), nn.Linear(rnn_hidden, num_classes))
         self.rnn_type, self.time_scale, self.first_timespan = rnn, float(time_scale), float(first_timespan)
         self.in_channels, self.num_classes, self.feat_channels = in_channels, num_classes, feat
@@ -207,5 +233,7 @@ class TemporalGridifiedClassifier(nn.Module):
         emb = self.embed_frames(pos[mask], None if x is None else x[mask])  # [M, C], one batched call
         seq = emb.new_zeros(b, t, emb.size(-1))
         seq[mask] = self.frame_norm(emb)
+        if self.frame_delta:
+            seq = torch.cat([seq, _delta_to_previous(seq, mask)], -1)
         states, last = self.rnn(seq, timespans, mask=mask)
         return TemporalOutput(self.head(last), self.head(states), states)

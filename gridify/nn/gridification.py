@@ -8,7 +8,6 @@ connectivity (thesis eqs. 4.1, 4.2):
 """
 from __future__ import annotations
 
-import math
 from typing import Optional, Sequence, Tuple, Union
 
 import torch

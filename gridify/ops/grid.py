@@ -14,7 +14,6 @@ Shapes:
 """
 from __future__ import annotations
 
-import math
 from typing import Optional, Sequence, Tuple, Union
 
 import torch

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from .. import _optional
-from .._checks import check_batch, check_finite, check_float, check_tensor, fail
+from .._checks import check_batch, check_finite, check_point_pair, fail
 
 BACKENDS = ("auto", "torch_cluster", "torch", "kdtree")
 #: Above this many candidate pairs (N * M), ``auto`` on CPU picks the KD-tree.
@@ -41,16 +41,7 @@ CHUNK_ELEMENTS = 1 << 24
 
 
 def _validate(x, y, k, batch_x, batch_y, backend, where="knn"):
-    x = check_tensor(x, "x", where)
-    y = check_tensor(y, "y", where)
-    for name, t in (("x", x), ("y", y)):
-        if t.dim() != 2:
-            fail(where, f"{name} must have shape [num_points, dim], got {tuple(t.shape)}")
-        check_float(t, name, where)
-    if x.size(1) != y.size(1):
-        fail(where, f"x and y must have the same dimension, got {x.size(1)} and {y.size(1)}")
-    if x.device != y.device:
-        fail(where, f"x is on {x.device} but y is on {y.device}")
+    x, y = check_point_pair(x, y, where)
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         fail(where, f"k must be a positive integer, got {k!r}")
     if backend not in BACKENDS:

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import check_batch, check_finite, check_float, check_tensor, fail
+from .._checks import check_batch, check_finite, check_float, check_point_pair, check_tensor, fail
 
 __all__ = ["fps", "fps_reference", "radius", "radius_reference"]
 
@@ -158,16 +158,7 @@ def fps_reference(pos: Tensor, batch: Optional[Tensor] = None, ratio: float = 0.
 
 
 def _validate_radius(x, y, r, batch_x, batch_y, max_num_neighbors, backend, where="radius"):
-    x = check_tensor(x, "x", where)
-    y = check_tensor(y, "y", where)
-    for name, t in (("x", x), ("y", y)):
-        if t.dim() != 2:
-            fail(where, f"{name} must have shape [num_points, dim], got {tuple(t.shape)}")
-        check_float(t, name, where)
-    if x.size(1) != y.size(1):
-        fail(where, f"x and y must have the same dimension, got {x.size(1)} and {y.size(1)}")
-    if x.device != y.device:
-        fail(where, f"x is on {x.device} but y is on {y.device}")
+    x, y = check_point_pair(x, y, where)
     if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
         fail(where, f"r must be a positive finite number, got {r!r}")
     if isinstance(max_num_neighbors, bool) or not isinstance(max_num_neighbors, (int, np.integer)) \
