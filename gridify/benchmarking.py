@@ -526,7 +526,7 @@ def plot(rows: List[Dict[str, Any]], out: Path) -> List[str]:
 
 # ----------------------------------------------------------------------------- CLI
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="benchmark.py", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="+", default=None, help=f"models (default: {' '.join(DEFAULT_MODELS)})")
     p.add_argument("--num-points", nargs="+", type=int, default=None, help="N values of the N sweep")

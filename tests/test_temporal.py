@@ -375,10 +375,81 @@ def test_train_temporal_script_smoke_and_checkpoint(tmp_path):
                     "data.classes=[rot_z_slow, rot_z_fast]", "model.resolution=3", "model.hidden_channels=8",
                     "model.depth=1", "model.rnn_hidden=8", "model.cfc_backbone_units=8"])
     assert set(res["models"]) == {"cfc", "gru"}
+    assert res["config"]["data"]["train_sampling"] == "mixed"
     for rnn in ("cfc", "gru"):
-        assert 0.0 <= res["models"][rnn]["irregular"]["acc"] <= 1.0
+        r = res["models"][rnn]
+        for name in ("regular", "irregular", "sparse", "train_eval", "regular_stale_bn"):
+            assert 0.0 <= r[name]["acc"] <= 1.0, name
+        assert r["bn_batches"] == 1  # 2 training sequences, one batch
+        assert r["train_eval"]["n"] == 2 and r["sparse"]["n"] == 2
         payload = load_checkpoint(tmp_path / f"model_{rnn}.pt")
         model = build_model_from_checkpoint(payload)
         assert model.rnn_type == rnn and payload["class_names"] == ["rot_z_slow", "rot_z_fast"]
     assert (tmp_path / "results.csv").read_text().startswith("model,")
     torch.set_num_threads(1)
+
+
+# ------------------------------------------------------------------------------------------------
+# flatten readout (keeps the grid layout, so the frame embedding follows the pose)
+# ------------------------------------------------------------------------------------------------
+def test_flatten_readout_shapes_padding_invariance_and_errors():
+    m = _tiny("cfc", frame_readout="flatten", readout_channels=2, frame_features=10).eval()
+    assert m.feat_channels == 10 and m.readout is not None
+    g = torch.Generator().manual_seed(3)
+    a = torch.rand(1, 3, 40, 3, generator=g) * 1.6 - 0.8
+    ta = torch.tensor([[0.0, 0.7, 2.9]])
+    ref = m(a, ta)
+    assert m.embed_frames(a[0]).shape == (3, 10)
+    pos = torch.cat([torch.rand(1, 4, 40, 3, generator=g) * 1.6 - 0.8, torch.cat([a, torch.zeros(1, 1, 40, 3)], 1)])
+    out = m(pos, torch.cat([torch.arange(4.0)[None], torch.tensor([[0.0, 0.7, 2.9, 0.0]])]),
+            lengths=torch.tensor([4, 3]))
+    torch.testing.assert_close(out.logits[1:], ref.logits, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="frame_readout must be one of"):
+        _tiny(frame_readout="avg")
+    with pytest.raises(ValueError, match="readout_channels"):
+        _tiny(frame_readout="flatten", readout_channels=0)
+
+
+def test_flatten_readout_sees_translation_that_mean_pool_barely_sees():
+    torch.manual_seed(0)
+    pool = _tiny(frame_readout="pool").eval()
+    flat = _tiny(frame_readout="flatten").eval()
+    flat.encoder.load_state_dict(pool.encoder.state_dict())
+    cloud = torch.rand(1, 200, 3) * 0.8 - 0.6
+    shifted = cloud + torch.tensor([0.25, 0.0, 0.0])
+    rel = {}
+    with torch.no_grad():
+        for name, m in (("pool", pool), ("flatten", flat)):
+            e = m.frame_norm(m.embed_frames(torch.cat([cloud, shifted])))
+            rel[name] = float((e[0] - e[1]).norm() / e[0].norm())
+    assert rel["flatten"] > 3 * rel["pool"], rel
+
+
+def test_frame_delta_is_change_since_previous_valid_frame():
+    from gridify.models.temporal import _delta_to_previous
+
+    seq = torch.arange(8.0).reshape(1, 4, 2) ** 2
+    mask = torch.tensor([[False, True, False, True]])
+    d = _delta_to_previous(seq, mask)
+    torch.testing.assert_close(d[0, 1], torch.zeros(2))  # first valid frame
+    torch.testing.assert_close(d[0, 3], seq[0, 3] - seq[0, 1])  # skips the invalid frame 2
+    torch.testing.assert_close(d[0, [0, 2]], torch.zeros(2, 2))
+    m = _tiny("gru", frame_delta=True).eval()
+    assert m.rnn.input_size == 2 * m.feat_channels
+    pos = torch.rand(2, 3, 40, 3) * 1.6 - 0.8
+    out = m(pos, torch.tensor([[0.0, 1.0, 2.0]] * 2), lengths=torch.tensor([3, 2]))
+    assert out.logits.shape == (2, 3)
+    with pytest.raises(TypeError, match="frame_delta must be a bool"):
+        _tiny(frame_delta=1)
+
+
+def test_dynamic_shapes_resample_false_moves_fixed_surface_points():
+    kw = dict(num_samples_per_class=1, num_frames=3, num_points=64, noise=0.0, classes=["sway_fast"])
+    fixed = DynamicShapes("test", resample=False, **kw)[0]["pos"]
+    shift = fixed[1] - fixed[0]  # pure translation: every point moves by the same vector
+    torch.testing.assert_close(shift, shift[:1].expand_as(shift), atol=1e-5, rtol=0)
+    assert float(shift[0].norm()) > 1e-3
+    fresh = DynamicShapes("test", resample=True, **kw)[0]["pos"]
+    assert not torch.allclose(fresh[1] - fresh[0], (fresh[1] - fresh[0])[:1].expand(64, 3), atol=1e-3)
+    with pytest.raises(TypeError, match="resample must be a bool"):
+        DynamicShapes("test", resample="no", **kw)
