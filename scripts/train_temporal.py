@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> Dict[str, Any]:
     stats = {name: interval_stats(items) for name, items in tests.items() if name != "regular"}
     stats["train"] = interval_stats(train_items)
     log(f"data: {len(train_items)} train sequences ({d['train_sampling']} sampling), {len(tests['regular'])} test "
-        f"sequences x 2 samplings, {num_classes} classes, {d['num_points']} points/frame "
+        f"sequences x {len(tests)} samplings, {num_classes} classes, {d['num_points']} points/frame "
         f"({time.time() - t0:.1f}s)")
     for name, st in stats.items():
         log(f"{name}: frames per sequence mean {st['mean_frames']:.2f} (min {st['min_frames']}); "

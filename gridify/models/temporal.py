@@ -87,11 +87,11 @@ class TemporalGridifiedClassifier(nn.Module):
     :class:`GridifiedClassifier` (its classification head is dropped); all valid frames of all
     sequences go through it in one batched call, padded frames are skipped.
 
-    The frame readout matters for motion: ``"pool"`` (global ``pool`` over the grid) is nearly
-    invariant to where the object is and how it is oriented, so small rotations and
-    translations barely change ``e``; ``"flatten"`` keeps the grid layout (a 1x1x1 convolution
-    to ``readout_channels`` channels, flattened, then a linear map to ``frame_features``), so
-    the embedding follows the pose. ``"flatten"`` ties the model to one ``resolution``.
+    For motion the readout should keep the pose: ``"pool"`` (global ``pool`` over the grid after
+    a convolutional backbone) is close to translation invariant, so it encodes where the object
+    is only weakly; ``"flatten"`` keeps the grid layout (a 1x1x1 convolution to
+    ``readout_channels`` channels, flattened, then a linear map to ``frame_features``).
+    ``"flatten"`` ties the model to one ``resolution``.
 
     Args:
         in_channels: point features per frame (3 for xyz).
