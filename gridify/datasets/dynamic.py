@@ -49,6 +49,7 @@ from torch import Tensor
 
 from ..io import SUPPORTED_EXTENSIONS, PointCloud, read_points
 from ..transforms import FixedPoints
+from ..transforms import _rotation as _rot  # one rotation-matrix helper for the package
 from ._common import check_split
 
 __all__ = ["DynamicShapes", "DYNAMIC_CLASSES", "collate_sequences", "PointCloudSequence", "read_sequence",
@@ -70,14 +71,6 @@ _RADIUS = 0.6  # canonical shapes fit in this radius; motions keep every point i
 _SPEED = {"rot_z_slow": 0.2, "rot_z_fast": 0.5, "rot_x": 0.35, "rot_y": 0.35,
           "sway_slow": 2 * math.pi / 20, "sway_fast": 2 * math.pi / 8,
           "pulsate": 2 * math.pi / 10, "hinge": 2 * math.pi / 10}
-
-
-def _rot(axis: int, angle: float) -> np.ndarray:
-    c, s = math.cos(angle), math.sin(angle)
-    i, j = [(1, 2), (2, 0), (0, 1)][axis]
-    m = np.eye(3)
-    m[i, i], m[i, j], m[j, i], m[j, j] = c, -s, s, c
-    return m
 
 
 class _Shape:
