@@ -11,10 +11,11 @@ __version__ = "0.1.0"
 
 from . import ops, nn, backbones, models, io, transforms, datasets  # noqa: E402,F401
 from . import baselines  # noqa: E402,F401  (registers the baseline models)
+from . import runtime  # noqa: E402,F401  (opt-in process settings; nothing runs on import)
 from .registry import BACKBONES, KERNELS, MODELS, POS_EMBEDDINGS, Registry  # noqa: E402,F401
 # ``gridify.gridify`` is the function (no submodule has that name)
 from .api import Prediction, Predictor, gridify, load  # noqa: E402,F401
 
-__all__ = ["__version__", "ops", "nn", "backbones", "models", "io", "transforms", "datasets", "baselines",
+__all__ = ["__version__", "ops", "nn", "backbones", "models", "io", "transforms", "datasets", "baselines", "runtime",
            "Registry", "BACKBONES", "KERNELS", "MODELS", "POS_EMBEDDINGS", "load", "gridify", "Predictor",
            "Prediction"]

@@ -187,3 +187,27 @@ def test_bad_inputs(name):
         net(torch.randn(3, 5, 5, 5))
     with pytest.raises(ValueError, match="cubic"):
         net(torch.randn(1, 3, 5, 5, 4))
+
+
+class _Identity(torch.nn.Module):
+    def forward(self, x):
+        return x
+
+
+@pytest.mark.parametrize("spatial", ["separable", "identity"])
+def test_residual_block_inference_path_matches_autograd_path_and_keeps_input(spatial):
+    # without autograd the block works in place on its own temporaries; it must give the same
+    # values and never write into its input, even when the spatial layer returns the input itself
+    torch.manual_seed(1)
+    conv = DepthwiseSeparableConv3d(4, 4, 3) if spatial == "separable" else _Identity()
+    block = ResidualBlock3d(4, conv, dropout=0.0).eval()
+    x = torch.randn(2, 4, 5, 5, 5).contiguous(memory_format=torch.channels_last_3d)
+    ref = block(x)
+    keep = x.clone()
+    with torch.no_grad():
+        out = block(x)
+    with torch.inference_mode():
+        out_inf = block(x)
+    assert torch.equal(x, keep)
+    torch.testing.assert_close(out, ref.detach(), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(out_inf, ref.detach(), atol=1e-6, rtol=1e-6)

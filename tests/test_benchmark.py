@@ -83,3 +83,17 @@ def test_subprocess_isolation_measures_memory(tmp_path):
           "--time-budget", "3", "--threads", "1", "--no-plots", "--matmul-size", "256", "--out", str(out)])
     rows = json.loads((out / "benchmark.json").read_text())["rows"]
     assert rows[0]["status"] == "ok" and rows[0]["peak_mb"] > 0
+
+
+def test_malloc_setting_is_recorded(tmp_path):
+    out = tmp_path / "bench"
+    rc = main(["--models", "gridified", "--num-points", "64", "--k", "--batch-size", "2", "--repeats", "1",
+               "--warmup", "0", "--time-budget", "2", "--threads", "1", "--isolation", "inprocess", "--no-plots",
+               "--no-train-step", "--matmul-size", "256", "--malloc", "tuned", "--out", str(out)])
+    assert rc == 0
+    result = json.loads((out / "benchmark.json").read_text())
+    assert result["malloc"].startswith("tuned") or result["malloc"] == "default"
+    before, after = result["matmul_gflops_before_after"]
+    assert result["matmul_gflops"] == pytest.approx(max(before, after))
+    assert result["rows"][0]["matmul_fraction"] == pytest.approx(
+        result["rows"][0]["gflops_achieved"] / result["matmul_gflops"])

@@ -259,3 +259,26 @@ def test_tiny_reconstruction_fit():
         loss.backward()
         opt.step()
     assert loss.item() < 0.2 * first, (first, loss.item())
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_rff_inference_fn_equals_forward(dtype, tol):
+    from gridify.nn.fields import RandomFourierField
+    torch.manual_seed(3)
+    field = RandomFourierField(3, 16, omega0=1.0).to(dtype)
+    offset = (torch.rand(500, 3, dtype=dtype) - 0.5) * 4
+    ref = field(offset)
+    with torch.no_grad():
+        got = field.inference_fn()(offset)
+    torch.testing.assert_close(got, ref.detach(), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("field", ["rff", "siren"])
+def test_unchunked_no_grad_path_equals_autograd_path(field):
+    pos, batch = ragged_batch([40, 25], seed=4)
+    x = torch.randn(65, 4)
+    net = Gridification(4, 8, resolution=4, k=3, hidden_channels=16, pos_embedding=field)
+    ref = net(pos, x, batch)
+    with torch.inference_mode():
+        got = net(pos, x, batch)
+    torch.testing.assert_close(got, ref.detach(), atol=1e-5, rtol=1e-5)

@@ -102,6 +102,12 @@ class DepthwiseSeparableConv3d(nn.Module):
         return self.pointwise(z)
 
 
+def _is_fresh(h: Tensor, x: Tensor) -> bool:
+    """``h`` may be overwritten: a spatial layer's output that shares no memory with the input."""
+    dense = h.is_contiguous() or h.is_contiguous(memory_format=torch.channels_last_3d)
+    return dense and h.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
 class ResidualBlock3d(nn.Module):
     r"""Pre-norm residual block of the grid networks (CCNN block).
 
@@ -128,9 +134,16 @@ class ResidualBlock3d(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         check_grid_input(x, self.channels, type(self).__name__)
-        h = F.gelu(self.spatial(self.norm(x)))
-        h = F.gelu(self.linear(self.dropout(h)))
-        return x + h
+        if torch.is_grad_enabled():
+            h = F.gelu(self.spatial(self.norm(x)))
+            h = F.gelu(self.linear(self.dropout(h)))
+            return x + h
+        # Without autograd: the same values, computed in place on the block's own fresh
+        # temporaries (on CPU each fresh grid-sized buffer costs page faults).
+        h = self.spatial(self.norm(x))
+        h = torch.ops.aten.gelu_(h) if _is_fresh(h, x) else F.gelu(h)
+        h = torch.ops.aten.gelu_(self.linear(self.dropout(h)))
+        return h.add_(x)
 
 
 class GridBackbone(nn.Module):

@@ -23,8 +23,31 @@ MESSAGES = ("product", "concat")
 AGGREGATIONS = ("mean", "max", "sum")
 
 
+class _MLP(nn.Sequential):
+    """``Linear -> GELU -> Linear`` (the state-dict keys of ``nn.Sequential``).
+
+    Without autograd the GELU runs in place on the first layer's fresh output: one large
+    temporary fewer per call (on CPU a fresh multi-MiB buffer costs page faults).
+    """
+
+    def __init__(self, i: int, h: int, o: int) -> None:
+        super().__init__(nn.Linear(i, h), nn.GELU(), nn.Linear(h, o))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if torch.is_grad_enabled():
+            return super().forward(x)
+        first, act, last = self[0], self[1], self[2]
+        h = first(x)
+        return last(gelu_(h) if act.approximate == "none" else act(h))
+
+
+def gelu_(x: Tensor) -> Tensor:
+    """In-place exact (erf) GELU of a tensor no one else holds; returns ``x``."""
+    return torch.ops.aten.gelu_(x)
+
+
 def _mlp(i: int, h: int, o: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(i, h), nn.GELU(), nn.Linear(h, o))
+    return _MLP(i, h, o)
 
 
 class BipartiteConv(nn.Module):
@@ -85,16 +108,21 @@ class BipartiteConv(nn.Module):
         """Edges per chunk in the no-gradient path (``edge_chunk_elements / hidden_channels``)."""
         return max(256, self.edge_chunk_elements // self.hidden_channels)
 
-    def _messages(self, h: Tensor, offset: Tensor, edge_src: Tensor) -> Tensor:
-        p = self.phi_pos(offset)
-        if not torch.is_grad_enabled():  # same values, fewer temporaries
-            g = torch.index_select(h, 0, edge_src)
+    def _messages(self, h: Tensor, offset: Tensor, edge_src: Tensor, phi_pos=None) -> Tensor:
+        if not torch.is_grad_enabled():  # same values, fewer temporaries and passes over memory
+            p = (phi_pos or self.phi_pos)(offset)
             if self.message == "product":
-                return g.mul_(p)
-            return self.msg_out(nn.functional.gelu(g.add_(p)))
+                return p.mul_(torch.index_select(h, 0, edge_src))
+            return self.msg_out(gelu_(p.add_(torch.index_select(h, 0, edge_src))))
+        p = self.phi_pos(offset)
         if self.message == "product":
             return h[edge_src] * p
         return self.msg_out(nn.functional.gelu(h[edge_src] + p))
+
+    def _inference_phi_pos(self):
+        """phi_pos for the no-gradient path: the field's fused ``inference_fn()`` when it has one."""
+        make = getattr(self.phi_pos, "inference_fn", None)
+        return make() if make is not None else self.phi_pos
 
     def forward(self, x_src: Tensor, edge_src: Tensor, edge_dst: Tensor, offset: Tensor, num_dst: int) -> Tensor:
         h = self.phi_node(x_src)
@@ -102,8 +130,11 @@ class BipartiteConv(nn.Module):
             h = self.msg_node(h)  # A phi_node, once per source node
         E = edge_src.numel()
         chunk = self.edge_chunk_size
-        if torch.is_grad_enabled() or E <= chunk:
+        if torch.is_grad_enabled():
             agg = scatter(self._messages(h, offset, edge_src), edge_dst, dim_size=num_dst, reduce=self.aggr)
+        elif E <= chunk:
+            agg = scatter(self._messages(h, offset, edge_src, self._inference_phi_pos()), edge_dst,
+                          dim_size=num_dst, reduce=self.aggr)
         else:
             agg = self._chunked_aggregate(h, offset, edge_src, edge_dst, num_dst, chunk)
         return self.phi_upd(agg)
@@ -116,8 +147,9 @@ class BipartiteConv(nn.Module):
             out = h.new_full((num_dst, H), float("-inf"))
         else:
             out = h.new_zeros((num_dst, H))
+        phi_pos = self._inference_phi_pos()
         for s in range(0, edge_src.numel(), chunk):
-            m = self._messages(h, offset[s:s + chunk], edge_src[s:s + chunk])
+            m = self._messages(h, offset[s:s + chunk], edge_src[s:s + chunk], phi_pos)
             dst = edge_dst[s:s + chunk]
             if self.aggr == "max":
                 out.scatter_reduce_(0, dst[:, None].expand_as(m), m, reduce="amax", include_self=True)
