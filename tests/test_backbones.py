@@ -211,3 +211,26 @@ def test_residual_block_inference_path_matches_autograd_path_and_keeps_input(spa
     assert torch.equal(x, keep)
     torch.testing.assert_close(out, ref.detach(), atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(out_inf, ref.detach(), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "contiguous", "strided"])
+def test_grid_gelu_equals_gelu_in_every_layout(layout):
+    from gridify.backbones.blocks import grid_gelu
+    x = torch.randn(2, 6, 4, 4, 4) * 8
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last_3d)
+    elif layout == "strided":
+        x = x[:, :, ::2]
+    # torch's vectorized and scalar GELU kernels differ in the last bits (up to ~1e-6 here)
+    ref = F.gelu(x.double()).float()
+    torch.testing.assert_close(grid_gelu(x), ref, atol=2e-6, rtol=1e-5)
+    y = x.clone()
+    out = grid_gelu(y, inplace=True)
+    torch.testing.assert_close(out, ref, atol=2e-6, rtol=1e-5)
+    assert torch.equal(y, out)  # in place: the caller's tensor holds the result
+    assert out.stride() == y.stride()
+    g = x.clone().requires_grad_(True)
+    grid_gelu(g).sum().backward()
+    g2 = x.clone().requires_grad_(True)
+    F.gelu(g2).sum().backward()
+    torch.testing.assert_close(g.grad, g2.grad)

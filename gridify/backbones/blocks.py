@@ -15,7 +15,7 @@ from ..nn.flexconv import (DEFAULT_FFT_THRESHOLD, PointwiseConv3d, check_grid_in
                            use_fft_conv)
 
 __all__ = ["GridBackbone", "ResidualBlock3d", "DepthwiseSeparableConv3d", "PointwiseConv3d", "pointwise_conv3d",
-           "check_positive_int", "check_dropout", "check_kernel_size"]
+           "check_positive_int", "check_dropout", "check_kernel_size", "grid_gelu"]
 
 
 def check_positive_int(where: str, **values: int) -> None:
@@ -102,6 +102,23 @@ class DepthwiseSeparableConv3d(nn.Module):
         return self.pointwise(z)
 
 
+def grid_gelu(x: Tensor, inplace: bool = False) -> Tensor:
+    """Exact GELU of a grid ``[B, C, R, R, R]``, computed on its channels-last view when that view
+    is contiguous (the layout the backbones keep).
+
+    The same function as ``F.gelu(x)`` (to float rounding: torch's vectorized and scalar GELU
+    kernels differ in the last bits, about 1e-6 at most), but its CPU kernel is about 6x slower on a
+    ``channels_last_3d`` tensor than on the same memory viewed as ``[B, R, R, R, C]`` (measured,
+    1 thread, 4M values of a CCNN block: 10.1 vs 1.55 ms in place, 10.2 vs 2.75 ms out of place).
+    ``inplace=True`` overwrites ``x`` (only for tensors no one else holds, without autograd).
+    """
+    v = x.movedim(1, -1) if x.dim() == 5 else x
+    if not v.is_contiguous():
+        v = x
+    y = torch.ops.aten.gelu_(v) if inplace else F.gelu(v)
+    return y.movedim(-1, 1) if v is not x else y
+
+
 def _is_fresh(h: Tensor, x: Tensor) -> bool:
     """``h`` may be overwritten: a spatial layer's output that shares no memory with the input."""
     dense = h.is_contiguous() or h.is_contiguous(memory_format=torch.channels_last_3d)
@@ -135,14 +152,14 @@ class ResidualBlock3d(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         check_grid_input(x, self.channels, type(self).__name__)
         if torch.is_grad_enabled():
-            h = F.gelu(self.spatial(self.norm(x)))
-            h = F.gelu(self.linear(self.dropout(h)))
+            h = grid_gelu(self.spatial(self.norm(x)))
+            h = grid_gelu(self.linear(self.dropout(h)))
             return x + h
         # Without autograd: the same values, computed in place on the block's own fresh
         # temporaries (on CPU each fresh grid-sized buffer costs page faults).
         h = self.spatial(self.norm(x))
-        h = torch.ops.aten.gelu_(h) if _is_fresh(h, x) else F.gelu(h)
-        h = torch.ops.aten.gelu_(self.linear(self.dropout(h)))
+        h = grid_gelu(h, inplace=_is_fresh(h, x))
+        h = grid_gelu(self.linear(self.dropout(h)), inplace=True)
         return h.add_(x)
 
 
