@@ -42,6 +42,24 @@ def _initial_half_width(k: int) -> int:
         m += 1
 
 
+_RANK_TRIPLES: dict = {}
+
+
+def _rank_triples(L: int, k: int, device) -> Tuple[Tensor, Tensor, Tensor]:
+    """Rank triples ``(p, q, r)`` in ``[0, L)^3`` with ``(p+1)(q+1)(r+1) <= k`` (at least ``k``)."""
+    key = (L, k, str(device))
+    hit = _RANK_TRIPLES.get(key)
+    if hit is None:
+        r = torch.arange(L)
+        p, q, s = torch.meshgrid(r, r, r, indexing="ij")
+        keep = ((p + 1) * (q + 1) * (s + 1) <= k).flatten()
+        if int(keep.sum()) < k:  # (never for L^3 >= k; kept as a guard)
+            keep[:] = True
+        hit = tuple(t.flatten()[keep].to(device) for t in (p, q, s))
+        _RANK_TRIPLES[key] = hit
+    return hit
+
+
 def grid_knn(pos: Tensor, k: int, resolution: int, lower: Bound = -1.0, upper: Bound = 1.0,
              batch: Optional[Tensor] = None) -> Tensor:
     """The ``k`` nearest grid nodes of every point (exact), as ``[2, N*k]`` (point, global node)."""
@@ -75,11 +93,17 @@ def grid_knn(pos: Tensor, k: int, resolution: int, lower: Bound = -1.0, upper: B
         idx = start[:, :, None] + offs  # [n', 3, L] node indices per axis
         coord = lo[None, :, None] + idx.to(pos.dtype) * h[None, :, None]
         d = (coord - pos[todo][:, :, None]).pow(2)  # [n', 3, L]
-        dist = d[:, 0, :, None, None] + d[:, 1, None, :, None] + d[:, 2, None, None, :]
-        dist = dist.reshape(todo.numel(), -1)
+        # squared distance = dx[a] + dy[b] + dz[c]. With each axis sorted, a combination of ranks
+        # (p, q, r) has at least (p+1)(q+1)(r+1) combinations no farther than itself, so only the
+        # rank triples with (p+1)(q+1)(r+1) <= k can be among the k nearest
+        d, order = torch.sort(d, dim=2)
+        idx = idx.gather(2, order)
+        pr, qr, rr = _rank_triples(L, k, pos.device)
+        dist = torch.index_select(d[:, 0], 1, pr)  # [n', s]
+        dist += torch.index_select(d[:, 1], 1, qr)
+        dist += torch.index_select(d[:, 2], 1, rr)
         val, arg = torch.topk(dist, k, dim=1, largest=False, sorted=True)
-        a, rem = arg // (L * L), arg % (L * L)
-        b, c = rem // L, rem % L
+        a, b, c = pr[arg], qr[arg], rr[arg]
         node = (idx[:, 0].gather(1, a) * R + idx[:, 1].gather(1, b)) * R + idx[:, 2].gather(1, c)
         if L == R:
             ok = torch.ones(todo.numel(), dtype=torch.bool, device=pos.device)

@@ -160,7 +160,7 @@ def _knn_kdtree(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Te
     # an unbalanced tree (sliding-midpoint splits) builds and queries faster on clouds sampled
     # from surfaces (measured: 32 x 1,024 points, 32k grid-node queries, 2 threads: 1.13 vs
     # 1.54 ms per cloud); the search stays exact
-    tree = cKDTree(xn, balanced_tree=False, compact_nodes=False)
+    tree = cKDTree(xn, leafsize=32, balanced_tree=False, compact_nodes=False)
     _, idx = tree.query(yn, k=kk, workers=-1)
     idx = np.asarray(idx).reshape(y.size(0), kk)
     valid = idx < x.size(0)
