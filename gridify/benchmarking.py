@@ -559,7 +559,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--malloc", choices=("default", "tuned"), default="default",
                    help="CPU allocator settings of the measuring processes: glibc's defaults, or "
                         "gridify.runtime.tune_cpu_allocator() (freed memory is reused: no page faults "
-                        "for every new temporary); applies to every model alike")
+                        "for every new temporary); applies to every model alike. Tuned peak-memory "
+                        "figures are lower bounds (memory freed during warm-up is reused)")
     p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--out", default="outputs/benchmark")
     p.add_argument("--seed", type=int, default=0)
@@ -648,7 +649,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     result = {"machine": info, "matmul_gflops": peak, "matmul_gflops_before_after": [peak_before, peak_after],
               "malloc": "tuned (gridify.runtime.tune_cpu_allocator)" if malloc_applied else "default", "resolution_rule": "R = max(2, round(N ** (1/3)))",
               "memory_method": ("cuda max_memory_allocated" if device.type == "cuda" else
-                                f"peak RSS increase (ru_maxrss), isolation={args.isolation}"),
+                                f"peak RSS increase (ru_maxrss), isolation={args.isolation}"
+                                + (", malloc tuned: lower bounds" if malloc_applied else "")),
               "flops_method": "FlopCounterMode + estimated FFT convolutions (see gridify.benchmarking)",
               "settings": {k: v for k, v in vars(args).items() if k != "_worker"},
               "models": models, "num_points": num_points, "ks": ks, "rows": rows,
