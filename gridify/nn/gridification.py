@@ -38,16 +38,7 @@ class _MLP(nn.Sequential):
             return super().forward(x)
         first, act, last = self[0], self[1], self[2]
         h = first(x)
-        return last(gelu_(h) if act.approximate == "none" else act(h))
-
-
-def gelu_(x: Tensor) -> Tensor:
-    """In-place exact (erf) GELU of a tensor no one else holds; returns ``x``."""
-    return torch.ops.aten.gelu_(x)
-
-
-def _mlp(i: int, h: int, o: int) -> nn.Sequential:
-    return _MLP(i, h, o)
+        return last(torch.ops.aten.gelu_(h) if act.approximate == "none" else act(h))
 
 
 class BipartiteConv(nn.Module):
@@ -85,12 +76,12 @@ class BipartiteConv(nn.Module):
         self.in_channels, self.out_channels, self.hidden_channels = in_channels, out_channels, hidden_channels
         self.message, self.aggr = message, aggr
         H = hidden_channels
-        self.phi_node = _mlp(in_channels, H, H)
+        self.phi_node = _MLP(in_channels, H, H)
         self.phi_pos = POS_EMBEDDINGS.build(pos_embedding, in_features=pos_dim, out_features=H, omega0=omega0)
         if message == "concat":
             self.msg_node = nn.Linear(H, H)  # A (per source node); B lives in phi_pos's last layer
             self.msg_out = nn.Linear(H, H)
-        self.phi_upd = _mlp(H, H, out_channels)
+        self.phi_upd = _MLP(H, H, out_channels)
 
     def reset_parameters(self) -> None:
         for m in self.modules():
@@ -113,7 +104,7 @@ class BipartiteConv(nn.Module):
             p = (phi_pos or self.phi_pos)(offset)
             if self.message == "product":
                 return p.mul_(torch.index_select(h, 0, edge_src))
-            return self.msg_out(gelu_(p.add_(torch.index_select(h, 0, edge_src))))
+            return self.msg_out(torch.ops.aten.gelu_(p.add_(torch.index_select(h, 0, edge_src))))
         p = self.phi_pos(offset)
         if self.message == "product":
             return h[edge_src] * p
