@@ -23,22 +23,22 @@ def test_bad_thresholds_are_named(kwargs, match):
 
 @pytest.mark.skipif(not _glibc(), reason="glibc mallopt only")
 def test_tuned_allocator_reuses_freed_memory():
-    # in a fresh process: with the defaults, a new 16 MiB temporary per step page-faults its pages
-    # again; tuned, freed blocks are reused and the steady state has (almost) no page faults
+    # in a fresh process: a 64 MiB temporary is above glibc's largest automatic mmap threshold
+    # (32 MiB), so by default every one is a fresh mmap whose pages fault on first write; tuned,
+    # freed heap blocks are reused and a steady-state step barely faults
     code = textwrap.dedent("""
         import resource, sys, torch
         from gridify.runtime import tune_cpu_allocator
         if sys.argv[1] == "tuned":
             assert tune_cpu_allocator() is True
-        x = torch.randn(4 << 20)
+        x = torch.randn(16 << 20)
         def step():
             y = x * 2.0
-            z = y + 1.0
-            return float(z[0])
+            return float(y[-1])
         for _ in range(3):
             step()
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        for _ in range(20):
+        for _ in range(10):
             step()
         print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
     """)
@@ -46,4 +46,5 @@ def test_tuned_allocator_reuses_freed_memory():
     for mode in ("default", "tuned"):
         out = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, check=True)
         faults[mode] = int(out.stdout.strip())
-    assert faults["tuned"] < 200 and faults["tuned"] <= faults["default"], faults
+    assert faults["default"] >= 10 * 4096, faults  # 10 steps x 16k pages expected; at least a quarter
+    assert faults["tuned"] * 10 < faults["default"], faults
