@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, Dict
 
 import numpy as np
 import torch
+
+from ._files import atomic_write
 
 __all__ = ["plain", "atomic_torch_save", "export_model", "CheckpointError", "load_checkpoint", "reparameterize_model",
            "build_model_from_checkpoint"]
@@ -40,34 +41,12 @@ def plain(obj: Any) -> Any:
 def atomic_torch_save(obj: Any, path: os.PathLike | str) -> None:
     """``torch.save`` that never leaves a partial file at ``path``.
 
-    The object is written to a temporary file in the same directory, flushed and fsynced, then
-    renamed over ``path`` (``os.replace`` is atomic on POSIX and Windows) and the directory is
-    fsynced. A crash or exception at any point leaves the previous file at ``path`` intact
-    (and the temporary file is removed on exceptions).
+    Written through :func:`gridify._files.atomic_write`: a temporary file in the same folder,
+    flushed and fsynced, renamed over ``path`` (``os.replace``), then the folder fsynced. A crash
+    or exception at any point leaves the previous file at ``path`` intact. The file gets the
+    mode a plain ``open`` would give it (it honours the umask).
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:  # make the rename itself durable
-        dfd = os.open(str(path.parent), os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:  # pragma: no cover - e.g. Windows cannot fsync a directory
-        pass
+    atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
 def reparameterize_model(model: torch.nn.Module) -> int:

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._files import atomic_write
 from ..transforms import FixedPoints, Normalize
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -82,16 +83,7 @@ def writable_dir(path: Path) -> bool:
 
 def save_npz_atomic(path: Path, **arrays: np.ndarray) -> None:
     """Write an ``.npz`` through a temporary file + rename, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(path, lambda fh: np.savez(fh, **arrays))
 
 
 def load_npz(path: Path) -> Optional[Dict[str, np.ndarray]]:

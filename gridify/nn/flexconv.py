@@ -472,15 +472,20 @@ class SepFlexConv3d(nn.Module):
             self.base_res.fill_(r)
             if self.kernel_init == "ccnn":
                 self._ccnn_rescale()
+        # Mixed precision: the kernel network and the depthwise (FFT) convolution run in the layer's
+        # own precision with autocast off; the pointwise layer runs under autocast as usual.
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            z = self._depthwise(x, r)
+        return self.pointwise(z)
+
+    def _depthwise(self, x: Tensor, r: int) -> Tensor:
         needs_grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
         if not needs_grad and not self.training:
             kernel = self._inference_kernel(r)
         else:
             kernel = self.kernel(r)
-        if x.dtype in (torch.float16, torch.bfloat16) and kernel.dtype == torch.float32:
-            # mixed precision: the depthwise (FFT) convolution runs in float32, the pointwise layer
-            # under autocast as usual
-            x = x.float()
+        if x.dtype in (torch.float16, torch.bfloat16) and kernel.dtype in (torch.float32, torch.float64):
+            x = x.to(kernel.dtype)
         if kernel.dtype != x.dtype:
             raise ValueError(f"SepFlexConv3d: input dtype {x.dtype} does not match the layer's dtype "
                              f"{kernel.dtype}; convert the module with .to(dtype)")
@@ -488,10 +493,8 @@ class SepFlexConv3d(nn.Module):
             x = x * self._node_weights_3d(r, x.device, x.dtype)
         k = kernel.shape[-1]
         if self._use_fft(k, x.device, needs_grad):
-            z = fft_depthwise_conv3d(x, kernel)
-        else:
-            z = direct_depthwise_conv3d(x, kernel)
-        return self.pointwise(z)
+            return fft_depthwise_conv3d(x, kernel)
+        return direct_depthwise_conv3d(x, kernel)
 
     def kernel_l2(self) -> Tensor:
         """Squared L2 norm of the generated depthwise kernels at the base resolution.

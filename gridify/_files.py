@@ -1,0 +1,77 @@
+"""Writing files so that readers never see half a file, and with the permissions users expect.
+
+:func:`atomic_write` is the one way the library writes a file: the content goes to a temporary
+file in the target's folder, is flushed and ``fsync``-ed, then ``os.replace`` renames it over the
+target (atomic on POSIX and Windows) and the folder is fsynced so the rename itself is durable.
+A crash or an exception at any point leaves the previous file (or none) at the target, and the
+temporary file is removed on exceptions.
+
+``tempfile.mkstemp`` creates files with mode ``0600``; the finished file instead gets the mode
+an ordinary ``open(path, "w")`` would give it (``0666`` minus the process umask), so checkpoints
+and exports can be shared by a team whose umask allows it.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Any, Callable, Union
+
+__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "default_file_mode"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def default_file_mode() -> int:
+    """``0o666`` minus the current umask: the mode ``open(path, "w")`` gives a new file."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(str(folder), os.O_RDONLY)
+    except OSError:  # pragma: no cover - e.g. Windows cannot open a directory
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: PathLike, write: Callable[[IO[bytes]], Any]) -> Path:
+    """Call ``write(fh)`` on a binary temporary file, then move it to ``path`` atomically.
+
+    Parent folders are created. Returns ``path`` as a :class:`~pathlib.Path`.
+    """
+    target = Path(os.fspath(path))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, default_file_mode())
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_dir(target.parent)
+    return target
+
+
+def atomic_write_bytes(path: PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (see :func:`atomic_write`)."""
+    return atomic_write(path, lambda fh: fh.write(data))
+
+
+def atomic_write_text(path: PathLike, text: str, encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_write`)."""
+    return atomic_write_bytes(path, text.encode(encoding))
