@@ -1,19 +1,96 @@
-"""Input validation shared by ops and modules.
+"""Input validation shared by the whole library: the one place where arguments are checked.
 
-Every check raises :class:`ValueError` with a message that names the argument, the problem
-and, for batched point clouds, the index of the offending cloud, so users never see a bare
-traceback from deep inside torch.
+Every check raises :class:`ValueError` with a message that names the entry point (``where``),
+the argument, the problem and, for batched point clouds, the index of the offending cloud, so
+users never see a bare traceback from deep inside torch.
+
+The convention: a public function or module validates its arguments once, with these helpers,
+and then calls an unchecked implementation; library code that has already validated its inputs
+calls the unchecked implementations directly, so a nested call inside a forward pass never
+re-validates (no repeated host synchronisation on a GPU).
+
+Scalar hyper-parameters: :func:`check_int` / :func:`check_positive_int` (integers, ``bool``
+refused), :func:`check_number` (finite real numbers with a lower bound), :func:`check_probability`
+and :func:`check_choice`. Tensors: :func:`check_tensor`, :func:`check_float`, :func:`check_points`,
+:func:`check_point_pair`, :func:`check_batch`, :func:`check_finite`.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+import math
+from typing import Any, NoReturn, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from torch import Tensor
 
 
-def fail(where: str, msg: str) -> None:
+def fail(where: str, msg: str) -> NoReturn:
     raise ValueError(f"{where}: {msg}")
+
+
+def is_int(value: Any) -> bool:
+    """A Python or NumPy integer, not a ``bool``."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_int(where: str, name: str, value: Any, minimum: int = 1, allow_none: bool = False) -> Optional[int]:
+    """``value`` as an ``int >= minimum`` (or None when ``allow_none``); else ValueError.
+
+    The message says "a positive integer" (``minimum=1``), "a non-negative integer" (0) or
+    "an integer >= m", with " or None" when None is allowed.
+    """
+    if value is None and allow_none:
+        return None
+    if not is_int(value) or value < minimum:
+        what = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
+        fail(where, f"{name} must be {what}{' or None' if allow_none else ''}, got {value!r}")
+    return int(value)
+
+
+def check_positive_int(where: str, **values: Any) -> None:
+    """Every keyword value must be a positive integer (``check_positive_int("Conv", channels=c)``)."""
+    for name, value in values.items():
+        check_int(where, name, value, 1)
+
+
+def check_number(where: str, name: str, value: Any, minimum: float = 0.0, strict: bool = True,
+                 allow_none: bool = False) -> Optional[float]:
+    """``value`` as a finite ``float`` above ``minimum`` (``> minimum`` when ``strict``, else ``>=``).
+
+    With ``minimum=0`` the message says "a positive finite number" (strict) or "a non-negative
+    finite number"; otherwise "a finite number > m" / ">= m".
+    """
+    if value is None and allow_none:
+        return None
+    ok = (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+          and math.isfinite(value) and (value > minimum if strict else value >= minimum))
+    if not ok:
+        if minimum == 0:
+            what = "a positive finite number" if strict else "a non-negative finite number"
+        else:
+            what = f"a finite number {'>' if strict else '>='} {minimum:g}"
+        fail(where, f"{name} must be {what}{' or None' if allow_none else ''}, got {value!r}")
+    return float(value)
+
+
+def check_probability(where: str, name: str, value: Any, include_one: bool = False) -> float:
+    """``value`` as a probability in ``[0, 1)`` (``[0, 1]`` with ``include_one``)."""
+    ok = (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+          and math.isfinite(value) and 0.0 <= value and (value <= 1.0 if include_one else value < 1.0))
+    if not ok:
+        fail(where, f"{name} must be a probability in [0, {'1]' if include_one else '1)'}, got {value!r}")
+    return float(value)
+
+
+def check_choice(where: str, name: str, value: Any, choices: Sequence[Any]) -> Any:
+    """``value`` must be one of ``choices`` (shown as given: a tuple or a list)."""
+    try:
+        ok = value in choices
+    except TypeError:  # unhashable value against a set
+        ok = False
+    if not ok:
+        fail(where, f"{name} must be one of {choices}, got {value!r}")
+    return value
 
 
 def check_tensor(t: object, name: str, where: str) -> Tensor:
