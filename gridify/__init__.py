@@ -7,7 +7,7 @@ that grid, and :class:`gridify.nn.Degridification` maps grid features back to th
 ``gridify.load(checkpoint)`` returns a :class:`Predictor` for new point clouds;
 ``gridify.gridify(points, ...)`` is the functional gridification of one cloud.
 """
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: E402,F401
 
 from . import ops, nn, backbones, models, io, transforms, datasets  # noqa: E402,F401
 from . import baselines  # noqa: E402,F401  (registers the baseline models)

@@ -33,16 +33,19 @@ def is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
-def check_int(where: str, name: str, value: Any, minimum: int = 1, allow_none: bool = False) -> Optional[int]:
+def check_int(where: str, name: str, value: Any, minimum: int = 1, allow_none: bool = False,
+              as_bound: bool = False) -> Optional[int]:
     """``value`` as an ``int >= minimum`` (or None when ``allow_none``); else ValueError.
 
     The message says "a positive integer" (``minimum=1``), "a non-negative integer" (0) or
-    "an integer >= m", with " or None" when None is allowed.
+    "an integer >= m" (any minimum, or always with ``as_bound``), with " or None" when None
+    is allowed.
     """
     if value is None and allow_none:
         return None
     if not is_int(value) or value < minimum:
-        what = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
+        words = {} if as_bound else {1: "a positive integer", 0: "a non-negative integer"}
+        what = words.get(minimum, f"an integer >= {minimum}")
         fail(where, f"{name} must be {what}{' or None' if allow_none else ''}, got {value!r}")
     return int(value)
 
@@ -82,14 +85,19 @@ def check_probability(where: str, name: str, value: Any, include_one: bool = Fal
     return float(value)
 
 
-def check_choice(where: str, name: str, value: Any, choices: Sequence[Any]) -> Any:
-    """``value`` must be one of ``choices`` (shown as given: a tuple or a list)."""
+def check_choice(where: str, name: str, value: Any, choices: Sequence[Any], unknown: bool = False) -> Any:
+    """``value`` must be one of ``choices`` (shown as given: a tuple or a list).
+
+    The message reads "name must be one of ..., got v", or with ``unknown`` (for names of
+    backends and reductions) "unknown name v; expected one of ...".
+    """
     try:
         ok = value in choices
     except TypeError:  # unhashable value against a set
         ok = False
     if not ok:
-        fail(where, f"{name} must be one of {choices}, got {value!r}")
+        fail(where, f"unknown {name} {value!r}; expected one of {choices}" if unknown
+             else f"{name} must be one of {choices}, got {value!r}")
     return value
 
 

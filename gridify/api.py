@@ -259,7 +259,7 @@ class Predictor(nn.Module):
 
     @property
     def resolution(self) -> int:
-        return int(self.model.gridify.resolution)
+        return int(self.model.resolution)
 
     def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None,
                 category: Optional[Tensor] = None) -> Tensor:
@@ -420,16 +420,11 @@ class Predictor(nn.Module):
         return probs.numpy()
 
     # ---- features ----------------------------------------------------------------------
-    def _grid(self, pos: Tensor, x: Tensor, batch: Optional[Tensor] = None) -> Tensor:
-        """Backbone output ``[B, C, R, R, R]``."""
-        m = self.model
-        return m.backbone(m.grid_norm(m.gridify(pos, x, batch)))
-
     def _embed_dense(self, pos: Tensor, x: Tensor) -> Tensor:
         embed = getattr(self.model, "embed", None)
         if callable(embed):
             return embed(pos, x)
-        return self._grid(pos, x).flatten(2).mean(-1)
+        return self.model.trunk(pos, x).flatten(2).mean(-1)
 
     @torch.no_grad()
     def embed(self, points: PointsLike, normals: Any = None, *, num_votes: int = 4, seed: int = 0,
@@ -566,61 +561,16 @@ def gridify(points: PointsLike, features: Any = None, resolution: Optional[int] 
         ``[C, R, R, R]`` for one cloud, ``[B, C, R, R, R]`` for a batch (float32, CPU unless
         the module lives elsewhere); with ``return_graph`` a ``(grid, graph)`` pair.
     """
-    from .nn.gridification import Gridification
-
     where = "gridify.gridify"
-    if isinstance(points, (str, os.PathLike, PointCloud)):
-        pos, nrm, _ = _read_cloud(points, None, where)
-        pos_b = pos[None]
-    else:
-        arr = _to_numpy(points, "points", where)
-        if arr.ndim == 2:
-            pos, _, _ = _read_cloud(arr, None, where)
-            pos_b = pos[None]
-        elif arr.ndim == 3 and arr.shape[-1] == 3:
-            if arr.shape[0] == 0 or arr.shape[1] == 0:
-                raise ValueError(f"{where}: the batch holds no points (shape {tuple(arr.shape)})")
-            pos_b = arr.astype(np.float32)
-            if not np.isfinite(pos_b).all():
-                raise ValueError(f"{where}: points contain NaN/Inf values")
-        else:
-            raise ValueError(f"{where}: points must have shape [N, 3] or [B, N, 3], got {tuple(arr.shape)}")
-    single = isinstance(points, (str, os.PathLike, PointCloud)) or _to_numpy(points, "points", where).ndim == 2
-    B, N = pos_b.shape[:2]
-    feat = None
-    if features is not None:
-        feat = _to_numpy(features, "features", where).astype(np.float32)
-        if single and feat.ndim == 2:
-            feat = feat[None]
-        if feat.ndim != 3 or feat.shape[:2] != (B, N):
-            want = f"[{N}, F]" if single else f"[{B}, {N}, F]"
-            raise ValueError(f"{where}: features must have shape {want} to match points, got "
-                             f"{tuple(_to_numpy(features, 'features', where).shape)}")
-        if not np.isfinite(feat).all():
-            raise ValueError(f"{where}: features contain NaN/Inf values")
+    pos_b, single = _points_batch(points, where)
+    feat = _features_batch(features, pos_b.shape[:2], single, where)
     if normalize:
         try:
             pos_b = np.stack([normalize_cloud(p)[0] for p in pos_b])
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
     in_channels = 3 if feat is None else feat.shape[-1]
-    if module is None:
-        resolution = 9 if resolution is None else resolution
-        k = 9 if k is None else k
-        with _seeded(seed):
-            module = Gridification(in_channels, int(channels), resolution, k=k, **kwargs)
-        module.eval()
-    else:
-        if not isinstance(module, Gridification):
-            raise TypeError(f"{where}: module must be a gridify.nn.Gridification, got {type(module).__name__}")
-        if kwargs:
-            raise ValueError(f"{where}: {sorted(kwargs)} only configure a fresh module; not with module=")
-        for name, given, has in (("resolution", resolution, module.resolution), ("k", k, module.k)):
-            if given is not None and given != has:
-                raise ValueError(f"{where}: {name}={given} but the given module has {name}={has}")
-        if module.in_channels != in_channels:
-            raise ValueError(f"{where}: the module takes {module.in_channels} features per point but "
-                             f"{'the coordinates give 3' if feat is None else f'features has {in_channels}'}")
+    module = _gridification_module(module, in_channels, feat is None, resolution, k, channels, seed, kwargs, where)
     dev = next(module.parameters()).device
     pos_t = torch.from_numpy(np.ascontiguousarray(pos_b)).to(dev)
     x_t = None if feat is None else torch.from_numpy(np.ascontiguousarray(feat)).to(dev)
@@ -629,3 +579,63 @@ def gridify(points: PointsLike, features: Any = None, resolution: Optional[int] 
     if single:
         grid = grid[0]
     return (grid, graph) if return_graph else grid
+
+
+def _points_batch(points: PointsLike, where: str) -> Tuple[np.ndarray, bool]:
+    """``(points [B, N, 3] float32, whether a single cloud was given)``, validated."""
+    if isinstance(points, (str, os.PathLike, PointCloud)):
+        pos, _, _ = _read_cloud(points, None, where)
+        return pos[None], True
+    arr = _to_numpy(points, "points", where)
+    if arr.ndim == 2:
+        pos, _, _ = _read_cloud(arr, None, where)
+        return pos[None], True
+    if arr.ndim != 3 or arr.shape[-1] != 3:
+        raise ValueError(f"{where}: points must have shape [N, 3] or [B, N, 3], got {tuple(arr.shape)}")
+    if arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise ValueError(f"{where}: the batch holds no points (shape {tuple(arr.shape)})")
+    pos_b = arr.astype(np.float32)
+    if not np.isfinite(pos_b).all():
+        raise ValueError(f"{where}: points contain NaN/Inf values")
+    return pos_b, False
+
+
+def _features_batch(features: Any, shape: Tuple[int, int], single: bool, where: str) -> Optional[np.ndarray]:
+    """Point features as ``[B, N, F]`` float32 (None stays None), validated against ``shape = (B, N)``."""
+    if features is None:
+        return None
+    given = _to_numpy(features, "features", where)
+    feat = given.astype(np.float32)
+    if single and feat.ndim == 2:
+        feat = feat[None]
+    if feat.ndim != 3 or feat.shape[:2] != tuple(shape):
+        B, N = shape
+        want = f"[{N}, F]" if single else f"[{B}, {N}, F]"
+        raise ValueError(f"{where}: features must have shape {want} to match points, got {tuple(given.shape)}")
+    if not np.isfinite(feat).all():
+        raise ValueError(f"{where}: features contain NaN/Inf values")
+    return feat
+
+
+def _gridification_module(module: Optional[nn.Module], in_channels: int, coords_only: bool, resolution: Optional[int],
+                          k: Optional[int], channels: int, seed: Optional[int], kwargs: Dict[str, Any],
+                          where: str) -> nn.Module:
+    """The given Gridification (checked against the arguments) or a fresh, seeded one in eval mode."""
+    from .nn.gridification import Gridification
+
+    if module is None:
+        with _seeded(seed):
+            module = Gridification(in_channels, int(channels), 9 if resolution is None else resolution,
+                                   k=9 if k is None else k, **kwargs)
+        return module.eval()
+    if not isinstance(module, Gridification):
+        raise TypeError(f"{where}: module must be a gridify.nn.Gridification, got {type(module).__name__}")
+    if kwargs:
+        raise ValueError(f"{where}: {sorted(kwargs)} only configure a fresh module; not with module=")
+    for name, given, has in (("resolution", resolution, module.resolution), ("k", k, module.k)):
+        if given is not None and given != has:
+            raise ValueError(f"{where}: {name}={given} but the given module has {name}={has}")
+    if module.in_channels != in_channels:
+        raise ValueError(f"{where}: the module takes {module.in_channels} features per point but "
+                         f"{'the coordinates give 3' if coords_only else f'features has {in_channels}'}")
+    return module

@@ -24,7 +24,7 @@ Models (``--models``): ``gridified`` (the thesis ModelNet40 configuration:
 ``GridifiedClassifier(in_channels=3, num_classes=40, resolution=R, k=9, hidden_channels=128,
 depth=3, kernel_size=9)``, CCNN backbone), ``gridified-<backbone>`` for any registered backbone
 (``gridified-resnet``, ``gridified-mrconv``, ...), ``gridified-<backbone>-reparam`` (the model
-folded by :func:`gridify.checkpoint.reparameterize_model` after ``model.eval()``; inference
+folded by :func:`gridify.nn.reparameterize_model` after ``model.eval()``; inference
 only), ``pointnet2`` (:class:`gridify.baselines.PointNet2Classifier`, PyG example sizes) and
 ``point_ckconv`` (:class:`gridify.baselines.PointCKConvClassifier`, ``K = 64`` by default).
 Variants whose backbone is not registered are reported as skipped.
@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 import os
@@ -72,6 +73,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
+from ._files import atomic_write_text
 from .runtime import tune_cpu_allocator
 
 __all__ = ["main", "build_benchmark_model", "grid_resolution", "matmul_gflops", "measure", "CSV_COLUMNS",
@@ -133,9 +135,9 @@ def build_benchmark_model(name: str, num_points: int, k: Optional[int] = None,
     """The benchmark configuration of model ``name`` for clouds of ``num_points`` points.
 
     ``-reparam`` variants run one forward pass in eval mode (so every layer knows its input
-    resolution) and are then folded by :func:`gridify.checkpoint.reparameterize_model`.
+    resolution) and are then folded by :func:`gridify.nn.reparameterize_model`.
     """
-    import gridify  # noqa: F401  (registers every model and backbone)
+    from . import baselines  # noqa: F401  (registers the baseline models)
     from .models import build_model
 
     family, backbone, reparam = _model_kind(name)
@@ -147,7 +149,7 @@ def build_benchmark_model(name: str, num_points: int, k: Optional[int] = None,
                             resolution=grid_resolution(num_points), k=9 if k is None else k, hidden_channels=128,
                             depth=3, kernel_size=9, backbone=backbone).to(device)
         if reparam:
-            from .checkpoint import reparameterize_model
+            from .nn.reparam import reparameterize_model
 
             model.eval()
             pos, batch, _ = make_batch(1, num_points, device)
@@ -492,11 +494,12 @@ def format_table(rows: List[Dict[str, Any]]) -> str:
 
 
 def write_csv(path: Path, rows: List[Dict[str, Any]]) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({c: ("" if r.get(c) is None else r.get(c)) for c in CSV_COLUMNS})
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({c: ("" if r.get(c) is None else r.get(c)) for c in CSV_COLUMNS})
+    atomic_write_text(path, buf.getvalue())
 
 
 def plot(rows: List[Dict[str, Any]], out: Path) -> List[str]:
@@ -570,10 +573,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args._worker is not None:
-        return _worker_main(args._worker)
+def _check_args(args: argparse.Namespace) -> Tuple[List[str], List[int], List[int]]:
+    """Apply ``--quick``, validate the arguments; ``(models, N values, k values)``."""
     if args.quick:
         args.num_points = args.num_points or [512, 1024]
         args.k = [8, 16] if args.k is None else args.k
@@ -596,28 +597,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise SystemExit(f"benchmark: --matmul-size must be >= 16, got {args.matmul_size}")
     if args.time_budget <= 0:
         raise SystemExit(f"benchmark: --time-budget must be positive, got {args.time_budget}")
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    malloc_applied = tune_cpu_allocator() if args.malloc == "tuned" else False
-    if args.malloc == "tuned" and not malloc_applied:
-        print("benchmark: --malloc tuned has no effect here (no glibc mallopt); measuring with the defaults",
-              flush=True)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if args.device == "auto" else args.device))
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("benchmark: --device cuda requested but CUDA is not available")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    return models, num_points, ks
 
-    info = machine_info(device)
-    print(f"device: {info['device_name']} ({device}), threads {info['threads']}, torch {info['torch']}", flush=True)
-    peak_before = matmul_gflops(device, size=args.matmul_size)
-    print(f"dense fp32 matmul ({args.matmul_size}^3): {peak_before:.1f} GFLOP/s", flush=True)
 
-    jobs: List[Tuple[str, str, int, Optional[int]]] = [("n", m, n, None) for m in models for n in num_points]
-    jobs += [("k", m, args.k_num_points, k) for m in models if model_uses_k(m) for k in ks]
+def _run_jobs(args: argparse.Namespace, jobs: List[Tuple[str, str, int, Optional[int]]], device: torch.device,
+              malloc_applied: bool, started: float) -> List[Dict[str, Any]]:
+    """Measure every (sweep, model, N, k) job, each in a fresh process unless ``--isolation inprocess``."""
     rows: List[Dict[str, Any]] = []
-    started = time.perf_counter()
     for i, (sweep, model, n, k) in enumerate(jobs):
         spec = dict(model_name=model, num_points=n, k=k, batch_size=args.batch_size, repeats=args.repeats,
                     warmup=args.warmup, time_budget=args.time_budget, device=str(device),
@@ -637,6 +623,53 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"[{i + 1}/{len(jobs)} {time.perf_counter() - started:.0f}s] {sweep}-sweep {model} N={n} "
               f"k={row.get('k')}: {row.get('status')} batch={row.get('batch')} "
               f"ms/batch={_fmt(row.get('ms_per_batch'))} peak={_fmt(row.get('peak_mb'))} MB", flush=True)
+    return rows
+
+
+def _report(args: argparse.Namespace, result: Dict[str, Any], out: Path) -> None:
+    """Write the JSON/CSV/PNG outputs and print the table."""
+    rows, peak = result["rows"], result["matmul_gflops"]
+    atomic_write_text(out / "benchmark.json", json.dumps(result, indent=2, default=str))
+    write_csv(out / "benchmark.csv", rows)
+    print()
+    print(format_table(rows))
+    for r in (r for r in rows if r.get("model") == "gridified" and r.get("gflops_achieved")):
+        print(f"gridified {r['sweep']}-sweep N={r['num_points']} k={r.get('k')}: {r['gflops_achieved']:.1f} GFLOP/s "
+              f"= {100 * r['gflops_achieved'] / peak:.0f} % of the matmul peak ({peak:.1f})")
+    if args.plots:
+        try:
+            for path in plot(rows, out):
+                print(f"wrote {path}")
+        except ImportError:
+            print("matplotlib not installed: no plots")
+    print(f"wrote {out / 'benchmark.json'} and {out / 'benchmark.csv'}")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args._worker is not None:
+        return _worker_main(args._worker)
+    models, num_points, ks = _check_args(args)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    malloc_applied = tune_cpu_allocator() if args.malloc == "tuned" else False
+    if args.malloc == "tuned" and not malloc_applied:
+        print("benchmark: --malloc tuned has no effect here (no glibc mallopt); measuring with the defaults",
+              flush=True)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if args.device == "auto" else args.device))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("benchmark: --device cuda requested but CUDA is not available")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    info = machine_info(device)
+    print(f"device: {info['device_name']} ({device}), threads {info['threads']}, torch {info['torch']}", flush=True)
+    peak_before = matmul_gflops(device, size=args.matmul_size)
+    print(f"dense fp32 matmul ({args.matmul_size}^3): {peak_before:.1f} GFLOP/s", flush=True)
+    jobs: List[Tuple[str, str, int, Optional[int]]] = [("n", m, n, None) for m in models for n in num_points]
+    jobs += [("k", m, args.k_num_points, k) for m in models if model_uses_k(m) for k in ks]
+    started = time.perf_counter()
+    rows = _run_jobs(args, jobs, device, malloc_applied, started)
     # the peak is measured again after the sweep and the higher of the two is kept, so that a
     # slow moment during one measurement cannot flatter the forward's fraction of it
     peak_after = matmul_gflops(device, size=args.matmul_size)
@@ -647,7 +680,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             row["matmul_fraction"] = row["gflops_achieved"] / peak
     add_ratios(rows)
     result = {"machine": info, "matmul_gflops": peak, "matmul_gflops_before_after": [peak_before, peak_after],
-              "malloc": "tuned (gridify.runtime.tune_cpu_allocator)" if malloc_applied else "default", "resolution_rule": "R = max(2, round(N ** (1/3)))",
+              "malloc": "tuned (gridify.runtime.tune_cpu_allocator)" if malloc_applied else "default",
+              "resolution_rule": "R = max(2, round(N ** (1/3)))",
               "memory_method": ("cuda max_memory_allocated" if device.type == "cuda" else
                                 f"peak RSS increase (ru_maxrss), isolation={args.isolation}"
                                 + (", malloc tuned: lower bounds" if malloc_applied else "")),
@@ -655,21 +689,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               "settings": {k: v for k, v in vars(args).items() if k != "_worker"},
               "models": models, "num_points": num_points, "ks": ks, "rows": rows,
               "wall_seconds": time.perf_counter() - started}
-    (out / "benchmark.json").write_text(json.dumps(result, indent=2, default=str))
-    write_csv(out / "benchmark.csv", rows)
-    print()
-    print(format_table(rows))
-    grid = [r for r in rows if r.get("model") == "gridified" and r.get("gflops_achieved")]
-    for r in grid:
-        print(f"gridified {r['sweep']}-sweep N={r['num_points']} k={r.get('k')}: {r['gflops_achieved']:.1f} GFLOP/s "
-              f"= {100 * r['gflops_achieved'] / peak:.0f} % of the matmul peak ({peak:.1f})")
-    if args.plots:
-        try:
-            for path in plot(rows, out):
-                print(f"wrote {path}")
-        except ImportError:
-            print("matplotlib not installed: no plots")
-    print(f"wrote {out / 'benchmark.json'} and {out / 'benchmark.csv'}")
+    _report(args, result, out)
     return 0
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ._files import atomic_write
+from .nn.reparam import is_reparameterizable, reparameterize_model
 
 __all__ = ["plain", "atomic_torch_save", "export_model", "CheckpointError", "load_checkpoint", "reparameterize_model",
            "build_model_from_checkpoint"]
@@ -49,40 +50,6 @@ def atomic_torch_save(obj: Any, path: os.PathLike | str) -> None:
     atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
-def reparameterize_model(model: torch.nn.Module) -> int:
-    """Fold every reparameterizable layer of ``model`` into its inference form, in place.
-
-    A layer opts in by defining ``reparameterize()`` (in place, idempotent) and a boolean
-    attribute ``reparameterized`` (e.g. the multi-resolution MRConv layers, whose branches,
-    BatchNorms and weights merge into one convolution). The walk calls the outermost such
-    layers and does not descend into them; ``model`` itself is folded only when none of its
-    sub-modules is foldable. The model is put in eval mode first: folding uses the BatchNorm
-    running statistics. Returns the number of layers folded (0 for models with none, and on a
-    second call).
-    """
-    model.eval()
-
-    def foldable(m: torch.nn.Module) -> bool:
-        return callable(getattr(m, "reparameterize", None)) and hasattr(m, "reparameterized")
-
-    def walk(m: torch.nn.Module) -> int:
-        n = 0
-        for child in m.children():
-            if foldable(child):
-                if not child.reparameterized:
-                    child.reparameterize()
-                    n += 1
-            else:
-                n += walk(child)
-        return n
-
-    count = walk(model)
-    if count == 0 and foldable(model) and not model.reparameterized:
-        model.reparameterize()
-        count = 1
-    return count
-
-
 def export_model(path: Path, model: torch.nn.Module, meta: Dict[str, Any], reparameterize: bool = True) -> None:
     """Write ``model.pt``: weights + what is needed to rebuild and evaluate the model.
 
@@ -96,8 +63,7 @@ def export_model(path: Path, model: torch.nn.Module, meta: Dict[str, Any], repar
     import copy
 
     folded = False
-    if reparameterize and any(callable(getattr(m, "reparameterize", None)) and hasattr(m, "reparameterized")
-                              for m in model.modules()):
+    if reparameterize and any(is_reparameterizable(m) for m in model.modules()):
         model = copy.deepcopy(model)
         folded = reparameterize_model(model) > 0
     payload = {"state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}

@@ -70,12 +70,12 @@ def _add_common_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    import gridify
+    from ._version import __version__
 
     p = argparse.ArgumentParser(prog="gridify", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Run 'gridify <command> --help' for the options of a command.")
-    p.add_argument("--version", action="version", version=f"gridify {gridify.__version__}")
+    p.add_argument("--version", action="version", version=f"gridify {__version__}")
     sub = p.add_subparsers(dest="command", metavar="command")
     for name, (_, text) in DELEGATED.items():
         sub.add_parser(name, help=text, add_help=False)
@@ -164,25 +164,26 @@ def _predict(model: Any, cloud: Any, args: argparse.Namespace, **kw: Any):
 
 def write_labels(path: Path, cloud: Any, pred: Any) -> Path:
     """Write a :class:`~gridify.api.Prediction` as .txt, .npy, .ply or .json (by extension)."""
+    from ._files import atomic_write, atomic_write_text
     from .io import write_ply
     from .vis import label_colors
 
     ext = path.suffix.lower()
     if ext not in PRED_FORMATS:
         raise ValueError(f"--out {path}: unsupported extension {ext!r}; use one of {list(PRED_FORMATS)}")
-    path.parent.mkdir(parents=True, exist_ok=True)
     labels = pred.point_labels
     if ext == ".txt":
-        np.savetxt(path, labels[:, None] if pred.task == "segmentation" else labels[:1, None], fmt="%d")
+        rows = labels[:, None] if pred.task == "segmentation" else labels[:1, None]
+        atomic_write(path, lambda fh: np.savetxt(fh, rows, fmt="%d"))
     elif ext == ".npy":
-        np.save(path, labels if pred.task == "segmentation" else np.asarray(pred.labels))
+        atomic_write(path, lambda fh: np.save(fh, labels if pred.task == "segmentation" else np.asarray(pred.labels)))
     elif ext == ".ply":
         write_ply(path, cloud.points, normals=cloud.normals,
                   colors=label_colors(labels, len(pred.class_names)).astype(np.float32), labels=labels)
     else:
         payload = {"task": pred.task, "class_names": pred.class_names, "category": pred.category,
                    "labels": np.asarray(pred.labels).tolist(), "probabilities": np.round(pred.probabilities, 6).tolist()}
-        path.write_text(json.dumps(payload))
+        atomic_write_text(path, json.dumps(payload))
     return path
 
 

@@ -30,7 +30,7 @@ import torch
 Sample = Dict[str, Any]
 
 __all__ = ["Compose", "Normalize", "FixedPoints", "RandomRotateZ", "RandomRotate", "RandomScale",
-           "RandomJitter", "RandomTransform", "point_keys"]
+           "RandomJitter", "RandomTransform", "point_keys", "rotation_matrix"]
 
 #: keys never treated as per-point even when their first dimension happens to equal N
 _NON_POINT_KEYS = frozenset({"category", "index", "idx", "class_names"})
@@ -239,7 +239,8 @@ class FixedPoints(RandomTransform):
                 f"seed={self.seed})")
 
 
-def _rotation(axis: int, angle: float) -> np.ndarray:
+def rotation_matrix(axis: int, angle: float) -> np.ndarray:
+    """The ``3 x 3`` matrix of a right-handed rotation by ``angle`` radians about axis 0, 1 or 2 (x, y, z)."""
     c, s = math.cos(angle), math.sin(angle)
     i, j = [(1, 2), (2, 0), (0, 1)][axis]
     m = np.eye(3)
@@ -274,7 +275,7 @@ class RandomRotate(RandomTransform):
     def matrix(self) -> np.ndarray:
         """Draw the next rotation matrix."""
         angle = math.radians(self.rng.uniform(*self.degrees))
-        return _rotation(self.axis, angle)
+        return rotation_matrix(self.axis, angle)
 
     def __call__(self, sample: Sample) -> Sample:
         _n_points(sample, type(self).__name__)

@@ -33,6 +33,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ._files import atomic_write
+
 __all__ = ["show", "palette", "label_colors", "grid_node_colors", "render", "LAYERS", "RenderError"]
 
 LAYERS = ("points", "grid", "edges")
@@ -401,7 +403,7 @@ def _write_png(path: Path, img: np.ndarray) -> None:
     try:
         from PIL import Image
 
-        Image.fromarray(img).save(str(path))
+        atomic_write(path, lambda fh: Image.fromarray(img).save(fh, format="PNG"))
     except ImportError:
         o3d = _import_open3d()
         if not o3d.io.write_image(str(path), o3d.geometry.Image(np.ascontiguousarray(img))):

@@ -11,29 +11,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._checks import check_positive_int, check_probability, fail, is_int
 from ..nn.flexconv import (DEFAULT_FFT_THRESHOLD, PointwiseConv3d, check_grid_input, fft_depthwise_conv3d,  # noqa: F401
                            use_fft_conv)
 
 __all__ = ["GridBackbone", "ResidualBlock3d", "DepthwiseSeparableConv3d", "PointwiseConv3d", "pointwise_conv3d",
-           "check_positive_int", "check_dropout", "check_kernel_size", "grid_gelu"]
-
-
-def check_positive_int(where: str, **values: int) -> None:
-    for name, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{where}: {name} must be a positive integer, got {v!r}")
-
-
-def check_dropout(where: str, dropout: float) -> None:
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-        raise ValueError(f"{where}: dropout must be a probability in [0, 1), got {dropout!r}")
+           "check_kernel_size", "grid_gelu"]
 
 
 def check_kernel_size(where: str, kernel_size: int) -> None:
-    if isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 1:
-        raise ValueError(f"{where}: kernel_size must be an odd positive integer, got {kernel_size!r}")
+    """A discrete kernel's taps per axis: an odd positive integer (a centred, same-size convolution)."""
+    if not is_int(kernel_size) or kernel_size < 1:
+        fail(where, f"kernel_size must be an odd positive integer, got {kernel_size!r}")
     if kernel_size % 2 == 0:
-        raise ValueError(f"{where}: kernel_size must be odd (same-size 'centred' convolution), got {kernel_size}")
+        fail(where, f"kernel_size must be odd (same-size 'centred' convolution), got {kernel_size}")
 
 
 def pointwise_conv3d(in_channels: int, out_channels: int, bias: bool = True) -> PointwiseConv3d:
@@ -142,7 +133,7 @@ class ResidualBlock3d(nn.Module):
     def __init__(self, channels: int, spatial: nn.Module, dropout: float = 0.1) -> None:
         super().__init__()
         check_positive_int("ResidualBlock3d", channels=channels)
-        check_dropout("ResidualBlock3d", dropout)
+        check_probability("ResidualBlock3d", "dropout", dropout)
         self.channels = channels
         self.norm = nn.BatchNorm3d(channels)
         self.spatial = spatial

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
+from .._checks import check_positive_int, check_probability
 from ..nn.flexconv import SepFlexConv3d
 from ..registry import BACKBONES
-from .blocks import ResidualStack, check_dropout, check_positive_int
+from .blocks import ResidualStack
 
 __all__ = ["CCNN"]
 
@@ -50,7 +51,7 @@ class CCNN(ResidualStack):
         super().__init__()
         check_positive_int("CCNN", in_channels=in_channels, out_channels=out_channels,
                            hidden_channels=hidden_channels, depth=depth)
-        check_dropout("CCNN", dropout)
+        check_probability("CCNN", "dropout", dropout)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.hidden_channels, self.depth = hidden_channels, depth
         def make_conv() -> SepFlexConv3d:

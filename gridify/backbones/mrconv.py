@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
+from .._checks import check_positive_int, check_probability
 from ..nn.mrconv import MRConvSeparable3d
+from ..nn.reparam import reparameterize_model
 from ..registry import BACKBONES
-from .blocks import ResidualStack, check_dropout, check_positive_int
+from .blocks import ResidualStack
 
 __all__ = ["MRConvNet"]
 
@@ -23,7 +25,7 @@ class MRConvNet(ResidualStack):
     kernels of growing support (``kernel_size``, ``2 kernel_size - 1``, ... up to the global
     ``2R - 1``) and a fixed parameter count each (``"dilated"`` or ``"fourier"`` kernels), each
     with its own BatchNorm, summed with learnable weights ``alpha`` (learnable kernel decay).
-    For inference :func:`gridify.checkpoint.reparameterize_model` (run automatically by
+    For inference :func:`gridify.nn.reparameterize_model` (run automatically by
     ``export_model``) folds every MRConv3d into ONE depthwise convolution; the folded network
     gives the same outputs as the unfolded one in eval mode at the resolution it was folded for.
 
@@ -49,7 +51,7 @@ class MRConvNet(ResidualStack):
         super().__init__()
         check_positive_int("MRConvNet", in_channels=in_channels, out_channels=out_channels,
                            hidden_channels=hidden_channels, depth=depth)
-        check_dropout("MRConvNet", dropout)
+        check_probability("MRConvNet", "dropout", dropout)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.hidden_channels, self.depth, self.kernel_size = hidden_channels, depth, kernel_size
 
@@ -64,9 +66,7 @@ class MRConvNet(ResidualStack):
     def reparameterize(self) -> int:
         """Fold every MRConv3d layer into one depthwise convolution (in place; eval mode).
 
-        Same as :func:`gridify.checkpoint.reparameterize_model` on this backbone; returns the
+        Same as :func:`gridify.nn.reparameterize_model` on this backbone; returns the
         number of layers folded.
         """
-        from ..checkpoint import reparameterize_model
-
         return reparameterize_model(self)

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Union
 
+from .._checks import check_positive_int, check_probability
 from ..registry import BACKBONES
-from .blocks import (DepthwiseSeparableConv3d, ResidualStack, check_dropout, check_kernel_size,
-                     check_positive_int)
+from .blocks import DepthwiseSeparableConv3d, ResidualStack, check_kernel_size
 
 __all__ = ["ResNet3d"]
 
@@ -34,7 +34,7 @@ class ResNet3d(ResidualStack):
         super().__init__()
         check_positive_int("ResNet3d", in_channels=in_channels, out_channels=out_channels,
                            hidden_channels=hidden_channels, depth=depth)
-        check_dropout("ResNet3d", dropout)
+        check_probability("ResNet3d", "dropout", dropout)
         check_kernel_size("ResNet3d", kernel_size)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.hidden_channels, self.depth, self.kernel_size = hidden_channels, depth, kernel_size

@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._checks import check_positive_int, check_probability
 from ..registry import BACKBONES
-from .blocks import (DepthwiseSeparableConv3d, GridBackbone, ResidualBlock3d, check_dropout, check_kernel_size,
-                     check_positive_int, pointwise_conv3d)
+from .blocks import DepthwiseSeparableConv3d, GridBackbone, ResidualBlock3d, check_kernel_size, pointwise_conv3d
 
 __all__ = ["UNet3d"]
 
@@ -87,7 +87,7 @@ class UNet3d(GridBackbone):
         check_positive_int("UNet3d", in_channels=in_channels, out_channels=out_channels,
                            hidden_channels=hidden_channels, depth=depth, channel_multiplier=channel_multiplier,
                            blocks_per_level=blocks_per_level)
-        check_dropout("UNet3d", dropout)
+        check_probability("UNet3d", "dropout", dropout)
         check_kernel_size("UNet3d", kernel_size)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.hidden_channels, self.depth, self.kernel_size = hidden_channels, depth, kernel_size

@@ -20,10 +20,12 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
-from ..ops.knn import knn
-from ..ops.scatter import scatter
+from .._checks import check_int, check_number, check_probability
+from ..ops.knn import knn_unchecked
+from ..ops.scatter import scatter_unchecked
 from ..registry import KERNELS, MODELS
-from .pointnet2 import _check_int, _check_prob, category_onehot, prepare_points
+from ..nn.inputs import category_onehot
+from .pointnet2 import prepare_points
 
 __all__ = ["PointSepCKConv", "PointCKConvBlock", "PointCKConvClassifier", "PointCKConvSegmenter",
            "PointCKConvNet", "knn_neighbourhoods"]
@@ -32,10 +34,9 @@ __all__ = ["PointSepCKConv", "PointCKConvBlock", "PointCKConvClassifier", "Point
 CHUNK_ELEMENTS = 1 << 22
 
 
-def _check_pos_float(where: str, **values: float) -> None:
+def _check_ints(where: str, minimum: int = 1, **values: int) -> None:
     for name, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            raise ValueError(f"{where}: {name} must be a positive finite number, got {v!r}")
+        check_int(where, name, v, minimum, as_bound=True)
 
 
 def knn_neighbourhoods(pos: Tensor, batch: Tensor, k: int) -> Tuple[Tensor, Optional[Tensor]]:
@@ -46,7 +47,8 @@ def knn_neighbourhoods(pos: Tensor, batch: Tensor, k: int) -> Tuple[Tensor, Opti
     its rows with the query itself and marks the padding in ``valid`` (``None``: no padding).
     """
     n = pos.size(0)
-    row, col = knn(pos.detach(), pos.detach(), k, batch, batch)
+    per_cloud = torch.bincount(batch)
+    row, col = knn_unchecked(pos.detach(), pos.detach(), k, batch, batch, per_cloud)
     counts = torch.bincount(row, minlength=n)
     if row.numel() == n * k:
         return col.view(n, k), None
@@ -100,12 +102,13 @@ class PointSepCKConv(nn.Module):
                  gain: float = 1.0, chunk_size: Optional[int] = None, checkpoint: bool = True) -> None:
         super().__init__()
         where = type(self).__name__
-        _check_int(where, in_channels=in_channels, out_channels=out_channels)
-        _check_pos_float(where, radius=radius, mask_init=mask_init, gain=gain, omega0=omega0)
+        _check_ints(where, in_channels=in_channels, out_channels=out_channels)
+        for name, v in (("radius", radius), ("mask_init", mask_init), ("gain", gain), ("omega0", omega0)):
+            check_number(where, name, v)
         if kernel_init not in ("ccnn", "none"):
             raise ValueError(f"{where}: kernel_init must be 'ccnn' or 'none', got {kernel_init!r}")
         if chunk_size is not None:
-            _check_int(where, chunk_size=chunk_size)
+            _check_ints(where, chunk_size=chunk_size)
         if not isinstance(kernel_net, str):
             raise ValueError(f"{where}: kernel_net must be a registry name such as 'magnet', got {kernel_net!r}")
         self.in_channels, self.out_channels = in_channels, out_channels
@@ -225,7 +228,7 @@ class PointCKConvBlock(nn.Module):
 
     def __init__(self, channels: int, dropout: float = 0.0, **conv_kwargs) -> None:
         super().__init__()
-        _check_prob(type(self).__name__, dropout=dropout)
+        check_probability(type(self).__name__, "dropout", dropout)
         self.norm = nn.BatchNorm1d(channels)
         self.conv = PointSepCKConv(channels, channels, **conv_kwargs)
         self.act = nn.GELU()
@@ -246,8 +249,8 @@ class _PointCKConvBase(nn.Module):
                      learnable_radius: bool, mask: bool, mask_init: float, chunk_size: Optional[int],
                      checkpoint: bool) -> None:
         where = type(self).__name__
-        _check_int(where, in_channels=in_channels, hidden_channels=hidden_channels, depth=depth, k=k)
-        _check_prob(where, dropout=dropout)
+        _check_ints(where, in_channels=in_channels, hidden_channels=hidden_channels, depth=depth, k=k)
+        check_probability(where, "dropout", dropout)
         self.in_channels, self.hidden_channels, self.depth, self.k = in_channels, hidden_channels, depth, k
         self.lift = nn.Linear(in_channels, hidden_channels)
         self.blocks = nn.ModuleList(
@@ -304,7 +307,7 @@ class PointCKConvClassifier(_PointCKConvBase):
                  omega0: float = 3.0, radius: float = 1.0, learnable_radius: bool = False, mask: bool = True,
                  mask_init: float = 0.5, chunk_size: Optional[int] = None, checkpoint: bool = True) -> None:
         super().__init__()
-        _check_int(type(self).__name__, num_classes=num_classes)
+        _check_ints(type(self).__name__, num_classes=num_classes)
         self._build_trunk(in_channels, hidden_channels, depth, k, dropout, kernel_net, kernel_hidden,
                           kernel_layers, omega0, radius, learnable_radius, mask, mask_init, chunk_size, checkpoint)
         self.num_classes = num_classes
@@ -313,7 +316,7 @@ class PointCKConvClassifier(_PointCKConvBase):
     def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None) -> Tensor:
         pos, x, batch, nb, _ = prepare_points(type(self).__name__, pos, x, batch, self.in_channels, self._dtype())
         h = self._trunk(pos, x, batch)
-        return self.head(scatter(h, batch, nb, reduce="mean"))
+        return self.head(scatter_unchecked(h, batch, nb, "mean"))
 
 
 @MODELS.register("point_ckconv_segmenter")
@@ -335,8 +338,8 @@ class PointCKConvSegmenter(_PointCKConvBase):
                  chunk_size: Optional[int] = None, checkpoint: bool = True) -> None:
         super().__init__()
         where = type(self).__name__
-        _check_int(where, num_classes=num_classes)
-        _check_int(where, minimum=0, num_categories=num_categories)
+        _check_ints(where, num_classes=num_classes)
+        _check_ints(where, 0, num_categories=num_categories)
         self._build_trunk(in_channels, hidden_channels, depth, k, dropout, kernel_net, kernel_hidden,
                           kernel_layers, omega0, radius, learnable_radius, mask, mask_init, chunk_size, checkpoint)
         self.num_classes, self.num_categories = num_classes, num_categories

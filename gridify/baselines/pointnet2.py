@@ -17,17 +17,16 @@ deliberate:
 """
 from __future__ import annotations
 
-import math
 from typing import Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_batch
-from ..nn.gridification import _parse_points
-from ..ops.knn import knn
-from ..ops.sampling import fps, radius
-from ..ops.scatter import scatter
+from .._checks import check_batch, check_finite, check_int, check_number, check_probability
+from ..nn.inputs import category_onehot, parse_points
+from ..ops.knn import knn, knn_unchecked
+from ..ops.sampling import fps_unchecked, radius_unchecked
+from ..ops.scatter import scatter_unchecked
 from ..registry import MODELS
 
 __all__ = ["SAModule", "GlobalSAModule", "FPModule", "knn_interpolate", "PointNet2Classifier",
@@ -35,42 +34,19 @@ __all__ = ["SAModule", "GlobalSAModule", "FPModule", "knn_interpolate", "PointNe
 
 
 # ---------------------------------------------------------------------------- shared helpers
-def _check_int(where: str, minimum: int = 1, **values: int) -> None:
-    for name, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise ValueError(f"{where}: {name} must be an integer >= {minimum}, got {v!r}")
-
-
-def _check_prob(where: str, **values: float) -> None:
-    for name, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v < 1.0:
-            raise ValueError(f"{where}: {name} must be a probability in [0, 1), got {v!r}")
-
-
 def prepare_points(where: str, pos, x, batch, in_channels: int, dtype: torch.dtype
                    ) -> Tuple[Tensor, Tensor, Tensor, int, Optional[Tuple[int, int]]]:
-    """Validate PyG-style or dense inputs: ``(pos [N,3], x [N,F], batch [N], num_clouds, dense_shape)``."""
-    pos, x, batch, dense_shape = _parse_points(where, pos, x, batch, in_channels, dtype)
+    """Validate PyG-style or dense inputs once: ``(pos [N,3], x [N,F], batch [N], num_clouds, dense_shape)``.
+
+    Shapes, dtypes, the batch vector and NaN/Inf in ``pos`` and ``x`` are checked here; the
+    modules of the model then run the unchecked ops.
+    """
+    pos, x, batch, dense_shape = parse_points(where, pos, x, batch, in_channels, dtype)
     batch, num_clouds, _ = check_batch(batch, pos.size(0), where, "batch", device=pos.device)
+    check_finite(pos, "pos", where, batch)
+    if x is not pos:
+        check_finite(x, "x", where, batch)
     return pos, x, batch, num_clouds, dense_shape
-
-
-def category_onehot(where: str, category, num_categories: int, num_clouds: int, dtype: torch.dtype
-                    ) -> Optional[Tensor]:
-    """One-hot ``[B, num_categories]`` of the object category (None when the model has none)."""
-    if num_categories:
-        if category is None:
-            raise ValueError(f"{where}: built with num_categories={num_categories}, so category "
-                             f"([B] object category per cloud) is required")
-        if not isinstance(category, Tensor) or category.dim() != 1 or category.numel() != num_clouds:
-            raise ValueError(f"{where}: category must be a 1-D tensor with one entry per cloud "
-                             f"({num_clouds}), got {getattr(category, 'shape', type(category))}")
-        if category.is_floating_point() or int(category.min()) < 0 or int(category.max()) >= num_categories:
-            raise ValueError(f"{where}: category must hold integers in [0, {num_categories})")
-        return nn.functional.one_hot(category.long(), num_categories).to(dtype)
-    if category is not None:
-        raise ValueError(f"{where}: got category but the model was built with num_categories=0")
-    return None
 
 
 def _mlp(channels: Sequence[int], **kwargs) -> nn.Module:
@@ -81,14 +57,14 @@ def _mlp(channels: Sequence[int], **kwargs) -> nn.Module:
 
 def _fps_start(pos: Tensor, batch: Tensor, num_clouds: int) -> Tensor:
     """Per cloud, the local index of the point farthest from the centroid (order independent)."""
-    centroid = scatter(pos, batch, num_clouds, reduce="mean")
+    centroid = scatter_unchecked(pos, batch, num_clouds, "mean")
     d = (pos - centroid[batch]).square().sum(-1)
-    far = scatter(d, batch, num_clouds, reduce="max")
+    far = scatter_unchecked(d, batch, num_clouds, "max")
     counts = torch.bincount(batch, minlength=num_clouds)
     ptr = torch.cumsum(counts, 0) - counts
     local = torch.arange(pos.size(0), device=pos.device) - ptr[batch]
     cand = torch.where(d == far[batch], local, torch.full_like(local, pos.size(0)))
-    return scatter(cand, batch, num_clouds, reduce="min")
+    return scatter_unchecked(cand, batch, num_clouds, "min")
 
 
 # ---------------------------------------------------------------------------- modules
@@ -108,17 +84,19 @@ class SAModule(nn.Module):
 
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 < ratio <= 1.0:
             raise ValueError(f"SAModule: ratio must be a number in (0, 1], got {ratio!r}")
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
-            raise ValueError(f"SAModule: r must be a positive finite number, got {r!r}")
-        _check_int("SAModule", max_num_neighbors=max_num_neighbors)
+        check_number("SAModule", "r", r)
+        check_int("SAModule", "max_num_neighbors", max_num_neighbors, as_bound=True)
         self.ratio, self.r, self.max_num_neighbors = float(ratio), float(r), int(max_num_neighbors)
         self.conv = PointNetConv(local_nn, add_self_loops=False)
 
     def forward(self, x: Tensor, pos: Tensor, batch: Tensor, num_clouds: int) -> Tuple[Tensor, Tensor, Tensor]:
-        start = None if self.training else _fps_start(pos.detach(), batch, num_clouds)
-        idx = fps(pos.detach(), batch, ratio=self.ratio, random_start=self.training, start=start)
-        row, col = radius(pos.detach(), pos[idx].detach(), self.r, batch, batch[idx],
-                          max_num_neighbors=self.max_num_neighbors)
+        """Inputs as the model passes them (validated once at the model's entry: finite ``pos``,
+        sorted int64 ``batch`` with every cloud non-empty)."""
+        p = pos.detach()
+        counts = torch.bincount(batch, minlength=num_clouds)
+        start = None if self.training else _fps_start(p, batch, num_clouds)
+        idx = fps_unchecked(p, batch, counts, self.ratio, random_start=self.training, start=start)
+        row, col = radius_unchecked(p, p[idx], self.r, batch, batch[idx], counts, self.max_num_neighbors)
         edge_index = torch.stack([col, row], dim=0)  # source = neighbour, target = centroid
         x = self.conv((x, x[idx]), (pos, pos[idx]), edge_index)
         return x, pos[idx], batch[idx]
@@ -137,7 +115,7 @@ class GlobalSAModule(nn.Module):
 
     def forward(self, x: Tensor, pos: Tensor, batch: Tensor, num_clouds: int) -> Tuple[Tensor, Tensor, Tensor]:
         h = self.nn(torch.cat([x, pos], dim=1))
-        h = scatter(h, batch, num_clouds, reduce="max")
+        h = scatter_unchecked(h, batch, num_clouds, "max")
         return h, pos.new_zeros(num_clouds, 3), torch.arange(num_clouds, device=pos.device)
 
 
@@ -152,10 +130,16 @@ def knn_interpolate(x: Tensor, pos_x: Tensor, pos_y: Tensor, batch_x: Tensor, ba
     """
     with torch.no_grad():
         row, col = knn(pos_x.detach(), pos_y.detach(), k, batch_x, batch_y)
+    return _interpolate(x, pos_x, pos_y, row, col)
+
+
+def _interpolate(x: Tensor, pos_x: Tensor, pos_y: Tensor, row: Tensor, col: Tensor) -> Tensor:
+    """The weighted average of :func:`knn_interpolate` over given kNN edges (query ``row``, source ``col``)."""
+    with torch.no_grad():
         d2 = (pos_x[col] - pos_y[row]).square().sum(-1, keepdim=True)
         w = 1.0 / d2.clamp_min(1e-16)
-        norm = scatter(w, row, pos_y.size(0), reduce="sum")
-    out = scatter(x[col] * w, row, pos_y.size(0), reduce="sum")
+        norm = scatter_unchecked(w, row, pos_y.size(0), "sum")
+    out = scatter_unchecked(x[col] * w, row, pos_y.size(0), "sum")
     return out / norm.clamp_min(1e-30)
 
 
@@ -170,13 +154,16 @@ class FPModule(nn.Module):
 
     def __init__(self, k: int, nn_module: nn.Module) -> None:
         super().__init__()
-        _check_int("FPModule", k=k)
+        check_int("FPModule", "k", k, as_bound=True)
         self.k = int(k)
         self.nn = nn_module
 
     def forward(self, x: Tensor, pos: Tensor, batch: Tensor, x_skip: Optional[Tensor], pos_skip: Tensor,
                 batch_skip: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        x = knn_interpolate(x, pos, pos_skip, batch, batch_skip, k=self.k)
+        counts = torch.bincount(batch, minlength=int(batch_skip[-1]) + 1 if batch_skip.numel() else 0)
+        with torch.no_grad():
+            row, col = knn_unchecked(pos.detach(), pos_skip.detach(), self.k, batch, batch_skip, counts)
+        x = _interpolate(x, pos, pos_skip, row, col)
         if x_skip is not None:
             x = torch.cat([x, x_skip], dim=1)
         return self.nn(x), pos_skip, batch_skip
@@ -220,8 +207,9 @@ class PointNet2Classifier(_PointNet2Base):
                  radii: Sequence[float] = (0.2, 0.4), max_num_neighbors: int = 64, dropout: float = 0.5) -> None:
         super().__init__()
         where = type(self).__name__
-        _check_int(where, in_channels=in_channels, num_classes=num_classes)
-        _check_prob(where, dropout=dropout)
+        for name, v in (("in_channels", in_channels), ("num_classes", num_classes)):
+            check_int(where, name, v, as_bound=True)
+        check_probability(where, "dropout", dropout)
         if len(ratios) != 2 or len(radii) != 2:
             raise ValueError(f"{where}: ratios and radii must have two entries each (two SA levels), "
                              f"got {list(ratios)} and {list(radii)}")
@@ -258,9 +246,10 @@ class PointNet2Segmenter(_PointNet2Base):
                  max_num_neighbors: int = 64, dropout: float = 0.5) -> None:
         super().__init__()
         where = type(self).__name__
-        _check_int(where, in_channels=in_channels, num_classes=num_classes)
-        _check_int(where, minimum=0, num_categories=num_categories)
-        _check_prob(where, dropout=dropout)
+        for name, v in (("in_channels", in_channels), ("num_classes", num_classes)):
+            check_int(where, name, v, as_bound=True)
+        check_int(where, "num_categories", num_categories, 0, as_bound=True)
+        check_probability(where, "dropout", dropout)
         if len(ratios) != 2 or len(radii) != 2:
             raise ValueError(f"{where}: ratios and radii must have two entries each (two SA levels), "
                              f"got {list(ratios)} and {list(radii)}")

@@ -25,11 +25,12 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import warnings
 import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -367,76 +368,86 @@ def download_and_extract(name: str, root: PathLike, urls: Sequence[str], sha256:
         raise ValueError(f"download_and_extract({name!r}): cannot infer the archive name from {urls[0]!r}")
     archive = root / filename
     root.mkdir(parents=True, exist_ok=True)
-
-    bad_copy: Optional[Path] = None
-    mismatch = ""
-    if archive.exists() and sha256 is not None:
-        got = sha256_of(archive)
-        if got.lower() != sha256.lower():
-            # e.g. a download interrupted by something other than gridify, or a different version:
-            # keep it aside (never silently delete a user's file) and fetch a good copy
-            mismatch = (f"{archive}: sha256 mismatch (expected {sha256}, got {got}); the archive is "
-                        f"truncated, corrupt or a different version")
-            bad_copy = archive.with_name(archive.name + ".corrupt")
-            os.replace(archive, bad_copy)
-            import warnings
-
-            warnings.warn(f"{mismatch}; moved it to {bad_copy} and re-fetching it", stacklevel=2)
+    bad_copy, mismatch = _set_aside_mismatch(archive, sha256)
     if not archive.exists():
-        errors: List[str] = []
-        for url in urls:
-            for attempt in range(max(1, int(retries))):
-                try:
-                    download_file(url, archive, sha256=sha256, timeout=timeout, progress=progress)
-                    break
-                except ValueError as exc:  # checksum mismatch: this mirror serves something else
-                    errors.append(f"{url}: {exc}")
-                    break
-                except (urllib.error.URLError, OSError, TimeoutError) as exc:
-                    reason = getattr(exc, "reason", None) or exc
-                    errors.append(f"{url}: {type(exc).__name__}: {reason}")
-                    if attempt + 1 < max(1, int(retries)):
-                        time.sleep(min(2.0 ** attempt, 10.0))
-            if archive.exists():
-                break
+        errors = _fetch_from_mirrors(urls, archive, sha256, timeout, retries, progress)
         if not archive.exists():
             tried = "\n".join(f"    {e}" for e in errors) or "    (no mirror URLs given)"
+            hint = _manual_hint(filename, urls, archive, sha256, note)
             if bad_copy is not None:
                 os.replace(bad_copy, archive)  # leave things as they were
                 raise ValueError(f"{mismatch}. Re-fetching it failed; tried:\n{tried}\nDelete it and run "
-                                 f"again, or replace it with a good copy.\n"
-                                 + _manual_hint(filename, urls, archive, sha256, note))
-            raise DownloadError(f"could not download {filename!r} for dataset {name!r}; tried:\n{tried}\n"
-                                + _manual_hint(filename, urls, archive, sha256, note))
+                                 f"again, or replace it with a good copy.\n" + hint)
+            raise DownloadError(f"could not download {filename!r} for dataset {name!r}; tried:\n{tried}\n" + hint)
     if not extract:
         return archive
-
     digest = sha256 or sha256_of(archive)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.extracting-", dir=str(root)))
-    try:
-        extract_archive(archive, tmp)
-        entries = [p for p in tmp.iterdir() if p.name not in ("__MACOSX",)]
-        content = entries[0] if (len(entries) == 1 and entries[0].is_dir()) else tmp
-        marker = {"name": name, "archive": filename, "sha256": digest, "verified": sha256 is not None,
-                  "extracted_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        (content / COMPLETE_MARKER).write_text(json.dumps(marker, indent=1))
-        try:
-            os.rename(content, dest)
-        except OSError:
-            if is_complete(dest):  # another process finished first
-                return dest
-            raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    _extract_into_place(archive, root, name, dest, {"name": name, "archive": filename, "sha256": digest,
+                                                    "verified": sha256 is not None})
     if sha256 is None:
-        import warnings
-
         warnings.warn(f"{archive}: no reference sha256 to verify against; its sha256 is {digest} "
                       f"(recorded in {dest / COMPLETE_MARKER})", stacklevel=2)
     if not keep_archive:
         archive.unlink(missing_ok=True)
     return dest
+
+
+def _set_aside_mismatch(archive: Path, sha256: Optional[str]) -> Tuple[Optional[Path], str]:
+    """An archive whose sha256 is wrong (a half download, another version) is moved aside to
+    ``<name>.corrupt`` (never silently deleted) so a good copy can be fetched: ``(moved, message)``."""
+    if not archive.exists() or sha256 is None:
+        return None, ""
+    got = sha256_of(archive)
+    if got.lower() == sha256.lower():
+        return None, ""
+    mismatch = (f"{archive}: sha256 mismatch (expected {sha256}, got {got}); the archive is "
+                f"truncated, corrupt or a different version")
+    bad_copy = archive.with_name(archive.name + ".corrupt")
+    os.replace(archive, bad_copy)
+    warnings.warn(f"{mismatch}; moved it to {bad_copy} and re-fetching it", stacklevel=3)
+    return bad_copy, mismatch
+
+
+def _fetch_from_mirrors(urls: Sequence[str], archive: Path, sha256: Optional[str], timeout: float, retries: int,
+                        progress: bool) -> List[str]:
+    """Try each mirror (``retries`` attempts each, with back-off) until ``archive`` exists; the errors seen."""
+    errors: List[str] = []
+    attempts = max(1, int(retries))
+    for url in urls:
+        for attempt in range(attempts):
+            try:
+                download_file(url, archive, sha256=sha256, timeout=timeout, progress=progress)
+                break
+            except ValueError as exc:  # checksum mismatch: this mirror serves something else
+                errors.append(f"{url}: {exc}")
+                break
+            except (urllib.error.URLError, OSError, TimeoutError) as exc:
+                reason = getattr(exc, "reason", None) or exc
+                errors.append(f"{url}: {type(exc).__name__}: {reason}")
+                if attempt + 1 < attempts:
+                    time.sleep(min(2.0 ** attempt, 10.0))
+        if archive.exists():
+            break
+    return errors
+
+
+def _extract_into_place(archive: Path, root: Path, name: str, dest: Path, marker: Dict[str, Any]) -> None:
+    """Extract into a temporary folder, write the completion marker, rename to ``dest`` (atomic)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}.extracting-", dir=str(root)))
+    try:
+        extract_archive(archive, tmp)
+        entries = [p for p in tmp.iterdir() if p.name not in ("__MACOSX",)]
+        content = entries[0] if (len(entries) == 1 and entries[0].is_dir()) else tmp
+        marker = dict(marker, extracted_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        (content / COMPLETE_MARKER).write_text(json.dumps(marker, indent=1))
+        try:
+            os.rename(content, dest)
+        except OSError:
+            if not is_complete(dest):  # else another process finished first
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def download_archive(key: str, root: PathLike, **kwargs) -> Path:

@@ -49,7 +49,7 @@ from torch import Tensor
 
 from ..io import SUPPORTED_EXTENSIONS, PointCloud, read_points
 from ..transforms import FixedPoints
-from ..transforms import _rotation as _rot  # one rotation-matrix helper for the package
+from ..transforms import rotation_matrix
 from ._common import check_split
 
 __all__ = ["DynamicShapes", "DYNAMIC_CLASSES", "collate_sequences", "PointCloudSequence", "read_sequence",
@@ -137,10 +137,10 @@ class _Motion:
         self.direction = np.array([math.cos(phi), math.sin(phi), 0.0])
 
     def __call__(self, t: float) -> Tuple[np.ndarray, float, np.ndarray, float]:
-        rot, scale, offset, flap = _rot(2, self.yaw), 1.0, self.offset, self.flap
+        rot, scale, offset, flap = rotation_matrix(2, self.yaw), 1.0, self.offset, self.flap
         arg = self.speed * t + self.phase
         if self.name.startswith("rot_"):
-            rot = _rot({"z": 2, "x": 0, "y": 1}[self.name[4]], arg) @ rot
+            rot = rotation_matrix({"z": 2, "x": 0, "y": 1}[self.name[4]], arg) @ rot
         elif self.name.startswith("sway"):
             offset = offset + 0.2 * math.sin(arg) * self.direction
         elif self.name == "pulsate":
@@ -390,6 +390,61 @@ def _read_timestamp_file(path: Path) -> np.ndarray:
     return np.asarray(values, dtype=np.float64)
 
 
+def _frame_paths(where: str, frames: Any) -> Tuple[Optional[Path], List[Path]]:
+    """``(folder or None, frame files in order)`` from a folder or a list of files."""
+    if isinstance(frames, (str, os.PathLike)):
+        folder = Path(frames)
+        if not folder.exists():
+            raise FileNotFoundError(f"{where}: frame folder {folder} does not exist")
+        if not folder.is_dir():
+            raise ValueError(f"{where}: {folder} is not a folder; pass a folder or a list of files")
+        paths = sorted((p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")
+                        and p.suffix.lower() in SUPPORTED_EXTENSIONS and p.name.lower() not in TIMESTAMP_FILES),
+                       key=lambda p: _natural_key(p.name))
+        if not paths:
+            raise ValueError(f"{where}: folder {folder} holds no point files (extensions: "
+                             f"{', '.join(SUPPORTED_EXTENSIONS)})")
+        return folder, paths
+    if isinstance(frames, (list, tuple)):
+        if not frames:
+            raise ValueError(f"{where}: frames is an empty list")
+        paths = [Path(p) for p in frames]
+        for i, p in enumerate(paths):
+            if not p.is_file():
+                raise FileNotFoundError(f"{where}: frame {i} ({p}) does not exist or is not a file")
+        return None, paths
+    raise TypeError(f"{where}: frames must be a folder path or a list of file paths, got {type(frames).__name__}")
+
+
+def _frame_times(where: str, timestamps: Any, folder: Optional[Path], num_frames: int) -> Tuple[np.ndarray, str]:
+    """``(times, where they came from)`` for the ``timestamps`` argument of :func:`read_sequence`."""
+    if timestamps is None:
+        if folder is None:
+            raise ValueError(f"{where}: timestamps is required when frames is a list of files "
+                             f"(a list of times, a text file, or 'index')")
+        found = [folder / n for n in TIMESTAMP_FILES if (folder / n).is_file()]
+        if not found:
+            raise FileNotFoundError(f"{where}: no timestamps given and none of {list(TIMESTAMP_FILES)} in {folder}; "
+                                    f"pass timestamps=[...], a text file, or 'index'")
+        return _read_timestamp_file(found[0]), str(found[0])
+    if isinstance(timestamps, str) and timestamps == "index":
+        return np.arange(num_frames, dtype=np.float64), "index"
+    if isinstance(timestamps, (str, os.PathLike)):
+        tpath = Path(timestamps)
+        if not tpath.is_file():
+            raise FileNotFoundError(f"{where}: timestamp file {tpath} does not exist")
+        return _read_timestamp_file(tpath), str(tpath)
+    try:
+        times = (timestamps.detach().cpu().double().numpy() if isinstance(timestamps, Tensor)
+                 else np.asarray(timestamps, dtype=np.float64))
+    except (TypeError, ValueError):
+        raise TypeError(f"{where}: timestamps must be numbers, a file path, 'index' or None, "
+                        f"got {type(timestamps).__name__}") from None
+    if times.ndim != 1:
+        raise ValueError(f"{where}: timestamps must be 1-D (one time per frame), got shape {times.shape}")
+    return times, "timestamps"
+
+
 def read_sequence(frames: Union[PathLike, Sequence[PathLike]], timestamps: Any = None, *,
                   num_samples: int = 10_000, seed: int = 0, columns: Optional[Sequence[str]] = None,
                   ) -> PointCloudSequence:
@@ -413,56 +468,8 @@ def read_sequence(frames: Union[PathLike, Sequence[PathLike]], timestamps: Any =
             finite or not strictly increasing; a file cannot be read.
     """
     where = "read_sequence"
-    folder: Optional[Path] = None
-    if isinstance(frames, (str, os.PathLike)):
-        folder = Path(frames)
-        if not folder.exists():
-            raise FileNotFoundError(f"{where}: frame folder {folder} does not exist")
-        if not folder.is_dir():
-            raise ValueError(f"{where}: {folder} is not a folder; pass a folder or a list of files")
-        paths = sorted((p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")
-                        and p.suffix.lower() in SUPPORTED_EXTENSIONS and p.name.lower() not in TIMESTAMP_FILES),
-                       key=lambda p: _natural_key(p.name))
-        if not paths:
-            raise ValueError(f"{where}: folder {folder} holds no point files (extensions: "
-                             f"{', '.join(SUPPORTED_EXTENSIONS)})")
-    elif isinstance(frames, (list, tuple)):
-        if not frames:
-            raise ValueError(f"{where}: frames is an empty list")
-        paths = [Path(p) for p in frames]
-        for i, p in enumerate(paths):
-            if not p.is_file():
-                raise FileNotFoundError(f"{where}: frame {i} ({p}) does not exist or is not a file")
-    else:
-        raise TypeError(f"{where}: frames must be a folder path or a list of file paths, got {type(frames).__name__}")
-
-    if timestamps is None:
-        if folder is None:
-            raise ValueError(f"{where}: timestamps is required when frames is a list of files "
-                             f"(a list of times, a text file, or 'index')")
-        found = [folder / n for n in TIMESTAMP_FILES if (folder / n).is_file()]
-        if not found:
-            raise FileNotFoundError(f"{where}: no timestamps given and none of {list(TIMESTAMP_FILES)} in {folder}; "
-                                    f"pass timestamps=[...], a text file, or 'index'")
-        times = _read_timestamp_file(found[0])
-        tsource = str(found[0])
-    elif isinstance(timestamps, str) and timestamps == "index":
-        times, tsource = np.arange(len(paths), dtype=np.float64), "index"
-    elif isinstance(timestamps, (str, os.PathLike)):
-        tpath = Path(timestamps)
-        if not tpath.is_file():
-            raise FileNotFoundError(f"{where}: timestamp file {tpath} does not exist")
-        times, tsource = _read_timestamp_file(tpath), str(tpath)
-    else:
-        try:
-            times = (timestamps.detach().cpu().double().numpy() if isinstance(timestamps, Tensor)
-                     else np.asarray(timestamps, dtype=np.float64))
-        except (TypeError, ValueError):
-            raise TypeError(f"{where}: timestamps must be numbers, a file path, 'index' or None, "
-                            f"got {type(timestamps).__name__}") from None
-        tsource = "timestamps"
-        if times.ndim != 1:
-            raise ValueError(f"{where}: timestamps must be 1-D (one time per frame), got shape {times.shape}")
+    folder, paths = _frame_paths(where, frames)
+    times, tsource = _frame_times(where, timestamps, folder, len(paths))
     if len(times) != len(paths):
         raise ValueError(f"{where}: got {len(paths)} frames but {len(times)} timestamps (from {tsource}); "
                          f"there must be exactly one time per frame")

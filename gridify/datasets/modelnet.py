@@ -232,57 +232,72 @@ class ModelNet(PointCloudDataset):
             raise ValueError(f"{where}: class {cls!r} is not a ModelNet{self.name} class") from None
 
     def _list(self, official: str) -> Tuple[List[Any], List[int]]:
+        """``(entries, labels)`` of the official ``train``/``test`` split of this release."""
+        if self.source_format in ("off", "pcd"):
+            return self._list_folders(official)
+        if self.source_format == "normal_resampled":
+            return self._list_normal_resampled(official)
+        return self._list_hdf5(official)
+
+    def _list_folders(self, official: str) -> Tuple[List[Any], List[int]]:
         d = self.data_dir
         entries: List[Any] = []
         labels: List[int] = []
-        if self.source_format in ("off", "pcd"):
-            ext = "*.off" if self.source_format == "off" else "*.pcd"
-            present = [c for c in self.class_names if (d / c).is_dir()]
-            unknown = sorted(p.name for p in d.iterdir() if p.is_dir() and not p.name.startswith(".")
-                             and p.name not in self.class_names)
-            if unknown and self.source_format == "off":
-                raise ValueError(f"{d}: folders {unknown[:5]} are not ModelNet{self.name} classes "
-                                 f"(wrong name= or wrong folder?)")
-            if len(present) < len(self.class_names):
-                missing = [c for c in self.class_names if c not in present]
-                warnings.warn(f"ModelNet{self.name}: only {len(present)} of {len(self.class_names)} class "
-                              f"folders found under {d} (missing: {missing[:5]}...)", stacklevel=3)
-            for c in present:
-                for f in sorted((d / c / official).glob(ext), key=lambda p: p.name):
-                    entries.append(str(f))
-                    labels.append(self.class_names.index(c))
-            return entries, labels
-        if self.source_format == "normal_resampled":
-            names_file = d / f"modelnet{self.name}_shape_names.txt"
-            if names_file.is_file():
-                listed = [ln.strip() for ln in names_file.read_text().splitlines() if ln.strip()]
-                if listed != self.class_names:
-                    raise ValueError(f"{names_file}: class list differs from the official ModelNet{self.name} list")
-            split_file = d / f"modelnet{self.name}_{official}.txt"
-            if not split_file.is_file():
-                raise DatasetNotFoundError(f"{split_file}: split file missing (the release ships "
-                                           f"modelnet{self.name}_train.txt and modelnet{self.name}_test.txt)")
-            shapes = [ln.strip() for ln in split_file.read_text().splitlines() if ln.strip()]
-            missing = []
-            for s in shapes:
-                cls = _shape_class(s)
-                f = d / cls / f"{s}.txt"
-                if not f.is_file():
-                    missing.append(str(f))
-                    continue
+        ext = "*.off" if self.source_format == "off" else "*.pcd"
+        present = [c for c in self.class_names if (d / c).is_dir()]
+        unknown = sorted(p.name for p in d.iterdir() if p.is_dir() and not p.name.startswith(".")
+                         and p.name not in self.class_names)
+        if unknown and self.source_format == "off":
+            raise ValueError(f"{d}: folders {unknown[:5]} are not ModelNet{self.name} classes "
+                             f"(wrong name= or wrong folder?)")
+        if len(present) < len(self.class_names):
+            missing = [c for c in self.class_names if c not in present]
+            warnings.warn(f"ModelNet{self.name}: only {len(present)} of {len(self.class_names)} class "
+                          f"folders found under {d} (missing: {missing[:5]}...)", stacklevel=3)
+        for c in present:
+            for f in sorted((d / c / official).glob(ext), key=lambda p: p.name):
                 entries.append(str(f))
-                labels.append(self._label_of(cls, str(split_file)))
-            if missing:
-                msg = (f"{split_file}: {len(missing)} of {len(shapes)} listed shapes are missing "
-                       f"(first: {missing[0]})")
-                if not self.skip_missing:
-                    raise ValueError(msg + "; the release is incomplete (pass skip_missing=True to use "
-                                           "what is there)")
-                warnings.warn(msg + "; skipped", stacklevel=3)
-            return entries, labels
-        # hdf5
+                labels.append(self.class_names.index(c))
+        return entries, labels
+
+    def _list_normal_resampled(self, official: str) -> Tuple[List[Any], List[int]]:
+        d = self.data_dir
+        entries: List[Any] = []
+        labels: List[int] = []
+        names_file = d / f"modelnet{self.name}_shape_names.txt"
+        if names_file.is_file():
+            listed = [ln.strip() for ln in names_file.read_text().splitlines() if ln.strip()]
+            if listed != self.class_names:
+                raise ValueError(f"{names_file}: class list differs from the official ModelNet{self.name} list")
+        split_file = d / f"modelnet{self.name}_{official}.txt"
+        if not split_file.is_file():
+            raise DatasetNotFoundError(f"{split_file}: split file missing (the release ships "
+                                       f"modelnet{self.name}_train.txt and modelnet{self.name}_test.txt)")
+        shapes = [ln.strip() for ln in split_file.read_text().splitlines() if ln.strip()]
+        missing = []
+        for s in shapes:
+            cls = _shape_class(s)
+            f = d / cls / f"{s}.txt"
+            if not f.is_file():
+                missing.append(str(f))
+                continue
+            entries.append(str(f))
+            labels.append(self._label_of(cls, str(split_file)))
+        if missing:
+            msg = (f"{split_file}: {len(missing)} of {len(shapes)} listed shapes are missing "
+                   f"(first: {missing[0]})")
+            if not self.skip_missing:
+                raise ValueError(msg + "; the release is incomplete (pass skip_missing=True to use "
+                                       "what is there)")
+            warnings.warn(msg + "; skipped", stacklevel=3)
+        return entries, labels
+
+    def _list_hdf5(self, official: str) -> Tuple[List[Any], List[int]]:
         import h5py
 
+        d = self.data_dir
+        entries: List[Any] = []
+        labels: List[int] = []
         def order(p: Path) -> int:
             m = re.search(r"(\d+)\.h5$", p.name)
             return int(m.group(1)) if m else 0

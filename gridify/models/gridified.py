@@ -1,4 +1,8 @@
-"""Gridified networks for global (classification) and dense (segmentation) prediction."""
+"""Gridified networks for global (classification) and dense (segmentation) prediction.
+
+Both share one trunk, ``z = Backbone(LN_c(Gridify(P)))`` (see :meth:`GridifiedModel.trunk`); the
+classifier pools it, the segmenter de-gridifies it back to the points.
+"""
 from __future__ import annotations
 
 from typing import Any, Dict, Iterable, Optional, Tuple, Union
@@ -6,24 +10,34 @@ from typing import Any, Dict, Iterable, Optional, Tuple, Union
 import torch
 from torch import Tensor, nn
 
+from .._checks import check_choice, check_int, check_positive_int
 from ..backbones import build_backbone
+from ..nn.connectivity import BipartiteGraph
 from ..nn.gridification import Degridification, Gridification
+from ..nn.inputs import category_onehot, module_dtype, parse_points
 from ..nn.norm import ChannelLayerNorm, recalibrate_batchnorm
 from ..registry import MODELS
 
+__all__ = ["GridifiedModel", "GridifiedClassifier", "GridifiedSegmenter"]
 
-def _check_int(where: str, **values: int) -> None:
-    for name, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{where}: {name} must be a positive integer, got {v!r}")
+POOLS = ("mean", "max", "meanmax")
 
 
-class _GridifiedBase(nn.Module):
-    def _build_trunk(self, in_channels: int, hidden_channels: int, resolution: int, k: int, omega0: float,
+class GridifiedModel(nn.Module):
+    r"""The trunk shared by the gridified models: gridify -> per-node LayerNorm -> grid backbone.
+
+        z = Backbone(LN_c(Gridify(P)))
+
+    Subclasses call :meth:`_build_trunk` (keyword arguments only) and add a head.
+
+    Shapes:
+        :meth:`trunk`: pos [N, 3], x [N, F], batch [N] (or dense [B, N, 3]) -> z [B, C, R, R, R]
+    """
+
+    def _build_trunk(self, *, in_channels: int, hidden_channels: int, resolution: int, k: int, omega0: float,
                      aggr: str, message: str, pos_embedding: str, backbone: str, depth: int, dropout: float,
                      kernel_size: Union[int, str], backbone_kwargs: Optional[Dict[str, Any]],
                      bounds: Tuple[Any, Any], outside: str) -> None:
-        """gridify -> per-node LayerNorm -> backbone, shared by the classifier and the segmenter."""
         self.gridify = Gridification(in_channels, hidden_channels, resolution, k=k, omega0=omega0, aggr=aggr,
                                      message=message, pos_embedding=pos_embedding, bounds=bounds,
                                      outside=outside)
@@ -31,6 +45,14 @@ class _GridifiedBase(nn.Module):
         self.backbone = build_backbone(backbone, in_channels=hidden_channels, out_channels=hidden_channels,
                                        hidden_channels=hidden_channels, depth=depth, dropout=dropout,
                                        kernel_size=kernel_size, **(backbone_kwargs or {}))
+
+    def trunk(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None, *,
+              return_graph: bool = False) -> Union[Tensor, Tuple[Tensor, BipartiteGraph]]:
+        """Backbone grid features ``[B, C, R, R, R]`` of a batch of clouds (inputs validated once,
+        by the gridification); with ``return_graph`` also the bilateral kNN graph."""
+        grid, graph = self.gridify(pos, x, batch, return_graph=True)
+        z = self.backbone(self.grid_norm(grid))
+        return (z, graph) if return_graph else z
 
     def set_resolution(self, resolution: int, calibration_batches: Optional[Iterable[Any]] = None) -> None:
         """Run at another grid resolution without retraining (resolution transfer).
@@ -61,7 +83,7 @@ class _GridifiedBase(nn.Module):
 
 
 @MODELS.register("gridified_classifier")
-class GridifiedClassifier(_GridifiedBase):
+class GridifiedClassifier(GridifiedModel):
     r"""Gridify -> grid backbone -> global pool -> MLP -> class logits.
 
         z = Backbone(LN_c(Gridify(P))),   logits = W_2 Dropout(GELU(W_1 Pool(LN(z))))
@@ -82,32 +104,34 @@ class GridifiedClassifier(_GridifiedBase):
         backbone_kwargs: extra keyword arguments for the backbone (e.g. ``kernel_net``).
         bounds, outside: grid box and the handling of points outside it (see :class:`Gridification`).
 
+    Everything after ``num_classes`` is keyword-only.
+
     Shapes:
         pos [N, 3], x [N, F], batch [N] (or dense [B, N, 3], [B, N, F]) -> logits [B, num_classes]
     """
 
-    def __init__(self, in_channels: int, num_classes: int, resolution: int = 9, k: int = 9,
+    def __init__(self, in_channels: int, num_classes: int, *, resolution: int = 9, k: int = 9,
                  hidden_channels: int = 128, backbone: str = "ccnn", depth: int = 3, dropout: float = 0.1,
                  kernel_size: Union[int, str] = 9, omega0: float = 0.1, aggr: str = "mean",
                  message: str = "product", pos_embedding: str = "rff", pool: str = "mean",
                  backbone_kwargs: Optional[Dict[str, Any]] = None,
                  bounds: Tuple[Any, Any] = (-1.0, 1.0), outside: str = "error") -> None:
         super().__init__()
-        _check_int(type(self).__name__, in_channels=in_channels, num_classes=num_classes,
-                   hidden_channels=hidden_channels)
-        if pool not in ("mean", "max", "meanmax"):
-            raise ValueError(f"{type(self).__name__}: pool must be 'mean', 'max' or 'meanmax', got {pool!r}")
-        self._build_trunk(in_channels, hidden_channels, resolution, k, omega0, aggr, message, pos_embedding,
-                          backbone, depth, dropout, kernel_size, backbone_kwargs, bounds, outside)
+        where = type(self).__name__
+        check_positive_int(where, in_channels=in_channels, num_classes=num_classes, hidden_channels=hidden_channels)
+        check_choice(where, "pool", pool, POOLS)
+        self._build_trunk(in_channels=in_channels, hidden_channels=hidden_channels, resolution=resolution, k=k,
+                          omega0=omega0, aggr=aggr, message=message, pos_embedding=pos_embedding, backbone=backbone,
+                          depth=depth, dropout=dropout, kernel_size=kernel_size, backbone_kwargs=backbone_kwargs,
+                          bounds=bounds, outside=outside)
         self.pool = pool
         feat = hidden_channels * (2 if pool == "meanmax" else 1)
         self.head = nn.Sequential(nn.LayerNorm(feat), nn.Linear(feat, hidden_channels), nn.GELU(),
                                   nn.Dropout(dropout), nn.Linear(hidden_channels, num_classes))
         self.in_channels, self.num_classes = in_channels, num_classes
 
-    def embed(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None) -> Tensor:
-        """Pooled grid features, one vector per cloud. [B, C] (or [B, 2C] for ``meanmax``)"""
-        z = self.backbone(self.grid_norm(self.gridify(pos, x, batch)))
+    def pool_grid(self, z: Tensor) -> Tensor:
+        """Global pooling of backbone features ``[B, C, R, R, R] -> [B, C]`` (``[B, 2C]`` for ``meanmax``)."""
         flat = z.flatten(2)
         if self.pool == "mean":
             return flat.mean(-1)
@@ -115,12 +139,16 @@ class GridifiedClassifier(_GridifiedBase):
             return flat.amax(-1)
         return torch.cat([flat.mean(-1), flat.amax(-1)], 1)
 
+    def embed(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None) -> Tensor:
+        """Pooled grid features, one vector per cloud. [B, C] (or [B, 2C] for ``meanmax``)"""
+        return self.pool_grid(self.trunk(pos, x, batch))
+
     def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None) -> Tensor:
         return self.head(self.embed(pos, x, batch))
 
 
 @MODELS.register("gridified_segmenter")
-class GridifiedSegmenter(_GridifiedBase):
+class GridifiedSegmenter(GridifiedModel):
     r"""Gridify -> dense backbone -> de-gridify -> hybrid voxel/point head -> per-point logits.
 
         g = Backbone(LN_c(Gridify(P))),   v_j = Degridify(g)_j      (voxel branch)
@@ -130,14 +158,15 @@ class GridifiedSegmenter(_GridifiedBase):
     The head fuses the de-gridified grid features with a per-point embedding of the raw point
     features and, when ``num_categories > 0``, a one-hot object category (ShapeNet-Part).
     Defaults follow the ShapeNet configuration (R = 13, k = 9, omega0 = 1.0, max aggregation,
-    concat messages, dropout 0.3; 4 blocks as in the official code).
+    concat messages, dropout 0.3; 4 blocks as in the official code). Everything after
+    ``num_classes`` is keyword-only.
 
     Shapes:
         pos [N, 3], x [N, F], batch [N], category [B] -> logits [N, num_classes]
         (dense [B, N, 3] inputs give [B, N, num_classes])
     """
 
-    def __init__(self, in_channels: int, num_classes: int, num_categories: int = 0, resolution: int = 13,
+    def __init__(self, in_channels: int, num_classes: int, *, num_categories: int = 0, resolution: int = 13,
                  k: int = 9, hidden_channels: int = 128, backbone: str = "ccnn", depth: int = 4,
                  dropout: float = 0.3, kernel_size: Union[int, str] = 9, omega0: float = 1.0,
                  aggr: str = "max", message: str = "concat", pos_embedding: str = "rff",
@@ -145,12 +174,13 @@ class GridifiedSegmenter(_GridifiedBase):
                  bounds: Tuple[Any, Any] = (-1.0, 1.0), outside: str = "error") -> None:
         super().__init__()
         where = type(self).__name__
-        _check_int(where, in_channels=in_channels, num_classes=num_classes, hidden_channels=hidden_channels,
-                   point_channels=point_channels)
-        if isinstance(num_categories, bool) or not isinstance(num_categories, int) or num_categories < 0:
-            raise ValueError(f"{where}: num_categories must be a non-negative integer, got {num_categories!r}")
-        self._build_trunk(in_channels, hidden_channels, resolution, k, omega0, aggr, message, pos_embedding,
-                          backbone, depth, dropout, kernel_size, backbone_kwargs, bounds, outside)
+        check_positive_int(where, in_channels=in_channels, num_classes=num_classes, hidden_channels=hidden_channels,
+                           point_channels=point_channels)
+        check_int(where, "num_categories", num_categories, 0)
+        self._build_trunk(in_channels=in_channels, hidden_channels=hidden_channels, resolution=resolution, k=k,
+                          omega0=omega0, aggr=aggr, message=message, pos_embedding=pos_embedding, backbone=backbone,
+                          depth=depth, dropout=dropout, kernel_size=kernel_size, backbone_kwargs=backbone_kwargs,
+                          bounds=bounds, outside=outside)
         self.degridify = Degridification(hidden_channels, hidden_channels, omega0=omega0, aggr=aggr,
                                          message=message, pos_embedding=pos_embedding)
         self.point_mlp = nn.Sequential(nn.Linear(in_channels, point_channels), nn.GELU(),
@@ -163,25 +193,16 @@ class GridifiedSegmenter(_GridifiedBase):
     def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None,
                 category: Optional[Tensor] = None) -> Tensor:
         where = type(self).__name__
-        grid, graph = self.gridify(pos, x, batch, return_graph=True)
-        voxel = self.degridify(self.backbone(self.grid_norm(grid)), graph)
-        dense = graph.dense_shape is not None
+        pos, x, batch, dense_shape = parse_points(where, pos, x, batch, self.in_channels, module_dtype(self))
+        z, graph = self.trunk(pos, x, batch, return_graph=True)
+        graph.dense_shape = dense_shape
+        onehot = category_onehot(where, category, self.num_categories, graph.num_clouds, z.dtype)
+        voxel = self.degridify.propagate(z, graph)  # z and graph come from this model: no re-validation
+        dense = dense_shape is not None
         if dense:
             voxel = voxel.reshape(-1, voxel.size(-1))
-        feats = pos.reshape(-1, 3) if x is None else x.reshape(-1, x.size(-1))
-        parts = [voxel, self.point_mlp(feats.to(voxel.dtype))]
-        if self.num_categories:
-            if category is None:
-                raise ValueError(f"{where}: built with num_categories={self.num_categories}, so category "
-                                 f"([B] object category per cloud) is required")
-            if not isinstance(category, Tensor) or category.dim() != 1 or category.numel() != graph.num_clouds:
-                raise ValueError(f"{where}: category must be a 1-D tensor with one entry per cloud "
-                                 f"({graph.num_clouds}), got {getattr(category, 'shape', type(category))}")
-            if category.is_floating_point() or int(category.min()) < 0 or int(category.max()) >= self.num_categories:
-                raise ValueError(f"{where}: category must hold integers in [0, {self.num_categories})")
-            onehot = nn.functional.one_hot(category.long(), self.num_categories).to(voxel.dtype)
+        parts = [voxel, self.point_mlp(x.to(voxel.dtype))]
+        if onehot is not None:
             parts.append(onehot[graph.batch])
-        elif category is not None:
-            raise ValueError(f"{where}: got category but the model was built with num_categories=0")
         logits = self.head(torch.cat(parts, -1))
-        return logits.view(*graph.dense_shape, -1) if dense else logits
+        return logits.view(*dense_shape, -1) if dense else logits

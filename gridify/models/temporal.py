@@ -7,15 +7,17 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
 import torch
 from torch import Tensor, nn
 
-from .._checks import fail
+from .._checks import check_choice, check_number, check_positive_int, fail
 from ..nn.cfc import CfC, DeltaTGRU
 from ..registry import MODELS
-from .gridified import GridifiedClassifier, _check_int
+from .gridified import GridifiedClassifier
 
 __all__ = ["TemporalGridifiedClassifier", "TemporalOutput", "timespans_from_times"]
 
 RNNS = ("cfc", "gru")
 READOUTS = ("pool", "flatten")
+#: the encoder's defaults here: a small gridified trunk per frame (any of them can be overridden)
+ENCODER_DEFAULTS: Dict[str, Any] = dict(resolution=6, k=6, hidden_channels=32, depth=2, kernel_size=3, omega0=0.5)
 
 
 class TemporalOutput(NamedTuple):
@@ -109,9 +111,12 @@ class TemporalGridifiedClassifier(nn.Module):
         time_scale: multiplies the elapsed times before the RNN (choose it so typical frame
             intervals are about 1).
         first_timespan: elapsed time assigned to each sequence's first frame (after scaling).
-        resolution, k, hidden_channels, backbone, depth, dropout, kernel_size, omega0, aggr,
-            message, pos_embedding, pool, backbone_kwargs, bounds, outside: the encoder, see
-            :class:`GridifiedClassifier`.
+        dropout: of the encoder's backbone and of the head.
+        encoder_kwargs: every other keyword argument of :class:`GridifiedClassifier` (``resolution``,
+            ``k``, ``hidden_channels``, ``backbone``, ``depth``, ``kernel_size``, ``omega0``, ``aggr``,
+            ``message``, ``pos_embedding``, ``pool``, ``backbone_kwargs``, ``bounds``, ``outside``),
+            forwarded to the per-frame encoder; defaults :data:`ENCODER_DEFAULTS` (R = 6, k = 6,
+            C = 32, 2 blocks, 3^3 kernels, omega0 = 0.5).
 
     Shapes:
         pos [B, T, N, 3], times [B, T], mask [B, T] or lengths [B] (default: all valid),
@@ -119,38 +124,29 @@ class TemporalGridifiedClassifier(nn.Module):
         (logits [B, classes], frame_logits [B, T, classes], states [B, T, H]).
     """
 
-    def __init__(self, in_channels: int, num_classes: int, rnn: str = "cfc", rnn_hidden: int = 64,
+    def __init__(self, in_channels: int, num_classes: int, *, rnn: str = "cfc", rnn_hidden: int = 64,
                  cfc_mode: str = "default", cfc_backbone_units: int = 64, cfc_backbone_layers: int = 1,
                  cfc_backbone_activation: str = "lecun_tanh", cfc_backbone_dropout: float = 0.0,
                  time_scale: float = 1.0, first_timespan: float = 1.0, frame_readout: str = "pool",
-                 readout_channels: int = 8, frame_features: int = 64, frame_delta: bool = False, resolution: int = 6, k: int = 6,
-                 hidden_channels: int = 32, backbone: str = "ccnn", depth: int = 2, dropout: float = 0.1,
-                 kernel_size: Union[int, str] = 3, omega0: float = 0.5, aggr: str = "mean",
-                 message: str = "product", pos_embedding: str = "rff", pool: str = "mean",
-                 backbone_kwargs: Optional[Dict[str, Any]] = None,
-                 bounds: Tuple[Any, Any] = (-1.0, 1.0), outside: str = "error") -> None:
+                 readout_channels: int = 8, frame_features: int = 64, frame_delta: bool = False,
+                 dropout: float = 0.1, **encoder_kwargs: Any) -> None:
         super().__init__()
         where = type(self).__name__
-        _check_int(where, in_channels=in_channels, num_classes=num_classes, rnn_hidden=rnn_hidden)
-        _check_int(where, readout_channels=readout_channels, frame_features=frame_features)
-        if frame_readout not in READOUTS:
-            raise ValueError(f"{where}: frame_readout must be one of {READOUTS}, got {frame_readout!r}")
+        check_positive_int(where, in_channels=in_channels, num_classes=num_classes, rnn_hidden=rnn_hidden,
+                           readout_channels=readout_channels, frame_features=frame_features)
+        check_choice(where, "frame_readout", frame_readout, READOUTS)
         if not isinstance(frame_delta, bool):
             raise TypeError(f"{where}: frame_delta must be a bool, got {type(frame_delta).__name__}")
-        if rnn not in RNNS:
-            raise ValueError(f"{where}: rnn must be one of {RNNS}, got {rnn!r}")
-        for name, v in (("time_scale", time_scale), ("first_timespan", first_timespan)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"{where}: {name} must be a non-negative number, got {v!r}")
-        if time_scale == 0:
-            raise ValueError(f"{where}: time_scale must be positive, got {time_scale!r}")
-        self.encoder = GridifiedClassifier(in_channels, num_classes, resolution=resolution, k=k,
-                                           hidden_channels=hidden_channels, backbone=backbone, depth=depth,
-                                           dropout=dropout, kernel_size=kernel_size, omega0=omega0, aggr=aggr,
-                                           message=message, pos_embedding=pos_embedding, pool=pool,
-                                           backbone_kwargs=backbone_kwargs, bounds=bounds, outside=outside)
+        check_choice(where, "rnn", rnn, RNNS)
+        check_number(where, "time_scale", time_scale)
+        check_number(where, "first_timespan", first_timespan, strict=False)
+        if "num_classes" in encoder_kwargs or "in_channels" in encoder_kwargs:
+            raise TypeError(f"{where}: in_channels/num_classes are given once, as the first two arguments")
+        self.encoder = GridifiedClassifier(in_channels, num_classes, dropout=dropout,
+                                           **{**ENCODER_DEFAULTS, **encoder_kwargs})
         self.encoder.head = nn.Identity()  # the trunk only: embed() per frame
         self.frame_readout = frame_readout
+        hidden_channels, resolution = self.encoder.gridify.out_channels, self.encoder.resolution
         if frame_readout == "flatten":
             self.readout: Optional[nn.Module] = nn.Sequential(
                 nn.Conv3d(hidden_channels, readout_channels, 1), nn.GELU(), nn.Flatten(1),
@@ -158,7 +154,7 @@ class TemporalGridifiedClassifier(nn.Module):
             feat = frame_features
         else:
             self.readout = None
-            feat = hidden_channels * (2 if pool == "meanmax" else 1)
+            feat = hidden_channels * (2 if self.encoder.pool == "meanmax" else 1)
         self.frame_norm = nn.LayerNorm(feat)
         self.frame_delta = frame_delta
         rnn_in = 2 * feat if frame_delta else feat
@@ -177,8 +173,7 @@ class TemporalGridifiedClassifier(nn.Module):
         """Per-frame embeddings of ``M`` frames in one batched encoder call. [M, N, 3] -> [M, C]"""
         if self.readout is None:
             return self.encoder.embed(pos, x)
-        enc = self.encoder
-        return self.readout(enc.backbone(enc.grid_norm(enc.gridify(pos, x))))
+        return self.readout(self.encoder.trunk(pos, x))
 
     def forward(self, pos: Tensor, times: Optional[Tensor] = None, mask: Optional[Tensor] = None,
                 lengths: Optional[Tensor] = None, x: Optional[Tensor] = None) -> TemporalOutput:

@@ -8,8 +8,9 @@ from .grid import RegularGrid
 from .norm import ChannelLayerNorm, recalibrate_batchnorm
 from .gridification import BipartiteConv, Degridification, Gridification
 from .cfc import CfC, CfCCell, DeltaTGRU
+from .reparam import is_reparameterizable, reparameterize_model
 
 __all__ = ["RegularGrid", "BipartiteGraph", "bilateral_knn", "BipartiteConv", "Gridification",
            "Degridification", "RandomFourierField", "SIRENField", "ChannelLayerNorm", "recalibrate_batchnorm", "SepFlexConv3d", "MAGNet",
            "SIRENKernel", "RFFKernel", "CfCCell", "CfC", "DeltaTGRU",
-           "MRConv3d", "MRConvSeparable3d"]
+           "MRConv3d", "MRConvSeparable3d", "is_reparameterizable", "reparameterize_model"]

@@ -19,13 +19,12 @@ input feature) with the same interface.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, Dict, Optional, Tuple, Union
 
 import torch
 from torch import Tensor, nn
 
-from .._checks import fail
+from .._checks import check_choice, check_int, check_number, check_positive_int, check_probability, fail
 
 __all__ = ["CfCCell", "CfC", "DeltaTGRU", "CFC_MODES", "CFC_ACTIVATIONS"]
 
@@ -42,12 +41,6 @@ class LeCunTanh(nn.Module):
 CFC_ACTIVATIONS: Dict[str, Callable[[], nn.Module]] = {
     "lecun_tanh": LeCunTanh, "tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU, "gelu": nn.GELU,
 }
-
-
-def _check_pos_int(where: str, **values: int) -> None:
-    for name, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{where}: {name} must be a positive integer, got {v!r}")
 
 
 class CfCCell(nn.Module):
@@ -76,16 +69,11 @@ class CfCCell(nn.Module):
                  mode: str = "default") -> None:
         super().__init__()
         where = type(self).__name__
-        _check_pos_int(where, input_size=input_size, hidden_size=hidden_size, backbone_units=backbone_units)
-        if isinstance(backbone_layers, bool) or not isinstance(backbone_layers, int) or backbone_layers < 0:
-            raise ValueError(f"{where}: backbone_layers must be a non-negative integer, got {backbone_layers!r}")
-        if backbone_activation not in CFC_ACTIVATIONS:
-            raise ValueError(f"{where}: backbone_activation must be one of {sorted(CFC_ACTIVATIONS)}, "
-                             f"got {backbone_activation!r}")
-        if not isinstance(backbone_dropout, (int, float)) or not 0.0 <= float(backbone_dropout) < 1.0:
-            raise ValueError(f"{where}: backbone_dropout must be in [0, 1), got {backbone_dropout!r}")
-        if mode not in CFC_MODES:
-            raise ValueError(f"{where}: mode must be one of {CFC_MODES}, got {mode!r}")
+        check_positive_int(where, input_size=input_size, hidden_size=hidden_size, backbone_units=backbone_units)
+        check_int(where, "backbone_layers", backbone_layers, 0)
+        check_choice(where, "backbone_activation", backbone_activation, sorted(CFC_ACTIVATIONS))
+        check_probability(where, "backbone_dropout", backbone_dropout)
+        check_choice(where, "mode", mode, CFC_MODES)
         self.input_size, self.hidden_size, self.mode = input_size, hidden_size, mode
         layers = []
         width = input_size + hidden_size
@@ -288,9 +276,8 @@ class DeltaTGRU(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int, time_scale: float = 1.0) -> None:
         super().__init__()
-        _check_pos_int(type(self).__name__, input_size=input_size, hidden_size=hidden_size)
-        if not isinstance(time_scale, (int, float)) or not math.isfinite(time_scale) or time_scale <= 0:
-            raise ValueError(f"{type(self).__name__}: time_scale must be a positive number, got {time_scale!r}")
+        check_positive_int(type(self).__name__, input_size=input_size, hidden_size=hidden_size)
+        check_number(type(self).__name__, "time_scale", time_scale)
         self.cell = nn.GRUCell(input_size + 1, hidden_size)
         self.input_size, self.hidden_size, self.time_scale = input_size, hidden_size, float(time_scale)
 

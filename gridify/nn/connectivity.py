@@ -1,15 +1,22 @@
-"""Bilateral kNN connectivity between a batch of point clouds and their grids."""
+"""Bilateral kNN connectivity between a batch of point clouds and their grids.
+
+:func:`bilateral_knn` validates its inputs and builds the graph with
+:func:`bilateral_knn_unchecked`, which :class:`gridify.nn.Gridification` calls directly after
+validating its own inputs once.
+"""
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import torch
 from torch import Tensor
 
-from .._checks import check_batch, check_finite, check_points, fail
-from ..ops import grid_knn, knn
+from .._checks import check_batch, check_choice, check_finite, check_int, check_points, fail, is_int
+from ..ops.grid import box_tensors, grid_knn_unchecked
+from ..ops.knn import BACKENDS as KNN_BACKENDS
+from ..ops.knn import knn_unchecked
 from .grid import RegularGrid
 
 
@@ -84,28 +91,47 @@ def bilateral_knn(pos: Tensor, grid: RegularGrid, k: int, batch: Optional[Tensor
     """
     where = "bilateral_knn"
     pos = check_points(pos, where)
-    if not isinstance(grid, RegularGrid):
-        fail(where, f"grid must be a RegularGrid, got {type(grid).__name__}")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        fail(where, f"k must be a positive integer, got {k!r}")
-    if max_in_degree is not None and (isinstance(max_in_degree, bool) or not isinstance(max_in_degree, int)
-                                      or max_in_degree < k):
-        fail(where, f"max_in_degree must be None or an integer >= k={k}, got {max_in_degree!r}")
+    k = check_connectivity_args(where, grid, k, knn_backend, max_in_degree)
     batch, B, counts = check_batch(batch, pos.size(0), where, num_clouds=num_clouds, device=pos.device)
     if B == 0:
         fail(where, "no points: every cloud needs at least one point")
     check_finite(pos, "pos", where, batch)
+    warn_small_clouds(where, counts, k)
+    return bilateral_knn_unchecked(pos, grid, k, batch, counts, knn_backend, max_in_degree)
+
+
+def check_connectivity_args(where: str, grid: Any, k: Any, knn_backend: Any, max_in_degree: Any) -> int:
+    """Validate the hyper-parameters of :func:`bilateral_knn`; returns ``k``."""
+    if not isinstance(grid, RegularGrid):
+        fail(where, f"grid must be a RegularGrid, got {type(grid).__name__}")
+    k = check_int(where, "k", k)
+    check_choice(where, "knn_backend", knn_backend, KNN_BACKENDS, unknown=True)
+    if max_in_degree is not None and (not is_int(max_in_degree) or max_in_degree < k):
+        fail(where, f"max_in_degree must be None or an integer >= k={k}, got {max_in_degree!r}")
+    return k
+
+
+def warn_small_clouds(where: str, counts: Tensor, k: int) -> None:
+    """Warn (once per call) when a cloud has fewer than ``k`` points."""
     small = (counts < k).nonzero().flatten()
     if small.numel():
         b = int(small[0])
         warnings.warn(f"{where}: cloud {b} has {int(counts[b])} points, fewer than k={k}; its grid nodes "
-                      f"connect to all of its points ({small.numel()} such clouds)", stacklevel=3)
+                      f"connect to all of its points ({small.numel()} such clouds)", stacklevel=4)
+
+
+def bilateral_knn_unchecked(pos: Tensor, grid: RegularGrid, k: int, batch: Tensor, counts: Tensor,
+                            knn_backend: str = "auto", max_in_degree: Optional[int] = None) -> BipartiteGraph:
+    """:func:`bilateral_knn` on validated inputs: finite ``pos [N, 3]``, sorted int64 ``batch [N]``,
+    ``counts [B]`` points per cloud (all > 0), valid hyper-parameters."""
+    B = counts.numel()
     R3 = grid.num_nodes
     nodes = grid.positions(pos.device, pos.dtype)
     node_pos = nodes.repeat(B, 1)
     node_batch = torch.arange(B, device=pos.device).repeat_interleave(R3)
-    g2p = knn(pos, node_pos, k, batch_x=batch, batch_y=node_batch, backend=knn_backend)  # (node, point)
-    p2g = grid_knn(pos, min(k, R3), grid.resolution, grid.lower, grid.upper, batch)   # (point, node)
+    g2p = knn_unchecked(pos, node_pos, k, batch, node_batch, counts, knn_backend)  # (node, point)
+    lo, hi = box_tensors(grid.lower, grid.upper, pos.device, pos.dtype)
+    p2g = grid_knn_unchecked(pos, min(k, R3), grid.resolution, lo, hi, batch)   # (point, node)
     n = pos.size(0)
     key_a = g2p[0] * n + g2p[1]
     key_b = p2g[1] * n + p2g[0]

@@ -12,13 +12,8 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
+from .._checks import check_number, check_positive_int
 from ..registry import POS_EMBEDDINGS
-
-
-def _check_dims(where: str, **dims: int) -> None:
-    for name, v in dims.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{where}: {name} must be a positive integer, got {v!r}")
 
 
 @POS_EMBEDDINGS.register("rff")
@@ -44,10 +39,9 @@ class RandomFourierField(nn.Module):
                  omega0: float = 0.1) -> None:
         super().__init__()
         hidden_features = hidden_features or out_features
-        _check_dims("RandomFourierField", in_features=in_features, out_features=out_features,
-                    hidden_features=hidden_features)
-        if not (isinstance(omega0, (int, float)) and math.isfinite(omega0) and omega0 > 0):
-            raise ValueError(f"RandomFourierField: omega0 must be a positive finite number, got {omega0!r}")
+        check_positive_int("RandomFourierField", in_features=in_features, out_features=out_features,
+                           hidden_features=hidden_features)
+        check_number("RandomFourierField", "omega0", omega0)
         self.in_features, self.out_features, self.omega0 = in_features, out_features, float(omega0)
         n_freq = max(1, hidden_features // 2)
         self.freqs = nn.Linear(in_features, n_freq, bias=False)
@@ -130,10 +124,9 @@ class SIRENField(nn.Module):
                  omega0: float = 0.1, num_layers: int = 2) -> None:
         super().__init__()
         hidden_features = hidden_features or out_features
-        _check_dims("SIRENField", in_features=in_features, out_features=out_features,
-                    hidden_features=hidden_features, num_layers=num_layers)
-        if not (isinstance(omega0, (int, float)) and math.isfinite(omega0) and omega0 > 0):
-            raise ValueError(f"SIRENField: omega0 must be a positive finite number, got {omega0!r}")
+        check_positive_int("SIRENField", in_features=in_features, out_features=out_features,
+                           hidden_features=hidden_features, num_layers=num_layers)
+        check_number("SIRENField", "omega0", omega0)
         self.in_features, self.out_features, self.omega0 = in_features, out_features, float(omega0)
         layers = [_Sine(in_features, hidden_features, float(omega0), True)]
         layers += [_Sine(hidden_features, hidden_features, float(omega0), False) for _ in range(num_layers - 1)]

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._checks import check_choice, check_int, check_number, check_positive_int, fail, is_int
 from ..registry import KERNELS
 from . import kernels as _kernels  # noqa: F401  (registers "magnet", "siren", "rff")
 
@@ -159,6 +160,19 @@ class PointwiseConv3d(nn.Conv3d):
         return F.linear(x.movedim(1, -1), w, self.bias).movedim(-1, 1)
 
 
+def _check_flex_kernel_size(where: str, kernel_size: Union[int, str]) -> Union[int, str]:
+    """An odd positive number of taps, or ``"global"`` (any case)."""
+    if isinstance(kernel_size, str):
+        if kernel_size.lower() != "global":
+            fail(where, f"kernel_size must be an odd positive integer or 'global', got {kernel_size!r}")
+        return "global"
+    if not is_int(kernel_size) or kernel_size < 1:
+        fail(where, f"kernel_size must be an odd positive integer or 'global', got {kernel_size!r}")
+    if kernel_size % 2 == 0:
+        fail(where, f"kernel_size must be odd (a centred lattice of offsets), got {kernel_size}")
+    return int(kernel_size)
+
+
 class SepFlexConv3d(nn.Module):
     r"""Separable FlexConv on a dense cubic grid: continuous depthwise kernel + pointwise linear.
 
@@ -249,35 +263,17 @@ class SepFlexConv3d(nn.Module):
                  gain: float = 1.0, quadrature: str = "trapezoid") -> None:
         super().__init__()
         where = "SepFlexConv3d"
-        for name, v in (("in_channels", in_channels), ("out_channels", out_channels)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{where}: {name} must be a positive integer, got {v!r}")
-        if isinstance(kernel_size, str):
-            if kernel_size.lower() != "global":
-                raise ValueError(f"{where}: kernel_size must be an odd positive integer or 'global', "
-                                 f"got {kernel_size!r}")
-            kernel_size = "global"
-        elif isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 1:
-            raise ValueError(f"{where}: kernel_size must be an odd positive integer or 'global', got {kernel_size!r}")
-        elif kernel_size % 2 == 0:
-            raise ValueError(f"{where}: kernel_size must be odd (a centred lattice of offsets), got {kernel_size}")
+        check_positive_int(where, in_channels=in_channels, out_channels=out_channels)
+        kernel_size = _check_flex_kernel_size(where, kernel_size)
         if not isinstance(kernel_net, str):
-            raise ValueError(f"{where}: kernel_net must be a registry name such as 'magnet', got {kernel_net!r}")
+            fail(where, f"kernel_net must be a registry name such as 'magnet', got {kernel_net!r}")
         for name, v in (("mask_init", mask_init), ("gain", gain), ("omega0", omega0)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise ValueError(f"{where}: {name} must be a positive finite number, got {v!r}")
-        if fft not in ("auto", True, False):
-            raise ValueError(f"{where}: fft must be 'auto', True or False, got {fft!r}")
-        if fft_threshold is not None and (isinstance(fft_threshold, bool) or not isinstance(fft_threshold, int)
-                                          or fft_threshold < 1):
-            raise ValueError(f"{where}: fft_threshold must be a positive integer or None, got {fft_threshold!r}")
-        if base_resolution is not None and (isinstance(base_resolution, bool) or not isinstance(base_resolution, int)
-                                            or base_resolution < 2):
-            raise ValueError(f"{where}: base_resolution must be an integer >= 2 or None, got {base_resolution!r}")
-        if kernel_init not in ("ccnn", "none"):
-            raise ValueError(f"{where}: kernel_init must be 'ccnn' or 'none', got {kernel_init!r}")
-        if quadrature not in ("trapezoid", "rectangle"):
-            raise ValueError(f"{where}: quadrature must be 'trapezoid' or 'rectangle', got {quadrature!r}")
+            check_number(where, name, v)
+        check_choice(where, "fft", fft, ("auto", True, False))
+        check_int(where, "fft_threshold", fft_threshold, 1, allow_none=True)
+        check_int(where, "base_resolution", base_resolution, 2, allow_none=True)
+        check_choice(where, "kernel_init", kernel_init, ("ccnn", "none"))
+        check_choice(where, "quadrature", quadrature, ("trapezoid", "rectangle"))
 
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size: Union[int, str] = kernel_size
@@ -389,9 +385,7 @@ class SepFlexConv3d(nn.Module):
         Includes the mask, the support cut and the resolution rescaling ``(h / h0)^3``.
         Defaults to the base resolution.
         """
-        if resolution is not None and (isinstance(resolution, bool) or not isinstance(resolution, int)
-                                       or resolution < 2):
-            raise ValueError(f"SepFlexConv3d.kernel: resolution must be an integer >= 2, got {resolution!r}")
+        check_int("SepFlexConv3d.kernel", "resolution", resolution, 2, allow_none=True)
         ref = self.pointwise.weight
         coords, support, p, scale = self._lattice(resolution, ref.device, ref.dtype)
         k = 2 * p + 1

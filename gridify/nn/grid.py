@@ -6,6 +6,7 @@ from typing import Sequence, Union
 import torch
 from torch import Tensor
 
+from .._checks import check_int
 from ..ops.grid import box_tensors, grid_positions
 
 Bound = Union[float, Sequence[float]]
@@ -28,8 +29,7 @@ class RegularGrid:
     """
 
     def __init__(self, resolution: int, lower: Bound = -1.0, upper: Bound = 1.0) -> None:
-        if isinstance(resolution, bool) or not isinstance(resolution, int) or resolution < 2:
-            raise ValueError(f"RegularGrid: resolution must be an integer >= 2, got {resolution!r}")
+        resolution = check_int("RegularGrid", "resolution", resolution, 2)
         lo, hi = box_tensors(lower, upper, dtype=torch.float64)
         if not bool(torch.isfinite(lo).all() and torch.isfinite(hi).all()):
             raise ValueError(f"RegularGrid: box corners must be finite, got {lower!r} .. {upper!r}")

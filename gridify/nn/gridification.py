@@ -13,10 +13,12 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_finite, check_float, check_tensor, fail
-from ..ops import scatter
+from .._checks import (check_batch, check_choice, check_finite, check_float, check_points, check_positive_int,
+                       check_tensor, fail)
+from ..ops.scatter import scatter_unchecked
 from ..registry import POS_EMBEDDINGS
-from .connectivity import BipartiteGraph, bilateral_knn
+from .connectivity import BipartiteGraph, bilateral_knn_unchecked, check_connectivity_args, warn_small_clouds
+from .inputs import module_dtype, parse_points
 from .grid import RegularGrid
 
 MESSAGES = ("product", "concat")
@@ -65,14 +67,9 @@ class BipartiteConv(nn.Module):
                  aggr: str = "mean") -> None:
         super().__init__()
         where = type(self).__name__
-        for name, v in (("in_channels", in_channels), ("out_channels", out_channels),
-                        ("hidden_channels", hidden_channels)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{where}: {name} must be a positive integer, got {v!r}")
-        if message not in MESSAGES:
-            raise ValueError(f"{where}: message must be one of {MESSAGES}, got {message!r}")
-        if aggr not in AGGREGATIONS:
-            raise ValueError(f"{where}: aggr must be one of {AGGREGATIONS}, got {aggr!r}")
+        check_positive_int(where, in_channels=in_channels, out_channels=out_channels, hidden_channels=hidden_channels)
+        check_choice(where, "message", message, MESSAGES)
+        check_choice(where, "aggr", aggr, AGGREGATIONS)
         self.in_channels, self.out_channels, self.hidden_channels = in_channels, out_channels, hidden_channels
         self.message, self.aggr = message, aggr
         H = hidden_channels
@@ -122,10 +119,10 @@ class BipartiteConv(nn.Module):
         E = edge_src.numel()
         chunk = self.edge_chunk_size
         if torch.is_grad_enabled():
-            agg = scatter(self._messages(h, offset, edge_src), edge_dst, dim_size=num_dst, reduce=self.aggr)
+            agg = scatter_unchecked(self._messages(h, offset, edge_src), edge_dst, num_dst, self.aggr)
         elif E <= chunk:
-            agg = scatter(self._messages(h, offset, edge_src, self._inference_phi_pos()), edge_dst,
-                          dim_size=num_dst, reduce=self.aggr)
+            agg = scatter_unchecked(self._messages(h, offset, edge_src, self._inference_phi_pos()), edge_dst,
+                                    num_dst, self.aggr)
         else:
             agg = self._chunked_aggregate(h, offset, edge_src, edge_dst, num_dst, chunk)
         return self.phi_upd(agg)
@@ -151,59 +148,6 @@ class BipartiteConv(nn.Module):
         elif self.aggr == "max":
             out.masked_fill_(torch.isinf(out), 0.0)  # targets without edges, as scatter() gives
         return out
-
-
-def _dtype_of(module: nn.Module) -> torch.dtype:
-    return next(module.parameters()).dtype
-
-
-def _parse_points(where: str, pos, x, batch, in_channels: Optional[int], dtype: torch.dtype):
-    """Accept PyG-style ``pos [N,3], x [N,F], batch [N]``, a PyG ``Data``/``Batch`` object, or dense
-    ``pos [B,N,3], x [B,N,F]``."""
-    if not isinstance(pos, Tensor) and isinstance(getattr(pos, "pos", None), Tensor):  # PyG Data / Batch
-        if x is not None or batch is not None:
-            fail(where, "pass either a PyG Data/Batch object or tensors pos, x, batch, not both")
-        data = pos
-        pos, x, batch = data.pos, getattr(data, "x", None), getattr(data, "batch", None)
-    pos = check_tensor(pos, "pos", where)
-    check_float(pos, "pos", where)
-    dense_shape = None
-    if pos.dim() == 3:
-        if batch is not None:
-            fail(where, "batch must be None when pos is dense [B, N, 3]")
-        if pos.size(-1) != 3:
-            fail(where, f"pos must have shape [N, 3] or [B, N, 3], got {tuple(pos.shape)}")
-        B, N = pos.shape[:2]
-        if B == 0 or N == 0:
-            fail(where, f"pos holds no points (shape {tuple(pos.shape)}); every cloud needs at least one point")
-        dense_shape = (B, N)
-        batch = torch.arange(B, device=pos.device).repeat_interleave(N)
-        pos = pos.reshape(B * N, 3)
-        if x is not None:
-            x = check_tensor(x, "x", where)
-            if x.dim() != 3 or tuple(x.shape[:2]) != (B, N):
-                fail(where, f"x must have shape [{B}, {N}, F] to match pos, got {tuple(x.shape)}")
-            x = x.reshape(B * N, x.size(-1))
-    elif pos.dim() == 2:
-        if pos.size(-1) != 3:
-            fail(where, f"pos must have shape [N, 3] or [B, N, 3], got {tuple(pos.shape)}")
-        if pos.size(0) == 0:
-            fail(where, "pos holds no points; every cloud needs at least one point")
-        if x is not None:
-            x = check_tensor(x, "x", where)
-            if x.dim() != 2 or x.size(0) != pos.size(0):
-                fail(where, f"x must have shape [{pos.size(0)}, F] to match pos, got {tuple(x.shape)}")
-    else:
-        fail(where, f"pos must have shape [N, 3] or [B, N, 3], got {tuple(pos.shape)}")
-    if x is None:
-        x = pos
-    check_float(x, "x", where)
-    if x.device != pos.device:
-        fail(where, f"x is on {x.device} but pos is on {pos.device}")
-    if in_channels is not None and x.size(-1) != in_channels:
-        fail(where, f"x has {x.size(-1)} features per point but the module was built with "
-                    f"in_channels={in_channels}" + (" (x=None uses the 3 coordinates)" if x is pos else ""))
-    return pos.to(dtype), x.to(dtype), batch, dense_shape
 
 
 class Gridification(nn.Module):
@@ -250,15 +194,13 @@ class Gridification(nn.Module):
                  outside: str = "error", knn_backend: str = "auto",
                  max_in_degree: Optional[int] = None) -> None:
         super().__init__()
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"Gridification: k must be a positive integer, got {k!r}")
-        if outside not in ("error", "allow"):
-            raise ValueError(f"Gridification: outside must be 'error' or 'allow', got {outside!r}")
+        where = "Gridification"
+        check_choice(where, "outside", outside, ("error", "allow"))
         if hidden_channels is None and isinstance(in_channels, int) and isinstance(out_channels, int):
             hidden_channels = max(out_channels, in_channels + 3)
         self.grid = RegularGrid(resolution, bounds[0], bounds[1])
-        self.k, self.outside, self.knn_backend = k, outside, knn_backend
-        self.max_in_degree = max_in_degree
+        self.k = check_connectivity_args(where, self.grid, k, knn_backend, max_in_degree)
+        self.outside, self.knn_backend, self.max_in_degree = outside, knn_backend, max_in_degree
         self.conv = BipartiteConv(in_channels, out_channels, hidden_channels, 3, pos_embedding, omega0,
                                   message, aggr)
         self.in_channels, self.out_channels = in_channels, out_channels
@@ -274,27 +216,39 @@ class Gridification(nn.Module):
     def reset_parameters(self) -> None:
         self.conv.reset_parameters()
 
+    def _check_cloud(self, where: str, pos: Tensor, batch: Optional[Tensor], num_clouds: Optional[int]
+                     ) -> Tuple[Tensor, Tensor]:
+        """Validate flat ``pos``/``batch`` once: ``(batch, counts)``. Points outside the box, NaN/Inf,
+        empty clouds and bad batch vectors raise; clouds with fewer than ``k`` points warn."""
+        batch, B, counts = check_batch(batch, pos.size(0), where, num_clouds=num_clouds, device=pos.device)
+        if B == 0:
+            fail(where, "no points: every cloud needs at least one point")
+        check_finite(pos, "pos", where, batch)
+        warn_small_clouds(where, counts, self.k)
+        if self.outside == "error":
+            inside = self.grid.contains(pos)
+            if not bool(inside.all()):
+                row = int((~inside).nonzero()[0])
+                fail(where, f"cloud {int(batch[row])} has points outside the grid box {self.grid.lower}.."
+                            f"{self.grid.upper} (e.g. row {row} at {[round(v, 4) for v in pos[row].tolist()]}); "
+                            f"normalize the cloud into the box, or pass bounds=... or outside='allow'")
+        return batch, counts
+
     def build_graph(self, pos: Tensor, batch: Optional[Tensor] = None, num_clouds: Optional[int] = None,
                     ) -> BipartiteGraph:
         """Bilateral kNN edges of flat ``pos [N, 3]`` to this module's grid (validated)."""
         where = type(self).__name__
-        graph = bilateral_knn(pos, self.grid, self.k, batch, num_clouds, self.knn_backend, self.max_in_degree)
-        if self.outside == "error":
-            inside = self.grid.contains(graph.pos)
-            if not bool(inside.all()):
-                row = int((~inside).nonzero()[0])
-                c = int(graph.batch[row])
-                fail(where, f"cloud {c} has points outside the grid box {self.grid.lower}..{self.grid.upper} "
-                            f"(e.g. row {row} at {[round(v, 4) for v in graph.pos[row].tolist()]}); normalize "
-                            f"the cloud into the box, or pass bounds=... or outside='allow'")
-        return graph
+        pos = check_points(pos, where)
+        batch, counts = self._check_cloud(where, pos, batch, num_clouds)
+        return bilateral_knn_unchecked(pos, self.grid, self.k, batch, counts, self.knn_backend, self.max_in_degree)
 
     def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None, *,
                 num_clouds: Optional[int] = None, return_graph: bool = False):
         where = type(self).__name__
-        pos, x, batch, dense_shape = _parse_points(where, pos, x, batch, self.in_channels, _dtype_of(self))
-        graph = self.build_graph(pos, batch, num_clouds)
-        check_finite(x, "x", where, graph.batch)
+        pos, x, batch, dense_shape = parse_points(where, pos, x, batch, self.in_channels, module_dtype(self))
+        batch, counts = self._check_cloud(where, pos, batch, num_clouds)
+        check_finite(x, "x", where, batch)
+        graph = bilateral_knn_unchecked(pos, self.grid, self.k, batch, counts, self.knn_backend, self.max_in_degree)
         graph.dense_shape = dense_shape
         point, node = graph.edge_index
         offset = graph.point_to_node_offsets()
@@ -330,6 +284,7 @@ class Degridification(nn.Module):
         self.conv.reset_parameters()
 
     def forward(self, grid: Tensor, graph: BipartiteGraph) -> Tensor:
+        """Validate ``grid`` (type, shape, dtype, NaN/Inf) and ``graph``, then :meth:`propagate`."""
         where = type(self).__name__
         grid = check_tensor(grid, "grid", where)
         if not isinstance(graph, BipartiteGraph):
@@ -341,15 +296,25 @@ class Degridification(nn.Module):
             if tuple(grid.shape) != (B, self.in_channels, R, R, R):
                 fail(where, f"grid must have shape [{B}, {self.in_channels}, {R}, {R}, {R}] to match the graph "
                             f"and in_channels, got {tuple(grid.shape)}")
-            x = graph.grid.from_dense(grid)
         elif grid.dim() == 2:
             if tuple(grid.shape) != (B * R ** 3, self.in_channels):
                 fail(where, f"flat grid features must have shape [{B * R ** 3}, {self.in_channels}], "
                             f"got {tuple(grid.shape)}")
-            x = grid
         else:
             fail(where, f"grid must be [B, C, R, R, R] or [B * R^3, C], got {tuple(grid.shape)}")
-        x = x.to(_dtype_of(self))
+        if grid.device != graph.pos.device:
+            fail(where, f"grid is on {grid.device} but the graph's points are on {graph.pos.device}")
+        flat = graph.grid.from_dense(grid) if grid.dim() == 5 else grid
+        check_finite(flat, "grid", where, torch.arange(B, device=grid.device).repeat_interleave(R ** 3))
+        return self.propagate(grid, graph)
+
+    def propagate(self, grid: Tensor, graph: BipartiteGraph) -> Tensor:
+        """De-gridify without validation (``grid`` of the shape :meth:`forward` checks, finite).
+
+        For library code that produced ``grid`` and ``graph`` itself (a model's forward pass).
+        """
+        x = graph.grid.from_dense(grid) if grid.dim() == 5 else grid
+        x = x.to(module_dtype(self))
         point, node = graph.edge_index
         offset = -graph.point_to_node_offsets().to(x.dtype)
         out = self.conv(x, node, point, offset, graph.num_points)

@@ -31,21 +31,10 @@ from typing import Union
 import torch
 from torch import Tensor, nn
 
+from .._checks import check_number, check_positive_int
 from ..registry import KERNELS
 
 __all__ = ["KernelNet", "MAGNet", "SIRENKernel", "RFFKernel", "GaborFilter"]
-
-
-def _check_positive_int(where: str, **values: int) -> None:
-    for name, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{where}: {name} must be a positive integer, got {v!r}")
-
-
-def _check_positive_float(where: str, **values: float) -> None:
-    for name, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            raise ValueError(f"{where}: {name} must be a positive finite number, got {v!r}")
 
 
 class KernelNet(nn.Module):
@@ -72,9 +61,10 @@ class KernelNet(nn.Module):
                  dim: int, output_scale: float) -> None:
         super().__init__()
         where = type(self).__name__
-        _check_positive_int(where, out_channels=out_channels, hidden_channels=hidden_channels,
-                            num_layers=num_layers, dim=dim)
-        _check_positive_float(where, omega0=omega0, output_scale=output_scale)
+        check_positive_int(where, out_channels=out_channels, hidden_channels=hidden_channels, num_layers=num_layers,
+                           dim=dim)
+        check_number(where, "omega0", omega0)
+        check_number(where, "output_scale", output_scale)
         self.out_channels = out_channels
         self.hidden_channels = hidden_channels
         self.num_layers = num_layers
@@ -215,7 +205,8 @@ class MAGNet(KernelNet):
     def __init__(self, out_channels: int, hidden_channels: int = 32, num_layers: int = 3, omega0: float = 3.0,
                  alpha: float = 6.0, beta: float = 1.0, dim: int = 3, output_scale: float = 1.0) -> None:
         super().__init__(out_channels, hidden_channels, num_layers, omega0, dim, output_scale)
-        _check_positive_float("MAGNet", alpha=alpha, beta=beta)
+        check_number("MAGNet", "alpha", alpha)
+        check_number("MAGNet", "beta", beta)
         self.alpha, self.beta = float(alpha), float(beta)
         self.filters = nn.ModuleList(
             GaborFilter(dim, hidden_channels, l + 1, self.omega0, self.alpha, self.beta) for l in range(num_layers))

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._checks import check_int, check_positive_int, is_int
 from .flexconv import DEFAULT_FFT_THRESHOLD, check_grid_input, fft_depthwise_conv3d
 
 __all__ = ["MRConv3d", "MRConvSeparable3d", "KERNEL_TYPES", "MATMUL_MAX_BYTES"]
@@ -28,12 +29,6 @@ KERNEL_TYPES = ("dilated", "fourier")
 #: (``fft="auto"`` only). On one CPU thread at ``R = 9, C = 64, B = 32`` this is ~10x faster
 #: than the FFT for the global ``17^3`` kernel; larger layers fall back to the FFT.
 MATMUL_MAX_BYTES = 1 << 28
-
-
-def _check_positive_int(where: str, **values: Any) -> None:
-    for name, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{where}: {name} must be a positive integer, got {v!r}")
 
 
 def _pad_to(kernel: Tensor, size: int) -> Tensor:
@@ -132,14 +127,13 @@ class MRConv3d(nn.Module):
                  fft_threshold: Optional[int] = None) -> None:
         super().__init__()
         where = type(self).__name__
-        _check_positive_int(where, channels=channels, num_branches=num_branches, modes=modes)
-        if isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 3 or kernel_size % 2 == 0:
+        check_positive_int(where, channels=channels, num_branches=num_branches, modes=modes)
+        if not is_int(kernel_size) or kernel_size < 3 or kernel_size % 2 == 0:
             raise ValueError(f"{where}: kernel_size must be an odd integer >= 3 (support of the first branch), "
                              f"got {kernel_size!r}")
         if kernel_type not in KERNEL_TYPES:
             raise ValueError(f"{where}: kernel_type must be one of {KERNEL_TYPES}, got {kernel_type!r}")
-        if isinstance(sparse_taps, bool) or not isinstance(sparse_taps, int) or sparse_taps < 0:
-            raise ValueError(f"{where}: sparse_taps must be a non-negative integer, got {sparse_taps!r}")
+        check_int(where, "sparse_taps", sparse_taps, 0)
         if sparse_taps and kernel_type != "fourier":
             raise ValueError(f"{where}: sparse_taps={sparse_taps} needs kernel_type='fourier' (sparse taps are "
                              f"added to the Fourier kernels), got kernel_type={kernel_type!r}")
@@ -147,13 +141,12 @@ class MRConv3d(nn.Module):
             raise ValueError(f"{where}: global_kernel must be a bool, got {global_kernel!r}")
         if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0.0 < decay <= 1.0:
             raise ValueError(f"{where}: decay must be a number in (0, 1], got {decay!r}")
-        if resolution is not None and (isinstance(resolution, bool) or not isinstance(resolution, int)
-                                       or resolution < 1):
+        if resolution is not None and (not is_int(resolution) or resolution < 1):
             raise ValueError(f"{where}: resolution must be None or a positive integer, got {resolution!r}")
         if fft not in ("auto", True, False):
             raise ValueError(f"{where}: fft must be 'auto', True or False, got {fft!r}")
         if fft_threshold is not None:
-            _check_positive_int(where, fft_threshold=fft_threshold)
+            check_positive_int(where, fft_threshold=fft_threshold)
         self.channels, self.num_branches, self.kernel_size = channels, num_branches, kernel_size
         self.kernel_type, self.modes, self.sparse_taps = kernel_type, modes, sparse_taps
         self.global_kernel, self.decay, self.resolution = global_kernel, float(decay), resolution
@@ -200,7 +193,7 @@ class MRConv3d(nn.Module):
     # ------------------------------------------------------------------ geometry
     def branch_supports(self, resolution: int) -> List[int]:
         """Taps per axis of every branch on a grid of ``resolution`` nodes per axis (see class docstring)."""
-        _check_positive_int(f"{type(self).__name__}.branch_supports", resolution=resolution)
+        check_positive_int(f"{type(self).__name__}.branch_supports", resolution=resolution)
         cap = 2 * resolution - 1
         out = []
         for i in range(self.num_branches):
@@ -297,7 +290,7 @@ class MRConv3d(nn.Module):
         if self.reparameterized:
             return self
         if resolution is not None:
-            _check_positive_int(f"{type(self).__name__}.reparameterize", resolution=resolution)
+            check_positive_int(f"{type(self).__name__}.reparameterize", resolution=resolution)
         r = resolution or self.resolution or int(self.last_resolution)
         ref = self.alpha
         with torch.no_grad():
@@ -429,7 +422,7 @@ class MRConvSeparable3d(nn.Module):
 
     def __init__(self, in_channels: int, out_channels: int, bias: bool = True, **mrconv_kwargs: Any) -> None:
         super().__init__()
-        _check_positive_int(type(self).__name__, in_channels=in_channels, out_channels=out_channels)
+        check_positive_int(type(self).__name__, in_channels=in_channels, out_channels=out_channels)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.depthwise = MRConv3d(in_channels, **mrconv_kwargs)
         self.pointwise = nn.Conv3d(in_channels, out_channels, kernel_size=1, bias=bias)

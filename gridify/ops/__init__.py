@@ -2,11 +2,17 @@
 
 Optional accelerators (torch-cluster, torch-scatter) are used when installed; every op has a
 native PyTorch path, and the CPU neighbour search has a KD-tree path for large inputs.
-"""
-from .grid import grid_knn, grid_positions
-from .knn import knn, knn_reference
-from .scatter import scatter, scatter_reference
-from .sampling import fps, fps_reference, radius, radius_reference
 
-__all__ = ["knn", "knn_reference", "grid_knn", "grid_positions", "scatter", "scatter_reference"]
-__all__ += ["fps", "fps_reference", "radius", "radius_reference"]
+Every op is a checked public entry (``knn``, ``grid_knn``, ``scatter``, ``fps``, ``radius``:
+arguments validated, ValueError naming the problem) over an unchecked implementation of the
+same name with ``_unchecked`` appended, which library code calls once its inputs are validated.
+Each has a loop-based ``*_reference`` used by the tests.
+"""
+from .grid import grid_knn, grid_knn_unchecked, grid_positions
+from .knn import knn, knn_reference, knn_unchecked
+from .scatter import scatter, scatter_reference, scatter_unchecked
+from .sampling import fps, fps_reference, fps_unchecked, radius, radius_reference, radius_unchecked
+
+__all__ = ["knn", "knn_unchecked", "knn_reference", "grid_knn", "grid_knn_unchecked", "grid_positions", "scatter",
+           "scatter_unchecked", "scatter_reference", "fps", "fps_unchecked", "fps_reference", "radius",
+           "radius_unchecked", "radius_reference"]

@@ -19,7 +19,7 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from .._checks import check_batch, check_finite, check_points, fail
+from .._checks import check_batch, check_finite, check_int, check_points, fail
 
 Bound = Union[float, Sequence[float], Tensor]
 
@@ -62,14 +62,14 @@ def _rank_triples(L: int, k: int, device) -> Tuple[Tensor, Tensor, Tensor]:
 
 def grid_knn(pos: Tensor, k: int, resolution: int, lower: Bound = -1.0, upper: Bound = 1.0,
              batch: Optional[Tensor] = None) -> Tensor:
-    """The ``k`` nearest grid nodes of every point (exact), as ``[2, N*k]`` (point, global node)."""
+    """The ``k`` nearest grid nodes of every point (exact), as ``[2, N*k]`` (point, global node).
+
+    Validates its arguments, then runs :func:`grid_knn_unchecked`.
+    """
     where = "grid_knn"
     pos = check_points(pos, where)
-    if isinstance(resolution, bool) or not isinstance(resolution, int) or resolution < 2:
-        fail(where, f"resolution must be an integer >= 2, got {resolution!r}")
-    R = resolution
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        fail(where, f"k must be a positive integer, got {k!r}")
+    R = check_int(where, "resolution", resolution, 2)
+    k = check_int(where, "k", k)
     if k > R ** 3:
         fail(where, f"k={k} exceeds the number of grid nodes R^3={R ** 3}")
     batch, _, _ = check_batch(batch, pos.size(0), where, device=pos.device)
@@ -77,6 +77,13 @@ def grid_knn(pos: Tensor, k: int, resolution: int, lower: Bound = -1.0, upper: B
     lo, hi = box_tensors(lower, upper, pos.device, pos.dtype)
     if bool((hi <= lo).any()):
         fail(where, f"grid box must have upper > lower on every axis, got {lo.tolist()} .. {hi.tolist()}")
+    return grid_knn_unchecked(pos, k, R, lo, hi, batch)
+
+
+def grid_knn_unchecked(pos: Tensor, k: int, resolution: int, lower: Tensor, upper: Tensor, batch: Tensor) -> Tensor:
+    """:func:`grid_knn` without validation: finite ``pos [N, 3]``, sorted int64 ``batch [N]``,
+    ``1 <= k <= R^3``, box corners ``lower < upper`` as ``[3]`` tensors of ``pos``'s dtype and device."""
+    R, lo, hi = resolution, lower, upper
     h = (hi - lo) / (R - 1)
     n = pos.size(0)
     if n == 0:

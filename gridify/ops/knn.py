@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from .. import _optional
-from .._checks import check_batch, check_finite, check_point_pair, fail
+from .._checks import check_batch, check_choice, check_finite, check_int, check_point_pair, fail
 
 BACKENDS = ("auto", "torch_cluster", "torch", "kdtree")
 #: Above this many candidate pairs (N * M), ``auto`` on CPU picks the KD-tree.
@@ -42,10 +42,8 @@ CHUNK_ELEMENTS = 1 << 24
 
 def _validate(x, y, k, batch_x, batch_y, backend, where="knn"):
     x, y = check_point_pair(x, y, where)
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        fail(where, f"k must be a positive integer, got {k!r}")
-    if backend not in BACKENDS:
-        fail(where, f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    k = check_int(where, "k", k)
+    check_choice(where, "backend", backend, BACKENDS, unknown=True)
     bx, nx, cx = check_batch(batch_x, x.size(0), where, "batch_x", device=x.device)
     by, ny, _ = (check_batch(batch_y, y.size(0), where, "batch_y", device=y.device, allow_empty=True)
                  if y.size(0) else (torch.zeros(0, dtype=torch.long, device=y.device), 0, None))
@@ -53,13 +51,26 @@ def _validate(x, y, k, batch_x, batch_y, backend, where="knn"):
         fail(where, f"batch_y refers to cloud {ny - 1} but x has points for only {nx} clouds")
     check_finite(x, "x", where, bx)
     check_finite(y, "y", where, by)
-    return x, y, int(k), bx, by, nx, cx
+    return x, y, k, bx, by, cx
 
 
 def knn(x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor] = None, batch_y: Optional[Tensor] = None,
         backend: str = "auto") -> Tensor:
-    """The ``k`` nearest rows of ``x`` (same cloud) for every row of ``y``; see module docstring."""
-    x, y, k, bx, by, nclouds, counts = _validate(x, y, k, batch_x, batch_y, backend)
+    """The ``k`` nearest rows of ``x`` (same cloud) for every row of ``y``; see module docstring.
+
+    Validates its arguments (ValueError naming the problem), then runs :func:`knn_unchecked`.
+    """
+    x, y, k, bx, by, counts = _validate(x, y, k, batch_x, batch_y, backend)
+    return knn_unchecked(x, y, k, bx, by, counts, backend)
+
+
+def knn_unchecked(x: Tensor, y: Tensor, k: int, batch_x: Tensor, batch_y: Tensor, counts: Tensor,
+                  backend: str = "auto") -> Tensor:
+    """:func:`knn` without validation, for callers that have validated their inputs already.
+
+    ``batch_x``/``batch_y`` are sorted int64 vectors, ``counts`` the number of points of ``x`` per
+    cloud (``[B]``, every entry > 0), ``x``/``y`` finite floating tensors on one device.
+    """
     if y.size(0) == 0 or x.size(0) == 0:
         return torch.zeros(2, 0, dtype=torch.long, device=x.device)
     if backend == "auto":
@@ -73,14 +84,14 @@ def knn(x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor] = None, batch_y:
         if not _optional.WITH_TORCH_CLUSTER:
             fail("knn", "backend='torch_cluster' requested but torch_cluster is not installed "
                         "(pip install --no-build-isolation torch-cluster)")
-        row, col = _knn_cluster(x, y, k, bx, by)
+        row, col = _knn_cluster(x, y, k, batch_x, batch_y)
         return _canonical(x, y, row, col)
-    elif backend == "kdtree":
+    if backend == "kdtree":
         if x.device.type != "cpu":
             fail("knn", f"backend='kdtree' runs on the CPU only; inputs are on {x.device}")
-        row, col = _knn_kdtree(x, y, k, bx, by, counts)
+        row, col = _knn_kdtree(x, y, k, batch_x, batch_y, counts)
     else:
-        row, col = _knn_torch(x, y, k, bx, by, counts)
+        row, col = _knn_torch(x, y, k, batch_x, batch_y, counts)
     return torch.stack([row, col])  # both already grouped by query, nearest first
 
 

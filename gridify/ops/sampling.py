@@ -39,9 +39,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import check_batch, check_finite, check_float, check_point_pair, check_tensor, fail
+from .._checks import (check_batch, check_choice, check_finite, check_float, check_int, check_number,
+                       check_point_pair, check_tensor, fail)
 
-__all__ = ["fps", "fps_reference", "radius", "radius_reference"]
+__all__ = ["fps", "fps_unchecked", "fps_reference", "radius", "radius_unchecked", "radius_reference"]
 
 RADIUS_BACKENDS = ("auto", "torch", "kdtree")
 #: Elements of the distance block held in memory at once by the brute-force ball query.
@@ -79,6 +80,8 @@ def fps(pos: Tensor, batch: Optional[Tensor] = None, ratio: float = 0.5, random_
     Returns:
         global indices into ``pos`` ``[sum_b m_b]``, cloud 0's samples first, each cloud's in
         selection order.
+
+    Validates its arguments, then runs :func:`fps_unchecked`.
     """
     where = "fps"
     pos = check_tensor(pos, "pos", where)
@@ -88,6 +91,22 @@ def fps(pos: Tensor, batch: Optional[Tensor] = None, ratio: float = 0.5, random_
     ratio = _check_ratio(ratio, where)
     bx, nclouds, counts = check_batch(batch, pos.size(0), where, "batch", device=pos.device)
     check_finite(pos, "pos", where, bx)
+    if start is not None:
+        start = check_tensor(start, "start", where)
+        if start.dim() != 1 or start.numel() != nclouds or start.is_floating_point():
+            fail(where, f"start must be a 1-D integer tensor with one entry per cloud ({nclouds}), "
+                        f"got shape {tuple(start.shape)} and dtype {start.dtype}")
+        start = start.to(device=pos.device, dtype=torch.long)
+        if bool(((start < 0) | (start >= counts)).any()):
+            fail(where, "start holds an index outside its cloud")
+    return fps_unchecked(pos, bx, counts, ratio, random_start, generator, start)
+
+
+def fps_unchecked(pos: Tensor, batch: Tensor, counts: Tensor, ratio: float = 0.5, random_start: bool = True,
+                  generator: Optional[torch.Generator] = None, start: Optional[Tensor] = None) -> Tensor:
+    """:func:`fps` without validation: finite ``pos [N, D]``, sorted int64 ``batch``, ``counts [B]`` > 0,
+    ``0 < ratio <= 1``, ``start`` (if given) int64 local indices inside each cloud."""
+    bx, nclouds = batch, counts.numel()
     dev = pos.device
     ptr = _ptr(counts)
     nmax = int(counts.max())
@@ -102,13 +121,7 @@ def fps(pos: Tensor, batch: Optional[Tensor] = None, ratio: float = 0.5, random_
     valid = torch.zeros(nclouds, nmax, dtype=torch.bool, device=dev)
     valid[bx, local] = True
     if start is not None:
-        start = check_tensor(start, "start", where)
-        if start.dim() != 1 or start.numel() != nclouds or start.is_floating_point():
-            fail(where, f"start must be a 1-D integer tensor with one entry per cloud ({nclouds}), "
-                        f"got shape {tuple(start.shape)} and dtype {start.dtype}")
-        cur = start.to(device=dev, dtype=torch.long)
-        if bool(((cur < 0) | (cur >= counts)).any()):
-            fail(where, "start holds an index outside its cloud")
+        cur = start
     elif random_start:
         u = torch.rand(nclouds, generator=generator, device="cpu" if generator is None else generator.device)
         cur = torch.minimum((u.to(dev) * counts.double()).long(), counts - 1)
@@ -159,13 +172,9 @@ def fps_reference(pos: Tensor, batch: Optional[Tensor] = None, ratio: float = 0.
 
 def _validate_radius(x, y, r, batch_x, batch_y, max_num_neighbors, backend, where="radius"):
     x, y = check_point_pair(x, y, where)
-    if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
-        fail(where, f"r must be a positive finite number, got {r!r}")
-    if isinstance(max_num_neighbors, bool) or not isinstance(max_num_neighbors, (int, np.integer)) \
-            or max_num_neighbors < 1:
-        fail(where, f"max_num_neighbors must be a positive integer, got {max_num_neighbors!r}")
-    if backend not in RADIUS_BACKENDS:
-        fail(where, f"unknown backend {backend!r}; expected one of {RADIUS_BACKENDS}")
+    r = check_number(where, "r", r)
+    max_num_neighbors = check_int(where, "max_num_neighbors", max_num_neighbors)
+    check_choice(where, "backend", backend, RADIUS_BACKENDS, unknown=True)
     if x.size(0) == 0:
         fail(where, "x holds no points")
     bx, nx, cx = check_batch(batch_x, x.size(0), where, "batch_x", device=x.device, allow_empty=True)
@@ -180,8 +189,18 @@ def _validate_radius(x, y, r, batch_x, batch_y, max_num_neighbors, backend, wher
 
 def radius(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor] = None, batch_y: Optional[Tensor] = None,
            max_num_neighbors: int = 64, backend: str = "auto") -> Tensor:
-    """Rows of ``x`` within distance ``r`` of every row of ``y`` (same cloud); see module docstring."""
+    """Rows of ``x`` within distance ``r`` of every row of ``y`` (same cloud); see module docstring.
+
+    Validates its arguments, then runs :func:`radius_unchecked`.
+    """
     x, y, r, bx, by, counts, kmax = _validate_radius(x, y, r, batch_x, batch_y, max_num_neighbors, backend)
+    return radius_unchecked(x, y, r, bx, by, counts, kmax, backend)
+
+
+def radius_unchecked(x: Tensor, y: Tensor, r: float, batch_x: Tensor, batch_y: Tensor, counts: Tensor,
+                     max_num_neighbors: int = 64, backend: str = "auto") -> Tensor:
+    """:func:`radius` without validation: finite points, sorted int64 batch vectors, ``counts`` the
+    points of ``x`` per cloud (``[B]``), ``r > 0``, ``max_num_neighbors >= 1``."""
     if y.size(0) == 0:
         return torch.zeros(2, 0, dtype=torch.long, device=x.device)
     if backend == "auto":
@@ -189,8 +208,8 @@ def radius(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor] = None, bat
     if backend == "kdtree":
         if x.device.type != "cpu":
             fail("radius", f"backend='kdtree' runs on the CPU only; inputs are on {x.device}")
-        return _radius_kdtree(x, y, r, bx, by, counts, kmax)
-    return _radius_torch(x, y, r, bx, by, counts, kmax)
+        return _radius_kdtree(x, y, r, batch_x, batch_y, counts, max_num_neighbors)
+    return _radius_torch(x, y, r, batch_x, batch_y, counts, max_num_neighbors)
 
 
 def _radius_torch(x: Tensor, y: Tensor, r: float, bx: Tensor, by: Tensor, counts: Tensor, kmax: int) -> Tensor:

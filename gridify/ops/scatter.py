@@ -17,47 +17,50 @@ import torch
 from torch import Tensor
 
 from .. import _optional
+from .._checks import check_choice, fail
 
 REDUCTIONS = ("sum", "mean", "max", "min")
 BACKENDS = ("auto", "torch_scatter", "torch")
 
 
 def _check(src: Tensor, index: Tensor, dim_size: Optional[int], reduce: str, backend: str) -> int:
+    where = "scatter"
     if not isinstance(src, Tensor) or not isinstance(index, Tensor):
-        raise ValueError("scatter: src and index must be torch.Tensors")
-    if reduce not in REDUCTIONS:
-        raise ValueError(f"scatter: unknown reduce {reduce!r}; expected one of {REDUCTIONS}")
-    if backend not in BACKENDS:
-        raise ValueError(f"scatter: unknown backend {backend!r}; expected one of {BACKENDS}")
+        fail(where, "src and index must be torch.Tensors")
+    check_choice(where, "reduce", reduce, REDUCTIONS, unknown=True)
+    check_choice(where, "backend", backend, BACKENDS, unknown=True)
     if index.dim() != 1 or index.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"scatter: index must be a 1-D integer tensor, got shape {tuple(index.shape)} "
-                         f"and dtype {index.dtype}")
+        fail(where, f"index must be a 1-D integer tensor, got shape {tuple(index.shape)} and dtype {index.dtype}")
     if src.dim() == 0 or src.size(0) != index.numel():
-        raise ValueError(f"scatter: src has {src.size(0) if src.dim() else 0} rows but index has "
-                         f"{index.numel()} entries")
+        fail(where, f"src has {src.size(0) if src.dim() else 0} rows but index has {index.numel()} entries")
     if dim_size is None:
         dim_size = int(index.max()) + 1 if index.numel() else 0
     elif index.numel() and (int(index.min()) < 0 or int(index.max()) >= dim_size):
-        raise ValueError(f"scatter: index values must lie in [0, {dim_size}), got "
-                         f"[{int(index.min())}, {int(index.max())}]")
+        fail(where, f"index values must lie in [0, {dim_size}), got [{int(index.min())}, {int(index.max())}]")
     return dim_size
 
 
 def scatter(src: Tensor, index: Tensor, dim_size: Optional[int] = None, reduce: str = "sum",
             backend: str = "auto") -> Tensor:
-    """Reduce rows of ``src`` (dim 0) into ``dim_size`` buckets given by ``index``."""
+    """Reduce rows of ``src`` (dim 0) into ``dim_size`` buckets given by ``index``.
+
+    Validates its arguments, then runs :func:`scatter_unchecked`.
+    """
     dim_size = _check(src, index, dim_size, reduce, backend)
+    return scatter_unchecked(src, index, dim_size, reduce, backend)
+
+
+def scatter_unchecked(src: Tensor, index: Tensor, dim_size: int, reduce: str = "sum", backend: str = "auto") -> Tensor:
+    """:func:`scatter` without validation: ``index`` holds values in ``[0, dim_size)``, one per row of ``src``."""
     index = index.long()
     use_ext = backend == "torch_scatter" or (backend == "auto" and _optional.WITH_TORCH_SCATTER)
     if use_ext:
         if not _optional.WITH_TORCH_SCATTER:
-            raise ValueError("scatter: backend='torch_scatter' requested but torch_scatter is not installed")
+            fail("scatter", "backend='torch_scatter' requested but torch_scatter is not installed")
         ts = _optional.torch_scatter
         if reduce in ("max", "min"):
-            out = getattr(ts, f"scatter_{reduce}")(src, index, dim=0, dim_size=dim_size)[0]
-        else:
-            out = ts.scatter(src, index, dim=0, dim_size=dim_size, reduce=reduce)
-        return out
+            return getattr(ts, f"scatter_{reduce}")(src, index, dim=0, dim_size=dim_size)[0]
+        return ts.scatter(src, index, dim=0, dim_size=dim_size, reduce=reduce)
     return _scatter_native(src, index, dim_size, reduce)
 
 
