@@ -10,7 +10,7 @@ calls the unchecked implementations directly, so a nested call inside a forward 
 re-validates (no repeated host synchronisation on a GPU).
 
 Scalar hyper-parameters: :func:`check_int` / :func:`check_positive_int` (integers, ``bool``
-refused), :func:`check_number` (finite real numbers with a lower bound), :func:`check_probability`
+refused), :func:`check_number` (finite real numbers with a lower bound), :func:`check_fraction`, :func:`check_probability`
 and :func:`check_choice`. Tensors: :func:`check_tensor`, :func:`check_float`, :func:`check_points`,
 :func:`check_point_pair`, :func:`check_batch`, :func:`check_finite`.
 """
@@ -73,6 +73,15 @@ def check_number(where: str, name: str, value: Any, minimum: float = 0.0, strict
         else:
             what = f"a finite number {'>' if strict else '>='} {minimum:g}"
         fail(where, f"{name} must be {what}{' or None' if allow_none else ''}, got {value!r}")
+    return float(value)
+
+
+def check_fraction(where: str, name: str, value: Any) -> float:
+    """``value`` as a finite number in ``(0, 1]`` (a fraction of something to keep)."""
+    ok = (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+          and math.isfinite(value) and 0.0 < value <= 1.0)
+    if not ok:
+        fail(where, f"{name} must be a number in (0, 1], got {value!r}")
     return float(value)
 
 

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ._checks import check_positive_int
 from .checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
 from .io import PointCloud, read_points
 
@@ -342,9 +343,7 @@ class Predictor(nn.Module):
                 category. TypeError: unsupported input type.
         """
         where = f"{type(self).__name__}.predict"
-        for name, v in (("num_votes", num_votes), ("batch_size", batch_size)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"{where}: {name} must be a positive integer, got {v!r}")
+        check_positive_int(where, num_votes=num_votes, batch_size=batch_size)
         cat = self._category(category, where)
         cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=where)
         probs = (self._classify(cloud, num_votes, seed, batch_size, "probs") if self.task == "classification"

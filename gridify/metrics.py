@@ -23,6 +23,8 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
+from ._checks import check_int
+
 __all__ = ["OverallAccuracy", "MeanClassAccuracy", "ShapeNetPartIoU"]
 
 
@@ -98,8 +100,7 @@ class MeanClassAccuracy(Metric):
 
     def __init__(self, num_classes: int, **kwargs) -> None:
         super().__init__(**kwargs)
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-            raise ValueError(f"MeanClassAccuracy: num_classes must be a positive int, got {num_classes!r}")
+        check_int("MeanClassAccuracy", "num_classes", num_classes)
         self.num_classes = num_classes
         self.add_state("correct", default=torch.zeros(num_classes, dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("total", default=torch.zeros(num_classes, dtype=torch.long), dist_reduce_fx="sum")

@@ -27,6 +27,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 import numpy as np
 import torch
 
+from ._checks import check_int
+
 Sample = Dict[str, Any]
 
 __all__ = ["Compose", "Normalize", "FixedPoints", "RandomRotateZ", "RandomRotate", "RandomScale",
@@ -85,8 +87,7 @@ class RandomTransform:
         if generator is not None and not isinstance(generator, np.random.Generator):
             raise ValueError(f"{type(self).__name__}: generator must be a numpy.random.Generator, "
                              f"got {type(generator).__name__}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
-            raise ValueError(f"{type(self).__name__}: seed must be a non-negative int or None, got {seed!r}")
+        check_int(type(self).__name__, "seed", seed, 0, allow_none=True)
         self.seed = seed
         self._external = generator
         self._rng: Optional[np.random.Generator] = None
@@ -200,8 +201,7 @@ class FixedPoints(RandomTransform):
     def __init__(self, n: int, *, replace: bool = False, deterministic: bool = False,
                  seed: Optional[int] = 0, generator: Optional[np.random.Generator] = None) -> None:
         super().__init__(seed=seed, generator=generator)
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"FixedPoints: n must be a positive integer, got {n!r}")
+        check_int("FixedPoints", "n", n)
         self.n = int(n)
         self.replace = bool(replace)
         self.deterministic = bool(deterministic)

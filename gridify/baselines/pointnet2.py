@@ -22,7 +22,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_batch, check_finite, check_int, check_number, check_probability
+from .._checks import check_batch, check_finite, check_fraction, check_int, check_number, check_probability
 from ..nn.inputs import category_onehot, parse_points
 from ..ops.knn import knn, knn_unchecked
 from ..ops.sampling import fps_unchecked, radius_unchecked
@@ -82,8 +82,7 @@ class SAModule(nn.Module):
         super().__init__()
         from torch_geometric.nn import PointNetConv
 
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 < ratio <= 1.0:
-            raise ValueError(f"SAModule: ratio must be a number in (0, 1], got {ratio!r}")
+        check_fraction("SAModule", "ratio", ratio)
         check_number("SAModule", "r", r)
         check_int("SAModule", "max_num_neighbors", max_num_neighbors, as_bound=True)
         self.ratio, self.r, self.max_num_neighbors = float(ratio), float(r), int(max_num_neighbors)

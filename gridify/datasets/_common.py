@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._checks import check_choice, check_int
 from .._files import atomic_write
 from ..transforms import FixedPoints, Normalize
 
@@ -33,17 +34,11 @@ def default_root() -> Path:
 
 
 def check_split(split: str, where: str, allowed: Sequence[str] = SPLITS) -> str:
-    if split not in allowed:
-        raise ValueError(f"{where}: split must be one of {list(allowed)}, got {split!r}")
-    return split
+    return check_choice(where, "split", split, list(allowed))
 
 
 def check_num_points(num_points: Optional[int], where: str) -> Optional[int]:
-    if num_points is None:
-        return None
-    if isinstance(num_points, bool) or not isinstance(num_points, (int, np.integer)) or num_points < 1:
-        raise ValueError(f"{where}: num_points must be a positive integer or None, got {num_points!r}")
-    return int(num_points)
+    return check_int(where, "num_points", num_points, allow_none=True)
 
 
 def stratified_split(labels: Sequence[int], fraction: float, seed: int) -> Tuple[np.ndarray, np.ndarray]:

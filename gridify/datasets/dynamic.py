@@ -47,6 +47,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._checks import check_choice, check_int, check_number
 from ..io import SUPPORTED_EXTENSIONS, PointCloud, read_points
 from ..transforms import FixedPoints
 from ..transforms import rotation_matrix
@@ -185,14 +186,11 @@ class DynamicShapes(torch.utils.data.Dataset):
         self.split = check_split(split, where, allowed=tuple(_SPLIT_CODE))
         for name, v in (("num_samples_per_class", num_samples_per_class), ("num_frames", num_frames),
                         ("num_points", num_points), ("min_frames", min_frames)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"{where}: {name} must be a positive integer, got {v!r}")
+            check_int(where, name, v)
         if min_frames > num_frames:
             raise ValueError(f"{where}: min_frames ({min_frames}) must not exceed num_frames ({num_frames})")
-        if sampling not in SAMPLINGS:
-            raise ValueError(f"{where}: sampling must be one of {SAMPLINGS}, got {sampling!r}")
-        if not isinstance(frame_interval, (int, float)) or not frame_interval > 0 or not math.isfinite(frame_interval):
-            raise ValueError(f"{where}: frame_interval must be a positive number, got {frame_interval!r}")
+        check_choice(where, "sampling", sampling, SAMPLINGS)
+        check_number(where, "frame_interval", frame_interval)
         if not isinstance(jitter, (int, float)) or not 0.0 <= jitter < 0.5:
             raise ValueError(f"{where}: jitter must be in [0, 0.5) (fraction of frame_interval), got {jitter!r}")
         if not isinstance(drop_prob, (int, float)) or not 0.0 <= drop_prob < 1.0:

@@ -38,6 +38,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from .._checks import check_choice
 from ..io import read_mesh, read_points, repair_normals, sample_mesh
 from ._common import (PathLike, PointCloudDataset, Transform, check_split, default_root, load_npz,
                       save_npz_atomic, stratified_split, writable_dir)
@@ -105,8 +106,7 @@ class ModelNet(PointCloudDataset):
         if name not in ("10", "40"):
             raise ValueError(f"ModelNet: name must be '10' or '40', got {name!r}")
         check_split(split, "ModelNet")
-        if source not in SOURCES:
-            raise ValueError(f"ModelNet: source must be one of {list(SOURCES)}, got {source!r}")
+        check_choice("ModelNet", "source", source, list(SOURCES))
         if source == "pcd" and use_normals:
             raise ValueError("ModelNet: source='pcd' has no normals; pass use_normals=False")
         if source == "hdf5" and name == "10":

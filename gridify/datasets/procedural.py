@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .._checks import check_choice, check_number, check_positive_int
 from ..io import sample_mesh
 from ._common import PointCloudDataset, Transform, check_split
 
@@ -296,15 +297,10 @@ class ProceduralShapes(PointCloudDataset):
                  use_normals: bool = True, transform: Optional[Transform] = None, normalize: bool = True,
                  noise_std: float = 0.0) -> None:
         check_split(split, "ProceduralShapes", allowed=("train", "val", "test"))
-        if task not in ("classification", "segmentation"):
-            raise ValueError(f"ProceduralShapes: task must be 'classification' or 'segmentation', got {task!r}")
-        if num_points is None or int(num_points) < 1:
-            raise ValueError(f"ProceduralShapes: num_points must be a positive integer, got {num_points!r}")
-        if int(num_samples_per_class) < 1:
-            raise ValueError(f"ProceduralShapes: num_samples_per_class must be positive, got "
-                             f"{num_samples_per_class!r}")
-        if noise_std < 0:
-            raise ValueError(f"ProceduralShapes: noise_std must be non-negative, got {noise_std}")
+        where = "ProceduralShapes"
+        check_choice(where, "task", task, ("classification", "segmentation"))
+        check_positive_int(where, num_points=num_points, num_samples_per_class=num_samples_per_class)
+        check_number(where, "noise_std", noise_std, strict=False)
         super().__init__(split=split, num_points=int(num_points), use_normals=use_normals,
                          transform=transform, seed=seed, normalize=normalize)
         if classes is None:

@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .._checks import check_choice
 from ..io import read_points, repair_normals
 from ._common import PathLike, PointCloudDataset, Transform, check_split, default_root
 from .download import DatasetNotFoundError, download_archive, manual_instructions
@@ -98,8 +99,7 @@ class ShapeNetPart(PointCloudDataset):
                  use_normals: bool = True, transform: Optional[Transform] = None, seed: int = 0,
                  normalize: bool = True, download: bool = False, skip_missing: bool = False) -> None:
         check_split(split, "ShapeNetPart")
-        if source not in SOURCES:
-            raise ValueError(f"ShapeNetPart: source must be one of {list(SOURCES)}, got {source!r}")
+        check_choice("ShapeNetPart", "source", source, list(SOURCES))
         if source == "v0_points" and use_normals:
             raise ValueError("ShapeNetPart: source='v0_points' has no normals; pass use_normals=False")
         super().__init__(split=split, num_points=num_points, use_normals=use_normals, transform=transform,

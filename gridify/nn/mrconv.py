@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import check_int, check_positive_int, is_int
+from .._checks import check_choice, check_fraction, check_int, check_positive_int, is_int
 from .flexconv import DEFAULT_FFT_THRESHOLD, check_grid_input, fft_depthwise_conv3d
 
 __all__ = ["MRConv3d", "MRConvSeparable3d", "KERNEL_TYPES", "MATMUL_MAX_BYTES"]
@@ -131,16 +131,14 @@ class MRConv3d(nn.Module):
         if not is_int(kernel_size) or kernel_size < 3 or kernel_size % 2 == 0:
             raise ValueError(f"{where}: kernel_size must be an odd integer >= 3 (support of the first branch), "
                              f"got {kernel_size!r}")
-        if kernel_type not in KERNEL_TYPES:
-            raise ValueError(f"{where}: kernel_type must be one of {KERNEL_TYPES}, got {kernel_type!r}")
+        check_choice(where, "kernel_type", kernel_type, KERNEL_TYPES)
         check_int(where, "sparse_taps", sparse_taps, 0)
         if sparse_taps and kernel_type != "fourier":
             raise ValueError(f"{where}: sparse_taps={sparse_taps} needs kernel_type='fourier' (sparse taps are "
                              f"added to the Fourier kernels), got kernel_type={kernel_type!r}")
         if not isinstance(global_kernel, bool):
             raise ValueError(f"{where}: global_kernel must be a bool, got {global_kernel!r}")
-        if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0.0 < decay <= 1.0:
-            raise ValueError(f"{where}: decay must be a number in (0, 1], got {decay!r}")
+        check_fraction(where, "decay", decay)
         if resolution is not None and (not is_int(resolution) or resolution < 1):
             raise ValueError(f"{where}: resolution must be None or a positive integer, got {resolution!r}")
         if fft not in ("auto", True, False):

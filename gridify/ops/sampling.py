@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import (check_batch, check_choice, check_finite, check_float, check_int, check_number,
+from .._checks import (check_batch, check_choice, check_finite, check_float, check_fraction, check_int, check_number,
                        check_point_pair, check_tensor, fail)
 
 __all__ = ["fps", "fps_unchecked", "fps_reference", "radius", "radius_unchecked", "radius_reference"]
@@ -49,13 +49,6 @@ RADIUS_BACKENDS = ("auto", "torch", "kdtree")
 CHUNK_ELEMENTS = 1 << 24
 #: Above this many candidate pairs (N * M), ``auto`` on CPU picks the KD-tree.
 KDTREE_MIN_PAIRS = 1 << 20
-
-
-def _check_ratio(ratio: float, where: str) -> float:
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not math.isfinite(ratio) \
-            or not 0.0 < ratio <= 1.0:
-        fail(where, f"ratio must be a number in (0, 1], got {ratio!r}")
-    return float(ratio)
 
 
 def _ptr(counts: Tensor) -> Tensor:
@@ -88,7 +81,7 @@ def fps(pos: Tensor, batch: Optional[Tensor] = None, ratio: float = 0.5, random_
     if pos.dim() != 2 or pos.size(0) == 0:
         fail(where, f"pos must have shape [N, D] with N >= 1, got {tuple(pos.shape)}")
     check_float(pos, "pos", where)
-    ratio = _check_ratio(ratio, where)
+    ratio = check_fraction(where, "ratio", ratio)
     bx, nclouds, counts = check_batch(batch, pos.size(0), where, "batch", device=pos.device)
     check_finite(pos, "pos", where, bx)
     if start is not None:
