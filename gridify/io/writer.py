@@ -2,7 +2,7 @@
 
 Layout written: a ``vertex`` element with ``float x y z``, optional ``float nx ny nz``,
 ``uchar red green blue`` and ``int label`` properties; binary little-endian (default) or ascii.
-The file is written to a temporary file in the same folder, then renamed over the target.
+The file is written with :func:`gridify._files.atomic_write`: readers never see half a file.
 
 Shapes:
     points ``[N, 3]``; normals/colors ``[N, 3]``; labels ``[N]``.
@@ -10,13 +10,12 @@ Shapes:
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import IO, Any, Dict, List, Tuple
 
 import numpy as np
 
-from .._files import PathLike
+from .._files import PathLike, atomic_write
 
 __all__ = ["write_ply"]
 
@@ -87,20 +86,14 @@ def write_ply(path: PathLike, points: Any, normals: Any = None, colors: Any = No
     arr = np.empty(n, dtype=np.dtype(fields))
     for nm, _ in fields:
         arr[nm] = cols[nm]
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent))
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(("\n".join(header) + "\n").encode("ascii"))
-            if binary:
-                fh.write(arr.tobytes())
-            else:
-                fmt = " ".join("%d" if t != "<f4" else "%.9g" for _, t in fields)
-                for row in arr.tolist():
-                    fh.write((fmt % tuple(row) + "\n").encode("ascii"))
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return p
+
+    def write(fh: IO[bytes]) -> None:
+        fh.write(("\n".join(header) + "\n").encode("ascii"))
+        if binary:
+            fh.write(arr.tobytes())
+        else:
+            fmt = " ".join("%d" if t != "<f4" else "%.9g" for _, t in fields)
+            for row in arr.tolist():
+                fh.write((fmt % tuple(row) + "\n").encode("ascii"))
+
+    return atomic_write(p, write)
