@@ -52,8 +52,36 @@ def color_scale(block: np.ndarray) -> Optional[float]:
     return None
 
 
+def _named_columns(table: np.ndarray, p: Path, columns: Sequence[str]) -> PointCloud:
+    """The cloud of an ``[N, C]`` float64 table whose ``C`` columns ``columns`` names."""
+    c = table.shape[1]
+    names = [str(s).lower() for s in columns]
+    unknown = sorted(set(names) - _COLUMN_NAMES)
+    if unknown:
+        raise ValueError(f"{p}: unknown column names {unknown}; use {sorted(_COLUMN_NAMES)}")
+    if len(names) != c:
+        raise ValueError(f"{p}: columns= names {len(names)} columns but the file has {c}")
+    idx = {nm: i for i, nm in enumerate(names) if nm != "_"}
+    if not {"x", "y", "z"} <= idx.keys():
+        raise ValueError(f"{p}: columns= must include x, y and z")
+    pick = lambda keys: table[:, [idx[k] for k in keys]] if set(keys) <= idx.keys() else None  # noqa: E731
+    colors = pick(("r", "g", "b"))
+    if colors is not None:
+        scale = color_scale(colors) or 255.0
+        colors = np.clip(colors / scale, 0.0, 1.0)
+    labels = table[:, idx["label"]] if "label" in idx else None
+    if labels is not None and not _is_integral(labels):
+        raise ValueError(f"{p}: the label column holds non-integer values")
+    return PointCloud(pick(("x", "y", "z")), pick(("nx", "ny", "nz")), colors,
+                      None if labels is None else labels.astype(np.int64), str(p))
+
+
 def table_to_cloud(table: np.ndarray, p: Path, columns: Optional[Sequence[str]] = None) -> PointCloud:
-    """Split an ``[N, C]`` numeric table into a cloud (see the module docstring)."""
+    """Split an ``[N, C]`` numeric table into a cloud (see the module docstring).
+
+    Called by a reader that read_points calls: its warnings (``stacklevel=4``) point at the
+    caller of read_points.
+    """
     if table.ndim == 1 and table.size in (3, 4, 6, 7):  # a single row
         table = table.reshape(1, -1)
     if table.ndim != 2:
@@ -63,25 +91,7 @@ def table_to_cloud(table: np.ndarray, p: Path, columns: Optional[Sequence[str]] 
         raise ValueError(f"{p}: file contains no points")
     table = table.astype(np.float64, copy=False)
     if columns is not None:
-        names = [str(s).lower() for s in columns]
-        unknown = sorted(set(names) - _COLUMN_NAMES)
-        if unknown:
-            raise ValueError(f"{p}: unknown column names {unknown}; use {sorted(_COLUMN_NAMES)}")
-        if len(names) != c:
-            raise ValueError(f"{p}: columns= names {len(names)} columns but the file has {c}")
-        idx = {nm: i for i, nm in enumerate(names) if nm != "_"}
-        if not {"x", "y", "z"} <= idx.keys():
-            raise ValueError(f"{p}: columns= must include x, y and z")
-        pick = lambda keys: table[:, [idx[k] for k in keys]] if set(keys) <= idx.keys() else None  # noqa: E731
-        colors = pick(("r", "g", "b"))
-        if colors is not None:
-            scale = color_scale(colors) or 255.0
-            colors = np.clip(colors / scale, 0.0, 1.0)
-        labels = table[:, idx["label"]] if "label" in idx else None
-        if labels is not None and not _is_integral(labels):
-            raise ValueError(f"{p}: the label column holds non-integer values")
-        return PointCloud(pick(("x", "y", "z")), pick(("nx", "ny", "nz")), colors,
-                          None if labels is None else labels.astype(np.int64), str(p))
+        return _named_columns(table, p, columns)
     if c < 3:
         raise ValueError(f"{p}: expected at least 3 columns (x y z), found {c}")
     pts = table[:, :3]

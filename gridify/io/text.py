@@ -26,22 +26,22 @@ from .columns import table_to_cloud
 __all__ = ["read_text"]
 
 
-def read_text(p: Path, columns: Optional[Sequence[str]] = None) -> PointCloud:
-    """Read the text file ``p`` (see the module docstring); ``columns`` names its columns."""
-    ext = p.suffix.lower()
-    if columns is None and ext == ".xyzn":
-        columns = ("x", "y", "z", "nx", "ny", "nz")
-    elif columns is None and ext == ".xyzrgb":
-        columns = ("x", "y", "z", "r", "g", "b")
+def _split(s: str, comma: bool) -> List[str]:
+    return [t for t in re.split(r"[,\s;]+", s) if t] if comma else s.split()
+
+
+def _decode(p: Path) -> str:
     raw = p.read_bytes()
     if b"\x00" in raw[:4096]:
         raise ValueError(f"{p}: looks like a binary file, expected text with one point per line")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
-        text = raw.decode("latin-1")
+        return raw.decode("latin-1")
 
-    # look at the first two data lines only: separator and an optional point-count header
+
+def _layout(p: Path, text: str) -> Tuple[int, int, bool]:
+    """``(lines to skip, column count, comma-separated)`` from the first two data lines."""
     head: List[Tuple[int, str]] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         s = line.split("#", 1)[0].strip()
@@ -52,17 +52,49 @@ def read_text(p: Path, columns: Optional[Sequence[str]] = None) -> PointCloud:
     if not head:
         raise ValueError(f"{p}: file contains no points (only blank or comment lines)")
     comma = any("," in s for _, s in head)
-
-    def split(s: str) -> List[str]:
-        return [t for t in re.split(r"[,\s;]+", s) if t] if comma else s.split()
-
     skip = head[0][0] - 1  # physical lines before the first data line
-    first = split(head[0][1])
+    first = _split(head[0][1], comma)
     if len(first) == 1 and len(head) == 2 and re.fullmatch(r"\d+", first[0]):
         skip = head[1][0] - 1  # a .pts-style header holding only the point count
-        first = split(head[1][1])
-    ncol = len(first)
-    # fast path: numpy's C parser; on any failure the careful path below names the bad line
+        first = _split(head[1][1], comma)
+    return skip, len(first), comma
+
+
+def _careful_table(p: Path, text: str, skip: int, ncol: int, comma: bool) -> np.ndarray:
+    """The ``[N, ncol]`` table, line by line: an error names the first bad line."""
+    lines: List[Tuple[int, str]] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        s = line.split("#", 1)[0].strip()
+        if s and lineno > skip:
+            lines.append((lineno, s))
+    tokens: List[str] = []
+    for lineno, s in lines:
+        toks = _split(s, comma)
+        if len(toks) != ncol:
+            raise ValueError(f"{p}: line {lineno} has {len(toks)} columns but the first data line "
+                             f"has {ncol} (truncated or corrupt file?)")
+        tokens.extend(toks)
+    try:
+        return np.array(tokens, dtype=np.float64).reshape(len(lines), ncol)
+    except ValueError:
+        for lineno, s in lines:  # find the offending line for the message
+            try:
+                np.array(_split(s, comma), dtype=np.float64)
+            except ValueError:
+                raise ValueError(f"{p}: line {lineno} is not numeric: {s[:80]!r}") from None
+        raise
+
+
+def read_text(p: Path, columns: Optional[Sequence[str]] = None) -> PointCloud:
+    """Read the text file ``p`` (see the module docstring); ``columns`` names its columns."""
+    ext = p.suffix.lower()
+    if columns is None and ext == ".xyzn":
+        columns = ("x", "y", "z", "nx", "ny", "nz")
+    elif columns is None and ext == ".xyzrgb":
+        columns = ("x", "y", "z", "r", "g", "b")
+    text = _decode(p)
+    skip, ncol, comma = _layout(p, text)
+    # fast path: numpy's C parser; on any failure the careful path names the bad line
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # e.g. "input contained no data"
@@ -72,25 +104,4 @@ def read_text(p: Path, columns: Optional[Sequence[str]] = None) -> PointCloud:
             return table_to_cloud(table, p, columns)
     except (ValueError, UserWarning):
         pass
-    lines: List[Tuple[int, str]] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        s = line.split("#", 1)[0].strip()
-        if s and lineno > skip:
-            lines.append((lineno, s))
-    tokens: List[str] = []
-    for lineno, s in lines:
-        toks = split(s)
-        if len(toks) != ncol:
-            raise ValueError(f"{p}: line {lineno} has {len(toks)} columns but the first data line "
-                             f"has {ncol} (truncated or corrupt file?)")
-        tokens.extend(toks)
-    try:
-        table = np.array(tokens, dtype=np.float64).reshape(len(lines), ncol)
-    except ValueError:
-        for lineno, s in lines:  # find the offending line for the message
-            try:
-                np.array(split(s), dtype=np.float64)
-            except ValueError:
-                raise ValueError(f"{p}: line {lineno} is not numeric: {s[:80]!r}") from None
-        raise
-    return table_to_cloud(table, p, columns)
+    return table_to_cloud(_careful_table(p, text, skip, ncol, comma), p, columns)
