@@ -189,8 +189,8 @@ def describe_formats() -> str:
 
     One row per format: its extensions and its description, wrapped to 63 characters.
     """
-    rows = [("``" + " ".join(f.extensions) + "``", textwrap.wrap(f.description, _DESCRIPTION_WIDTH))
-            for f in formats()]
+    wrap = textwrap.TextWrapper(_DESCRIPTION_WIDTH, break_long_words=False, break_on_hyphens=False).wrap
+    rows = [("``" + " ".join(f.extensions) + "``", wrap(f.description)) for f in formats()]
     left = max([len(ext) for ext, _ in rows] + [len("Extensions")]) + 2
     rule = "=" * (left - 2) + "  " + "=" * _DESCRIPTION_WIDTH
     lines = [rule, "Extensions".ljust(left) + "Format", rule]
