@@ -434,3 +434,27 @@ def test_library_imports_stay_light():
             "print(bad); sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_write_ply_is_atomic_and_honours_the_umask(tmp_path, monkeypatch):
+    import os
+
+    pts, _ = _rand_cloud(20)
+    old_mask = os.umask(0o027)
+    try:
+        f = write_ply(tmp_path / "sub" / "a.ply", pts)
+    finally:
+        os.umask(old_mask)
+    assert f == tmp_path / "sub" / "a.ply"
+    assert os.stat(f).st_mode & 0o777 == 0o640  # what open(path, "w") gives, not mkstemp's 0600
+    before = f.read_bytes()
+
+    def dying_fsync(fd):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "fsync", dying_fsync)
+    with pytest.raises(OSError, match="disk full"):
+        write_ply(f, pts[:5], binary=False)
+    monkeypatch.undo()
+    assert f.read_bytes() == before  # the previous file survives an interrupted write
+    assert sorted(p.name for p in f.parent.iterdir()) == ["a.ply"]  # no temporary file left

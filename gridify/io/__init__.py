@@ -1,0 +1,83 @@
+"""Robust point-cloud and mesh file readers, and a PLY writer.
+
+:func:`read_points` reads one file into a :class:`PointCloud` (numpy arrays, float32 points).
+Supported extensions (case-insensitive; the table is built from the format registry, see
+:func:`describe_formats` and :func:`register_reader`):
+
+{formats}
+
+Text and ``.npy`` columns are interpreted by count unless ``columns=`` names them: 3 = xyz;
+4 = xyz + label (when the 4th column is integral, otherwise ignored, e.g. LiDAR intensity);
+6 = xyz + normals (when the extra columns have unit norm) or xyz + colours (values in
+[0, 1] or [0, 255]); 7 = the same plus a label column.
+
+Meshes are surface-sampled (area-weighted, seeded) into ``num_samples`` points with face
+normals; use :func:`read_mesh` to get the raw ``(vertices, faces)``.
+
+Every corrupt, truncated, empty or unsupported file raises :class:`ValueError` whose message
+names the file and the problem; a missing file raises :class:`FileNotFoundError`.
+
+``SUPPORTED_EXTENSIONS`` and ``MESH_EXTENSIONS`` are tuples read from the registry at each
+access, so they include formats registered later.
+
+Modules: :mod:`~gridify.io.read` (read_points), :mod:`~gridify.io.registry` (the format
+registry), :mod:`~gridify.io.builtin` (the built-in formats), one module per format family
+(:mod:`~gridify.io.text`, :mod:`~gridify.io.npy`, :mod:`~gridify.io.pcd`,
+:mod:`~gridify.io.ply`, :mod:`~gridify.io.mesh`), :mod:`~gridify.io.columns` (column
+interpretation), :mod:`~gridify.io.normals`, :mod:`~gridify.io.writer` and
+:mod:`~gridify.io.cloud` (:class:`PointCloud`).
+
+Shapes:
+    points ``[N, 3]`` float32; normals/colors ``[N, 3]`` float32; labels ``[N]`` int64.
+"""
+from __future__ import annotations
+
+from typing import List, Tuple
+
+from . import builtin  # noqa: F401  (registers the built-in formats)
+from .cloud import PointCloud
+from .mesh import read_mesh, register_mesh_reader, sample_mesh
+from .normals import repair_normals
+from .pcd import lzf_decompress
+from .read import read_points
+from .registry import (READ_OPTIONS, ReaderFormat, describe_formats, find_format, formats, mesh_extensions,
+                       register_reader, supported_extensions, unregister_reader)
+from .writer import write_ply
+
+__all__ = [
+    "PointCloud",
+    "read_points",
+    "read_mesh",
+    "sample_mesh",
+    "write_ply",
+    "repair_normals",
+    "SUPPORTED_EXTENSIONS",
+    "MESH_EXTENSIONS",
+    "lzf_decompress",
+    "READ_OPTIONS",
+    "ReaderFormat",
+    "register_reader",
+    "register_mesh_reader",
+    "unregister_reader",
+    "find_format",
+    "formats",
+    "describe_formats",
+    "supported_extensions",
+    "mesh_extensions",
+]
+
+if __doc__:  # None under python -OO
+    __doc__ = __doc__.replace("{formats}", describe_formats())
+
+
+def __getattr__(name: str) -> Tuple[str, ...]:
+    """``SUPPORTED_EXTENSIONS`` and ``MESH_EXTENSIONS``, read from the format registry."""
+    if name == "SUPPORTED_EXTENSIONS":
+        return supported_extensions()
+    if name == "MESH_EXTENSIONS":
+        return mesh_extensions()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | {"SUPPORTED_EXTENSIONS", "MESH_EXTENSIONS"})

@@ -1,0 +1,33 @@
+"""The built-in formats: one registry entry per format family, in the order of ``SUPPORTED_EXTENSIONS``.
+
+This is the one table the dispatch of :func:`~gridify.io.read_points` /
+:func:`~gridify.io.read_mesh`, the extension lists and the format table of the package
+docstring are read from (see :mod:`gridify.io.registry`); importing the package runs it.
+
+Shapes:
+    no arrays; each reader's shapes are in its module.
+"""
+from __future__ import annotations
+
+from .mesh import read_off, read_trimesh, register_mesh_reader
+from .npy import read_npy, read_npz
+from .pcd import read_pcd
+from .ply import read_ply, read_ply_mesh
+from .registry import register_reader
+from .text import read_text
+
+__all__: list = []
+
+register_reader(".pcd", "PCL point cloud, ``DATA ascii`` / ``binary`` / ``binary_compressed``", read_pcd)
+register_reader(".ply", "ascii / binary little- and big-endian; a PLY with faces or triangle strips is a "
+                "mesh and is surface-sampled", read_ply, options=("num_samples", "seed"),
+                mesh_reader=read_ply_mesh)
+register_reader(".npy", "``[N, C]`` array (``allow_pickle=False``, always)", read_npy, options=("columns",))
+register_reader(".npz", "arrays under keys such as ``pos``/``points``, ``normal``, ``color``, "
+                "``label``/``part_label`` (``allow_pickle=False``)", read_npz)
+register_reader((".xyz", ".txt", ".pts", ".csv"), "text, whitespace- or comma-separated columns (see below)",
+                read_text, options=("columns",))
+register_reader((".xyzn", ".xyzrgb"), "text with explicit ``x y z nx ny nz`` / ``x y z r g b`` columns",
+                read_text, options=("columns",))
+register_mesh_reader(".off", "OFF mesh (also ``OFF490 518 0``: counts on the ``OFF`` line)", read_off)
+register_mesh_reader((".obj", ".stl"), "meshes, loaded with trimesh", read_trimesh)

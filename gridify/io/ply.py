@@ -1,0 +1,324 @@
+"""Reader of PLY files (``.ply``): ascii, binary little-endian and binary big-endian.
+
+Layout: a header (``ply``, ``format ...``, then ``element NAME COUNT`` lines each followed by
+its ``property TYPE NAME`` / ``property list COUNT_TYPE TYPE NAME`` lines, ``end_header``),
+then the elements in order. The ``vertex`` element gives the points (``x y z``; normals
+``nx ny nz`` or ``normal_x``...; colours ``red green blue`` or ``r g b`` or
+``diffuse_red``...; labels ``label``/``class``/...). A PLY with ``face`` polygons
+(fan-triangulated) or ``tristrips`` is a mesh: :func:`read_ply` surface-samples it and
+:func:`read_ply_mesh` returns it.
+
+Shapes:
+    points ``[N, 3]``, normals/colors ``[N, 3]``, labels ``[N]``; as a mesh: vertices
+    ``[V, 3]`` float64, faces ``[F, 3]`` int64.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from .cloud import PointCloud
+from .columns import color_scale
+from .mesh import polygons_to_triangles, sample_mesh
+
+__all__ = ["read_ply", "read_ply_mesh"]
+
+_PLY_TYPES = {"char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2", "int16": "i2",
+              "ushort": "u2", "uint16": "u2", "int": "i4", "int32": "i4", "uint": "u4",
+              "uint32": "u4", "float": "f4", "float32": "f4", "double": "f8", "float64": "f8"}
+
+
+@dataclass
+class _PlyProp:
+    name: str
+    dtype: str                       # numpy type code of the value
+    count_dtype: Optional[str] = None  # set for list properties
+
+
+@dataclass
+class _PlyElement:
+    name: str
+    count: int
+    props: List[_PlyProp]
+
+
+@dataclass
+class _PlyHeader:
+    format: str                # ascii, binary_little_endian or binary_big_endian
+    elements: List[_PlyElement]
+    data_start: int            # offset of the first byte after 'end_header'
+
+
+class _Truncated(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------------------
+# header
+# --------------------------------------------------------------------------------------
+def _ply_property(p: Path, parts: List[str], line: str) -> _PlyProp:
+    try:
+        if parts[1] == "list":
+            return _PlyProp(parts[4], _PLY_TYPES[parts[3]], _PLY_TYPES[parts[2]])
+        return _PlyProp(parts[2], _PLY_TYPES[parts[1]])
+    except (IndexError, KeyError):
+        raise ValueError(f"{p}: malformed or unsupported PLY property line {line!r}") from None
+
+
+def _parse_ply_header(p: Path, raw: bytes) -> _PlyHeader:
+    if not raw.startswith(b"ply"):
+        raise ValueError(f"{p}: not a PLY file (does not start with 'ply')")
+    m = re.search(rb"end_header[ \t]*\r?\n", raw[:1 << 20])
+    if m is None:
+        raise ValueError(f"{p}: PLY header has no 'end_header' line (truncated or corrupt)")
+    fmt = None
+    elements: List[_PlyElement] = []
+    for line in raw[:m.start()].decode("latin-1").splitlines()[1:]:
+        parts = line.split()
+        if not parts or parts[0] in ("comment", "obj_info"):
+            continue
+        if parts[0] == "format":
+            if len(parts) < 2 or parts[1] not in ("ascii", "binary_little_endian", "binary_big_endian"):
+                raise ValueError(f"{p}: unsupported PLY format line {line!r}")
+            fmt = parts[1]
+        elif parts[0] == "element":
+            try:
+                elements.append(_PlyElement(parts[1], int(parts[2]), []))
+            except (IndexError, ValueError):
+                raise ValueError(f"{p}: malformed PLY element line {line!r}") from None
+        elif parts[0] == "property":
+            if not elements:
+                raise ValueError(f"{p}: PLY property before any element: {line!r}")
+            elements[-1].props.append(_ply_property(p, parts, line))
+        else:
+            raise ValueError(f"{p}: unexpected PLY header line {line!r}")
+    if fmt is None:
+        raise ValueError(f"{p}: PLY header has no 'format' line")
+    if any(e.count < 0 for e in elements):
+        raise ValueError(f"{p}: PLY header declares a negative element count")
+    return _PlyHeader(fmt, elements, m.end())
+
+
+# --------------------------------------------------------------------------------------
+# binary elements: each returns ({property: array or list of arrays}, offset after the element)
+# --------------------------------------------------------------------------------------
+def _ply_binary_scalars(buf: bytes, off: int, el: _PlyElement, endian: str) -> Tuple[Dict[str, Any], int]:
+    """An element without list properties: one fixed-size record per item."""
+    n = el.count
+    dt = np.dtype([(pr.name, endian + pr.dtype) for pr in el.props])
+    need = n * dt.itemsize
+    if off + need > len(buf):
+        raise _Truncated(f"element {el.name!r}: {n} items need {need} bytes, "
+                         f"{len(buf) - off} present")
+    arr = np.frombuffer(buf, dtype=dt, count=n, offset=off)
+    return {pr.name: arr[pr.name] for pr in el.props}, off + need
+
+
+def _ply_binary_uniform_lists(buf: bytes, off: int, el: _PlyElement, endian: str
+                              ) -> Optional[Tuple[Dict[str, Any], int]]:
+    """The common fast path: every list has the length of the first item's; else None."""
+    n = el.count
+    fields: List[Tuple[str, str, Tuple[int, ...]]] = []
+    probe = off
+    for pr in el.props:
+        if pr.count_dtype is None:
+            fields.append((pr.name, endian + pr.dtype, ()))
+            probe += np.dtype(pr.dtype).itemsize
+        else:
+            cdt = np.dtype(endian + pr.count_dtype)
+            if probe + cdt.itemsize > len(buf):
+                raise _Truncated(f"element {el.name!r} ends inside a list length")
+            length = int(np.frombuffer(buf, dtype=cdt, count=1, offset=probe)[0])
+            fields.append((pr.name + "__len", cdt.str, ()))
+            fields.append((pr.name, endian + pr.dtype, (length,)))
+            probe += cdt.itemsize + length * np.dtype(pr.dtype).itemsize
+    dt = np.dtype(fields)
+    if off + n * dt.itemsize <= len(buf):
+        arr = np.frombuffer(buf, dtype=dt, count=n, offset=off)
+        if all(np.all(arr[pr.name + "__len"] == dt[pr.name].shape[0])
+               for pr in el.props if pr.count_dtype is not None):
+            return {pr.name: arr[pr.name] for pr in el.props}, off + n * dt.itemsize
+    return None
+
+
+def _ply_binary_variable_lists(buf: bytes, off: int, el: _PlyElement, endian: str
+                               ) -> Tuple[Dict[str, Any], int]:
+    """The general path: variable-length lists, one item at a time."""
+    out: Dict[str, List[Any]] = {pr.name: [] for pr in el.props}
+    for _ in range(el.count):
+        for pr in el.props:
+            if pr.count_dtype is None:
+                vdt = np.dtype(endian + pr.dtype)
+                if off + vdt.itemsize > len(buf):
+                    raise _Truncated(f"element {el.name!r} is cut short")
+                out[pr.name].append(np.frombuffer(buf, vdt, 1, off)[0])
+                off += vdt.itemsize
+            else:
+                cdt = np.dtype(endian + pr.count_dtype)
+                vdt = np.dtype(endian + pr.dtype)
+                if off + cdt.itemsize > len(buf):
+                    raise _Truncated(f"element {el.name!r} is cut short")
+                length = int(np.frombuffer(buf, cdt, 1, off)[0])
+                off += cdt.itemsize
+                if length < 0 or off + length * vdt.itemsize > len(buf):
+                    raise _Truncated(f"element {el.name!r} is cut short")
+                out[pr.name].append(np.frombuffer(buf, vdt, length, off))
+                off += length * vdt.itemsize
+    return out, off
+
+
+def _ply_binary_element(buf: bytes, off: int, el: _PlyElement, endian: str) -> Tuple[Dict[str, Any], int]:
+    """Parse one binary element; returns ``({prop: array or list of arrays}, new_offset)``."""
+    if all(pr.count_dtype is None for pr in el.props):
+        return _ply_binary_scalars(buf, off, el, endian)
+    if el.count == 0:
+        return {pr.name: [] for pr in el.props}, off
+    uniform = _ply_binary_uniform_lists(buf, off, el, endian)
+    return uniform if uniform is not None else _ply_binary_variable_lists(buf, off, el, endian)
+
+
+# --------------------------------------------------------------------------------------
+# ascii elements
+# --------------------------------------------------------------------------------------
+def _ply_ascii_element(toks: List[str], off: int, el: _PlyElement) -> Tuple[Dict[str, Any], int]:
+    """Parse one ascii element from the tokens ``toks[off:]``; returns ``({prop: values}, new_offset)``."""
+    n = el.count
+    if all(pr.count_dtype is None for pr in el.props):
+        k = len(el.props)
+        if off + n * k > len(toks):
+            raise _Truncated(f"element {el.name!r}: {n} items x {k} values, "
+                             f"only {len(toks) - off} values left")
+        vals = np.array(toks[off:off + n * k], dtype=np.float64).reshape(n, k)
+        return {pr.name: vals[:, i] for i, pr in enumerate(el.props)}, off + n * k
+    out: Dict[str, List[Any]] = {pr.name: [] for pr in el.props}
+    for _ in range(n):
+        for pr in el.props:
+            if off >= len(toks):
+                raise _Truncated(f"element {el.name!r} is cut short")
+            if pr.count_dtype is None:
+                out[pr.name].append(float(toks[off]))
+                off += 1
+            else:
+                length = int(float(toks[off]))
+                off += 1
+                if length < 0 or off + length > len(toks):
+                    raise _Truncated(f"element {el.name!r} is cut short")
+                out[pr.name].append(np.array(toks[off:off + length], dtype=np.float64).astype(np.int64))
+                off += length
+    return out, off
+
+
+# --------------------------------------------------------------------------------------
+# faces and points
+# --------------------------------------------------------------------------------------
+def _strips_to_triangles(strips: Any) -> np.ndarray:
+    """Decode triangle strips (``-1`` restarts a strip), alternating the winding."""
+    out: List[np.ndarray] = []
+    for strip in strips:
+        s = np.asarray(strip).astype(np.int64).reshape(-1)
+        if len(s) < 3:
+            continue
+        # position of every entry inside its sub-strip (restarts after each -1)
+        idx = np.arange(len(s))
+        last_cut = np.maximum.accumulate(np.where(s < 0, idx, -1))
+        local = idx - last_cut - 1
+        a, b, c = s[:-2], s[1:-1], s[2:]
+        valid = (a >= 0) & (b >= 0) & (c >= 0)
+        odd = (local[:-2] % 2) == 1
+        tri = np.stack([a, np.where(odd, c, b), np.where(odd, b, c)], 1)[valid]
+        keep = (tri[:, 0] != tri[:, 1]) & (tri[:, 1] != tri[:, 2]) & (tri[:, 0] != tri[:, 2])
+        out.append(tri[keep])
+    return np.concatenate(out) if out else np.zeros((0, 3), np.int64)
+
+
+def _ply_faces(p: Path, hdr: _PlyHeader, parsed: Dict[str, Dict[str, Any]], num_vertices: int
+               ) -> Optional[np.ndarray]:
+    """Triangles ``[F, 3]`` of the ``face`` and ``tristrips`` elements, or None when there are none."""
+    tris: List[np.ndarray] = []
+    for el in hdr.elements:
+        if el.name == "face" and el.count > 0:
+            key = next((pr.name for pr in el.props
+                        if pr.count_dtype is not None and pr.name in ("vertex_indices", "vertex_index")),
+                       None)
+            if key is not None:
+                tris.append(polygons_to_triangles(parsed["face"][key]))
+        elif el.name == "tristrips" and el.count > 0:
+            key = next((pr.name for pr in el.props if pr.count_dtype is not None), None)
+            if key is not None:
+                tris.append(_strips_to_triangles(parsed["tristrips"][key]))
+    faces = np.concatenate(tris) if tris else None
+    if faces is not None and len(faces) and (faces.min() < 0 or faces.max() >= num_vertices):
+        raise ValueError(f"{p}: PLY faces index vertices outside 0..{num_vertices - 1}")
+    return faces
+
+
+def _read_ply_raw(p: Path) -> Tuple[Dict[str, np.ndarray], Optional[np.ndarray]]:
+    """``({vertex property: [V] array}, faces [F, 3] or None)``."""
+    raw = p.read_bytes()
+    hdr = _parse_ply_header(p, raw)
+    vertex = next((e for e in hdr.elements if e.name == "vertex"), None)
+    if vertex is None:
+        raise ValueError(f"{p}: PLY has no 'vertex' element")
+    parsed: Dict[str, Dict[str, Any]] = {}
+    try:
+        if hdr.format == "ascii":
+            toks = raw[hdr.data_start:].decode("latin-1").split()
+            off = 0
+            for el in hdr.elements:
+                parsed[el.name], off = _ply_ascii_element(toks, off, el)
+        else:
+            endian = "<" if hdr.format == "binary_little_endian" else ">"
+            off = hdr.data_start
+            for el in hdr.elements:
+                parsed[el.name], off = _ply_binary_element(raw, off, el, endian)
+    except _Truncated as exc:
+        raise ValueError(f"{p}: truncated PLY ({exc})") from None
+    except ValueError as exc:
+        raise ValueError(f"{p}: corrupt PLY data ({exc})") from None
+    verts = {k: np.asarray(v) for k, v in parsed["vertex"].items()}
+    return verts, _ply_faces(p, hdr, parsed, vertex.count)
+
+
+def _ply_points(p: Path, verts: Dict[str, np.ndarray]) -> np.ndarray:
+    """The ``x y z`` vertex properties as ``[V, 3]`` float64."""
+    if not {"x", "y", "z"} <= verts.keys():
+        raise ValueError(f"{p}: PLY vertex element has no x y z properties")
+    return np.stack([verts["x"], verts["y"], verts["z"]], 1).astype(np.float64)
+
+
+def read_ply_mesh(p: Path) -> Tuple[np.ndarray, np.ndarray]:
+    """``(vertices, faces)`` of the PLY file ``p``; ``faces`` is ``[0, 3]`` for a point cloud."""
+    verts, faces = _read_ply_raw(p)
+    pts = _ply_points(p, verts)
+    return pts, (faces if faces is not None else np.zeros((0, 3), np.int64))
+
+
+def read_ply(p: Path, num_samples: int, seed: int) -> PointCloud:
+    """The points of the PLY file ``p``, or ``num_samples`` surface samples when it is a mesh."""
+    verts, faces = _read_ply_raw(p)
+    pts = _ply_points(p, verts)
+    if faces is not None and len(faces) > 0:
+        sp, sn = sample_mesh((pts, faces), num_samples, seed=seed)
+        return PointCloud(sp, sn, source=str(p))
+    normals = None
+    for trio in (("nx", "ny", "nz"), ("normal_x", "normal_y", "normal_z")):
+        if set(trio) <= verts.keys():
+            normals = np.stack([verts[k] for k in trio], 1)
+            break
+    colors = None
+    for trio in (("red", "green", "blue"), ("r", "g", "b"), ("diffuse_red", "diffuse_green", "diffuse_blue")):
+        if set(trio) <= verts.keys():
+            block = np.stack([verts[k] for k in trio], 1)
+            scale = 255.0 if block.dtype.kind in "ui" else (color_scale(block.astype(np.float64)) or 255.0)
+            colors = np.clip(block.astype(np.float64) / scale, 0.0, 1.0)
+            break
+    labels = None
+    for lk in ("label", "labels", "class", "scalar_label", "semantic", "part", "segment"):
+        if lk in verts:
+            labels = np.asarray(verts[lk]).astype(np.int64)
+            break
+    return PointCloud(pts, normals, colors, labels, str(p))

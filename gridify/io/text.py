@@ -1,0 +1,107 @@
+"""Reader of text point clouds: ``.xyz .txt .pts .csv .xyzn .xyzrgb``.
+
+Layout: one point per line, whitespace- or comma-separated numeric columns (``;`` also
+separates when the file uses commas); ``#`` starts a comment; blank lines are skipped; a first
+line holding only an integer (the ``.pts`` point count) is skipped. The columns are interpreted
+by :func:`~gridify.io.columns.table_to_cloud`; ``.xyzn`` defaults to ``x y z nx ny nz`` and
+``.xyzrgb`` to ``x y z r g b``.
+
+Shapes:
+    a file of ``N`` lines of ``C`` columns -> points ``[N, 3]`` (normals/colors ``[N, 3]``,
+    labels ``[N]`` as the columns say).
+"""
+from __future__ import annotations
+
+import io
+import re
+import warnings
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .cloud import PointCloud
+from .columns import table_to_cloud
+
+__all__ = ["read_text"]
+
+
+def _split(s: str, comma: bool) -> List[str]:
+    return [t for t in re.split(r"[,\s;]+", s) if t] if comma else s.split()
+
+
+def _decode(p: Path) -> str:
+    raw = p.read_bytes()
+    if b"\x00" in raw[:4096]:
+        raise ValueError(f"{p}: looks like a binary file, expected text with one point per line")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+def _layout(p: Path, text: str) -> Tuple[int, int, bool]:
+    """``(lines to skip, column count, comma-separated)`` from the first two data lines."""
+    head: List[Tuple[int, str]] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        s = line.split("#", 1)[0].strip()
+        if s:
+            head.append((lineno, s))
+            if len(head) == 2:
+                break
+    if not head:
+        raise ValueError(f"{p}: file contains no points (only blank or comment lines)")
+    comma = any("," in s for _, s in head)
+    skip = head[0][0] - 1  # physical lines before the first data line
+    first = _split(head[0][1], comma)
+    if len(first) == 1 and len(head) == 2 and re.fullmatch(r"\d+", first[0]):
+        skip = head[1][0] - 1  # a .pts-style header holding only the point count
+        first = _split(head[1][1], comma)
+    return skip, len(first), comma
+
+
+def _careful_table(p: Path, text: str, skip: int, ncol: int, comma: bool) -> np.ndarray:
+    """The ``[N, ncol]`` table, line by line: an error names the first bad line."""
+    lines: List[Tuple[int, str]] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        s = line.split("#", 1)[0].strip()
+        if s and lineno > skip:
+            lines.append((lineno, s))
+    tokens: List[str] = []
+    for lineno, s in lines:
+        toks = _split(s, comma)
+        if len(toks) != ncol:
+            raise ValueError(f"{p}: line {lineno} has {len(toks)} columns but the first data line "
+                             f"has {ncol} (truncated or corrupt file?)")
+        tokens.extend(toks)
+    try:
+        return np.array(tokens, dtype=np.float64).reshape(len(lines), ncol)
+    except ValueError:
+        for lineno, s in lines:  # find the offending line for the message
+            try:
+                np.array(_split(s, comma), dtype=np.float64)
+            except ValueError:
+                raise ValueError(f"{p}: line {lineno} is not numeric: {s[:80]!r}") from None
+        raise
+
+
+def read_text(p: Path, columns: Optional[Sequence[str]] = None) -> PointCloud:
+    """Read the text file ``p`` (see the module docstring); ``columns`` names its columns."""
+    ext = p.suffix.lower()
+    if columns is None and ext == ".xyzn":
+        columns = ("x", "y", "z", "nx", "ny", "nz")
+    elif columns is None and ext == ".xyzrgb":
+        columns = ("x", "y", "z", "r", "g", "b")
+    text = _decode(p)
+    skip, ncol, comma = _layout(p, text)
+    # fast path: numpy's C parser; on any failure the careful path names the bad line
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # e.g. "input contained no data"
+            table = np.loadtxt(io.StringIO(text), delimiter="," if comma else None, comments="#",
+                               skiprows=skip, ndmin=2, dtype=np.float64)
+        if table.shape[1] == ncol:
+            return table_to_cloud(table, p, columns)
+    except (ValueError, UserWarning):
+        pass
+    return table_to_cloud(_careful_table(p, text, skip, ncol, comma), p, columns)
