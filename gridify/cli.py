@@ -71,6 +71,7 @@ def _add_common_model_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from ._version import __version__
+    from .io import supported_extensions
 
     p = argparse.ArgumentParser(prog="gridify", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -82,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("predict", help="label the points of a file with a trained model",
                        description="Classify a cloud, or segment every point of it, with a trained model. Any "
-                                   "file gridify.io.read_points reads (.ply .pcd .xyz .txt .npy .npz .off .obj .stl; "
-                                   "meshes are surface-sampled) and any number of points.")
+                                   f"file gridify.io.read_points reads ({' '.join(supported_extensions())}; meshes "
+                                   "are surface-sampled) and any number of points.")
     q.add_argument("file", help="point cloud or mesh file")
     q.add_argument("--ckpt", required=True, help="exported model.pt or Lightning .ckpt")
     q.add_argument("--out", help="write the labels: .txt (one per line), .npy, .ply (points coloured by label, "

@@ -48,7 +48,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_choice, check_int, check_number
-from ..io import SUPPORTED_EXTENSIONS, PointCloud, read_points
+from ..io import PointCloud, read_points, supported_extensions
 from ..transforms import FixedPoints
 from ..transforms import rotation_matrix
 from ._common import check_split
@@ -396,12 +396,12 @@ def _frame_paths(where: str, frames: Any) -> Tuple[Optional[Path], List[Path]]:
             raise FileNotFoundError(f"{where}: frame folder {folder} does not exist")
         if not folder.is_dir():
             raise ValueError(f"{where}: {folder} is not a folder; pass a folder or a list of files")
+        known = supported_extensions()
         paths = sorted((p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")
-                        and p.suffix.lower() in SUPPORTED_EXTENSIONS and p.name.lower() not in TIMESTAMP_FILES),
+                        and p.suffix.lower() in known and p.name.lower() not in TIMESTAMP_FILES),
                        key=lambda p: _natural_key(p.name))
         if not paths:
-            raise ValueError(f"{where}: folder {folder} holds no point files (extensions: "
-                             f"{', '.join(SUPPORTED_EXTENSIONS)})")
+            raise ValueError(f"{where}: folder {folder} holds no point files (extensions: {', '.join(known)})")
         return folder, paths
     if isinstance(frames, (list, tuple)):
         if not frames:
@@ -450,7 +450,7 @@ def read_sequence(frames: Union[PathLike, Sequence[PathLike]], timestamps: Any =
 
     Args:
         frames: a folder (its files with a supported extension, see
-            :data:`gridify.io.SUPPORTED_EXTENSIONS`, in natural name order: ``f2`` before
+            :func:`gridify.io.supported_extensions`, in natural name order: ``f2`` before
             ``f10``; the timestamp files :data:`TIMESTAMP_FILES` are skipped) or a list of files.
         timestamps: one time per frame: a list/array/tensor of numbers, the path of a text file
             with one time per line (blank lines and ``#`` comments ignored), ``"index"`` for

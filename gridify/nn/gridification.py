@@ -17,6 +17,7 @@ from .._checks import (check_batch, check_choice, check_finite, check_float, che
                        check_tensor, fail)
 from ..ops.scatter import scatter_unchecked
 from ..registry import POS_EMBEDDINGS
+from .edge_messages import fused_edge_messages, use_fused_messages
 from .connectivity import BipartiteGraph, bilateral_knn_unchecked, check_connectivity_args, warn_small_clouds
 from .inputs import module_dtype, parse_points
 from .grid import RegularGrid
@@ -64,12 +65,14 @@ class BipartiteConv(nn.Module):
 
     def __init__(self, in_channels: int, out_channels: int, hidden_channels: int, pos_dim: int = 3,
                  pos_embedding: str = "rff", omega0: float = 0.1, message: str = "product",
-                 aggr: str = "mean") -> None:
+                 aggr: str = "mean", fused_messages: Union[str, bool] = "auto") -> None:
         super().__init__()
         where = type(self).__name__
         check_positive_int(where, in_channels=in_channels, out_channels=out_channels, hidden_channels=hidden_channels)
         check_choice(where, "message", message, MESSAGES)
         check_choice(where, "aggr", aggr, AGGREGATIONS)
+        check_choice(where, "fused_messages", fused_messages, ("auto", True, False))
+        self.fused_messages = fused_messages
         self.in_channels, self.out_channels, self.hidden_channels = in_channels, out_channels, hidden_channels
         self.message, self.aggr = message, aggr
         H = hidden_channels
@@ -119,7 +122,12 @@ class BipartiteConv(nn.Module):
         E = edge_src.numel()
         chunk = self.edge_chunk_size
         if torch.is_grad_enabled():
-            agg = scatter_unchecked(self._messages(h, offset, edge_src), edge_dst, num_dst, self.aggr)
+            if use_fused_messages(self.fused_messages, field=self.phi_pos, aggr=self.aggr, needs_grad=True,
+                                  offset=offset):
+                agg = fused_edge_messages(h, offset, edge_src, edge_dst, num_dst, field=self.phi_pos, aggr=self.aggr,
+                                          msg_out=self.msg_out if self.message == "concat" else None)
+            else:
+                agg = scatter_unchecked(self._messages(h, offset, edge_src), edge_dst, num_dst, self.aggr)
         elif E <= chunk:
             agg = scatter_unchecked(self._messages(h, offset, edge_src, self._inference_phi_pos()), edge_dst,
                                     num_dst, self.aggr)
