@@ -78,3 +78,5 @@ KERNELS: Registry[Callable[..., Any]] = Registry("kernel network")
 BACKBONES: Registry[Callable[..., Any]] = Registry("backbone")
 #: Full models (classifiers, segmenters, baselines).
 MODELS: Registry[Callable[..., Any]] = Registry("model")
+#: Datasets by the name configs use for them (``data.name``).
+DATASETS: Registry[Callable[..., Any]] = Registry("dataset")

@@ -40,6 +40,7 @@ import numpy as np
 
 from .._checks import check_choice
 from ..io import read_mesh, read_points, repair_normals, sample_mesh
+from ..registry import DATASETS
 from ._common import (PathLike, PointCloudDataset, Transform, check_split, default_root, load_npz,
                       save_npz_atomic, stratified_split, writable_dir)
 from .download import DatasetNotFoundError, download_archive, manual_instructions
@@ -63,6 +64,7 @@ def _shape_class(shape: str) -> str:
     return shape.rsplit("_", 1)[0]
 
 
+@DATASETS.register("modelnet")
 class ModelNet(PointCloudDataset):
     """ModelNet10/40 classification.
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from .._checks import check_choice, check_number, check_positive_int
 from ..io import sample_mesh
+from ..registry import DATASETS
 from ._common import PointCloudDataset, Transform, check_split
 
 __all__ = ["ProceduralShapes", "PROCEDURAL_CLASSES", "PROCEDURAL_PARTS", "PROCEDURAL_CATEGORY_TO_PARTS",
@@ -265,6 +266,7 @@ def make_shape(category: str, num_points: int, rng: np.random.Generator
     return pos, normal, part
 
 
+@DATASETS.register("procedural")
 class ProceduralShapes(PointCloudDataset):
     """Procedurally generated shapes for classification or part segmentation.
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from .._checks import check_choice
 from ..io import read_points, repair_normals
+from ..registry import DATASETS
 from ._common import PathLike, PointCloudDataset, Transform, check_split, default_root
 from .download import DatasetNotFoundError, download_archive, manual_instructions
 
@@ -63,6 +64,7 @@ SOURCES = ("normal_txt", "hdf5", "v0_points")
 _SPLIT_FILES = {"train": ["train"], "val": ["val"], "test": ["test"], "trainval": ["train", "val"]}
 
 
+@DATASETS.register("shapenet")
 class ShapeNetPart(PointCloudDataset):
     """ShapeNet-Part segmentation.
 
