@@ -26,12 +26,15 @@ import torch
 from torch.utils.data import DataLoader
 
 import gridify
-from gridify import training as T
-from gridify.checkpoint import CheckpointError, build_model_from_checkpoint
-from gridify.datasets import collate_points
+from gridify.checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
+from gridify.datasets import DatasetNotFoundError, DownloadError, collate_points
+from gridify.training.config import DEFAULTS, ConfigError, check_config, deep_merge, resolve_config
+from gridify.training.data import build_dataset
+from gridify.training.metrics import evaluate_model, format_metrics
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``evaluate`` argument parser."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="Lightning .ckpt or exported model.pt")
@@ -48,17 +51,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    """Evaluate from the command line ``argv`` (default ``sys.argv[1:]``); returns the report."""
     args = build_parser().parse_intermixed_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        payload = T.load_checkpoint(args.ckpt)
-    except T.CheckpointError as exc:
+        payload = load_checkpoint(args.ckpt)
+    except CheckpointError as exc:
         raise SystemExit(f"evaluate.py: error: {exc}")
     try:
-        stored = T.check_config(T.deep_merge(T.DEFAULTS, payload["config"]))
-        cfg = T.resolve_config(args.config, args.overrides, base=stored)
-    except T.ConfigError as exc:
+        stored = check_config(deep_merge(DEFAULTS, payload["config"]))
+        cfg = resolve_config(args.config, args.overrides, base=stored)
+    except ConfigError as exc:
         raise SystemExit(f"evaluate.py: config error: {exc}")
     if cfg["task"] != payload["task"]:
         raise SystemExit(f"evaluate.py: config error: the checkpoint is a {payload['task']} model but the config "
@@ -76,16 +80,16 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         raise SystemExit(f"evaluate.py: error: {args.ckpt}: {exc}")
 
     try:
-        ds = T.build_dataset(cfg, args.split)
-    except T.ConfigError as exc:
+        ds = build_dataset(cfg, args.split)
+    except ConfigError as exc:
         raise SystemExit(f"evaluate.py: config error: {exc}")
-    except (T.DatasetNotFoundError, T.DownloadError) as exc:
+    except (DatasetNotFoundError, DownloadError) as exc:
         raise SystemExit(f"evaluate.py: error: {exc}")
     info = payload["info"]
     loader = DataLoader(ds, batch_size=int(cfg["data"].get("eval_batch_size") or cfg["data"]["batch_size"]),
                         shuffle=False, num_workers=int(cfg["data"]["num_workers"]), collate_fn=collate_points)
     t0 = time.time()
-    metrics, extra = T.evaluate_model(model, loader, cfg["task"], info, device, progress=not args.no_progress)
+    metrics, extra = evaluate_model(model, loader, cfg["task"], info, device, progress=not args.no_progress)
     seconds = time.time() - t0
 
     report: Dict[str, Any] = {
@@ -101,7 +105,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
     print(f"[evaluate] {ckpt} on {cfg['data']['name']} {args.split} ({extra['num_scored']} samples): "
-          f"{T.format_metrics(cfg['task'], metrics)} -> {out}")
+          f"{format_metrics(cfg['task'], metrics)} -> {out}")
     return report
 
 
