@@ -244,6 +244,31 @@ def test_segmentation_run_and_export(tmp_path):
     assert res["metrics"]["instance_miou"] == pytest.approx(report["metrics"]["instance_miou"], abs=1e-6)
 
 
+def test_bf16_mixed_precision_run(tmp_path, monkeypatch):
+    """SepFlexConv3d handles autocast itself: a bf16-mixed CPU run trains and tests with the layers
+    called inside the autocast region (nothing wraps them to turn it off)."""
+    from gridify.nn.flexconv import SepFlexConv3d
+
+    autocast_on = []
+    forward = SepFlexConv3d.forward
+
+    def spy(self, x):
+        autocast_on.append(torch.is_autocast_enabled(x.device.type))
+        return forward(self, x)
+
+    monkeypatch.setattr(SepFlexConv3d, "forward", spy)
+    summary = T.main(tiny(tmp_path, "trainer.max_epochs=1", "trainer.plots=false", "--accelerator", "cpu",
+                          "--precision", "bf16-mixed"))
+    assert summary["config"]["trainer"]["precision"] == "bf16-mixed"
+    assert autocast_on and all(autocast_on)
+    report = json.loads((tmp_path / "test_metrics.json").read_text())
+    assert report["global_step"] == 2 and report["num_scored"] == 8
+    assert all(torch.isfinite(torch.tensor(v)) for v in report["metrics"].values())
+    state = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert state["global_step"] == 2
+    assert all(torch.isfinite(v).all() for v in state["state_dict"].values() if v.is_floating_point())
+
+
 def test_modelnet10_one_training_step(shared_data, tmp_path):
     root = shared_data / "modelnet10_pcd"
     if not (root / "ModelNet10" / "pcd").is_dir():

@@ -52,7 +52,7 @@ from .config import (AUGMENTATIONS, CLOSED_SECTIONS, DATA_LOADER_KEYS, DATASETS,
                      TASKS, ConfigError, apply_override, check_config, deep_merge, load_yaml, parse_augmentations,
                      parse_override, resolve_config, yaml_value)
 from .data import (REPO_ROOT, EpochAugment, EpochDataLoader, ShardSampler, build_dataset, dataset_info,
-                   dataset_kwargs, fill_model_kwargs, fit_box, full_precision_flexconvs, inference_info, make_model,
+                   dataset_kwargs, fill_model_kwargs, fit_box, inference_info, make_model,
                    resolve_root, set_train_epoch)
 from .metrics import compute_metrics, evaluate_model, format_metrics, forward_batch, make_metrics, update_metrics
 from .plots import plot_confusion, plot_curves, read_metric_logs
@@ -71,7 +71,7 @@ __all__ = [
     "TASKS", "ConfigError", "apply_override", "check_config", "deep_merge", "load_yaml", "parse_augmentations",
     "parse_override", "resolve_config", "yaml_value",
     "REPO_ROOT", "EpochAugment", "EpochDataLoader", "ShardSampler", "build_dataset", "dataset_info", "dataset_kwargs",
-    "fill_model_kwargs", "fit_box", "full_precision_flexconvs", "inference_info", "make_model", "resolve_root",
+    "fill_model_kwargs", "fit_box", "inference_info", "make_model", "resolve_root",
     "set_train_epoch",
     "steps_per_epoch", "warmup_cosine", "world_size_guess",
     "compute_metrics", "evaluate_model", "format_metrics", "forward_batch", "make_metrics", "update_metrics",

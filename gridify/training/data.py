@@ -26,8 +26,8 @@ from gridify.transforms import FixedPoints
 from .config import AUGMENTATIONS, DATA_LOADER_KEYS, ConfigError
 
 __all__ = ["REPO_ROOT", "fit_box", "EpochAugment", "resolve_root", "dataset_kwargs", "build_dataset", "dataset_info",
-           "inference_info", "fill_model_kwargs", "full_precision_flexconvs", "make_model", "ShardSampler",
-           "EpochDataLoader", "set_train_epoch"]
+           "inference_info", "fill_model_kwargs", "make_model", "ShardSampler", "EpochDataLoader",
+           "set_train_epoch"]
 
 #: the repository (or source tree) root: relative data roots are also looked up here
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -164,31 +164,6 @@ def fill_model_kwargs(cfg: Dict[str, Any], info: Dict[str, Any]) -> Tuple[str, D
     if cfg["task"] == "segmentation":
         kwargs.setdefault("num_categories", info["num_categories"])
     return cfg["model"]["name"], kwargs
-
-
-def full_precision_flexconvs(model: torch.nn.Module) -> int:
-    """Run every SepFlexConv3d of ``model`` in float32 with autocast off (mixed-precision workaround).
-
-    Under ``torch.autocast`` the grid tensors reach SepFlexConv3d in bf16/fp16 while it generates
-    its kernel in float32, and the layer rejects the mismatch. Until the library handles
-    autocast itself, those layers (only them) run in full precision; their outputs go back into
-    the autocast region. Returns the number of wrapped layers.
-    """
-    from gridify.nn.flexconv import SepFlexConv3d
-
-    count = 0
-    for module in model.modules():
-        if isinstance(module, SepFlexConv3d) and not getattr(module, "_fp32_wrapped", False):
-            inner = module.forward
-
-            def forward(x: torch.Tensor, _inner: Callable[..., torch.Tensor] = inner) -> torch.Tensor:
-                with torch.autocast(device_type=x.device.type, enabled=False):
-                    return _inner(x.float())
-
-            module.forward = forward
-            module._fp32_wrapped = True
-            count += 1
-    return count
 
 
 def make_model(name: str, kwargs: Dict[str, Any]) -> torch.nn.Module:

@@ -30,8 +30,7 @@ from gridify.checkpoint import CheckpointError, load_checkpoint, plain
 
 from .callbacks import atomic_checkpoint_io, checkpoint_callbacks, make_loggers
 from .config import PRIMARY_METRIC, ConfigError, parse_augmentations
-from .data import (EpochAugment, build_dataset, dataset_info, fill_model_kwargs, full_precision_flexconvs,
-                   inference_info)
+from .data import EpochAugment, build_dataset, dataset_info, fill_model_kwargs, inference_info
 from .module import PointCloudData, PointCloudTask
 from .report import RunRecord, test_report, write_run_files, write_test_outputs
 from .schedule import steps_per_epoch, world_size_guess
@@ -124,8 +123,6 @@ def build_module(cfg: Dict[str, Any], info: Dict[str, Any], num_train: int,
     module = PointCloudTask(model_name=model_name, model_kwargs=plain(model_kwargs), task=cfg["task"],
                             optim=plain(cfg["optim"]), info=plain(info), config=plain(cfg), seed=cfg["seed"],
                             steps_per_epoch=spe, gridify_version=gridify.__version__)
-    if "mixed" in str(tr["precision"]) or str(tr["precision"]) in ("16", "bf16"):
-        full_precision_flexconvs(module.model)
     model = module.model
     num_params = model.num_parameters() if hasattr(model, "num_parameters") else sum(
         p.numel() for p in model.parameters())
