@@ -17,7 +17,6 @@ beside the checkpoint).
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
@@ -31,6 +30,7 @@ from gridify.datasets import DatasetNotFoundError, DownloadError, collate_points
 from gridify.training.config import DEFAULTS, ConfigError, check_config, deep_merge, resolve_config
 from gridify.training.data import build_dataset
 from gridify.training.metrics import evaluate_model, format_metrics
+from gridify.training.report import write_json
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,8 +102,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     report.update(extra)
     ckpt = Path(args.ckpt)
     out = Path(args.output) if args.output else ckpt.with_name(f"{ckpt.stem}.{args.split}_metrics.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
+    write_json(out, report)
     print(f"[evaluate] {ckpt} on {cfg['data']['name']} {args.split} ({extra['num_scored']} samples): "
           f"{format_metrics(cfg['task'], metrics)} -> {out}")
     return report

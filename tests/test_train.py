@@ -190,6 +190,19 @@ def test_evaluate_reproduces_the_test_metrics(trained, tmp_path):
         assert json.loads((tmp_path / "m.json").read_text())["metrics"] == res["metrics"]
 
 
+def test_evaluate_writes_its_report_atomically(trained, tmp_path, monkeypatch):
+    import gridify._files
+
+    written = []
+    real_write = gridify._files.atomic_write
+    monkeypatch.setattr(gridify._files, "atomic_write",
+                        lambda path, write: written.append(path) or real_write(path, write))
+    out, _ = trained
+    E.main(["--ckpt", str(out / "checkpoints" / "model.pt"), "--threads", "1", "--no-progress",
+            "--output", str(tmp_path / "sub" / "m.json")])
+    assert written == [tmp_path / "sub" / "m.json"] and json.loads(written[0].read_text())["split"] == "test"
+
+
 def test_evaluate_rejects_missing_corrupt_and_unsafe_files(tmp_path):
     missing = tmp_path / "nope.ckpt"
     with pytest.raises(SystemExit, match=f"checkpoint not found: {missing}"):

@@ -2,14 +2,17 @@
 
 Matplotlib (Agg backend) is imported inside the plotting functions, so reading the logs
 (:func:`read_metric_logs`) and importing this module need neither matplotlib nor a display.
+The PNG files are written atomically (:func:`gridify._files.atomic_write`).
 """
 from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
+
+from gridify._files import atomic_write
 
 __all__ = ["read_metric_logs", "plot_curves", "plot_confusion"]
 
@@ -27,6 +30,15 @@ def read_metric_logs(csv_root: Path) -> List[Dict[str, float]]:
             first = min(r.get("step", 0.0) for r in part)
             rows = [r for r in rows if r.get("step", -1.0) < first] + part
     return rows
+
+
+def _save(fig: Any, path: Path) -> Path:
+    """Write ``fig`` as a PNG to ``path`` (atomically) and close it."""
+    import matplotlib.pyplot as plt
+
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=120))
+    plt.close(fig)
+    return path
 
 
 def plot_curves(rows: List[Dict[str, float]], out_dir: Path, task: str) -> List[Path]:
@@ -57,10 +69,7 @@ def plot_curves(rows: List[Dict[str, float]], out_dir: Path, task: str) -> List[
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    p = out_dir / "loss.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    written.append(p)
+    written.append(_save(fig, out_dir / "loss.png"))
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     keys = ["val_oa", "val_macc"] if task == "classification" else ["val_instance_miou", "val_class_miou"]
@@ -82,10 +91,7 @@ def plot_curves(rows: List[Dict[str, float]], out_dir: Path, task: str) -> List[
     axes[1].set_title("learning rate")
     axes[1].grid(alpha=0.3)
     fig.tight_layout()
-    p = out_dir / "metrics.png"
-    fig.savefig(p, dpi=120)
-    plt.close(fig)
-    written.append(p)
+    written.append(_save(fig, out_dir / "metrics.png"))
     return written
 
 
@@ -117,6 +123,4 @@ def plot_confusion(matrix: List[List[int]], names: Sequence[str], path: Path, ti
     ax.set_title(title or "confusion matrix (rows normalized)")
     fig.colorbar(im, ax=ax, fraction=0.046)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, path)

@@ -1,6 +1,8 @@
 """The files a run writes about itself: its config, run facts, test report, exported model and plots.
 
-No Lightning import.
+Every file goes through :func:`gridify._files.atomic_write_text` (text) or
+:func:`gridify.checkpoint.export_model` (weights), so a run killed mid-write never leaves half a
+file behind. No Lightning import.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import torch
 import yaml
 
 import gridify
+from gridify._files import atomic_write_text
 from gridify.checkpoint import export_model, plain
 
 from .metrics import format_metrics
@@ -40,14 +43,13 @@ class RunRecord:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    """``obj`` as indented JSON."""
-    path.write_text(json.dumps(obj, indent=2))
+    """``obj`` as indented JSON, written atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=2))
 
 
 def write_run_files(record: RunRecord) -> None:
     """``config.yaml`` (the resolved config) and ``run_info.json`` at the start of a run."""
-    record.out.mkdir(parents=True, exist_ok=True)
-    (record.out / "config.yaml").write_text(yaml.safe_dump(plain(record.cfg), sort_keys=False))
+    atomic_write_text(record.out / "config.yaml", yaml.safe_dump(plain(record.cfg), sort_keys=False))
     write_json(record.out / "run_info.json", record.run_info)
 
 
@@ -85,7 +87,6 @@ def write_test_outputs(record: RunRecord, report: Dict[str, Any], model: torch.n
     and, when ``trainer.plots`` is on, the plots; then one summary line on the console."""
     out, cfg, info = record.out, record.cfg, record.info
     write_json(out / "test_metrics.json", report)
-    (out / "checkpoints").mkdir(parents=True, exist_ok=True)
     export_model(out / "checkpoints" / "model.pt", model, {
         "model_name": record.model_name, "model_kwargs": record.model_kwargs, "class_names": info["class_names"],
         "gridify_version": gridify.__version__, "task": cfg["task"], "info": info, "config": cfg,
