@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader
 import gridify
 from gridify.checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
 from gridify.datasets import DatasetNotFoundError, DownloadError, collate_points
+from gridify.training.cli import program_name
 from gridify.training.config import DEFAULTS, ConfigError, check_config, deep_merge, resolve_config
 from gridify.training.data import build_dataset
 from gridify.training.metrics import evaluate_model, format_metrics
@@ -34,8 +35,8 @@ from gridify.training.report import write_json
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``evaluate`` argument parser."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    """The ``evaluate`` argument parser (its program name from :func:`~gridify.training.cli.program_name`)."""
+    p = argparse.ArgumentParser(prog=program_name("evaluate.py"), description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="Lightning .ckpt or exported model.pt")
     p.add_argument("--config", help="YAML whose sections update the config stored in the checkpoint")
@@ -52,20 +53,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """Evaluate from the command line ``argv`` (default ``sys.argv[1:]``); returns the report."""
-    args = build_parser().parse_intermixed_args(argv)
+    parser = build_parser()
+    args = parser.parse_intermixed_args(argv)
+    prog = parser.prog
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
         payload = load_checkpoint(args.ckpt)
     except CheckpointError as exc:
-        raise SystemExit(f"evaluate.py: error: {exc}")
+        raise SystemExit(f"{prog}: error: {exc}")
     try:
         stored = check_config(deep_merge(DEFAULTS, payload["config"]))
         cfg = resolve_config(args.config, args.overrides, base=stored)
     except ConfigError as exc:
-        raise SystemExit(f"evaluate.py: config error: {exc}")
+        raise SystemExit(f"{prog}: config error: {exc}")
     if cfg["task"] != payload["task"]:
-        raise SystemExit(f"evaluate.py: config error: the checkpoint is a {payload['task']} model but the config "
+        raise SystemExit(f"{prog}: config error: the checkpoint is a {payload['task']} model but the config "
                          f"says task: {cfg['task']}")
     if args.batch_size:
         cfg["data"]["eval_batch_size"] = args.batch_size
@@ -77,14 +80,14 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     try:
         model = build_model_from_checkpoint(payload, reparameterize=True)
     except CheckpointError as exc:
-        raise SystemExit(f"evaluate.py: error: {args.ckpt}: {exc}")
+        raise SystemExit(f"{prog}: error: {args.ckpt}: {exc}")
 
     try:
         ds = build_dataset(cfg, args.split)
     except ConfigError as exc:
-        raise SystemExit(f"evaluate.py: config error: {exc}")
+        raise SystemExit(f"{prog}: config error: {exc}")
     except (DatasetNotFoundError, DownloadError) as exc:
-        raise SystemExit(f"evaluate.py: error: {exc}")
+        raise SystemExit(f"{prog}: error: {exc}")
     info = payload["info"]
     loader = DataLoader(ds, batch_size=int(cfg["data"].get("eval_batch_size") or cfg["data"]["batch_size"]),
                         shuffle=False, num_workers=int(cfg["data"]["num_workers"]), collate_fn=collate_points)

@@ -37,6 +37,9 @@ def test_run_files_are_written_atomically(tmp_path, monkeypatch):
     info = {"source_format": "procedural", "class_names": ["a", "b"]}
     record = R.RunRecord(cfg, info, "linear", {}, 6, run_info={"started": "now"})
     R.write_run_files(record)
+    logs = tmp_path / "run" / "csv" / "version_0"
+    logs.mkdir(parents=True)
+    (logs / "metrics.csv").write_text("epoch,step,train_loss,val_loss,val_oa\n0,0,1.5,,\n0,1,1.2,1.3,0.5\n")
     results = {"metrics": {"loss": 0.5, "oa": 1.0, "macc": 1.0}, "num_scored": 2, "confusion_matrix": [[1, 0], [0, 1]]}
     report = R.test_report(record, results, num_samples=2, checkpoint=None, epoch=1, global_step=2, train_seconds=3.0)
     R.write_test_outputs(record, report, torch.nn.Linear(2, 2), 3.0)
@@ -48,3 +51,43 @@ def test_run_files_are_written_atomically(tmp_path, monkeypatch):
     for name in ("config.yaml", "run_info.json", "test_metrics.json", "checkpoints/model.pt"):
         assert (out / name).stat().st_mode & 0o777 == _umask_mode(), name  # not mkstemp's 0600
     assert not list(out.rglob(".*.tmp"))
+
+
+# --------------------------------------------------------------------------------------
+# program names in usage lines and error messages
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv0, train, evaluate", [
+    ("gridify train", "gridify train", "gridify train"),  # the console script names the sub-command
+    ("gridify evaluate", "gridify evaluate", "gridify evaluate"),
+    ("/repo/scripts/train.py", "train.py", "evaluate.py"),
+    ("/repo/scripts/evaluate.py", "train.py", "evaluate.py"),
+    ("/venv/lib/python3.11/site-packages/pytest/__main__.py", "train.py", "evaluate.py"),  # called from Python
+    ("", "train.py", "evaluate.py"),
+])
+def test_program_name(monkeypatch, argv0, train, evaluate):
+    from gridify.training.cli import program_name
+
+    monkeypatch.setattr("sys.argv", [argv0])
+    assert (program_name("train.py"), program_name("evaluate.py")) == (train, evaluate)
+
+
+def test_errors_name_the_gridify_command(tmp_path, capsys):
+    from gridify import cli
+
+    with pytest.raises(SystemExit, match=r"^gridify train: config error: override 'modle.resolution=3': unknown"):
+        cli.main(["train", "modle.resolution=3"])
+    with pytest.raises(SystemExit, match=rf"^gridify evaluate: error: .*checkpoint not found: {tmp_path}"):
+        cli.main(["evaluate", "--ckpt", str(tmp_path / "missing.pt")])
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--bogus-flag"])
+    assert "usage: gridify train" in capsys.readouterr().err
+
+
+def test_errors_name_the_script_when_called_from_python(tmp_path):
+    from gridify import evaluation as E
+    from gridify import training as T
+
+    with pytest.raises(SystemExit, match=r"^train.py: config error: override 'modle.resolution=3'"):
+        T.main(["modle.resolution=3"])
+    with pytest.raises(SystemExit, match=r"^evaluate.py: error: .*checkpoint not found"):
+        E.main(["--ckpt", str(tmp_path / "missing.pt")])

@@ -47,7 +47,7 @@ from gridify.metrics import MeanClassAccuracy, OverallAccuracy, ShapeNetPartIoU 
 from gridify.models import build_model  # noqa: F401
 from gridify.transforms import FixedPoints, RandomJitter, RandomRotate, RandomRotateZ, RandomScale  # noqa: F401
 
-from .cli import build_parser, config_from_args, main
+from .cli import build_parser, config_from_args, main, program_name
 from .config import (AUGMENTATIONS, CLOSED_SECTIONS, DATA_LOADER_KEYS, DATASETS, DEFAULTS, PRIMARY_METRIC, SECTIONS,
                      TASKS, ConfigError, apply_override, check_config, deep_merge, load_yaml, parse_augmentations,
                      parse_override, resolve_config, yaml_value)
@@ -76,7 +76,7 @@ __all__ = [
     "steps_per_epoch", "warmup_cosine", "world_size_guess",
     "compute_metrics", "evaluate_model", "format_metrics", "forward_batch", "make_metrics", "update_metrics",
     "plot_confusion", "plot_curves", "read_metric_logs",
-    "build_parser", "config_from_args", "main",
+    "build_parser", "config_from_args", "main", "program_name",
     *_LAZY,
 ]
 

@@ -12,12 +12,15 @@ The command line of ``gridify train``, ``scripts/train.py`` and ``python -m grid
 Positional ``section.key=value`` arguments override the config; values are parsed as YAML
 (``trainer.max_epochs=2``, ``data.augmentations=[rotate_z]``, ``optim.lr=1e-3``).
 
-Parsing the arguments needs no Lightning; it is imported when the run starts.
+Errors are printed as ``<program>: config error: ...`` / ``<program>: error: ...``, where the
+program is the name the command was started as (:func:`program_name`). Parsing the arguments
+needs no Lightning; it is imported when the run starts.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Dict, Optional, Sequence
 
@@ -28,12 +31,23 @@ from gridify.datasets import DatasetNotFoundError, DownloadError
 
 from .config import SECTIONS, ConfigError, resolve_config
 
-__all__ = ["build_parser", "config_from_args", "main"]
+__all__ = ["program_name", "build_parser", "config_from_args", "main"]
+
+
+def program_name(script: str) -> str:
+    """The name this command was started as, for usage lines and error prefixes.
+
+    ``gridify train`` through the ``gridify`` console script (it names the sub-command in
+    ``sys.argv[0]``), ``script`` itself (e.g. ``train.py``) when that script was run, and
+    ``script`` as well when the command is called from Python (tests, notebooks).
+    """
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return name if name.startswith("gridify ") or name == script else script
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``train`` argument parser."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    """The ``train`` argument parser (its program name from :func:`program_name`)."""
+    p = argparse.ArgumentParser(prog=program_name("train.py"), description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Overrides: section.key=value, e.g. model.resolution=7 trainer.max_epochs=2")
     p.add_argument("--config", help="YAML config (sections: " + ", ".join(SECTIONS) + ")")
@@ -68,11 +82,12 @@ def config_from_args(args: argparse.Namespace) -> Dict[str, Any]:
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """Train and test from the command line ``argv`` (default ``sys.argv[1:]``); returns the run summary."""
-    args = build_parser().parse_intermixed_args(argv)
+    parser = build_parser()
+    args = parser.parse_intermixed_args(argv)
     try:
         cfg = config_from_args(args)
     except ConfigError as exc:
-        raise SystemExit(f"train.py: config error: {exc}")
+        raise SystemExit(f"{parser.prog}: config error: {exc}")
     if args.print_config:
         print(yaml.safe_dump(cfg, sort_keys=False))
         return {"config": cfg}
@@ -81,4 +96,4 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     try:
         return run(cfg, resume=args.resume, overwrite=args.overwrite, argv=list(argv or sys.argv[1:]))
     except (ConfigError, CheckpointError, DatasetNotFoundError, DownloadError) as exc:
-        raise SystemExit(f"train.py: error: {exc}")
+        raise SystemExit(f"{parser.prog}: error: {exc}")
