@@ -1,7 +1,7 @@
 """Tests of the training/evaluation scripts (gridify.training / gridify.evaluation, wrapped by scripts/train.py and scripts/evaluate.py) and configs/.
 
 The end-to-end runs use a tiny procedural data set and a tiny model so the whole file stays
-well under a minute on one core (the two-process DDP run takes about 15 s of it).
+well under a minute on one core (the two-process ddp and ddp_spawn runs take about 25 s of it).
 """
 import json
 import os
@@ -314,3 +314,21 @@ def test_ddp_two_cpu_processes(tmp_path):
     res = E.main(["--ckpt", report["checkpoint"], "--threads", "1", "--no-progress"])
     assert res["metrics"]["oa"] == pytest.approx(report["metrics"]["oa"], abs=1e-9)
     assert report["num_scored"] == res["num_scored"] == 8  # every test shape exactly once over 2 ranks
+
+
+def test_ddp_spawn_two_cpu_processes(tmp_path, capfd):
+    """ddp_spawn from Python (no script to re-run): the whole run happens in two spawned DDP ranks."""
+    summary = T.main(tiny(tmp_path, "data.batch_size=2", "trainer.max_epochs=1", "trainer.plots=false",
+                          "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp_spawn"))
+    assert "Starting with 2 processes" in "".join(capfd.readouterr())
+    report = json.loads((tmp_path / "test_metrics.json").read_text())
+    assert summary["metrics"] == report["metrics"] and summary["config"]["trainer"]["strategy"] == "ddp_spawn"
+    assert report["global_step"] == 2 and report["epoch"] == 1  # 8 samples / 2 ranks / batch 2
+    assert report["num_samples"] == report["num_scored"] == 8 and sum(map(sum, report["confusion_matrix"])) == 8
+    assert T.load_yaml(tmp_path / "config.yaml")["trainer"]["strategy"] == "ddp_spawn"
+    assert [p.name for p in (tmp_path / "csv").iterdir()] == ["version_0"]
+    res = E.main(["--ckpt", str(tmp_path / "checkpoints" / "model.pt"), "--threads", "1", "--no-progress"])
+    assert res["metrics"]["oa"] == pytest.approx(report["metrics"]["oa"], abs=1e-9)  # model.pt = the tested weights
+    with pytest.raises(SystemExit, match=r"^train.py: error: model 'gridified_classifier': bad arguments"):
+        T.main(tiny(tmp_path / "bad", "model.bogus=1", "--accelerator", "cpu", "--devices", "2",
+                    "--strategy", "ddp_spawn"))

@@ -91,3 +91,30 @@ def test_errors_name_the_script_when_called_from_python(tmp_path):
         T.main(["modle.resolution=3"])
     with pytest.raises(SystemExit, match=r"^evaluate.py: error: .*checkpoint not found"):
         E.main(["--ckpt", str(tmp_path / "missing.pt")])
+
+
+# --------------------------------------------------------------------------------------
+# the Lightning classes are defined at module level: they pickle (ddp_spawn, multiprocessing)
+# --------------------------------------------------------------------------------------
+def test_lightning_classes_pickle():
+    pytest.importorskip("lightning")
+    import pickle
+
+    from gridify import training as T
+
+    cfg = resolve_config(None, ["data.num_points=32", "data.num_samples_per_class=1", "data.classes=[box, sphere]",
+                                "model.resolution=4", "model.k=4", "model.hidden_channels=8", "model.depth=1",
+                                "model.kernel_size=3"])
+    train_set = T.build_dataset(cfg, "train")
+    info = T.dataset_info(train_set, "classification")
+    name, kwargs = T.fill_model_kwargs(cfg, info)
+    task = T.PointCloudTask(model_name=name, model_kwargs=kwargs, task="classification", optim=cfg["optim"],
+                            info=info, config=cfg, seed=0, steps_per_epoch=1)
+    back = pickle.loads(pickle.dumps(task))
+    assert type(back) is T.PointCloudTask and back.hparams == task.hparams
+    for key, value in task.state_dict().items():
+        torch.testing.assert_close(back.state_dict()[key], value, msg=key)
+    data = T.PointCloudData(cfg, train_set, train_set, T.EpochAugment([("rotate_z", {})], seed=0))
+    for obj in (data, T.StopAfterEpochs(2), T.atomic_checkpoint_io()):
+        assert type(pickle.loads(pickle.dumps(obj))) is type(obj)
+    assert T.lightning_classes()[1:] == (T.PointCloudTask, T.PointCloudData, T.StopAfterEpochs)

@@ -6,6 +6,7 @@ The command line of ``gridify train``, ``scripts/train.py`` and ``python -m grid
     python scripts/train.py --config configs/procedural.yaml model.resolution=7 trainer.max_epochs=2
     python scripts/train.py --config configs/modelnet10.yaml --accelerator gpu --precision bf16-mixed
     python scripts/train.py --config configs/procedural.yaml --devices 2 --strategy ddp --accelerator cpu
+    python scripts/train.py --config configs/procedural.yaml --devices 2 --strategy ddp_spawn --accelerator cpu
     torchrun --nproc_per_node 2 scripts/train.py --config configs/procedural.yaml
     python scripts/train.py --config configs/procedural.yaml --resume auto      # continue last.ckpt
 
@@ -25,9 +26,6 @@ import sys
 from typing import Any, Dict, Optional, Sequence
 
 import yaml
-
-from gridify.checkpoint import CheckpointError
-from gridify.datasets import DatasetNotFoundError, DownloadError
 
 from .config import SECTIONS, ConfigError, resolve_config
 
@@ -91,9 +89,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     if args.print_config:
         print(yaml.safe_dump(cfg, sort_keys=False))
         return {"config": cfg}
-    from .runner import run  # Lightning is imported only when a run starts
+    from .runner import RUN_ERRORS, run  # Lightning is imported only when a run starts
 
     try:
         return run(cfg, resume=args.resume, overwrite=args.overwrite, argv=list(argv or sys.argv[1:]))
-    except (ConfigError, CheckpointError, DatasetNotFoundError, DownloadError) as exc:
+    except RUN_ERRORS as exc:
         raise SystemExit(f"{parser.prog}: error: {exc}")

@@ -1,6 +1,6 @@
 """One training run from a resolved config: start or resume, build, fit, test, report.
 
-:func:`run` is the whole run, in the order of its steps:
+:func:`run_process` is the whole run of one process, in the order of its steps:
 
 1. :func:`setup_process`: the launcher's world size (torchrun), CPU threads, console noise;
 2. :func:`resume_checkpoint` / :func:`prepare_fresh_start`: continue a checkpoint, or refuse to
@@ -10,6 +10,9 @@
 5. :func:`build_trainer`, then :func:`fit`;
 6. :func:`test_and_report`: test the best (or last) checkpoint and write ``test_metrics.json``,
    ``checkpoints/model.pt``, the final ``run_info.json`` and the plots (rank 0).
+
+:func:`run` runs it in this process, or, for ``trainer.strategy: ddp_spawn``, in one process per
+device started by :func:`spawn_run` (see there why Lightning's own ``ddp_spawn`` is not used).
 """
 from __future__ import annotations
 
@@ -24,9 +27,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import lightning.pytorch as pl
 import torch
+import torch.multiprocessing as mp
+from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
 import gridify
 from gridify.checkpoint import CheckpointError, load_checkpoint, plain
+from gridify.datasets import DatasetNotFoundError, DownloadError
 
 from .callbacks import atomic_checkpoint_io, checkpoint_callbacks, make_loggers
 from .config import PRIMARY_METRIC, ConfigError, parse_augmentations
@@ -35,8 +41,12 @@ from .module import PointCloudData, PointCloudTask
 from .report import RunRecord, test_report, write_run_files, write_test_outputs
 from .schedule import steps_per_epoch, world_size_guess
 
-__all__ = ["run", "setup_process", "resume_checkpoint", "prepare_fresh_start", "build_data", "build_module",
-           "build_trainer", "fit", "test_checkpoint", "test_and_report"]
+__all__ = ["RUN_ERRORS", "run", "run_process", "spawn_run", "is_spawn_strategy", "setup_process", "resume_checkpoint",
+           "prepare_fresh_start", "build_data", "build_module", "build_trainer", "fit", "test_checkpoint",
+           "test_and_report"]
+
+#: the errors a run reports as a one-line message (bad config, checkpoint or data), not a traceback
+RUN_ERRORS = (ConfigError, CheckpointError, DatasetNotFoundError, DownloadError)
 
 
 def _env_rank() -> int:
@@ -151,11 +161,20 @@ def _run_info(record: RunRecord, num_train: int, num_val: int, spe: int, ckpt_pa
     }
 
 
+def is_spawn_strategy(strategy: Any) -> bool:
+    """Whether ``strategy`` is ``ddp_spawn`` (or one of its ``ddp_spawn_*`` variants)."""
+    return isinstance(strategy, str) and strategy.startswith("ddp_spawn")
+
+
 def build_trainer(tr: Dict[str, Any], out: Path, callbacks: List[pl.Callback], rank0: bool) -> pl.Trainer:
-    """The Lightning trainer of the ``trainer`` section ``tr`` (atomic checkpoints, CSV + TensorBoard logs)."""
+    """The Lightning trainer of the ``trainer`` section ``tr`` (atomic checkpoints, CSV + TensorBoard logs).
+
+    ``ddp_spawn*`` strategies become ``ddp*``: the processes are already started (:func:`spawn_run`).
+    """
     limits = {k: tr[k] for k in ("limit_train_batches", "limit_val_batches", "limit_test_batches") if tr[k] is not None}
+    strategy = tr["strategy"].replace("ddp_spawn", "ddp", 1) if is_spawn_strategy(tr["strategy"]) else tr["strategy"]
     return pl.Trainer(
-        accelerator=tr["accelerator"], devices=tr["devices"], num_nodes=int(tr["num_nodes"]), strategy=tr["strategy"],
+        accelerator=tr["accelerator"], devices=tr["devices"], num_nodes=int(tr["num_nodes"]), strategy=strategy,
         precision=tr["precision"], max_epochs=int(tr["max_epochs"]), max_steps=int(tr["max_steps"]),
         log_every_n_steps=int(tr["log_every_n_steps"]), check_val_every_n_epoch=int(tr["check_val_every_n_epoch"]),
         num_sanity_val_steps=int(tr["num_sanity_val_steps"]), gradient_clip_val=tr["gradient_clip_val"],
@@ -194,10 +213,10 @@ def test_and_report(trainer: pl.Trainer, module: PointCloudTask, datamodule: Poi
     return report
 
 
-def run(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool = False,
-        argv: Sequence[str] = ()) -> Dict[str, Any]:
-    """Train and test as ``cfg`` says; returns ``{"config", "output_dir", "train_seconds"}`` plus, on
-    rank 0, the test report."""
+def run_process(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool = False,
+                argv: Sequence[str] = ()) -> Dict[str, Any]:
+    """This process's part of the run (all of it, or one DDP rank); returns ``{"config", "output_dir",
+    "train_seconds"}`` plus, on rank 0, the test report."""
     tr = cfg["trainer"]
     setup_process(tr)
     out = Path(cfg["output_dir"])
@@ -229,3 +248,57 @@ def run(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool = Fal
     train_seconds = fit(trainer, module, datamodule, ckpt_path)
     report = test_and_report(trainer, module, datamodule, record, test_checkpoint(tr, best, ckpt_dir), train_seconds)
     return {"config": cfg, "output_dir": str(out), "train_seconds": train_seconds, **report}
+
+
+def _spawned_process(local_rank: int, cfg: Dict[str, Any], resume: Optional[str], argv: Sequence[str], port: str,
+                     results: Any) -> None:
+    """Process ``local_rank`` of :func:`spawn_run`: a DDP rank, found by Lightning as under its ``ddp`` launcher."""
+    os.environ.update(MASTER_ADDR=os.environ.get("MASTER_ADDR", "127.0.0.1"), MASTER_PORT=port,
+                      LOCAL_RANK=str(local_rank))
+    try:
+        summary: Any = run_process(cfg, resume=resume, argv=argv)
+    except RUN_ERRORS as exc:  # the same on every rank: raised again, as itself, by spawn_run
+        summary = exc
+    if local_rank == 0:
+        results.put(summary)
+
+
+def spawn_run(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool = False,
+              argv: Sequence[str] = ()) -> Dict[str, Any]:
+    """``trainer.strategy: ddp_spawn``: start one process per device with ``torch.multiprocessing``
+    (spawn) and run :func:`run_process` in each, as a DDP rank; returns the summary of rank 0.
+
+    The script is not run again (unlike ``ddp``), so this works wherever the command cannot be
+    re-run, e.g. from Python or the ``gridify`` console script. Lightning's own ``ddp_spawn`` starts
+    new processes for ``fit`` and again for ``test`` and brings back only the weights and logged
+    scalars: the test report, the tested weights for ``model.pt``, the step counts and the log
+    folders would be lost or split. Here the whole run happens in the spawned processes, exactly
+    as under ``ddp``. Resuming and output-folder checks happen once, here, before any process starts.
+    """
+    tr = cfg["trainer"]
+    out = Path(cfg["output_dir"])
+    ckpt_path = resume_checkpoint(resume, out / "checkpoints", rank0=True)
+    if ckpt_path is None:
+        prepare_fresh_start(out, overwrite)
+    port = os.environ.get("MASTER_PORT") or str(find_free_network_port())
+    results = mp.get_context("spawn").SimpleQueue()
+    procs = mp.start_processes(_spawned_process, args=(cfg, ckpt_path, argv, port, results), join=False,
+                               nprocs=world_size_guess(tr["devices"], 1, tr["accelerator"]), start_method="spawn")
+    summary = None
+    while not procs.join(timeout=1.0):  # raises when a process fails; rank 0 may be waiting to hand its summary
+        if summary is None and not results.empty():
+            summary = results.get()
+    summary = results.get() if summary is None else summary
+    if isinstance(summary, BaseException):
+        raise summary
+    return summary
+
+
+def run(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool = False,
+        argv: Sequence[str] = ()) -> Dict[str, Any]:
+    """Train and test as ``cfg`` says (``resume``: a checkpoint path or ``auto``; ``overwrite``: replace
+    an earlier run in the output folder); returns ``{"config", "output_dir", "train_seconds"}`` plus,
+    on rank 0, the test report."""
+    if is_spawn_strategy(cfg["trainer"]["strategy"]) and "LOCAL_RANK" not in os.environ:
+        return spawn_run(cfg, resume, overwrite, argv)
+    return run_process(cfg, resume, overwrite, argv)
