@@ -1,6 +1,12 @@
-"""Tests of the gridify.training package itself: what it writes and how (the end-to-end runs are in test_train.py)."""
+"""Tests of the gridify.training package itself: its layout, imports, names and the files it writes.
+
+The end-to-end runs are in test_train.py.
+"""
+import ast
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +16,9 @@ pytest.importorskip("yaml")
 
 from gridify.training import report as R  # noqa: E402
 from gridify.training.config import resolve_config  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "gridify" / "training"
 
 
 def _umask_mode():
@@ -118,3 +127,81 @@ def test_lightning_classes_pickle():
     for obj in (data, T.StopAfterEpochs(2), T.atomic_checkpoint_io()):
         assert type(pickle.loads(pickle.dumps(obj))) is type(obj)
     assert T.lightning_classes()[1:] == (T.PointCloudTask, T.PointCloudData, T.StopAfterEpochs)
+
+
+
+# --------------------------------------------------------------------------------------
+# layout and imports
+# --------------------------------------------------------------------------------------
+def test_no_function_longer_than_80_lines():
+    long = []
+    for path in sorted(PACKAGE.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:
+                long.append(f"{path.name}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not long
+
+
+def test_every_module_has_a_docstring():
+    assert all(ast.get_docstring(ast.parse(p.read_text())) for p in PACKAGE.glob("*.py"))
+
+
+def test_no_library_module_imports_the_training_package():
+    """gridify.training is the top layer: only gridify.evaluation builds on it (gridify.cli runs it by name)."""
+    offenders = []
+    for path in sorted((ROOT / "gridify").rglob("*.py")):
+        rel = path.relative_to(ROOT / "gridify")
+        if rel.parts[0] == "training" or rel.name == "evaluation.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [f"{'.' * node.level}{node.module or ''}"] + [a.name for a in node.names]
+                     if isinstance(node, ast.ImportFrom) else [])
+            if any("training" in n.split(".") for n in names):
+                offenders.append(f"{rel}:{node.lineno}")
+    assert not offenders
+
+
+def test_importing_the_package_does_not_import_lightning():
+    code = ("import sys\n"
+            "import gridify.training as T, gridify.evaluation\n"
+            "import gridify.training.config, gridify.training.data, gridify.training.metrics, gridify.training.plots\n"
+            "import gridify.training.report, gridify.training.schedule, gridify.training.cli\n"
+            "T.resolve_config(None, ['trainer.max_epochs=2']); T.ShardSampler(4, shuffle=True); T.main\n"
+            "light = lambda: sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning'))\n"
+            "assert not light(), light()\n"
+            "assert T.PointCloudTask.__module__ == 'gridify.training.module' and 'lightning' in sys.modules\n"
+            "print('ok')\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stdout + res.stderr
+
+
+def test_the_former_module_names_are_still_there():
+    pytest.importorskip("lightning")
+    from gridify import training as T
+
+    names = """ConfigError DEFAULTS SECTIONS TASKS DATASETS DATA_LOADER_KEYS CLOSED_SECTIONS PRIMARY_METRIC REPO_ROOT
+        yaml_value load_yaml deep_merge parse_override apply_override check_config resolve_config AUGMENTATIONS
+        parse_augmentations fit_box EpochAugment resolve_root dataset_kwargs build_dataset dataset_info
+        fill_model_kwargs make_model ShardSampler EpochDataLoader set_train_epoch steps_per_epoch warmup_cosine
+        forward_batch make_metrics update_metrics compute_metrics evaluate_model format_metrics read_metric_logs
+        plot_curves plot_confusion lightning_classes atomic_checkpoint_io build_parser config_from_args main run
+        CheckpointError atomic_torch_save export_model load_checkpoint plain DatasetNotFoundError DownloadError
+        ModelNet ProceduralShapes ShapeNetPart collate_points MeanClassAccuracy OverallAccuracy ShapeNetPartIoU
+        build_model FixedPoints RandomJitter RandomRotate RandomRotateZ RandomScale""".split()
+    assert [n for n in names if not hasattr(T, n)] == []
+    assert callable(T.run) and T.run.__module__ == "gridify.training.runner"  # the function, not a submodule
+    assert set(T.__all__) <= set(dir(T))
+    with pytest.raises(AttributeError, match="has no attribute 'full_precision_flexconvs'"):
+        T.full_precision_flexconvs
+    assert T.REPO_ROOT == ROOT and (T.REPO_ROOT / "configs" / "procedural.yaml").is_file()
+
+
+def test_python_dash_m(monkeypatch, capsys):
+    import runpy
+
+    config = str(ROOT / "configs" / "procedural.yaml")
+    monkeypatch.setattr("sys.argv", [str(PACKAGE / "__main__.py"), "--config", config, "--print-config",
+                                      "trainer.max_epochs=3"])
+    runpy.run_module("gridify.training", run_name="__main__")
+    assert "max_epochs: 3" in capsys.readouterr().out
