@@ -41,26 +41,22 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def plot_curves(rows: List[Dict[str, float]], out_dir: Path, task: str) -> List[Path]:
-    """``loss.png`` (train/val loss per step) and ``metrics.png`` (validation metrics, learning rate)."""
-    import matplotlib
+def _series(rows: List[Dict[str, float]], key: str, x: str) -> Tuple[List[float], List[float]]:
+    """The ``(x, key)`` points of the rows that have both, sorted by ``x``."""
+    pts = sorted((r[x], r[key]) for r in rows if key in r and x in r)
+    return [p[0] for p in pts], [p[1] for p in pts]
 
-    matplotlib.use("Agg")
+
+def _plot_loss(rows: List[Dict[str, float]], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    written = []
-
-    def series(key: str, x: str) -> Tuple[List[float], List[float]]:
-        pts = sorted((r[x], r[key]) for r in rows if key in r and x in r)
-        return [p[0] for p in pts], [p[1] for p in pts]
-
     fig, ax = plt.subplots(figsize=(6, 4))
-    xs, ys = series("train_loss", "step")
+    xs, ys = _series(rows, "train_loss", "step")
     if xs:
         ax.plot(xs, ys, alpha=0.35, lw=0.8, label="train (step)")
     # epoch curves are drawn at the step where the epoch ended
     for key, label in (("train_loss_epoch", "train (epoch)"), ("val_loss", "val")):
-        xs, ys = series(key, "step")
+        xs, ys = _series(rows, key, "step")
         if xs:
             ax.plot(xs, ys, marker="o", label=label)
     ax.set_xlabel("step")
@@ -69,12 +65,16 @@ def plot_curves(rows: List[Dict[str, float]], out_dir: Path, task: str) -> List[
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    written.append(_save(fig, out_dir / "loss.png"))
+    return _save(fig, path)
+
+
+def _plot_metrics(rows: List[Dict[str, float]], path: Path, task: str) -> Path:
+    import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     keys = ["val_oa", "val_macc"] if task == "classification" else ["val_instance_miou", "val_class_miou"]
     for key in keys:
-        xs, ys = series(key, "epoch")
+        xs, ys = _series(rows, key, "epoch")
         if xs:
             axes[0].plot(xs, [100 * v for v in ys], marker="o", label=key[4:])
     axes[0].set_xlabel("epoch")
@@ -85,14 +85,21 @@ def plot_curves(rows: List[Dict[str, float]], out_dir: Path, task: str) -> List[
         axes[0].legend()
     lr_key = next((k for r in rows for k in r if k.startswith("lr")), None)
     if lr_key:
-        xs, ys = series(lr_key, "step")
+        xs, ys = _series(rows, lr_key, "step")
         axes[1].plot(xs, ys)
     axes[1].set_xlabel("step")
     axes[1].set_title("learning rate")
     axes[1].grid(alpha=0.3)
     fig.tight_layout()
-    written.append(_save(fig, out_dir / "metrics.png"))
-    return written
+    return _save(fig, path)
+
+
+def plot_curves(rows: List[Dict[str, float]], out_dir: Path, task: str) -> List[Path]:
+    """``loss.png`` (train/val loss per step) and ``metrics.png`` (validation metrics, learning rate)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    return [_plot_loss(rows, out_dir / "loss.png"), _plot_metrics(rows, out_dir / "metrics.png", task)]
 
 
 def plot_confusion(matrix: List[List[int]], names: Sequence[str], path: Path, title: str = "") -> Path:
