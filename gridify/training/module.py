@@ -18,7 +18,7 @@
 ``use_distributed_sampler=False``): each process reads its :class:`~.data.ShardSampler` share,
 and the train loader is an :class:`~.data.EpochDataLoader` driven by the fit loop's progress.
 
-Both classes live at module level, so they pickle (``ddp_spawn`` sends them to its processes).
+Both classes live at module level, so they pickle (multiprocessing, Lightning's spawn-based launchers).
 """
 from __future__ import annotations
 

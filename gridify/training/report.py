@@ -1,8 +1,8 @@
 """The files a run writes about itself: its config, run facts, test report, exported model and plots.
 
-Every file goes through :func:`gridify._files.atomic_write_text` (text) or
-:func:`gridify.checkpoint.export_model` (weights), so a run killed mid-write never leaves half a
-file behind. No Lightning import.
+Every file is written atomically, through :func:`gridify._files.atomic_write_text` (text),
+:func:`gridify.checkpoint.export_model` (weights) or :mod:`.plots` (images), so a run killed
+mid-write never leaves half a file behind. No Lightning import.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ __all__ = ["RunRecord", "write_json", "write_run_files", "test_report", "write_t
 
 @dataclass
 class RunRecord:
-    """What a run knows about itself once data and model are built (plain values; it pickles)."""
+    """What a run knows about itself once data and model are built, for the files it writes."""
 
     cfg: Dict[str, Any]
     info: Dict[str, Any]
