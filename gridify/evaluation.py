@@ -17,7 +17,6 @@ beside the checkpoint).
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
@@ -26,13 +25,18 @@ import torch
 from torch.utils.data import DataLoader
 
 import gridify
-from gridify import training as T
-from gridify.checkpoint import CheckpointError, build_model_from_checkpoint
-from gridify.datasets import collate_points
+from gridify.checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
+from gridify.datasets import DatasetNotFoundError, DownloadError, collate_points
+from gridify.training.cli import program_name
+from gridify.training.config import DEFAULTS, ConfigError, check_config, deep_merge, resolve_config
+from gridify.training.data import build_dataset
+from gridify.training.metrics import evaluate_model, format_metrics
+from gridify.training.report import write_json
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    """The ``evaluate`` argument parser (its program name from :func:`~gridify.training.cli.program_name`)."""
+    p = argparse.ArgumentParser(prog=program_name("evaluate.py"), description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="Lightning .ckpt or exported model.pt")
     p.add_argument("--config", help="YAML whose sections update the config stored in the checkpoint")
@@ -48,20 +52,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-    args = build_parser().parse_intermixed_args(argv)
+    """Evaluate from the command line ``argv`` (default ``sys.argv[1:]``); returns the report."""
+    parser = build_parser()
+    args = parser.parse_intermixed_args(argv)
+    prog = parser.prog
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        payload = T.load_checkpoint(args.ckpt)
-    except T.CheckpointError as exc:
-        raise SystemExit(f"evaluate.py: error: {exc}")
+        payload = load_checkpoint(args.ckpt)
+    except CheckpointError as exc:
+        raise SystemExit(f"{prog}: error: {exc}")
     try:
-        stored = T.check_config(T.deep_merge(T.DEFAULTS, payload["config"]))
-        cfg = T.resolve_config(args.config, args.overrides, base=stored)
-    except T.ConfigError as exc:
-        raise SystemExit(f"evaluate.py: config error: {exc}")
+        stored = check_config(deep_merge(DEFAULTS, payload["config"]))
+        cfg = resolve_config(args.config, args.overrides, base=stored)
+    except ConfigError as exc:
+        raise SystemExit(f"{prog}: config error: {exc}")
     if cfg["task"] != payload["task"]:
-        raise SystemExit(f"evaluate.py: config error: the checkpoint is a {payload['task']} model but the config "
+        raise SystemExit(f"{prog}: config error: the checkpoint is a {payload['task']} model but the config "
                          f"says task: {cfg['task']}")
     if args.batch_size:
         cfg["data"]["eval_batch_size"] = args.batch_size
@@ -73,19 +80,19 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     try:
         model = build_model_from_checkpoint(payload, reparameterize=True)
     except CheckpointError as exc:
-        raise SystemExit(f"evaluate.py: error: {args.ckpt}: {exc}")
+        raise SystemExit(f"{prog}: error: {args.ckpt}: {exc}")
 
     try:
-        ds = T.build_dataset(cfg, args.split)
-    except T.ConfigError as exc:
-        raise SystemExit(f"evaluate.py: config error: {exc}")
-    except (T.DatasetNotFoundError, T.DownloadError) as exc:
-        raise SystemExit(f"evaluate.py: error: {exc}")
+        ds = build_dataset(cfg, args.split)
+    except ConfigError as exc:
+        raise SystemExit(f"{prog}: config error: {exc}")
+    except (DatasetNotFoundError, DownloadError) as exc:
+        raise SystemExit(f"{prog}: error: {exc}")
     info = payload["info"]
     loader = DataLoader(ds, batch_size=int(cfg["data"].get("eval_batch_size") or cfg["data"]["batch_size"]),
                         shuffle=False, num_workers=int(cfg["data"]["num_workers"]), collate_fn=collate_points)
     t0 = time.time()
-    metrics, extra = T.evaluate_model(model, loader, cfg["task"], info, device, progress=not args.no_progress)
+    metrics, extra = evaluate_model(model, loader, cfg["task"], info, device, progress=not args.no_progress)
     seconds = time.time() - t0
 
     report: Dict[str, Any] = {
@@ -98,10 +105,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     report.update(extra)
     ckpt = Path(args.ckpt)
     out = Path(args.output) if args.output else ckpt.with_name(f"{ckpt.stem}.{args.split}_metrics.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
+    write_json(out, report)
     print(f"[evaluate] {ckpt} on {cfg['data']['name']} {args.split} ({extra['num_scored']} samples): "
-          f"{T.format_metrics(cfg['task'], metrics)} -> {out}")
+          f"{format_metrics(cfg['task'], metrics)} -> {out}")
     return report
 
 

@@ -1,7 +1,7 @@
 """Tests of the training/evaluation scripts (gridify.training / gridify.evaluation, wrapped by scripts/train.py and scripts/evaluate.py) and configs/.
 
 The end-to-end runs use a tiny procedural data set and a tiny model so the whole file stays
-well under a minute on one core (the two-process DDP run takes about 15 s of it).
+well under a minute on one core (the two-process ddp and ddp_spawn runs take about 25 s of it).
 """
 import json
 import os
@@ -190,6 +190,19 @@ def test_evaluate_reproduces_the_test_metrics(trained, tmp_path):
         assert json.loads((tmp_path / "m.json").read_text())["metrics"] == res["metrics"]
 
 
+def test_evaluate_writes_its_report_atomically(trained, tmp_path, monkeypatch):
+    import gridify._files
+
+    written = []
+    real_write = gridify._files.atomic_write
+    monkeypatch.setattr(gridify._files, "atomic_write",
+                        lambda path, write: written.append(path) or real_write(path, write))
+    out, _ = trained
+    E.main(["--ckpt", str(out / "checkpoints" / "model.pt"), "--threads", "1", "--no-progress",
+            "--output", str(tmp_path / "sub" / "m.json")])
+    assert written == [tmp_path / "sub" / "m.json"] and json.loads(written[0].read_text())["split"] == "test"
+
+
 def test_evaluate_rejects_missing_corrupt_and_unsafe_files(tmp_path):
     missing = tmp_path / "nope.ckpt"
     with pytest.raises(SystemExit, match=f"checkpoint not found: {missing}"):
@@ -244,6 +257,31 @@ def test_segmentation_run_and_export(tmp_path):
     assert res["metrics"]["instance_miou"] == pytest.approx(report["metrics"]["instance_miou"], abs=1e-6)
 
 
+def test_bf16_mixed_precision_run(tmp_path, monkeypatch):
+    """SepFlexConv3d handles autocast itself: a bf16-mixed CPU run trains and tests with the layers
+    called inside the autocast region (nothing wraps them to turn it off)."""
+    from gridify.nn.flexconv import SepFlexConv3d
+
+    autocast_on = []
+    forward = SepFlexConv3d.forward
+
+    def spy(self, x):
+        autocast_on.append(torch.is_autocast_enabled(x.device.type))
+        return forward(self, x)
+
+    monkeypatch.setattr(SepFlexConv3d, "forward", spy)
+    summary = T.main(tiny(tmp_path, "trainer.max_epochs=1", "trainer.plots=false", "--accelerator", "cpu",
+                          "--precision", "bf16-mixed"))
+    assert summary["config"]["trainer"]["precision"] == "bf16-mixed"
+    assert autocast_on and all(autocast_on)
+    report = json.loads((tmp_path / "test_metrics.json").read_text())
+    assert report["global_step"] == 2 and report["num_scored"] == 8
+    assert all(torch.isfinite(torch.tensor(v)) for v in report["metrics"].values())
+    state = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert state["global_step"] == 2
+    assert all(torch.isfinite(v).all() for v in state["state_dict"].values() if v.is_floating_point())
+
+
 def test_modelnet10_one_training_step(shared_data, tmp_path):
     root = shared_data / "modelnet10_pcd"
     if not (root / "ModelNet10" / "pcd").is_dir():
@@ -276,3 +314,21 @@ def test_ddp_two_cpu_processes(tmp_path):
     res = E.main(["--ckpt", report["checkpoint"], "--threads", "1", "--no-progress"])
     assert res["metrics"]["oa"] == pytest.approx(report["metrics"]["oa"], abs=1e-9)
     assert report["num_scored"] == res["num_scored"] == 8  # every test shape exactly once over 2 ranks
+
+
+def test_ddp_spawn_two_cpu_processes(tmp_path, capfd):
+    """ddp_spawn from Python (no script to re-run): the whole run happens in two spawned DDP ranks."""
+    summary = T.main(tiny(tmp_path, "data.batch_size=2", "trainer.max_epochs=1", "trainer.plots=false",
+                          "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp_spawn"))
+    assert "Starting with 2 processes" in "".join(capfd.readouterr())
+    report = json.loads((tmp_path / "test_metrics.json").read_text())
+    assert summary["metrics"] == report["metrics"] and summary["config"]["trainer"]["strategy"] == "ddp_spawn"
+    assert report["global_step"] == 2 and report["epoch"] == 1  # 8 samples / 2 ranks / batch 2
+    assert report["num_samples"] == report["num_scored"] == 8 and sum(map(sum, report["confusion_matrix"])) == 8
+    assert T.load_yaml(tmp_path / "config.yaml")["trainer"]["strategy"] == "ddp_spawn"
+    assert [p.name for p in (tmp_path / "csv").iterdir()] == ["version_0"]
+    res = E.main(["--ckpt", str(tmp_path / "checkpoints" / "model.pt"), "--threads", "1", "--no-progress"])
+    assert res["metrics"]["oa"] == pytest.approx(report["metrics"]["oa"], abs=1e-9)  # model.pt = the tested weights
+    with pytest.raises(SystemExit, match=r"^train.py: error: model 'gridified_classifier': bad arguments"):
+        T.main(tiny(tmp_path / "bad", "model.bogus=1", "--accelerator", "cpu", "--devices", "2",
+                    "--strategy", "ddp_spawn"))

@@ -1,0 +1,93 @@
+"""Train and test a gridified network from a YAML config, with PyTorch Lightning.
+
+    python scripts/train.py --config configs/procedural.yaml
+    python scripts/train.py --config configs/procedural.yaml model.resolution=7 trainer.max_epochs=2
+    python -m gridify.training --config configs/procedural.yaml --resume auto    # continue last.ckpt
+    gridify train --config configs/procedural.yaml
+
+Everything a run produces goes to ``output_dir``::
+
+    config.yaml            the resolved config (defaults + file + overrides + filled model kwargs)
+    run_info.json          gridify version, dataset source format, parameter count, sizes, command
+    checkpoints/last.ckpt  latest state (weights, optimizer, scheduler, loops) for --resume
+    checkpoints/best-*.ckpt  best epoch by the validation metric
+    checkpoints/model.pt   plain export of the tested weights (loads with weights_only=True)
+    test_metrics.json      test metrics (OA/mAcc or instance/class mIoU)
+    csv/version_*/metrics.csv, tensorboard/version_*/   logs
+    plots/loss.png, plots/metrics.png, plots/confusion_matrix.png (classification)
+
+The package, one concern per module:
+
+    config      defaults, YAML reader, overrides, validation (ConfigError)
+    data        datasets, augmentations, samplers and loaders, the model from the config
+    schedule    steps per epoch and the warm-up + cosine learning-rate factor
+    metrics     forward pass, metrics, a plain evaluation loop
+    plots       loss/metric curves and the confusion matrix (matplotlib)
+    report      the files a run writes about itself
+    module      the Lightning modules (PointCloudTask, PointCloudData)
+    callbacks   checkpoints, atomic checkpoint I/O, loggers, StopAfterEpochs
+    runner      run(): one run, step by step
+    cli         the command line (main)
+
+``import gridify`` never imports this package, and importing it (or its config, data, schedule,
+metrics, plots, report and cli modules) does not import Lightning: the Lightning-dependent names
+(:class:`PointCloudTask`, :func:`run`, :func:`atomic_checkpoint_io`, ...) are loaded on first
+access. ``scripts/train.py`` is a thin wrapper around :func:`main`.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Dict, List
+
+# names the former single-module gridify.training imported from the library, still importable from here
+from gridify.checkpoint import CheckpointError, atomic_torch_save, export_model, load_checkpoint, plain  # noqa: F401
+from gridify.datasets import (DatasetNotFoundError, DownloadError, ModelNet, ProceduralShapes,  # noqa: F401
+                              ShapeNetPart, collate_points)
+from gridify.metrics import MeanClassAccuracy, OverallAccuracy, ShapeNetPartIoU  # noqa: F401
+from gridify.models import build_model  # noqa: F401
+from gridify.transforms import FixedPoints, RandomJitter, RandomRotate, RandomRotateZ, RandomScale  # noqa: F401
+
+from .cli import build_parser, config_from_args, main, program_name
+from .config import (AUGMENTATIONS, CLOSED_SECTIONS, DATA_LOADER_KEYS, DATASETS, DEFAULTS, PRIMARY_METRIC, SECTIONS,
+                     TASKS, ConfigError, apply_override, check_config, deep_merge, load_yaml, parse_augmentations,
+                     parse_override, resolve_config, yaml_value)
+from .data import (REPO_ROOT, EpochAugment, EpochDataLoader, ShardSampler, build_dataset, dataset_info,
+                   dataset_kwargs, fill_model_kwargs, fit_box, inference_info, make_model,
+                   resolve_root, set_train_epoch)
+from .metrics import compute_metrics, evaluate_model, format_metrics, forward_batch, make_metrics, update_metrics
+from .plots import plot_confusion, plot_curves, read_metric_logs
+from .schedule import steps_per_epoch, warmup_cosine, world_size_guess
+
+#: Lightning-dependent names -> the submodule defining them (imported on first access, PEP 562)
+_LAZY: Dict[str, str] = {
+    "PointCloudTask": "module", "PointCloudData": "module", "lightning_classes": "module",
+    "StopAfterEpochs": "callbacks", "AtomicCheckpointIO": "callbacks", "atomic_checkpoint_io": "callbacks",
+    "checkpoint_callbacks": "callbacks", "make_loggers": "callbacks",
+    "run": "runner",
+}
+
+__all__ = [
+    "AUGMENTATIONS", "CLOSED_SECTIONS", "DATA_LOADER_KEYS", "DATASETS", "DEFAULTS", "PRIMARY_METRIC", "SECTIONS",
+    "TASKS", "ConfigError", "apply_override", "check_config", "deep_merge", "load_yaml", "parse_augmentations",
+    "parse_override", "resolve_config", "yaml_value",
+    "REPO_ROOT", "EpochAugment", "EpochDataLoader", "ShardSampler", "build_dataset", "dataset_info", "dataset_kwargs",
+    "fill_model_kwargs", "fit_box", "inference_info", "make_model", "resolve_root",
+    "set_train_epoch",
+    "steps_per_epoch", "warmup_cosine", "world_size_guess",
+    "compute_metrics", "evaluate_model", "format_metrics", "forward_batch", "make_metrics", "update_metrics",
+    "plot_confusion", "plot_curves", "read_metric_logs",
+    "build_parser", "config_from_args", "main", "program_name",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,109 @@
+"""The trainer's plug-ins, one small piece per concern: checkpoints, checkpoint I/O, logs, stopping.
+
+* :func:`checkpoint_callbacks`: ``best-epoch*.ckpt`` (best validation metric), ``last.ckpt``
+  (every ``trainer.checkpoint.every_n_epochs`` epochs and/or ``every_n_train_steps`` steps) and,
+  with ``keep_all``, one file per epoch.
+* :func:`atomic_checkpoint_io`: checkpoints are written atomically and read with
+  ``weights_only=True`` (:class:`AtomicCheckpointIO`).
+* :func:`make_loggers`: CSV and TensorBoard logs under the output folder.
+* :class:`StopAfterEpochs`: stop as an interruption would, to be continued with ``--resume``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import lightning.pytorch as pl
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
+
+from gridify.checkpoint import atomic_torch_save
+
+__all__ = ["StopAfterEpochs", "AtomicCheckpointIO", "atomic_checkpoint_io", "best_checkpoint", "last_checkpoints",
+           "checkpoint_callbacks", "make_loggers"]
+
+
+class StopAfterEpochs(pl.Callback):
+    """Stop (as an interruption would) after ``n`` epochs; resume later with --resume."""
+
+    def __init__(self, n: int) -> None:
+        self.n = int(n)
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.current_epoch + 1 >= self.n:
+            trainer.should_stop = True
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Saves with :func:`~gridify.checkpoint.atomic_torch_save`; loads with ``weights_only=True`` always."""
+
+    def save_checkpoint(self, checkpoint: Dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
+        if storage_options is not None:
+            raise TypeError("AtomicCheckpointIO.save_checkpoint does not take storage_options")
+        atomic_torch_save(checkpoint, path)
+
+    def load_checkpoint(self, path: Any, map_location: Optional[Any] = None,
+                        weights_only: Optional[bool] = None) -> Dict[str, Any]:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"Checkpoint file not found: {path}")
+        return torch.load(path, map_location=map_location if map_location is not None else "cpu",
+                          weights_only=True)
+
+
+def atomic_checkpoint_io() -> AtomicCheckpointIO:
+    """A Lightning ``CheckpointIO`` that writes checkpoints atomically and loads them safely.
+
+    Saving goes through :func:`~gridify.checkpoint.atomic_torch_save` (temporary file in the same
+    directory, fsync, ``os.replace``), so a run killed while writing ``last.ckpt`` keeps the
+    previous one; loading always uses ``torch.load(..., weights_only=True)`` (tensors and plain
+    containers, no unpickled code), whatever the caller asks for.
+    """
+    return AtomicCheckpointIO()
+
+
+def best_checkpoint(ckpt_dir: Path, monitor: str) -> ModelCheckpoint:
+    """Keeps ``best-epoch<NNN>.ckpt``: the epoch with the highest ``monitor``."""
+    return ModelCheckpoint(dirpath=ckpt_dir, filename="best-epoch{epoch:03d}", monitor=monitor, mode="max",
+                           save_top_k=1, auto_insert_metric_name=False, save_last=False)
+
+
+def last_checkpoints(ckpt_dir: Path, ck: Dict[str, Any]) -> List[ModelCheckpoint]:
+    """``last.ckpt`` every ``ck["every_n_epochs"]`` epochs and/or ``ck["every_n_train_steps"]`` steps
+    (every epoch when neither is set), plus one kept file per epoch with ``ck["keep_all"]``."""
+    every_epochs = int(ck.get("every_n_epochs") or 0)
+    every_steps = int(ck.get("every_n_train_steps") or 0)
+    callbacks = []
+    if every_epochs or not every_steps:
+        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1, monitor=None,
+                                         every_n_epochs=max(1, every_epochs), enable_version_counter=False))
+    if every_steps:
+        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1, monitor=None,
+                                         every_n_train_steps=every_steps, enable_version_counter=False))
+    if ck.get("keep_all"):
+        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename="epoch{epoch:03d}-step{step:07d}",
+                                         save_top_k=-1, monitor=None, every_n_epochs=max(1, every_epochs),
+                                         auto_insert_metric_name=False))
+    return callbacks
+
+
+def checkpoint_callbacks(tr: Dict[str, Any], ckpt_dir: Path,
+                         monitor: Optional[str]) -> Tuple[List[pl.Callback], Optional[ModelCheckpoint]]:
+    """Every callback of a run for the ``trainer`` section ``tr``, and the best-checkpoint one.
+
+    Without ``monitor`` (no validation) there is no best checkpoint. The best-checkpoint callback
+    comes first, so it is the trainer's ``checkpoint_callback``.
+    """
+    best = best_checkpoint(ckpt_dir, monitor) if monitor else None
+    callbacks: List[pl.Callback] = [best] if best is not None else []
+    callbacks += last_checkpoints(ckpt_dir, tr["checkpoint"])
+    callbacks.append(LearningRateMonitor(logging_interval="step"))
+    if tr["stop_after_epochs"]:
+        callbacks.append(StopAfterEpochs(int(tr["stop_after_epochs"])))
+    return callbacks, best
+
+
+def make_loggers(out: Path) -> List[Logger]:
+    """``<out>/csv/version_*/metrics.csv`` and ``<out>/tensorboard/version_*/`` logs."""
+    return [CSVLogger(str(out), name="csv"), TensorBoardLogger(str(out), name="tensorboard", default_hp_metric=False)]

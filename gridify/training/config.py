@@ -1,0 +1,294 @@
+"""The run config: defaults, the YAML reader, ``section.key=value`` overrides and validation.
+
+A config is a mapping of the sections in :data:`DEFAULTS`. :func:`resolve_config` starts from the
+defaults, merges a YAML file on top (:func:`deep_merge`), applies command-line overrides
+(:func:`apply_override`, values parsed as YAML) and validates the result (:func:`check_config`),
+raising :class:`ConfigError` with a message that names the offending key.
+
+``data.augmentations`` is parsed here too (:func:`parse_augmentations`): the entries are checked
+by building each transform once. No Lightning import.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import yaml
+
+from gridify.transforms import RandomJitter, RandomRotate, RandomRotateZ, RandomScale
+
+__all__ = ["ConfigError", "DEFAULTS", "SECTIONS", "TASKS", "DATASETS", "DATA_LOADER_KEYS", "CLOSED_SECTIONS",
+           "PRIMARY_METRIC", "AUGMENTATIONS", "yaml_value", "load_yaml", "deep_merge", "parse_override",
+           "apply_override", "parse_augmentations", "check_config", "resolve_config"]
+
+
+class ConfigError(ValueError):
+    """A problem with the config file or a command-line override."""
+
+
+#: the defaults every config starts from; files and overrides are merged on top
+DEFAULTS: Dict[str, Any] = {
+    "seed": 0,
+    "task": "classification",
+    "output_dir": "outputs/run",
+    "data": {
+        "name": "procedural",
+        "batch_size": 16,
+        "eval_batch_size": None,
+        "num_workers": 0,
+        "drop_last": False,
+        "augmentations": [],
+        "train": {},
+        "val": {},
+        "test": {},
+    },
+    "model": {"name": "gridified_classifier"},
+    "optim": {
+        "lr": 1e-3,
+        "weight_decay": 0.0,
+        "betas": [0.9, 0.999],
+        "warmup_epochs": 0,
+        "min_lr": 0.0,
+        "kernel_l2": 0.0,
+    },
+    "trainer": {
+        "max_epochs": 10,
+        "max_steps": -1,
+        "accelerator": "auto",
+        "devices": 1,
+        "num_nodes": 1,
+        "strategy": "auto",
+        "precision": "32-true",
+        "log_every_n_steps": 10,
+        "limit_train_batches": None,
+        "limit_val_batches": None,
+        "limit_test_batches": None,
+        "check_val_every_n_epoch": 1,
+        "num_sanity_val_steps": 0,
+        "gradient_clip_val": None,
+        "accumulate_grad_batches": 1,
+        "deterministic": False,
+        "progress_bar": True,
+        "num_threads": None,
+        "checkpoint": {"every_n_epochs": 1, "every_n_train_steps": None, "keep_all": False},
+        "test_ckpt": "best",
+        "stop_after_epochs": None,
+        "plots": True,
+    },
+}
+
+SECTIONS = tuple(DEFAULTS)
+TASKS = ("classification", "segmentation")
+DATASETS = ("procedural", "modelnet", "modelnet10", "modelnet40", "shapenet")
+#: keys of ``data`` that configure loading rather than the dataset constructor
+DATA_LOADER_KEYS = ("name", "batch_size", "eval_batch_size", "num_workers", "drop_last", "augmentations",
+                    "train", "val", "test")
+#: sections whose keys are checked against the defaults (the others are free-form kwargs)
+CLOSED_SECTIONS = ("optim", "trainer")
+PRIMARY_METRIC = {"classification": "oa", "segmentation": "instance_miou"}
+#: the training augmentations ``data.augmentations`` may name, with their transforms
+AUGMENTATIONS: Dict[str, Callable[..., Any]] = {
+    "rotate_z": RandomRotateZ, "rotate": RandomRotate, "scale": RandomScale, "jitter": RandomJitter}
+
+
+class _Loader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that also reads ``1e-3`` (no dot) as a float, as people write it."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                   |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                   |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                   |[-+]?\.(?:inf|Inf|INF)
+                   |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+def yaml_value(text: str) -> Any:
+    """Parse one scalar/list/dict written in YAML (the value side of an override)."""
+    return yaml.load(text, Loader=_Loader)
+
+
+def load_yaml(path: os.PathLike | str) -> Dict[str, Any]:
+    """The mapping in a YAML config file (``{}`` for an empty file)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.load(path.read_text(), Loader=_Loader)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def deep_merge(base: Dict[str, Any], update: Dict[str, Any]) -> Dict[str, Any]:
+    """A copy of ``base`` with ``update`` merged in (nested mappings merge, everything else replaces)."""
+    out = copy.deepcopy(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def parse_override(text: str) -> Tuple[List[str], Any]:
+    """``"model.resolution=13"`` -> ``(["model", "resolution"], 13)``."""
+    if not isinstance(text, str) or "=" not in text:
+        raise ConfigError(f"malformed override {text!r}: expected section.key=value (e.g. trainer.max_epochs=2)")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    parts = key.split(".")
+    if not key or any(not p or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", p) for p in parts):
+        raise ConfigError(f"malformed override {text!r}: the key {key!r} must be dot-separated names "
+                          f"(e.g. model.resolution=13)")
+    try:
+        value = yaml_value(raw)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"malformed override {text!r}: the value is not valid YAML ({exc})") from None
+    return parts, value
+
+
+def apply_override(cfg: Dict[str, Any], text: str) -> None:
+    """Set the key named by the override ``text`` in ``cfg`` (in place), creating missing sub-sections."""
+    parts, value = parse_override(text)
+    if parts[0] not in SECTIONS:
+        raise ConfigError(f"override {text!r}: unknown section {parts[0]!r}; known sections: {', '.join(SECTIONS)}")
+    node = cfg
+    for i, p in enumerate(parts[:-1]):
+        child = node.get(p)
+        if child is None:
+            child = node[p] = {}
+        if not isinstance(child, dict):
+            where = ".".join(parts[: i + 1])
+            raise ConfigError(f"override {text!r}: {where} is a {type(child).__name__} ({child!r}), not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_augmentations(specs: Any) -> List[Tuple[str, Dict[str, Any]]]:
+    """``[rotate_z, {name: scale, low: 0.8}]`` -> ``[("rotate_z", {}), ("scale", {"low": 0.8})]``."""
+    if specs is None:
+        return []
+    if not isinstance(specs, list):
+        raise ConfigError(f"data.augmentations must be a list, got {specs!r}")
+    out = []
+    for spec in specs:
+        if isinstance(spec, str):
+            name, kwargs = spec, {}
+        elif isinstance(spec, dict) and isinstance(spec.get("name"), str):
+            kwargs = {k: v for k, v in spec.items() if k != "name"}
+            name = spec["name"]
+        else:
+            raise ConfigError(f"data.augmentations: each entry is a name or a mapping with 'name', got {spec!r}")
+        if name not in AUGMENTATIONS:
+            raise ConfigError(f"data.augmentations: unknown augmentation {name!r}; known: {', '.join(AUGMENTATIONS)}")
+        if "seed" in kwargs or "generator" in kwargs:
+            raise ConfigError(f"data.augmentations: {name}: seeds come from the run's seed; remove 'seed'/'generator'")
+        try:
+            AUGMENTATIONS[name](**kwargs)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"data.augmentations: {name}: {exc}") from None
+        out.append((name, kwargs))
+    return out
+
+
+def _check_keys(section: str, given: Dict[str, Any], known: Dict[str, Any]) -> None:
+    for key, value in given.items():
+        if key not in known:
+            raise ConfigError(f"unknown key {section}.{key}; known keys of {section}: {', '.join(sorted(known))}")
+        if isinstance(known[key], dict):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{section}.{key} must be a mapping, got {value!r}")
+            _check_keys(f"{section}.{key}", value, known[key])
+
+
+def _positive_int(name: str, value: Any, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_data(data: Dict[str, Any]) -> None:
+    if data.get("name") not in DATASETS:
+        raise ConfigError(f"data.name must be one of {list(DATASETS)}, got {data.get('name')!r}")
+    _positive_int("data.batch_size", data.get("batch_size"))
+    _positive_int("data.eval_batch_size", data.get("eval_batch_size"), allow_none=True)
+    nw = data.get("num_workers")
+    if isinstance(nw, bool) or not isinstance(nw, int) or nw < 0:
+        raise ConfigError(f"data.num_workers must be a non-negative integer, got {nw!r}")
+    for split in ("train", "val", "test"):
+        if not isinstance(data.get(split) or {}, dict):
+            raise ConfigError(f"data.{split} must be a mapping of per-split dataset arguments, got {data.get(split)!r}")
+    parse_augmentations(data.get("augmentations"))
+
+
+def _check_optim(optim: Dict[str, Any]) -> None:
+    for key in ("lr", "weight_decay", "warmup_epochs", "min_lr", "kernel_l2"):
+        v = optim[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            raise ConfigError(f"optim.{key} must be a non-negative number, got {v!r}")
+    if optim["lr"] <= 0:
+        raise ConfigError(f"optim.lr must be positive, got {optim['lr']!r}")
+
+
+def _check_trainer(tr: Dict[str, Any]) -> None:
+    if tr["test_ckpt"] not in ("best", "last"):
+        raise ConfigError(f"trainer.test_ckpt must be 'best' or 'last', got {tr['test_ckpt']!r}")
+    _positive_int("trainer.max_epochs", tr["max_epochs"])
+    _positive_int("trainer.stop_after_epochs", tr["stop_after_epochs"], allow_none=True)
+    _positive_int("trainer.num_threads", tr["num_threads"], allow_none=True)
+    ck = tr["checkpoint"]
+    for key in ("every_n_epochs", "every_n_train_steps"):
+        v = ck.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise ConfigError(f"trainer.checkpoint.{key} must be a non-negative integer or null, got {v!r}")
+
+
+def check_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """Validate a merged config; raises :class:`ConfigError` naming the offending key."""
+    unknown = [k for k in cfg if k not in SECTIONS]
+    if unknown:
+        raise ConfigError(f"unknown config section(s) {unknown}; known sections: {', '.join(SECTIONS)}")
+    for sec in ("data", "model", "optim", "trainer"):
+        if not isinstance(cfg.get(sec), dict):
+            raise ConfigError(f"config section {sec!r} must be a mapping, got {cfg.get(sec)!r}")
+    for sec in CLOSED_SECTIONS:
+        _check_keys(sec, cfg[sec], DEFAULTS[sec])
+    if cfg["task"] not in TASKS:
+        raise ConfigError(f"task must be one of {list(TASKS)}, got {cfg['task']!r}")
+    if isinstance(cfg["seed"], bool) or not isinstance(cfg["seed"], int):
+        raise ConfigError(f"seed must be an integer, got {cfg['seed']!r}")
+    if not isinstance(cfg["output_dir"], str) or not cfg["output_dir"]:
+        raise ConfigError(f"output_dir must be a non-empty path, got {cfg['output_dir']!r}")
+    _check_data(cfg["data"])
+    if not isinstance(cfg["model"].get("name"), str):
+        raise ConfigError("model.name must name a registered model (e.g. gridified_classifier)")
+    _check_optim(cfg["optim"])
+    _check_trainer(cfg["trainer"])
+    return cfg
+
+
+def resolve_config(config_path: Optional[str], overrides: Sequence[str] = (),
+                   base: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Defaults (or ``base``) <- config file <- overrides, validated."""
+    cfg = copy.deepcopy(DEFAULTS if base is None else base)
+    if config_path:
+        file_cfg = load_yaml(config_path)
+        unknown = [k for k in file_cfg if k not in SECTIONS]
+        if unknown:
+            raise ConfigError(f"{config_path}: unknown config section(s) {unknown}; known sections: "
+                              f"{', '.join(SECTIONS)}")
+        cfg = deep_merge(cfg, file_cfg)
+    for text in overrides:
+        apply_override(cfg, text)
+    return check_config(cfg)

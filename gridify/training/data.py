@@ -1,0 +1,284 @@
+"""Data and model for a run: datasets from the config, augmentations, samplers, loaders, the model.
+
+Everything random about the training data is a function of ``(seed, epoch)`` only, so a resumed
+run (even mid-epoch), another worker count or another access order sees exactly the same
+batches: :class:`EpochAugment` seeds the augmentations from (seed, epoch, sample content),
+:class:`ShardSampler` draws each process's indices from (seed, epoch), and
+:class:`EpochDataLoader` sets the epoch before any index is drawn and can skip the batches a
+mid-epoch checkpoint had already consumed. No Lightning import.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+import zlib
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from gridify.datasets import ModelNet, ProceduralShapes, ShapeNetPart
+from gridify.models import build_model
+from gridify.transforms import FixedPoints
+
+from .config import AUGMENTATIONS, DATA_LOADER_KEYS, ConfigError
+
+__all__ = ["REPO_ROOT", "fit_box", "EpochAugment", "resolve_root", "dataset_kwargs", "build_dataset", "dataset_info",
+           "inference_info", "fill_model_kwargs", "make_model", "ShardSampler", "EpochDataLoader",
+           "set_train_epoch"]
+
+#: the repository (or source tree) root: relative data roots are also looked up here
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def fit_box(sample: Dict[str, Any], limit: float = 1.0) -> Dict[str, Any]:
+    """Shrink the cloud uniformly into ``[-limit, limit]^3`` when it sticks out (else unchanged).
+
+    Gridification rejects points outside its box and the gridified models do not expose its
+    ``outside``/``bounds`` options, so scaled-up or jittered training clouds are pulled back in.
+    A uniform scale leaves normals unchanged.
+    """
+    pos = sample["pos"]
+    extent = float(pos.abs().max()) if isinstance(pos, torch.Tensor) else float(np.abs(pos).max())
+    if extent <= limit:
+        return sample
+    out = dict(sample)
+    out["pos"] = pos * (limit / extent)
+    return out
+
+
+class EpochAugment:
+    """Training augmentations whose randomness depends only on (seed, epoch, sample content).
+
+    Every call builds the transforms around a generator seeded from the run seed, the epoch and
+    a checksum of the points, so a resumed run, another worker count or another access order
+    sees exactly the same augmented samples.
+    """
+
+    def __init__(self, specs: List[Tuple[str, Dict[str, Any]]], seed: int) -> None:
+        self.specs, self.seed, self.epoch = specs, int(seed), 0
+
+    def __call__(self, sample: Dict[str, Any]) -> Dict[str, Any]:
+        pos = sample["pos"]
+        buf = (pos.detach().cpu().numpy() if isinstance(pos, torch.Tensor) else np.ascontiguousarray(pos)).tobytes()
+        rng = np.random.default_rng([self.seed, self.epoch, zlib.crc32(buf)])
+        for name, kwargs in self.specs:
+            sample = AUGMENTATIONS[name](**kwargs, generator=rng)(sample)
+        return fit_box(sample)
+
+    def __repr__(self) -> str:
+        return f"EpochAugment({[n for n, _ in self.specs]}, seed={self.seed})"
+
+
+def resolve_root(root: Any) -> Any:
+    """Relative data roots are taken from the working directory, else from the repository root."""
+    if root is None:
+        return None
+    p = Path(str(root)).expanduser()
+    if p.is_absolute() or p.exists():
+        return str(p)
+    alt = REPO_ROOT / p
+    return str(alt) if alt.exists() else str(p)
+
+
+def dataset_kwargs(cfg: Dict[str, Any], split: str) -> Tuple[str, Dict[str, Any]]:
+    """The dataset name and its constructor arguments for ``split`` (train/val/test)."""
+    data = cfg["data"]
+    kwargs = {k: v for k, v in data.items() if k not in DATA_LOADER_KEYS}
+    kwargs.update(data.get(split) or {})
+    kwargs.setdefault("split", split)
+    kwargs.setdefault("seed", cfg["seed"])
+    name = data["name"]
+    if name == "procedural":
+        kwargs.setdefault("task", cfg["task"])
+    if name.startswith("modelnet"):
+        # ModelNet's own ``name`` ("10"/"40") is spelled data.version here (data.name is the dataset)
+        version = kwargs.pop("version", None)
+        if name != "modelnet":
+            if version is not None and str(version) != name[8:]:
+                raise ConfigError(f"data.name={name} but data.version={version!r}")
+            version = name[8:]
+        kwargs["name"] = str(version if version is not None else "40")
+        name = "modelnet"
+    if "root" in kwargs:
+        kwargs["root"] = resolve_root(kwargs["root"])
+    return name, kwargs
+
+
+def build_dataset(cfg: Dict[str, Any], split: str, augment: Optional[EpochAugment] = None) -> Any:
+    """The dataset of ``split`` described by ``cfg["data"]``, with ``augment`` as its transform."""
+    name, kwargs = dataset_kwargs(cfg, split)
+    if augment is not None:
+        kwargs["transform"] = augment
+    cls = {"procedural": ProceduralShapes, "modelnet": ModelNet, "shapenet": ShapeNetPart}[name]
+    if name == "shapenet" and cfg["task"] != "segmentation":
+        raise ConfigError("data.name=shapenet is a segmentation dataset; set task: segmentation")
+    if name == "modelnet" and cfg["task"] != "classification":
+        raise ConfigError("data.name=modelnet is a classification dataset; set task: classification")
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"data ({name}, split {split!r}): bad dataset arguments {sorted(kwargs)}: {exc}") from None
+
+
+def dataset_info(ds: Any, task: str) -> Dict[str, Any]:
+    """What the model and the metrics need to know about a dataset (plain Python values)."""
+    first = ds[0]
+    info: Dict[str, Any] = {
+        "in_channels": int(first["x"].shape[-1]),
+        "source_format": str(getattr(ds, "source_format", type(ds).__name__)),
+    }
+    if task == "classification":
+        names = [str(c) for c in ds.class_names]
+        info.update(num_outputs=len(names), class_names=names)
+    else:
+        parts = [list(map(int, p)) for p in ds.category_to_parts]
+        cat_names = [str(c) for c in (getattr(ds, "category_names", None) or getattr(ds, "class_names"))]
+        num_parts = int(getattr(ds, "num_parts", max(max(p) for p in parts) + 1))
+        part_names = getattr(ds, "part_names", None)
+        part_names = [str(p) for p in part_names] if part_names is not None else [f"part{i}" for i in range(num_parts)]
+        info.update(num_outputs=num_parts, class_names=part_names, category_names=cat_names,
+                    category_to_parts=parts, num_categories=len(parts))
+    return info
+
+
+def inference_info(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """What inference on new clouds needs (``gridify.load`` / ``Predictor.predict``).
+
+    The training cloud size and the normalization every dataset applies (centre at the mean,
+    scale into the unit sphere).
+    """
+    test_section = cfg["data"].get("test") or {}
+    return {"num_points": test_section.get("num_points", cfg["data"].get("num_points")),
+            "normalization": ({"center": "mean", "scale": "unit_sphere"} if cfg["data"].get("normalize", True)
+                              else None)}
+
+
+def fill_model_kwargs(cfg: Dict[str, Any], info: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
+    """Model name and constructor kwargs, with in_channels/num_classes/num_categories from the data."""
+    kwargs = {k: v for k, v in cfg["model"].items() if k != "name"}
+    kwargs.setdefault("in_channels", info["in_channels"])
+    kwargs.setdefault("num_classes", info["num_outputs"])
+    if cfg["task"] == "segmentation":
+        kwargs.setdefault("num_categories", info["num_categories"])
+    return cfg["model"]["name"], kwargs
+
+
+def make_model(name: str, kwargs: Dict[str, Any]) -> torch.nn.Module:
+    """The registered model ``name`` built with ``kwargs``; a bad name or argument is a :class:`ConfigError`."""
+    try:
+        return build_model(name, **kwargs)
+    except KeyError as exc:
+        raise ConfigError(f"model.name: {exc.args[0] if exc.args else exc}") from None
+    except TypeError as exc:
+        raise ConfigError(f"model {name!r}: bad arguments ({exc})") from None
+
+
+class ShardSampler(Sampler):
+    """Indices of one process's share of a dataset; the order depends only on (seed, epoch).
+
+    ``shuffle``: a new permutation per epoch. ``pad``: repeat indices so every rank gets the
+    same count (needed for training under DDP); evaluation uses ``pad=False`` so every sample
+    is scored exactly once.
+    """
+
+    def __init__(self, size: int, *, shuffle: bool, seed: int = 0, rank: int = 0, world_size: int = 1,
+                 pad: bool = False) -> None:
+        self.size, self.shuffle, self.seed = int(size), bool(shuffle), int(seed)
+        self.rank, self.world_size, self.pad = int(rank), int(world_size), bool(pad)
+        self.epoch = 0
+        self._skip = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def skip_next(self, count: int) -> None:
+        """Make the next iteration (only) start after the first ``count`` indices of this epoch's order.
+
+        Used to resume mid-epoch: the remaining indices are exactly those an uninterrupted run
+        would still draw. ``len()`` is unchanged (Lightning counts the skipped batches as done).
+        """
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"ShardSampler.skip_next: count must be a non-negative integer, got {count!r}")
+        self._skip = count
+
+    def _order(self) -> List[int]:
+        if self.shuffle:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            order = torch.randperm(self.size, generator=g).tolist()
+        else:
+            order = list(range(self.size))
+        if self.pad and self.world_size > 1 and self.size % self.world_size:
+            total = math.ceil(self.size / self.world_size) * self.world_size
+            order = (order * math.ceil(total / max(self.size, 1)))[:total]
+        return order[self.rank::self.world_size]
+
+    def __iter__(self) -> Iterator[int]:
+        skip, self._skip = self._skip, 0
+        return iter(self._order()[skip:])
+
+    def __len__(self) -> int:
+        if self.pad:
+            return math.ceil(self.size / self.world_size)
+        return len(range(self.rank, self.size, self.world_size))
+
+
+class EpochDataLoader(DataLoader):
+    """A DataLoader that sets the epoch of its sampler and augmentations when it is iterated.
+
+    Lightning may create a train iterator before it calls ``sampler.set_epoch`` (first epoch,
+    and right after resuming), so the epoch is read from ``epoch_fn`` here, before any worker
+    starts or any index is drawn.
+
+    It is also resumable mid-epoch (Lightning's ``state_dict``/``load_state_dict`` protocol for
+    dataloaders): :meth:`state_dict` records ``(epoch, batches consumed)`` with the consumed
+    count read from ``progress_fn``; after :meth:`load_state_dict`, the next iteration of that
+    same epoch skips the consumed batches (through :meth:`ShardSampler.skip_next`), so a run
+    resumed from a mid-epoch checkpoint sees exactly the batches an uninterrupted run would.
+    """
+
+    def __init__(self, *args: Any, epoch_fn: Optional[Callable[[], int]] = None,
+                 on_epoch: Optional[Callable[[int], None]] = None,
+                 progress_fn: Optional[Callable[[], int]] = None, **kwargs: Any) -> None:
+        self.epoch_fn, self.on_epoch, self.progress_fn = epoch_fn, on_epoch, progress_fn
+        self._resume_at: Optional[Tuple[int, int]] = None
+        super().__init__(*args, **kwargs)
+
+    def state_dict(self) -> Dict[str, int]:
+        epoch = int(self.epoch_fn()) if self.epoch_fn is not None else 0
+        batches = int(self.progress_fn()) if self.progress_fn is not None else 0
+        return {"epoch": epoch, "batches": batches}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        try:
+            self._resume_at = (int(state["epoch"]), int(state["batches"]))
+        except (KeyError, TypeError, ValueError):
+            warnings.warn(f"ignoring a malformed train dataloader state in the checkpoint: {state!r}")
+            self._resume_at = None
+
+    def __iter__(self) -> Iterator[Any]:
+        epoch = int(self.epoch_fn()) if self.epoch_fn is not None else None
+        if epoch is not None:
+            if hasattr(self.sampler, "set_epoch"):
+                self.sampler.set_epoch(epoch)
+            if self.on_epoch is not None:
+                self.on_epoch(epoch)
+        resume, self._resume_at = self._resume_at, None
+        if resume is not None and resume[0] == epoch and hasattr(self.sampler, "skip_next"):
+            batches = resume[1]
+            if 0 < batches < len(self):  # a checkpoint from inside this epoch: skip what it consumed
+                self.sampler.skip_next(batches * int(self.batch_size or 1))
+        return super().__iter__()
+
+
+def set_train_epoch(ds: Any, augment: Optional[EpochAugment], seed: int, epoch: int) -> None:
+    """Make the train split's random subsampling and augmentations a function of (seed, epoch)."""
+    if augment is not None:
+        augment.epoch = epoch
+    sampler = getattr(ds, "sampler", None)
+    if isinstance(sampler, FixedPoints):
+        # per-sample seeding (seed, epoch, content) instead of one stream in access order
+        sampler.deterministic = True
+        sampler.reseed(int(np.random.SeedSequence([seed, epoch, 7]).generate_state(1)[0]))

@@ -1,0 +1,161 @@
+"""The Lightning modules of a run: :class:`PointCloudTask` (model, loss, optimizer) and :class:`PointCloudData`.
+
+:class:`PointCloudTask` wraps a gridify model built from its registry name and keyword arguments.
+
+* Loss: cross-entropy of the logits (in float32), plus the model's kernel L2 penalty when
+  ``optim.kernel_l2 = w > 0``: ``L = CE(logits, y) + w * model.kernel_l2()``.
+* Optimizer: ``AdamW(lr, weight_decay, betas)``.
+* Schedule, per optimizer step ``s`` (:func:`~.schedule.warmup_cosine`), with
+  ``W = round(warmup_epochs * steps_per_epoch)`` warm-up steps, ``T = max_steps`` (or
+  ``steps_per_epoch * max_epochs``) steps in all and ``f = min_lr / lr``:
+  ``lr(s) = lr * (s + 1) / W`` for ``s < W``, then
+  ``lr(s) = lr * (f + (1 - f) * (1 + cos(pi * min(1, (s - W) / max(1, T - W)))) / 2)``,
+  a linear warm-up followed by a cosine down to ``min_lr``.
+* Dropout is reseeded before every step from (seed, global step, rank), so a resumed run draws
+  the same masks as an uninterrupted one.
+
+:class:`PointCloudData` builds the loaders itself (the trainer runs with
+``use_distributed_sampler=False``): each process reads its :class:`~.data.ShardSampler` share,
+and the train loader is an :class:`~.data.EpochDataLoader` driven by the fit loop's progress.
+
+Both classes live at module level, so they pickle (multiprocessing, Lightning's spawn-based launchers).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Dict, Optional, Tuple, Type
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+from torchmetrics import MeanMetric
+
+from gridify.datasets import collate_points
+
+from .callbacks import StopAfterEpochs
+from .config import PRIMARY_METRIC
+from .data import EpochAugment, EpochDataLoader, ShardSampler, build_dataset, make_model, set_train_epoch
+from .metrics import compute_metrics, forward_batch, make_metrics, update_metrics
+from .schedule import warmup_cosine
+
+__all__ = ["PointCloudTask", "PointCloudData", "lightning_classes"]
+
+
+class PointCloudTask(pl.LightningModule):
+    """Wraps a gridify model: cross-entropy training, metrics, AdamW + warm-up/cosine."""
+
+    def __init__(self, model_name: str, model_kwargs: Dict[str, Any], task: str, optim: Dict[str, Any],
+                 info: Dict[str, Any], config: Dict[str, Any], seed: int = 0,
+                 steps_per_epoch: int = 1, gridify_version: str = "") -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.task = task
+        self.model = make_model(model_name, model_kwargs)
+        self.train_loss = MeanMetric()
+        self.val_metrics = make_metrics(task, info)
+        self.test_metrics = make_metrics(task, info, confusion=(task == "classification"))
+        self.test_results: Dict[str, Any] = {}
+
+    def forward(self, batch: Dict[str, Any]) -> torch.Tensor:
+        return forward_batch(self.model, batch, self.task)
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # dropout randomness as a function of (seed, step, rank): identical after a resume
+        s = np.random.SeedSequence([self.hparams.seed, self.global_step, self.global_rank]).generate_state(2)
+        torch.manual_seed(int(s[0]) << 31 ^ int(s[1]))
+
+    def training_step(self, batch: Dict[str, Any], batch_idx: int) -> torch.Tensor:
+        logits = self(batch)
+        ce = F.cross_entropy(logits.float(), batch["y"])
+        loss = ce
+        weight = float(self.hparams.optim.get("kernel_l2", 0.0))
+        if weight > 0:
+            reg = self.model.kernel_l2()
+            loss = loss + weight * reg
+            self.log("train_kernel_l2", reg.detach(), on_step=True, on_epoch=False)
+        n = int(batch["y"].numel())
+        self.log("train_loss", ce.detach(), on_step=True, on_epoch=False, prog_bar=True, batch_size=n)
+        self.train_loss.update(ce.detach(), weight=n)
+        self.log("train_loss_epoch", self.train_loss, on_step=False, on_epoch=True)
+        return loss
+
+    def validation_step(self, batch: Dict[str, Any], batch_idx: int) -> None:
+        logits = self(batch)
+        update_metrics(self.val_metrics, self.task, logits, batch, F.cross_entropy(logits.float(), batch["y"]))
+
+    def on_validation_epoch_end(self) -> None:
+        values, _ = compute_metrics(self.val_metrics, self.task)
+        primary = PRIMARY_METRIC[self.task]
+        for k, v in values.items():
+            # already reduced over processes by torchmetrics; sync_dist only keeps Lightning quiet
+            self.log(f"val_{k}", v, prog_bar=(k == primary), sync_dist=True)
+
+    def test_step(self, batch: Dict[str, Any], batch_idx: int) -> None:
+        logits = self(batch)
+        update_metrics(self.test_metrics, self.task, logits, batch, F.cross_entropy(logits.float(), batch["y"]))
+
+    def on_test_epoch_end(self) -> None:
+        values, extra = compute_metrics(self.test_metrics, self.task)
+        for k, v in values.items():
+            self.log(f"test_{k}", v, sync_dist=True)
+        self.test_results = {"metrics": values, **extra}
+
+    def configure_optimizers(self) -> Dict[str, Any]:
+        o = self.hparams.optim
+        opt = torch.optim.AdamW(self.parameters(), lr=float(o["lr"]), weight_decay=float(o["weight_decay"]),
+                                betas=tuple(float(b) for b in o.get("betas", (0.9, 0.999))))
+        spe = int(self.hparams.steps_per_epoch)
+        max_steps = self.trainer.max_steps
+        total = max_steps if max_steps and max_steps > 0 else spe * int(self.trainer.max_epochs)
+        warmup = int(round(float(o["warmup_epochs"]) * spe))
+        floor = float(o.get("min_lr", 0.0)) / float(o["lr"])
+        # a partial object: LambdaLR saves no state for it, so a resumed run uses the config's schedule
+        fn = functools.partial(warmup_cosine, warmup=warmup, total=total, floor=floor)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, fn)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step", "frequency": 1}}
+
+
+class PointCloudData(pl.LightningDataModule):
+    """Train/val/test loaders with epoch-seeded, rank-sharded samplers (no Lightning sampler injection)."""
+
+    def __init__(self, cfg: Dict[str, Any], train_set: Any, val_set: Any, augment: Optional[EpochAugment]) -> None:
+        super().__init__()
+        self.cfg, self.train_set, self.val_set, self.augment = cfg, train_set, val_set, augment
+        self.test_set = None
+
+    def _loader(self, ds: Any, train: bool) -> DataLoader:
+        d = self.cfg["data"]
+        world, rank = self.trainer.world_size, self.trainer.global_rank
+        seed = self.cfg["seed"]
+        sampler = ShardSampler(len(ds), shuffle=train, seed=seed, rank=rank, world_size=world, pad=train)
+        nw = int(d["num_workers"])
+        common = dict(collate_fn=collate_points, num_workers=nw, pin_memory=False,
+                      persistent_workers=False)
+        if train:
+            fit_loop = self.trainer.fit_loop
+            return EpochDataLoader(
+                ds, batch_size=int(d["batch_size"]), sampler=sampler, drop_last=bool(d.get("drop_last")),
+                epoch_fn=lambda: fit_loop.epoch_progress.current.processed,
+                on_epoch=lambda e: set_train_epoch(ds, self.augment, seed, e),
+                progress_fn=lambda: fit_loop.epoch_loop.batch_progress.current.processed, **common)
+        return DataLoader(ds, batch_size=int(d.get("eval_batch_size") or d["batch_size"]), sampler=sampler,
+                          **common)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_set, False)
+
+    def test_dataloader(self) -> DataLoader:
+        if self.test_set is None:
+            self.test_set = build_dataset(self.cfg, "test")
+        return self._loader(self.test_set, False)
+
+
+def lightning_classes() -> Tuple[Any, Type[PointCloudTask], Type[PointCloudData], Type[StopAfterEpochs]]:
+    """``(lightning.pytorch, PointCloudTask, PointCloudData, StopAfterEpochs)``, for code written
+    against the former single-module ``gridify.training``; import the classes directly instead."""
+    return pl, PointCloudTask, PointCloudData, StopAfterEpochs

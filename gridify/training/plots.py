@@ -1,0 +1,133 @@
+"""Plots of a finished run: loss and validation curves from the CSV logs, the test confusion matrix.
+
+Matplotlib (Agg backend) is imported inside the plotting functions, so reading the logs
+(:func:`read_metric_logs`) and importing this module need neither matplotlib nor a display.
+The PNG files are written atomically (:func:`gridify._files.atomic_write`).
+"""
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any, Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from gridify._files import atomic_write
+
+__all__ = ["read_metric_logs", "plot_curves", "plot_confusion"]
+
+
+def read_metric_logs(csv_root: Path) -> List[Dict[str, float]]:
+    """Rows of every ``csv/version_*/metrics.csv`` (resumed runs continue the step axis)."""
+    rows: List[Dict[str, float]] = []
+    versions = sorted(csv_root.glob("version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[-1]))
+    for f in versions:
+        with open(f, newline="") as fh:
+            part = []
+            for r in csv.DictReader(fh):
+                part.append({k: float(v) for k, v in r.items() if v not in ("", None)})
+        if part:  # a resumed run replaces anything logged at or after its first step
+            first = min(r.get("step", 0.0) for r in part)
+            rows = [r for r in rows if r.get("step", -1.0) < first] + part
+    return rows
+
+
+def _save(fig: Any, path: Path) -> Path:
+    """Write ``fig`` as a PNG to ``path`` (atomically) and close it."""
+    import matplotlib.pyplot as plt
+
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=120))
+    plt.close(fig)
+    return path
+
+
+def _series(rows: List[Dict[str, float]], key: str, x: str) -> Tuple[List[float], List[float]]:
+    """The ``(x, key)`` points of the rows that have both, sorted by ``x``."""
+    pts = sorted((r[x], r[key]) for r in rows if key in r and x in r)
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def _plot_loss(rows: List[Dict[str, float]], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs, ys = _series(rows, "train_loss", "step")
+    if xs:
+        ax.plot(xs, ys, alpha=0.35, lw=0.8, label="train (step)")
+    # epoch curves are drawn at the step where the epoch ended
+    for key, label in (("train_loss_epoch", "train (epoch)"), ("val_loss", "val")):
+        xs, ys = _series(rows, key, "step")
+        if xs:
+            ax.plot(xs, ys, marker="o", label=label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy")
+    ax.set_title("loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _plot_metrics(rows: List[Dict[str, float]], path: Path, task: str) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    keys = ["val_oa", "val_macc"] if task == "classification" else ["val_instance_miou", "val_class_miou"]
+    for key in keys:
+        xs, ys = _series(rows, key, "epoch")
+        if xs:
+            axes[0].plot(xs, [100 * v for v in ys], marker="o", label=key[4:])
+    axes[0].set_xlabel("epoch")
+    axes[0].set_ylabel("%")
+    axes[0].set_title("validation")
+    axes[0].grid(alpha=0.3)
+    if axes[0].lines:
+        axes[0].legend()
+    lr_key = next((k for r in rows for k in r if k.startswith("lr")), None)
+    if lr_key:
+        xs, ys = _series(rows, lr_key, "step")
+        axes[1].plot(xs, ys)
+    axes[1].set_xlabel("step")
+    axes[1].set_title("learning rate")
+    axes[1].grid(alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_curves(rows: List[Dict[str, float]], out_dir: Path, task: str) -> List[Path]:
+    """``loss.png`` (train/val loss per step) and ``metrics.png`` (validation metrics, learning rate)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    return [_plot_loss(rows, out_dir / "loss.png"), _plot_metrics(rows, out_dir / "metrics.png", task)]
+
+
+def plot_confusion(matrix: List[List[int]], names: Sequence[str], path: Path, title: str = "") -> Path:
+    """A row-normalized confusion matrix (counts written in the cells up to 15 classes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cm = np.asarray(matrix, dtype=np.float64)
+    norm = cm / np.maximum(cm.sum(1, keepdims=True), 1)
+    n = len(names)
+    size = max(4.5, 0.32 * n + 2)
+    fig, ax = plt.subplots(figsize=(size + 1, size))
+    im = ax.imshow(norm, cmap="Blues", vmin=0, vmax=1)
+    ax.set_xticks(range(n))
+    ax.set_yticks(range(n))
+    ax.set_xticklabels(names, rotation=90, fontsize=7 if n > 15 else 9)
+    ax.set_yticklabels(names, fontsize=7 if n > 15 else 9)
+    if n <= 15:
+        for i in range(n):
+            for j in range(n):
+                if cm[i, j]:
+                    ax.text(j, i, int(cm[i, j]), ha="center", va="center", fontsize=8,
+                            color="white" if norm[i, j] > 0.5 else "black")
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    ax.set_title(title or "confusion matrix (rows normalized)")
+    fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    return _save(fig, path)

@@ -1,0 +1,102 @@
+"""The files a run writes about itself: its config, run facts, test report, exported model and plots.
+
+Every file is written atomically, through :func:`gridify._files.atomic_write_text` (text),
+:func:`gridify.checkpoint.export_model` (weights) or :mod:`.plots` (images), so a run killed
+mid-write never leaves half a file behind. No Lightning import.
+"""
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import torch
+import yaml
+
+import gridify
+from gridify._files import atomic_write_text
+from gridify.checkpoint import export_model, plain
+
+from .metrics import format_metrics
+from .plots import plot_confusion, plot_curves, read_metric_logs
+
+__all__ = ["RunRecord", "write_json", "write_run_files", "test_report", "write_test_outputs"]
+
+
+@dataclass
+class RunRecord:
+    """What a run knows about itself once data and model are built, for the files it writes."""
+
+    cfg: Dict[str, Any]
+    info: Dict[str, Any]
+    model_name: str
+    model_kwargs: Dict[str, Any]
+    num_params: int
+    run_info: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def out(self) -> Path:
+        return Path(self.cfg["output_dir"])
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """``obj`` as indented JSON, written atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=2))
+
+
+def write_run_files(record: RunRecord) -> None:
+    """``config.yaml`` (the resolved config) and ``run_info.json`` at the start of a run."""
+    atomic_write_text(record.out / "config.yaml", yaml.safe_dump(plain(record.cfg), sort_keys=False))
+    write_json(record.out / "run_info.json", record.run_info)
+
+
+def test_report(record: RunRecord, results: Dict[str, Any], *, num_samples: Optional[int], checkpoint: Optional[str],
+                epoch: int, global_step: int, train_seconds: float) -> Dict[str, Any]:
+    """The content of ``test_metrics.json``: the test results and where they come from."""
+    cfg, info = record.cfg, record.info
+    report = {
+        "task": cfg["task"], "split": "test", "metrics": results.get("metrics", {}),
+        "num_samples": num_samples, "checkpoint": checkpoint or "final weights", "epoch": epoch,
+        "global_step": global_step,
+        "dataset": cfg["data"]["name"], "source_format": info["source_format"],
+        "gridify_version": gridify.__version__, "num_parameters": record.num_params,
+        "train_seconds": round(train_seconds, 1),
+    }
+    report.update({k: v for k, v in results.items() if k != "metrics"})
+    return report
+
+
+def _write_plots(record: RunRecord, report: Dict[str, Any]) -> None:
+    plots = record.out / "plots"
+    plots.mkdir(exist_ok=True)
+    task = record.cfg["task"]
+    try:
+        plot_curves(read_metric_logs(record.out / "csv"), plots, task)
+        if "confusion_matrix" in report:
+            plot_confusion(report["confusion_matrix"], record.info["class_names"], plots / "confusion_matrix.png",
+                           title=f"test confusion ({format_metrics(task, report['metrics'])})")
+    except Exception as exc:  # noqa: BLE001 - plotting never fails a finished run
+        warnings.warn(f"plotting failed: {exc}")
+
+
+def write_test_outputs(record: RunRecord, report: Dict[str, Any], model: torch.nn.Module, train_seconds: float) -> None:
+    """``test_metrics.json``, ``checkpoints/model.pt`` (the tested weights), the final ``run_info.json``
+    and, when ``trainer.plots`` is on, the plots; then one summary line on the console."""
+    out, cfg, info = record.out, record.cfg, record.info
+    write_json(out / "test_metrics.json", report)
+    export_model(out / "checkpoints" / "model.pt", model, {
+        "model_name": record.model_name, "model_kwargs": record.model_kwargs, "class_names": info["class_names"],
+        "gridify_version": gridify.__version__, "task": cfg["task"], "info": info, "config": cfg,
+        "source_format": info["source_format"], "num_parameters": record.num_params,
+        "checkpoint": report["checkpoint"]})
+    record.run_info.update(train_seconds=round(train_seconds, 1), test_metrics=report["metrics"],
+                           finished=time.strftime("%Y-%m-%d %H:%M:%S"))
+    write_json(out / "run_info.json", record.run_info)
+    if cfg["trainer"]["plots"]:
+        _write_plots(record, report)
+    print(f"[train] test ({report.get('num_scored')} of {report['num_samples']} samples, {report['checkpoint']}): "
+          f"{format_metrics(cfg['task'], report['metrics'])} | trained {train_seconds:.0f} s | "
+          f"{out / 'test_metrics.json'}")

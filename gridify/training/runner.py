@@ -1,0 +1,304 @@
+"""One training run from a resolved config: start or resume, build, fit, test, report.
+
+:func:`run_process` is the whole run of one process, in the order of its steps:
+
+1. :func:`setup_process`: the launcher's world size (torchrun), CPU threads, console noise;
+2. :func:`resume_checkpoint` / :func:`prepare_fresh_start`: continue a checkpoint, or refuse to
+   start afresh over an earlier run unless asked to replace it;
+3. :func:`build_data` and :func:`build_module`: datasets, augmentations, model and LR schedule;
+4. :func:`~.report.write_run_files`: ``config.yaml`` and ``run_info.json`` (rank 0);
+5. :func:`build_trainer`, then :func:`fit`;
+6. :func:`test_and_report`: test the best (or last) checkpoint and write ``test_metrics.json``,
+   ``checkpoints/model.pt``, the final ``run_info.json`` and the plots (rank 0).
+
+:func:`run` runs it in this process, or, for ``trainer.strategy: ddp_spawn``, in one process per
+device started by :func:`spawn_run` (see there why Lightning's own ``ddp_spawn`` is not used).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import lightning.pytorch as pl
+import torch
+import torch.multiprocessing as mp
+from lightning.fabric.plugins.environments.lightning import find_free_network_port
+
+import gridify
+from gridify.checkpoint import CheckpointError, load_checkpoint, plain
+from gridify.datasets import DatasetNotFoundError, DownloadError
+
+from .callbacks import atomic_checkpoint_io, checkpoint_callbacks, make_loggers
+from .config import PRIMARY_METRIC, ConfigError, parse_augmentations
+from .data import EpochAugment, build_dataset, dataset_info, fill_model_kwargs, inference_info
+from .module import PointCloudData, PointCloudTask
+from .report import RunRecord, test_report, write_run_files, write_test_outputs
+from .schedule import steps_per_epoch, world_size_guess
+
+__all__ = ["RUN_ERRORS", "run", "run_process", "spawn_run", "is_spawn_strategy", "setup_process", "resume_checkpoint",
+           "prepare_fresh_start", "build_data", "build_module", "build_trainer", "fit", "test_checkpoint",
+           "test_and_report"]
+
+#: the errors a run reports as a one-line message (bad config, checkpoint or data), not a traceback
+RUN_ERRORS = (ConfigError, CheckpointError, DatasetNotFoundError, DownloadError)
+
+
+def _env_rank() -> int:
+    """Rank of this process before Lightning starts (torchrun sets RANK, Lightning's launcher LOCAL_RANK)."""
+    for var in ("RANK", "LOCAL_RANK"):
+        if os.environ.get(var) not in (None, ""):
+            return int(os.environ[var])
+    return 0
+
+
+def _apply_torchrun(tr: Dict[str, Any]) -> None:
+    """Under torchrun, size the Lightning trainer from the launcher's environment."""
+    if "LOCAL_WORLD_SIZE" not in os.environ or "TORCHELASTIC_RUN_ID" not in os.environ:
+        return
+    local = int(os.environ["LOCAL_WORLD_SIZE"])
+    world = int(os.environ.get("WORLD_SIZE", local))
+    if tr["devices"] in (1, "1", "auto", None):
+        tr["devices"] = local
+    tr["num_nodes"] = max(1, world // max(1, local))
+    if tr["strategy"] == "auto" and world > 1:
+        tr["strategy"] = "ddp"
+
+
+def setup_process(tr: Dict[str, Any]) -> None:
+    """Size the trainer under torchrun, set the CPU threads and quiet Lightning's small-run warnings."""
+    _apply_torchrun(tr)
+    if tr["num_threads"]:
+        torch.set_num_threads(int(tr["num_threads"]))
+    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
+    logging.getLogger("lightning.pytorch.trainer.connectors.logger_connector").setLevel(logging.WARNING)
+
+
+def resume_checkpoint(resume: Optional[str], ckpt_dir: Path, rank0: bool) -> Optional[str]:
+    """The checkpoint ``--resume`` names (``auto``: ``last.ckpt`` if present), read once to fail early."""
+    if not resume:
+        return None
+    if resume == "auto":
+        last = ckpt_dir / "last.ckpt"
+        ckpt_path = str(last) if last.is_file() else None
+        if rank0:
+            what = f"resuming from {ckpt_path}" if ckpt_path else f"no {last}, starting afresh"
+            print(f"[train] --resume auto: {what}")
+    else:
+        if not Path(resume).is_file():
+            raise CheckpointError(f"--resume: checkpoint not found: {resume}")
+        ckpt_path = resume
+    if ckpt_path:
+        load_checkpoint(ckpt_path)  # fail early, with a clear message, on a bad file
+    return ckpt_path
+
+
+def prepare_fresh_start(out: Path, overwrite: bool) -> None:
+    """Refuse to start afresh over an earlier run in ``out``; with ``overwrite``, delete its outputs."""
+    existing = [d for d in ("checkpoints", "csv", "tensorboard", "plots") if (out / d).exists()]
+    if existing and (out / "checkpoints" / "last.ckpt").exists() and not overwrite:
+        raise ConfigError(f"output_dir {out} already holds a run ({', '.join(existing)}); pass --resume auto "
+                          f"to continue it, --overwrite to replace it, or choose another output_dir")
+    if overwrite:
+        for d in existing:
+            shutil.rmtree(out / d)
+
+
+def build_data(cfg: Dict[str, Any]) -> Tuple[Any, Any, Optional[EpochAugment], Dict[str, Any]]:
+    """``(train set, val set, train augmentations, dataset info)``; the info includes :func:`~.data.inference_info`."""
+    specs = parse_augmentations(cfg["data"].get("augmentations"))
+    augment = EpochAugment(specs, cfg["seed"]) if specs else None
+    train_set = build_dataset(cfg, "train", augment)
+    val_set = build_dataset(cfg, "val")
+    info = dataset_info(train_set, cfg["task"])
+    info.update(inference_info(cfg))
+    return train_set, val_set, augment, info
+
+
+def build_module(cfg: Dict[str, Any], info: Dict[str, Any], num_train: int,
+                 world: int) -> Tuple[PointCloudTask, RunRecord]:
+    """The task module, its LR schedule sized for ``num_train`` samples over ``world`` processes, and
+    the run's record. The model kwargs filled from the data are written back into ``cfg["model"]``."""
+    tr, data = cfg["trainer"], cfg["data"]
+    model_name, model_kwargs = fill_model_kwargs(cfg, info)
+    cfg["model"] = {"name": model_name, **model_kwargs}
+    spe = steps_per_epoch(num_train, int(data["batch_size"]), world, bool(data.get("drop_last")),
+                          tr["limit_train_batches"], int(tr["accumulate_grad_batches"]))
+    module = PointCloudTask(model_name=model_name, model_kwargs=plain(model_kwargs), task=cfg["task"],
+                            optim=plain(cfg["optim"]), info=plain(info), config=plain(cfg), seed=cfg["seed"],
+                            steps_per_epoch=spe, gridify_version=gridify.__version__)
+    model = module.model
+    num_params = model.num_parameters() if hasattr(model, "num_parameters") else sum(
+        p.numel() for p in model.parameters())
+    return module, RunRecord(cfg, info, model_name, model_kwargs, int(num_params))
+
+
+def _run_info(record: RunRecord, num_train: int, num_val: int, spe: int, ckpt_path: Optional[str],
+              argv: Sequence[str]) -> Dict[str, Any]:
+    """The content of ``run_info.json`` at the start of a run."""
+    cfg = record.cfg
+    return {
+        "gridify_version": gridify.__version__,
+        "torch_version": torch.__version__,
+        "lightning_version": pl.__version__,
+        "dataset": cfg["data"]["name"],
+        "source_format": record.info["source_format"],
+        "num_parameters": record.num_params,
+        "model": record.model_name,
+        "task": cfg["task"],
+        "num_train": num_train,
+        "num_val": num_val,
+        "steps_per_epoch": spe,
+        "resumed_from": ckpt_path,
+        "command": [sys.executable, sys.argv[0], *argv],
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def is_spawn_strategy(strategy: Any) -> bool:
+    """Whether ``strategy`` is ``ddp_spawn`` (or one of its ``ddp_spawn_*`` variants)."""
+    return isinstance(strategy, str) and strategy.startswith("ddp_spawn")
+
+
+def build_trainer(tr: Dict[str, Any], out: Path, callbacks: List[pl.Callback], rank0: bool) -> pl.Trainer:
+    """The Lightning trainer of the ``trainer`` section ``tr`` (atomic checkpoints, CSV + TensorBoard logs).
+
+    ``ddp_spawn*`` strategies become ``ddp*``: the processes are already started (:func:`spawn_run`).
+    """
+    limits = {k: tr[k] for k in ("limit_train_batches", "limit_val_batches", "limit_test_batches") if tr[k] is not None}
+    strategy = tr["strategy"].replace("ddp_spawn", "ddp", 1) if is_spawn_strategy(tr["strategy"]) else tr["strategy"]
+    return pl.Trainer(
+        accelerator=tr["accelerator"], devices=tr["devices"], num_nodes=int(tr["num_nodes"]), strategy=strategy,
+        precision=tr["precision"], max_epochs=int(tr["max_epochs"]), max_steps=int(tr["max_steps"]),
+        log_every_n_steps=int(tr["log_every_n_steps"]), check_val_every_n_epoch=int(tr["check_val_every_n_epoch"]),
+        num_sanity_val_steps=int(tr["num_sanity_val_steps"]), gradient_clip_val=tr["gradient_clip_val"],
+        accumulate_grad_batches=int(tr["accumulate_grad_batches"]), deterministic=tr["deterministic"],
+        enable_progress_bar=bool(tr["progress_bar"]), enable_model_summary=rank0 and bool(tr["progress_bar"]),
+        callbacks=callbacks, logger=make_loggers(out), use_distributed_sampler=False, default_root_dir=str(out),
+        plugins=[atomic_checkpoint_io()], **limits)
+
+
+def fit(trainer: pl.Trainer, module: PointCloudTask, datamodule: PointCloudData, ckpt_path: Optional[str]) -> float:
+    """Train (from ``ckpt_path`` when resuming); returns the wall-clock seconds."""
+    t0 = time.time()
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    return time.time() - t0
+
+
+def test_checkpoint(tr: Dict[str, Any], best: Optional[Any], ckpt_dir: Path) -> Optional[str]:
+    """The checkpoint to test: the best one (``trainer.test_ckpt: best``, when there is one), else
+    ``last.ckpt``, else None (the final weights)."""
+    if tr["test_ckpt"] == "best" and best is not None and best.best_model_path:
+        return best.best_model_path
+    last = ckpt_dir / "last.ckpt"
+    return str(last) if last.is_file() else None
+
+
+def test_and_report(trainer: pl.Trainer, module: PointCloudTask, datamodule: PointCloudData, record: RunRecord,
+                    test_ckpt: Optional[str], train_seconds: float) -> Dict[str, Any]:
+    """Test ``test_ckpt``; rank 0 writes the test outputs. Returns the report (empty on other ranks)."""
+    trainer.test(module, datamodule=datamodule, ckpt_path=test_ckpt, verbose=False)
+    if not trainer.is_global_zero:
+        return {}
+    report = test_report(record, dict(module.test_results), checkpoint=test_ckpt, epoch=trainer.current_epoch,
+                         global_step=trainer.global_step, train_seconds=train_seconds,
+                         num_samples=len(datamodule.test_set) if datamodule.test_set is not None else None)
+    write_test_outputs(record, report, module.model, train_seconds)
+    return report
+
+
+def run_process(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool = False,
+                argv: Sequence[str] = ()) -> Dict[str, Any]:
+    """This process's part of the run (all of it, or one DDP rank); returns ``{"config", "output_dir",
+    "train_seconds"}`` plus, on rank 0, the test report."""
+    tr = cfg["trainer"]
+    setup_process(tr)
+    out = Path(cfg["output_dir"])
+    ckpt_dir = out / "checkpoints"
+    rank0 = _env_rank() == 0
+    ckpt_path = resume_checkpoint(resume, ckpt_dir, rank0)
+    if ckpt_path is None and rank0:
+        prepare_fresh_start(out, overwrite)
+    pl.seed_everything(cfg["seed"], workers=True, verbose=False)
+
+    train_set, val_set, augment, info = build_data(cfg)
+    world = world_size_guess(tr["devices"], tr["num_nodes"], tr["accelerator"])
+    module, record = build_module(cfg, info, len(train_set), world)
+    record.run_info = _run_info(record, len(train_set), len(val_set), int(module.hparams.steps_per_epoch),
+                                ckpt_path, argv)
+    datamodule = PointCloudData(cfg, train_set, val_set, augment)
+    if rank0:
+        write_run_files(record)
+        print(f"[train] gridify {gridify.__version__} | {cfg['data']['name']} ({info['source_format']}): "
+              f"{len(train_set)} train / {len(val_set)} val | {record.model_name}: {record.num_params:,} parameters | "
+              f"output {out}")
+
+    validate = tr["limit_val_batches"] != 0 and len(val_set) > 0
+    callbacks, best = checkpoint_callbacks(tr, ckpt_dir, f"val_{PRIMARY_METRIC[cfg['task']]}" if validate else None)
+    trainer = build_trainer(tr, out, callbacks, rank0)
+    if trainer.world_size != world and rank0:
+        warnings.warn(f"steps per epoch were computed for {world} processes but the trainer runs "
+                      f"{trainer.world_size}; the LR schedule length may be off")
+    train_seconds = fit(trainer, module, datamodule, ckpt_path)
+    report = test_and_report(trainer, module, datamodule, record, test_checkpoint(tr, best, ckpt_dir), train_seconds)
+    return {"config": cfg, "output_dir": str(out), "train_seconds": train_seconds, **report}
+
+
+def _spawned_process(local_rank: int, cfg: Dict[str, Any], resume: Optional[str], argv: Sequence[str], port: str,
+                     results: Any) -> None:
+    """Process ``local_rank`` of :func:`spawn_run`: a DDP rank, found by Lightning as under its ``ddp`` launcher."""
+    os.environ.update(MASTER_ADDR=os.environ.get("MASTER_ADDR", "127.0.0.1"), MASTER_PORT=port,
+                      LOCAL_RANK=str(local_rank))
+    try:
+        summary: Any = run_process(cfg, resume=resume, argv=argv)
+    except RUN_ERRORS as exc:  # the same on every rank: raised again, as itself, by spawn_run
+        summary = exc
+    if local_rank == 0:
+        results.put(summary)
+
+
+def spawn_run(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool = False,
+              argv: Sequence[str] = ()) -> Dict[str, Any]:
+    """``trainer.strategy: ddp_spawn``: start one process per device with ``torch.multiprocessing``
+    (spawn) and run :func:`run_process` in each, as a DDP rank; returns the summary of rank 0.
+
+    The script is not run again (unlike ``ddp``), so this works wherever the command cannot be
+    re-run, e.g. from Python or the ``gridify`` console script. Lightning's own ``ddp_spawn`` starts
+    new processes for ``fit`` and again for ``test`` and brings back only the weights and logged
+    scalars: the test report, the tested weights for ``model.pt``, the step counts and the log
+    folders would be lost or split. Here the whole run happens in the spawned processes, exactly
+    as under ``ddp``. Resuming and output-folder checks happen once, here, before any process starts.
+    """
+    tr = cfg["trainer"]
+    out = Path(cfg["output_dir"])
+    ckpt_path = resume_checkpoint(resume, out / "checkpoints", rank0=True)
+    if ckpt_path is None:
+        prepare_fresh_start(out, overwrite)
+    port = os.environ.get("MASTER_PORT") or str(find_free_network_port())
+    results = mp.get_context("spawn").SimpleQueue()
+    procs = mp.start_processes(_spawned_process, args=(cfg, ckpt_path, argv, port, results), join=False,
+                               nprocs=world_size_guess(tr["devices"], 1, tr["accelerator"]), start_method="spawn")
+    summary = None
+    while not procs.join(timeout=1.0):  # raises when a process fails; rank 0 may be waiting to hand its summary
+        if summary is None and not results.empty():
+            summary = results.get()
+    summary = results.get() if summary is None else summary
+    if isinstance(summary, BaseException):
+        raise summary
+    return summary
+
+
+def run(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool = False,
+        argv: Sequence[str] = ()) -> Dict[str, Any]:
+    """Train and test as ``cfg`` says (``resume``: a checkpoint path or ``auto``; ``overwrite``: replace
+    an earlier run in the output folder); returns ``{"config", "output_dir", "train_seconds"}`` plus,
+    on rank 0, the test report."""
+    if is_spawn_strategy(cfg["trainer"]["strategy"]) and "LOCAL_RANK" not in os.environ:
+        return spawn_run(cfg, resume, overwrite, argv)
+    return run_process(cfg, resume, overwrite, argv)
