@@ -540,7 +540,8 @@ def plot(rows: List[Dict[str, Any]], out: Path) -> List[str]:
 
 # ----------------------------------------------------------------------------- CLI
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    # "gridify bench" through the console script (which names the sub-command in GRIDIFY_PROG)
+    p = argparse.ArgumentParser(prog=os.environ.get("GRIDIFY_PROG") or None, description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="+", default=None, help=f"models (default: {' '.join(DEFAULT_MODELS)})")
     p.add_argument("--num-points", nargs="+", type=int, default=None, help="N values of the N sweep")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,16 +32,21 @@ PRED_FORMATS = (".txt", ".npy", ".ply", ".json")
 
 @contextmanager
 def _prog(name: str):
-    """Make the delegated parser print ``gridify <name>`` as its program name."""
-    saved = sys.argv[0] if sys.argv else ""
-    if sys.argv:
-        sys.argv[0] = f"gridify {name}"
-    else:  # pragma: no cover
-        sys.argv.append(f"gridify {name}")
+    """Make the delegated command print ``gridify <name>`` as its program name.
+
+    Through the environment variable ``GRIDIFY_PROG`` (read by
+    :func:`gridify.training.cli.program_name` and the benchmark), not by rewriting ``sys.argv[0]``:
+    launchers that re-execute ``sys.argv`` (Lightning's DDP) must still find the program.
+    """
+    saved = os.environ.get("GRIDIFY_PROG")
+    os.environ["GRIDIFY_PROG"] = f"gridify {name}"
     try:
         yield
     finally:
-        sys.argv[0] = saved
+        if saved is None:
+            os.environ.pop("GRIDIFY_PROG", None)
+        else:
+            os.environ["GRIDIFY_PROG"] = saved
 
 
 def _delegate(name: str, argv: List[str]) -> int:

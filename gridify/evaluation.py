@@ -24,7 +24,7 @@ from typing import Any, Dict, Optional, Sequence
 import torch
 from torch.utils.data import DataLoader
 
-import gridify
+from gridify._version import __version__
 from gridify.checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
 from gridify.datasets import DatasetNotFoundError, DownloadError, collate_points
 from gridify.training.cli import program_name
@@ -99,7 +99,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "task": cfg["task"], "split": args.split, "metrics": metrics, "num_samples": len(ds),
         "checkpoint": str(args.ckpt), "checkpoint_kind": payload["kind"],
         "dataset": cfg["data"]["name"], "source_format": str(getattr(ds, "source_format", type(ds).__name__)),
-        "gridify_version": gridify.__version__, "trained_with_gridify": payload.get("gridify_version"),
+        "gridify_version": __version__, "trained_with_gridify": payload.get("gridify_version"),
         "num_parameters": sum(p.numel() for p in model.parameters()), "eval_seconds": round(seconds, 2),
     }
     report.update(extra)

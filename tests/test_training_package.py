@@ -65,19 +65,35 @@ def test_run_files_are_written_atomically(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------------------
 # program names in usage lines and error messages
 # --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("argv0, train, evaluate", [
-    ("gridify train", "gridify train", "gridify train"),  # the console script names the sub-command
-    ("gridify evaluate", "gridify evaluate", "gridify evaluate"),
-    ("/repo/scripts/train.py", "train.py", "evaluate.py"),
-    ("/repo/scripts/evaluate.py", "train.py", "evaluate.py"),
-    ("/venv/lib/python3.11/site-packages/pytest/__main__.py", "train.py", "evaluate.py"),  # called from Python
-    ("", "train.py", "evaluate.py"),
+@pytest.mark.parametrize("argv0, env, train, evaluate", [
+    ("/venv/bin/gridify", "gridify train", "gridify train", "gridify train"),  # the console script names it
+    ("/venv/bin/gridify", "gridify evaluate", "gridify evaluate", "gridify evaluate"),
+    ("/repo/scripts/train.py", None, "train.py", "evaluate.py"),
+    ("/repo/scripts/evaluate.py", None, "train.py", "evaluate.py"),
+    ("/venv/lib/python3.11/site-packages/pytest/__main__.py", None, "train.py", "evaluate.py"),  # from Python
+    ("", None, "train.py", "evaluate.py"),
 ])
-def test_program_name(monkeypatch, argv0, train, evaluate):
+def test_program_name(monkeypatch, argv0, env, train, evaluate):
     from gridify.training.cli import program_name
 
     monkeypatch.setattr("sys.argv", [argv0])
+    if env is None:
+        monkeypatch.delenv("GRIDIFY_PROG", raising=False)
+    else:
+        monkeypatch.setenv("GRIDIFY_PROG", env)
     assert (program_name("train.py"), program_name("evaluate.py")) == (train, evaluate)
+
+
+def test_the_console_script_leaves_sys_argv_runnable(monkeypatch):
+    """Launchers such as Lightning's DDP re-execute sys.argv: the CLI must not rewrite argv[0]."""
+    from gridify import cli
+
+    seen = {}
+    monkeypatch.setattr("sys.argv", ["/venv/bin/gridify", "train", "--print-config"])
+    monkeypatch.setattr("gridify.training.main", lambda argv: seen.update(argv0=__import__("sys").argv[0],
+                                                                                prog=__import__("os").environ.get("GRIDIFY_PROG")))
+    cli.main(["train", "--print-config"])
+    assert seen == {"argv0": "/venv/bin/gridify", "prog": "gridify train"}
 
 
 def test_errors_name_the_gridify_command(tmp_path, capsys):

@@ -35,12 +35,16 @@ __all__ = ["program_name", "build_parser", "config_from_args", "main"]
 def program_name(script: str) -> str:
     """The name this command was started as, for usage lines and error prefixes.
 
-    ``gridify train`` through the ``gridify`` console script (it names the sub-command in
-    ``sys.argv[0]``), ``script`` itself (e.g. ``train.py``) when that script was run, and
-    ``script`` as well when the command is called from Python (tests, notebooks).
+    ``gridify train`` through the ``gridify`` console script (it names the sub-command in the
+    environment variable ``GRIDIFY_PROG``, so ``sys.argv`` stays runnable for launchers that
+    re-execute it, such as DDP), ``script`` itself (e.g. ``train.py``) when that script was run,
+    and ``script`` as well when the command is called from Python (tests, notebooks).
     """
+    given = os.environ.get("GRIDIFY_PROG", "")
+    if given.startswith("gridify "):
+        return given
     name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    return name if name.startswith("gridify ") or name == script else script
+    return name if name == script else script
 
 
 def build_parser() -> argparse.ArgumentParser:

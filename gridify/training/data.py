@@ -19,8 +19,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from gridify.datasets import ModelNet, ProceduralShapes, ShapeNetPart
+import gridify.datasets  # noqa: F401  (registers the datasets)
 from gridify.models import build_model
+from gridify.registry import DATASETS
 from gridify.transforms import FixedPoints
 
 from .config import AUGMENTATIONS, DATA_LOADER_KEYS, ConfigError
@@ -112,7 +113,7 @@ def build_dataset(cfg: Dict[str, Any], split: str, augment: Optional[EpochAugmen
     name, kwargs = dataset_kwargs(cfg, split)
     if augment is not None:
         kwargs["transform"] = augment
-    cls = {"procedural": ProceduralShapes, "modelnet": ModelNet, "shapenet": ShapeNetPart}[name]
+    cls = DATASETS.get(name)
     if name == "shapenet" and cfg["task"] != "segmentation":
         raise ConfigError("data.name=shapenet is a segmentation dataset; set task: segmentation")
     if name == "modelnet" and cfg["task"] != "classification":

@@ -16,7 +16,7 @@ from typing import Any, Dict, Optional
 import torch
 import yaml
 
-import gridify
+from gridify._version import __version__
 from gridify._files import atomic_write_text
 from gridify.checkpoint import export_model, plain
 
@@ -62,7 +62,7 @@ def test_report(record: RunRecord, results: Dict[str, Any], *, num_samples: Opti
         "num_samples": num_samples, "checkpoint": checkpoint or "final weights", "epoch": epoch,
         "global_step": global_step,
         "dataset": cfg["data"]["name"], "source_format": info["source_format"],
-        "gridify_version": gridify.__version__, "num_parameters": record.num_params,
+        "gridify_version": __version__, "num_parameters": record.num_params,
         "train_seconds": round(train_seconds, 1),
     }
     report.update({k: v for k, v in results.items() if k != "metrics"})
@@ -89,7 +89,7 @@ def write_test_outputs(record: RunRecord, report: Dict[str, Any], model: torch.n
     write_json(out / "test_metrics.json", report)
     export_model(out / "checkpoints" / "model.pt", model, {
         "model_name": record.model_name, "model_kwargs": record.model_kwargs, "class_names": info["class_names"],
-        "gridify_version": gridify.__version__, "task": cfg["task"], "info": info, "config": cfg,
+        "gridify_version": __version__, "task": cfg["task"], "info": info, "config": cfg,
         "source_format": info["source_format"], "num_parameters": record.num_params,
         "checkpoint": report["checkpoint"]})
     record.run_info.update(train_seconds=round(train_seconds, 1), test_metrics=report["metrics"],

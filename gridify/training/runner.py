@@ -30,7 +30,7 @@ import torch
 import torch.multiprocessing as mp
 from lightning.fabric.plugins.environments.lightning import find_free_network_port
 
-import gridify
+from gridify._version import __version__
 from gridify.checkpoint import CheckpointError, load_checkpoint, plain
 from gridify.datasets import DatasetNotFoundError, DownloadError
 
@@ -132,7 +132,7 @@ def build_module(cfg: Dict[str, Any], info: Dict[str, Any], num_train: int,
                           tr["limit_train_batches"], int(tr["accumulate_grad_batches"]))
     module = PointCloudTask(model_name=model_name, model_kwargs=plain(model_kwargs), task=cfg["task"],
                             optim=plain(cfg["optim"]), info=plain(info), config=plain(cfg), seed=cfg["seed"],
-                            steps_per_epoch=spe, gridify_version=gridify.__version__)
+                            steps_per_epoch=spe, gridify_version=__version__)
     model = module.model
     num_params = model.num_parameters() if hasattr(model, "num_parameters") else sum(
         p.numel() for p in model.parameters())
@@ -144,7 +144,7 @@ def _run_info(record: RunRecord, num_train: int, num_val: int, spe: int, ckpt_pa
     """The content of ``run_info.json`` at the start of a run."""
     cfg = record.cfg
     return {
-        "gridify_version": gridify.__version__,
+        "gridify_version": __version__,
         "torch_version": torch.__version__,
         "lightning_version": pl.__version__,
         "dataset": cfg["data"]["name"],
@@ -235,7 +235,7 @@ def run_process(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bo
     datamodule = PointCloudData(cfg, train_set, val_set, augment)
     if rank0:
         write_run_files(record)
-        print(f"[train] gridify {gridify.__version__} | {cfg['data']['name']} ({info['source_format']}): "
+        print(f"[train] gridify {__version__} | {cfg['data']['name']} ({info['source_format']}): "
               f"{len(train_set)} train / {len(val_set)} val | {record.model_name}: {record.num_params:,} parameters | "
               f"output {out}")
 
