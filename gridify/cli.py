@@ -75,6 +75,53 @@ def _add_common_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-samples", type=int, default=10_000, help="points sampled from a mesh file (default 10000)")
 
 
+def _add_show_parser(sub: Any) -> None:
+    from .vis import DEFAULT_EDGE_NODES, DEFAULT_MAX_EDGES, GRID_NODES
+
+    s = sub.add_parser("show", help="look at a cloud (and a model's labels, grid and kNN edges) in Open3D",
+                       description="Show a cloud in an Open3D window, or render it headless to a PNG with --out. "
+                                   "With --ckpt the points are coloured by the predicted class/part (with a legend) "
+                                   "and the grid layer is the model's learned gridification; without it the file's "
+                                   "colours/labels are used and the grid comes from a freshly initialised "
+                                   "(seeded) Gridification at --resolution / --k. The grid layer draws the nodes "
+                                   "the cloud touches, the edges layer the bilateral kNN edges of a few nodes "
+                                   "spread over the cloud, and the camera looks along the cloud's axis of least "
+                                   "variance.")
+    s.add_argument("file", help="point cloud or mesh file")
+    s.add_argument("--ckpt", help="model whose predictions colour the points")
+    s.add_argument("--out", help="PNG path: render headless instead of opening a window")
+    s.add_argument("--layers", default=None,
+                   help="comma-separated layers to show: points, grid, edges (default: points; with --ckpt in a "
+                        "window all three, toggleable)")
+    s.add_argument("--grid-color", choices=("norm", "pca"), default="pca",
+                   help="colour grid nodes by feature norm or by a PCA of the features (default pca)")
+    s.add_argument("--resolution", type=int, default=9, help="grid resolution without --ckpt (default 9)")
+    s.add_argument("--k", type=int, default=9, help="kNN neighbours without --ckpt (default 9)")
+    s.add_argument("--width", type=int, default=800, help="image width (default 800)")
+    s.add_argument("--height", type=int, default=600, help="image height (default 600)")
+    s.add_argument("--point-size", type=float, default=3.0, help="point size in pixels (default 3)")
+    s.add_argument("--grid-nodes", choices=GRID_NODES, default=GRID_NODES[0],
+                   help="grid nodes drawn: those nearest to a point of the cloud, or the whole R^3 lattice "
+                        "(default touched)")
+    s.add_argument("--edge-nodes", default=str(DEFAULT_EDGE_NODES), metavar="N|all",
+                   help="draw the kNN edges of N grid nodes spread over the cloud (farthest point sampling), each "
+                        f"in its own colour, or of every node with 'all' (default {DEFAULT_EDGE_NODES})")
+    s.add_argument("--edge-node-ids", metavar="I,J,...",
+                   help="draw the edges of these grid nodes (indices a*R*R + b*R + c) instead")
+    s.add_argument("--max-edges", type=int, default=DEFAULT_MAX_EDGES,
+                   help=f"edges drawn at most, a seeded random subset beyond that (default {DEFAULT_MAX_EDGES})")
+    s.add_argument("--view", default="pca", metavar="pca|iso|X,Y,Z",
+                   help="camera: along the cloud's axis of least variance (pca), the fixed diagonal view (iso), "
+                        "or from this direction (default pca)")
+    s.add_argument("--up", metavar="X,Y,Z", help="camera up vector (default: z, or y for a view from above)")
+    s.add_argument("--azimuth", type=float, default=0.0,
+                   help="then turn the camera by this many degrees about the up vector (default 0)")
+    s.add_argument("--elevation", type=float, default=0.0,
+                   help="and raise it by this many degrees, e.g. 20 (default 0)")
+    _add_common_model_args(s)
+    s.set_defaults(func=cmd_show)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ._version import __version__
     from .io import supported_extensions
@@ -100,28 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common_model_args(q)
     q.set_defaults(func=cmd_predict)
 
-    s = sub.add_parser("show", help="look at a cloud (and a model's labels, grid and kNN edges) in Open3D",
-                       description="Show a cloud in an Open3D window, or render it headless to a PNG with --out. "
-                                   "With --ckpt the points are coloured by the predicted class/part (with a legend) "
-                                   "and the grid layer is the model's learned gridification; without it the file's "
-                                   "colours/labels are used and the grid comes from a freshly initialised "
-                                   "(seeded) Gridification at --resolution / --k.")
-    s.add_argument("file", help="point cloud or mesh file")
-    s.add_argument("--ckpt", help="model whose predictions colour the points")
-    s.add_argument("--out", help="PNG path: render headless instead of opening a window")
-    s.add_argument("--layers", default=None,
-                   help="comma-separated layers to show: points, grid, edges (default: points; with --ckpt in a "
-                        "window all three, toggleable)")
-    s.add_argument("--grid-color", choices=("norm", "pca"), default="pca",
-                   help="colour grid nodes by feature norm or by a PCA of the features (default pca)")
-    s.add_argument("--resolution", type=int, default=9, help="grid resolution without --ckpt (default 9)")
-    s.add_argument("--k", type=int, default=9, help="kNN neighbours without --ckpt (default 9)")
-    s.add_argument("--width", type=int, default=800, help="image width (default 800)")
-    s.add_argument("--height", type=int, default=600, help="image height (default 600)")
-    s.add_argument("--point-size", type=float, default=3.0, help="point size in pixels (default 3)")
-    s.add_argument("--max-edges", type=int, default=20_000, help="edges drawn at most (default 20000)")
-    _add_common_model_args(s)
-    s.set_defaults(func=cmd_show)
+    _add_show_parser(sub)
 
     d = sub.add_parser("download", help="download and extract a dataset archive",
                        description="Fetch a known dataset archive (resumable, verified) and extract it under --root. "
@@ -207,6 +233,39 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _vector_arg(flag: str, text: str) -> List[float]:
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != 3:
+        raise SystemExit(f"gridify show: error: {flag} must be three comma-separated numbers, got {text!r}")
+    return values
+
+
+def _show_options(args: argparse.Namespace) -> dict:
+    """The vis.show keyword arguments of the --edge-nodes, --edge-node-ids, --view and --up options."""
+    if args.edge_node_ids:
+        try:
+            edge_nodes: Any = [int(v) for v in args.edge_node_ids.split(",") if v.strip()]
+        except ValueError:
+            raise SystemExit(f"gridify show: error: --edge-node-ids must be comma-separated integers, got "
+                             f"{args.edge_node_ids!r}")
+    elif args.edge_nodes == "all":
+        edge_nodes = "all"
+    elif args.edge_nodes.isdigit():
+        edge_nodes = int(args.edge_nodes)
+    else:
+        raise SystemExit(f"gridify show: error: --edge-nodes must be a positive integer or 'all', got "
+                         f"{args.edge_nodes!r}")
+    view = args.view if args.view in ("pca", "iso") else _vector_arg("--view", args.view)
+    up = None if args.up is None else _vector_arg("--up", args.up)
+    return dict(grid_color=args.grid_color, grid_nodes=args.grid_nodes, edge_nodes=edge_nodes,
+                max_edges=args.max_edges, view=view, up=up, azimuth=args.azimuth, elevation=args.elevation,
+                width=args.width, height=args.height,
+                point_size=args.point_size, seed=args.seed)
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from . import vis
     from .api import gridify as gridify_fn
@@ -215,6 +274,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     bad = [x for x in (layers or ()) if x not in vis.LAYERS]
     if bad:
         raise SystemExit(f"gridify show: error: unknown layer(s) {bad}; layers are {list(vis.LAYERS)}")
+    options = _show_options(args)
     cloud = _read(args)
     want = set(layers or ())
     try:
@@ -244,9 +304,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             pos = normalize_cloud(cloud.points)[0] if grid is not None else cloud.points
             kw = dict(points=pos, labels=cloud.labels, colors=cloud.colors, grid=grid, edges=graph,
                       title=Path(args.file).name)
-        img = vis.show(**kw, grid_color=args.grid_color, layers=layers, out=args.out, width=args.width,
-                       height=args.height, point_size=args.point_size, max_edges=args.max_edges, seed=args.seed)
-    except vis.RenderError as exc:
+        img = vis.show(**kw, layers=layers, out=args.out, **options)
+    except (vis.RenderError, ValueError) as exc:
         raise SystemExit(f"gridify show: error: {exc}")
     if args.out:
         print(f"wrote {args.out} ({img.shape[1]}x{img.shape[0]}, layers {', '.join(layers)})")
