@@ -253,7 +253,7 @@ def count_forward_flops(model: nn.Module, args: Tuple[Any, ...]) -> Tuple[float,
         k = 2 * p + 1
         if not module._use_fft(k, x.device):
             return
-        n = flexconv._next_fast_len(r + p)
+        n = flexconv.next_fast_len(r + p)
         b, c = x.shape[0], x.shape[1]
         size = n ** 3
         per_transform = 2.5 * size * math.log2(max(size, 2))

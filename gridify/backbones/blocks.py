@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import check_positive_int, check_probability, fail, is_int
-from ..nn.flexconv import (DEFAULT_FFT_THRESHOLD, PointwiseConv3d, check_grid_input, fft_depthwise_conv3d,  # noqa: F401
-                           use_fft_conv)
+from ..nn.flexconv import (DEFAULT_FFT_THRESHOLD, PointwiseConv3d, check_grid_input,  # noqa: F401
+                           direct_depthwise_conv3d, fft_depthwise_conv3d, use_fft_conv)
 
 __all__ = ["GridBackbone", "ResidualBlock3d", "DepthwiseSeparableConv3d", "PointwiseConv3d", "pointwise_conv3d",
            "check_kernel_size", "grid_gelu"]
@@ -89,7 +89,7 @@ class DepthwiseSeparableConv3d(nn.Module):
         if use_fft_conv(self.fft, k, x.device, self.fft_threshold, needs_grad):
             z = fft_depthwise_conv3d(x, weight)
         else:
-            z = F.conv3d(x, weight, padding=k // 2, groups=self.in_channels)
+            z = direct_depthwise_conv3d(x, weight)
         return self.pointwise(z)
 
 

@@ -18,23 +18,27 @@ from torch import Tensor, nn
 from .._checks import check_choice, check_int, check_number, check_positive_int, fail, is_int
 from ..registry import KERNELS
 from . import kernels as _kernels  # noqa: F401  (registers "magnet", "siren", "rff")
+from .depthwise import DepthwiseConv3dFunction, depthwise_conv3d_direct, next_fast_len
 
 __all__ = ["SepFlexConv3d", "PointwiseConv3d", "check_grid_input", "fft_depthwise_conv3d", "direct_depthwise_conv3d", "use_fft_conv",
+           "next_fast_len",
            "DEFAULT_FFT_THRESHOLD", "DEFAULT_FFT_THRESHOLD_INFERENCE"]
 
 #: Default ``fft_threshold`` per device type when ``fft_threshold=None``: the FFT path is used
-#: when the sampled kernel has at least this many taps per axis. Measured on CPU (2 cores,
-#: torch 2.13, batch 16 x 128 channels, R = 9, forward + backward): grouped ``conv3d`` and FFT
-#: are on par at 3 taps, the FFT is ~2x faster at 5 taps and ~3.5x at 9 (~4x at R = 13). The
+#: when the sampled kernel has at least this many taps per axis; ``None``: "auto" never picks it.
+#: On CPU the direct path wins everywhere since its backward runs through
+#: :class:`gridify.nn.depthwise.DepthwiseConv3dFunction`: measured (2 cores, AMD EPYC, torch
+#: 2.13, 128 channels, batch 32, forward + backward) direct vs FFT 218 vs 562 ms at R = 10 with
+#: 9 taps, 91 vs 168 ms with 5 taps, 763 vs 1240 ms at R = 13, 7.6 vs 9.2 s at R = 32; with the
+#: larger kernels of MRConv 744 vs 1456 ms (R = 10, 19 taps), on par at R = 13 with 13 taps. The
 #: CUDA value is a guess that has not been measured.
-DEFAULT_FFT_THRESHOLD: Dict[str, int] = {"cpu": 5, "cuda": 11}
+DEFAULT_FFT_THRESHOLD: Dict[str, Optional[int]] = {"cpu": None, "cuda": 11}
 
-#: The same thresholds when no gradient is needed (inference). Without a backward pass the
-#: direct grouped ``conv3d`` (oneDNN on CPU, in the channels-last layout the gridified models use)
-#: beats the FFT up to 9 taps: measured on CPU (1 thread, 128 channels, interleaved A/B runs) at
-#: 9 taps it was 1.4-5x faster for R = 10-20 and on par at R = 25; at 5 taps 3-10x faster for
-#: R = 10-25. Its backward pass is what makes the direct path slow in training.
-DEFAULT_FFT_THRESHOLD_INFERENCE: Dict[str, int] = {"cpu": 11, "cuda": 11}
+#: The same thresholds when no gradient is needed (inference). The direct grouped ``conv3d``
+#: (oneDNN on CPU, in the channels-last layout the gridified models use) beats the FFT: measured
+#: (2 cores, 128 channels, batch 32) 48 vs 333 ms at R = 9 with 9 taps, 72 vs 613 ms with 17 taps,
+#: 138 vs 510 ms at R = 13, 115 vs 268 ms at R = 20 (batch 8).
+DEFAULT_FFT_THRESHOLD_INFERENCE: Dict[str, Optional[int]] = {"cpu": None, "cuda": 11}
 
 
 def use_fft_conv(fft: Union[str, bool], k: int, device: torch.device, threshold: Optional[int],
@@ -52,7 +56,7 @@ def use_fft_conv(fft: Union[str, bool], k: int, device: torch.device, threshold:
     if threshold is None:
         table = DEFAULT_FFT_THRESHOLD if needs_grad else DEFAULT_FFT_THRESHOLD_INFERENCE
         threshold = table.get(device.type, table["cuda"])
-    return k >= threshold
+    return threshold is not None and k >= threshold
 
 
 def check_grid_input(x: Tensor, channels: int, where: str, min_resolution: int = 1) -> int:
@@ -80,28 +84,20 @@ def check_grid_input(x: Tensor, channels: int, where: str, min_resolution: int =
     return r
 
 
-def _next_fast_len(n: int) -> int:
-    """Smallest integer >= n whose prime factors are 2, 3 and 5 (fast FFT sizes)."""
-    while True:
-        m = n
-        for p in (2, 3, 5):
-            while m % p == 0:
-                m //= p
-        if m == 1:
-            return n
-        n += 1
-
-
 def direct_depthwise_conv3d(x: Tensor, kernel: Tensor) -> Tensor:
     r"""Depthwise cross-correlation with zero padding, same output size.
 
         y[b, c, i] = sum_o kernel[c, 0, o + P] x[b, c, i + o],   o in [-P, P]^3,  P = (K - 1) / 2
 
+    Computed by the direct grouped ``conv3d``; when a gradient is needed, through
+    :class:`gridify.nn.depthwise.DepthwiseConv3dFunction` (the same forward, a fast backward).
+
     Shapes:
         x ``[B, C, R, R, R]``, kernel ``[C, 1, K, K, K]`` (K odd) -> ``[B, C, R, R, R]``
     """
-    k = kernel.shape[-1]
-    return F.conv3d(x, kernel, padding=(k - 1) // 2, groups=x.shape[1])
+    if torch.is_grad_enabled() and (x.requires_grad or kernel.requires_grad):
+        return DepthwiseConv3dFunction.apply(x, kernel)
+    return depthwise_conv3d_direct(x, kernel)
 
 
 def fft_depthwise_conv3d(x: Tensor, kernel: Tensor) -> Tensor:
@@ -124,7 +120,7 @@ def fft_depthwise_conv3d(x: Tensor, kernel: Tensor) -> Tensor:
         raise ValueError(f"fft_depthwise_conv3d: kernel size {k} exceeds 2R - 1 = {2 * r - 1}; crop it first")
     dtype = x.dtype
     work = dtype if dtype in (torch.float32, torch.float64) else torch.float32
-    n = _next_fast_len(r + p)
+    n = next_fast_len(r + p)
     size = (n, n, n)
     dims = (-3, -2, -1)
     xf = torch.fft.rfftn(x.to(work), s=size, dim=dims)

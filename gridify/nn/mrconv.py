@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import check_choice, check_fraction, check_int, check_positive_int, is_int
-from .flexconv import DEFAULT_FFT_THRESHOLD, check_grid_input, fft_depthwise_conv3d
+from .flexconv import DEFAULT_FFT_THRESHOLD, check_grid_input, direct_depthwise_conv3d, fft_depthwise_conv3d
 
 __all__ = ["MRConv3d", "MRConvSeparable3d", "KERNEL_TYPES", "MATMUL_MAX_BYTES"]
 
@@ -27,8 +27,10 @@ KERNEL_TYPES = ("dilated", "fourier")
 #: Largest per-layer Toeplitz matrix (``C R^6`` elements, in bytes) that a folded
 #: :class:`MRConv3d` caches to run its merged kernel as one batched matrix product
 #: (``fft="auto"`` only). On one CPU thread at ``R = 9, C = 64, B = 32`` this is ~10x faster
-#: than the FFT for the global ``17^3`` kernel; larger layers fall back to the FFT.
+#: than the FFT for the global ``17^3`` kernel; larger layers use the direct convolution.
 MATMUL_MAX_BYTES = 1 << 28
+#: Taps per axis from which a folded (inference) layer runs as the cached per-channel matrix product.
+MATMUL_MIN_TAPS = 5
 
 
 def _pad_to(kernel: Tensor, size: int) -> Tensor:
@@ -325,14 +327,14 @@ class MRConv3d(nn.Module):
         if self.fft is False or k <= 1:
             return False
         threshold = self.fft_threshold or DEFAULT_FFT_THRESHOLD.get(device.type, DEFAULT_FFT_THRESHOLD["cuda"])
-        return k >= threshold
+        return threshold is not None and k >= threshold
 
     def _depthwise(self, x: Tensor, kernel: Tensor) -> Tensor:
         """Same-size depthwise cross-correlation with a dense kernel ``[C, 1, k, k, k]`` (k <= 2R - 1)."""
         k = kernel.shape[-1]
         if self._use_fft(k, x.device):
             return fft_depthwise_conv3d(x, kernel)
-        return F.conv3d(x, kernel, padding=k // 2, groups=self.channels)
+        return direct_depthwise_conv3d(x, kernel)
 
     def _toeplitz(self, kernel: Tensor, r: int) -> Tensor:
         """Per-channel matrices ``T_c[p, q] = K_c[q - p + P]`` of the folded conv (cached).
@@ -358,7 +360,7 @@ class MRConv3d(nn.Module):
     def _folded_conv(self, x: Tensor, kernel: Tensor) -> Tensor:
         b, c, r = x.shape[0], self.channels, x.shape[-1]
         k = kernel.shape[-1]
-        if (self.fft == "auto" and self._use_fft(k, x.device) and not torch.is_grad_enabled()
+        if (self.fft == "auto" and k >= MATMUL_MIN_TAPS and not torch.is_grad_enabled()
                 and c * r ** 6 * x.element_size() <= MATMUL_MAX_BYTES):
             mat = self._toeplitz(kernel, r)
             flat = x.reshape(b, c, r ** 3).permute(1, 2, 0)  # [C, R^3, B]
