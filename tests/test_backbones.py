@@ -234,3 +234,23 @@ def test_grid_gelu_equals_gelu_in_every_layout(layout):
     g2 = x.clone().requires_grad_(True)
     F.gelu(g2).sum().backward()
     torch.testing.assert_close(g.grad, g2.grad)
+
+
+def test_mask_dropout_keeps_the_expected_fraction_and_scale_and_is_seeded():
+    from gridify.backbones.blocks import MaskDropout
+
+    drop = MaskDropout(0.25)
+    x = torch.ones(200_000)
+    torch.manual_seed(3)
+    y = drop(x)
+    kept = y != 0
+    assert abs(kept.float().mean().item() - 0.75) < 0.005
+    assert torch.allclose(y[kept], torch.full_like(y[kept], 1 / 0.75))
+    torch.manual_seed(3)
+    assert torch.equal(drop(x), y)
+    xg = torch.randn(1000, requires_grad=True)
+    torch.manual_seed(4)
+    out = drop(xg)
+    out.sum().backward()
+    torch.testing.assert_close(xg.grad, (out.detach() != 0).float() / 0.75)
+    assert torch.equal(drop.eval()(xg), xg)

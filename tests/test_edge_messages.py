@@ -86,3 +86,24 @@ def test_gridification_training_step_is_the_same_on_both_paths():
     torch.testing.assert_close(outs[1][0], outs[0][0], rtol=1e-5, atol=1e-6)
     for a, b in zip(outs[1][1], outs[0][1]):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("message", ["product", "concat"])
+def test_fused_path_under_bfloat16_autocast_tracks_float32(message):
+    torch.manual_seed(0)
+    conv = BipartiteConv(5, 6, 16, message=message, aggr="mean", omega0=0.7)
+    x, src, dst, offset, nd = _graph(dtype=torch.float32)
+    ref = _run(conv, False, x, src, dst, offset, nd)
+    conv.fused_messages = True
+    conv.zero_grad()
+    xg = x.clone().requires_grad_(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = conv(xg, src, dst, offset, nd)
+    w = torch.linspace(-1, 1, out.numel()).reshape(out.shape)
+    (out.float() * w).sum().backward()
+    assert xg.grad.dtype == torch.float32 and all(p.grad.dtype == torch.float32 for p in conv.parameters())
+    scale = ref[0].abs().max()
+    assert (out.float() - ref[0]).abs().max() < 0.05 * scale
+    for name, p in conv.named_parameters():
+        g_ref = ref[2][name]
+        assert (p.grad - g_ref).abs().max() <= 0.08 * g_ref.abs().max() + 1e-6, name

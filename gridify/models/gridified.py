@@ -37,10 +37,12 @@ class GridifiedModel(nn.Module):
     def _build_trunk(self, *, in_channels: int, hidden_channels: int, resolution: int, k: int, omega0: float,
                      aggr: str, message: str, pos_embedding: str, backbone: str, depth: int, dropout: float,
                      kernel_size: Union[int, str], backbone_kwargs: Optional[Dict[str, Any]],
-                     bounds: Tuple[Any, Any], outside: str) -> None:
+                     bounds: Tuple[Any, Any], outside: str, message_channels: Optional[int] = None,
+                     pos_hidden_channels: Optional[int] = None) -> None:
         self.gridify = Gridification(in_channels, hidden_channels, resolution, k=k, omega0=omega0, aggr=aggr,
                                      message=message, pos_embedding=pos_embedding, bounds=bounds,
-                                     outside=outside)
+                                     outside=outside, hidden_channels=message_channels or hidden_channels,
+                                     pos_hidden_channels=pos_hidden_channels)
         self.grid_norm = ChannelLayerNorm(hidden_channels)
         self.backbone = build_backbone(backbone, in_channels=hidden_channels, out_channels=hidden_channels,
                                        hidden_channels=hidden_channels, depth=depth, dropout=dropout,
@@ -103,6 +105,9 @@ class GridifiedClassifier(GridifiedModel):
         pool: ``"mean"``, ``"max"`` or ``"meanmax"`` (concatenation) over the grid.
         backbone_kwargs: extra keyword arguments for the backbone (e.g. ``kernel_net``).
         bounds, outside: grid box and the handling of points outside it (see :class:`Gridification`).
+        message_channels: width ``H`` of the gridification's per-edge messages (default
+            ``hidden_channels``); pos_hidden_channels: hidden width of its positional field (default
+            ``H``). Both trade per-edge work for capacity (see :class:`Gridification`).
 
     Everything after ``num_classes`` is keyword-only.
 
@@ -115,7 +120,8 @@ class GridifiedClassifier(GridifiedModel):
                  kernel_size: Union[int, str] = 9, omega0: float = 0.1, aggr: str = "mean",
                  message: str = "product", pos_embedding: str = "rff", pool: str = "mean",
                  backbone_kwargs: Optional[Dict[str, Any]] = None,
-                 bounds: Tuple[Any, Any] = (-1.0, 1.0), outside: str = "error") -> None:
+                 bounds: Tuple[Any, Any] = (-1.0, 1.0), outside: str = "error",
+                 message_channels: Optional[int] = None, pos_hidden_channels: Optional[int] = None) -> None:
         super().__init__()
         where = type(self).__name__
         check_positive_int(where, in_channels=in_channels, num_classes=num_classes, hidden_channels=hidden_channels)
@@ -123,7 +129,8 @@ class GridifiedClassifier(GridifiedModel):
         self._build_trunk(in_channels=in_channels, hidden_channels=hidden_channels, resolution=resolution, k=k,
                           omega0=omega0, aggr=aggr, message=message, pos_embedding=pos_embedding, backbone=backbone,
                           depth=depth, dropout=dropout, kernel_size=kernel_size, backbone_kwargs=backbone_kwargs,
-                          bounds=bounds, outside=outside)
+                          bounds=bounds, outside=outside, message_channels=message_channels,
+                          pos_hidden_channels=pos_hidden_channels)
         self.pool = pool
         feat = hidden_channels * (2 if pool == "meanmax" else 1)
         self.head = nn.Sequential(nn.LayerNorm(feat), nn.Linear(feat, hidden_channels), nn.GELU(),

@@ -52,8 +52,9 @@ def use_fused_messages(mode: Union[str, bool], *, field: Any, aggr: str, needs_g
 
     ``mode=True``/``False`` forces the choice (``True`` raises where the fused path cannot run);
     ``"auto"`` uses it whenever it applies: a gradient is needed, the field is a
-    :class:`~gridify.nn.RandomFourierField`, the aggregation is mean or sum, and the offsets need
-    no gradient.
+    :class:`~gridify.nn.RandomFourierField`, the aggregation is mean or sum, the offsets need
+    no gradient, and autocast is off (in mixed precision the plain path, whose stored activations
+    are half the size, measured faster; ``True`` still runs the fused path there).
     """
     from .fields import RandomFourierField
 
@@ -66,8 +67,10 @@ def use_fused_messages(mode: Union[str, bool], *, field: Any, aggr: str, needs_g
         why = f"aggr={aggr!r} (the fused path does mean and sum)"
     elif offset.requires_grad:
         why = "the edge offsets require a gradient"
-    elif torch.is_autocast_enabled(offset.device.type):
-        why = "autocast is on (mixed precision runs the plain autograd path)"
+    if why is None and mode == "auto" and torch.is_autocast_enabled(offset.device.type):
+        # measured (2 cores, AMD EPYC, bf16 autocast, batch 32 x 1,024 points): the plain path, which
+        # keeps its activations in bf16, 52-64 ms per cloud against 65-84 ms recomputing them
+        return False
     if why is not None and mode is True:
         raise ValueError(f"fused_messages=True cannot be used: {why}")
     return why is None
@@ -80,10 +83,11 @@ def _chunks(num_edges: int, width: int) -> Sequence[Tuple[int, int]]:
 
 def _field(o: Tensor, B: Tensor, W1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor
            ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """One chunk of the RFF field: ``(cos z, sin z, f, a, p)``."""
+    """One chunk of the RFF field: ``(cos z, sin z, f, a, p)``. The phases ``z = B o`` and the
+    Fourier features are computed in the offsets' precision, the two matrix products in ``W1``'s."""
     z = o @ B.t()
     cz, sz = torch.cos(z), torch.sin(z)
-    f = torch.cat([cz, sz], 1)
+    f = torch.cat([cz, sz], 1).to(W1.dtype)
     a = torch.addmm(b1, f, W1.t())
     p = torch.addmm(b2, F.gelu(a), W2.t())
     return cz, sz, f, a, p
@@ -91,21 +95,24 @@ def _field(o: Tensor, B: Tensor, W1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor
 
 class FusedEdgeMessages(torch.autograd.Function):
     """See the module docstring. Inputs: ``h, offset, edge_src, edge_dst, scale, num_dst, concat,
-    B, W1, b1, W2, b2, Wo, bo`` (``Wo``/``bo`` None for product messages)."""
+    B, W1, b1, W2, b2, Wo, bo`` (``Wo``/``bo`` None for product messages).
+
+    Mixed precision: ``h`` and the weights ``W1 .. bo`` may be bfloat16/float16 (the matrix
+    products then run in that precision) while ``offset``, ``B`` and ``scale`` stay float32; the
+    aggregation and every gradient accumulate in float32.
+    """
 
     @staticmethod
     def forward(ctx: Any, h: Tensor, offset: Tensor, edge_src: Tensor, edge_dst: Tensor, scale: Optional[Tensor],
                 num_dst: int, concat: bool, B: Tensor, W1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor,
                 Wo: Optional[Tensor], bo: Optional[Tensor]) -> Tensor:
-        out = h.new_zeros(num_dst, h.size(1))
+        acc = torch.promote_types(h.dtype, offset.dtype)
+        out = torch.zeros(num_dst, h.size(1), dtype=acc, device=h.device)
         for s, e in _chunks(edge_src.numel(), h.size(1)):
             p = _field(offset[s:e], B, W1, b1, W2, b2)[4]
             hs = h.index_select(0, edge_src[s:e])
-            if concat:
-                m = torch.addmm(bo, F.gelu(p.add_(hs)), Wo.t())
-            else:
-                m = p.mul_(hs)
-            out.index_add_(0, edge_dst[s:e], m)
+            m = torch.addmm(bo, F.gelu(p.add_(hs)), Wo.t()) if concat else p.mul_(hs)
+            out.index_add_(0, edge_dst[s:e], m.to(acc))
         if scale is not None:
             out.mul_(scale[:, None])
         ctx.concat = concat
@@ -115,11 +122,12 @@ class FusedEdgeMessages(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
         h, offset, edge_src, edge_dst, scale, B, W1, b1, W2, b2, Wo, bo = ctx.saved_tensors
-        g_dst = grad_out * scale[:, None] if scale is not None else grad_out.contiguous()
-        grad_h = torch.zeros_like(h)
-        gB, gW1, gb1, gW2, gb2 = (torch.zeros_like(t) for t in (B, W1, b1, W2, b2))
-        gWo = None if Wo is None else torch.zeros_like(Wo)
-        gbo = None if bo is None else torch.zeros_like(bo)
+        g_dst = (grad_out * scale[:, None] if scale is not None else grad_out).to(h.dtype)
+        acc = torch.promote_types(h.dtype, offset.dtype)
+        grad_h = torch.zeros(h.shape, dtype=acc, device=h.device)
+        gB, gW1, gb1, gW2, gb2 = (torch.zeros(t.shape, dtype=acc, device=t.device) for t in (B, W1, b1, W2, b2))
+        gWo = None if Wo is None else torch.zeros(Wo.shape, dtype=acc, device=Wo.device)
+        gbo = None if bo is None else torch.zeros(bo.shape, dtype=acc, device=bo.device)
         n_freq = B.size(0)
         for s, e in _chunks(edge_src.numel(), h.size(1)):
             src, o = edge_src[s:e], offset[s:e]
@@ -128,23 +136,24 @@ class FusedEdgeMessages(torch.autograd.Function):
             hs = h.index_select(0, src)
             if ctx.concat:
                 u = p.add_(hs)
-                gWo.addmm_(g.t(), F.gelu(u))
-                gbo.add_(g.sum(0))
+                gWo += g.t() @ F.gelu(u)
+                gbo += g.sum(0, dtype=acc)
                 gp = _gelu_backward(g @ Wo, u)
-                grad_h.index_add_(0, src, gp)
+                grad_h.index_add_(0, src, gp.to(acc))
             else:
-                grad_h.index_add_(0, src, g * p)
+                grad_h.index_add_(0, src, (g * p).to(acc))
                 gp = g.mul_(hs)
-            gelu_a = F.gelu(a)
-            gW2.addmm_(gp.t(), gelu_a)
-            gb2.add_(gp.sum(0))
+            gW2 += gp.t() @ F.gelu(a)
+            gb2 += gp.sum(0, dtype=acc)
             ga = _gelu_backward(gp @ W2, a)
-            gW1.addmm_(ga.t(), f)
-            gb1.add_(ga.sum(0))
-            gf = ga @ W1
+            gW1 += ga.t() @ f
+            gb1 += ga.sum(0, dtype=acc)
+            gf = (ga @ W1).to(cz.dtype)
             gz = gf[:, n_freq:].mul_(cz).sub_(gf[:, :n_freq].mul_(sz))
             gB.addmm_(gz.t(), o)
-        return grad_h, None, None, None, None, None, None, gB, gW1, gb1, gW2, gb2, gWo, gbo
+        cast = lambda grad, ref: None if grad is None else grad.to(ref.dtype)  # noqa: E731
+        return (cast(grad_h, h), None, None, None, None, None, None, cast(gB, B), cast(gW1, W1), cast(gb1, b1),
+                cast(gW2, W2), cast(gb2, b2), cast(gWo, Wo), cast(gbo, bo))
 
 
 def fused_edge_messages(h: Tensor, offset: Tensor, edge_src: Tensor, edge_dst: Tensor, num_dst: int, *,
@@ -152,13 +161,23 @@ def fused_edge_messages(h: Tensor, offset: Tensor, edge_src: Tensor, edge_dst: T
     """Aggregated messages ``[num_dst, H]`` through :class:`FusedEdgeMessages` (see the module docstring).
 
     ``field`` is the :class:`~gridify.nn.RandomFourierField` phi_pos, ``msg_out`` the output layer of
-    concat messages (None for product messages); ``aggr`` is ``"mean"`` or ``"sum"``.
+    concat messages (None for product messages); ``aggr`` is ``"mean"`` or ``"sum"``. Under
+    ``torch.autocast`` the matrix products run in the autocast dtype (as ``nn.Linear`` would), the
+    phases ``B o`` and the sums in float32; the result is float32.
     """
     scale = None
+    acc = torch.promote_types(h.dtype, torch.float32) if h.dtype in (torch.float16, torch.bfloat16) else h.dtype
     if aggr == "mean":
-        scale = 1.0 / torch.bincount(edge_dst, minlength=num_dst).clamp_(min=1).to(h.dtype)
+        scale = 1.0 / torch.bincount(edge_dst, minlength=num_dst).clamp_(min=1).to(acc)
     concat = msg_out is not None
+    weights = [field.lin1.weight, field.lin1.bias, field.lin2.weight, field.lin2.bias,
+               msg_out.weight if concat else None, msg_out.bias if concat else None]
+    device = h.device.type
+    if torch.is_autocast_enabled(device):
+        low = torch.get_autocast_dtype(device)
+        h, weights = h.to(low), [None if w is None else w.to(low) for w in weights]
+        with torch.autocast(device, enabled=False):
+            return FusedEdgeMessages.apply(h, offset.float(), edge_src, edge_dst, scale, num_dst, concat,
+                                           field.freqs.weight.float(), *weights)
     return FusedEdgeMessages.apply(h, offset.to(h.dtype), edge_src, edge_dst, scale, num_dst, concat,
-                                   field.freqs.weight, field.lin1.weight, field.lin1.bias, field.lin2.weight,
-                                   field.lin2.bias, msg_out.weight if concat else None,
-                                   msg_out.bias if concat else None)
+                                   field.freqs.weight, *weights)

@@ -65,7 +65,8 @@ class BipartiteConv(nn.Module):
 
     def __init__(self, in_channels: int, out_channels: int, hidden_channels: int, pos_dim: int = 3,
                  pos_embedding: str = "rff", omega0: float = 0.1, message: str = "product",
-                 aggr: str = "mean", fused_messages: Union[str, bool] = "auto") -> None:
+                 aggr: str = "mean", fused_messages: Union[str, bool] = "auto",
+                 pos_hidden_channels: Optional[int] = None) -> None:
         super().__init__()
         where = type(self).__name__
         check_positive_int(where, in_channels=in_channels, out_channels=out_channels, hidden_channels=hidden_channels)
@@ -77,7 +78,8 @@ class BipartiteConv(nn.Module):
         self.message, self.aggr = message, aggr
         H = hidden_channels
         self.phi_node = _MLP(in_channels, H, H)
-        self.phi_pos = POS_EMBEDDINGS.build(pos_embedding, in_features=pos_dim, out_features=H, omega0=omega0)
+        self.phi_pos = POS_EMBEDDINGS.build(pos_embedding, in_features=pos_dim, out_features=H, omega0=omega0,
+                                            hidden_features=pos_hidden_channels)
         if message == "concat":
             self.msg_node = nn.Linear(H, H)  # A (per source node); B lives in phi_pos's last layer
             self.msg_out = nn.Linear(H, H)
@@ -183,6 +185,9 @@ class Gridification(nn.Module):
         knn_backend: backend of the node -> points kNN search, see :func:`gridify.ops.knn`.
         max_in_degree: optional cap on the edges a grid node receives (e.g. ``2 * k``); see
             :func:`bilateral_knn` (coverage of every point is kept even past the cap).
+        pos_hidden_channels: hidden width of the positional field phi_pos (its Fourier features
+            and hidden layer; default ``H``). A narrower field costs less per edge: the per-edge
+            matrix products take ``H_pos (H_pos + H)`` multiply-adds instead of ``2 H^2``.
 
     Inputs: ``pos [N, 3]`` with ``x [N, F]`` and ``batch [N]`` (PyG style, sorted), a PyG
     ``Data``/``Batch`` with those attributes, or dense ``pos [B, N, 3]`` with ``x [B, N, F]``.
@@ -200,7 +205,7 @@ class Gridification(nn.Module):
                  message: str = "product", aggr: str = "mean",
                  bounds: Tuple[Union[float, Sequence[float]], Union[float, Sequence[float]]] = (-1.0, 1.0),
                  outside: str = "error", knn_backend: str = "auto",
-                 max_in_degree: Optional[int] = None) -> None:
+                 max_in_degree: Optional[int] = None, pos_hidden_channels: Optional[int] = None) -> None:
         super().__init__()
         where = "Gridification"
         check_choice(where, "outside", outside, ("error", "allow"))
@@ -210,7 +215,7 @@ class Gridification(nn.Module):
         self.k = check_connectivity_args(where, self.grid, k, knn_backend, max_in_degree)
         self.outside, self.knn_backend, self.max_in_degree = outside, knn_backend, max_in_degree
         self.conv = BipartiteConv(in_channels, out_channels, hidden_channels, 3, pos_embedding, omega0,
-                                  message, aggr)
+                                  message, aggr, pos_hidden_channels=pos_hidden_channels)
         self.in_channels, self.out_channels = in_channels, out_channels
 
     @property
@@ -280,12 +285,12 @@ class Degridification(nn.Module):
 
     def __init__(self, in_channels: int, out_channels: int, hidden_channels: Optional[int] = None,
                  pos_embedding: str = "rff", omega0: float = 0.1, message: str = "product",
-                 aggr: str = "mean") -> None:
+                 aggr: str = "mean", pos_hidden_channels: Optional[int] = None) -> None:
         super().__init__()
         if hidden_channels is None and isinstance(in_channels, int) and isinstance(out_channels, int):
             hidden_channels = max(in_channels, out_channels + 3)
         self.conv = BipartiteConv(in_channels, out_channels, hidden_channels, 3, pos_embedding, omega0,
-                                  message, aggr)
+                                  message, aggr, pos_hidden_channels=pos_hidden_channels)
         self.in_channels, self.out_channels = in_channels, out_channels
 
     def reset_parameters(self) -> None:
