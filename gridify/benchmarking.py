@@ -74,6 +74,8 @@ import torch
 from torch import Tensor, nn
 
 from ._files import atomic_write_text
+from .models.gridified import CLASSIFIER_PRESETS
+from .precision import PRECISIONS, autocast, resolve_precision
 from .runtime import tune_cpu_allocator
 
 __all__ = ["main", "build_benchmark_model", "grid_resolution", "matmul_gflops", "measure", "CSV_COLUMNS",
@@ -83,10 +85,10 @@ DEFAULT_NUM_POINTS = [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536]
 DEFAULT_KS = [4, 8, 16, 32, 64, 128]
 DEFAULT_MODELS = ["gridified", "pointnet2", "point_ckconv"]
 NUM_CLASSES = 40
-CSV_COLUMNS = ["sweep", "model", "num_points", "resolution", "k", "batch", "ms_per_batch", "clouds_per_s",
-               "us_per_point", "peak_mb", "train_batch", "train_ms_per_batch", "train_clouds_per_s",
-               "train_peak_mb", "repeats", "params", "gflop_per_cloud", "gflops_achieved", "ratio",
-               "train_ratio", "status"]
+CSV_COLUMNS = ["sweep", "model", "precision", "num_points", "resolution", "k", "batch", "ms_per_batch",
+               "clouds_per_s", "us_per_point", "peak_mb", "train_batch", "train_ms_per_batch", "train_clouds_per_s",
+               "train_peak_mb", "train_peak_mb_per_cloud", "train_over_inference", "repeats", "params",
+               "gflop_per_cloud", "gflops_achieved", "ratio", "train_ratio", "status"]
 RESULT_TAG = "GRIDIFY_BENCHMARK_RESULT:"
 
 
@@ -104,14 +106,19 @@ def _model_kind(name: str) -> Tuple[str, Optional[str], bool]:
     if key in ("point_ckconv", "ckconv", "pointckconvnet", "point-ckconv"):
         return "point_ckconv", None, False
     if key == "gridified" or key.startswith("gridified-"):
-        parts = key.split("-")[1:]
+        parts = [p for p in key.split("-")[1:] if p not in CLASSIFIER_PRESETS]
         reparam = bool(parts) and parts[-1] == "reparam"
         if reparam:
             parts = parts[:-1]
         backbone = "-".join(parts) if parts else "ccnn"
         return "gridified", backbone, reparam
-    raise ValueError(f"benchmark: unknown model {name!r}; expected gridified, gridified-<backbone>[-reparam], "
+    raise ValueError(f"benchmark: unknown model {name!r}; expected gridified[-fast][-<backbone>][-reparam], "
                      f"pointnet2 or point_ckconv")
+
+
+def model_preset(name: str) -> str:
+    """The named configuration of a gridified benchmark model: ``gridified-fast`` -> ``"fast"``, else ``"thesis"``."""
+    return next((p for p in name.lower().split("-")[1:] if p in CLASSIFIER_PRESETS), "thesis")
 
 
 def model_uses_k(name: str) -> bool:
@@ -145,9 +152,11 @@ def build_benchmark_model(name: str, num_points: int, k: Optional[int] = None,
     if reason is not None:
         raise ValueError(f"benchmark: model {name!r} unavailable: {reason}")
     if family == "gridified":
+        preset = dict(CLASSIFIER_PRESETS[model_preset(name)])
+        if k is not None:
+            preset["k"] = k
         model = build_model("gridified_classifier", in_channels=3, num_classes=NUM_CLASSES,
-                            resolution=grid_resolution(num_points), k=9 if k is None else k, hidden_channels=128,
-                            depth=3, kernel_size=9, backbone=backbone).to(device)
+                            resolution=grid_resolution(num_points), backbone=backbone, **preset).to(device)
         if reparam:
             from .nn.reparam import reparameterize_model
 
@@ -339,17 +348,38 @@ class _Timer:
         return {"batch": b, "seconds": statistics.median(times), "repeats": len(times)}
 
 
+class _Memory:
+    """Peak memory above a baseline: CUDA ``max_memory_allocated``, or the rise of the CPU peak RSS."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+            self.base = torch.cuda.memory_allocated(device) / 2 ** 20
+        else:
+            self.base = _rss_mb()
+
+    def peak(self) -> float:
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2 ** 20 - self.base
+        return max(0.0, _maxrss_mb() - self.base)
+
+
 def measure(model_name: str, num_points: int, k: Optional[int] = None, batch_size: int = 32, repeats: int = 5,
             warmup: int = 1, time_budget: float = 20.0, device: str = "cpu", train_step: bool = True,
-            max_points_per_batch: int = 1 << 20, count_flops: bool = True, seed: int = 0) -> Dict[str, Any]:
-    """One benchmark row: inference (and training-step) time and peak memory of one model at one N."""
+            max_points_per_batch: int = 1 << 20, count_flops: bool = True, seed: int = 0,
+            precision: str = "fp32") -> Dict[str, Any]:
+    """One benchmark row: inference (and training-step) time and peak memory of one model at one N.
+
+    ``precision`` (``fp32``/``bf16``/``fp16``) runs the forward passes under that autocast.
+    """
     dev = torch.device(device)
     torch.manual_seed(seed)
     family, _, reparam = _model_kind(model_name)
-    row: Dict[str, Any] = {"model": model_name, "num_points": num_points,
+    default_k = CLASSIFIER_PRESETS[model_preset(model_name)]["k"] if family == "gridified" else 64
+    row: Dict[str, Any] = {"model": model_name, "num_points": num_points, "precision": precision,
                            "resolution": grid_resolution(num_points) if family == "gridified" else None,
-                           "k": (k if k is not None else (9 if family == "gridified" else 64))
-                           if model_uses_k(model_name) else None}
+                           "k": (default_k if k is None else k) if model_uses_k(model_name) else None}
     reason = skip_reason(model_name)
     if reason is not None:
         row["status"] = f"skipped: {reason}"
@@ -366,7 +396,7 @@ def measure(model_name: str, num_points: int, k: Optional[int] = None, batch_siz
 
     def infer(b: int) -> None:
         pos, batch, _ = get(b)
-        with torch.no_grad():
+        with torch.no_grad(), autocast(precision, dev):
             model(pos, None, batch)
 
     # One cold forward pass first: lazy imports (SciPy's KD-tree, ...), kernel caches and
@@ -374,22 +404,11 @@ def measure(model_name: str, num_points: int, k: Optional[int] = None, batch_siz
     model.eval()
     infer(1)
     _sync(dev)
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(dev)
-        base = torch.cuda.memory_allocated(dev) / 2 ** 20
-    else:
-        base = _rss_mb()
-
-    def peak() -> float:
-        if dev.type == "cuda":
-            return torch.cuda.max_memory_allocated(dev) / 2 ** 20 - base
-        return max(0.0, _maxrss_mb() - base)
-
-    model.eval()
+    memory = _Memory(dev)
     res = _Timer(infer, dev, time_budget, repeats, warmup, max_batch).run()
     b = res["batch"]
     row.update(batch=b, ms_per_batch=1e3 * res["seconds"], clouds_per_s=b / res["seconds"],
-               us_per_point=1e6 * res["seconds"] / (b * num_points), peak_mb=peak(), repeats=res["repeats"])
+               us_per_point=1e6 * res["seconds"] / (b * num_points), peak_mb=memory.peak(), repeats=res["repeats"])
     if count_flops and family == "gridified":
         pos, batch, _ = get(1)
         counted, fft = count_forward_flops(model, (pos, None, batch))
@@ -397,24 +416,34 @@ def measure(model_name: str, num_points: int, k: Optional[int] = None, batch_siz
         row["gflop_per_cloud_counted"] = counted / 1e9
         row["gflops_achieved"] = row["gflop_per_cloud"] * row["clouds_per_s"]
     if train_step and not reparam:
-        model.train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        if dev.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(dev)
-
-        def step(bb: int) -> None:
-            pos, batch, y = get(bb)
-            opt.zero_grad(set_to_none=True)
-            loss = nn.functional.cross_entropy(model(pos, None, batch), y)
-            loss.backward()
-            opt.step()
-
-        res = _Timer(step, dev, time_budget, repeats, warmup, b).run()
-        tb = res["batch"]
-        row.update(train_batch=tb, train_ms_per_batch=1e3 * res["seconds"],
-                   train_clouds_per_s=tb / res["seconds"], train_peak_mb=peak())
+        row.update(_measure_training(model, get, dev, precision, b, time_budget, repeats, warmup))
+        row["train_peak_mb"] = memory.peak()
+        row["train_peak_mb_per_cloud"] = row["train_peak_mb"] / row["train_batch"]
+        row["train_over_inference"] = row["train_ms_per_batch"] / row["train_batch"] / (row["ms_per_batch"] / b)
     row["status"] = "ok"
     return row
+
+
+def _measure_training(model: nn.Module, get: Callable[[int], Tuple[Tensor, Tensor, Tensor]], dev: torch.device,
+                      precision: str, max_batch: int, time_budget: float, repeats: int, warmup: int) -> Dict[str, Any]:
+    """Median time of a whole training step: zero_grad, forward (under ``precision``), cross-entropy,
+    backward, AdamW step (PyTorch's default implementation, the same for every model)."""
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+
+    def step(bb: int) -> None:
+        pos, batch, y = get(bb)
+        opt.zero_grad(set_to_none=True)
+        with autocast(precision, dev):
+            logits = model(pos, None, batch)
+        nn.functional.cross_entropy(logits.float(), y).backward()
+        opt.step()
+
+    res = _Timer(step, dev, time_budget, repeats, warmup, max_batch).run()
+    tb = res["batch"]
+    return dict(train_batch=tb, train_ms_per_batch=1e3 * res["seconds"], train_clouds_per_s=tb / res["seconds"])
 
 
 def _worker_main(spec_json: str) -> int:
@@ -484,8 +513,10 @@ def _fmt(v: Any, digits: int = 3) -> str:
 def format_table(rows: List[Dict[str, Any]]) -> str:
     cols = [("sweep", "sweep"), ("model", "model"), ("num_points", "N"), ("resolution", "R"), ("k", "k"),
             ("batch", "batch"), ("ms_per_batch", "ms/batch"), ("clouds_per_s", "clouds/s"),
-            ("us_per_point", "us/point"), ("peak_mb", "peak MB"), ("train_ms_per_batch", "train ms/b"),
-            ("gflops_achieved", "GFLOP/s"), ("ratio", "grid/model"), ("status", "status")]
+            ("us_per_point", "us/point"), ("peak_mb", "peak MB"), ("train_batch", "train b"),
+            ("train_ms_per_batch", "train ms/b"), ("train_peak_mb_per_cloud", "train MB/cloud"),
+            ("train_over_inference", "train/infer"), ("gflops_achieved", "GFLOP/s"), ("ratio", "ref/model"),
+            ("train_ratio", "train ref/model"), ("status", "status")]
     table = [[h for _, h in cols]] + [[_fmt(r.get(c))[:60] for c, _ in cols] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in table]
@@ -514,10 +545,11 @@ def plot(rows: List[Dict[str, Any]], out: Path) -> List[str]:
         sel = [r for r in rows if r.get("sweep") == sweep and r.get("status") == "ok"]
         if not sel:
             continue
-        fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+        fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
         series = [("ms_per_batch", "batch", "inference time per cloud [ms]"),
                   ("train_ms_per_batch", "train_batch", "training step per cloud [ms]"),
-                  ("peak_mb", "batch", "peak memory per cloud [MB]")]
+                  ("peak_mb", "batch", "peak inference memory per cloud [MB]"),
+                  ("train_peak_mb", "train_batch", "peak training memory per cloud [MB]")]
         for ax, (ykey, bkey, ylabel) in zip(axes, series):
             for model in sorted({r["model"] for r in sel}):
                 pts = sorted((r[xkey], r[ykey] / r[bkey]) for r in sel
@@ -555,6 +587,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     p.add_argument("--train-step", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="fp32, or bf16/fp16 autocast for every model alike (a CPU without native bf16 falls back "
+                        "to fp32 with a warning)")
+    p.add_argument("--reference", default=None,
+                   help="model the ratio columns compare with (default: the first gridified model)")
     p.add_argument("--flops", action=argparse.BooleanOptionalAction, default=True,
                    help="count the gridified forward's FLOPs")
     p.add_argument("--isolation", choices=("subprocess", "inprocess"), default="subprocess",
@@ -609,7 +646,7 @@ def _run_jobs(args: argparse.Namespace, jobs: List[Tuple[str, str, int, Optional
         spec = dict(model_name=model, num_points=n, k=k, batch_size=args.batch_size, repeats=args.repeats,
                     warmup=args.warmup, time_budget=args.time_budget, device=str(device),
                     train_step=args.train_step, max_points_per_batch=args.max_points_per_batch,
-                    count_flops=args.flops, seed=args.seed)
+                    count_flops=args.flops, seed=args.seed, precision=args.precision)
         if args.isolation == "subprocess":
             row = _run_isolated({**spec, "threads": torch.get_num_threads(),
                                  "malloc": "tuned" if malloc_applied else "default"},
@@ -661,6 +698,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                           ("cpu" if args.device == "auto" else args.device))
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("benchmark: --device cuda requested but CUDA is not available")
+    args.precision = resolve_precision(args.precision, device, where="benchmark")
+    reference = args.reference or next((m for m in models if _model_kind(m)[0] == "gridified"), models[0])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     info = machine_info(device)
@@ -679,8 +718,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for row in rows:
         if row.get("gflops_achieved"):
             row["matmul_fraction"] = row["gflops_achieved"] / peak
-    add_ratios(rows)
-    result = {"machine": info, "matmul_gflops": peak, "matmul_gflops_before_after": [peak_before, peak_after],
+    add_ratios(rows, reference)
+    result = {"machine": info, "precision": args.precision, "reference": reference, "matmul_gflops": peak, "matmul_gflops_before_after": [peak_before, peak_after],
               "malloc": "tuned (gridify.runtime.tune_cpu_allocator)" if malloc_applied else "default",
               "resolution_rule": "R = max(2, round(N ** (1/3)))",
               "memory_method": ("cuda max_memory_allocated" if device.type == "cuda" else

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "gridify"
 #: bottom to top; a module may import only from its own package or from a lower layer
 LAYERS = [
     ["_version", "_checks", "_optional", "_files", "registry", "runtime"],
-    ["ops", "io", "transforms", "metrics"],
+    ["ops", "io", "transforms", "metrics", "precision"],
     ["nn", "datasets", "vis"],
     ["backbones", "baselines"],
     ["models"],

@@ -46,7 +46,7 @@ def test_tiny_run_writes_json_csv_and_ratios(tmp_path, capsys):
     assert len(csv_rows) == len(rows)
     assert all(r["ratio"] for r in csv_rows if r["status"] == "ok")
     printed = capsys.readouterr().out
-    assert "grid/model" in printed and "GFLOP/s" in printed and "% of the matmul peak" in printed
+    assert "ref/model" in printed and "GFLOP/s" in printed and "% of the matmul peak" in printed
 
 
 def test_add_ratios_matches_sweep_n_and_k():
@@ -97,3 +97,33 @@ def test_malloc_setting_is_recorded(tmp_path):
     assert result["matmul_gflops"] == pytest.approx(max(before, after))
     assert result["rows"][0]["matmul_fraction"] == pytest.approx(
         result["rows"][0]["gflops_achieved"] / result["matmul_gflops"])
+
+
+def test_training_columns_presets_and_precision(tmp_path, recwarn):
+    out = tmp_path / "bench"
+    rc = main(["--models", "gridified-fast", "gridified", "--num-points", "64", "--k", "--batch-size", "2",
+               "--repeats", "1", "--warmup", "0", "--time-budget", "2", "--threads", "1", "--isolation", "inprocess",
+               "--no-plots", "--no-flops", "--matmul-size", "256", "--precision", "bf16", "--out", str(out)])
+    assert rc == 0
+    result = json.loads((out / "benchmark.json").read_text())
+    from gridify.precision import cpu_has_native_bf16
+
+    assert result["precision"] == ("bf16" if cpu_has_native_bf16() else "fp32")
+    assert result["reference"] == "gridified-fast"
+    fast, thesis = result["rows"]
+    assert fast["k"] == 6 and thesis["k"] == 9 and fast["params"] < thesis["params"]
+    for r in (fast, thesis):
+        assert r["train_over_inference"] == pytest.approx(
+            (r["train_ms_per_batch"] / r["train_batch"]) / (r["ms_per_batch"] / r["batch"]))
+        assert r["train_peak_mb_per_cloud"] == pytest.approx(r["train_peak_mb"] / r["train_batch"])
+    assert thesis["train_ratio"] == pytest.approx(fast["train_clouds_per_s"] / thesis["train_clouds_per_s"])
+
+
+def test_precision_falls_back_with_a_warning_where_the_hardware_cannot(monkeypatch):
+    import gridify.precision as P
+
+    monkeypatch.setattr(P, "cpu_has_native_bf16", lambda: False)
+    with pytest.warns(UserWarning, match="no native bfloat16 .* running in fp32"):
+        assert P.resolve_precision("bf16", "cpu") == "fp32"
+    with pytest.raises(ValueError, match="precision must be one of"):
+        P.resolve_precision("int8", "cpu")

@@ -4,7 +4,7 @@ from typing import Any
 from torch import nn
 
 from ..registry import MODELS
-from .gridified import GridifiedClassifier, GridifiedSegmenter
+from .gridified import CLASSIFIER_PRESETS, GridifiedClassifier, GridifiedModel, GridifiedSegmenter
 from .temporal import TemporalGridifiedClassifier, TemporalOutput
 
 
@@ -13,4 +13,4 @@ def build_model(name: str, **kwargs: Any) -> nn.Module:
     return MODELS.build(name, **kwargs)
 
 
-__all__ = ["GridifiedClassifier", "GridifiedSegmenter", "build_model", "TemporalGridifiedClassifier", "TemporalOutput"]
+__all__ = ["GridifiedModel", "GridifiedClassifier", "GridifiedSegmenter", "CLASSIFIER_PRESETS", "build_model", "TemporalGridifiedClassifier", "TemporalOutput"]
