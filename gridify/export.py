@@ -533,15 +533,18 @@ def export_onnx(model: Any, path: Union[str, "os.PathLike[str]"], *, num_points:
     """Export a trained gridified classifier to a self-contained ONNX file (runs without gridify).
 
     The file computes :class:`OnnxClassifier`: inputs ``points [B, N, 3]`` (and ``normals
-    [B, N, 3]`` for models trained with normals), output ``logits [B, K]``.
+    [B, N, 3]`` for models trained with normals), output ``logits [B, K]``; its metadata records
+    the class names, the normalization, ``k``, ``R`` and the gridify version. Building the graph
+    costs time and memory ``O(B N R^3)`` (two distance matrices), like the brute-force kNN.
 
     Args:
         model: a checkpoint path (``model.pt`` / ``.ckpt``, folded for inference), a
             :class:`gridify.Predictor` or a :class:`gridify.models.GridifiedClassifier`.
         path: the ``.onnx`` file to write (atomically; parent folders are created).
         num_points: a fixed number of points per cloud; None (default): a dynamic axis, any
-            ``N >= k``. (The file runs the network once on the given points; the Predictor's
-            resampling of other sizes to the training size is not part of it.)
+            ``N >= k`` (onnxruntime rejects smaller clouds in its TopK). The file runs the network
+            once on the given points; the Predictor's resampling of other sizes to the training
+            size (and its vote over subsets) is not part of it.
         batch_size: a fixed number of clouds; None (default): a dynamic axis.
         normalize: centre and scale every cloud into the unit sphere inside the graph (default:
             as the checkpoint / Predictor says, True for a bare model). Without it the points
@@ -561,6 +564,8 @@ def export_onnx(model: Any, path: Union[str, "os.PathLike[str]"], *, num_points:
     num_points = check_int(where, "num_points", num_points, 1, allow_none=True)
     batch_size = check_int(where, "batch_size", batch_size, 1, allow_none=True)
     atol = check_number(where, "atol", atol)
+    check_int(where, "opset", opset, 1, allow_none=True)
+    check_int(where, "seed", seed, 0)
     if normalize is not None and not isinstance(normalize, bool):
         fail(where, f"normalize must be None, True or False, got {normalize!r}")
     net, stored_normalize, class_names, train_points = _resolve(model, where)

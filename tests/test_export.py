@@ -365,6 +365,14 @@ def test_cli_export_round_trip(tmp_path, capsys):
         run_onnx(session, pts[:1], nrm[:1])
 
 
+def test_cli_export_help(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["export", "--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0 and "usage: gridify export" in out
+    assert all(opt in out for opt in ("--format {onnx}", "--num-points", "--batch", "--out", "--no-verify"))
+
+
 def test_cli_export_errors(tmp_path):
     with pytest.raises(SystemExit, match="gridify export: error: checkpoint not found"):
         cli.main(["export", str(tmp_path / "missing.pt"), "--out", str(tmp_path / "m.onnx")])
