@@ -12,16 +12,17 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import numpy as np
 import torch
 
+from ._checks import check_choice, fail, is_int
 from ._files import atomic_write
 from .nn.reparam import is_reparameterizable, reparameterize_model
 
-__all__ = ["plain", "atomic_torch_save", "export_model", "CheckpointError", "load_checkpoint", "reparameterize_model",
-           "build_model_from_checkpoint"]
+__all__ = ["plain", "atomic_torch_save", "export_model", "check_export_meta", "inference_settings", "TASKS",
+           "CheckpointError", "load_checkpoint", "reparameterize_model", "build_model_from_checkpoint"]
 
 
 def plain(obj: Any) -> Any:
@@ -50,8 +51,20 @@ def atomic_torch_save(obj: Any, path: os.PathLike | str) -> None:
     atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
+#: Tasks a ``model.pt`` may declare. ``gridify.load`` (the :class:`gridify.Predictor`) serves the
+#: first two; ``sequence_classification`` is the temporal CfC model of ``scripts/train_temporal.py``.
+TASKS = ("classification", "segmentation", "sequence_classification")
+
+
 def export_model(path: Path, model: torch.nn.Module, meta: Dict[str, Any], reparameterize: bool = True) -> None:
     """Write ``model.pt``: weights + what is needed to rebuild and evaluate the model.
+
+    ``meta`` must describe the model (:func:`check_export_meta` validates it before anything is
+    written): ``model_name`` (registered), ``model_kwargs`` (rebuild a model whose weights are
+    exactly ``model``'s), ``task`` (one of :data:`TASKS`) and the class names
+    (``info["class_names"]`` or ``class_names``, one per output). A missing ``config`` is filled
+    with a minimal one (``{"task", "model": {"name", **model_kwargs}}``); other entries are
+    stored as given. A meta that cannot be loaded back raises ValueError naming what is wrong.
 
     With ``reparameterize`` (default), a copy of the model is folded into its inference form
     (:func:`reparameterize_model`) before its weights are written, and the file records
@@ -62,14 +75,104 @@ def export_model(path: Path, model: torch.nn.Module, meta: Dict[str, Any], repar
     """
     import copy
 
+    meta = check_export_meta(model, meta)
     folded = False
     if reparameterize and any(is_reparameterizable(m) for m in model.modules()):
         model = copy.deepcopy(model)
         folded = reparameterize_model(model) > 0
     payload = {"state_dict": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
-    payload.update(plain(meta))
+    payload.update(meta)
     payload["reparameterized"] = folded
+    problem = None
+    try:
+        rebuilt = build_model_from_checkpoint(payload)
+    except CheckpointError as exc:
+        problem = str(exc)
+    if problem is not None:
+        fail("export_model", f"meta does not describe the model: {problem}")
+    if type(rebuilt) is not type(model):
+        fail("export_model", f"meta['model_name']={meta['model_name']!r} builds a {type(rebuilt).__name__}, "
+                             f"but the model is a {type(model).__name__}")
     atomic_torch_save(payload, path)
+
+
+def check_export_meta(model: torch.nn.Module, meta: Any) -> Dict[str, Any]:
+    """Validate the metadata of :func:`export_model` and return it as plain data, with
+    ``class_names`` in both ``info`` and the top level and a minimal ``config`` when none is given.
+
+    Raises ValueError naming the missing or wrong entry (the rebuild itself is checked by
+    :func:`export_model`).
+    """
+    from . import models  # noqa: F401  (registers the models)
+    from .registry import MODELS
+
+    where = "export_model"
+    if not isinstance(meta, dict):
+        fail(where, f"meta must be a dict, got {type(meta).__name__}")
+    missing = [k for k in ("model_name", "model_kwargs", "task") if k not in meta]
+    if missing:
+        fail(where, f"meta lacks {missing}: a model.pt must name the registered model, the keyword arguments "
+                    f"that rebuild it and its task, or gridify.load cannot read it back")
+    name, kwargs, task = meta["model_name"], meta["model_kwargs"], meta["task"]
+    if name not in MODELS:
+        fail(where, f"meta['model_name']={name!r} is not a registered model; registered: {MODELS.names()}")
+    if not isinstance(kwargs, dict):
+        fail(where, f"meta['model_kwargs'] must be a dict of keyword arguments, got {type(kwargs).__name__}")
+    check_choice(where, "meta['task']", task, TASKS)
+    info = meta.get("info", {})
+    if not isinstance(info, dict):
+        fail(where, f"meta['info'] must be a dict, got {type(info).__name__}")
+    config = meta.get("config")
+    if config is None:
+        config = {"task": task, "model": {"name": name, **kwargs}}
+    elif not isinstance(config, dict):
+        fail(where, f"meta['config'] must be a dict (the training config), got {type(config).__name__}")
+    names = _class_names(where, model, dict(meta, config=config), info)
+    out = dict(meta, info=dict(info, class_names=names), class_names=names, config=config)
+    try:
+        return plain(out)
+    except TypeError as exc:
+        problem = str(exc)
+    fail(where, f"meta must hold only plain data (dict/list/str/int/float/bool/None): {problem}")
+
+
+def _class_names(where: str, model: torch.nn.Module, meta: Dict[str, Any], info: Dict[str, Any]) -> List[str]:
+    """The class names of ``meta`` (as :func:`inference_settings` reads them), checked against the model."""
+    names = inference_settings(dict(meta, info=info))["class_names"]
+    if names is None:
+        fail(where, "meta has no class names: pass info={'class_names': [...]} (one name per output class)")
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        fail(where, f"the class names must be a non-empty list of strings, got {names!r}")
+    outputs = getattr(model, "num_classes", None)
+    if is_int(outputs) and len(names) != outputs:
+        fail(where, f"{len(names)} class names for a model with {outputs} outputs (num_classes)")
+    return [str(n) for n in names]
+
+
+def inference_settings(payload: Dict[str, Any]) -> Dict[str, Any]:
+    """What inference reads from a checkpoint's metadata (a :func:`load_checkpoint` payload).
+
+    A dict: ``class_names`` (top-level ``class_names``, else ``info["class_names"]``; None when
+    neither is recorded), ``in_channels`` (``model_kwargs``, else ``info``, else 3), ``normalize``
+    (whether clouds are centred and scaled into the unit sphere: ``info["normalization"] is not
+    None`` when recorded, else the config's ``data.normalize``, default True) and ``num_points``
+    (``info["num_points"]``, else the config's ``data.test.num_points`` / ``data.num_points``;
+    None when not recorded).
+    """
+    info = payload.get("info") or {}
+    kwargs = payload.get("model_kwargs") or {}
+    data = (payload.get("config") or {}).get("data") or {}
+    if "normalization" in info:
+        normalize = info["normalization"] is not None
+    else:
+        normalize = bool(data.get("normalize", True))
+    num_points = info.get("num_points")
+    for section in (data.get("test") or {}, data):
+        if num_points is None and section.get("num_points") is not None:
+            num_points = int(section["num_points"])
+    return {"class_names": payload.get("class_names") or info.get("class_names"),
+            "in_channels": int(kwargs.get("in_channels", info.get("in_channels", 3))),
+            "normalize": normalize, "num_points": num_points}
 
 
 class CheckpointError(RuntimeError):

@@ -1,9 +1,10 @@
-"""The ``gridify`` command line: train, evaluate, predict, show, bench, download.
+"""The ``gridify`` command line: train, evaluate, predict, show, export, bench, download.
 
     gridify train --config configs/procedural.yaml [section.key=value ...]
     gridify evaluate --ckpt outputs/procedural/checkpoints/model.pt
     gridify predict scan.ply --ckpt model.pt [--category chair] [--out labels.ply]
     gridify show scan.ply [--ckpt model.pt] [--layers points,grid,edges] [--out view.png]
+    gridify export model.pt --format onnx [--num-points N] [--batch B] --out model.onnx
     gridify bench [...]
     gridify download ModelNet40 [--root datasets]
 
@@ -124,6 +125,8 @@ def _add_show_parser(sub: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from ._version import __version__
+    from .export import EXPORT_FORMATS
+    from .export import INSTALL_HINT as EXPORT_HINT
     from .io import supported_extensions
 
     p = argparse.ArgumentParser(prog="gridify", description=__doc__.split("\n\n")[0],
@@ -148,6 +151,22 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(func=cmd_predict)
 
     _add_show_parser(sub)
+
+    e = sub.add_parser("export", help="export a trained classifier for deployment (ONNX, runs without gridify)",
+                       description="Write a self-contained ONNX file of a trained gridified classifier: inputs "
+                                   "points [B, N, 3] (+ normals [B, N, 3] for models trained with normals), output "
+                                   "logits [B, K]. The bilateral kNN graph is built inside the file by brute force; "
+                                   "clouds are normalized inside it as gridify predict does (unless the checkpoint "
+                                   "says otherwise). The file is checked with onnxruntime against PyTorch before it "
+                                   f"is written. Needs: {EXPORT_HINT}.")
+    e.add_argument("model", help="exported model.pt or Lightning .ckpt")
+    e.add_argument("--format", choices=EXPORT_FORMATS, default="onnx", help="export format (default onnx)")
+    e.add_argument("--out", required=True, help="file to write, e.g. model.onnx")
+    e.add_argument("--num-points", type=int, help="fixed points per cloud N (default: a dynamic axis, any N >= k)")
+    e.add_argument("--batch", type=int, help="fixed clouds per batch B (default: a dynamic axis)")
+    e.add_argument("--no-verify", action="store_true", help="skip the onnxruntime check against PyTorch")
+    e.add_argument("--threads", type=int, help="torch CPU threads")
+    e.set_defaults(func=cmd_export)
 
     d = sub.add_parser("download", help="download and extract a dataset archive",
                        description="Fetch a known dataset archive (resumable, verified) and extract it under --root. "
@@ -309,6 +328,23 @@ def cmd_show(args: argparse.Namespace) -> int:
         raise SystemExit(f"gridify show: error: {exc}")
     if args.out:
         print(f"wrote {args.out} ({img.shape[1]}x{img.shape[0]}, layers {', '.join(layers)})")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    import torch
+
+    from .checkpoint import CheckpointError
+    from .export import ExportError, export_onnx
+
+    if args.threads:
+        torch.set_num_threads(int(args.threads))
+    try:
+        report = export_onnx(args.model, args.out, num_points=args.num_points, batch_size=args.batch,
+                             verify=not args.no_verify)
+    except (CheckpointError, ExportError, ImportError, ValueError) as exc:
+        raise SystemExit(f"gridify export: error: {exc}")
+    print(f"wrote {report.summary()}")
     return 0
 
 

@@ -1,0 +1,616 @@
+r"""Deployment exports: a trained gridified classifier as a self-contained ONNX file.
+
+The PyTorch forward builds its graph with data-dependent code (a KD-tree, ``torch.unique``,
+chunked loops), which no exporter can trace. :class:`OnnxClassifier` runs the same network on
+fixed-shape tensors, with the bilateral kNN graph built by brute force, per cloud ``b``:
+
+    A_{b,i} = topk_k { ||c_i^G - c_j||^2 : j < N }              (grid node i <- its k nearest points)
+    P_{b,j} = topk_k' { ||c_i^G - c_j||^2 : i < R^3 }           (point j -> its k' = min(k, R^3) nearest nodes)
+    keep_{b,j,t} = [ j not in A_{b, P_{b,j,t}} ]                 (the point -> node edges A does not hold)
+
+so ``E = {(j, i) : j in A_i} U {(j, i) : i in P_j, keep}`` is the deduplicated union without
+``torch.unique``: ``R^3 k + N k'`` candidate edges, the duplicates masked out, so a mean counts
+every edge once. The distances use the same float arithmetic as :func:`gridify.ops.knn` (torch
+backend) for ``A`` and as :func:`gridify.ops.grid_knn` for ``P``, so ``E`` is
+:func:`gridify.nn.bilateral_knn`'s edge set. Exact ties are broken by the lower index: for
+equidistant points (duplicates) this is what the brute-force and KD-tree searches do too; a point
+lying exactly on a symmetry plane of the lattice may keep a different but equally near node at
+its k-th place than :func:`gridify.ops.grid_knn`. The gridification is then
+
+    x_i^G = phi_upd( AGG( {phi_msg(phi_node(x_j), phi_pos(c_i^G - c_j)) : j in A_i}
+                          U {... : i in P_j, keep_{j,i}} ) )
+
+with the model's own ``phi_node`` / ``phi_pos`` / ``phi_upd`` (weights shared, not copied),
+followed by the model's ``grid_norm``, ``backbone``, pooling and head. With ``normalize`` the
+graph first centres every cloud and scales it into the unit sphere,
+``p' = (p - mean(p)) / max_j |p_j - mean(p)|`` (in float64, as :func:`gridify.api.normalize_cloud`).
+
+:func:`export_onnx` traces it (``torch.onnx.export``, dynamo exporter; depthwise 3D convolutions
+as sums of 2D ones, :func:`depthwise_conv3d_as_2d`, which onnxruntime runs ~8x faster), writes
+the file atomically and checks it with onnxruntime against the model's own PyTorch forward.
+Batch and number of points are dynamic axes unless fixed. Exportable: ``gridified_classifier``
+with any registered backbone (``ccnn``, ``resnet``, ``unet``; ``mrconv`` folded into its
+inference form), xyz or xyz + normals features, float32 on the CPU. It needs the optional extra
+``pip install 'gridify[export]'`` (onnx, onnxscript, onnxruntime); this module imports without it.
+
+Shapes:
+    dense_bilateral_knn: pos ``[B, N, 3]`` -> node_points ``[B, R^3, k]``, point_nodes ``[B, N, k']``,
+    keep ``[B, N, k']`` (bool).
+    gridify_dense: pos ``[B, N, 3]``, x ``[B, N, F]`` -> ``[B, C, R, R, R]``.
+    OnnxClassifier: points ``[B, N, 3]`` (+ normals ``[B, N, 3]`` for 6-feature models) -> logits ``[B, K]``.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.util
+import io
+import json
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, NoReturn, Optional, Tuple, Union
+
+import torch
+from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
+
+from ._checks import check_finite, check_float, check_int, check_number, check_tensor, fail
+from ._files import atomic_write_bytes
+from ._version import __version__
+from .checkpoint import build_model_from_checkpoint, inference_settings, load_checkpoint
+from .models import GridifiedClassifier
+from .nn.grid import RegularGrid
+from .nn.gridification import Gridification
+from .nn.reparam import is_reparameterizable, reparameterize_model
+from .ops.grid import box_tensors
+
+__all__ = ["DepthwiseConv3dAs2d", "ExportError", "ExportReport", "OnnxClassifier", "check_exportable",
+           "depthwise_conv3d_as_2d", "dense_bilateral_knn",
+           "dense_bilateral_knn_unchecked", "dense_edge_index", "eval_mode", "export_onnx", "grid_tables",
+           "gridify_dense", "normalize_points", "require_export_dependencies", "tracing_mode", "EXPORT_FORMATS",
+           "INSTALL_HINT"]
+
+EXPORT_FORMATS = ("onnx",)
+#: What to run when the optional export dependencies are missing.
+INSTALL_HINT = "pip install 'gridify[export]'  (onnx, onnxscript, onnxruntime)"
+
+
+class ExportError(RuntimeError):
+    """A model (or an export option) that this exporter cannot handle; the message says what."""
+
+
+# --------------------------------------------------------------------------------------
+# the exportable graph
+# --------------------------------------------------------------------------------------
+def dense_bilateral_knn(pos: Tensor, grid: RegularGrid, k: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """Bilateral kNN edges of equally sized clouds ``pos [B, N, 3]`` as fixed-shape index tensors.
+
+    Returns ``(node_points [B, R^3, k], point_nodes [B, N, k'], keep [B, N, k'])`` (see the module
+    docstring; ``k' = min(k, R^3)``). Validates its arguments, then runs
+    :func:`dense_bilateral_knn_unchecked`. :func:`dense_edge_index` turns the result into the
+    ``edge_index`` of :func:`gridify.nn.bilateral_knn`.
+    """
+    where = "dense_bilateral_knn"
+    pos = check_tensor(pos, "pos", where)
+    if pos.dim() != 3 or pos.size(-1) != 3 or pos.size(0) == 0:
+        fail(where, f"pos must have shape [B, N, 3] with B >= 1, got {tuple(pos.shape)}")
+    check_float(pos, "pos", where)
+    if not isinstance(grid, RegularGrid):
+        fail(where, f"grid must be a RegularGrid, got {type(grid).__name__}")
+    k = check_int(where, "k", k)
+    if pos.size(1) < k:
+        fail(where, f"every cloud needs at least k={k} points, got N={pos.size(1)}")
+    check_finite(pos.reshape(-1, 3), "pos", where, torch.arange(pos.size(0)).repeat_interleave(pos.size(1)))
+    return dense_bilateral_knn_unchecked(pos, k, *grid_tables(grid, pos.device, pos.dtype))
+
+
+def grid_tables(grid: RegularGrid, device: Optional[torch.device] = None, dtype: torch.dtype = torch.float32
+                ) -> Tuple[Tensor, Tensor]:
+    """The constants of the traced graph: node positions ``[R^3, 3]`` (``linspace`` per axis, as
+    the node -> points search uses) and per-axis node coordinates ``lo + a h`` ``[3, R]`` (as
+    :func:`gridify.ops.grid_knn` computes them; the two may differ in the last bit)."""
+    lo, hi = box_tensors(grid.lower, grid.upper, device, dtype)
+    h = (hi - lo) / (grid.resolution - 1)
+    axis = lo[:, None] + torch.arange(grid.resolution, device=device).to(dtype) * h[:, None]
+    return grid.positions(device, dtype), axis
+
+
+def dense_bilateral_knn_unchecked(pos: Tensor, k: int, nodes: Tensor, axis: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """:func:`dense_bilateral_knn` on validated inputs (finite ``[B, N, 3]``, ``N >= k``) and the
+    grid's :func:`grid_tables` ``nodes [R^3, 3]``, ``axis [3, R]``; traceable with static ``k``."""
+    B, N = pos.shape[:2]
+    R = axis.size(1)
+    R3 = nodes.size(0)
+    d = (nodes[None, :, None, 0] - pos[:, None, :, 0]).pow(2)
+    d = d + (nodes[None, :, None, 1] - pos[:, None, :, 1]).pow(2)
+    d = d + (nodes[None, :, None, 2] - pos[:, None, :, 2]).pow(2)  # [B, R^3, N], as knn's torch backend
+    node_points = torch.topk(d, k, dim=2, largest=False, sorted=True).indices
+    da = (axis - pos[..., None]).pow(2)  # [B, N, 3, R], as grid_knn
+    dist = da[:, :, 0, :, None, None] + da[:, :, 1, None, :, None]
+    dist = dist + da[:, :, 2, None, None, :]  # [B, N, R, R, R]: node a R^2 + b R + c
+    kk = min(k, R3)
+    point_nodes = torch.topk(dist.reshape(B, N, R ** 3), kk, dim=2, largest=False, sorted=True).indices
+    chosen = torch.gather(node_points, 1, point_nodes.reshape(B, N * kk, 1).expand(-1, -1, k))
+    own = torch.arange(N, device=pos.device).view(1, N, 1, 1)
+    keep = ~(chosen.view(B, N, kk, k) == own).any(-1)
+    return node_points, point_nodes, keep
+
+
+def dense_edge_index(node_points: Tensor, point_nodes: Tensor, keep: Tensor) -> Tensor:
+    """The edges of :func:`dense_bilateral_knn` as a :class:`gridify.nn.BipartiteGraph` ``edge_index``.
+
+    ``[2, E]``: global point index ``b N + j`` and global node index ``b R^3 + i``, sorted by
+    node, then point (the layout of :func:`gridify.nn.bilateral_knn`).
+    """
+    B, R3, k = node_points.shape
+    N = point_nodes.size(1)
+    cloud_pt = torch.arange(B).view(B, 1, 1) * N
+    cloud_nd = torch.arange(B).view(B, 1, 1) * R3
+    a_point = (node_points + cloud_pt).reshape(-1)
+    a_node = (torch.arange(R3).view(1, R3, 1) + cloud_nd).expand(B, R3, k).reshape(-1)
+    b_point = (torch.arange(N).view(1, N, 1) + cloud_pt).expand_as(point_nodes)[keep]
+    b_node = (point_nodes + cloud_nd)[keep]
+    point = torch.cat([a_point, b_point])
+    node = torch.cat([a_node, b_node])
+    order = torch.argsort(node * (B * N) + point)
+    return torch.stack([point[order], node[order]])
+
+
+def _messages(conv: nn.Module, h_src: Tensor, offset: Tensor) -> Tensor:
+    """``phi_msg(h_src, phi_pos(offset))`` of a :class:`gridify.nn.gridification.BipartiteConv`.
+
+    ``h_src`` is ``phi_node`` (times ``msg_node`` for concat messages) at the source points.
+    """
+    p = conv.phi_pos(offset)
+    if conv.message == "product":
+        return h_src * p
+    return conv.msg_out(nn.functional.gelu(h_src + p))
+
+
+def gridify_dense(module: Gridification, pos: Tensor, x: Tensor,
+                  tables: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
+    r"""The forward of a :class:`gridify.nn.Gridification` on fixed-shape tensors (traceable).
+
+    ``pos [B, N, 3]`` (finite, ``N >= k``) and ``x [B, N, F]`` -> ``[B, C, R, R, R]``: the same
+    result as ``module(pos, x)`` (to float rounding) over the edges of
+    :func:`dense_bilateral_knn_unchecked`; points outside the grid box connect to their nearest
+    nodes (``outside="allow"``). Aggregations ``mean``, ``sum`` and ``max``. ``tables``: the grid's
+    :func:`grid_tables` (computed here when None; pass them when tracing).
+    """
+    conv, grid = module.conv, module.grid
+    B, N = pos.shape[:2]
+    R3 = grid.num_nodes
+    nodes, axis = grid_tables(grid, pos.device, pos.dtype) if tables is None else tables
+    node_points, point_nodes, keep = dense_bilateral_knn_unchecked(pos, module.k, nodes, axis)
+    k, kk = node_points.size(2), point_nodes.size(2)
+    h = conv.phi_node(x)
+    if conv.message == "concat":
+        h = conv.msg_node(h)
+    H = h.size(-1)
+    # flat global indices (cloud * N + point, cloud * R^3 + node): plain row gathers and row scatters
+    src = (node_points + (torch.arange(B, device=pos.device) * N).view(B, 1, 1)).reshape(-1)  # [B R^3 k]
+    dst = (point_nodes + (torch.arange(B, device=pos.device) * R3).view(B, 1, 1)).reshape(-1)  # [B N k']
+    pos_flat, h_flat = pos.reshape(-1, 3), h.reshape(-1, H)
+    m_a = _messages(conv, h_flat[src], nodes.repeat(B, 1).repeat_interleave(k, 0) - pos_flat[src])
+    m_a = m_a.view(B * R3, k, H)
+    m_b = _messages(conv, h.unsqueeze(2), nodes[point_nodes] - pos.unsqueeze(2)).reshape(-1, H)  # [B N k', H]
+    kept = keep.reshape(-1, 1)
+    if conv.aggr == "max":
+        agg = m_a.amax(1).scatter_reduce(0, dst.unsqueeze(-1).expand(-1, H), m_b.masked_fill(~kept, float("-inf")),
+                                         "amax")
+    else:
+        agg = m_a.sum(1).index_add(0, dst, m_b * kept.to(m_b.dtype))
+        if conv.aggr == "mean":
+            count = torch.full((B * R3,), float(k), dtype=pos.dtype, device=pos.device)
+            agg = agg / count.index_add(0, dst, keep.reshape(-1).to(pos.dtype)).unsqueeze(-1)
+    out = conv.phi_upd(agg)
+    return grid.to_dense(out.reshape(B * R3, -1), B)
+
+
+def normalize_points(points: Tensor) -> Tensor:
+    """Centre every cloud of ``points [B, N, 3]`` on its centroid and scale it into the unit sphere.
+
+    ``p' = (p - c) / s``, ``c = mean_j p_j``, ``s = max_j |p_j - c|``, computed in float64 (as
+    :func:`gridify.api.normalize_cloud`) and returned in ``points``' dtype. A cloud of identical
+    points (``s = 0``) maps to the origin.
+    """
+    p = points.to(torch.float64)
+    q = p - p.mean(1, keepdim=True)
+    s = q.pow(2).sum(-1).amax(1).sqrt().clamp_min(1e-300)
+    return (q / s.view(-1, 1, 1)).to(points.dtype)
+
+
+class OnnxClassifier(nn.Module):
+    """A :class:`gridify.models.GridifiedClassifier` on fixed-shape inputs, ready for ``torch.onnx.export``.
+
+    ``forward(points [B, N, 3], normals [B, N, 3])`` (``normals`` only for models with
+    ``in_channels == 6``) -> logits ``[B, K]``: optional normalization (:func:`normalize_points`),
+    point features ``x = points'`` (3 features) or ``[points', normals]`` (6, as
+    :class:`gridify.Predictor` builds them), :func:`gridify_dense`, then the model's
+    ``grid_norm``, ``backbone``, ``pool_grid`` and ``head``. The wrapped model is the given one
+    (shared weights); put it in eval mode.
+
+    Shapes:
+        points ``[B, N, 3]``, normals ``[B, N, 3]`` -> logits ``[B, num_classes]``
+    """
+
+    def __init__(self, model: GridifiedClassifier, normalize: bool = True) -> None:
+        super().__init__()
+        check_exportable(model, type(self).__name__)
+        self.model = model
+        self.normalize = bool(normalize)
+        self.use_normals = model.in_channels == 6
+        nodes, axis = grid_tables(model.gridify.grid, dtype=next(model.parameters()).dtype)
+        self.register_buffer("nodes", nodes, persistent=False)
+        self.register_buffer("axis", axis, persistent=False)
+
+    @property
+    def input_names(self) -> List[str]:
+        return ["points", "normals"] if self.use_normals else ["points"]
+
+    def _features(self, points: Tensor, normals: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        pos = normalize_points(points) if self.normalize else points
+        return pos, (torch.cat([pos, normals], -1) if self.use_normals else pos)
+
+    def forward(self, points: Tensor, normals: Optional[Tensor] = None) -> Tensor:
+        pos, x = self._features(points, normals)
+        m = self.model
+        z = m.backbone(m.grid_norm(gridify_dense(m.gridify, pos, x, (self.nodes, self.axis))))
+        return m.head(m.pool_grid(z))
+
+    @torch.no_grad()
+    def reference(self, points: Tensor, normals: Optional[Tensor] = None) -> Tensor:
+        """The same logits through the model's own forward (bilateral kNN graph): the reference path."""
+        return self.model(*self._features(points, normals))
+
+
+def check_exportable(model: Any, where: str = "export_onnx") -> None:
+    """Raise :class:`ExportError` naming what makes ``model`` unexportable (None when it is fine)."""
+    if not isinstance(model, GridifiedClassifier):
+        name = type(model).__name__
+        fail_export(where, f"{name} is not exportable: only the gridified classifier (gridified_classifier) "
+                           f"has an ONNX route so far" + (" (segmenters need the de-gridification over the "
+                                                          "transposed edges)" if "Segmenter" in name else ""))
+    if model.in_channels not in (3, 6):
+        fail_export(where, f"the model takes {model.in_channels} features per point; only xyz (3) and xyz + "
+                           f"normals (6) models are exportable (the features gridify.load's Predictor builds)")
+    if model.gridify.max_in_degree is not None:
+        fail_export(where, f"the gridification caps the in-degree (max_in_degree={model.gridify.max_in_degree}); "
+                           f"only the uncapped bilateral kNN graph is exportable")
+    p = next(model.parameters())
+    if p.dtype != torch.float32 or p.device.type != "cpu":
+        fail_export(where, f"the model's weights are {p.dtype} on {p.device}; the export traces float32 models on "
+                           f"the CPU (model.float().cpu())")
+
+
+def fail_export(where: str, msg: str) -> NoReturn:
+    raise ExportError(f"{where}: {msg}")
+
+
+# --------------------------------------------------------------------------------------
+# export_onnx
+# --------------------------------------------------------------------------------------
+@dataclass
+class ExportReport:
+    """What :func:`export_onnx` wrote.
+
+    ``inputs`` / ``outputs`` map tensor names to shapes (a dimension is an int, or a name such as
+    ``"batch"`` when it is dynamic); ``max_abs_diff`` is the largest difference between the
+    onnxruntime logits and the PyTorch model's on the check clouds (None without ``verify``).
+    """
+
+    path: Path
+    format: str
+    inputs: Dict[str, List[Union[int, str]]]
+    outputs: Dict[str, List[Union[int, str]]]
+    normalize: bool
+    class_names: List[str]
+    max_abs_diff: Optional[float]
+    num_bytes: int
+
+    def summary(self) -> str:
+        def shapes(d: Dict[str, List[Union[int, str]]]) -> str:
+            return ", ".join(f"{k} [{', '.join(map(str, v))}]" for k, v in d.items())
+
+        check = "" if self.max_abs_diff is None else f"; onnxruntime vs PyTorch max |diff| {self.max_abs_diff:.2e}"
+        return (f"{self.path} ({self.format}, {self.num_bytes / 1e6:.2f} MB): {shapes(self.inputs)} -> "
+                f"{shapes(self.outputs)}; {'normalizes the clouds' if self.normalize else 'clouds must be normalized'}"
+                f"{check}")
+
+
+def require_export_dependencies(where: str, verify: bool = True) -> None:
+    """Raise ImportError with the ``pip install`` line when onnx / onnxscript (/ onnxruntime) are missing."""
+    need = ["onnx", "onnxscript"] + (["onnxruntime"] if verify else [])
+    missing = [name for name in need if importlib.util.find_spec(name) is None]
+    if missing:
+        verb = "is" if len(missing) == 1 else "are"
+        raise ImportError(f"{where}: the ONNX export needs {', '.join(missing)}, which {verb} not installed; "
+                          f"run: {INSTALL_HINT}")
+
+
+def _resolve(model: Any, where: str) -> Tuple[nn.Module, Optional[bool], Optional[List[str]], Optional[int]]:
+    """``(network, normalize, class_names, num_points)`` of a path, a Predictor or a bare model
+    (None where a bare model does not say)."""
+    if isinstance(model, (str, os.PathLike)):
+        payload = load_checkpoint(model)
+        settings = inference_settings(payload)
+        net = build_model_from_checkpoint(payload, reparameterize=True)
+        return net, settings["normalize"], settings["class_names"], settings["num_points"]
+    inner = getattr(model, "model", None)
+    if isinstance(inner, nn.Module) and hasattr(model, "normalize"):  # a gridify.Predictor
+        names = list(getattr(model, "class_names", None) or []) or None
+        return inner, bool(model.normalize), names, getattr(model, "num_points", None)
+    if isinstance(model, nn.Module):
+        return model, None, None, None
+    fail(where, f"model must be a checkpoint path, a gridify.Predictor or a GridifiedClassifier, "
+                f"got {type(model).__name__}")
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """``model`` in eval mode for the duration; afterwards every module gets its own mode back
+    through ``train(mode)`` (parents first), which also drops caches filled meanwhile."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for m, mode in modes:
+            m.train(mode)
+
+
+@contextlib.contextmanager
+def tracing_mode(model: nn.Module) -> Iterator[None]:
+    """Put ``model`` in the state the exporter traces, and restore it afterwards.
+
+    * eval mode (:func:`eval_mode`: dropout off, BatchNorm running statistics);
+    * parameters with ``requires_grad=False`` under autograd: layers take their gradient-free
+      inference paths (direct depthwise convolutions, no FFT) but not the in-place ones, which
+      an exporter cannot trace;
+    * every 0-dim integer buffer (a layer's recorded resolution, BatchNorm's step counter) becomes
+      a plain constant for the duration, since layers read them with ``int()`` to choose their
+      geometry and a traced buffer has no value.
+    """
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    saved = []
+    for module in model.modules():
+        scalars = [n for n, b in module._buffers.items()
+                   if b is not None and b.dim() == 0 and not b.is_floating_point()]
+        if scalars:
+            saved.append((module, dict(module._buffers)))
+            for name in scalars:
+                module.__dict__[name] = module._buffers.pop(name).clone()
+    try:
+        for p, _ in flags:
+            p.requires_grad_(False)
+        with eval_mode(model), torch.enable_grad():
+            yield
+    finally:
+        for module, buffers in saved:  # the same buffers, in their original order
+            for name in buffers:
+                module.__dict__.pop(name, None)
+            module._buffers.clear()
+            module._buffers.update(buffers)
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
+def depthwise_conv3d_as_2d(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+    r"""A same-size depthwise 3D cross-correlation as a sum of ``K`` depthwise 2D ones.
+
+        y[b, c, i] = sum_{d < K} conv2d(x_pad[b, c, i + d], w[c, 0, d])        (zero padding, P = K // 2)
+
+    The same values as ``F.conv3d(x, weight, bias, padding=K // 2, groups=C)`` (to float
+    rounding): the depth axis is zero-padded by ``P``, its slices become a batch of 2D images,
+    each of the ``K`` depth taps is one depthwise ``conv2d`` over them, and the results are
+    summed with a shift of ``d``. onnxruntime's grouped 3D convolution is slow (measured, one
+    thread: 45.6 ms for ``C = 128, R = 9, K = 9`` against 5.9 ms for this form and 2.3 ms for
+    PyTorch's conv3d), so the ONNX export traces this form (:class:`DepthwiseConv3dAs2d`).
+
+    Shapes:
+        x ``[B, C, D, H, W]``, weight ``[C, 1, K, K, K]`` (K odd), bias ``[C]`` -> ``[B, C, D, H, W]``
+    """
+    B, C, D, H, W = x.shape
+    K = weight.shape[-1]
+    P = K // 2
+    slices = nn.functional.pad(x, (0, 0, 0, 0, P, P)).transpose(1, 2).reshape(-1, C, H, W)  # [B (D + 2P), C, H, W]
+    out: Optional[Tensor] = None
+    for d in range(K):
+        y = nn.functional.conv2d(slices, weight[:, :, d], padding=P, groups=C).reshape(B, D + 2 * P, C, H, W)
+        out = y[:, d:d + D] if out is None else out + y[:, d:d + D]
+    out = out.transpose(1, 2)
+    return out if bias is None else out + bias.view(1, C, 1, 1, 1)
+
+
+class DepthwiseConv3dAs2d(TorchFunctionMode):
+    """While active, every same-size depthwise ``F.conv3d`` (``groups = C``, weight ``[C, 1, K, K, K]``,
+    K odd, stride and dilation 1, padding ``K // 2``) runs as :func:`depthwise_conv3d_as_2d`;
+    every other call runs unchanged. The ONNX export traces the backbones under it."""
+
+    NAMES = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
+
+    def __torch_function__(self, func: Any, types: Any, args: Tuple[Any, ...] = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.conv3d:  # F.conv3d is the same function
+            a = dict(zip(self.NAMES, args), **kwargs)
+            x, w = a["input"], a["weight"]
+            K = w.shape[-1]
+            same = a.get("padding", 0) in (K // 2, (K // 2,) * 3, [K // 2] * 3, "same")
+            if (x.dim() == 5 and tuple(w.shape[1:]) == (1, K, K, K) and K % 2 == 1 and a.get("groups", 1) == w.shape[0]
+                    == x.shape[1] and same and a.get("stride", 1) in (1, (1, 1, 1), [1, 1, 1])
+                    and a.get("dilation", 1) in (1, (1, 1, 1), [1, 1, 1])):
+                return depthwise_conv3d_as_2d(x, w, a.get("bias"))
+        return func(*args, **kwargs)
+
+
+def _example_inputs(wrapper: OnnxClassifier, batch: int, n: int, seed: int) -> Tuple[Tensor, ...]:
+    """Seeded clouds ``[batch, n, 3]`` on a noisy sphere (+ unit normals): inside the grid box when the
+    wrapper does not normalize, off-centre and larger when it does."""
+    g = torch.Generator().manual_seed(seed)
+    dtype = wrapper.nodes.dtype
+    direction = nn.functional.normalize(torch.randn(batch, n, 3, generator=g, dtype=torch.float64), dim=-1)
+    radius = 0.6 + 0.3 * torch.rand(batch, n, 1, generator=g, dtype=torch.float64)
+    grid = wrapper.model.gridify.grid
+    lo, hi = (torch.tensor(v, dtype=torch.float64) for v in (grid.lower, grid.upper))
+    half = float((hi - lo).min()) / 2
+    points = (lo + hi) / 2 + direction * radius * half
+    if wrapper.normalize:
+        points = points * 3.0 + 2.0
+    out = (points.to(dtype),)
+    if wrapper.use_normals:
+        out += (nn.functional.normalize(torch.randn(batch, n, 3, generator=g, dtype=torch.float64), dim=-1).to(dtype),)
+    return out
+
+
+def _trace(wrapper: OnnxClassifier, example: Tuple[Tensor, ...], dynamic_batch: bool, dynamic_points: bool,
+           opset: Optional[int], where: str) -> Any:
+    """The ``onnx.ModelProto`` of ``wrapper`` (``torch.onnx.export``, dynamo exporter)."""
+    dims: Dict[int, Any] = {}
+    if dynamic_batch:
+        dims[0] = torch.export.Dim("batch", min=1)
+    if dynamic_points:
+        dims[1] = torch.export.Dim("num_points", min=wrapper.model.gridify.k)
+    shapes = {name: dict(dims) for name in wrapper.input_names} if dims else None
+    problem = None
+    with tracing_mode(wrapper), _quiet_exporter(), DepthwiseConv3dAs2d():
+        try:
+            program = torch.onnx.export(wrapper, example, None, dynamo=True, input_names=wrapper.input_names,
+                                        output_names=["logits"], dynamic_shapes=shapes, opset_version=opset,
+                                        verbose=False)
+        except Exception as exc:  # noqa: BLE001 - an exporter failure becomes one clear message
+            while exc.__cause__ is not None or exc.__context__ is not None:  # the root cause says most
+                exc = exc.__cause__ or exc.__context__
+            lines = str(exc).strip().splitlines()
+            problem = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    if problem is not None:
+        fail_export(where, f"torch.onnx could not trace the model ({problem})")
+    return program.model_proto
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """Silence the exporter's progress prints, log lines and internal warnings (none is actionable
+    for a user: the export either succeeds or raises)."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*was assigned during export.*")  # caches, dropped after
+            warnings.filterwarnings("ignore", message=".*shares the same shape constraints.*")  # one Dim per axis
+            warnings.filterwarnings("ignore", category=FutureWarning)  # deprecations inside torch.export
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _verify(wrapper: OnnxClassifier, data: bytes, checks: List[Tuple[Tensor, ...]]) -> float:
+    """Largest ``|onnxruntime - PyTorch|`` of the logits over the check inputs."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    worst = 0.0
+    for inputs in checks:
+        feeds = {name: t.numpy() for name, t in zip(wrapper.input_names, inputs)}
+        got = torch.from_numpy(session.run(["logits"], feeds)[0])
+        worst = max(worst, float((got - wrapper.reference(*inputs)).abs().max()))
+    return worst
+
+
+def _shapes(values: Any) -> Dict[str, List[Union[int, str]]]:
+    """Name -> shape (ints, or the names of dynamic axes) of ONNX graph inputs / outputs."""
+    return {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in values}
+
+
+def export_onnx(model: Any, path: Union[str, "os.PathLike[str]"], *, num_points: Optional[int] = None,
+                batch_size: Optional[int] = None, normalize: Optional[bool] = None, verify: bool = True,
+                atol: float = 1e-4, opset: Optional[int] = None, seed: int = 0) -> ExportReport:
+    """Export a trained gridified classifier to a self-contained ONNX file (runs without gridify).
+
+    The file computes :class:`OnnxClassifier`: inputs ``points [B, N, 3]`` (and ``normals
+    [B, N, 3]`` for models trained with normals), output ``logits [B, K]``; its metadata records
+    the class names, the normalization, ``k``, ``R`` and the gridify version. Building the graph
+    costs time and memory ``O(B N R^3)`` (two distance matrices), like the brute-force kNN.
+
+    Args:
+        model: a checkpoint path (``model.pt`` / ``.ckpt``, folded for inference), a
+            :class:`gridify.Predictor` or a :class:`gridify.models.GridifiedClassifier`.
+        path: the ``.onnx`` file to write (atomically; parent folders are created).
+        num_points: a fixed number of points per cloud; None (default): a dynamic axis, any
+            ``N >= k`` (onnxruntime rejects smaller clouds in its TopK). The file runs the network
+            once on the given points; the Predictor's resampling of other sizes to the training
+            size (and its vote over subsets) is not part of it.
+        batch_size: a fixed number of clouds; None (default): a dynamic axis.
+        normalize: centre and scale every cloud into the unit sphere inside the graph (default:
+            as the checkpoint / Predictor says, True for a bare model). Without it the points
+            must already lie in the grid box.
+        verify: run the file with onnxruntime on seeded clouds (the traced shape and, for
+            dynamic axes, other sizes) and compare with the model's own PyTorch forward;
+            a difference above ``atol`` raises and nothing is written.
+        opset: ONNX opset (default: the exporter's).
+        seed: seed of the example / check clouds.
+
+    Raises:
+        ExportError: a model or option that is not exportable (the message names it), or a
+            failed check. ImportError: onnx / onnxscript / onnxruntime missing (with the
+            ``pip install`` line). ValueError: bad arguments.
+    """
+    where = "export_onnx"
+    num_points = check_int(where, "num_points", num_points, 1, allow_none=True)
+    batch_size = check_int(where, "batch_size", batch_size, 1, allow_none=True)
+    atol = check_number(where, "atol", atol)
+    check_int(where, "opset", opset, 1, allow_none=True)
+    check_int(where, "seed", seed, 0)
+    if normalize is not None and not isinstance(normalize, bool):
+        fail(where, f"normalize must be None, True or False, got {normalize!r}")
+    net, stored_normalize, class_names, train_points = _resolve(model, where)
+    check_exportable(net, where)
+    k = net.gridify.k
+    if num_points is not None and num_points < k:
+        fail(where, f"num_points={num_points} is below k={k}: every grid node takes its k nearest points")
+    require_export_dependencies(where, verify)
+    if any(is_reparameterizable(m) and not m.reparameterized for m in net.modules()):
+        net = copy.deepcopy(net)  # fold a copy into its inference form (a multi-branch layer cannot be traced)
+        reparameterize_model(net)
+    wrapper = OnnxClassifier(net, normalize=(stored_normalize is not False) if normalize is None else normalize)
+    n = num_points or max(int(train_points or 1024), k + 1)
+    example = _example_inputs(wrapper, batch_size or 2, n, seed)
+    with eval_mode(wrapper):
+        wrapper.reference(*example)  # lazy initialization first (a CCNN fixes its kernel scale on its first input)
+    proto = _trace(wrapper, example, batch_size is None, num_points is None, opset, where)
+    names = class_names or [f"class{i}" for i in range(net.num_classes)]
+    _set_metadata(proto, wrapper, names)
+    data = proto.SerializeToString()
+    diff = None
+    if verify:
+        checks = [example, _example_inputs(wrapper, batch_size or 3, num_points or max(k, n // 2 + 1), seed + 1)]
+        with eval_mode(wrapper):
+            diff = _verify(wrapper, data, checks)
+        if not diff <= atol:
+            fail_export(where, f"onnxruntime's logits differ from PyTorch's by {diff:.3g} > atol={atol:g}; "
+                               f"nothing was written")
+    target = atomic_write_bytes(path, data)
+    return ExportReport(path=target, format="onnx", inputs=_shapes(proto.graph.input),
+                        outputs=_shapes(proto.graph.output), normalize=wrapper.normalize, class_names=names,
+                        max_abs_diff=diff, num_bytes=len(data))
+
+
+def _set_metadata(proto: Any, wrapper: OnnxClassifier, class_names: List[str]) -> None:
+    """Record what a deployment needs in the ONNX file's ``metadata_props`` (strings)."""
+    import onnx
+
+    net = wrapper.model
+    onnx.helper.set_model_props(proto, {
+        "gridify_version": __version__, "model": "gridified_classifier", "class_names": json.dumps(class_names),
+        "normalize": json.dumps(wrapper.normalize), "in_channels": str(net.in_channels),
+        "inputs": json.dumps(wrapper.input_names), "k": str(net.gridify.k),
+        "resolution": str(net.gridify.resolution)})
+    proto.doc_string = ("gridify gridified classifier: points [B, N, 3]" + (" + normals [B, N, 3]" if
+                        wrapper.use_normals else "") + " -> logits [B, K]" + ("; clouds are centred and scaled "
+                        "into the unit sphere inside the graph" if wrapper.normalize else
+                        "; clouds must already be normalized into the grid box"))
