@@ -80,7 +80,8 @@ def test_bad_overrides_give_clear_errors(override, message):
 
 
 def test_config_file_errors(tmp_path):
-    with pytest.raises(T.ConfigError, match="config file not found"):
+    with pytest.raises(T.ConfigError, match=r"config '.*missing.yaml' not found: no such file, and no shipped config "
+                                             r"of that name \(shipped: folder_classification, "):
         T.resolve_config(str(tmp_path / "missing.yaml"))
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: {resolution: 9}\nschedule: {epochs: 3}\n")
@@ -90,7 +91,8 @@ def test_config_file_errors(tmp_path):
     with pytest.raises(T.ConfigError, match="top level must be a mapping"):
         T.resolve_config(str(bad))
     bad.write_text("model: [unclosed\n")
-    with pytest.raises(T.ConfigError, match="not valid YAML"):
+    with pytest.raises(T.ConfigError, match=r"bad.yaml: not valid YAML \(line 2, column 1: expected ',' or ']', but "
+                                             r"got '<stream end>'\)$"):
         T.resolve_config(str(bad))
 
 
@@ -113,8 +115,8 @@ def test_shipped_configs_resolve_and_follow_the_thesis():
     assert (m40["optim"]["lr"], m40["optim"]["weight_decay"], m40["optim"]["warmup_epochs"]) == (5e-3, 0.0, 10)
     assert (m40["trainer"]["max_epochs"], m40["data"]["batch_size"]) == (60, 32)
     m10 = T.resolve_config(str(ROOT / "configs" / "modelnet10.yaml"))
-    assert m10["data"]["source"] == "pcd" and m10["data"]["use_normals"] is False
-    assert m10["data"]["num_points"] == 1024 and m10["data"]["root"].endswith("modelnet10_pcd/ModelNet10/pcd")
+    assert m10["data"]["source"] == "auto" and m10["data"]["use_normals"] is False and m10["data"]["name"] == "modelnet10"
+    assert m10["data"]["num_points"] == 1024 and "root" not in m10["data"]  # --data-root / $GRIDIFY_DATA / datasets/
     for name, backbone in (("shapenet_ccnn", "ccnn"), ("shapenet_unet", "unet")):
         c = T.resolve_config(str(ROOT / "configs" / f"{name}.yaml"))
         assert c["task"] == "segmentation" and c["model"]["backbone"] == backbone
@@ -286,15 +288,16 @@ def test_modelnet10_one_training_step(shared_data, tmp_path):
     root = shared_data / "modelnet10_pcd"
     if not (root / "ModelNet10" / "pcd").is_dir():
         pytest.skip(f"ModelNet10 pcd release not found under {root}")
-    T.main(["--config", str(ROOT / "configs" / "modelnet10.yaml"), f"output_dir={tmp_path}",
-            f"data.root={root / 'ModelNet10' / 'pcd'}", "data.batch_size=2", "data.num_workers=0",
+    T.main(["--config", "modelnet10", f"output_dir={tmp_path}", "--data-root", str(root), "data.batch_size=2",
+            "data.num_workers=0",
             "model.resolution=4", "model.k=4", "model.hidden_channels=8", "model.depth=1", "model.kernel_size=3",
             "trainer.max_epochs=1", "trainer.max_steps=1", "trainer.limit_train_batches=1",
             "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.num_threads=1",
             "trainer.progress_bar=false", "trainer.plots=false"])
     report = json.loads((tmp_path / "test_metrics.json").read_text())
     assert report["global_step"] == 1 and report["source_format"] == "pcd" and report["num_samples"] == 908
-    assert report["num_scored"] == 2  # limit_test_batches=1
+    assert report["num_scored"] == 2 and report["subset"] == {  # limit_test_batches=1: 2 shapes of 2 classes
+        "size": 2, "of": 908, "stratified": True, "limit": "trainer.limit_test_batches=1"}
     cfg = T.load_yaml(tmp_path / "config.yaml")
     assert cfg["model"]["in_channels"] == 3 and cfg["model"]["num_classes"] == 10
 

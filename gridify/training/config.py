@@ -325,7 +325,20 @@ def _check_optim(optim: Dict[str, Any]) -> None:
         raise ConfigError(f"optim.lr must be positive, got {optim['lr']!r}")
 
 
+def _check_limit(name: str, value: Any) -> None:
+    """``trainer.limit_*_batches``: null, a number of batches (int >= 0) or a fraction in [0, 1]."""
+    ok = value is None or (not isinstance(value, bool) and (
+        (isinstance(value, int) and value >= 0) or (isinstance(value, float) and 0.0 <= value <= 1.0)))
+    if not ok:
+        raise ConfigError(f"trainer.{name} must be null, a number of batches (integer >= 0) or a fraction in "
+                          f"[0, 1], got {value!r}")
+
+
 def _check_trainer(tr: Dict[str, Any]) -> None:
+    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches"):
+        _check_limit(key, tr[key])
+    if not isinstance(tr["progress_bar"], bool):
+        raise ConfigError(f"trainer.progress_bar must be true or false, got {tr['progress_bar']!r}")
     if tr["test_ckpt"] not in ("best", "last"):
         raise ConfigError(f"trainer.test_ckpt must be 'best' or 'last', got {tr['test_ckpt']!r}")
     _positive_int("trainer.max_epochs", tr["max_epochs"])
