@@ -27,7 +27,8 @@ from the pool with ``test_fraction`` (only when asked). ``trainval`` is ``train`
 Files: every extension :func:`gridify.io.read_points` reads, asked at construction
 (:func:`gridify.io.supported_extensions`, so formats registered later count); meshes are
 surface-sampled into ``mesh_samples`` points (seeded per file). Every file must hold the same
-fields (normals, colours, labels) as the first file. Problems raise
+fields as the first file: normals, colours and (classification) a label column or property;
+segmentation labels may come from sibling files or the files themselves. Problems raise
 :class:`~._common.DatasetError` naming the file or folder: an empty class folder, no files at
 all, a listed file that is missing, labels whose count differs from the points, label ids
 outside the class list, mixed columns, an unreadable file.
@@ -299,9 +300,10 @@ class PointFolder(PointCloudDataset):
         except (ValueError, OSError) as exc:
             _fail(str(exc) if str(path) in str(exc) else f"{path}: {exc}")
 
-    @staticmethod
-    def _fields(cloud: PointCloud) -> Tuple[str, ...]:
-        return tuple(n for n in ("normals", "colors", "labels") if getattr(cloud, n) is not None)
+    def _fields(self, cloud: PointCloud) -> Tuple[str, ...]:
+        """The fields a file holds besides xyz (a segmentation file's labels may live beside it instead)."""
+        names = ("normals", "colors", "labels") if self.task == "classification" else ("normals", "colors")
+        return tuple(n for n in names if getattr(cloud, n) is not None)
 
     def _fields_of(self, path: Path) -> Tuple[Path, Tuple[str, ...]]:
         return path, self._fields(self._read(path))

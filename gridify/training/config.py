@@ -200,7 +200,7 @@ def load_config_file(name: os.PathLike | str, relative_to: Optional[Path] = None
     key = path.resolve()
     if key in _chain:
         cycle = " -> ".join(p.name for p in (*_chain[_chain.index(key):], key))
-        raise ConfigError(f"{path}: {BASE_KEY} cycle: {cycle}")
+        raise ConfigError(f"{_chain[-1]}: {BASE_KEY} cycle: {cycle}")
     data = load_yaml(path)
     merged: Dict[str, Any] = {}
     for base in _base_names(data, path):

@@ -79,7 +79,7 @@ def compute_metrics(metrics: torch.nn.ModuleDict, task: str, category_names: Opt
         res = metrics["iou"].compute()
         out["instance_miou"] = float(res["instance_miou"])
         out["class_miou"] = float(res["class_miou"])
-        ious = [None if math.isnan(v) else float(v) for v in res["per_category"].tolist()]
+        ious = [None if math.isnan(v) else float(v) for v in res["per_category"].reshape(-1).tolist()]
         names = list(category_names) if category_names is not None and len(category_names) == len(ious) else range(
             len(ious))
         extra["per_category_iou"] = {str(n): v for n, v in zip(names, ious)}

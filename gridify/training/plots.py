@@ -20,7 +20,7 @@ import numpy as np
 
 from gridify._files import atomic_write
 
-__all__ = ["read_metric_logs", "plot_curves", "confusion_figure", "plot_confusion"]
+__all__ = ["read_metric_logs", "plot_curves", "metrics_figure", "confusion_figure", "plot_confusion"]
 
 
 def read_metric_logs(csv_root: Path) -> List[Dict[str, float]]:
@@ -74,7 +74,11 @@ def _plot_loss(rows: List[Dict[str, float]], path: Path) -> Path:
     return _save(fig, path)
 
 
-def _plot_metrics(rows: List[Dict[str, float]], path: Path, task: str) -> Path:
+def metrics_figure(rows: List[Dict[str, float]], task: str) -> Any:
+    """The figure of ``metrics.png``: validation metrics per epoch, learning rate per step and per epoch end."""
+    import matplotlib
+
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -100,7 +104,7 @@ def _plot_metrics(rows: List[Dict[str, float]], path: Path, task: str) -> Path:
     axes[1].set_title("learning rate")
     axes[1].grid(alpha=0.3)
     fig.tight_layout()
-    return _save(fig, path)
+    return fig
 
 
 def plot_curves(rows: List[Dict[str, float]], out_dir: Path, task: str) -> List[Path]:
@@ -108,7 +112,7 @@ def plot_curves(rows: List[Dict[str, float]], out_dir: Path, task: str) -> List[
     import matplotlib
 
     matplotlib.use("Agg")
-    return [_plot_loss(rows, out_dir / "loss.png"), _plot_metrics(rows, out_dir / "metrics.png", task)]
+    return [_plot_loss(rows, out_dir / "loss.png"), _save(metrics_figure(rows, task), out_dir / "metrics.png")]
 
 
 def plot_confusion(matrix: List[List[int]], names: Sequence[str], path: Path, title: str = "") -> Path:
