@@ -251,6 +251,8 @@ def broken(tmp_path):
                 write_ply(tmp_path / "folder" / cls / split / f"{i}.ply", rng.normal(size=(40, 3)))
     shutil.copytree(tmp_path / "folder", tmp_path / "unreadable")
     (tmp_path / "unreadable" / "b" / "train" / "2.ply").write_bytes(b"ply\nformat ascii 1.0\nelement vertex 5\n")
+    shutil.copytree(tmp_path / "folder" / "a" / "train", tmp_path / "notest" / "a" / "x")
+    shutil.copytree(tmp_path / "folder" / "b" / "train", tmp_path / "notest" / "a" / "y")
     shutil.copytree(tmp_path / "folder", tmp_path / "emptyclass")
     (tmp_path / "emptyclass" / "c" / "train").mkdir(parents=True)
     return tmp_path
@@ -281,6 +283,8 @@ ERROR_PATHS = [
     (["train", "--config", "folder_classification", "--data-root", "{t}/unreadable"],  # read during the first epoch
      "gridify train: error: {t}/unreadable/b/train/2.ply: PLY header has no 'end_header' line (truncated or corrupt)",
      "[train] gridify"),
+    (["train", "--config", "folder_classification", "--data-root", "{t}/notest/a"],  # before any training
+     "gridify train: error: {t}/notest/a: no test files (add test folders or a test.txt list, or set test_fraction"),
     (["evaluate", "--ckpt", "{t}/gone.pt"], "gridify evaluate: error: checkpoint not found: {t}/gone.pt"),
     (["evaluate", "--ckpt", "{t}/corrupt.ckpt"], "gridify evaluate: error: cannot read checkpoint {t}/corrupt.ckpt"),
     (["download", "modelnet99"], "gridify download: error: unknown archive 'modelnet99'; known: ModelNet40, "),
@@ -344,3 +348,19 @@ def test_checkpoints_honour_the_umask(tmp_path):
         os.umask(old)
     assert (tmp_path / "last.ckpt").stat().st_mode & 0o777 == 0o640
     assert atomic_checkpoint_io().load_checkpoint(tmp_path / "last.ckpt")["state_dict"]["w"].shape == (2,)
+
+
+def test_error_line_reduces_a_data_loader_worker_error_to_its_message():
+    from torch._utils import ExceptionWrapper
+
+    from gridify.datasets import DatasetError
+    from gridify.training import error_line
+
+    try:
+        raise DatasetError("/data/a.ply: truncated PLY")
+    except DatasetError:
+        wrapped = ExceptionWrapper(where="in DataLoader worker process 0")
+    with pytest.raises(DatasetError) as exc:
+        wrapped.reraise()
+    assert "Original Traceback" in str(exc.value) and error_line(exc.value) == "/data/a.ply: truncated PLY"
+    assert error_line(ValueError("first\n  second\n")) == "first; second"

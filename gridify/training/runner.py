@@ -255,6 +255,8 @@ def run_process(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bo
     record.run_info = _run_info(record, len(train_set), len(val_set), int(module.hparams.steps_per_epoch),
                                 ckpt_path, argv)
     datamodule = PointCloudData(cfg, train_set, val_set, augment)
+    if tr["limit_test_batches"] != 0:  # a missing or broken test split fails now, not after training
+        datamodule.test_set = build_dataset(cfg, "test")
     if rank0:
         write_run_files(record)
         print(f"[train] gridify {__version__} | {cfg['data']['name']} ({info['source_format']}): "
