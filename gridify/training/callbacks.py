@@ -143,6 +143,11 @@ class LineProgress(ProgressBar):
     def _line(self, text: str) -> None:
         print(f"[train] {text}", file=sys.stdout, flush=True)
 
+    @staticmethod
+    def _epoch(trainer: Any) -> str:
+        """``2/8`` (``2/?`` when the run is bounded by steps)."""
+        return f"{trainer.current_epoch + 1}/{trainer.max_epochs if (trainer.max_epochs or 0) > 0 else '?'}"
+
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._started = time.time()
 
@@ -154,15 +159,14 @@ class LineProgress(ProgressBar):
         lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else None
         parts = [f"{k} {_number(v)}" for k, v in shown.items() if k.startswith("train")]
         parts += [] if lr is None else [f"lr {_number(lr)}"]
-        self._line(f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs} step {batch_idx + 1}/{total} | "
-                   + " | ".join(parts))
+        self._line(f"epoch {self._epoch(trainer)} step {batch_idx + 1}/{total} | " + " | ".join(parts))
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         if not self._enabled:
             return
         metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith(("train_loss_epoch", "val_"))}
         parts = [f"{k} {_number(v)}" for k, v in sorted(metrics.items())]
-        self._line(f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs} done in {time.time() - self._started:.1f} s"
+        self._line(f"epoch {self._epoch(trainer)} done in {time.time() - self._started:.1f} s"
                    + "".join(f" | {p}" for p in parts))
 
 
