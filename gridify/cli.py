@@ -1,12 +1,12 @@
 """The ``gridify`` command line: train, evaluate, predict, show, export, bench, download.
 
-    gridify train --config configs/procedural.yaml [section.key=value ...]
+    gridify train --config procedural [section.key=value ...]
     gridify evaluate --ckpt outputs/procedural/checkpoints/model.pt
     gridify predict scan.ply --ckpt model.pt [--category chair] [--out labels.ply]
     gridify show scan.ply [--ckpt model.pt] [--layers points,grid,edges] [--out view.png]
     gridify export model.pt --format onnx [--num-points N] [--batch B] --out model.onnx
     gridify bench [...]
-    gridify download ModelNet40 [--root datasets]
+    gridify download modelnet10 [--root datasets]      # or --config modelnet10, or --list
 
 ``train``, ``evaluate`` and ``bench`` hand their arguments to :func:`gridify.training.main`,
 :func:`gridify.evaluation.main` and :func:`gridify.benchmarking.main` (imported only when used).
@@ -19,7 +19,7 @@ import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -170,10 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("download", help="download and extract a dataset archive",
                        description="Fetch a known dataset archive (resumable, verified) and extract it under --root. "
-                                   "Without network access it prints where to get the file by hand.")
+                                   "Names in any case (modelnet10 = ModelNet10) or a config's dataset (shapenet). "
+                                   "Without network access it says where to put the file by hand.")
     d.add_argument("name", nargs="?", help="archive name (see --list)")
-    d.add_argument("--root", help="data root (default: $GRIDIFY_DATA_ROOT or ./datasets)")
-    d.add_argument("--list", action="store_true", help="list the known archives")
+    d.add_argument("--config", help="fetch what this config (a shipped name or a YAML file) needs")
+    d.add_argument("--root", help="data root (default: $GRIDIFY_DATA, else the repository's datasets/ or ./datasets)")
+    d.add_argument("--list", action="store_true", help="list the known archives and the configs that need them")
     d.add_argument("--instructions", action="store_true", help="only print the by-hand download instructions")
     d.add_argument("--no-progress", action="store_true", help="no progress bar")
     d.set_defaults(func=cmd_download)
@@ -348,32 +350,84 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_download(args: argparse.Namespace) -> int:
-    from .datasets.download import ARCHIVES, DownloadError, download_archive, manual_instructions
+def _archives_of_configs() -> Dict[str, List[str]]:
+    """Archive key -> the shipped configs whose data it holds (empty without the training extras)."""
+    try:
+        from .training.config import ConfigError, resolve_config, shipped_configs
+        from .training.data import config_archives
+    except ImportError:
+        return {}
+    needs: Dict[str, List[str]] = {}
+    for name in shipped_configs():
+        try:
+            keys = config_archives(resolve_config(name))
+        except ConfigError:  # e.g. a folder config without its folder
+            continue
+        for key in keys:
+            needs.setdefault(key, []).append(name)
+    return needs
 
-    if args.list or not args.name:
-        for key, spec in ARCHIVES.items():
-            print(f"{key:58s} {spec.note}")
+
+def _download_list() -> int:
+    from .datasets.download import ARCHIVES
+
+    needs = _archives_of_configs()
+    for key, spec in ARCHIVES.items():
+        used = f" | configs: {', '.join(needs[key])}" if key in needs else ""
+        print(f"{key:56s} {spec.note}{used}")
+    print("\nNames are case-insensitive (gridify download modelnet10); 'shapenet' is the ShapeNet-Part release the "
+          "shapenet configs use.")
+    return 0
+
+
+def _download_keys(args: argparse.Namespace) -> List[str]:
+    """The archives ``gridify download`` fetches: the one named, or those the ``--config`` needs."""
+    from .datasets.download import resolve_archive
+
+    if args.config:
+        from .training.cli import error_line
+        from .training.config import ConfigError, resolve_config
+        from .training.data import config_archives
+
+        try:
+            return config_archives(resolve_config(args.config))
+        except ConfigError as exc:
+            raise SystemExit(f"gridify download: config error: {error_line(exc)}")
+    try:
+        return [resolve_archive(args.name)]
+    except ValueError as exc:
+        raise SystemExit(f"gridify download: error: {exc}")
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from .datasets import ARCHIVES, DownloadError, default_root
+    from .datasets.download import download_archive, manual_instructions
+
+    if args.list or not (args.name or args.config):
+        _download_list()
         if not args.list:
-            print("\ngridify download: give an archive name (above)")
+            print("\ngridify download: give an archive name (above) or --config NAME")
             return 2
         return 0
-    if args.name not in ARCHIVES:
-        raise SystemExit(f"gridify download: error: unknown archive {args.name!r}; known: {sorted(ARCHIVES)}")
-    if args.root:
-        root = Path(args.root)
-    else:
-        from .datasets._common import default_root
-
-        root = default_root()
-    if args.instructions:
-        print(manual_instructions(args.name, root))
+    keys = _download_keys(args)
+    if not keys:
+        print(f"gridify download: config {args.config!r} needs no download")
         return 0
-    try:
-        path = download_archive(args.name, root, progress=not args.no_progress)
-    except (DownloadError, ValueError) as exc:
-        raise SystemExit(f"gridify download: error: {exc}")
-    print(f"{args.name}: ready at {path}")
+    root = Path(args.root) if args.root else default_root()
+    for key in keys:
+        spec = ARCHIVES[key]
+        if args.instructions:
+            print(manual_instructions(key, root))
+            continue
+        try:
+            path = download_archive(key, root, progress=not args.no_progress)
+        except DownloadError as exc:
+            raise SystemExit(f"gridify download: error: {exc.summary}; download {spec.filename} by hand from "
+                             f"{spec.urls[0]}, put it at {root / spec.filename} and run again (--instructions lists "
+                             f"every mirror)")
+        except ValueError as exc:
+            raise SystemExit(f"gridify download: error: {'; '.join(ln for ln in str(exc).splitlines() if ln)}")
+        print(f"{key}: ready at {path}")
     return 0
 
 

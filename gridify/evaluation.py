@@ -2,21 +2,24 @@
 
     python scripts/evaluate.py --ckpt outputs/procedural/checkpoints/model.pt
     python scripts/evaluate.py --ckpt outputs/procedural/checkpoints/last.ckpt data.batch_size=32
-    python scripts/evaluate.py --ckpt model.pt --config configs/modelnet10.yaml data.root=/data/ModelNet10/pcd
+    gridify evaluate --ckpt model.pt --data-root /data              # the same dataset, found under another root
+    gridify evaluate --ckpt model.pt --config modelnet10 --data-root /data
 
 ``--ckpt`` takes a Lightning checkpoint written by ``scripts/train.py`` or the exported
 ``model.pt``; both are read with ``torch.load(..., weights_only=True)`` (tensors and plain
 containers only, no pickled code). The model is rebuilt from the hyper-parameters stored in
-the file; the dataset comes from the config stored there too, updated by ``--config`` and by
-``section.key=value`` overrides (e.g. another ``data.root``).
+the file; the dataset comes from the config stored there too, updated by ``--config`` (a shipped
+config's name or a YAML file), ``--data-root`` and ``section.key=value`` overrides.
 
-The metrics (OA and mAcc for classification; instance and class mIoU for segmentation) are
-printed and written as JSON to ``--output`` (default: ``<ckpt name>.test_metrics.json``
-beside the checkpoint).
+The metrics (OA and mAcc for classification; instance and class mIoU for segmentation, with the
+IoU of every category by name) are printed and written as JSON to ``--output`` (default:
+``<ckpt name>.test_metrics.json`` beside the checkpoint). Errors are one line
+(:func:`gridify.training.cli.error_line`).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
@@ -26,8 +29,8 @@ from torch.utils.data import DataLoader
 
 from gridify._version import __version__
 from gridify.checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
-from gridify.datasets import DatasetNotFoundError, DownloadError, collate_points
-from gridify.training.cli import program_name
+from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError, collate_points
+from gridify.training.cli import error_line, program_name
 from gridify.training.config import DEFAULTS, ConfigError, check_config, deep_merge, resolve_config
 from gridify.training.data import build_dataset
 from gridify.training.metrics import evaluate_model, format_metrics
@@ -39,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=program_name("evaluate.py"), description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="Lightning .ckpt or exported model.pt")
-    p.add_argument("--config", help="YAML whose sections update the config stored in the checkpoint")
+    p.add_argument("--config", help="config (a shipped name or a YAML file) whose sections update the one stored "
+                                    "in the checkpoint")
+    p.add_argument("--data-root", help="shorthand for data.root=... (where the dataset is)")
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides (YAML values)")
     p.add_argument("--split", default="test", choices=("test", "val", "train"), help="split to evaluate")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda when available)")
@@ -64,9 +69,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         raise SystemExit(f"{prog}: error: {exc}")
     try:
         stored = check_config(deep_merge(DEFAULTS, payload["config"]))
-        cfg = resolve_config(args.config, args.overrides, base=stored)
+        root = [] if args.data_root is None else [f"data.root={json.dumps(args.data_root)}"]
+        cfg = resolve_config(args.config, [*args.overrides, *root], base=stored)
     except ConfigError as exc:
-        raise SystemExit(f"{prog}: config error: {exc}")
+        raise SystemExit(f"{prog}: config error: {error_line(exc)}")
     if cfg["task"] != payload["task"]:
         raise SystemExit(f"{prog}: config error: the checkpoint is a {payload['task']} model but the config "
                          f"says task: {cfg['task']}")
@@ -85,14 +91,17 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     try:
         ds = build_dataset(cfg, args.split)
     except ConfigError as exc:
-        raise SystemExit(f"{prog}: config error: {exc}")
-    except (DatasetNotFoundError, DownloadError) as exc:
-        raise SystemExit(f"{prog}: error: {exc}")
+        raise SystemExit(f"{prog}: config error: {error_line(exc)}")
+    except (DatasetNotFoundError, DownloadError, DatasetError) as exc:
+        raise SystemExit(f"{prog}: error: {error_line(exc)}")
     info = payload["info"]
     loader = DataLoader(ds, batch_size=int(cfg["data"].get("eval_batch_size") or cfg["data"]["batch_size"]),
                         shuffle=False, num_workers=int(cfg["data"]["num_workers"]), collate_fn=collate_points)
     t0 = time.time()
-    metrics, extra = evaluate_model(model, loader, cfg["task"], info, device, progress=not args.no_progress)
+    try:
+        metrics, extra = evaluate_model(model, loader, cfg["task"], info, device, progress=not args.no_progress)
+    except DatasetError as exc:
+        raise SystemExit(f"{prog}: error: {error_line(exc)}")
     seconds = time.time() - t0
 
     report: Dict[str, Any] = {

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader
 
 from gridify.datasets import (MODELNET10_CLASSES, PROCEDURAL_CATEGORY_TO_PARTS, SHAPENET_CATEGORY_TO_PARTS,
                               SHAPENET_SYNSETS, DatasetNotFoundError, ModelNet, ProceduralShapes, ShapeNetPart,
-                              collate_points, stratified_split)
+                              collate_points, stratified_split, stratified_subset)
 from gridify.io import write_ply
 from gridify.transforms import RandomRotateZ
 
@@ -122,6 +122,17 @@ def test_stratified_split_is_deterministic_and_per_class():
 # --------------------------------------------------------------------------------------
 # ModelNet, generated
 # --------------------------------------------------------------------------------------
+def test_stratified_subset_is_proportional_seeded_and_covers_every_class():
+    labels = np.repeat(np.arange(5), [40, 20, 20, 10, 10])  # 100 samples sorted by class
+    sub = stratified_subset(labels, 20, seed=0)
+    assert len(sub) == 20 and np.all(np.diff(sub) > 0)
+    assert np.bincount(labels[sub], minlength=5).tolist() == [8, 4, 4, 2, 2]  # in proportion
+    assert np.array_equal(sub, stratified_subset(labels, 20, seed=0))
+    assert not np.array_equal(sub, stratified_subset(labels, 20, seed=1))
+    assert sorted(labels[stratified_subset(labels, 5, seed=2)].tolist()) == [0, 1, 2, 3, 4]  # one per class
+    assert stratified_subset(labels, 100, seed=0).tolist() == list(range(100))
+
+
 def test_modelnet_off_generated_with_cache(tmp_path):
     root = make_fake_modelnet_off(tmp_path / "data")
     cache = tmp_path / "cache"

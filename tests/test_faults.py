@@ -67,7 +67,8 @@ def _train_cmd(out_dir, *extra):
 
 
 def _env(**extra):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **extra)
+    # PYTHONPATH: the subprocess runs this checkout's gridify, whichever one is installed
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT), **extra)
     env.pop("LOCAL_RANK", None)
     return env
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -80,7 +81,8 @@ def test_bad_overrides_give_clear_errors(override, message):
 
 
 def test_config_file_errors(tmp_path):
-    with pytest.raises(T.ConfigError, match="config file not found"):
+    with pytest.raises(T.ConfigError, match=r"config '.*missing.yaml' not found: no such file, and no shipped config "
+                                             r"of that name \(shipped: folder_classification, "):
         T.resolve_config(str(tmp_path / "missing.yaml"))
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: {resolution: 9}\nschedule: {epochs: 3}\n")
@@ -90,7 +92,8 @@ def test_config_file_errors(tmp_path):
     with pytest.raises(T.ConfigError, match="top level must be a mapping"):
         T.resolve_config(str(bad))
     bad.write_text("model: [unclosed\n")
-    with pytest.raises(T.ConfigError, match="not valid YAML"):
+    with pytest.raises(T.ConfigError, match=r"bad.yaml: not valid YAML \(line 2, column 1: expected ',' or ']', but "
+                                             r"got '<stream end>'\)$"):
         T.resolve_config(str(bad))
 
 
@@ -113,8 +116,8 @@ def test_shipped_configs_resolve_and_follow_the_thesis():
     assert (m40["optim"]["lr"], m40["optim"]["weight_decay"], m40["optim"]["warmup_epochs"]) == (5e-3, 0.0, 10)
     assert (m40["trainer"]["max_epochs"], m40["data"]["batch_size"]) == (60, 32)
     m10 = T.resolve_config(str(ROOT / "configs" / "modelnet10.yaml"))
-    assert m10["data"]["source"] == "pcd" and m10["data"]["use_normals"] is False
-    assert m10["data"]["num_points"] == 1024 and m10["data"]["root"].endswith("modelnet10_pcd/ModelNet10/pcd")
+    assert m10["data"]["source"] == "auto" and m10["data"]["use_normals"] is False and m10["data"]["name"] == "modelnet10"
+    assert m10["data"]["num_points"] == 1024 and "root" not in m10["data"]  # --data-root / $GRIDIFY_DATA / datasets/
     for name, backbone in (("shapenet_ccnn", "ccnn"), ("shapenet_unet", "unet")):
         c = T.resolve_config(str(ROOT / "configs" / f"{name}.yaml"))
         assert c["task"] == "segmentation" and c["model"]["backbone"] == backbone
@@ -150,7 +153,11 @@ def test_shard_sampler_orders_depend_on_seed_and_epoch_only():
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("procedural_run")
-    summary = T.main(tiny(out))
+    old = os.umask(0o022)  # every file of the run must get 0644 (not mkstemp's 0600)
+    try:
+        summary = T.main(tiny(out))
+    finally:
+        os.umask(old)
     return out, summary
 
 
@@ -172,11 +179,36 @@ def test_train_writes_everything(trained):
     for png in ("loss.png", "metrics.png", "confusion_matrix.png"):
         assert (out / "plots" / png).stat().st_size > 1000
     assert (out / "csv" / "version_0" / "metrics.csv").is_file() and list((out / "tensorboard").rglob("events.*"))
+    files = [f for f in out.rglob("*") if f.is_file()]
+    assert len(files) > 10 and {f.relative_to(out).as_posix(): oct(f.stat().st_mode & 0o777) for f in files
+                                if f.stat().st_mode & 0o777 != 0o644} == {}
     exported = torch.load(ck / "model.pt", map_location="cpu", weights_only=True)
     assert exported["model_name"] == "gridified_classifier" and exported["class_names"] == [
         "box", "sphere", "cylinder", "torus"]
     assert exported["gridify_version"] == gridify.__version__ and exported["model_kwargs"]["resolution"] == 4
     torch.load(ck / "last.ckpt", map_location="cpu", weights_only=True)  # Lightning ckpts load safely too
+
+
+def test_learning_rate_curve_and_tensorboard(trained):
+    """lr_epoch is logged every epoch, so the LR panel has a curve even with no per-step LR rows; TensorBoard gets
+    the test confusion matrix and the hyper-parameters with the final metrics."""
+    out, _ = trained
+    rows = T.read_metric_logs(out / "csv")
+    assert [r["step"] for r in rows if "lr_epoch" in r] == [1.0, 3.0]  # the last step of each epoch
+    epoch_only = [r for r in rows if not any(k.startswith("lr-") for k in r)]  # as if log_every_n_steps > an epoch
+    for subset in (rows, epoch_only):
+        fig = T.metrics_figure(subset, "classification")
+        assert fig.axes[1].lines and len(fig.axes[1].lines[-1].get_xdata()) == 2
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = EventAccumulator(str(out / "tensorboard" / "version_0")).Reload()
+    image = run.Images("test/confusion_matrix")[-1]
+    assert image.step == 4 and image.width > 200 and image.height > 200
+    hp = EventAccumulator(str(out / "tensorboard" / "version_0" / "hparams")).Reload()
+    assert {"hparams/test_oa", "hparams/test_macc", "hparams/test_loss"} <= set(hp.Tags()["scalars"])
+    report = json.loads((out / "test_metrics.json").read_text())
+    assert hp.Scalars("hparams/test_oa")[-1].value == pytest.approx(report["metrics"]["oa"])
+    assert "hparams" in hp.PluginTagToContent("hparams") or hp.PluginTagToContent("hparams")
 
 
 def test_evaluate_reproduces_the_test_metrics(trained, tmp_path):
@@ -252,9 +284,11 @@ def test_segmentation_run_and_export(tmp_path):
             "trainer.plots=false"])
     report = json.loads((tmp_path / "test_metrics.json").read_text())
     assert set(report["metrics"]) >= {"instance_miou", "class_miou"}
-    assert 0.0 <= report["metrics"]["instance_miou"] <= 1.0 and len(report["per_category_iou"]) == 3
+    assert 0.0 <= report["metrics"]["instance_miou"] <= 1.0 and list(report["per_category_iou"]) == ["box", "chair",
+                                                                                                   "lamp"]
     res = E.main(["--ckpt", str(tmp_path / "checkpoints" / "model.pt"), "--threads", "1", "--no-progress"])
     assert res["metrics"]["instance_miou"] == pytest.approx(report["metrics"]["instance_miou"], abs=1e-6)
+    assert res["per_category_iou"] == pytest.approx(report["per_category_iou"], abs=1e-6)
 
 
 def test_bf16_mixed_precision_run(tmp_path, monkeypatch):
@@ -286,21 +320,24 @@ def test_modelnet10_one_training_step(shared_data, tmp_path):
     root = shared_data / "modelnet10_pcd"
     if not (root / "ModelNet10" / "pcd").is_dir():
         pytest.skip(f"ModelNet10 pcd release not found under {root}")
-    T.main(["--config", str(ROOT / "configs" / "modelnet10.yaml"), f"output_dir={tmp_path}",
-            f"data.root={root / 'ModelNet10' / 'pcd'}", "data.batch_size=2", "data.num_workers=0",
+    T.main(["--config", "modelnet10", f"output_dir={tmp_path}", "--data-root", str(root), "data.batch_size=2",
+            "data.num_workers=0",
             "model.resolution=4", "model.k=4", "model.hidden_channels=8", "model.depth=1", "model.kernel_size=3",
             "trainer.max_epochs=1", "trainer.max_steps=1", "trainer.limit_train_batches=1",
             "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.num_threads=1",
             "trainer.progress_bar=false", "trainer.plots=false"])
     report = json.loads((tmp_path / "test_metrics.json").read_text())
     assert report["global_step"] == 1 and report["source_format"] == "pcd" and report["num_samples"] == 908
-    assert report["num_scored"] == 2  # limit_test_batches=1
+    assert report["num_scored"] == 2 and report["subset"] == {  # limit_test_batches=1: 2 shapes of 2 classes
+        "size": 2, "of": 908, "stratified": True, "limit": "trainer.limit_test_batches=1"}
     cfg = T.load_yaml(tmp_path / "config.yaml")
     assert cfg["model"]["in_channels"] == 3 and cfg["model"]["num_classes"] == 10
 
 
 def test_ddp_two_cpu_processes(tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    # the script imports the gridify of this source tree (not another installed copy)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     env.pop("LOCAL_RANK", None)
     cmd = [sys.executable, str(SCRIPTS / "train.py"), *tiny(tmp_path, "data.batch_size=2", "trainer.max_epochs=1",
                                                            "trainer.plots=false"),
@@ -332,3 +369,75 @@ def test_ddp_spawn_two_cpu_processes(tmp_path, capfd):
     with pytest.raises(SystemExit, match=r"^train.py: error: model 'gridified_classifier': bad arguments"):
         T.main(tiny(tmp_path / "bad", "model.bogus=1", "--accelerator", "cpu", "--devices", "2",
                     "--strategy", "ddp_spawn"))
+
+
+# --------------------------------------------------------------------------------------
+# your own folders, quick runs
+# --------------------------------------------------------------------------------------
+FOLDER_TINY = ["model.resolution=4", "model.k=4", "model.hidden_channels=8", "model.depth=1", "model.kernel_size=3",
+               "data.num_points=48", "trainer.max_epochs=1", "trainer.num_threads=1", "trainer.plots=false"]
+
+
+def test_folder_classification_quick_run(tmp_path, capsys):
+    """`gridify train --config folder_classification --data-root <folder of .ply>` with limited validation and test:
+    each scores a seeded, class-stratified subset (every class), as the log and test_metrics.json say; without a
+    terminal the progress is plain lines."""
+    from gridify import cli
+    from gridify.io import write_ply
+
+    rng = np.random.default_rng(0)
+    for c, cls in enumerate(("a_small", "b_mid", "c_large")):
+        for split, n in (("train", 6), ("test", 4)):
+            for i in range(n):
+                write_ply(tmp_path / "data" / cls / split / f"{i}.ply", rng.normal(size=(60, 3)) * (1 + 2 * c))
+    cli.main(["train", "--config", "folder_classification", "--data-root", str(tmp_path / "data"), "--output-dir",
+              str(tmp_path / "out"), *FOLDER_TINY, "data.batch_size=3", "data.val_fraction=0.34",
+              "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.progress_bar=true",
+              "trainer.log_every_n_steps=2"])
+    report = json.loads((tmp_path / "out" / "test_metrics.json").read_text())
+    assert report["subset"] == {"size": 3, "of": 12, "stratified": True, "limit": "trainer.limit_test_batches=1"}
+    assert report["num_samples"] == 12 and report["num_scored"] == 3
+    assert [sum(row) for row in report["confusion_matrix"]] == [1, 1, 1]  # not the first batch of a sorted split
+    printed = capsys.readouterr().out
+    assert "[train] val: a seeded, class-stratified subset of 3 of 6 samples (trainer.limit_val_batches=1)" in printed
+    assert "[train] test: a seeded, class-stratified subset of 3 of 12 samples (trainer.limit_test_batches=1)" in printed
+    assert "(3 of 12 samples, a seeded class-stratified subset: trainer.limit_test_batches=1," in printed
+    assert "[train] epoch 1/1 step 2/4 | train_loss " in printed and "[train] epoch 1/1 done in " in printed
+    assert T.load_yaml(tmp_path / "out" / "config.yaml")["data"]["root"] == str(tmp_path / "data")
+
+
+def test_eval_subset_sizes_and_fallback():
+    class Unknown:  # a dataset that cannot tell its classes: a seeded random subset
+        def __len__(self):
+            return 50
+
+    ds = T.build_dataset(T.resolve_config("procedural", ["data.test={num_samples_per_class: 5}"]), "test")  # 12 x 5
+    sub = T.eval_subset(ds, 2, batch_size=6, world_size=1, seed=0)
+    assert sub["size"] == 12 and sub["stratified"] and sorted(ds.sample_groups()[sub["indices"]]) == list(range(12))
+    assert T.eval_subset(ds, 0.5, 6, 1, 0)["size"] == 30 and T.eval_subset(ds, 3, 6, 2, 0)["size"] == 36
+    assert T.eval_subset(ds, None, 6, 1, 0) is None and T.eval_subset(ds, 10, 6, 1, 0) is None
+    assert T.eval_subset(ds, 1.0, 6, 1, 0) is None and T.eval_subset(ds, 0, 6, 1, 0) is None
+    rand = T.eval_subset(Unknown(), 1, 5, 1, seed=3)
+    assert not rand["stratified"] and rand["indices"] != list(range(5)) and rand == T.eval_subset(Unknown(), 1, 5, 1, 3)
+
+
+def test_folder_segmentation_run(tmp_path):
+    from gridify import cli
+
+    rng = np.random.default_rng(1)
+    for split, n in (("train", 4), ("test", 2)):
+        (tmp_path / "scans" / split).mkdir(parents=True)
+        for i in range(n):
+            pts = rng.normal(size=(70, 3))
+            np.savetxt(tmp_path / "scans" / split / f"s{i}.xyz", np.c_[pts, (pts[:, 2] > 0).astype(int)], fmt="%.5f")
+    (tmp_path / "scans" / "classes.txt").write_text("floor\nroof\n")
+    cli.main(["train", "--config", "folder_segmentation", "--data-root", str(tmp_path / "scans"), "--output-dir",
+              str(tmp_path / "out"), *FOLDER_TINY, "model.point_channels=8", "data.batch_size=2",
+              "trainer.progress_bar=false"])
+    report = json.loads((tmp_path / "out" / "test_metrics.json").read_text())
+    assert list(report["per_category_iou"]) == ["scans"] and report["num_scored"] == 2 and report["subset"] is None
+    exported = torch.load(tmp_path / "out" / "checkpoints" / "model.pt", weights_only=True)
+    assert exported["class_names"] == ["floor", "roof"] and exported["model_kwargs"]["num_categories"] == 1
+    res = E.main(["--ckpt", str(tmp_path / "out" / "checkpoints" / "model.pt"), "--threads", "1", "--no-progress",
+                  "--data-root", str(tmp_path / "scans")])
+    assert res["metrics"]["instance_miou"] == pytest.approx(report["metrics"]["instance_miou"], abs=1e-6)

@@ -5,10 +5,13 @@ The end-to-end runs are in test_train.py.
 import ast
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -163,13 +166,15 @@ def test_every_module_has_a_docstring():
 
 
 def test_no_library_module_imports_the_training_package():
-    """gridify.training is the top layer: only gridify.evaluation builds on it (gridify.cli runs it by name)."""
+    """Only gridify.evaluation builds on gridify.training; gridify.cli runs it by name and imports it only inside
+    the commands that need it (download --list / --config read the shipped configs), never at import time."""
     offenders = []
     for path in sorted((ROOT / "gridify").rglob("*.py")):
         rel = path.relative_to(ROOT / "gridify")
         if rel.parts[0] == "training" or rel.name == "evaluation.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        for node in (tree.body if rel.name == "cli.py" else ast.walk(tree)):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [f"{'.' * node.level}{node.module or ''}"] + [a.name for a in node.names]
                      if isinstance(node, ast.ImportFrom) else [])
@@ -221,3 +226,141 @@ def test_python_dash_m(monkeypatch, capsys):
                                       "trainer.max_epochs=3"])
     runpy.run_module("gridify.training", run_name="__main__")
     assert "max_epochs: 3" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------
+# every error a user can fix ends the command with ONE line, never a traceback
+# --------------------------------------------------------------------------------------
+TINY_MODEL = ["model.resolution=4", "model.k=4", "model.hidden_channels=8", "model.depth=1", "model.kernel_size=3",
+              "data.num_points=32", "data.batch_size=2", "trainer.max_epochs=1", "trainer.num_threads=1",
+              "trainer.progress_bar=false", "trainer.plots=false"]
+
+
+@pytest.fixture
+def broken(tmp_path):
+    """Files for the error paths: a bad YAML, a corrupt checkpoint, an empty data root, broken folders."""
+    from gridify.io import write_ply
+
+    (tmp_path / "bad.yaml").write_text("model: [unclosed\n")
+    (tmp_path / "corrupt.ckpt").write_bytes(b"\x80\x04not a checkpoint")
+    (tmp_path / "empty").mkdir()
+    rng = np.random.default_rng(0)
+    for cls in ("a", "b"):
+        for split in ("train", "test"):
+            for i in range(3):
+                write_ply(tmp_path / "folder" / cls / split / f"{i}.ply", rng.normal(size=(40, 3)))
+    shutil.copytree(tmp_path / "folder", tmp_path / "unreadable")
+    (tmp_path / "unreadable" / "b" / "train" / "2.ply").write_bytes(b"ply\nformat ascii 1.0\nelement vertex 5\n")
+    shutil.copytree(tmp_path / "folder" / "a" / "train", tmp_path / "notest" / "a" / "x")
+    shutil.copytree(tmp_path / "folder" / "b" / "train", tmp_path / "notest" / "a" / "y")
+    shutil.copytree(tmp_path / "folder", tmp_path / "emptyclass")
+    (tmp_path / "emptyclass" / "c" / "train").mkdir(parents=True)
+    return tmp_path
+
+
+ERROR_PATHS = [
+    (["train", "--config", "missing"], "gridify train: config error: config 'missing' not found: no such file"),
+    (["train", "--config", "{t}/bad.yaml"],
+     "gridify train: config error: {t}/bad.yaml: not valid YAML (line 2, column 1: expected ',' or ']'"),
+    (["train", "--config", "procedural", "data.name=kitti"],
+     "gridify train: config error: data.name must be one of ['folder', 'modelnet', 'modelnet10', 'modelnet40', "),
+    (["train", "--config", "procedural", "trainer.limit_val_batches=-1"],
+     "gridify train: config error: trainer.limit_val_batches must be null, a number of batches"),
+    (["train", "--config", "modelnet10", "--data-root", "{t}/empty"],
+     "gridify train: error: ModelNet10 not found under {t}/empty: expected one of the releases normal_resampled, off, "
+     "pcd (e.g. {t}/empty/ModelNet10 holding <class>/{{train,test}}/*.off, or {t}/empty/ModelNet10/pcd holding "
+     "<class>/{{train,test}}/*.pcd). (get it with 'gridify download ModelNet10 --root {t}/empty' or point "
+     "--data-root at it)"),
+    (["train", "--config", "procedural", "--resume", "{t}/corrupt.ckpt"],
+     "gridify train: error: cannot read checkpoint {t}/corrupt.ckpt: the file is corrupt"),
+    (["train", "--config", "procedural", "--resume", "{t}/gone.ckpt"],
+     "gridify train: error: --resume: checkpoint not found: {t}/gone.ckpt"),
+    (["train", "--config", "procedural", "model.name=bogus"], "gridify train: error: model.name: unknown model 'bogus'"),
+    (["train", "--config", "folder_classification"],
+     "gridify train: error: data.name=folder needs the folder: pass --data-root path/to/folder (or set data.root)"),
+    (["train", "--config", "folder_classification", "--data-root", "{t}/emptyclass"],
+     "gridify train: error: {t}/emptyclass/c: empty class folder: no point-cloud files of class 'c'"),
+    (["train", "--config", "folder_classification", "--data-root", "{t}/unreadable"],  # read during the first epoch
+     "gridify train: error: {t}/unreadable/b/train/2.ply: PLY header has no 'end_header' line (truncated or corrupt)",
+     "[train] gridify"),
+    (["train", "--config", "folder_classification", "--data-root", "{t}/notest/a"],  # before any training
+     "gridify train: error: {t}/notest/a: no test files (add test folders or a test.txt list, or set test_fraction"),
+    (["evaluate", "--ckpt", "{t}/gone.pt"], "gridify evaluate: error: checkpoint not found: {t}/gone.pt"),
+    (["evaluate", "--ckpt", "{t}/corrupt.ckpt"], "gridify evaluate: error: cannot read checkpoint {t}/corrupt.ckpt"),
+    (["download", "modelnet99"], "gridify download: error: unknown archive 'modelnet99'; known: ModelNet40, "),
+    (["download", "--config", "{t}/bad.yaml"], "gridify download: config error: {t}/bad.yaml: not valid YAML"),
+]
+
+
+@pytest.mark.parametrize("argv, start, inside", [(*c, "")[:3] for c in ERROR_PATHS],
+                         ids=[" ".join(c[0][:4]) for c in ERROR_PATHS])
+def test_every_error_path_is_one_line(broken, capfd, argv, start, inside):
+    from gridify import cli
+
+    argv = [a.format(t=broken) for a in argv]
+    if argv[0] == "train":
+        argv += ["--output-dir", str(broken / "out"), *TINY_MODEL]
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    msg, printed = str(exc.value), "".join(capfd.readouterr())
+    assert "\n" not in msg and msg.startswith(start.format(t=broken)), msg
+    # (Lightning's log handler may still hold the stream an earlier test captured: not the command's output)
+    printed = re.sub(r"--- Logging error ---.*?Arguments: \(\)\n", "", printed, flags=re.S)
+    assert inside in printed and "Traceback" not in printed, printed
+
+
+def test_a_redirected_run_logs_lines_not_progress_bars(tmp_path):
+    """Without a terminal: one line per N steps and per epoch, no carriage returns, a small log."""
+    from gridify.io import write_ply
+
+    rng = np.random.default_rng(0)
+    for cls in ("a", "b", "c"):
+        for split, n in (("train", 12), ("test", 3)):
+            for i in range(n):
+                write_ply(tmp_path / "data" / cls / split / f"{i}.ply", rng.normal(size=(40, 3)) * (1 + ord(cls) % 3))
+    log = tmp_path / "train.log"
+    argv = [sys.executable, "-m", "gridify.training", "--config", "folder_classification", "--data-root",
+            str(tmp_path / "data"), "--output-dir", str(tmp_path / "out"), *TINY_MODEL, "trainer.max_epochs=2",
+            "trainer.progress_bar=true", "trainer.log_every_n_steps=5", "data.batch_size=2"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    with open(log, "w") as fh:
+        proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=300)
+    text = log.read_text()
+    assert proc.returncode == 0, text[-3000:]
+    lines = text.splitlines()
+    steps = [ln for ln in lines if ln.startswith("[train] epoch") and " step " in ln]
+    epochs = [ln for ln in lines if ln.startswith("[train] epoch") and " done in " in ln]
+    # 33 training shapes (3 held out for val) in batches of 2: 17 steps, a line at 5, 10, 15 and 17
+    assert [ln.split(" | ")[0] for ln in steps[:4]] == [f"[train] epoch 1/2 step {s}/17" for s in (5, 10, 15, 17)]
+    assert len(steps) == 8 and len(epochs) == 2 and "val_oa" in epochs[0] and "train_loss_epoch" in epochs[0]
+    assert "\r" not in text and "it/s" not in text and len(lines) < 30 and len(text) < 4000, text
+
+
+def test_checkpoints_honour_the_umask(tmp_path):
+    pytest.importorskip("lightning")
+    from gridify.training import atomic_checkpoint_io
+
+    old = os.umask(0o027)
+    try:
+        atomic_checkpoint_io().save_checkpoint({"state_dict": {"w": torch.zeros(2)}}, tmp_path / "last.ckpt")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "last.ckpt").stat().st_mode & 0o777 == 0o640
+    assert atomic_checkpoint_io().load_checkpoint(tmp_path / "last.ckpt")["state_dict"]["w"].shape == (2,)
+
+
+def test_error_line_reduces_a_data_loader_worker_error_to_its_message():
+    from torch._utils import ExceptionWrapper
+
+    from gridify.datasets import DatasetError
+    from gridify.training import error_line
+
+    try:
+        raise DatasetError("/data/a.ply: truncated PLY")
+    except DatasetError:
+        wrapped = ExceptionWrapper(where="in DataLoader worker process 0")
+    with pytest.raises(DatasetError) as exc:
+        wrapped.reraise()
+    assert "Original Traceback" in str(exc.value) and error_line(exc.value) == "/data/a.ply: truncated PLY"
+    assert error_line(ValueError("first\n  second\n")) == "first; second"

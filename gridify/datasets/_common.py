@@ -1,4 +1,20 @@
-"""Pieces shared by the datasets: data root, split carving, item assembly, caching, collation."""
+"""Pieces shared by the datasets: data root, split carving, subsets, item assembly, caching, collation.
+
+* :func:`default_root`: ``$GRIDIFY_DATA`` (or the older ``$GRIDIFY_DATA_ROOT``), else the
+  repository's ``datasets/``, else ``./datasets``.
+* :func:`stratified_split`: ``round(f * n_c)`` samples of every class ``c`` held out (seeded).
+* :func:`stratified_subset`: ``m`` samples drawn class by class in proportion to the class sizes
+  (seeded): sample ``i`` of class ``c`` (in a seeded order) has key ``i / n_c`` and the ``m``
+  smallest keys are kept, so every class is present once ``m >= C`` and class ``c`` gets about
+  ``m * n_c / n`` samples.
+* :func:`fit_box`: ``pos <- pos * min(1, limit / max|pos|)``, the cloud shrunk uniformly into
+  ``[-limit, limit]^3`` (gridification refuses points outside its box).
+* :class:`PointCloudDataset`: ``raw -> Normalize -> FixedPoints -> transform -> fit_box -> tensors``.
+
+Shapes:
+    a sample: pos ``[N, 3]``, normal ``[N, 3]``, y ``[]`` or ``[N]``; a collated batch: pos
+    ``[sum N_i, 3]``, batch ``[sum N_i]``, ptr ``[B + 1]``.
+"""
 from __future__ import annotations
 
 import os
@@ -19,14 +35,21 @@ PathLike = Union[str, "os.PathLike[str]"]
 Transform = Callable[[Dict[str, Any]], Dict[str, Any]]
 
 SPLITS = ("train", "val", "test", "trainval")
+#: environment variables naming the default data root, in order of precedence
+ROOT_VARIABLES = ("GRIDIFY_DATA", "GRIDIFY_DATA_ROOT")
+
+
+class DatasetError(ValueError):
+    """A dataset's files are unusable (unreadable file, bad labels, bad folder layout); the message
+    names the file or folder and the problem."""
 
 
 def default_root() -> Path:
-    """The default data root: ``$GRIDIFY_DATA_ROOT``, else the repository's ``datasets/``
-    folder (when gridify runs from a source checkout), else ``./datasets``."""
-    env = os.environ.get("GRIDIFY_DATA_ROOT")
+    """The default data root: ``$GRIDIFY_DATA`` (or ``$GRIDIFY_DATA_ROOT``), else the repository's
+    ``datasets/`` folder (when gridify runs from a source checkout), else ``./datasets``."""
+    env = next((os.environ[v] for v in ROOT_VARIABLES if os.environ.get(v)), None)
     if env:
-        return Path(env)
+        return Path(env).expanduser()
     repo = Path(__file__).resolve().parents[2] / "datasets"
     if repo.is_dir():
         return repo
@@ -66,6 +89,72 @@ def stratified_split(labels: Sequence[int], fraction: float, seed: int) -> Tuple
     return keep, held_idx
 
 
+def stratified_subset(labels: Sequence[int], size: int, seed: int) -> np.ndarray:
+    """The sorted indices of ``size`` samples drawn in proportion to the classes (see the module docstring).
+
+    Deterministic given ``seed``; every class is represented once ``size`` reaches the number of
+    classes; ``size >= len(labels)`` keeps everything.
+    """
+    labels = np.asarray(labels, dtype=np.int64).reshape(-1)
+    if size >= len(labels):
+        return np.arange(len(labels))
+    rng = np.random.default_rng(int(seed))
+    keys = np.empty(len(labels), dtype=np.float64)
+    for c in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == c))
+        keys[members] = np.arange(len(members)) / len(members)
+    tie = rng.random(len(labels))  # classes at the same key are taken in a seeded order
+    return np.sort(np.lexsort((tie, keys))[:max(0, int(size))])
+
+
+def fit_box(sample: Dict[str, Any], limit: float = 1.0) -> Dict[str, Any]:
+    """Shrink the cloud uniformly into ``[-limit, limit]^3`` when it sticks out (else unchanged).
+
+    Gridification rejects points outside its box and the gridified models do not expose its
+    ``outside``/``bounds`` options, so scaled-up or jittered clouds are pulled back in. A uniform
+    scale leaves normals unchanged. ``pos`` may be a numpy array or a tensor.
+    """
+    pos = sample["pos"]
+    extent = float(pos.abs().max()) if isinstance(pos, Tensor) else float(np.abs(pos).max())
+    if extent <= limit:
+        return sample
+    out = dict(sample)
+    out["pos"] = pos * (limit / extent)
+    return out
+
+
+def read_labels(path: Path) -> np.ndarray:
+    """The per-point integer labels of a label file: ``.npy`` (a ``[N]`` or ``[N, 1]`` integer array,
+    never unpickled) or text (whitespace-separated integers, e.g. ``.seg`` / ``.labels``).
+
+    Shapes:
+        ``[N]`` int64.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    if path.suffix.lower() == ".npy":
+        try:
+            vals = np.load(path, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise ValueError(f"{path}: not a readable numpy label file ({exc})") from None
+        if vals.ndim == 2 and vals.shape[1] == 1:
+            vals = vals[:, 0]
+        if vals.ndim != 1 or vals.dtype.kind not in "iuf":
+            raise ValueError(f"{path}: expected a [N] array of integer labels, got {vals.dtype} {vals.shape}")
+        vals = vals.astype(np.float64)
+    else:
+        try:
+            vals = np.array(path.read_text(errors="replace").split(), dtype=np.float64)
+        except ValueError:
+            raise ValueError(f"{path}: label file holds non-numeric values") from None
+    if vals.size == 0:
+        raise ValueError(f"{path}: label file is empty")
+    if not np.all(np.isfinite(vals)) or not np.all(vals == np.round(vals)):
+        raise ValueError(f"{path}: label file holds non-integer labels")
+    return vals.astype(np.int64)
+
+
 def writable_dir(path: Path) -> bool:
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -100,8 +189,14 @@ class PointCloudDataset(torch.utils.data.Dataset):
 
     The pipeline of :meth:`__getitem__`: ``raw`` -> :class:`~gridify.transforms.Normalize`
     (when ``normalize``) -> :class:`~gridify.transforms.FixedPoints` (random at ``train``,
-    deterministic otherwise; skipped when ``num_points`` is None) -> ``transform`` -> tensors,
-    with ``x = pos`` or ``x = [pos, normal]`` built last.
+    deterministic otherwise; skipped when ``num_points`` is None) -> ``transform`` ->
+    :func:`fit_box` (when ``normalize``: whatever the transform does, e.g. a
+    :class:`~gridify.transforms.RandomScale` above 1, the cloud stays in the grid box) -> tensors,
+    with ``x = pos`` or ``x = [pos, normal]`` built last. A ``ValueError`` or ``OSError`` while
+    reading a sample becomes a :class:`DatasetError` naming the sample (:meth:`describe`).
+
+    :meth:`sample_groups` gives the class (or category) of every sample without reading it, for
+    stratified subsets; subclasses that know it override it.
     """
 
     split: str
@@ -132,21 +227,36 @@ class PointCloudDataset(torch.utils.data.Dataset):
         if not -n <= int(index) < n:
             raise IndexError(f"{type(self).__name__}: index {index} out of range for {n} samples")
         index = int(index) % n
-        sample = self.raw(index)
-        if self.normalize is not None:
-            try:
+        try:
+            sample = self.raw(index)
+            if self.normalize is not None:
                 sample = self.normalize(sample)
-            except ValueError as exc:
-                raise ValueError(f"{self.describe(index)}: {exc}") from None
+        except DatasetError:
+            raise
+        except (ValueError, OSError) as exc:
+            raise DatasetError(f"{self.describe(index)}: {exc}") from None
         if self.sampler is not None:
             sample = self.sampler(sample)
         if self.transform is not None:
             sample = self.transform(sample)
+        if self.normalize is not None:
+            sample = fit_box(sample)
         return self.to_item(sample, index)
 
     def describe(self, index: int) -> str:
         """A human-readable name of sample ``index`` (its file), for error messages."""
         return f"{type(self).__name__}[{index}]"
+
+    def sample_groups(self) -> Optional[np.ndarray]:
+        """The class (classification) or category (segmentation) of every sample, ``[len(self)]``
+        int64, known without reading the samples; None when the dataset cannot tell."""
+        return None
+
+    @classmethod
+    def archives(cls, **kwargs: Any) -> List[str]:
+        """The :data:`~gridify.datasets.download.ARCHIVES` keys ``gridify download`` fetches for a
+        dataset built with ``kwargs`` (none: the data comes from elsewhere)."""
+        return []
 
     def to_item(self, sample: Dict[str, Any], index: int) -> Dict[str, Tensor]:
         item: Dict[str, Tensor] = {}
@@ -159,7 +269,7 @@ class PointCloudDataset(torch.utils.data.Dataset):
             item["normal"] = item["normal"].float()
         if self.use_normals:
             if "normal" not in item:
-                raise ValueError(f"{self.describe(index)}: use_normals=True but the sample has no normals")
+                raise DatasetError(f"{self.describe(index)}: use_normals=True but the sample has no normals")
             item["x"] = torch.cat([item["pos"], item["normal"]], dim=1)
         else:
             item.pop("normal", None)

@@ -35,8 +35,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 PathLike = Union[str, "os.PathLike[str]"]
 
 __all__ = ["download_and_extract", "download_file", "extract_archive", "sha256_of", "DownloadError",
-           "DatasetNotFoundError", "ArchiveSpec", "ARCHIVES", "COMPLETE_MARKER", "is_complete",
-           "download_archive", "manual_instructions"]
+           "DatasetNotFoundError", "ArchiveSpec", "ARCHIVES", "ARCHIVE_ALIASES", "COMPLETE_MARKER", "is_complete",
+           "resolve_archive", "download_archive", "manual_instructions"]
 
 #: name of the marker file written into a fully extracted folder
 COMPLETE_MARKER = ".gridify_complete"
@@ -44,11 +44,36 @@ _CHUNK = 1 << 20
 
 
 class DownloadError(RuntimeError):
-    """No mirror delivered the archive; the message says how to fetch it by hand."""
+    """No mirror delivered the archive; the message says how to fetch it by hand (its first line, the
+    ``summary``, what failed)."""
+
+    @property
+    def summary(self) -> str:
+        return str(self).splitlines()[0] if str(self) else ""
 
 
 class DatasetNotFoundError(FileNotFoundError):
-    """A dataset is not where it was expected; the message says how to get it."""
+    """A dataset is not where it was expected; the message says how to get it.
+
+    ``archive`` (a key of :data:`ARCHIVES`, or None) and ``root`` (the data root searched) let a
+    command line say how to fetch it in its own words; ``summary`` is the message's first line.
+    """
+
+    def __init__(self, message: str, *, archive: Optional[str] = None, root: Optional[PathLike] = None) -> None:
+        super().__init__(message)
+        self.archive = archive
+        self.root = None if root is None else Path(root)
+
+    @property
+    def summary(self) -> str:
+        return str(self).splitlines()[0] if str(self) else ""
+
+    def __reduce__(self) -> Any:  # keeps the keyword arguments through pickling (DataLoader workers, spawn)
+        return (_rebuild_not_found, (str(self), self.archive, self.root))
+
+
+def _rebuild_not_found(message: str, archive: Optional[str], root: Optional[Path]) -> "DatasetNotFoundError":
+    return DatasetNotFoundError(message, archive=archive, root=root)
 
 
 @dataclass(frozen=True)
@@ -108,6 +133,27 @@ ARCHIVES: Dict[str, ArchiveSpec] = {
         ["https://shapenet.cs.stanford.edu/ericyi/shapenetcore_partanno_v0.zip"],
         note="the original ShapeNet-Part v0 release (.pts + .seg)"),
 }
+
+
+#: other spellings of archive names (lower case), e.g. the ``data.name`` of a config
+ARCHIVE_ALIASES: Dict[str, str] = {
+    "shapenet": "shapenetcore_partanno_segmentation_benchmark_v0_normal",
+    "shapenetpart": "shapenetcore_partanno_segmentation_benchmark_v0_normal",
+    "shapenet_part": "shapenetcore_partanno_segmentation_benchmark_v0_normal",
+}
+
+
+def resolve_archive(name: str) -> str:
+    """The key of :data:`ARCHIVES` that ``name`` means: the key itself, in any case (``modelnet10`` ->
+    ``ModelNet10``), or an alias of :data:`ARCHIVE_ALIASES`. Raises ``ValueError`` for an unknown name."""
+    if name in ARCHIVES:
+        return name
+    folded = {k.lower(): k for k in ARCHIVES}
+    key = folded.get(str(name).lower()) or ARCHIVE_ALIASES.get(str(name).lower())
+    if key is None:
+        raise ValueError(f"unknown archive {name!r}; known: {', '.join(ARCHIVES)} "
+                         f"(any case; also {', '.join(ARCHIVE_ALIASES)})")
+    return key
 
 
 def sha256_of(path: PathLike) -> str:
@@ -378,7 +424,8 @@ def download_and_extract(name: str, root: PathLike, urls: Sequence[str], sha256:
                 os.replace(bad_copy, archive)  # leave things as they were
                 raise ValueError(f"{mismatch}. Re-fetching it failed; tried:\n{tried}\nDelete it and run "
                                  f"again, or replace it with a good copy.\n" + hint)
-            raise DownloadError(f"could not download {filename!r} for dataset {name!r}; tried:\n{tried}\n" + hint)
+            raise DownloadError(f"could not download {filename!r} for dataset {name!r} (no mirror worked)\n"
+                                f"tried:\n{tried}\n" + hint)
     if not extract:
         return archive
     digest = sha256 or sha256_of(archive)
@@ -451,15 +498,14 @@ def _extract_into_place(archive: Path, root: Path, name: str, dest: Path, marker
 
 
 def download_archive(key: str, root: PathLike, **kwargs) -> Path:
-    """:func:`download_and_extract` for one of the known :data:`ARCHIVES`."""
-    if key not in ARCHIVES:
-        raise ValueError(f"unknown archive {key!r}; known: {sorted(ARCHIVES)}")
-    spec = ARCHIVES[key]
+    """:func:`download_and_extract` for one of the known :data:`ARCHIVES` (any spelling :func:`resolve_archive`
+    accepts)."""
+    spec = ARCHIVES[resolve_archive(key)]
     return download_and_extract(spec.name, root, spec.urls, spec.sha256, filename=spec.filename,
                                 note=spec.note, **kwargs)
 
 
 def manual_instructions(key: str, root: PathLike) -> str:
     """The by-hand download instructions for one of the known :data:`ARCHIVES`."""
-    spec = ARCHIVES[key]
+    spec = ARCHIVES[resolve_archive(key)]
     return _manual_hint(spec.filename, spec.urls, Path(root) / spec.filename, spec.sha256, spec.note)

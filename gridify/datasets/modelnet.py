@@ -19,6 +19,10 @@ Source formats (``source=``), with the layout expected under ``root``:
     realigned like ``normal_resampled``.
 ``"pcd"``
     ``ModelNet10/pcd/<class>/{train,test}/*.pcd`` point clouds (xyz only, original units).
+``"auto"``
+    the first of ``normal_resampled``, ``off``, ``hdf5`` (ModelNet40) and ``pcd`` found under
+    ``root`` (``source_format`` then names it); ``download=True`` fetches the official OFF
+    meshes when none is there.
 
 Splits: ``"train"`` and ``"val"`` are carved from the official TRAIN split (deterministic,
 seeded, stratified per class, ``val_fraction`` of every class held out); ``"trainval"`` is the
@@ -57,6 +61,11 @@ MODELNET10_CLASSES: List[str] = [
     "bathtub", "bed", "chair", "desk", "dresser", "monitor", "night_stand", "sofa", "table", "toilet"]
 
 SOURCES = ("off", "normal_resampled", "hdf5", "pcd")
+#: the releases ``source="auto"`` looks for, in order
+AUTO_ORDER = ("normal_resampled", "off", "hdf5", "pcd")
+#: the archive ``gridify download`` fetches for each release (``{name}``: 10 or 40; pcd has none)
+SOURCE_ARCHIVES = {"off": "ModelNet{name}", "normal_resampled": "modelnet40_normal_resampled",
+                   "hdf5": "modelnet40_ply_hdf5_2048", "auto": "ModelNet{name}"}
 
 
 def _shape_class(shape: str) -> str:
@@ -73,7 +82,7 @@ class ModelNet(PointCloudDataset):
             default :func:`~gridify.datasets._common.default_root`.
         name: ``"40"`` or ``"10"``.
         split: ``"train"``, ``"val"``, ``"test"`` or ``"trainval"`` (see module docstring).
-        source: ``"off"``, ``"normal_resampled"``, ``"hdf5"`` or ``"pcd"``.
+        source: ``"off"``, ``"normal_resampled"``, ``"hdf5"``, ``"pcd"`` or ``"auto"``.
         num_points: points per sample (random subset at train, deterministic otherwise;
             ``None`` keeps all).
         use_normals: ``x`` = xyz + normals (True) or xyz (False). ``"pcd"`` has no normals.
@@ -108,11 +117,8 @@ class ModelNet(PointCloudDataset):
         if name not in ("10", "40"):
             raise ValueError(f"ModelNet: name must be '10' or '40', got {name!r}")
         check_split(split, "ModelNet")
-        check_choice("ModelNet", "source", source, list(SOURCES))
-        if source == "pcd" and use_normals:
-            raise ValueError("ModelNet: source='pcd' has no normals; pass use_normals=False")
-        if source == "hdf5" and name == "10":
-            raise ValueError("ModelNet: the hdf5 release (modelnet40_ply_hdf5_2048) only exists for ModelNet40")
+        check_choice("ModelNet", "source", source, [*SOURCES, "auto"])
+        self._check_source(source, name, use_normals)
         if not 0.0 <= val_fraction < 1.0:
             raise ValueError(f"ModelNet: val_fraction must be in [0, 1), got {val_fraction!r}")
         if int(mesh_samples) < 1:
@@ -130,6 +136,7 @@ class ModelNet(PointCloudDataset):
         self._h5: Dict[str, Any] = {}
 
         self.data_dir = self._locate(download)
+        self._check_source(self.source_format, name, use_normals)
         official = "test" if split == "test" else "train"
         entries, labels = self._list(official)
         if not entries:
@@ -178,10 +185,22 @@ class ModelNet(PointCloudDataset):
         return (f"ModelNet(name={self.name!r}, split={self.split!r}, source={self.source_format!r}, "
                 f"samples={len(self)}, num_points={self.num_points}, data_dir='{self.data_dir}')")
 
+    def sample_groups(self) -> np.ndarray:
+        return np.asarray(self.labels, dtype=np.int64)
+
+    @classmethod
+    def archives(cls, name: str = "40", source: str = "off", **_: Any) -> List[str]:
+        """The archive ``gridify download`` fetches for this release (none for ``pcd``)."""
+        key = SOURCE_ARCHIVES.get(str(source), "")
+        return [key.format(name=name)] if key else []
+
     # ----------------------------------------------------------------------------------
-    def _archive_key(self) -> str:
-        return {"off": f"ModelNet{self.name}", "normal_resampled": "modelnet40_normal_resampled",
-                "hdf5": "modelnet40_ply_hdf5_2048", "pcd": ""}[self.source_format]
+    @staticmethod
+    def _check_source(source: str, name: str, use_normals: bool) -> None:
+        if source == "pcd" and use_normals:
+            raise ValueError("ModelNet: source='pcd' has no normals; pass use_normals=False")
+        if source == "hdf5" and name == "10":
+            raise ValueError("ModelNet: the hdf5 release (modelnet40_ply_hdf5_2048) only exists for ModelNet40")
 
     def _candidates(self) -> List[Path]:
         r = self.root
@@ -197,21 +216,48 @@ class ModelNet(PointCloudDataset):
         if not d.is_dir():
             return False
         if self.source_format in ("off", "pcd"):
-            return any((d / c).is_dir() for c in self.class_names)
+            ext = f"*.{self.source_format}"
+            return any(next((d / c / s).glob(ext), None) is not None
+                       for c in self.class_names for s in ("train", "test"))
         if self.source_format == "normal_resampled":
             return (d / f"modelnet{self.name}_train.txt").is_file() or (d / f"modelnet{self.name}_test.txt").is_file()
         return any(d.glob("ply_data_*.h5"))
 
+    def _find(self) -> Optional[Path]:
+        """The release folder of ``source_format`` under the root; with ``auto``, of the first release
+        found (``source_format`` is set to it)."""
+        if self.source_format != "auto":
+            return next((d for d in self._candidates() if self._looks_right(d)), None)
+        for source in AUTO_ORDER:
+            if source == "hdf5" and self.name == "10":
+                continue
+            self.source_format = source
+            found = self._find()
+            if found is not None:
+                return found
+        self.source_format = "auto"
+        return None
+
     def _locate(self, download: bool) -> Path:
-        for d in self._candidates():
-            if self._looks_right(d):
-                return d
-        key = self._archive_key()
-        if download and key:
-            download_archive(key, self.root)
-            for d in self._candidates():
-                if self._looks_right(d):
-                    return d
+        found = self._find()
+        if found is not None:
+            return found
+        keys = self.archives(self.name, self.source_format)
+        if download and keys:
+            download_archive(keys[0], self.root)
+            self.source_format = "off" if self.source_format == "auto" else self.source_format
+            found = self._find()
+            if found is not None:
+                return found
+        raise self._not_found(keys[0] if keys else "")
+
+    def _not_found(self, key: str) -> DatasetNotFoundError:
+        if self.source_format == "auto":
+            msg = (f"ModelNet{self.name} not found under {self.root}: expected one of the releases "
+                   f"{', '.join(s for s in AUTO_ORDER if s != 'hdf5' or self.name == '40')} "
+                   f"(e.g. {self.root / f'ModelNet{self.name}'} holding <class>/{{train,test}}/*.off, or "
+                   f"{self.root / f'ModelNet{self.name}' / 'pcd'} holding <class>/{{train,test}}/*.pcd).")
+            return self._with_hint(msg, key)
         expected = self._candidates()[0]
         how = {
             "off": f"<class>/{{train,test}}/*.off for the {self.num_classes} classes",
@@ -222,10 +268,13 @@ class ModelNet(PointCloudDataset):
         }[self.source_format]
         msg = (f"ModelNet{self.name} ({self.source_format}) not found under {self.root}: expected {expected} "
                f"holding {how}.")
+        return self._with_hint(msg, key)
+
+    def _with_hint(self, msg: str, key: str) -> DatasetNotFoundError:
         if key:
             msg += ("\nPass download=True to fetch it, or:\n" + manual_instructions(key, self.root)
                     + "\n(then unzip it there, or let download=True extract it)")
-        raise DatasetNotFoundError(msg)
+        return DatasetNotFoundError(msg, archive=key or None, root=self.root)
 
     def _label_of(self, cls: str, where: str) -> int:
         try:

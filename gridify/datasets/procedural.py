@@ -337,6 +337,9 @@ class ProceduralShapes(PointCloudDataset):
     def describe(self, index: int) -> str:
         return f"ProceduralShapes {self.split}[{index}] ({self.class_names[index // self.per_class]})"
 
+    def sample_groups(self) -> np.ndarray:
+        return np.arange(len(self), dtype=np.int64) // self.per_class
+
     def __repr__(self) -> str:
         return (f"ProceduralShapes(split={self.split!r}, task={self.task!r}, classes={self.num_classes}, "
                 f"samples={len(self)}, num_points={self.num_points}, seed={self.seed})")

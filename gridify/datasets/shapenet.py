@@ -34,7 +34,7 @@ import numpy as np
 from .._checks import check_choice
 from ..io import read_points, repair_normals
 from ..registry import DATASETS
-from ._common import PathLike, PointCloudDataset, Transform, check_split, default_root
+from ._common import PathLike, PointCloudDataset, Transform, check_split, default_root, read_labels
 from .download import DatasetNotFoundError, download_archive, manual_instructions
 
 __all__ = ["ShapeNetPart", "SHAPENET_CATEGORIES", "SHAPENET_SYNSETS", "SHAPENET_NUM_PARTS",
@@ -61,6 +61,9 @@ SHAPENET_PART_TO_CATEGORY: List[int] = [c for c, parts in enumerate(SHAPENET_CAT
 _SYNSET_TO_CAT = {s: SHAPENET_CATEGORIES.index(c) for c, s in SHAPENET_SYNSETS.items()}
 
 SOURCES = ("normal_txt", "hdf5", "v0_points")
+#: the archive ``gridify download`` fetches for each release
+SOURCE_ARCHIVES = {"normal_txt": "shapenetcore_partanno_segmentation_benchmark_v0_normal",
+                   "hdf5": "shapenet_part_seg_hdf5_data", "v0_points": "shapenetcore_partanno_v0"}
 _SPLIT_FILES = {"train": ["train"], "val": ["val"], "test": ["test"], "trainval": ["train", "val"]}
 
 
@@ -158,15 +161,19 @@ class ShapeNetPart(PointCloudDataset):
             return any(d.glob("ply_data_*.h5"))
         return (d / "train_test_split").is_dir()
 
-    def _archive_key(self) -> str:
-        return {"normal_txt": "shapenetcore_partanno_segmentation_benchmark_v0_normal",
-                "hdf5": "shapenet_part_seg_hdf5_data", "v0_points": "shapenetcore_partanno_v0"}[self.source_format]
+    def sample_groups(self) -> np.ndarray:
+        return np.asarray(self.category_ids, dtype=np.int64)
+
+    @classmethod
+    def archives(cls, source: str = "normal_txt", **_: Any) -> List[str]:
+        """The archive ``gridify download`` fetches for this release."""
+        return [SOURCE_ARCHIVES[source]] if source in SOURCE_ARCHIVES else []
 
     def _locate(self, download: bool) -> Path:
         for d in self._candidates():
             if self._looks_right(d):
                 return d
-        key = self._archive_key()
+        key = SOURCE_ARCHIVES[self.source_format]
         if download:
             download_archive(key, self.root)
             for d in self._candidates():
@@ -178,7 +185,8 @@ class ShapeNetPart(PointCloudDataset):
         raise DatasetNotFoundError(
             f"ShapeNetPart ({self.source_format}) not found under {self.root}: expected {self._candidates()[0]} "
             f"holding {how[self.source_format]}.\nPass download=True to fetch it, or:\n"
-            + manual_instructions(key, self.root) + "\n(then unzip it there, or let download=True extract it)")
+            + manual_instructions(key, self.root) + "\n(then unzip it there, or let download=True extract it)",
+            archive=key, root=self.root)
 
     def _split_entries(self, split: str) -> List[Tuple[str, str]]:
         out: List[Tuple[str, str]] = []
@@ -295,7 +303,7 @@ class ShapeNetPart(PointCloudDataset):
                 normal = repair_normals(cloud.points, cloud.normals)
         elif self.source_format == "v0_points":
             pos = read_points(path, columns=("x", "y", "z")).points
-            local = _read_seg(Path(extra))
+            local = read_labels(Path(extra))
             if len(local) != len(pos):
                 raise ValueError(f"{extra}: {len(local)} labels for {len(pos)} points in {path}")
             k = len(SHAPENET_CATEGORY_TO_PARTS[cat])
@@ -322,17 +330,3 @@ class ShapeNetPart(PointCloudDataset):
             sample["normal"] = normal
         return sample
 
-
-def _read_seg(path: Path) -> np.ndarray:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    text = path.read_text()
-    try:
-        vals = np.array(text.split(), dtype=np.float64)
-    except ValueError:
-        raise ValueError(f"{path}: .seg file holds non-numeric values") from None
-    if vals.size == 0:
-        raise ValueError(f"{path}: .seg file is empty")
-    if not np.all(vals == np.round(vals)):
-        raise ValueError(f"{path}: .seg file holds non-integer labels")
-    return vals.astype(np.int64)

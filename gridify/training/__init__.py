@@ -1,9 +1,10 @@
 """Train and test a gridified network from a YAML config, with PyTorch Lightning.
 
-    python scripts/train.py --config configs/procedural.yaml
-    python scripts/train.py --config configs/procedural.yaml model.resolution=7 trainer.max_epochs=2
-    python -m gridify.training --config configs/procedural.yaml --resume auto    # continue last.ckpt
-    gridify train --config configs/procedural.yaml
+    gridify train --config procedural                        # a config shipped in gridify/configs, by name
+    gridify train --config procedural model.resolution=7 trainer.max_epochs=2
+    gridify train --config folder_classification --data-root my_data   # your own folders
+    python -m gridify.training --config procedural --resume auto    # continue last.ckpt
+    python scripts/train.py --config configs/procedural.yaml       # paths work too
 
 Everything a run produces goes to ``output_dir``::
 
@@ -12,13 +13,18 @@ Everything a run produces goes to ``output_dir``::
     checkpoints/last.ckpt  latest state (weights, optimizer, scheduler, loops) for --resume
     checkpoints/best-*.ckpt  best epoch by the validation metric
     checkpoints/model.pt   plain export of the tested weights (loads with weights_only=True)
-    test_metrics.json      test metrics (OA/mAcc or instance/class mIoU)
-    csv/version_*/metrics.csv, tensorboard/version_*/   logs
+    test_metrics.json      test metrics (OA/mAcc or instance/class mIoU, IoU per category by name), the subset
+                           scored when trainer.limit_test_batches chose one
+    csv/version_*/metrics.csv, tensorboard/version_*/   logs (TensorBoard: curves, the test confusion
+                           matrix, hparams/ with the hyper-parameters and the test metrics)
     plots/loss.png, plots/metrics.png, plots/confusion_matrix.png (classification)
+
+Every file gets the mode ``0666 & ~umask``. Without a terminal the progress is one line every
+``trainer.log_every_n_steps`` steps and one per epoch.
 
 The package, one concern per module:
 
-    config      defaults, YAML reader, overrides, validation (ConfigError)
+    config      defaults, shipped configs by name, _base_ inheritance, overrides, validation (ConfigError)
     data        datasets, augmentations, samplers and loaders, the model from the config
     schedule    steps per epoch and the warm-up + cosine learning-rate factor
     metrics     forward pass, metrics, a plain evaluation loop
@@ -47,36 +53,38 @@ from gridify.metrics import MeanClassAccuracy, OverallAccuracy, ShapeNetPartIoU 
 from gridify.models import build_model  # noqa: F401
 from gridify.transforms import FixedPoints, RandomJitter, RandomRotate, RandomRotateZ, RandomScale  # noqa: F401
 
-from .cli import build_parser, config_from_args, main, program_name
-from .config import (AUGMENTATIONS, CLOSED_SECTIONS, DATA_LOADER_KEYS, DATASETS, DEFAULTS, PRIMARY_METRIC, SECTIONS,
-                     TASKS, ConfigError, apply_override, check_config, deep_merge, load_yaml, parse_augmentations,
-                     parse_override, resolve_config, yaml_value)
-from .data import (REPO_ROOT, EpochAugment, EpochDataLoader, ShardSampler, build_dataset, dataset_info,
-                   dataset_kwargs, fill_model_kwargs, fit_box, inference_info, make_model,
+from .cli import build_parser, config_from_args, error_line, main, program_name
+from .config import (AUGMENTATIONS, BASE_KEY, CLOSED_SECTIONS, CONFIG_DIR, DATA_LOADER_KEYS, DATASET_ALIASES, DATASETS,
+                     DEFAULTS, PRIMARY_METRIC, SECTIONS, TASKS, ConfigError, apply_override, check_config, dataset_names,
+                     deep_merge, find_config, load_config_file, load_yaml, parse_augmentations, parse_override,
+                     resolve_config, shipped_configs, yaml_value)
+from .data import (REPO_ROOT, EpochAugment, EpochDataLoader, ShardSampler, build_dataset, config_archives, dataset_info,
+                   dataset_kwargs, eval_subset, fill_model_kwargs, fit_box, inference_info, make_model,
                    resolve_root, set_train_epoch)
 from .metrics import compute_metrics, evaluate_model, format_metrics, forward_batch, make_metrics, update_metrics
-from .plots import plot_confusion, plot_curves, read_metric_logs
+from .plots import confusion_figure, metrics_figure, plot_confusion, plot_curves, read_metric_logs
 from .schedule import steps_per_epoch, warmup_cosine, world_size_guess
 
 #: Lightning-dependent names -> the submodule defining them (imported on first access, PEP 562)
 _LAZY: Dict[str, str] = {
     "PointCloudTask": "module", "PointCloudData": "module", "lightning_classes": "module",
     "StopAfterEpochs": "callbacks", "AtomicCheckpointIO": "callbacks", "atomic_checkpoint_io": "callbacks",
-    "checkpoint_callbacks": "callbacks", "make_loggers": "callbacks",
+    "checkpoint_callbacks": "callbacks", "make_loggers": "callbacks", "LineProgress": "callbacks",
     "run": "runner",
 }
 
 __all__ = [
-    "AUGMENTATIONS", "CLOSED_SECTIONS", "DATA_LOADER_KEYS", "DATASETS", "DEFAULTS", "PRIMARY_METRIC", "SECTIONS",
-    "TASKS", "ConfigError", "apply_override", "check_config", "deep_merge", "load_yaml", "parse_augmentations",
-    "parse_override", "resolve_config", "yaml_value",
-    "REPO_ROOT", "EpochAugment", "EpochDataLoader", "ShardSampler", "build_dataset", "dataset_info", "dataset_kwargs",
-    "fill_model_kwargs", "fit_box", "inference_info", "make_model", "resolve_root",
+    "AUGMENTATIONS", "BASE_KEY", "CLOSED_SECTIONS", "CONFIG_DIR", "DATA_LOADER_KEYS", "DATASET_ALIASES", "DATASETS",
+    "DEFAULTS", "PRIMARY_METRIC", "SECTIONS", "TASKS", "ConfigError", "apply_override", "check_config",
+    "dataset_names", "deep_merge", "find_config", "load_config_file", "load_yaml", "parse_augmentations",
+    "parse_override", "resolve_config", "shipped_configs", "yaml_value",
+    "REPO_ROOT", "EpochAugment", "EpochDataLoader", "ShardSampler", "build_dataset", "config_archives", "dataset_info",
+    "dataset_kwargs", "eval_subset", "fill_model_kwargs", "fit_box", "inference_info", "make_model", "resolve_root",
     "set_train_epoch",
     "steps_per_epoch", "warmup_cosine", "world_size_guess",
     "compute_metrics", "evaluate_model", "format_metrics", "forward_batch", "make_metrics", "update_metrics",
-    "plot_confusion", "plot_curves", "read_metric_logs",
-    "build_parser", "config_from_args", "main", "program_name",
+    "confusion_figure", "metrics_figure", "plot_confusion", "plot_curves", "read_metric_logs",
+    "build_parser", "config_from_args", "error_line", "main", "program_name",
     *_LAZY,
 ]
 

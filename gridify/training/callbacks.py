@@ -7,22 +7,27 @@
   ``weights_only=True`` (:class:`AtomicCheckpointIO`).
 * :func:`make_loggers`: CSV and TensorBoard logs under the output folder.
 * :class:`StopAfterEpochs`: stop as an interruption would, to be continued with ``--resume``.
+* :class:`LineProgress`: progress as plain lines when the output is not a terminal (a log file,
+  a pipe): one line every ``every`` training steps and one per epoch, instead of progress bars
+  redrawn with carriage returns (:func:`progress_callbacks` picks it).
 """
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 
 from gridify.checkpoint import atomic_torch_save
 
 __all__ = ["StopAfterEpochs", "AtomicCheckpointIO", "atomic_checkpoint_io", "best_checkpoint", "last_checkpoints",
-           "checkpoint_callbacks", "make_loggers"]
+           "checkpoint_callbacks", "make_loggers", "LineProgress", "interactive", "progress_callbacks"]
 
 
 class StopAfterEpochs(pl.Callback):
@@ -107,3 +112,72 @@ def checkpoint_callbacks(tr: Dict[str, Any], ckpt_dir: Path,
 def make_loggers(out: Path) -> List[Logger]:
     """``<out>/csv/version_*/metrics.csv`` and ``<out>/tensorboard/version_*/`` logs."""
     return [CSVLogger(str(out), name="csv"), TensorBoardLogger(str(out), name="tensorboard", default_hp_metric=False)]
+
+
+def _number(value: Any) -> str:
+    v = float(value)
+    return f"{v:.3e}" if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e4) else f"{v:.4f}"
+
+
+class LineProgress(ProgressBar):
+    """Training progress as plain lines: ``[train] epoch 2/8 step 15/30 | train_loss 1.2345 | lr 4.000e-03``
+    every ``every`` steps of an epoch (and at its last step), then one line per epoch with its time and
+    the epoch metrics (``train_loss_epoch``, ``val_*``)."""
+
+    def __init__(self, every: int) -> None:
+        super().__init__()
+        self.every = max(1, int(every))
+        self._enabled = True
+        self._started = 0.0
+
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    @property
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    def _line(self, text: str) -> None:
+        print(f"[train] {text}", file=sys.stdout, flush=True)
+
+    @staticmethod
+    def _epoch(trainer: Any) -> str:
+        """``2/8`` (``2/?`` when the run is bounded by steps)."""
+        return f"{trainer.current_epoch + 1}/{trainer.max_epochs if (trainer.max_epochs or 0) > 0 else '?'}"
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self._started = time.time()
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        total = self.total_train_batches
+        if not self._enabled or ((batch_idx + 1) % self.every and batch_idx + 1 != total):
+            return
+        shown = {k: v for k, v in self.get_metrics(trainer, pl_module).items() if k != "v_num"}
+        lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else None
+        parts = [f"{k} {_number(v)}" for k, v in shown.items() if k.startswith("train")]
+        parts += [] if lr is None else [f"lr {_number(lr)}"]
+        self._line(f"epoch {self._epoch(trainer)} step {batch_idx + 1}/{total} | " + " | ".join(parts))
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if not self._enabled:
+            return
+        metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith(("train_loss_epoch", "val_"))}
+        parts = [f"{k} {_number(v)}" for k, v in sorted(metrics.items())]
+        self._line(f"epoch {self._epoch(trainer)} done in {time.time() - self._started:.1f} s"
+                   + "".join(f" | {p}" for p in parts))
+
+
+def interactive() -> bool:
+    """Whether the standard output is a terminal (progress bars) rather than a file or a pipe (lines)."""
+    return bool(getattr(sys.stdout, "isatty", lambda: False)())
+
+
+def progress_callbacks(tr: Dict[str, Any]) -> List[pl.Callback]:
+    """With ``trainer.progress_bar`` on and no terminal, a :class:`LineProgress` every ``log_every_n_steps``
+    steps (Lightning's own bar otherwise)."""
+    if tr["progress_bar"] and not interactive():
+        return [LineProgress(int(tr["log_every_n_steps"]))]
+    return []

@@ -2,20 +2,23 @@
 
 The command line of ``gridify train``, ``scripts/train.py`` and ``python -m gridify.training``:
 
-    python scripts/train.py --config configs/procedural.yaml
-    python scripts/train.py --config configs/procedural.yaml model.resolution=7 trainer.max_epochs=2
-    python scripts/train.py --config configs/modelnet10.yaml --accelerator gpu --precision bf16-mixed
-    python scripts/train.py --config configs/procedural.yaml --devices 2 --strategy ddp --accelerator cpu
-    python scripts/train.py --config configs/procedural.yaml --devices 2 --strategy ddp_spawn --accelerator cpu
-    torchrun --nproc_per_node 2 scripts/train.py --config configs/procedural.yaml
-    python scripts/train.py --config configs/procedural.yaml --resume auto      # continue last.ckpt
+    gridify train --config procedural                       # a shipped config, by name (or a path)
+    gridify train --config procedural model.resolution=7 trainer.max_epochs=2
+    gridify train --config modelnet10 --data-root /data --accelerator gpu --precision bf16-mixed
+    gridify train --config folder_classification --data-root path/to/my/folder
+    gridify train --config procedural --devices 2 --strategy ddp --accelerator cpu
+    gridify train --config procedural --devices 2 --strategy ddp_spawn --accelerator cpu
+    torchrun --nproc_per_node 2 scripts/train.py --config procedural
+    gridify train --config procedural --resume auto         # continue last.ckpt
 
 Positional ``section.key=value`` arguments override the config; values are parsed as YAML
 (``trainer.max_epochs=2``, ``data.augmentations=[rotate_z]``, ``optim.lr=1e-3``).
+``--data-root`` is ``data.root=...``; without it the datasets look in ``$GRIDIFY_DATA``, then the
+repository's ``datasets/``.
 
-Errors are printed as ``<program>: config error: ...`` / ``<program>: error: ...``, where the
-program is the name the command was started as (:func:`program_name`). Parsing the arguments
-needs no Lightning; it is imported when the run starts.
+Errors are printed as one line, ``<program>: config error: ...`` / ``<program>: error: ...``
+(:func:`error_line`), where the program is the name the command was started as
+(:func:`program_name`). Parsing the arguments needs no Lightning; it is imported when the run starts.
 """
 from __future__ import annotations
 
@@ -27,9 +30,11 @@ from typing import Any, Dict, Optional, Sequence
 
 import yaml
 
+from gridify.datasets import DatasetNotFoundError, DownloadError
+
 from .config import SECTIONS, ConfigError, resolve_config
 
-__all__ = ["program_name", "build_parser", "config_from_args", "main"]
+__all__ = ["program_name", "build_parser", "config_from_args", "error_line", "main"]
 
 
 def program_name(script: str) -> str:
@@ -52,9 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=program_name("train.py"), description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Overrides: section.key=value, e.g. model.resolution=7 trainer.max_epochs=2")
-    p.add_argument("--config", help="YAML config (sections: " + ", ".join(SECTIONS) + ")")
+    p.add_argument("--config", help="a shipped config by name (procedural, modelnet10, folder_classification, ...) "
+                                    "or a YAML file (sections: " + ", ".join(SECTIONS) + ")")
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides (YAML values)")
     p.add_argument("--output-dir", help="shorthand for output_dir=...")
+    p.add_argument("--data-root", help="shorthand for data.root=...: the data root (or your own folder); "
+                                       "default $GRIDIFY_DATA, else the repository's datasets/")
     p.add_argument("--accelerator", help="shorthand for trainer.accelerator (cpu, gpu, auto)")
     p.add_argument("--devices", help="shorthand for trainer.devices (a count, a list or auto)")
     p.add_argument("--strategy", help="shorthand for trainer.strategy (auto, ddp, ddp_spawn, ...)")
@@ -71,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> Dict[str, Any]:
     """The resolved config: ``--config`` <- positional overrides <- the shorthand flags."""
     overrides = list(args.overrides)
-    for flag, key in (("output_dir", "output_dir"), ("accelerator", "trainer.accelerator"),
+    for flag, key in (("output_dir", "output_dir"), ("data_root", "data.root"), ("accelerator", "trainer.accelerator"),
                       ("devices", "trainer.devices"), ("strategy", "trainer.strategy"),
                       ("precision", "trainer.precision"), ("max_epochs", "trainer.max_epochs")):
         value = getattr(args, flag)
@@ -82,6 +90,25 @@ def config_from_args(args: argparse.Namespace) -> Dict[str, Any]:
     return resolve_config(args.config, overrides)
 
 
+def error_line(exc: BaseException) -> str:
+    """The one-line message of an error a user can fix, in the words of the command line.
+
+    A missing dataset says how to fetch it (``gridify download``) or where to point ``--data-root``;
+    an error raised again by a DataLoader worker is reduced to the worker's own message; any other
+    message is joined onto one line.
+    """
+    if isinstance(exc, DatasetNotFoundError):
+        fetch = f"get it with 'gridify download {exc.archive}{f' --root {exc.root}' if exc.root else ''}' or " \
+            if getattr(exc, "archive", None) else ""
+        return f"{exc.summary} ({fetch}point --data-root at it)"
+    if isinstance(exc, DownloadError):
+        return f"{exc.summary} ('gridify download NAME --instructions' says where to put the archive by hand)"
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    if any(ln.startswith("Original Traceback") for ln in lines):  # re-raised by a DataLoader worker
+        lines = [lines[-1].split(": ", 1)[-1]]
+    return "; ".join(lines)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """Train and test from the command line ``argv`` (default ``sys.argv[1:]``); returns the run summary."""
     parser = build_parser()
@@ -89,7 +116,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     try:
         cfg = config_from_args(args)
     except ConfigError as exc:
-        raise SystemExit(f"{parser.prog}: config error: {exc}")
+        raise SystemExit(f"{parser.prog}: config error: {error_line(exc)}")
     if args.print_config:
         print(yaml.safe_dump(cfg, sort_keys=False))
         return {"config": cfg}
@@ -98,4 +125,4 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     try:
         return run(cfg, resume=args.resume, overwrite=args.overwrite, argv=list(argv or sys.argv[1:]))
     except RUN_ERRORS as exc:
-        raise SystemExit(f"{parser.prog}: error: {exc}")
+        raise SystemExit(f"{parser.prog}: error: {error_line(exc)}")

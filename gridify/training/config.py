@@ -1,9 +1,16 @@
-"""The run config: defaults, the YAML reader, ``section.key=value`` overrides and validation.
+"""The run config: defaults, shipped configs by name, ``_base_`` inheritance, overrides and validation.
 
 A config is a mapping of the sections in :data:`DEFAULTS`. :func:`resolve_config` starts from the
 defaults, merges a YAML file on top (:func:`deep_merge`), applies command-line overrides
 (:func:`apply_override`, values parsed as YAML) and validates the result (:func:`check_config`),
-raising :class:`ConfigError` with a message that names the offending key.
+raising :class:`ConfigError` with a message that names the offending key. Merging is
+``merge(a, b)[k] = merge(a[k], b[k])`` when both are mappings, else ``b[k]`` (lists replace).
+
+A config is named by a path or by the name of a config shipped in ``gridify/configs``
+(:func:`find_config`: ``procedural``, ``modelnet10_fast``, ``temporal/dynamic_shapes``). A file
+may start from others: ``_base_: [a, b.yaml]`` (a name or a list, each a path relative to the
+file or a shipped name) gives ``cfg = merge(merge(merge(DEFAULTS, a), b), file)``, then the
+overrides (:func:`load_config_file`); a cycle or a missing base is a :class:`ConfigError`.
 
 ``data.augmentations`` is parsed here too (:func:`parse_augmentations`): the entries are checked
 by building each transform once. No Lightning import.
@@ -18,11 +25,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
+import gridify.datasets  # noqa: F401  (registers the datasets data.name may name)
+from gridify.registry import DATASETS
 from gridify.transforms import RandomJitter, RandomRotate, RandomRotateZ, RandomScale
 
-__all__ = ["ConfigError", "DEFAULTS", "SECTIONS", "TASKS", "DATASETS", "DATA_LOADER_KEYS", "CLOSED_SECTIONS",
-           "PRIMARY_METRIC", "AUGMENTATIONS", "yaml_value", "load_yaml", "deep_merge", "parse_override",
-           "apply_override", "parse_augmentations", "check_config", "resolve_config"]
+__all__ = ["ConfigError", "DEFAULTS", "SECTIONS", "TASKS", "DATASETS", "DATASET_ALIASES", "DATA_LOADER_KEYS",
+           "CLOSED_SECTIONS", "PRIMARY_METRIC", "AUGMENTATIONS", "CONFIG_DIR", "BASE_KEY", "yaml_value", "load_yaml",
+           "shipped_configs", "find_config", "load_config_file", "deep_merge", "parse_override", "apply_override",
+           "parse_augmentations", "dataset_names", "check_config", "resolve_config"]
 
 
 class ConfigError(ValueError):
@@ -82,7 +92,12 @@ DEFAULTS: Dict[str, Any] = {
 
 SECTIONS = tuple(DEFAULTS)
 TASKS = ("classification", "segmentation")
-DATASETS = ("procedural", "modelnet", "modelnet10", "modelnet40", "shapenet")
+#: ``data.name`` spellings that are not registry names: the dataset they mean
+DATASET_ALIASES: Dict[str, str] = {"modelnet10": "modelnet", "modelnet40": "modelnet"}
+#: the folder of the configs shipped with gridify (package data)
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
+#: the key of a config file that names the configs it starts from
+BASE_KEY = "_base_"
 #: keys of ``data`` that configure loading rather than the dataset constructor
 DATA_LOADER_KEYS = ("name", "batch_size", "eval_batch_size", "num_workers", "drop_last", "augmentations",
                     "train", "val", "test")
@@ -113,6 +128,13 @@ def yaml_value(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)
 
 
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """``line 3, column 7: mapping values are not allowed here`` (PyYAML's message spans several lines)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else str(problem)
+
+
 def load_yaml(path: os.PathLike | str) -> Dict[str, Any]:
     """The mapping in a YAML config file (``{}`` for an empty file)."""
     path = Path(path)
@@ -121,12 +143,69 @@ def load_yaml(path: os.PathLike | str) -> Dict[str, Any]:
     try:
         data = yaml.load(path.read_text(), Loader=_Loader)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+        raise ConfigError(f"{path}: not valid YAML ({_yaml_problem(exc)})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the config ({exc})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections, got {type(data).__name__}")
     return data
+
+
+def shipped_configs() -> List[str]:
+    """The names of the training configs shipped in :data:`CONFIG_DIR` (``procedural``, ``modelnet10``, ...);
+    ``temporal/`` holds the configs of ``scripts/train_temporal.py``, found by path or name too."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+
+def find_config(name: os.PathLike | str, relative_to: Optional[Path] = None) -> Path:
+    """The config file ``name`` means: a path (relative to the folder ``relative_to``, else to the working
+    directory), the same with ``.yaml`` added, else the shipped config of that name (``procedural``,
+    ``modelnet10.yaml``)."""
+    text = os.fspath(name)
+    if not text:
+        raise ConfigError("the config name is empty")
+    given = Path(text).expanduser()
+    local = given if given.is_absolute() or relative_to is None else relative_to / given
+    for base in (local, CONFIG_DIR / given):
+        for cand in (base, base.with_name(base.name + ".yaml")):
+            if cand.is_file():
+                return cand
+    raise ConfigError(f"config {text!r} not found: no such file, and no shipped config of that name "
+                      f"(shipped: {', '.join(shipped_configs())})")
+
+
+def _base_names(data: Dict[str, Any], path: Path) -> List[str]:
+    """The ``_base_`` entries of a config file, as a list of names (checked)."""
+    bases = data.pop(BASE_KEY, None)
+    if bases is None:
+        return []
+    bases = [bases] if isinstance(bases, str) else bases
+    if not isinstance(bases, list) or not all(isinstance(b, str) and b for b in bases):
+        raise ConfigError(f"{path}: {BASE_KEY} must be a config name or a list of them, got {bases!r}")
+    return bases
+
+
+def load_config_file(name: os.PathLike | str, relative_to: Optional[Path] = None,
+                     _chain: Tuple[Path, ...] = ()) -> Dict[str, Any]:
+    """The mapping of config ``name`` (see :func:`find_config`) with its ``_base_`` configs merged in:
+    the bases in order, then the file itself. ``_chain`` holds the files that include it (cycle check)."""
+    try:
+        path = find_config(name, relative_to)
+    except ConfigError as exc:
+        if not _chain:
+            raise
+        raise ConfigError(f"{_chain[-1]}: {BASE_KEY} {os.fspath(name)!r}: {exc}") from None
+    key = path.resolve()
+    if key in _chain:
+        cycle = " -> ".join(p.name for p in (*_chain[_chain.index(key):], key))
+        raise ConfigError(f"{_chain[-1]}: {BASE_KEY} cycle: {cycle}")
+    data = load_yaml(path)
+    merged: Dict[str, Any] = {}
+    for base in _base_names(data, path):
+        merged = deep_merge(merged, load_config_file(base, path.parent, (*_chain, key)))
+    return deep_merge(merged, data)
 
 
 def deep_merge(base: Dict[str, Any], update: Dict[str, Any]) -> Dict[str, Any]:
@@ -218,9 +297,14 @@ def _positive_int(name: str, value: Any, allow_none: bool = False) -> None:
         raise ConfigError(f"{name} must be a positive integer, got {value!r}")
 
 
+def dataset_names() -> List[str]:
+    """Every ``data.name`` a config may use: the registered datasets and :data:`DATASET_ALIASES`."""
+    return sorted(set(DATASETS.names()) | set(DATASET_ALIASES))
+
+
 def _check_data(data: Dict[str, Any]) -> None:
-    if data.get("name") not in DATASETS:
-        raise ConfigError(f"data.name must be one of {list(DATASETS)}, got {data.get('name')!r}")
+    if not isinstance(data.get("name"), str) or data["name"] not in dataset_names():
+        raise ConfigError(f"data.name must be one of {dataset_names()}, got {data.get('name')!r}")
     _positive_int("data.batch_size", data.get("batch_size"))
     _positive_int("data.eval_batch_size", data.get("eval_batch_size"), allow_none=True)
     nw = data.get("num_workers")
@@ -241,7 +325,20 @@ def _check_optim(optim: Dict[str, Any]) -> None:
         raise ConfigError(f"optim.lr must be positive, got {optim['lr']!r}")
 
 
+def _check_limit(name: str, value: Any) -> None:
+    """``trainer.limit_*_batches``: null, a number of batches (int >= 0) or a fraction in [0, 1]."""
+    ok = value is None or (not isinstance(value, bool) and (
+        (isinstance(value, int) and value >= 0) or (isinstance(value, float) and 0.0 <= value <= 1.0)))
+    if not ok:
+        raise ConfigError(f"trainer.{name} must be null, a number of batches (integer >= 0) or a fraction in "
+                          f"[0, 1], got {value!r}")
+
+
 def _check_trainer(tr: Dict[str, Any]) -> None:
+    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches"):
+        _check_limit(key, tr[key])
+    if not isinstance(tr["progress_bar"], bool):
+        raise ConfigError(f"trainer.progress_bar must be true or false, got {tr['progress_bar']!r}")
     if tr["test_ckpt"] not in ("best", "last"):
         raise ConfigError(f"trainer.test_ckpt must be 'best' or 'last', got {tr['test_ckpt']!r}")
     _positive_int("trainer.max_epochs", tr["max_epochs"])
@@ -280,10 +377,11 @@ def check_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
 
 def resolve_config(config_path: Optional[str], overrides: Sequence[str] = (),
                    base: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """Defaults (or ``base``) <- config file <- overrides, validated."""
+    """Defaults (or ``base``) <- config (a path or a shipped name, with its ``_base_`` configs) <- overrides,
+    validated."""
     cfg = copy.deepcopy(DEFAULTS if base is None else base)
     if config_path:
-        file_cfg = load_yaml(config_path)
+        file_cfg = load_config_file(config_path)
         unknown = [k for k in file_cfg if k not in SECTIONS]
         if unknown:
             raise ConfigError(f"{config_path}: unknown config section(s) {unknown}; known sections: "

@@ -6,6 +6,13 @@ batches: :class:`EpochAugment` seeds the augmentations from (seed, epoch, sample
 :class:`ShardSampler` draws each process's indices from (seed, epoch), and
 :class:`EpochDataLoader` sets the epoch before any index is drawn and can skip the batches a
 mid-epoch checkpoint had already consumed. No Lightning import.
+
+Quick runs: ``trainer.limit_{val,test}_batches = L`` evaluates a seeded, class-stratified subset
+(:func:`eval_subset`) of ``m = L * batch_size * processes`` samples (``m = round(L * n)`` for a
+fraction ``L <= 1``) instead of the first ``L`` batches of a split sorted by class.
+
+Shapes:
+    a batch: pos ``[sum N_i, 3]``, x ``[sum N_i, F]``, batch ``[sum N_i]``, y ``[B]`` or ``[sum N_i]``.
 """
 from __future__ import annotations
 
@@ -19,35 +26,19 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-import gridify.datasets  # noqa: F401  (registers the datasets)
+from gridify.datasets import DatasetError, fit_box, stratified_subset
 from gridify.models import build_model
 from gridify.registry import DATASETS
 from gridify.transforms import FixedPoints
 
-from .config import AUGMENTATIONS, DATA_LOADER_KEYS, ConfigError
+from .config import AUGMENTATIONS, DATA_LOADER_KEYS, DATASET_ALIASES, ConfigError
 
 __all__ = ["REPO_ROOT", "fit_box", "EpochAugment", "resolve_root", "dataset_kwargs", "build_dataset", "dataset_info",
-           "inference_info", "fill_model_kwargs", "make_model", "ShardSampler", "EpochDataLoader",
-           "set_train_epoch"]
+           "inference_info", "fill_model_kwargs", "make_model", "config_archives", "eval_subset", "ShardSampler",
+           "EpochDataLoader", "set_train_epoch"]
 
 #: the repository (or source tree) root: relative data roots are also looked up here
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def fit_box(sample: Dict[str, Any], limit: float = 1.0) -> Dict[str, Any]:
-    """Shrink the cloud uniformly into ``[-limit, limit]^3`` when it sticks out (else unchanged).
-
-    Gridification rejects points outside its box and the gridified models do not expose its
-    ``outside``/``bounds`` options, so scaled-up or jittered training clouds are pulled back in.
-    A uniform scale leaves normals unchanged.
-    """
-    pos = sample["pos"]
-    extent = float(pos.abs().max()) if isinstance(pos, torch.Tensor) else float(np.abs(pos).max())
-    if extent <= limit:
-        return sample
-    out = dict(sample)
-    out["pos"] = pos * (limit / extent)
-    return out
 
 
 class EpochAugment:
@@ -92,9 +83,11 @@ def dataset_kwargs(cfg: Dict[str, Any], split: str) -> Tuple[str, Dict[str, Any]
     kwargs.setdefault("split", split)
     kwargs.setdefault("seed", cfg["seed"])
     name = data["name"]
-    if name == "procedural":
+    if name in ("procedural", "folder"):
         kwargs.setdefault("task", cfg["task"])
-    if name.startswith("modelnet"):
+    if name == "folder" and kwargs.get("root") is None:
+        raise ConfigError("data.name=folder needs the folder: pass --data-root path/to/folder (or set data.root)")
+    if DATASET_ALIASES.get(name, name) == "modelnet":
         # ModelNet's own ``name`` ("10"/"40") is spelled data.version here (data.name is the dataset)
         version = kwargs.pop("version", None)
         if name != "modelnet":
@@ -103,7 +96,7 @@ def dataset_kwargs(cfg: Dict[str, Any], split: str) -> Tuple[str, Dict[str, Any]
             version = name[8:]
         kwargs["name"] = str(version if version is not None else "40")
         name = "modelnet"
-    if "root" in kwargs:
+    if kwargs.get("root") is not None:
         kwargs["root"] = resolve_root(kwargs["root"])
     return name, kwargs
 
@@ -122,6 +115,36 @@ def build_dataset(cfg: Dict[str, Any], split: str, augment: Optional[EpochAugmen
         return cls(**kwargs)
     except TypeError as exc:
         raise ConfigError(f"data ({name}, split {split!r}): bad dataset arguments {sorted(kwargs)}: {exc}") from None
+    except DatasetError:
+        raise
+    except ValueError as exc:  # an argument the dataset refuses (a bad source, fraction, class list, ...)
+        raise ConfigError(f"data ({name}, split {split!r}): {exc}") from None
+
+
+def config_archives(cfg: Dict[str, Any]) -> List[str]:
+    """The archives (:data:`gridify.datasets.ARCHIVES` keys) ``gridify download`` fetches for ``cfg``'s data."""
+    name, kwargs = dataset_kwargs(cfg, "train")
+    return list(getattr(DATASETS.get(name), "archives", lambda **_: [])(**kwargs))
+
+
+def eval_subset(ds: Any, limit: Any, batch_size: int, world_size: int, seed: int) -> Optional[Dict[str, Any]]:
+    """The samples ``trainer.limit_{val,test}_batches = limit`` evaluates, when not all of them.
+
+    ``{"indices", "size", "of", "stratified"}``: a seeded subset of ``limit * batch_size *
+    world_size`` samples (``round(limit * len(ds))`` for a fraction), stratified by the classes
+    (or categories) of :meth:`~gridify.datasets.PointCloudDataset.sample_groups` when the dataset
+    knows them, else drawn at random. None: every sample (no limit, a limit of 0 or one that
+    covers the split).
+    """
+    n = len(ds)
+    if limit is None or limit == 0 or (isinstance(limit, float) and limit >= 1.0):
+        return None
+    size = int(round(limit * n)) if isinstance(limit, float) else int(limit) * int(batch_size) * int(world_size)
+    if size >= n:
+        return None
+    groups = ds.sample_groups() if hasattr(ds, "sample_groups") else None
+    indices = stratified_subset(np.zeros(n, np.int64) if groups is None else groups, max(1, size), seed)
+    return {"indices": indices.tolist(), "size": int(len(indices)), "of": n, "stratified": groups is not None}
 
 
 def dataset_info(ds: Any, task: str) -> Dict[str, Any]:
@@ -182,13 +205,17 @@ class ShardSampler(Sampler):
 
     ``shuffle``: a new permutation per epoch. ``pad``: repeat indices so every rank gets the
     same count (needed for training under DDP); evaluation uses ``pad=False`` so every sample
-    is scored exactly once.
+    is scored exactly once. ``indices``: draw from these ``size`` dataset indices (a subset)
+    instead of ``range(size)``.
     """
 
     def __init__(self, size: int, *, shuffle: bool, seed: int = 0, rank: int = 0, world_size: int = 1,
-                 pad: bool = False) -> None:
+                 pad: bool = False, indices: Optional[List[int]] = None) -> None:
         self.size, self.shuffle, self.seed = int(size), bool(shuffle), int(seed)
         self.rank, self.world_size, self.pad = int(rank), int(world_size), bool(pad)
+        self.indices = None if indices is None else [int(i) for i in indices]
+        if self.indices is not None and len(self.indices) != self.size:
+            raise ValueError(f"ShardSampler: {len(self.indices)} indices for size {self.size}")
         self.epoch = 0
         self._skip = 0
 
@@ -214,7 +241,8 @@ class ShardSampler(Sampler):
         if self.pad and self.world_size > 1 and self.size % self.world_size:
             total = math.ceil(self.size / self.world_size) * self.world_size
             order = (order * math.ceil(total / max(self.size, 1)))[:total]
-        return order[self.rank::self.world_size]
+        order = order[self.rank::self.world_size]
+        return order if self.indices is None else [self.indices[i] for i in order]
 
     def __iter__(self) -> Iterator[int]:
         skip, self._skip = self._skip, 0

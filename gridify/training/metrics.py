@@ -9,7 +9,7 @@ over all processes. No Lightning import.
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, Iterable, Tuple
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -61,8 +61,13 @@ def update_metrics(metrics: torch.nn.ModuleDict, task: str, logits: torch.Tensor
         metrics["iou"].update(logits, y, batch["category"], batch["batch"])
 
 
-def compute_metrics(metrics: torch.nn.ModuleDict, task: str) -> Tuple[Dict[str, float], Dict[str, Any]]:
-    """(scalar metrics, extras such as the confusion matrix / per-category IoU); resets the metrics."""
+def compute_metrics(metrics: torch.nn.ModuleDict, task: str, category_names: Optional[Sequence[str]] = None
+                    ) -> Tuple[Dict[str, float], Dict[str, Any]]:
+    """(scalar metrics, extras such as the confusion matrix / per-category IoU); resets the metrics.
+
+    ``per_category_iou`` maps each category's name (``category_names``, else its index) to its mean
+    IoU over the category's shapes (None: no shape of it was scored).
+    """
     out: Dict[str, float] = {"loss": float(metrics["loss"].compute())}
     extra: Dict[str, Any] = {"num_scored": int(metrics["count"].compute())}  # clouds, over all processes
     if task == "classification":
@@ -74,7 +79,10 @@ def compute_metrics(metrics: torch.nn.ModuleDict, task: str) -> Tuple[Dict[str, 
         res = metrics["iou"].compute()
         out["instance_miou"] = float(res["instance_miou"])
         out["class_miou"] = float(res["class_miou"])
-        extra["per_category_iou"] = [None if math.isnan(v) else float(v) for v in res["per_category"].tolist()]
+        ious = [None if math.isnan(v) else float(v) for v in res["per_category"].reshape(-1).tolist()]
+        names = list(category_names) if category_names is not None and len(category_names) == len(ious) else range(
+            len(ious))
+        extra["per_category_iou"] = {str(n): v for n, v in zip(names, ious)}
     for m in metrics.values():
         m.reset()
     return out, extra
@@ -99,7 +107,7 @@ def evaluate_model(model: torch.nn.Module, loader: Iterable[Dict[str, Any]], tas
         logits = forward_batch(model, batch, task)
         loss = F.cross_entropy(logits.float(), batch["y"])
         update_metrics(metrics, task, logits, batch, loss)
-    return compute_metrics(metrics, task)
+    return compute_metrics(metrics, task, info.get("category_names"))
 
 
 def format_metrics(task: str, metrics: Dict[str, float]) -> str:

@@ -13,10 +13,18 @@
   a linear warm-up followed by a cosine down to ``min_lr``.
 * Dropout is reseeded before every step from (seed, global step, rank), so a resumed run draws
   the same masks as an uninterrupted one.
+* Logs: ``train_loss`` (per step), ``train_loss_epoch``, ``lr_epoch`` (the rate at the end of
+  each epoch, so the LR curve exists even when an epoch is shorter than ``log_every_n_steps``),
+  ``val_*`` and ``test_*``; the test results name the IoU of each category.
 
 :class:`PointCloudData` builds the loaders itself (the trainer runs with
 ``use_distributed_sampler=False``): each process reads its :class:`~.data.ShardSampler` share,
 and the train loader is an :class:`~.data.EpochDataLoader` driven by the fit loop's progress.
+``trainer.limit_{val,test}_batches`` select a seeded, class-stratified subset
+(:func:`~.data.eval_subset`, recorded in :attr:`PointCloudData.subsets` and announced once).
+
+Shapes:
+    logits ``[B, classes]`` (classification) or ``[sum N_i, parts]`` (segmentation); y alike.
 
 Both classes live at module level, so they pickle (multiprocessing, Lightning's spawn-based launchers).
 """
@@ -36,7 +44,7 @@ from gridify.datasets import collate_points
 
 from .callbacks import StopAfterEpochs
 from .config import PRIMARY_METRIC
-from .data import EpochAugment, EpochDataLoader, ShardSampler, build_dataset, make_model, set_train_epoch
+from .data import EpochAugment, EpochDataLoader, ShardSampler, build_dataset, eval_subset, make_model, set_train_epoch
 from .metrics import compute_metrics, forward_batch, make_metrics, update_metrics
 from .schedule import warmup_cosine
 
@@ -81,6 +89,9 @@ class PointCloudTask(pl.LightningModule):
         self.log("train_loss_epoch", self.train_loss, on_step=False, on_epoch=True)
         return loss
 
+    def on_train_epoch_end(self) -> None:
+        self.log("lr_epoch", float(self.trainer.optimizers[0].param_groups[0]["lr"]), on_step=False, on_epoch=True)
+
     def validation_step(self, batch: Dict[str, Any], batch_idx: int) -> None:
         logits = self(batch)
         update_metrics(self.val_metrics, self.task, logits, batch, F.cross_entropy(logits.float(), batch["y"]))
@@ -97,7 +108,7 @@ class PointCloudTask(pl.LightningModule):
         update_metrics(self.test_metrics, self.task, logits, batch, F.cross_entropy(logits.float(), batch["y"]))
 
     def on_test_epoch_end(self) -> None:
-        values, extra = compute_metrics(self.test_metrics, self.task)
+        values, extra = compute_metrics(self.test_metrics, self.task, self.hparams.info.get("category_names"))
         for k, v in values.items():
             self.log(f"test_{k}", v, sync_dist=True)
         self.test_results = {"metrics": values, **extra}
@@ -124,12 +135,30 @@ class PointCloudData(pl.LightningDataModule):
         super().__init__()
         self.cfg, self.train_set, self.val_set, self.augment = cfg, train_set, val_set, augment
         self.test_set = None
+        #: "val" / "test" -> the subset evaluated (see :func:`~.data.eval_subset`), None for the whole split
+        self.subsets: Dict[str, Optional[Dict[str, Any]]] = {}
 
-    def _loader(self, ds: Any, train: bool) -> DataLoader:
+    def _subset(self, ds: Any, stage: str) -> Optional[Dict[str, Any]]:
+        """The subset ``trainer.limit_<stage>_batches`` stands for, recorded and announced once (rank 0)."""
+        if stage not in self.subsets:
+            d, key = self.cfg["data"], f"limit_{stage}_batches"
+            limit = self.cfg["trainer"][key]
+            sub = eval_subset(ds, limit, int(d.get("eval_batch_size") or d["batch_size"]), self.trainer.world_size,
+                              self.cfg["seed"])
+            self.subsets[stage] = None if sub is None else dict(sub, limit=f"trainer.{key}={limit}")
+            if sub is not None and self.trainer.is_global_zero:
+                how = "class-stratified" if sub["stratified"] else "random"
+                print(f"[train] {stage}: a seeded, {how} subset of {sub['size']} of {sub['of']} samples "
+                      f"(trainer.{key}={limit})", flush=True)
+        return self.subsets[stage]
+
+    def _loader(self, ds: Any, train: bool, stage: str = "train") -> DataLoader:
         d = self.cfg["data"]
         world, rank = self.trainer.world_size, self.trainer.global_rank
         seed = self.cfg["seed"]
-        sampler = ShardSampler(len(ds), shuffle=train, seed=seed, rank=rank, world_size=world, pad=train)
+        sub = None if train else self._subset(ds, stage)
+        sampler = ShardSampler(len(ds) if sub is None else sub["size"], shuffle=train, seed=seed, rank=rank,
+                               world_size=world, pad=train, indices=None if sub is None else sub["indices"])
         nw = int(d["num_workers"])
         common = dict(collate_fn=collate_points, num_workers=nw, pin_memory=False,
                       persistent_workers=False)
@@ -147,12 +176,12 @@ class PointCloudData(pl.LightningDataModule):
         return self._loader(self.train_set, True)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, False)
+        return self._loader(self.val_set, False, "val")
 
     def test_dataloader(self) -> DataLoader:
         if self.test_set is None:
             self.test_set = build_dataset(self.cfg, "test")
-        return self._loader(self.test_set, False)
+        return self._loader(self.test_set, False, "test")
 
 
 def lightning_classes() -> Tuple[Any, Type[PointCloudTask], Type[PointCloudData], Type[StopAfterEpochs]]:

@@ -2,7 +2,13 @@
 
 Matplotlib (Agg backend) is imported inside the plotting functions, so reading the logs
 (:func:`read_metric_logs`) and importing this module need neither matplotlib nor a display.
-The PNG files are written atomically (:func:`gridify._files.atomic_write`).
+The PNG files are written atomically (:func:`gridify._files.atomic_write`). The learning-rate
+panel draws the per-step rate (``lr-*``, every ``log_every_n_steps`` steps) and the rate at the
+end of every epoch (``lr_epoch``), so it is never empty once an epoch has ended. The confusion
+matrix is row-normalized: cell ``(i, j)`` is ``C_ij / sum_j C_ij``.
+
+Shapes:
+    confusion matrix ``[classes, classes]`` (rows: true class, columns: predicted class).
 """
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ import numpy as np
 
 from gridify._files import atomic_write
 
-__all__ = ["read_metric_logs", "plot_curves", "plot_confusion"]
+__all__ = ["read_metric_logs", "plot_curves", "metrics_figure", "confusion_figure", "plot_confusion"]
 
 
 def read_metric_logs(csv_root: Path) -> List[Dict[str, float]]:
@@ -68,7 +74,11 @@ def _plot_loss(rows: List[Dict[str, float]], path: Path) -> Path:
     return _save(fig, path)
 
 
-def _plot_metrics(rows: List[Dict[str, float]], path: Path, task: str) -> Path:
+def metrics_figure(rows: List[Dict[str, float]], task: str) -> Any:
+    """The figure of ``metrics.png``: validation metrics per epoch, learning rate per step and per epoch end."""
+    import matplotlib
+
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -83,15 +93,18 @@ def _plot_metrics(rows: List[Dict[str, float]], path: Path, task: str) -> Path:
     axes[0].grid(alpha=0.3)
     if axes[0].lines:
         axes[0].legend()
-    lr_key = next((k for r in rows for k in r if k.startswith("lr")), None)
-    if lr_key:
-        xs, ys = _series(rows, lr_key, "step")
-        axes[1].plot(xs, ys)
+    step_key = next((k for r in rows for k in r if k.startswith("lr-")), None)
+    for key, style in ((step_key, {"label": "step"}), ("lr_epoch", {"marker": "o", "ls": "", "label": "epoch end"})):
+        xs, ys = _series(rows, key, "step") if key else ([], [])
+        if xs:
+            axes[1].plot(xs, ys, **style)
+    if axes[1].lines:
+        axes[1].legend()
     axes[1].set_xlabel("step")
     axes[1].set_title("learning rate")
     axes[1].grid(alpha=0.3)
     fig.tight_layout()
-    return _save(fig, path)
+    return fig
 
 
 def plot_curves(rows: List[Dict[str, float]], out_dir: Path, task: str) -> List[Path]:
@@ -99,11 +112,16 @@ def plot_curves(rows: List[Dict[str, float]], out_dir: Path, task: str) -> List[
     import matplotlib
 
     matplotlib.use("Agg")
-    return [_plot_loss(rows, out_dir / "loss.png"), _plot_metrics(rows, out_dir / "metrics.png", task)]
+    return [_plot_loss(rows, out_dir / "loss.png"), _save(metrics_figure(rows, task), out_dir / "metrics.png")]
 
 
 def plot_confusion(matrix: List[List[int]], names: Sequence[str], path: Path, title: str = "") -> Path:
-    """A row-normalized confusion matrix (counts written in the cells up to 15 classes)."""
+    """A row-normalized confusion matrix (counts written in the cells up to 15 classes), as a PNG."""
+    return _save(confusion_figure(matrix, names, title), path)
+
+
+def confusion_figure(matrix: List[List[int]], names: Sequence[str], title: str = "") -> Any:
+    """The matplotlib figure of :func:`plot_confusion` (e.g. for TensorBoard's ``add_figure``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -130,4 +148,4 @@ def plot_confusion(matrix: List[List[int]], names: Sequence[str], path: Path, ti
     ax.set_title(title or "confusion matrix (rows normalized)")
     fig.colorbar(im, ax=ax, fraction=0.046)
     fig.tight_layout()
-    return _save(fig, path)
+    return fig

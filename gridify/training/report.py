@@ -2,7 +2,13 @@
 
 Every file is written atomically, through :func:`gridify._files.atomic_write_text` (text),
 :func:`gridify.checkpoint.export_model` (weights) or :mod:`.plots` (images), so a run killed
-mid-write never leaves half a file behind. No Lightning import.
+mid-write never leaves half a file behind, and gets the mode ``0666 & ~umask``. No Lightning
+import: :func:`write_tensorboard` takes the TensorBoard writer as an argument.
+
+``test_metrics.json`` holds the metrics, ``num_samples`` (the test split's size), ``num_scored``
+(clouds scored), ``subset`` (``{"size", "of", "stratified", "limit"}`` when
+``trainer.limit_test_batches`` chose a subset, else null), the confusion matrix
+(``[classes, classes]``, classification) or ``per_category_iou`` (``{category name: IoU}``).
 """
 from __future__ import annotations
 
@@ -21,9 +27,10 @@ from gridify._files import atomic_write_text
 from gridify.checkpoint import export_model, plain
 
 from .metrics import format_metrics
-from .plots import plot_confusion, plot_curves, read_metric_logs
+from .plots import confusion_figure, plot_confusion, plot_curves, read_metric_logs
 
-__all__ = ["RunRecord", "write_json", "write_run_files", "test_report", "write_test_outputs"]
+__all__ = ["RunRecord", "write_json", "write_run_files", "test_report", "write_test_outputs", "flat_config",
+           "write_tensorboard"]
 
 
 @dataclass
@@ -54,12 +61,16 @@ def write_run_files(record: RunRecord) -> None:
 
 
 def test_report(record: RunRecord, results: Dict[str, Any], *, num_samples: Optional[int], checkpoint: Optional[str],
-                epoch: int, global_step: int, train_seconds: float) -> Dict[str, Any]:
-    """The content of ``test_metrics.json``: the test results and where they come from."""
+                epoch: int, global_step: int, train_seconds: float,
+                subset: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The content of ``test_metrics.json``: the test results and where they come from (``subset``: the
+    part of the test split scored, see :func:`~.data.eval_subset`)."""
     cfg, info = record.cfg, record.info
     report = {
         "task": cfg["task"], "split": "test", "metrics": results.get("metrics", {}),
-        "num_samples": num_samples, "checkpoint": checkpoint or "final weights", "epoch": epoch,
+        "num_samples": num_samples, "subset": None if subset is None else {
+            k: subset[k] for k in ("size", "of", "stratified", "limit") if k in subset},
+        "checkpoint": checkpoint or "final weights", "epoch": epoch,
         "global_step": global_step,
         "dataset": cfg["data"]["name"], "source_format": info["source_format"],
         "gridify_version": __version__, "num_parameters": record.num_params,
@@ -97,6 +108,36 @@ def write_test_outputs(record: RunRecord, report: Dict[str, Any], model: torch.n
     write_json(out / "run_info.json", record.run_info)
     if cfg["trainer"]["plots"]:
         _write_plots(record, report)
-    print(f"[train] test ({report.get('num_scored')} of {report['num_samples']} samples, {report['checkpoint']}): "
+    subset = report.get("subset")
+    part = "" if not subset else (f", a seeded {'class-stratified' if subset['stratified'] else 'random'} subset: "
+                                  f"{subset.get('limit', '')}")
+    print(f"[train] test ({report.get('num_scored')} of {report['num_samples']} samples{part}, {report['checkpoint']}): "
           f"{format_metrics(cfg['task'], report['metrics'])} | trained {train_seconds:.0f} s | "
-          f"{out / 'test_metrics.json'}")
+          f"{out / 'test_metrics.json'}", flush=True)
+
+
+def flat_config(cfg: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """``{"model.resolution": 9, ...}``: the config's leaves, lists and None as text (TensorBoard's hparams)."""
+    out: Dict[str, Any] = {}
+    for key, value in cfg.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flat_config(value, f"{name}."))
+        else:
+            out[name] = value if isinstance(value, (bool, int, float, str)) else str(value)
+    return out
+
+
+def write_tensorboard(writer: Any, record: RunRecord, report: Dict[str, Any], step: int) -> None:
+    """Add the test confusion matrix (classification) as an image and the hyper-parameters with the final
+    test metrics (``hparams/test_<metric>``) to the TensorBoard ``writer`` (a ``SummaryWriter``)."""
+    metrics = {f"hparams/test_{k}": float(v) for k, v in report["metrics"].items()}
+    writer.add_hparams(flat_config(plain(record.cfg)), metrics, run_name="hparams", global_step=step)
+    if "confusion_matrix" in report:
+        import matplotlib.pyplot as plt
+
+        fig = confusion_figure(report["confusion_matrix"], record.info["class_names"],
+                               f"test confusion ({format_metrics(record.cfg['task'], report['metrics'])})")
+        writer.add_figure("test/confusion_matrix", fig, global_step=step, close=False)
+        plt.close(fig)
+    writer.flush()

@@ -9,7 +9,12 @@
 4. :func:`~.report.write_run_files`: ``config.yaml`` and ``run_info.json`` (rank 0);
 5. :func:`build_trainer`, then :func:`fit`;
 6. :func:`test_and_report`: test the best (or last) checkpoint and write ``test_metrics.json``,
-   ``checkpoints/model.pt``, the final ``run_info.json`` and the plots (rank 0).
+   ``checkpoints/model.pt``, the final ``run_info.json``, the plots and, in TensorBoard, the test
+   confusion matrix and the hyper-parameters with the test metrics (rank 0).
+
+``trainer.limit_{val,test}_batches`` reach the trainer only as 0 (no validation / test); other
+values choose a stratified subset in the data module (:func:`~.data.eval_subset`), so a quick run
+scores every class. The errors a user can fix (:data:`RUN_ERRORS`) end the run with one line.
 
 :func:`run` runs it in this process, or, for ``trainer.strategy: ddp_spawn``, in one process per
 device started by :func:`spawn_run` (see there why Lightning's own ``ddp_spawn`` is not used).
@@ -32,13 +37,13 @@ from lightning.fabric.plugins.environments.lightning import find_free_network_po
 
 from gridify._version import __version__
 from gridify.checkpoint import CheckpointError, load_checkpoint, plain
-from gridify.datasets import DatasetNotFoundError, DownloadError
+from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError
 
-from .callbacks import atomic_checkpoint_io, checkpoint_callbacks, make_loggers
+from .callbacks import atomic_checkpoint_io, checkpoint_callbacks, interactive, make_loggers, progress_callbacks
 from .config import PRIMARY_METRIC, ConfigError, parse_augmentations
 from .data import EpochAugment, build_dataset, dataset_info, fill_model_kwargs, inference_info
 from .module import PointCloudData, PointCloudTask
-from .report import RunRecord, test_report, write_run_files, write_test_outputs
+from .report import RunRecord, test_report, write_run_files, write_tensorboard, write_test_outputs
 from .schedule import steps_per_epoch, world_size_guess
 
 __all__ = ["RUN_ERRORS", "run", "run_process", "spawn_run", "is_spawn_strategy", "setup_process", "resume_checkpoint",
@@ -46,7 +51,7 @@ __all__ = ["RUN_ERRORS", "run", "run_process", "spawn_run", "is_spawn_strategy",
            "test_and_report"]
 
 #: the errors a run reports as a one-line message (bad config, checkpoint or data), not a traceback
-RUN_ERRORS = (ConfigError, CheckpointError, DatasetNotFoundError, DownloadError)
+RUN_ERRORS = (ConfigError, CheckpointError, DatasetNotFoundError, DownloadError, DatasetError)
 
 
 def _env_rank() -> int:
@@ -70,13 +75,23 @@ def _apply_torchrun(tr: Dict[str, Any]) -> None:
         tr["strategy"] = "ddp"
 
 
+def _not_a_tip(record: logging.LogRecord) -> bool:
+    """Drops Lightning's advertising ("Tip: ... try installing ...") from the run's log."""
+    return not record.getMessage().lstrip().startswith("\N{ELECTRIC LIGHT BULB} Tip")
+
+
 def setup_process(tr: Dict[str, Any]) -> None:
-    """Size the trainer under torchrun, set the CPU threads and quiet Lightning's small-run warnings."""
+    """Size the trainer under torchrun, set the CPU threads and quiet Lightning's small-run warnings and tips."""
     _apply_torchrun(tr)
+    rank_zero = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if _not_a_tip not in rank_zero.filters:
+        rank_zero.addFilter(_not_a_tip)
     if tr["num_threads"]:
         torch.set_num_threads(int(tr["num_threads"]))
     warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated.*")
+    # the epoch-end learning rate (lr_epoch) keeps the LR curve when an epoch is shorter than the interval
+    warnings.filterwarnings("ignore", message=r".*smaller than the logging interval.*")
     logging.getLogger("lightning.pytorch.trainer.connectors.logger_connector").setLevel(logging.WARNING)
 
 
@@ -170,8 +185,10 @@ def build_trainer(tr: Dict[str, Any], out: Path, callbacks: List[pl.Callback], r
     """The Lightning trainer of the ``trainer`` section ``tr`` (atomic checkpoints, CSV + TensorBoard logs).
 
     ``ddp_spawn*`` strategies become ``ddp*``: the processes are already started (:func:`spawn_run`).
+    Validation and test limits other than 0 are subsets chosen by the data module, not passed on.
     """
-    limits = {k: tr[k] for k in ("limit_train_batches", "limit_val_batches", "limit_test_batches") if tr[k] is not None}
+    limits = {k: tr[k] for k in ("limit_train_batches", "limit_val_batches", "limit_test_batches")
+              if tr[k] is not None and (k == "limit_train_batches" or tr[k] == 0)}
     strategy = tr["strategy"].replace("ddp_spawn", "ddp", 1) if is_spawn_strategy(tr["strategy"]) else tr["strategy"]
     return pl.Trainer(
         accelerator=tr["accelerator"], devices=tr["devices"], num_nodes=int(tr["num_nodes"]), strategy=strategy,
@@ -179,8 +196,9 @@ def build_trainer(tr: Dict[str, Any], out: Path, callbacks: List[pl.Callback], r
         log_every_n_steps=int(tr["log_every_n_steps"]), check_val_every_n_epoch=int(tr["check_val_every_n_epoch"]),
         num_sanity_val_steps=int(tr["num_sanity_val_steps"]), gradient_clip_val=tr["gradient_clip_val"],
         accumulate_grad_batches=int(tr["accumulate_grad_batches"]), deterministic=tr["deterministic"],
-        enable_progress_bar=bool(tr["progress_bar"]), enable_model_summary=rank0 and bool(tr["progress_bar"]),
-        callbacks=callbacks, logger=make_loggers(out), use_distributed_sampler=False, default_root_dir=str(out),
+        enable_progress_bar=bool(tr["progress_bar"]),
+        enable_model_summary=rank0 and bool(tr["progress_bar"]) and interactive(),
+        callbacks=callbacks + progress_callbacks(tr), logger=make_loggers(out), use_distributed_sampler=False, default_root_dir=str(out),
         plugins=[atomic_checkpoint_io()], **limits)
 
 
@@ -208,8 +226,12 @@ def test_and_report(trainer: pl.Trainer, module: PointCloudTask, datamodule: Poi
         return {}
     report = test_report(record, dict(module.test_results), checkpoint=test_ckpt, epoch=trainer.current_epoch,
                          global_step=trainer.global_step, train_seconds=train_seconds,
-                         num_samples=len(datamodule.test_set) if datamodule.test_set is not None else None)
+                         num_samples=len(datamodule.test_set) if datamodule.test_set is not None else None,
+                         subset=datamodule.subsets.get("test"))
     write_test_outputs(record, report, module.model, train_seconds)
+    for logger in trainer.loggers:
+        if isinstance(logger, pl.loggers.TensorBoardLogger):
+            write_tensorboard(logger.experiment, record, report, trainer.global_step)
     return report
 
 
@@ -233,6 +255,8 @@ def run_process(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bo
     record.run_info = _run_info(record, len(train_set), len(val_set), int(module.hparams.steps_per_epoch),
                                 ckpt_path, argv)
     datamodule = PointCloudData(cfg, train_set, val_set, augment)
+    if tr["limit_test_batches"] != 0:  # a missing or broken test split fails now, not after training
+        datamodule.test_set = build_dataset(cfg, "test")
     if rank0:
         write_run_files(record)
         print(f"[train] gridify {__version__} | {cfg['data']['name']} ({info['source_format']}): "
