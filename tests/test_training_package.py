@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 import torch
 
+from gridify.models import build_model
+
 pytest.importorskip("yaml")
 
 from gridify.training import report as R  # noqa: E402
@@ -47,14 +49,16 @@ def test_run_files_are_written_atomically(tmp_path, monkeypatch):
     monkeypatch.setattr("gridify.training.plots.atomic_write", spy)
     cfg = resolve_config(None, [f"output_dir={tmp_path / 'run'}"])
     info = {"source_format": "procedural", "class_names": ["a", "b"]}
-    record = R.RunRecord(cfg, info, "linear", {}, 6, run_info={"started": "now"})
+    kwargs = dict(in_channels=3, num_classes=2, resolution=3, k=2, hidden_channels=4, depth=1, kernel_size=3)
+    model = build_model("gridified_classifier", **kwargs)
+    record = R.RunRecord(cfg, info, "gridified_classifier", kwargs, model.num_parameters(), run_info={"started": "now"})
     R.write_run_files(record)
     logs = tmp_path / "run" / "csv" / "version_0"
     logs.mkdir(parents=True)
     (logs / "metrics.csv").write_text("epoch,step,train_loss,val_loss,val_oa\n0,0,1.5,,\n0,1,1.2,1.3,0.5\n")
     results = {"metrics": {"loss": 0.5, "oa": 1.0, "macc": 1.0}, "num_scored": 2, "confusion_matrix": [[1, 0], [0, 1]]}
     report = R.test_report(record, results, num_samples=2, checkpoint=None, epoch=1, global_step=2, train_seconds=3.0)
-    R.write_test_outputs(record, report, torch.nn.Linear(2, 2), 3.0)
+    R.write_test_outputs(record, report, model, 3.0)
     assert written == ["config.yaml", "run_info.json", "test_metrics.json", "model.pt", "run_info.json",
                        "loss.png", "metrics.png", "confusion_matrix.png"]
     out = tmp_path / "run"

@@ -52,7 +52,7 @@ class GridifiedModel(nn.Module):
                      pos_hidden_channels: Optional[int] = None) -> None:
         self.gridify = Gridification(in_channels, hidden_channels, resolution, k=k, omega0=omega0, aggr=aggr,
                                      message=message, pos_embedding=pos_embedding, bounds=bounds,
-                                     outside=outside, hidden_channels=message_channels or hidden_channels,
+                                     outside=outside, hidden_channels=message_channels,
                                      pos_hidden_channels=pos_hidden_channels)
         self.grid_norm = ChannelLayerNorm(hidden_channels)
         self.backbone = build_backbone(backbone, in_channels=hidden_channels, out_channels=hidden_channels,
@@ -117,8 +117,8 @@ class GridifiedClassifier(GridifiedModel):
         backbone_kwargs: extra keyword arguments for the backbone (e.g. ``kernel_net``).
         bounds, outside: grid box and the handling of points outside it (see :class:`Gridification`).
         message_channels: width ``H`` of the gridification's per-edge messages (default
-            ``hidden_channels``); pos_hidden_channels: hidden width of its positional field (default
-            ``H``). Both trade per-edge work for capacity (see :class:`Gridification`).
+            ``max(hidden_channels, in_channels + 3)``); pos_hidden_channels: hidden width of its
+            positional field (default ``H``). Both trade per-edge work for capacity (see :class:`Gridification`).
 
     Everything after ``num_classes`` is keyword-only.
 
