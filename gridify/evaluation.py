@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--output", help="metrics JSON path (default: <ckpt>.test_metrics.json beside the checkpoint)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--votes", type=int, default=1,
+                   help="test-time voting: average the softmax over this many views of every cloud (the first "
+                        "as it is, the others with random per-axis scales in [0.85, 1.15]; default 1 = none)")
     return p
 
 
@@ -61,6 +64,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     parser = build_parser()
     args = parser.parse_intermixed_args(argv)
     prog = parser.prog
+    if args.votes < 1:
+        raise SystemExit(f"{prog}: error: --votes must be a positive integer, got {args.votes}")
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
@@ -99,7 +104,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
                         shuffle=False, num_workers=int(cfg["data"]["num_workers"]), collate_fn=collate_points)
     t0 = time.time()
     try:
-        metrics, extra = evaluate_model(model, loader, cfg["task"], info, device, progress=not args.no_progress)
+        metrics, extra = evaluate_model(model, loader, cfg["task"], info, device, progress=not args.no_progress,
+                                        votes=args.votes)
     except DatasetError as exc:
         raise SystemExit(f"{prog}: error: {error_line(exc)}")
     seconds = time.time() - t0
@@ -110,6 +116,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "dataset": cfg["data"]["name"], "source_format": str(getattr(ds, "source_format", type(ds).__name__)),
         "gridify_version": __version__, "trained_with_gridify": payload.get("gridify_version"),
         "num_parameters": sum(p.numel() for p in model.parameters()), "eval_seconds": round(seconds, 2),
+        "votes": args.votes,
     }
     report.update(extra)
     ckpt = Path(args.ckpt)

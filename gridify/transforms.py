@@ -32,7 +32,7 @@ from ._checks import check_int
 Sample = Dict[str, Any]
 
 __all__ = ["Compose", "Normalize", "FixedPoints", "RandomRotateZ", "RandomRotate", "RandomScale",
-           "RandomJitter", "RandomTransform", "point_keys", "rotation_matrix"]
+           "RandomJitter", "RandomPointDropout", "RandomTransform", "point_keys", "rotation_matrix"]
 
 #: keys never treated as per-point even when their first dimension happens to equal N
 _NON_POINT_KEYS = frozenset({"category", "index", "idx", "class_names"})
@@ -370,3 +370,46 @@ class RandomJitter(RandomTransform):
 
     def __repr__(self) -> str:
         return f"RandomJitter(sigma={self.sigma}, clip={self.clip}, seed={self.seed})"
+
+
+class RandomPointDropout(RandomTransform):
+    """Drop a random fraction of the points and refill the cloud with copies of kept ones.
+
+    A ratio ``r ~ U(0, max_ratio)`` is drawn per call; ``floor(r N)`` points chosen at random are
+    replaced by copies of points drawn from the kept ones, so the cloud keeps its ``N`` points (and
+    every per-point entry, e.g. part labels, follows its point). It imitates occlusion and uneven
+    sampling density (PointNet++ drops points the same way, but refills with the first point,
+    which would pile them onto one grid node here).
+
+    Args:
+        max_ratio: largest fraction dropped, in ``[0, 1)``.
+        seed, generator: see :class:`RandomTransform`.
+
+    Shapes:
+        every per-point ``[N, ...]`` entry keeps its shape.
+    """
+
+    def __init__(self, max_ratio: float = 0.5, *, seed: Optional[int] = 0,
+                 generator: Optional[np.random.Generator] = None) -> None:
+        super().__init__(seed=seed, generator=generator)
+        if isinstance(max_ratio, bool) or not isinstance(max_ratio, (int, float)) or not 0.0 <= max_ratio < 1.0:
+            raise ValueError(f"RandomPointDropout: max_ratio must be a number in [0, 1), got {max_ratio!r}")
+        self.max_ratio = float(max_ratio)
+
+    def __call__(self, sample: Sample) -> Sample:
+        n = _n_points(sample, "RandomPointDropout")
+        dropped = int(self.rng.uniform(0.0, self.max_ratio) * n)
+        if dropped == 0 or dropped >= n:
+            return dict(sample)
+        index = np.arange(n)
+        drop = self.rng.choice(n, size=dropped, replace=False)
+        keep = np.setdiff1d(index, drop, assume_unique=True)
+        index[drop] = keep[self.rng.integers(0, len(keep), size=dropped)]
+        out = dict(sample)
+        for key in point_keys(sample):
+            v = sample[key]
+            out[key] = v[torch.as_tensor(index, device=v.device)] if isinstance(v, torch.Tensor) else np.asarray(v)[index]
+        return out
+
+    def __repr__(self) -> str:
+        return f"RandomPointDropout(max_ratio={self.max_ratio}, seed={self.seed})"

@@ -441,3 +441,41 @@ def test_folder_segmentation_run(tmp_path):
     res = E.main(["--ckpt", str(tmp_path / "out" / "checkpoints" / "model.pt"), "--threads", "1", "--no-progress",
                   "--data-root", str(tmp_path / "scans")])
     assert res["metrics"]["instance_miou"] == pytest.approx(report["metrics"]["instance_miou"], abs=1e-6)
+
+
+def test_vote_logits_first_view_is_the_plain_forward_and_views_stay_in_the_box():
+    from gridify.training.metrics import vote_logits
+
+    seen = []
+
+    class Spy(torch.nn.Module):
+        def forward(self, pos, x, batch):
+            seen.append(pos.clone())
+            assert torch.equal(x[:, :3], pos)
+            return torch.stack([pos[batch == b].sum(0) for b in range(int(batch.max()) + 1)])
+
+    torch.manual_seed(0)
+    pos = torch.rand(40, 3) * 2 - 1
+    pos[0] = torch.tensor([1.0, 0.0, 0.0])
+    batch = torch.arange(2).repeat_interleave(20)
+    x = torch.cat([pos, torch.randn(40, 3)], 1)
+    data = {"pos": pos, "x": x, "batch": batch}
+    plain = vote_logits(Spy(), data, "classification", 1)
+    assert torch.equal(plain, Spy()(pos, x, batch))
+    seen.clear()
+    out = vote_logits(Spy(), data, "classification", 4, seed=3)
+    assert len(seen) == 4 and torch.equal(seen[0], pos)
+    assert all(float(v.abs().max()) <= 1.0 + 1e-6 for v in seen)
+    assert torch.allclose(out.exp().sum(-1), torch.ones(2))
+    again = vote_logits(Spy(), data, "classification", 4, seed=3)
+    assert torch.equal(out, again)
+
+
+def test_label_smoothing_and_test_votes_are_validated():
+    with pytest.raises(T.ConfigError, match=r"optim.label_smoothing must be in \[0, 1\)"):
+        T.resolve_config(None, ["optim.label_smoothing=1.0"])
+    with pytest.raises(T.ConfigError, match="trainer.test_votes must be a positive integer"):
+        T.resolve_config(None, ["trainer.test_votes=0"])
+    cfg = T.resolve_config(None, ["optim.label_smoothing=0.1", "trainer.test_votes=3",
+                                  "data.augmentations=[{name: point_dropout, max_ratio: 0.3}]"])
+    assert cfg["optim"]["label_smoothing"] == 0.1 and cfg["trainer"]["test_votes"] == 3

@@ -171,3 +171,18 @@ def test_compose_reproducible_pipeline():
     assert "RandomJitter" in repr(a)
     with pytest.raises(ValueError, match="not callable"):
         Compose([1])
+
+
+def test_random_point_dropout_keeps_n_and_moves_labels_with_their_points():
+    import numpy as np
+
+    from gridify.transforms import RandomPointDropout
+
+    pos = np.arange(300, dtype=np.float64).reshape(100, 3)
+    y = np.arange(100)
+    out = RandomPointDropout(0.5, seed=1)({"pos": pos, "y": y, "category": 3})
+    assert out["pos"].shape == (100, 3) and out["category"] == 3
+    assert np.array_equal(out["pos"][:, 0] // 3, out["y"])          # every label travels with its point
+    assert 50 < len(np.unique(out["y"])) <= 100
+    with pytest.raises(ValueError, match=r"max_ratio must be a number in \[0, 1\)"):
+        RandomPointDropout(1.0)

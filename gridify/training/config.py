@@ -27,7 +27,7 @@ import yaml
 
 import gridify.datasets  # noqa: F401  (registers the datasets data.name may name)
 from gridify.registry import DATASETS
-from gridify.transforms import RandomJitter, RandomRotate, RandomRotateZ, RandomScale
+from gridify.transforms import RandomJitter, RandomPointDropout, RandomRotate, RandomRotateZ, RandomScale
 
 __all__ = ["ConfigError", "DEFAULTS", "SECTIONS", "TASKS", "DATASETS", "DATASET_ALIASES", "DATA_LOADER_KEYS",
            "CLOSED_SECTIONS", "PRIMARY_METRIC", "AUGMENTATIONS", "CONFIG_DIR", "BASE_KEY", "yaml_value", "load_yaml",
@@ -63,6 +63,7 @@ DEFAULTS: Dict[str, Any] = {
         "warmup_epochs": 0,
         "min_lr": 0.0,
         "kernel_l2": 0.0,
+        "label_smoothing": 0.0,
     },
     "trainer": {
         "max_epochs": 10,
@@ -85,6 +86,7 @@ DEFAULTS: Dict[str, Any] = {
         "num_threads": None,
         "checkpoint": {"every_n_epochs": 1, "every_n_train_steps": None, "keep_all": False},
         "test_ckpt": "best",
+        "test_votes": 1,
         "stop_after_epochs": None,
         "plots": True,
     },
@@ -106,7 +108,8 @@ CLOSED_SECTIONS = ("optim", "trainer")
 PRIMARY_METRIC = {"classification": "oa", "segmentation": "instance_miou"}
 #: the training augmentations ``data.augmentations`` may name, with their transforms
 AUGMENTATIONS: Dict[str, Callable[..., Any]] = {
-    "rotate_z": RandomRotateZ, "rotate": RandomRotate, "scale": RandomScale, "jitter": RandomJitter}
+    "rotate_z": RandomRotateZ, "rotate": RandomRotate, "scale": RandomScale, "jitter": RandomJitter,
+    "point_dropout": RandomPointDropout}
 
 
 class _Loader(yaml.SafeLoader):
@@ -317,12 +320,14 @@ def _check_data(data: Dict[str, Any]) -> None:
 
 
 def _check_optim(optim: Dict[str, Any]) -> None:
-    for key in ("lr", "weight_decay", "warmup_epochs", "min_lr", "kernel_l2"):
+    for key in ("lr", "weight_decay", "warmup_epochs", "min_lr", "kernel_l2", "label_smoothing"):
         v = optim[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
             raise ConfigError(f"optim.{key} must be a non-negative number, got {v!r}")
     if optim["lr"] <= 0:
         raise ConfigError(f"optim.lr must be positive, got {optim['lr']!r}")
+    if optim["label_smoothing"] >= 1:
+        raise ConfigError(f"optim.label_smoothing must be in [0, 1), got {optim['label_smoothing']!r}")
 
 
 def _check_limit(name: str, value: Any) -> None:
@@ -343,6 +348,7 @@ def _check_trainer(tr: Dict[str, Any]) -> None:
         raise ConfigError(f"trainer.test_ckpt must be 'best' or 'last', got {tr['test_ckpt']!r}")
     _positive_int("trainer.max_epochs", tr["max_epochs"])
     _positive_int("trainer.stop_after_epochs", tr["stop_after_epochs"], allow_none=True)
+    _positive_int("trainer.test_votes", tr["test_votes"])
     _positive_int("trainer.num_threads", tr["num_threads"], allow_none=True)
     ck = tr["checkpoint"]
     for key in ("every_n_epochs", "every_n_train_steps"):

@@ -16,7 +16,11 @@ import torch.nn.functional as F
 
 from gridify.metrics import MeanClassAccuracy, OverallAccuracy, ShapeNetPartIoU
 
-__all__ = ["forward_batch", "make_metrics", "update_metrics", "compute_metrics", "evaluate_model", "format_metrics"]
+__all__ = ["forward_batch", "vote_logits", "make_metrics", "update_metrics", "compute_metrics", "evaluate_model",
+           "format_metrics", "VOTE_SCALE"]
+
+#: Range of the per-axis scale factors of test-time voting (as the training ``scale`` augmentation).
+VOTE_SCALE = (0.85, 1.15)
 
 
 def forward_batch(model: torch.nn.Module, batch: Dict[str, Any], task: str) -> torch.Tensor:
@@ -25,6 +29,39 @@ def forward_batch(model: torch.nn.Module, batch: Dict[str, Any], task: str) -> t
     if task == "segmentation" and getattr(model, "num_categories", 0):
         return model(batch["pos"], x, batch["batch"], category=batch["category"])
     return model(batch["pos"], x, batch["batch"])
+
+
+def vote_logits(model: torch.nn.Module, batch: Dict[str, Any], task: str, votes: int, seed: int = 0) -> torch.Tensor:
+    r"""Test-time voting: log of the mean softmax over ``votes`` views of every cloud.
+
+        p(y | P) = 1/V sum_v softmax(f(fit(S_v P))),    S_0 = I,  S_v = diag(s),  s ~ U(0.85, 1.15)^3
+
+    ``fit`` shrinks a view that leaves ``[-1, 1]^3`` back into it (as the training pipeline does);
+    the coordinates inside the features ``x`` (its first three columns) are scaled alike, normals
+    are left alone. The views depend only on ``seed`` and the vote index. ``votes=1``: the plain
+    forward pass.
+
+    Shapes:
+        returns ``[B, classes]`` or ``[N, parts]`` (log-probabilities for ``votes > 1``)
+    """
+    if votes <= 1:
+        return forward_batch(model, batch, task)
+    pos, bidx = batch["pos"], batch["batch"]
+    num_clouds = int(bidx.max()) + 1 if bidx.numel() else 0
+    g = torch.Generator().manual_seed(int(seed))
+    total = None
+    for v in range(votes):
+        scale = torch.ones(num_clouds, 3) if v == 0 else torch.empty(num_clouds, 3).uniform_(*VOTE_SCALE, generator=g)
+        p = pos * scale.to(pos)[bidx]
+        extent = torch.zeros(num_clouds, dtype=p.dtype, device=p.device).scatter_reduce_(
+            0, bidx, p.abs().amax(1), "amax", include_self=True)
+        p = p / extent.clamp_min(1.0)[bidx, None]
+        view = dict(batch, pos=p)
+        if batch.get("x") is not None and batch["x"].size(-1) >= 3:
+            view["x"] = torch.cat([p, batch["x"][:, 3:]], 1)
+        probs = torch.softmax(forward_batch(model, view, task).float(), -1)
+        total = probs if total is None else total + probs
+    return torch.log(total / votes)
 
 
 def make_metrics(task: str, info: Dict[str, Any], confusion: bool = False) -> torch.nn.ModuleDict:
@@ -90,8 +127,10 @@ def compute_metrics(metrics: torch.nn.ModuleDict, task: str, category_names: Opt
 
 @torch.no_grad()
 def evaluate_model(model: torch.nn.Module, loader: Iterable[Dict[str, Any]], task: str, info: Dict[str, Any],
-                   device: torch.device | str = "cpu", progress: bool = False) -> Tuple[Dict[str, float], Dict[str, Any]]:
-    """Plain evaluation loop (no Lightning): the metrics of ``model`` over ``loader``."""
+                   device: torch.device | str = "cpu", progress: bool = False, votes: int = 1
+                   ) -> Tuple[Dict[str, float], Dict[str, Any]]:
+    """Plain evaluation loop (no Lightning): the metrics of ``model`` over ``loader`` (with
+    ``votes`` test-time views per cloud, see :func:`vote_logits`)."""
     model.eval().to(device)
     metrics = make_metrics(task, info, confusion=(task == "classification")).to(device)
     it = loader
@@ -104,7 +143,7 @@ def evaluate_model(model: torch.nn.Module, loader: Iterable[Dict[str, Any]], tas
             pass
     for batch in it:
         batch = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
-        logits = forward_batch(model, batch, task)
+        logits = vote_logits(model, batch, task, votes)
         loss = F.cross_entropy(logits.float(), batch["y"])
         update_metrics(metrics, task, logits, batch, loss)
     return compute_metrics(metrics, task, info.get("category_names"))

@@ -45,7 +45,7 @@ from gridify.datasets import collate_points
 from .callbacks import StopAfterEpochs
 from .config import PRIMARY_METRIC
 from .data import EpochAugment, EpochDataLoader, ShardSampler, build_dataset, eval_subset, make_model, set_train_epoch
-from .metrics import compute_metrics, forward_batch, make_metrics, update_metrics
+from .metrics import compute_metrics, forward_batch, make_metrics, update_metrics, vote_logits
 from .schedule import warmup_cosine
 
 __all__ = ["PointCloudTask", "PointCloudData", "lightning_classes"]
@@ -76,7 +76,8 @@ class PointCloudTask(pl.LightningModule):
 
     def training_step(self, batch: Dict[str, Any], batch_idx: int) -> torch.Tensor:
         logits = self(batch)
-        ce = F.cross_entropy(logits.float(), batch["y"])
+        ce = F.cross_entropy(logits.float(), batch["y"],
+                             label_smoothing=float(self.hparams.optim.get("label_smoothing", 0.0)))
         loss = ce
         weight = float(self.hparams.optim.get("kernel_l2", 0.0))
         if weight > 0:
@@ -104,7 +105,8 @@ class PointCloudTask(pl.LightningModule):
             self.log(f"val_{k}", v, prog_bar=(k == primary), sync_dist=True)
 
     def test_step(self, batch: Dict[str, Any], batch_idx: int) -> None:
-        logits = self(batch)
+        votes = int(self.hparams.config.get("trainer", {}).get("test_votes", 1))
+        logits = vote_logits(self.model, batch, self.task, votes, seed=int(self.hparams.seed))
         update_metrics(self.test_metrics, self.task, logits, batch, F.cross_entropy(logits.float(), batch["y"]))
 
     def on_test_epoch_end(self) -> None:
