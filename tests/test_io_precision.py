@@ -26,8 +26,9 @@ def test_the_rule():
     assert coordinate_dtype(below) == np.float32  # max|p| = 499.9 <= 1000 x 0.5
     above = below + np.array([0.2, 0, 0])  # max|p| = 500.1 > 1000 x 0.5
     assert coordinate_dtype(above) == np.float64
-    assert coordinate_dtype(np.array([[0.1, 0.2, 0.3]])) == np.float64  # one inexact point: extent 0
-    assert coordinate_dtype(np.array([[1.0, 2.0, 3.0]])) == np.float32
+    # all points at one place (extent 0): no shape to keep, float32 even far away
+    assert coordinate_dtype(np.array([[0.1, 0.2, 0.3]])) == np.float32
+    assert coordinate_dtype(np.repeat(pts[:1], 5, axis=0)) == np.float32
     # invalid rows (NaN, beyond float32) do not count; int64 coordinates follow the same rule
     assert coordinate_dtype(np.vstack([pts, [[np.nan, 0, 0], [1e39, 0, 0]]])) == np.float64
     assert coordinate_dtype(np.array([[123_456_789, 0, 0], [123_456_790, 1, 1]])) == np.float64

@@ -10,11 +10,11 @@ coordinates that float32 can represent (the rows a reader keeps) and
 
 the points are **float64** when the coordinates came as float64 (PCD/PLY doubles, float64 or
 wide-integer ``.npy``/``.npz``, text, LAS/LAZ scaled integers), float32 cannot hold them
-exactly, and ``offset > LARGE_OFFSET * extent`` (``LARGE_OFFSET = 1000``: a float32 of
-magnitude ``offset`` is spaced ``offset * 2**-23 > 1.2e-4 * extent`` apart, so float32 would
-keep less than about ``1e-4`` of the extent); otherwise they are **float32**. A cloud of one
-point (extent 0) whose coordinates float32 cannot hold exactly is therefore float64. Consumers
-centre such a cloud in float64 before casting to float32.
+exactly, ``extent > 0`` and ``offset > LARGE_OFFSET * extent`` (``LARGE_OFFSET = 1000``: a
+float32 of magnitude ``offset`` is spaced ``offset * 2**-23 > 1.2e-4 * extent`` apart, so
+float32 would keep less than about ``1e-4`` of the extent); otherwise they are **float32**.
+Consumers centre a float64 cloud in float64 before casting to float32; a cloud whose points all
+coincide (extent 0) has no shape to keep (centred, it is all zeros), so it is float32.
 
 Shapes:
     points ``[N, 3]`` float32 (float64 by the rule above); normals ``[N, 3]`` float32 or None;
@@ -54,7 +54,7 @@ def coordinate_dtype(points: np.ndarray) -> np.dtype:
     lo, hi = rows.min(axis=0), rows.max(axis=0)
     extent = float((hi - lo).max())
     offset = float(np.maximum(np.abs(lo), np.abs(hi)).max())
-    return np.dtype(np.float64 if offset > LARGE_OFFSET * extent else np.float32)
+    return np.dtype(np.float64 if 0 < extent and offset > LARGE_OFFSET * extent else np.float32)
 
 
 @dataclass
@@ -63,7 +63,7 @@ class PointCloud:
 
     ``points`` are float32, or float64 when the file's float64 coordinates have a large offset
     relative to the cloud's extent (``max |p| > 1000 x`` the longest side of the bounding box,
-    and float32 cannot hold them exactly; see :mod:`gridify.io.cloud`). ``fields`` holds extra
+    which is not 0, and float32 cannot hold them exactly; see :mod:`gridify.io.cloud`). ``fields`` holds extra
     per-point scalar fields a reader was asked to keep (``read_points(..., fields=...)``, e.g.
     LiDAR ``intensity``, ``return_number``), by name, as stored in the file.
 
