@@ -144,7 +144,8 @@ def memory_report(F) -> str:
     """Per format: the read closest to the memory bound, and the largest growth / file-size ratio."""
     lines = [f"[fuzz] memory (tracemalloc growth of one read; bound = {F.MEMORY_MULTIPLE} x size x expansion "
              f"+ {F.MEMORY_CONSTANT >> 20} MiB):",
-             "[fuzz]   format  expansion  worst share of bound (growth / file bytes)  worst growth/size (growth / file bytes)"]
+             f"[fuzz]   format  expansion  worst share of bound (growth / file bytes)  worst growth/size, files >= "
+             f"{F.RATIO_MIN_SIZE} bytes"]
     for ext, worst in sorted(F.MEMORY.items()):
         share, sg, ss = worst["share"]
         ratio, rg, rs = worst["ratio"]

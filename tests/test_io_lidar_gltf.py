@@ -90,10 +90,12 @@ def test_ply_and_pcd_named_fields(tmp_path):
     assert c.labels.tolist() == [0, 1, 0, 1, 0] and c.fields["scalar_Intensity"].tolist() == [0, 10, 20, 30, 40]
     assert read_points(f).fields == {} and read_points(f).labels is None
     g = tmp_path / "i.pcd"
-    g.write_bytes(b"VERSION 0.7\nFIELDS x y z intensity label\nSIZE 4 4 4 4 4\nTYPE F F F F I\nCOUNT 1 1 1 1 1\n"
-                  b"WIDTH 2\nHEIGHT 1\nPOINTS 2\nDATA ascii\n0 0 0 0.5 3\n1 0 0 0.25 4\n")
+    g.write_bytes(b"VERSION 0.7\nFIELDS x y z rgb intensity label\nSIZE 4 4 4 4 4 4\nTYPE F F F U F I\n"
+                  b"COUNT 1 1 1 1 1 1\nWIDTH 2\nHEIGHT 1\nPOINTS 2\nDATA ascii\n0 0 0 255 0.5 3\n1 0 0 65280 0.25 4\n")
     c = read_points(g, fields="all")
-    assert set(c.fields) == {"intensity", "label"} and c.labels.tolist() == [3, 4]
+    assert set(c.fields) == {"intensity", "label"} and c.labels.tolist() == [3, 4]  # rgb is in colors
+    np.testing.assert_allclose(c.colors, [[0, 0, 1], [0, 1, 0]])
+    assert c.fields["intensity"].dtype == np.float32 and c.fields["label"].dtype == np.int32
     with pytest.raises(ValueError, match=r"i\.pcd: labels_from='intensity': the field holds non-integer values"):
         read_points(g, labels_from="intensity")
 

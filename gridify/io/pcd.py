@@ -302,7 +302,8 @@ def _pcd_to_cloud(p: Path, arr: np.ndarray, hdr: _PcdHeader, fields: Union[None,
             break
     scalars = {k: arr[k] for k in arr.dtype.names if arr[k].ndim == 1 and not k.startswith("_")}
     labels, extra = pick_fields(p, scalars, fields, labels_from,
-                                skip=("x", "y", "z", "normal_x", "normal_y", "normal_z", "nx", "ny", "nz"))
+                                skip=("x", "y", "z", "normal_x", "normal_y", "normal_z", "nx", "ny", "nz", "rgb",
+                                      "rgba", "r", "g", "b"))
     for lk in ("label", "labels", "class", "object", "semantic"):
         if labels is None and labels_from is None and lk in names:
             with np.errstate(invalid="ignore"):

@@ -377,7 +377,9 @@ def _ply_colors(verts: Dict[str, np.ndarray]) -> Optional[np.ndarray]:
     return None
 
 
-_NOT_FIELDS = ("x", "y", "z", "nx", "ny", "nz", "normal_x", "normal_y", "normal_z")
+# vertex properties that are already points, normals or colours: fields="all" leaves them out
+_NOT_FIELDS = ("x", "y", "z", "nx", "ny", "nz", "normal_x", "normal_y", "normal_z", "red", "green", "blue",
+               "r", "g", "b", "diffuse_red", "diffuse_green", "diffuse_blue")
 
 
 def read_ply(p: Path, num_samples: int, seed: int, fields: Union[None, str, Sequence[str]] = None,

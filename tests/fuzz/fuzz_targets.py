@@ -69,8 +69,10 @@ MEMORY_CONSTANT = 4 << 20
 EXPANSION = {".pcd": LZF_MAX_RATIO, ".npz": NPZ_MAX_EXPANSION, ".laz": LAZ_MAX_RATIO,
              ".glb": INSTANCE_EXPANSION, ".gltf": INSTANCE_EXPANSION}
 #: per format, the reads that came closest to the bound: {"share": (growth / bound, growth, size),
-#: "ratio": (growth / size, growth, size)}
+#: "ratio": (growth / size, growth, size)}; the ratio only over files of RATIO_MIN_SIZE bytes or more
+#: (below, a few kB of fixed cost make any ratio huge)
 MEMORY: Dict[str, Dict[str, Tuple[float, int, int]]] = {}
+RATIO_MIN_SIZE = 256
 
 
 def memory_limit(ext: str, size: int) -> int:
@@ -348,7 +350,7 @@ def _record_memory(ext: str, size: int, grown: int) -> None:
     """Keep the worst reads per format in :data:`MEMORY`; raise a crash past :func:`memory_limit`."""
     worst = MEMORY.setdefault(ext, {"share": (0.0, 0, 0), "ratio": (0.0, 0, 0)})
     for key, value in (("share", grown / memory_limit(ext, size)), ("ratio", grown / max(1, size))):
-        if value > worst[key][0]:
+        if value > worst[key][0] and (key == "share" or size >= RATIO_MIN_SIZE):
             worst[key] = (value, grown, size)
     if grown > memory_limit(ext, size):
         raise ReaderCrash(f"{ext}: reading {size} bytes grew memory by {grown} bytes, more than the bound "
@@ -360,13 +362,14 @@ _WARM: set = set()
 
 
 def _warm_up(ext: str, workdir: Path) -> None:
-    """Read the seeds of ``ext`` once, untraced: lazy imports (trimesh, laspy) are not the reader's memory."""
+    """Read the seeds of ``ext`` once, untraced: lazy imports are not the reader's memory (trimesh, laspy;
+    and every text codec, which trimesh imports on its first file that is not UTF-8)."""
     if ext in _WARM:
         return
     _WARM.add(ext)
     import warnings
 
-    for i, data in enumerate(seed_files().get(ext, [])):
+    for i, data in enumerate(s for seed in seed_files().get(ext, []) for s in (seed, b"\xd0" + seed)):
         path = workdir / f"warm{i}{ext}"
         path.write_bytes(data)
         with warnings.catch_warnings():
