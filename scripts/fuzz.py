@@ -5,7 +5,10 @@
     python scripts/fuzz.py --seconds 30 --format .ply --seed 7
 
 Each format gets its share of the time; inputs are seed files mutated by hypothesis (a fresh
-random seed per run unless --seed is given). Exit code 0 when no crash was found, 1 otherwise;
+random seed per run unless --seed is given). Every read is also held to the memory bound of
+tests/fuzz/fuzz_targets.py (tracemalloc growth <= MEMORY_MULTIPLE x size x expansion +
+MEMORY_CONSTANT); the run ends with the worst growth / file-size ratio seen per format.
+Exit code 0 when no crash was found, 1 otherwise;
 a crash prints a reproducer (the format, the input bytes as base64, and a command that replays
 it) and saves the input under --crash-dir, to be turned into a regression test in
 tests/fuzz/test_fuzz_readers.py (REGRESSIONS).
@@ -131,9 +134,24 @@ def main(argv=None) -> int:
             crashes.append(crash)
     print(f"[fuzz] seed {seed}, {len(formats)} formats, {time.monotonic() - t0:.0f} s, "
           f"{len(crashes)} crash(es)")
+    print(memory_report(F))
     for c in crashes:
         print(c)
     return 1 if crashes else 0
+
+
+def memory_report(F) -> str:
+    """Per format: the read closest to the memory bound, and the largest growth / file-size ratio."""
+    lines = [f"[fuzz] memory (tracemalloc growth of one read; bound = {F.MEMORY_MULTIPLE} x size x expansion "
+             f"+ {F.MEMORY_CONSTANT >> 20} MiB):",
+             f"[fuzz]   format  expansion  worst share of bound (growth / file bytes)  worst growth/size, files >= "
+             f"{F.RATIO_MIN_SIZE} bytes"]
+    for ext, worst in sorted(F.MEMORY.items()):
+        share, sg, ss = worst["share"]
+        ratio, rg, rs = worst["ratio"]
+        lines.append(f"[fuzz]   {ext:6s}  {F.EXPANSION.get(ext, 1):9d}  {share:20.1%} ({sg:>9d} / {ss:>7d})  "
+                     f"{ratio:17.1f}x ({rg:>9d} / {rs:>7d})")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -326,9 +326,9 @@ def test_nan_points_dropped_or_refused(tmp_path):
 def test_missing_and_unknown(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such file"):
         read_points(tmp_path / "nope.ply")
-    bad = tmp_path / "cloud.las"
+    bad = tmp_path / "cloud.e57"
     bad.write_text("1 2 3\n")
-    with pytest.raises(ValueError, match=r"cloud\.las.*unsupported file extension"):
+    with pytest.raises(ValueError, match=r"cloud\.e57.*unsupported file extension"):
         read_points(bad)
     with pytest.raises(ValueError, match="is a directory"):
         read_points(tmp_path)

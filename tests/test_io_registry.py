@@ -12,7 +12,7 @@ from gridify.io import (PointCloud, describe_formats, find_format, formats, read
 
 # the extensions (and their order) of the module before the registry existed
 BUILTIN = (".pcd", ".ply", ".npy", ".npz", ".xyz", ".txt", ".pts", ".csv", ".xyzn", ".xyzrgb",
-           ".off", ".obj", ".stl")
+           ".las", ".laz", ".off", ".obj", ".stl", ".glb", ".gltf")
 
 
 @pytest.fixture(autouse=True)
@@ -30,17 +30,20 @@ def _read_foo(path: Path, *, columns=None) -> PointCloud:
 
 
 def test_builtin_table():
-    assert gio.MESH_EXTENSIONS == (".off", ".obj", ".stl")
+    assert gio.MESH_EXTENSIONS == (".off", ".obj", ".stl", ".glb", ".gltf")
     assert [f.extensions for f in formats()] == [(".pcd",), (".ply",), (".npy",), (".npz",),
                                                  (".xyz", ".txt", ".pts", ".csv"), (".xyzn", ".xyzrgb"),
-                                                 (".off",), (".obj", ".stl")]
+                                                 (".las", ".laz"), (".off",), (".obj", ".stl"), (".glb", ".gltf")]
     assert find_format(".PLY").mesh_reader is not None and not find_format(".ply").is_mesh
     assert find_format(".txt").options == ("columns",) and find_format(".npz").options == ()
     assert find_format(".off").options == ("num_samples", "seed") and find_format(".foo") is None
+    assert find_format(".LAZ").options == ("fields", "labels_from") == find_format(".pcd").options
+    assert find_format(".ply").options == ("num_samples", "seed", "fields", "labels_from")
+    assert gio.READ_OPTIONS == ("num_samples", "seed", "columns", "fields", "labels_from")
     table = describe_formats()
     for ext in BUILTIN:
         assert ext in table
-    assert "surface-sampled" in table and "trimesh" in table
+    assert "surface-sampled" in table and "trimesh" in table and "pip install 'gridify[las]'" in table
     assert table in gio.__doc__  # the package docstring shows the registry's table
     assert {"SUPPORTED_EXTENSIONS", "MESH_EXTENSIONS", "register_reader"} <= set(dir(gio))
     with pytest.raises(AttributeError, match="no attribute 'NOPE'"):
@@ -66,11 +69,11 @@ def test_register_a_reader_for_a_new_extension(tmp_path):
         with pytest.raises(ValueError, match=r"toy\.FOO: 1 of 3 points have NaN/Inf"):
             read_points(f, drop_invalid=False)
         with pytest.raises(ValueError, match=r"toy\.FOO: unsupported mesh extension '\.FOO'; "
-                                             r"supported: \.off \.obj \.stl \.ply$"):
+                                             r"supported: \.off \.obj \.stl \.glb \.gltf \.ply$"):
             read_mesh(f)  # a point-cloud format has no mesh reader
     finally:
         unregister_reader(".foo")
-    with pytest.raises(ValueError, match=r"unsupported file extension '\.FOO'; supported: \.pcd, .*\.stl$"):
+    with pytest.raises(ValueError, match=r"unsupported file extension '\.FOO'; supported: \.pcd, .*\.gltf$"):
         read_points(f)
 
 
@@ -129,7 +132,7 @@ def test_register_a_mesh_format(tmp_path):
         return v, f
 
     try:
-        assert gio.MESH_EXTENSIONS == (".off", ".obj", ".stl", ".tet")
+        assert gio.MESH_EXTENSIONS == (".off", ".obj", ".stl", ".glb", ".gltf", ".tet")
         fmt = find_format(".tet")
         assert fmt.is_mesh and fmt.mesh_reader is read_tet and fmt.options == ("num_samples", "seed")
         path = tmp_path / "a.tet"
@@ -142,7 +145,7 @@ def test_register_a_mesh_format(tmp_path):
         other = tmp_path / "a.xyz"
         other.write_text("1 2 3\n")
         with pytest.raises(ValueError, match=r"a\.xyz: unsupported mesh extension '\.xyz'; "
-                                             r"supported: \.off \.obj \.stl \.tet \.ply$"):
+                                             r"supported: \.off \.obj \.stl \.glb \.gltf \.tet \.ply$"):
             read_mesh(other)
     finally:
         unregister_reader(".tet")
@@ -168,8 +171,8 @@ def test_register_reader_refuses_bad_arguments(kwargs, error, message):
 
 def test_io_is_a_low_layer():
     """gridify.io imports only numpy, the standard library, gridify._files / _checks and itself at
-    module level; trimesh and scipy only inside the functions that need them."""
-    lazy = {"trimesh", "scipy"}
+    module level; trimesh, scipy and laspy only inside the functions that need them."""
+    lazy = {"trimesh", "scipy", "laspy"}
     for path in sorted(Path(gio.__file__).parent.glob("*.py")):
         tree = ast.parse(path.read_text())
         top = set(tree.body)

@@ -1,6 +1,7 @@
 """Robust point-cloud and mesh file readers, and a PLY writer.
 
-:func:`read_points` reads one file into a :class:`PointCloud` (numpy arrays, float32 points).
+:func:`read_points` reads one file into a :class:`PointCloud` (numpy arrays; float32 points,
+or float64 when float64 coordinates have a large offset, see :mod:`gridify.io.cloud`).
 Supported extensions (case-insensitive; the table is built from the format registry, see
 :func:`describe_formats` and :func:`register_reader`):
 
@@ -12,10 +13,16 @@ Text and ``.npy`` columns are interpreted by count unless ``columns=`` names the
 [0, 1] or [0, 255]); 7 = the same plus a label column.
 
 Meshes are surface-sampled (area-weighted, seeded) into ``num_samples`` points with face
-normals; use :func:`read_mesh` to get the raw ``(vertices, faces)``.
+normals; use :func:`read_mesh` to get the raw ``(vertices, faces)``. Formats with named
+per-point fields (LAS/LAZ, PLY, PCD) keep the fields named by ``fields=`` in
+:attr:`PointCloud.fields`, and ``labels_from=`` picks the field the labels come from (e.g.
+``labels_from="classification"`` for LiDAR).
 
 Every corrupt, truncated, empty or unsupported file raises :class:`ValueError` whose message
-names the file and the problem; a missing file raises :class:`FileNotFoundError`.
+names the file and the problem; so does a path that is not a readable regular file (a
+directory, a FIFO, a socket or device, a permission problem); a missing file or a broken
+symbolic link raises :class:`FileNotFoundError`. Sizes declared in headers are checked against
+the file before anything is allocated (each reader's docstring gives its bound).
 
 ``SUPPORTED_EXTENSIONS`` and ``MESH_EXTENSIONS`` are tuples read from the registry at each
 access, so they include formats registered later.
@@ -23,29 +30,34 @@ access, so they include formats registered later.
 Modules: :mod:`~gridify.io.read` (read_points), :mod:`~gridify.io.registry` (the format
 registry), :mod:`~gridify.io.builtin` (the built-in formats), one module per format family
 (:mod:`~gridify.io.text`, :mod:`~gridify.io.npy`, :mod:`~gridify.io.pcd`,
-:mod:`~gridify.io.ply`, :mod:`~gridify.io.mesh`), :mod:`~gridify.io.columns` (column
-interpretation), :mod:`~gridify.io.normals`, :mod:`~gridify.io.writer` and
-:mod:`~gridify.io.cloud` (:class:`PointCloud`).
+:mod:`~gridify.io.ply`, :mod:`~gridify.io.las`, :mod:`~gridify.io.mesh`,
+:mod:`~gridify.io.trimesh_formats`), :mod:`~gridify.io.source` (opening files),
+:mod:`~gridify.io.tokens` (ascii numbers), :mod:`~gridify.io.columns` (column
+interpretation), :mod:`~gridify.io.fields` (named fields), :mod:`~gridify.io.normals`,
+:mod:`~gridify.io.writer` and :mod:`~gridify.io.cloud` (:class:`PointCloud`).
 
 Shapes:
-    points ``[N, 3]`` float32; normals/colors ``[N, 3]`` float32; labels ``[N]`` int64.
+    points ``[N, 3]`` float32 (float64 for large-offset coordinates); normals/colors ``[N, 3]``
+    float32; labels ``[N]`` int64; fields name -> ``[N]``.
 """
 from __future__ import annotations
 
 from typing import List, Tuple
 
 from . import builtin  # noqa: F401  (registers the built-in formats)
-from .cloud import PointCloud
+from .cloud import LARGE_OFFSET, PointCloud
 from .mesh import read_mesh, register_mesh_reader, sample_mesh
 from .normals import repair_normals
 from .pcd import lzf_decompress
-from .read import read_points
+from .read import MAX_SAMPLES, read_points
 from .registry import (READ_OPTIONS, ReaderFormat, describe_formats, find_format, formats, mesh_extensions,
                        register_reader, supported_extensions, unregister_reader)
 from .writer import write_ply
 
 __all__ = [
     "PointCloud",
+    "LARGE_OFFSET",
+    "MAX_SAMPLES",
     "read_points",
     "read_mesh",
     "sample_mesh",

@@ -1,28 +1,78 @@
 """The container every reader returns: :class:`PointCloud`, one point cloud read from a file.
 
+Precision of the coordinates: ``points`` are float32, except that coordinates with a large
+offset (LiDAR / UTM coordinates in metres, x ~ 5e5 with an extent of 100 m) stay float64,
+since float32 would round away the detail users care about. With ``P`` the rows of finite
+coordinates that float32 can represent (the rows a reader keeps) and
+
+    extent = max over the axes of (max_P p_a - min_P p_a)      (the longest side of the box)
+    offset = max over P and the axes of |p_a|
+
+the points are **float64** when the coordinates came as float64 (PCD/PLY doubles, float64 or
+wide-integer ``.npy``/``.npz``, text, LAS/LAZ scaled integers), float32 cannot hold them
+exactly, ``extent > 0`` and ``offset > LARGE_OFFSET * extent`` (``LARGE_OFFSET = 1000``: a
+float32 of magnitude ``offset`` is spaced ``offset * 2**-23 > 1.2e-4 * extent`` apart, so
+float32 would keep less than about ``1e-4`` of the extent); otherwise they are **float32**.
+Consumers centre a float64 cloud in float64 before casting to float32; a cloud whose points all
+coincide (extent 0) has no shape to keep (centred, it is all zeros), so it is float32.
+
 Shapes:
-    points ``[N, 3]`` float32; normals ``[N, 3]`` float32 or None; colors ``[N, 3]`` float32 in
-    ``[0, 1]`` or None; labels ``[N]`` int64 or None.
+    points ``[N, 3]`` float32 (float64 by the rule above); normals ``[N, 3]`` float32 or None;
+    colors ``[N, 3]`` float32 in ``[0, 1]`` or None; labels ``[N]`` int64 or None; fields:
+    name -> ``[N]`` array (as stored in the file).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Dict, Optional
 
 import numpy as np
 
-__all__ = ["PointCloud"]
+__all__ = ["PointCloud", "LARGE_OFFSET", "FLOAT32_MAX", "coordinate_dtype", "representable_rows"]
+
+#: points keep float64 when max|p| > LARGE_OFFSET x the extent (and float32 is not exact)
+LARGE_OFFSET = 1000.0
+#: the largest finite float32; a coordinate beyond it is invalid (dropped or refused by read_points)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def representable_rows(points: np.ndarray) -> np.ndarray:
+    """``[N]`` bool: the rows whose coordinates are finite and within the float32 range (NaN compares False)."""
+    with np.errstate(invalid="ignore"):
+        return ((points >= -FLOAT32_MAX) & (points <= FLOAT32_MAX)).all(axis=1)
+
+
+def coordinate_dtype(points: np.ndarray) -> np.dtype:
+    """float64 or float32 for the ``[N, 3]`` coordinates ``points``, by the rule of the module docstring."""
+    if points.dtype == np.float32 or points.dtype.kind not in "fiu" or points.size == 0:
+        return np.dtype(np.float32)
+    p64 = points.astype(np.float64, copy=False)
+    keep = representable_rows(p64)
+    rows = p64 if keep.all() else p64[keep]
+    if len(rows) == 0 or np.array_equal(rows, rows.astype(np.float32)):
+        return np.dtype(np.float32)  # nothing to keep, or float32 holds every value exactly
+    lo, hi = rows.min(axis=0), rows.max(axis=0)
+    extent = float((hi - lo).max())
+    offset = float(np.maximum(np.abs(lo), np.abs(hi)).max())
+    return np.dtype(np.float64 if 0 < extent and offset > LARGE_OFFSET * extent else np.float32)
 
 
 @dataclass
 class PointCloud:
     """One point cloud read from a file.
 
+    ``points`` are float32, or float64 when the file's float64 coordinates have a large offset
+    relative to the cloud's extent (``max |p| > 1000 x`` the longest side of the bounding box,
+    which is not 0, and float32 cannot hold them exactly; see :mod:`gridify.io.cloud`). ``fields`` holds extra
+    per-point scalar fields a reader was asked to keep (``read_points(..., fields=...)``, e.g.
+    LiDAR ``intensity``, ``return_number``), by name, as stored in the file.
+
     Shapes:
-        points: ``[N, 3]`` float32.
+        points: ``[N, 3]`` float32 or float64.
         normals: ``[N, 3]`` float32 or None.
         colors: ``[N, 3]`` float32 in ``[0, 1]`` or None.
         labels: ``[N]`` int64 or None.
+        fields: name -> ``[N]`` array.
     """
 
     points: np.ndarray
@@ -30,6 +80,7 @@ class PointCloud:
     colors: Optional[np.ndarray] = None
     labels: Optional[np.ndarray] = None
     source: str = ""
+    fields: Dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         where = self.source or "PointCloud"
@@ -37,7 +88,7 @@ class PointCloud:
         if pts.ndim != 2 or pts.shape[1] != 3:
             raise ValueError(f"{where}: points must have shape [N, 3], got {pts.shape}")
         with np.errstate(over="ignore"):  # beyond float32 becomes Inf, which the readers drop/refuse
-            self.points = np.ascontiguousarray(pts, dtype=np.float32)
+            self.points = np.ascontiguousarray(pts, dtype=coordinate_dtype(pts))
         n = len(self.points)
         for name in ("normals", "colors"):
             arr = getattr(self, name)
@@ -46,12 +97,20 @@ class PointCloud:
             arr = np.asarray(arr)
             if arr.shape != (n, 3):
                 raise ValueError(f"{where}: {name} must have shape [{n}, 3], got {arr.shape}")
-            setattr(self, name, np.ascontiguousarray(arr, dtype=np.float32))
+            with np.errstate(over="ignore"):
+                setattr(self, name, np.ascontiguousarray(arr, dtype=np.float32))
         if self.labels is not None:
             lab = np.asarray(self.labels).reshape(-1)
             if lab.shape != (n,):
                 raise ValueError(f"{where}: labels must have shape [{n}], got {lab.shape}")
             self.labels = lab.astype(np.int64)
+        extra = {}
+        for name, arr in dict(self.fields or {}).items():
+            arr = np.asarray(arr)
+            if arr.shape != (n,):
+                raise ValueError(f"{where}: field {name!r} must have shape [{n}], got {arr.shape}")
+            extra[str(name)] = arr
+        self.fields = extra
 
     def __len__(self) -> int:
         return int(self.points.shape[0])
@@ -64,4 +123,4 @@ class PointCloud:
         """The sub-cloud of the rows in ``index`` (a boolean mask or integer indices)."""
         take = lambda a: None if a is None else a[index]  # noqa: E731
         return PointCloud(self.points[index], take(self.normals), take(self.colors),
-                          take(self.labels), self.source)
+                          take(self.labels), self.source, {k: v[index] for k, v in self.fields.items()})

@@ -9,23 +9,35 @@ Reading is three steps: the header is parsed into a ``_PcdHeader`` record, one d
 :class:`PointCloud` (``x y z``; normals ``normal_x``... or ``nx``...; colours packed in
 ``rgb``/``rgba`` or as ``r g b``; labels ``label``/``class``/...).
 
+Sizes are checked against the file before anything is allocated: ``binary`` needs
+``N x record`` bytes after the header; ``ascii`` needs ``N x sum(COUNT)`` values, hence at least
+``2 N sum(COUNT) - 1`` bytes; ``binary_compressed`` needs an uncompressed size of exactly
+``N x record`` bytes, at most ``LZF_MAX_RATIO = 88`` times the compressed size (an LZF back
+reference of 3 bytes yields at most 264: ``264 / 3 = 88``; literal runs never expand).
+
 Shapes:
     points ``[N, 3]`` (``N`` = ``POINTS``, or ``WIDTH * HEIGHT``); normals/colors ``[N, 3]``;
-    labels ``[N]``.
+    labels ``[N]``; fields ``[N]`` each (the ``fields`` option).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from .cloud import PointCloud
 from .columns import color_scale
+from .fields import pick_fields
+from .source import read_file_bytes
+from .tokens import ascii_floats, min_ascii_bytes
 
-__all__ = ["lzf_decompress", "read_pcd"]
+__all__ = ["lzf_decompress", "read_pcd", "LZF_MAX_RATIO"]
+
+#: the most an LZF stream can expand: a 3-byte back reference yields at most 264 bytes
+LZF_MAX_RATIO = 88
 
 _PCD_TYPES = {("F", 4): "f4", ("F", 8): "f8", ("I", 1): "i1", ("I", 2): "i2", ("I", 4): "i4",
               ("I", 8): "i8", ("U", 1): "u1", ("U", 2): "u2", ("U", 4): "u4", ("U", 8): "u8"}
@@ -53,7 +65,27 @@ class _PcdHeader:
 
 
 def lzf_decompress(data: bytes, out_len: int) -> bytes:
-    """Decompress an LZF stream (the codec of PCD ``binary_compressed``) of known output size."""
+    """Decompress an LZF stream (the codec of PCD ``binary_compressed``) of known output size.
+
+    ``out_len`` may be at most ``LZF_MAX_RATIO * len(data)`` (88x, LZF's largest expansion): a
+    larger one is refused before anything is allocated.
+
+    Raises:
+        ValueError: bad arguments, an impossible ``out_len``, or a corrupt stream.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ValueError(f"lzf_decompress: data must be bytes, got {type(data).__name__}")
+    if isinstance(out_len, bool) or not isinstance(out_len, (int, np.integer)) or out_len < 0:
+        raise ValueError(f"lzf_decompress: out_len must be a non-negative integer, got {out_len!r}")
+    data, out_len = bytes(data), int(out_len)
+    if out_len > LZF_MAX_RATIO * len(data):
+        raise ValueError(f"lzf_decompress: {len(data)} compressed bytes cannot decode to {out_len} bytes "
+                         f"(LZF expands at most {LZF_MAX_RATIO}x)")
+    return _lzf_unchecked(data, out_len)
+
+
+def _lzf_unchecked(data: bytes, out_len: int) -> bytes:
+    """The LZF decoder; ``out_len <= LZF_MAX_RATIO * len(data)`` is the caller's check."""
     out = bytearray(out_len)
     ip = op = 0
     n = len(data)
@@ -67,27 +99,27 @@ def lzf_decompress(data: bytes, out_len: int) -> bytes:
             out[op:op + ln] = data[ip:ip + ln]
             ip += ln
             op += ln
-        else:  # back reference
-            ln = ctrl >> 5
-            ref = op - ((ctrl & 0x1F) << 8) - 1
-            if ln == 7:
-                if ip >= n:
-                    raise ValueError("LZF stream ends inside a back reference")
-                ln += data[ip]
-                ip += 1
+            continue
+        ln = ctrl >> 5  # back reference
+        ref = op - ((ctrl & 0x1F) << 8) - 1
+        if ln == 7:
             if ip >= n:
                 raise ValueError("LZF stream ends inside a back reference")
-            ref -= data[ip]
+            ln += data[ip]
             ip += 1
-            ln += 2
-            if ref < 0 or op + ln > out_len:
-                raise ValueError("LZF back reference out of range")
-            if ref + ln <= op:
-                out[op:op + ln] = out[ref:ref + ln]
-            else:  # overlapping copy repeats the pattern byte by byte
-                for k in range(ln):
-                    out[op + k] = out[ref + k]
-            op += ln
+        if ip >= n:
+            raise ValueError("LZF stream ends inside a back reference")
+        ref -= data[ip]
+        ip += 1
+        ln += 2
+        if ref < 0 or op + ln > out_len:
+            raise ValueError("LZF back reference out of range")
+        if ref + ln <= op:
+            out[op:op + ln] = out[ref:ref + ln]
+        else:  # an overlapping copy repeats the last op - ref bytes
+            period = bytes(out[ref:op])
+            out[op:op + ln] = (period * (ln // len(period) + 1))[:ln]
+        op += ln
     if op != out_len:
         raise ValueError(f"LZF stream decoded to {op} bytes, expected {out_len}")
     return bytes(out)
@@ -175,19 +207,21 @@ def _parse_pcd_header(p: Path, raw: bytes) -> _PcdHeader:
 # --------------------------------------------------------------------------------------
 def _decode_ascii(p: Path, body: bytes, hdr: _PcdHeader) -> np.ndarray:
     npts = hdr.num_points
-    toks = body.decode("latin-1").split()
     per = int(sum(hdr.counts))
-    if len(toks) < npts * per:
+    need = npts * per
+    if len(body) < min_ascii_bytes(need):  # before parsing: every value needs a character and a separator
+        raise ValueError(f"{p}: truncated PCD: header declares {npts} points x {per} values, but the "
+                         f"{len(body)} bytes after the header hold fewer than {need} values")
+    vals = ascii_floats(p, "PCD ascii data", body)
+    if len(vals) < need:
         raise ValueError(f"{p}: truncated PCD: header declares {npts} points x {per} values, "
-                         f"found only {len(toks)} values")
-    try:
-        vals = np.array(toks[:npts * per], dtype=np.float64).reshape(npts, per)
-    except ValueError:
-        raise ValueError(f"{p}: PCD ascii data contains non-numeric values") from None
+                         f"found only {len(vals)} values")
+    vals = vals[:need].reshape(npts, per)
     arr = np.zeros(npts, dtype=hdr.dtype)
     col = 0
     for fname, c in zip(hdr.dtype.names, hdr.counts):
-        arr[fname] = vals[:, col:col + c].reshape(arr[fname].shape)
+        with np.errstate(invalid="ignore", over="ignore"):  # e.g. NaN into an integer field
+            arr[fname] = vals[:, col:col + c].reshape(arr[fname].shape)
         col += c
     return arr
 
@@ -205,16 +239,20 @@ def _decode_binary_compressed(p: Path, body: bytes, hdr: _PcdHeader) -> np.ndarr
     npts, dt = hdr.num_points, hdr.dtype
     if len(body) < 8:
         raise ValueError(f"{p}: truncated PCD: binary_compressed data has no size header")
-    csize, usize = np.frombuffer(body[:8], dtype="<u4")
+    csize, usize = (int(v) for v in np.frombuffer(body[:8], dtype="<u4"))
     need = npts * dt.itemsize
-    if int(usize) != need:
-        raise ValueError(f"{p}: corrupt PCD: uncompressed size {int(usize)} does not match "
+    if usize != need:
+        raise ValueError(f"{p}: corrupt PCD: uncompressed size {usize} does not match "
                          f"{npts} points x {dt.itemsize} bytes")
-    if len(body) < 8 + int(csize):
-        raise ValueError(f"{p}: truncated PCD: compressed block of {int(csize)} bytes but only "
+    if len(body) < 8 + csize:
+        raise ValueError(f"{p}: truncated PCD: compressed block of {csize} bytes but only "
                          f"{len(body) - 8} bytes present")
+    if usize > LZF_MAX_RATIO * csize:  # before allocating the output
+        raise ValueError(f"{p}: corrupt PCD: header declares {npts} points ({usize} bytes) but a "
+                         f"compressed block of {csize} bytes holds at most {LZF_MAX_RATIO * csize} "
+                         f"(LZF expands at most {LZF_MAX_RATIO}x)")
     try:
-        flat = lzf_decompress(body[8:8 + int(csize)], int(usize))
+        flat = _lzf_unchecked(body[8:8 + csize], usize)
     except ValueError as exc:
         raise ValueError(f"{p}: corrupt PCD binary_compressed data ({exc})") from None
     # compressed data is stored field by field (all x, then all y, ...)
@@ -223,7 +261,8 @@ def _decode_binary_compressed(p: Path, body: bytes, hdr: _PcdHeader) -> np.ndarr
     for fname in dt.names:
         sub = dt[fname]
         nbytes = sub.itemsize * npts
-        arr[fname] = np.frombuffer(flat[off:off + nbytes], dtype=sub.base).reshape(arr[fname].shape)
+        arr[fname] = np.frombuffer(flat, dtype=sub.base, count=nbytes // max(1, sub.base.itemsize),
+                                   offset=off).reshape(arr[fname].shape)
         off += nbytes
     return arr
 
@@ -249,31 +288,36 @@ def _pcd_colors(arr: np.ndarray) -> Optional[np.ndarray]:
     return None
 
 
-def _pcd_to_cloud(p: Path, arr: np.ndarray, hdr: _PcdHeader) -> PointCloud:
-    """Map the fields of the decoded points to a :class:`PointCloud`."""
+def _pcd_to_cloud(p: Path, arr: np.ndarray, hdr: _PcdHeader, fields: Union[None, str, Sequence[str]],
+                  labels_from: Optional[str]) -> PointCloud:
+    """Map the fields of the decoded points to a :class:`PointCloud` (``fields``/``labels_from``: read_points)."""
     names = set(arr.dtype.names)
     if not {"x", "y", "z"} <= names:
         raise ValueError(f"{p}: PCD has no x y z fields (fields: {hdr.fields})")
-    pts = np.stack([arr["x"], arr["y"], arr["z"]], axis=1).astype(np.float32)
+    pts = np.stack([arr["x"], arr["y"], arr["z"]], axis=1)  # float64 coordinates stay float64 (cloud.py)
     normals = None
     for trio in (("normal_x", "normal_y", "normal_z"), ("nx", "ny", "nz")):
         if set(trio) <= names:
             normals = np.stack([arr[k] for k in trio], axis=1)
             break
-    labels = None
+    scalars = {k: arr[k] for k in arr.dtype.names if arr[k].ndim == 1 and not k.startswith("_")}
+    labels, extra = pick_fields(p, scalars, fields, labels_from,
+                                skip=("x", "y", "z", "normal_x", "normal_y", "normal_z", "nx", "ny", "nz", "rgb",
+                                      "rgba", "r", "g", "b"))
     for lk in ("label", "labels", "class", "object", "semantic"):
-        if lk in names:
-            labels = np.asarray(arr[lk]).reshape(hdr.num_points, -1)[:, 0].astype(np.int64)
-            break
-    return PointCloud(pts, normals, _pcd_colors(arr), labels, str(p))
+        if labels is None and labels_from is None and lk in names:
+            with np.errstate(invalid="ignore"):
+                labels = np.asarray(arr[lk]).reshape(hdr.num_points, -1)[:, 0].astype(np.int64)
+    return PointCloud(pts, normals, _pcd_colors(arr), labels, str(p), extra)
 
 
-def read_pcd(p: Path) -> PointCloud:
-    """Read the PCD file ``p`` (see the module docstring)."""
-    raw = p.read_bytes()
+def read_pcd(p: Path, fields: Union[None, str, Sequence[str]] = None, labels_from: Optional[str] = None
+             ) -> PointCloud:
+    """Read the PCD file ``p`` (see the module docstring); ``fields`` / ``labels_from`` as in read_points."""
+    raw = read_file_bytes(p)
     hdr = _parse_pcd_header(p, raw)
     decode = _DECODERS.get(hdr.data_kind)
     if decode is None:
         raise ValueError(f"{p}: unsupported PCD DATA kind {hdr.data_kind!r} (ascii, binary, "
                          f"binary_compressed)")
-    return _pcd_to_cloud(p, decode(p, raw[hdr.data_start:], hdr), hdr)
+    return _pcd_to_cloud(p, decode(p, raw[hdr.data_start:], hdr), hdr, fields, labels_from)

@@ -8,22 +8,30 @@ then the elements in order. The ``vertex`` element gives the points (``x y z``; 
 (fan-triangulated) or ``tristrips`` is a mesh: :func:`read_ply` surface-samples it and
 :func:`read_ply_mesh` returns it.
 
+Sizes are checked against the file before anything is parsed: an element of ``n`` items needs
+at least ``n x`` (its scalar sizes + the size of each list's length) bytes in a binary file, and
+at least ``n x`` (its number of properties) values, hence ``2 n k - 1`` bytes, in an ascii
+file; every list length is checked against the bytes or values left before it is read.
+
 Shapes:
-    points ``[N, 3]``, normals/colors ``[N, 3]``, labels ``[N]``; as a mesh: vertices
-    ``[V, 3]`` float64, faces ``[F, 3]`` int64.
+    points ``[N, 3]``, normals/colors ``[N, 3]``, labels ``[N]``, fields ``[N]`` each; as a
+    mesh: vertices ``[V, 3]`` float64, faces ``[F, 3]`` int64.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from .cloud import PointCloud
 from .columns import color_scale
-from .mesh import polygons_to_triangles, sample_mesh
+from .fields import pick_fields
+from .mesh import polygons_to_triangles, surface_cloud
+from .source import read_file_bytes
+from .tokens import Ragged, ascii_floats, gather_lists, min_ascii_bytes
 
 __all__ = ["read_ply", "read_ply_mesh"]
 
@@ -98,9 +106,27 @@ def _parse_ply_header(p: Path, raw: bytes) -> _PlyHeader:
             raise ValueError(f"{p}: unexpected PLY header line {line!r}")
     if fmt is None:
         raise ValueError(f"{p}: PLY header has no 'format' line")
-    if any(e.count < 0 for e in elements):
-        raise ValueError(f"{p}: PLY header declares a negative element count")
+    for el in elements:
+        if el.count < 0:
+            raise ValueError(f"{p}: PLY header declares a negative element count")
+        names = [pr.name for pr in el.props]
+        twice = sorted({nm for nm in names if names.count(nm) > 1})
+        if twice:
+            raise ValueError(f"{p}: PLY element {el.name!r} declares property {twice[0]!r} twice")
     return _PlyHeader(fmt, elements, m.end())
+
+
+def _check_ply_sizes(p: Path, hdr: _PlyHeader, available: int) -> None:
+    """Fail before parsing when the elements the header declares cannot fit in ``available`` bytes."""
+    if hdr.format == "ascii":  # every property of an item is at least one value (a list: its length)
+        need = min_ascii_bytes(sum(el.count * len(el.props) for el in hdr.elements))
+    else:
+        need = sum(el.count * sum(np.dtype(pr.count_dtype or pr.dtype).itemsize for pr in el.props)
+                   for el in hdr.elements)
+    if need > available:
+        declared = ", ".join(f"{el.count} {el.name}" for el in hdr.elements if el.count)
+        raise ValueError(f"{p}: truncated PLY: header declares {declared} items, at least {need} bytes "
+                         f"of {hdr.format} data, but only {available} bytes follow the header")
 
 
 # --------------------------------------------------------------------------------------
@@ -133,6 +159,8 @@ def _ply_binary_uniform_lists(buf: bytes, off: int, el: _PlyElement, endian: str
             if probe + cdt.itemsize > len(buf):
                 raise _Truncated(f"element {el.name!r} ends inside a list length")
             length = int(np.frombuffer(buf, dtype=cdt, count=1, offset=probe)[0])
+            if length < 0 or probe + cdt.itemsize + length * np.dtype(pr.dtype).itemsize > len(buf):
+                return None  # the general path reports it
             fields.append((pr.name + "__len", cdt.str, ()))
             fields.append((pr.name, endian + pr.dtype, (length,)))
             probe += cdt.itemsize + length * np.dtype(pr.dtype).itemsize
@@ -184,31 +212,70 @@ def _ply_binary_element(buf: bytes, off: int, el: _PlyElement, endian: str) -> T
 # --------------------------------------------------------------------------------------
 # ascii elements
 # --------------------------------------------------------------------------------------
-def _ply_ascii_element(toks: List[str], off: int, el: _PlyElement) -> Tuple[Dict[str, Any], int]:
-    """Parse one ascii element from the tokens ``toks[off:]``; returns ``({prop: values}, new_offset)``."""
+def _list_length(value: float, el: _PlyElement, left: int) -> int:
+    """An ascii list length: a non-negative integer no larger than the ``left`` values after it."""
+    if not (np.isfinite(value) and value >= 0 and value == int(value)):
+        raise ValueError(f"element {el.name!r} has a list length that is not a non-negative integer "
+                         f"({float(value)!r})")
+    if value > left:
+        raise _Truncated(f"element {el.name!r}: a list of {int(value)} values, only {left} values left")
+    return int(value)
+
+
+def _ply_ascii_uniform(vals: np.ndarray, off: int, el: _PlyElement) -> Optional[Tuple[Dict[str, Any], int]]:
+    """The common fast path: every list has the length of the first item's (e.g. all triangles); else None."""
+    layout: List[Tuple[_PlyProp, int, Optional[int]]] = []
+    width = 0
+    for pr in el.props:
+        if pr.count_dtype is None:
+            layout.append((pr, width, None))
+            width += 1
+            continue
+        if off + width >= len(vals) or not (np.isfinite(vals[off + width]) and vals[off + width] >= 0
+                                            and vals[off + width] == int(vals[off + width])):
+            return None
+        length = int(vals[off + width])
+        layout.append((pr, width, length))
+        width += 1 + length
+    if off + el.count * width > len(vals):
+        return None
+    block = vals[off:off + el.count * width].reshape(el.count, width)
+    if any(ln is not None and not np.all(block[:, c] == ln) for _, c, ln in layout):
+        return None
+    out = {pr.name: block[:, c] if ln is None else block[:, c + 1:c + 1 + ln] for pr, c, ln in layout}
+    return out, off + el.count * width
+
+
+def _ply_ascii_element(vals: np.ndarray, off: int, el: _PlyElement) -> Tuple[Dict[str, Any], int]:
+    """Parse one ascii element from the values ``vals[off:]``; returns ``({prop: values}, new_offset)``."""
     n = el.count
     if all(pr.count_dtype is None for pr in el.props):
         k = len(el.props)
-        if off + n * k > len(toks):
+        if off + n * k > len(vals):
             raise _Truncated(f"element {el.name!r}: {n} items x {k} values, "
-                             f"only {len(toks) - off} values left")
-        vals = np.array(toks[off:off + n * k], dtype=np.float64).reshape(n, k)
-        return {pr.name: vals[:, i] for i, pr in enumerate(el.props)}, off + n * k
-    out: Dict[str, List[Any]] = {pr.name: [] for pr in el.props}
-    for _ in range(n):
+                             f"only {len(vals) - off} values left")
+        block = vals[off:off + n * k].reshape(n, k)
+        with np.errstate(invalid="ignore", over="ignore"):  # the declared types, as a binary file holds them
+            return {pr.name: block[:, i].astype(pr.dtype) for i, pr in enumerate(el.props)}, off + n * k
+    uniform = _ply_ascii_uniform(vals, off, el) if n else None
+    if uniform is not None:
+        return uniform
+    # the general path: where each value / list starts (8 bytes per item, no object per list)
+    starts = {pr.name: np.empty(n, np.int64) for pr in el.props}
+    lengths = {pr.name: np.empty(n, np.int64) for pr in el.props if pr.count_dtype is not None}
+    for i in range(n):
         for pr in el.props:
-            if off >= len(toks):
+            if off >= len(vals):
                 raise _Truncated(f"element {el.name!r} is cut short")
             if pr.count_dtype is None:
-                out[pr.name].append(float(toks[off]))
+                starts[pr.name][i] = off
                 off += 1
             else:
-                length = int(float(toks[off]))
-                off += 1
-                if length < 0 or off + length > len(toks):
-                    raise _Truncated(f"element {el.name!r} is cut short")
-                out[pr.name].append(np.array(toks[off:off + length], dtype=np.float64).astype(np.int64))
-                off += length
+                length = _list_length(vals[off], el, len(vals) - off - 1)
+                starts[pr.name][i], lengths[pr.name][i] = off + 1, length
+                off += 1 + length
+    out = {pr.name: vals[starts[pr.name]] if pr.count_dtype is None
+           else gather_lists(vals, starts[pr.name], lengths[pr.name]) for pr in el.props}
     return out, off
 
 
@@ -218,7 +285,7 @@ def _ply_ascii_element(toks: List[str], off: int, el: _PlyElement) -> Tuple[Dict
 def _strips_to_triangles(strips: Any) -> np.ndarray:
     """Decode triangle strips (``-1`` restarts a strip), alternating the winding."""
     out: List[np.ndarray] = []
-    for strip in strips:
+    for strip in (strips.split() if isinstance(strips, Ragged) else strips):
         s = np.asarray(strip).astype(np.int64).reshape(-1)
         if len(s) < 3:
             continue
@@ -257,19 +324,20 @@ def _ply_faces(p: Path, hdr: _PlyHeader, parsed: Dict[str, Dict[str, Any]], num_
 
 
 def _read_ply_raw(p: Path) -> Tuple[Dict[str, np.ndarray], Optional[np.ndarray]]:
-    """``({vertex property: [V] array}, faces [F, 3] or None)``."""
-    raw = p.read_bytes()
+    """``({scalar vertex property: [V] array}, faces [F, 3] or None)``."""
+    raw = read_file_bytes(p)
     hdr = _parse_ply_header(p, raw)
     vertex = next((e for e in hdr.elements if e.name == "vertex"), None)
     if vertex is None:
         raise ValueError(f"{p}: PLY has no 'vertex' element")
+    _check_ply_sizes(p, hdr, len(raw) - hdr.data_start)
     parsed: Dict[str, Dict[str, Any]] = {}
     try:
         if hdr.format == "ascii":
-            toks = raw[hdr.data_start:].decode("latin-1").split()
+            vals = ascii_floats(p, "PLY ascii data", raw[hdr.data_start:])
             off = 0
             for el in hdr.elements:
-                parsed[el.name], off = _ply_ascii_element(toks, off, el)
+                parsed[el.name], off = _ply_ascii_element(vals, off, el)
         else:
             endian = "<" if hdr.format == "binary_little_endian" else ">"
             off = hdr.data_start
@@ -278,8 +346,10 @@ def _read_ply_raw(p: Path) -> Tuple[Dict[str, np.ndarray], Optional[np.ndarray]]
     except _Truncated as exc:
         raise ValueError(f"{p}: truncated PLY ({exc})") from None
     except ValueError as exc:
+        if str(p) in str(exc):
+            raise
         raise ValueError(f"{p}: corrupt PLY data ({exc})") from None
-    verts = {k: np.asarray(v) for k, v in parsed["vertex"].items()}
+    verts = {pr.name: np.asarray(parsed["vertex"][pr.name]) for pr in vertex.props if pr.count_dtype is None}
     return verts, _ply_faces(p, hdr, parsed, vertex.count)
 
 
@@ -297,28 +367,42 @@ def read_ply_mesh(p: Path) -> Tuple[np.ndarray, np.ndarray]:
     return pts, (faces if faces is not None else np.zeros((0, 3), np.int64))
 
 
-def read_ply(p: Path, num_samples: int, seed: int) -> PointCloud:
-    """The points of the PLY file ``p``, or ``num_samples`` surface samples when it is a mesh."""
+def _ply_colors(verts: Dict[str, np.ndarray]) -> Optional[np.ndarray]:
+    """Colours in ``[0, 1]`` from ``red green blue`` (or ``r g b``, ``diffuse_*``) properties, or None."""
+    for trio in (("red", "green", "blue"), ("r", "g", "b"), ("diffuse_red", "diffuse_green", "diffuse_blue")):
+        if set(trio) <= verts.keys():
+            block = np.stack([verts[k] for k in trio], 1)
+            scale = 255.0 if block.dtype.kind in "ui" else (color_scale(block.astype(np.float64)) or 255.0)
+            return np.clip(block.astype(np.float64) / scale, 0.0, 1.0)
+    return None
+
+
+# vertex properties that are already points, normals or colours: fields="all" leaves them out
+_NOT_FIELDS = ("x", "y", "z", "nx", "ny", "nz", "normal_x", "normal_y", "normal_z", "red", "green", "blue",
+               "r", "g", "b", "diffuse_red", "diffuse_green", "diffuse_blue")
+
+
+def read_ply(p: Path, num_samples: int, seed: int, fields: Union[None, str, Sequence[str]] = None,
+             labels_from: Optional[str] = None) -> PointCloud:
+    """The points of the PLY file ``p``, or ``num_samples`` surface samples when it is a mesh.
+
+    ``fields`` / ``labels_from`` (read_points options) pick vertex properties of a point cloud.
+    """
     verts, faces = _read_ply_raw(p)
     pts = _ply_points(p, verts)
     if faces is not None and len(faces) > 0:
-        sp, sn = sample_mesh((pts, faces), num_samples, seed=seed)
-        return PointCloud(sp, sn, source=str(p))
+        if fields is not None or labels_from is not None:
+            raise ValueError(f"{p}: this PLY is a mesh: its surface samples have no per-point fields "
+                             f"(fields= / labels_from= apply to PLY point clouds)")
+        return surface_cloud(p, pts, faces, num_samples, seed)
     normals = None
     for trio in (("nx", "ny", "nz"), ("normal_x", "normal_y", "normal_z")):
         if set(trio) <= verts.keys():
             normals = np.stack([verts[k] for k in trio], 1)
             break
-    colors = None
-    for trio in (("red", "green", "blue"), ("r", "g", "b"), ("diffuse_red", "diffuse_green", "diffuse_blue")):
-        if set(trio) <= verts.keys():
-            block = np.stack([verts[k] for k in trio], 1)
-            scale = 255.0 if block.dtype.kind in "ui" else (color_scale(block.astype(np.float64)) or 255.0)
-            colors = np.clip(block.astype(np.float64) / scale, 0.0, 1.0)
-            break
-    labels = None
+    labels, extra = pick_fields(p, verts, fields, labels_from, skip=_NOT_FIELDS)
     for lk in ("label", "labels", "class", "scalar_label", "semantic", "part", "segment"):
-        if lk in verts:
-            labels = np.asarray(verts[lk]).astype(np.int64)
-            break
-    return PointCloud(pts, normals, colors, labels, str(p))
+        if labels is None and labels_from is None and lk in verts:
+            with np.errstate(invalid="ignore"):
+                labels = verts[lk].astype(np.int64)
+    return PointCloud(pts, normals, _ply_colors(verts), labels, str(p), extra)

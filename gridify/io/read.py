@@ -1,64 +1,94 @@
 """The entry point :func:`read_points`: check the file, pick its reader, check the cloud it returns.
 
 The reader is the one the format registry (:mod:`gridify.io.registry`) holds for the file's
-extension; :func:`check_file` and :func:`finalize` are the checks every read goes through
-(:func:`~gridify.io.read_mesh` uses check_file too).
+extension; :func:`~gridify.io.source.check_file` and :func:`finalize` are the checks every read
+goes through (:func:`~gridify.io.read_mesh` uses check_file too). A mesh is sampled into at most
+:data:`MAX_SAMPLES` points: ``num_samples`` is checked before anything is read or allocated.
 
 Shapes:
-    points ``[N, 3]`` float32; normals/colors ``[N, 3]`` float32; labels ``[N]`` int64.
+    points ``[N, 3]`` float32 (float64 for large-offset coordinates, see :mod:`gridify.io.cloud`);
+    normals/colors ``[N, 3]`` float32; labels ``[N]`` int64; fields name -> ``[N]``.
 """
 from __future__ import annotations
 
-import os
+import math
 import warnings
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 
+from .._checks import check_int, fail, is_int
 from .._files import PathLike
-from .cloud import PointCloud
-from .registry import find_format, supported_extensions
+from .cloud import PointCloud, representable_rows
+from .registry import find_format, formats, supported_extensions
+from .source import check_file
 
-__all__ = ["read_points", "check_file", "finalize"]
+__all__ = ["read_points", "finalize", "check_read_options", "run_reader", "MAX_SAMPLES"]
+
+#: the most points read_points samples on a mesh (about 130 bytes of temporaries per sample: ~2 GB)
+MAX_SAMPLES = 1 << 24
+
+Fields = Union[None, str, Sequence[str]]
+T = TypeVar("T")
 
 
 def read_points(path: PathLike, *, num_samples: int = 10_000, seed: int = 0,
-                columns: Optional[Sequence[str]] = None, drop_invalid: bool = True) -> PointCloud:
+                columns: Optional[Sequence[str]] = None, drop_invalid: bool = True,
+                fields: Fields = None, labels_from: Optional[str] = None) -> PointCloud:
     """Read a point cloud (or surface-sample a mesh) from ``path``.
 
     Args:
         path: the file; its extension picks the reader (see :func:`~gridify.io.describe_formats`).
-        num_samples: number of surface points drawn from a mesh file (OFF/OBJ/STL, or a
-            PLY with faces). Ignored for point-cloud files.
+        num_samples: number of surface points drawn from a mesh file (OFF/OBJ/STL/GLB/glTF, or
+            a PLY with faces), at most ``MAX_SAMPLES`` (2**24). Ignored for point-cloud files.
         seed: seed of the mesh surface sampling; the same seed gives the same points.
         columns: for text and ``.npy`` files, the meaning of each column, e.g.
             ``("x", "y", "z", "r", "g", "b", "label")``; names are ``x y z nx ny nz r g b
             label`` and ``_`` (ignored). ``None`` infers it from the column count.
-        drop_invalid: drop points whose coordinates are NaN/Inf (organised PCD scans mark
-            missing returns that way) with a warning; when False such a file raises.
+        drop_invalid: drop points whose coordinates are NaN/Inf or beyond the float32 range
+            (organised PCD scans mark missing returns that way) with a warning; when False such
+            a file raises.
+        fields: extra per-point scalar fields to keep in :attr:`PointCloud.fields`, for formats
+            with named fields (LAS/LAZ dimensions such as ``intensity``, ``return_number``,
+            ``gps_time``; PLY vertex properties; PCD fields): a list of names, or ``"all"``.
+        labels_from: the field whose values become ``labels`` (int64), e.g. ``"classification"``
+            for LAS/LAZ; by default a file's ``label``-like field, if any (LAS/LAZ: none).
 
     Returns:
         A :class:`PointCloud`; ``source`` is the path as a string.
 
     Shapes:
-        points ``[N, 3]``; normals/colors ``[N, 3]``; labels ``[N]``.
+        points ``[N, 3]`` (float64 only for large-offset coordinates); normals/colors ``[N, 3]``;
+        labels ``[N]``; each field ``[N]``.
 
     Raises:
-        FileNotFoundError: the file does not exist.
-        ValueError: the file is empty, truncated, corrupt, or has an unsupported extension.
+        FileNotFoundError: the file does not exist (or is a broken symbolic link).
+        ValueError: the file is empty, truncated, corrupt, not a regular file, unreadable, or has
+            an unsupported extension; the message names the file and the problem.
     """
+    options = check_read_options(num_samples=num_samples, seed=seed, columns=columns,
+                                 drop_invalid=drop_invalid, fields=fields, labels_from=labels_from)
     p = check_file(path)
     ext = p.suffix.lower()
-    if num_samples is None or int(num_samples) < 1:
-        raise ValueError(f"read_points: num_samples must be a positive integer, got {num_samples!r}")
     fmt = find_format(ext)
     if fmt is None:
         raise ValueError(f"{p}: unsupported file extension {p.suffix!r}; supported: "
                          f"{', '.join(supported_extensions())}")
-    options = {"num_samples": int(num_samples), "seed": seed, "columns": columns}
+    for name in ("fields", "labels_from"):
+        if options[name] is not None and name not in fmt.options:
+            takers = " ".join(e for f in formats() if name in f.options for e in f.extensions)
+            raise ValueError(f"{p}: read_points option {name}= does not apply to {ext} files "
+                             f"(formats with named per-point fields: {takers})")
+    cloud = run_reader(p, fmt.reader, **{k: options[k] for k in fmt.options})
+    return finalize(cloud, p, drop_invalid)
+
+
+def run_reader(p: Path, reader: Callable[..., T], **options: Any) -> T:
+    """``reader(p, **options)``, with every exception but FileNotFoundError turned into a ValueError naming ``p``."""
+    ext = p.suffix.lower()
     try:
-        cloud = fmt.reader(p, **{k: options[k] for k in fmt.options})
+        return reader(p, **options)
     except FileNotFoundError:
         raise
     except ValueError as exc:
@@ -67,37 +97,68 @@ def read_points(path: PathLike, *, num_samples: int = 10_000, seed: int = 0,
         # a ValueError from numpy/trimesh or a helper (sample_mesh...): name the file
         raise ValueError(f"{p}: could not read {ext} file ({exc})") from exc
     except MemoryError as exc:
-        raise ValueError(f"{p}: file is too large or its header is corrupt ({exc})") from exc
+        raise ValueError(f"{p}: not enough memory to read the file ({exc or 'MemoryError'})") from exc
+    except RecursionError as exc:
+        raise ValueError(f"{p}: could not read {ext} file (nested too deeply: {exc})") from exc
     except Exception as exc:  # anything from numpy/trimesh/zipfile becomes a named ValueError
         raise ValueError(f"{p}: could not read {ext} file ({type(exc).__name__}: {exc})") from exc
-    return finalize(cloud, p, drop_invalid)
+    except BaseException as exc:
+        if type(exc).__name__ != "PanicException":  # KeyboardInterrupt, SystemExit, alarms: not ours
+            raise
+        # a Rust panic in a compiled dependency (lazrs) surfaces as pyo3's PanicException(BaseException)
+        raise ValueError(f"{p}: could not read {ext} file (the decoder failed: {exc})") from exc
 
 
-def check_file(path: PathLike) -> Path:
-    """``path`` as a :class:`~pathlib.Path` to an existing, non-empty file; else the error read_points raises."""
-    if path is None:
-        raise ValueError("path must be a file path, got None")
-    p = Path(os.fspath(path))
-    if not p.exists():
-        raise FileNotFoundError(f"{p}: no such file")
-    if p.is_dir():
-        raise ValueError(f"{p}: is a directory, expected a point-cloud or mesh file")
-    if p.stat().st_size == 0:
-        raise ValueError(f"{p}: file is empty (0 bytes)")
-    return p
+def _check_num_samples(where: str, num_samples: Any) -> int:
+    """``num_samples`` as an int in ``[1, MAX_SAMPLES]``; an integral float (``7.0``) is accepted."""
+    ok = is_int(num_samples) or (isinstance(num_samples, float) and math.isfinite(num_samples)
+                                 and num_samples == int(num_samples))
+    if not ok or int(num_samples) < 1:
+        fail(where, f"num_samples must be a positive integer, got {num_samples!r}")
+    if int(num_samples) > MAX_SAMPLES:
+        fail(where, f"num_samples must be at most {MAX_SAMPLES:,} (sampling a mesh needs about 130 bytes "
+                    f"per point), got {int(num_samples):,}")
+    return int(num_samples)
+
+
+def check_read_options(*, num_samples: Any = 10_000, seed: Any = 0, columns: Any = None,
+                       drop_invalid: Any = True, fields: Any = None, labels_from: Any = None) -> Dict[str, Any]:
+    """The options of read_points, checked (a ValueError names ``read_points`` and the argument).
+
+    Returns:
+        ``{name: value}`` for every option a reader may take (``num_samples`` as an int, ``fields``
+        as a tuple of names or ``"all"``).
+    """
+    where = "read_points"
+    n = _check_num_samples(where, num_samples)
+    check_int(where, "seed", seed, 0)
+    if not isinstance(drop_invalid, (bool, np.bool_)):
+        fail(where, f"drop_invalid must be True or False, got {drop_invalid!r}")
+    if columns is not None and (isinstance(columns, (str, bytes))
+                                or not all(isinstance(c, str) for c in columns)):
+        fail(where, f"columns must be a sequence of column names such as ('x', 'y', 'z'), got {columns!r}")
+    if fields is not None and fields != "all":
+        if isinstance(fields, (str, bytes)) or not all(isinstance(f, str) and f for f in fields):
+            fail(where, f"fields must be \"all\" or a sequence of field names, got {fields!r}")
+        fields = tuple(fields)
+    if labels_from is not None and not (isinstance(labels_from, str) and labels_from):
+        fail(where, f"labels_from must be a field name, got {labels_from!r}")
+    return {"num_samples": n, "seed": int(seed), "columns": None if columns is None else tuple(columns),
+            "fields": fields, "labels_from": labels_from}
 
 
 def finalize(cloud: PointCloud, p: Path, drop_invalid: bool) -> PointCloud:
-    """Check what a reader returned: at least one point, colours in ``[0, 1]``, NaN/Inf points dropped.
+    """Check what a reader returned: at least one point, colours in ``[0, 1]``, invalid points dropped.
 
-    Call it from read_points only: the NaN/Inf warning points at read_points' caller.
+    A point is invalid when a coordinate is NaN, Inf or beyond the float32 range. Call it from
+    read_points only: the warning points at read_points' caller.
     """
     cloud.source = str(p)
     if len(cloud) == 0:
         raise ValueError(f"{p}: file contains no points")
     if cloud.colors is not None:  # the documented range, whatever the file holds
         cloud.colors = np.clip(np.nan_to_num(cloud.colors, nan=0.0, posinf=1.0, neginf=0.0), 0.0, 1.0)
-    bad = ~np.isfinite(cloud.points).all(axis=1)
+    bad = ~representable_rows(cloud.points)
     if bad.any():
         if not drop_invalid:
             raise ValueError(f"{p}: {int(bad.sum())} of {len(cloud)} points have NaN/Inf coordinates")

@@ -12,7 +12,9 @@ registered with :func:`register_reader` is read, listed and documented like a bu
 
 A reader is called as ``reader(path, **options)``: ``path`` is an existing, non-empty
 :class:`~pathlib.Path`, ``options`` the declared subset of :data:`READ_OPTIONS` (``num_samples``
-is an ``int >= 1``). It returns a :class:`~gridify.io.PointCloud` and raises ValueError naming
+is an ``int`` in ``[1, MAX_SAMPLES]``, ``fields`` None, ``"all"`` or a tuple of names,
+``labels_from`` None or a name; read_points refuses ``fields`` / ``labels_from`` for a format
+that does not declare them). It returns a :class:`~gridify.io.PointCloud` and raises ValueError naming
 the file for bad input; read_points wraps any other exception into such a ValueError. A
 ``mesh_reader(path)`` returns the raw mesh, as :func:`~gridify.io.read_mesh` does.
 
@@ -36,7 +38,7 @@ __all__ = ["READ_OPTIONS", "ReaderFormat", "register_reader", "unregister_reader
            "describe_formats", "supported_extensions", "mesh_extensions", "mesh_reader_extensions"]
 
 #: keyword arguments of read_points a reader may accept (it declares which in ``options``)
-READ_OPTIONS: Tuple[str, ...] = ("num_samples", "seed", "columns")
+READ_OPTIONS: Tuple[str, ...] = ("num_samples", "seed", "columns", "fields", "labels_from")
 
 PointReader = Callable[..., PointCloud]
 MeshReader = Callable[[Path], Tuple[np.ndarray, np.ndarray]]
@@ -103,7 +105,8 @@ def register_reader(extensions: Extensions, description: str, reader: Optional[P
             case-insensitively against the file's last suffix.
         description: one line for the format table (:func:`describe_formats`).
         reader: ``reader(path, **options) -> PointCloud`` (see the module docstring).
-        options: which of ``num_samples``, ``seed``, ``columns`` read_points passes on.
+        options: which of ``num_samples``, ``seed``, ``columns``, ``fields``, ``labels_from``
+            read_points passes on.
         is_mesh: the format always holds a mesh; it is then listed in ``MESH_EXTENSIONS`` and
             needs a ``mesh_reader`` (:func:`~gridify.io.register_mesh_reader` builds both).
         mesh_reader: ``mesh_reader(path) -> (vertices, faces)``, used by read_mesh.

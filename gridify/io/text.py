@@ -22,6 +22,7 @@ import numpy as np
 
 from .cloud import PointCloud
 from .columns import table_to_cloud
+from .source import read_file_bytes
 
 __all__ = ["read_text"]
 
@@ -30,25 +31,39 @@ def _split(s: str, comma: bool) -> List[str]:
     return [t for t in re.split(r"[,\s;]+", s) if t] if comma else s.split()
 
 
-def _decode(p: Path) -> str:
-    raw = p.read_bytes()
+def _decode(p: Path) -> Tuple[bytes, str]:
+    """``(bytes, encoding)`` of the text file ``p``: UTF-8, or Latin-1 when it is not valid UTF-8."""
+    raw = read_file_bytes(p)
     if b"\x00" in raw[:4096]:
         raise ValueError(f"{p}: looks like a binary file, expected text with one point per line")
     try:
-        return raw.decode("utf-8")
+        raw.decode("utf-8")
+        return raw, "utf-8"
     except UnicodeDecodeError:
-        return raw.decode("latin-1")
+        return raw, "latin-1"
+
+
+def _first_data_lines(text: str) -> List[Tuple[int, str]]:
+    """``(line number, content)`` of the first two lines holding data (not blank, not a comment).
+
+    Looks at the first 64 KiB of whole lines, and at the whole text only when they hold fewer.
+    """
+    cut = text.rfind("\n", 0, 1 << 16) + 1
+    head: List[Tuple[int, str]] = []
+    for chunk in ([text[:cut]] if 0 < cut < len(text) else []) + [text]:
+        head = []
+        for lineno, line in enumerate(chunk.splitlines(), start=1):
+            s = line.split("#", 1)[0].strip()
+            if s:
+                head.append((lineno, s))
+                if len(head) == 2:
+                    return head
+    return head
 
 
 def _layout(p: Path, text: str) -> Tuple[int, int, bool]:
     """``(lines to skip, column count, comma-separated)`` from the first two data lines."""
-    head: List[Tuple[int, str]] = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        s = line.split("#", 1)[0].strip()
-        if s:
-            head.append((lineno, s))
-            if len(head) == 2:
-                break
+    head = _first_data_lines(text)
     if not head:
         raise ValueError(f"{p}: file contains no points (only blank or comment lines)")
     comma = any("," in s for _, s in head)
@@ -92,14 +107,17 @@ def read_text(p: Path, columns: Optional[Sequence[str]] = None) -> PointCloud:
         columns = ("x", "y", "z", "nx", "ny", "nz")
     elif columns is None and ext == ".xyzrgb":
         columns = ("x", "y", "z", "r", "g", "b")
-    text = _decode(p)
+    raw, encoding = _decode(p)
+    text = raw.decode(encoding)
     skip, ncol, comma = _layout(p, text)
-    # fast path: numpy's C parser; on any failure the careful path names the bad line
+    # fast path: numpy's C parser, streaming the bytes (no second copy of the text); on any
+    # failure the careful path names the bad line
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # e.g. "input contained no data"
-            table = np.loadtxt(io.StringIO(text), delimiter="," if comma else None, comments="#",
-                               skiprows=skip, ndmin=2, dtype=np.float64)
+            table = np.loadtxt(io.TextIOWrapper(io.BytesIO(raw), encoding=encoding, newline=None),
+                               delimiter="," if comma else None, comments="#", skiprows=skip, ndmin=2,
+                               dtype=np.float64)
         if table.shape[1] == ncol:
             return table_to_cloud(table, p, columns)
     except (ValueError, UserWarning):

@@ -3,7 +3,9 @@
 The long, time-bounded run is ``python scripts/fuzz.py --seconds N`` (in ``.ci/run``); here each
 format gets a small, derandomized budget so the default test run stays fast and reproducible.
 """
+import base64
 import tempfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,25 @@ def test_fuzz_reader(ext, tmp_path):
     run()
 
 
+VLR_LOOP = ("eNrzcQx2Y8ACGJn8QzxcgxhwgpzE4oJKBSM9cz0DrPLujK/YHzP4MgKNAvKalRjYcBj0Z+XHS75JAfboNEiuoUXOEUQXzAxx"
+          "hKiOdOg/9FVjC1RcGUjr31WJKwLKa7eLFeYB6YSnF5Ruz4xy2HKibN/8R6EOYKdWZRYopOYl56ekpjAw7AkzYcgoKSmw0teH"
+          "SOnlF6WjuYoJhJkg7IDDDAz/0QAz0D8iQFXsDBxAkgPIY2LYwghR/5KFgeH6r///WSQhQYnp56QpU1ZdDq6RMGxf3Fpr/sm/"
+          "3aZbeLufDc+f9teN87vezH4fuS3Z74Bo3c/pFZtNlFaIm61OU23+d+oxTzgseoDY+h+QAAAtNHDC")
+CHUNK_TABLE = ("eNrzcQx2Y8ACGJn8Qzxcgxhwg5zE4oJKBSM9cz0DrPLujK/YHzP4MgLNAvKalRjYcBj0Z+XHS75JAfboNEiuoUXOEUQXzAxx"
+          "hKiOdOg/9FVjC1RcGUjr31WJKwLKa7eLFeYB6YSnF5Ruz4xy2HKibN/8R6EOYKdWZRYopOYl56ekpjAw7AkzYcgoKSmw0teH"
+          "SOnlF6WjuYoJhJkg7IDDDAz/0QAz0D8iQFXsDBxAkgPIY2LYwghR/5KFgeH6r///WSQhYYnp56QpU1ZdDq6RMGxf3Fpr/sm/"
+          "3aZbeLufDc+f9teN87vezH4fuS3Z74Bo3c/pFZtNlFaIm61OU23+d+oxTzjUAJATrP8BGQBNuXS9")
+ITEMS_ZERO = ("eNrzcQx2Y8ACGJn8Qzxcgxhwg5zE4oJKBSM9cz0DrPLujK/YHwNJoFlAXqMMAxsOg/6s/HjJNynAHp0GyTW0yDmC6IKZIY4Q"
+          "1ZEO/Ye+amyBiisDaf27KnFFQHntdrHCPCCd8PSC0u2ZUQ5bTpTtm/8o1AHs1KrMAoXUvOT8lNQUBoY9YXoMGSUlBVb6+hAp"
+          "vfyidDRXMYEwE4QdcJiB4T8aYISqY2fgAKpdAuW+ZGFguP7r/38WSUgoIpuYNGXKqsvBNRKGnUn7Yjs+5Fa92qhpdHbL/EVN"
+          "L12TNq7sDVr7ivfNH56ytxr28wtETXrfKhqmz7gAiw8gtk4GEgCdbm7S")
+#: a laszip chunk size of 2e9 points: lazrs' parallel decoder allocated 72 GB per chunk and aborted
+CHUNK_SIZE = ("eNrzcQx2Y8ACGJn8Qzxcgxhwg5zE4oJKBSM9cz0DrPLujK/YHzP4MgLNAvKalRjYcBj0Z+XHS75JAfboNEiuoUXOEUQXzAxx"
+          "hKiOdOg/9FVjC1RcGUjr31WJKwLKa7eLFeYB6YSnF5Ruz4xy2HKibN/8R6EOYKdWZRYopOYl56ekpjAw7AkzYcgoKSmw0teH"
+          "SOnlF6WjuYoJhJkg7IDD9Qz/0QAz0D8iQFXsDBxAkgPIY2LYwghR/5KFgeH6r///WSQhYYnp56QpU1ZdDq6RMGxf3Fpr/sm/"
+          "3aZbeLufDc+f9teN87vezH4fuS3Z74Bo3c/pFZtNlFaIm61OU23+d+oxTzgsfoDY+h+QAAB8RnFB")
+
+
 #: inputs that once broke a reader (found by scripts/fuzz.py), with what the error must say now
 REGRESSIONS = [
     # ascii PLY with zero vertices and colour properties: numpy's min() of an empty array escaped
@@ -50,11 +71,34 @@ REGRESSIONS = [
      "zero surface area"),
     # OBJ with 2-component vertex lines: trimesh returned [V, 2] vertices
     (".obj", b"v 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 2 3\nf 1 2 4\nf 2 3 4\n", "vertices must have shape"),
+    # the reported case: a 172-byte binary_compressed PCD declaring ~4 GB; the LZF buffer was allocated first
+    (".pcd", b"VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 357913941\nHEIGHT 1\n"
+             b"POINTS 357913941\nDATA binary_compressed\n" + b"\x10\x00\x00\x00\xfc\xff\xff\xff"
+             + bytes([0]) + b"a" + bytes([0xE0, 0xFF, 0x00]) * 5, "LZF expands at most 88x"),
+    # random bytes in a .npy were called "pickled Python objects"
+    (".npy", bytes(range(7, 207)), r"not a \.npy file \(it does not start with the \\x93NUMPY magic bytes\)"),
+    # a .npy header declaring 2.4 GB: numpy allocated it before finding the data missing
+    (".npy", b"\x93NUMPY\x01\x00v\x00{'descr': '<f8', 'fortran_order': False, 'shape': (100000000, 3), }"
+             + b" " * 50 + b"\n" + bytes(24), r"truncated \.npy: header declares shape \(100000000, 3\)"),
+    # a glTF accessor of a billion items without a buffer: trimesh fills it with zeros
+    (".gltf", b'{"asset": {"version": "2.0"}, "accessors": [{"componentType": 5126, "count": 1000000000, '
+              b'"type": "VEC3"}], "meshes": [{"primitives": [{"attributes": {"POSITION": 0}}]}], '
+              b'"nodes": [{"mesh": 0}], "scenes": [{"nodes": [0]}], "scene": 0}',
+     r"glTF accessor 0 declares 1000000000 items"),
+]
+
+#: LiDAR inputs that once hung or killed the process (zlib + base64: they are binary)
+LIDAR_REGRESSIONS = [
+    # laspy looped over the ~4e9 VLRs a corrupt header declared (hang, memory growing)
+    (".laz", VLR_LOOP, "corrupt LAS header"),
+    # lazrs allocated a chunk table of 4294967295 entries (64 GB) and aborted the process
+    (".laz", CHUNK_TABLE, "corrupt LAZ: chunk table declares 4294967295 chunks"),
+    # lazrs panicked (pyo3 PanicException, a BaseException) dividing by an item size of 0
+    (".laz", ITEMS_ZERO, r"corrupt LAZ: the laszip VLR's item sizes \[0\] do not add up"),
 ]
 
 
-@pytest.mark.parametrize("ext, data, message", REGRESSIONS, ids=[f"{e}-{i}" for i, (e, _, _) in enumerate(REGRESSIONS)])
-def test_fuzz_regressions(ext, data, message, tmp_path):
+def _rejected_with(ext, data, message, tmp_path):
     from gridify.io import read_points
 
     assert F.check_reader(ext, data, tmp_path) == "rejected"
@@ -63,6 +107,22 @@ def test_fuzz_regressions(ext, data, message, tmp_path):
     with pytest.raises(ValueError, match=message) as err:
         read_points(path)
     assert str(path) in str(err.value)
+
+
+@pytest.mark.parametrize("ext, data, message", REGRESSIONS, ids=[f"{e}-{i}" for i, (e, _, _) in enumerate(REGRESSIONS)])
+def test_fuzz_regressions(ext, data, message, tmp_path):
+    _rejected_with(ext, data, message, tmp_path)
+
+
+@pytest.mark.skipif(not F.HAVE_LAS, reason="the las extra (laspy, lazrs) is not installed")
+@pytest.mark.parametrize("ext, data, message", LIDAR_REGRESSIONS, ids=["vlr-loop", "chunk-table", "items-zero"])
+def test_lidar_regressions(ext, data, message, tmp_path):
+    _rejected_with(ext, zlib.decompress(base64.b64decode(data)), message, tmp_path)
+
+
+@pytest.mark.skipif(not F.HAVE_LAS, reason="the las extra (laspy, lazrs) is not installed")
+def test_huge_laz_chunk_size_reads_with_the_sequential_decoder(tmp_path):
+    assert F.check_reader(".laz", zlib.decompress(base64.b64decode(CHUNK_SIZE)), tmp_path) == "ok"
 
 
 def test_colours_always_in_unit_range(tmp_path):
