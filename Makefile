@@ -4,7 +4,7 @@
 #   make reconstruct  the paper's reconstruction experiment, small sweep
 PY := .venv/bin/python
 PYTEST_ARGS ?=
-FUZZ_SECONDS ?= 150
+FUZZ_SECONDS ?= 220
 
 .PHONY: setup demo reconstruct test test-slow fuzz clean
 
