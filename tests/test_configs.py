@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_configs_ship_in_the_package_and_the_old_folder_still_works():
     assert C.CONFIG_DIR == ROOT / "gridify" / "configs"
     names = C.shipped_configs()
-    assert {"procedural", "procedural_seg", "modelnet10", "modelnet10_cpu", "modelnet10_fast", "modelnet10_mrconv",
+    assert {"procedural", "procedural_seg", "modelnet10", "modelnet10_cpu", "modelnet10_smoke", "modelnet10_mrconv",
             "modelnet40", "shapenet_ccnn", "shapenet_unet", "folder_classification", "folder_segmentation"} <= set(names)
     assert (ROOT / "configs").resolve() == C.CONFIG_DIR  # the repository's configs/ is a link to them
     assert (ROOT / "configs" / "procedural.yaml").is_file()
@@ -57,7 +57,7 @@ def test_base_inheritance_order_and_overrides(tmp_path):
     assert (cfg["model"]["resolution"], cfg["model"]["k"], cfg["model"]["depth"]) == (7, 6, 2)
     assert cfg["model"]["hidden_channels"] == 48 and cfg["data"]["batch_size"] == 4
     assert cfg["trainer"]["max_epochs"] == 3 and "_base_" not in cfg
-    cpu, fast = C.resolve_config("modelnet10_cpu"), C.resolve_config("modelnet10_fast")
+    cpu, fast = C.resolve_config("modelnet10_cpu"), C.resolve_config("modelnet10_smoke")
     assert cpu["model"]["hidden_channels"] == 64 and cpu["model"]["resolution"] == 9  # from modelnet10
     assert (fast["trainer"]["limit_val_batches"], fast["trainer"]["limit_test_batches"]) == (4, 6)
     assert {k: v for k, v in fast["model"].items()} == cpu["model"]
@@ -126,7 +126,7 @@ def test_modelnet10_configs_find_the_pcd_release(shared_data):
     root = shared_data / "modelnet10_pcd"
     if not (root / "ModelNet10" / "pcd").is_dir():
         pytest.skip(f"the PCD release is not under {root}")
-    for name in ("modelnet10", "modelnet10_fast"):
+    for name in ("modelnet10", "modelnet10_smoke"):
         cfg = C.resolve_config(name, [f"data.root={root}"])
         ds = build_dataset(cfg, "test")
         assert ds.source_format == "pcd" and len(ds) == 908 and ds.sample_groups().tolist() == ds.labels.tolist()
@@ -145,7 +145,7 @@ def test_archive_names_in_any_case_and_aliases():
 
 def test_configs_name_the_archives_they_need():
     needs = {name: config_archives(C.resolve_config(name)) for name in C.shipped_configs() if "folder" not in name}
-    assert needs["modelnet10"] == needs["modelnet10_fast"] == ["ModelNet10"] and needs["modelnet40"] == ["ModelNet40"]
+    assert needs["modelnet10"] == needs["modelnet10_smoke"] == needs["modelnet10_fast"] == ["ModelNet10"] and needs["modelnet40"] == ["ModelNet40"]
     assert needs["shapenet_ccnn"] == ["shapenetcore_partanno_segmentation_benchmark_v0_normal"]
     assert needs["procedural"] == []
 
@@ -153,7 +153,7 @@ def test_configs_name_the_archives_they_need():
 def test_download_command_speaks_the_configs_names(tmp_path, capsys, monkeypatch):
     assert cli.main(["download", "--list"]) == 0
     listing = capsys.readouterr().out
-    assert "configs: modelnet10, modelnet10_cpu, modelnet10_fast, modelnet10_mrconv" in listing
+    assert "configs: modelnet10, modelnet10_cpu, modelnet10_fast, modelnet10_mrconv, modelnet10_smoke" in listing
     assert cli.main(["download", "modelnet10", "--root", str(tmp_path), "--instructions"]) == 0
     assert str(tmp_path / "ModelNet10.zip") in capsys.readouterr().out
     assert cli.main(["download", "--config", "modelnet10_cpu", "--root", str(tmp_path), "--instructions"]) == 0
