@@ -479,3 +479,10 @@ def test_label_smoothing_and_test_votes_are_validated():
     cfg = T.resolve_config(None, ["optim.label_smoothing=0.1", "trainer.test_votes=3",
                                   "data.augmentations=[{name: point_dropout, max_ratio: 0.3}]"])
     assert cfg["optim"]["label_smoothing"] == 0.1 and cfg["trainer"]["test_votes"] == 3
+
+
+def test_keep_all_keeps_one_checkpoint_per_epoch_beside_last_and_best(tmp_path):
+    T.main(tiny(tmp_path, "trainer.checkpoint.keep_all=true", "trainer.plots=false"))
+    names = sorted(p.name for p in (tmp_path / "checkpoints").glob("*.ckpt"))
+    assert [n for n in names if n.startswith("epoch")] == ["epoch000-step0000002.ckpt", "epoch001-step0000004.ckpt"]
+    assert "last.ckpt" in names and any(n.startswith("best-") for n in names)

@@ -26,7 +26,7 @@ from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 
 from gridify.checkpoint import atomic_torch_save
 
-__all__ = ["StopAfterEpochs", "AtomicCheckpointIO", "atomic_checkpoint_io", "best_checkpoint", "last_checkpoints",
+__all__ = ["StopAfterEpochs", "NamedCheckpoint", "AtomicCheckpointIO", "atomic_checkpoint_io", "best_checkpoint", "last_checkpoints",
            "checkpoint_callbacks", "make_loggers", "LineProgress", "interactive", "progress_callbacks"]
 
 
@@ -68,6 +68,21 @@ def atomic_checkpoint_io() -> AtomicCheckpointIO:
     return AtomicCheckpointIO()
 
 
+class NamedCheckpoint(ModelCheckpoint):
+    """A ``ModelCheckpoint`` whose saved state is keyed by its file name pattern too.
+
+    Lightning keys a checkpoint callback's state by its monitor and schedule only, so two
+    callbacks that save on the same schedule under different names (``last.ckpt`` and one file per
+    epoch) would collide ("Found more than one stateful callback of type ModelCheckpoint").
+    """
+
+    @property
+    def state_key(self) -> str:
+        return self._generate_state_key(monitor=self.monitor, mode=self.mode, filename=self.filename,
+                                        every_n_train_steps=self._every_n_train_steps,
+                                        every_n_epochs=self._every_n_epochs)
+
+
 def best_checkpoint(ckpt_dir: Path, monitor: str) -> ModelCheckpoint:
     """Keeps ``best-epoch<NNN>.ckpt``: the epoch with the highest ``monitor``."""
     return ModelCheckpoint(dirpath=ckpt_dir, filename="best-epoch{epoch:03d}", monitor=monitor, mode="max",
@@ -87,7 +102,7 @@ def last_checkpoints(ckpt_dir: Path, ck: Dict[str, Any]) -> List[ModelCheckpoint
         callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1, monitor=None,
                                          every_n_train_steps=every_steps, enable_version_counter=False))
     if ck.get("keep_all"):
-        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename="epoch{epoch:03d}-step{step:07d}",
+        callbacks.append(NamedCheckpoint(dirpath=ckpt_dir, filename="epoch{epoch:03d}-step{step:07d}",
                                          save_top_k=-1, monitor=None, every_n_epochs=max(1, every_epochs),
                                          auto_insert_metric_name=False))
     return callbacks
