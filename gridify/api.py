@@ -165,6 +165,10 @@ def estimate_normals(pos: np.ndarray, k: int = 30) -> np.ndarray:
     Normals are oriented away from the centroid (``n . (p - mean) >= 0``), which suits closed,
     roughly star-shaped objects; open scans may get some flipped normals.
     """
+    check_int("estimate_normals", "k", k)
+    pos = _to_numpy(pos, "pos", "estimate_normals")
+    if pos.ndim != 2 or pos.shape[1] != 3 or len(pos) == 0 or not np.isfinite(pos).all():
+        raise ValueError(f"estimate_normals: pos must be a finite, non-empty [N, 3] array, got shape {pos.shape}")
     try:
         import open3d as o3d
     except ImportError as exc:  # pragma: no cover - open3d is a dependency

@@ -127,7 +127,8 @@ def _lightning_payload(raw: Dict[str, Any], path: Path) -> Dict[str, Any]:
     missing = [k for k in _NEED if k not in hp]
     if missing:
         raise CheckpointError(f"{path}: Lightning checkpoint without the gridify hyper-parameters {missing}")
-    state = {k[len("model."):]: v for k, v in raw["state_dict"].items() if isinstance(k, str) and k.startswith("model.")}
+    state = {k[len("model."):]: v for k, v in raw["state_dict"].items()
+             if isinstance(k, str) and k.startswith("model.")}
     out = {"kind": "lightning", "state_dict": state, "epoch": raw.get("epoch"), "global_step": raw.get("global_step")}
     out.update({k: hp[k] for k in _NEED})
     info = hp["info"]
@@ -151,7 +152,8 @@ def _entry_error(source: str, entry: str, want: str, value: Any) -> CheckpointEr
 
 
 def _check_type(source: str, entry: str, value: Any, types: tuple, want: str, optional: bool = False) -> None:
-    ok = (value is None and optional) or (isinstance(value, types) and not (isinstance(value, bool) and bool not in types))
+    wrong_bool = isinstance(value, bool) and bool not in types  # True is an int, but not a count
+    ok = (value is None and optional) or (isinstance(value, types) and not wrong_bool)
     if not ok:
         raise _entry_error(source, entry, want + (" or None" if optional else ""), value)
 

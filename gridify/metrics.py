@@ -196,7 +196,8 @@ class ShapeNetPartIoU(Metric):
         where = "ShapeNetPartIoU"
         if not all(isinstance(t, Tensor) for t in (preds, target, category)):
             raise ValueError(f"{where}: preds, target and category must be tensors")
-        for name, t in (("category", category), ("target", target)) + ((("batch", batch),) if batch is not None else ()):
+        ids = (("category", category), ("target", target)) + ((("batch", batch),) if batch is not None else ())
+        for name, t in ids:
             if not isinstance(t, Tensor) or t.dtype not in INTEGER_DTYPES:
                 raise ValueError(f"{where}: {name} must be an integer tensor, got "
                                  f"{getattr(t, 'dtype', type(t).__name__)}")

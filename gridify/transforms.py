@@ -292,6 +292,9 @@ class FixedPoints(RandomTransform):
 
 def rotation_matrix(axis: int, angle: float) -> np.ndarray:
     """The ``3 x 3`` matrix of a right-handed rotation by ``angle`` radians about axis 0, 1 or 2 (x, y, z)."""
+    if isinstance(axis, bool) or axis not in (0, 1, 2):
+        raise ValueError(f"rotation_matrix: axis must be 0, 1 or 2, got {axis!r}")
+    angle = check_number("rotation_matrix", "angle", angle, -math.inf)
     c, s = math.cos(angle), math.sin(angle)
     i, j = [(1, 2), (2, 0), (0, 1)][axis]
     m = np.eye(3)
@@ -318,7 +321,10 @@ class RandomRotate(RandomTransform):
         where = type(self).__name__
         if isinstance(axis, bool) or axis not in (0, 1, 2):
             raise ValueError(f"{where}: axis must be 0, 1 or 2, got {axis!r}")
-        pair = (-degrees, degrees) if np.isscalar(degrees) else tuple(degrees) if isinstance(degrees, (tuple, list)) else ()
+        if np.isscalar(degrees):
+            pair: tuple = (-degrees, degrees)
+        else:
+            pair = tuple(degrees) if isinstance(degrees, (tuple, list)) else ()
         if len(pair) != 2:
             raise ValueError(f"{where}: degrees must be a number or a (low, high) pair, got {degrees!r}")
         lo, hi = (check_number(where, "degrees", v, -math.inf) for v in pair)

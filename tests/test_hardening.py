@@ -21,7 +21,7 @@ import torch
 
 import gridify
 from gridify import _checks
-from gridify.api import Predictor, normalize_cloud
+from gridify.api import Predictor, estimate_normals, normalize_cloud
 from gridify.backbones import CCNN, ResNet3d, UNet3d
 from gridify.baselines import PointNet2Classifier, PointSepCKConv, knn_interpolate
 from gridify.checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
@@ -29,10 +29,10 @@ from gridify.metrics import OverallAccuracy, ShapeNetPartIoU
 from gridify.models import GridifiedClassifier, GridifiedSegmenter, TemporalGridifiedClassifier
 from gridify.models.temporal import timespans_from_times
 from gridify.nn import (MAGNet, BipartiteConv, CfC, CfCCell, ChannelLayerNorm, DeltaTGRU, Gridification, MRConv3d,
-                        RandomFourierField, SepFlexConv3d, SIRENField, recalibrate_batchnorm)
+                        RandomFourierField, SepFlexConv3d, SIRENField, recalibrate_batchnorm, reparameterize_model)
 from gridify.ops import fps, grid_knn, grid_positions, knn, knn_reference, radius, radius_reference, scatter
 from gridify.ops.sampling import fps_reference
-from gridify.transforms import Normalize, RandomJitter, RandomRotateZ
+from gridify.transforms import Normalize, RandomJitter, RandomRotateZ, rotation_matrix
 
 NAN = float("nan")
 
@@ -127,6 +127,14 @@ NESTED_INPUTS = [
     (lambda: RandomRotateZ()({"pos": torch.rand(5, 3), "normal": torch.rand(4, 3)}), r"'normal' must have shape \[5, 3\]"),
     (lambda: RandomJitter(sigma=NAN), "sigma must be a non-negative finite number"),
     (lambda: RandomJitter()({"pos": np.arange(15).reshape(5, 3)}), "'pos' must hold floating-point coordinates"),
+    (lambda: rotation_matrix(3, 0.5), "rotation_matrix: axis must be 0, 1 or 2, got 3"),
+    (lambda: rotation_matrix(2, NAN), "rotation_matrix: angle must be a finite number"),
+    (lambda: _small_classifier().pool_grid(torch.rand(2, 8, 4)), r"pool_grid: z must be backbone features \[B, 8"),
+    (lambda: MRConv3d(2, num_branches=2).branch_kernel(2, 5), r"index must be a branch in \[0, 2\), got 2"),
+    (lambda: MRConv3d(2).branch_kernel(0, 4), "support must be odd"),
+    (lambda: reparameterize_model("model"), "reparameterize_model: model must be a torch.nn.Module, got str"),
+    (lambda: estimate_normals(np.zeros((4, 2))), r"estimate_normals: pos must be a finite, non-empty \[N, 3\]"),
+    (lambda: estimate_normals(np.random.rand(9, 3), k=0), "k must be a positive integer, got 0"),
 ]
 
 

@@ -27,8 +27,9 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
-from .._checks import (check_batch, check_finite, check_index, check_int, check_number, check_parameters, check_points,
-                       check_probability, check_tensor, checked_forward, fail, trusted_inputs, validating)
+from .._checks import (check_alloc, check_batch, check_finite, check_index, check_int, check_number, check_parameters,
+                       check_points, check_probability, check_tensor, checked_forward, fail, trusted_inputs,
+                       validating)
 from ..ops.knn import knn_unchecked
 from ..ops.scatter import scatter_unchecked
 from ..registry import KERNELS, MODELS
@@ -248,6 +249,10 @@ class PointSepCKConv(nn.Module):
         Point neighbourhoods are data dependent, so the CCNN regulariser of the *generated*
         kernel is evaluated on a fixed lattice of the kernel domain.
         """
+        where = f"{type(self).__name__}.kernel_l2"
+        check_int(where, "resolution", resolution, 2)
+        check_alloc(where, f"resolution={resolution} (a lattice of R^3 points)",
+                    resolution ** 3 * 8 * (self.in_channels + 3))
         ref = self.pointwise.weight
         axis = torch.linspace(-1.0, 1.0, resolution, device=ref.device, dtype=ref.dtype)
         u = torch.stack(torch.meshgrid(axis, axis, axis, indexing="ij"), -1).reshape(-1, 3)

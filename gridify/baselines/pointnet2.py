@@ -269,7 +269,8 @@ class PointNet2Classifier(_PointNet2Base):
         for name, v in (("in_channels", in_channels), ("num_classes", num_classes)):
             check_int(where, name, v, as_bound=True)
         check_probability(where, "dropout", dropout)
-        check_parameters(where, f"in_channels={in_channels}, num_classes={num_classes}", 256 * (num_classes + in_channels))
+        check_parameters(where, f"in_channels={in_channels}, num_classes={num_classes}",
+                         256 * (num_classes + in_channels))
         if len(ratios) != 2 or len(radii) != 2:
             raise ValueError(f"{where}: ratios and radii must have two entries each (two SA levels), "
                              f"got {list(ratios)} and {list(radii)}")

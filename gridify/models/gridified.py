@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterable, Optional, Tuple, Union
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_choice, check_int, check_parameters, check_positive_int, trusted_inputs
+from .._checks import check_choice, check_int, check_parameters, check_positive_int, fail, trusted_inputs
 from ..backbones import build_backbone
 from ..nn.connectivity import BipartiteGraph
 from ..nn.gridification import Degridification, Gridification
@@ -72,10 +72,10 @@ class GridifiedModel(nn.Module):
         """Backbone grid features ``[B, C, R, R, R]`` of a batch of clouds (inputs validated once,
         by the gridification); with ``return_graph`` also the bilateral kNN graph."""
         grid, graph = self.gridify(pos, x, batch, return_graph=True)
-        z = self.grid_network(grid)
+        z = self._grid_network(grid)
         return (z, graph) if return_graph else z
 
-    def grid_network(self, grid: Tensor) -> Tensor:
+    def _grid_network(self, grid: Tensor) -> Tensor:
         """``Backbone(LN_c(grid))`` on a grid this model's gridification produced (not re-validated)."""
         with trusted_inputs():
             return self.backbone(self.grid_norm(grid))
@@ -164,6 +164,10 @@ class GridifiedClassifier(GridifiedModel):
 
     def pool_grid(self, z: Tensor) -> Tensor:
         """Global pooling of backbone features ``[B, C, R, R, R] -> [B, C]`` (``[B, 2C]`` for ``meanmax``)."""
+        channels = self.gridify.out_channels
+        if not isinstance(z, Tensor) or z.dim() != 5 or z.size(1) != channels:
+            fail(f"{type(self).__name__}.pool_grid", f"z must be backbone features [B, {channels}, R, R, R], got "
+                                                     f"{tuple(z.shape) if isinstance(z, Tensor) else type(z).__name__}")
         flat = z.flatten(2)
         if self.pool == "mean":
             return flat.mean(-1)
@@ -234,7 +238,7 @@ class GridifiedSegmenter(GridifiedModel):
         graph.dense_shape = dense_shape
         # the categories are checked before any layer with state (BatchNorm) runs
         onehot = category_onehot(where, category, self.num_categories, graph.num_clouds, grid.dtype, pos.device)
-        z = self.grid_network(grid)
+        z = self._grid_network(grid)
         with trusted_inputs():
             voxel = self.degridify.propagate(z, graph)  # z and graph come from this model: no re-validation
             dense = dense_shape is not None

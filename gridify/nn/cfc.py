@@ -33,8 +33,8 @@ from typing import Callable, Dict, Optional, Tuple, Union
 import torch
 from torch import Tensor, nn
 
-from .._checks import (check_choice, check_device, check_finite, check_int, check_integer, check_number, check_parameters,
-                       check_positive_int, check_probability, check_tensor, fail, validating)
+from .._checks import (check_choice, check_device, check_finite, check_int, check_integer, check_number,
+                       check_parameters, check_positive_int, check_probability, check_tensor, fail, validating)
 from .inputs import check_same_dtype
 
 __all__ = ["CfCCell", "CfC", "DeltaTGRU", "CFC_MODES", "CFC_ACTIVATIONS"]
@@ -87,7 +87,8 @@ class CfCCell(nn.Module):
         check_choice(where, "mode", mode, CFC_MODES)
         width = input_size + hidden_size
         check_parameters(where, f"input_size={input_size}, hidden_size={hidden_size}, backbone_units={backbone_units}",
-                         backbone_units * (width + backbone_units * backbone_layers) + 3 * hidden_size * max(width, backbone_units))
+                         backbone_units * (width + backbone_units * backbone_layers)
+                         + 3 * hidden_size * max(width, backbone_units))
         self.input_size, self.hidden_size, self.mode = input_size, hidden_size, mode
         layers = []
         width = input_size + hidden_size

@@ -20,8 +20,8 @@ from typing import Any, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .._checks import (check_alloc, check_batch, check_choice, check_finite, check_int, check_points, element_size, fail,
-                       is_int)
+from .._checks import (check_alloc, check_batch, check_choice, check_finite, check_int, check_points, element_size,
+                       fail, is_int)
 from ..ops.distance import distance_frame, working_dtype
 from ..ops.grid import box_tensors, check_grid_size, grid_knn_unchecked
 from ..ops.knn import BACKENDS as KNN_BACKENDS

@@ -86,7 +86,8 @@ class BipartiteConv(nn.Module):
         check_choice(where, "aggr", aggr, AGGREGATIONS)
         check_choice(where, "fused_messages", fused_messages, ("auto", True, False))
         check_parameters(where, f"in_channels={in_channels}, hidden_channels={hidden_channels}, out_channels="
-                                f"{out_channels}", hidden_channels * (in_channels + 6 * hidden_channels + out_channels + 8))
+                                f"{out_channels}",
+                         hidden_channels * (in_channels + 6 * hidden_channels + out_channels + 8))
         self.fused_messages = fused_messages
         self.in_channels, self.out_channels, self.hidden_channels = in_channels, out_channels, hidden_channels
         self.message, self.aggr = message, aggr

@@ -25,7 +25,8 @@ from .._checks import (check_alloc, check_device, check_finite, check_float, che
                        fail, validating)
 
 __all__ = ["category_onehot", "module_dtype", "parse_points", "check_message_passing_inputs", "check_grid_tensor",
-           "check_same_dtype", "check_grid_input", "check_grid_module_input", "check_pointwise_input", "check_flexconv_input",
+           "check_same_dtype", "check_grid_input", "check_grid_module_input", "check_pointwise_input",
+           "check_flexconv_input",
            "check_channel_input", "check_coordinates"]
 
 

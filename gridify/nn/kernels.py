@@ -75,7 +75,8 @@ class KernelNet(nn.Module):
         check_number(where, "omega0", omega0)
         check_number(where, "output_scale", output_scale)
         check_parameters(where, f"out_channels={out_channels}, hidden_channels={hidden_channels}, num_layers="
-                                f"{num_layers}", hidden_channels * (hidden_channels * num_layers + out_channels + 4 * dim + 2))
+                                f"{num_layers}",
+                         hidden_channels * (hidden_channels * num_layers + out_channels + 4 * dim + 2))
         self.out_channels = out_channels
         self.hidden_channels = hidden_channels
         self.num_layers = num_layers

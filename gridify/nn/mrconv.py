@@ -242,6 +242,15 @@ class MRConv3d(nn.Module):
         """
         if self.reparameterized:
             raise RuntimeError(f"{type(self).__name__}: the branches were merged by reparameterize()")
+        where = f"{type(self).__name__}.branch_kernel"
+        check_int(where, "index", index, 0)
+        if index >= self.num_branches:
+            raise ValueError(f"{where}: index must be a branch in [0, {self.num_branches}), got {index}")
+        check_int(where, "support", support)
+        if support % 2 == 0:
+            raise ValueError(f"{where}: support must be odd (a centred kernel), got {support}")
+        check_alloc(where, f"support={support} ({support}^3 taps x {self.channels} channels)",
+                    self.channels * support ** 3 * 8 * 2)
         s, c = support, self.channels
         if self.kernel_type == "dilated":
             offs, _ = self._dilated_offsets(s)
