@@ -226,7 +226,8 @@ def check_payload(payload: Mapping[str, Any], source: str = "checkpoint") -> Non
 
 
 def _check_weights(state: Mapping[str, torch.Tensor], model: torch.nn.Module, name: str, kwargs: Any) -> None:
-    """Names, kinds (floating or not) and values (finite) of the checkpoint's weights against ``model``."""
+    """Names, shapes, kinds (floating or not) and values (finite) of the checkpoint's weights against
+    ``model``, all checked before anything is copied, so a mismatch never leaves a half-loaded model."""
     own = model.state_dict()
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]
@@ -235,6 +236,10 @@ def _check_weights(state: Mapping[str, torch.Tensor], model: torch.nn.Module, na
                               f"{' ...' if len(missing) > 5 else ''}, unexpected {unexpected[:5]}"
                               f"{' ...' if len(unexpected) > 5 else ''}")
     for key, value in state.items():
+        # a folded MRConv3d resizes its merged kernel on load (its size follows the folding resolution)
+        if value.shape != own[key].shape and not key.endswith("rep_weight"):
+            raise CheckpointError(f"the checkpoint's weights do not fit {name!r} {kwargs}: entry state_dict[{key!r}] "
+                                  f"has shape {tuple(value.shape)}, the model's {tuple(own[key].shape)}")
         if own[key].is_floating_point() != value.is_floating_point():
             raise CheckpointError(f"the checkpoint's entry state_dict[{key!r}] has dtype {value.dtype} but the model's "
                                   f"is {own[key].dtype}")

@@ -477,6 +477,12 @@ def test_checkpoint_weights_are_checked_before_loading(tmp_path):
     missing = {k: v for k, v in state.items() if k != key}
     with pytest.raises(CheckpointError, match=rf"missing \['{key}'\]"):
         gridify.load(_export(tmp_path, state_dict=missing))
+    wide = dict(state, **{key: torch.zeros(3, *state[key].shape)})
+    with pytest.raises(CheckpointError, match=rf"entry state_dict\['{key}'\] has shape \(3, "):
+        gridify.load(_export(tmp_path, state_dict=wide))
+    ints = dict(state, **{key: state[key].long()})
+    with pytest.raises(CheckpointError, match=rf"entry state_dict\['{key}'\] has dtype torch.int64"):
+        gridify.load(_export(tmp_path, state_dict=ints))
     with pytest.raises(CheckpointError, match="class_names names 2 classes but the model has 3 outputs"):
         gridify.load(_export(tmp_path, info={"class_names": ["a", "b"]}))
     with pytest.raises(ValueError, match="gridify.load: device must be a torch.device or a name"):

@@ -23,8 +23,8 @@ __all__ = ["all_or_nothing", "evaluating"]
 
 
 def _attributes(module: nn.Module) -> Dict[str, Any]:
-    """A copy of ``vars(module)`` one level deep (dicts such as ``_buffers`` and caches copied)."""
-    return {k: (dict(v) if isinstance(v, dict) else v) for k, v in vars(module).items()}
+    """A copy of ``vars(module)`` one level deep (dicts such as ``_buffers`` and caches, and sets, copied)."""
+    return {k: (type(v)(v) if isinstance(v, (dict, set)) else v) for k, v in vars(module).items()}
 
 
 def _values(tensors: Dict[str, Any]) -> Dict[str, Tensor]:
