@@ -61,7 +61,8 @@ def prepare_points(where: str, pos, x, batch, in_channels: int, dtype: torch.dty
     return pos, x, batch, num_clouds, dense_shape
 
 
-def check_point_module_input(module: nn.Module, x: Tensor, pos: Tensor, batch: Tensor, *args: object) -> None:
+def check_point_module_input(module: nn.Module, x: Tensor, pos: Tensor, batch: Tensor, num_clouds: object = None
+                             ) -> None:
     """Inputs of a PointNet++ module called directly: ``x [N, F]`` and ``pos [N, 3]`` finite, of the
     module's dtype, and a valid sorted ``batch [N]`` (the number of clouds, when given, may be larger)."""
     where = type(module).__name__
@@ -72,7 +73,6 @@ def check_point_module_input(module: nn.Module, x: Tensor, pos: Tensor, batch: T
     ref = next(module.parameters())
     for name, t in (("x", x), ("pos", pos)):
         check_same_dtype(where, name, t, ref)
-    num_clouds = args[0] if args and isinstance(args[0], int) else None
     batch, _, _ = check_batch(batch, pos.size(0), where, num_clouds=num_clouds, device=pos.device)
     check_finite(pos, "pos", where, batch)
     check_finite(x, "x", where, batch)

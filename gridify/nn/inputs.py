@@ -259,12 +259,14 @@ def check_kernel_resolution(module: nn.Module, resolution: Optional[int] = None)
                 taps * (_channels(module) + 4) * 8)
 
 
-def check_coordinates(module: nn.Module, coords: Tensor) -> None:
-    """Input of a field or kernel network: ``[..., D]`` (``D`` = ``module.in_features`` or
-    ``module.dim``) of the module's dtype and device, finite."""
+def check_coordinates(module: nn.Module, *args: Any, **kwargs: Any) -> None:
+    """Input of a field (``offset``) or kernel network (``coords``), given by position or name:
+    ``[..., D]`` (``D`` = ``module.in_features`` or ``module.dim``) of the module's dtype and
+    device, finite."""
     where = type(module).__name__
     dim = getattr(module, "in_features", None) or module.dim
     name = "offset" if hasattr(module, "in_features") else "coords"
+    coords = args[0] if args else kwargs.get(name)
     coords = check_tensor(coords, name, where)
     if coords.dim() < 1 or coords.size(-1) != dim:
         fail(where, f"{name} must have shape [..., {dim}], got {tuple(coords.shape)}")
