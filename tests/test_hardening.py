@@ -74,6 +74,8 @@ NESTED_INPUTS = [
     (lambda: RandomFourierField(3, 8)(_with(torch.randn(6, 3), (2, 1)) * 0.1),
      r"RandomFourierField: offset contains NaN values \(1 entry affected\); first at row 2"),
     (lambda: SIRENField(3, 8)(_with(torch.randn(6, 3), (4, 0), float("inf"))), "SIRENField: offset contains Inf"),
+    (lambda: SIRENField(3, 8)(offset=_with(torch.randn(6, 3), (1, 0))), "SIRENField: offset contains NaN"),
+    (lambda: MAGNet(4)(coords=torch.rand(5, 2)), r"MAGNet: coords must have shape \[\.\.\., 3\]"),
     (lambda: MAGNet(4)(_with(torch.rand(5, 3), (1, 2))), "MAGNet: coords contains NaN"),
     (lambda: MAGNet(4)(torch.rand(5, 3).double()), "coords has dtype torch.float64, which does not match"),
     (lambda: SepFlexConv3d(3, 3, kernel_size=3)(_with(_grid(), (1, 2, 0, 1, 3))),
