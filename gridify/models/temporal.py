@@ -12,8 +12,7 @@ Shapes:
 """
 from __future__ import annotations
 
-import math
-from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
