@@ -28,7 +28,8 @@ from gridify.checkpoint import CheckpointError, build_model_from_checkpoint, loa
 from gridify.metrics import OverallAccuracy, ShapeNetPartIoU
 from gridify.models import GridifiedClassifier, GridifiedSegmenter, TemporalGridifiedClassifier
 from gridify.models.temporal import timespans_from_times
-from gridify.nn import (MAGNet, BipartiteConv, CfC, CfCCell, ChannelLayerNorm, DeltaTGRU, Gridification, MRConv3d,
+from gridify.nn import (MAGNet, BipartiteConv, CfC, CfCCell, ChannelLayerNorm, Degridification, DeltaTGRU,
+                        Gridification, MRConv3d,
                         RandomFourierField, SepFlexConv3d, SIRENField, recalibrate_batchnorm, reparameterize_model)
 from gridify.ops import fps, grid_knn, grid_positions, knn, knn_reference, radius, radius_reference, scatter
 from gridify.ops.sampling import fps_reference
@@ -188,6 +189,15 @@ def test_temporal_model_names_the_sequence_and_frame_of_bad_values():
         m(pos, times=torch.ones(2, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="lengths is on meta"):
         m(pos, lengths=torch.tensor([1, 2], device="meta"))
+
+
+def test_degridification_validates_a_graph_given_from_outside():
+    torch.manual_seed(0)
+    grid, graph = Gridification(3, 4, 3, k=3)(_clouds()[0], return_graph=True)
+    graph.edge_index = graph.edge_index.clone()
+    graph.edge_index[1, 5] = 27  # beyond the 27 nodes of the one cloud
+    with pytest.raises(ValueError, match=r"graph.edge_index\[1\] \(grid nodes\) values must lie in \[0, 27\)"):
+        Degridification(4, 2)(grid.detach(), graph)
 
 
 def test_public_grid_and_box_helpers_validate():

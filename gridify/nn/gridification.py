@@ -24,7 +24,7 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor, nn
 
-from .._checks import (check_alloc, check_batch, check_choice, check_finite, check_float,
+from .._checks import (check_alloc, check_batch, check_choice, check_finite, check_float, check_index,
                        check_parameters, check_points, check_positive_int, check_tensor, checked_forward, fail,
                        trusted_inputs, validating)
 from ..ops.scatter import scatter_unchecked
@@ -173,6 +173,17 @@ class BipartiteConv(nn.Module):
         elif self.aggr == "max":
             out.masked_fill_(torch.isinf(out), 0.0)  # targets without edges, as scatter() gives
         return out
+
+
+def check_graph(where: str, graph: BipartiteGraph) -> None:
+    """A graph given from outside: ``edge_index [2, E]`` integers, points in ``[0, N)``, nodes in
+    ``[0, B R^3)``, finite points on the edges' device."""
+    edges = check_tensor(graph.edge_index, "graph.edge_index", where)
+    if edges.dim() != 2 or edges.size(0) != 2:
+        fail(where, f"graph.edge_index must have shape [2, E], got {tuple(edges.shape)}")
+    check_index(where, "graph.edge_index[0] (points)", edges[0], graph.num_points, device=graph.pos.device)
+    check_index(where, "graph.edge_index[1] (grid nodes)", edges[1], graph.num_nodes, device=graph.pos.device)
+    check_finite(graph.pos, "graph.pos", where, graph.batch)
 
 
 def check_grid_bytes(where: str, resolution: int, channels: int) -> None:
@@ -350,6 +361,7 @@ class Degridification(nn.Module):
         if validating():
             flat = graph.grid.from_dense(grid) if grid.dim() == 5 else grid
             check_finite(flat, "grid", where, torch.arange(B, device=grid.device).repeat_interleave(R ** 3))
+            check_graph(where, graph)
         return self.propagate(grid, graph)
 
     def propagate(self, grid: Tensor, graph: BipartiteGraph) -> Tensor:
