@@ -7,21 +7,49 @@ users never see a bare traceback from deep inside torch.
 The convention: a public function or module validates its arguments once, with these helpers,
 and then calls an unchecked implementation; library code that has already validated its inputs
 calls the unchecked implementations directly, so a nested call inside a forward pass never
-re-validates (no repeated host synchronisation on a GPU).
+re-validates (no repeated host synchronisation on a GPU). Public *modules* nested inside other
+modules (a backbone inside a model, a kernel network inside a convolution) cannot be bypassed
+that way; their value checks (NaN/Inf, index ranges) run only when :func:`validating` is true,
+i.e. outside a :func:`trusted_inputs` block. :func:`checked_forward` decorates a module's
+``forward``: it runs a check function at the outermost call and the forward itself trusted.
 
 Scalar hyper-parameters: :func:`check_int` / :func:`check_positive_int` (integers, ``bool``
-refused), :func:`check_number` (finite real numbers with a lower bound), :func:`check_fraction`, :func:`check_probability`
-and :func:`check_choice`. Tensors: :func:`check_tensor`, :func:`check_float`, :func:`check_points`,
-:func:`check_point_pair`, :func:`check_batch`, :func:`check_finite`.
+refused), :func:`check_number` (finite real numbers with a lower bound), :func:`check_fraction`,
+:func:`check_probability` and :func:`check_choice`. Tensors: :func:`check_tensor`,
+:func:`check_float` (float16, bfloat16, float32, float64; other floating dtypes are refused),
+:func:`check_integer`, :func:`check_device`, :func:`check_points`, :func:`check_point_pair`,
+:func:`check_batch`, :func:`check_index` (values in ``[0, size)``), :func:`check_finite`.
+
+Sizes: :func:`check_alloc` refuses a request before anything is allocated for it when
+
+    estimated bytes  >  limit = $GRIDIFY_MAX_ALLOC_BYTES, else the machine's physical memory
+                                (for a CUDA device: that device's memory)
+
+with a message naming the argument that asked for it and the bytes it would need.
+
+Shapes:
+    check_batch: batch [N] -> (batch [N] int64, B, counts [B]); check_index: index [E], values
+    in [0, size); check_finite: any tensor, rows along dim 0.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import math
-from typing import Any, NoReturn, Optional, Sequence, Tuple
+import os
+from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 import torch
 from torch import Tensor
+
+#: floating dtypes every public op and module accepts
+SUPPORTED_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+#: integer dtypes accepted for index and batch tensors (``bool`` is refused)
+INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+#: environment variable that overrides the allocation limit of :func:`check_alloc` (bytes)
+MAX_ALLOC_ENV = "GRIDIFY_MAX_ALLOC_BYTES"
 
 
 def fail(where: str, msg: str) -> NoReturn:
@@ -117,22 +145,39 @@ def check_tensor(t: object, name: str, where: str) -> Tensor:
 
 
 def check_float(t: Tensor, name: str, where: str) -> None:
+    """A floating tensor of a supported dtype (float16, bfloat16, float32, float64)."""
     if not t.is_floating_point():
         fail(where, f"{name} must be a floating-point tensor, got dtype {t.dtype}")
+    if t.dtype not in SUPPORTED_FLOATS:
+        fail(where, f"{name} has the unsupported dtype {t.dtype}; use float16, bfloat16, float32 or float64")
 
 
-def check_point_pair(x: object, y: object, where: str) -> Tuple[Tensor, Tensor]:
+def check_integer(t: Tensor, name: str, where: str) -> None:
+    """An integer tensor (``bool`` and floating tensors refused)."""
+    if t.dtype not in INTEGER_DTYPES:
+        fail(where, f"{name} must be an integer tensor, got dtype {t.dtype}")
+
+
+def check_device(t: Tensor, name: str, where: str, device: torch.device, other: str = "the points") -> None:
+    if t.device != device:
+        fail(where, f"{name} is on {t.device} but {other} are on {device}")
+
+
+def check_point_pair(x: object, y: object, where: str, names: Tuple[str, str] = ("x", "y")) -> Tuple[Tensor, Tensor]:
     """Validate two point sets of one dimension on one device (the ``x``/``y`` of a search)."""
-    x = check_tensor(x, "x", where)
-    y = check_tensor(y, "y", where)
-    for name, t in (("x", x), ("y", y)):
+    nx, ny = names
+    x = check_tensor(x, nx, where)
+    y = check_tensor(y, ny, where)
+    for name, t in ((nx, x), (ny, y)):
         if t.dim() != 2:
             fail(where, f"{name} must have shape [num_points, dim], got {tuple(t.shape)}")
         check_float(t, name, where)
     if x.size(1) != y.size(1):
-        fail(where, f"x and y must have the same dimension, got {x.size(1)} and {y.size(1)}")
+        fail(where, f"{nx} and {ny} must have the same dimension, got {x.size(1)} and {y.size(1)}")
+    if x.size(1) == 0:
+        fail(where, f"{nx} and {ny} must have at least one coordinate per point, got dimension 0")
     if x.device != y.device:
-        fail(where, f"x is on {x.device} but y is on {y.device}")
+        fail(where, f"{nx} is on {x.device} but {ny} is on {y.device}")
     return x, y
 
 
@@ -140,15 +185,35 @@ def cloud_of(batch: Optional[Tensor], row: int) -> int:
     return 0 if batch is None else int(batch[row])
 
 
-def check_finite(t: Tensor, name: str, where: str, batch: Optional[Tensor] = None) -> None:
-    """Raise if ``t`` holds NaN or Inf, naming the first offending row's cloud."""
-    bad = ~torch.isfinite(t)
-    if bad.any():
-        rows = bad.reshape(t.size(0), -1).any(1).nonzero().flatten()
-        row = int(rows[0])
-        what = "NaN" if torch.isnan(t[row]).any() else "Inf"
-        fail(where, f"{name} contains {what} values ({rows.numel()} rows affected); first in cloud "
-                    f"{cloud_of(batch, row)} at row {row}")
+def check_finite(t: Tensor, name: str, where: str, batch: Optional[Tensor] = None,
+                 dims: Optional[Sequence[str]] = None) -> None:
+    """Raise if ``t`` holds NaN or Inf, naming where the first one is.
+
+    Rows are counted along dim 0. The message names the row's cloud (``batch``, or cloud 0) for
+    tensors of at most two dimensions, else the full index; ``dims`` names the leading
+    dimensions instead (``("sequence", "frame", "point")`` -> "sequence 1, frame 0, point 7").
+    """
+    if t.numel() == 0 or bool(torch.isfinite(t).all()):
+        return
+    bad = ~torch.isfinite(t.reshape(t.size(0) if t.dim() else 1, -1))
+    rows = bad.any(1).nonzero().flatten()
+    row = int(rows[0])
+    first = bad[row].nonzero()[0, 0]
+    what = "NaN" if bool(torch.isnan(t.reshape(bad.shape)[row, first])) else "Inf"
+    if dims is not None:
+        flat = row * bad.size(1) + int(first)
+        index = np.unravel_index(flat, tuple(t.shape))
+        at = ", ".join(f"{d} {int(i)}" for d, i in zip(dims, index))
+        fail(where, f"{name} contains {what} values ({_affected(int(bad.sum()))}); first at {at}")
+    if t.dim() > 2 and batch is None:
+        index = tuple(int(i) for i in np.unravel_index(row * bad.size(1) + int(first), tuple(t.shape)))
+        fail(where, f"{name} contains {what} values ({_affected(int(bad.sum()))}); first at index {index}")
+    fail(where, f"{name} contains {what} values ({rows.numel()} rows affected); first in cloud "
+                f"{cloud_of(batch, row)} at row {row}")
+
+
+def _affected(count: int) -> str:
+    return f"{count} {'entry' if count == 1 else 'entries'} affected"
 
 
 def check_batch(batch: Optional[Tensor], num_rows: int, where: str, name: str = "batch",
@@ -157,24 +222,27 @@ def check_batch(batch: Optional[Tensor], num_rows: int, where: str, name: str = 
     """Validate a PyG-style batch vector and return ``(batch, num_clouds, counts)``.
 
     The vector must be 1-D, integer, of length ``num_rows``, non-negative and sorted (all rows of
-    cloud 0, then cloud 1, ...). Every cloud in ``range(num_clouds)`` must be non-empty.
+    cloud 0, then cloud 1, ...). Every cloud in ``range(num_clouds)`` must be non-empty (unless
+    ``allow_empty``). Cloud counts that could only come with empty clouds are refused before
+    anything is allocated for them.
     """
+    num_clouds = check_int(where, "num_clouds", num_clouds, 0, allow_none=True)
     if batch is None:
         batch = torch.zeros(num_rows, dtype=torch.long, device=device)
     check_tensor(batch, name, where)
     if batch.dim() != 1 or batch.numel() != num_rows:
         fail(where, f"{name} must be a 1-D tensor with one entry per point ({num_rows}), "
                     f"got shape {tuple(batch.shape)}")
-    if batch.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
-        fail(where, f"{name} must be an integer tensor, got dtype {batch.dtype}")
+    check_integer(batch, name, where)
     if device is not None and batch.device != device:
         fail(where, f"{name} is on {batch.device} but the points are on {device}")
     batch = batch.long()
     if num_rows == 0:
         n = int(num_clouds or 0)
-        if n > 0:
+        if n > 0 and not allow_empty:
             fail(where, "cloud 0 is empty (no points at all); every cloud needs at least one point")
-        return batch, n, batch.new_zeros(0)
+        check_alloc(where, f"num_clouds={n} (one count per cloud)", 8 * n, batch.device)
+        return batch, n, batch.new_zeros(n)
     if int(batch.min()) < 0:
         fail(where, f"{name} holds negative cloud indices")
     if num_rows > 1 and bool((batch[1:] < batch[:-1]).any()):
@@ -185,12 +253,36 @@ def check_batch(batch: Optional[Tensor], num_rows: int, where: str, name: str = 
     if num_clouds is not None:
         if num_clouds < n:
             fail(where, f"{name} refers to cloud {n - 1} but num_clouds={num_clouds}")
-        n = int(num_clouds)
+        n = num_clouds
+    if n > num_rows and not allow_empty:
+        what = f"num_clouds={n}" if num_clouds is not None else f"{name} (it refers to cloud {n - 1})"
+        fail(where, f"{what} asks for {n} clouds but there are only {num_rows} points; every cloud needs at "
+                    f"least one point")
+    check_alloc(where, f"{name} with {n} clouds (one count per cloud)", 8 * n, batch.device)
     counts = torch.bincount(batch, minlength=n)
     if not allow_empty and bool((counts == 0).any()):
         empty = (counts == 0).nonzero().flatten().tolist()
         fail(where, f"cloud {empty[0]} is empty (no points); empty clouds: {empty[:10]}")
     return batch, n, counts
+
+
+def check_index(where: str, name: str, index: object, size: int, *, device: Optional[torch.device] = None,
+                length: Optional[int] = None, other: str = "the data") -> Tensor:
+    """A 1-D integer tensor with values in ``[0, size)`` (and ``length`` entries), returned as int64."""
+    index = check_tensor(index, name, where)
+    if index.dim() != 1 or (length is not None and index.numel() != length):
+        want = f"[{length}]" if length is not None else "[E]"
+        fail(where, f"{name} must be a 1-D integer tensor of shape {want}, got shape {tuple(index.shape)}")
+    check_integer(index, name, where)
+    if device is not None:
+        check_device(index, name, where, device, other)
+    if index.numel():
+        lo, hi = int(index.min()), int(index.max())
+        if lo < 0 or hi >= size:
+            bad = int(((index < 0) | (index >= size)).nonzero()[0])
+            fail(where, f"{name} values must lie in [0, {size}), got {int(index[bad])} at position {bad} "
+                        f"(range [{lo}, {hi}])")
+    return index.long()
 
 
 def check_points(pos: object, where: str, name: str = "pos", dim: int = 3) -> Tensor:
@@ -200,3 +292,103 @@ def check_points(pos: object, where: str, name: str = "pos", dim: int = 3) -> Te
         fail(where, f"{name} must have shape [N, {dim}], got {tuple(pos.shape)}")
     check_float(pos, name, where)
     return pos
+
+
+# ---------------------------------------------------------------------------------------------
+# validate once: trusted nested calls
+# ---------------------------------------------------------------------------------------------
+_TRUSTED: "contextvars.ContextVar[bool]" = contextvars.ContextVar("gridify_inputs_trusted", default=False)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def validating() -> bool:
+    """Whether the current call must validate its inputs (False inside :func:`trusted_inputs`)."""
+    return not _TRUSTED.get()
+
+
+@contextlib.contextmanager
+def trusted_inputs() -> Iterator[None]:
+    """Mark the public modules called inside as fed by library code that validated their inputs."""
+    token = _TRUSTED.set(True)
+    try:
+        yield
+    finally:
+        _TRUSTED.reset(token)
+
+
+def checked_forward(check: Callable[..., None]) -> Callable[[F], F]:
+    """Decorate a module's ``forward``: ``check(self, *args, **kwargs)`` runs at the outermost call
+    (not inside :func:`trusted_inputs`), then ``forward`` runs with its nested public calls trusted."""
+
+    def decorate(forward: F) -> F:
+        @functools.wraps(forward)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if _TRUSTED.get():
+                return forward(self, *args, **kwargs)
+            check(self, *args, **kwargs)
+            with trusted_inputs():
+                return forward(self, *args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+# ---------------------------------------------------------------------------------------------
+# allocation guard
+# ---------------------------------------------------------------------------------------------
+def physical_memory() -> int:
+    """Bytes of physical memory of this machine (a very large number when it cannot be read)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return 1 << 62
+
+
+def max_alloc_bytes(device: Optional[torch.device] = None) -> Tuple[int, str]:
+    """The allocation limit of :func:`check_alloc` and where it comes from, ``(bytes, source)``."""
+    env = os.environ.get(MAX_ALLOC_ENV, "").strip()
+    if env:
+        try:
+            limit = float(env)
+        except ValueError:
+            limit = float("nan")
+        if not (math.isfinite(limit) and limit > 0):
+            raise ValueError(f"{MAX_ALLOC_ENV} must be a positive number of bytes, got {env!r}")
+        return int(limit), MAX_ALLOC_ENV
+    if device is not None and torch.device(device).type == "cuda":
+        return int(torch.cuda.get_device_properties(torch.device(device)).total_memory), "the GPU's memory"
+    return physical_memory(), "the physical memory"
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes in binary units: ``"1.5 GiB"``, ``"3.2e+06 EiB"`` beyond exbibytes."""
+    value = float(min(n, 1e300))
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.3g} EiB"
+
+
+def check_alloc(where: str, what: str, nbytes: int, device: Optional[torch.device] = None) -> None:
+    """Refuse a request for ``nbytes`` bytes beyond :func:`max_alloc_bytes`, before allocating.
+
+    ``what`` names the argument that decides the size (``"dim_size=10**12 ([dim_size, 16] float32)"``).
+    """
+    limit, source = max_alloc_bytes(device)
+    if nbytes > limit:
+        fail(where, f"{what} would need {format_bytes(nbytes)} ({float(min(nbytes, 1e300)):.3g} bytes), more "
+                    f"than the allocation limit of {format_bytes(limit)} ({source}; set {MAX_ALLOC_ENV} to "
+                    f"change it)")
+
+
+def element_size(dtype: torch.dtype) -> int:
+    """Bytes per element of ``dtype``."""
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def check_parameters(where: str, what: str, count: int) -> None:
+    """Refuse a module whose ``count`` float32 parameters (an estimate from its widths) exceed the
+    allocation limit, before any of them is allocated; ``what`` names the width arguments."""
+    check_alloc(where, f"{what} (about {float(min(count, 1e300)):.3g} parameters)", 4 * count)

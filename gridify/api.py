@@ -30,6 +30,13 @@ What :meth:`Predictor.predict` does to a cloud of ``N`` points (any ``N >= 1``):
 
 :func:`gridify` is the functional form of the gridification layer for custom clouds.
 
+Input conversion never loses what matters: coordinates are centred and scaled in float64 before
+they are cast to float32 (UTM coordinates ~5e5 m keep their centimetres; 1e300 normalizes like
+1), ragged lists, unsupported dtypes and values beyond float32 are refused with a message
+naming them, and every size argument (``num_votes``, ``batch_size``) is checked against the
+allocation limit before anything is allocated. A call that fails leaves the model as it was
+(train/eval flags, buffers, caches: :func:`gridify.nn.state.all_or_nothing`).
+
 This module needs only PyTorch and NumPy (and :mod:`gridify.io` for files).
 """
 from __future__ import annotations
@@ -44,9 +51,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_positive_int
+from ._checks import check_alloc, check_int, check_positive_int, fail
 from .checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
 from .io import PointCloud, read_points
+from .nn.state import all_or_nothing, evaluating
+from .transforms import centre_and_scale
 
 __all__ = ["load", "Predictor", "Prediction", "gridify", "normalize_cloud", "DEFAULT_NUM_POINTS"]
 
@@ -61,21 +70,44 @@ PointsLike = Union[np.ndarray, Tensor, PointCloud, str, "os.PathLike[str]"]
 # input handling
 # --------------------------------------------------------------------------------------
 def _to_numpy(a: Any, name: str, where: str) -> np.ndarray:
+    """``a`` (array, tensor, nested list) as a numeric numpy array, without losing precision."""
     if isinstance(a, Tensor):
-        a = a.detach().cpu().numpy()
+        t = a.detach().cpu()
+        if t.dtype == torch.bfloat16:  # numpy has no bfloat16; float32 holds it exactly
+            t = t.float()
+        if t.is_complex() or t.dtype == torch.bool:
+            raise TypeError(f"{where}: {name} must hold real numbers, got dtype {t.dtype}")
+        a = t.numpy()
     if not isinstance(a, np.ndarray):
-        if isinstance(a, (list, tuple)):
-            a = np.asarray(a)
-        else:
+        if not isinstance(a, (list, tuple)):
             raise TypeError(f"{where}: {name} must be a numpy array, a torch tensor, a gridify.io.PointCloud "
                             f"or a file path, got {type(a).__name__}")
+        try:
+            a = np.asarray(a)
+        except ValueError:
+            raise ValueError(f"{where}: {name} is a ragged nested list (rows of different lengths); give every "
+                             f"point the same number of coordinates") from None
     if a.dtype.kind not in "fiu":
         raise TypeError(f"{where}: {name} must hold numbers, got dtype {a.dtype}")
     return a
 
 
+def _as_float32(a: np.ndarray, name: str, where: str) -> np.ndarray:
+    """``a`` in float32, refusing values that only overflow in float32 (finite before the cast)."""
+    with np.errstate(over="ignore"):
+        out = a.astype(np.float32)
+    if not np.isfinite(out).all():
+        bad = int((~np.isfinite(out)).reshape(len(out), -1).any(1).sum())
+        raise ValueError(f"{where}: {name} hold values beyond float32's range (|v| > 3.4e38) in {bad} of "
+                         f"{len(out)} points; scale them (normalize=True centres and scales in float64 first)")
+    return out
+
+
 def _read_cloud(points: PointsLike, normals: Any, where: str) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
-    """``(points [N, 3] float32, normals [N, 3] float32 or None, source)`` from any supported input."""
+    """``(points [N, 3] float64, normals [N, 3] float32 or None, source)`` from any supported input.
+
+    The points stay in float64 until they are normalized (see :meth:`Predictor.prepare`).
+    """
     source = ""
     if isinstance(points, (str, os.PathLike)):
         points = read_points(points)
@@ -90,7 +122,7 @@ def _read_cloud(points: PointsLike, normals: Any, where: str) -> Tuple[np.ndarra
         raise ValueError(f"{where}: points must have shape [N, 3], got {tuple(pos.shape)}{hint}")
     if pos.shape[0] == 0:
         raise ValueError(f"{where}: the cloud is empty (0 points)")
-    pos = pos.astype(np.float32)
+    pos = pos.astype(np.float64)
     if not np.isfinite(pos).all():
         bad = int((~np.isfinite(pos)).any(1).sum())
         raise ValueError(f"{where}: points contain NaN/Inf values ({bad} of {len(pos)} points); drop them first")
@@ -98,10 +130,9 @@ def _read_cloud(points: PointsLike, normals: Any, where: str) -> Tuple[np.ndarra
         nrm = _to_numpy(normals, "normals", where)
         if nrm.shape != pos.shape:
             raise ValueError(f"{where}: normals must have shape {list(pos.shape)} like points, got {tuple(nrm.shape)}")
-        nrm = nrm.astype(np.float32)
         if not np.isfinite(nrm).all():
             raise ValueError(f"{where}: normals contain NaN/Inf values")
-        normals = nrm
+        normals = _as_float32(nrm, "normals", where)
     return pos, normals, source
 
 
@@ -109,16 +140,15 @@ def normalize_cloud(pos: np.ndarray) -> Tuple[np.ndarray, np.ndarray, float]:
     """Centre on the centroid and scale into the unit sphere: ``(p - c) / s``.
 
     Returns ``(normalized [N, 3] float32, c [3], s)`` with ``s = max_j |p_j - c|``; the
-    original points are ``normalized * s + c``. Raises ValueError for a zero-extent cloud.
+    original points are ``normalized * s + c``. Computed in float64 (the input is not cast to
+    float32 first) and without overflow (:func:`gridify.transforms.centre_and_scale`). Raises
+    ValueError for a zero-extent cloud.
     """
-    p = np.asarray(pos, dtype=np.float64)
-    c = p.mean(0)
-    q = p - c
-    s = float(np.sqrt((q * q).sum(1).max()))
-    if not s > 1e-12 * max(1.0, float(np.abs(p).max())):
-        raise ValueError(f"normalize_cloud: all {len(p)} points are identical (zero extent); cannot scale the "
-                         f"cloud into the unit sphere")
-    return (q / s).astype(np.float32), c, s
+    try:
+        q, c, s = centre_and_scale(pos)
+    except ValueError as exc:
+        raise ValueError(f"normalize_cloud: {exc}") from None
+    return q.astype(np.float32), c, s
 
 
 def canonical_order(pos: np.ndarray, normals: Optional[np.ndarray] = None) -> np.ndarray:
@@ -135,6 +165,10 @@ def estimate_normals(pos: np.ndarray, k: int = 30) -> np.ndarray:
     Normals are oriented away from the centroid (``n . (p - mean) >= 0``), which suits closed,
     roughly star-shaped objects; open scans may get some flipped normals.
     """
+    check_int("estimate_normals", "k", k)
+    pos = _to_numpy(pos, "pos", "estimate_normals")
+    if pos.ndim != 2 or pos.shape[1] != 3 or len(pos) == 0 or not np.isfinite(pos).all():
+        raise ValueError(f"estimate_normals: pos must be a finite, non-empty [N, 3] array, got shape {pos.shape}")
     try:
         import open3d as o3d
     except ImportError as exc:  # pragma: no cover - open3d is a dependency
@@ -144,7 +178,7 @@ def estimate_normals(pos: np.ndarray, k: int = 30) -> np.ndarray:
     n = np.asarray(pc.normals, dtype=np.float32)
     if n.shape != (len(pos), 3):
         raise ValueError(f"estimate_normals: could not estimate normals for {len(pos)} points")
-    out = np.asarray(pos, dtype=np.float32) - np.asarray(pos, dtype=np.float32).mean(0)
+    out = np.asarray(pos, dtype=np.float64) - np.asarray(pos, dtype=np.float64).mean(0)
     flip = (n * out).sum(1) < 0
     n[flip] *= -1
     return n
@@ -237,8 +271,14 @@ class Predictor(nn.Module):
                  category_to_parts: Optional[Sequence[Sequence[int]]] = None,
                  gridify_version: Optional[str] = None, meta: Optional[Dict[str, Any]] = None) -> None:
         super().__init__()
+        if not isinstance(model, nn.Module):
+            raise ValueError(f"Predictor: model must be a torch.nn.Module, got {type(model).__name__}")
         if task not in ("classification", "segmentation"):
             raise ValueError(f"Predictor: task must be 'classification' or 'segmentation', got {task!r}")
+        check_int("Predictor", "num_points", num_points, 1, allow_none=True)
+        check_positive_int("Predictor", in_channels=in_channels)
+        if isinstance(class_names, str) or not class_names:
+            raise ValueError(f"Predictor: class_names must be a non-empty list of names, got {class_names!r}")
         self.model = model.eval()
         self.task = task
         self.class_names = [str(c) for c in class_names]
@@ -288,6 +328,8 @@ class Predictor(nn.Module):
                 pos, center, scale = normalize_cloud(pos)
             except ValueError as exc:
                 raise ValueError(f"{where}: {exc}") from None
+        else:
+            pos = _as_float32(pos, "points", where)
         x = np.concatenate([pos, nrm], 1) if self.use_normals else pos
         if x.shape[1] != self.in_channels:
             raise ValueError(f"{where}: the model takes {self.in_channels} features per point, but the cloud "
@@ -343,11 +385,16 @@ class Predictor(nn.Module):
                 category. TypeError: unsupported input type.
         """
         where = f"{type(self).__name__}.predict"
-        check_positive_int(where, num_votes=num_votes, batch_size=batch_size)
+        self._check_run(where, num_votes, batch_size, seed, estimate_normals)
         cat = self._category(category, where)
         cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=where)
-        probs = (self._classify(cloud, num_votes, seed, batch_size, "probs") if self.task == "classification"
-                 else self._segment(cloud, cat, seed, batch_size))
+        with evaluating(self.model), all_or_nothing(self.model):
+            if self.task == "classification":
+                self._check_batch_sizes(where, len(cloud["pos"]), num_votes, batch_size)
+                probs = self._classify(cloud, num_votes, seed, batch_size, "probs")
+            else:
+                self._check_batch_sizes(where, len(cloud["pos"]), 1, batch_size)
+                probs = self._segment(cloud, cat, seed, batch_size)
         labels = probs.argmax(-1).astype(np.int64)
         cat_name = None
         if cat is not None:
@@ -355,6 +402,29 @@ class Predictor(nn.Module):
         return Prediction(labels=np.asarray(labels), probabilities=probs, class_names=list(self.class_names),
                           task=self.task, num_points=int(len(cloud["pos"])), category=cat_name,
                           source=cloud["source"])
+
+    def _check_run(self, where: str, num_votes: Any, batch_size: Any, seed: Any, estimate_normals: Any = False) -> None:
+        """The scalar arguments of :meth:`predict` / :meth:`embed` / :meth:`inspect`."""
+        check_positive_int(where, num_votes=num_votes, batch_size=batch_size)
+        check_int(where, "seed", seed, 0)
+        if not isinstance(estimate_normals, bool):
+            fail(where, f"estimate_normals must be a bool, got {estimate_normals!r}")
+
+    def _check_batch_sizes(self, where: str, n_in: int, num_votes: int, batch_size: int) -> None:
+        """Refuse vote tables and forward batches beyond the allocation limit, before allocating.
+
+        Votes: one int64 index per point of every subset; a forward: ``min(batch_size, count)``
+        clouds of ``n`` points, each with a grid of ``R^3 x C`` features and its activations (an
+        estimate: 16 grid-sized float32 tensors per cloud).
+        """
+        n = self.num_points or n_in
+        count = num_votes if self.task == "classification" else math.ceil(n_in / n)
+        check_alloc(where, f"num_votes={num_votes} (subsets of {n} points)", 8 * n * count)
+        R = int(getattr(self.model, "resolution", 0) or 0)
+        C = int(getattr(getattr(self.model, "gridify", None), "out_channels", 0) or 0)
+        per_cloud = n * (4 * self.in_channels + 64) + 16 * 4 * C * R ** 3
+        check_alloc(where, f"batch_size={batch_size} (up to {min(batch_size, count)} clouds of {n} points per "
+                           f"forward pass)", min(batch_size, count) * per_cloud)
 
     def _subsets(self, n_in: int, order: np.ndarray, num_votes: int, seed: int) -> List[np.ndarray]:
         n = self.num_points
@@ -435,8 +505,11 @@ class Predictor(nn.Module):
         and averaged exactly as :meth:`predict` does for a classifier.
         """
         where = f"{type(self).__name__}.embed"
+        self._check_run(where, num_votes, batch_size, seed, estimate_normals)
         cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=where)
-        return self._classify(cloud, int(num_votes), seed, int(batch_size), "embed")
+        with evaluating(self.model), all_or_nothing(self.model):
+            self._check_batch_sizes(where, len(cloud["pos"]), num_votes, batch_size)
+            return self._classify(cloud, num_votes, seed, batch_size, "embed")
 
     @torch.no_grad()
     def inspect(self, points: PointsLike, normals: Any = None, category: Any = None, *, seed: int = 0,
@@ -448,14 +521,19 @@ class Predictor(nn.Module):
         learned grid before the backbone) and ``graph`` (its :class:`BipartiteGraph`), both for
         one canonical subset/chunk of ``num_points`` points (the whole cloud when smaller).
         """
+        where = f"{type(self).__name__}.inspect"
+        self._check_run(where, 1, 1, seed, estimate_normals)
+        if not callable(getattr(self.model, "gridify", None)):
+            fail(where, f"the model ({type(self.model).__name__}) has no gridification to inspect")
         pred = self.predict(points, normals, category, seed=seed, estimate_normals=estimate_normals)
-        cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=f"{type(self).__name__}.inspect")
+        cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=where)
         sub = self._chunks(cloud, seed)[0] if self.task == "segmentation" else \
             self._subsets(len(cloud["pos"]), canonical_order(cloud["pos"], cloud["normals"]), 1, seed)[0]
         dev = self.device
         pos = torch.from_numpy(cloud["pos"][sub]).to(dev)
         x = torch.from_numpy(np.ascontiguousarray(cloud["x"][sub])).to(dev)
-        grid, graph = self.model.gridify(pos, x, return_graph=True)
+        with evaluating(self.model), all_or_nothing(self.model):
+            grid, graph = self.model.gridify(pos, x, return_graph=True)
         return {"pos": cloud["pos"], "prediction": pred, "grid": grid[0].cpu(), "graph": graph,
                 "subset": sub, "center": cloud["center"], "scale": cloud["scale"]}
 
@@ -484,9 +562,18 @@ def load(path: Union[str, "os.PathLike[str]"], device: Union[str, torch.device] 
             outputs up to float rounding).
 
     Raises:
-        gridify.checkpoint.CheckpointError: missing, corrupt, unsafe or foreign files.
+        gridify.checkpoint.CheckpointError: missing, corrupt, unsafe or foreign files, or entries of
+            the wrong type (named). ValueError: a bad ``device`` or ``reparameterize``.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"gridify.load: path must be a str or os.PathLike, got {type(path).__name__}")
+    device = _check_device("gridify.load", device)
+    if not isinstance(reparameterize, bool):
+        raise ValueError(f"gridify.load: reparameterize must be a bool, got {reparameterize!r}")
     payload = load_checkpoint(path)
+    if payload["task"] not in ("classification", "segmentation"):
+        raise CheckpointError(f"{path}: entry 'task' is {payload['task']!r}; gridify.load serves 'classification' "
+                              f"and 'segmentation' models")
     model = build_model_from_checkpoint(payload, reparameterize=reparameterize)
     info = payload.get("info") or {}
     config = payload.get("config") or {}
@@ -499,15 +586,38 @@ def load(path: Union[str, "os.PathLike[str]"], device: Union[str, torch.device] 
         if n < 1:
             raise CheckpointError(f"{path}: the checkpoint records neither class names nor the number of classes")
         class_names = [f"class{i}" for i in range(n)]
+    outputs = getattr(model, "num_classes", None)
+    if isinstance(outputs, int) and len(class_names) != outputs:
+        raise CheckpointError(f"{path}: entry class_names names {len(class_names)} classes but the model has "
+                              f"{outputs} outputs")
     meta = {"info": info, "config": config, "model_name": payload.get("model_name"), "model_kwargs": kwargs,
             "path": str(path), "kind": payload.get("kind")}
     num_points = info["num_points"] if info.get("num_points") is not None else _num_points_of(config)
+    if num_points is not None and num_points < 1:
+        raise CheckpointError(f"{path}: entry num_points must be a positive integer, got {num_points}")
+    parts = info.get("category_to_parts") or []
+    if any(p >= len(class_names) for group in parts for p in group):
+        raise CheckpointError(f"{path}: entry info['category_to_parts'] names parts beyond the {len(class_names)} "
+                              f"classes")
     normalize = (info["normalization"] is not None) if "normalization" in info else bool(data.get("normalize", True))
     pred = Predictor(model, task=str(payload["task"]), class_names=class_names, num_points=num_points,
                      in_channels=in_channels, normalize=normalize,
                      category_names=info.get("category_names"), category_to_parts=info.get("category_to_parts"),
                      gridify_version=payload.get("gridify_version"), meta=meta)
     return pred.to(device)
+
+
+def _check_device(where: str, device: Any) -> torch.device:
+    """``device`` as a torch.device that exists on this machine."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"{where}: device must be a torch.device or a name such as 'cpu' or 'cuda:0', got "
+                         f"{device!r}") from None
+    if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
+        raise ValueError(f"{where}: device {device!r} is not available on this machine (CUDA available: "
+                         f"{torch.cuda.is_available()}, devices: {torch.cuda.device_count()})")
+    return dev
 
 
 # --------------------------------------------------------------------------------------
@@ -561,13 +671,19 @@ def gridify(points: PointsLike, features: Any = None, resolution: Optional[int] 
         the module lives elsewhere); with ``return_graph`` a ``(grid, graph)`` pair.
     """
     where = "gridify.gridify"
+    for name, flag in (("normalize", normalize), ("return_graph", return_graph)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{where}: {name} must be a bool, got {flag!r}")
+    check_int(where, "seed", seed, 0, allow_none=True)
     pos_b, single = _points_batch(points, where)
     feat = _features_batch(features, pos_b.shape[:2], single, where)
-    if normalize:
+    if normalize:  # in float64, before the cast to float32: large offsets keep their small steps
         try:
             pos_b = np.stack([normalize_cloud(p)[0] for p in pos_b])
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
+    else:
+        pos_b = _as_float32(pos_b, "points", where)
     in_channels = 3 if feat is None else feat.shape[-1]
     module = _gridification_module(module, in_channels, feat is None, resolution, k, channels, seed, kwargs, where)
     dev = next(module.parameters()).device
@@ -581,7 +697,7 @@ def gridify(points: PointsLike, features: Any = None, resolution: Optional[int] 
 
 
 def _points_batch(points: PointsLike, where: str) -> Tuple[np.ndarray, bool]:
-    """``(points [B, N, 3] float32, whether a single cloud was given)``, validated."""
+    """``(points [B, N, 3] float64, whether a single cloud was given)``, validated."""
     if isinstance(points, (str, os.PathLike, PointCloud)):
         pos, _, _ = _read_cloud(points, None, where)
         return pos[None], True
@@ -593,7 +709,7 @@ def _points_batch(points: PointsLike, where: str) -> Tuple[np.ndarray, bool]:
         raise ValueError(f"{where}: points must have shape [N, 3] or [B, N, 3], got {tuple(arr.shape)}")
     if arr.shape[0] == 0 or arr.shape[1] == 0:
         raise ValueError(f"{where}: the batch holds no points (shape {tuple(arr.shape)})")
-    pos_b = arr.astype(np.float32)
+    pos_b = arr.astype(np.float64)
     if not np.isfinite(pos_b).all():
         raise ValueError(f"{where}: points contain NaN/Inf values")
     return pos_b, False
@@ -604,7 +720,7 @@ def _features_batch(features: Any, shape: Tuple[int, int], single: bool, where: 
     if features is None:
         return None
     given = _to_numpy(features, "features", where)
-    feat = given.astype(np.float32)
+    feat = given.astype(np.float64)
     if single and feat.ndim == 2:
         feat = feat[None]
     if feat.ndim != 3 or feat.shape[:2] != tuple(shape):
@@ -613,7 +729,7 @@ def _features_batch(features: Any, shape: Tuple[int, int], single: bool, where: 
         raise ValueError(f"{where}: features must have shape {want} to match points, got {tuple(given.shape)}")
     if not np.isfinite(feat).all():
         raise ValueError(f"{where}: features contain NaN/Inf values")
-    return feat
+    return _as_float32(feat.reshape(-1, feat.shape[-1]), "features", where).reshape(feat.shape)
 
 
 def _gridification_module(module: Optional[nn.Module], in_channels: int, coords_only: bool, resolution: Optional[int],
@@ -623,8 +739,9 @@ def _gridification_module(module: Optional[nn.Module], in_channels: int, coords_
     from .nn.gridification import Gridification
 
     if module is None:
+        check_positive_int(where, channels=channels)
         with _seeded(seed):
-            module = Gridification(in_channels, int(channels), 9 if resolution is None else resolution,
+            module = Gridification(in_channels, channels, 9 if resolution is None else resolution,
                                    k=9 if k is None else k, **kwargs)
         return module.eval()
     if not isinstance(module, Gridification):

@@ -5,6 +5,13 @@ metadata (model name and keyword arguments, task, dataset info, config, gridify 
 Lightning ``.ckpt`` files written by :mod:`gridify.training` carry the same metadata in their
 ``hyper_parameters``. :func:`load_checkpoint` reads either without unpickling any code.
 
+Every entry a loader uses is type-checked (:func:`check_payload`): a checkpoint whose
+``state_dict``, ``info``, ``config``, ``model_kwargs`` or class names have the wrong type, or whose
+weights hold NaN/Inf or miss parameters, raises :class:`CheckpointError` naming the entry
+instead of an error from deep inside torch. Widths and resolutions in ``model_kwargs`` that
+would exceed the allocation limit are refused by the model constructors before anything is
+allocated.
+
 This module needs only PyTorch and NumPy; it never imports Lightning.
 """
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Mapping
 
 import numpy as np
 import torch
@@ -22,7 +29,7 @@ from ._files import atomic_write
 from .nn.reparam import is_reparameterizable, reparameterize_model
 
 __all__ = ["plain", "atomic_torch_save", "export_model", "check_export_meta", "inference_settings", "TASKS",
-           "CheckpointError", "load_checkpoint", "reparameterize_model", "build_model_from_checkpoint"]
+           "CheckpointError", "load_checkpoint", "reparameterize_model", "build_model_from_checkpoint", "check_payload"]
 
 
 def plain(obj: Any) -> Any:
@@ -205,27 +212,143 @@ def load_checkpoint(path: os.PathLike | str) -> Dict[str, Any]:
                               f"checkpoint ({type(exc).__name__}: {detail_text})") from None
     if not isinstance(raw, dict) or "state_dict" not in raw:
         raise CheckpointError(f"{path} is not a gridify checkpoint (no 'state_dict' entry)")
-    if "hyper_parameters" in raw:
-        hp = raw["hyper_parameters"]
-        need = ("model_name", "model_kwargs", "task", "info", "config")
-        missing = [k for k in need if k not in hp]
-        if missing:
-            raise CheckpointError(f"{path}: Lightning checkpoint without the gridify hyper-parameters {missing}")
-        state = {k[len("model."):]: v for k, v in raw["state_dict"].items() if k.startswith("model.")}
-        out = {"kind": "lightning", "state_dict": state, "epoch": raw.get("epoch"),
-               "global_step": raw.get("global_step")}
-        out.update({k: hp[k] for k in need})
-        out["class_names"] = hp["info"].get("class_names")
-        out["gridify_version"] = hp.get("gridify_version")
-        return out
-    need = ("model_name", "model_kwargs", "task", "info", "config")
-    missing = [k for k in need if k not in raw]
+    if not isinstance(raw["state_dict"], Mapping):
+        raise CheckpointError(f"{path}: entry 'state_dict' must be a dict of tensors, got "
+                              f"{type(raw['state_dict']).__name__}")
+    out = _lightning_payload(raw, path) if "hyper_parameters" in raw else _export_payload(raw, path)
+    check_payload(out, str(path))
+    return out
+
+
+_NEED = ("model_name", "model_kwargs", "task", "info", "config")
+
+
+def _lightning_payload(raw: Dict[str, Any], path: Path) -> Dict[str, Any]:
+    hp = raw["hyper_parameters"]
+    if not isinstance(hp, Mapping):
+        raise CheckpointError(f"{path}: entry 'hyper_parameters' must be a dict, got {type(hp).__name__}")
+    missing = [k for k in _NEED if k not in hp]
+    if missing:
+        raise CheckpointError(f"{path}: Lightning checkpoint without the gridify hyper-parameters {missing}")
+    state = {k[len("model."):]: v for k, v in raw["state_dict"].items()
+             if isinstance(k, str) and k.startswith("model.")}
+    out = {"kind": "lightning", "state_dict": state, "epoch": raw.get("epoch"), "global_step": raw.get("global_step")}
+    out.update({k: hp[k] for k in _NEED})
+    info = hp["info"]
+    out["class_names"] = info.get("class_names") if isinstance(info, Mapping) else None
+    out["gridify_version"] = hp.get("gridify_version")
+    return out
+
+
+def _export_payload(raw: Dict[str, Any], path: Path) -> Dict[str, Any]:
+    missing = [k for k in _NEED if k not in raw]
     if missing:
         raise CheckpointError(f"{path}: exported model without the entries {missing}")
-    out = {k: raw[k] for k in need}
+    out = {k: raw[k] for k in _NEED}
     out.update(kind="export", state_dict=raw["state_dict"], class_names=raw.get("class_names"),
-               gridify_version=raw.get("gridify_version"), reparameterized=bool(raw.get("reparameterized", False)))
+               gridify_version=raw.get("gridify_version"), reparameterized=raw.get("reparameterized", False))
     return out
+
+
+def _entry_error(source: str, entry: str, want: str, value: Any) -> CheckpointError:
+    return CheckpointError(f"{source}: entry {entry} must be {want}, got {type(value).__name__} ({value!r:.80})")
+
+
+def _check_type(source: str, entry: str, value: Any, types: tuple, want: str, optional: bool = False) -> None:
+    wrong_bool = isinstance(value, bool) and bool not in types  # True is an int, but not a count
+    ok = (value is None and optional) or (isinstance(value, types) and not wrong_bool)
+    if not ok:
+        raise _entry_error(source, entry, want + (" or None" if optional else ""), value)
+
+
+def _check_names(source: str, entry: str, value: Any, optional: bool = True) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise _entry_error(source, entry, "a list of strings" + (" or None" if optional else ""), value)
+
+
+def _check_info(source: str, info: Mapping[str, Any], kwargs: Mapping[str, Any]) -> None:
+    """The ``info`` / ``model_kwargs`` entries :func:`gridify.load` reads."""
+    for key in ("in_channels", "num_outputs", "num_points"):
+        _check_type(source, f"info[{key!r}]", info.get(key), (int,), "an integer", optional=True)
+    for key in ("in_channels", "num_classes"):
+        _check_type(source, f"model_kwargs[{key!r}]", kwargs.get(key), (int,), "an integer", optional=True)
+    _check_names(source, "info['class_names']", info.get("class_names"))
+    _check_names(source, "info['category_names']", info.get("category_names"))
+    parts = info.get("category_to_parts")
+    if parts is not None and not (isinstance(parts, (list, tuple)) and all(
+            isinstance(p, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in p)
+            for p in parts)):
+        raise _entry_error(source, "info['category_to_parts']", "a list of lists of part ids (or None)", parts)
+
+
+def _check_config(source: str, config: Any) -> None:
+    """The ``config['data']`` entries :func:`gridify.load` reads."""
+    _check_type(source, "'config'", config, (Mapping,), "a dict", optional=True)
+    data = (config or {}).get("data")
+    _check_type(source, "config['data']", data, (Mapping,), "a dict", optional=True)
+    data = data or {}
+    _check_type(source, "config['data']['test']", data.get("test"), (Mapping,), "a dict", optional=True)
+    for section, name in ((data, "config['data']"), (data.get("test") or {}, "config['data']['test']")):
+        _check_type(source, f"{name}['num_points']", section.get("num_points"), (int,), "an integer", optional=True)
+    _check_type(source, "config['data']['normalize']", data.get("normalize"), (bool,), "a bool", optional=True)
+    _check_type(source, "config['data']['name']", data.get("name"), (str,), "a string", optional=True)
+
+
+def check_payload(payload: Mapping[str, Any], source: str = "checkpoint") -> None:
+    """Check the type of every entry of a :func:`load_checkpoint` payload that the loaders use.
+
+    ``state_dict`` (names -> tensors), ``model_name``, ``model_kwargs`` (a dict of keyword
+    arguments), ``task``, ``info``, ``config``, ``class_names``, ``gridify_version``,
+    ``reparameterized``, and the ``info``/``config`` entries :func:`gridify.load` reads.
+    Raises :class:`CheckpointError` naming the first wrong entry.
+    """
+    if not isinstance(payload, Mapping):
+        raise CheckpointError(f"{source}: a checkpoint payload must be a dict, got {type(payload).__name__}")
+    missing = [k for k in ("state_dict",) + _NEED if k not in payload]
+    if missing:
+        raise CheckpointError(f"{source}: the payload has no entries {missing}")
+    state = payload["state_dict"]
+    _check_type(source, "'state_dict'", state, (Mapping,), "a dict of tensors")
+    for key, value in state.items():
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+            raise _entry_error(source, f"state_dict[{key!r}]", "a tensor under a string name", value)
+    _check_type(source, "'model_name'", payload["model_name"], (str,), "a string")
+    kwargs = payload["model_kwargs"]
+    _check_type(source, "'model_kwargs'", kwargs, (Mapping,), "a dict of keyword arguments")
+    if not all(isinstance(k, str) for k in kwargs):
+        raise _entry_error(source, "'model_kwargs'", "a dict with string keys", kwargs)
+    _check_type(source, "'task'", payload["task"], (str,), "a string")
+    _check_type(source, "'info'", payload["info"], (Mapping,), "a dict")
+    _check_config(source, payload["config"])
+    _check_names(source, "'class_names'", payload.get("class_names"))
+    _check_type(source, "'gridify_version'", payload.get("gridify_version"), (str,), "a string", optional=True)
+    _check_type(source, "'reparameterized'", payload.get("reparameterized", False), (bool,), "a bool")
+    _check_info(source, payload["info"], kwargs)
+
+
+def _check_weights(state: Mapping[str, torch.Tensor], model: torch.nn.Module, name: str, kwargs: Any) -> None:
+    """Names, shapes, kinds (floating or not) and values (finite) of the checkpoint's weights against
+    ``model``, all checked before anything is copied, so a mismatch never leaves a half-loaded model."""
+    own = model.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    if missing or unexpected:
+        raise CheckpointError(f"the checkpoint's weights do not fit {name!r} {kwargs}: missing {missing[:5]}"
+                              f"{' ...' if len(missing) > 5 else ''}, unexpected {unexpected[:5]}"
+                              f"{' ...' if len(unexpected) > 5 else ''}")
+    for key, value in state.items():
+        # a folded MRConv3d resizes its merged kernel on load (its size follows the folding resolution)
+        if value.shape != own[key].shape and not key.endswith("rep_weight"):
+            raise CheckpointError(f"the checkpoint's weights do not fit {name!r} {kwargs}: entry state_dict[{key!r}] "
+                                  f"has shape {tuple(value.shape)}, the model's {tuple(own[key].shape)}")
+        if own[key].is_floating_point() != value.is_floating_point():
+            raise CheckpointError(f"the checkpoint's entry state_dict[{key!r}] has dtype {value.dtype} but the model's "
+                                  f"is {own[key].dtype}")
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise CheckpointError(f"the checkpoint's entry state_dict[{key!r}] holds NaN/Inf values (a diverged "
+                                  f"training run?); refusing to load it")
 
 
 def build_model_from_checkpoint(payload: Dict[str, Any], *, reparameterize: bool = False) -> torch.nn.Module:
@@ -234,11 +357,13 @@ def build_model_from_checkpoint(payload: Dict[str, Any], *, reparameterize: bool
     The model is built from the registered ``model_name`` and ``model_kwargs``; when the file
     holds folded (reparameterized) weights the fresh model is folded first so the structures
     match. ``reparameterize=True`` also folds models saved unfolded (inference only). The model
-    is returned in eval mode. Mismatched weights raise :class:`CheckpointError`.
+    is returned in eval mode. Wrong entries, missing or unexpected weights, NaN/Inf weights and
+    mismatched shapes raise :class:`CheckpointError`; the half-built model is discarded.
     """
     from .models import build_model
 
-    name, kwargs = payload["model_name"], payload["model_kwargs"]
+    check_payload(payload, "build_model_from_checkpoint")
+    name, kwargs = payload["model_name"], dict(payload["model_kwargs"])
     try:
         model = build_model(name, **kwargs)
     except KeyError as exc:
@@ -249,6 +374,7 @@ def build_model_from_checkpoint(payload: Dict[str, Any], *, reparameterize: bool
     folded = bool(payload.get("reparameterized", False))
     if folded:
         reparameterize_model(model)
+    _check_weights(payload["state_dict"], model, name, kwargs)  # before anything is copied into the model
     try:
         model.load_state_dict(payload["state_dict"], strict=True)
     except RuntimeError as exc:

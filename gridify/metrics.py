@@ -11,6 +11,10 @@ count every sample, including a partial last batch. Arithmetic is float64.
   parts of the shape's (known) category; a part absent from both prediction and label has
   IoU 1.0; per-shape IoU averages over the category's parts.
 
+Every ``update`` validates all its inputs before it changes any state (logits finite and
+floating, ids integer, shapes and devices consistent), so a failed update leaves the metric
+exactly as it was; state sizes given to a constructor are checked against the allocation limit.
+
 Under DDP, a ``DistributedSampler`` pads the last rank with repeated samples unless the
 dataset size divides evenly; for exact test numbers evaluate on one process or with an
 unpadded sampler.
@@ -23,7 +27,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ._checks import check_int
+from ._checks import INTEGER_DTYPES, check_alloc, check_finite, check_float, check_int
 
 __all__ = ["OverallAccuracy", "MeanClassAccuracy", "ShapeNetPartIoU"]
 
@@ -35,9 +39,11 @@ def _labels_from(preds: Tensor, where: str, num_classes: Optional[int] = None) -
     if preds.dim() == 2:
         if num_classes is not None and preds.size(1) != num_classes:
             raise ValueError(f"{where}: preds has {preds.size(1)} columns but num_classes={num_classes}")
+        check_float(preds, "preds (logits)", where)
+        check_finite(preds, "preds", where, dims=("sample", "class"))
         return preds.argmax(dim=1)
     if preds.dim() == 1:
-        if preds.is_floating_point():
+        if preds.dtype not in INTEGER_DTYPES:
             raise ValueError(f"{where}: 1-D preds must be integer class ids, got dtype {preds.dtype}")
         return preds.long()
     raise ValueError(f"{where}: preds must be logits [B, C] or class ids [B], got shape {tuple(preds.shape)}")
@@ -49,7 +55,7 @@ def _check_target(target: Tensor, n: int, where: str) -> Tensor:
     target = target.reshape(-1)
     if target.numel() != n:
         raise ValueError(f"{where}: target has {target.numel()} entries but preds has {n} samples")
-    if target.is_floating_point():
+    if target.dtype not in INTEGER_DTYPES:
         raise ValueError(f"{where}: target must hold integer class ids, got dtype {target.dtype}")
     return target.long()
 
@@ -101,6 +107,7 @@ class MeanClassAccuracy(Metric):
     def __init__(self, num_classes: int, **kwargs) -> None:
         super().__init__(**kwargs)
         check_int("MeanClassAccuracy", "num_classes", num_classes)
+        check_alloc("MeanClassAccuracy", f"num_classes={num_classes} (two int64 counts per class)", 16 * num_classes)
         self.num_classes = num_classes
         self.add_state("correct", default=torch.zeros(num_classes, dtype=torch.long), dist_reduce_fx="sum")
         self.add_state("total", default=torch.zeros(num_classes, dtype=torch.long), dist_reduce_fx="sum")
@@ -166,9 +173,13 @@ class ShapeNetPartIoU(Metric):
             table = [list(p) for p in category_to_parts]
         if not table or any(len(p) == 0 for p in table):
             raise ValueError("ShapeNetPartIoU: every category needs at least one part")
+        if not all(isinstance(i, int) and not isinstance(i, bool) for p in table for i in p):
+            raise ValueError("ShapeNetPartIoU: part ids must be integers")
         num_parts = max(max(p) for p in table) + 1
         if min(min(p) for p in table) < 0:
             raise ValueError("ShapeNetPartIoU: part ids must be non-negative")
+        check_alloc("ShapeNetPartIoU", f"part ids up to {num_parts - 1} ({len(table)} x {num_parts} part masks)",
+                    len(table) * num_parts)
         mask = torch.zeros(len(table), num_parts, dtype=torch.bool)
         for c, parts in enumerate(table):
             mask[c, parts] = True
@@ -185,6 +196,16 @@ class ShapeNetPartIoU(Metric):
         where = "ShapeNetPartIoU"
         if not all(isinstance(t, Tensor) for t in (preds, target, category)):
             raise ValueError(f"{where}: preds, target and category must be tensors")
+        ids = (("category", category), ("target", target)) + ((("batch", batch),) if batch is not None else ())
+        for name, t in ids:
+            if not isinstance(t, Tensor) or t.dtype not in INTEGER_DTYPES:
+                raise ValueError(f"{where}: {name} must be an integer tensor, got "
+                                 f"{getattr(t, 'dtype', type(t).__name__)}")
+        if preds.is_floating_point():
+            check_float(preds, "preds (logits)", where)
+            check_finite(preds, "preds", where, dims=("shape", "point", "part")[-preds.dim():])
+        elif preds.dtype not in INTEGER_DTYPES:
+            raise ValueError(f"{where}: preds must be logits or integer part ids, got dtype {preds.dtype}")
         category = category.reshape(-1).long()
         num_shapes = category.numel()
         if num_shapes == 0:

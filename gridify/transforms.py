@@ -12,6 +12,12 @@ modified in place).
 * :class:`FixedPoints` subsamples every per-point entry (an array whose first dimension is
   ``N``) with the same indices; scalars such as a 0-d class label ``y`` are kept.
 
+Every transform validates its parameters when built and its sample when called (a dict with a
+floating ``pos [N, 3]`` without NaN/Inf, a ``normal [N, 3]`` when present): bad input raises a
+``ValueError`` naming the transform and the problem. :func:`centre_and_scale` is the
+normalization shared with :func:`gridify.api.normalize_cloud`; it works in float64 and never
+overflows (coordinates of 1e300 normalize like coordinates of 1).
+
 Randomness: every random transform owns a ``numpy.random.Generator`` seeded from ``seed``
 (or uses the ``generator`` passed in), so two runs with the same seed see the same
 augmentations. Inside a ``torch.utils.data.DataLoader`` worker the generator is re-seeded from
@@ -27,24 +33,70 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 import numpy as np
 import torch
 
-from ._checks import check_int
+from ._checks import check_alloc, check_choice, check_int, check_number
 
 Sample = Dict[str, Any]
 
 __all__ = ["Compose", "Normalize", "FixedPoints", "RandomRotateZ", "RandomRotate", "RandomScale",
-           "RandomJitter", "RandomPointDropout", "RandomTransform", "point_keys", "rotation_matrix"]
+           "RandomJitter", "RandomPointDropout", "RandomTransform", "point_keys", "rotation_matrix", "centre_and_scale"]
 
 #: keys never treated as per-point even when their first dimension happens to equal N
 _NON_POINT_KEYS = frozenset({"category", "index", "idx", "class_names"})
 
 
 def _n_points(sample: Sample, where: str) -> int:
+    if not isinstance(sample, dict):
+        raise ValueError(f"{where}: a sample must be a dict with a 'pos' entry, got {type(sample).__name__}")
     if "pos" not in sample:
         raise ValueError(f"{where}: the sample has no 'pos' entry (keys: {sorted(sample)})")
     pos = sample["pos"]
-    if getattr(pos, "ndim", None) != 2 or pos.shape[1] != 3:
-        raise ValueError(f"{where}: 'pos' must have shape [N, 3], got {tuple(getattr(pos, 'shape', ()))}")
+    if not isinstance(pos, (np.ndarray, torch.Tensor)) or pos.ndim != 2 or pos.shape[1] != 3:
+        raise ValueError(f"{where}: 'pos' must be an array or tensor of shape [N, 3], got "
+                         f"{tuple(getattr(pos, 'shape', ())) or type(pos).__name__}")
     return int(pos.shape[0])
+
+
+def _check_geometry(sample: Sample, where: str) -> int:
+    """``pos`` floating and finite; ``normal`` (when present) ``[N, 3]``; returns ``N``."""
+    n = _n_points(sample, where)
+    pos = sample["pos"]
+    floating = pos.is_floating_point() if isinstance(pos, torch.Tensor) else pos.dtype.kind == "f"
+    if not floating:
+        raise ValueError(f"{where}: 'pos' must hold floating-point coordinates, got dtype {pos.dtype}")
+    finite = bool(torch.isfinite(pos).all()) if isinstance(pos, torch.Tensor) else bool(np.isfinite(pos).all())
+    if not finite:
+        raise ValueError(f"{where}: 'pos' contains NaN/Inf coordinates")
+    normal = sample.get("normal")
+    if normal is not None and (getattr(normal, "shape", None) is None or tuple(normal.shape) != (n, 3)):
+        raise ValueError(f"{where}: 'normal' must have shape [{n}, 3] like 'pos', got "
+                         f"{tuple(getattr(normal, 'shape', ())) or type(normal).__name__}")
+    return n
+
+
+def centre_and_scale(pos: Any, center: str = "mean") -> Tuple[np.ndarray, np.ndarray, float]:
+    """``(q, c, s)`` with ``q = (p - c) / s`` in float64, ``c`` the centroid (or bounding-box centre)
+    and ``s = max_j |p_j - c|``, so ``q`` lies in the unit sphere; ``p = q * s + c``.
+
+    Computed on ``p / 2^e`` (``2^e ~ max |p|``, an exact scaling), so neither the mean nor the squares
+    overflow for any finite coordinates; the result equals the direct formula whenever that does
+    not overflow. Raises ValueError for NaN/Inf coordinates or a zero extent (all points identical
+    to float64 precision).
+    """
+    p = np.asarray(pos, dtype=np.float64)
+    if p.ndim != 2 or p.shape[0] == 0:
+        raise ValueError(f"expected a non-empty [N, D] cloud, got shape {p.shape}")
+    if not np.isfinite(p).all():
+        raise ValueError("pos contains NaN/Inf coordinates")
+    top = float(np.abs(p).max())
+    m = math.ldexp(1.0, math.frexp(top)[1] - 1) if top > 0 else 1.0  # max |u| in [1, 2)
+    u = p / m
+    cu = u.mean(0) if center == "mean" else (u.min(0) + u.max(0)) / 2
+    q = u - cu
+    su = float(np.sqrt((q * q).sum(1).max()))
+    if not su > 1e-12 * float(np.abs(u).max()):
+        raise ValueError(f"all {len(p)} points are identical (zero extent); cannot scale the cloud into the "
+                         f"unit sphere")
+    return q / su, cu * m, su * m
 
 
 def point_keys(sample: Sample) -> List[str]:
@@ -150,29 +202,23 @@ class Normalize:
     """
 
     def __init__(self, center: str = "mean") -> None:
-        if center not in ("mean", "bbox"):
-            raise ValueError(f"Normalize: center must be 'mean' or 'bbox', got {center!r}")
+        check_choice("Normalize", "center", center, ("mean", "bbox"))
         self.center = center
 
     def __call__(self, sample: Sample) -> Sample:
         n = _n_points(sample, "Normalize")
         if n == 0:
             raise ValueError("Normalize: the cloud is empty (0 points)")
+        _check_geometry(sample, "Normalize")
         pos = sample["pos"]
         is_t = isinstance(pos, torch.Tensor)
         p = pos.detach().double().cpu().numpy() if is_t else np.asarray(pos, dtype=np.float64)
-        c = p.mean(0) if self.center == "mean" else (p.min(0) + p.max(0)) / 2
-        q = p - c
-        scale = float(np.sqrt((q * q).sum(1).max()))
-        if not math.isfinite(scale):
-            raise ValueError("Normalize: the cloud has NaN/Inf coordinates")
-        if scale <= 1e-12 * max(1.0, float(np.abs(p).max())):
-            raise ValueError(f"Normalize: all {n} points are identical (zero extent); cannot scale "
-                             f"the cloud into the unit sphere")
-        q = q / scale
+        try:
+            q, _, _ = centre_and_scale(p, self.center)
+        except ValueError as exc:
+            raise ValueError(f"Normalize: {exc}") from None
         out = dict(sample)
-        out["pos"] = torch.as_tensor(q, dtype=pos.dtype, device=pos.device) if is_t else q.astype(
-            np.asarray(pos).dtype if np.asarray(pos).dtype.kind == "f" else np.float32)
+        out["pos"] = torch.as_tensor(q, dtype=pos.dtype, device=pos.device) if is_t else q.astype(pos.dtype)
         return out
 
     def __repr__(self) -> str:
@@ -202,6 +248,7 @@ class FixedPoints(RandomTransform):
                  seed: Optional[int] = 0, generator: Optional[np.random.Generator] = None) -> None:
         super().__init__(seed=seed, generator=generator)
         check_int("FixedPoints", "n", n)
+        check_alloc("FixedPoints", f"n={n} (the row indices)", 8 * n)
         self.n = int(n)
         self.replace = bool(replace)
         self.deterministic = bool(deterministic)
@@ -227,9 +274,13 @@ class FixedPoints(RandomTransform):
         return np.concatenate([np.arange(num), extra])
 
     def __call__(self, sample: Sample) -> Sample:
+        keys = point_keys(sample)
+        row = sum(sample[k][:1].numel() * sample[k].element_size() if isinstance(sample[k], torch.Tensor)
+                  else sample[k][:1].nbytes for k in keys)
+        check_alloc("FixedPoints", f"n={self.n} (rows of {row} bytes over {len(keys)} per-point entries)", self.n * row)
         idx = self.indices(sample)
         out = dict(sample)
-        for k in point_keys(sample):
+        for k in keys:
             v = sample[k]
             out[k] = v[torch.as_tensor(idx, device=v.device)] if isinstance(v, torch.Tensor) else v[idx]
         return out
@@ -241,6 +292,9 @@ class FixedPoints(RandomTransform):
 
 def rotation_matrix(axis: int, angle: float) -> np.ndarray:
     """The ``3 x 3`` matrix of a right-handed rotation by ``angle`` radians about axis 0, 1 or 2 (x, y, z)."""
+    if isinstance(axis, bool) or axis not in (0, 1, 2):
+        raise ValueError(f"rotation_matrix: axis must be 0, 1 or 2, got {axis!r}")
+    angle = check_number("rotation_matrix", "angle", angle, -math.inf)
     c, s = math.cos(angle), math.sin(angle)
     i, j = [(1, 2), (2, 0), (0, 1)][axis]
     m = np.eye(3)
@@ -264,9 +318,16 @@ class RandomRotate(RandomTransform):
     def __init__(self, degrees: Union[float, Tuple[float, float]] = 180.0, *, axis: int = 2,
                  seed: Optional[int] = 0, generator: Optional[np.random.Generator] = None) -> None:
         super().__init__(seed=seed, generator=generator)
-        if axis not in (0, 1, 2):
-            raise ValueError(f"{type(self).__name__}: axis must be 0, 1 or 2, got {axis!r}")
-        lo, hi = (-float(degrees), float(degrees)) if np.isscalar(degrees) else map(float, degrees)  # type: ignore[arg-type]
+        where = type(self).__name__
+        if isinstance(axis, bool) or axis not in (0, 1, 2):
+            raise ValueError(f"{where}: axis must be 0, 1 or 2, got {axis!r}")
+        if np.isscalar(degrees):
+            pair: tuple = (-degrees, degrees)
+        else:
+            pair = tuple(degrees) if isinstance(degrees, (tuple, list)) else ()
+        if len(pair) != 2:
+            raise ValueError(f"{where}: degrees must be a number or a (low, high) pair, got {degrees!r}")
+        lo, hi = (check_number(where, "degrees", v, -math.inf) for v in pair)
         if not hi >= lo:
             raise ValueError(f"{type(self).__name__}: degrees range must have low <= high, got {degrees!r}")
         self.degrees = (lo, hi)
@@ -278,7 +339,7 @@ class RandomRotate(RandomTransform):
         return rotation_matrix(self.axis, angle)
 
     def __call__(self, sample: Sample) -> Sample:
-        _n_points(sample, type(self).__name__)
+        _check_geometry(sample, type(self).__name__)
         m = self.matrix()
         out = dict(sample)
         out["pos"] = _apply_matrix(sample["pos"], m)
@@ -318,12 +379,14 @@ class RandomScale(RandomTransform):
     def __init__(self, low: float = 0.8, high: float = 1.25, *, anisotropic: bool = False,
                  seed: Optional[int] = 0, generator: Optional[np.random.Generator] = None) -> None:
         super().__init__(seed=seed, generator=generator)
+        check_number("RandomScale", "low", low)
+        check_number("RandomScale", "high", high)
         if not (0 < low <= high):
             raise ValueError(f"RandomScale: need 0 < low <= high, got low={low}, high={high}")
         self.low, self.high, self.anisotropic = float(low), float(high), bool(anisotropic)
 
     def __call__(self, sample: Sample) -> Sample:
-        _n_points(sample, "RandomScale")
+        _check_geometry(sample, "RandomScale")
         s = self.rng.uniform(self.low, self.high, size=3 if self.anisotropic else 1)
         s = np.broadcast_to(s, (3,)).astype(np.float64)
         out = dict(sample)
@@ -351,12 +414,12 @@ class RandomJitter(RandomTransform):
     def __init__(self, sigma: float = 0.01, clip: Optional[float] = 0.05, *, seed: Optional[int] = 0,
                  generator: Optional[np.random.Generator] = None) -> None:
         super().__init__(seed=seed, generator=generator)
-        if sigma < 0 or (clip is not None and clip < 0):
-            raise ValueError(f"RandomJitter: sigma and clip must be non-negative, got {sigma}, {clip}")
+        check_number("RandomJitter", "sigma", sigma, strict=False)
+        check_number("RandomJitter", "clip", clip, strict=False, allow_none=True)
         self.sigma, self.clip = float(sigma), clip
 
     def __call__(self, sample: Sample) -> Sample:
-        n = _n_points(sample, "RandomJitter")
+        n = _check_geometry(sample, "RandomJitter")
         noise = self.rng.normal(0.0, self.sigma, size=(n, 3))
         if self.clip is not None:
             noise = np.clip(noise, -self.clip, self.clip)

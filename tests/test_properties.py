@@ -5,9 +5,8 @@ points, a single point, fewer points than ``k``, tiny (1e-12) and huge (1e12) co
 float32/float64 (and float16 where supported), non-contiguous tensors. Each input either works
 and agrees with the reference path, or raises a ``ValueError`` naming the problem.
 
-Known limitation kept out of these strategies (reported separately): the ``torch`` kNN backend
-computes squared distances in the input dtype, so coordinates whose squared differences overflow
-it (float16 spreads beyond ~150, float32 beyond ~1e19) lose neighbours.
+Extreme magnitudes and every floating dtype (squares that would overflow or underflow the input
+dtype) are covered by ``tests/test_hardening_properties.py``.
 """
 import math
 import warnings

@@ -87,3 +87,37 @@ def test_degridification_refuses_a_nan_grid():
     grid[1, 3, 2, 2, 2] = float("inf")
     with pytest.raises(ValueError, match="Degridification: grid contains Inf values .* cloud 1"):
         Degridification(8, 3)(grid, graph)
+
+
+def test_every_model_validates_its_inputs_once():
+    """No nested public module (backbone, block, convolution, field, RNN) re-validates a model's own tensors."""
+    from gridify.baselines import PointCKConvClassifier, PointNet2Classifier
+    from gridify.models import TemporalGridifiedClassifier
+
+    pos, batch = _clouds()
+    x = pos * 0.5
+    for model in (GridifiedClassifier(3, 5, resolution=4, k=4, hidden_channels=8, depth=2, kernel_size=3,
+                                      backbone="mrconv"),
+                  GridifiedClassifier(3, 5, resolution=5, k=4, hidden_channels=8, depth=2, kernel_size=3,
+                                      backbone="unet"),
+                  PointNet2Classifier(3, 5), PointCKConvClassifier(3, 5, hidden_channels=8, depth=2, k=8)):
+        for mode in (model.train, model.eval):
+            mode()
+            _, calls = _count_checks(lambda: model(pos, x, batch))
+            assert calls["check_batch"] == 1 and calls["check_finite"] == 2, (type(model).__name__, calls)
+            assert calls["check_index"] == 0  # no module re-checks index tensors the model built
+    temporal = TemporalGridifiedClassifier(3, 2, resolution=4, k=4, hidden_channels=8, depth=1)
+    _, calls = _count_checks(lambda: temporal(pos.reshape(1, 3, 64, 3), x=x.reshape(1, 3, 64, 3)))
+    assert calls["check_batch"] == 1 and calls["check_finite"] == 0  # pos/x checked per frame, by the model
+
+
+def test_nested_modules_validate_when_called_directly():
+    from gridify.backbones import CCNN
+
+    grid = torch.randn(2, 4, 5, 5, 5)
+    backbone = CCNN(4, 4, hidden_channels=8, depth=2, kernel_size=3)
+    _, calls = _count_checks(lambda: backbone(grid))
+    assert calls["check_finite"] == 1  # the backbone's input, once; blocks and convolutions are trusted
+    with _checks.trusted_inputs():
+        _, calls = _count_checks(lambda: backbone(grid))
+    assert calls["check_finite"] == 0

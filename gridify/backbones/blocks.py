@@ -11,9 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import check_positive_int, check_probability, fail, is_int
+from .._checks import check_parameters, check_positive_int, check_probability, checked_forward, fail, is_int
 from ..nn.flexconv import (DEFAULT_FFT_THRESHOLD, PointwiseConv3d, check_grid_input,  # noqa: F401
                            direct_depthwise_conv3d, fft_depthwise_conv3d, use_fft_conv)
+from ..nn.inputs import check_grid_module_input
 
 __all__ = ["GridBackbone", "ResidualBlock3d", "DepthwiseSeparableConv3d", "PointwiseConv3d", "pointwise_conv3d",
            "check_kernel_size", "grid_gelu", "MaskDropout"]
@@ -60,6 +61,9 @@ class DepthwiseSeparableConv3d(nn.Module):
         super().__init__()
         check_positive_int("DepthwiseSeparableConv3d", in_channels=in_channels, out_channels=out_channels)
         check_kernel_size("DepthwiseSeparableConv3d", kernel_size)
+        check_parameters("DepthwiseSeparableConv3d", f"in_channels={in_channels}, out_channels={out_channels}, "
+                                                     f"kernel_size={kernel_size}",
+                         in_channels * (kernel_size ** 3 + out_channels + 1))
         if fft not in ("auto", True, False):
             raise ValueError(f"DepthwiseSeparableConv3d: fft must be 'auto', True or False, got {fft!r}")
         if fft_threshold is not None:
@@ -77,6 +81,7 @@ class DepthwiseSeparableConv3d(nn.Module):
         if self.pointwise.bias is not None:
             nn.init.zeros_(self.pointwise.bias)
 
+    @checked_forward(check_grid_module_input)
     def forward(self, x: Tensor) -> Tensor:
         r = check_grid_input(x, self.in_channels, type(self).__name__)
         weight = self.depthwise.weight
@@ -160,6 +165,7 @@ class ResidualBlock3d(nn.Module):
         self.dropout = MaskDropout(dropout)
         self.linear = pointwise_conv3d(channels, channels)
 
+    @checked_forward(check_grid_module_input)
     def forward(self, x: Tensor) -> Tensor:
         check_grid_input(x, self.channels, type(self).__name__)
         if torch.is_grad_enabled():
@@ -220,6 +226,7 @@ class ResidualStack(GridBackbone):
         self.norm = nn.BatchNorm3d(hidden_channels) if final_norm else nn.Identity()
         self.out_proj = pointwise_conv3d(hidden_channels, out_channels)
 
+    @checked_forward(check_grid_module_input)
     def forward(self, x: Tensor) -> Tensor:
         self._check_input(x)
         h = self.in_proj(x)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-from .._checks import check_positive_int, check_probability
+from .._checks import check_parameters, check_positive_int, check_probability
 from ..nn.mrconv import MRConvSeparable3d
 from ..nn.reparam import reparameterize_model
 from ..registry import BACKBONES
@@ -51,6 +51,8 @@ class MRConvNet(ResidualStack):
         super().__init__()
         check_positive_int("MRConvNet", in_channels=in_channels, out_channels=out_channels,
                            hidden_channels=hidden_channels, depth=depth)
+        check_parameters("MRConvNet", f"hidden_channels={hidden_channels}, depth={depth}",
+                         hidden_channels * ((3 * depth + 2) * hidden_channels + in_channels + out_channels))
         check_probability("MRConvNet", "dropout", dropout)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.hidden_channels, self.depth, self.kernel_size = hidden_channels, depth, kernel_size

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Union
 
-from .._checks import check_positive_int, check_probability
+from .._checks import check_parameters, check_positive_int, check_probability
 from ..registry import BACKBONES
 from .blocks import DepthwiseSeparableConv3d, ResidualStack, check_kernel_size
 
@@ -34,6 +34,8 @@ class ResNet3d(ResidualStack):
         super().__init__()
         check_positive_int("ResNet3d", in_channels=in_channels, out_channels=out_channels,
                            hidden_channels=hidden_channels, depth=depth)
+        check_parameters("ResNet3d", f"hidden_channels={hidden_channels}, depth={depth}",
+                         hidden_channels * ((3 * depth + 2) * hidden_channels + in_channels + out_channels))
         check_probability("ResNet3d", "dropout", dropout)
         check_kernel_size("ResNet3d", kernel_size)
         self.in_channels, self.out_channels = in_channels, out_channels

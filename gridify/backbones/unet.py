@@ -7,8 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import check_positive_int, check_probability
+from .._checks import check_parameters, check_positive_int, check_probability, checked_forward
 from ..registry import BACKBONES
+from ..nn.inputs import check_grid_module_input
 from .blocks import DepthwiseSeparableConv3d, GridBackbone, ResidualBlock3d, check_kernel_size, pointwise_conv3d
 
 __all__ = ["UNet3d"]
@@ -89,6 +90,10 @@ class UNet3d(GridBackbone):
                            blocks_per_level=blocks_per_level)
         check_probability("UNet3d", "dropout", dropout)
         check_kernel_size("UNet3d", kernel_size)
+        top = hidden_channels * channel_multiplier ** (depth - 1)  # the widest level
+        check_parameters("UNet3d", f"hidden_channels={hidden_channels}, channel_multiplier={channel_multiplier}, "
+                                   f"depth={depth}",
+                         depth * (2 * blocks_per_level + 4) * top * (top + kernel_size ** 3))
         self.in_channels, self.out_channels = in_channels, out_channels
         self.hidden_channels, self.depth, self.kernel_size = hidden_channels, depth, kernel_size
         widths: List[int] = [hidden_channels * channel_multiplier ** l for l in range(depth)]
@@ -106,6 +111,7 @@ class UNet3d(GridBackbone):
         self.decoders = nn.ModuleList(stage(widths[l]) for l in range(depth - 1))
         self.out_proj = pointwise_conv3d(widths[0], out_channels)
 
+    @checked_forward(check_grid_module_input)
     def forward(self, x: Tensor) -> Tensor:
         self._check_input(x)
         h = self.encoders[0](self.in_proj(x))

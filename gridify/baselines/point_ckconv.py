@@ -10,6 +10,13 @@ O(N^2); in training each chunk is recomputed in the backward pass (activation ch
 
 Unlike the public CCNN code, whose residual block returns ``2 F(x)``, blocks here compute
 ``x + F(x)``.
+
+A model validates its inputs once and runs its blocks trusted; a layer or block called directly
+validates its own (``x``, ``pos`` finite, ``nbr`` indices in range). The first forward of a
+:class:`PointSepCKConv` (the CCNN rescaling) is all or nothing.
+
+Shapes:
+    classifier: pos [N, 3], x [N, F], batch [N] -> [B, num_classes]; segmenter: -> [N, num_classes]
 """
 from __future__ import annotations
 
@@ -20,11 +27,14 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
-from .._checks import check_int, check_number, check_probability
+from .._checks import (check_alloc, check_batch, check_finite, check_index, check_int, check_number, check_parameters,
+                       check_points, check_probability, check_tensor, checked_forward, fail, trusted_inputs,
+                       validating)
 from ..ops.knn import knn_unchecked
 from ..ops.scatter import scatter_unchecked
 from ..registry import KERNELS, MODELS
-from ..nn.inputs import category_onehot
+from ..nn.inputs import category_onehot, check_same_dtype
+from ..nn.state import all_or_nothing
 from .pointnet2 import prepare_points
 
 __all__ = ["PointSepCKConv", "PointCKConvBlock", "PointCKConvClassifier", "PointCKConvSegmenter",
@@ -45,7 +55,16 @@ def knn_neighbourhoods(pos: Tensor, batch: Tensor, k: int) -> Tuple[Tensor, Opti
     Returns ``(nbr [N, k], valid [N, k] or None)``: ``nbr[i]`` are the indices of the ``k``
     nearest points of ``i``'s cloud, nearest first. A cloud with fewer than ``k`` points pads
     its rows with the query itself and marks the padding in ``valid`` (``None``: no padding).
+    Validates ``pos`` (finite ``[N, 3]``), ``batch`` and ``k`` unless called by a model that did.
     """
+    where = "knn_neighbourhoods"
+    pos = check_points(pos, where)
+    k = check_int(where, "k", k)
+    if validating():
+        batch, _, _ = check_batch(batch, pos.size(0), where, device=pos.device)
+        check_finite(pos, "pos", where, batch)
+    else:
+        batch = batch.long()
     n = pos.size(0)
     per_cloud = torch.bincount(batch)
     row, col = knn_unchecked(pos.detach(), pos.detach(), k, batch, batch, per_cloud)
@@ -59,6 +78,27 @@ def knn_neighbourhoods(pos: Tensor, batch: Tensor, k: int) -> Tuple[Tensor, Opti
     nbr[row, slot] = col
     valid[row, slot] = True
     return nbr, valid
+
+
+def check_point_conv_input(module: nn.Module, x: Tensor, pos: Tensor, nbr: Tensor, valid: Optional[Tensor] = None,
+                           *args: object) -> None:
+    """Inputs of :class:`PointSepCKConv` / :class:`PointCKConvBlock` called directly: ``x [N, C]`` and
+    ``pos [N, 3]`` finite, of the module's dtype; ``nbr [N, K]`` int64 in ``[0, N)``; ``valid [N, K]`` bool."""
+    where = type(module).__name__
+    pos = check_points(pos, where)
+    x = check_tensor(x, "x", where)
+    ref = next(module.parameters())
+    for name, t in (("x", x), ("pos", pos)):
+        check_same_dtype(where, name, t, ref)
+    nbr = check_tensor(nbr, "nbr", where)
+    if nbr.dim() != 2 or nbr.size(0) != pos.size(0):
+        fail(where, f"nbr must have shape [{pos.size(0)}, K], got {tuple(nbr.shape)}")
+    check_index(where, "nbr", nbr.reshape(-1), pos.size(0), device=pos.device)
+    if valid is not None and (not isinstance(valid, Tensor) or valid.dtype != torch.bool
+                              or valid.shape != nbr.shape):
+        fail(where, f"valid must be None or a bool tensor of shape {tuple(nbr.shape)}")
+    check_finite(pos, "pos", where)
+    check_finite(x, "x", where)
 
 
 class PointSepCKConv(nn.Module):
@@ -111,6 +151,7 @@ class PointSepCKConv(nn.Module):
             _check_ints(where, chunk_size=chunk_size)
         if not isinstance(kernel_net, str):
             raise ValueError(f"{where}: kernel_net must be a registry name such as 'magnet', got {kernel_net!r}")
+        check_parameters(where, f"in_channels={in_channels}, out_channels={out_channels}", in_channels * out_channels)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_init, self.gain = kernel_init, float(gain)
         self.mask_init, self.radius_init = float(mask_init), float(radius)
@@ -148,7 +189,8 @@ class PointSepCKConv(nn.Module):
     def _chunk(self, x: Tensor, pos: Tensor, nbr: Tensor, valid: Optional[Tensor], start: int, end: int) -> Tensor:
         idx = nbr[start:end]  # [c, K]
         u = (pos[idx] - pos[start:end].unsqueeze(1)) * torch.exp(-self.log_radius).to(pos.dtype)
-        k = self.kernel_values(u)  # [c, K, C]
+        with trusted_inputs():  # also when recomputed in the backward pass (checkpointing)
+            k = self.kernel_values(u)  # [c, K, C]
         if valid is not None:
             k = k * valid[start:end].unsqueeze(-1).to(k.dtype)
         return (k * x[idx]).sum(1)
@@ -174,6 +216,7 @@ class PointSepCKConv(nn.Module):
         self.kernel_net.rescale_output(self.gain / energy.clamp_min(1e-30).sqrt())
         self.initialized.fill_(True)
 
+    @checked_forward(check_point_conv_input)
     def forward(self, x: Tensor, pos: Tensor, nbr: Tensor, valid: Optional[Tensor] = None) -> Tensor:
         where = type(self).__name__
         if x.dim() != 2 or x.size(1) != self.in_channels:
@@ -183,8 +226,10 @@ class PointSepCKConv(nn.Module):
         if nbr.dim() != 2 or nbr.size(0) != x.size(0) or nbr.dtype != torch.long:
             raise ValueError(f"{where}: nbr must be an int64 tensor of shape [{x.size(0)}, K], "
                              f"got {tuple(nbr.shape)} {nbr.dtype}")
-        if self.kernel_init == "ccnn" and not bool(self.initialized):
-            self._ccnn_rescale(pos, nbr, valid)
+        if self.kernel_init == "ccnn" and not bool(self.initialized):  # the first forward: all or nothing
+            with all_or_nothing(self, parameters=True):
+                self._ccnn_rescale(pos, nbr, valid)
+                return self.forward(x, pos, nbr, valid)
         n, k = nbr.shape
         step = self._chunk_size(k)
         use_ckpt = self.checkpoint and torch.is_grad_enabled() and n > step
@@ -204,6 +249,10 @@ class PointSepCKConv(nn.Module):
         Point neighbourhoods are data dependent, so the CCNN regulariser of the *generated*
         kernel is evaluated on a fixed lattice of the kernel domain.
         """
+        where = f"{type(self).__name__}.kernel_l2"
+        check_int(where, "resolution", resolution, 2)
+        check_alloc(where, f"resolution={resolution} (a lattice of R^3 points)",
+                    resolution ** 3 * 8 * (self.in_channels + 3))
         ref = self.pointwise.weight
         axis = torch.linspace(-1.0, 1.0, resolution, device=ref.device, dtype=ref.dtype)
         u = torch.stack(torch.meshgrid(axis, axis, axis, indexing="ij"), -1).reshape(-1, 3)
@@ -239,6 +288,7 @@ class PointCKConvBlock(nn.Module):
         """``F(x)``."""
         return self.out(self.dropout(self.act(self.conv(self.norm(x), pos, nbr, valid))))
 
+    @checked_forward(check_point_conv_input)
     def forward(self, x: Tensor, pos: Tensor, nbr: Tensor, valid: Optional[Tensor] = None) -> Tensor:
         return x + self.residual(x, pos, nbr, valid)
 
@@ -251,6 +301,8 @@ class _PointCKConvBase(nn.Module):
         where = type(self).__name__
         _check_ints(where, in_channels=in_channels, hidden_channels=hidden_channels, depth=depth, k=k)
         check_probability(where, "dropout", dropout)
+        check_parameters(where, f"hidden_channels={hidden_channels}, depth={depth}",
+                         hidden_channels * (hidden_channels * (2 * depth + 2) + in_channels))
         self.in_channels, self.hidden_channels, self.depth, self.k = in_channels, hidden_channels, depth, k
         self.lift = nn.Linear(in_channels, hidden_channels)
         self.blocks = nn.ModuleList(
@@ -315,8 +367,9 @@ class PointCKConvClassifier(_PointCKConvBase):
 
     def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None) -> Tensor:
         pos, x, batch, nb, _ = prepare_points(type(self).__name__, pos, x, batch, self.in_channels, self._dtype())
-        h = self._trunk(pos, x, batch)
-        return self.head(scatter_unchecked(h, batch, nb, "mean"))
+        with trusted_inputs():
+            h = self._trunk(pos, x, batch)
+            return self.head(scatter_unchecked(h, batch, nb, "mean"))
 
 
 @MODELS.register("point_ckconv_segmenter")
@@ -350,11 +403,12 @@ class PointCKConvSegmenter(_PointCKConvBase):
                 category: Optional[Tensor] = None) -> Tensor:
         where = type(self).__name__
         pos, x, batch, nb, dense = prepare_points(where, pos, x, batch, self.in_channels, self._dtype())
-        onehot = category_onehot(where, category, self.num_categories, nb, x.dtype)
-        h = self._trunk(pos, x, batch)
-        if onehot is not None:
-            h = torch.cat([h, onehot[batch]], 1)
-        logits = self.head(h)
+        onehot = category_onehot(where, category, self.num_categories, nb, x.dtype, pos.device)
+        with trusted_inputs():
+            h = self._trunk(pos, x, batch)
+            if onehot is not None:
+                h = torch.cat([h, onehot[batch]], 1)
+            logits = self.head(h)
         return logits.view(*dense, -1) if dense is not None else logits
 
 

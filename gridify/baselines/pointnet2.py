@@ -14,6 +14,14 @@ deliberate:
   0), and PyG's self loops on a bipartite graph would join source ``i`` to target ``i``, which
   are different points;
 * point features ``x`` are optional (``x=None`` uses the coordinates, so ``in_channels=3``).
+
+Distances (ball queries, farthest point sampling, the centroid of the eval-mode start point and
+the interpolation weights) are computed in the working frame of :mod:`gridify.ops.distance`, so
+float16 models and wide clouds sample and interpolate as float64 would. A model validates its
+inputs once and runs its modules trusted; a module called directly validates its own.
+
+Shapes:
+    classifier: pos [N, 3], x [N, F], batch [N] -> [B, num_classes]; segmenter: -> [N, num_classes]
 """
 from __future__ import annotations
 
@@ -22,10 +30,13 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_batch, check_finite, check_fraction, check_int, check_number, check_probability
-from ..nn.inputs import category_onehot, parse_points
-from ..ops.knn import knn, knn_unchecked
-from ..ops.sampling import fps_unchecked, radius_unchecked
+from .._checks import (check_batch, check_finite, check_float, check_fraction, check_int, check_number,
+                       check_parameters, check_points, check_probability, check_tensor, checked_forward, fail,
+                       trusted_inputs)
+from ..nn.inputs import category_onehot, check_same_dtype, parse_points
+from ..ops.distance import distance_frame
+from ..ops.knn import check_knn_inputs, knn_unchecked
+from ..ops.sampling import check_fps_size, fps_unchecked, radius_unchecked
 from ..ops.scatter import scatter_unchecked
 from ..registry import MODELS
 
@@ -42,11 +53,41 @@ def prepare_points(where: str, pos, x, batch, in_channels: int, dtype: torch.dty
     modules of the model then run the unchecked ops.
     """
     pos, x, batch, dense_shape = parse_points(where, pos, x, batch, in_channels, dtype)
-    batch, num_clouds, _ = check_batch(batch, pos.size(0), where, "batch", device=pos.device)
+    batch, num_clouds, counts = check_batch(batch, pos.size(0), where, "batch", device=pos.device)
+    check_fps_size(where, pos, counts)
     check_finite(pos, "pos", where, batch)
     if x is not pos:
         check_finite(x, "x", where, batch)
     return pos, x, batch, num_clouds, dense_shape
+
+
+def check_point_module_input(module: nn.Module, x: Tensor, pos: Tensor, batch: Tensor, num_clouds: object = None
+                             ) -> None:
+    """Inputs of a PointNet++ module called directly: ``x [N, F]`` and ``pos [N, 3]`` finite, of the
+    module's dtype, and a valid sorted ``batch [N]`` (the number of clouds, when given, may be larger)."""
+    where = type(module).__name__
+    pos = check_points(pos, where)
+    x = check_tensor(x, "x", where)
+    if x.dim() != 2 or x.size(0) != pos.size(0):
+        fail(where, f"x must have shape [{pos.size(0)}, F] to match pos, got {tuple(x.shape)}")
+    ref = next(module.parameters())
+    for name, t in (("x", x), ("pos", pos)):
+        check_same_dtype(where, name, t, ref)
+    batch, _, _ = check_batch(batch, pos.size(0), where, num_clouds=num_clouds, device=pos.device)
+    check_finite(pos, "pos", where, batch)
+    check_finite(x, "x", where, batch)
+
+
+def check_fp_input(module: nn.Module, x: Tensor, pos: Tensor, batch: Tensor, x_skip: Optional[Tensor], pos_skip: Tensor,
+                   batch_skip: Tensor) -> None:
+    """Inputs of :class:`FPModule` called directly: the coarse level as :func:`check_point_module_input`,
+    the fine level likewise (``x_skip`` may be None), with no fine cloud missing from the coarse one."""
+    where = type(module).__name__
+    check_point_module_input(module, x, pos, batch)
+    check_point_module_input(module, pos_skip if x_skip is None else x_skip, pos_skip, batch_skip)
+    coarse = int(batch.max()) + 1 if batch.numel() else 0
+    if batch_skip.numel() and int(batch_skip.max()) + 1 > coarse:
+        fail(where, f"batch_skip refers to cloud {int(batch_skip.max())} but the coarse level has {coarse} clouds")
 
 
 def _mlp(channels: Sequence[int], **kwargs) -> nn.Module:
@@ -56,7 +97,11 @@ def _mlp(channels: Sequence[int], **kwargs) -> nn.Module:
 
 
 def _fps_start(pos: Tensor, batch: Tensor, num_clouds: int) -> Tensor:
-    """Per cloud, the local index of the point farthest from the centroid (order independent)."""
+    """Per cloud, the local index of the point farthest from the centroid (order independent).
+
+    In the working frame (float32/float64, exactly rescaled): a float16 centroid sum overflows.
+    """
+    (pos,), _ = distance_frame(pos)
     centroid = scatter_unchecked(pos, batch, num_clouds, "mean")
     d = (pos - centroid[batch]).square().sum(-1)
     far = scatter_unchecked(d, batch, num_clouds, "max")
@@ -88,9 +133,10 @@ class SAModule(nn.Module):
         self.ratio, self.r, self.max_num_neighbors = float(ratio), float(r), int(max_num_neighbors)
         self.conv = PointNetConv(local_nn, add_self_loops=False)
 
+    @checked_forward(check_point_module_input)
     def forward(self, x: Tensor, pos: Tensor, batch: Tensor, num_clouds: int) -> Tuple[Tensor, Tensor, Tensor]:
         """Inputs as the model passes them (validated once at the model's entry: finite ``pos``,
-        sorted int64 ``batch`` with every cloud non-empty)."""
+        sorted int64 ``batch`` with every cloud non-empty); validated here when called directly."""
         p = pos.detach()
         counts = torch.bincount(batch, minlength=num_clouds)
         start = None if self.training else _fps_start(p, batch, num_clouds)
@@ -112,34 +158,47 @@ class GlobalSAModule(nn.Module):
         super().__init__()
         self.nn = nn_module
 
+    @checked_forward(check_point_module_input)
     def forward(self, x: Tensor, pos: Tensor, batch: Tensor, num_clouds: int) -> Tuple[Tensor, Tensor, Tensor]:
         h = self.nn(torch.cat([x, pos], dim=1))
         h = scatter_unchecked(h, batch, num_clouds, "max")
         return h, pos.new_zeros(num_clouds, 3), torch.arange(num_clouds, device=pos.device)
 
 
-def knn_interpolate(x: Tensor, pos_x: Tensor, pos_y: Tensor, batch_x: Tensor, batch_y: Tensor, k: int = 3
-                    ) -> Tensor:
+def knn_interpolate(x: Tensor, pos_x: Tensor, pos_y: Tensor, batch_x: Optional[Tensor] = None,
+                    batch_y: Optional[Tensor] = None, k: int = 3) -> Tensor:
     r"""Inverse-squared-distance interpolation from the ``k`` nearest source points.
 
-        y_i = sum_{j in kNN(i)} w_ij x_j / sum_j w_ij,     w_ij = 1 / max(||p_j - p_i||^2, 1e-16)
+        y_i = sum_{j in kNN(i)} w_ij x_j / sum_j w_ij,     w_ij = 1 / max(||p_j - p_i||^2, 1e-16 s^2)
+
+    (``s`` the scale of the working frame, so the weights do not depend on the units and never
+    overflow). ``pos_x``/``pos_y``/batches are validated by :func:`gridify.ops.knn`; ``x`` must be
+    ``[N, C]`` floating and finite.
 
     Shapes:
         x [N, C], pos_x [N, 3], pos_y [M, 3], batch_x [N], batch_y [M] -> [M, C]
     """
+    where = "knn_interpolate"
+    pos_x, pos_y, k, bx, by, counts = check_knn_inputs(pos_x, pos_y, k, batch_x, batch_y, where=where,
+                                                       names=("pos_x", "pos_y"))
+    x = check_tensor(x, "x", where)
+    if x.dim() != 2 or x.size(0) != pos_x.size(0):
+        fail(where, f"x must have shape [N, C] with one row per point of pos_x ({pos_x.size(0)}), got {tuple(x.shape)}")
+    check_float(x, "x", where)
+    check_finite(x, "x", where, bx)
     with torch.no_grad():
-        row, col = knn(pos_x.detach(), pos_y.detach(), k, batch_x, batch_y)
+        row, col = knn_unchecked(pos_x, pos_y, k, bx, by, counts)
     return _interpolate(x, pos_x, pos_y, row, col)
 
 
 def _interpolate(x: Tensor, pos_x: Tensor, pos_y: Tensor, row: Tensor, col: Tensor) -> Tensor:
     """The weighted average of :func:`knn_interpolate` over given kNN edges (query ``row``, source ``col``)."""
     with torch.no_grad():
+        (pos_x, pos_y), _ = distance_frame(pos_x, pos_y)
         d2 = (pos_x[col] - pos_y[row]).square().sum(-1, keepdim=True)
         w = 1.0 / d2.clamp_min(1e-16)
-        norm = scatter_unchecked(w, row, pos_y.size(0), "sum")
-    out = scatter_unchecked(x[col] * w, row, pos_y.size(0), "sum")
-    return out / norm.clamp_min(1e-30)
+        w = w / scatter_unchecked(w, row, pos_y.size(0), "sum")[row]  # normalized weights, each <= 1
+    return scatter_unchecked(x[col] * w.to(x.dtype), row, pos_y.size(0), "sum")
 
 
 class FPModule(nn.Module):
@@ -157,6 +216,7 @@ class FPModule(nn.Module):
         self.k = int(k)
         self.nn = nn_module
 
+    @checked_forward(check_fp_input)
     def forward(self, x: Tensor, pos: Tensor, batch: Tensor, x_skip: Optional[Tensor], pos_skip: Tensor,
                 batch_skip: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         counts = torch.bincount(batch, minlength=int(batch_skip[-1]) + 1 if batch_skip.numel() else 0)
@@ -209,6 +269,8 @@ class PointNet2Classifier(_PointNet2Base):
         for name, v in (("in_channels", in_channels), ("num_classes", num_classes)):
             check_int(where, name, v, as_bound=True)
         check_probability(where, "dropout", dropout)
+        check_parameters(where, f"in_channels={in_channels}, num_classes={num_classes}",
+                         256 * (num_classes + in_channels))
         if len(ratios) != 2 or len(radii) != 2:
             raise ValueError(f"{where}: ratios and radii must have two entries each (two SA levels), "
                              f"got {list(ratios)} and {list(radii)}")
@@ -220,11 +282,12 @@ class PointNet2Classifier(_PointNet2Base):
 
     def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None) -> Tensor:
         pos, x, batch, nb, _ = prepare_points(type(self).__name__, pos, x, batch, self.in_channels, self._dtype())
-        out = (x, pos, batch)
-        out = self.sa1(*out, nb)
-        out = self.sa2(*out, nb)
-        h, _, _ = self.sa3(*out, nb)
-        return self.head(h)
+        with trusted_inputs():
+            out = (x, pos, batch)
+            out = self.sa1(*out, nb)
+            out = self.sa2(*out, nb)
+            h, _, _ = self.sa3(*out, nb)
+            return self.head(h)
 
 
 @MODELS.register("pointnet2_segmenter")
@@ -249,6 +312,8 @@ class PointNet2Segmenter(_PointNet2Base):
             check_int(where, name, v, as_bound=True)
         check_int(where, "num_categories", num_categories, 0, as_bound=True)
         check_probability(where, "dropout", dropout)
+        check_parameters(where, f"in_channels={in_channels}, num_classes={num_classes}, num_categories="
+                                f"{num_categories}", 256 * (num_classes + in_channels + num_categories))
         if len(ratios) != 2 or len(radii) != 2:
             raise ValueError(f"{where}: ratios and radii must have two entries each (two SA levels), "
                              f"got {list(ratios)} and {list(radii)}")
@@ -265,15 +330,16 @@ class PointNet2Segmenter(_PointNet2Base):
                 category: Optional[Tensor] = None) -> Tensor:
         where = type(self).__name__
         pos, x, batch, nb, dense = prepare_points(where, pos, x, batch, self.in_channels, self._dtype())
-        onehot = category_onehot(where, category, self.num_categories, nb, x.dtype)
-        s0 = (x, pos, batch)
-        s1 = self.sa1(*s0, nb)
-        s2 = self.sa2(*s1, nb)
-        s3 = self.sa3(*s2, nb)
-        h = self.fp3(*s3, *s2)
-        h = self.fp2(*h, *s1)
-        h, _, _ = self.fp1(*h, *s0)
-        if onehot is not None:
-            h = torch.cat([h, onehot[batch]], dim=1)
-        logits = self.head(h)
+        onehot = category_onehot(where, category, self.num_categories, nb, x.dtype, pos.device)
+        with trusted_inputs():
+            s0 = (x, pos, batch)
+            s1 = self.sa1(*s0, nb)
+            s2 = self.sa2(*s1, nb)
+            s3 = self.sa3(*s2, nb)
+            h = self.fp3(*s3, *s2)
+            h = self.fp2(*h, *s1)
+            h, _, _ = self.fp1(*h, *s0)
+            if onehot is not None:
+                h = torch.cat([h, onehot[batch]], dim=1)
+            logits = self.head(h)
         return logits.view(*dense, -1) if dense is not None else logits

@@ -2,6 +2,16 @@
 
 Both share one trunk, ``z = Backbone(LN_c(Gridify(P)))`` (see :meth:`GridifiedModel.trunk`); the
 classifier pools it, the segmenter de-gridifies it back to the points.
+
+Validation: the gridification validates the points once (and the segmenter its categories)
+before anything that changes state runs; the backbone, the norms and the de-gridification then
+run on the model's own intermediate results without re-validating
+(:func:`gridify._checks.trusted_inputs`). Widths and resolutions whose parameters or grids would
+exceed the allocation limit are refused at construction, before anything is allocated;
+:meth:`GridifiedModel.set_resolution` is all or nothing.
+
+Shapes:
+    classifier: pos [N, 3], x [N, F], batch [N] -> [B, num_classes]; segmenter: -> [N, num_classes]
 """
 from __future__ import annotations
 
@@ -10,12 +20,13 @@ from typing import Any, Dict, Iterable, Optional, Tuple, Union
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_choice, check_int, check_positive_int
+from .._checks import check_choice, check_int, check_parameters, check_positive_int, fail, trusted_inputs
 from ..backbones import build_backbone
 from ..nn.connectivity import BipartiteGraph
 from ..nn.gridification import Degridification, Gridification
 from ..nn.inputs import category_onehot, module_dtype, parse_points
 from ..nn.norm import ChannelLayerNorm, recalibrate_batchnorm
+from ..nn.state import all_or_nothing
 from ..registry import MODELS
 
 __all__ = ["GridifiedModel", "GridifiedClassifier", "GridifiedSegmenter", "CLASSIFIER_PRESETS"]
@@ -59,13 +70,28 @@ class GridifiedModel(nn.Module):
                                        hidden_channels=hidden_channels, depth=depth, dropout=dropout,
                                        kernel_size=kernel_size, **(backbone_kwargs or {}))
 
+    @staticmethod
+    def check_sizes(where: str, hidden_channels: int, depth: int, what: str, head_parameters: int) -> None:
+        """Refuse absurd widths and depths before anything is built: every block holds a few C x C
+        pointwise layers and some 15 modules (~64 KiB of Python objects, counted as 16k parameters);
+        ``head_parameters`` (named by ``what``) are the model's head."""
+        check_positive_int(where, hidden_channels=hidden_channels, depth=depth)
+        check_parameters(where, f"hidden_channels={hidden_channels}, depth={depth}",
+                         hidden_channels * hidden_channels * (3 * depth + 10) + 16384 * depth)
+        check_parameters(where, what, head_parameters)
+
     def trunk(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None, *,
               return_graph: bool = False) -> Union[Tensor, Tuple[Tensor, BipartiteGraph]]:
         """Backbone grid features ``[B, C, R, R, R]`` of a batch of clouds (inputs validated once,
         by the gridification); with ``return_graph`` also the bilateral kNN graph."""
         grid, graph = self.gridify(pos, x, batch, return_graph=True)
-        z = self.backbone(self.grid_norm(grid))
+        z = self._grid_network(grid)
         return (z, graph) if return_graph else z
+
+    def _grid_network(self, grid: Tensor) -> Tensor:
+        """``Backbone(LN_c(grid))`` on a grid this model's gridification produced (not re-validated)."""
+        with trusted_inputs():
+            return self.backbone(self.grid_norm(grid))
 
     def set_resolution(self, resolution: int, calibration_batches: Optional[Iterable[Any]] = None) -> None:
         """Run at another grid resolution without retraining (resolution transfer).
@@ -77,10 +103,14 @@ class GridifiedModel(nn.Module):
         Feature statistics shift with the resolution; pass ``calibration_batches`` (inputs only,
         e.g. ``[(pos, x), ...]``, no labels) to re-estimate BatchNorm statistics at the new
         resolution (:func:`gridify.nn.recalibrate_batchnorm`: no gradient, no weight changes).
+
+        All or nothing: if anything fails (a bad resolution, a calibration batch that raises),
+        the resolution and every BatchNorm statistic are left as they were.
         """
-        self.gridify.set_resolution(resolution)
-        if calibration_batches is not None:
-            recalibrate_batchnorm(self, calibration_batches)
+        with all_or_nothing(self):
+            self.gridify.set_resolution(resolution)
+            if calibration_batches is not None:
+                recalibrate_batchnorm(self, calibration_batches)
 
     @property
     def resolution(self) -> int:
@@ -137,6 +167,8 @@ class GridifiedClassifier(GridifiedModel):
         where = type(self).__name__
         check_positive_int(where, in_channels=in_channels, num_classes=num_classes, hidden_channels=hidden_channels)
         check_choice(where, "pool", pool, POOLS)
+        self.check_sizes(where, hidden_channels, depth, f"num_classes={num_classes} (the head)",
+                         hidden_channels * (3 * hidden_channels + num_classes))
         self._build_trunk(in_channels=in_channels, hidden_channels=hidden_channels, resolution=resolution, k=k,
                           omega0=omega0, aggr=aggr, message=message, pos_embedding=pos_embedding, backbone=backbone,
                           depth=depth, dropout=dropout, kernel_size=kernel_size, backbone_kwargs=backbone_kwargs,
@@ -150,6 +182,10 @@ class GridifiedClassifier(GridifiedModel):
 
     def pool_grid(self, z: Tensor) -> Tensor:
         """Global pooling of backbone features ``[B, C, R, R, R] -> [B, C]`` (``[B, 2C]`` for ``meanmax``)."""
+        channels = self.gridify.out_channels
+        if not isinstance(z, Tensor) or z.dim() != 5 or z.size(1) != channels:
+            fail(f"{type(self).__name__}.pool_grid", f"z must be backbone features [B, {channels}, R, R, R], got "
+                                                     f"{tuple(z.shape) if isinstance(z, Tensor) else type(z).__name__}")
         flat = z.flatten(2)
         if self.pool == "mean":
             return flat.mean(-1)
@@ -195,6 +231,10 @@ class GridifiedSegmenter(GridifiedModel):
         check_positive_int(where, in_channels=in_channels, num_classes=num_classes, hidden_channels=hidden_channels,
                            point_channels=point_channels)
         check_int(where, "num_categories", num_categories, 0)
+        self.check_sizes(where, hidden_channels, depth, f"num_classes={num_classes}, num_categories={num_categories}, "
+                                                        f"point_channels={point_channels} (the heads)",
+                         (hidden_channels + point_channels + num_categories) * hidden_channels
+                         + hidden_channels * num_classes + point_channels * (in_channels + point_channels))
         self._build_trunk(in_channels=in_channels, hidden_channels=hidden_channels, resolution=resolution, k=k,
                           omega0=omega0, aggr=aggr, message=message, pos_embedding=pos_embedding, backbone=backbone,
                           depth=depth, dropout=dropout, kernel_size=kernel_size, backbone_kwargs=backbone_kwargs,
@@ -212,15 +252,18 @@ class GridifiedSegmenter(GridifiedModel):
                 category: Optional[Tensor] = None) -> Tensor:
         where = type(self).__name__
         pos, x, batch, dense_shape = parse_points(where, pos, x, batch, self.in_channels, module_dtype(self))
-        z, graph = self.trunk(pos, x, batch, return_graph=True)
+        grid, graph = self.gridify(pos, x, batch, return_graph=True)  # validates the points
         graph.dense_shape = dense_shape
-        onehot = category_onehot(where, category, self.num_categories, graph.num_clouds, z.dtype)
-        voxel = self.degridify.propagate(z, graph)  # z and graph come from this model: no re-validation
-        dense = dense_shape is not None
-        if dense:
-            voxel = voxel.reshape(-1, voxel.size(-1))
-        parts = [voxel, self.point_mlp(x.to(voxel.dtype))]
-        if onehot is not None:
-            parts.append(onehot[graph.batch])
-        logits = self.head(torch.cat(parts, -1))
+        # the categories are checked before any layer with state (BatchNorm) runs
+        onehot = category_onehot(where, category, self.num_categories, graph.num_clouds, grid.dtype, pos.device)
+        z = self._grid_network(grid)
+        with trusted_inputs():
+            voxel = self.degridify.propagate(z, graph)  # z and graph come from this model: no re-validation
+            dense = dense_shape is not None
+            if dense:
+                voxel = voxel.reshape(-1, voxel.size(-1))
+            parts = [voxel, self.point_mlp(x.to(voxel.dtype))]
+            if onehot is not None:
+                parts.append(onehot[graph.batch])
+            logits = self.head(torch.cat(parts, -1))
         return logits.view(*dense_shape, -1) if dense else logits

@@ -1,14 +1,26 @@
-"""Sequence classification of point-cloud sequences: gridified per-frame encoder + CfC (or GRU)."""
+"""Sequence classification of point-cloud sequences: gridified per-frame encoder + CfC (or GRU).
+
+    dt_{b,t} = time_scale * (times_{b,t} - times_{b,t'})      (t' the previous valid frame)
+
+Elapsed times are differenced in float64 whatever the dtype of ``times`` or of the model (Unix
+timestamps ~1.7e9 s keep their sub-second steps) and only then cast to the model's dtype. The
+forward validates every tensor argument once (``pos``/``x`` finite at valid frames, naming the
+sequence and frame; ``times``, ``mask``, ``lengths``) and runs the encoder and the RNN trusted.
+
+Shapes:
+    pos [B, T, N, 3], times [B, T], mask [B, T] -> TemporalOutput (logits [B, K], ...)
+"""
 from __future__ import annotations
 
-import math
-from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_choice, check_number, check_positive_int, fail
-from ..nn.cfc import CfC, DeltaTGRU
+from .._checks import (check_choice, check_device, check_number, check_parameters, check_positive_int, check_tensor,
+                       fail, trusted_inputs)
+from ..nn.cfc import CfC, DeltaTGRU, check_padding, check_timespans
+from ..nn.inputs import module_dtype
 from ..registry import MODELS
 from .gridified import GridifiedClassifier
 
@@ -34,14 +46,27 @@ class TemporalOutput(NamedTuple):
     states: Tensor
 
 
-def timespans_from_times(times: Tensor, mask: Tensor, first: float = 1.0) -> Tensor:
+def timespans_from_times(times: Tensor, mask: Optional[Tensor] = None, first: float = 1.0) -> Tensor:
     """Elapsed time since the previous valid frame, ``first`` at each sequence's first valid frame.
 
-    Padded (masked) frames get 0. ``times`` must increase strictly over the valid frames.
+    Padded (masked) frames get 0. The differences are taken in float64 (exact for float16/32
+    times, and sub-second steps of Unix timestamps survive) and returned in ``times``' floating
+    dtype (float64 for integer times). ``times`` must increase strictly over the valid frames.
 
     Shapes:
         times [B, T], mask [B, T] -> [B, T]
     """
+    where = "timespans_from_times"
+    times = check_tensor(times, "times", where)
+    if times.dim() != 2 or times.dtype == torch.bool or times.is_complex():
+        fail(where, f"times must be a real tensor of shape [B, T], got {tuple(times.shape)} {times.dtype}")
+    mask = check_padding(where, mask, None, times.size(0), times.size(1), times.device)
+    check_number(where, "first", first, strict=False)
+    out_dtype = times.dtype if times.is_floating_point() else torch.float64
+    return _timespans(times.double(), mask, float(first)).to(out_dtype)
+
+
+def _timespans(times: Tensor, mask: Tensor, first: float) -> Tensor:
     out = torch.zeros_like(times)
     last = torch.full_like(times[:, 0], float("nan"))
     for t in range(times.size(1)):
@@ -140,6 +165,8 @@ class TemporalGridifiedClassifier(nn.Module):
         check_choice(where, "rnn", rnn, RNNS)
         check_number(where, "time_scale", time_scale)
         check_number(where, "first_timespan", first_timespan, strict=False)
+        check_parameters(where, f"rnn_hidden={rnn_hidden}, num_classes={num_classes}",
+                         rnn_hidden * (3 * rnn_hidden + num_classes + 4))
         if "num_classes" in encoder_kwargs or "in_channels" in encoder_kwargs:
             raise TypeError(f"{where}: in_channels/num_classes are given once, as the first two arguments")
         self.encoder = GridifiedClassifier(in_channels, num_classes, dropout=dropout,
@@ -148,6 +175,9 @@ class TemporalGridifiedClassifier(nn.Module):
         self.frame_readout = frame_readout
         hidden_channels, resolution = self.encoder.gridify.out_channels, self.encoder.resolution
         if frame_readout == "flatten":
+            check_parameters(where, f"frame_readout='flatten' with readout_channels={readout_channels}, "
+                                    f"frame_features={frame_features} at resolution={resolution}",
+                             readout_channels * resolution ** 3 * frame_features)
             self.readout: Optional[nn.Module] = nn.Sequential(
                 nn.Conv3d(hidden_channels, readout_channels, 1), nn.GELU(), nn.Flatten(1),
                 nn.Linear(readout_channels * resolution ** 3, frame_features))
@@ -178,6 +208,20 @@ class TemporalGridifiedClassifier(nn.Module):
     def forward(self, pos: Tensor, times: Optional[Tensor] = None, mask: Optional[Tensor] = None,
                 lengths: Optional[Tensor] = None, x: Optional[Tensor] = None) -> TemporalOutput:
         where = type(self).__name__
+        pos, x, mask = self._check_frames(where, pos, x, mask, lengths)
+        timespans = self._timespans(where, pos, times, mask)
+        with trusted_inputs():  # everything below runs on inputs validated above
+            emb = self.embed_frames(pos[mask], None if x is None else x[mask])  # [M, C], one batched call
+            seq = emb.new_zeros(pos.size(0), pos.size(1), emb.size(-1))
+            seq[mask] = self.frame_norm(emb)
+            if self.frame_delta:
+                seq = torch.cat([seq, _delta_to_previous(seq, mask)], -1)
+            states, last = self.rnn(seq, timespans.to(seq.dtype), mask=mask)
+            return TemporalOutput(self.head(last), self.head(states), states)
+
+    def _check_frames(self, where: str, pos: Tensor, x: Optional[Tensor], mask: Optional[Tensor],
+                      lengths: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor], Tensor]:
+        """Validate ``pos``/``x`` (shapes, dtypes, devices, finite at valid frames) and the padding."""
         if not isinstance(pos, Tensor) or pos.dim() != 4 or pos.size(-1) != 3:
             fail(where, f"pos must be a tensor of shape [B, T, N, 3], got "
                         f"{tuple(pos.shape) if isinstance(pos, Tensor) else type(pos).__name__}")
@@ -187,48 +231,48 @@ class TemporalGridifiedClassifier(nn.Module):
         if x is not None and (not isinstance(x, Tensor) or x.dim() != 4 or tuple(x.shape[:3]) != (b, t, n)):
             fail(where, f"x must have shape [B, T, N, F] = [{b}, {t}, {n}, F], got "
                         f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
-        if mask is not None and lengths is not None:
-            fail(where, "pass either mask or lengths, not both")
-        if lengths is not None:
-            if not isinstance(lengths, Tensor) or lengths.dim() != 1 or lengths.numel() != b:
-                fail(where, f"lengths must be a 1-D tensor with one entry per sequence ({b})")
-            if lengths.is_floating_point() or lengths.dtype == torch.bool:
-                fail(where, f"lengths must be an integer tensor, got dtype {lengths.dtype}")
-            if int(lengths.min()) < 1 or int(lengths.max()) > t:
-                fail(where, f"lengths must lie in [1, T={t}], got {lengths.tolist()}")
-            mask = torch.arange(t, device=pos.device)[None] < lengths.to(pos.device)[:, None]
-        elif mask is not None:
-            if not isinstance(mask, Tensor) or tuple(mask.shape) != (b, t):
-                fail(where, f"mask must have shape [B, T] = [{b}, {t}], got "
-                            f"{tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__}")
-            mask = mask.bool()
-            if not bool(mask.any(1).all()):
-                fail(where, f"sequence {int((~mask.any(1)).nonzero()[0])} has no valid frame")
-        else:
-            mask = torch.ones(b, t, dtype=torch.bool, device=pos.device)
+        if x is not None:
+            check_device(x, "x", where, pos.device)
+        mask = check_padding(where, mask, lengths, b, t, pos.device, min_length=1)
+        if b and not bool(mask.any(1).all()):
+            fail(where, f"sequence {int((~mask.any(1)).nonzero()[0])} has no valid frame")
+        for name, value in (("pos", pos), ("x", x)):
+            if value is not None and value.is_floating_point():
+                _check_frames_finite(where, name, value, mask)
+        return pos, x, mask
+
+    def _timespans(self, where: str, pos: Tensor, times: Optional[Tensor], mask: Tensor) -> Tensor:
+        """``dt`` ``[B, T]`` in float64: ``first_timespan`` at first valid frames, else scaled differences."""
+        b, t = mask.shape
         if times is None:
-            times = torch.arange(t, dtype=pos.dtype, device=pos.device).expand(b, t)
+            times = torch.arange(t, dtype=torch.float64, device=pos.device).expand(b, t)
         else:
             if not isinstance(times, Tensor) or tuple(times.shape) != (b, t):
                 fail(where, f"times must have shape [B, T] = [{b}, {t}], got "
                             f"{tuple(times.shape) if isinstance(times, Tensor) else type(times).__name__}")
-            times = times.to(pos.dtype)
+            if times.dtype == torch.bool or times.is_complex():
+                fail(where, f"times must hold real numbers, got dtype {times.dtype}")
+            check_device(times, "times", where, pos.device)
+            times = times.double()  # difference first, cast later: large offsets keep small steps
             if not bool(torch.isfinite(times[mask]).all()):
                 fail(where, "times contains NaN/Inf at valid frames")
-        timespans = timespans_from_times(times, mask, first=0.0)
+        timespans = _timespans(times, mask, 0.0)
         later = mask & (torch.cumsum(mask.long(), 1) > 1)
         if bool((timespans[later] <= 0).any()):
             bi, ti = ((timespans <= 0) & later).nonzero()[0].tolist()
             fail(where, f"times must increase strictly over the valid frames of each sequence; sequence {bi} "
                         f"frame {ti} is at {float(times[bi, ti]):g}, not after the previous valid frame")
         first = mask & ~later
-        timespans = torch.where(first, torch.full_like(timespans, self.first_timespan),
-                                timespans * self.time_scale)
+        timespans = torch.where(first, torch.full_like(timespans, self.first_timespan), timespans * self.time_scale)
+        check_timespans(where, timespans, mask, module_dtype(self))
+        return timespans
 
-        emb = self.embed_frames(pos[mask], None if x is None else x[mask])  # [M, C], one batched call
-        seq = emb.new_zeros(b, t, emb.size(-1))
-        seq[mask] = self.frame_norm(emb)
-        if self.frame_delta:
-            seq = torch.cat([seq, _delta_to_previous(seq, mask)], -1)
-        states, last = self.rnn(seq, timespans, mask=mask)
-        return TemporalOutput(self.head(last), self.head(states), states)
+
+def _check_frames_finite(where: str, name: str, value: Tensor, mask: Tensor) -> None:
+    """NaN/Inf in ``value [B, T, N, F]`` at valid frames, named by sequence, frame and point."""
+    bad = ~torch.isfinite(value) & mask[:, :, None, None]
+    if bool(bad.any()):
+        b, t, p, _ = bad.nonzero()[0].tolist()
+        what = "NaN" if bool(torch.isnan(value[b, t, p]).any()) else "Inf"
+        fail(where, f"{name} contains {what} values at valid frames ({int(bad.any(-1).sum())} points affected); "
+                    f"first at sequence {b}, frame {t}, point {p}")

@@ -16,6 +16,15 @@ state moves towards ``h`` where ``f > 0`` and towards ``g`` where ``f < 0``.
 :class:`CfC` runs a cell over padded batches ``[B, T, F]`` with per-step elapsed times and a
 mask; :class:`DeltaTGRU` is the matching baseline (a GRU that receives ``dt`` as an extra
 input feature) with the same interface.
+
+Every tensor argument is validated at the outermost call (inputs and states finite and of the
+module's dtype and device, elapsed times finite and non-negative at valid steps, and still
+finite in the input's dtype, masks boolean or 0/1, lengths integers in range); a model that
+validated them calls these modules trusted (:func:`gridify._checks.trusted_inputs`).
+
+Shapes:
+    CfCCell: input [B, F], hx [B, H], timespans [B] -> [B, H];
+    CfC / DeltaTGRU: input [B, T, F], timespans [B, T], mask [B, T] -> ([B, T, H], [B, H])
 """
 from __future__ import annotations
 
@@ -24,7 +33,9 @@ from typing import Callable, Dict, Optional, Tuple, Union
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_choice, check_int, check_number, check_positive_int, check_probability, fail
+from .._checks import (check_choice, check_device, check_finite, check_int, check_integer, check_number,
+                       check_parameters, check_positive_int, check_probability, check_tensor, fail, validating)
+from .inputs import check_same_dtype
 
 __all__ = ["CfCCell", "CfC", "DeltaTGRU", "CFC_MODES", "CFC_ACTIVATIONS"]
 
@@ -74,6 +85,10 @@ class CfCCell(nn.Module):
         check_choice(where, "backbone_activation", backbone_activation, sorted(CFC_ACTIVATIONS))
         check_probability(where, "backbone_dropout", backbone_dropout)
         check_choice(where, "mode", mode, CFC_MODES)
+        width = input_size + hidden_size
+        check_parameters(where, f"input_size={input_size}, hidden_size={hidden_size}, backbone_units={backbone_units}",
+                         backbone_units * (width + backbone_units * backbone_layers)
+                         + 3 * hidden_size * max(width, backbone_units))
         self.input_size, self.hidden_size, self.mode = input_size, hidden_size, mode
         layers = []
         width = input_size + hidden_size
@@ -108,13 +123,21 @@ class CfCCell(nn.Module):
                         f"got {tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__}")
         if not input.is_floating_point():
             fail(where, f"input must be a floating-point tensor, got dtype {input.dtype}")
+        check_same_dtype(where, "input", input, self.f.weight)
         b = input.size(0)
         if hx is None:
             hx = input.new_zeros(b, self.hidden_size)
         elif not isinstance(hx, Tensor) or tuple(hx.shape) != (b, self.hidden_size):
             fail(where, f"hx must have shape [{b}, {self.hidden_size}], "
                         f"got {tuple(hx.shape) if isinstance(hx, Tensor) else type(hx).__name__}")
-        return self._step(input, hx, _cell_timespans(where, timespans, b, input))
+        else:
+            check_same_dtype(where, "hx", hx, self.f.weight)
+        ts = _cell_timespans(where, timespans, b, input)
+        if validating():
+            check_finite(input, "input", where, dims=("sequence", "feature"))
+            check_finite(hx, "hx", where, dims=("sequence", "unit"))
+            check_timespans(where, ts[:, 0], None)
+        return self._step(input, hx, ts)
 
     def _step(self, input: Tensor, hx: Tensor, ts: Tensor) -> Tensor:
         """The update without input checks; ``ts`` is ``[B, 1]``."""
@@ -135,6 +158,9 @@ def _cell_timespans(where: str, timespans: Union[Tensor, float, None], b: int, r
         return ref.new_full((b, 1), float(timespans))
     if not isinstance(timespans, Tensor):
         fail(where, f"timespans must be a tensor or a number, got {type(timespans).__name__}")
+    if timespans.dtype == torch.bool or timespans.is_complex():
+        fail(where, f"timespans must hold real numbers, got dtype {timespans.dtype}")
+    check_device(timespans, "timespans", where, ref.device, "the inputs")
     if timespans.dim() == 0:
         return timespans.to(ref.dtype).expand(b).unsqueeze(-1)
     if timespans.dim() == 2 and timespans.size(-1) == 1:
@@ -144,16 +170,68 @@ def _cell_timespans(where: str, timespans: Union[Tensor, float, None], b: int, r
     return timespans.to(ref.dtype).unsqueeze(-1)
 
 
+def check_padding(where: str, mask: Optional[Tensor], lengths: Optional[Tensor], b: int, t: int,
+                  device: torch.device, min_length: int = 0) -> Tensor:
+    """The valid steps ``[B, T]`` (bool) from ``mask`` (bool, or 0/1 integers) or ``lengths``
+    (integers in ``[min_length, T]``, a valid prefix); all steps when both are None."""
+    if mask is not None and lengths is not None:
+        fail(where, "pass either mask or lengths, not both")
+    if lengths is not None:
+        if not isinstance(lengths, Tensor) or lengths.dim() != 1 or lengths.numel() != b:
+            fail(where, f"lengths must be a 1-D tensor with one entry per sequence ({b}), got "
+                        f"{tuple(lengths.shape) if isinstance(lengths, Tensor) else type(lengths).__name__}")
+        check_integer(lengths, "lengths", where)
+        check_device(lengths, "lengths", where, device, "the inputs")
+        if b and (int(lengths.min()) < min_length or int(lengths.max()) > t):
+            fail(where, f"lengths must lie in [{min_length}, T={t}], got min {int(lengths.min())} max "
+                        f"{int(lengths.max())}")
+        return torch.arange(t, device=device)[None, :] < lengths[:, None]
+    if mask is None:
+        return torch.ones(b, t, dtype=torch.bool, device=device)
+    if not isinstance(mask, Tensor) or tuple(mask.shape) != (b, t):
+        fail(where, f"mask must have shape [B, T] = [{b}, {t}], got "
+                    f"{tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__}")
+    check_device(mask, "mask", where, device, "the inputs")
+    if mask.dtype != torch.bool:
+        if mask.is_floating_point() or mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
+            fail(where, f"mask must be a boolean (or 0/1 integer) tensor, got dtype {mask.dtype}")
+        mask = mask.bool()
+    return mask
+
+
+def check_timespans(where: str, timespans: Tensor, mask: Optional[Tensor], dtype: Optional[torch.dtype] = None
+                    ) -> None:
+    """Elapsed times at the valid steps: finite, non-negative and (in ``dtype``) still finite."""
+    valid = timespans if mask is None else timespans[mask]
+    if valid.numel() and not bool(torch.isfinite(valid).all()):
+        fail(where, "timespans contains NaN/Inf at valid (unmasked) steps")
+    if valid.numel() and bool((valid < 0).any()):
+        if mask is None:
+            fail(where, f"timespans must be non-negative (elapsed time since the previous step); sequence "
+                        f"{int((timespans < 0).nonzero()[0])} has {float(valid.min()):.4g}")
+        bad = ((timespans < 0) & mask).nonzero()[0].tolist()
+        fail(where, f"timespans must be non-negative (elapsed time since the previous step); sequence "
+                    f"{bad[0]} step {bad[1]} has {float(timespans[bad[0], bad[1]]):.4g}")
+    if dtype is not None and valid.numel() and not bool(torch.isfinite(valid.to(dtype)).all()):
+        fail(where, f"timespans up to {float(valid.max()):.4g} overflow {dtype} (the input's dtype); rescale the "
+                    f"times")
+
+
 def check_sequence_inputs(where: str, input: Tensor, input_size: int, timespans: Optional[Tensor],
                           mask: Optional[Tensor], lengths: Optional[Tensor], hx: Optional[Tensor],
-                          hidden_size: int) -> Tuple[Tensor, Tensor, Tensor]:
-    """Validate ``[B, T, F]`` inputs; return ``(timespans [B, T], mask [B, T] bool, hx [B, H])``."""
-    if not isinstance(input, Tensor):
-        fail(where, f"input must be a torch.Tensor, got {type(input).__name__}")
+                          hidden_size: int, ref: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
+    """Validate ``[B, T, F]`` inputs; return ``(timespans [B, T] in input's dtype, mask [B, T] bool, hx [B, H])``.
+
+    ``ref`` (a parameter of the module) fixes the dtype and device ``input`` and ``hx`` must have.
+    Values (NaN/Inf, negative times) are checked unless :func:`gridify._checks.validating` is off.
+    """
+    input = check_tensor(input, "input", where)
     if input.dim() != 3 or input.size(-1) != input_size:
         fail(where, f"input must have shape [B, T, {input_size}], got {tuple(input.shape)}")
     if not input.is_floating_point():
         fail(where, f"input must be a floating-point tensor, got dtype {input.dtype}")
+    if ref is not None:
+        check_same_dtype(where, "input", input, ref)
     b, t, _ = input.shape
     if timespans is None:
         timespans = input.new_ones(b, t)
@@ -165,42 +243,22 @@ def check_sequence_inputs(where: str, input: Tensor, input_size: int, timespans:
         if tuple(timespans.shape) != (b, t):
             fail(where, f"timespans must have shape [B, T] = [{b}, {t}] (elapsed time since the previous "
                         f"step), got {tuple(timespans.shape)}")
-        if not timespans.is_floating_point():
-            timespans = timespans.to(input.dtype)
-    if mask is not None and lengths is not None:
-        fail(where, "pass either mask or lengths, not both")
-    if lengths is not None:
-        if not isinstance(lengths, Tensor) or lengths.dim() != 1 or lengths.numel() != b:
-            fail(where, f"lengths must be a 1-D tensor with one entry per sequence ({b}), got "
-                        f"{tuple(lengths.shape) if isinstance(lengths, Tensor) else type(lengths).__name__}")
-        if lengths.is_floating_point() or lengths.dtype == torch.bool:
-            fail(where, f"lengths must be an integer tensor, got dtype {lengths.dtype}")
-        if b and (int(lengths.min()) < 0 or int(lengths.max()) > t):
-            fail(where, f"lengths must lie in [0, T={t}], got min {int(lengths.min())} max {int(lengths.max())}")
-        mask = torch.arange(t, device=input.device)[None, :] < lengths.to(input.device)[:, None]
-    elif mask is not None:
-        if not isinstance(mask, Tensor) or tuple(mask.shape) != (b, t):
-            fail(where, f"mask must have shape [B, T] = [{b}, {t}], got "
-                        f"{tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__}")
-        if mask.dtype != torch.bool:
-            if mask.is_floating_point() or not bool(((mask == 0) | (mask == 1)).all()):
-                fail(where, f"mask must be a boolean (or 0/1 integer) tensor, got dtype {mask.dtype}")
-            mask = mask.bool()
-    else:
-        mask = torch.ones(b, t, dtype=torch.bool, device=input.device)
-    valid_ts = timespans[mask]
-    if valid_ts.numel() and not bool(torch.isfinite(valid_ts).all()):
-        fail(where, "timespans contains NaN/Inf at valid (unmasked) steps")
-    if valid_ts.numel() and bool((valid_ts < 0).any()):
-        bad = ((timespans < 0) & mask).nonzero()[0].tolist()
-        fail(where, f"timespans must be non-negative (elapsed time since the previous step); sequence "
-                    f"{bad[0]} step {bad[1]} has {float(timespans[bad[0], bad[1]]):.4g}")
+        if timespans.dtype == torch.bool or timespans.is_complex():
+            fail(where, f"timespans must hold real numbers, got dtype {timespans.dtype}")
+        check_device(timespans, "timespans", where, input.device, "the inputs")
+    mask = check_padding(where, mask, lengths, b, t, input.device)
     if hx is None:
         hx = input.new_zeros(b, hidden_size)
     elif not isinstance(hx, Tensor) or tuple(hx.shape) != (b, hidden_size):
         fail(where, f"hx must have shape [B, H] = [{b}, {hidden_size}], got "
                     f"{tuple(hx.shape) if isinstance(hx, Tensor) else type(hx).__name__}")
-    return timespans, mask, hx
+    else:
+        check_same_dtype(where, "hx", hx, input)
+    if validating():
+        check_timespans(where, timespans, mask, input.dtype)
+        check_finite(input, "input", where, dims=("sequence", "step", "feature"))
+        check_finite(hx, "hx", where, dims=("sequence", "unit"))
+    return timespans.to(input.dtype), mask, hx
 
 
 def run_masked(step: Callable[[Tensor, Tensor, Tensor], Tensor], input: Tensor, timespans: Tensor,
@@ -253,13 +311,13 @@ class CfC(nn.Module):
     def forward(self, input: Tensor, timespans: Optional[Tensor] = None, mask: Optional[Tensor] = None,
                 lengths: Optional[Tensor] = None, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         timespans, mask, hx = check_sequence_inputs(type(self).__name__, input, self.input_size, timespans,
-                                                    mask, lengths, hx, self.hidden_size)
+                                                    mask, lengths, hx, self.hidden_size, self.cell.f.weight)
         cell = self.cell
 
         def step(i: Tensor, h: Tensor, dt: Tensor) -> Tensor:
             return cell._step(i, h, dt.unsqueeze(-1))
 
-        return run_masked(step, input, timespans.to(input.dtype), mask, hx)
+        return run_masked(step, input, timespans, mask, hx)
 
 
 class DeltaTGRU(nn.Module):
@@ -278,6 +336,8 @@ class DeltaTGRU(nn.Module):
         super().__init__()
         check_positive_int(type(self).__name__, input_size=input_size, hidden_size=hidden_size)
         check_number(type(self).__name__, "time_scale", time_scale)
+        check_parameters(type(self).__name__, f"input_size={input_size}, hidden_size={hidden_size}",
+                         3 * hidden_size * (input_size + hidden_size + 3))
         self.cell = nn.GRUCell(input_size + 1, hidden_size)
         self.input_size, self.hidden_size, self.time_scale = input_size, hidden_size, float(time_scale)
 
@@ -287,10 +347,10 @@ class DeltaTGRU(nn.Module):
     def forward(self, input: Tensor, timespans: Optional[Tensor] = None, mask: Optional[Tensor] = None,
                 lengths: Optional[Tensor] = None, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         timespans, mask, hx = check_sequence_inputs(type(self).__name__, input, self.input_size, timespans,
-                                                    mask, lengths, hx, self.hidden_size)
+                                                    mask, lengths, hx, self.hidden_size, self.cell.weight_ih)
         scale = self.time_scale
 
         def step(i: Tensor, h: Tensor, dt: Tensor) -> Tensor:
             return self.cell(torch.cat([i, (dt * scale).unsqueeze(-1).to(i.dtype)], -1), h)
 
-        return run_masked(step, input, timespans.to(input.dtype), mask, hx)
+        return run_masked(step, input, timespans, mask, hx)

@@ -1,8 +1,15 @@
 """Bilateral kNN connectivity between a batch of point clouds and their grids.
 
+    E = { (j -> i) : j in kNN_P(c_i^G) } U { (j -> i) : i in kNN_G(c_j^P) }
+
 :func:`bilateral_knn` validates its inputs and builds the graph with
 :func:`bilateral_knn_unchecked`, which :class:`gridify.nn.Gridification` calls directly after
-validating its own inputs once.
+validating its own inputs once. Distances are compared in the working frame of
+:mod:`gridify.ops.distance` (grid nodes are never rounded to float16), and
+:func:`check_graph_size` refuses batches whose graph would exceed the allocation limit.
+
+Shapes:
+    pos [N, 3], batch [N] -> BipartiteGraph.edge_index [2, E] (point, global node)
 """
 from __future__ import annotations
 
@@ -13,8 +20,10 @@ from typing import Any, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .._checks import check_batch, check_choice, check_finite, check_int, check_points, fail, is_int
-from ..ops.grid import box_tensors, grid_knn_unchecked
+from .._checks import (check_alloc, check_batch, check_choice, check_finite, check_int, check_points, element_size,
+                       fail, is_int)
+from ..ops.distance import distance_frame, working_dtype
+from ..ops.grid import box_tensors, check_grid_size, grid_knn_unchecked
 from ..ops.knn import BACKENDS as KNN_BACKENDS
 from ..ops.knn import knn_unchecked
 from .grid import RegularGrid
@@ -95,9 +104,26 @@ def bilateral_knn(pos: Tensor, grid: RegularGrid, k: int, batch: Optional[Tensor
     batch, B, counts = check_batch(batch, pos.size(0), where, num_clouds=num_clouds, device=pos.device)
     if B == 0:
         fail(where, "no points: every cloud needs at least one point")
+    check_graph_size(where, grid, k, pos.size(0), B, pos)
     check_finite(pos, "pos", where, batch)
     warn_small_clouds(where, counts, k)
     return bilateral_knn_unchecked(pos, grid, k, batch, counts, knn_backend, max_in_degree)
+
+
+def check_graph_size(where: str, grid: RegularGrid, k: int, num_points: int, num_clouds: int, pos: Tensor,
+                     channels: int = 0) -> None:
+    """Refuse a batch whose graph (and ``channels`` features per grid node) exceeds the allocation limit.
+
+    Estimate: per grid node its position and cloud (``3 w + 8`` bytes, ``w`` the working dtype's
+    size), at most ``2k`` edges (two int64 indices, and the search tables) and ``channels``
+    features; per point ``k`` edges of its own.
+    """
+    R = grid.resolution
+    check_grid_size(where, R, num_clouds)
+    nodes = num_clouds * R ** 3
+    w = element_size(working_dtype(pos.dtype))
+    nbytes = nodes * (3 * w + 8 + 2 * k * 32 + channels * pos.element_size()) + num_points * k * 32
+    check_alloc(where, f"resolution={R} with k={k} for {num_clouds} clouds ({nodes} grid nodes)", nbytes, pos.device)
 
 
 def check_connectivity_args(where: str, grid: Any, k: Any, knn_backend: Any, max_in_degree: Any) -> int:
@@ -126,11 +152,12 @@ def bilateral_knn_unchecked(pos: Tensor, grid: RegularGrid, k: int, batch: Tenso
     ``counts [B]`` points per cloud (all > 0), valid hyper-parameters."""
     B = counts.numel()
     R3 = grid.num_nodes
-    nodes = grid.positions(pos.device, pos.dtype)
+    work = working_dtype(pos.dtype)  # node positions are not rounded to the points' (half) precision
+    nodes = grid.positions(pos.device, work)
     node_pos = nodes.repeat(B, 1)
     node_batch = torch.arange(B, device=pos.device).repeat_interleave(R3)
     g2p = knn_unchecked(pos, node_pos, k, batch, node_batch, counts, knn_backend)  # (node, point)
-    lo, hi = box_tensors(grid.lower, grid.upper, pos.device, pos.dtype)
+    lo, hi = box_tensors(grid.lower, grid.upper, pos.device, work)
     p2g = grid_knn_unchecked(pos, min(k, R3), grid.resolution, lo, hi, batch)   # (point, node)
     n = pos.size(0)
     key_a = g2p[0] * n + g2p[1]
@@ -148,6 +175,7 @@ def _cap_in_degree(key_a: Tensor, key_b: Tensor, p2g: Tensor, pos: Tensor, nodes
     extra = ~torch.isin(key_b, key_a)
     point, node = p2g[0][extra], p2g[1][extra]
     own = torch.bincount(key_a // n, minlength=B * R3)  # edges each node has from its own search
+    (nodes, pos), _ = distance_frame(nodes, pos)
     d = (nodes[node % R3] - pos[point]).pow(2).sum(-1)
     order = torch.argsort(d, stable=True)
     order = order[torch.argsort(node[order], stable=True)]

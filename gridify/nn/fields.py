@@ -12,8 +12,9 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_number, check_positive_int
+from .._checks import check_number, check_parameters, check_positive_int, checked_forward
 from ..registry import POS_EMBEDDINGS
+from .inputs import check_coordinates
 
 
 @POS_EMBEDDINGS.register("rff")
@@ -42,6 +43,8 @@ class RandomFourierField(nn.Module):
         check_positive_int("RandomFourierField", in_features=in_features, out_features=out_features,
                            hidden_features=hidden_features)
         check_number("RandomFourierField", "omega0", omega0)
+        check_parameters("RandomFourierField", f"hidden_features={hidden_features}, out_features={out_features}",
+                         hidden_features * (in_features + 2 * hidden_features + out_features + 2))
         self.in_features, self.out_features, self.omega0 = in_features, out_features, float(omega0)
         n_freq = max(1, hidden_features // 2)
         self.freqs = nn.Linear(in_features, n_freq, bias=False)
@@ -58,6 +61,7 @@ class RandomFourierField(nn.Module):
         z = self.freqs(offset)
         return torch.cat([torch.cos(z), torch.sin(z)], -1)
 
+    @checked_forward(check_coordinates)
     def forward(self, offset: Tensor) -> Tensor:
         return self.lin2(nn.functional.gelu(self.lin1(self.fourier(offset))))
 
@@ -127,6 +131,8 @@ class SIRENField(nn.Module):
         check_positive_int("SIRENField", in_features=in_features, out_features=out_features,
                            hidden_features=hidden_features, num_layers=num_layers)
         check_number("SIRENField", "omega0", omega0)
+        check_parameters("SIRENField", f"hidden_features={hidden_features}, num_layers={num_layers}",
+                         hidden_features * (in_features + hidden_features * num_layers + out_features + 2))
         self.in_features, self.out_features, self.omega0 = in_features, out_features, float(omega0)
         layers = [_Sine(in_features, hidden_features, float(omega0), True)]
         layers += [_Sine(hidden_features, hidden_features, float(omega0), False) for _ in range(num_layers - 1)]
@@ -139,5 +145,6 @@ class SIRENField(nn.Module):
             layer.reset_parameters()
         self.out.reset_parameters()
 
+    @checked_forward(check_coordinates)
     def forward(self, offset: Tensor) -> Tensor:
         return self.out(self.body(offset))

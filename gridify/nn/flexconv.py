@@ -15,10 +15,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import check_choice, check_int, check_number, check_positive_int, fail, is_int
+from .._checks import (check_choice, check_int, check_number, check_parameters, check_positive_int, checked_forward,
+                       fail, is_int)
 from ..registry import KERNELS
 from . import kernels as _kernels  # noqa: F401  (registers "magnet", "siren", "rff")
 from .depthwise import DepthwiseConv3dFunction, depthwise_conv3d_direct, next_fast_len
+from .inputs import check_flexconv_input, check_grid_input, check_kernel_resolution, check_pointwise_input
+from .state import all_or_nothing
 
 __all__ = ["SepFlexConv3d", "PointwiseConv3d", "check_grid_input", "fft_depthwise_conv3d", "direct_depthwise_conv3d", "use_fft_conv",
            "next_fast_len",
@@ -59,29 +62,6 @@ def use_fft_conv(fft: Union[str, bool], k: int, device: torch.device, threshold:
     return threshold is not None and k >= threshold
 
 
-def check_grid_input(x: Tensor, channels: int, where: str, min_resolution: int = 1) -> int:
-    """Validate a dense cubic grid ``[B, C, R, R, R]`` and return ``R``.
-
-    Raises:
-        ValueError: naming the problem (not a tensor, wrong rank, wrong channel count,
-            non-cubic grid, too small a grid, non-floating dtype).
-    """
-    if not isinstance(x, Tensor):
-        raise ValueError(f"{where}: expected a tensor of shape [B, C, R, R, R], got {type(x).__name__}")
-    if x.dim() != 5:
-        raise ValueError(f"{where}: expected a 5-dim input [B, C, R, R, R], got a {x.dim()}-dim tensor of "
-                         f"shape {tuple(x.shape)}")
-    if x.shape[1] != channels:
-        raise ValueError(f"{where}: expected {channels} input channels (dim 1 of [B, C, R, R, R]), got "
-                         f"{x.shape[1]} (input shape {tuple(x.shape)})")
-    r = x.shape[2]
-    if x.shape[3] != r or x.shape[4] != r:
-        raise ValueError(f"{where}: expected a cubic grid [B, C, R, R, R], got spatial shape {tuple(x.shape[2:])}")
-    if r < min_resolution:
-        raise ValueError(f"{where}: grid resolution R must be at least {min_resolution}, got R={r}")
-    if not x.is_floating_point():
-        raise ValueError(f"{where}: expected a floating-point input, got dtype {x.dtype}")
-    return r
 
 
 def direct_depthwise_conv3d(x: Tensor, kernel: Tensor) -> Tensor:
@@ -148,6 +128,7 @@ class PointwiseConv3d(nn.Conv3d):
     def __init__(self, in_channels: int, out_channels: int, bias: bool = True) -> None:
         super().__init__(in_channels, out_channels, kernel_size=1, bias=bias)
 
+    @checked_forward(check_pointwise_input)
     def forward(self, x: Tensor) -> Tensor:
         if x.dim() != 5 or x.shape[1] != self.in_channels:
             raise ValueError(f"{type(self).__name__}: expected input [B, {self.in_channels}, R, R, R], "
@@ -260,6 +241,7 @@ class SepFlexConv3d(nn.Module):
         super().__init__()
         where = "SepFlexConv3d"
         check_positive_int(where, in_channels=in_channels, out_channels=out_channels)
+        check_parameters(where, f"in_channels={in_channels}, out_channels={out_channels}", in_channels * out_channels)
         kernel_size = _check_flex_kernel_size(where, kernel_size)
         if not isinstance(kernel_net, str):
             fail(where, f"kernel_net must be a registry name such as 'magnet', got {kernel_net!r}")
@@ -375,6 +357,7 @@ class SepFlexConv3d(nn.Module):
         inv_sigma = torch.exp(-self.mask_log_sigma).to(coords.dtype)
         return torch.exp(-0.5 * (coords * inv_sigma).square().sum(-1))
 
+    @checked_forward(check_kernel_resolution)
     def kernel(self, resolution: Optional[int] = None) -> Tensor:
         """The sampled depthwise kernel ``[C_in, 1, K', K', K']`` for a grid of ``resolution``.
 
@@ -456,12 +439,15 @@ class SepFlexConv3d(nn.Module):
         self._kernel_cache = None
         return super()._apply(fn, *args, **kwargs)
 
+    @checked_forward(check_flexconv_input)
     def forward(self, x: Tensor) -> Tensor:
         r = check_grid_input(x, self.in_channels, "SepFlexConv3d", min_resolution=2)
-        if self.base_resolution is None:
-            self.base_res.fill_(r)
-            if self.kernel_init == "ccnn":
-                self._ccnn_rescale()
+        if self.base_resolution is None:  # the first forward fixes R0 and rescales: all or nothing
+            with all_or_nothing(self, parameters=True):
+                self.base_res.fill_(r)
+                if self.kernel_init == "ccnn":
+                    self._ccnn_rescale()
+                return self.forward(x)
         # Mixed precision: the kernel network and the depthwise (FFT) convolution run in the layer's
         # own precision with autocast off; the pointwise layer runs under autocast as usual.
         with torch.autocast(device_type=x.device.type, enabled=False):

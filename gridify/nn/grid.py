@@ -6,8 +6,9 @@ from typing import Sequence, Union
 import torch
 from torch import Tensor
 
-from .._checks import check_int
-from ..ops.grid import box_tensors, grid_positions
+from .._checks import check_float, check_int, check_number, check_tensor, fail
+from ..ops.distance import working_dtype
+from ..ops.grid import box_tensors, check_box, grid_positions
 
 Bound = Union[float, Sequence[float]]
 
@@ -23,6 +24,9 @@ class RegularGrid:
         resolution: nodes per axis ``R`` (>= 2).
         lower, upper: box corners, scalars or one value per axis (default ``[-1, 1]^3``).
 
+    A grid allocates nothing itself; :meth:`positions` refuses tables beyond the allocation
+    limit (:func:`gridify.ops.grid_positions`).
+
     Shapes:
         :meth:`positions`: ``[R^3, 3]``; :meth:`to_dense`: ``[B * R^3, C] -> [B, C, R, R, R]``;
         :meth:`from_dense`: the inverse.
@@ -30,12 +34,7 @@ class RegularGrid:
 
     def __init__(self, resolution: int, lower: Bound = -1.0, upper: Bound = 1.0) -> None:
         resolution = check_int("RegularGrid", "resolution", resolution, 2)
-        lo, hi = box_tensors(lower, upper, dtype=torch.float64)
-        if not bool(torch.isfinite(lo).all() and torch.isfinite(hi).all()):
-            raise ValueError(f"RegularGrid: box corners must be finite, got {lower!r} .. {upper!r}")
-        if bool((hi <= lo).any()):
-            raise ValueError(f"RegularGrid: upper must exceed lower on every axis, got "
-                             f"{lo.tolist()} .. {hi.tolist()}")
+        lo, hi = check_box("RegularGrid", lower, upper)
         self.resolution = resolution
         self.lower = tuple(float(v) for v in lo)
         self.upper = tuple(float(v) for v in hi)
@@ -52,13 +51,25 @@ class RegularGrid:
         return grid_positions(self.resolution, self.lower, self.upper, device=device, dtype=dtype)
 
     def contains(self, pos: Tensor, rtol: float = 1e-5) -> Tensor:
-        """Boolean mask of points inside the box (with a relative tolerance). [N]"""
-        lo, hi = box_tensors(self.lower, self.upper, pos.device, pos.dtype)
+        """Boolean mask of points inside the box (with a relative tolerance ``rtol`` of its extent). [N]
+
+        Compared in the working dtype of ``pos`` (float32 for half precision), so the box corners
+        are not rounded to float16. NaN rows are outside.
+        """
+        where = "RegularGrid.contains"
+        pos = check_tensor(pos, "pos", where)
+        if pos.dim() != 2 or pos.size(-1) != 3:
+            fail(where, f"pos must have shape [N, 3], got {tuple(pos.shape)}")
+        check_float(pos, "pos", where)
+        check_number(where, "rtol", rtol, strict=False)
+        lo, hi = box_tensors(self.lower, self.upper, pos.device, working_dtype(pos.dtype))
         tol = rtol * (hi - lo)
         return ((pos >= lo - tol) & (pos <= hi + tol)).all(-1)
 
     def to_dense(self, x: Tensor, num_clouds: int) -> Tensor:
         R = self.resolution
+        check_tensor(x, "x", "RegularGrid.to_dense")
+        num_clouds = check_int("RegularGrid.to_dense", "num_clouds", num_clouds, 0)
         if x.dim() != 2 or x.size(0) != num_clouds * R ** 3:
             raise ValueError(f"RegularGrid.to_dense: expected [{num_clouds} * {R}^3, C] node features, "
                              f"got {tuple(x.shape)}")
@@ -68,6 +79,7 @@ class RegularGrid:
 
     def from_dense(self, x: Tensor) -> Tensor:
         R = self.resolution
+        check_tensor(x, "x", "RegularGrid.from_dense")
         if x.dim() != 5 or tuple(x.shape[2:]) != (R, R, R):
             raise ValueError(f"RegularGrid.from_dense: expected [B, C, {R}, {R}, {R}], got {tuple(x.shape)}")
         return x.permute(0, 2, 3, 4, 1).reshape(-1, x.size(1))

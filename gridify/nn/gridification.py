@@ -5,6 +5,17 @@ connectivity (thesis eqs. 4.1, 4.2):
 
     x_i^G = phi_upd( AGG_{j -> i} phi_msg( phi_node(x_j^P), phi_pos(c_i^G - c_j^P) ) )
     x_j^P = phi_upd'( AGG_{i -> j} phi_msg'( phi_node'(x_i^G), phi_pos'(c_j^P - c_i^G) ) )
+
+Validation: :class:`Gridification` and :class:`Degridification` validate their inputs once
+(NaN/Inf only outside :func:`gridify._checks.trusted_inputs`, i.e. not when a model that
+validated them calls them) and run their :class:`BipartiteConv` trusted; a
+:class:`BipartiteConv` called directly validates its own inputs
+(:func:`gridify.nn.inputs.check_message_passing_inputs`). Sizes that would exceed the
+allocation limit (a resolution, a batch of clouds, a width) are refused before allocating.
+
+Shapes:
+    Gridification: pos [N, 3], x [N, F], batch [N] -> [B, C, R, R, R];
+    Degridification: grid [B, C, R, R, R], graph -> [N, C_out]
 """
 from __future__ import annotations
 
@@ -13,13 +24,15 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor, nn
 
-from .._checks import (check_batch, check_choice, check_finite, check_float, check_points, check_positive_int,
-                       check_tensor, fail)
+from .._checks import (check_alloc, check_batch, check_choice, check_finite, check_float, check_index,
+                       check_parameters, check_points, check_positive_int, check_tensor, checked_forward, fail,
+                       trusted_inputs, validating)
 from ..ops.scatter import scatter_unchecked
 from ..registry import POS_EMBEDDINGS
 from .edge_messages import fused_edge_messages, use_fused_messages
-from .connectivity import BipartiteGraph, bilateral_knn_unchecked, check_connectivity_args, warn_small_clouds
-from .inputs import module_dtype, parse_points
+from .connectivity import (BipartiteGraph, bilateral_knn_unchecked, check_connectivity_args, check_graph_size,
+                           warn_small_clouds)
+from .inputs import check_message_passing_inputs, module_dtype, parse_points
 from .grid import RegularGrid
 
 MESSAGES = ("product", "concat")
@@ -73,6 +86,9 @@ class BipartiteConv(nn.Module):
         check_choice(where, "message", message, MESSAGES)
         check_choice(where, "aggr", aggr, AGGREGATIONS)
         check_choice(where, "fused_messages", fused_messages, ("auto", True, False))
+        check_parameters(where, f"in_channels={in_channels}, hidden_channels={hidden_channels}, out_channels="
+                                f"{out_channels}",
+                         hidden_channels * (in_channels + 6 * hidden_channels + out_channels + 8))
         self.fused_messages = fused_messages
         self.in_channels, self.out_channels, self.hidden_channels = in_channels, out_channels, hidden_channels
         self.message, self.aggr = message, aggr
@@ -117,6 +133,7 @@ class BipartiteConv(nn.Module):
         make = getattr(self.phi_pos, "inference_fn", None)
         return make() if make is not None else self.phi_pos
 
+    @checked_forward(check_message_passing_inputs)
     def forward(self, x_src: Tensor, edge_src: Tensor, edge_dst: Tensor, offset: Tensor, num_dst: int) -> Tensor:
         h = self.phi_node(x_src)
         if self.message == "concat":
@@ -158,6 +175,24 @@ class BipartiteConv(nn.Module):
         elif self.aggr == "max":
             out.masked_fill_(torch.isinf(out), 0.0)  # targets without edges, as scatter() gives
         return out
+
+
+def check_graph(where: str, graph: BipartiteGraph) -> None:
+    """A graph given from outside: ``edge_index [2, E]`` integers, points in ``[0, N)``, nodes in
+    ``[0, B R^3)``, finite points on the edges' device."""
+    edges = check_tensor(graph.edge_index, "graph.edge_index", where)
+    if edges.dim() != 2 or edges.size(0) != 2:
+        fail(where, f"graph.edge_index must have shape [2, E], got {tuple(edges.shape)}")
+    check_index(where, "graph.edge_index[0] (points)", edges[0], graph.num_points, device=graph.pos.device)
+    check_index(where, "graph.edge_index[1] (grid nodes)", edges[1], graph.num_nodes, device=graph.pos.device)
+    check_finite(graph.pos, "graph.pos", where, graph.batch)
+
+
+def check_grid_bytes(where: str, resolution: int, channels: int) -> None:
+    """Refuse a resolution whose grid of ``channels`` float32 features for ONE cloud already
+    exceeds the allocation limit (checked at construction, before anything is allocated)."""
+    check_alloc(where, f"resolution={resolution} with {channels} channels (one cloud's grid [{channels}, R, R, R] "
+                       f"in float32)", 4 * channels * resolution ** 3)
 
 
 class Gridification(nn.Module):
@@ -211,7 +246,11 @@ class Gridification(nn.Module):
         check_choice(where, "outside", outside, ("error", "allow"))
         if hidden_channels is None and isinstance(in_channels, int) and isinstance(out_channels, int):
             hidden_channels = max(out_channels, in_channels + 3)
+        if not isinstance(bounds, (tuple, list)) or len(bounds) != 2:
+            fail(where, f"bounds must be a pair (lower, upper), got {bounds!r}")
         self.grid = RegularGrid(resolution, bounds[0], bounds[1])
+        check_positive_int(where, out_channels=out_channels)
+        check_grid_bytes(where, self.grid.resolution, out_channels)
         self.k = check_connectivity_args(where, self.grid, k, knn_backend, max_in_degree)
         self.outside, self.knn_backend, self.max_in_degree = outside, knn_backend, max_in_degree
         self.conv = BipartiteConv(in_channels, out_channels, hidden_channels, 3, pos_embedding, omega0,
@@ -224,7 +263,9 @@ class Gridification(nn.Module):
 
     def set_resolution(self, resolution: int) -> None:
         """Gridify onto a grid of another resolution from now on (same box, same weights)."""
-        self.grid = RegularGrid(resolution, self.grid.lower, self.grid.upper)
+        grid = RegularGrid(resolution, self.grid.lower, self.grid.upper)
+        check_grid_bytes(f"{type(self).__name__}.set_resolution", grid.resolution, self.out_channels)
+        self.grid = grid
 
     def reset_parameters(self) -> None:
         self.conv.reset_parameters()
@@ -236,7 +277,10 @@ class Gridification(nn.Module):
         batch, B, counts = check_batch(batch, pos.size(0), where, num_clouds=num_clouds, device=pos.device)
         if B == 0:
             fail(where, "no points: every cloud needs at least one point")
-        check_finite(pos, "pos", where, batch)
+        check_graph_size(where, self.grid, self.k, pos.size(0), B, pos,
+                         self.conv.hidden_channels + self.out_channels)
+        if validating():
+            check_finite(pos, "pos", where, batch)
         warn_small_clouds(where, counts, self.k)
         if self.outside == "error":
             inside = self.grid.contains(pos)
@@ -260,12 +304,14 @@ class Gridification(nn.Module):
         where = type(self).__name__
         pos, x, batch, dense_shape = parse_points(where, pos, x, batch, self.in_channels, module_dtype(self))
         batch, counts = self._check_cloud(where, pos, batch, num_clouds)
-        check_finite(x, "x", where, batch)
+        if validating():
+            check_finite(x, "x", where, batch)
         graph = bilateral_knn_unchecked(pos, self.grid, self.k, batch, counts, self.knn_backend, self.max_in_degree)
         graph.dense_shape = dense_shape
         point, node = graph.edge_index
         offset = graph.point_to_node_offsets()
-        out = self.conv(x, point, node, offset, graph.num_nodes)
+        with trusted_inputs():
+            out = self.conv(x, point, node, offset, graph.num_nodes)
         grid = self.grid.to_dense(out, graph.num_clouds)
         return (grid, graph) if return_graph else grid
 
@@ -317,8 +363,10 @@ class Degridification(nn.Module):
             fail(where, f"grid must be [B, C, R, R, R] or [B * R^3, C], got {tuple(grid.shape)}")
         if grid.device != graph.pos.device:
             fail(where, f"grid is on {grid.device} but the graph's points are on {graph.pos.device}")
-        flat = graph.grid.from_dense(grid) if grid.dim() == 5 else grid
-        check_finite(flat, "grid", where, torch.arange(B, device=grid.device).repeat_interleave(R ** 3))
+        if validating():
+            flat = graph.grid.from_dense(grid) if grid.dim() == 5 else grid
+            check_finite(flat, "grid", where, torch.arange(B, device=grid.device).repeat_interleave(R ** 3))
+            check_graph(where, graph)
         return self.propagate(grid, graph)
 
     def propagate(self, grid: Tensor, graph: BipartiteGraph) -> Tensor:
@@ -330,7 +378,8 @@ class Degridification(nn.Module):
         x = x.to(module_dtype(self))
         point, node = graph.edge_index
         offset = -graph.point_to_node_offsets().to(x.dtype)
-        out = self.conv(x, node, point, offset, graph.num_points)
+        with trusted_inputs():
+            out = self.conv(x, node, point, offset, graph.num_points)
         if graph.dense_shape is not None:
             out = out.view(*graph.dense_shape, -1)
         return out

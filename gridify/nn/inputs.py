@@ -3,9 +3,16 @@
 Point clouds come PyG-style (``pos [N, 3]``, features ``x [N, F]``, a sorted ``batch [N]``), as a
 PyG ``Data``/``Batch`` object with those attributes, or dense (``pos [B, N, 3]``, ``x [B, N, F]``).
 
+Also the checks of the other tensors that flow into these modules: :func:`category_onehot`
+(object categories), :func:`check_message_passing_inputs` (the inputs of
+:class:`gridify.nn.BipartiteConv`) and :func:`check_grid_tensor` (dense grids given to backbones
+and grid layers).
+
 Shapes:
     parse_points: any of the above -> ``pos [N, 3]``, ``x [N, F]``, ``batch [N]`` (or None), and
-    ``dense_shape = (B, N)`` for dense input.
+    ``dense_shape = (B, N)`` for dense input. category_onehot: ``[B]`` -> ``[B, num_categories]``.
+    check_message_passing_inputs: x_src ``[S, F]``, edge_src/edge_dst ``[E]``, offset ``[E, D]``.
+    check_grid_tensor: ``[B, C, R, R, R]``.
 """
 from __future__ import annotations
 
@@ -14,9 +21,13 @@ from typing import Any, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_float, check_tensor, fail
+from .._checks import (check_alloc, check_device, check_finite, check_float, check_index, check_int, check_tensor,
+                       fail, validating)
 
-__all__ = ["category_onehot", "module_dtype", "parse_points"]
+__all__ = ["category_onehot", "module_dtype", "parse_points", "check_message_passing_inputs", "check_grid_tensor",
+           "check_same_dtype", "check_grid_input", "check_grid_module_input", "check_pointwise_input",
+           "check_flexconv_input",
+           "check_channel_input", "check_coordinates"]
 
 
 def module_dtype(module: nn.Module) -> torch.dtype:
@@ -72,6 +83,8 @@ def parse_points(where: str, pos: Any, x: Any, batch: Any, in_channels: Optional
     if x is None:
         x = pos
     check_float(x, "x", where)
+    if batch is not None and isinstance(batch, Tensor):
+        check_device(batch, "batch", where, pos.device)
     if x.device != pos.device:
         fail(where, f"x is on {x.device} but pos is on {pos.device}")
     if in_channels is not None and x.size(-1) != in_channels:
@@ -80,12 +93,12 @@ def parse_points(where: str, pos: Any, x: Any, batch: Any, in_channels: Optional
     return pos.to(dtype), x.to(dtype), batch, dense_shape
 
 
-def category_onehot(where: str, category, num_categories: int, num_clouds: int, dtype: torch.dtype
-                    ) -> Optional[Tensor]:
+def category_onehot(where: str, category, num_categories: int, num_clouds: int, dtype: torch.dtype,
+                    device: Optional[torch.device] = None) -> Optional[Tensor]:
     """One-hot ``[B, num_categories]`` of the object category (None when the model has none).
 
-    ``category`` must be given exactly when ``num_categories > 0``: a 1-D integer tensor with one
-    entry per cloud, each in ``[0, num_categories)``.
+    ``category`` must be given exactly when ``num_categories > 0``: a 1-D integer tensor (not
+    ``bool``) with one entry per cloud, each in ``[0, num_categories)``, on ``device``.
     """
     if num_categories:
         if category is None:
@@ -94,9 +107,169 @@ def category_onehot(where: str, category, num_categories: int, num_clouds: int, 
         if not isinstance(category, Tensor) or category.dim() != 1 or category.numel() != num_clouds:
             raise ValueError(f"{where}: category must be a 1-D tensor with one entry per cloud "
                              f"({num_clouds}), got {getattr(category, 'shape', type(category))}")
-        if category.is_floating_point() or int(category.min()) < 0 or int(category.max()) >= num_categories:
-            raise ValueError(f"{where}: category must hold integers in [0, {num_categories})")
+        if category.is_floating_point() or category.dtype == torch.bool or category.is_complex():
+            raise ValueError(f"{where}: category must hold integers in [0, {num_categories}), got dtype "
+                             f"{category.dtype}")
+        if device is not None:
+            check_device(category, "category", where, device)
+        bad = ((category < 0) | (category >= num_categories)).nonzero().flatten()
+        if bad.numel():
+            raise ValueError(f"{where}: category must hold integers in [0, {num_categories}), got "
+                             f"{int(category[bad[0]])} for cloud {int(bad[0])}")
         return nn.functional.one_hot(category.long(), num_categories).to(dtype)
     if category is not None:
         raise ValueError(f"{where}: got category but the model was built with num_categories=0")
     return None
+
+
+def check_message_passing_inputs(conv: nn.Module, x_src: Tensor, edge_src: Tensor, edge_dst: Tensor, offset: Tensor,
+                                 num_dst: int) -> None:
+    """Validate the inputs of :class:`gridify.nn.BipartiteConv` (called at its outermost entry).
+
+    ``x_src [S, in_channels]`` and ``offset [E, D]`` finite, of the module's dtype and device;
+    ``edge_src``/``edge_dst`` ``[E]`` integers in ``[0, S)`` / ``[0, num_dst)``; ``num_dst`` a
+    non-negative integer whose ``[num_dst, H]`` aggregation fits the allocation limit.
+    """
+    where = type(conv).__name__
+    ref = next(conv.parameters())
+    x_src = check_tensor(x_src, "x_src", where)
+    if x_src.dim() != 2 or x_src.size(1) != conv.in_channels:
+        fail(where, f"x_src must have shape [S, {conv.in_channels}], got {tuple(x_src.shape)}")
+    offset = check_tensor(offset, "offset", where)
+    dim = conv.phi_pos.in_features
+    if offset.dim() != 2 or offset.size(1) != dim:
+        fail(where, f"offset must have shape [E, {dim}], got {tuple(offset.shape)}")
+    for name, t in (("x_src", x_src), ("offset", offset)):
+        check_float(t, name, where)
+        check_same_dtype(where, name, t, ref)
+    num_dst = check_int(where, "num_dst", num_dst, 0)
+    edges = offset.size(0)
+    check_alloc(where, f"num_dst={num_dst} with {edges} edges ([num_dst, H] aggregates and [E, H] messages)",
+                (num_dst + edges) * conv.hidden_channels * ref.element_size() * 2, ref.device)
+    check_index(where, "edge_src", edge_src, x_src.size(0), device=ref.device, length=edges, other="x_src")
+    check_index(where, "edge_dst", edge_dst, num_dst, device=ref.device, length=edges, other="x_src")
+    check_finite(x_src, "x_src", where, dims=("row",))
+    check_finite(offset, "offset", where, dims=("edge",))
+
+
+def check_grid_input(x: Tensor, channels: int, where: str, min_resolution: int = 1) -> int:
+    """Validate a dense cubic grid ``[B, C, R, R, R]`` and return ``R``.
+
+    Raises:
+        ValueError: naming the problem (not a tensor, wrong rank, wrong channel count,
+            non-cubic grid, too small a grid, non-floating dtype).
+    """
+    if not isinstance(x, Tensor):
+        raise ValueError(f"{where}: expected a tensor of shape [B, C, R, R, R], got {type(x).__name__}")
+    if x.dim() != 5:
+        raise ValueError(f"{where}: expected a 5-dim input [B, C, R, R, R], got a {x.dim()}-dim tensor of "
+                         f"shape {tuple(x.shape)}")
+    if x.shape[1] != channels:
+        raise ValueError(f"{where}: expected {channels} input channels (dim 1 of [B, C, R, R, R]), got "
+                         f"{x.shape[1]} (input shape {tuple(x.shape)})")
+    r = x.shape[2]
+    if x.shape[3] != r or x.shape[4] != r:
+        raise ValueError(f"{where}: expected a cubic grid [B, C, R, R, R], got spatial shape {tuple(x.shape[2:])}")
+    if r < min_resolution:
+        raise ValueError(f"{where}: grid resolution R must be at least {min_resolution}, got R={r}")
+    if not x.is_floating_point():
+        raise ValueError(f"{where}: expected a floating-point input, got dtype {x.dtype}")
+    return r
+
+
+def check_grid_tensor(where: str, name: str, x: Tensor, channels: int, ref: Optional[Tensor] = None, *,
+                      cubic: bool = True, half_ok: bool = False) -> int:
+    """A dense grid ``[B, channels, R, R, R]`` (any ``[B, channels, R1, R2, R3]`` without ``cubic``)
+    of a supported floating dtype, on ``ref``'s device and of its dtype (float16/bfloat16 also
+    accepted for a float32/float64 ``ref`` with ``half_ok``: such layers cast the input up),
+    finite when :func:`gridify._checks.validating`; returns ``R`` (the first spatial size)."""
+    if cubic:
+        check_grid_input(x, channels, where)
+    else:
+        x = check_tensor(x, name, where)
+        if x.dim() != 5 or x.size(1) != channels:
+            fail(where, f"{name} must be a grid [B, {channels}, R1, R2, R3], got {tuple(x.shape)}")
+    check_float(x, name, where)
+    if ref is not None:
+        check_same_dtype(where, name, x, ref, half_ok)
+    if validating():
+        check_finite(x, name, where, dims=("cloud", "channel", "x", "y", "z"))
+    return x.size(2)
+
+
+def check_same_dtype(where: str, name: str, x: Tensor, ref: Tensor, half_ok: bool = False) -> None:
+    """``x`` on ``ref``'s device with ``ref``'s dtype (float16/bfloat16 for float32/float64 with ``half_ok``)."""
+    check_device(x, name, where, ref.device, "the module's parameters")
+    low = x.dtype in (torch.float16, torch.bfloat16) and ref.dtype in (torch.float32, torch.float64)
+    if x.dtype != ref.dtype and not (half_ok and low):
+        fail(where, f"{name} has dtype {x.dtype}, which does not match the layer's dtype {ref.dtype} (its "
+                    f"parameters); convert the module (module.to(dtype)) or the input")
+
+
+def _channels(module: nn.Module) -> int:
+    for attr in ("in_channels", "channels"):
+        value = getattr(module, attr, None)
+        if isinstance(value, int):
+            return value
+    raise AttributeError(f"{type(module).__name__} has no in_channels/channels attribute")  # pragma: no cover
+
+
+def check_grid_module_input(module: nn.Module, x: Tensor) -> None:
+    """:func:`checked_forward <gridify._checks.checked_forward>` check of a grid layer or backbone:
+    ``x`` a cubic ``[B, C_in, R, R, R]`` grid of the module's dtype and device, finite."""
+    check_grid_tensor(type(module).__name__, "x", x, _channels(module), next(module.parameters(), None))
+
+
+def check_pointwise_input(module: nn.Module, x: Tensor) -> None:
+    """As :func:`check_grid_module_input` for a 1x1x1 layer: any ``[B, C_in, R1, R2, R3]``."""
+    check_grid_tensor(type(module).__name__, "x", x, _channels(module), next(module.parameters(), None),
+                      cubic=False)
+
+
+def check_flexconv_input(module: nn.Module, x: Tensor) -> None:
+    """As :func:`check_grid_module_input`, with ``R >= 2`` and float16/bfloat16 input accepted (cast up)."""
+    r = check_grid_tensor(type(module).__name__, "x", x, _channels(module), next(module.parameters(), None),
+                          half_ok=True)
+    if r < 2:
+        fail(type(module).__name__, f"grid resolution R must be at least 2, got R={r}")
+
+
+def check_channel_input(module: nn.Module, x: Tensor) -> None:
+    """``x [B, C, ...]`` (C the normalized channels) of the module's dtype and device, finite."""
+    where = type(module).__name__
+    channels = module.norm.normalized_shape[0]
+    x = check_tensor(x, "x", where)
+    if x.dim() < 2 or x.size(1) != channels:
+        fail(where, f"x must have shape [B, {channels}, ...] (channels on dim 1), got {tuple(x.shape)}")
+    check_float(x, "x", where)
+    check_same_dtype(where, "x", x, next(module.parameters()))
+    check_finite(x, "x", where, dims=("cloud", "channel", "x", "y", "z"))
+
+
+def check_kernel_resolution(module: nn.Module, resolution: Optional[int] = None) -> None:
+    """``resolution`` of a sampled continuous kernel (a :class:`gridify.nn.SepFlexConv3d`): None
+    or an integer >= 2 whose lattice of ``K^3`` taps (``K <= 2R - 1``) x ``C`` channels fits the
+    allocation limit."""
+    where = f"{type(module).__name__}.kernel"
+    resolution = check_int(where, "resolution", resolution, 2, allow_none=True)
+    p, _, _ = module.kernel_geometry(resolution)
+    taps = (2 * p + 1) ** 3
+    what = f"resolution={resolution}" if resolution is not None else f"kernel_size={module.kernel_size}"
+    check_alloc(where, f"{what} (a kernel of {2 * p + 1}^3 taps x {_channels(module)} channels)",
+                taps * (_channels(module) + 4) * 8)
+
+
+def check_coordinates(module: nn.Module, *args: Any, **kwargs: Any) -> None:
+    """Input of a field (``offset``) or kernel network (``coords``), given by position or name:
+    ``[..., D]`` (``D`` = ``module.in_features`` or ``module.dim``) of the module's dtype and
+    device, finite."""
+    where = type(module).__name__
+    dim = getattr(module, "in_features", None) or module.dim
+    name = "offset" if hasattr(module, "in_features") else "coords"
+    coords = args[0] if args else kwargs.get(name)
+    coords = check_tensor(coords, name, where)
+    if coords.dim() < 1 or coords.size(-1) != dim:
+        fail(where, f"{name} must have shape [..., {dim}], got {tuple(coords.shape)}")
+    check_float(coords, name, where)
+    check_same_dtype(where, name, coords, next(module.parameters()))
+    check_finite(coords.reshape(-1, dim), name, where, dims=("row",))

@@ -22,6 +22,14 @@ has the variance a discrete kernel of the same size would have.
 
 All ``omega0`` arguments are angular frequencies in radians per unit of the normalised kernel
 coordinate, i.e. a first-layer unit computes ``sin(w . u + b)`` with ``|w_a| <= omega0``.
+
+A kernel network called directly validates its coordinates (shape ``[..., D]``, the network's
+dtype and device, finite); called by a layer that produced them (a lattice of offsets) it does
+not re-validate (:func:`gridify._checks.checked_forward`). Widths whose parameters would exceed
+the allocation limit are refused at construction.
+
+Shapes:
+    coords ``[..., D]`` -> kernel values ``[..., C]``
 """
 from __future__ import annotations
 
@@ -31,8 +39,9 @@ from typing import Union
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_number, check_positive_int
+from .._checks import check_number, check_parameters, check_positive_int, checked_forward
 from ..registry import KERNELS
+from .inputs import check_coordinates
 
 __all__ = ["KernelNet", "MAGNet", "SIRENKernel", "RFFKernel", "GaborFilter"]
 
@@ -65,6 +74,9 @@ class KernelNet(nn.Module):
                            dim=dim)
         check_number(where, "omega0", omega0)
         check_number(where, "output_scale", output_scale)
+        check_parameters(where, f"out_channels={out_channels}, hidden_channels={hidden_channels}, num_layers="
+                                f"{num_layers}",
+                         hidden_channels * (hidden_channels * num_layers + out_channels + 4 * dim + 2))
         self.out_channels = out_channels
         self.hidden_channels = hidden_channels
         self.num_layers = num_layers
@@ -76,6 +88,7 @@ class KernelNet(nn.Module):
         """Hidden representation ``[..., H]`` fed to the output layer."""
         raise NotImplementedError
 
+    @checked_forward(check_coordinates)
     def forward(self, coords: Tensor) -> Tensor:
         self._check_coords(coords)
         return self.output_linear(self.features(coords))

@@ -6,6 +6,14 @@ growing support but the same number of parameters, each branch followed by its o
 The paper is 1D; :class:`MRConv3d` generalizes it to cubic grids ``[B, C, R, R, R]``. For
 inference every BatchNorm and branch weight folds into the kernels and all branches merge into
 ONE depthwise convolution (:meth:`MRConv3d.reparameterize`).
+
+Validation: a layer called directly checks its grid (``[B, C, R, R, R]``, its dtype and device,
+finite); called inside a backbone it does not re-validate. Kernel sizes follow the grid
+(``2R - 1`` taps for a global branch), so a resolution whose kernels would exceed the
+allocation limit is refused before anything is allocated, as are widths at construction.
+
+Shapes:
+    input ``[B, C, R, R, R]`` -> output ``[B, C, R, R, R]``
 """
 from __future__ import annotations
 
@@ -16,8 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import check_choice, check_fraction, check_int, check_positive_int, is_int
+from .._checks import (check_alloc, check_choice, check_fraction, check_int, check_parameters, check_positive_int,
+                       checked_forward, is_int)
 from .flexconv import DEFAULT_FFT_THRESHOLD, check_grid_input, direct_depthwise_conv3d, fft_depthwise_conv3d
+from .inputs import check_grid_module_input
 
 __all__ = ["MRConv3d", "MRConvSeparable3d", "KERNEL_TYPES", "MATMUL_MAX_BYTES"]
 
@@ -130,11 +140,16 @@ class MRConv3d(nn.Module):
         super().__init__()
         where = type(self).__name__
         check_positive_int(where, channels=channels, num_branches=num_branches, modes=modes)
+        check_int(where, "sparse_taps", sparse_taps, 0)
+        if is_int(kernel_size):
+            check_parameters(where, f"channels={channels}, num_branches={num_branches}, kernel_size={kernel_size}, "
+                                    f"modes={modes}, sparse_taps={sparse_taps}",
+                             num_branches * channels * (kernel_size ** 3 + 2 * (2 * modes - 1) ** 2 * modes
+                                                        + sparse_taps + 6))
         if not is_int(kernel_size) or kernel_size < 3 or kernel_size % 2 == 0:
             raise ValueError(f"{where}: kernel_size must be an odd integer >= 3 (support of the first branch), "
                              f"got {kernel_size!r}")
         check_choice(where, "kernel_type", kernel_type, KERNEL_TYPES)
-        check_int(where, "sparse_taps", sparse_taps, 0)
         if sparse_taps and kernel_type != "fourier":
             raise ValueError(f"{where}: sparse_taps={sparse_taps} needs kernel_type='fourier' (sparse taps are "
                              f"added to the Fourier kernels), got kernel_type={kernel_type!r}")
@@ -192,8 +207,17 @@ class MRConv3d(nn.Module):
 
     # ------------------------------------------------------------------ geometry
     def branch_supports(self, resolution: int) -> List[int]:
-        """Taps per axis of every branch on a grid of ``resolution`` nodes per axis (see class docstring)."""
-        check_positive_int(f"{type(self).__name__}.branch_supports", resolution=resolution)
+        """Taps per axis of every branch on a grid of ``resolution`` nodes per axis (see class docstring).
+
+        Refuses a resolution whose dense branch kernels would exceed the allocation limit.
+        """
+        where = f"{type(self).__name__}.branch_supports"
+        check_positive_int(where, resolution=resolution)
+        cap = min(2 * resolution - 1, (self.kernel_size - 1) * 2 ** (self.num_branches - 1) + 1)
+        if self.global_kernel:
+            cap = 2 * resolution - 1
+        check_alloc(where, f"resolution={resolution} ({self.num_branches} branch kernels of up to {cap}^3 taps x "
+                           f"{self.channels} channels, float64)", 2 * self.num_branches * self.channels * cap ** 3 * 8)
         cap = 2 * resolution - 1
         out = []
         for i in range(self.num_branches):
@@ -220,6 +244,15 @@ class MRConv3d(nn.Module):
         """
         if self.reparameterized:
             raise RuntimeError(f"{type(self).__name__}: the branches were merged by reparameterize()")
+        where = f"{type(self).__name__}.branch_kernel"
+        check_int(where, "index", index, 0)
+        if index >= self.num_branches:
+            raise ValueError(f"{where}: index must be a branch in [0, {self.num_branches}), got {index}")
+        check_int(where, "support", support)
+        if support % 2 == 0:
+            raise ValueError(f"{where}: support must be odd (a centred kernel), got {support}")
+        check_alloc(where, f"support={support} ({support}^3 taps x {self.channels} channels)",
+                    self.channels * support ** 3 * 8 * 2)
         s, c = support, self.channels
         if self.kernel_type == "dilated":
             offs, _ = self._dilated_offsets(s)
@@ -376,6 +409,7 @@ class MRConv3d(nn.Module):
                                 groups=self.channels)
         return self._depthwise(x, self.branch_kernel(index, support).unsqueeze(1))
 
+    @checked_forward(check_grid_module_input)
     def forward(self, x: Tensor) -> Tensor:
         where = type(self).__name__
         r = check_grid_input(x, self.channels, where)
@@ -423,6 +457,8 @@ class MRConvSeparable3d(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, bias: bool = True, **mrconv_kwargs: Any) -> None:
         super().__init__()
         check_positive_int(type(self).__name__, in_channels=in_channels, out_channels=out_channels)
+        check_parameters(type(self).__name__, f"in_channels={in_channels}, out_channels={out_channels}",
+                         in_channels * out_channels)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.depthwise = MRConv3d(in_channels, **mrconv_kwargs)
         self.pointwise = nn.Conv3d(in_channels, out_channels, kernel_size=1, bias=bias)
@@ -433,5 +469,6 @@ class MRConvSeparable3d(nn.Module):
         if self.pointwise.bias is not None:
             nn.init.zeros_(self.pointwise.bias)
 
+    @checked_forward(check_grid_module_input)
     def forward(self, x: Tensor) -> Tensor:
         return self.pointwise(self.depthwise(x))

@@ -32,6 +32,8 @@ def reparameterize_model(model: torch.nn.Module) -> int:
     running statistics. Returns the number of layers folded (0 for models with none, and on a
     second call).
     """
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"reparameterize_model: model must be a torch.nn.Module, got {type(model).__name__}")
     model.eval()
 
     def walk(m: torch.nn.Module) -> int:

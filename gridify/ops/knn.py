@@ -18,20 +18,27 @@ Backends (``backend=``):
   clouds is needed and no neighbour can come from another cloud.
 * ``"auto"``: torch_cluster when installed; otherwise kdtree for large CPU inputs, torch else.
 
+Distances are compared in the working frame of :mod:`gridify.ops.distance` (float32 for
+float16/bfloat16/float32 inputs, float64 for float64, scaled by a power of two when the
+coordinates are extreme), so no dtype and no magnitude of coordinates loses neighbours. The
+result ``[2, E]`` is refused before it is allocated when it would exceed the allocation limit
+(:func:`gridify._checks.check_alloc`).
+
 Shapes:
     x: [N, D], y: [M, D], batch_x: [N] (sorted), batch_y: [M] (sorted) -> edge_index: [2, E],
     E <= M * k
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from .. import _optional
-from .._checks import check_batch, check_choice, check_finite, check_int, check_point_pair, fail
+from .._checks import check_alloc, check_batch, check_choice, check_finite, check_int, check_point_pair, fail
+from .distance import distance_frame
 
 BACKENDS = ("auto", "torch_cluster", "torch", "kdtree")
 #: Above this many candidate pairs (N * M), ``auto`` on CPU picks the KD-tree.
@@ -40,17 +47,23 @@ KDTREE_MIN_PAIRS = 1 << 20
 CHUNK_ELEMENTS = 1 << 24
 
 
-def _validate(x, y, k, batch_x, batch_y, backend, where="knn"):
-    x, y = check_point_pair(x, y, where)
+def check_knn_inputs(x: object, y: object, k: object, batch_x: Optional[Tensor], batch_y: Optional[Tensor],
+                     backend: str = "auto", where: str = "knn", names: Tuple[str, str] = ("x", "y")
+                     ) -> Tuple[Tensor, Tensor, int, Tensor, Tensor, Tensor]:
+    """Validate the arguments of a kNN search once: ``(x, y, k, batch_x, batch_y, counts of x)``.
+
+    ``names`` are the caller's names of ``x`` and ``y`` (used in the messages).
+    """
+    nx_name, ny_name = names
+    x, y = check_point_pair(x, y, where, names)
     k = check_int(where, "k", k)
     check_choice(where, "backend", backend, BACKENDS, unknown=True)
-    bx, nx, cx = check_batch(batch_x, x.size(0), where, "batch_x", device=x.device)
-    by, ny, _ = (check_batch(batch_y, y.size(0), where, "batch_y", device=y.device, allow_empty=True)
-                 if y.size(0) else (torch.zeros(0, dtype=torch.long, device=y.device), 0, None))
+    bx, nx, cx = check_batch(batch_x, x.size(0), where, "batch_x", device=x.device, allow_empty=x.size(0) == 0)
+    by, ny, _ = check_batch(batch_y, y.size(0), where, "batch_y", device=y.device, allow_empty=True)
     if ny > nx:
-        fail(where, f"batch_y refers to cloud {ny - 1} but x has points for only {nx} clouds")
-    check_finite(x, "x", where, bx)
-    check_finite(y, "y", where, by)
+        fail(where, f"batch_y refers to cloud {ny - 1} but {nx_name} has points for only {nx} clouds")
+    check_finite(x, nx_name, where, bx)
+    check_finite(y, ny_name, where, by)
     return x, y, k, bx, by, cx
 
 
@@ -60,7 +73,7 @@ def knn(x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor] = None, batch_y:
 
     Validates its arguments (ValueError naming the problem), then runs :func:`knn_unchecked`.
     """
-    x, y, k, bx, by, counts = _validate(x, y, k, batch_x, batch_y, backend)
+    x, y, k, bx, by, counts = check_knn_inputs(x, y, k, batch_x, batch_y, backend)
     return knn_unchecked(x, y, k, bx, by, counts, backend)
 
 
@@ -73,6 +86,10 @@ def knn_unchecked(x: Tensor, y: Tensor, k: int, batch_x: Tensor, batch_y: Tensor
     """
     if y.size(0) == 0 or x.size(0) == 0:
         return torch.zeros(2, 0, dtype=torch.long, device=x.device)
+    # at most min(k, N) neighbours per query: two int64 indices per edge, and the search's own
+    # distance and index tables of the same size
+    check_alloc("knn", f"k={k} for {y.size(0)} queries among {x.size(0)} points", 32 * y.size(0) * min(k, x.size(0)),
+                x.device)
     if backend == "auto":
         if _optional.WITH_TORCH_CLUSTER:
             backend = "torch_cluster"
@@ -97,6 +114,7 @@ def knn_unchecked(x: Tensor, y: Tensor, k: int, batch_x: Tensor, batch_y: Tensor
 
 def _canonical(x: Tensor, y: Tensor, row: Tensor, col: Tensor) -> Tensor:
     """Order edges by query, then by distance, then by neighbour index."""
+    (x, y), _ = distance_frame(x, y)
     d = (y[row] - x[col]).pow(2).sum(-1)
     order = torch.argsort(col, stable=True)
     order = order[torch.argsort(d[order], stable=True)]
@@ -118,13 +136,9 @@ def _knn_torch(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Ten
     by_l = by
     rows, cols = [], []
     m = y.size(0)
-    # Squared distances are computed in float32 (float64 for float64 inputs, and for float32
-    # coordinates so large that their squares would overflow): half-precision squares overflow
-    # beyond a spread of ~250. Other-cloud candidates are excluded by a mask, not by their value.
-    work = torch.float64 if x.dtype == torch.float64 else torch.float32
-    if work == torch.float32 and m and x.numel() and max(float(x.abs().max()), float(y.abs().max())) > 1e18:
-        work = torch.float64
-    x, y = x.to(work), y.to(work)
+    # squared distances in the working frame (gridify.ops.distance); other-cloud candidates are
+    # excluded by a mask, not by their value
+    (x, y), _ = distance_frame(x, y)
     start = 0
     while start < m:
         b0 = int(by_l[start])
@@ -156,8 +170,8 @@ def _knn_torch(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Ten
 def _knn_kdtree(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Tensor):
     from scipy.spatial import cKDTree
 
-    xn = x.detach().to(torch.float64).numpy()
-    yn = y.detach().to(torch.float64).numpy()
+    (x64, y64), _ = distance_frame(x.to(torch.float64), y.to(torch.float64))  # no overflowing squares
+    xn, yn = x64.numpy(), y64.numpy()
     bxn, byn = bx.numpy(), by.numpy()
     nclouds = counts.numel()
     if nclouds > 1:
@@ -185,9 +199,14 @@ def _knn_kdtree(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Te
 
 def knn_reference(x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor] = None,
                   batch_y: Optional[Tensor] = None) -> Tensor:
-    """Loop-over-queries brute force, the obviously-correct reference for tests."""
+    """Loop-over-queries brute force, the obviously-correct reference for tests.
+
+    Distances in float64, in the working frame (exactly scaled, so extreme coordinates of any
+    dtype are ranked as exact arithmetic would, up to one float64 rounding).
+    """
     bx = torch.zeros(x.size(0), dtype=torch.long) if batch_x is None else batch_x
     by = torch.zeros(y.size(0), dtype=torch.long) if batch_y is None else batch_y
+    (x, y), _ = distance_frame(x.double(), y.double())
     rows, cols = [], []
     for i in range(y.size(0)):
         cand = (bx == by[i]).nonzero().flatten()

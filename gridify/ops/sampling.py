@@ -24,6 +24,12 @@ Backends of :func:`radius`: ``"torch"`` (brute force in chunks of queries agains
 own clouds: memory O(chunk x N), any device), ``"kdtree"`` (SciPy cKDTree, CPU, O(N log N)),
 ``"auto"`` (kdtree for large CPU inputs, torch otherwise).
 
+Both ops compare squared distances in the working frame of :mod:`gridify.ops.distance`
+(float32 for float16/bfloat16/float32, float64 for float64, exactly rescaled for extreme
+coordinates), so float16 clouds with a spread of hundreds of units and float64 clouds at 1e160
+sample and group as exact arithmetic would. Requests whose tables exceed the allocation limit
+(:func:`gridify._checks.check_alloc`) are refused before anything is allocated.
+
 Shapes:
     fps: pos [N, D], batch [N] (sorted) -> index [sum_b m_b] (int64, grouped by cloud, in
     selection order)
@@ -39,8 +45,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import (check_batch, check_choice, check_finite, check_float, check_fraction, check_int, check_number,
-                       check_point_pair, check_tensor, fail)
+from .._checks import (check_alloc, check_batch, check_choice, check_device, check_finite, check_float, check_fraction,
+                       check_int, check_integer, check_number, check_point_pair, check_tensor, element_size, fail)
+from .distance import distance_frame, working_dtype
 
 __all__ = ["fps", "fps_unchecked", "fps_reference", "radius", "radius_unchecked", "radius_reference"]
 
@@ -78,21 +85,38 @@ def fps(pos: Tensor, batch: Optional[Tensor] = None, ratio: float = 0.5, random_
     """
     where = "fps"
     pos = check_tensor(pos, "pos", where)
-    if pos.dim() != 2 or pos.size(0) == 0:
-        fail(where, f"pos must have shape [N, D] with N >= 1, got {tuple(pos.shape)}")
+    if pos.dim() != 2 or pos.size(0) == 0 or pos.size(1) == 0:
+        fail(where, f"pos must have shape [N, D] with N >= 1 and D >= 1, got {tuple(pos.shape)}")
     check_float(pos, "pos", where)
     ratio = check_fraction(where, "ratio", ratio)
+    if not isinstance(random_start, bool):
+        fail(where, f"random_start must be a bool, got {random_start!r}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        fail(where, f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     bx, nclouds, counts = check_batch(batch, pos.size(0), where, "batch", device=pos.device)
     check_finite(pos, "pos", where, bx)
     if start is not None:
         start = check_tensor(start, "start", where)
-        if start.dim() != 1 or start.numel() != nclouds or start.is_floating_point():
+        if start.dim() != 1 or start.numel() != nclouds:
             fail(where, f"start must be a 1-D integer tensor with one entry per cloud ({nclouds}), "
                         f"got shape {tuple(start.shape)} and dtype {start.dtype}")
-        start = start.to(device=pos.device, dtype=torch.long)
+        check_integer(start, "start", where)
+        check_device(start, "start", where, pos.device)
+        start = start.long()
         if bool(((start < 0) | (start >= counts)).any()):
-            fail(where, "start holds an index outside its cloud")
+            b = int(((start < 0) | (start >= counts)).nonzero()[0])
+            fail(where, f"start holds an index outside its cloud: cloud {b} has {int(counts[b])} points, "
+                        f"start[{b}] = {int(start[b])}")
+    check_fps_size(where, pos, counts)
     return fps_unchecked(pos, bx, counts, ratio, random_start, generator, start)
+
+
+def check_fps_size(where: str, pos: Tensor, counts: Tensor) -> None:
+    """Refuse a batch whose padded ``[B, max n_b]`` tables would exceed the allocation limit."""
+    nclouds, nmax = counts.numel(), int(counts.max())
+    item = element_size(working_dtype(pos.dtype))
+    check_alloc(where, f"batch (padded to {nclouds} clouds x {nmax} points, the largest cloud)",
+                nclouds * nmax * ((pos.size(1) + 3) * item + 9), pos.device)
 
 
 def fps_unchecked(pos: Tensor, batch: Tensor, counts: Tensor, ratio: float = 0.5, random_start: bool = True,
@@ -109,8 +133,9 @@ def fps_unchecked(pos: Tensor, batch: Tensor, counts: Tensor, ratio: float = 0.5
     # padded coordinate planes [D, B, nmax] (contiguous per axis); padded slots get distance -1
     # so they are never chosen
     local = torch.arange(pos.size(0), device=dev) - ptr[bx]
-    planes = pos.new_zeros(pos.size(1), nclouds, nmax)
-    planes[:, bx, local] = pos.detach().t()
+    (work,), _ = distance_frame(pos)  # squares that neither overflow nor round to the input's precision
+    planes = work.new_zeros(pos.size(1), nclouds, nmax)
+    planes[:, bx, local] = work.t()
     valid = torch.zeros(nclouds, nmax, dtype=torch.bool, device=dev)
     valid[bx, local] = True
     if start is not None:
@@ -120,7 +145,7 @@ def fps_unchecked(pos: Tensor, batch: Tensor, counts: Tensor, ratio: float = 0.5
         cur = torch.minimum((u.to(dev) * counts.double()).long(), counts - 1)
     else:
         cur = torch.zeros(nclouds, dtype=torch.long, device=dev)
-    mind = torch.full((nclouds, nmax), float("inf"), dtype=pos.dtype, device=dev)
+    mind = torch.full((nclouds, nmax), float("inf"), dtype=work.dtype, device=dev)
     mind.masked_fill_(~valid, -1.0)
     rows = torch.arange(nclouds, device=dev)
     out = torch.empty(nclouds, mmax, dtype=torch.long, device=dev)
@@ -146,8 +171,10 @@ def fps_reference(pos: Tensor, batch: Optional[Tensor] = None, ratio: float = 0.
     """Loop-over-clouds greedy farthest point sampling, the obviously-correct reference for tests.
 
     ``start`` holds each cloud's first sample as an index local to the cloud (default 0).
+    Distances in float64, in the (exactly scaled) working frame.
     """
     bx = torch.zeros(pos.size(0), dtype=torch.long) if batch is None else batch.long()
+    (pos,), _ = distance_frame(pos.double())
     nclouds = int(bx.max()) + 1
     out = []
     for b in range(nclouds):
@@ -210,7 +237,8 @@ def _radius_torch(x: Tensor, y: Tensor, r: float, bx: Tensor, by: Tensor, counts
     by_l = by.tolist()
     rows, cols = [], []
     m = y.size(0)
-    r2 = r * r
+    (x, y), scale = distance_frame(x, y)
+    r2 = (r * scale) ** 2
     start = 0
     while start < m:
         b0 = by_l[start]
@@ -224,7 +252,7 @@ def _radius_torch(x: Tensor, y: Tensor, r: float, bx: Tensor, by: Tensor, counts
         if hi == lo:  # queries of clouds without points
             start = end
             continue
-        xs, ys = x[lo:hi].detach(), y[start:end].detach()
+        xs, ys = x[lo:hi], y[start:end]
         d = torch.zeros(end - start, hi - lo, dtype=x.dtype, device=x.device)
         for c in range(x.size(1)):
             d += (ys[:, c, None] - xs[None, :, c]).pow(2)
@@ -244,33 +272,41 @@ def _radius_torch(x: Tensor, y: Tensor, r: float, bx: Tensor, by: Tensor, counts
 def _radius_kdtree(x: Tensor, y: Tensor, r: float, bx: Tensor, by: Tensor, counts: Tensor, kmax: int) -> Tensor:
     from scipy.spatial import cKDTree
 
-    xn = x.detach().to(torch.float64).numpy()
-    yn = y.detach().to(torch.float64).numpy()
+    kk = min(kmax, x.size(0))
+    check_alloc("radius", f"max_num_neighbors={kmax} for {y.size(0)} queries (the KD-tree's [M, min(max_num_neighbors, "
+                          f"N)] result tables)", 24 * y.size(0) * kk)
+    (x, y), scale = distance_frame(x, y)  # the exact test below is the torch path's, in the same frame
+    r = r * scale
+    xn, yn = x.double().numpy(), y.double().numpy()
     bxn, byn = bx.numpy(), by.numpy()
+    # no two points are farther apart than ``reach``: a larger radius searches like ``reach``
+    reach = min(r, 2.0 * math.sqrt(xn.shape[1]) * max(np.abs(xn).max(), np.abs(yn).max()) + 1.0)
     if counts.numel() > 1:  # the cloud index as an extra coordinate far beyond r: no cross-cloud pairs
-        sep = 4.0 * r + 1.0
+        sep = 4.0 * reach + 1.0
         xn = np.concatenate([xn, bxn[:, None] * sep], 1)
         yn = np.concatenate([yn, byn[:, None] * sep], 1)
-    kk = min(kmax, x.size(0))
     tree = cKDTree(xn)
-    _, idx = tree.query(yn, k=kk, distance_upper_bound=r * (1 + 1e-6) + 1e-12, workers=-1)
+    _, idx = tree.query(yn, k=kk, distance_upper_bound=reach * (1 + 1e-6) + 1e-12, workers=-1)
     idx = np.asarray(idx).reshape(y.size(0), kk)
     valid = idx < x.size(0)
     idx_safe = np.where(valid, idx, 0)
     rows = torch.from_numpy(np.ascontiguousarray(
         np.broadcast_to(np.arange(y.size(0))[:, None], idx.shape)[valid])).long()
     cols = torch.from_numpy(np.ascontiguousarray(idx_safe[valid])).long()
-    # exact test in the input precision, same formula as the torch path
-    d = (y[rows].detach() - x[cols].detach()).pow(2).sum(-1)
+    # exact test in the working frame, same formula as the torch path
+    d = (y[rows] - x[cols]).pow(2).sum(-1)
     keep = (d <= r * r) & (bx[cols] == by[rows])
     return torch.stack([rows[keep], cols[keep]])
 
 
 def radius_reference(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor] = None,
                      batch_y: Optional[Tensor] = None, max_num_neighbors: int = 64) -> Tensor:
-    """Loop-over-queries ball query, the obviously-correct reference for tests."""
+    """Loop-over-queries ball query, the obviously-correct reference for tests (float64, in the
+    exactly scaled working frame)."""
     bx = torch.zeros(x.size(0), dtype=torch.long) if batch_x is None else batch_x
     by = torch.zeros(y.size(0), dtype=torch.long) if batch_y is None else batch_y
+    (x, y), scale = distance_frame(x.double(), y.double())
+    r = r * scale
     rows, cols = [], []
     for i in range(y.size(0)):
         cand = (bx == by[i]).nonzero().flatten()

@@ -4,39 +4,66 @@
 
 Buckets that receive nothing are 0 for every reduction. ``torch_scatter`` is used when it is
 installed (and ``backend="auto"``); otherwise native ``Tensor.index_add_`` /
-``Tensor.scatter_reduce_`` do the same, with gradients.
+``Tensor.scatter_reduce_`` do the same, with gradients. Sums and means of float16/bfloat16
+rows are accumulated in float32 and rounded once at the end (a float16 sum overflows beyond
+65504 and a bfloat16 count loses integers beyond 256).
+
+:func:`scatter` validates ``src`` (floating or integer, finite), ``index`` (integers in
+``[0, dim_size)``, one per row, on ``src``'s device) and ``dim_size`` (a non-negative integer
+whose output fits the allocation limit of :func:`gridify._checks.check_alloc`), then runs
+:func:`scatter_unchecked`.
 
 Shapes:
     src: [E, *], index: [E] (int64), output: [dim_size, *]
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
 from torch import Tensor
 
 from .. import _optional
-from .._checks import check_choice, fail
+from .._checks import (INTEGER_DTYPES, check_alloc, check_choice, check_finite, check_float, check_index, check_int,
+                       check_tensor, fail)
 
 REDUCTIONS = ("sum", "mean", "max", "min")
 BACKENDS = ("auto", "torch_scatter", "torch")
+#: dtypes whose sums are accumulated in float32
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 def _check(src: Tensor, index: Tensor, dim_size: Optional[int], reduce: str, backend: str) -> int:
     where = "scatter"
-    if not isinstance(src, Tensor) or not isinstance(index, Tensor):
-        fail(where, "src and index must be torch.Tensors")
+    src = check_tensor(src, "src", where)
+    index = check_tensor(index, "index", where)
     check_choice(where, "reduce", reduce, REDUCTIONS, unknown=True)
     check_choice(where, "backend", backend, BACKENDS, unknown=True)
-    if index.dim() != 1 or index.dtype not in (torch.int64, torch.int32):
+    if index.dim() != 1 or index.dtype not in INTEGER_DTYPES:
         fail(where, f"index must be a 1-D integer tensor, got shape {tuple(index.shape)} and dtype {index.dtype}")
     if src.dim() == 0 or src.size(0) != index.numel():
         fail(where, f"src has {src.size(0) if src.dim() else 0} rows but index has {index.numel()} entries")
+    if src.is_floating_point():
+        check_float(src, "src", where)
+        check_finite(src, "src", where, dims=("row",))
+    elif src.dtype not in INTEGER_DTYPES:
+        fail(where, f"src must be a floating-point or integer tensor, got dtype {src.dtype}")
+    elif reduce == "mean":
+        fail(where, f"reduce='mean' needs a floating-point src, got dtype {src.dtype}")
+    if index.device != src.device:
+        fail(where, f"index is on {index.device} but src is on {src.device}")
     if dim_size is None:
+        if index.numel() and int(index.min()) < 0:
+            bad = int((index < 0).nonzero()[0])
+            fail(where, f"index values must be non-negative bucket numbers, got {int(index[bad])} at position {bad}")
         dim_size = int(index.max()) + 1 if index.numel() else 0
-    elif index.numel() and (int(index.min()) < 0 or int(index.max()) >= dim_size):
-        fail(where, f"index values must lie in [0, {dim_size}), got [{int(index.min())}, {int(index.max())}]")
+    else:
+        dim_size = check_int(where, "dim_size", dim_size, 0)
+        check_index(where, "index", index, dim_size)
+    row = math.prod(src.shape[1:]) * src.element_size()
+    check_alloc(where, f"dim_size={dim_size} (an output of [{dim_size}, {', '.join(map(str, src.shape[1:])) or '-'}] "
+                       f"{src.dtype})", dim_size * (row + 8))
     return dim_size
 
 
@@ -44,7 +71,8 @@ def scatter(src: Tensor, index: Tensor, dim_size: Optional[int] = None, reduce: 
             backend: str = "auto") -> Tensor:
     """Reduce rows of ``src`` (dim 0) into ``dim_size`` buckets given by ``index``.
 
-    Validates its arguments, then runs :func:`scatter_unchecked`.
+    ``dim_size=None`` uses ``max(index) + 1``. Validates its arguments, then runs
+    :func:`scatter_unchecked`.
     """
     dim_size = _check(src, index, dim_size, reduce, backend)
     return scatter_unchecked(src, index, dim_size, reduce, backend)
@@ -52,6 +80,8 @@ def scatter(src: Tensor, index: Tensor, dim_size: Optional[int] = None, reduce: 
 
 def scatter_unchecked(src: Tensor, index: Tensor, dim_size: int, reduce: str = "sum", backend: str = "auto") -> Tensor:
     """:func:`scatter` without validation: ``index`` holds values in ``[0, dim_size)``, one per row of ``src``."""
+    if reduce in ("sum", "mean") and src.dtype in _LOW_PRECISION:
+        return scatter_unchecked(src.float(), index, dim_size, reduce, backend).to(src.dtype)
     index = index.long()
     use_ext = backend == "torch_scatter" or (backend == "auto" and _optional.WITH_TORCH_SCATTER)
     if use_ext:
@@ -79,10 +109,14 @@ def _scatter_native(src: Tensor, index: Tensor, dim_size: int, reduce: str) -> T
 
 
 def scatter_reference(src: Tensor, index: Tensor, dim_size: int, reduce: str = "sum") -> Tensor:
-    """Loop-based reference of :func:`scatter` for tests (slow, obviously correct)."""
+    """Loop-based reference of :func:`scatter` for tests (slow, obviously correct).
+
+    Floating rows are reduced in float64 and rounded once to ``src``'s dtype.
+    """
     out = src.new_zeros((dim_size,) + tuple(src.shape[1:]))
+    work = src.double() if src.is_floating_point() else src
     for i in range(dim_size):
-        rows = src[index == i]
+        rows = work[index == i]
         if rows.numel() == 0:
             continue
         if reduce == "sum":
