@@ -71,6 +71,8 @@ def check_int(where: str, name: str, value: Any, minimum: int = 1, allow_none: b
     """
     if value is None and allow_none:
         return None
+    if isinstance(value, torch.SymInt):  # a symbolic size under an exporter: no value to check
+        return value  # type: ignore[return-value]
     if not is_int(value) or value < minimum:
         words = {} if as_bound else {1: "a positive integer", 0: "a non-negative integer"}
         what = words.get(minimum, f"an integer >= {minimum}")

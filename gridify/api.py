@@ -45,6 +45,7 @@ import contextlib
 import math
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -57,7 +58,7 @@ from .io import PointCloud, read_points
 from .nn.state import all_or_nothing, evaluating
 from .transforms import centre_and_scale
 
-__all__ = ["load", "Predictor", "Prediction", "gridify", "normalize_cloud", "DEFAULT_NUM_POINTS"]
+__all__ = ["load", "PRETRAINED", "pretrained_path", "Predictor", "Prediction", "gridify", "normalize_cloud", "DEFAULT_NUM_POINTS"]
 
 #: points per training cloud of each dataset when the config does not say (the constructors' defaults)
 DEFAULT_NUM_POINTS = {"procedural": 1024, "modelnet": 1024, "modelnet10": 1024, "modelnet40": 1024,
@@ -320,7 +321,8 @@ class Predictor(nn.Module):
         if self.use_normals and nrm is None:
             if not estimate_normals:
                 raise ValueError(f"{where}: the model was trained with normals (in_channels=6) but the cloud has "
-                                 f"none; pass normals=..., a file with normals (or a mesh), or estimate_normals=True")
+                                 f"none; pass normals=..., a file with normals (or a mesh), or estimate them (estimate_normals=True; "
+                                 f"gridify predict/show: --estimate-normals)")
             nrm = _estimate_normals(pos)
         center, scale = np.zeros(3), 1.0
         if self.normalize:
@@ -547,16 +549,31 @@ def _num_points_of(config: Dict[str, Any]) -> Optional[int]:
     return DEFAULT_NUM_POINTS.get(str(data.get("name", "procedural")), 1024)
 
 
+#: Models shipped with the package (``gridify/pretrained/<file>``), loadable by name.
+PRETRAINED = {"modelnet10": "modelnet10.pt"}
+
+
+def pretrained_path(name: str) -> Path:
+    """The file of the shipped model ``name`` (see :data:`PRETRAINED`)."""
+    if name not in PRETRAINED:
+        raise ValueError(f"unknown pretrained model {name!r}; shipped: {sorted(PRETRAINED)}")
+    path = Path(__file__).resolve().parent / "pretrained" / PRETRAINED[name]
+    if not path.is_file():
+        raise CheckpointError(f"the pretrained model {name!r} is missing from this installation ({path})")
+    return path
+
+
 def load(path: Union[str, "os.PathLike[str]"], device: Union[str, torch.device] = "cpu",
          reparameterize: bool = True) -> Predictor:
-    """Load a trained model (exported ``model.pt`` or Lightning ``.ckpt``) for inference.
+    """Load a trained model (exported ``model.pt``, Lightning ``.ckpt``, or a shipped model by name).
 
     The file is read with ``torch.load(..., weights_only=True)`` (no code is unpickled). The
     checkpoint's metadata gives the task, class/part/category names, the training
     ``num_points`` and normalization (from the stored data config) and the gridify version.
 
     Args:
-        path: the checkpoint file.
+        path: the checkpoint file, or the name of a model shipped with the package
+            (:data:`PRETRAINED`: ``"modelnet10"``) when no file of that name exists.
         device: where to put the model (``"cpu"``, ``"cuda"``, ...).
         reparameterize: fold reparameterizable layers into their inference form (faster, same
             outputs up to float rounding).
@@ -567,6 +584,8 @@ def load(path: Union[str, "os.PathLike[str]"], device: Union[str, torch.device] 
     """
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"gridify.load: path must be a str or os.PathLike, got {type(path).__name__}")
+    if isinstance(path, str) and path in PRETRAINED and not Path(path).exists():
+        path = pretrained_path(path)
     device = _check_device("gridify.load", device)
     if not isinstance(reparameterize, bool):
         raise ValueError(f"gridify.load: reparameterize must be a bool, got {reparameterize!r}")

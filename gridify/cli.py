@@ -3,6 +3,7 @@
     gridify train --config procedural [section.key=value ...]
     gridify evaluate --ckpt outputs/procedural/checkpoints/model.pt
     gridify predict scan.ply --ckpt model.pt [--category chair] [--out labels.ply]
+    gridify predict scan.ply --model modelnet10          (the ModelNet10 classifier shipped with gridify)
     gridify show scan.ply [--ckpt model.pt] [--layers points,grid,edges] [--out view.png]
     gridify export model.pt --format onnx [--num-points N] [--batch B] --out model.onnx
     gridify bench [...]
@@ -22,6 +23,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
+
+from .api import PRETRAINED, pretrained_path
 
 DELEGATED = {
     "train": ("gridify.training", "train and test a model from a YAML config (Lightning)"),
@@ -90,6 +93,7 @@ def _add_show_parser(sub: Any) -> None:
                                    "variance.")
     s.add_argument("file", help="point cloud or mesh file")
     s.add_argument("--ckpt", help="model whose predictions colour the points")
+    s.add_argument("--model", choices=sorted(PRETRAINED), help="a shipped model instead of --ckpt (modelnet10)")
     s.add_argument("--out", help="PNG path: render headless instead of opening a window")
     s.add_argument("--layers", default=None,
                    help="comma-separated layers to show: points, grid, edges (default: points; with --ckpt in a "
@@ -142,7 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    f"file gridify.io.read_points reads ({' '.join(supported_extensions())}; meshes "
                                    "are surface-sampled) and any number of points.")
     q.add_argument("file", help="point cloud or mesh file")
-    q.add_argument("--ckpt", required=True, help="exported model.pt or Lightning .ckpt")
+    which = q.add_mutually_exclusive_group(required=True)
+    which.add_argument("--ckpt", help="exported model.pt or Lightning .ckpt")
+    which.add_argument("--model", choices=sorted(PRETRAINED),
+                       help="a model shipped with gridify (modelnet10: the ModelNet10 classifier of the README's model card)")
     q.add_argument("--out", help="write the labels: .txt (one per line), .npy, .ply (points coloured by label, "
                                  "with a label property) or .json (labels, names, probabilities)")
     q.add_argument("--votes", type=int, default=4, help="subsets averaged by a classifier when N differs from "
@@ -193,9 +200,11 @@ def _load(args: argparse.Namespace):
 
     if args.threads:
         torch.set_num_threads(int(args.threads))
+    if getattr(args, "model", None) and args.ckpt:
+        raise SystemExit(f"gridify {args.command}: error: give --ckpt or --model, not both")
     try:
-        return load(args.ckpt, device=args.device)
-    except CheckpointError as exc:
+        return load(args.ckpt if args.ckpt else pretrained_path(args.model), device=args.device)
+    except (CheckpointError, ValueError) as exc:
         raise SystemExit(f"gridify {args.command}: error: {exc}")
 
 
@@ -299,7 +308,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     cloud = _read(args)
     want = set(layers or ())
     try:
-        if args.ckpt:
+        if args.ckpt or args.model:
             model = _load(args)
             try:
                 res = model.inspect(cloud, category=args.category, seed=args.seed,

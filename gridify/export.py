@@ -57,7 +57,7 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from ._checks import check_finite, check_float, check_int, check_number, check_tensor, fail
+from ._checks import check_finite, check_float, check_int, check_number, check_tensor, fail, trusted_inputs
 from ._files import atomic_write_bytes
 from ._version import __version__
 from .checkpoint import build_model_from_checkpoint, inference_settings, load_checkpoint
@@ -372,7 +372,9 @@ def tracing_mode(model: nn.Module) -> Iterator[None]:
       an exporter cannot trace;
     * every 0-dim integer buffer (a layer's recorded resolution, BatchNorm's step counter) becomes
       a plain constant for the duration, since layers read them with ``int()`` to choose their
-      geometry and a traced buffer has no value.
+      geometry and a traced buffer has no value;
+    * nested modules trust their inputs (:func:`gridify._checks.trusted_inputs`): a value check is
+      a data-dependent branch, which a graph cannot hold.
     """
     flags = [(p, p.requires_grad) for p in model.parameters()]
     saved = []
@@ -386,7 +388,7 @@ def tracing_mode(model: nn.Module) -> Iterator[None]:
     try:
         for p, _ in flags:
             p.requires_grad_(False)
-        with eval_mode(model), torch.enable_grad():
+        with eval_mode(model), torch.enable_grad(), trusted_inputs():  # no data-dependent checks in a graph
             yield
     finally:
         for module, buffers in saved:  # the same buffers, in their original order

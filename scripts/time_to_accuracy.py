@@ -6,8 +6,9 @@
 A run trained with ``trainer.checkpoint.keep_all: true`` keeps one checkpoint per epoch
 (``checkpoints/epochNNN-stepNNNNNNN.ckpt``). Each is evaluated on the test split afterwards (so the
 evaluation costs no training time, and nothing is selected on test); its time is the wall clock from
-the run's start (``run_info.json``) to the checkpoint's write. Writes ``time_to_accuracy.csv``,
-``.json`` and ``.png`` (one curve per run, the 93 % line) under ``--out``.
+the run's start (``run_info.json``) to the checkpoint's write, less any time a resumed run spent
+stopped. Writes ``time_to_accuracy.csv``, ``.json`` and ``.png`` (one curve per run, the 93 % line)
+under ``--out``.
 """
 from __future__ import annotations
 
@@ -24,16 +25,36 @@ from gridify._files import atomic_write_bytes, atomic_write_text
 from gridify.evaluation import main as evaluate
 
 
-def run_points(run: Path, votes: int, data_root: str | None) -> List[Dict[str, Any]]:
+def training_minutes(run: Path, ckpts: List[Path]) -> Dict[Path, float]:
+    """Minutes of training before each checkpoint was written. A run resumed after an interruption
+    has several sessions (``run_info.json``): a checkpoint's time is the training time of the earlier
+    sessions (each up to its last checkpoint; work after it was lost and is redone, so it counts
+    once) plus the time since its own session started. Time spent stopped does not count."""
     info = json.loads((run / "run_info.json").read_text())
-    started = time.mktime(time.strptime(info["started"], "%Y-%m-%d %H:%M:%S"))
+    sessions = info.get("sessions") or [{"started": info["started"]}]
+    starts = sorted(time.mktime(time.strptime(s["started"], "%Y-%m-%d %H:%M:%S")) for s in sessions)
+    mtime = {c: c.stat().st_mtime for c in ckpts}
+    minutes, before = {}, 0.0
+    for i, start in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else float("inf")
+        inside = [c for c in ckpts if start <= mtime[c] < end]
+        for c in inside:
+            minutes[c] = (before + mtime[c] - start) / 60
+        if inside:
+            before += max(mtime[c] for c in inside) - start
+    return minutes
+
+
+def run_points(run: Path, votes: int, data_root: str | None) -> List[Dict[str, Any]]:
+    ckpts = sorted((run / "checkpoints").glob("epoch*-step*.ckpt"))
+    minutes = training_minutes(run, ckpts)
     points = []
-    for ckpt in sorted((run / "checkpoints").glob("epoch*-step*.ckpt")):
+    for ckpt in ckpts:
         epoch = int(re.search(r"epoch(\d+)", ckpt.name).group(1))
         argv = ["--ckpt", str(ckpt), "--votes", str(votes), "--no-progress",
                 "--output", str(run / "time_to_accuracy" / f"{ckpt.stem}.votes{votes}.json")]
         report = evaluate(argv + (["--data-root", data_root] if data_root else []))
-        points.append({"run": run.name, "epoch": epoch + 1, "minutes": (ckpt.stat().st_mtime - started) / 60,
+        points.append({"run": run.name, "epoch": epoch + 1, "minutes": minutes[ckpt],
                        "test_oa": report["metrics"]["oa"], "test_macc": report["metrics"]["macc"], "votes": votes})
     return points
 

@@ -44,6 +44,24 @@ def test_knn_chunked_path_equals_unchunked(backend, monkeypatch):
     assert torch.equal(knn(x, y, 7, bx, by, backend=backend)[0], full[0])
 
 
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "torch_cluster"])
+def test_knn_exact_ties_go_to_the_lowest_indices(backend):
+    """Equidistant candidates at the k-th distance: the lowest indices win, on every backend, so a
+    cloud's neighbours are the same alone and batched behind another cloud."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.rand(5, 3, generator=g), torch.rand(2, 3, generator=g)
+    cloud = torch.cat([a[torch.randint(0, 5, (30,), generator=g)], b.repeat(5, 1)])  # duplicates
+    query = torch.cat([a, b, torch.zeros(1, 3)])
+    want = knn_reference(cloud, query, 4)
+    other = torch.rand(13, 3, generator=g)
+    x = torch.cat([other, cloud])
+    bx = torch.cat([torch.zeros(13, dtype=torch.long), torch.ones(cloud.size(0), dtype=torch.long)])
+    by = torch.ones(query.size(0), dtype=torch.long)
+    assert torch.equal(knn(cloud, query, 4, backend=backend), want)
+    batched = knn(x, query, 4, bx, by, backend=backend)
+    assert torch.equal(batched - torch.tensor([[0], [13]]), want)
+
+
 def test_knn_auto_uses_kdtree_for_large_cpu_inputs(monkeypatch):
     calls = []
     m = KNN_MODULE

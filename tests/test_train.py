@@ -263,7 +263,11 @@ def test_exact_resume(trained, tmp_path):
     assert first["global_step"] == 2
     with pytest.raises(SystemExit, match="already holds a run"):
         T.main(tiny(tmp_path, "trainer.plots=false"))
+    first_started = json.loads((tmp_path / "run_info.json").read_text())["started"]
     T.main(tiny(tmp_path, "trainer.plots=false", "--resume", "auto"))
+    sessions = json.loads((tmp_path / "run_info.json").read_text())["sessions"]  # both sessions on record
+    assert [s["started"] for s in sessions][:1] == [first_started] and len(sessions) == 2
+    assert sessions[0]["resumed_from"] is None and sessions[1]["resumed_from"].endswith("last.ckpt")
     a = torch.load(full_dir / "checkpoints" / "last.ckpt", weights_only=True)
     b = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert (a["global_step"], a["epoch"]) == (b["global_step"], b["epoch"]) == (4, 1)

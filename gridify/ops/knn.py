@@ -158,13 +158,47 @@ def _knn_torch(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Ten
         same = by[start:end, None] == bx[None, lo:hi]
         d.masked_fill_(~same, float("inf"))
         kk = min(k, hi - lo)
-        dist, idx = torch.topk(d, kk, dim=1, largest=False, sorted=True)
+        dist, idx = smallest_by_index(d, kk)
         valid = same.gather(1, idx)
         r = torch.arange(start, end, device=x.device).unsqueeze(1).expand(-1, kk)
         rows.append(r[valid])
         cols.append(idx[valid] + lo)
         start = end
     return torch.cat(rows), torch.cat(cols)
+
+
+def smallest_by_index(d: Tensor, kk: int) -> Tuple[Tensor, Tensor]:
+    """The ``kk`` smallest entries of every row of ``d [M, N]`` and their columns, ordered by
+    (value, column). Among entries equal to a row's ``kk``-th smallest value, the lowest columns are
+    taken, so the selection does not depend on the row's length or on how ``topk`` breaks ties
+    (a cloud's neighbours are the same alone and in any batch). ``inf`` marks excluded entries."""
+    extra = int(kk < d.size(1))  # one more entry shows whether the kk-th is tied
+    dist, idx = torch.topk(d, kk + extra, dim=1, largest=False, sorted=True)
+    kth = dist[:, kk - 1 : kk]
+    # a row is ambiguous when an entry equal to its kk-th value was left out (exact ties only)
+    ambiguous = (dist[:, -1] == kth[:, 0]) & torch.isfinite(kth[:, 0]) if extra else None
+    dist, idx = dist[:, :kk].contiguous(), idx[:, :kk].contiguous()
+    if ambiguous is not None and bool(ambiguous.any()):
+        rows = ambiguous.nonzero().squeeze(1)
+        sub, th = d[rows], kth[rows]
+        below, tied = sub < th, sub == th
+        take = below | (tied & (tied.cumsum(1) <= kk - below.sum(1, keepdim=True)))
+        cols = take.nonzero()[:, 1].view(-1, kk)  # row-major: ascending columns
+        idx[rows] = cols
+        dist[rows] = sub.gather(1, cols)
+    return _order_ties(dist, idx)
+
+
+def _order_ties(dist: Tensor, idx: Tensor) -> Tuple[Tensor, Tensor]:
+    """Rows of (distance, column) pairs, sorted by distance, re-sorted by distance then column
+    where a row holds equal distances."""
+    tied = (dist[:, 1:] == dist[:, :-1]).any(1)
+    if bool(tied.any()):
+        rows = tied.nonzero().squeeze(1)
+        sub_i, order = torch.sort(idx[rows], dim=1)
+        sub_d, order2 = torch.sort(dist[rows].gather(1, order), dim=1, stable=True)
+        dist[rows], idx[rows] = sub_d, sub_i.gather(1, order2)
+    return dist, idx
 
 
 def _knn_kdtree(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Tensor):
@@ -186,8 +220,24 @@ def _knn_kdtree(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Te
     # from surfaces (measured: 32 x 1,024 points, 32k grid-node queries, 2 threads: 1.13 vs
     # 1.54 ms per cloud); the search stays exact
     tree = cKDTree(xn, leafsize=32, balanced_tree=False, compact_nodes=False)
-    _, idx = tree.query(yn, k=kk, workers=-1)
-    idx = np.asarray(idx).reshape(y.size(0), kk)
+    extra = int(kk < x.size(0))  # one more neighbour shows whether the kk-th is tied
+    dist, idx = tree.query(yn, k=kk + extra, workers=-1)
+    dist = np.asarray(dist).reshape(y.size(0), kk + extra)
+    idx = np.asarray(idx).reshape(y.size(0), kk + extra)
+    if extra:
+        tied = np.flatnonzero(np.isfinite(dist[:, kk]) & (dist[:, kk] == dist[:, kk - 1]))
+        dist, idx = dist[:, :kk], idx[:, :kk]
+        if tied.size:  # exact ties at the k-th distance: the brute force breaks them by index
+            sub = torch.from_numpy(tied)
+            r, c = _knn_torch(x, y[sub], k, bx, by[sub], counts)
+            fixed = np.full((tied.size, kk), x.size(0), dtype=idx.dtype)  # x.size(0) marks "none"
+            slot = torch.arange(r.numel()) - torch.searchsorted(r, r)  # rank within its query
+            fixed[r.numpy(), slot.numpy()] = c.numpy()
+            idx[tied], dist[tied] = fixed, np.arange(kk)  # already ordered: keep that order below
+    ties = np.flatnonzero((dist[:, 1:] == dist[:, :-1]).any(1))  # sorted by distance: order ties by index
+    if ties.size:
+        order = np.lexsort((idx[ties], dist[ties]), axis=-1)
+        idx[ties] = np.take_along_axis(idx[ties], order, axis=-1)
     valid = idx < x.size(0)
     idx_safe = np.where(valid, idx, 0)
     valid &= bxn[idx_safe] == byn[:, None]

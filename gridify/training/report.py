@@ -55,9 +55,24 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def write_run_files(record: RunRecord) -> None:
-    """``config.yaml`` (the resolved config) and ``run_info.json`` at the start of a run."""
+    """``config.yaml`` (the resolved config) and ``run_info.json`` at the start of a run.
+
+    A resumed run keeps the history of its sessions in ``run_info["sessions"]`` (each session's
+    ``started`` and ``resumed_from``), so the training time of a run that was interrupted can be
+    told apart from the time it spent stopped.
+    """
+    info = record.run_info
+    if info.get("resumed_from"):
+        try:
+            old = json.loads((record.out / "run_info.json").read_text())
+        except (OSError, ValueError):
+            old = {}
+        first = [{"started": old["started"], "resumed_from": old.get("resumed_from")}] if "started" in old else []
+        info["sessions"] = list(old.get("sessions") or first)
+    info.setdefault("sessions", [])
+    info["sessions"].append({"started": info["started"], "resumed_from": info.get("resumed_from")})
     atomic_write_text(record.out / "config.yaml", yaml.safe_dump(plain(record.cfg), sort_keys=False))
-    write_json(record.out / "run_info.json", record.run_info)
+    write_json(record.out / "run_info.json", info)
 
 
 def test_report(record: RunRecord, results: Dict[str, Any], *, num_samples: Optional[int], checkpoint: Optional[str],
