@@ -90,6 +90,7 @@ def test_report(record: RunRecord, results: Dict[str, Any], *, num_samples: Opti
         "dataset": cfg["data"]["name"], "source_format": info["source_format"],
         "gridify_version": __version__, "num_parameters": record.num_params,
         "train_seconds": round(train_seconds, 1),
+        "votes": int(cfg.get("trainer", {}).get("test_votes", 1)),  # views averaged per test cloud
     }
     report.update({k: v for k, v in results.items() if k != "metrics"})
     return report

@@ -1,0 +1,72 @@
+#!/usr/bin/env python
+"""Package a trained model as a shipped pretrained model (``gridify/pretrained/<name>.pt``).
+
+    python scripts/ship_pretrained.py outputs/modelnet10_fast/checkpoints/model.pt --name modelnet10
+
+Reads an exported ``model.pt`` (as ``gridify train`` writes it), drops what only made sense on the
+machine that trained it (absolute paths: the output folder, the data root, the source checkpoint)
+and records where the weights came from (``info["pretrained"]``: the run's name, epoch, seed and
+test metrics when ``test_metrics.json`` sits beside the run). The result loads with
+``gridify.load("<name>")`` and ``gridify predict FILE --model <name>``.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from pathlib import Path
+from typing import Any, Dict
+
+import torch
+
+from gridify._files import atomic_write_bytes
+from gridify.checkpoint import check_payload, load_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def scrub(payload: Dict[str, Any], name: str, run: Path) -> Dict[str, Any]:
+    """``payload`` without machine-specific paths, with its provenance in ``info["pretrained"]``."""
+    out = dict(payload)
+    config = json.loads(json.dumps(out.get("config") or {}))  # a deep, plain copy
+    config["output_dir"] = f"outputs/{name}"
+    if isinstance(config.get("data"), dict):
+        config["data"]["root"] = None  # found again by name (--data-root, GRIDIFY_DATA, ./data)
+    out["config"] = config
+    source = Path(str(out.get("checkpoint") or "model.pt")).name
+    out["checkpoint"] = source
+    provenance: Dict[str, Any] = {"name": name, "run": run.name, "from_checkpoint": source,
+                                  "seed": config.get("seed")}
+    metrics = run / "test_metrics.json"
+    if metrics.is_file():
+        report = json.loads(metrics.read_text())
+        votes = report.get("votes", (config.get("trainer") or {}).get("test_votes", 1))
+        provenance.update(test_metrics=report.get("metrics"), test_votes=votes,
+                          num_test_samples=report.get("num_samples"))
+    info = dict(out.get("info") or {})
+    info["pretrained"] = provenance
+    out["info"] = info
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("model", help="an exported model.pt of a finished training run")
+    p.add_argument("--name", required=True, help="the shipped model's name (gridify.load(name))")
+    p.add_argument("--out", help="default: gridify/pretrained/<name>.pt")
+    args = p.parse_args()
+    src = Path(args.model).resolve()
+    payload = torch.load(src, map_location="cpu", weights_only=True)
+    run = src.parent.parent if src.parent.name == "checkpoints" else src.parent
+    shipped = scrub(payload, args.name, run)
+    check_payload(shipped, str(src))
+    buf = io.BytesIO()
+    torch.save(shipped, buf)
+    out = Path(args.out) if args.out else ROOT / "gridify" / "pretrained" / f"{args.name}.pt"
+    atomic_write_bytes(out, buf.getvalue())
+    load_checkpoint(out)  # reads back like any checkpoint
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB) from {src}")
+
+
+if __name__ == "__main__":
+    main()
