@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader
 from gridify._version import __version__
 from gridify.checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
 from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError, collate_points
+from gridify.precision import PRECISIONS, autocast, resolve_precision
 from gridify.training.cli import error_line, program_name
 from gridify.training.config import DEFAULTS, ConfigError, check_config, deep_merge, resolve_config
 from gridify.training.data import build_dataset
@@ -53,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="torch CPU threads")
     p.add_argument("--output", help="metrics JSON path (default: <ckpt>.test_metrics.json beside the checkpoint)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                   help="fp32, or bf16/fp16 autocast (a device that cannot run it natively falls back to fp32 "
+                        "with a warning; gridify.precision)")
     p.add_argument("--votes", type=int, default=1,
                    help="test-time voting: average the softmax over this many views of every cloud (the first "
                         "as it is, the others with random per-axis scales in [0.85, 1.15]; default 1 = none)")
@@ -102,10 +106,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     info = payload["info"]
     loader = DataLoader(ds, batch_size=int(cfg["data"].get("eval_batch_size") or cfg["data"]["batch_size"]),
                         shuffle=False, num_workers=int(cfg["data"]["num_workers"]), collate_fn=collate_points)
+    precision = resolve_precision(args.precision, device, where=prog)
     t0 = time.time()
     try:
-        metrics, extra = evaluate_model(model, loader, cfg["task"], info, device, progress=not args.no_progress,
-                                        votes=args.votes)
+        with autocast(precision, device):
+            metrics, extra = evaluate_model(model, loader, cfg["task"], info, device,
+                                            progress=not args.no_progress, votes=args.votes)
     except DatasetError as exc:
         raise SystemExit(f"{prog}: error: {error_line(exc)}")
     seconds = time.time() - t0
@@ -116,7 +122,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "dataset": cfg["data"]["name"], "source_format": str(getattr(ds, "source_format", type(ds).__name__)),
         "gridify_version": __version__, "trained_with_gridify": payload.get("gridify_version"),
         "num_parameters": sum(p.numel() for p in model.parameters()), "eval_seconds": round(seconds, 2),
-        "votes": args.votes,
+        "votes": args.votes, "precision": precision,
     }
     report.update(extra)
     ckpt = Path(args.ckpt)

@@ -222,6 +222,26 @@ def test_evaluate_reproduces_the_test_metrics(trained, tmp_path):
         assert json.loads((tmp_path / "m.json").read_text())["metrics"] == res["metrics"]
 
 
+def test_evaluate_in_bf16_or_with_a_named_fallback(trained, tmp_path, monkeypatch):
+    """--precision bf16 runs under bf16 autocast where the CPU has native bf16, else warns and
+    runs fp32; the report says which. Without native bf16 the result equals fp32's."""
+    from gridify import precision as P
+
+    out, _ = trained
+    ckpt = str(out / "checkpoints" / "model.pt")
+    base = ["--ckpt", ckpt, "--threads", "1", "--no-progress", "--output", str(tmp_path / "m.json")]
+    fp32 = E.main(base)
+    monkeypatch.setattr(P, "cpu_has_native_bf16", lambda: False)
+    with pytest.warns(UserWarning, match="no native bfloat16.*running in fp32"):
+        fallback = E.main(base + ["--precision", "bf16"])
+    assert fallback["precision"] == "fp32" and fallback["metrics"] == fp32["metrics"]
+    monkeypatch.setattr(P, "cpu_has_native_bf16", lambda: True)
+    low = E.main(base + ["--precision", "bf16"])
+    assert low["precision"] == "bf16" and low["metrics"]["loss"] == pytest.approx(fp32["metrics"]["loss"], abs=0.05)
+    with pytest.raises(SystemExit):
+        E.main(base + ["--precision", "int8"])
+
+
 def test_evaluate_writes_its_report_atomically(trained, tmp_path, monkeypatch):
     import gridify._files
 
