@@ -66,6 +66,7 @@ from .nn.grid import RegularGrid
 from .nn.gridification import Gridification
 from .nn.reparam import is_reparameterizable, reparameterize_model
 from .ops.grid import box_tensors
+from .ops.knn import smallest_by_index
 
 __all__ = ["DepthwiseConv3dAs2d", "ExportError", "ExportReport", "OnnxClassifier", "check_exportable",
            "depthwise_conv3d_as_2d", "dense_bilateral_knn",
@@ -118,6 +119,15 @@ def grid_tables(grid: RegularGrid, device: Optional[torch.device] = None, dtype:
     return grid.positions(device, dtype), axis
 
 
+def _smallest(d: Tensor, k: int) -> Tensor:
+    """Columns of the ``k`` smallest entries of every row of ``d [B, M, N]``, ties to the lower column
+    as :func:`gridify.ops.knn` breaks them: in the exported graph ONNX ``TopK`` does that by
+    definition; run eagerly, ``torch.topk`` does not promise it, so :func:`smallest_by_index` runs."""
+    if torch.compiler.is_compiling() or torch.compiler.is_exporting():
+        return torch.topk(d, k, dim=2, largest=False, sorted=True).indices
+    return smallest_by_index(d.reshape(-1, d.size(2)), k)[1].view(d.size(0), d.size(1), k)
+
+
 def dense_bilateral_knn_unchecked(pos: Tensor, k: int, nodes: Tensor, axis: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
     """:func:`dense_bilateral_knn` on validated inputs (finite ``[B, N, 3]``, ``N >= k``) and the
     grid's :func:`grid_tables` ``nodes [R^3, 3]``, ``axis [3, R]``; traceable with static ``k``."""
@@ -127,7 +137,7 @@ def dense_bilateral_knn_unchecked(pos: Tensor, k: int, nodes: Tensor, axis: Tens
     d = (nodes[None, :, None, 0] - pos[:, None, :, 0]).pow(2)
     d = d + (nodes[None, :, None, 1] - pos[:, None, :, 1]).pow(2)
     d = d + (nodes[None, :, None, 2] - pos[:, None, :, 2]).pow(2)  # [B, R^3, N], as knn's torch backend
-    node_points = torch.topk(d, k, dim=2, largest=False, sorted=True).indices
+    node_points = _smallest(d, k)
     da = (axis - pos[..., None]).pow(2)  # [B, N, 3, R], as grid_knn
     dist = da[:, :, 0, :, None, None] + da[:, :, 1, None, :, None]
     dist = dist + da[:, :, 2, None, None, :]  # [B, N, R, R, R]: node a R^2 + b R + c
