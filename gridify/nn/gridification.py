@@ -156,25 +156,33 @@ class BipartiteConv(nn.Module):
 
     def _chunked_aggregate(self, h: Tensor, offset: Tensor, edge_src: Tensor, edge_dst: Tensor, num_dst: int,
                            chunk: int) -> Tensor:
-        """The same aggregation as one pass, edge chunk by edge chunk (inference only)."""
+        """The same aggregation as one pass, edge chunk by edge chunk (inference only).
+
+        Sums and means accumulate in float32 when the messages are bf16/fp16 (under autocast), as
+        :func:`~gridify.ops.scatter` does, and are rounded once: a low-precision accumulator would
+        drop small messages added to a large sum, and a count above 256 is not exact in bf16.
+        """
         H = self.hidden_channels
-        if self.aggr == "max":
-            out = h.new_full((num_dst, H), float("-inf"))
-        else:
-            out = h.new_zeros((num_dst, H))
         phi_pos = self._inference_phi_pos()
+        out = None
         for s in range(0, edge_src.numel(), chunk):
             m = self._messages(h, offset[s:s + chunk], edge_src[s:s + chunk], phi_pos)
             dst = edge_dst[s:s + chunk]
+            if out is None:  # the messages' dtype (autocast may make it lower than h's)
+                if self.aggr == "max":
+                    out = m.new_full((num_dst, H), float("-inf"))
+                else:
+                    acc = torch.float32 if m.dtype in (torch.float16, torch.bfloat16) else m.dtype
+                    out = m.new_zeros((num_dst, H), dtype=acc)
             if self.aggr == "max":
                 out.scatter_reduce_(0, dst[:, None].expand_as(m), m, reduce="amax", include_self=True)
             else:
-                out.index_add_(0, dst, m)
+                out.index_add_(0, dst, m.to(out.dtype))
         if self.aggr == "mean":
             out /= torch.bincount(edge_dst, minlength=num_dst).clamp_(min=1).to(out.dtype)[:, None]
         elif self.aggr == "max":
             out.masked_fill_(torch.isinf(out), 0.0)  # targets without edges, as scatter() gives
-        return out
+        return out if m.dtype == out.dtype else out.to(m.dtype)
 
 
 def check_graph(where: str, graph: BipartiteGraph) -> None:
