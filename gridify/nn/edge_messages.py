@@ -39,6 +39,8 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F
 
+from ..ops.scatter import accumulation_dtype
+
 __all__ = ["FusedEdgeMessages", "fused_edge_messages", "use_fused_messages", "EDGE_CHUNK_ELEMENTS"]
 
 #: Per-edge values (edges x hidden channels) processed at once by the fused path.
@@ -166,7 +168,7 @@ def fused_edge_messages(h: Tensor, offset: Tensor, edge_src: Tensor, edge_dst: T
     phases ``B o`` and the sums in float32; the result is float32.
     """
     scale = None
-    acc = torch.promote_types(h.dtype, torch.float32) if h.dtype in (torch.float16, torch.bfloat16) else h.dtype
+    acc = accumulation_dtype(h.dtype)
     if aggr == "mean":
         scale = 1.0 / torch.bincount(edge_dst, minlength=num_dst).clamp_(min=1).to(acc)
     concat = msg_out is not None

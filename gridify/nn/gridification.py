@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from .._checks import (check_alloc, check_batch, check_choice, check_finite, check_float, check_index,
                        check_parameters, check_points, check_positive_int, check_tensor, checked_forward, fail,
                        trusted_inputs, validating)
-from ..ops.scatter import scatter_unchecked
+from ..ops.scatter import accumulation_dtype, scatter_unchecked
 from ..registry import POS_EMBEDDINGS
 from .edge_messages import fused_edge_messages, use_fused_messages
 from .connectivity import (BipartiteGraph, bilateral_knn_unchecked, check_connectivity_args, check_graph_size,
@@ -163,17 +163,14 @@ class BipartiteConv(nn.Module):
         drop small messages added to a large sum, and a count above 256 is not exact in bf16.
         """
         H = self.hidden_channels
+        if self.aggr == "max":
+            out = h.new_full((num_dst, H), float("-inf"))
+        else:
+            out = h.new_zeros((num_dst, H), dtype=accumulation_dtype(h.dtype))
         phi_pos = self._inference_phi_pos()
-        out = None
         for s in range(0, edge_src.numel(), chunk):
             m = self._messages(h, offset[s:s + chunk], edge_src[s:s + chunk], phi_pos)
             dst = edge_dst[s:s + chunk]
-            if out is None:  # the messages' dtype (autocast may make it lower than h's)
-                if self.aggr == "max":
-                    out = m.new_full((num_dst, H), float("-inf"))
-                else:
-                    acc = torch.float32 if m.dtype in (torch.float16, torch.bfloat16) else m.dtype
-                    out = m.new_zeros((num_dst, H), dtype=acc)
             if self.aggr == "max":
                 out.scatter_reduce_(0, dst[:, None].expand_as(m), m, reduce="amax", include_self=True)
             else:
@@ -182,7 +179,7 @@ class BipartiteConv(nn.Module):
             out /= torch.bincount(edge_dst, minlength=num_dst).clamp_(min=1).to(out.dtype)[:, None]
         elif self.aggr == "max":
             out.masked_fill_(torch.isinf(out), 0.0)  # targets without edges, as scatter() gives
-        return out if m.dtype == out.dtype else out.to(m.dtype)
+        return out.to(h.dtype)
 
 
 def check_graph(where: str, graph: BipartiteGraph) -> None:

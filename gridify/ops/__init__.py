@@ -10,9 +10,9 @@ Each has a loop-based ``*_reference`` used by the tests.
 """
 from .grid import grid_knn, grid_knn_unchecked, grid_positions
 from .knn import knn, knn_reference, knn_unchecked
-from .scatter import scatter, scatter_reference, scatter_unchecked
+from .scatter import accumulation_dtype, scatter, scatter_reference, scatter_unchecked
 from .sampling import fps, fps_reference, fps_unchecked, radius, radius_reference, radius_unchecked
 
 __all__ = ["knn", "knn_unchecked", "knn_reference", "grid_knn", "grid_knn_unchecked", "grid_positions", "scatter",
-           "scatter_unchecked", "scatter_reference", "fps", "fps_unchecked", "fps_reference", "radius",
-           "radius_unchecked", "radius_reference"]
+           "scatter_unchecked", "scatter_reference", "accumulation_dtype", "fps", "fps_unchecked", "fps_reference",
+           "radius", "radius_unchecked", "radius_reference"]

@@ -34,6 +34,11 @@ BACKENDS = ("auto", "torch_scatter", "torch")
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype sums of ``dtype`` values are accumulated in: float32 for float16/bfloat16, else ``dtype``."""
+    return torch.float32 if dtype in _LOW_PRECISION else dtype
+
+
 def _check(src: Tensor, index: Tensor, dim_size: Optional[int], reduce: str, backend: str) -> int:
     where = "scatter"
     src = check_tensor(src, "src", where)
