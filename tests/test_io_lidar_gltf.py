@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from gridify.io import read_mesh, read_points
+from gridify.io import ReferencedFileNotFoundError, read_mesh, read_points
 
 laspy = pytest.importorskip("laspy")
 trimesh = pytest.importorskip("trimesh")
@@ -199,6 +199,25 @@ def test_gltf_with_a_buffer_file_beside_it(tmp_path):
     tree["buffers"][0]["uri"] = "missing.bin"
     (tmp_path / "bad.gltf").write_text(json.dumps(tree))
     with pytest.raises(FileNotFoundError, match=r"missing\.bin: no such file"):
+        read_points(tmp_path / "bad.gltf")
+    # the file being read is unusable as it stands: also a ValueError, naming both files
+    with pytest.raises(ValueError, match=r"bad\.gltf: glTF buffer 0 refers to 'missing\.bin', which is missing "
+                                         r"\(.*missing\.bin: no such file\)") as err:
+        read_points(tmp_path / "bad.gltf")
+    assert isinstance(err.value, ReferencedFileNotFoundError)
+    tree["buffers"][0]["uri"] = "data:application/octet-stream;base64,AAAA"  # 3 bytes, views need more
+    (tmp_path / "bad.gltf").write_text(json.dumps(tree))
+    with pytest.raises(ValueError, match=r"bad\.gltf: glTF bufferView 0 spans bytes \[0, \d+\) of buffer 0, "
+                                         r"which holds 3 bytes"):
+        read_points(tmp_path / "bad.gltf")
+    tree["buffers"][0]["uri"] = "data:application/octet-stream;base64,AAA"
+    (tmp_path / "bad.gltf").write_text(json.dumps(tree))
+    with pytest.raises(ValueError, match=r"bad\.gltf: glTF buffer 0 has corrupt base64 data in its URI"):
+        read_points(tmp_path / "bad.gltf")
+    tree["buffers"][0]["uri"] = json.loads(files["model.gltf"])["buffers"][0]["uri"]
+    tree["bufferViews"][0]["buffer"] = 7
+    (tmp_path / "bad.gltf").write_text(json.dumps(tree))
+    with pytest.raises(ValueError, match=r"bad\.gltf: glTF bufferView 0 names buffer 7, but the file has 2"):
         read_points(tmp_path / "bad.gltf")
 
 

@@ -21,7 +21,8 @@ per-point fields (LAS/LAZ, PLY, PCD) keep the fields named by ``fields=`` in
 Every corrupt, truncated, empty or unsupported file raises :class:`ValueError` whose message
 names the file and the problem; so does a path that is not a readable regular file (a
 directory, a FIFO, a socket or device, a permission problem); a missing file or a broken
-symbolic link raises :class:`FileNotFoundError`. Sizes declared in headers are checked against
+symbolic link raises :class:`FileNotFoundError`; a missing file that the file refers to (a
+``.gltf``'s buffer file) raises :class:`ReferencedFileNotFoundError`, which is both. Sizes declared in headers are checked against
 the file before anything is allocated (each reader's docstring gives its bound).
 
 ``SUPPORTED_EXTENSIONS`` and ``MESH_EXTENSIONS`` are tuples read from the registry at each
@@ -52,6 +53,7 @@ from .pcd import lzf_decompress
 from .read import MAX_SAMPLES, read_points
 from .registry import (READ_OPTIONS, ReaderFormat, describe_formats, find_format, formats, mesh_extensions,
                        register_reader, supported_extensions, unregister_reader)
+from .source import ReferencedFileNotFoundError
 from .writer import write_ply
 
 __all__ = [
@@ -62,6 +64,7 @@ __all__ = [
     "read_mesh",
     "sample_mesh",
     "write_ply",
+    "ReferencedFileNotFoundError",
     "repair_normals",
     "SUPPORTED_EXTENSIONS",
     "MESH_EXTENSIONS",

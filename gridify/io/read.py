@@ -64,6 +64,8 @@ def read_points(path: PathLike, *, num_samples: int = 10_000, seed: int = 0,
 
     Raises:
         FileNotFoundError: the file does not exist (or is a broken symbolic link).
+        ReferencedFileNotFoundError: a file it refers to (a ``.gltf``'s buffer file) does not
+            exist; both a FileNotFoundError and a ValueError, naming both files.
         ValueError: the file is empty, truncated, corrupt, not a regular file, unreadable, or has
             an unsupported extension; the message names the file and the problem.
     """

@@ -31,7 +31,7 @@ from typing import Optional
 
 from .._files import PathLike
 
-__all__ = ["check_file", "read_file_bytes", "describe_mode"]
+__all__ = ["check_file", "read_file_bytes", "describe_mode", "ReferencedFileNotFoundError"]
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
@@ -64,6 +64,16 @@ def _file_component(shown: str) -> Optional[str]:
         if os.path.lexists(head) and not os.path.isdir(head):
             return head
     return None
+
+
+class ReferencedFileNotFoundError(FileNotFoundError, ValueError):
+    """A file that the file being read refers to (a ``.gltf``'s buffer file) does not exist.
+
+    Both a :class:`FileNotFoundError` (a file is missing) and a :class:`ValueError` (the file
+    being read is unusable as it stands), as :class:`io.UnsupportedOperation` is both an
+    ``OSError`` and a ``ValueError``: ``except ValueError`` around ``read_points`` catches every
+    problem with the input, ``except FileNotFoundError`` every missing file.
+    """
 
 
 def _missing(shown: str) -> FileNotFoundError:

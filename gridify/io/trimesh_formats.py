@@ -3,7 +3,8 @@
 trimesh is given the file's bytes, never its path: it cannot open other files on its own (an
 OBJ's ``mtllib``, a glTF's ``uri``), and materials and textures are not loaded (no image is
 decoded). A ``.gltf`` may keep its buffers in files beside it (``"uri": "model.bin"``, a plain
-file name); any other reference (a folder, ``..``, a URL) is refused. The scene is flattened
+file name); any other reference (a folder, ``..``, a URL) is refused, and a missing one raises
+:class:`~gridify.io.source.ReferencedFileNotFoundError` (a FileNotFoundError and a ValueError). The scene is flattened
 into one mesh: every node that holds a mesh contributes its vertices moved by the node's
 transform, ``v' = R v + t``; glTF point primitives give a point cloud.
 
@@ -18,6 +19,8 @@ Shapes:
 """
 from __future__ import annotations
 
+import base64
+import binascii
 import io
 import json
 import os
@@ -29,7 +32,7 @@ from urllib.parse import unquote
 
 import numpy as np
 
-from .source import check_file, read_file_bytes
+from .source import ReferencedFileNotFoundError, check_file, read_file_bytes
 
 __all__ = ["read_trimesh", "read_gltf", "INSTANCE_EXPANSION"]
 
@@ -139,8 +142,56 @@ def _sidecars(p: Path, tree: Dict[str, Any]) -> Dict[str, bytes]:
         if re.search(r"[/\\:]", name) or name in ("", ".", "..") or name.startswith("."):
             raise ValueError(f"{p}: glTF buffer {i} refers to {uri!r}; only files in the same folder as "
                              f"the .gltf (a plain file name) are read")
-        out[uri] = read_file_bytes(check_file(os.path.join(os.path.dirname(str(p)), name)))
+        try:
+            out[uri] = read_file_bytes(check_file(os.path.join(os.path.dirname(str(p)), name)))
+        except FileNotFoundError as exc:
+            raise ReferencedFileNotFoundError(f"{p}: glTF buffer {i} refers to {uri!r}, which is missing "
+                                              f"({exc})") from None
     return out
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _buffer_sizes(p: Path, tree: Dict[str, Any], data: bytes, sidecars: Dict[str, bytes]) -> List[Any]:
+    """The bytes each glTF buffer holds (``None`` where trimesh decides alone), decoding data URIs as trimesh does."""
+    buffers = tree.get("buffers", [])
+    sizes: List[Any] = []
+    for i, buf in enumerate(buffers if isinstance(buffers, list) else []):
+        uri = buf.get("uri") if isinstance(buf, dict) else None
+        if isinstance(uri, str) and "base64," in uri:
+            try:  # trimesh decodes whatever follows "base64," with the lenient decoder
+                sizes.append(len(base64.b64decode(uri[uri.find("base64,") + 7:])))
+            except (binascii.Error, ValueError) as exc:
+                raise ValueError(f"{p}: glTF buffer {i} has corrupt base64 data in its URI ({exc})") from None
+        elif isinstance(uri, str):
+            sizes.append(len(sidecars[uri]) if uri in sidecars else None)
+        elif i == 0 and p.suffix.lower() == ".glb":  # the GLB's BIN chunk, cut where the file ends
+            start = 20 + struct.unpack_from("<I", data, 12)[0]
+            length = struct.unpack_from("<I", data, start)[0] if start + 8 <= len(data) else 0
+            sizes.append(max(0, min(length, len(data) - start - 8)))
+        else:
+            sizes.append(None)
+    return sizes
+
+
+def _check_buffer_views(p: Path, tree: Dict[str, Any], sizes: List[Any]) -> None:
+    """Every bufferView must name a buffer and lie inside the bytes that buffer holds."""
+    views = tree.get("bufferViews", [])
+    for i, view in enumerate(views if isinstance(views, list) else []):
+        if not isinstance(view, dict):
+            raise ValueError(f"{p}: glTF bufferView {i} is not an object")
+        buf, offset, length = view.get("buffer"), view.get("byteOffset", 0), view.get("byteLength")
+        if not _int(buf) or buf >= len(sizes):
+            raise ValueError(f"{p}: glTF bufferView {i} names buffer {buf!r}, but the file has "
+                             f"{len(sizes)} buffer(s)")
+        if not _int(offset) or not _int(length):
+            raise ValueError(f"{p}: glTF bufferView {i} has an invalid byteOffset {offset!r} / "
+                             f"byteLength {length!r}")
+        if sizes[buf] is not None and offset + length > sizes[buf]:
+            raise ValueError(f"{p}: glTF bufferView {i} spans bytes [{offset}, {offset + length}) of buffer "
+                             f"{buf}, which holds {sizes[buf]} bytes")
 
 
 def _check_accessors(p: Path, tree: Dict[str, Any], available: int) -> None:
@@ -169,5 +220,6 @@ def read_gltf(p: Path) -> Tuple[np.ndarray, np.ndarray]:
         tree = _json(p, data)
         sidecars = _sidecars(p, tree)
     available = len(data) + sum(len(b) for b in sidecars.values())
+    _check_buffer_views(p, tree, _buffer_sizes(p, tree, data, sidecars))
     _check_accessors(p, tree, available)
     return _mesh(p, data, p.suffix.lower()[1:], sidecars, available)

@@ -85,6 +85,15 @@ REGRESSIONS = [
               b'"type": "VEC3"}], "meshes": [{"primitives": [{"attributes": {"POSITION": 0}}]}], '
               b'"nodes": [{"mesh": 0}], "scenes": [{"nodes": [0]}], "scene": 0}',
      r"glTF accessor 0 declares 1000000000 items"),
+    # a mutated data URI ("datAAAA...") read as a buffer file beside the .gltf: FileNotFoundError escaped
+    (".gltf", b'{"asset": {"version": "2.0"}, "buffers": [{"uri": "datAAAAAAAAMAAAACAAAAAQ", "byteLength": 48}], '
+              b'"meshes": [], "scenes": [{"nodes": []}], "scene": 0}',
+     r"glTF buffer 0 refers to 'datAAAAAAAAMAAAACAAAAAQ', which is missing \(.*: no such file\)"),
+    # a bufferView longer than its (data URI) buffer: trimesh failed an assert with no message
+    (".gltf", b'{"asset": {"version": "2.0"}, "buffers": [{"uri": "data:;base64,AAAA", "byteLength": 3}], '
+              b'"bufferViews": [{"buffer": 0, "byteLength": 48}], "meshes": [], "scenes": [{"nodes": []}], '
+              b'"scene": 0}',
+     r"glTF bufferView 0 spans bytes \[0, 48\) of buffer 0, which holds 3 bytes"),
 ]
 
 #: LiDAR inputs that once hung or killed the process (zlib + base64: they are binary)
