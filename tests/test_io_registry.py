@@ -191,3 +191,18 @@ def test_io_is_a_low_layer():
             for root in roots:
                 ok = root in sys.stdlib_module_names or root == "numpy" or (root in lazy and node not in top)
                 assert ok, f"{path.name}:{node.lineno} imports {root}"
+
+
+def test_a_user_reader_whose_sidecar_is_missing_raises_an_error_naming_both_files(tmp_path):
+    def with_sidecar(path):
+        return PointCloud(np.loadtxt(Path(str(path) + ".labels")))  # FileNotFoundError from numpy
+
+    register_reader(".sc", "toy format with a sidecar file", with_sidecar)
+    try:
+        (tmp_path / "t.sc").write_text("x")
+        with pytest.raises(ValueError, match=r"t\.sc: could not read \.sc file: a file it refers to is missing "
+                                             r"\(.*t\.sc\.labels") as err:
+            read_points(tmp_path / "t.sc")
+        assert isinstance(err.value, FileNotFoundError) and isinstance(err.value, gio.ReferencedFileNotFoundError)
+    finally:
+        unregister_reader(".sc")

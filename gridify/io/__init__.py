@@ -22,7 +22,8 @@ Every corrupt, truncated, empty or unsupported file raises :class:`ValueError` w
 names the file and the problem; so does a path that is not a readable regular file (a
 directory, a FIFO, a socket or device, a permission problem); a missing file or a broken
 symbolic link raises :class:`FileNotFoundError`; a missing file that the file refers to (a
-``.gltf``'s buffer file) raises :class:`ReferencedFileNotFoundError`, which is both. Sizes declared in headers are checked against
+``.gltf``'s buffer file, a registered reader's sidecar) raises
+:class:`ReferencedFileNotFoundError`, which is both. Sizes declared in headers are checked against
 the file before anything is allocated (each reader's docstring gives its bound).
 
 ``SUPPORTED_EXTENSIONS`` and ``MESH_EXTENSIONS`` are tuples read from the registry at each

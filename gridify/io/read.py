@@ -22,7 +22,7 @@ from .._checks import check_int, fail, is_int
 from .._files import PathLike
 from .cloud import PointCloud, representable_rows
 from .registry import find_format, formats, supported_extensions
-from .source import check_file
+from .source import ReferencedFileNotFoundError, check_file
 
 __all__ = ["read_points", "finalize", "check_read_options", "run_reader", "MAX_SAMPLES"]
 
@@ -64,8 +64,9 @@ def read_points(path: PathLike, *, num_samples: int = 10_000, seed: int = 0,
 
     Raises:
         FileNotFoundError: the file does not exist (or is a broken symbolic link).
-        ReferencedFileNotFoundError: a file it refers to (a ``.gltf``'s buffer file) does not
-            exist; both a FileNotFoundError and a ValueError, naming both files.
+        ReferencedFileNotFoundError: a file it refers to (a ``.gltf``'s buffer file, a
+            registered reader's sidecar) does not exist; both a FileNotFoundError and a
+            ValueError, naming both files.
         ValueError: the file is empty, truncated, corrupt, not a regular file, unreadable, or has
             an unsupported extension; the message names the file and the problem.
     """
@@ -87,12 +88,21 @@ def read_points(path: PathLike, *, num_samples: int = 10_000, seed: int = 0,
 
 
 def run_reader(p: Path, reader: Callable[..., T], **options: Any) -> T:
-    """``reader(p, **options)``, with every exception but FileNotFoundError turned into a ValueError naming ``p``."""
+    """``reader(p, **options)``, with every exception turned into a ValueError naming ``p``.
+
+    The exception: the file itself vanishing stays a plain FileNotFoundError; another missing file
+    (one the file refers to) becomes a :class:`ReferencedFileNotFoundError`, which is both.
+    """
     ext = p.suffix.lower()
     try:
         return reader(p, **options)
-    except FileNotFoundError:
-        raise
+    except FileNotFoundError as exc:
+        if isinstance(exc, ReferencedFileNotFoundError) or str(exc).startswith(f"{p}: ") or \
+                exc.filename in (p, str(p)):
+            raise  # the file itself vanished, or the reader already named both files
+        # a file the reader looked for beside this one (a registered reader's sidecar)
+        raise ReferencedFileNotFoundError(f"{p}: could not read {ext} file: a file it refers to is "
+                                          f"missing ({exc})") from exc
     except ValueError as exc:
         if str(p) in str(exc):
             raise
