@@ -254,3 +254,20 @@ def test_mask_dropout_keeps_the_expected_fraction_and_scale_and_is_seeded():
     out.sum().backward()
     torch.testing.assert_close(xg.grad, (out.detach() != 0).float() / 0.75)
     assert torch.equal(drop.eval()(xg), xg)
+    assert torch.equal(MaskDropout(1.0)(torch.ones(7)), torch.zeros(7))
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_mask_dropout_rate_is_p_for_odd_sizes_and_shapes(p):
+    from gridify.backbones.blocks import MaskDropout
+
+    torch.manual_seed(5)
+    x = torch.ones(3, 7, 11, 13, 17)  # 51,051 values: not a multiple of the 4 draws per random word
+    y = MaskDropout(p)(x)
+    assert y.shape == x.shape
+    kept = (y != 0).float()
+    assert abs(kept.mean().item() - (1 - p)) < 4 * (p * (1 - p) / x.numel()) ** 0.5 + 1e-4
+    # no lane of the 64-bit words is biased: every 4th element keeps the same fraction
+    for lane in range(4):
+        frac = kept.flatten()[lane::4].mean().item()
+        assert abs(frac - (1 - p)) < 5 * (p * (1 - p) * 4 / x.numel()) ** 0.5

@@ -116,13 +116,15 @@ def grid_gelu(x: Tensor, inplace: bool = False) -> Tensor:
 
 
 class MaskDropout(nn.Dropout):
-    r"""Dropout by a uniform mask: ``y = x * 1[u >= p] / (1 - p)``, ``u ~ U(0, 1)`` per element.
+    r"""Dropout by a uniform mask: ``y = x * 1[u >= p] / (1 - p)``, ``u`` uniform per element.
 
     The same distribution as :class:`torch.nn.Dropout` (each element kept with probability
-    ``1 - p`` and scaled by ``1 / (1 - p)``), drawn with ``torch.rand_like`` instead of
-    ``bernoulli_``: on CPU about 2.5x faster for grid-sized tensors (measured, 2 threads, 4M
-    values: 25 ms against 63 ms for ``F.dropout``). The random numbers come from torch's global
-    generator, so ``torch.manual_seed`` makes it reproducible.
+    ``1 - p`` and scaled by ``1 / (1 - p)``), drawn without ``bernoulli_``. On CPU ``u`` is a
+    16-bit integer, four of them cut from each 64-bit word of ``random_`` over the full int64
+    range, compared with ``round(p 2^16)`` (so ``p`` is applied to within ``2^-17``): measured
+    (2 threads, AMD EPYC, 2M values) 2.3-2.5 ms against 6.5-7.2 ms for ``torch.rand_like`` and
+    about 2.5x that for ``F.dropout``. Elsewhere ``u = torch.rand_like(x)``. The numbers come
+    from torch's global generator, so ``torch.manual_seed`` makes it reproducible.
 
     Shapes:
         any -> the same
@@ -131,8 +133,20 @@ class MaskDropout(nn.Dropout):
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0:
             return x
-        keep = (torch.rand_like(x) >= self.p).to(x.dtype).mul_(1.0 / (1.0 - self.p))
+        if self.p == 1.0:  # everything dropped, as F.dropout does
+            return x.mul_(0.0) if self.inplace else x * 0.0
+        keep = _keep_mask(x, self.p).to(x.dtype).mul_(1.0 / (1.0 - self.p))
         return x.mul_(keep) if self.inplace else x * keep
+
+
+def _keep_mask(x: Tensor, p: float) -> Tensor:
+    """Boolean ``[*x.shape]``: each element True with probability ``1 - p`` (see :class:`MaskDropout`)."""
+    if x.device.type != "cpu":
+        return torch.rand_like(x) >= p
+    n = x.numel()
+    words = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(1 << 63), None)
+    u = words.view(torch.int16)[:n].view(x.shape)  # uniform on [-2^15, 2^15)
+    return u >= round(p * 65536) - 32768
 
 
 def _is_fresh(h: Tensor, x: Tensor) -> bool:
