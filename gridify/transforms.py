@@ -12,9 +12,14 @@ modified in place).
 * :class:`FixedPoints` subsamples every per-point entry (an array whose first dimension is
   ``N``) with the same indices; scalars such as a 0-d class label ``y`` are kept.
 
-Every transform validates its parameters when built and its sample when called (a dict with a
-floating ``pos [N, 3]`` without NaN/Inf, a ``normal [N, 3]`` when present): bad input raises a
-``ValueError`` naming the transform and the problem. :func:`centre_and_scale` is the
+Every transform validates its parameters when built and its sample once when called: a dict
+with a floating ``pos [N, 3]`` (torch: float16/bfloat16/float32/float64) without NaN/Inf; when present,
+a ``normal`` of the same kind (floating ``[N, 3]``, finite), ``x``/``color``/``colors``/``rgb``
+arrays with ``N`` rows and ``y``/``label``/``labels`` arrays with ``N`` rows (per-point labels) or
+a single row (a per-sample label; scalars are fine). Bad input raises a ``ValueError`` naming
+the transform, the argument or entry and the problem; so does a parameter that would make the
+result overflow its dtype (the results of :class:`RandomRotate`, :class:`RandomScale` and
+:class:`RandomJitter` are checked to be finite). :func:`centre_and_scale` is the
 normalization shared with :func:`gridify.api.normalize_cloud`; it works in float64 and never
 overflows (coordinates of 1e300 normalize like coordinates of 1).
 
@@ -28,12 +33,13 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Iterable as _IterableABC
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
 
-from ._checks import check_alloc, check_choice, check_int, check_number
+from ._checks import SUPPORTED_FLOATS, check_alloc, check_choice, check_int, check_number, fail, is_int
 
 Sample = Dict[str, Any]
 
@@ -56,34 +62,129 @@ def _n_points(sample: Sample, where: str) -> int:
     return int(pos.shape[0])
 
 
-def _check_geometry(sample: Sample, where: str) -> int:
-    """``pos`` floating and finite; ``normal`` (when present) ``[N, 3]``; returns ``N``."""
+#: per-point entries that must have one row per point when present as arrays
+_ROW_KEYS = ("x", "color", "colors", "rgb")
+#: label entries: per point (``[N]``, segmentation) or per sample (a scalar or a single row, classification)
+_LABEL_KEYS = ("y", "label", "labels")
+
+
+def _is_real(value: Any) -> bool:
+    """A real Python or NumPy number, possibly NaN/Inf (``bool`` refused)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def _check_flag(where: str, name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        fail(where, f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def _all_finite(a: Any) -> bool:
+    if isinstance(a, torch.Tensor):
+        return bool(torch.isfinite(a).all())
+    with np.errstate(invalid="ignore"):
+        return bool(np.isfinite(a).all())
+
+
+def _dtype_name(a: Any) -> str:
+    return str(a.dtype).replace("torch.", "")
+
+
+def _check_float_array(a: Any, name: str, what: str, where: str) -> None:
+    """``a`` (an array or tensor) holds finite floating-point values of a supported dtype."""
+    if isinstance(a, torch.Tensor):
+        if not a.is_floating_point():
+            fail(where, f"'{name}' must hold floating-point {what}, got dtype {a.dtype}")
+        if a.dtype not in SUPPORTED_FLOATS:
+            fail(where, f"'{name}' has the unsupported dtype {a.dtype}; use float16, bfloat16, float32 or float64")
+        if a.device.type == "meta":
+            fail(where, f"'{name}' is a meta tensor (it holds no data)")
+    elif a.dtype.kind != "f":
+        fail(where, f"'{name}' must hold floating-point {what}, got dtype {a.dtype}")
+    if not _all_finite(a):
+        fail(where, f"'{name}' contains NaN/Inf {what}")
+
+
+def _check_sample(sample: Sample, where: str) -> int:
+    """Validate a sample once, at a transform's public entry; returns ``N``.
+
+    ``pos``: a floating ``[N, 3]`` array or tensor without NaN/Inf; ``normal`` (when present): the
+    same, ``[N, 3]``; ``x``/``color``/``colors``/``rgb`` arrays: ``N`` rows; ``y``/``label``/``labels``
+    arrays: ``N`` rows, or a scalar / a single row (a per-sample class label).
+    """
     n = _n_points(sample, where)
-    pos = sample["pos"]
-    floating = pos.is_floating_point() if isinstance(pos, torch.Tensor) else pos.dtype.kind == "f"
-    if not floating:
-        raise ValueError(f"{where}: 'pos' must hold floating-point coordinates, got dtype {pos.dtype}")
-    finite = bool(torch.isfinite(pos).all()) if isinstance(pos, torch.Tensor) else bool(np.isfinite(pos).all())
-    if not finite:
-        raise ValueError(f"{where}: 'pos' contains NaN/Inf coordinates")
+    _check_float_array(sample["pos"], "pos", "coordinates", where)
     normal = sample.get("normal")
-    if normal is not None and (getattr(normal, "shape", None) is None or tuple(normal.shape) != (n, 3)):
-        raise ValueError(f"{where}: 'normal' must have shape [{n}, 3] like 'pos', got "
-                         f"{tuple(getattr(normal, 'shape', ())) or type(normal).__name__}")
+    if normal is not None:
+        if not isinstance(normal, (np.ndarray, torch.Tensor)) or tuple(normal.shape) != (n, 3):
+            raise ValueError(f"{where}: 'normal' must have shape [{n}, 3] like 'pos', got "
+                             f"{tuple(getattr(normal, 'shape', ())) or type(normal).__name__}")
+        _check_float_array(normal, "normal", "components", where)
+    for key, v in sample.items():
+        if not isinstance(v, (np.ndarray, torch.Tensor)) or v.ndim == 0:
+            continue
+        rows = int(v.shape[0])
+        if key in _ROW_KEYS and rows != n:
+            fail(where, f"'{key}' has {rows} rows but 'pos' has {n} points; per-point entries need one row "
+                        f"per point")
+        if key in _LABEL_KEYS and rows not in (1, n):
+            fail(where, f"'{key}' has {rows} rows but 'pos' has {n} points; per-point labels need one row per "
+                        f"point (a per-sample label is a scalar or a single row)")
     return n
 
 
+def _check_result(a: Any, where: str, name: str, cause: Union[str, Callable[[], str]]) -> None:
+    """Raise if a transform's output ``a`` overflowed (its finite input was checked on entry);
+    ``cause`` (or ``cause()``, built only on failure) names the argument or input responsible."""
+    if not _all_finite(a):
+        why = cause() if callable(cause) else cause
+        fail(where, f"{why} makes '{name}' overflow {_dtype_name(a)} (NaN/Inf in the result)")
+
+
+def _as_real_cloud(pos: Any) -> np.ndarray:
+    """``pos`` as a float64 numpy array; complex, boolean and non-numeric input is refused."""
+    if isinstance(pos, torch.Tensor):
+        if pos.is_complex() or pos.dtype == torch.bool:
+            raise ValueError(f"pos must hold real coordinates, got dtype {pos.dtype}"
+                             + (" (the imaginary part would be dropped)" if pos.is_complex() else ""))
+        if pos.device.type == "meta":
+            raise ValueError("pos is a meta tensor (it holds no data)")
+        return pos.detach().cpu().double().numpy()
+    try:
+        a = np.asarray(pos)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"pos must be an [N, D] array of real numbers ({exc})") from None
+    if a.dtype.kind in "fiu":
+        with np.errstate(over="ignore", invalid="ignore"):
+            p = a.astype(np.float64, copy=False)
+            if a.dtype.itemsize > 8 and np.isfinite(a).all() and not np.isfinite(p).all():
+                raise ValueError(f"pos has {a.dtype} coordinates beyond the float64 range")
+        return p
+    if a.dtype.kind == "O":
+        try:
+            return a.astype(np.float64)
+        except (ValueError, TypeError, OverflowError):
+            pass
+    raise ValueError(f"pos must hold real coordinates, got dtype {a.dtype}"
+                     + (" (the imaginary part would be dropped)" if a.dtype.kind == "c" else ""))
+
+
 def centre_and_scale(pos: Any, center: str = "mean") -> Tuple[np.ndarray, np.ndarray, float]:
-    """``(q, c, s)`` with ``q = (p - c) / s`` in float64, ``c`` the centroid (or bounding-box centre)
-    and ``s = max_j |p_j - c|``, so ``q`` lies in the unit sphere; ``p = q * s + c``.
+    """``(q, c, s)`` with ``q = (p - c) / s`` in float64, ``c`` the centroid (``center="mean"``) or
+    bounding-box centre (``center="bbox"``) and ``s = max_j |p_j - c|``, so ``q`` lies in the unit
+    sphere; ``p = q * s + c``.
 
     Computed on ``p / 2^e`` (``2^e ~ max |p|``, an exact scaling), so neither the mean nor the squares
     overflow for any finite coordinates; the result equals the direct formula whenever that does
-    not overflow. Raises ValueError for NaN/Inf coordinates or a zero extent (all points identical
-    to float64 precision).
+    not overflow. Raises ValueError for an empty cloud, complex, boolean or non-numeric input
+    (real ints and floats are accepted), NaN/Inf coordinates, an unknown ``center`` or a zero
+    extent (all points identical to float64 precision). The messages name the argument but not
+    the function: callers (:class:`Normalize`, :func:`gridify.api.normalize_cloud`) prefix their own name.
     """
-    p = np.asarray(pos, dtype=np.float64)
-    if p.ndim != 2 or p.shape[0] == 0:
+    if not (isinstance(center, str) and center in ("mean", "bbox")):
+        raise ValueError(f"center must be one of ('mean', 'bbox'), got {center!r}")
+    p = _as_real_cloud(pos)
+    if p.ndim != 2 or p.shape[0] == 0 or p.shape[1] == 0:
         raise ValueError(f"expected a non-empty [N, D] cloud, got shape {p.shape}")
     if not np.isfinite(p).all():
         raise ValueError("pos contains NaN/Inf coordinates")
@@ -117,20 +218,35 @@ def _apply_matrix(a: Any, m: np.ndarray) -> Any:
         return a @ torch.as_tensor(m.T, dtype=a.dtype, device=a.device)
     a = np.asarray(a)
     dtype = a.dtype if a.dtype.kind == "f" else np.float64
-    return (a @ m.T).astype(dtype, copy=False)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (a @ m.T).astype(dtype, copy=False)
 
 
-def _normalize_rows(a: Any) -> Any:
-    if isinstance(a, torch.Tensor):
-        return a / a.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    return a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+def _scaled_normals(normal: Any, s: np.ndarray) -> Any:
+    """Unit normals of a surface scaled by ``diag(s)``: rows of ``normal @ diag(1 / s)``, renormalized.
+
+    Computed in float64 on ``normal`` divided by each row's largest component, times ``min(s) / s``
+    (``<= 1``): the same directions as ``normal / s`` without any overflow; cast back to the input's
+    kind and dtype. Zero rows stay zero.
+    """
+    w = float(s.min()) / s
+    if isinstance(normal, torch.Tensor):
+        a = normal.double()
+        a = a / a.abs().amax(dim=1, keepdim=True).clamp_min(1e-300)
+        a = a * torch.as_tensor(w, dtype=torch.float64, device=a.device)
+        return (a / a.norm(dim=1, keepdim=True).clamp_min(1e-300)).to(normal.dtype)
+    a = np.asarray(normal, dtype=np.float64)
+    a = a / np.maximum(np.abs(a).max(axis=1, keepdims=True), 1e-300) * w
+    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-300)
+    return a.astype(normal.dtype, copy=False)
 
 
 class RandomTransform:
     """Base class owning a seeded generator (re-seeded per DataLoader worker).
 
     Args:
-        seed: seed of the generator; ``None`` draws one from numpy's entropy (not reproducible).
+        seed: seed of the generator (a non-negative integer); ``None`` draws one from numpy's
+            entropy (not reproducible).
         generator: use this ``numpy.random.Generator`` instead (the caller owns its state;
             no per-worker re-seeding then).
     """
@@ -160,7 +276,8 @@ class RandomTransform:
         return self._rng
 
     def reseed(self, seed: Optional[int]) -> None:
-        """Restart the generator from ``seed``."""
+        """Restart the generator from ``seed`` (a non-negative integer or None)."""
+        check_int(f"{type(self).__name__}.reseed", "seed", seed, 0, allow_none=True)
         self.seed = seed
         self._rng = None
         self._rng_key = ("unset",)
@@ -170,13 +287,25 @@ class RandomTransform:
 
 
 class Compose:
-    """Apply transforms in order."""
+    """Apply transforms in order.
+
+    Args:
+        transforms: a sequence (list, tuple, iterable) of callables taking and returning a sample.
+
+    Raises:
+        ValueError: ``transforms`` is not a sequence (e.g. a single transform, a string or a
+            number), or one of its items is not callable.
+    """
 
     def __init__(self, transforms: Iterable[Callable[[Sample], Sample]]) -> None:
+        bad = isinstance(transforms, (str, bytes, dict, set, frozenset)) or not isinstance(transforms, _IterableABC)
+        if bad:
+            hint = " (wrap a single transform in a list)" if callable(transforms) else ""
+            fail("Compose", f"transforms must be a sequence of callables, got {type(transforms).__name__}{hint}")
         self.transforms = list(transforms)
-        for t in self.transforms:
+        for i, t in enumerate(self.transforms):
             if not callable(t):
-                raise ValueError(f"Compose: {t!r} is not callable")
+                fail("Compose", f"transforms[{i}] = {t!r} is not callable")
 
     def __call__(self, sample: Sample) -> Sample:
         for t in self.transforms:
@@ -195,7 +324,8 @@ class Normalize:
         center: ``"mean"`` (centroid) or ``"bbox"`` (bounding-box centre).
 
     Raises:
-        ValueError: the cloud is empty or has zero extent (all points identical).
+        ValueError: a bad sample (see the module docstring), an empty cloud or a zero extent
+            (all points identical).
 
     Shapes:
         pos: ``[N, 3]``; normals are unchanged (translation and uniform scaling).
@@ -206,10 +336,9 @@ class Normalize:
         self.center = center
 
     def __call__(self, sample: Sample) -> Sample:
-        n = _n_points(sample, "Normalize")
+        n = _check_sample(sample, "Normalize")
         if n == 0:
             raise ValueError("Normalize: the cloud is empty (0 points)")
-        _check_geometry(sample, "Normalize")
         pos = sample["pos"]
         is_t = isinstance(pos, torch.Tensor)
         p = pos.detach().double().cpu().numpy() if is_t else np.asarray(pos, dtype=np.float64)
@@ -233,12 +362,15 @@ class FixedPoints(RandomTransform):
     replacement. All per-point entries are indexed alike.
 
     Args:
-        n: number of points to keep.
-        replace: always sample with replacement.
-        deterministic: evaluation mode: the indices depend only on ``seed`` and the content
-            of ``pos`` (the same input always gives the same output), not on how many samples
-            were drawn before.
+        n: number of points to keep (a positive integer).
+        replace: always sample with replacement (True or False).
+        deterministic: evaluation mode (True or False): the indices depend only on ``seed`` and
+            the content of ``pos`` (the same input always gives the same output), not on how many
+            samples were drawn before.
         seed, generator: see :class:`RandomTransform`.
+
+    Raises:
+        ValueError: bad arguments, a bad sample (see the module docstring) or an empty cloud.
 
     Shapes:
         every per-point ``[N, ...]`` entry becomes ``[n, ...]``.
@@ -250,17 +382,21 @@ class FixedPoints(RandomTransform):
         check_int("FixedPoints", "n", n)
         check_alloc("FixedPoints", f"n={n} (the row indices)", 8 * n)
         self.n = int(n)
-        self.replace = bool(replace)
-        self.deterministic = bool(deterministic)
+        self.replace = _check_flag("FixedPoints", "replace", replace)
+        self.deterministic = _check_flag("FixedPoints", "deterministic", deterministic)
 
     def indices(self, sample: Sample) -> np.ndarray:
         """The row indices this call would take (advances the generator unless deterministic)."""
-        num = _n_points(sample, "FixedPoints")
+        return self._indices(sample, _check_sample(sample, "FixedPoints"))
+
+    def _indices(self, sample: Sample, num: int) -> np.ndarray:
         if num == 0:
             raise ValueError("FixedPoints: the cloud is empty (0 points)")
         if self.deterministic:
             pos = sample["pos"]
-            buf = (pos.detach().cpu().numpy() if isinstance(pos, torch.Tensor) else np.asarray(pos)).tobytes()
+            # raw bytes (a uint8 view: bfloat16 has no numpy dtype)
+            buf = (pos.detach().cpu().contiguous().view(torch.uint8).numpy() if isinstance(pos, torch.Tensor)
+                   else np.asarray(pos)).tobytes()
             rng = np.random.default_rng([0 if self.seed is None else int(self.seed), zlib.crc32(buf), num])
         else:
             rng = self.rng
@@ -274,11 +410,12 @@ class FixedPoints(RandomTransform):
         return np.concatenate([np.arange(num), extra])
 
     def __call__(self, sample: Sample) -> Sample:
+        num = _check_sample(sample, "FixedPoints")
         keys = point_keys(sample)
         row = sum(sample[k][:1].numel() * sample[k].element_size() if isinstance(sample[k], torch.Tensor)
                   else sample[k][:1].nbytes for k in keys)
         check_alloc("FixedPoints", f"n={self.n} (rows of {row} bytes over {len(keys)} per-point entries)", self.n * row)
-        idx = self.indices(sample)
+        idx = self._indices(sample, num)
         out = dict(sample)
         for k in keys:
             v = sample[k]
@@ -291,25 +428,38 @@ class FixedPoints(RandomTransform):
 
 
 def rotation_matrix(axis: int, angle: float) -> np.ndarray:
-    """The ``3 x 3`` matrix of a right-handed rotation by ``angle`` radians about axis 0, 1 or 2 (x, y, z)."""
-    if isinstance(axis, bool) or axis not in (0, 1, 2):
+    """The ``3 x 3`` matrix of a right-handed rotation by ``angle`` radians about axis 0, 1 or 2 (x, y, z).
+
+    ``axis`` must be the integer 0, 1 or 2 (not a bool or a float); ``angle`` a finite real number.
+    """
+    if not is_int(axis) or axis not in (0, 1, 2):
         raise ValueError(f"rotation_matrix: axis must be 0, 1 or 2, got {axis!r}")
-    angle = check_number("rotation_matrix", "angle", angle, -math.inf)
+    if not (_is_real(angle) and math.isfinite(angle)):
+        fail("rotation_matrix", f"angle must be a finite number (radians), got {angle!r}")
+    angle = float(angle)
     c, s = math.cos(angle), math.sin(angle)
-    i, j = [(1, 2), (2, 0), (0, 1)][axis]
+    i, j = [(1, 2), (2, 0), (0, 1)][int(axis)]
     m = np.eye(3)
     m[i, i], m[i, j], m[j, i], m[j, j] = c, -s, s, c
     return m
+
+
+#: largest |angle| in degrees :class:`RandomRotate` accepts (a full turn)
+MAX_DEGREES = 360.0
 
 
 class RandomRotate(RandomTransform):
     """Rotate ``pos`` and ``normal`` about a coordinate axis by a random angle.
 
     Args:
-        degrees: the angle is uniform in ``[-degrees, degrees]`` (a float) or in
-            ``[low, high]`` (a pair).
-        axis: 0 (x), 1 (y) or 2 (z).
+        degrees: the angle is uniform in ``[-degrees, degrees]`` (a number in ``[0, 360]``) or
+            in ``[low, high]`` (a pair of numbers in ``[-360, 360]`` with ``low <= high``).
+        axis: the integer 0 (x), 1 (y) or 2 (z).
         seed, generator: see :class:`RandomTransform`.
+
+    Raises:
+        ValueError: bad arguments, a bad sample (see the module docstring), or coordinates so
+            close to their dtype's largest value that the rotated ones overflow it.
 
     Shapes:
         pos, normal: ``[N, 3]``.
@@ -319,19 +469,26 @@ class RandomRotate(RandomTransform):
                  seed: Optional[int] = 0, generator: Optional[np.random.Generator] = None) -> None:
         super().__init__(seed=seed, generator=generator)
         where = type(self).__name__
-        if isinstance(axis, bool) or axis not in (0, 1, 2):
+        if not is_int(axis) or axis not in (0, 1, 2):
             raise ValueError(f"{where}: axis must be 0, 1 or 2, got {axis!r}")
-        if np.isscalar(degrees):
-            pair: tuple = (-degrees, degrees)
+        if _is_real(degrees):
+            if not (math.isfinite(degrees) and 0 <= degrees <= MAX_DEGREES):
+                fail(where, f"degrees must be a number in [0, {MAX_DEGREES:g}] (the angle is drawn from "
+                            f"[-degrees, degrees]) or a (low, high) pair, got {degrees!r}")
+            pair: tuple = (-float(degrees), float(degrees))
         else:
             pair = tuple(degrees) if isinstance(degrees, (tuple, list)) else ()
         if len(pair) != 2:
             raise ValueError(f"{where}: degrees must be a number or a (low, high) pair, got {degrees!r}")
-        lo, hi = (check_number(where, "degrees", v, -math.inf) for v in pair)
+        for v in pair:
+            if not (_is_real(v) and math.isfinite(v) and -MAX_DEGREES <= v <= MAX_DEGREES):
+                fail(where, f"degrees bounds must be finite numbers in [-{MAX_DEGREES:g}, {MAX_DEGREES:g}], got "
+                            f"{v!r} in {degrees!r}")
+        lo, hi = float(pair[0]), float(pair[1])
         if not hi >= lo:
             raise ValueError(f"{type(self).__name__}: degrees range must have low <= high, got {degrees!r}")
         self.degrees = (lo, hi)
-        self.axis = axis
+        self.axis = int(axis)
 
     def matrix(self) -> np.ndarray:
         """Draw the next rotation matrix."""
@@ -339,12 +496,15 @@ class RandomRotate(RandomTransform):
         return rotation_matrix(self.axis, angle)
 
     def __call__(self, sample: Sample) -> Sample:
-        _check_geometry(sample, type(self).__name__)
+        where = type(self).__name__
+        _check_sample(sample, where)
         m = self.matrix()
         out = dict(sample)
-        out["pos"] = _apply_matrix(sample["pos"], m)
-        if sample.get("normal") is not None:
-            out["normal"] = _apply_matrix(sample["normal"], m)
+        for key in ("pos", "normal"):
+            if sample.get(key) is not None:
+                out[key] = _apply_matrix(sample[key], m)
+                _check_result(out[key], where, key, lambda k=key: f"rotating values up to |{float(abs(sample[k]).max()):.3g}| "
+                              f"(too close to the dtype's largest value)")
         return out
 
     def __repr__(self) -> str:
@@ -367,10 +527,15 @@ class RandomScale(RandomTransform):
     """Scale ``pos`` by a random factor in ``[low, high]``.
 
     Args:
-        low, high: range of the factor.
-        anisotropic: draw one factor per axis; normals are then transformed by the inverse
-            scale and renormalized so they stay perpendicular to the surface.
+        low, high: range of the factor (finite, ``0 < low <= high``).
+        anisotropic: draw one factor per axis (True or False); normals are then transformed by
+            the inverse scale and renormalized so they stay perpendicular to the surface (``1 / low``
+            must then be finite).
         seed, generator: see :class:`RandomTransform`.
+
+    Raises:
+        ValueError: bad arguments, a bad sample (see the module docstring), or a factor that makes
+            the scaled coordinates overflow their dtype (NaN/Inf in the result).
 
     Shapes:
         pos, normal: ``[N, 3]``.
@@ -383,16 +548,21 @@ class RandomScale(RandomTransform):
         check_number("RandomScale", "high", high)
         if not (0 < low <= high):
             raise ValueError(f"RandomScale: need 0 < low <= high, got low={low}, high={high}")
-        self.low, self.high, self.anisotropic = float(low), float(high), bool(anisotropic)
+        anisotropic = _check_flag("RandomScale", "anisotropic", anisotropic)
+        if anisotropic and not math.isfinite(1.0 / float(low)):
+            fail("RandomScale", f"low={low!r} is too small for anisotropic scaling: the normals are scaled by "
+                                f"1 / low, which overflows float64")
+        self.low, self.high, self.anisotropic = float(low), float(high), anisotropic
 
     def __call__(self, sample: Sample) -> Sample:
-        _check_geometry(sample, "RandomScale")
+        _check_sample(sample, "RandomScale")
         s = self.rng.uniform(self.low, self.high, size=3 if self.anisotropic else 1)
         s = np.broadcast_to(s, (3,)).astype(np.float64)
         out = dict(sample)
         out["pos"] = _apply_matrix(sample["pos"], np.diag(s))
+        _check_result(out["pos"], "RandomScale", "pos", f"scaling by a factor up to high={self.high:g}")
         if self.anisotropic and sample.get("normal") is not None:
-            out["normal"] = _normalize_rows(_apply_matrix(sample["normal"], np.diag(1.0 / s)))
+            out["normal"] = _scaled_normals(sample["normal"], s)
         return out
 
     def __repr__(self) -> str:
@@ -403,9 +573,14 @@ class RandomJitter(RandomTransform):
     """Add clipped Gaussian noise to ``pos`` (normals are left unchanged).
 
     Args:
-        sigma: standard deviation of the noise.
-        clip: noise is clipped to ``[-clip, clip]`` per coordinate (``None``: no clipping).
+        sigma: standard deviation of the noise (a non-negative finite number).
+        clip: noise is clipped to ``[-clip, clip]`` per coordinate (a non-negative finite number;
+            ``None``: no clipping).
         seed, generator: see :class:`RandomTransform`.
+
+    Raises:
+        ValueError: bad arguments, a bad sample (see the module docstring), or noise so large
+            that the jittered coordinates overflow their dtype (NaN/Inf in the result).
 
     Shapes:
         pos: ``[N, 3]``.
@@ -414,21 +589,23 @@ class RandomJitter(RandomTransform):
     def __init__(self, sigma: float = 0.01, clip: Optional[float] = 0.05, *, seed: Optional[int] = 0,
                  generator: Optional[np.random.Generator] = None) -> None:
         super().__init__(seed=seed, generator=generator)
-        check_number("RandomJitter", "sigma", sigma, strict=False)
-        check_number("RandomJitter", "clip", clip, strict=False, allow_none=True)
-        self.sigma, self.clip = float(sigma), clip
+        sigma = check_number("RandomJitter", "sigma", sigma, strict=False)
+        clip = check_number("RandomJitter", "clip", clip, strict=False, allow_none=True)
+        self.sigma, self.clip = sigma, clip
 
     def __call__(self, sample: Sample) -> Sample:
-        n = _check_geometry(sample, "RandomJitter")
-        noise = self.rng.normal(0.0, self.sigma, size=(n, 3))
-        if self.clip is not None:
-            noise = np.clip(noise, -self.clip, self.clip)
-        pos = sample["pos"]
-        out = dict(sample)
-        if isinstance(pos, torch.Tensor):
-            out["pos"] = pos + torch.as_tensor(noise, dtype=pos.dtype, device=pos.device)
-        else:
-            out["pos"] = (np.asarray(pos) + noise).astype(np.asarray(pos).dtype, copy=False)
+        n = _check_sample(sample, "RandomJitter")
+        with np.errstate(over="ignore", invalid="ignore"):
+            noise = self.rng.normal(0.0, self.sigma, size=(n, 3))
+            if self.clip is not None:
+                noise = np.clip(noise, -self.clip, self.clip)
+            pos = sample["pos"]
+            out = dict(sample)
+            if isinstance(pos, torch.Tensor):
+                out["pos"] = pos + torch.as_tensor(noise, dtype=pos.dtype, device=pos.device)
+            else:
+                out["pos"] = (np.asarray(pos) + noise).astype(np.asarray(pos).dtype, copy=False)
+        _check_result(out["pos"], "RandomJitter", "pos", f"the noise (sigma={self.sigma:g}, clip={self.clip})")
         return out
 
     def __repr__(self) -> str:
@@ -448,6 +625,9 @@ class RandomPointDropout(RandomTransform):
         max_ratio: largest fraction dropped, in ``[0, 1)``.
         seed, generator: see :class:`RandomTransform`.
 
+    Raises:
+        ValueError: a bad ``max_ratio`` or a bad sample (see the module docstring).
+
     Shapes:
         every per-point ``[N, ...]`` entry keeps its shape.
     """
@@ -455,12 +635,12 @@ class RandomPointDropout(RandomTransform):
     def __init__(self, max_ratio: float = 0.5, *, seed: Optional[int] = 0,
                  generator: Optional[np.random.Generator] = None) -> None:
         super().__init__(seed=seed, generator=generator)
-        if isinstance(max_ratio, bool) or not isinstance(max_ratio, (int, float)) or not 0.0 <= max_ratio < 1.0:
+        if not _is_real(max_ratio) or not (math.isfinite(max_ratio) and 0.0 <= max_ratio < 1.0):
             raise ValueError(f"RandomPointDropout: max_ratio must be a number in [0, 1), got {max_ratio!r}")
         self.max_ratio = float(max_ratio)
 
     def __call__(self, sample: Sample) -> Sample:
-        n = _n_points(sample, "RandomPointDropout")
+        n = _check_sample(sample, "RandomPointDropout")
         dropped = int(self.rng.uniform(0.0, self.max_ratio) * n)
         if dropped == 0 or dropped >= n:
             return dict(sample)

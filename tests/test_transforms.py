@@ -186,3 +186,155 @@ def test_random_point_dropout_keeps_n_and_moves_labels_with_their_points():
     assert 50 < len(np.unique(out["y"])) <= 100
     with pytest.raises(ValueError, match=r"max_ratio must be a number in \[0, 1\)"):
         RandomPointDropout(1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# input validation: every bad input gets a ValueError naming the transform, argument and problem
+# ---------------------------------------------------------------------------------------------
+from gridify.transforms import RandomPointDropout, centre_and_scale, rotation_matrix  # noqa: E402
+
+
+def _cloud(n=50, seed=0):
+    p = np.random.default_rng(seed).standard_normal((n, 3)).astype(np.float32)
+    return p, p / np.linalg.norm(p, axis=1, keepdims=True)
+
+
+_ALL_TRANSFORMS = [Normalize(), FixedPoints(20), FixedPoints(80, deterministic=True), RandomRotateZ(),
+                   RandomRotate(axis=0), RandomScale(anisotropic=True), RandomJitter(), RandomPointDropout(0.9)]
+
+
+@pytest.mark.parametrize("t", _ALL_TRANSFORMS, ids=lambda t: type(t).__name__)
+@pytest.mark.parametrize("bad,match", [
+    (lambda p, n: {"pos": p, "normal": n[:3]}, r"'normal' must have shape \[50, 3\] like 'pos', got \(3, 3\)"),
+    (lambda p, n: {"pos": p, "normal": n[:20]}, r"'normal' must have shape \[50, 3\]"),
+    (lambda p, n: {"pos": np.full((5, 3), np.nan)}, "'pos' contains NaN/Inf"),
+    (lambda p, n: {"pos": p.astype(np.int64)}, "'pos' must hold floating-point coordinates, got dtype int64"),
+    (lambda p, n: {"pos": p.astype(np.complex64)}, "'pos' must hold floating-point coordinates, got dtype complex64"),
+    (lambda p, n: {"pos": p.astype(bool)}, "'pos' must hold floating-point coordinates, got dtype bool"),
+    (lambda p, n: {"pos": torch.tensor(p), "normal": torch.ones(50, 3, dtype=torch.long)},
+     "'normal' must hold floating-point components, got dtype torch.int64"),
+    (lambda p, n: {"pos": p, "normal": np.full((50, 3), np.inf, np.float32)}, "'normal' contains NaN/Inf"),
+    (lambda p, n: {"pos": p, "y": np.arange(49)}, "'y' has 49 rows but 'pos' has 50 points"),
+    (lambda p, n: {"pos": p, "x": np.zeros((10, 6), np.float32)}, "'x' has 10 rows but 'pos' has 50 points"),
+    (lambda p, n: {"pos": torch.zeros(5, 3, device="meta")}, "'pos' is a meta tensor"),
+    (lambda p, n: {"pos": torch.tensor(p).to(torch.float8_e4m3fn)}, "'pos' has the unsupported dtype"),
+])
+def test_every_transform_validates_its_sample_alike(t, bad, match):
+    p, n = _cloud()
+    with pytest.raises(ValueError, match=f"^{type(t).__name__}: {match}"):
+        t(bad(p, n))
+
+
+@pytest.mark.parametrize("torch_", [False, True])
+@pytest.mark.parametrize("make", [lambda: FixedPoints(20, seed=3), lambda: FixedPoints(80, seed=3),
+                                  lambda: FixedPoints(30, deterministic=True, seed=1),
+                                  lambda: RandomPointDropout(0.9, seed=2)])
+def test_subsampling_keeps_pos_normal_and_labels_matched(make, torch_):
+    p, n = _cloud()
+    s = {"pos": p, "normal": n, "y": np.arange(50), "category": np.int64(4)}
+    if torch_:
+        s = {k: torch.as_tensor(v) for k, v in s.items()}
+    out = make()(s)
+    pos, nrm, y = (np.asarray(out[k]) for k in ("pos", "normal", "y"))
+    assert len(pos) == len(nrm) == len(y)
+    np.testing.assert_allclose(nrm, pos / np.linalg.norm(pos, axis=1, keepdims=True), atol=1e-6)
+    np.testing.assert_array_equal(pos, p[y])  # every label travels with its point
+    assert int(out["category"]) == 4
+
+
+def test_fixed_points_deterministic_bfloat16_and_flags():
+    p, _ = _cloud()
+    out = FixedPoints(10, deterministic=True)({"pos": torch.tensor(p).bfloat16()})
+    assert out["pos"].shape == (10, 3) and out["pos"].dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="FixedPoints: replace must be True or False, got 'no'"):
+        FixedPoints(5, replace="no")
+    with pytest.raises(ValueError, match="FixedPoints: deterministic must be True or False, got 1"):
+        FixedPoints(5, deterministic=1)
+    with pytest.raises(ValueError, match="FixedPoints.reseed: seed must be a non-negative integer or None"):
+        FixedPoints(5).reseed("x")
+
+
+@pytest.mark.parametrize("fn,match", [
+    (lambda: RandomRotate(axis=1.0), "RandomRotate: axis must be 0, 1 or 2, got 1.0"),
+    (lambda: RandomRotate(axis=True), "RandomRotate: axis must be 0, 1 or 2, got True"),
+    (lambda: rotation_matrix(1.0, 0.5), "rotation_matrix: axis must be 0, 1 or 2, got 1.0"),
+    (lambda: rotation_matrix(1, "a"), r"rotation_matrix: angle must be a finite number \(radians\), got 'a'"),
+    (lambda: RandomRotate("abc"), r"RandomRotate: degrees must be a number or a \(low, high\) pair, got 'abc'"),
+    (lambda: RandomRotate(1e308), r"RandomRotate: degrees must be a number in \[0, 360\]"),
+    (lambda: RandomRotate(float("inf")), r"RandomRotate: degrees must be a number in \[0, 360\].*got inf"),
+    (lambda: RandomRotate(-5), r"RandomRotate: degrees must be a number in \[0, 360\].*got -5"),
+    (lambda: RandomRotate((0, 1e9)), r"RandomRotate: degrees bounds must be finite numbers in \[-360, 360\]"),
+    (lambda: RandomRotate((0, "a")), r"RandomRotate: degrees bounds must be finite numbers"),
+    (lambda: RandomScale(anisotropic="x"), "RandomScale: anisotropic must be True or False, got 'x'"),
+    (lambda: RandomScale(1e-320, 1.0, anisotropic=True), "RandomScale: low=1e-320 is too small for anisotropic"),
+    (lambda: Compose(5), "Compose: transforms must be a sequence of callables, got int"),
+    (lambda: Compose(None), "Compose: transforms must be a sequence of callables, got NoneType"),
+    (lambda: Compose(Normalize()), "got Normalize \\(wrap a single transform in a list\\)"),
+    (lambda: Compose([Normalize(), 3]), r"Compose: transforms\[1\] = 3 is not callable"),
+    (lambda: RandomPointDropout(True), r"RandomPointDropout: max_ratio must be a number in \[0, 1\)"),
+])
+def test_constructor_arguments_are_validated(fn, match):
+    with pytest.raises(ValueError, match=match):
+        fn()
+
+
+def test_valid_numpy_scalars_are_accepted():
+    p, _ = _cloud()
+    assert RandomPointDropout(np.float32(0.5)).max_ratio == 0.5
+    assert RandomRotate(np.float64(30), axis=np.int64(1))({"pos": p})["pos"].shape == (50, 3)
+    np.testing.assert_allclose(rotation_matrix(np.int32(2), np.float32(0.0)), np.eye(3))
+
+
+@pytest.mark.parametrize("fn,match", [
+    (lambda p: RandomScale(1e308, 1e308)({"pos": p}),
+     "RandomScale: scaling by a factor up to high=1e\\+308 makes 'pos' overflow float32"),
+    (lambda p: RandomScale(1e5, 1e5)({"pos": torch.tensor(p).half()}), "makes 'pos' overflow float16"),
+    (lambda p: RandomJitter(1e308, clip=None)({"pos": p}),
+     r"RandomJitter: the noise \(sigma=1e\+308, clip=None\) makes 'pos' overflow float32"),
+    (lambda p: RandomJitter(1e5, 1e5)({"pos": p.astype(np.float16)}), "makes 'pos' overflow float16"),
+    (lambda p: RandomRotate((45, 45))({"pos": np.array([[3e38, 3e38, 0.0], [0, 0, 1]], np.float32)}),
+     r"RandomRotate: rotating values up to \|3e\+38\| .* makes 'pos' overflow float32"),
+])
+def test_overflowing_results_are_refused(fn, match):
+    p, _ = _cloud()
+    with pytest.raises(ValueError, match=match):
+        fn(p)
+
+
+def test_anisotropic_scale_normals_never_overflow():
+    p, n = _cloud()
+    s = {"pos": p.astype(np.float64) / 1e3, "normal": n.astype(np.float16)}
+    out = RandomScale(1e-5, 1e3, anisotropic=True, seed=0)(s)["normal"]
+    assert out.dtype == np.float16 and np.isfinite(out).all()
+    np.testing.assert_allclose(np.linalg.norm(out.astype(np.float64), axis=1), 1.0, atol=2e-3)
+    st = {"pos": torch.tensor(p), "normal": torch.tensor(n)}
+    tout = RandomScale(0.5, 2.0, anisotropic=True, seed=0)(st)["normal"]
+    nout = RandomScale(0.5, 2.0, anisotropic=True, seed=0)({"pos": p, "normal": n})["normal"]
+    assert tout.dtype == torch.float32
+    np.testing.assert_allclose(tout.numpy(), nout, atol=1e-6)
+
+
+@pytest.mark.parametrize("fn,match", [
+    (lambda p: centre_and_scale(p.astype(complex)), "pos must hold real coordinates, got dtype complex128 "
+                                                    r"\(the imaginary part would be dropped\)"),
+    (lambda p: centre_and_scale(torch.tensor(p).to(torch.complex64)), "got dtype torch.complex64"),
+    (lambda p: centre_and_scale(np.ones((3, 3), bool)), "pos must hold real coordinates, got dtype bool"),
+    (lambda p: centre_and_scale("abc"), "pos must hold real coordinates"),
+    (lambda p: centre_and_scale([[1, 2, 3], [1]]), r"pos must be an \[N, D\] array of real numbers"),
+    (lambda p: centre_and_scale(p, center="x"), r"center must be one of \('mean', 'bbox'\), got 'x'"),
+    (lambda p: centre_and_scale(p, center=None), r"center must be one of \('mean', 'bbox'\), got None"),
+    (lambda p: centre_and_scale(np.zeros((3, 0))), r"expected a non-empty \[N, D\] cloud"),
+])
+def test_centre_and_scale_refuses_bad_input(fn, match):
+    p, _ = _cloud()
+    with pytest.raises(ValueError, match=match):
+        fn(p)
+
+
+def test_centre_and_scale_accepts_real_input_kinds():
+    p, _ = _cloud()
+    ref = centre_and_scale(p)[0]
+    np.testing.assert_allclose(centre_and_scale(p.tolist())[0], ref, atol=1e-12)
+    np.testing.assert_allclose(centre_and_scale(torch.tensor(p))[0], ref, atol=1e-12)
+    q, c, s = centre_and_scale(np.arange(9).reshape(3, 3), center="bbox")
+    np.testing.assert_allclose(q * s + c, np.arange(9).reshape(3, 3), atol=1e-12)
