@@ -21,24 +21,46 @@ unpadded sampler.
 """
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional, Sequence, Union
+from collections.abc import Collection
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ._checks import INTEGER_DTYPES, check_alloc, check_finite, check_float, check_int
+from ._checks import INTEGER_DTYPES, check_alloc, check_finite, check_float, check_int, fail, is_int
 
 __all__ = ["OverallAccuracy", "MeanClassAccuracy", "ShapeNetPartIoU"]
+
+
+def _check_has_data(t: Tensor, name: str, where: str) -> None:
+    """Refuse a tensor on the meta device: it has a shape but no values to score."""
+    if t.device.type == "meta":
+        fail(where, f"{name} is on the meta device (it holds no values); metrics need real tensors")
+
+
+def _vector(t: Tensor, name: str, where: str, what: str) -> Tensor:
+    """``t`` as a 1-D tensor; ``[B]``, ``[B, 1]`` and a 0-d tensor (one entry) are accepted."""
+    if t.dim() > 2 or (t.dim() == 2 and t.size(1) != 1):
+        fail(where, f"{name} must have shape {what}, got {tuple(t.shape)}")
+    return t.reshape(-1)
+
+
+def _first_bad(bad: Tensor) -> int:
+    return int(bad.nonzero()[0, 0])
 
 
 def _labels_from(preds: Tensor, where: str, num_classes: Optional[int] = None) -> Tensor:
     """Class ids from logits ``[B, C]`` or ids ``[B]``."""
     if not isinstance(preds, Tensor):
         raise ValueError(f"{where}: preds must be a torch.Tensor, got {type(preds).__name__}")
+    _check_has_data(preds, "preds", where)
     if preds.dim() == 2:
         if num_classes is not None and preds.size(1) != num_classes:
             raise ValueError(f"{where}: preds has {preds.size(1)} columns but num_classes={num_classes}")
+        if preds.size(1) == 0:
+            fail(where, f"preds (logits) has 0 columns, shape {tuple(preds.shape)}; logits need one column "
+                        f"per class")
         check_float(preds, "preds (logits)", where)
         check_finite(preds, "preds", where, dims=("sample", "class"))
         return preds.argmax(dim=1)
@@ -49,21 +71,33 @@ def _labels_from(preds: Tensor, where: str, num_classes: Optional[int] = None) -
     raise ValueError(f"{where}: preds must be logits [B, C] or class ids [B], got shape {tuple(preds.shape)}")
 
 
-def _check_target(target: Tensor, n: int, where: str) -> Tensor:
+def _check_target(target: Tensor, n: int, where: str, num_classes: Optional[int] = None) -> Tensor:
+    """Class ids ``[B]`` (``[B, 1]`` accepted), integer, in ``0..num_classes-1`` (non-negative when
+    ``num_classes`` is None)."""
     if not isinstance(target, Tensor):
         raise ValueError(f"{where}: target must be a torch.Tensor, got {type(target).__name__}")
-    target = target.reshape(-1)
+    _check_has_data(target, "target", where)
+    target = _vector(target, "target", where, f"[B] (one class id per sample, B={n})")
     if target.numel() != n:
         raise ValueError(f"{where}: target has {target.numel()} entries but preds has {n} samples")
     if target.dtype not in INTEGER_DTYPES:
         raise ValueError(f"{where}: target must hold integer class ids, got dtype {target.dtype}")
-    return target.long()
+    target = target.long()
+    if target.numel():
+        bad = (target < 0) if num_classes is None else (target < 0) | (target >= num_classes)
+        if bool(bad.any()):
+            i = _first_bad(bad)
+            what = "non-negative" if num_classes is None else f"in 0..{num_classes - 1}"
+            fail(where, f"target ids must be {what}, got {int(target[i])} at sample {i}")
+    return target
 
 
 class OverallAccuracy(Metric):
     """Overall accuracy: correctly classified samples / all samples.
 
     ``update(preds, target)``; ``compute()`` returns a 0-d float64 tensor (NaN before any update).
+    Target ids must be non-negative (and below ``C`` with logits); predicted ids outside the
+    classes count as wrong. An empty batch (``B = 0``) is a no-op; logits need ``C >= 1``.
 
     Shapes:
         preds: logits ``[B, C]`` or class ids ``[B]``; target: ``[B]``.
@@ -80,8 +114,9 @@ class OverallAccuracy(Metric):
 
     def update(self, preds: Tensor, target: Tensor) -> None:
         pred = _labels_from(preds, "OverallAccuracy")
-        target = _check_target(target, pred.numel(), "OverallAccuracy").to(pred.device)
-        self.correct += (pred == target).sum()
+        num_classes = preds.size(1) if preds.dim() == 2 else None
+        target = _check_target(target, pred.numel(), "OverallAccuracy", num_classes).to(pred.device)
+        self.correct += (pred == target).sum().to(self.correct.device)
         self.total += target.numel()
 
     def compute(self) -> Tensor:
@@ -94,7 +129,8 @@ class MeanClassAccuracy(Metric):
     """Mean over classes of per-class accuracy (classes absent from the targets are skipped).
 
     ``compute()`` returns a 0-d float64 tensor; :meth:`per_class` the per-class accuracies
-    (NaN for absent classes).
+    (NaN for absent classes). Target ids must lie in ``0..num_classes-1``; predicted ids outside
+    that range count as wrong. An empty batch (``B = 0``) is a no-op.
 
     Shapes:
         preds: logits ``[B, C]`` or class ids ``[B]``; target: ``[B]``.
@@ -114,11 +150,9 @@ class MeanClassAccuracy(Metric):
 
     def update(self, preds: Tensor, target: Tensor) -> None:
         pred = _labels_from(preds, "MeanClassAccuracy", self.num_classes)
-        target = _check_target(target, pred.numel(), "MeanClassAccuracy").to(pred.device)
-        if target.numel() and (int(target.min()) < 0 or int(target.max()) >= self.num_classes):
-            raise ValueError(f"MeanClassAccuracy: target ids must be in 0..{self.num_classes - 1}")
-        self.total += torch.bincount(target, minlength=self.num_classes)
-        self.correct += torch.bincount(target[pred == target], minlength=self.num_classes)
+        target = _check_target(target, pred.numel(), "MeanClassAccuracy", self.num_classes).to(pred.device)
+        self.total += torch.bincount(target, minlength=self.num_classes).to(self.total.device)
+        self.correct += torch.bincount(target[pred == target], minlength=self.num_classes).to(self.correct.device)
 
     def per_class(self) -> Tensor:
         total = self.total.double()
@@ -135,14 +169,79 @@ class MeanClassAccuracy(Metric):
 CategoryParts = Union[Sequence[Sequence[int]], Mapping[int, Sequence[int]]]
 
 
+def _kind(value: Any) -> str:
+    return f"{type(value).__name__} {value!r}"[:80]
+
+
+def _part_table(category_to_parts: Any) -> List[List[int]]:
+    """``category_to_parts`` as a list (indexed by category id) of lists of part ids.
+
+    A list indexed by category id, or a mapping whose keys are the integers ``0..C-1``; every
+    category holds a non-empty collection of non-negative integer part ids (``bool`` refused).
+    Categories may share parts.
+    """
+    where, arg = "ShapeNetPartIoU", "category_to_parts"
+    if isinstance(category_to_parts, Mapping):
+        for key in category_to_parts:
+            if not is_int(key):
+                fail(where, f"category ids (the keys of {arg}) must be integers, got {_kind(key)}")
+        by_id = {int(k): v for k, v in category_to_parts.items()}
+        keys = sorted(by_id)
+        if keys != list(range(len(keys))):
+            fail(where, f"category ids must be 0..C-1, got {keys} (the keys of {arg})")
+        entries = [(f"{arg}[{k}]", by_id[k]) for k in keys]
+    elif isinstance(category_to_parts, Sequence) and not isinstance(category_to_parts, (str, bytes)):
+        entries = [(f"{arg}[{c}]", p) for c, p in enumerate(category_to_parts)]
+    else:
+        fail(where, f"{arg} must be a list of part-id lists (one per category) or a {{category id: parts}} "
+                    f"mapping, got {_kind(category_to_parts)}")
+    if not entries:
+        fail(where, f"every category needs at least one part; {arg} has no categories")
+    table = []
+    for name, parts in entries:
+        if not isinstance(parts, Collection) or isinstance(parts, (str, bytes, Mapping)):
+            fail(where, f"{name} must be a list of part ids, got {_kind(parts)}")
+        parts = list(parts)
+        if not parts:
+            fail(where, f"every category needs at least one part; {name} is empty")
+        for i in parts:
+            if not is_int(i):
+                fail(where, f"part ids must be integers; {name} holds {_kind(i)}")
+            if i < 0:
+                fail(where, f"part ids must be non-negative; {name} holds {int(i)}")
+        table.append([int(i) for i in parts])
+    return table
+
+
+def _check_category_names(category_names: Any, num_categories: int) -> None:
+    """``category_names``: None, or a list/tuple of distinct ``str``, one per category."""
+    where, arg = "ShapeNetPartIoU", "category_names"
+    if category_names is None:
+        return
+    if not isinstance(category_names, Sequence) or isinstance(category_names, (str, bytes)):
+        fail(where, f"{arg} must be a list of str (one per category) or None, got {_kind(category_names)}")
+    if len(category_names) != num_categories:
+        fail(where, f"{len(category_names)} names for {num_categories} categories ({arg} needs one per category)")
+    seen = set()
+    for c, name in enumerate(category_names):
+        if not isinstance(name, str):
+            fail(where, f"{arg}[{c}] must be a str, got {_kind(name)}")
+        if name in seen:
+            fail(where, f"{arg} holds {name!r} twice (at {category_names.index(name)} and {c}); names must be "
+                        f"distinct")
+        seen.add(name)
+
+
 class ShapeNetPartIoU(Metric):
     """ShapeNet-Part mIoU: instance mIoU (mean over shapes) and class mIoU.
 
     Args:
         category_to_parts: the global part ids of each category, as a list indexed by
-            category id or a ``{category id: parts}`` mapping (e.g.
-            :data:`gridify.datasets.SHAPENET_CATEGORY_TO_PARTS`).
-        category_names: optional names used as keys of :meth:`per_category`.
+            category id or a ``{category id: parts}`` mapping with keys ``0..C-1`` (e.g.
+            :data:`gridify.datasets.SHAPENET_CATEGORY_TO_PARTS`); every category holds at least
+            one part id, each a non-negative ``int`` (``bool`` refused).
+        category_names: optional distinct names (``str``, one per category) used as keys of
+            :meth:`per_category`.
 
     ``update(preds, target, category, batch=None)`` accepts either
 
@@ -151,7 +250,8 @@ class ShapeNetPartIoU(Metric):
       ``batch`` ``[sum N_i]`` (sorted shape index), ``category`` ``[B]``.
 
     ``preds`` may also be integer part ids (``[B, N]`` / ``[sum N_i]``), used as given.
-    Logits are arg-maxed over the shape's category's parts only.
+    Logits are arg-maxed over the shape's category's parts only. Every shape needs at least one
+    point (a shape without points has no IoU); an update with no shapes (``B = 0``) is a no-op.
 
     ``compute()`` returns ``{"instance_miou", "class_miou", "per_category"}`` (float64; the
     per-category tensor holds NaN for categories without shapes).
@@ -164,27 +264,14 @@ class ShapeNetPartIoU(Metric):
     def __init__(self, category_to_parts: CategoryParts, category_names: Optional[Sequence[str]] = None,
                  **kwargs) -> None:
         super().__init__(**kwargs)
-        if isinstance(category_to_parts, Mapping):
-            keys = sorted(int(k) for k in category_to_parts)
-            if keys != list(range(len(keys))):
-                raise ValueError(f"ShapeNetPartIoU: category ids must be 0..C-1, got {keys}")
-            table = [list(category_to_parts[k]) for k in keys]
-        else:
-            table = [list(p) for p in category_to_parts]
-        if not table or any(len(p) == 0 for p in table):
-            raise ValueError("ShapeNetPartIoU: every category needs at least one part")
-        if not all(isinstance(i, int) and not isinstance(i, bool) for p in table for i in p):
-            raise ValueError("ShapeNetPartIoU: part ids must be integers")
+        table = _part_table(category_to_parts)
         num_parts = max(max(p) for p in table) + 1
-        if min(min(p) for p in table) < 0:
-            raise ValueError("ShapeNetPartIoU: part ids must be non-negative")
         check_alloc("ShapeNetPartIoU", f"part ids up to {num_parts - 1} ({len(table)} x {num_parts} part masks)",
                     len(table) * num_parts)
         mask = torch.zeros(len(table), num_parts, dtype=torch.bool)
         for c, parts in enumerate(table):
             mask[c, parts] = True
-        if category_names is not None and len(category_names) != len(table):
-            raise ValueError(f"ShapeNetPartIoU: {len(category_names)} names for {len(table)} categories")
+        _check_category_names(category_names, len(table))
         self.category_names = list(category_names) if category_names is not None else None
         self.num_categories = len(table)
         self.num_parts = num_parts
@@ -203,38 +290,30 @@ class ShapeNetPartIoU(Metric):
                                  f"{getattr(t, 'dtype', type(t).__name__)}")
         if preds.is_floating_point():
             check_float(preds, "preds (logits)", where)
-            check_finite(preds, "preds", where, dims=("shape", "point", "part")[-preds.dim():])
         elif preds.dtype not in INTEGER_DTYPES:
             raise ValueError(f"{where}: preds must be logits or integer part ids, got dtype {preds.dtype}")
-        category = category.reshape(-1).long()
+        for name, t in (("preds", preds),) + ids:
+            _check_has_data(t, name, where)
+        for name, t in (("target", target), ("batch", batch)):
+            if t is not None and t.device != preds.device:
+                fail(where, f"{name} is on {t.device} but preds is on {preds.device}")
+        category = _vector(category, "category", where, "[B] (one category id per shape)").long()
         num_shapes = category.numel()
-        if num_shapes == 0:
-            return
-        if int(category.min()) < 0 or int(category.max()) >= self.num_categories:
-            raise ValueError(f"{where}: category ids must be in 0..{self.num_categories - 1}")
+        if num_shapes and (int(category.min()) < 0 or int(category.max()) >= self.num_categories):
+            bad = _first_bad((category < 0) | (category >= self.num_categories))
+            raise ValueError(f"{where}: category ids must be in 0..{self.num_categories - 1}, got "
+                             f"{int(category[bad])} for shape {bad}")
         is_logits = preds.is_floating_point()
+        given = preds  # as passed in, for the messages
         if batch is None:  # dense [B, N, (P)]
-            if target.dim() != 2 or target.size(0) != num_shapes:
-                raise ValueError(f"{where}: without batch, target must be [B, N] with B={num_shapes}, "
-                                 f"got {tuple(target.shape)}")
-            n = target.size(1)
-            expect = (num_shapes, n, preds.size(-1)) if is_logits else (num_shapes, n)
-            if tuple(preds.shape) != expect:
-                raise ValueError(f"{where}: preds must have shape {expect}, got {tuple(preds.shape)}")
-            batch = torch.arange(num_shapes, device=target.device).repeat_interleave(n)
-            preds = preds.reshape(num_shapes * n, -1) if is_logits else preds.reshape(-1)
-            target = target.reshape(-1)
+            preds, target, batch = self._dense_to_flat(where, preds, target, num_shapes, is_logits)
         else:
-            batch = batch.reshape(-1).long()
-            target = target.reshape(-1)
-            if batch.numel() != target.numel() or preds.size(0) != target.numel():
-                raise ValueError(f"{where}: preds ({preds.size(0)}), target ({target.numel()}) and batch "
-                                 f"({batch.numel()}) need one entry per point")
-            if batch.numel() and (int(batch.min()) < 0 or int(batch.max()) >= num_shapes):
-                raise ValueError(f"{where}: batch refers to shapes outside 0..{num_shapes - 1} "
-                                 f"(category has {num_shapes} entries)")
-        if target.is_floating_point():
-            raise ValueError(f"{where}: target must hold integer part ids, got dtype {target.dtype}")
+            preds, target, batch = self._check_flat(where, preds, target, batch, num_shapes, is_logits)
+        if is_logits:
+            if preds.size(1) < self.num_parts:
+                raise ValueError(f"{where}: logits need at least {self.num_parts} columns, got "
+                                 f"{tuple(given.shape)}")
+            check_finite(given, "preds", where, dims=("shape", "point", "part")[-given.dim():])
         target = target.long()
         device = target.device
         mask = self.part_mask.to(device)
@@ -245,17 +324,68 @@ class ShapeNetPartIoU(Metric):
                        | (target < 0) | (target >= self.num_parts)).nonzero()[0])
             raise ValueError(f"{where}: target part {int(target[bad])} of shape {int(batch[bad])} does not "
                              f"belong to its category {int(point_cat[bad])}")
+        if num_shapes == 0:  # an empty batch (validated above) changes nothing
+            return
+        self._accumulate(preds, target, batch, category, point_cat, mask, is_logits, num_shapes)
+
+    @staticmethod
+    def _dense_to_flat(where: str, preds: Tensor, target: Tensor, num_shapes: int, is_logits: bool
+                       ) -> Tuple[Tensor, Tensor, Tensor]:
+        """Checked dense ``preds [B, N, (P)]``, ``target [B, N]`` as flat ``(preds, target, batch)``."""
+        if target.dim() != 2 or target.size(0) != num_shapes:
+            raise ValueError(f"{where}: without batch, target must be [B, N] with B={num_shapes}, "
+                             f"got {tuple(target.shape)}")
+        n = target.size(1)
+        if preds.dim() == 0:
+            fail(where, f"without batch, preds must be logits [{num_shapes}, {n}, P] or part ids "
+                        f"[{num_shapes}, {n}], got shape ()")
+        expect = (num_shapes, n, preds.size(-1)) if is_logits else (num_shapes, n)
+        if tuple(preds.shape) != expect:
+            shown = expect if not is_logits or preds.dim() == 3 else f"({num_shapes}, {n}, P)"
+            raise ValueError(f"{where}: preds must have shape {shown}, got {tuple(preds.shape)}")
+        if num_shapes and n == 0:
+            fail(where, f"target has shape {tuple(target.shape)}: no points per shape; every shape needs "
+                        f"at least one point")
+        batch = torch.arange(num_shapes, device=target.device).repeat_interleave(n)
+        preds = preds.reshape(num_shapes * n, preds.size(-1)) if is_logits else preds.reshape(-1)
+        target = target.reshape(-1)
+        return preds, target, batch
+
+    @staticmethod
+    def _check_flat(where: str, preds: Tensor, target: Tensor, batch: Tensor, num_shapes: int, is_logits: bool
+                    ) -> Tuple[Tensor, Tensor, Tensor]:
+        """Checked flat ``preds [sum N_i, (P)]``, ``target [sum N_i]`` and ``batch [sum N_i]``."""
+        target = _vector(target, "target", where, "[sum N_i] (one part id per point) with batch")
+        batch = _vector(batch, "batch", where, "[sum N_i] (the shape of every point)").long()
+        if preds.dim() != (2 if is_logits else 1):
+            fail(where, f"with batch, preds must be logits [sum N_i, P] (floating) or part ids [sum N_i] "
+                        f"(integer), got {'logits' if is_logits else 'ids'} of shape {tuple(preds.shape)}")
+        if batch.numel() != target.numel() or preds.size(0) != target.numel():
+            raise ValueError(f"{where}: preds ({preds.size(0)}), target ({target.numel()}) and batch "
+                             f"({batch.numel()}) need one entry per point")
+        if num_shapes == 0 and batch.numel():
+            fail(where, f"batch has {batch.numel()} points but category is empty (no shapes)")
+        if batch.numel() and (int(batch.min()) < 0 or int(batch.max()) >= num_shapes):
+            raise ValueError(f"{where}: batch refers to shapes outside 0..{num_shapes - 1} "
+                             f"(category has {num_shapes} entries)")
+        if num_shapes:
+            counts = torch.bincount(batch, minlength=num_shapes)
+            if bool((counts == 0).any()):
+                empty = (counts == 0).nonzero().flatten().tolist()
+                fail(where, f"shape {empty[0]} has no points (batch never refers to it; shapes without "
+                            f"points: {empty[:10]}); every shape needs at least one point")
+        return preds, target, batch
+
+    def _accumulate(self, preds: Tensor, target: Tensor, batch: Tensor, category: Tensor, point_cat: Tensor,
+                    mask: Tensor, is_logits: bool, num_shapes: int) -> None:
+        """Add the per-shape IoUs of validated flat inputs to the running sums."""
+        device = target.device
         if is_logits:
-            if preds.dim() != 2 or preds.size(1) < self.num_parts:
-                raise ValueError(f"{where}: logits need at least {self.num_parts} columns, got "
-                                 f"{tuple(preds.shape)}")
             logits = preds[:, : self.num_parts].double()
             logits = logits.masked_fill(~mask[point_cat], float("-inf"))
             pred = logits.argmax(dim=1)
         else:
             pred = preds.reshape(-1).long()
-            if pred.numel() != target.numel():
-                raise ValueError(f"{where}: preds has {pred.numel()} ids for {target.numel()} points")
             # out-of-range ids go to a spare bin: they count as wrong, never as some part
             pred = torch.where((pred < 0) | (pred >= self.num_parts), torch.full_like(pred, self.num_parts), pred)
         p = self.num_parts + 1  # one spare bin for out-of-range predictions
