@@ -106,6 +106,21 @@ def check_number(where: str, name: str, value: Any, minimum: float = 0.0, strict
     return float(value)
 
 
+#: Largest frequency scale (``omega0``) of a sinusoidal field or kernel: with ``2 pi omega0`` radians
+#: per unit on coordinates of order 1, larger scales give float32 phases whose rounding error is
+#: itself radians (an all-NaN or meaningless field instead of an error).
+MAX_FREQUENCY_SCALE = 1e4
+
+
+def check_frequency_scale(where: str, name: str, value: Any) -> float:
+    """``value`` as a positive finite frequency scale of at most :data:`MAX_FREQUENCY_SCALE`."""
+    v = check_number(where, name, value)
+    if v > MAX_FREQUENCY_SCALE:  # type: ignore[operator]
+        fail(where, f"{name} must be at most {MAX_FREQUENCY_SCALE:g} (a frequency scale; larger ones put float32 "
+                    f"phases beyond their precision), got {value!r}")
+    return v  # type: ignore[return-value]
+
+
 def check_fraction(where: str, name: str, value: Any) -> float:
     """``value`` as a finite number in ``(0, 1]`` (a fraction of something to keep)."""
     ok = (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))

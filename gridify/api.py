@@ -352,7 +352,7 @@ class Predictor(nn.Module):
             low = [n.lower() for n in names]
             if category.lower() in low:
                 return low.index(category.lower())
-            if category.isdigit():
+            if category.isascii() and category.isdigit():  # "²".isdigit() is True but int() refuses it
                 category = int(category)
             else:
                 raise ValueError(f"{where}: unknown category {category!r}; known: {names}")
@@ -636,6 +636,14 @@ def _check_device(where: str, device: Any) -> torch.device:
     if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
         raise ValueError(f"{where}: device {device!r} is not available on this machine (CUDA available: "
                          f"{torch.cuda.is_available()}, devices: {torch.cuda.device_count()})")
+    if dev.type not in ("cpu", "cuda"):
+        backend = getattr(torch, dev.type, None) if dev.type == "xpu" else getattr(torch.backends, dev.type, None)
+        available = dev.type in ("mps", "xpu") and bool(getattr(backend, "is_available", lambda: False)())
+        if not available:
+            why = ("meta tensors hold no data" if dev.type == "meta"
+                   else f"this torch build has no usable {dev.type!r} backend on this machine")
+            raise ValueError(f"{where}: device {device!r} cannot run gridify ({why}); use 'cpu' or an available "
+                             f"'cuda' device")
     return dev
 
 
@@ -694,6 +702,8 @@ def gridify(points: PointsLike, features: Any = None, resolution: Optional[int] 
         if not isinstance(flag, bool):
             raise ValueError(f"{where}: {name} must be a bool, got {flag!r}")
     check_int(where, "seed", seed, 0, allow_none=True)
+    if seed is not None and seed >= 1 << 64:
+        raise ValueError(f"{where}: seed must be below 2**64 (torch.manual_seed's range), got {seed!r}")
     pos_b, single = _points_batch(points, where)
     feat = _features_batch(features, pos_b.shape[:2], single, where)
     if normalize:  # in float64, before the cast to float32: large offsets keep their small steps
@@ -746,6 +756,9 @@ def _features_batch(features: Any, shape: Tuple[int, int], single: bool, where: 
         B, N = shape
         want = f"[{N}, F]" if single else f"[{B}, {N}, F]"
         raise ValueError(f"{where}: features must have shape {want} to match points, got {tuple(given.shape)}")
+    if feat.shape[-1] == 0:
+        raise ValueError(f"{where}: features have 0 channels (shape {tuple(given.shape)}); pass features=None "
+                         f"to gridify the coordinates alone")
     if not np.isfinite(feat).all():
         raise ValueError(f"{where}: features contain NaN/Inf values")
     return _as_float32(feat.reshape(-1, feat.shape[-1]), "features", where).reshape(feat.shape)

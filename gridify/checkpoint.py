@@ -361,15 +361,16 @@ def build_model_from_checkpoint(payload: Dict[str, Any], *, reparameterize: bool
     mismatched shapes raise :class:`CheckpointError`; the half-built model is discarded.
     """
     from .models import build_model
+    from .registry import MODELS
 
     check_payload(payload, "build_model_from_checkpoint")
     name, kwargs = payload["model_name"], dict(payload["model_kwargs"])
+    if name not in MODELS:
+        raise CheckpointError(f"the checkpoint's model {name!r} is not registered (known models: "
+                              f"{', '.join(MODELS.names())})")
     try:
         model = build_model(name, **kwargs)
-    except KeyError as exc:
-        raise CheckpointError(f"the checkpoint's model {name!r} is not registered "
-                              f"({exc.args[0] if exc.args else exc})") from None
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, KeyError) as exc:  # an unknown backbone/kernel name is both
         raise CheckpointError(f"cannot rebuild {name!r} from the checkpoint's arguments {kwargs}: {exc}") from None
     folded = bool(payload.get("reparameterized", False))
     if folded:

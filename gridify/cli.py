@@ -283,7 +283,7 @@ def _show_options(args: argparse.Namespace) -> dict:
                              f"{args.edge_node_ids!r}")
     elif args.edge_nodes == "all":
         edge_nodes = "all"
-    elif args.edge_nodes.isdigit():
+    elif args.edge_nodes.isascii() and args.edge_nodes.isdigit():
         edge_nodes = int(args.edge_nodes)
     else:
         raise SystemExit(f"gridify show: error: --edge-nodes must be a positive integer or 'all', got "

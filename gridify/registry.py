@@ -17,6 +17,24 @@ from typing import Any, Callable, Dict, Generic, Iterator, Optional, TypeVar
 
 T = TypeVar("T")
 
+__all__ = ["Registry", "UnknownNameError", "POS_EMBEDDINGS", "KERNELS", "BACKBONES", "MODELS", "DATASETS"]
+
+
+class UnknownNameError(KeyError, ValueError):
+    """A name that no component of this kind is registered under.
+
+    Both a ``KeyError`` (a failed lookup, as before) and a ``ValueError`` (a bad argument value, as
+    the rest of gridify's argument checks), so either ``except`` catches it. ``kind`` and ``name``
+    say what was looked up; the message lists the registered names.
+    """
+
+    def __init__(self, message: str, kind: str = "", name: str = "") -> None:
+        super().__init__(message)
+        self.kind, self.name = kind, name
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
 
 class Registry(Generic[T]):
     """A named mapping from string keys to classes (or factories) of one kind."""
@@ -42,12 +60,13 @@ class Registry(Generic[T]):
         return _add
 
     def get(self, name: str) -> T:
+        """The component registered under ``name`` (case-insensitive); :class:`UnknownNameError` if none."""
         if not isinstance(name, str):
             raise TypeError(f"{self.kind} name must be a string, got {type(name).__name__}")
         key = name.lower()
         if key not in self._entries:
             known = ", ".join(sorted(self._entries)) or "(none registered)"
-            raise KeyError(f"unknown {self.kind} {name!r}; known {self.kind}s: {known}")
+            raise UnknownNameError(f"unknown {self.kind} {name!r}; known {self.kind}s: {known}", self.kind, name)
         return self._entries[key]
 
     def build(self, name: str, **kwargs: Any) -> Any:

@@ -166,6 +166,8 @@ def test_bad_inputs_give_clear_errors(trained, tmp_path):
         seg.predict(pos, nrm, category="plane")
     with pytest.raises(ValueError, match=r"category must be a name or an index in \[0, 3\)"):
         seg.predict(pos, nrm, category=7)
+    with pytest.raises(ValueError, match="unknown category '²'"):  # str.isdigit() but not int()-able
+        seg.predict(pos, nrm, category="²")
     with pytest.raises(FileNotFoundError):
         seg.predict(tmp_path / "nope.ply", category=0)
 

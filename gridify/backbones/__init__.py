@@ -28,7 +28,8 @@ from .unet import UNet3d
 def build_backbone(name: str, **kwargs: Any) -> nn.Module:
     """Instantiate the backbone registered under ``name`` (``"ccnn"``, ``"resnet"``, ``"unet"``).
 
-    Unknown names raise ``KeyError`` listing the registered ones.
+    Unknown names raise :class:`gridify.registry.UnknownNameError` (a ``KeyError`` and a
+    ``ValueError``) listing the registered ones.
     """
     return BACKBONES.build(name, **kwargs)
 

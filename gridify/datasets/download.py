@@ -226,7 +226,7 @@ def _download_once(url: str, dest: PathLike, *, sha256: Optional[str], timeout: 
             if offset and status != 206:  # the server ignored the Range header: start over
                 offset = 0
             length = resp.headers.get("Content-Length")
-            total = int(length) + offset if length and length.isdigit() else None
+            total = int(length) + offset if length and length.isascii() and length.isdigit() else None
             bar = _progress(total, offset, dest.name, progress)
             try:
                 with open(part, "ab" if offset else "wb") as fh:

@@ -372,7 +372,7 @@ class PointCloudSequence:
 
 
 def _natural_key(name: str) -> List[Any]:
-    return [int(tok) if tok.isdigit() else tok.lower() for tok in re.split(r"(\d+)", name)]
+    return [int(tok) if tok.isascii() and tok.isdigit() else tok.lower() for tok in re.split(r"(\d+)", name)]
 
 
 def _read_timestamp_file(path: Path) -> np.ndarray:

@@ -17,8 +17,8 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from .._checks import (check_choice, check_device, check_number, check_parameters, check_positive_int, check_tensor,
-                       fail, trusted_inputs)
+from .._checks import (check_choice, check_device, check_float, check_number, check_parameters, check_positive_int,
+                       check_tensor, fail, trusted_inputs)
 from ..nn.cfc import CfC, DeltaTGRU, check_padding, check_timespans
 from ..nn.inputs import module_dtype
 from ..registry import MODELS
@@ -225,21 +225,37 @@ class TemporalGridifiedClassifier(nn.Module):
         if not isinstance(pos, Tensor) or pos.dim() != 4 or pos.size(-1) != 3:
             fail(where, f"pos must be a tensor of shape [B, T, N, 3], got "
                         f"{tuple(pos.shape) if isinstance(pos, Tensor) else type(pos).__name__}")
-        if not pos.is_floating_point():
-            fail(where, f"pos must be a floating-point tensor, got dtype {pos.dtype}")
+        check_float(pos, "pos", where)
         b, t, n, _ = pos.shape
         if x is not None and (not isinstance(x, Tensor) or x.dim() != 4 or tuple(x.shape[:3]) != (b, t, n)):
             fail(where, f"x must have shape [B, T, N, F] = [{b}, {t}, {n}, F], got "
                         f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
         if x is not None:
             check_device(x, "x", where, pos.device)
+            if x.is_floating_point():
+                check_float(x, "x", where)
         mask = check_padding(where, mask, lengths, b, t, pos.device, min_length=1)
         if b and not bool(mask.any(1).all()):
             fail(where, f"sequence {int((~mask.any(1)).nonzero()[0])} has no valid frame")
         for name, value in (("pos", pos), ("x", x)):
             if value is not None and value.is_floating_point():
                 _check_frames_finite(where, name, value, mask)
+        self._check_frames_in_box(where, pos, mask)
         return pos, x, mask
+
+    def _check_frames_in_box(self, where: str, pos: Tensor, mask: Tensor) -> None:
+        """Points of valid frames outside the encoder's grid box, named by sequence, frame and point
+        (the encoder itself would only see the flattened frames)."""
+        layer = self.encoder.gridify
+        if getattr(layer, "outside", "error") != "error" or pos.numel() == 0:
+            return
+        grid = layer.grid
+        inside = grid.contains(pos.reshape(-1, 3)).view(pos.shape[:3]) | ~mask[:, :, None]
+        if not bool(inside.all()):
+            b, t, p = (~inside).nonzero()[0].tolist()
+            fail(where, f"pos has points outside the grid box {grid.lower}..{grid.upper} at valid frames "
+                        f"({int((~inside).sum())} points); first at sequence {b}, frame {t}, point {p} "
+                        f"{[round(v, 4) for v in pos[b, t, p].tolist()]}; normalize the frames into the box")
 
     def _timespans(self, where: str, pos: Tensor, times: Optional[Tensor], mask: Tensor) -> Tensor:
         """``dt`` ``[B, T]`` in float64: ``first_timespan`` at first valid frames, else scaled differences."""

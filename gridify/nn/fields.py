@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_number, check_parameters, check_positive_int, checked_forward
+from .._checks import check_frequency_scale, check_number, check_parameters, check_positive_int, checked_forward
 from ..registry import POS_EMBEDDINGS
 from .inputs import check_coordinates
 
@@ -42,7 +42,7 @@ class RandomFourierField(nn.Module):
         hidden_features = hidden_features or out_features
         check_positive_int("RandomFourierField", in_features=in_features, out_features=out_features,
                            hidden_features=hidden_features)
-        check_number("RandomFourierField", "omega0", omega0)
+        check_frequency_scale("RandomFourierField", "omega0", omega0)
         check_parameters("RandomFourierField", f"hidden_features={hidden_features}, out_features={out_features}",
                          hidden_features * (in_features + 2 * hidden_features + out_features + 2))
         self.in_features, self.out_features, self.omega0 = in_features, out_features, float(omega0)
@@ -130,7 +130,7 @@ class SIRENField(nn.Module):
         hidden_features = hidden_features or out_features
         check_positive_int("SIRENField", in_features=in_features, out_features=out_features,
                            hidden_features=hidden_features, num_layers=num_layers)
-        check_number("SIRENField", "omega0", omega0)
+        check_frequency_scale("SIRENField", "omega0", omega0)
         check_parameters("SIRENField", f"hidden_features={hidden_features}, num_layers={num_layers}",
                          hidden_features * (in_features + hidden_features * num_layers + out_features + 2))
         self.in_features, self.out_features, self.omega0 = in_features, out_features, float(omega0)

@@ -39,7 +39,7 @@ from typing import Union
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_number, check_parameters, check_positive_int, checked_forward
+from .._checks import check_frequency_scale, check_number, check_parameters, check_positive_int, checked_forward
 from ..registry import KERNELS
 from .inputs import check_coordinates
 
@@ -72,7 +72,7 @@ class KernelNet(nn.Module):
         where = type(self).__name__
         check_positive_int(where, out_channels=out_channels, hidden_channels=hidden_channels, num_layers=num_layers,
                            dim=dim)
-        check_number(where, "omega0", omega0)
+        check_frequency_scale(where, "omega0", omega0)
         check_number(where, "output_scale", output_scale)
         check_parameters(where, f"out_channels={out_channels}, hidden_channels={hidden_channels}, num_layers="
                                 f"{num_layers}",

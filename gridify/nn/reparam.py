@@ -29,19 +29,31 @@ def reparameterize_model(model: torch.nn.Module) -> int:
     BatchNorms and weights merge into one convolution). The walk calls the outermost such
     layers and does not descend into them; ``model`` itself is folded only when none of its
     sub-modules is foldable. The model is put in eval mode first: folding uses the BatchNorm
-    running statistics. Returns the number of layers folded (0 for models with none, and on a
-    second call).
+    running statistics. Layers built without a resolution that have seen no input yet fold for
+    ``model.resolution`` when the model has one (a grid model's own resolution). Returns the
+    number of layers folded (0 for models with none, and on a second call).
     """
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"reparameterize_model: model must be a torch.nn.Module, got {type(model).__name__}")
     model.eval()
+    # a layer built without a resolution that has seen no input yet (a freshly built or loaded
+    # model) folds for the model's own grid resolution instead of a placeholder kernel
+    own = getattr(model, "resolution", None)
+    default_resolution = own if isinstance(own, int) and not isinstance(own, bool) and own > 0 else None
+
+    def fold(layer: torch.nn.Module) -> None:
+        unseen = getattr(layer, "resolution", 0) is None and int(getattr(layer, "last_resolution", 1)) == 0
+        if default_resolution is not None and unseen:
+            layer.reparameterize(resolution=default_resolution)
+        else:
+            layer.reparameterize()
 
     def walk(m: torch.nn.Module) -> int:
         n = 0
         for child in m.children():
             if is_reparameterizable(child):
                 if not child.reparameterized:
-                    child.reparameterize()
+                    fold(child)
                     n += 1
             else:
                 n += walk(child)
@@ -49,6 +61,6 @@ def reparameterize_model(model: torch.nn.Module) -> int:
 
     count = walk(model)
     if count == 0 and is_reparameterizable(model) and not model.reparameterized:
-        model.reparameterize()
+        fold(model)
         count = 1
     return count

@@ -238,7 +238,8 @@ def _radius_torch(x: Tensor, y: Tensor, r: float, bx: Tensor, by: Tensor, counts
     rows, cols = [], []
     m = y.size(0)
     (x, y), scale = distance_frame(x, y)
-    r2 = (r * scale) ** 2
+    rs = r * scale
+    r2 = rs * rs if rs < 1e150 else math.inf  # (1e155) ** 2 raises OverflowError; such a radius takes all pairs
     start = 0
     while start < m:
         b0 = by_l[start]

@@ -369,8 +369,8 @@ def check_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
         _check_keys(sec, cfg[sec], DEFAULTS[sec])
     if cfg["task"] not in TASKS:
         raise ConfigError(f"task must be one of {list(TASKS)}, got {cfg['task']!r}")
-    if isinstance(cfg["seed"], bool) or not isinstance(cfg["seed"], int):
-        raise ConfigError(f"seed must be an integer, got {cfg['seed']!r}")
+    if isinstance(cfg["seed"], bool) or not isinstance(cfg["seed"], int) or not 0 <= cfg["seed"] < 1 << 32:
+        raise ConfigError(f"seed must be an integer in [0, 2**32 - 1], got {cfg['seed']!r}")
     if not isinstance(cfg["output_dir"], str) or not cfg["output_dir"]:
         raise ConfigError(f"output_dir must be a non-empty path, got {cfg['output_dir']!r}")
     _check_data(cfg["data"])

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from gridify.datasets import DatasetError, fit_box, stratified_subset
 from gridify.models import build_model
-from gridify.registry import DATASETS
+from gridify.registry import DATASETS, MODELS, UnknownNameError
 from gridify.transforms import FixedPoints
 
 from .config import AUGMENTATIONS, DATA_LOADER_KEYS, DATASET_ALIASES, ConfigError
@@ -192,10 +192,13 @@ def fill_model_kwargs(cfg: Dict[str, Any], info: Dict[str, Any]) -> Tuple[str, D
 
 def make_model(name: str, kwargs: Dict[str, Any]) -> torch.nn.Module:
     """The registered model ``name`` built with ``kwargs``; a bad name or argument is a :class:`ConfigError`."""
+    if name not in MODELS:
+        known = ", ".join(MODELS.names())
+        raise ConfigError(f"model.name: unknown model {name!r}; known models: {known}")
     try:
         return build_model(name, **kwargs)
-    except KeyError as exc:
-        raise ConfigError(f"model.name: {exc.args[0] if exc.args else exc}") from None
+    except UnknownNameError as exc:  # an unknown backbone, kernel network, ... among the arguments
+        raise ConfigError(f"model {name!r}: {exc}") from None
     except TypeError as exc:
         raise ConfigError(f"model {name!r}: bad arguments ({exc})") from None
 

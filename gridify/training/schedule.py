@@ -35,7 +35,7 @@ def world_size_guess(devices: Any, num_nodes: int, accelerator: str) -> int:
         n = devices
     elif isinstance(devices, (list, tuple)):
         n = len(devices)
-    elif isinstance(devices, str) and devices.strip().lstrip("-").isdigit():
+    elif isinstance(devices, str) and devices.strip().lstrip("-").isascii() and devices.strip().lstrip("-").isdigit():
         n = int(devices)
     elif isinstance(devices, str) and "," in devices:
         n = len([d for d in devices.split(",") if d.strip()])
