@@ -707,10 +707,13 @@ def gridify(points: PointsLike, features: Any = None, resolution: Optional[int] 
     pos_b, single = _points_batch(points, where)
     feat = _features_batch(features, pos_b.shape[:2], single, where)
     if normalize:  # in float64, before the cast to float32: large offsets keep their small steps
-        try:
-            pos_b = np.stack([normalize_cloud(p)[0] for p in pos_b])
-        except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
+        clouds = []
+        for i, p in enumerate(pos_b):
+            try:
+                clouds.append(normalize_cloud(p)[0])
+            except ValueError as exc:
+                raise ValueError(f"{where}: {'' if single else f'cloud {i}: '}{exc}") from None
+        pos_b = np.stack(clouds)
     else:
         pos_b = _as_float32(pos_b, "points", where)
     in_channels = 3 if feat is None else feat.shape[-1]

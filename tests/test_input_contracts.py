@@ -115,3 +115,16 @@ def test_config_with_an_unknown_model_or_backbone_names_it():
         make_model("nope", {})
     with pytest.raises(ConfigError, match="model 'gridified_classifier': unknown backbone 'zzz'"):
         make_model("gridified_classifier", dict(in_channels=3, num_classes=4, backbone="zzz"))
+
+
+@pytest.mark.parametrize("value", [0, -3, 2.5, True])
+def test_pos_hidden_channels_zero_or_non_int_is_refused(value):
+    with pytest.raises(ValueError, match=f"pos_hidden_channels must be a positive integer, got {value!r}"):
+        GridifiedClassifier(3, 4, pos_hidden_channels=value)
+
+
+def test_batched_gridify_names_the_cloud_that_cannot_be_normalized():
+    pts = np.random.default_rng(3).random((3, 60, 3))
+    pts[1] = 0.5
+    with pytest.raises(ValueError, match="gridify.gridify: cloud 1: normalize_cloud: all 60 points are identical"):
+        gridify.gridify(pts, resolution=5, k=4)

@@ -458,3 +458,12 @@ def test_write_ply_is_atomic_and_honours_the_umask(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert f.read_bytes() == before  # the previous file survives an interrupted write
     assert sorted(p.name for p in f.parent.iterdir()) == ["a.ply"]  # no temporary file left
+
+
+def test_text_with_a_utf8_byte_order_mark_reads_like_without(tmp_path):
+    from gridify.io import read_points
+
+    body = "1 2 3\n4 5 6\n7 8 9\n"
+    (tmp_path / "bom.xyz").write_bytes(b"\xef\xbb\xbf" + body.encode())
+    (tmp_path / "plain.xyz").write_text(body)
+    np.testing.assert_array_equal(read_points(tmp_path / "bom.xyz").points, read_points(tmp_path / "plain.xyz").points)

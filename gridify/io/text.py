@@ -32,8 +32,11 @@ def _split(s: str, comma: bool) -> List[str]:
 
 
 def _decode(p: Path) -> Tuple[bytes, str]:
-    """``(bytes, encoding)`` of the text file ``p``: UTF-8, or Latin-1 when it is not valid UTF-8."""
+    """``(bytes, encoding)`` of the text file ``p``: UTF-8 (a byte-order mark is skipped), or Latin-1
+    when it is not valid UTF-8."""
     raw = read_file_bytes(p)
+    if raw.startswith(b"\xef\xbb\xbf"):  # the UTF-8 BOM some Windows editors write
+        raw = raw[3:]
     if b"\x00" in raw[:4096]:
         raise ValueError(f"{p}: looks like a binary file, expected text with one point per line")
     try:

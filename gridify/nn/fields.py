@@ -39,7 +39,7 @@ class RandomFourierField(nn.Module):
     def __init__(self, in_features: int = 3, out_features: int = 64, hidden_features: int | None = None,
                  omega0: float = 0.1) -> None:
         super().__init__()
-        hidden_features = hidden_features or out_features
+        hidden_features = out_features if hidden_features is None else hidden_features
         check_positive_int("RandomFourierField", in_features=in_features, out_features=out_features,
                            hidden_features=hidden_features)
         check_frequency_scale("RandomFourierField", "omega0", omega0)
@@ -127,7 +127,7 @@ class SIRENField(nn.Module):
     def __init__(self, in_features: int = 3, out_features: int = 64, hidden_features: int | None = None,
                  omega0: float = 0.1, num_layers: int = 2) -> None:
         super().__init__()
-        hidden_features = hidden_features or out_features
+        hidden_features = out_features if hidden_features is None else hidden_features
         check_positive_int("SIRENField", in_features=in_features, out_features=out_features,
                            hidden_features=hidden_features, num_layers=num_layers)
         check_frequency_scale("SIRENField", "omega0", omega0)

@@ -83,6 +83,8 @@ class BipartiteConv(nn.Module):
         super().__init__()
         where = type(self).__name__
         check_positive_int(where, in_channels=in_channels, out_channels=out_channels, hidden_channels=hidden_channels)
+        if pos_hidden_channels is not None:
+            check_positive_int(where, pos_hidden_channels=pos_hidden_channels)
         check_choice(where, "message", message, MESSAGES)
         check_choice(where, "aggr", aggr, AGGREGATIONS)
         check_choice(where, "fused_messages", fused_messages, ("auto", True, False))
