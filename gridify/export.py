@@ -28,6 +28,8 @@ graph first centres every cloud and scales it into the unit sphere,
 :func:`export_onnx` traces it (``torch.onnx.export``, dynamo exporter; depthwise 3D convolutions
 as sums of 2D ones, :func:`depthwise_conv3d_as_2d`, which onnxruntime runs ~8x faster), writes
 the file atomically and checks it with onnxruntime against the model's own PyTorch forward.
+The file's ONNX opset is the requested one, 18 to 25 (:data:`ONNX_OPSETS`; default 20); every
+argument is checked before anything is traced.
 Batch and number of points are dynamic axes unless fixed. Exportable: ``gridified_classifier``
 with any registered backbone (``ccnn``, ``resnet``, ``unet``; ``mrconv`` folded into its
 inference form), xyz or xyz + normals features, float32 on the CPU. It needs the optional extra
@@ -48,6 +50,7 @@ import io
 import json
 import logging
 import os
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +60,8 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from ._checks import check_finite, check_float, check_int, check_number, check_tensor, fail, trusted_inputs
+from ._checks import (check_alloc, check_finite, check_float, check_int, check_number, check_tensor, fail, is_int,
+                      trusted_inputs, validating)
 from ._files import atomic_write_bytes
 from ._version import __version__
 from .checkpoint import build_model_from_checkpoint, inference_settings, load_checkpoint
@@ -72,15 +76,59 @@ __all__ = ["DepthwiseConv3dAs2d", "ExportError", "ExportReport", "OnnxClassifier
            "depthwise_conv3d_as_2d", "dense_bilateral_knn",
            "dense_bilateral_knn_unchecked", "dense_edge_index", "eval_mode", "export_onnx", "grid_tables",
            "gridify_dense", "normalize_points", "require_export_dependencies", "tracing_mode", "EXPORT_FORMATS",
-           "INSTALL_HINT"]
+           "INSTALL_HINT", "ONNX_OPSETS", "DEFAULT_OPSET"]
 
 EXPORT_FORMATS = ("onnx",)
 #: What to run when the optional export dependencies are missing.
 INSTALL_HINT = "pip install 'gridify[export]'  (onnx, onnxscript, onnxruntime)"
+#: The ONNX opsets (default ``ai.onnx`` domain) :func:`export_onnx` writes, both ends included.
+#: torch's dynamo exporter builds the graph at opset 18 at least (its torchlib) and converts it with
+#: onnxscript's version converter, which reaches 25: a lower request came back as an opset-18 file
+#: (after tracebacks on stderr), a higher one as a file onnxruntime rejects. Every opset of the range
+#: was exported and checked with onnxruntime (torch 2.13, onnxscript 0.7, onnxruntime 1.32).
+ONNX_OPSETS = (18, 25)
+#: The opset written when ``opset`` is None (torch.onnx's own default, ``ONNX_DEFAULT_OPSET``).
+DEFAULT_OPSET = 20
 
 
 class ExportError(RuntimeError):
     """A model (or an export option) that this exporter cannot handle; the message says what."""
+
+
+def _validating() -> bool:
+    """Whether a public entry checks its inputs: not when library code vouches for them
+    (:func:`gridify._checks.trusted_inputs`, as :func:`tracing_mode` sets) and not while an
+    exporter or compiler traces (a value check is a data-dependent branch, which a graph cannot hold)."""
+    return validating() and not (torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
+                                 or torch.compiler.is_compiling() or torch.compiler.is_exporting())
+
+
+def _check_clouds(where: str, pos: Any, name: str, k: int = 1, dtype: Optional[torch.dtype] = None,
+                  device: Optional[torch.device] = None) -> Tensor:
+    """``pos``: a finite floating tensor ``[B, N, 3]``, ``B >= 1``, ``N >= k`` (of ``dtype`` / on
+    ``device`` when given); messages name ``name`` and, for a NaN / Inf, the cloud and row."""
+    pos = check_tensor(pos, name, where)
+    if pos.dim() != 3 or pos.size(-1) != 3 or pos.size(0) == 0:
+        fail(where, f"{name} must have shape [B, N, 3] with B >= 1, got {tuple(pos.shape)}")
+    check_float(pos, name, where)
+    if dtype is not None and pos.dtype != dtype:
+        fail(where, f"{name} must be {str(dtype).replace('torch.', '')} (the model's dtype), got {pos.dtype}; "
+                    f"convert it with .to({dtype})")
+    if device is not None and pos.device != device:
+        fail(where, f"{name} is on {pos.device} but the model is on {device}")
+    if pos.size(1) < k:
+        fail(where, f"every cloud needs at least k={k} points, got N={pos.size(1)}" if k > 1 else
+             f"every cloud needs at least one point, got N={pos.size(1)}")
+    check_finite(pos.reshape(-1, 3), name, where, torch.arange(pos.size(0)).repeat_interleave(pos.size(1)))
+    return pos
+
+
+def _check_dense_size(where: str, what: str, batch: int, num_points: int, num_nodes: int, dtype: torch.dtype) -> None:
+    """Refuse (before allocating) a fixed-shape graph whose ``[B, R^3, N]`` distance matrix alone
+    exceeds the allocation limit; ``what`` names the arguments that decide the size."""
+    nbytes = batch * num_points * num_nodes * torch.empty((), dtype=dtype).element_size()
+    check_alloc(where, f"{what} (a [B, R^3, N] = [{batch}, {num_nodes}, {num_points}] {str(dtype)[6:]} distance "
+                       f"matrix)", nbytes)
 
 
 # --------------------------------------------------------------------------------------
@@ -95,16 +143,11 @@ def dense_bilateral_knn(pos: Tensor, grid: RegularGrid, k: int) -> Tuple[Tensor,
     ``edge_index`` of :func:`gridify.nn.bilateral_knn`.
     """
     where = "dense_bilateral_knn"
-    pos = check_tensor(pos, "pos", where)
-    if pos.dim() != 3 or pos.size(-1) != 3 or pos.size(0) == 0:
-        fail(where, f"pos must have shape [B, N, 3] with B >= 1, got {tuple(pos.shape)}")
-    check_float(pos, "pos", where)
     if not isinstance(grid, RegularGrid):
         fail(where, f"grid must be a RegularGrid, got {type(grid).__name__}")
     k = check_int(where, "k", k)
-    if pos.size(1) < k:
-        fail(where, f"every cloud needs at least k={k} points, got N={pos.size(1)}")
-    check_finite(pos.reshape(-1, 3), "pos", where, torch.arange(pos.size(0)).repeat_interleave(pos.size(1)))
+    pos = _check_clouds(where, pos, "pos", k)
+    _check_dense_size(where, f"pos {tuple(pos.shape)}", pos.size(0), pos.size(1), grid.num_nodes, pos.dtype)
     return dense_bilateral_knn_unchecked(pos, k, *grid_tables(grid, pos.device, pos.dtype))
 
 
@@ -113,6 +156,10 @@ def grid_tables(grid: RegularGrid, device: Optional[torch.device] = None, dtype:
     """The constants of the traced graph: node positions ``[R^3, 3]`` (``linspace`` per axis, as
     the node -> points search uses) and per-axis node coordinates ``lo + a h`` ``[3, R]`` (as
     :func:`gridify.ops.grid_knn` computes them; the two may differ in the last bit)."""
+    if not isinstance(grid, RegularGrid):
+        fail("grid_tables", f"grid must be a RegularGrid, got {type(grid).__name__}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        fail("grid_tables", f"dtype must be a floating torch.dtype, got {dtype!r}")
     lo, hi = box_tensors(grid.lower, grid.upper, device, dtype)
     h = (hi - lo) / (grid.resolution - 1)
     axis = lo[:, None] + torch.arange(grid.resolution, device=device).to(dtype) * h[:, None]
@@ -155,6 +202,22 @@ def dense_edge_index(node_points: Tensor, point_nodes: Tensor, keep: Tensor) -> 
     ``[2, E]``: global point index ``b N + j`` and global node index ``b R^3 + i``, sorted by
     node, then point (the layout of :func:`gridify.nn.bilateral_knn`).
     """
+    where = "dense_edge_index"
+    for name, t in (("node_points", node_points), ("point_nodes", point_nodes), ("keep", keep)):
+        check_tensor(t, name, where)
+        if t.dim() != 3:
+            fail(where, f"{name} must have 3 dimensions, got shape {tuple(t.shape)}")
+        if name != "keep" and (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool):
+            fail(where, f"{name} must be an integer tensor, got dtype {t.dtype}")
+    if keep.dtype != torch.bool:
+        fail(where, f"keep must be a bool tensor, got dtype {keep.dtype}")
+    if point_nodes.shape != keep.shape or point_nodes.size(0) != node_points.size(0):
+        fail(where, f"node_points [B, R^3, k], point_nodes [B, N, k'] and keep [B, N, k'] do not fit together: "
+                    f"{tuple(node_points.shape)}, {tuple(point_nodes.shape)}, {tuple(keep.shape)}")
+    for name, t, size in (("node_points", node_points, point_nodes.size(1)),
+                          ("point_nodes", point_nodes, node_points.size(1))):
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= size):
+            fail(where, f"{name} must hold indices in [0, {size}), got values in [{int(t.min())}, {int(t.max())}]")
     B, R3, k = node_points.shape
     N = point_nodes.size(1)
     cloud_pt = torch.arange(B).view(B, 1, 1) * N
@@ -188,8 +251,44 @@ def gridify_dense(module: Gridification, pos: Tensor, x: Tensor,
     result as ``module(pos, x)`` (to float rounding) over the edges of
     :func:`dense_bilateral_knn_unchecked`; points outside the grid box connect to their nearest
     nodes (``outside="allow"``). Aggregations ``mean``, ``sum`` and ``max``. ``tables``: the grid's
-    :func:`grid_tables` (computed here when None; pass them when tracing).
+    :func:`grid_tables` (computed here when None; pass them when tracing). Validates its
+    arguments (outside a trace), then runs the unchecked implementation that the export traces.
     """
+    if _validating():
+        _check_gridify_dense(module, pos, x, tables)
+    return _gridify_dense(module, pos, x, tables)
+
+
+def _check_gridify_dense(module: Any, pos: Any, x: Any, tables: Any) -> None:
+    where = "gridify_dense"
+    if not isinstance(module, Gridification):
+        fail(where, f"module must be a gridify.nn.Gridification, got {type(module).__name__}")
+    if module.max_in_degree is not None:
+        fail(where, f"the module caps the in-degree (max_in_degree={module.max_in_degree}); gridify_dense builds "
+                    f"the uncapped bilateral kNN graph")
+    p = next(module.parameters())
+    pos = _check_clouds(where, pos, "pos", module.k, p.dtype, p.device)
+    x = check_tensor(x, "x", where)
+    if x.dim() != 3 or x.shape[:2] != pos.shape[:2] or x.size(2) != module.in_channels:
+        fail(where, f"x must have shape [B, N, F] = [{pos.size(0)}, {pos.size(1)}, {module.in_channels}] (pos' B and "
+                    f"N, the module's in_channels), got {tuple(x.shape)}")
+    if x.dtype != pos.dtype or x.device != pos.device:
+        fail(where, f"x must have pos' dtype and device ({pos.dtype} on {pos.device}), got {x.dtype} on {x.device}")
+    check_finite(x.reshape(-1, x.size(2)), "x", where, torch.arange(x.size(0)).repeat_interleave(x.size(1)))
+    if tables is not None:
+        R = module.grid.resolution
+        ok = (isinstance(tables, (tuple, list)) and len(tables) == 2 and all(isinstance(t, Tensor) for t in tables)
+              and tuple(tables[0].shape) == (R ** 3, 3) and tuple(tables[1].shape) == (3, R)
+              and all(t.dtype == pos.dtype and t.device == pos.device for t in tables))
+        if not ok:
+            fail(where, f"tables must be None or the grid's grid_tables(grid, device, dtype): (nodes [{R ** 3}, 3], "
+                        f"axis [3, {R}]) of pos' dtype and device")
+    _check_dense_size(where, f"pos {tuple(pos.shape)}", pos.size(0), pos.size(1), module.grid.num_nodes, pos.dtype)
+
+
+def _gridify_dense(module: Gridification, pos: Tensor, x: Tensor,
+                   tables: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
+    """:func:`gridify_dense` on validated inputs (what the export traces)."""
     conv, grid = module.conv, module.grid
     B, N = pos.shape[:2]
     R3 = grid.num_nodes
@@ -225,8 +324,15 @@ def normalize_points(points: Tensor) -> Tensor:
 
     ``p' = (p - c) / s``, ``c = mean_j p_j``, ``s = max_j |p_j - c|``, computed in float64 (as
     :func:`gridify.api.normalize_cloud`) and returned in ``points``' dtype. A cloud of identical
-    points (``s = 0``) maps to the origin.
+    points (``s = 0``) maps to the origin. ``points``: a finite floating tensor, ``B, N >= 1``.
     """
+    if _validating():
+        _check_clouds("normalize_points", points, "points")
+    return _normalize_points(points)
+
+
+def _normalize_points(points: Tensor) -> Tensor:
+    """:func:`normalize_points` on validated inputs (what the export traces)."""
     p = points.to(torch.float64)
     q = p - p.mean(1, keepdim=True)
     s = q.pow(2).sum(-1).amax(1).sqrt().clamp_min(1e-300)
@@ -241,7 +347,10 @@ class OnnxClassifier(nn.Module):
     point features ``x = points'`` (3 features) or ``[points', normals]`` (6, as
     :class:`gridify.Predictor` builds them), :func:`gridify_dense`, then the model's
     ``grid_norm``, ``backbone``, ``pool_grid`` and ``head``. The wrapped model is the given one
-    (shared weights); put it in eval mode.
+    (shared weights); put it in eval mode. Called eagerly, ``forward`` and :meth:`reference`
+    check their inputs (finite tensors of the model's dtype and device, ``[B, N, 3]`` with
+    ``N >= k``, normals exactly when the model takes them); while traced they do not, so the
+    exported graph holds no checks.
 
     Shapes:
         points ``[B, N, 3]``, normals ``[B, N, 3]`` -> logits ``[B, num_classes]``
@@ -250,8 +359,10 @@ class OnnxClassifier(nn.Module):
     def __init__(self, model: GridifiedClassifier, normalize: bool = True) -> None:
         super().__init__()
         check_exportable(model, type(self).__name__)
+        if not isinstance(normalize, bool):
+            fail(type(self).__name__, f"normalize must be True or False, got {normalize!r}")
         self.model = model
-        self.normalize = bool(normalize)
+        self.normalize = normalize
         self.use_normals = model.in_channels == 6
         nodes, axis = grid_tables(model.gridify.grid, dtype=next(model.parameters()).dtype)
         self.register_buffer("nodes", nodes, persistent=False)
@@ -262,18 +373,45 @@ class OnnxClassifier(nn.Module):
         return ["points", "normals"] if self.use_normals else ["points"]
 
     def _features(self, points: Tensor, normals: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
-        pos = normalize_points(points) if self.normalize else points
+        pos = _normalize_points(points) if self.normalize else points
         return pos, (torch.cat([pos, normals], -1) if self.use_normals else pos)
 
+    def check_inputs(self, points: Any, normals: Any = None, where: Optional[str] = None) -> None:
+        """Raise ValueError naming what is wrong with ``forward``'s arguments (None when they are fine)."""
+        where = where or f"{type(self).__name__}.forward"
+        dtype, device = self.nodes.dtype, self.nodes.device
+        k = self.model.gridify.k
+        points = _check_clouds(where, points, "points", k, dtype, device)
+        if self.use_normals:
+            if normals is None:
+                fail(where, "normals are required: the model takes xyz + normals (in_channels=6)")
+            normals = check_tensor(normals, "normals", where)
+            if normals.shape != points.shape:
+                fail(where, f"normals must have the shape of points {tuple(points.shape)}, got {tuple(normals.shape)}")
+            _check_clouds(where, normals, "normals", k, dtype, device)
+        elif normals is not None:
+            fail(where, "the model takes no normals (in_channels=3); pass the points only")
+        _check_dense_size(where, f"points {tuple(points.shape)}", points.size(0), points.size(1),
+                          self.model.gridify.grid.num_nodes, dtype)
+
     def forward(self, points: Tensor, normals: Optional[Tensor] = None) -> Tensor:
+        if not _validating():  # traced (or called by library code that checked): the graph itself
+            return self._forward(points, normals)
+        self.check_inputs(points, normals)
+        with trusted_inputs():  # checked once here; the nested modules need not repeat it
+            return self._forward(points, normals)
+
+    def _forward(self, points: Tensor, normals: Optional[Tensor]) -> Tensor:
         pos, x = self._features(points, normals)
         m = self.model
-        z = m.backbone(m.grid_norm(gridify_dense(m.gridify, pos, x, (self.nodes, self.axis))))
+        z = m.backbone(m.grid_norm(_gridify_dense(m.gridify, pos, x, (self.nodes, self.axis))))
         return m.head(m.pool_grid(z))
 
     @torch.no_grad()
     def reference(self, points: Tensor, normals: Optional[Tensor] = None) -> Tensor:
         """The same logits through the model's own forward (bilateral kNN graph): the reference path."""
+        if _validating():
+            self.check_inputs(points, normals, f"{type(self).__name__}.reference")
         return self.model(*self._features(points, normals))
 
 
@@ -363,6 +501,8 @@ def _resolve(model: Any, where: str) -> Tuple[nn.Module, Optional[bool], Optiona
 def eval_mode(model: nn.Module) -> Iterator[None]:
     """``model`` in eval mode for the duration; afterwards every module gets its own mode back
     through ``train(mode)`` (parents first), which also drops caches filled meanwhile."""
+    if not isinstance(model, nn.Module):
+        fail("eval_mode", f"model must be a torch.nn.Module, got {type(model).__name__}")
     modes = [(m, m.training) for m in model.modules()]
     model.eval()
     try:
@@ -386,6 +526,8 @@ def tracing_mode(model: nn.Module) -> Iterator[None]:
     * nested modules trust their inputs (:func:`gridify._checks.trusted_inputs`): a value check is
       a data-dependent branch, which a graph cannot hold.
     """
+    if not isinstance(model, nn.Module):
+        fail("tracing_mode", f"model must be a torch.nn.Module, got {type(model).__name__}")
     flags = [(p, p.requires_grad) for p in model.parameters()]
     saved = []
     for module in model.modules():
@@ -425,6 +567,27 @@ def depthwise_conv3d_as_2d(x: Tensor, weight: Tensor, bias: Optional[Tensor] = N
     Shapes:
         x ``[B, C, D, H, W]``, weight ``[C, 1, K, K, K]`` (K odd), bias ``[C]`` -> ``[B, C, D, H, W]``
     """
+    where = "depthwise_conv3d_as_2d"
+    x = check_tensor(x, "x", where)
+    weight = check_tensor(weight, "weight", where)
+    if x.dim() != 5:
+        fail(where, f"x must have shape [B, C, D, H, W], got {tuple(x.shape)}")
+    check_float(x, "x", where)
+    C, K = x.size(1), weight.shape[-1] if weight.dim() else 0
+    if tuple(weight.shape) != (C, 1, K, K, K) or K % 2 == 0:
+        fail(where, f"weight must have shape [C, 1, K, K, K] with C={C} (x's channels) and K odd, "
+                    f"got {tuple(weight.shape)}")
+    if bias is not None and (not isinstance(bias, Tensor) or tuple(bias.shape) != (C,)):
+        fail(where, f"bias must be None or a tensor [C] = [{C}], got "
+                    f"{tuple(bias.shape) if isinstance(bias, Tensor) else type(bias).__name__}")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and (t.dtype != x.dtype or t.device != x.device):
+            fail(where, f"{name} must have x's dtype and device ({x.dtype} on {x.device}), got {t.dtype} on {t.device}")
+    return _depthwise_conv3d_as_2d(x, weight, bias)
+
+
+def _depthwise_conv3d_as_2d(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+    """:func:`depthwise_conv3d_as_2d` on validated inputs (what :class:`DepthwiseConv3dAs2d` traces)."""
     B, C, D, H, W = x.shape
     K = weight.shape[-1]
     P = K // 2
@@ -454,7 +617,7 @@ class DepthwiseConv3dAs2d(TorchFunctionMode):
             if (x.dim() == 5 and tuple(w.shape[1:]) == (1, K, K, K) and K % 2 == 1 and a.get("groups", 1) == w.shape[0]
                     == x.shape[1] and same and a.get("stride", 1) in (1, (1, 1, 1), [1, 1, 1])
                     and a.get("dilation", 1) in (1, (1, 1, 1), [1, 1, 1])):
-                return depthwise_conv3d_as_2d(x, w, a.get("bias"))
+                return _depthwise_conv3d_as_2d(x, w, a.get("bias"))
         return func(*args, **kwargs)
 
 
@@ -506,9 +669,10 @@ def _trace(wrapper: OnnxClassifier, example: Tuple[Tensor, ...], dynamic_batch: 
 def _quiet_exporter() -> Iterator[None]:
     """Silence the exporter's progress prints, log lines and internal warnings (none is actionable
     for a user: the export either succeeds or raises)."""
-    logger = logging.getLogger("torch.onnx")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "onnx_ir", "onnxscript")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*was assigned during export.*")  # caches, dropped after
@@ -516,21 +680,31 @@ def _quiet_exporter() -> Iterator[None]:
             warnings.filterwarnings("ignore", category=FutureWarning)  # deprecations inside torch.export
             yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
-def _verify(wrapper: OnnxClassifier, data: bytes, checks: List[Tuple[Tensor, ...]]) -> float:
-    """Largest ``|onnxruntime - PyTorch|`` of the logits over the check inputs."""
+def _verify(wrapper: OnnxClassifier, data: bytes, checks: List[Tuple[Tensor, ...]], where: str) -> float:
+    """Largest ``|onnxruntime - PyTorch|`` of the logits over the check inputs (ExportError when
+    onnxruntime cannot load or run the file)."""
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
     worst = 0.0
-    for inputs in checks:
-        feeds = {name: t.numpy() for name, t in zip(wrapper.input_names, inputs)}
-        got = torch.from_numpy(session.run(["logits"], feeds)[0])
-        worst = max(worst, float((got - wrapper.reference(*inputs)).abs().max()))
+    problem = None
+    try:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        for inputs in checks:
+            feeds = {name: t.numpy() for name, t in zip(wrapper.input_names, inputs)}
+            got = torch.from_numpy(session.run(["logits"], feeds)[0])
+            worst = max(worst, float((got - wrapper.reference(*inputs)).abs().max()))
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's own exception types; one clear message
+        lines = str(exc).strip().splitlines()
+        problem = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    if problem is not None:
+        fail_export(where, f"onnxruntime {ort.__version__} could not run the exported file ({problem}); nothing was "
+                           f"written")
     return worst
 
 
@@ -552,7 +726,9 @@ def export_onnx(model: Any, path: Union[str, "os.PathLike[str]"], *, num_points:
     Args:
         model: a checkpoint path (``model.pt`` / ``.ckpt``, folded for inference), a
             :class:`gridify.Predictor` or a :class:`gridify.models.GridifiedClassifier`.
-        path: the ``.onnx`` file to write (atomically; parent folders are created).
+        path: the ``.onnx`` file to write, a ``str`` or ``os.PathLike`` (atomically: the file
+            appears complete or not at all; missing parent folders are created). Checked
+            before anything runs: not a folder or other non-file, and its folder creatable.
         num_points: a fixed number of points per cloud; None (default): a dynamic axis, any
             ``N >= k`` (onnxruntime rejects smaller clouds in its TopK). The file runs the network
             once on the given points; the Predictor's resampling of other sizes to the training
@@ -564,37 +740,38 @@ def export_onnx(model: Any, path: Union[str, "os.PathLike[str]"], *, num_points:
         verify: run the file with onnxruntime on seeded clouds (the traced shape and, for
             dynamic axes, other sizes) and compare with the model's own PyTorch forward;
             a difference above ``atol`` raises and nothing is written.
-        opset: ONNX opset (default: the exporter's).
+        opset: the ONNX opset of the file, an int in :data:`ONNX_OPSETS` (18 to 25: what
+            torch's exporter converts to in the supported environment); None (default):
+            :data:`DEFAULT_OPSET` (20). The file declares exactly this opset; others are refused.
         seed: seed of the example / check clouds.
 
     Raises:
-        ExportError: a model or option that is not exportable (the message names it), or a
-            failed check. ImportError: onnx / onnxscript / onnxruntime missing (with the
-            ``pip install`` line). ValueError: bad arguments.
+        ExportError: a model or option that is not exportable (the message names it; e.g. an
+            MRConv model that never ran a forward, whose folded kernels would be placeholders),
+            a failed check or a failed write. ImportError: onnx / onnxscript / onnxruntime
+            missing (with the ``pip install`` line). ValueError: bad arguments (the message
+            names the argument), raised before any tracing.
     """
     where = "export_onnx"
-    num_points = check_int(where, "num_points", num_points, 1, allow_none=True)
-    batch_size = check_int(where, "batch_size", batch_size, 1, allow_none=True)
-    atol = check_number(where, "atol", atol)
-    check_int(where, "opset", opset, 1, allow_none=True)
-    check_int(where, "seed", seed, 0)
-    if normalize is not None and not isinstance(normalize, bool):
-        fail(where, f"normalize must be None, True or False, got {normalize!r}")
+    target, num_points, batch_size, atol, opset = _check_export_args(where, path, num_points, batch_size, normalize,
+                                                                      verify, atol, opset, seed)
     net, stored_normalize, class_names, train_points = _resolve(model, where)
     check_exportable(net, where)
     k = net.gridify.k
     if num_points is not None and num_points < k:
         fail(where, f"num_points={num_points} is below k={k}: every grid node takes its k nearest points")
-    require_export_dependencies(where, verify)
-    if any(is_reparameterizable(m) and not m.reparameterized for m in net.modules()):
-        net = copy.deepcopy(net)  # fold a copy into its inference form (a multi-branch layer cannot be traced)
-        reparameterize_model(net)
-    wrapper = OnnxClassifier(net, normalize=(stored_normalize is not False) if normalize is None else normalize)
     n = num_points or max(int(train_points or 1024), k + 1)
+    _check_dense_size(where, f"num_points={n}, batch_size={batch_size or 3}", batch_size or 3, n,
+                      net.gridify.grid.num_nodes, torch.float32)
+    require_export_dependencies(where, verify)
+    wrapper = _folded_wrapper(net, (stored_normalize is not False) if normalize is None else normalize, where)
     example = _example_inputs(wrapper, batch_size or 2, n, seed)
-    with eval_mode(wrapper):
-        wrapper.reference(*example)  # lazy initialization first (a CCNN fixes its kernel scale on its first input)
+    _first_run(wrapper, example, where)
     proto = _trace(wrapper, example, batch_size is None, num_points is None, opset, where)
+    written = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    if written != opset:
+        fail_export(where, f"torch.onnx wrote opset {written} instead of the requested opset={opset}; nothing was "
+                           f"written")
     names = class_names or [f"class{i}" for i in range(net.num_classes)]
     _set_metadata(proto, wrapper, names)
     data = proto.SerializeToString()
@@ -602,14 +779,129 @@ def export_onnx(model: Any, path: Union[str, "os.PathLike[str]"], *, num_points:
     if verify:
         checks = [example, _example_inputs(wrapper, batch_size or 3, num_points or max(k, n // 2 + 1), seed + 1)]
         with eval_mode(wrapper):
-            diff = _verify(wrapper, data, checks)
+            diff = _verify(wrapper, data, checks, where)
         if not diff <= atol:
             fail_export(where, f"onnxruntime's logits differ from PyTorch's by {diff:.3g} > atol={atol:g}; "
                                f"nothing was written")
-    target = atomic_write_bytes(path, data)
+    try:
+        target = atomic_write_bytes(target, data)
+    except OSError as exc:  # a folder removed or made read-only meanwhile, a full disk: nothing is left behind
+        fail_export(where, f"could not write path={str(target)!r} ({exc.strerror or exc}); nothing was written")
     return ExportReport(path=target, format="onnx", inputs=_shapes(proto.graph.input),
                         outputs=_shapes(proto.graph.output), normalize=wrapper.normalize, class_names=names,
                         max_abs_diff=diff, num_bytes=len(data))
+
+
+def _check_export_args(where: str, path: Any, num_points: Any, batch_size: Any, normalize: Any, verify: Any,
+                       atol: Any, opset: Any, seed: Any) -> Tuple[Path, Optional[int], Optional[int], float, int]:
+    """:func:`export_onnx`'s arguments, checked before anything is traced:
+    ``(target path, num_points, batch_size, atol, opset)``."""
+    target = _check_output_path(where, path)
+    num_points = check_int(where, "num_points", num_points, 1, allow_none=True)
+    batch_size = check_int(where, "batch_size", batch_size, 1, allow_none=True)
+    atol = check_number(where, "atol", atol)
+    opset = _check_opset(where, opset)
+    check_int(where, "seed", seed, 0)
+    if not isinstance(verify, bool):
+        fail(where, f"verify must be True or False, got {verify!r}")
+    if normalize is not None and not isinstance(normalize, bool):
+        fail(where, f"normalize must be None, True or False, got {normalize!r}")
+    return target, num_points, batch_size, atol, opset
+
+
+def _folded_wrapper(net: nn.Module, normalize: bool, where: str) -> "OnnxClassifier":
+    """The :class:`OnnxClassifier` of ``net``, on a folded copy when ``net`` has unfolded
+    multi-branch layers (they cannot be traced); placeholder kernels raise :class:`ExportError`."""
+    _check_folded_layers(net, where, before=True)
+    if any(is_reparameterizable(m) and not m.reparameterized for m in net.modules()):
+        net = copy.deepcopy(net)
+        reparameterize_model(net)
+        _check_folded_layers(net, where, before=False)
+    return OnnxClassifier(net, normalize=normalize)
+
+
+def _first_run(wrapper: "OnnxClassifier", example: Tuple[Tensor, ...], where: str) -> None:
+    """Run the model once before tracing: lazy initialization (a CCNN fixes its kernel scale on its
+    first input), and the model's own failure named as an :class:`ExportError`."""
+    with eval_mode(wrapper):
+        try:
+            wrapper.reference(*example)
+        except Exception as exc:  # noqa: BLE001 - the model's own failure, named before any tracing
+            lines = str(exc).strip().splitlines()
+            raise ExportError(f"{where}: the model's own forward failed on the example clouds "
+                              f"({type(exc).__name__}: {lines[0] if lines else ''})") from exc
+
+
+def _check_opset(where: str, opset: Any) -> int:
+    """``opset`` as an int in :data:`ONNX_OPSETS` (None: :data:`DEFAULT_OPSET`)."""
+    lo, hi = ONNX_OPSETS
+    if opset is None:
+        return DEFAULT_OPSET
+    if not is_int(opset):
+        fail(where, f"opset must be an int from {lo} to {hi} or None, got {opset!r}")
+    value = int(opset)
+    if not lo <= value <= hi:
+        fail(where, f"opset={opset!r} is not supported: the exporter writes ONNX opsets {lo} to {hi} "
+                    f"(None: {DEFAULT_OPSET})")
+    return value
+
+
+def _check_output_path(where: str, path: Any) -> Path:
+    """``path`` as a :class:`~pathlib.Path` of a file that can be written: a ``str`` / ``os.PathLike``,
+    not an existing folder or other non-file, its nearest existing ancestor a writable folder."""
+    if not isinstance(path, (str, os.PathLike)):
+        fail(where, f"path must be a str or os.PathLike (the .onnx file to write), got {type(path).__name__}")
+    raw = os.fspath(path)
+    if not isinstance(raw, str):
+        fail(where, f"path must name the file as text, got {type(raw).__name__} {raw!r}")
+    if not raw:
+        fail(where, "path is empty; give the .onnx file to write")
+    if "\0" in raw:
+        fail(where, f"path contains a NUL character: {raw!r}")
+    if raw.endswith(os.sep) or (os.altsep and raw.endswith(os.altsep)):
+        fail(where, f"path={raw!r} ends with a separator, so it names a folder; give the file, e.g. "
+                    f"{os.path.join(raw, 'model.onnx')!r}")
+    target = Path(raw)
+    if os.path.isdir(target):
+        fail(where, f"path={raw!r} is a folder; give the file to write, e.g. {str(target / 'model.onnx')!r}")
+    if os.path.lexists(target) and not os.path.isfile(target):
+        fail(where, f"path={raw!r} exists and is not a regular file (a device, socket, pipe or broken link); "
+                    f"it would be replaced")
+    ancestor = target.absolute().parent
+    while not os.path.lexists(ancestor) and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not os.path.isdir(ancestor):
+        fail(where, f"path={raw!r} cannot be created: {str(ancestor)!r} is a file, not a folder")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        fail(where, f"path={raw!r} cannot be written: no permission to create files in {str(ancestor)!r}")
+    if ancestor == target.absolute().parent:  # the folder exists: try what the final write does
+        try:
+            fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(ancestor))
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            fail(where, f"path={raw!r} cannot be written: cannot create a file in {str(ancestor)!r} "
+                        f"({exc.strerror or exc})")
+    return target
+
+
+def _check_folded_layers(net: nn.Module, where: str, before: bool) -> None:
+    """ExportError when a reparameterizable layer (MRConv) is folded into a placeholder kernel: it
+    was folded before it saw any input and without a resolution, so it has no inference form."""
+    bad = [name or type(m).__name__ for name, m in net.named_modules()
+           if is_reparameterizable(m) and m.reparameterized and hasattr(m, "folded_resolution")
+           and int(getattr(m, "folded_resolution")) == 0]
+    if not bad:
+        return
+    layers = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+    if before:
+        fail_export(where, f"the model's MRConv layers ({layers}) were folded (reparameterize()) before they saw any "
+                           f"input and without a resolution, so their kernels are placeholders; load folded weights "
+                           f"(a checkpoint written by export_model), or rebuild the model, run it once and fold it")
+    fail_export(where, f"the model's MRConv layers ({layers}) have never seen an input, so folding them into their "
+                       f"inference form gives placeholder kernels (MRConv3d: reparameterize() ran before the layer "
+                       f"saw any input and without a resolution); run the model once on a cloud before exporting "
+                       f"(model.eval(); model(points, features)), or build its MRConv layers with resolution=R")
 
 
 def _set_metadata(proto: Any, wrapper: OnnxClassifier, class_names: List[str]) -> None:

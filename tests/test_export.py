@@ -482,3 +482,220 @@ def test_every_file_export_model_writes_loads_and_predicts(tmp_path, kind):
     pred = predictor.predict(pts, nrm)
     assert pred.class_names == names and pred.task == task
     assert pred.point_labels.shape == (70,) and set(pred.point_labels.tolist()) <= set(range(len(names)))
+
+
+# --------------------------------------------------------------------------------------
+# argument checks: every bad input named before anything is traced
+# --------------------------------------------------------------------------------------
+@pytest.fixture
+def no_tracing(monkeypatch):
+    """Fail the test if export_onnx gets as far as tracing."""
+    def traced(*args, **kwargs):
+        raise AssertionError("export_onnx traced the model before refusing its arguments")
+    monkeypatch.setattr(E, "_trace", traced)
+
+
+@pytest.mark.parametrize("opset", [7, 17, 26, 99])
+def test_unsupported_opsets_are_refused_before_tracing(tmp_path, no_tracing, opset):
+    """torch's exporter writes opsets 18..25 here: a lower request came back as an opset-18 file
+    (tracebacks on stderr), a higher one as a file onnxruntime rejects (No Op registered for Gelu)."""
+    model, _ = tiny_classifier()
+    with pytest.raises(ValueError, match=f"export_onnx: opset={opset} is not supported: the exporter writes "
+                                         f"ONNX opsets 18 to 25 \\(None: 20\\)"):
+        E.export_onnx(model, tmp_path / "m.onnx", opset=opset)
+    for bad in (True, 18.0, "18"):
+        with pytest.raises(ValueError, match="opset must be an int from 18 to 25 or None, got"):
+            E.export_onnx(model, tmp_path / "m.onnx", opset=bad)
+    assert E.ONNX_OPSETS == (18, 25) and E.DEFAULT_OPSET == 20
+    assert not list(tmp_path.iterdir())
+
+
+@needs_onnx
+def test_the_file_declares_the_requested_opset(tmp_path, dynamic_export):
+    import onnx
+
+    def opset_of(path):
+        return [o.version for o in onnx.load(str(path)).opset_import if o.domain in ("", "ai.onnx")]
+
+    assert opset_of(dynamic_export["report"].path) == [E.DEFAULT_OPSET]  # the default
+    model, _ = tiny_classifier()
+    report = E.export_onnx(model, tmp_path / "m18.onnx", opset=18, num_points=20, batch_size=1)
+    assert opset_of(report.path) == [18] and report.max_abs_diff <= 1e-4
+
+
+def test_bad_paths_are_refused_before_tracing(tmp_path, no_tracing):
+    model, _ = tiny_classifier()
+    (tmp_path / "file").write_text("x")
+    cases = [(tmp_path, "is a folder; give the file to write"),
+             (str(tmp_path) + "/", "ends with a separator, so it names a folder"),
+             (tmp_path / "file" / "m.onnx", r"cannot be created: '.*file' is a file, not a folder"),
+             (tmp_path / "file" / "sub" / "m.onnx", r"cannot be created: '.*file' is a file, not a folder"),
+             (None, "path must be a str or os.PathLike .*, got NoneType"),
+             (5, "path must be a str or os.PathLike .*, got int"),
+             (b"m.onnx", "path must be a str or os.PathLike .*, got bytes"),
+             ("", "path is empty"),
+             (str(tmp_path / "a\0b.onnx"), "path contains a NUL character")]
+    if Path("/dev/null").exists():
+        cases.append(("/dev/null", "exists and is not a regular file"))
+    for path, message in cases:
+        with pytest.raises(ValueError, match=f"^export_onnx: .*{message}"):
+            E.export_onnx(model, path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_other_bad_export_arguments(tmp_path, no_tracing):
+    model, _ = tiny_classifier()
+    for verify in ("yes", None, 0):
+        with pytest.raises(ValueError, match="verify must be True or False, got"):
+            E.export_onnx(model, tmp_path / "m.onnx", verify=verify)
+    for atol in (float("nan"), True, -1.0, "1e-4"):
+        with pytest.raises(ValueError, match="atol must be a positive finite number"):
+            E.export_onnx(model, tmp_path / "m.onnx", atol=atol)
+    for name, value in (("num_points", True), ("batch_size", -1), ("seed", -1), ("seed", 1.5)):
+        with pytest.raises(ValueError, match=f"{name} must be a"):
+            E.export_onnx(model, tmp_path / "m.onnx", **{name: value})
+    with pytest.raises(ValueError, match=r"num_points=1000000000, batch_size=3 \(a \[B, R\^3, N\].* would need .* "
+                                         r"more than the allocation limit"):
+        E.export_onnx(model, tmp_path / "m.onnx", num_points=10 ** 9)
+    assert not list(tmp_path.iterdir())
+
+
+def test_mrconv_placeholder_kernels_are_an_export_error(tmp_path, monkeypatch, no_tracing):
+    """An MRConv layer folded before it saw any input has a placeholder kernel: ExportError saying
+    what to do, not the layer's RuntimeError from inside the example run."""
+    from gridify.nn import MRConv3d
+
+    torch.manual_seed(0)
+    fresh = GridifiedClassifier(3, 4, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3,
+                                backbone="mrconv").eval()
+    layers = [m for m in fresh.modules() if isinstance(m, MRConv3d)]
+    assert layers and all(m.resolution is None for m in layers)
+
+    def fold_without_resolution(net):  # what folding a never-run layer without a resolution gives
+        for m in net.modules():
+            if isinstance(m, MRConv3d):
+                m.reparameterize()
+
+    monkeypatch.setattr(E, "reparameterize_model", fold_without_resolution)
+    with pytest.raises(E.ExportError, match=r"MRConv layers \(.*\) have never seen an input, so folding them .* "
+                                            r"placeholder kernels .* run the model once on a cloud before exporting"):
+        E.export_onnx(fresh, tmp_path / "m.onnx")
+    fold_without_resolution(fresh)  # the model itself folded too early
+    with pytest.raises(E.ExportError, match=r"were folded \(reparameterize\(\)\) before they saw any input"):
+        E.export_onnx(fresh, tmp_path / "m.onnx")
+    assert not list(tmp_path.iterdir())
+
+
+@needs_onnx
+def test_onnxruntime_and_write_failures_are_export_errors(tmp_path, monkeypatch):
+    import errno
+
+    import onnxruntime as ort
+
+    model, _ = tiny_classifier()
+
+    def broken_session(*args, **kwargs):
+        raise RuntimeError("[ONNXRuntimeError] : 10 : INVALID_GRAPH : no op")
+
+    with monkeypatch.context() as m:
+        m.setattr(ort, "InferenceSession", broken_session)
+        with pytest.raises(E.ExportError, match=r"onnxruntime .* could not run the exported file \(RuntimeError: "
+                                                r"\[ONNXRuntimeError\].*\); nothing was written"):
+            E.export_onnx(model, tmp_path / "m.onnx", num_points=20, batch_size=1)
+
+    def full_disk(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(E, "atomic_write_bytes", full_disk)
+    with pytest.raises(E.ExportError, match=r"could not write path='.*m.onnx' \(No space left on device\)"):
+        E.export_onnx(model, tmp_path / "m.onnx", num_points=20, batch_size=1, verify=False)
+    assert not list(tmp_path.iterdir())
+
+
+def test_onnx_classifier_checks_its_inputs():
+    model, _ = tiny_classifier()  # k = 6
+    wrapper = E.OnnxClassifier(model)
+    pts = torch.rand(2, 20, 3)
+    nan = pts.clone()
+    nan[1, 4, 2] = float("nan")
+    where = "OnnxClassifier.forward: "
+    cases = [((torch.rand(1, 2, 3),), "every cloud needs at least k=6 points, got N=2"),
+             ((torch.rand(20, 3),), r"points must have shape \[B, N, 3\] with B >= 1, got \(20, 3\)"),
+             ((torch.rand(0, 20, 3),), r"points must have shape \[B, N, 3\] with B >= 1"),
+             ((pts.double(),), "points must be float32 .*, got torch.float64"),
+             ((pts.long(),), "points must be a floating-point tensor, got dtype torch.int64"),
+             ((pts.tolist(),), "points must be a torch.Tensor, got list"),
+             ((nan,), "points contains NaN values .* cloud 1 at row 24"),
+             ((pts, pts), r"the model takes no normals \(in_channels=3\)")]
+    for args, message in cases:
+        with pytest.raises(ValueError, match=where + message):
+            wrapper(*args)
+    with pytest.raises(ValueError, match="OnnxClassifier.reference: every cloud needs at least k=6 points"):
+        wrapper.reference(torch.rand(1, 2, 3))
+    six = E.OnnxClassifier(tiny_classifier(6)[0])
+    with pytest.raises(ValueError, match=where + r"normals are required: the model takes xyz \+ normals"):
+        six(pts)
+    with pytest.raises(ValueError, match=where + r"normals must have the shape of points \(2, 20, 3\), "
+                                                 r"got \(2, 19, 3\)"):
+        six(pts, pts[:, :19])
+    inf = pts.clone()
+    inf[0, 3, 1] = float("inf")
+    with pytest.raises(ValueError, match=where + "normals contains Inf values .* cloud 0 at row 3"):
+        six(pts, inf)
+    with pytest.raises(ValueError, match="OnnxClassifier: normalize must be True or False, got 'no'"):
+        E.OnnxClassifier(model, normalize="no")
+
+
+def test_the_checks_stay_out_of_the_traced_graph(monkeypatch):
+    """Under tracing_mode (what export_onnx traces in) forward runs the unchecked graph only."""
+    model, _ = tiny_classifier()
+    wrapper = E.OnnxClassifier(model)
+    pts = torch.rand(2, 20, 3)
+    with torch.no_grad():
+        want = wrapper(pts)
+
+    def no_checks(*args, **kwargs):
+        raise AssertionError("a check ran while tracing")
+
+    monkeypatch.setattr(E.OnnxClassifier, "check_inputs", no_checks)
+    monkeypatch.setattr(E, "_check_clouds", no_checks)
+    monkeypatch.setattr(E, "_check_gridify_dense", no_checks)
+    with E.tracing_mode(wrapper), torch.no_grad():
+        assert torch.equal(wrapper(pts), want)
+
+
+def test_public_helpers_check_their_inputs():
+    cases = [(lambda: E.normalize_points([[1.0, 2.0, 3.0]]), "normalize_points: points must be a torch.Tensor"),
+             (lambda: E.normalize_points(torch.rand(10, 3)), r"normalize_points: points must have shape \[B, N, 3\]"),
+             (lambda: E.normalize_points(torch.ones(1, 10, 3, dtype=torch.long)), "must be a floating-point tensor"),
+             (lambda: E.normalize_points(torch.ones(1, 0, 3)), "every cloud needs at least one point, got N=0"),
+             (lambda: E.normalize_points(torch.full((1, 4, 3), float("inf"))), "points contains Inf values")]
+    torch.manual_seed(0)
+    module = Gridification(3, 8, 4, k=5).eval()
+    pos, x = torch.rand(2, 30, 3), torch.rand(2, 30, 3)
+    cases += [(lambda: E.gridify_dense(module, pos[:, :3], x[:, :3]), "gridify_dense: every cloud needs at least "
+                                                                       "k=5 points, got N=3"),
+              (lambda: E.gridify_dense(None, pos, x), "gridify_dense: module must be a gridify.nn.Gridification"),
+              (lambda: E.gridify_dense(module, pos.double(), x.double()), "pos must be float32 .*, got torch.float64"),
+              (lambda: E.gridify_dense(module, pos, x[..., :2]), r"x must have shape \[B, N, F\] = \[2, 30, 3\]"),
+              (lambda: E.gridify_dense(module, pos, x[:, :29]), r"x must have shape \[B, N, F\]"),
+              (lambda: E.gridify_dense(module, pos, x.double()), "x must have pos' dtype and device"),
+              (lambda: E.gridify_dense(module, pos, x, (1, 2)), "tables must be None or the grid's grid_tables"),
+              (lambda: E.dense_edge_index(None, None, None), "dense_edge_index: node_points must be a torch.Tensor"),
+              (lambda: E.dense_edge_index(*[t.float() if t.dtype != torch.bool else t for t in
+                                            E.dense_bilateral_knn(pos, RegularGrid(4), 5)]),
+               "node_points must be an integer tensor"),
+              (lambda: E.grid_tables(4), "grid_tables: grid must be a RegularGrid, got int"),
+              (lambda: E.depthwise_conv3d_as_2d(torch.rand(2, 3), torch.rand(3)),
+               r"depthwise_conv3d_as_2d: x must have shape \[B, C, D, H, W\]"),
+              (lambda: E.depthwise_conv3d_as_2d(torch.rand(1, 4, 5, 5, 5), torch.rand(4, 1, 2, 2, 2)),
+               r"weight must have shape \[C, 1, K, K, K\] with C=4 .* and K odd"),
+              (lambda: E.depthwise_conv3d_as_2d(torch.rand(1, 4, 5, 5, 5), torch.rand(4, 1, 3, 3, 3), torch.rand(3)),
+               r"bias must be None or a tensor \[C\] = \[4\]"),
+              (lambda: E.eval_mode(None).__enter__(), "eval_mode: model must be a torch.nn.Module"),
+              (lambda: E.tracing_mode(None).__enter__(), "tracing_mode: model must be a torch.nn.Module")]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+    with torch.no_grad():  # valid input still gives the module's result
+        assert torch.allclose(E.gridify_dense(module, pos, x), module(pos, x), atol=1e-5)
