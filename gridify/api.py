@@ -73,6 +73,8 @@ PointsLike = Union[np.ndarray, Tensor, PointCloud, str, "os.PathLike[str]"]
 def _to_numpy(a: Any, name: str, where: str) -> np.ndarray:
     """``a`` (array, tensor, nested list) as a numeric numpy array, without losing precision."""
     if isinstance(a, Tensor):
+        if a.device.type == "meta":
+            raise ValueError(f"{where}: {name} is a meta tensor (shapes only, no values); pass real values")
         t = a.detach().cpu()
         if t.dtype == torch.bfloat16:  # numpy has no bfloat16; float32 holds it exactly
             t = t.float()

@@ -128,3 +128,11 @@ def test_batched_gridify_names_the_cloud_that_cannot_be_normalized():
     pts[1] = 0.5
     with pytest.raises(ValueError, match="gridify.gridify: cloud 1: normalize_cloud: all 60 points are identical"):
         gridify.gridify(pts, resolution=5, k=4)
+
+
+def test_meta_tensors_are_refused_by_the_library_api():
+    pos = torch.rand(50, 3, device="meta")
+    for call, match in ((lambda: gridify.gridify(pos), "points is a meta"),
+                        (lambda: gridify.load("modelnet10").predict(pos), "points is a meta")):
+        with pytest.raises(ValueError, match=match):
+            call()
