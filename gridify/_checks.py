@@ -61,6 +61,18 @@ def is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
+def is_real(value: Any) -> bool:
+    """A real Python or NumPy number (possibly NaN/Inf), not a ``bool``."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_bool(where: str, name: str, value: Any) -> bool:
+    """``value`` (a Python or NumPy bool) as a ``bool``; anything else raises, naming ``name``."""
+    if not isinstance(value, (bool, np.bool_)):
+        fail(where, f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
 def check_int(where: str, name: str, value: Any, minimum: int = 1, allow_none: bool = False,
               as_bound: bool = False) -> Optional[int]:
     """``value`` as an ``int >= minimum`` (or None when ``allow_none``); else ValueError.
@@ -95,8 +107,7 @@ def check_number(where: str, name: str, value: Any, minimum: float = 0.0, strict
     """
     if value is None and allow_none:
         return None
-    ok = (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-          and math.isfinite(value) and (value > minimum if strict else value >= minimum))
+    ok = (is_real(value) and math.isfinite(value) and (value > minimum if strict else value >= minimum))
     if not ok:
         if minimum == 0:
             what = "a positive finite number" if strict else "a non-negative finite number"
@@ -123,8 +134,7 @@ def check_frequency_scale(where: str, name: str, value: Any) -> float:
 
 def check_fraction(where: str, name: str, value: Any) -> float:
     """``value`` as a finite number in ``(0, 1]`` (a fraction of something to keep)."""
-    ok = (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-          and math.isfinite(value) and 0.0 < value <= 1.0)
+    ok = is_real(value) and math.isfinite(value) and 0.0 < value <= 1.0
     if not ok:
         fail(where, f"{name} must be a number in (0, 1], got {value!r}")
     return float(value)
@@ -132,8 +142,7 @@ def check_fraction(where: str, name: str, value: Any) -> float:
 
 def check_probability(where: str, name: str, value: Any, include_one: bool = False) -> float:
     """``value`` as a probability in ``[0, 1)`` (``[0, 1]`` with ``include_one``)."""
-    ok = (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-          and math.isfinite(value) and 0.0 <= value and (value <= 1.0 if include_one else value < 1.0))
+    ok = is_real(value) and math.isfinite(value) and 0.0 <= value and (value <= 1.0 if include_one else value < 1.0)
     if not ok:
         fail(where, f"{name} must be a probability in [0, {'1]' if include_one else '1)'}, got {value!r}")
     return float(value)

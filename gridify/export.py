@@ -60,8 +60,8 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from ._checks import (check_alloc, check_finite, check_float, check_int, check_number, check_tensor, fail, is_int,
-                      trusted_inputs, validating)
+from ._checks import (check_alloc, check_finite, check_float, check_int, check_number, check_tensor, element_size, fail,
+                      is_int, trusted_inputs, validating)
 from ._files import atomic_write_bytes
 from ._version import __version__
 from .checkpoint import build_model_from_checkpoint, inference_settings, load_checkpoint
@@ -126,7 +126,7 @@ def _check_clouds(where: str, pos: Any, name: str, k: int = 1, dtype: Optional[t
 def _check_dense_size(where: str, what: str, batch: int, num_points: int, num_nodes: int, dtype: torch.dtype) -> None:
     """Refuse (before allocating) a fixed-shape graph whose ``[B, R^3, N]`` distance matrix alone
     exceeds the allocation limit; ``what`` names the arguments that decide the size."""
-    nbytes = batch * num_points * num_nodes * torch.empty((), dtype=dtype).element_size()
+    nbytes = batch * num_points * num_nodes * element_size(dtype)
     check_alloc(where, f"{what} (a [B, R^3, N] = [{batch}, {num_nodes}, {num_points}] {str(dtype)[6:]} distance "
                        f"matrix)", nbytes)
 

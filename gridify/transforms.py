@@ -39,7 +39,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 import numpy as np
 import torch
 
-from ._checks import SUPPORTED_FLOATS, check_alloc, check_choice, check_int, check_number, fail, is_int
+from ._checks import (SUPPORTED_FLOATS, check_alloc, check_bool, check_choice, check_int, check_number, fail, is_int,
+                      is_real)
 
 Sample = Dict[str, Any]
 
@@ -66,17 +67,6 @@ def _n_points(sample: Sample, where: str) -> int:
 _ROW_KEYS = ("x", "color", "colors", "rgb")
 #: label entries: per point (``[N]``, segmentation) or per sample (a scalar or a single row, classification)
 _LABEL_KEYS = ("y", "label", "labels")
-
-
-def _is_real(value: Any) -> bool:
-    """A real Python or NumPy number, possibly NaN/Inf (``bool`` refused)."""
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-
-
-def _check_flag(where: str, name: str, value: Any) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        fail(where, f"{name} must be True or False, got {value!r}")
-    return bool(value)
 
 
 def _all_finite(a: Any) -> bool:
@@ -382,8 +372,8 @@ class FixedPoints(RandomTransform):
         check_int("FixedPoints", "n", n)
         check_alloc("FixedPoints", f"n={n} (the row indices)", 8 * n)
         self.n = int(n)
-        self.replace = _check_flag("FixedPoints", "replace", replace)
-        self.deterministic = _check_flag("FixedPoints", "deterministic", deterministic)
+        self.replace = check_bool("FixedPoints", "replace", replace)
+        self.deterministic = check_bool("FixedPoints", "deterministic", deterministic)
 
     def indices(self, sample: Sample) -> np.ndarray:
         """The row indices this call would take (advances the generator unless deterministic)."""
@@ -434,7 +424,7 @@ def rotation_matrix(axis: int, angle: float) -> np.ndarray:
     """
     if not is_int(axis) or axis not in (0, 1, 2):
         raise ValueError(f"rotation_matrix: axis must be 0, 1 or 2, got {axis!r}")
-    if not (_is_real(angle) and math.isfinite(angle)):
+    if not (is_real(angle) and math.isfinite(angle)):
         fail("rotation_matrix", f"angle must be a finite number (radians), got {angle!r}")
     angle = float(angle)
     c, s = math.cos(angle), math.sin(angle)
@@ -471,7 +461,7 @@ class RandomRotate(RandomTransform):
         where = type(self).__name__
         if not is_int(axis) or axis not in (0, 1, 2):
             raise ValueError(f"{where}: axis must be 0, 1 or 2, got {axis!r}")
-        if _is_real(degrees):
+        if is_real(degrees):
             if not (math.isfinite(degrees) and 0 <= degrees <= MAX_DEGREES):
                 fail(where, f"degrees must be a number in [0, {MAX_DEGREES:g}] (the angle is drawn from "
                             f"[-degrees, degrees]) or a (low, high) pair, got {degrees!r}")
@@ -481,7 +471,7 @@ class RandomRotate(RandomTransform):
         if len(pair) != 2:
             raise ValueError(f"{where}: degrees must be a number or a (low, high) pair, got {degrees!r}")
         for v in pair:
-            if not (_is_real(v) and math.isfinite(v) and -MAX_DEGREES <= v <= MAX_DEGREES):
+            if not (is_real(v) and math.isfinite(v) and -MAX_DEGREES <= v <= MAX_DEGREES):
                 fail(where, f"degrees bounds must be finite numbers in [-{MAX_DEGREES:g}, {MAX_DEGREES:g}], got "
                             f"{v!r} in {degrees!r}")
         lo, hi = float(pair[0]), float(pair[1])
@@ -548,7 +538,7 @@ class RandomScale(RandomTransform):
         check_number("RandomScale", "high", high)
         if not (0 < low <= high):
             raise ValueError(f"RandomScale: need 0 < low <= high, got low={low}, high={high}")
-        anisotropic = _check_flag("RandomScale", "anisotropic", anisotropic)
+        anisotropic = check_bool("RandomScale", "anisotropic", anisotropic)
         if anisotropic and not math.isfinite(1.0 / float(low)):
             fail("RandomScale", f"low={low!r} is too small for anisotropic scaling: the normals are scaled by "
                                 f"1 / low, which overflows float64")
@@ -635,7 +625,7 @@ class RandomPointDropout(RandomTransform):
     def __init__(self, max_ratio: float = 0.5, *, seed: Optional[int] = 0,
                  generator: Optional[np.random.Generator] = None) -> None:
         super().__init__(seed=seed, generator=generator)
-        if not _is_real(max_ratio) or not (math.isfinite(max_ratio) and 0.0 <= max_ratio < 1.0):
+        if not is_real(max_ratio) or not (math.isfinite(max_ratio) and 0.0 <= max_ratio < 1.0):
             raise ValueError(f"RandomPointDropout: max_ratio must be a number in [0, 1), got {max_ratio!r}")
         self.max_ratio = float(max_ratio)
 

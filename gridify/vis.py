@@ -81,7 +81,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from ._checks import check_choice, check_int, check_number, fail, is_int
+from ._checks import check_choice, check_int, check_number, fail, is_int, is_real
 from ._files import atomic_write
 from .ops.grid import box_tensors, grid_knn_unchecked, grid_positions
 from .ops.sampling import fps_unchecked
@@ -228,8 +228,7 @@ def _check_angles(where: str, azimuth: Any, elevation: Any) -> Tuple[float, floa
     """Camera angles in degrees: azimuth in (-360, 360), elevation in (-90, 90)."""
     out = []
     for name, value, limit in (("azimuth", azimuth, 360), ("elevation", elevation, 90)):
-        ok = (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
-              and bool(np.isfinite(value)) and abs(value) < limit)
+        ok = is_real(value) and bool(np.isfinite(value)) and abs(value) < limit
         if not ok:
             fail(where, f"{name} must be a number of degrees in (-{limit}, {limit}), got {value!r}")
         out.append(float(value))

@@ -190,36 +190,31 @@ def test_gltf_with_a_buffer_file_beside_it(tmp_path):
     c = read_points(tmp_path / "model.gltf", num_samples=50)
     assert _on_tetra(c.points)
     tree = json.loads(files["model.gltf"])
+    bad = tmp_path / "bad.gltf"
+
+    def rejected(match, error=ValueError):
+        bad.write_text(json.dumps(tree))
+        with pytest.raises(error, match=match) as err:
+            read_points(bad)
+        return err.value
+
     for uri in ("../outside.bin", "/etc/passwd", "http://example.com/x.bin", "sub/x.bin"):
         tree["buffers"][0]["uri"] = uri
-        (tmp_path / "bad.gltf").write_text(json.dumps(tree))
-        with pytest.raises(ValueError, match=r"bad\.gltf: glTF buffer 0 refers to .*; only files in the same "
-                                             r"folder as the \.gltf \(a plain file name\) are read"):
-            read_points(tmp_path / "bad.gltf")
+        rejected(r"bad\.gltf: glTF buffer 0 refers to .*; only files in the same folder as the \.gltf \(a plain "
+                 r"file name\) are read")
     tree["buffers"][0]["uri"] = "missing.bin"
-    (tmp_path / "bad.gltf").write_text(json.dumps(tree))
-    with pytest.raises(FileNotFoundError, match=r"missing\.bin: no such file"):
-        read_points(tmp_path / "bad.gltf")
+    rejected(r"missing\.bin: no such file", FileNotFoundError)
     # the file being read is unusable as it stands: also a ValueError, naming both files
-    with pytest.raises(ValueError, match=r"bad\.gltf: glTF buffer 0 refers to 'missing\.bin', which is missing "
-                                         r"\(.*missing\.bin: no such file\)") as err:
-        read_points(tmp_path / "bad.gltf")
-    assert isinstance(err.value, ReferencedFileNotFoundError)
+    exc = rejected(r"bad\.gltf: glTF buffer 0 refers to 'missing\.bin', which is missing \(.*missing\.bin: no such "
+                   r"file\)")
+    assert isinstance(exc, ReferencedFileNotFoundError)
     tree["buffers"][0]["uri"] = "data:application/octet-stream;base64,AAAA"  # 3 bytes, views need more
-    (tmp_path / "bad.gltf").write_text(json.dumps(tree))
-    with pytest.raises(ValueError, match=r"bad\.gltf: glTF bufferView 0 spans bytes \[0, \d+\) of buffer 0, "
-                                         r"which holds 3 bytes"):
-        read_points(tmp_path / "bad.gltf")
+    rejected(r"bad\.gltf: glTF bufferView 0 spans bytes \[0, \d+\) of buffer 0, which holds 3 bytes")
     tree["buffers"][0]["uri"] = "data:application/octet-stream;base64,AAA"
-    (tmp_path / "bad.gltf").write_text(json.dumps(tree))
-    with pytest.raises(ValueError, match=r"bad\.gltf: glTF buffer 0 has corrupt base64 data in its URI"):
-        read_points(tmp_path / "bad.gltf")
+    rejected(r"bad\.gltf: glTF buffer 0 has corrupt base64 data in its URI")
     tree["buffers"][0]["uri"] = json.loads(files["model.gltf"])["buffers"][0]["uri"]
     tree["bufferViews"][0]["buffer"] = 7
-    (tmp_path / "bad.gltf").write_text(json.dumps(tree))
-    with pytest.raises(ValueError, match=r"bad\.gltf: glTF bufferView 0 names buffer 7, but the file has 2"):
-        read_points(tmp_path / "bad.gltf")
-
+    rejected(r"bad\.gltf: glTF bufferView 0 names buffer 7, but the file has 2")
 
 def _gltf(accessors, nodes, mesh_mode=4, buffer=b""):
     tree = {"asset": {"version": "2.0"}, "scene": 0, "scenes": [{"nodes": list(range(len(nodes)))}],

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 
-from .._checks import check_int, fail, is_int
+from .._checks import check_bool, check_int, fail, is_int
 from .._files import PathLike
 from .cloud import PointCloud, representable_rows
 from .registry import find_format, formats, supported_extensions
@@ -144,8 +144,7 @@ def check_read_options(*, num_samples: Any = 10_000, seed: Any = 0, columns: Any
     where = "read_points"
     n = _check_num_samples(where, num_samples)
     check_int(where, "seed", seed, 0)
-    if not isinstance(drop_invalid, (bool, np.bool_)):
-        fail(where, f"drop_invalid must be True or False, got {drop_invalid!r}")
+    check_bool(where, "drop_invalid", drop_invalid)
     if columns is not None and (isinstance(columns, (str, bytes))
                                 or not all(isinstance(c, str) for c in columns)):
         fail(where, f"columns must be a sequence of column names such as ('x', 'y', 'z'), got {columns!r}")
