@@ -27,6 +27,7 @@ from .folder import PointFolder
 from .modelnet import MODELNET10_CLASSES, MODELNET40_CLASSES, ModelNet
 from .procedural import (PROCEDURAL_CATEGORY_TO_PARTS, PROCEDURAL_CLASSES, PROCEDURAL_PARTS,
                          ProceduralShapes, make_shape)
+from .scenes import ProceduralScenes, S3DIS, SceneDataset, ScanNet, SemanticKITTI, convert_to_pointcept  # noqa: F401
 from .shapenet import (SHAPENET_CATEGORIES, SHAPENET_CATEGORY_TO_PARTS, SHAPENET_NUM_PARTS,
                        SHAPENET_SYNSETS, ShapeNetPart)
 

@@ -1,0 +1,645 @@
+"""Scene data in the field's layouts: official class lists, label maps, splits and one reader per layout.
+
+Every reader returns a *scene*: a dict of numpy arrays in the common (Pointcept) vocabulary,
+
+* ``coord`` ``[N, 3]`` float32 (metres), always;
+* ``color`` ``[N, 3]`` float32 in ``[0, 255]``, ``normal`` ``[N, 3]`` float32, ``strength``
+  ``[N, 1]`` float32 (LiDAR remission), when the layout has them;
+* ``segment`` ``[N]`` int64: the official training ids ``0..C-1``, :data:`IGNORE_INDEX` (-1)
+  for unlabelled / ignored points (a scene without labels is all -1).
+
+Layouts (:data:`LAYOUTS`; :func:`find_scenes` lists a split's scenes, :func:`read_scene` reads one):
+
+* ``pointcept``: ``<root>/<split>/<scene>/coord.npy`` (+ ``color.npy``, ``normal.npy``,
+  ``strength.npy``, ``segment.npy``, ``instance.npy``); the common format, see :func:`read_pointcept_scene`.
+  A split is a folder name; ``train``/``val``/``test`` fall back to the S3DIS convention
+  (``Area_N`` folders, ``test_area`` held out) when no such folder exists.
+* ``s3dis``: ``<root>/Area_N/<room>/Annotations/<class>_<i>.txt`` (rows ``x y z r g b``), 13
+  classes (:data:`S3DIS_CLASSES`), Area 5 held out (``val`` = ``test`` = the test area).
+* ``scannet``: ``<root>/scans/<scene>/<scene>_vh_clean_2.ply`` + ``<scene>_vh_clean_2.labels.ply``
+  (vertex ``label`` = NYU40 id -> the 20 benchmark classes, :data:`SCANNET20_NYU40_IDS`);
+  ``train``/``val`` are filtered by the official lists ``<root>/scannetv2_{train,val}.txt``,
+  ``test`` is ``<root>/scans_test`` (no labels). ``<root>`` may hold the scene folders directly.
+* ``semantickitti``: ``<root>/sequences/NN/velodyne/NNNNNN.bin`` (float32 x y z remission) +
+  ``labels/NNNNNN.label`` (uint32; semantic id in the low 16 bits) -> 19 classes by the official
+  learning map (:data:`SEMANTICKITTI_LEARNING_MAP`); train 00-07, 09, 10; val 08; test 11-21.
+* ``mmdet3d_scannet`` / ``mmdet3d_s3dis``: mmdetection3d's processed layout,
+  ``<root>/points/<scene>.bin`` (float32 ``x y z r g b``) + ``semantic_mask/<scene>.bin`` (int64:
+  NYU40 ids for ScanNet, 0..12 for S3DIS); ``mmdet3d_scannet_instance``: the older
+  ``<root>/scannet_train_instance_data/<scene>_vert[_all].npy`` ``[N, 6]`` + ``_sem_label[_all].npy``
+  (NYU40; the ``_all`` files are the full scans and are preferred). mmdetection3d's SemanticKITTI
+  test data is the ``semantickitti`` layout.
+
+Every split also accepts ``"all"`` (every scene found). Errors are :class:`DatasetError` naming the
+file (and line, for S3DIS text) or the scene; sizes are checked against the file sizes before
+anything is allocated (a ``.label`` whose count differs from its ``.bin``'s names both files).
+
+Shapes:
+    coord ``[N, 3]`` float32, color / normal ``[N, 3]`` float32, strength ``[N, 1]`` float32,
+    segment ``[N]`` int64.
+"""
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ._common import DatasetError, PathLike
+
+__all__ = [
+    "IGNORE_INDEX", "S3DIS_CLASSES", "S3DIS_TEST_AREA", "SCANNET20_CLASSES", "SCANNET20_NYU40_IDS",
+    "SEMANTICKITTI_CLASSES", "SEMANTICKITTI_LEARNING_MAP", "SEMANTICKITTI_SPLITS", "LAYOUTS", "LayoutInfo",
+    "SceneRef", "find_scenes", "read_scene", "read_s3dis_room", "read_scannet_scene", "read_ply_vertices",
+    "read_semantickitti_scan", "read_pointcept_scene", "read_mmdet3d_scene", "map_nyu40_to_scannet20",
+    "map_semantickitti_labels", "POINTCEPT_FILES",
+]
+
+#: label of ignored / unlabelled points in every layout's training ids
+IGNORE_INDEX = -1
+
+S3DIS_CLASSES: Tuple[str, ...] = ("ceiling", "floor", "wall", "beam", "column", "window", "door", "table",
+                                  "chair", "sofa", "bookcase", "board", "clutter")
+#: the Area held out by the standard S3DIS protocol
+S3DIS_TEST_AREA = 5
+
+SCANNET20_CLASSES: Tuple[str, ...] = (
+    "wall", "floor", "cabinet", "bed", "chair", "sofa", "table", "door", "window", "bookshelf", "picture",
+    "counter", "desk", "curtain", "refrigerator", "shower curtain", "toilet", "sink", "bathtub",
+    "otherfurniture")
+#: the NYU40 id of each ScanNet benchmark class (every other id is ignored)
+SCANNET20_NYU40_IDS: Tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 16, 24, 28, 33, 34, 36, 39)
+
+SEMANTICKITTI_CLASSES: Tuple[str, ...] = (
+    "car", "bicycle", "motorcycle", "truck", "other-vehicle", "person", "bicyclist", "motorcyclist", "road",
+    "parking", "sidewalk", "other-ground", "building", "fence", "vegetation", "trunk", "terrain", "pole",
+    "traffic-sign")
+#: the official learning map (semantic-kitti.yaml), raw id -> training id 0..18 or -1 (ignore);
+#: a raw id not listed is ignored too
+SEMANTICKITTI_LEARNING_MAP: Dict[int, int] = {
+    0: -1, 1: -1, 10: 0, 11: 1, 13: 4, 15: 2, 16: 4, 18: 3, 20: 4, 30: 5, 31: 6, 32: 7, 40: 8, 44: 9,
+    48: 10, 49: 11, 50: 12, 51: 13, 52: -1, 60: 8, 70: 14, 71: 15, 72: 16, 80: 17, 81: 18, 99: -1,
+    252: 0, 253: 6, 254: 5, 255: 7, 256: 4, 257: 4, 258: 3, 259: 4}
+SEMANTICKITTI_SPLITS: Dict[str, Tuple[str, ...]] = {
+    "train": ("00", "01", "02", "03", "04", "05", "06", "07", "09", "10"),
+    "val": ("08",),
+    "test": tuple(f"{i:02d}" for i in range(11, 22)),
+}
+
+#: the files of a scene folder in the Pointcept layout, and their row width (None: [N])
+POINTCEPT_FILES: Dict[str, Optional[int]] = {"coord": 3, "color": 3, "normal": 3, "strength": 1, "segment": None,
+                                              "instance": None}
+
+
+@dataclass(frozen=True)
+class LayoutInfo:
+    """What a layout is: its class names (None: given by the data), the ignore index, its splits."""
+
+    name: str
+    classes: Optional[Tuple[str, ...]]
+    splits: str
+    features: Tuple[str, ...]
+    ignore_index: int = IGNORE_INDEX
+
+
+LAYOUTS: Dict[str, LayoutInfo] = {
+    "pointcept": LayoutInfo("pointcept", None, "<root>/<split>/ folders (Area_N: test_area held out)",
+                            ("color", "strength")),
+    "s3dis": LayoutInfo("s3dis", S3DIS_CLASSES, "train: Areas 1-4, 6; val/test: Area 5", ("color",)),
+    "scannet": LayoutInfo("scannet", SCANNET20_CLASSES, "scannetv2_{train,val}.txt lists; test: scans_test",
+                          ("color",)),
+    "semantickitti": LayoutInfo("semantickitti", SEMANTICKITTI_CLASSES,
+                                "train: 00-07, 09, 10; val: 08; test: 11-21", ("strength",)),
+    "mmdet3d_scannet": LayoutInfo("mmdet3d_scannet", SCANNET20_CLASSES, "scannetv2_{split}.txt lists or 'all'",
+                                  ("color",)),
+    "mmdet3d_scannet_instance": LayoutInfo("mmdet3d_scannet_instance", SCANNET20_CLASSES,
+                                           "scannetv2_{split}.txt lists or 'all'", ("color",)),
+    "mmdet3d_s3dis": LayoutInfo("mmdet3d_s3dis", S3DIS_CLASSES, "by Area, as s3dis", ("color",)),
+}
+
+
+@dataclass(frozen=True)
+class SceneRef:
+    """One scene of a layout: its name (unique in the split), the layout and the files it reads."""
+
+    name: str
+    layout: str
+    path: Path
+    label_path: Optional[Path] = None
+    split: str = ""
+
+
+def _fail(where: object, msg: str) -> DatasetError:
+    return DatasetError(f"{where}: {msg}")
+
+
+# --------------------------------------------------------------------------------------
+# label maps
+# --------------------------------------------------------------------------------------
+@lru_cache(maxsize=None)
+def _kitti_lut() -> np.ndarray:
+    lut = np.full(1 << 16, IGNORE_INDEX, dtype=np.int64)
+    for raw, train in SEMANTICKITTI_LEARNING_MAP.items():
+        lut[raw] = train
+    lut.flags.writeable = False
+    return lut
+
+
+@lru_cache(maxsize=None)
+def _nyu_lut() -> np.ndarray:
+    lut = np.full(256, IGNORE_INDEX, dtype=np.int64)
+    lut[list(SCANNET20_NYU40_IDS)] = np.arange(len(SCANNET20_NYU40_IDS))
+    lut.flags.writeable = False
+    return lut
+
+
+def map_semantickitti_labels(raw: np.ndarray) -> np.ndarray:
+    """SemanticKITTI ``.label`` values (uint32, semantic id in the low 16 bits) -> training ids 0..18 / -1.
+
+    Shapes:
+        ``[N]`` -> ``[N]`` int64.
+    """
+    return _kitti_lut()[np.asarray(raw).astype(np.uint32) & 0xFFFF]
+
+
+def map_nyu40_to_scannet20(ids: np.ndarray) -> np.ndarray:
+    """NYU40 ids -> the 20 ScanNet benchmark training ids (0..19); every other id -> -1.
+
+    Shapes:
+        ``[N]`` -> ``[N]`` int64.
+    """
+    ids = np.asarray(ids).astype(np.int64)
+    out = np.full(ids.shape, IGNORE_INDEX, dtype=np.int64)
+    ok = (ids >= 0) & (ids < 256)
+    out[ok] = _nyu_lut()[ids[ok]]
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# S3DIS raw text
+# --------------------------------------------------------------------------------------
+def _first_bad_line(p: Path, body: bytes, width: int) -> DatasetError:
+    for lineno, line in enumerate(body.split(b"\n"), 1):
+        tokens = line.split()
+        if not tokens:
+            continue
+        if len(tokens) != width:
+            return _fail(f"{p}:{lineno}", f"expected {width} numbers (x y z r g b), got {len(tokens)}: "
+                                          f"{line.strip()[:80]!r}")
+        for tok in tokens:
+            try:
+                float(tok)
+            except ValueError:
+                return _fail(f"{p}:{lineno}", f"not a number: {tok[:40]!r} in {line.strip()[:80]!r}")
+    return _fail(p, "unreadable S3DIS annotation text")
+
+
+def read_s3dis_text(path: PathLike, width: int = 6) -> np.ndarray:
+    """The rows of one S3DIS text file (``x y z r g b``), as ``[N, width]`` float64.
+
+    A malformed line (wrong number of values, a value that is not a number, e.g. the stray
+    ``\\x10`` of the raw release's ``Area_5/hallway_6``) raises a :class:`DatasetError` naming the
+    file and the line.
+    """
+    p = Path(path)
+    try:
+        body = p.read_bytes()
+    except OSError as exc:
+        raise _fail(p, f"cannot read ({exc.strerror or exc})") from None
+    lines = sum(1 for line in body.split(b"\n") if line.strip())
+    if lines == 0:
+        raise _fail(p, "empty annotation file (no points)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            vals = np.fromstring(body, dtype=np.float64, sep=" ")
+    except (ValueError, DeprecationWarning):
+        vals = None
+    if vals is None or vals.size != lines * width:
+        raise _first_bad_line(p, body, width)
+    return vals.reshape(lines, width)
+
+
+def _s3dis_class(p: Path, classes: Sequence[str], unknown: str) -> int:
+    name = p.stem.rsplit("_", 1)[0] if "_" in p.stem else p.stem
+    if name in classes:
+        return list(classes).index(name)
+    if unknown == "error":
+        raise _fail(p, f"class {name!r} (from the file name) is not one of {list(classes)}")
+    if unknown == "ignore":
+        return IGNORE_INDEX
+    return list(classes).index(unknown)
+
+
+def read_s3dis_room(room: PathLike, classes: Sequence[str] = S3DIS_CLASSES, unknown: str = "ignore"
+                    ) -> Dict[str, np.ndarray]:
+    """One S3DIS room from ``<room>/Annotations/<class>_<i>.txt`` (the class is the file-name prefix).
+
+    Args:
+        room: the room folder (``Area_N/<room>``).
+        classes: the class list (ids are positions in it); default the 13 S3DIS classes.
+        unknown: what a file whose class is not in ``classes`` becomes: ``"ignore"`` (-1),
+            ``"error"``, or the name of a class in ``classes`` (Pointcept maps ``stairs`` to
+            ``clutter``).
+
+    Returns:
+        a scene (see the module docstring) with ``coord``, ``color``, ``segment`` and ``instance``.
+    """
+    room = Path(room)
+    if unknown not in ("ignore", "error") and unknown not in classes:
+        raise ValueError(f"read_s3dis_room: unknown={unknown!r} must be 'ignore', 'error' or one of {list(classes)}")
+    files = sorted((room / "Annotations").glob("*.txt"))
+    if not files:
+        raise _fail(room, "no Annotations/<class>_<i>.txt files (S3DIS raw layout)")
+    rows, seg, inst = [], [], []
+    for i, f in enumerate(files):
+        block = read_s3dis_text(f)
+        rows.append(block)
+        seg.append(np.full(len(block), _s3dis_class(f, classes, unknown), dtype=np.int64))
+        inst.append(np.full(len(block), i, dtype=np.int64))
+    data = np.concatenate(rows)
+    return {"coord": data[:, :3].astype(np.float32), "color": data[:, 3:6].astype(np.float32),
+            "segment": np.concatenate(seg), "instance": np.concatenate(inst)}
+
+
+# --------------------------------------------------------------------------------------
+# PLY vertices (ScanNet meshes: the vertices are the points)
+# --------------------------------------------------------------------------------------
+_PLY_TYPES = {"char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2", "int16": "i2",
+              "ushort": "u2", "uint16": "u2", "int": "i4", "int32": "i4", "uint": "u4", "uint32": "u4",
+              "float": "f4", "float32": "f4", "double": "f8", "float64": "f8"}
+
+
+def _ply_vertex_header(p: Path, head: bytes) -> Tuple[str, int, List[Tuple[str, str]], int]:
+    """``(format, vertex count, [(property, numpy type)], data offset)`` of a PLY whose first element is ``vertex``."""
+    end = head.find(b"end_header")
+    if not head.startswith(b"ply") or end < 0:
+        raise _fail(p, "not a PLY file (no 'ply' magic or no 'end_header' in the first 64 KiB)")
+    offset = head.index(b"\n", end) + 1 if b"\n" in head[end:] else len(head)
+    fmt, count, props, element = "", -1, [], None
+    for line in head[:end].decode("ascii", "replace").splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if parts[0] == "format" and len(parts) > 1:
+            fmt = parts[1]
+        elif parts[0] == "element" and len(parts) == 3:
+            if element == "vertex":
+                break  # the vertex element is complete; later elements (faces) are not read
+            element = parts[1]
+            if element != "vertex":
+                raise _fail(p, f"the first PLY element is {element!r}, not 'vertex'")
+            count = int(parts[2]) if parts[2].isdigit() else -1
+        elif parts[0] == "property" and element == "vertex":
+            if len(parts) != 3 or parts[1] not in _PLY_TYPES:
+                raise _fail(p, f"unsupported PLY vertex property line {line!r}")
+            props.append((parts[2], _PLY_TYPES[parts[1]]))
+    if fmt not in ("ascii", "binary_little_endian", "binary_big_endian") or count < 0 or not props:
+        raise _fail(p, f"unsupported PLY header (format {fmt!r}, vertex count {count})")
+    return fmt, count, props, offset
+
+
+def read_ply_vertices(path: PathLike) -> Dict[str, np.ndarray]:
+    """The scalar properties of the ``vertex`` element of a PLY file (the first element), by name.
+
+    Later elements (a mesh's faces) are not read: ScanNet's ``*_vh_clean_2.ply`` meshes are
+    scanned vertices, which are the points. The vertex count is checked against the file size
+    before anything is allocated.
+
+    Shapes:
+        property name -> ``[V]``.
+    """
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        with open(p, "rb") as fh:
+            head = fh.read(65536)
+    except OSError as exc:
+        raise _fail(p, f"cannot read ({exc.strerror or exc})") from None
+    fmt, count, props, offset = _ply_vertex_header(p, head)
+    if fmt == "ascii":
+        if 2 * count * len(props) - 1 > size - offset:
+            raise _fail(p, f"truncated PLY: {count} vertices of {len(props)} values cannot fit in {size} bytes")
+        text = p.read_bytes()[offset:]
+        lines = text.split(b"\n", count)[:count]
+        try:
+            vals = np.array(b" ".join(lines).split(), dtype=np.float64).reshape(count, len(props))
+        except ValueError:
+            raise _fail(p, "malformed ascii PLY vertex rows") from None
+        return {name: vals[:, i].astype(t) for i, (name, t) in enumerate(props)}
+    endian = "<" if fmt == "binary_little_endian" else ">"
+    dtype = np.dtype([(name, endian + t) for name, t in props])
+    if count * dtype.itemsize > size - offset:
+        raise _fail(p, f"truncated PLY: {count} vertices of {dtype.itemsize} bytes need "
+                       f"{count * dtype.itemsize} bytes, the file has {size - offset} after its header")
+    arr = np.fromfile(p, dtype=dtype, count=count, offset=offset)
+    return {name: arr[name].astype(arr[name].dtype.newbyteorder("=")) for name, _ in props}
+
+
+def _ply_xyz(p: Path, verts: Mapping[str, np.ndarray]) -> np.ndarray:
+    if not {"x", "y", "z"} <= set(verts):
+        raise _fail(p, "PLY vertices have no x y z properties")
+    return np.stack([verts["x"], verts["y"], verts["z"]], 1).astype(np.float32)
+
+
+def read_scannet_scene(scene_dir: PathLike, name: Optional[str] = None) -> Dict[str, np.ndarray]:
+    """A ScanNet v2 scene folder: ``<name>_vh_clean_2.ply`` (+ ``<name>_vh_clean_2.labels.ply``).
+
+    The points are the mesh vertices with their colours; the labels file's vertex ``label`` (NYU40)
+    is mapped to the 20 benchmark ids (others -1); without a labels file every point is -1.
+    """
+    d = Path(scene_dir)
+    name = name or d.name
+    mesh, labels = d / f"{name}_vh_clean_2.ply", d / f"{name}_vh_clean_2.labels.ply"
+    if not mesh.is_file():
+        raise _fail(d, f"scene {name!r} has no {mesh.name}")
+    verts = read_ply_vertices(mesh)
+    coord = _ply_xyz(mesh, verts)
+    scene = {"coord": coord}
+    if {"red", "green", "blue"} <= set(verts):
+        scene["color"] = np.stack([verts["red"], verts["green"], verts["blue"]], 1).astype(np.float32)
+    segment = np.full(len(coord), IGNORE_INDEX, dtype=np.int64)
+    if labels.is_file():
+        lv = read_ply_vertices(labels)
+        if "label" not in lv:
+            raise _fail(labels, "PLY vertices have no 'label' property (NYU40 ids)")
+        if len(lv["label"]) != len(coord):
+            raise _fail(labels, f"{len(lv['label'])} labelled vertices but {mesh} has {len(coord)}")
+        segment = map_nyu40_to_scannet20(lv["label"])
+    scene["segment"] = segment
+    return scene
+
+
+# --------------------------------------------------------------------------------------
+# SemanticKITTI, Pointcept, mmdetection3d binaries
+# --------------------------------------------------------------------------------------
+def _binary_rows(p: Path, dtype: np.dtype, width: int) -> np.ndarray:
+    """``[size / (itemsize * width), width]`` values of a raw binary file; its size must divide evenly."""
+    try:
+        size = p.stat().st_size
+    except OSError as exc:
+        raise _fail(p, f"cannot read ({exc.strerror or exc})") from None
+    row = np.dtype(dtype).itemsize * width
+    if size == 0 or size % row:
+        raise _fail(p, f"{size} bytes is not a whole number of {width}-value rows of {np.dtype(dtype).name} "
+                       f"({row} bytes each)")
+    return np.fromfile(p, dtype=dtype).reshape(-1, width)
+
+
+def read_semantickitti_scan(bin_path: PathLike, label_path: Optional[PathLike] = None) -> Dict[str, np.ndarray]:
+    """One scan: ``.bin`` (float32 x y z remission) and its ``.label`` (uint32), mapped to 19 classes.
+
+    Without ``label_path`` (or when it does not exist) every point is -1. A ``.label`` whose count
+    differs from the scan's points raises a :class:`DatasetError` naming both files (checked from
+    the file sizes, before reading).
+    """
+    b = Path(bin_path)
+    lab = Path(label_path) if label_path is not None else None
+    if lab is not None and lab.is_file() and b.is_file():
+        nb, nl = b.stat().st_size, lab.stat().st_size
+        if nb % 16 == 0 and nl % 4 == 0 and nb // 16 != nl // 4:
+            raise _fail(lab, f"{nl // 4} labels but {b} holds {nb // 16} points")
+    scan = _binary_rows(b, np.dtype("<f4"), 4)
+    scene = {"coord": np.ascontiguousarray(scan[:, :3]), "strength": np.ascontiguousarray(scan[:, 3:4])}
+    if lab is not None and lab.is_file():
+        raw = _binary_rows(lab, np.dtype("<u4"), 1)[:, 0]
+        scene["segment"] = map_semantickitti_labels(raw)
+    else:
+        scene["segment"] = np.full(len(scan), IGNORE_INDEX, dtype=np.int64)
+    return scene
+
+
+def _load_npy(p: Path) -> np.ndarray:
+    """A ``.npy`` array, never unpickled; memory-mapped first, so a header that promises more data than the
+    file holds fails before anything is allocated."""
+    try:
+        mapped = np.load(p, allow_pickle=False, mmap_mode="r")
+        return np.array(mapped)
+    except (ValueError, OSError, EOFError) as exc:
+        raise _fail(p, f"not a readable .npy array ({exc})") from None
+
+
+def read_pointcept_scene(scene_dir: PathLike) -> Dict[str, np.ndarray]:
+    """A scene folder of the common layout: ``coord.npy`` and the optional files of :data:`POINTCEPT_FILES`.
+
+    A missing ``segment.npy`` means every point is ignored (-1); Pointcept's ScanNet release names it
+    ``segment20.npy`` (the 20 benchmark classes), which is read in its place. Each array must have one
+    row per point of ``coord.npy``; the error names the file.
+    """
+    d = Path(scene_dir)
+    if not (d / "coord.npy").is_file():
+        raise _fail(d, "scene folder has no coord.npy")
+    scene: Dict[str, np.ndarray] = {}
+    for key, width in POINTCEPT_FILES.items():
+        f = d / f"{key}.npy"
+        if key == "segment" and not f.is_file() and (d / "segment20.npy").is_file():
+            f = d / "segment20.npy"  # Pointcept's ScanNet release: segment20 / segment200
+        if not f.is_file():
+            continue
+        a = _load_npy(f)
+        if a.dtype.kind not in "fiub":
+            raise _fail(f, f"expected a numeric array, got {a.dtype}")
+        if width is None:
+            a = a.reshape(-1) if a.ndim == 2 and a.shape[1] == 1 else a
+            ok = a.ndim == 1 and a.dtype.kind in "iub"
+        else:
+            a = a.reshape(-1, 1) if width == 1 and a.ndim == 1 else a
+            ok = a.ndim == 2 and a.shape[1] == width
+        n = len(scene["coord"]) if scene else len(a)
+        if not ok or len(a) != n:
+            want = f"[{n}]" if width is None else f"[{n}, {width}]"
+            raise _fail(f, f"expected {want} {'integers' if width is None else 'values'}, got {a.dtype} {a.shape}")
+        scene[key] = a.astype(np.int64) if width is None else a.astype(np.float32)
+    scene.setdefault("segment", np.full(len(scene["coord"]), IGNORE_INDEX, dtype=np.int64))
+    return scene
+
+
+def read_mmdet3d_scene(ref: SceneRef) -> Dict[str, np.ndarray]:
+    """A scene of mmdetection3d's processed layouts (see the module docstring)."""
+    if ref.layout == "mmdet3d_scannet_instance":
+        pts = _load_npy(ref.path)
+        if pts.ndim != 2 or pts.shape[1] < 6:
+            raise _fail(ref.path, f"expected [N, 6] x y z r g b, got {pts.shape}")
+        labels = _load_npy(ref.label_path) if ref.label_path is not None else None
+    else:
+        pts = _binary_rows(ref.path, np.dtype("<f4"), 6)
+        labels = None
+        if ref.label_path is not None:
+            if ref.label_path.stat().st_size != 8 * len(pts):
+                raise _fail(ref.label_path, f"{ref.label_path.stat().st_size} bytes, but {ref.path} holds "
+                                            f"{len(pts)} points (int64 labels: {8 * len(pts)} bytes)")
+            labels = np.fromfile(ref.label_path, dtype="<i8")
+    scene = {"coord": pts[:, :3].astype(np.float32), "color": pts[:, 3:6].astype(np.float32)}
+    if labels is None:
+        scene["segment"] = np.full(len(pts), IGNORE_INDEX, dtype=np.int64)
+    elif labels.reshape(-1).shape[0] != len(pts):
+        raise _fail(ref.label_path, f"{labels.size} labels but {ref.path} holds {len(pts)} points")
+    elif ref.layout == "mmdet3d_s3dis":
+        seg = labels.reshape(-1).astype(np.int64)
+        seg[(seg < 0) | (seg >= len(S3DIS_CLASSES))] = IGNORE_INDEX
+        scene["segment"] = seg
+    else:
+        scene["segment"] = map_nyu40_to_scannet20(labels.reshape(-1))
+    return scene
+
+
+# --------------------------------------------------------------------------------------
+# scene lists per layout and split
+# --------------------------------------------------------------------------------------
+_AREA = re.compile(r"^Area_(\d+)")
+
+
+def _area_of(name: str) -> Optional[int]:
+    m = _AREA.match(name)
+    return int(m.group(1)) if m else None
+
+
+def _area_split(area: Optional[int], split: str, test_area: int) -> bool:
+    if split == "all":
+        return True
+    if area is None:
+        return False
+    return (area == test_area) if split in ("val", "test") else (split == "train" and area != test_area)
+
+
+def _s3dis_scenes(root: Path, split: str, test_area: int) -> List[SceneRef]:
+    refs = []
+    for area in sorted(root.glob("Area_*"), key=lambda q: (_area_of(q.name) or 0, q.name)):
+        if not area.is_dir() or not _area_split(_area_of(area.name), split, test_area):
+            continue
+        for room in sorted(q for q in area.iterdir() if (q / "Annotations").is_dir()):
+            refs.append(SceneRef(f"{area.name}_{room.name}", "s3dis", room, split=split))
+    return refs
+
+
+def _split_list(root: Path, split: str, layout: str) -> Optional[set]:
+    if split == "all":
+        return None
+    for f in (root / f"scannetv2_{split}.txt", root.parent / f"scannetv2_{split}.txt"):
+        if f.is_file():
+            return set(f.read_text().split())
+    raise _fail(root, f"{layout} split {split!r} needs the official list scannetv2_{split}.txt in this folder "
+                      f"(from the ScanNet repository's Tasks/Benchmark/); use split='all' or scenes=[...] without it")
+
+
+def _scannet_scenes(root: Path, split: str) -> List[SceneRef]:
+    if split == "test":
+        base, keep = (root / "scans_test"), None
+    else:
+        base = root / "scans" if (root / "scans").is_dir() else root
+        keep = _split_list(root, split, "scannet")
+    refs = []
+    for d in sorted(base.iterdir()) if base.is_dir() else []:
+        if (d / f"{d.name}_vh_clean_2.ply").is_file() and (keep is None or d.name in keep):
+            refs.append(SceneRef(d.name, "scannet", d, d / f"{d.name}_vh_clean_2.labels.ply", split=split))
+    return refs
+
+
+def _kitti_scenes(root: Path, split: str, sequences: Optional[Sequence[str]]) -> List[SceneRef]:
+    seq_root = root / "sequences" if (root / "sequences").is_dir() else root
+    if sequences is not None:
+        wanted = [f"{int(s):02d}" if str(s).isdigit() else str(s) for s in sequences]
+    elif split == "all":
+        wanted = sorted(d.name for d in seq_root.iterdir() if (d / "velodyne").is_dir()) if seq_root.is_dir() else []
+    else:
+        wanted = list(SEMANTICKITTI_SPLITS[split])
+    refs = []
+    for seq in wanted:
+        for b in sorted((seq_root / seq / "velodyne").glob("*.bin")):
+            refs.append(SceneRef(f"{seq}_{b.stem}", "semantickitti", b, seq_root / seq / "labels" / f"{b.stem}.label",
+                                 split=split))
+    return refs
+
+
+def _mmdet3d_scenes(root: Path, layout: str, split: str, test_area: int) -> List[SceneRef]:
+    refs = []
+    if layout == "mmdet3d_scannet_instance":
+        folder = root / "scannet_train_instance_data" if (root / "scannet_train_instance_data").is_dir() else root
+        keep = _split_list(root, split, layout)
+        names = sorted({f.name[:-len("_vert.npy")] for f in folder.glob("*_vert.npy")})
+        for n in names:
+            full = (folder / f"{n}_vert_all.npy").is_file()
+            suffix = "_all" if full else ""
+            lab = folder / f"{n}_sem_label{suffix}.npy"
+            if keep is None or n in keep:
+                refs.append(SceneRef(n, layout, folder / f"{n}_vert{suffix}.npy", lab if lab.is_file() else None,
+                                     split=split))
+        return refs
+    keep = _split_list(root, split, layout) if layout == "mmdet3d_scannet" else None
+    for f in sorted((root / "points").glob("*.bin")):
+        n = f.stem
+        if layout == "mmdet3d_s3dis" and not _area_split(_area_of(n), split, test_area):
+            continue
+        if keep is None or n in keep:
+            lab = root / "semantic_mask" / f.name
+            refs.append(SceneRef(n, layout, f, lab if lab.is_file() else None, split=split))
+    return refs
+
+
+def _pointcept_scenes(root: Path, split: str, test_area: int) -> List[SceneRef]:
+    if split == "all":
+        folders = sorted(d for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
+    elif (root / split).is_dir():
+        folders = [root / split]
+    else:  # S3DIS convention: Area_N folders, test_area held out
+        folders = sorted((d for d in root.glob("Area_*") if d.is_dir() and _area_split(_area_of(d.name), split,
+                                                                                          test_area)),
+                         key=lambda q: (_area_of(q.name) or 0, q.name))
+    refs = []
+    for folder in folders:
+        for d in sorted(folder.iterdir()):
+            if (d / "coord.npy").is_file():
+                name = d.name if len(folders) == 1 and split != "all" else f"{folder.name}/{d.name}"
+                refs.append(SceneRef(name, "pointcept", d, split=folder.name))
+    return refs
+
+
+def find_scenes(root: PathLike, layout: str, split: str = "train", *, test_area: int = S3DIS_TEST_AREA,
+                sequences: Optional[Sequence[str]] = None) -> List[SceneRef]:
+    """The scenes of ``split`` under ``root`` in ``layout`` (see the module docstring), sorted by name.
+
+    Args:
+        root: the layout's root folder.
+        layout: a key of :data:`LAYOUTS`.
+        split: ``train``, ``val``, ``test`` or ``all`` (``pointcept``: also any folder name under ``root``).
+        test_area: the S3DIS Area held out (``val`` and ``test`` are that Area; ``train`` the others).
+        sequences: SemanticKITTI sequences to read instead of the split's official ones.
+    """
+    root = Path(root)
+    if layout not in LAYOUTS:
+        raise ValueError(f"find_scenes: unknown layout {layout!r}; known: {sorted(LAYOUTS)}")
+    if layout != "pointcept" and split not in ("train", "val", "test", "all"):
+        raise ValueError(f"find_scenes: split must be 'train', 'val', 'test' or 'all', got {split!r}")
+    if not root.is_dir():
+        raise _fail(root, f"no such folder (the {layout} root)")
+    if layout == "s3dis":
+        return _s3dis_scenes(root, split, test_area)
+    if layout == "scannet":
+        return _scannet_scenes(root, split)
+    if layout == "semantickitti":
+        return _kitti_scenes(root, split, sequences)
+    if layout == "pointcept":
+        return _pointcept_scenes(root, split, test_area)
+    return _mmdet3d_scenes(root, layout, split, test_area)
+
+
+def read_scene(ref: SceneRef, *, classes: Optional[Sequence[str]] = None, unknown: str = "ignore"
+               ) -> Dict[str, np.ndarray]:
+    """Read the scene ``ref`` (a :class:`SceneRef` from :func:`find_scenes`) into the common vocabulary.
+
+    ``classes`` / ``unknown`` apply to the S3DIS layout (e.g. the forest plot's ``tree``, ``ground``,
+    ``clutter``); see :func:`read_s3dis_room`.
+    """
+    if ref.layout == "s3dis":
+        return read_s3dis_room(ref.path, S3DIS_CLASSES if classes is None else classes, unknown)
+    if ref.layout == "scannet":
+        return read_scannet_scene(ref.path)
+    if ref.layout == "semantickitti":
+        return read_semantickitti_scan(ref.path, ref.label_path)
+    if ref.layout == "pointcept":
+        return read_pointcept_scene(ref.path)
+    return read_mmdet3d_scene(ref)

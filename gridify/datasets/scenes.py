@@ -1,0 +1,272 @@
+"""Scene segmentation datasets over the field's layouts, and converters to the common (Pointcept) layout.
+
+* :class:`~gridify.datasets.scene_base.SceneDatasetBase` (re-exported): the item format every
+  scene dataset shares, also the generated :class:`~gridify.datasets.procedural_scenes.ProceduralScenes`
+  (re-exported here, ``data.name: scene_procedural``).
+* :class:`SceneDataset` (``data.name: scene``): any layout of
+  :mod:`~gridify.datasets.scene_layouts` (``layout=``); :class:`S3DIS` (``s3dis``),
+  :class:`ScanNet` (``scannet``) and :class:`SemanticKITTI` (``semantickitti``) fix the layout,
+  its class list and its default root under the data root.
+* :func:`convert_to_pointcept`: a raw layout -> ``<out>/<split>/<scene>/{coord,color,normal,
+  strength,segment,instance}.npy`` (S3DIS rooms go to ``<out>/Area_N/<room>``, SemanticKITTI scans
+  to the official split of their sequence), plus ``<out>/classes.txt``; read back with
+  ``SceneDataset(out, layout="pointcept")``. :func:`write_pointcept_scene` writes one scene.
+
+Scenes are not normalized by default (``normalize=False``: coordinates stay in metres); ``num_points``
+subsamples each scene to a fixed size (random at ``train``, deterministic otherwise), None keeps
+every point.
+
+Shapes:
+    an item: pos ``[N, 3]`` float32, x ``[N, F]`` float32, y ``[N]`` int64 (-1 = ignore),
+    index ``[]``, scene (a str); a collated batch: pos ``[sum N_i, 3]``, batch ``[sum N_i]``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .._checks import check_choice
+from .._files import atomic_write, atomic_write_text
+from ..registry import DATASETS
+from ._common import DatasetError, PathLike, Transform, default_root
+from .procedural_scenes import (INDOOR_CLASSES, OUTDOOR_CLASSES, ProceduralScenes, make_indoor_scene,
+                                make_outdoor_scan)
+from .scene_base import SCENE_FEATURES, SceneDatasetBase, check_features, scene_features
+from .scene_layouts import (LAYOUTS, POINTCEPT_FILES, S3DIS_TEST_AREA, SEMANTICKITTI_SPLITS,
+                            SceneRef, find_scenes, read_scene)
+
+__all__ = ["SceneDatasetBase", "SceneDataset", "S3DIS", "ScanNet", "SemanticKITTI", "SCENE_FEATURES",
+           "convert_to_pointcept", "write_pointcept_scene", "scene_features", "ProceduralScenes",
+           "make_indoor_scene", "make_outdoor_scan", "INDOOR_CLASSES", "OUTDOOR_CLASSES"]
+
+def _check_layout_split(where: str, layout: str, split: str) -> None:
+    check_choice(where, "layout", layout, sorted(LAYOUTS))
+    if layout != "pointcept":
+        check_choice(where, "split", split, ["train", "val", "test", "all"])
+
+
+@DATASETS.register("scene")
+class SceneDataset(SceneDatasetBase):
+    """Labelled scenes of one layout (``pointcept``, ``s3dis``, ``scannet``, ``semantickitti``,
+    ``mmdet3d_scannet``, ``mmdet3d_scannet_instance``, ``mmdet3d_s3dis``).
+
+    Args:
+        root: the layout's root folder (see :mod:`~gridify.datasets.scene_layouts`).
+        layout: the layout name.
+        split: ``train``, ``val``, ``test`` or ``all`` (``pointcept``: also a folder name).
+        features: the columns of ``x`` (see :func:`scene_features`); default the layout's
+            own features (colour indoors, remission for SemanticKITTI; ``pointcept``: ``color``
+            and ``strength`` when the first scene has them).
+        num_points: subsample every scene to this many points (None: every point).
+        scenes: read only these scene names (as :func:`find_scenes` names them).
+        sequences: SemanticKITTI sequences instead of the split's official ones.
+        test_area: the S3DIS Area held out.
+        classes: class names; the layout's official list by default (``pointcept``: the
+            ``classes.txt`` a conversion wrote, if any). For the S3DIS layout, ids are positions
+            in this list and ``unknown`` says what another class becomes (``ignore``, ``error``
+            or a class name).
+        transform, seed, normalize: as for every dataset (``normalize`` is off: metres).
+        cache: keep scenes in memory once read.
+
+    Items: ``pos`` ``[N, 3]``, ``x`` ``[N, F]``, ``y`` ``[N]`` (-1 = ignore), the raw ``color`` /
+    ``normal`` / ``strength`` it has, ``index``, ``scene`` (name).
+    """
+
+    def __init__(self, root: Optional[PathLike] = None, layout: str = "pointcept", split: str = "train", *,
+                 features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
+                 scenes: Optional[Sequence[str]] = None, sequences: Optional[Sequence[str]] = None,
+                 test_area: int = S3DIS_TEST_AREA, classes: Optional[Sequence[str]] = None, unknown: str = "ignore",
+                 transform: Optional[Transform] = None, seed: int = 0, normalize: bool = False,
+                 cache: bool = False) -> None:
+        where = type(self).__name__
+        _check_layout_split(where, layout, split)
+        if features is not None:
+            features = check_features(where, features)
+        self.root = Path(root) if root is not None else self.default_root(layout)
+        self.layout = layout
+        refs = find_scenes(self.root, layout, split, test_area=test_area, sequences=sequences)
+        if scenes is not None:
+            wanted = [str(s) for s in scenes]
+            missing = sorted(set(wanted) - {r.name for r in refs})
+            if missing:
+                raise DatasetError(f"{where}: scenes {missing[:5]} not found in {self.root} "
+                                   f"({layout}, split {split!r})")
+            refs = [r for r in refs if r.name in set(wanted)]
+        if not refs:
+            raise DatasetError(f"{where}: no {layout} scenes for split {split!r} under {self.root} "
+                               f"(expected: {LAYOUTS[layout].splits}; see datasets/README.md)")
+        self.refs: List[SceneRef] = refs
+        info = LAYOUTS[layout]
+        names = classes if classes is not None else (info.classes or self._pointcept_classes())
+        self._read_classes = None if classes is None or layout != "s3dis" else tuple(classes)
+        self.unknown = unknown
+        feats = info.features if features is None else features
+        if layout == "pointcept" and features is None:  # what the first scene has (normals on request)
+            feats = tuple(f for f in ("color", "strength") if (refs[0].path / f"{f}.npy").is_file())
+        super().__init__(split=split, class_names=names, features=feats, num_points=num_points,
+                         transform=transform, seed=seed, normalize=normalize, cache=cache)
+
+    @staticmethod
+    def default_root(layout: str) -> Path:
+        """``<data root>/<folder>``: ``s3dis/Stanford3dDataset_v1.2_Aligned_Version``, ``scannet``,
+        ``semantickitti/dataset``, else ``<data root>/<layout>``."""
+        sub = {"s3dis": "s3dis/Stanford3dDataset_v1.2_Aligned_Version", "scannet": "scannet",
+               "semantickitti": "semantickitti/dataset"}.get(layout, layout)
+        return default_root() / sub
+
+    def _pointcept_classes(self) -> List[str]:
+        f = self.root / "classes.txt"
+        return [c for c in f.read_text().splitlines() if c.strip()] if f.is_file() else []
+
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    def scene_name(self, index: int) -> str:
+        return self.refs[index].name
+
+    def describe(self, index: int) -> str:
+        ref = self.refs[index]
+        return f"{type(self).__name__} {self.layout} scene {ref.name!r} ({ref.path})"
+
+    def load_scene(self, index: int) -> Dict[str, np.ndarray]:
+        return read_scene(self.refs[index], classes=self._read_classes, unknown=self.unknown)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(root={str(self.root)!r}, layout={self.layout!r}, split={self.split!r}, "
+                f"scenes={len(self)}, classes={self.num_classes}, features={list(self.features)})")
+
+
+@DATASETS.register("s3dis")
+class S3DIS(SceneDataset):
+    """S3DIS rooms (raw ``Area_N/<room>/Annotations`` layout), 13 classes, Area 5 held out.
+
+    Arguments as for :class:`SceneDataset` (without ``layout`` and ``sequences``).
+    """
+
+    def __init__(self, root: Optional[PathLike] = None, split: str = "train", *,
+                 features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
+                 scenes: Optional[Sequence[str]] = None, test_area: int = S3DIS_TEST_AREA,
+                 classes: Optional[Sequence[str]] = None, unknown: str = "ignore",
+                 transform: Optional[Transform] = None, seed: int = 0, normalize: bool = False,
+                 cache: bool = False) -> None:
+        super().__init__(root, "s3dis", split, features=features, num_points=num_points, scenes=scenes,
+                         test_area=test_area, classes=classes, unknown=unknown, transform=transform, seed=seed,
+                         normalize=normalize, cache=cache)
+
+
+@DATASETS.register("scannet")
+class ScanNet(SceneDataset):
+    """ScanNet v2 raw scene folders, the 20 benchmark classes (official split lists).
+
+    Arguments as for :class:`SceneDataset` (without ``layout``, ``sequences``, ``test_area``, ``classes``).
+    """
+
+    def __init__(self, root: Optional[PathLike] = None, split: str = "train", *,
+                 features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
+                 scenes: Optional[Sequence[str]] = None, transform: Optional[Transform] = None, seed: int = 0,
+                 normalize: bool = False, cache: bool = False) -> None:
+        super().__init__(root, "scannet", split, features=features, num_points=num_points, scenes=scenes,
+                         transform=transform, seed=seed, normalize=normalize, cache=cache)
+
+
+@DATASETS.register("semantickitti")
+class SemanticKITTI(SceneDataset):
+    """SemanticKITTI scans, 19 classes; train 00-07, 09, 10, val 08 (``sequences=`` to choose).
+
+    Arguments as for :class:`SceneDataset` (without ``layout``, ``test_area``, ``classes``).
+    """
+
+    def __init__(self, root: Optional[PathLike] = None, split: str = "train", *,
+                 features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
+                 scenes: Optional[Sequence[str]] = None, sequences: Optional[Sequence[str]] = None,
+                 transform: Optional[Transform] = None, seed: int = 0, normalize: bool = False,
+                 cache: bool = False) -> None:
+        super().__init__(root, "semantickitti", split, features=features, num_points=num_points, scenes=scenes,
+                         sequences=sequences, transform=transform, seed=seed, normalize=normalize, cache=cache)
+
+
+# --------------------------------------------------------------------------------------
+# conversion to the common layout
+# --------------------------------------------------------------------------------------
+def write_pointcept_scene(folder: PathLike, scene: Dict[str, np.ndarray]) -> Path:
+    """Write a scene (common vocabulary) as ``folder/{coord,color,normal,strength,segment,instance}.npy``.
+
+    ``coord`` float32, ``color`` uint8 when its values are integers in 0..255 (else float32),
+    ``normal`` / ``strength`` float32, ``segment`` / ``instance`` int16 when they fit (else int32),
+    as Pointcept stores them. Each file is written atomically, ``coord.npy`` last (a folder with a
+    ``coord.npy`` is complete).
+    """
+    d = Path(folder)
+    if "coord" not in scene:
+        raise ValueError(f"write_pointcept_scene({d}): the scene has no 'coord'")
+    for key in sorted(POINTCEPT_FILES, key=lambda k: k == "coord"):
+        width, a = POINTCEPT_FILES[key], scene.get(key)
+        if a is None:
+            continue
+        a = np.asarray(a)
+        if width is None:
+            small = a.size == 0 or (a.min() >= -32768 and a.max() <= 32767)
+            a = a.astype(np.int16 if small else np.int32)
+        elif key == "color" and a.size and a.min() >= 0 and a.max() <= 255 and np.all(a == np.round(a)):
+            a = a.astype(np.uint8)
+        else:
+            a = a.astype(np.float32)
+        atomic_write(d / f"{key}.npy", lambda fh, a=a: np.save(fh, np.ascontiguousarray(a)))
+    return d
+
+
+def _out_split(ref: SceneRef, split: str) -> Tuple[str, str]:
+    """``(split folder, scene folder)`` of ``ref`` in the common layout."""
+    if ref.layout in ("s3dis", "mmdet3d_s3dis") and ref.name.startswith("Area_"):
+        area, _, room = ref.name.partition("_")[2].partition("_")
+        return f"Area_{area}", room or ref.name
+    if ref.layout == "semantickitti":
+        seq = ref.name.split("_")[0]
+        official = next((s for s, seqs in SEMANTICKITTI_SPLITS.items() if seq in seqs), split)
+        return official, ref.name
+    return split, ref.name
+
+
+def convert_to_pointcept(root: PathLike, layout: str, out: PathLike, splits: Sequence[str] = ("all",), *,
+                         test_area: int = S3DIS_TEST_AREA, sequences: Optional[Sequence[str]] = None,
+                         classes: Optional[Sequence[str]] = None, unknown: str = "ignore",
+                         overwrite: bool = False, progress: Any = None) -> List[Path]:
+    """Convert the scenes of ``splits`` of a raw layout under ``root`` into the common layout under ``out``.
+
+    Args:
+        root, layout: the source (see :func:`~gridify.datasets.scene_layouts.find_scenes`).
+        out: the output root; scenes go to ``out/<split>/<scene>`` (S3DIS: ``out/Area_N/<room>``;
+            SemanticKITTI: the official split of the sequence).
+        splits: the source splits to convert (``all``: every scene found).
+        test_area, sequences, classes, unknown: as for :class:`SceneDataset`.
+        overwrite: rewrite scenes whose ``coord.npy`` exists (default: skip them, so an
+            interrupted conversion resumes).
+        progress: optional callable ``progress(done, total, name)``.
+
+    Returns:
+        the scene folders written (or kept), in order.
+    """
+    check_choice("convert_to_pointcept", "layout", layout, sorted(set(LAYOUTS) - {"pointcept"}))
+    out = Path(out)
+    refs: List[Tuple[SceneRef, str]] = []
+    for split in splits:
+        _check_layout_split("convert_to_pointcept", layout, split)
+        refs += [(r, split) for r in find_scenes(root, layout, split, test_area=test_area, sequences=sequences)]
+    if not refs:
+        raise DatasetError(f"convert_to_pointcept: no {layout} scenes under {root} for splits {list(splits)}")
+    names = list(classes) if classes is not None else list(LAYOUTS[layout].classes or ())
+    if names:
+        atomic_write_text(out / "classes.txt", "\n".join(names) + "\n")
+    done: List[Path] = []
+    for i, (ref, split) in enumerate(refs):
+        folder_split, scene_name = _out_split(ref, split)
+        d = out / folder_split / scene_name
+        if overwrite or not (d / "coord.npy").is_file():
+            scene = read_scene(ref, classes=classes if layout == "s3dis" else None, unknown=unknown)
+            write_pointcept_scene(d, scene)
+        done.append(d)
+        if progress is not None:
+            progress(i + 1, len(refs), ref.name)
+    return done
