@@ -62,6 +62,62 @@ def test_knn_exact_ties_go_to_the_lowest_indices(backend):
     assert torch.equal(batched - torch.tensor([[0], [13]]), want)
 
 
+def _duplicated_cloud(g, B, n, frac, lattice):
+    """B clouds of n points where a fraction ``frac`` are copies of other points of the same cloud
+    (as RandomPointDropout refills), optionally on a half-unit lattice (many equal distances)."""
+    x = torch.randn(B, n, 3, generator=g)
+    if lattice:
+        x = torch.round(x * 2) / 2
+    src = torch.randint(0, n, (B, n), generator=g)
+    copy = torch.rand(B, n, 1, generator=g) < frac
+    x = torch.where(copy, torch.gather(x, 1, src[..., None].expand(-1, -1, 3)), x)
+    return x.reshape(-1, 3), torch.arange(B).repeat_interleave(n)
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "torch_cluster"])
+@pytest.mark.parametrize("frac,lattice", [(0.1, False), (0.5, False), (0.3, True), (0.9, True)])
+def test_knn_duplicates_equal_the_reference_exactly(backend, frac, lattice):
+    """Duplicated points tie at the k-th distance in groups: every backend returns exactly the
+    reference's (distance, index) selection and order, also for the rows the KD-tree re-queries."""
+    g = torch.Generator().manual_seed(int(frac * 10) + lattice)
+    x, bx = _duplicated_cloud(g, 3, 70, frac, lattice)
+    y, by = _duplicated_cloud(g, 3, 40, 0.2, True)
+    for k in (1, 4, 9):
+        assert torch.equal(knn(x, y, k, bx, by, backend=backend), knn_reference(x, y, k, bx, by))
+
+
+def _sphere_of_ties():
+    """30 distinct points exactly 5 from the origin ((3, 4, 0) and (5, 0, 0) with every sign and
+    axis order), 10 farther ones."""
+    import itertools
+
+    pts = set()
+    for base in ((3.0, 4.0, 0.0), (5.0, 0.0, 0.0)):
+        for perm in itertools.permutations(base):
+            for signs in itertools.product((1, -1), repeat=3):
+                pts.add(tuple(a * b for a, b in zip(perm, signs)))
+    far = torch.rand(10, 3, generator=torch.Generator().manual_seed(5)) + 6
+    return torch.cat([torch.tensor(sorted(pts)), far])
+
+
+@pytest.mark.parametrize("copies", [False, True])
+def test_knn_kdtree_large_tie_groups_fall_back_to_the_brute_force(monkeypatch, copies):
+    """40 identical points are one distinct point with 40 copies: no re-query. Distinct points
+    tied in a group larger than TIE_QUERY_MAX (30 at one distance) leave the doubling re-query for
+    the brute force; every path gives the reference's lowest indices."""
+    x = _sphere_of_ties()
+    if copies:
+        x = torch.cat([x, x[:7], torch.zeros(40, 3) + 9])  # duplicates: the distinct-point search
+    y = torch.cat([torch.zeros(2, 3), torch.full((1, 3), 9.0)])
+    want = knn_reference(x, y, 5)
+    calls = []
+    orig = KNN_MODULE._brute_force_rows
+    monkeypatch.setattr(KNN_MODULE, "_brute_force_rows", lambda *a: calls.append(1) or orig(*a))
+    assert torch.equal(knn(x, y, 5, backend="kdtree"), want) and calls == []  # doubling: 6/12, 24, 48
+    monkeypatch.setattr(KNN_MODULE, "TIE_QUERY_MAX", 8)
+    assert torch.equal(knn(x, y, 5, backend="kdtree"), want) and calls == [1]
+
+
 def test_knn_auto_uses_kdtree_for_large_cpu_inputs(monkeypatch):
     calls = []
     m = KNN_MODULE
@@ -180,3 +236,18 @@ def test_knn_torch_backend_keeps_every_neighbour_of_wide_clouds(scale, dtype):
     assert out.size(1) == 50 * 4
     ref = knn(x, x, 4, batch, batch, backend="kdtree")
     assert {tuple(e) for e in out.t().tolist()} == {tuple(e) for e in ref.t().tolist()}
+
+
+def test_knn_kdtree_copies_split_by_hash_collisions_still_equal_the_reference(monkeypatch):
+    """A hash that collides everywhere (all multipliers 0) leaves copies of a point in separate
+    runs unless they are neighbours in index order: they then tie as distinct points, and the
+    (distance, index) selection still equals the reference's."""
+    import numpy as np
+
+    monkeypatch.setattr(KNN_MODULE, "_HASH", np.zeros(4, dtype=np.uint64))
+    g = torch.Generator().manual_seed(11)
+    x, bx = _duplicated_cloud(g, 2, 80, 0.4, False)
+    x[1::7] = x[0::7][: x[1::7].size(0)]  # some copies right after their original too
+    y, by = _duplicated_cloud(g, 2, 30, 0.0, True)
+    for k in (3, 8):
+        assert torch.equal(knn(x, y, k, bx, by, backend="kdtree"), knn_reference(x, y, k, bx, by))

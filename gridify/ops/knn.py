@@ -45,6 +45,8 @@ BACKENDS = ("auto", "torch_cluster", "torch", "kdtree")
 KDTREE_MIN_PAIRS = 1 << 20
 #: Elements of the distance block held in memory at once by the brute-force path.
 CHUNK_ELEMENTS = 1 << 24
+#: Largest ``k`` a KD-tree re-query of tied rows asks for before the brute force takes them.
+TIE_QUERY_MAX = 1 << 10
 
 
 def check_knn_inputs(x: object, y: object, k: object, batch_x: Optional[Tensor], batch_y: Optional[Tensor],
@@ -184,8 +186,9 @@ def smallest_by_index(d: Tensor, kk: int) -> Tuple[Tensor, Tensor]:
         below, tied = sub < th, sub == th
         take = below | (tied & (tied.cumsum(1) <= kk - below.sum(1, keepdim=True)))
         cols = take.nonzero()[:, 1].view(-1, kk)  # row-major: ascending columns
-        idx[rows] = cols
-        dist[rows] = sub.gather(1, cols)
+        # by distance; a stable sort keeps equal distances in column order
+        dist[rows], order = torch.sort(sub.gather(1, cols), dim=1, stable=True)
+        idx[rows] = cols.gather(1, order)
     return _order_ties(dist, idx)
 
 
@@ -199,6 +202,12 @@ def _order_ties(dist: Tensor, idx: Tensor) -> Tuple[Tensor, Tensor]:
         sub_d, order2 = torch.sort(dist[rows].gather(1, order), dim=1, stable=True)
         dist[rows], idx[rows] = sub_d, sub_i.gather(1, order2)
     return dist, idx
+
+
+def _tree_workers() -> int:
+    """Threads of a KD-tree query: torch's (1 in a DataLoader worker, so a worker building graphs
+    ahead does not compete with the training step's threads)."""
+    return max(1, torch.get_num_threads())
 
 
 def _knn_kdtree(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Tensor):
@@ -216,24 +225,23 @@ def _knn_kdtree(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Te
         xn = np.concatenate([xn, bxn[:, None] * sep], 1)
         yn = np.concatenate([yn, byn[:, None] * sep], 1)
     kk = min(k, x.size(0))
-    # an unbalanced tree (sliding-midpoint splits) builds and queries faster on clouds sampled
-    # from surfaces (measured: 32 x 1,024 points, 32k grid-node queries, 2 threads: 1.13 vs
-    # 1.54 ms per cloud); the search stays exact
-    tree = cKDTree(xn, leafsize=32, balanced_tree=False, compact_nodes=False)
-    extra = int(kk < x.size(0))  # one more neighbour shows whether the kk-th is tied
-    dist, idx = tree.query(yn, k=kk + extra, workers=-1)
-    dist = np.asarray(dist).reshape(y.size(0), kk + extra)
-    idx = np.asarray(idx).reshape(y.size(0), kk + extra)
-    if extra:
-        tied = np.flatnonzero(np.isfinite(dist[:, kk]) & (dist[:, kk] == dist[:, kk - 1]))
-        dist, idx = dist[:, :kk], idx[:, :kk]
-        if tied.size:  # exact ties at the k-th distance: the brute force breaks them by index
-            sub = torch.from_numpy(tied)
-            r, c = _knn_torch(x, y[sub], k, bx, by[sub], counts)
-            fixed = np.full((tied.size, kk), x.size(0), dtype=idx.dtype)  # x.size(0) marks "none"
-            slot = torch.arange(r.numel()) - torch.searchsorted(r, r)  # rank within its query
-            fixed[r.numpy(), slot.numpy()] = c.numpy()
-            idx[tied], dist[tied] = fixed, np.arange(kk)  # already ordered: keep that order below
+    groups = _duplicate_groups(xn)
+    if groups is None:
+        # an unbalanced tree (sliding-midpoint splits) builds and queries faster on clouds sampled
+        # from surfaces (measured: 32 x 1,024 points, 32k grid-node queries, 2 threads: 1.13 vs
+        # 1.54 ms per cloud); the search stays exact
+        tree = cKDTree(xn, leafsize=32, balanced_tree=False, compact_nodes=False)
+        extra = int(kk < x.size(0))  # one more neighbour shows whether the kk-th is tied
+        dist, idx = tree.query(yn, k=kk + extra, workers=_tree_workers())
+        dist = np.asarray(dist).reshape(y.size(0), kk + extra)
+        idx = np.asarray(idx).reshape(y.size(0), kk + extra)
+        if extra:
+            tied = np.flatnonzero(np.isfinite(dist[:, kk]) & (dist[:, kk] == dist[:, kk - 1]))
+            dist, idx = dist[:, :kk], idx[:, :kk]
+            if tied.size:  # exact ties at the k-th distance: take the tied neighbours of lowest index
+                _resolve_kdtree_ties(tree, x, y, k, bx, by, counts, yn, tied, dist, idx)
+    else:  # duplicated points: search the distinct ones, then hand out their copies by index
+        dist, idx = _knn_distinct(x, y, k, bx, by, counts, xn, yn, kk, groups)
     ties = np.flatnonzero((dist[:, 1:] == dist[:, :-1]).any(1))  # sorted by distance: order ties by index
     if ties.size:
         order = np.lexsort((idx[ties], dist[ties]), axis=-1)
@@ -245,6 +253,155 @@ def _knn_kdtree(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Te
     cols = idx_safe[valid]
     return (torch.from_numpy(np.ascontiguousarray(rows)).long(),
             torch.from_numpy(np.ascontiguousarray(cols)).long())
+
+
+#: Odd 64-bit multipliers of the coordinate hash that finds duplicated points.
+_HASH = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93],
+                 dtype=np.uint64)
+
+
+def _duplicate_groups(xn: np.ndarray) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Runs of identical rows of ``xn [N, D]`` (D <= 4): ``(order, starts, mult)`` with ``order``
+    the rows sorted by a hash of their bits (stable: equal rows in ascending index), ``starts`` the
+    position in ``order`` of each run and ``mult`` its length; None when no two rows are equal.
+
+    Equal rows are found by a 64-bit hash, then compared bit for bit; a hash collision that puts
+    another row between two copies only splits their run (the copies then tie as distinct points,
+    which the search handles too), so correctness never rests on the hash.
+    """
+    keys = np.ascontiguousarray(xn + 0.0).view(np.uint64)  # + 0.0: -0.0 and 0.0 hash alike
+    h = keys[:, 0] * _HASH[0]
+    for j in range(1, keys.shape[1]):
+        h ^= keys[:, j] * _HASH[j]
+    h ^= h >> np.uint64(29)
+    order = np.argsort(h, kind="stable")
+    hs = h[order]
+    same = hs[1:] == hs[:-1]
+    if not same.any():
+        return None
+    ks = keys[order]
+    same &= (ks[1:] == ks[:-1]).all(1)
+    if not same.any():
+        return None
+    starts = np.flatnonzero(np.concatenate([[True], ~same]))
+    return order, starts, np.diff(np.append(starts, order.size))
+
+
+def _knn_distinct(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Tensor, xn: np.ndarray,
+                  yn: np.ndarray, kk: int, groups: Tuple[np.ndarray, np.ndarray, np.ndarray]
+                  ) -> Tuple[np.ndarray, np.ndarray]:
+    """kNN among points with duplicates: ``(dist, idx) [M, kk]`` ordered by (distance, index).
+
+    The tree holds one copy of every distinct point; a query's distinct neighbours are taken until
+    their copies number at least ``kk`` among the points strictly nearer than the last one returned
+    (so every point tied at the ``kk``-th distance is in; else ``k`` doubles for that row), then the
+    copies are handed out nearest first, lowest index first. Duplicates cost nothing extra: the
+    search runs on fewer points, and no tie needs a second search. Rows whose search outgrows
+    :data:`TIE_QUERY_MAX` (distinct points tied in large groups) take the brute force.
+    """
+    from scipy.spatial import cKDTree
+
+    order, starts, mult = groups
+    distinct = starts.size
+    tree = cKDTree(xn[order[starts]], leafsize=32, balanced_tree=False, compact_nodes=False)
+    dist = np.zeros((y.size(0), kk))
+    idx = np.zeros((y.size(0), kk), dtype=np.int64)
+    rows, want = np.arange(y.size(0)), min(kk + 1, distinct)
+    while rows.size:
+        if TIE_QUERY_MAX < want < distinct:
+            _brute_force_rows(x, y, k, bx, by, counts, rows, dist, idx)
+            break
+        d, u = tree.query(yn[rows], k=want, workers=_tree_workers())
+        d, u = np.asarray(d).reshape(rows.size, want), np.asarray(u).reshape(rows.size, want)
+        # entries strictly nearer than the last one returned are all the points at those distances
+        near = np.ones(d.shape, dtype=bool) if want >= distinct else d < d[:, -1:]
+        copies = np.where(near, mult[u], 0)
+        done = copies.sum(1) >= kk
+        if done.any():
+            # distinct points at equal distances (rare off a lattice) need their copies sorted by index
+            eq = ((d[:, 1:] == d[:, :-1]) & near[:, 1:]).any(1)
+            plain, mixed = done & ~eq, done & eq
+            if plain.any():
+                dist[rows[plain]], idx[rows[plain]] = _first_copies(d[plain], u[plain], copies[plain], groups, kk)
+            if mixed.any():
+                _hand_out_copies(rows[mixed], d[mixed], u[mixed], near[mixed], groups, kk, dist, idx)
+        rows, want = rows[~done], min(2 * want, distinct)
+    return dist, idx
+
+
+def _first_copies(d: np.ndarray, u: np.ndarray, copies: np.ndarray, groups: Tuple[np.ndarray, np.ndarray, np.ndarray],
+                  kk: int) -> Tuple[np.ndarray, np.ndarray]:
+    """The first ``kk`` copies of distinct neighbours ``u [r, w]`` (at strictly increasing distances,
+    ``copies`` of each counted), in that order, a run's copies in ascending index: ``(dist, idx)``."""
+    order, starts, _ = groups
+    total = np.cumsum(copies, 1)
+    slot = np.arange(kk)
+    j = (total[:, None, :] <= slot[None, :, None]).sum(2)  # the neighbour holding each slot
+    before = np.take_along_axis(np.concatenate([np.zeros_like(total[:, :1]), total], 1), j, 1)
+    return np.take_along_axis(d, j, 1), order[starts[np.take_along_axis(u, j, 1)] + slot - before]
+
+
+def _hand_out_copies(rows: np.ndarray, d: np.ndarray, u: np.ndarray, near: np.ndarray,
+                     groups: Tuple[np.ndarray, np.ndarray, np.ndarray], kk: int, dist: np.ndarray,
+                     idx: np.ndarray) -> None:
+    """Rows ``rows`` of ``(dist, idx)``: the first ``kk`` copies of the distinct neighbours ``u``
+    marked ``near``, by (distance, index). Fills ``dist`` and ``idx`` in place."""
+    order, starts, mult = groups
+    rr, cc = np.nonzero(near)  # row-major: by row, then by distance
+    uu, dd = u[rr, cc], d[rr, cc]
+    m = mult[uu]
+    rep_r, rep_d = np.repeat(rr, m), np.repeat(dd, m)
+    within = np.arange(rep_r.size) - np.repeat(np.cumsum(m) - m, m)
+    orig = order[np.repeat(starts[uu], m) + within]  # a run's copies in ascending index
+    if ((rr[1:] == rr[:-1]) & (dd[1:] == dd[:-1])).any():  # distinct points at equal distances
+        s = np.lexsort((orig, rep_d, rep_r))
+        rep_r, rep_d, orig = rep_r[s], rep_d[s], orig[s]
+    rank = np.arange(rep_r.size) - np.searchsorted(rep_r, rep_r)
+    keep = rank < kk
+    dist[rows[rep_r[keep]], rank[keep]] = rep_d[keep]
+    idx[rows[rep_r[keep]], rank[keep]] = orig[keep]
+
+
+def _resolve_kdtree_ties(tree, x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Tensor,
+                         yn: np.ndarray, tied: np.ndarray, dist: np.ndarray, idx: np.ndarray) -> None:
+    """Rows ``tied`` of ``(dist, idx) [M, kk]`` had an entry equal to their ``kk``-th distance left
+    out: re-query them with a doubled ``k`` until every entry at that distance is in (the last one
+    returned lies farther), then keep the ``kk`` smallest by (distance, index). Fills ``dist`` and
+    ``idx`` in place. Cost grows with the size of the tie group, not with the cloud (duplicated
+    points tie in groups of a few); rows whose group outgrows :data:`TIE_QUERY_MAX` neighbours (a
+    cloud of identical points) fall back to the brute force, which takes the lowest indices too.
+    """
+    kk = idx.shape[1]
+    n = x.size(0)
+    rows = tied
+    kth = dist[tied, kk - 1]
+    want = 2 * (kk + 1)
+    while rows.size:
+        want = min(want, n)
+        if want > TIE_QUERY_MAX and want < n:
+            _brute_force_rows(x, y, k, bx, by, counts, rows, dist, idx)
+            return
+        d2, i2 = tree.query(yn[rows], k=want, workers=_tree_workers())
+        d2, i2 = np.asarray(d2).reshape(rows.size, want), np.asarray(i2).reshape(rows.size, want)
+        done = (d2[:, -1] > kth) | (want >= n)  # the whole tie group is in
+        if done.any():
+            dd, ii = d2[done], i2[done]
+            order = np.lexsort((ii, dd), axis=-1)[:, :kk]  # by distance, then index
+            dist[rows[done]] = np.take_along_axis(dd, order, axis=-1)
+            idx[rows[done]] = np.take_along_axis(ii, order, axis=-1)
+        rows, kth, want = rows[~done], kth[~done], 2 * want
+
+
+def _brute_force_rows(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Tensor, rows: np.ndarray,
+                      dist: np.ndarray, idx: np.ndarray) -> None:
+    """Rows ``rows`` of ``(dist, idx)`` by the brute force (ties broken by index), in place."""
+    kk = idx.shape[1]
+    sub = torch.from_numpy(rows)
+    r, c = _knn_torch(x, y[sub], k, bx, by[sub], counts)
+    fixed = np.full((rows.size, kk), x.size(0), dtype=idx.dtype)  # x.size(0) marks "none"
+    slot = torch.arange(r.numel()) - torch.searchsorted(r, r)  # rank within its query
+    fixed[r.numpy(), slot.numpy()] = c.numpy()
+    idx[rows], dist[rows] = fixed, np.arange(kk)  # already ordered: the later tie sort keeps it
 
 
 def knn_reference(x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor] = None,

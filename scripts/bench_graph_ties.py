@@ -1,0 +1,133 @@
+#!/usr/bin/env python
+"""Graph building on clouds with duplicated points: the bilateral kNN graph per kNN backend.
+
+    python scripts/bench_graph_ties.py --data ../shared/data/modelnet40_train_fp16 --out outputs/graph_ties
+
+Duplicates are made the way ``RandomPointDropout`` makes them: a fraction ``f`` of each cloud's
+points is replaced by copies of the kept ones. Every duplicate ties with its original at every
+distance, so the k-th nearest point of many grid nodes is tied; kNN takes the tied neighbours of
+lowest index (the contract every backend keeps). The table gives milliseconds per cloud of
+:func:`gridify.nn.bilateral_knn` (``R`` = 9, ``k`` = 6, the ``fast`` preset's graph) for 32 clouds
+of 1,024 points, the median of ``--repeats`` calls, and each row's ratio to the duplicate-free row.
+Clouds: ``.npy`` files under ``--data`` (e.g. the ModelNet40 training split), else procedural shapes.
+Writes ``graph_ties.json`` and ``graph_ties.csv`` under ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import torch
+
+from gridify._files import atomic_write_text
+from gridify.nn import RegularGrid, bilateral_knn
+
+FRACTIONS = (0.0, 0.1, 0.2, 0.5)
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def load_clouds(data: str, count: int, points: int) -> List[torch.Tensor]:
+    """``count`` clouds of ``points`` points: every n-th ``.npy`` file under ``data``, or procedural shapes."""
+    files = sorted(Path(data).rglob("*.npy")) if data else []
+    if files:
+        step = max(1, len(files) // count)
+        clouds = [np.load(f, allow_pickle=False).astype(np.float32)[:points] for f in files[::step][:count]]
+        return [torch.from_numpy(c) for c in clouds]
+    from gridify.datasets import ProceduralShapes
+
+    ds = ProceduralShapes(split="train", num_points=points, num_samples_per_class=max(1, count // 8 + 1), seed=0)
+    return [torch.as_tensor(ds[i]["pos"], dtype=torch.float32) for i in range(count)]
+
+
+def duplicate(cloud: torch.Tensor, fraction: float, rng: np.random.Generator) -> torch.Tensor:
+    """Replace ``floor(fraction * N)`` random points by copies of kept ones (RandomPointDropout's refill)."""
+    n = cloud.size(0)
+    dropped = int(fraction * n)
+    index = np.arange(n)
+    if dropped:
+        drop = rng.choice(n, size=dropped, replace=False)
+        keep = np.setdiff1d(index, drop, assume_unique=True)
+        index[drop] = keep[rng.integers(0, len(keep), size=dropped)]
+    return cloud[torch.from_numpy(index)]
+
+
+def time_graph(pos: torch.Tensor, batch: torch.Tensor, grid: RegularGrid, k: int, backend: str,
+               repeats: int) -> float:
+    bilateral_knn(pos, grid, k, batch, knn_backend=backend)  # warm-up
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        bilateral_knn(pos, grid, k, batch, knn_backend=backend)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def run(args: argparse.Namespace) -> List[Dict[str, object]]:
+    torch.set_num_threads(args.threads)
+    clouds = load_clouds(args.data, args.clouds, args.points)
+    grid = RegularGrid(args.resolution)
+    rows: List[Dict[str, object]] = []
+    base: Dict[str, float] = {}
+    for fraction in FRACTIONS:
+        rng = np.random.default_rng(args.seed)
+        pos = torch.cat([duplicate(c, fraction, rng) for c in clouds])
+        batch = torch.arange(len(clouds)).repeat_interleave(torch.tensor([c.size(0) for c in clouds]))
+        for backend in args.backends:
+            ms = time_graph(pos, batch, grid, args.k, backend, args.repeats) / len(clouds) * 1e3
+            base.setdefault(backend, ms)
+            rows.append(dict(duplicates=fraction, backend=backend, ms_per_cloud=round(ms, 3),
+                             ratio_to_no_duplicates=round(ms / base[backend], 3)))
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", default="", help="folder of .npy clouds (default: procedural shapes)")
+    p.add_argument("--clouds", type=int, default=32)
+    p.add_argument("--points", type=int, default=1024)
+    p.add_argument("--resolution", type=int, default=9)
+    p.add_argument("--k", type=int, default=6)
+    p.add_argument("--backends", nargs="+", default=["auto", "torch", "kdtree"])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="outputs/graph_ties")
+    args = p.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = run(args)
+    print(f"bilateral kNN graph, R={args.resolution}, k={args.k}, {args.clouds} clouds x {args.points} points, "
+          f"{args.threads} thread(s), {cpu_name()}, torch {torch.__version__}")
+    print(f"{'duplicates':>10} {'backend':>8} {'ms/cloud':>9} {'vs 0 %':>7}")
+    for r in rows:
+        print(f"{r['duplicates']:>10.0%} {r['backend']:>8} {r['ms_per_cloud']:>9.2f} {r['ratio_to_no_duplicates']:>7.2f}")
+    meta = dict(cpu=cpu_name(), torch=torch.__version__, threads=args.threads, clouds=args.clouds,
+                points=args.points, resolution=args.resolution, k=args.k, data=args.data or "procedural")
+    atomic_write_text(out / "graph_ties.json", json.dumps(dict(meta=meta, rows=rows), indent=2))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(out / "graph_ties.csv", buf.getvalue())
+    print(f"wrote {out / 'graph_ties.json'} and {out / 'graph_ties.csv'}")
+
+
+if __name__ == "__main__":
+    main()
