@@ -4,7 +4,10 @@
 file in the target's folder, is flushed and ``fsync``-ed, then ``os.replace`` renames it over the
 target (atomic on POSIX and Windows) and the folder is fsynced so the rename itself is durable.
 A crash or an exception at any point leaves the previous file (or none) at the target, and the
-temporary file is removed on exceptions.
+temporary file is removed on exceptions. An ``OSError`` while writing (a full disk, ``ulimit -f``)
+that names no file is given the target's path, so it can be reported as one line
+(:func:`gridify._paths.describe_os_error`); one that a writer wrapped in another exception
+(``torch.save`` raises a ``RuntimeError``) is raised as itself.
 
 ``tempfile.mkstemp`` creates files with mode ``0600``; the finished file instead gets the mode
 an ordinary ``open(path, "w")`` would give it (``0666`` minus the process umask), so checkpoints
@@ -42,6 +45,17 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _os_error_in(exc: BaseException) -> "OSError | None":
+    """``exc`` if it is an ``OSError``, else the ``OSError`` it was raised while handling (torch.save
+    turns a failed write into a ``RuntimeError``), else None."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, OSError):
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
 def atomic_write(path: PathLike, write: Callable[[IO[bytes]], Any]) -> Path:
     """Call ``write(fh)`` on a binary temporary file, then move it to ``path`` atomically.
 
@@ -56,12 +70,20 @@ def atomic_write(path: PathLike, write: Callable[[IO[bytes]], Any]) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, default_file_mode())
-        os.replace(tmp, target)
-    except BaseException:
+        try:
+            os.replace(tmp, target)
+        except OSError as exc:  # named by the target, not by the temporary file (e.g. a folder is in the way)
+            raise OSError(exc.errno, exc.strerror, str(target)) from None
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        cause = _os_error_in(exc) if isinstance(exc, Exception) else None
+        if cause is not None and cause.filename is None and cause.strerror is not None:
+            cause.filename = str(target)  # a full disk or a file size limit names no file by itself
+        if cause is not None and cause is not exc:
+            raise cause from None  # e.g. torch.save's "unexpected pos" RuntimeError around the OSError
         raise
     _fsync_dir(target.parent)
     return target

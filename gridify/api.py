@@ -52,7 +52,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_alloc, check_int, check_positive_int, fail
+from ._checks import check_alloc, check_batch, check_int, check_positive_int, fail
 from .checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
 from .io import PointCloud, read_points
 from .nn.state import all_or_nothing, evaluating
@@ -662,9 +662,9 @@ def _seeded(seed: Optional[int]):
         yield
 
 
-def gridify(points: PointsLike, features: Any = None, resolution: Optional[int] = None, k: Optional[int] = None, *,
-            channels: int = 16, module: Optional[nn.Module] = None, seed: Optional[int] = 0, normalize: bool = True,
-            return_graph: bool = False, **kwargs: Any):
+def gridify(points: Any, features: Any = None, resolution: Optional[int] = None, k: Optional[int] = None, *,
+            batch: Any = None, channels: int = 16, module: Optional[nn.Module] = None, seed: Optional[int] = 0,
+            normalize: bool = True, return_graph: bool = False, **kwargs: Any):
     r"""Gridify a custom cloud onto a dense ``R^3`` grid (no training needed).
 
     Computes one :class:`gridify.nn.Gridification` layer,
@@ -684,12 +684,18 @@ def gridify(points: PointsLike, features: Any = None, resolution: Optional[int] 
 
     With ``normalize`` (default) each cloud is first centred and scaled into the unit sphere
     (as the datasets do), so any cloud fits in the grid box; otherwise it must already lie in
-    the module's box. Runs without gradients.
+    the module's box. Runs without gradients. A NaN / Inf in a batch is named by its cloud and
+    its row within that cloud, whatever the form of the batch.
 
     Args:
-        points: ``[N, 3]`` or batched ``[B, N, 3]`` (array/tensor), a PointCloud or a file path.
-        features: ``[N, F]`` / ``[B, N, F]`` point features, or None.
+        points: one cloud ``[N, 3]`` (array/tensor/nested list), a PointCloud or a file path;
+            or a batch: dense ``[B, N, 3]``, a list of clouds (any of the one-cloud forms, of
+            any sizes ``N_b``), or ``[M, 3]`` with ``batch``.
+        features: ``[N, F]`` / ``[B, N, F]`` point features (a list of ``[N_b, F]`` for a list
+            of clouds, ``[M, F]`` with ``batch``), or None.
         resolution: grid nodes per axis ``R`` (default 9). k: neighbours (default 9).
+        batch: a PyG-style batch vector ``[M]`` (sorted cloud ids ``0..B-1``, every cloud
+            non-empty) for ``points [M, 3]``.
         channels: output channels ``C`` of a fresh module. seed: its initialisation seed.
         kwargs: further :class:`Gridification` arguments for a fresh module (``omega0``,
             ``aggr``, ``message``, ``pos_embedding``, ...).
@@ -706,67 +712,155 @@ def gridify(points: PointsLike, features: Any = None, resolution: Optional[int] 
     check_int(where, "seed", seed, 0, allow_none=True)
     if seed is not None and seed >= 1 << 64:
         raise ValueError(f"{where}: seed must be below 2**64 (torch.manual_seed's range), got {seed!r}")
-    pos_b, single = _points_batch(points, where)
-    feat = _features_batch(features, pos_b.shape[:2], single, where)
-    if normalize:  # in float64, before the cast to float32: large offsets keep their small steps
-        clouds = []
-        for i, p in enumerate(pos_b):
+    clouds, form, counts = _points_batch(points, batch, where)
+    feats = _features_batch(features, [len(c) for c in clouds], form, counts is not None, where)
+    pos_list = []
+    for i, p in enumerate(clouds):  # in float64, before the cast to float32: large offsets keep small steps
+        at = f"{where}: " if form == "single" else f"{where}: cloud {i}: "
+        if normalize:
             try:
-                clouds.append(normalize_cloud(p)[0])
+                pos_list.append(normalize_cloud(p)[0])
             except ValueError as exc:
-                raise ValueError(f"{where}: {'' if single else f'cloud {i}: '}{exc}") from None
-        pos_b = np.stack(clouds)
-    else:
-        pos_b = _as_float32(pos_b, "points", where)
-    in_channels = 3 if feat is None else feat.shape[-1]
-    module = _gridification_module(module, in_channels, feat is None, resolution, k, channels, seed, kwargs, where)
+                raise ValueError(f"{at}{exc}") from None
+        else:
+            pos_list.append(_as_float32(p, "points", at[:-2]))
+    in_channels = 3 if feats is None else feats[0].shape[-1]
+    module = _gridification_module(module, in_channels, feats is None, resolution, k, channels, seed, kwargs, where)
     dev = next(module.parameters()).device
-    pos_t = torch.from_numpy(np.ascontiguousarray(pos_b)).to(dev)
-    x_t = None if feat is None else torch.from_numpy(np.ascontiguousarray(feat)).to(dev)
+    join = np.concatenate if form == "ragged" else np.stack
+    pos_t = torch.from_numpy(np.ascontiguousarray(join(pos_list))).to(dev)
+    x_t = None if feats is None else torch.from_numpy(np.ascontiguousarray(join(feats))).to(dev)
+    ids = None if form != "ragged" else torch.arange(len(clouds)).repeat_interleave(
+        torch.tensor([len(c) for c in clouds])).to(dev)
     with torch.no_grad():
-        grid, graph = module(pos_t, x_t, return_graph=True)
-    if single:
+        grid, graph = module(pos_t, x_t, ids, return_graph=True)
+    if form == "single":
         grid = grid[0]
     return (grid, graph) if return_graph else grid
 
 
-def _points_batch(points: PointsLike, where: str) -> Tuple[np.ndarray, bool]:
-    """``(points [B, N, 3] float64, whether a single cloud was given)``, validated."""
+def _is_cloud_list(points: Any) -> bool:
+    """Whether ``points`` is a list of clouds (not one cloud given as a list of rows): a list or
+    tuple whose items are 2-D arrays or tensors, PointClouds, paths, or lists of rows."""
+    if not isinstance(points, (list, tuple)) or not points:
+        return False
+    first = points[0]
+    if isinstance(first, (np.ndarray, Tensor)):
+        return first.ndim >= 2  # a list of 1-D arrays is one cloud's rows
+    return isinstance(first, (PointCloud, str, os.PathLike)) or (
+        isinstance(first, (list, tuple)) and bool(first) and isinstance(first[0], (list, tuple, np.ndarray, Tensor)))
+
+
+def _points_batch(points: Any, batch: Any, where: str) -> Tuple[List[np.ndarray], str, Optional[List[int]]]:
+    """``(clouds, form, counts)``: the clouds as float64 ``[N_b, 3]`` arrays (finite, checked),
+    ``form`` ``"single"`` (one cloud), ``"dense"`` (equally sized clouds, run as ``[B, N, 3]``) or
+    ``"ragged"`` (run as ``[M, 3]`` with a batch vector), and ``counts`` the points per cloud of a
+    ``batch`` vector (None without one)."""
+    if batch is not None:
+        return _points_with_batch(points, batch, where)
+    if _is_cloud_list(points):
+        clouds = []
+        for i, item in enumerate(points):
+            if isinstance(item, (list, tuple)):
+                item = _to_numpy(item, f"cloud {i}", where)
+            clouds.append(_cloud_array(item, f"{where}: cloud {i}"))
+        _check_rows_finite(where, "points", clouds)
+        return clouds, ("dense" if len({len(c) for c in clouds}) == 1 else "ragged"), None
     if isinstance(points, (str, os.PathLike, PointCloud)):
         pos, _, _ = _read_cloud(points, None, where)
-        return pos[None], True
+        return [pos], "single", None
     arr = _to_numpy(points, "points", where)
     if arr.ndim == 2:
         pos, _, _ = _read_cloud(arr, None, where)
-        return pos[None], True
+        return [pos], "single", None
     if arr.ndim != 3 or arr.shape[-1] != 3:
-        raise ValueError(f"{where}: points must have shape [N, 3] or [B, N, 3], got {tuple(arr.shape)}")
+        raise ValueError(f"{where}: points must have shape [N, 3] or [B, N, 3] (or [M, 3] with batch=, or a list "
+                         f"of clouds), got {tuple(arr.shape)}")
     if arr.shape[0] == 0 or arr.shape[1] == 0:
         raise ValueError(f"{where}: the batch holds no points (shape {tuple(arr.shape)})")
-    pos_b = arr.astype(np.float64)
-    if not np.isfinite(pos_b).all():
-        raise ValueError(f"{where}: points contain NaN/Inf values")
-    return pos_b, False
+    clouds = list(arr.astype(np.float64))
+    _check_rows_finite(where, "points", clouds)
+    return clouds, "dense", None
 
 
-def _features_batch(features: Any, shape: Tuple[int, int], single: bool, where: str) -> Optional[np.ndarray]:
-    """Point features as ``[B, N, F]`` float32 (None stays None), validated against ``shape = (B, N)``."""
+def _points_with_batch(points: Any, batch: Any, where: str) -> Tuple[List[np.ndarray], str, List[int]]:
+    """``points [M, 3]`` split into clouds by the PyG-style ``batch`` vector ``[M]`` (checked)."""
+    if isinstance(points, (str, os.PathLike, PointCloud)) or _is_cloud_list(points):
+        raise ValueError(f"{where}: batch= goes with points [M, 3] (an array or tensor), got "
+                         f"{type(points).__name__}; a list of clouds needs no batch vector")
+    arr = _to_numpy(points, "points", where)
+    if arr.ndim != 2 or arr.shape[-1] != 3 or arr.shape[0] == 0:
+        raise ValueError(f"{where}: with batch=, points must have shape [M, 3] with M >= 1, got {tuple(arr.shape)}")
+    vec = batch if isinstance(batch, Tensor) else torch.as_tensor(_to_numpy(batch, "batch", where))
+    _, _, counts = check_batch(vec, arr.shape[0], where)
+    sizes = [int(c) for c in counts.tolist()]
+    clouds = np.split(arr.astype(np.float64), np.cumsum(sizes)[:-1])
+    _check_rows_finite(where, "points", clouds)
+    return clouds, "ragged", sizes
+
+
+def _cloud_array(points: Any, where: str) -> np.ndarray:
+    """One cloud of a list as float64 ``[N, 3]`` (values not checked here), ``where`` naming it."""
+    if isinstance(points, (str, os.PathLike)):
+        points = read_points(points)
+    if isinstance(points, PointCloud):
+        points = points.points
+    pos = _to_numpy(points, "points", where)
+    if pos.ndim != 2 or pos.shape[-1] != 3:
+        raise ValueError(f"{where}: points must have shape [N, 3], got {tuple(pos.shape)}")
+    if pos.shape[0] == 0:
+        raise ValueError(f"{where}: the cloud is empty (0 points)")
+    return pos.astype(np.float64)
+
+
+def _check_rows_finite(where: str, name: str, clouds: Sequence[np.ndarray], single: bool = False) -> None:
+    """Refuse NaN / Inf in any of ``clouds`` (``[N_b, F]`` each), naming the first cloud that holds
+    one (not for a ``single`` cloud), the row within that cloud and how many rows are affected in all."""
+    bad = [~np.isfinite(c).all(1) for c in clouds]
+    total = sum(int(b.sum()) for b in bad)
+    if not total:
+        return
+    i = next(i for i, b in enumerate(bad) if b.any())
+    row = int(np.flatnonzero(bad[i])[0])
+    what = "NaN" if np.isnan(clouds[i][row]).any() else "Inf"
+    raise ValueError(f"{where}: {name} contains {what} values ({total} {'row' if total == 1 else 'rows'} affected); "
+                     f"first {'' if single else f'in cloud {i} '}at row {row}")
+
+
+def _features_batch(features: Any, sizes: List[int], form: str, flat: bool, where: str) -> Optional[List[np.ndarray]]:
+    """Point features per cloud, float32 ``[N_b, F]`` (None stays None), validated against the
+    clouds' sizes: ``[N, F]`` for one cloud, ``[B, N, F]`` or a list of ``[N_b, F]`` for a
+    batch, ``[M, F]`` with a batch vector (``flat``)."""
     if features is None:
         return None
-    given = _to_numpy(features, "features", where)
-    feat = given.astype(np.float64)
-    if single and feat.ndim == 2:
-        feat = feat[None]
-    if feat.ndim != 3 or feat.shape[:2] != tuple(shape):
-        B, N = shape
-        want = f"[{N}, F]" if single else f"[{B}, {N}, F]"
-        raise ValueError(f"{where}: features must have shape {want} to match points, got {tuple(given.shape)}")
-    if feat.shape[-1] == 0:
-        raise ValueError(f"{where}: features have 0 channels (shape {tuple(given.shape)}); pass features=None "
-                         f"to gridify the coordinates alone")
-    if not np.isfinite(feat).all():
-        raise ValueError(f"{where}: features contain NaN/Inf values")
-    return _as_float32(feat.reshape(-1, feat.shape[-1]), "features", where).reshape(feat.shape)
+    B, M = len(sizes), sum(sizes)
+    if flat:
+        want = f"have shape [{M}, F] (one row per point of points [M, 3])"
+    elif form == "single":
+        want = f"have shape [{sizes[0]}, F]"
+    else:
+        want = f"have shape [{B}, {sizes[0]}, F] or be a list of {B} arrays [N_b, F]" if form == "dense" else \
+            f"be a list of {B} arrays [N_b, F] (N_b = {sizes})"
+    if isinstance(features, (list, tuple)) and form != "single" and not flat and _is_cloud_list(features):
+        feats = [_to_numpy(f, f"features[{i}]", where).astype(np.float64) for i, f in enumerate(features)]
+    else:
+        given = _to_numpy(features, "features", where).astype(np.float64)
+        if flat and given.ndim == 2 and len(given) == M:
+            feats = np.split(given, np.cumsum(sizes)[:-1])
+        elif form == "single" and (given.ndim == 2 or (given.ndim == 3 and len(given) == 1)):
+            feats = [given if given.ndim == 2 else given[0]]
+        elif form == "dense" and given.ndim == 3 and len(given) == B:
+            feats = list(given)
+        else:
+            raise ValueError(f"{where}: features must {want} to match points, got {tuple(given.shape)}")
+    if len(feats) != B or any(f.ndim != 2 or len(f) != n or f.shape[-1] != feats[0].shape[-1]
+                              for f, n in zip(feats, sizes)):
+        raise ValueError(f"{where}: features must {want} to match points, got "
+                         f"{[tuple(f.shape) for f in feats] if B > 1 else tuple(feats[0].shape)}")
+    if feats[0].shape[-1] == 0:
+        raise ValueError(f"{where}: features have 0 channels; pass features=None to gridify the coordinates alone")
+    _check_rows_finite(where, "features", feats, single=form == "single")
+    return [_as_float32(f, "features", where) for f in feats]
 
 
 def _gridification_module(module: Optional[nn.Module], in_channels: int, coords_only: bool, resolution: Optional[int],

@@ -52,6 +52,9 @@ Usage::
 
     python scripts/benchmark.py --quick
     python scripts/benchmark.py --threads 2 --out outputs/benchmark
+
+``--recipe NAME`` switches to another mode, real training steps of a training recipe on real data
+(:mod:`gridify.benchmark_recipe`): ``gridify bench --recipe modelnet10_fast --data-root DIR``.
 """
 from __future__ import annotations
 
@@ -73,7 +76,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
+from . import _cliargs as types
 from ._files import atomic_write_text
+from ._paths import one_line_errors
 from .models.gridified import CLASSIFIER_PRESETS
 from .precision import PRECISIONS, autocast, resolve_precision
 from .runtime import tune_cpu_allocator
@@ -590,8 +595,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--time-budget", type=float, default=20.0, help="seconds per measurement")
     p.add_argument("--max-points-per-batch", type=int, default=1 << 20)
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    p.add_argument("--threads", type=types.threads, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--device", default="auto", type=types.device_or_auto, help="auto, cpu, cuda, cuda:1, ...")
     p.add_argument("--train-step", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="fp32, or bf16/fp16 autocast for every model alike (a CPU without native bf16 falls back "
@@ -609,10 +614,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "for every new temporary); applies to every model alike. Tuned peak-memory "
                         "figures are lower bounds (memory freed during warm-up is reused)")
     p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--out", default="outputs/benchmark")
+    p.add_argument("--out", default="outputs/benchmark", type=types.output_dir)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true",
                    help="smoke test: N in {512, 1024}, k in {8, 16}, batch 4, 2 repeats, 5 s budget")
+    p.add_argument("--recipe", default=None, metavar="NAME",
+                   help="instead of the synthetic sweep, time real training steps of a training recipe on real "
+                        "data (data loading, graph building, forward, backward, optimizer, cores used): "
+                        "--recipe modelnet10_fast --data-root DIR [--steps 200]; see --recipe NAME --help")
     p.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
     return p
 
@@ -630,7 +639,11 @@ def _check_args(args: argparse.Namespace) -> Tuple[List[str], List[int], List[in
     num_points = args.num_points or list(DEFAULT_NUM_POINTS)
     ks = DEFAULT_KS if args.k is None else args.k
     for name in models:
-        _model_kind(name)  # fail fast on unknown names
+        try:
+            _model_kind(name)  # fail fast on unknown names
+        except ValueError as exc:
+            prog = os.environ.get("GRIDIFY_PROG") or "benchmark"
+            raise SystemExit(f"{prog}: error: --models: {str(exc).removeprefix('benchmark: ')}") from None
     for name, v in (("--batch-size", args.batch_size), ("--repeats", args.repeats),
                     ("--max-points-per-batch", args.max_points_per_batch), ("--k-num-points", args.k_num_points)):
         if v < 1:
@@ -690,6 +703,18 @@ def _report(args: argparse.Namespace, result: Dict[str, Any], out: Path) -> None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a == "--recipe" or a.startswith("--recipe=") for a in argv):
+        # real training steps of a recipe on real data: a mode of its own (gridify.benchmark_recipe)
+        from .benchmark_recipe import main as recipe_main
+
+        return recipe_main(argv)
+    # an OSError (the --out folder, a full disk) ends the command with one line naming the path
+    with one_line_errors(os.environ.get("GRIDIFY_PROG") or "benchmark"):
+        return _main(argv)
+
+
+def _main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     if args._worker is not None:
         return _worker_main(args._worker)

@@ -29,6 +29,7 @@ from ._files import atomic_write
 from .nn.reparam import is_reparameterizable, reparameterize_model
 
 __all__ = ["plain", "atomic_torch_save", "export_model", "check_export_meta", "inference_settings", "TASKS",
+           "model_task", "check_task",
            "CheckpointError", "load_checkpoint", "reparameterize_model", "build_model_from_checkpoint", "check_payload"]
 
 
@@ -61,6 +62,42 @@ def atomic_torch_save(obj: Any, path: os.PathLike | str) -> None:
 #: Tasks a ``model.pt`` may declare. ``gridify.load`` (the :class:`gridify.Predictor`) serves the
 #: first two; ``sequence_classification`` is the temporal CfC model of ``scripts/train_temporal.py``.
 TASKS = ("classification", "segmentation", "sequence_classification")
+
+
+def model_task(model: Any) -> str:
+    """The task (one of :data:`TASKS`) a model class or instance serves: its ``task`` attribute when
+    it declares one, else read from its ``forward``: ``times`` -> ``sequence_classification``,
+    a ``category`` keyword -> ``segmentation`` (per-point logits), otherwise ``classification``."""
+    import inspect
+
+    declared = getattr(model, "task", None)
+    if isinstance(declared, str) and declared in TASKS:
+        return declared
+    forward = getattr(model, "forward", None)
+    try:
+        params = inspect.signature(forward).parameters if callable(forward) else {}
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to read
+        params = {}
+    if "times" in params:
+        return "sequence_classification"
+    return "segmentation" if "category" in params else "classification"
+
+
+def check_task(source: str, task: Any, model_name: Any) -> None:
+    """A checkpoint's ``task`` against its registered model: :class:`CheckpointError` naming the
+    file (``source``), the task and the model when they disagree (a classification model whose
+    file says segmentation would reach ``forward()`` with a ``category`` keyword it has not got).
+    Unknown tasks and unregistered models are left to the checks that name those."""
+    from . import models  # noqa: F401  (registers the models)
+    from .registry import MODELS
+
+    if task not in TASKS or not isinstance(model_name, str) or model_name not in MODELS:
+        return
+    serves = model_task(MODELS.get(model_name))
+    if serves != task:
+        raise CheckpointError(f"{source}: entry 'task' is {task!r} but the model {model_name!r} is a {serves} model; "
+                              f"the file's task and model do not match (edited or mixed-up metadata?), so it cannot "
+                              f"be served as {task}")
 
 
 def export_model(path: Path, model: torch.nn.Module, meta: Dict[str, Any], reparameterize: bool = True) -> None:
@@ -126,6 +163,10 @@ def check_export_meta(model: torch.nn.Module, meta: Any) -> Dict[str, Any]:
     if not isinstance(kwargs, dict):
         fail(where, f"meta['model_kwargs'] must be a dict of keyword arguments, got {type(kwargs).__name__}")
     check_choice(where, "meta['task']", task, TASKS)
+    serves = model_task(model)
+    if task != serves:
+        fail(where, f"meta['task']={task!r} but the model ({type(model).__name__}) is a {serves} model; gridify.load "
+                    f"would serve it as {task}")
     info = meta.get("info", {})
     if not isinstance(info, dict):
         fail(where, f"meta['info'] must be a dict, got {type(info).__name__}")
@@ -320,6 +361,7 @@ def check_payload(payload: Mapping[str, Any], source: str = "checkpoint") -> Non
     if not all(isinstance(k, str) for k in kwargs):
         raise _entry_error(source, "'model_kwargs'", "a dict with string keys", kwargs)
     _check_type(source, "'task'", payload["task"], (str,), "a string")
+    check_task(source, payload["task"], payload["model_name"])
     _check_type(source, "'info'", payload["info"], (Mapping,), "a dict")
     _check_config(source, payload["config"])
     _check_names(source, "'class_names'", payload.get("class_names"))

@@ -11,6 +11,10 @@
 
 ``train``, ``evaluate`` and ``bench`` hand their arguments to :func:`gridify.training.main`,
 :func:`gridify.evaluation.main` and :func:`gridify.benchmarking.main` (imported only when used).
+
+Every sub-command parses its numbers, devices and paths with the shared types of
+:mod:`gridify._cliargs`, checks its output paths before it works (:mod:`gridify._paths`) and ends
+every error, an ``OSError`` while writing included, with one line naming the flag or the file.
 """
 from __future__ import annotations
 
@@ -24,6 +28,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from . import _cliargs as types
+from ._paths import check_input_file, check_output_dir, one_line_errors
 from .api import PRETRAINED, pretrained_path
 
 DELEGATED = {
@@ -64,19 +70,21 @@ def _delegate(name: str, argv: List[str]) -> int:
             raise SystemExit(f"gridify {name}: {module_name} is not available in this installation of gridify")
         raise SystemExit(f"gridify {name}: missing dependency {exc.name!r}; install the script extras: "
                          f"pip install 'gridify[scripts]'")
-    with _prog(name):
+    with _prog(name), one_line_errors(f"gridify {name}"):
         module.main(argv)
     return 0
 
 
 def _add_common_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default: cpu)")
-    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument("--device", default="cpu", type=types.device, help="cpu, cuda, cuda:1, ... (default: cpu)")
+    p.add_argument("--threads", type=types.threads, help="torch CPU threads")
     p.add_argument("--category", help="object category (name or index) for segmentation models that need one")
-    p.add_argument("--seed", type=int, default=0, help="seed of the point subsets / chunks (default 0)")
+    p.add_argument("--seed", type=types.nonnegative_int, default=0,
+                   help="seed of the point subsets / chunks (default 0)")
     p.add_argument("--estimate-normals", action="store_true",
                    help="estimate normals with Open3D when the model needs them and the file has none")
-    p.add_argument("--num-samples", type=int, default=10_000, help="points sampled from a mesh file (default 10000)")
+    p.add_argument("--num-samples", type=types.positive_int, default=10_000,
+                   help="points sampled from a mesh file (default 10000)")
 
 
 def _add_show_parser(sub: Any) -> None:
@@ -94,17 +102,18 @@ def _add_show_parser(sub: Any) -> None:
     s.add_argument("file", help="point cloud or mesh file")
     s.add_argument("--ckpt", help="model whose predictions colour the points")
     s.add_argument("--model", choices=sorted(PRETRAINED), help="a shipped model instead of --ckpt (modelnet10)")
-    s.add_argument("--out", help="PNG path: render headless instead of opening a window")
+    s.add_argument("--out", type=types.output_file(), help="PNG path: render headless instead of opening a window")
     s.add_argument("--layers", default=None,
                    help="comma-separated layers to show: points, grid, edges (default: points; with --ckpt in a "
                         "window all three, toggleable)")
     s.add_argument("--grid-color", choices=("norm", "pca"), default="pca",
                    help="colour grid nodes by feature norm or by a PCA of the features (default pca)")
-    s.add_argument("--resolution", type=int, default=9, help="grid resolution without --ckpt (default 9)")
-    s.add_argument("--k", type=int, default=9, help="kNN neighbours without --ckpt (default 9)")
-    s.add_argument("--width", type=int, default=800, help="image width (default 800)")
-    s.add_argument("--height", type=int, default=600, help="image height (default 600)")
-    s.add_argument("--point-size", type=float, default=3.0, help="point size in pixels (default 3)")
+    s.add_argument("--resolution", type=types.positive_int, default=9,
+                   help="grid resolution without --ckpt (default 9)")
+    s.add_argument("--k", type=types.positive_int, default=9, help="kNN neighbours without --ckpt (default 9)")
+    s.add_argument("--width", type=types.positive_int, default=800, help="image width (default 800)")
+    s.add_argument("--height", type=types.positive_int, default=600, help="image height (default 600)")
+    s.add_argument("--point-size", type=types.positive_float, default=3.0, help="point size in pixels (default 3)")
     s.add_argument("--grid-nodes", choices=GRID_NODES, default=GRID_NODES[0],
                    help="grid nodes drawn: those nearest to a point of the cloud, or the whole R^3 lattice "
                         "(default touched)")
@@ -113,7 +122,7 @@ def _add_show_parser(sub: Any) -> None:
                         f"in its own colour, or of every node with 'all' (default {DEFAULT_EDGE_NODES})")
     s.add_argument("--edge-node-ids", metavar="I,J,...",
                    help="draw the edges of these grid nodes (indices a*R*R + b*R + c) instead")
-    s.add_argument("--max-edges", type=int, default=DEFAULT_MAX_EDGES,
+    s.add_argument("--max-edges", type=types.nonnegative_int, default=DEFAULT_MAX_EDGES,
                    help=f"edges drawn at most, a seeded random subset beyond that (default {DEFAULT_MAX_EDGES})")
     s.add_argument("--view", default="pca", metavar="pca|iso|X,Y,Z",
                    help="camera: along the cloud's axis of least variance (pca), the fixed diagonal view (iso), "
@@ -150,10 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--ckpt", help="exported model.pt or Lightning .ckpt")
     which.add_argument("--model", choices=sorted(PRETRAINED),
                        help="a model shipped with gridify (modelnet10: the ModelNet10 classifier of the README's model card)")
-    q.add_argument("--out", help="write the labels: .txt (one per line), .npy, .ply (points coloured by label, "
-                                 "with a label property) or .json (labels, names, probabilities)")
-    q.add_argument("--votes", type=int, default=4, help="subsets averaged by a classifier when N differs from "
-                                                       "the training N (default 4)")
+    q.add_argument("--out", type=types.output_file(),
+                   help="write the labels: .txt (one per line), .npy, .ply (points coloured by label, "
+                        "with a label property) or .json (labels, names, probabilities)")
+    q.add_argument("--votes", type=types.positive_int, default=4,
+                   help="subsets averaged by a classifier when N differs from the training N (default 4)")
     _add_common_model_args(q)
     q.set_defaults(func=cmd_predict)
 
@@ -169,10 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("model", help="exported model.pt or Lightning .ckpt")
     e.add_argument("--format", choices=EXPORT_FORMATS, default="onnx", help="export format (default onnx)")
     e.add_argument("--out", required=True, help="file to write, e.g. model.onnx")
-    e.add_argument("--num-points", type=int, help="fixed points per cloud N (default: a dynamic axis, any N >= k)")
-    e.add_argument("--batch", type=int, help="fixed clouds per batch B (default: a dynamic axis)")
+    e.add_argument("--num-points", type=types.positive_int,
+                   help="fixed points per cloud N (default: a dynamic axis, any N >= k)")
+    e.add_argument("--batch", type=types.positive_int, help="fixed clouds per batch B (default: a dynamic axis)")
     e.add_argument("--no-verify", action="store_true", help="skip the onnxruntime check against PyTorch")
-    e.add_argument("--threads", type=int, help="torch CPU threads")
+    e.add_argument("--threads", type=types.threads, help="torch CPU threads")
     e.set_defaults(func=cmd_export)
 
     d = sub.add_parser("download", help="download and extract a dataset archive",
@@ -181,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Without network access it says where to put the file by hand.")
     d.add_argument("name", nargs="?", help="archive name (see --list)")
     d.add_argument("--config", help="fetch what this config (a shipped name or a YAML file) needs")
-    d.add_argument("--root", help="data root (default: $GRIDIFY_DATA, else the repository's datasets/ or ./datasets)")
+    d.add_argument("--root", type=types.output_dir,
+                   help="data root (default: $GRIDIFY_DATA, else the repository's datasets/ or ./datasets)")
     d.add_argument("--list", action="store_true", help="list the known archives and the configs that need them")
     d.add_argument("--instructions", action="store_true", help="only print the by-hand download instructions")
     d.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -202,6 +214,8 @@ def _load(args: argparse.Namespace):
         torch.set_num_threads(int(args.threads))
     if getattr(args, "model", None) and args.ckpt:
         raise SystemExit(f"gridify {args.command}: error: give --ckpt or --model, not both")
+    if args.ckpt and Path(args.ckpt).exists():  # a folder or a FIFO is said to be one
+        check_input_file(args.ckpt, "--ckpt")
     try:
         return load(args.ckpt if args.ckpt else pretrained_path(args.model), device=args.device)
     except (CheckpointError, ValueError) as exc:
@@ -348,6 +362,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .checkpoint import CheckpointError
     from .export import ExportError, export_onnx
 
+    if Path(args.model).exists():  # a folder or a FIFO is said to be one
+        check_input_file(args.model)
     if args.threads:
         torch.set_num_threads(int(args.threads))
     try:
@@ -423,6 +439,8 @@ def cmd_download(args: argparse.Namespace) -> int:
         print(f"gridify download: config {args.config!r} needs no download")
         return 0
     root = Path(args.root) if args.root else default_root()
+    if not args.instructions:
+        check_output_dir(root, "--root")  # before anything is fetched
     for key in keys:
         spec = ARCHIVES[key]
         if args.instructions:
@@ -450,7 +468,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    with one_line_errors(f"gridify {args.command}"):
+        return int(args.func(args) or 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

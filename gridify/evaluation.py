@@ -13,8 +13,10 @@ config's name or a YAML file), ``--data-root`` and ``section.key=value`` overrid
 
 The metrics (OA and mAcc for classification; instance and class mIoU for segmentation, with the
 IoU of every category by name) are printed and written as JSON to ``--output`` (default:
-``<ckpt name>.test_metrics.json`` beside the checkpoint). Errors are one line
-(:func:`gridify.training.cli.error_line`).
+``<ckpt name>.test_metrics.json`` beside the checkpoint). The checkpoint and the output path are
+checked before anything is evaluated; numbers and devices are parsed by the shared types of
+:mod:`gridify._cliargs`. Errors are one line (:func:`gridify.training.cli.error_line`; an
+``OSError`` while writing: :func:`gridify._paths.one_line_errors`).
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ from typing import Any, Dict, Optional, Sequence
 import torch
 from torch.utils.data import DataLoader
 
+from gridify import _cliargs as types
+from gridify._paths import check_input_file, check_output_file, one_line_errors
 from gridify._version import __version__
 from gridify.checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
 from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError, collate_points
@@ -48,30 +52,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-root", help="shorthand for data.root=... (where the dataset is)")
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides (YAML values)")
     p.add_argument("--split", default="test", choices=("test", "val", "train"), help="split to evaluate")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (auto: cuda when available)")
-    p.add_argument("--batch-size", type=int, help="evaluation batch size (default: the config's)")
-    p.add_argument("--num-workers", type=int, help="DataLoader workers (default: the config's)")
-    p.add_argument("--threads", type=int, help="torch CPU threads")
-    p.add_argument("--output", help="metrics JSON path (default: <ckpt>.test_metrics.json beside the checkpoint)")
+    p.add_argument("--device", default="auto", type=types.device_or_auto,
+                   help="cpu, cuda, cuda:1, ... (auto: cuda when available)")
+    p.add_argument("--batch-size", type=types.positive_int, help="evaluation batch size (default: the config's)")
+    p.add_argument("--num-workers", type=types.workers, help="DataLoader workers (default: the config's)")
+    p.add_argument("--threads", type=types.threads, help="torch CPU threads")
+    p.add_argument("--output", type=types.output_file(),
+                   help="metrics JSON path (default: <ckpt>.test_metrics.json beside the checkpoint)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--precision", default="fp32", choices=PRECISIONS,
                    help="fp32, or bf16/fp16 autocast (a device that cannot run it natively falls back to fp32 "
                         "with a warning; gridify.precision)")
-    p.add_argument("--votes", type=int, default=1,
+    p.add_argument("--votes", type=types.positive_int, default=1,
                    help="test-time voting: average the softmax over this many views of every cloud (the first "
                         "as it is, the others with random per-axis scales in [0.85, 1.15]; default 1 = none)")
     return p
 
 
+def output_path(args: argparse.Namespace) -> Path:
+    """Where the metrics go: ``--output``, else ``<ckpt stem>.<split>_metrics.json`` beside the checkpoint."""
+    ckpt = Path(args.ckpt)
+    return Path(args.output) if args.output else ckpt.with_name(f"{ckpt.stem}.{args.split}_metrics.json")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
-    """Evaluate from the command line ``argv`` (default ``sys.argv[1:]``); returns the report."""
+    """Evaluate from the command line ``argv`` (default ``sys.argv[1:]``); returns the report.
+
+    The checkpoint and the metrics path are checked before anything is loaded or evaluated; every
+    error, an ``OSError`` while writing included, ends the command with one line."""
     parser = build_parser()
     args = parser.parse_intermixed_args(argv)
-    prog = parser.prog
-    if args.votes < 1:
-        raise SystemExit(f"{prog}: error: --votes must be a positive integer, got {args.votes}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    with one_line_errors(parser.prog):
+        if Path(args.ckpt).exists():  # a folder or a FIFO is named as one (a missing file: load_checkpoint)
+            check_input_file(args.ckpt, "--ckpt")
+        check_output_file(output_path(args),
+                          "--output" if args.output else "metrics file (pass --output to choose another)")
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        return evaluate(args, parser.prog)
+
+
+def evaluate(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
+    """The evaluation of :func:`main` with parsed arguments; errors are ``SystemExit`` lines prefixed ``prog``."""
     try:
         payload = load_checkpoint(args.ckpt)
     except CheckpointError as exc:
@@ -125,10 +147,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "votes": args.votes, "precision": precision,
     }
     report.update(extra)
-    ckpt = Path(args.ckpt)
-    out = Path(args.output) if args.output else ckpt.with_name(f"{ckpt.stem}.{args.split}_metrics.json")
+    out = output_path(args)
     write_json(out, report)
-    print(f"[evaluate] {ckpt} on {cfg['data']['name']} {args.split} ({extra['num_scored']} samples): "
+    print(f"[evaluate] {args.ckpt} on {cfg['data']['name']} {args.split} ({extra['num_scored']} samples): "
           f"{format_metrics(cfg['task'], metrics)} -> {out}")
     return report
 

@@ -15,7 +15,8 @@ backend) for ``A`` and as :func:`gridify.ops.grid_knn` for ``P``, so ``E`` is
 :func:`gridify.nn.bilateral_knn`'s edge set. Exact ties are broken by the lower index: for
 equidistant points (duplicates) this is what the brute-force and KD-tree searches do too; a point
 lying exactly on a symmetry plane of the lattice may keep a different but equally near node at
-its k-th place than :func:`gridify.ops.grid_knn`. The gridification is then
+its k-th place than :func:`gridify.ops.grid_knn` (identical points, which normalize onto the
+centre of the lattice, do; the parity check of :func:`export_onnx` tells such ties apart). The gridification is then
 
     x_i^G = phi_upd( AGG( {phi_msg(phi_node(x_j), phi_pos(c_i^G - c_j)) : j in A_i}
                           U {... : i in P_j, keep_{j,i}} ) )
@@ -27,7 +28,8 @@ graph first centres every cloud and scales it into the unit sphere,
 
 :func:`export_onnx` traces it (``torch.onnx.export``, dynamo exporter; depthwise 3D convolutions
 as sums of 2D ones, :func:`depthwise_conv3d_as_2d`, which onnxruntime runs ~8x faster), writes
-the file atomically and checks it with onnxruntime against the model's own PyTorch forward.
+the file atomically and checks it with onnxruntime against the model's own PyTorch forward, on
+random and on degenerate clouds (identical, collinear, coplanar points, ``N = k``).
 The file's ONNX opset is the requested one, 18 to 25 (:data:`ONNX_OPSETS`; default 20); every
 argument is checked before anything is traced.
 Batch and number of points are dynamic axes unless fixed. Exportable: ``gridified_classifier``
@@ -69,7 +71,7 @@ from .models import GridifiedClassifier
 from .nn.grid import RegularGrid
 from .nn.gridification import Gridification
 from .nn.reparam import is_reparameterizable, reparameterize_model
-from .ops.grid import box_tensors
+from .ops.grid import box_tensors, grid_knn
 from .ops.knn import smallest_by_index
 
 __all__ = ["DepthwiseConv3dAs2d", "ExportError", "ExportReport", "OnnxClassifier", "check_exportable",
@@ -189,7 +191,7 @@ def dense_bilateral_knn_unchecked(pos: Tensor, k: int, nodes: Tensor, axis: Tens
     dist = da[:, :, 0, :, None, None] + da[:, :, 1, None, :, None]
     dist = dist + da[:, :, 2, None, None, :]  # [B, N, R, R, R]: node a R^2 + b R + c
     kk = min(k, R3)
-    point_nodes = torch.topk(dist.reshape(B, N, R ** 3), kk, dim=2, largest=False, sorted=True).indices
+    point_nodes = _smallest(dist.reshape(B, N, R ** 3), kk)  # ties to the lower node, eagerly as in the graph
     chosen = torch.gather(node_points, 1, point_nodes.reshape(B, N * kk, 1).expand(-1, -1, k))
     own = torch.arange(N, device=pos.device).view(1, N, 1, 1)
     keep = ~(chosen.view(B, N, kk, k) == own).any(-1)
@@ -335,7 +337,10 @@ def _normalize_points(points: Tensor) -> Tensor:
     """:func:`normalize_points` on validated inputs (what the export traces)."""
     p = points.to(torch.float64)
     q = p - p.mean(1, keepdim=True)
-    s = q.pow(2).sum(-1).amax(1).sqrt().clamp_min(1e-300)
+    s = q.pow(2).sum(-1).amax(1).sqrt()
+    # s = 0 only when every q is 0: divide by 1 there. No tiny clamp constant: the exporter writes
+    # Python scalars through float32, where a clamp_min(1e-300) became 0.0 and the graph 0 / 0 = NaN.
+    s = torch.where(s > 0, s, torch.ones_like(s))
     return (q / s.view(-1, 1, 1)).to(points.dtype)
 
 
@@ -684,28 +689,144 @@ def _quiet_exporter() -> Iterator[None]:
             logger.setLevel(level)
 
 
-def _verify(wrapper: OnnxClassifier, data: bytes, checks: List[Tuple[Tensor, ...]], where: str) -> float:
-    """Largest ``|onnxruntime - PyTorch|`` of the logits over the check inputs (ExportError when
-    onnxruntime cannot load or run the file)."""
+def _verify(wrapper: OnnxClassifier, data: bytes, checks: List[Tuple[str, Tuple[Tensor, ...]]], atol: float,
+            where: str) -> Tuple[float, str]:
+    """``(largest |onnxruntime - PyTorch|, the check clouds it came from)`` of the logits over the
+    labelled check inputs: a NaN / Inf on one side only counts as an infinite difference (a plain
+    ``max`` would drop a NaN). PyTorch is the model's own forward; where that differs by more than
+    ``atol`` and its graph differs from the file's only by equally near nodes
+    (:func:`_node_ties_only`), the model's layers over the file's graph. ExportError when
+    onnxruntime cannot load or run the file, or when the model's own forward fails on a check cloud."""
     import onnxruntime as ort
 
-    worst = 0.0
+    outputs = []
     problem = None
     try:
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-        for inputs in checks:
-            feeds = {name: t.numpy() for name, t in zip(wrapper.input_names, inputs)}
-            got = torch.from_numpy(session.run(["logits"], feeds)[0])
-            worst = max(worst, float((got - wrapper.reference(*inputs)).abs().max()))
+        for _, inputs in checks:
+            feeds = {n: t.numpy() for n, t in zip(wrapper.input_names, inputs)}
+            outputs.append(torch.from_numpy(session.run(["logits"], feeds)[0]))
     except Exception as exc:  # noqa: BLE001 - onnxruntime's own exception types; one clear message
         lines = str(exc).strip().splitlines()
         problem = f"{type(exc).__name__}: {lines[0] if lines else ''}"
     if problem is not None:
         fail_export(where, f"onnxruntime {ort.__version__} could not run the exported file ({problem}); nothing was "
                            f"written")
-    return worst
+    worst, label = 0.0, checks[0][0]
+    for (name, inputs), got in zip(checks, outputs):
+        try:
+            with _graph_knn_backend(wrapper.model):
+                want = wrapper.reference(*inputs)
+        except Exception as exc:  # noqa: BLE001 - the model's own failure, named with the clouds
+            lines = str(exc).strip().splitlines()
+            raise ExportError(f"{where}: the model's own forward failed on the check clouds '{name}' "
+                              f"({type(exc).__name__}: {lines[0] if lines else ''}); nothing was written") from exc
+        diff = _difference(got, want)
+        if diff > atol and _node_ties_only(wrapper, inputs):  # the graphs differ by equally near nodes only
+            with torch.no_grad(), trusted_inputs():
+                diff = _difference(got, wrapper(*inputs))  # then the file must equal PyTorch on its own graph
+        if diff > worst:
+            worst, label = diff, name
+    return worst, label
+
+
+def _difference(got: Tensor, want: Tensor) -> float:
+    """``max |got - want|``, a NaN or Inf on one side only counting as ``inf`` (equal infinities and
+    NaNs on both sides as 0)."""
+    same = (got == want) | (got.isnan() & want.isnan())
+    return float(torch.where(same, 0.0, (got - want).abs().nan_to_num(nan=float("inf"))).max())
+
+
+def _node_ties_only(wrapper: OnnxClassifier, inputs: Tuple[Tensor, ...]) -> bool:
+    """Whether the fixed-shape graph of the check clouds differs from the model's own (bilateral kNN)
+    graph, and only by *equally near* grid nodes: some point's ``k'`` nodes are not
+    :func:`gridify.ops.grid_knn`'s, but every point's lie at the same squared distances. A point exactly on a symmetry plane of the lattice
+    (identical points normalize onto the centre node) has nodes tied at its ``k'``-th place, which
+    the graph gives to the lower node index and ``grid_knn`` by its own candidate order; both edge
+    sets are correct, so the file is then compared with PyTorch over the graph it holds."""
+    m = wrapper.model.gridify
+    with torch.no_grad():
+        pos = _normalize_points(inputs[0]) if wrapper.normalize else inputs[0]
+        B, N = pos.shape[:2]
+        point_nodes = dense_bilateral_knn_unchecked(pos, m.k, wrapper.nodes, wrapper.axis)[1]
+        kk, R3 = point_nodes.size(2), m.grid.num_nodes
+        batch = torch.arange(B).repeat_interleave(N)
+        theirs = grid_knn(pos.reshape(-1, 3), kk, m.grid.resolution, m.grid.lower, m.grid.upper, batch)[1]
+        theirs = theirs.view(B, N, kk) - (torch.arange(B) * R3).view(B, 1, 1)
+        nodes = m.grid.positions(dtype=torch.float64)
+
+        def sorted_distances(idx: Tensor) -> Tensor:
+            return (nodes[idx] - pos.double().unsqueeze(2)).pow(2).sum(-1).sort(-1).values
+
+        if torch.equal(point_nodes.sort(-1).values, theirs.sort(-1).values):
+            return False  # the same nodes: the difference is not a tie, the model's own forward decides
+        return bool(torch.allclose(sorted_distances(point_nodes), sorted_distances(theirs), rtol=1e-9, atol=1e-12))
+
+
+@contextlib.contextmanager
+def _graph_knn_backend(model: GridifiedClassifier) -> Iterator[None]:
+    """The model's node -> points search on the ``torch`` backend for the duration: the float
+    arithmetic the exported graph reproduces. Near-ties (distances equal in float32, not in
+    float64: dense degenerate clouds hold some) may otherwise go another way on the KD-tree,
+    which ranks in float64, and move a logit by ~1e-4 without either graph being wrong."""
+    saved = model.gridify.knn_backend
+    model.gridify.knn_backend = "torch"
+    try:
+        yield
+    finally:
+        model.gridify.knn_backend = saved
+
+
+def _check_inputs(wrapper: OnnxClassifier, example: Tuple[Tensor, ...], batch_size: Optional[int],
+                  num_points: Optional[int], n: int, seed: int) -> List[Tuple[str, Tuple[Tensor, ...]]]:
+    """The labelled clouds of the parity check: the traced example, random clouds of another size
+    (dynamic axes), and the degenerate clouds (:func:`_degenerate_inputs`) at the traced ``N`` and,
+    with a dynamic ``N``, at ``N = k``. ``batch_size``: the fixed batch (None: dynamic)."""
+    k = wrapper.model.gridify.k
+    checks = [(f"random clouds (N={n})", example)]
+    other = num_points or max(k, n // 2 + 1)
+    checks.append((f"random clouds (N={other})", _example_inputs(wrapper, batch_size or 3, other, seed + 1)))
+    sizes = [n] if num_points is not None else [n, k]
+    if num_points is None:
+        checks.append((f"random clouds (N=k={k})", _example_inputs(wrapper, batch_size or 2, k, seed + 2)))
+    for size in sizes:
+        checks += _degenerate_inputs(wrapper, batch_size or 1, size, seed + 3)
+    return checks
+
+
+def _degenerate_inputs(wrapper: OnnxClassifier, batch: int, n: int, seed: int
+                       ) -> List[Tuple[str, Tuple[Tensor, ...]]]:
+    """Seeded degenerate clouds ``[batch, n, 3]``, labelled: identical points, two points repeated,
+    collinear and coplanar points (placed as :func:`_example_inputs` places its clouds). Where a
+    graph divides by a spread, compares distances or ties, these are the clouds that break it."""
+    g = torch.Generator().manual_seed(seed)
+    f64 = torch.float64
+    basis = torch.linalg.qr(torch.randn(batch, 3, 3, generator=g, dtype=f64))[0]  # per cloud: 3 orthonormal axes
+    centre = 0.3 * (torch.rand(batch, 1, 3, generator=g, dtype=f64) - 0.5)
+    t = 1.1 * torch.rand(batch, n, 2, generator=g, dtype=f64) - 0.55  # |centre + t0 e0 + t1 e1| < 1
+    two = torch.where(torch.arange(n).view(1, n, 1) % 2 == 0, centre, -centre)
+    shapes = {"identical points": centre.expand(batch, n, 3),
+              "two points repeated": two,
+              "collinear points": centre + t[..., :1] * basis[:, None, :, 0],
+              "coplanar points": centre + t[..., :1] * basis[:, None, :, 0] + t[..., 1:] * basis[:, None, :, 1]}
+    return [(f"{name} (N={n})", _place(wrapper, u, g)) for name, u in shapes.items()]
+
+
+def _place(wrapper: OnnxClassifier, u: Tensor, g: torch.Generator) -> Tuple[Tensor, ...]:
+    """Clouds ``u`` (float64, within the unit ball) in the grid box as :func:`_example_inputs` places
+    them (off-centre and larger when the wrapper normalizes), plus seeded unit normals."""
+    grid = wrapper.model.gridify.grid
+    lo, hi = (torch.tensor(v, dtype=torch.float64) for v in (grid.lower, grid.upper))
+    points = (lo + hi) / 2 + u * 0.9 * float((hi - lo).min()) / 2
+    if wrapper.normalize:
+        points = points * 3.0 + 2.0
+    dtype = wrapper.nodes.dtype
+    out = (points.contiguous().to(dtype),)
+    if wrapper.use_normals:
+        out += (nn.functional.normalize(torch.randn(u.shape, generator=g, dtype=torch.float64), dim=-1).to(dtype),)
+    return out
 
 
 def _shapes(values: Any) -> Dict[str, List[Union[int, str]]]:
@@ -738,8 +859,10 @@ def export_onnx(model: Any, path: Union[str, "os.PathLike[str]"], *, num_points:
             as the checkpoint / Predictor says, True for a bare model). Without it the points
             must already lie in the grid box.
         verify: run the file with onnxruntime on seeded clouds (the traced shape and, for
-            dynamic axes, other sizes) and compare with the model's own PyTorch forward;
-            a difference above ``atol`` raises and nothing is written.
+            dynamic axes, other sizes and ``N = k``), random and degenerate ones (identical
+            points, two points repeated, collinear, coplanar), and compare with the model's
+            own PyTorch forward; a difference above ``atol`` (a NaN or Inf on one side only
+            counts as infinite) raises, naming the check clouds, and nothing is written.
         opset: the ONNX opset of the file, an int in :data:`ONNX_OPSETS` (18 to 25: what
             torch's exporter converts to in the supported environment); None (default):
             :data:`DEFAULT_OPSET` (20). The file declares exactly this opset; others are refused.
@@ -777,12 +900,12 @@ def export_onnx(model: Any, path: Union[str, "os.PathLike[str]"], *, num_points:
     data = proto.SerializeToString()
     diff = None
     if verify:
-        checks = [example, _example_inputs(wrapper, batch_size or 3, num_points or max(k, n // 2 + 1), seed + 1)]
+        checks = _check_inputs(wrapper, example, batch_size, num_points, n, seed)
         with eval_mode(wrapper):
-            diff = _verify(wrapper, data, checks, where)
+            diff, label = _verify(wrapper, data, checks, atol, where)
         if not diff <= atol:
-            fail_export(where, f"onnxruntime's logits differ from PyTorch's by {diff:.3g} > atol={atol:g}; "
-                               f"nothing was written")
+            fail_export(where, f"onnxruntime's logits differ from PyTorch's by {diff:.3g} > atol={atol:g} on the check "
+                               f"clouds '{label}' (a NaN or Inf on one side counts as inf); nothing was written")
     try:
         target = atomic_write_bytes(target, data)
     except OSError as exc:  # a folder removed or made read-only meanwhile, a full disk: nothing is left behind

@@ -83,6 +83,7 @@ import torch
 
 from ._checks import check_choice, check_int, check_number, fail, is_int, is_real
 from ._files import atomic_write
+from ._paths import check_output_file
 from .ops.grid import box_tensors, grid_knn_unchecked, grid_positions
 from .ops.sampling import fps_unchecked
 
@@ -803,9 +804,12 @@ def show(points: Any, labels: Any = None, class_names: Optional[Sequence[str]] =
         The rendered RGB image ``[H, W, 3]`` uint8 (legend included) when ``out`` is given.
 
     Raises:
-        ValueError: bad shapes, layer names or options. RenderError: no display / no render driver.
+        ValueError: bad shapes, layer names or options, an ``out`` that cannot be written (checked before
+            rendering; :class:`gridify._paths.PathError`). RenderError: no display / no render driver.
     """
     where = "show"
+    if out is not None:  # before the scene is built and rendered
+        check_output_file(out, f"{where}: out")
     style = _check_style(where, width, height, point_size, grid_point_size, line_width)
     view, up = _check_view(where, view, up)
     angles = _check_angles(where, azimuth, elevation)

@@ -206,3 +206,126 @@ def test_functional_gridify():
         gridify.gridify(np.zeros((2, 3, 4, 3)))
     with pytest.raises(ValueError, match="cloud 0 has points outside the grid box"):
         gridify.gridify(pts, normalize=False)
+
+
+# --------------------------------------------------------------------------------------
+# issue 23: gridify.gridify names the cloud and row of a NaN in every batch form (class 5),
+# a checkpoint whose task does not match its model is refused when loading (class 9)
+# --------------------------------------------------------------------------------------
+def _batch_forms(a, b):
+    """The batch forms gridify.gridify takes, for the clouds a [Na, 3], b [Nb, 3] (equal sizes: dense too)."""
+    flat = np.concatenate([a, b])
+    ids = np.repeat([0, 1], [len(a), len(b)])
+    forms = {"list of arrays": ([a, b], {}), "list of tensors": ([torch.from_numpy(a), torch.from_numpy(b)], {}),
+             "nested lists": ([a.tolist(), b.tolist()], {}),
+             "pos + batch (numpy)": (flat, dict(batch=ids)),
+             "pos + batch (torch)": (torch.from_numpy(flat), dict(batch=torch.from_numpy(ids)))}
+    if len(a) == len(b):
+        forms.update({"dense array": (np.stack([a, b]), {}), "dense tensor": (torch.from_numpy(np.stack([a, b])), {})})
+    return forms
+
+
+@pytest.mark.parametrize("sizes", [(50, 30), (40, 40)])
+def test_gridify_names_the_cloud_and_row_of_a_nan_in_every_batch_form(sizes):
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(sizes[0], 3)), rng.normal(size=(sizes[1], 3))
+    kw = dict(resolution=4, k=3, channels=2)
+    for value, what in ((np.nan, "NaN"), (np.inf, "Inf")):
+        bad = b.copy()
+        bad[7, 1] = value
+        bad[9, 0] = value
+        for form, (points, extra) in _batch_forms(a, bad).items():
+            with pytest.raises(ValueError, match=rf"gridify.gridify: points contains {what} values \(2 rows affected\); "
+                                                 rf"first in cloud 1 at row 7$"):
+                gridify.gridify(points, **extra, **kw)
+    fa, fb = rng.normal(size=(sizes[0], 2)), rng.normal(size=(sizes[1], 2))
+    fb[3, 1] = np.nan
+    features = {"list": [fa, fb], "flat": np.concatenate([fa, fb])}
+    for form, (points, extra) in _batch_forms(a, b).items():
+        feats = features["flat"] if "batch" in extra else features["list"]
+        with pytest.raises(ValueError, match=r"features contains NaN values \(1 row affected\); first in cloud 1 at row 3"):
+            gridify.gridify(points, feats, **extra, **kw)
+    if sizes[0] == sizes[1]:
+        with pytest.raises(ValueError, match=r"features contains NaN values .*; first in cloud 1 at row 3"):
+            gridify.gridify(np.stack([a, b]), np.stack([fa, fb]), **kw)
+    single = fa.copy()
+    single[5] = np.inf
+    with pytest.raises(ValueError, match=r"features contains Inf values \(1 row affected\); first at row 5"):
+        gridify.gridify(a, single, **kw)
+
+
+def test_gridify_batch_forms_give_each_clouds_own_grid():
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(50, 3)) * 3 + 2, rng.normal(size=(30, 3))
+    fa, fb = rng.normal(size=(50, 2)), rng.normal(size=(30, 2))
+    kw = dict(resolution=4, k=3, channels=5)
+    want = torch.stack([gridify.gridify(a, fa, **kw), gridify.gridify(b, fb, **kw)])
+    for form, (points, extra) in _batch_forms(a, b).items():
+        feats = np.concatenate([fa, fb]) if "batch" in extra else [fa, fb]
+        got, graph = gridify.gridify(points, feats, return_graph=True, **extra, **kw)
+        assert got.shape == (2, 5, 4, 4, 4) and graph.num_points == 80, form
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="gridify.gridify: batch must be sorted"):
+        gridify.gridify(np.concatenate([a, b]), batch=np.repeat([1, 0], [50, 30]), **kw)
+    with pytest.raises(ValueError, match=r"batch must be a 1-D tensor with one entry per point \(80\)"):
+        gridify.gridify(np.concatenate([a, b]), batch=np.zeros(79, dtype=np.int64), **kw)
+    with pytest.raises(ValueError, match=r"features must be a list of 2 arrays \[N_b, F\] \(N_b = \[50, 30\]\)"):
+        gridify.gridify([a, b], np.concatenate([fa, fb]), **kw)
+    with pytest.raises(ValueError, match=r"gridify.gridify: cloud 1: points must have shape \[N, 3\], got \(5, 4\)"):
+        gridify.gridify([a, np.zeros((5, 4))], **kw)
+    with pytest.raises(ValueError, match="gridify.gridify: cloud 1: the cloud is empty"):
+        gridify.gridify([a, np.zeros((0, 3))], **kw)
+    # a list of rows (1-D arrays) is still one cloud
+    assert gridify.gridify([np.array([1.0, 2, 3]), np.array([0.0, 1, 5]), np.array([2.0, 2, 2])],
+                           resolution=3, k=2, channels=2).shape == (2, 3, 3, 3)
+
+
+def _raw_checkpoint(path, model_name, task, lightning=False):
+    """A checkpoint of a tiny ``model_name`` whose metadata says ``task`` (a model.pt or a Lightning .ckpt)."""
+    from gridify.models import build_model
+
+    kwargs = dict(in_channels=3, num_classes=3, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3)
+    torch.manual_seed(0)
+    model = build_model(model_name, **kwargs)
+    meta = {"model_name": model_name, "model_kwargs": kwargs, "task": task,
+            "info": {"class_names": ["a", "b", "c"], "num_points": 50}, "config": {}}
+    if lightning:
+        raw = {"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}, "hyper_parameters": meta}
+    else:
+        raw = dict(meta, state_dict=model.state_dict())
+    torch.save(raw, path)
+    return path
+
+
+@pytest.mark.parametrize("lightning", [False, True])
+@pytest.mark.parametrize("model_name, task, serves", [("gridified_classifier", "segmentation", "classification"),
+                                                       ("gridified_segmenter", "classification", "segmentation"),
+                                                       ("gridified_classifier", "sequence_classification",
+                                                        "classification")])
+def test_load_refuses_a_task_that_does_not_match_the_model(tmp_path, lightning, model_name, task, serves):
+    """Before: a classifier whose file said segmentation reached forward() with an unexpected
+    'category' keyword (and a segmenter served as a classifier gave per-point logits)."""
+    path = _raw_checkpoint(tmp_path / ("last.ckpt" if lightning else "model.pt"), model_name, task, lightning)
+    message = (rf"{path}: entry 'task' is '{task}' but the model '{model_name}' is a {serves} model; the file's "
+               rf"task and model do not match")
+    with pytest.raises(CheckpointError, match=message):
+        gridify.load(path)
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(path)
+    right = _raw_checkpoint(tmp_path / "right.pt", model_name, serves)
+    assert gridify.load(right).task == serves
+
+
+def test_export_model_refuses_a_task_that_does_not_match_the_model(tmp_path):
+    from gridify.checkpoint import export_model, model_task
+    from gridify.models import GridifiedClassifier, TemporalGridifiedClassifier
+
+    model = GridifiedClassifier(3, 3, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3)
+    meta = dict(model_name="gridified_classifier", model_kwargs=dict(in_channels=3, num_classes=3, resolution=4, k=4,
+                                                                     hidden_channels=8, depth=1, kernel_size=3),
+                task="segmentation", info={"class_names": ["a", "b", "c"]})
+    with pytest.raises(ValueError, match="export_model: meta\\['task'\\]='segmentation' but the model "
+                                         "\\(GridifiedClassifier\\) is a classification model"):
+        export_model(tmp_path / "model.pt", model, meta)
+    assert not (tmp_path / "model.pt").exists()
+    assert model_task(TemporalGridifiedClassifier) == "sequence_classification" and model_task(model) == "classification"

@@ -13,14 +13,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "gridify"
 
 #: bottom to top; a module may import only from its own package or from a lower layer
 LAYERS = [
-    ["_version", "_checks", "_optional", "_files", "registry", "runtime"],
-    ["ops", "io", "transforms", "metrics", "precision"],
+    ["_version", "_checks", "_optional", "_files", "_paths", "registry", "runtime"],
+    ["ops", "io", "transforms", "metrics", "precision", "_cliargs"],
     ["nn", "datasets", "vis"],
     ["backbones", "baselines"],
     ["models"],
     ["checkpoint"],
     ["api", "export"],
     ["training"],
+    ["benchmark_recipe"],  # under benchmarking, which hands `gridify bench --recipe` to it
     ["evaluation", "benchmarking"],
     ["cli"],
 ]

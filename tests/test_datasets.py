@@ -13,6 +13,7 @@ from gridify.datasets import (MODELNET10_CLASSES, PROCEDURAL_CATEGORY_TO_PARTS, 
                               SHAPENET_SYNSETS, DatasetNotFoundError, ModelNet, ProceduralShapes, ShapeNetPart,
                               collate_points, stratified_split, stratified_subset)
 from gridify.io import write_ply
+from gridify.datasets.dynamic import read_sequence
 from gridify.transforms import RandomRotateZ
 
 
@@ -308,7 +309,7 @@ def test_shapenet_errors(tmp_path):
     (labels_dir / "chairtrain1.seg").write_text("9\n" * n)
     ds = ShapeNetPart(root, split="train", source="v0_points", use_normals=False)
     assert ds.files[:2] == [str(labels_dir.parent / "points" / f"chairtrain{k}.pts") for k in (0, 1)]
-    with pytest.raises(ValueError, match=r"chairtrain0\.seg: 2 labels for \d+ points"):
+    with pytest.raises(ValueError, match=r"chairtrain0\.seg: 2 labels for the \d+ points"):
         ds[0]
     with pytest.raises(ValueError, match=r"chairtrain1\.seg: local part ids must be 1\.\.4 for Chair, found \[9\]"):
         ds[1]
@@ -402,3 +403,47 @@ def test_collate_rejects_mismatched_items():
     b = {"pos": torch.zeros(2, 3)}
     with pytest.raises(ValueError, match="has keys"):
         collate_points([a, b])
+
+
+def _forged_h5(path: Path, label_shape, extra_pid=False):
+    """3 real shapes of 16 points, and a 'label' dataset declaring ``label_shape`` with no data behind it."""
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(path, "w") as h:
+        h["data"] = np.random.default_rng(0).normal(size=(3, 16, 3)).astype(np.float32)
+        h.create_dataset("label", shape=label_shape, dtype="u1", chunks=(min(label_shape[0], 1 << 20), 1),
+                         compression="gzip")
+        if extra_pid:
+            h["pid"] = np.zeros((3, 16), np.uint8)
+
+
+@pytest.mark.parametrize("dataset", ["modelnet", "shapenet"])
+def test_hdf5_label_declaring_1e8_entries_is_refused_before_reading(tmp_path, dataset):
+    d = tmp_path / ("modelnet40_ply_hdf5_2048" if dataset == "modelnet" else "hdf5_data")
+    d.mkdir()
+    f = d / ("ply_data_train0.h5" if dataset == "modelnet" else "ply_data_test0.h5")
+    _forged_h5(f, (10 ** 8, 1), extra_pid=dataset == "shapenet")
+    assert f.stat().st_size < 100_000
+    cls, split = (ModelNet, "train") if dataset == "modelnet" else (ShapeNetPart, "test")
+    build = lambda: cls(tmp_path, split=split, source="hdf5", use_normals=False)  # noqa: E731
+    with pytest.raises(ValueError, match=r"ply_data_\w+0.h5: HDF5 dataset 'label' declares shape \(100000000, 1\) "
+                                         r"uint8 \(100000000 bytes\) but the file stores 0 bytes for it"):
+        build()
+    f.unlink()
+    make_fake_h5(f, 3, 16, [0, 1, 2], {"pid": np.zeros((3, 16), np.uint8)} if dataset == "shapenet" else {})
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(f, "a") as h:  # a real label table, longer than the shapes
+        del h["label"]
+        h["label"] = np.zeros((5, 1), np.uint8)
+    with pytest.raises(ValueError, match=r"ply_data_\w+0.h5: (.*'label' \(5, 1\)|5 labels for 3 shapes)"):
+        build()
+
+
+def test_read_sequence_to_item_refuses_num_points_beyond_memory(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRIDIFY_MAX_ALLOC_BYTES", str(8 << 30))
+    for t in range(3):
+        np.savetxt(tmp_path / f"f{t}.xyz", np.random.default_rng(t).normal(size=(20, 3)), fmt="%.5f")
+    seq = read_sequence(tmp_path, timestamps="index")
+    assert seq.to_item(32)["pos"].shape == (3, 32, 3)
+    with pytest.raises(ValueError, match=r"PointCloudSequence.to_item: num_points=1000000000 \(3 x 1000000000 "
+                                         r"points .*\) would need"):
+        seq.to_item(10 ** 9)

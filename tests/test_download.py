@@ -239,3 +239,47 @@ def test_unknown_archive_type(tmp_path):
     f.write_bytes(b"Rar!\x1a\x07\x00 not really")
     with pytest.raises(ValueError, match=r"data\.rar: unknown archive type"):
         extract_archive(f, tmp_path / "out")
+
+
+_COLLIDING = {
+    "zip, file then folder": ("zip", [("toy/x", "file", b"1"), ("toy/x/y.txt", "file", b"2")]),
+    "zip, folder then file": ("zip", [("toy/x/y.txt", "file", b"2"), ("toy/x", "file", b"1")]),
+    "zip, folder entry and file": ("zip", [("toy/x/", "dir", b""), ("toy/x", "file", b"1")]),
+    "tar, file then folder": ("tar", [("toy/x", "file", b"1"), ("toy/x/y.txt", "file", b"2")]),
+    "tar, folder then file": ("tar", [("toy/x", "dir", b""), ("toy/x", "file", b"1")]),
+    "tar, link then folder": ("tar", [("toy/x", "sym", "a.txt"), ("toy/x/y.txt", "file", b"2")]),
+}
+
+
+def _colliding_archive(tmp_path, kind, entries):
+    if kind == "zip":
+        path = tmp_path / "clash.zip"
+        path.write_bytes(_zip_bytes({name: data for name, _, data in entries}))
+    else:
+        path = tmp_path / "clash.tar.gz"
+        path.write_bytes(_tar_bytes(entries))
+    return path
+
+
+@pytest.mark.parametrize("case", sorted(_COLLIDING))
+def test_colliding_members_raise_a_download_error_naming_archive_and_member(tmp_path, case):
+    kind, entries = _COLLIDING[case]
+    archive = _colliding_archive(tmp_path, kind, entries)
+    with pytest.raises(DownloadError, match=r"clash\.(zip|tar\.gz): archive members collide: 'toy/x' is a file"):
+        extract_archive(archive, tmp_path / "out")
+    with pytest.raises(ValueError, match=r"members collide"):  # still the ValueError extract_archive documents
+        extract_archive(archive, tmp_path / "out2")
+    root = tmp_path / "root"
+    with pytest.raises(DownloadError, match=r"clash\.(zip|tar\.gz): archive members collide: 'toy/x'"):
+        download_and_extract("clash", root, [archive.as_uri()], sha256=sha256_of(archive), progress=False)
+    assert not (root / "clash").exists() and _no_temp_dirs(root)
+
+
+def test_member_colliding_with_the_destination_is_named(tmp_path):
+    archive = tmp_path / "ok.zip"
+    archive.write_bytes(_zip_bytes({"toy/x/y.txt": b"2"}))
+    out = tmp_path / "out"
+    (out / "toy").mkdir(parents=True)
+    (out / "toy" / "x").write_text("already a file")
+    with pytest.raises(DownloadError, match=r"ok\.zip: member 'toy/x/y.txt' needs the folder .*toy/x, which is a file"):
+        extract_archive(archive, out)

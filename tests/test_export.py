@@ -699,3 +699,107 @@ def test_public_helpers_check_their_inputs():
             call()
     with torch.no_grad():  # valid input still gives the module's result
         assert torch.allclose(E.gridify_dense(module, pos, x), module(pos, x), atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------
+# degenerate clouds (issue 23, 8(c)): the shipped model's file is finite and equal to PyTorch
+# --------------------------------------------------------------------------------------
+def degenerate_clouds(n, seed=0):
+    """Name -> one raw cloud [1, n, 3] (the file normalizes): identical, two points repeated,
+    collinear, coplanar, random."""
+    g = torch.Generator().manual_seed(seed)
+    t = torch.rand(n, 1, generator=g) * 4 - 2
+    uv = torch.rand(n, 2, generator=g) * 4 - 2
+    e0, e1 = F.normalize(torch.tensor([1.0, 2.0, -0.5]), dim=0), F.normalize(torch.tensor([-2.0, 1.0, 0.0]), dim=0)
+    origin = torch.tensor([0.7, -1.3, 2.1])
+    two = torch.where(torch.arange(n)[:, None] % 2 == 0, origin, -origin)
+    clouds = {"identical": origin.expand(n, 3), "two points": two, "collinear": origin + t * e0,
+              "coplanar": origin + uv[:, :1] * e0 + uv[:, 1:] * e1,
+              "random": torch.randn(n, 3, generator=g) * torch.tensor([3.0, 1.0, 0.5]) + 4.0}
+    return {name: c[None].contiguous() for name, c in clouds.items()}
+
+
+@pytest.fixture(scope="module")
+def shipped_export(tmp_path_factory):
+    if not HAVE_ONNX:
+        pytest.skip("needs the export extra: pip install 'gridify[export]'")
+    import onnxruntime as ort
+
+    predictor = gridify.load("modelnet10")
+    report = E.export_onnx(predictor, tmp_path_factory.mktemp("export_shipped") / "modelnet10.onnx")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(report.path), options, providers=["CPUExecutionProvider"])
+    return {"report": report, "session": session, "predictor": predictor}
+
+
+@needs_onnx
+def test_shipped_model_file_is_finite_and_equals_pytorch_on_degenerate_clouds(shipped_export):
+    """A cloud of identical points gave NaN logits in the file (a clamp_min(1e-300) became 0.0 in
+    the graph, 0 / 0) while PyTorch's were finite; collinear, coplanar, N = k clouds too."""
+    predictor, session = shipped_export["predictor"], shipped_export["session"]
+    k = predictor.model.gridify.k
+    for n in (k, 64, 1000):
+        for name, pts in degenerate_clouds(n, seed=n).items():
+            got, want = run_onnx(session, pts), reference(predictor, pts)
+            assert got.isfinite().all() and want.isfinite().all(), (name, n, got, want)
+            assert (got - want).abs().max() <= 1e-4, (name, n)
+
+
+def old_normalize_points(points):
+    """Export's normalization as it was: clamp_min(1e-300), which the exported graph holds as 0.0."""
+    q = points.to(torch.float64)
+    q = q - q.mean(1, keepdim=True)
+    s = q.pow(2).sum(-1).amax(1).sqrt().clamp_min(1e-300)
+    return (q / s.view(-1, 1, 1)).to(points.dtype)
+
+
+@needs_onnx
+@pytest.mark.parametrize("num_points", [None, 12])
+def test_the_export_parity_check_covers_degenerate_clouds(tmp_path, monkeypatch, num_points):
+    """The check before writing runs degenerate clouds too (and counts a NaN on one side as a
+    difference): a graph that is NaN only on identical points is refused, naming those clouds."""
+    model, _ = tiny_classifier()
+    monkeypatch.setattr(E, "_normalize_points", old_normalize_points)
+    with pytest.raises(E.ExportError, match=r"differ from PyTorch's by inf > atol=0.0001 on the check clouds "
+                                            r"'identical points \(N=\d+\)'.*nothing was written"):
+        E.export_onnx(model, tmp_path / "m.onnx", num_points=num_points)
+    assert not list(tmp_path.iterdir())
+    model, _ = tiny_classifier()
+    wrapper = E.OnnxClassifier(model)
+    example = E._example_inputs(wrapper, 2, 40, 0)
+    labels = [name for name, _ in E._check_inputs(wrapper, example, None, None, 40, 0)]
+    for kind in ("identical points", "two points repeated", "collinear points", "coplanar points"):
+        assert f"{kind} (N=40)" in labels and f"{kind} (N=6)" in labels  # the traced N and N = k
+    assert "random clouds (N=k=6)" in labels
+
+
+def test_no_constant_in_the_traced_code_underflows_float32():
+    """The exporter writes Python scalars through float32 even in float64 arithmetic: a literal
+    below float32's smallest normal (1e-300 became 0.0) must not appear in the code it traces."""
+    import ast
+
+    tiny = torch.finfo(torch.float32).tiny
+    files = [ROOT / "gridify" / "export.py", ROOT / "gridify" / "models" / "gridified.py"]
+    for package in ("nn", "backbones", "ops"):
+        files += sorted((ROOT / "gridify" / package).glob("*.py"))
+    bad = [f"{f.relative_to(ROOT)}:{node.lineno}: {node.value!r}" for f in files
+           for node in ast.walk(ast.parse(f.read_text()))
+           if isinstance(node, ast.Constant) and type(node.value) is float and 0 < abs(node.value) < tiny]
+    assert not bad, bad
+
+
+def test_node_ties_of_degenerate_clouds_are_told_apart_from_real_differences():
+    """Identical points normalize onto the centre node of an odd lattice: nodes tie at a point's
+    k'-th place, the file takes the lower node index and grid_knn its own candidate order (both
+    correct). The parity check then compares over the file's graph; not for untied clouds."""
+    model, _ = tiny_classifier(6, pos_embedding="siren", aggr="max", message="concat", pool="meanmax")  # R = 5
+    wrapper = E.OnnxClassifier(model, normalize=True)
+    checks = dict(E._check_inputs(wrapper, E._example_inputs(wrapper, 2, 70, 0), 2, 70, 70, 0))
+    assert E._node_ties_only(wrapper, checks["identical points (N=70)"])
+    for name in ("random clouds (N=70)", "collinear points (N=70)", "coplanar points (N=70)"):
+        assert not E._node_ties_only(wrapper, checks[name]), name
+    pos = E.normalize_points(checks["identical points (N=70)"][0])
+    _, point_nodes, _ = E.dense_bilateral_knn(pos, model.gridify.grid, model.gridify.k)
+    # the centre node 62, then five of its six face neighbours (at h^2), the lowest indices first
+    assert point_nodes[0, 0].tolist() == [62, 37, 57, 61, 63, 67]

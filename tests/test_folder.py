@@ -302,3 +302,86 @@ def test_shapenet_part_samples_as_a_segmentation_folder(shared_data, tmp_path):
         item = ds[by_name[pts.name]]
         np.testing.assert_array_equal(item["y"].numpy(), global_ids)
         assert item["pos"].shape == (len(global_ids), 3)
+
+
+# --------------------------------------------------------------------------------------
+# messages that name the real cause, sizes bounded by the data, splits that never overlap
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16"])
+def test_classes_txt_with_a_byte_order_mark(tmp_path, encoding):
+    root = make_class_folder(tmp_path, classes=("box", "ball"), n_train=2, n_test=1)
+    (root / "classes.txt").write_bytes("ball\nbox\n".encode(encoding))
+    ds = PointFolder(root, "test", num_points=16)
+    assert ds.class_names == ["ball", "box"]
+
+
+def test_list_files_with_a_byte_order_mark(tmp_path):
+    root = make_class_folder(tmp_path, classes=("box", "ball"), n_train=2, n_test=1)
+    (root / "train.txt").write_bytes("box/train/box0.ply\nball/train/ball0.ply\n".encode("utf-8-sig"))
+    assert len(PointFolder(root, "train", num_points=16, val_fraction=0.0)) == 2
+
+
+def test_labels_of_rows_the_reader_dropped_are_dropped_too(tmp_path):
+    pts = _cloud(50).astype(np.float64)
+    pts[17] = np.nan
+    (tmp_path / "train").mkdir()
+    np.savetxt(tmp_path / "train" / "s0.xyz", pts, fmt="%.6f")
+    labels = np.arange(50) % 3
+    np.savetxt(tmp_path / "train" / "s0.labels", labels, fmt="%d")
+    ds = PointFolder(tmp_path, "train", task="segmentation", num_points=None, val_fraction=0.0, normalize=False)
+    with pytest.warns(UserWarning, match=r"dropped 1 of 50 points"):
+        item = ds[0]
+    assert item["y"].tolist() == np.delete(labels, 17).tolist()
+    np.savetxt(tmp_path / "train" / "s0.labels", labels[:48], fmt="%d")  # a count that fits neither
+    with pytest.warns(UserWarning), pytest.raises(DatasetError, match=r"s0.labels: 48 labels for the 49 points of "
+                                                  r".*s0.xyz \(read_points dropped 1 of its 50 rows .*row 17"):
+        ds[0]
+
+
+def test_a_non_integer_label_column_is_named_as_such(tmp_path):
+    (tmp_path / "train").mkdir()
+    table = np.c_[_cloud(20), np.linspace(0, 1, 20)]
+    np.savetxt(tmp_path / "train" / "s0.xyz", table, fmt="%.6f")
+    with pytest.raises(DatasetError, match=r"s0.xyz: no per-point labels: .* the file's column 4 holds "
+                                           r"non-integer values \(data row 1: "):
+        PointFolder(tmp_path, "train", task="segmentation", val_fraction=0.0)
+
+
+def test_one_file_per_class_and_a_val_fraction_says_why_val_is_empty(tmp_path):
+    root = make_class_folder(tmp_path, n_train=1, n_test=1)
+    with pytest.raises(DatasetError, match=r"no val files \(val_fraction=0.1 holds out files of a class only when "
+                                           r"it has at least 2 .* each of the 3 class\(es\) has 1 file") as err:
+        PointFolder(root, "val", val_fraction=0.1)
+    assert "set val_fraction > 0" not in str(err.value)
+
+
+@pytest.mark.parametrize("second", ["test", "val"])
+def test_a_file_listed_in_two_splits_is_refused(tmp_path, second):
+    root = make_class_folder(tmp_path, classes=("box", "ball"), n_train=2, n_test=1)
+    (root / "train.txt").write_text("box/train/box0.ply\nball/train/ball0.ply\n")
+    (root / f"{second}.txt").write_text("box/test/box0.ply\n./ball/train/ball0.ply\n")
+    with pytest.raises(DatasetError, match=rf"ball0.ply: listed in both .*train.txt \('ball/train/ball0.ply'\) and "
+                                           rf".*{second}.txt \('./ball/train/ball0.ply'\); the split lists must not "
+                                           r"overlap"):
+        PointFolder(root, "train", num_points=16)
+    (root / f"{second}.txt").write_text("box/test/box0.ply\nbox/test/box0.ply\n")
+    with pytest.raises(DatasetError, match=rf"box0.ply: listed twice in .*{second}.txt"):
+        PointFolder(root, "train", num_points=16)
+
+
+def test_a_huge_segmentation_label_id_is_refused_not_allocated(tmp_path):
+    (tmp_path / "train").mkdir()
+    np.savetxt(tmp_path / "train" / "s0.xyz", _cloud(10), fmt="%.6f")
+    np.savetxt(tmp_path / "train" / "s0.labels", [0] * 9 + [2 ** 40], fmt="%d")
+    with pytest.raises(DatasetError, match=r"s0.labels: label id 1099511627776 would number 1099511627777 parts "
+                                           r".* for the 10 labelled points"):
+        PointFolder(tmp_path, "train", task="segmentation", val_fraction=0.0)
+    with pytest.raises(ValueError, match=r"num_classes=1000000000000 .* would need"):
+        PointFolder(tmp_path, "train", task="segmentation", val_fraction=0.0, num_classes=10 ** 12)
+
+
+def test_num_points_beyond_memory_is_refused_at_construction(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRIDIFY_MAX_ALLOC_BYTES", str(8 << 30))
+    root = make_class_folder(tmp_path, n_train=2, n_test=1)
+    with pytest.raises(ValueError, match=r"PointFolder: num_points=1000000000 .* would need"):
+        PointFolder(root, "test", num_points=10 ** 9)

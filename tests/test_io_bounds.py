@@ -341,3 +341,87 @@ def test_permission_denied_for_real(tmp_path):
             read_points(f)
     finally:
         f.chmod(0o644)
+
+
+# --------------------------------------------------------------------------------------
+# text decoded one way everywhere; data a reader leaves out is reported, never dropped silently
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32"])
+def test_text_clouds_in_every_unicode_encoding_are_read(tmp_path, encoding):
+    f = tmp_path / "cloud.xyz"
+    f.write_bytes("# a comment\n1 2 3\n4 5 6\n".encode(encoding))
+    assert read_points(f).points.tolist() == [[1, 2, 3], [4, 5, 6]]
+
+
+def test_broken_utf16_and_binary_text_name_their_cause(tmp_path):
+    f = tmp_path / "cloud.xyz"
+    f.write_bytes(b"\xff\xfe" + "1 2 3\n".encode("utf-16-le") + b"\x00\xd8")  # a lone surrogate at the end
+    assert "not valid UTF-16-LE text" in refused(f, "UTF-16")
+    g = tmp_path / "blob.xyz"
+    g.write_bytes(b"\x01\x00\x02\x00\x00\x00\x03\x04" * 8)
+    refused(g, "looks like a binary file")
+
+
+def test_a_non_integer_4th_column_says_why_it_is_not_a_label(tmp_path):
+    f = tmp_path / "scan.xyz"
+    f.write_text("0 0 0 1\n1 0 0 2.5\n0 1 0 0\n")
+    cloud = read_points(f)
+    assert cloud.labels is None
+    assert "column 4 holds non-integer values (data row 1: 2.5)" in cloud.ignored["labels"]
+
+
+def test_dropped_rows_are_recorded_on_the_cloud(tmp_path):
+    f = tmp_path / "scan.xyz"
+    f.write_text("0 0 0\nnan 1 1\n1 1 1\n2 2 2\n")
+    with pytest.warns(UserWarning, match=r"dropped 1 of 4 points with NaN/Inf coordinates \(row 1, 0-based\)"):
+        cloud = read_points(f)
+    assert cloud.dropped.tolist() == [1] and cloud.rows_in_file == 4 and len(cloud) == 3
+    assert "read_points dropped 1 of its 4 rows" in cloud.dropped_note()
+
+
+def test_obj_with_a_nan_vertex_names_the_vertex_not_zero_area(tmp_path):
+    f = tmp_path / "tri.obj"
+    f.write_text("v 0 0 0\nv 1 0 0\nv nan 1 0\nf 1 2 3\n")
+    with pytest.raises(ValueError, match=r"vertex 2 \(0-based\) has NaN/Inf coordinates") as err:
+        read_points(f)  # through trimesh (slow to import): not timed
+    assert str(f) in str(err.value) and "zero surface area" not in str(err.value)
+
+
+def test_ply_with_more_vertex_lines_than_declared_is_refused(tmp_path):
+    f = tmp_path / "more.ply"
+    f.write_text("ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\n"
+                 "property float z\nend_header\n0 0 0\n1 1 1\n2 2 2\n3 3 3\n")
+    msg = refused(f, r"header declares 2 vertex items \(2 data lines\) but the data holds 4 lines")
+    assert "refusing rather than dropping" in msg
+    g = tmp_path / "more_binary.ply"
+    body = np.arange(12, dtype="<f4").tobytes()
+    g.write_bytes(b"ply\nformat binary_little_endian 1.0\nelement vertex 2\nproperty float x\nproperty float y\n"
+                  b"property float z\nend_header\n" + body)
+    refused(g, r"room for 2 more vertex records")
+    ok = tmp_path / "ok.ply"  # a trailing newline is not data
+    ok.write_bytes(b"ply\nformat binary_little_endian 1.0\nelement vertex 2\nproperty float x\nproperty float y\n"
+                   b"property float z\nend_header\n" + body[:24] + b"\n")
+    assert len(read_points(ok)) == 2
+
+
+def test_pcd_and_off_with_more_data_than_declared_are_refused(tmp_path):
+    f = tmp_path / "more.pcd"
+    f.write_bytes(_pcd("ascii", 2) + b"0 0 0\n1 1 1\n2 2 2\n")
+    refused(f, r"PCD header declares 2 points x 3 values but the data holds 9 values \(1 points more\); refusing")
+    g = tmp_path / "more_binary.pcd"
+    g.write_bytes(_pcd("binary", 2) + np.arange(12, dtype="<f4").tobytes())
+    refused(g, r"room for 2 more points")
+    h = tmp_path / "more.off"
+    h.write_text("OFF\n3 1 0\n0 0 0\n1 0 0\n0 1 0\n3 0 1 2\n3 0 2 1\n")
+    with pytest.raises(ValueError, match=r"more.off: OFF header declares 3 vertices and 1 faces but 5 data lines "
+                                         r"follow \(1 more\)"):
+        read_points(h)
+
+
+def test_npy_with_more_values_than_its_shape_is_refused(tmp_path):
+    f = tmp_path / "more.npy"
+    buf = io.BytesIO()
+    np.save(buf, np.zeros((2, 3)))
+    f.write_bytes(buf.getvalue() + np.ones(3).tobytes())
+    refused(f, r"header declares shape \(2, 3\) of float64 \(48 bytes\) but 72 bytes follow the header \(room for 3 "
+               r"more values\)")

@@ -271,3 +271,25 @@ def test_corrupt_glb(tmp_path):
     f.write_bytes(b"[1, 2, 3]")
     with pytest.raises(ValueError, match=r"list\.gltf: not a glTF file \(its JSON is a list, not an object\)"):
         read_points(f)
+
+
+def test_las_header_counting_fewer_points_than_its_records_is_refused(tmp_path):
+    """Reading the declared points only would drop the others silently."""
+    f = tmp_path / "tile.las"
+    _las_file(f, n=50)
+    data = bytearray(f.read_bytes())
+    struct.pack_into("<I", data, 107, 40)  # the LAS 1.2 point count: 40 of the 50 records
+    f.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"tile\.las: corrupt LAS header: it declares 40 points but 50 records"):
+        read_points(f)
+
+
+@pytest.mark.parametrize("scale", [0.0, float("nan")])
+def test_las_scale_zero_is_refused_not_collapsed(tmp_path, scale):
+    f = tmp_path / "tile.las"
+    _las_file(f, n=20)
+    data = bytearray(f.read_bytes())
+    struct.pack_into("<d", data, 139, scale)  # y scale factor
+    f.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"tile\.las: corrupt LAS header: y scale"):
+        read_points(f)

@@ -149,3 +149,19 @@ def test_radius_bad_inputs():
         radius(torch.rand(5, 3), torch.rand(2, 2), 0.5)
     with pytest.raises(ValueError, match="batch_y refers to cloud 1 but x has points for only 1 clouds"):
         radius(torch.rand(5, 3), torch.rand(2, 3), 0.5, None, torch.tensor([0, 1]))
+
+
+def test_radius_with_sparse_cloud_ids_allocates_by_the_points_not_the_ids(monkeypatch):
+    """Cloud ids up to 5e7 made tables of 5e7 counts (1.1 GB); ids are renumbered by the clouds present."""
+    monkeypatch.setenv("GRIDIFY_MAX_ALLOC_BYTES", str(64 << 20))  # a table per id would be refused
+    x = torch.rand(6, 3, dtype=torch.float64)
+    y = x[[0, 3, 5]].clone()
+    bx = torch.tensor([0, 0, 7, 7, 49_999_999, 49_999_999])
+    by = torch.tensor([0, 7, 49_999_999])
+    out = radius(x, y, 10.0, bx, by, max_num_neighbors=8)
+    dense = radius(x, y, 10.0, torch.tensor([0, 0, 1, 1, 2, 2]), torch.tensor([0, 1, 2]), max_num_neighbors=8)
+    assert torch.equal(out, dense) and out.shape == (2, 6)
+    assert torch.equal(radius(x, y, 10.0, bx, by, backend="kdtree"), dense)
+    with pytest.raises(ValueError, match=r"radius: batch_y refers to cloud 60000000 but x has points for clouds up "
+                                         r"to 49999999"):
+        radius(x, y, 1.0, bx, torch.tensor([0, 7, 60_000_000]))

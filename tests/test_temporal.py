@@ -453,3 +453,58 @@ def test_dynamic_shapes_resample_false_moves_fixed_surface_points():
     assert not torch.allclose(fresh[1] - fresh[0], (fresh[1] - fresh[0])[:1].expand(64, 3), atol=1e-3)
     with pytest.raises(TypeError, match="resample must be a bool"):
         DynamicShapes("test", resample="no", **kw)
+
+
+# ------------------------------------------------------------------------------------------------
+# padding is not data (issue 23, class 9): mask first, then check the real steps only
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("rnn_cls", [CfC, DeltaTGRU])
+@pytest.mark.parametrize("how", ["mask", "lengths"])
+def test_nan_in_padded_steps_is_ignored_and_never_reaches_a_gradient(rnn_cls, how):
+    """NaN/Inf in the inputs (and times) of padded steps: the same states as zero padding, finite
+    gradients for every parameter and input; NaN at a real step is still refused, by sequence and step."""
+    torch.manual_seed(4)
+    rnn = rnn_cls(4, 6)
+    seq, ts = torch.randn(2, 5, 4), torch.rand(2, 5) + 0.1
+    padding = {"mask": dict(mask=torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)),
+               "lengths": dict(lengths=torch.tensor([3, 5]))}[how]
+    clean_states, clean_last = rnn(seq, ts, **padding)
+    dirty, dirty_ts = seq.clone(), ts.clone()
+    dirty[0, 3] = float("nan")
+    dirty[0, 4, 1] = float("inf")
+    dirty_ts[0, 4] = float("nan")
+    dirty.requires_grad_()
+    states, last = rnn(dirty, dirty_ts, **padding)
+    torch.testing.assert_close(last, clean_last)
+    torch.testing.assert_close(states, clean_states)
+    (last.sum() + states.pow(2).sum()).backward()
+    for name, p in rnn.named_parameters():
+        assert p.grad is not None and bool(p.grad.isfinite().all()), name
+    assert bool(dirty.grad.isfinite().all()) and dirty.grad[0, 3:].abs().sum() == 0
+    real = seq.clone()
+    real[1, 2, 3] = float("nan")
+    with pytest.raises(ValueError, match=rf"{rnn_cls.__name__}: input contains NaN values .*sequence 1, step 2"):
+        rnn(real, ts, **padding)
+
+
+def test_model_ignores_nan_in_padded_frames():
+    """The temporal model: NaN in pos, x and times at padded frames changes nothing (and stays out of
+    the gradients); at a valid frame it is refused naming the sequence, frame and point."""
+    m = _tiny().eval()
+    g = torch.Generator().manual_seed(1)
+    pos = torch.rand(2, 3, 30, 3, generator=g) * 1.6 - 0.8
+    x = pos.clone()
+    times = torch.tensor([[0.0, 1.0, 2.0], [0.0, 0.5, 3.0]])
+    lengths = torch.tensor([2, 3])
+    ref = m(pos, times, lengths=lengths, x=x)
+    dpos, dx, dtimes = pos.clone(), x.clone(), times.clone()
+    dpos[0, 2, 5] = float("nan")
+    dx[0, 2] = float("inf")
+    dtimes[0, 2] = float("nan")
+    out = m(dpos, dtimes, lengths=lengths, x=dx)
+    torch.testing.assert_close(out.logits, ref.logits)
+    out.logits.sum().backward()
+    assert all(p.grad is None or bool(p.grad.isfinite().all()) for p in m.parameters())
+    dpos[1, 1, 7, 0] = float("nan")
+    with pytest.raises(ValueError, match="pos contains NaN values at valid frames .* sequence 1, frame 1, point 7"):
+        m(dpos, dtimes, lengths=lengths, x=dx)

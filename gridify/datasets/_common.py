@@ -9,7 +9,12 @@
   ``m * n_c / n`` samples.
 * :func:`fit_box`: ``pos <- pos * min(1, limit / max|pos|)``, the cloud shrunk uniformly into
   ``[-limit, limit]^3`` (gridification refuses points outside its box).
-* :class:`PointCloudDataset`: ``raw -> Normalize -> FixedPoints -> transform -> fit_box -> tensors``.
+* :class:`PointCloudDataset`: ``raw -> Normalize -> FixedPoints -> transform -> fit_box -> tensors``;
+  ``num_points`` passes :func:`check_num_points` (``SAMPLE_BYTES_PER_POINT x num_points`` against
+  the allocation limit) at construction.
+* :func:`align_labels`: a label file's labels for the points read_points kept (dropped rows lose
+  their labels; another count names the dropped rows). :func:`h5_dataset`: an HDF5 dataset whose
+  declared bytes are at most ``H5_MAX_RATIO`` x the bytes the file stores for it, before reading.
 
 Shapes:
     a sample: pos ``[N, 3]``, normal ``[N, 3]``, y ``[]`` or ``[N]``; a collated batch: pos
@@ -27,8 +32,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import check_choice, check_int
+from .._checks import check_alloc, check_choice, check_int
 from .._files import atomic_write
+from ..io.source import read_text_file
 from ..transforms import FixedPoints, Normalize
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -60,8 +66,19 @@ def check_split(split: str, where: str, allowed: Sequence[str] = SPLITS) -> str:
     return check_choice(where, "split", split, list(allowed))
 
 
-def check_num_points(num_points: Optional[int], where: str) -> Optional[int]:
-    return check_int(where, "num_points", num_points, allow_none=True)
+#: bytes one point of a sample takes on its way through the pipeline (the resampling indices, pos
+#: and normals in float64 and float32, labels, the tensors of the item): what check_num_points bounds
+SAMPLE_BYTES_PER_POINT = 128
+
+
+def check_num_points(num_points: Optional[int], where: str, copies: int = 1) -> Optional[int]:
+    """``num_points`` as a positive int (or None), refused before anything is allocated when ``copies``
+    samples (the frames of a sequence) of that many points would exceed the allocation limit."""
+    n = check_int(where, "num_points", num_points, allow_none=True)
+    if n is not None:
+        check_alloc(where, f"num_points={n} ({copies} x {n} points of {SAMPLE_BYTES_PER_POINT} bytes on their way "
+                           f"through the pipeline)", SAMPLE_BYTES_PER_POINT * n * copies)
+    return n
 
 
 def stratified_split(labels: Sequence[int], fraction: float, seed: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -145,7 +162,7 @@ def read_labels(path: Path) -> np.ndarray:
         vals = vals.astype(np.float64)
     else:
         try:
-            vals = np.array(path.read_text(errors="replace").split(), dtype=np.float64)
+            vals = np.array(read_text_file(path).split(), dtype=np.float64)
         except ValueError:
             raise ValueError(f"{path}: label file holds non-numeric values") from None
     if vals.size == 0:
@@ -153,6 +170,51 @@ def read_labels(path: Path) -> np.ndarray:
     if not np.all(np.isfinite(vals)) or not np.all(vals == np.round(vals)):
         raise ValueError(f"{path}: label file holds non-integer labels")
     return vals.astype(np.int64)
+
+
+#: an HDF5 dataset may hold at most this many times the bytes the file stores for it (gzip's bound
+#: is about 1032x); a larger ratio is a corrupt or forged header (a shape with no data behind it)
+H5_MAX_RATIO = 1100
+
+
+def h5_dataset(path: Path, h: Any, name: str, where: str) -> Any:
+    """The dataset ``name`` of the open HDF5 file ``h``, its declared size checked before it is read.
+
+    Refused (ValueError naming ``path`` and ``name``): not a dataset, or a shape whose bytes exceed
+    ``H5_MAX_RATIO`` x the bytes the file stores for it (+ 4 KiB), or the allocation limit.
+    """
+    ds = h.get(name)
+    if ds is None or not hasattr(ds, "id") or not hasattr(ds.id, "get_storage_size") or ds.shape is None:
+        raise ValueError(f"{path}: HDF5 entry {name!r} is not a dataset of numbers")
+    declared = int(np.prod(ds.shape, dtype=np.float64)) * int(ds.dtype.itemsize)
+    stored = int(ds.id.get_storage_size())
+    if declared > H5_MAX_RATIO * stored + 4096:
+        raise ValueError(f"{path}: HDF5 dataset {name!r} declares shape {tuple(ds.shape)} {ds.dtype} ({declared} "
+                         f"bytes) but the file stores {stored} bytes for it (at most {H5_MAX_RATIO}x that "
+                         f"decompressed); the file is corrupt or truncated")
+    check_alloc(where, f"{path}: HDF5 dataset {name!r} of shape {tuple(ds.shape)}", declared)
+    return ds
+
+
+def align_labels(labels: np.ndarray, source: Path, cloud: Any, path: Path) -> np.ndarray:
+    """The labels of ``source`` (one per row of the file ``path``) for the points of ``cloud`` (what
+    read_points returned for ``path``): the rows read_points dropped (NaN/Inf coordinates,
+    ``cloud.dropped``) lose their labels too; any other count is a :class:`DatasetError` that says
+    which rows were dropped.
+
+    Shapes:
+        labels ``[R]`` (R rows of the file) -> ``[N]`` (the N points of the cloud).
+    """
+    if len(labels) == len(cloud):
+        return labels
+    note = cloud.dropped_note()
+    if note and len(labels) == cloud.rows_in_file:
+        keep = np.ones(cloud.rows_in_file, dtype=bool)
+        keep[cloud.dropped] = False
+        return labels[keep]
+    rows = (f"{len(cloud)} points of {path} ({note}: the file has {cloud.rows_in_file} rows)" if note
+            else f"{len(cloud)} points of {path}")
+    raise DatasetError(f"{source}: {len(labels)} labels for the {rows}")
 
 
 def writable_dir(path: Path) -> bool:

@@ -35,8 +35,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 PathLike = Union[str, "os.PathLike[str]"]
 
 __all__ = ["download_and_extract", "download_file", "extract_archive", "sha256_of", "DownloadError",
-           "DatasetNotFoundError", "ArchiveSpec", "ARCHIVES", "ARCHIVE_ALIASES", "COMPLETE_MARKER", "is_complete",
-           "resolve_archive", "download_archive", "manual_instructions"]
+           "ArchiveError", "DatasetNotFoundError", "ArchiveSpec", "ARCHIVES", "ARCHIVE_ALIASES", "COMPLETE_MARKER",
+           "is_complete", "resolve_archive", "download_archive", "manual_instructions"]
 
 #: name of the marker file written into a fully extracted folder
 COMPLETE_MARKER = ".gridify_complete"
@@ -50,6 +50,12 @@ class DownloadError(RuntimeError):
     @property
     def summary(self) -> str:
         return str(self).splitlines()[0] if str(self) else ""
+
+
+class ArchiveError(DownloadError, ValueError):
+    """An archive that cannot be extracted as it stands (members that collide); the message names the
+    archive and the members. Both a :class:`DownloadError` and a :class:`ValueError` (what
+    :func:`extract_archive` raises for every other unusable archive)."""
 
 
 class DatasetNotFoundError(FileNotFoundError):
@@ -279,6 +285,37 @@ def _check_link_target(member: PurePosixPath, target: str, archive: Path, hard: 
             depth += 1
 
 
+def _check_collisions(members: Sequence[Tuple[PurePosixPath, bool]], archive: Path, dest: Path) -> None:
+    """Refuse members that cannot all be extracted: a file (or link) and a folder of the same name, a
+    member below a file or link of the archive, or a member colliding with what ``dest`` already holds.
+
+    ``members`` are ``(normalized path, is a folder)``; raises :class:`ArchiveError` (a DownloadError)
+    naming the archive and both members (the system's NotADirectoryError / IsADirectoryError would
+    name only a path of the destination, half-way through the extraction).
+    """
+    files: Dict[PurePosixPath, str] = {}
+    folders: Dict[PurePosixPath, str] = {}
+    for pp, is_dir in members:
+        if pp.parts:
+            (folders if is_dir else files).setdefault(pp, str(pp) + ("/" if is_dir else ""))
+        for parent in list(pp.parents)[:-1]:  # every folder the member needs (not the root ".")
+            folders.setdefault(parent, f"{pp}{'/' if is_dir else ''}")
+    clash = next((f for f in files if f in folders), None)
+    if clash is not None:
+        raise ArchiveError(f"{archive}: archive members collide: {files[clash]!r} is a file (or link) but member "
+                            f"{folders[clash]!r} needs a folder {str(clash) + '/'!r}; the archive cannot be "
+                            f"extracted (a corrupt or badly made archive)")
+    for pp, is_dir in members:
+        target = dest.joinpath(*pp.parts)
+        if target.is_dir() and not target.is_symlink() and not is_dir:
+            raise ArchiveError(f"{archive}: member {str(pp)!r} is a file but {target} is a folder already")
+        for parent in list(pp.parents)[:-1]:
+            there = dest.joinpath(*parent.parts)
+            if there.is_symlink() or (there.exists() and not there.is_dir()):
+                raise ArchiveError(f"{archive}: member {str(pp)!r} needs the folder {there}, which is a file "
+                                    f"already")
+
+
 def _archive_kind(path: Path) -> str:
     name = path.name.lower()
     if name.endswith(".zip"):
@@ -298,6 +335,10 @@ def extract_archive(archive: PathLike, dest: PathLike) -> Path:
     Raises:
         ValueError: unknown or corrupt archive, or an unsafe member (absolute path, ``..``,
             a link pointing outside ``dest``, a device file).
+        ArchiveError: (a DownloadError and a ValueError) members that collide (a file and a folder
+            of the same name, a member below
+            a file, a member where ``dest`` already holds something of the other kind), naming
+            the archive and the members.
     """
     archive = Path(archive)
     dest = Path(dest)
@@ -313,6 +354,8 @@ def extract_archive(archive: PathLike, dest: PathLike) -> Path:
                     if stat.S_ISLNK(mode):
                         target = zf.read(info).decode("utf-8", "replace")
                         _check_link_target(pp, target, archive, hard=False)
+                _check_collisions([(_check_member_name(i.filename, archive), i.is_dir()) for i in infos],
+                                  archive, dest)
                 bad = zf.testzip()
                 if bad is not None:
                     raise ValueError(f"{archive}: corrupt archive (CRC error in member {bad!r})")
@@ -327,6 +370,8 @@ def extract_archive(archive: PathLike, dest: PathLike) -> Path:
                     elif not (m.isfile() or m.isdir()):
                         raise ValueError(f"{archive}: unsafe archive member {m.name!r} (device, fifo or "
                                          f"other special file); refusing to extract")
+                _check_collisions([(_check_member_name(m.name, archive), m.isdir()) for m in members],
+                                  archive, dest)
                 if hasattr(tarfile, "data_filter"):  # defence in depth (Python >= 3.11.4)
                     tf.extractall(dest, members=members, filter="data")
                 else:  # pragma: no cover

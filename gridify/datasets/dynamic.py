@@ -49,9 +49,10 @@ from torch import Tensor
 
 from .._checks import check_choice, check_int, check_number
 from ..io import PointCloud, read_points, supported_extensions
+from ..io.source import read_text_file
 from ..transforms import FixedPoints
 from ..transforms import rotation_matrix
-from ._common import check_split
+from ._common import check_num_points, check_split
 
 __all__ = ["DynamicShapes", "DYNAMIC_CLASSES", "collate_sequences", "PointCloudSequence", "read_sequence",
            "TIMESTAMP_FILES"]
@@ -187,6 +188,7 @@ class DynamicShapes(torch.utils.data.Dataset):
         for name, v in (("num_samples_per_class", num_samples_per_class), ("num_frames", num_frames),
                         ("num_points", num_points), ("min_frames", min_frames)):
             check_int(where, name, v)
+        check_num_points(num_points, where, copies=num_frames)
         if min_frames > num_frames:
             raise ValueError(f"{where}: min_frames ({min_frames}) must not exceed num_frames ({num_frames})")
         check_choice(where, "sampling", sampling, SAMPLINGS)
@@ -357,6 +359,7 @@ class PointCloudSequence:
         Shapes:
             pos ``[T, num_points, 3]`` float32, times ``[T]`` float32 (relative to the first frame).
         """
+        check_num_points(num_points, "PointCloudSequence.to_item", copies=len(self.frames))
         sampler = FixedPoints(num_points, deterministic=True, seed=seed)
         frames = [np.asarray(f.points, dtype=np.float64) for f in self.frames]
         if normalize:
@@ -377,7 +380,7 @@ def _natural_key(name: str) -> List[Any]:
 
 def _read_timestamp_file(path: Path) -> np.ndarray:
     values = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    for lineno, line in enumerate(read_text_file(path).splitlines(), 1):
         text = line.split("#", 1)[0].strip()
         if not text:
             continue

@@ -30,8 +30,12 @@ surface-sampled into ``mesh_samples`` points (seeded per file). Every file must 
 fields as the first file: normals, colours and (classification) a label column or property;
 segmentation labels may come from sibling files or the files themselves. Problems raise
 :class:`~._common.DatasetError` naming the file or folder: an empty class folder, no files at
-all, a listed file that is missing, labels whose count differs from the points, label ids
-outside the class list, mixed columns, an unreadable file.
+all, a listed file that is missing, a file in two split lists (or twice in one), labels whose
+count differs from the points, label ids outside the class list (or, without ``classes.txt``,
+ids beyond ``max(MAX_PARTS, labelled points)``), mixed columns, an unreadable file. Rows that
+read_points drops from a file (NaN/Inf coordinates, with a warning) lose their labels in the
+sibling label file too (:func:`~._common.align_labels`). Text files (lists, ``classes.txt``,
+labels) are decoded as every text file is (:func:`gridify.io.source.decode_text`).
 
 Shapes:
     pos ``[N, 3]``, normal ``[N, 3]``, ``y`` ``[]`` (class id) or ``[N]`` (part ids), ``category``
@@ -39,6 +43,7 @@ Shapes:
 """
 from __future__ import annotations
 
+import os
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -46,11 +51,12 @@ from typing import Any, Dict, List, NoReturn, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from .._checks import check_choice, check_int, check_probability
+from .._checks import check_alloc, check_choice, check_int, check_probability
 from ..io import PointCloud, read_points, supported_extensions
+from ..io.source import read_text_file
 from ..registry import DATASETS
-from ._common import (DatasetError, PathLike, PointCloudDataset, Transform, check_split, read_labels,
-                      stratified_split)
+from ._common import (DatasetError, PathLike, PointCloudDataset, Transform, align_labels, check_split,
+                      read_labels, stratified_split)
 from .download import DatasetNotFoundError
 
 __all__ = ["PointFolder", "FOLDER_SPLITS", "CLASSES_FILE", "LABEL_SUFFIXES", "read_name_list"]
@@ -61,6 +67,8 @@ FOLDER_SPLITS = ("train", "val", "test")
 CLASSES_FILE = "classes.txt"
 #: sibling label files of a segmentation sample, looked for in this order
 LABEL_SUFFIXES = (".labels", ".npy")
+#: without classes.txt, label ids up to this many parts are accepted whatever the number of labelled points
+MAX_PARTS = 1 << 16
 _RESERVED = {CLASSES_FILE, *(f"{s}.txt" for s in FOLDER_SPLITS)}
 #: (file, class name or "", split or "")
 Entry = Tuple[Path, str, str]
@@ -71,11 +79,12 @@ def _fail(msg: str) -> NoReturn:
 
 
 def read_name_list(path: Path) -> List[str]:
-    """The entries of a list file: its non-blank lines, without ``#`` comments."""
+    """The entries of a list file: its non-blank lines, without ``#`` comments (decoded as every text
+    file is, :func:`gridify.io.source.decode_text`: a byte-order mark is not part of the first name)."""
     try:
-        text = Path(path).read_text(errors="replace")
-    except OSError as exc:
-        _fail(f"{path}: cannot read the list ({exc})")
+        text = read_text_file(Path(path))
+    except (OSError, ValueError) as exc:
+        _fail(str(exc) if str(path) in str(exc) else f"{path}: cannot read the list ({exc})")
     return [s for s in (ln.split("#", 1)[0].strip() for ln in text.splitlines()) if s]
 
 
@@ -94,11 +103,13 @@ def _samples_in(folder: Path, exts: Set[str]) -> List[Path]:
 def _listed(root: Path, exts: Set[str], by_class: bool) -> List[Entry]:
     """The entries of the split lists ``root/<split>.txt`` (paths relative to ``root``)."""
     entries: List[Entry] = []
+    seen: Dict[Path, Tuple[Path, str]] = {}  # resolved file -> (its list, the line naming it)
     for split in FOLDER_SPLITS:
         listing = root / f"{split}.txt"
         if not listing.is_file():
             continue
         for line in read_name_list(listing):
+            _check_listed_once(root, listing, line, seen)
             path, rel = root / line, Path(line)
             if not path.is_file():
                 _fail(f"{listing}: listed file {line!r} not found ({path})")
@@ -108,6 +119,24 @@ def _listed(root: Path, exts: Set[str], by_class: bool) -> List[Entry]:
                 _fail(f"{listing}: {line!r} must start with its class folder (e.g. chair/{line})")
             entries.append((path, rel.parts[0] if by_class else "", split))
     return entries
+
+
+def _check_listed_once(root: Path, listing: Path, line: str, seen: Dict[Path, Tuple[Path, str]]) -> None:
+    """A file may be listed once in all the split lists together: a file in ``train.txt`` and
+    ``test.txt`` would be trained on and tested on."""
+    key = Path(os.path.normpath(root / line))
+    try:
+        key = key.resolve()
+    except (OSError, RuntimeError):
+        pass
+    first = seen.get(key)
+    if first is None:
+        seen[key] = (listing, line)
+        return
+    where = (f"twice in {listing}" if first[0] == listing else
+             f"in both {first[0]} ({first[1]!r}) and {listing} ({line!r})")
+    _fail(f"{root / line}: listed {where}; the split lists must not overlap (a file in two splits is "
+          f"trained and evaluated on)")
 
 
 def _scanned_classes(root: Path, exts: Set[str]) -> Tuple[List[Entry], List[str]]:
@@ -184,10 +213,31 @@ def _chosen(entries: Sequence[Entry], labels: np.ndarray, split: str, val_fracti
         train, val = pool[keep], pool[held]
     chosen = {"train": train, "val": val, "test": test, "trainval": np.sort(np.concatenate([train, val]))}[split]
     if len(chosen) == 0:
-        hint = {"test": "add test folders or a test.txt list, or set test_fraction to carve one",
-                "val": "add val folders or a val.txt list, or set val_fraction > 0"}.get(split, "add train folders")
-        _fail(f"{root}: no {split} files ({hint})")
+        carved = {"val": ("val_fraction", val_fraction, None if "val" in given else pool),
+                  "test": ("test_fraction", test_fraction, None if "test" in given else pool)}.get(split)
+        _fail(f"{root}: no {split} files ({_empty_split_hint(split, carved, labels)})")
     return chosen
+
+
+def _empty_split_hint(split: str, carved: Optional[Tuple[str, Optional[float], Optional[np.ndarray]]],
+                      labels: np.ndarray) -> str:
+    """Why ``split`` came out empty and what to do: no such split, or a fraction that carves nothing."""
+    if carved is None:
+        return "add train folders or a train.txt list"
+    name, fraction, pool = carved
+    if pool is None:
+        return f"the {split} folders or {split}.txt list hold no files"
+    if fraction:
+        sizes = Counter(labels[pool].tolist())
+        if sizes and max(sizes.values()) < 2:
+            return (f"{name}={fraction} holds out files of a class only when it has at least 2 (one stays in "
+                    f"train), and each of the {len(sizes)} class(es) has {max(sizes.values())} file(s); "
+                    f"add files, or add {split} folders or a {split}.txt list")
+        return (f"{name}={fraction} of {len(pool)} files rounds to none; raise it, or add {split} folders or a "
+                f"{split}.txt list")
+    if split == "test":
+        return "add test folders or a test.txt list, or set test_fraction to carve one"
+    return "add val folders or a val.txt list, or set val_fraction > 0"
 
 
 @DATASETS.register("folder")
@@ -325,21 +375,37 @@ class PointFolder(PointCloudDataset):
             except (ValueError, OSError) as exc:
                 _fail(str(exc))
         elif cloud.labels is not None:
-            labels, sibling = cloud.labels, path
+            return cloud.labels, path
         else:
-            _fail(f"{path}: no per-point labels: no {path.stem}.labels or {path.stem}.npy beside it and no label "
-                  f"column or property in it (name text/npy columns with columns: [x, y, z, _, label])")
-        if len(labels) != len(cloud):
-            _fail(f"{sibling}: {len(labels)} labels for the {len(cloud)} points of {path}")
-        return labels, sibling
+            why = cloud.ignored.get("labels")
+            _fail(f"{path}: no per-point labels: no {path.stem}.labels or {path.stem}.npy beside it and "
+                  + (f"the file's {why}" if why else "no label column or property in it")
+                  + " (name text/npy columns with columns: [x, y, z, _, label])")
+        return align_labels(labels, sibling, cloud, path), sibling
 
     def _part_names(self, num_classes: Optional[int], files: Sequence[Path]) -> List[str]:
         """``classes.txt``, else ``part0 .. part<K-1>`` with ``K = num_classes`` or the largest label + 1."""
         names = _names_file(self.root)
         if names is None:
-            count = num_classes or 1 + max(int(self._point_labels(f, self._read(f))[0].max()) for f in files)
+            count = num_classes or self._largest_label(files) + 1
+            check_alloc("PointFolder", f"num_classes={count} (a list of part names)", 64 * count)
             names = [f"part{i}" for i in range(count)]
         return names
+
+    def _largest_label(self, files: Sequence[Path]) -> int:
+        """The largest label id of all the files; the parts are numbered up to it, so it may not exceed
+        ``max(MAX_PARTS, labelled points)`` (ids far beyond the labels present are corrupt data)."""
+        top, total, where = -1, 0, None
+        for f in files:
+            labels, source = self._point_labels(f, self._read(f))
+            total += len(labels)
+            if len(labels) and int(labels.max()) > top:
+                top, where = int(labels.max()), source
+        if top >= max(MAX_PARTS, total):
+            _fail(f"{where}: label id {top} would number {top + 1} parts (part0 .. part{top}) for the {total} "
+                  f"labelled points of {self.root}; ids must be 0 .. K-1: write {self.root / CLASSES_FILE} "
+                  f"or pass num_classes")
+        return top
 
     def raw(self, index: int) -> Dict[str, Any]:
         path = self.files[index]

@@ -44,9 +44,10 @@ import numpy as np
 
 from .._checks import check_choice
 from ..io import read_mesh, read_points, repair_normals, sample_mesh
+from ..io.source import read_text_file
 from ..registry import DATASETS
-from ._common import (PathLike, PointCloudDataset, Transform, check_split, default_root, load_npz,
-                      save_npz_atomic, stratified_split, writable_dir)
+from ._common import (PathLike, PointCloudDataset, Transform, check_split, default_root, h5_dataset,
+                      load_npz, save_npz_atomic, stratified_split, writable_dir)
 from .download import DatasetNotFoundError, download_archive, manual_instructions
 
 __all__ = ["ModelNet", "MODELNET40_CLASSES", "MODELNET10_CLASSES"]
@@ -317,14 +318,14 @@ class ModelNet(PointCloudDataset):
         labels: List[int] = []
         names_file = d / f"modelnet{self.name}_shape_names.txt"
         if names_file.is_file():
-            listed = [ln.strip() for ln in names_file.read_text().splitlines() if ln.strip()]
+            listed = [ln.strip() for ln in read_text_file(names_file).splitlines() if ln.strip()]
             if listed != self.class_names:
                 raise ValueError(f"{names_file}: class list differs from the official ModelNet{self.name} list")
         split_file = d / f"modelnet{self.name}_{official}.txt"
         if not split_file.is_file():
             raise DatasetNotFoundError(f"{split_file}: split file missing (the release ships "
                                        f"modelnet{self.name}_train.txt and modelnet{self.name}_test.txt)")
-        shapes = [ln.strip() for ln in split_file.read_text().splitlines() if ln.strip()]
+        shapes = [ln.strip() for ln in read_text_file(split_file).splitlines() if ln.strip()]
         missing = []
         for s in shapes:
             cls = _shape_class(s)
@@ -356,7 +357,7 @@ class ModelNet(PointCloudDataset):
         files = sorted(d.glob(f"ply_data_{official}*.h5"), key=order)
         names_file = d / "shape_names.txt"
         if names_file.is_file():
-            listed = [ln.strip() for ln in names_file.read_text().splitlines() if ln.strip()]
+            listed = [ln.strip() for ln in read_text_file(names_file).splitlines() if ln.strip()]
             if listed != self.class_names:
                 raise ValueError(f"{names_file}: class list differs from the official ModelNet40 list")
         for f in files:
@@ -364,8 +365,11 @@ class ModelNet(PointCloudDataset):
                 with h5py.File(f, "r") as h:
                     if "data" not in h or "label" not in h:
                         raise ValueError(f"{f}: HDF5 file lacks a 'data' or 'label' dataset (has {list(h)})")
-                    lab = np.asarray(h["label"]).reshape(-1).astype(np.int64)
-                    n = h["data"].shape[0]
+                    n = h5_dataset(f, h, "data", "ModelNet").shape[0]
+                    label = h5_dataset(f, h, "label", "ModelNet")
+                    if label.size != n:
+                        raise ValueError(f"{f}: {label.size} labels for {n} shapes")
+                    lab = np.asarray(label).reshape(-1).astype(np.int64)
                     if self.use_normals and "normal" not in h:
                         raise ValueError(f"{f}: use_normals=True but the file has no 'normal' dataset; "
                                          f"pass use_normals=False")

@@ -33,8 +33,10 @@ import numpy as np
 
 from .._checks import check_choice
 from ..io import read_points, repair_normals
+from ..io.source import read_text_file
 from ..registry import DATASETS
-from ._common import PathLike, PointCloudDataset, Transform, check_split, default_root, read_labels
+from ._common import (PathLike, PointCloudDataset, Transform, align_labels, check_split, default_root,
+                      h5_dataset, read_labels)
 from .download import DatasetNotFoundError, download_archive, manual_instructions
 
 __all__ = ["ShapeNetPart", "SHAPENET_CATEGORIES", "SHAPENET_SYNSETS", "SHAPENET_NUM_PARTS",
@@ -197,7 +199,7 @@ class ShapeNetPart(PointCloudDataset):
             if not f.is_file():
                 raise DatasetNotFoundError(f"{f}: split file missing")
             try:
-                items = json.loads(f.read_text())
+                items = json.loads(read_text_file(f))
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise ValueError(f"{f}: not valid JSON ({exc})") from None
             if not isinstance(items, list):
@@ -243,9 +245,12 @@ class ShapeNetPart(PointCloudDataset):
                         if self.use_normals and "normal" not in h:
                             raise ValueError(f"{f}: use_normals=True but the file has no 'normal' dataset; "
                                              f"pass use_normals=False")
-                        lab = np.asarray(h["label"]).reshape(-1).astype(np.int64)
-                        if len(lab) != h["data"].shape[0] or h["pid"].shape[:2] != h["data"].shape[:2]:
-                            raise ValueError(f"{f}: 'data', 'label' and 'pid' disagree in size")
+                        data, pid = (h5_dataset(f, h, k, "ShapeNetPart") for k in ("data", "pid"))
+                        label = h5_dataset(f, h, "label", "ShapeNetPart")
+                        if label.size != data.shape[0] or pid.shape[:2] != data.shape[:2]:
+                            raise ValueError(f"{f}: 'data' {tuple(data.shape)}, 'label' {tuple(label.shape)} and "
+                                             f"'pid' {tuple(pid.shape)} disagree in size")
+                        lab = np.asarray(label).reshape(-1).astype(np.int64)
                 except OSError as exc:
                     raise ValueError(f"{f}: cannot read HDF5 file ({exc})") from None
                 if len(lab) and (lab.min() < 0 or lab.max() >= len(SHAPENET_CATEGORIES)):
@@ -302,10 +307,9 @@ class ShapeNetPart(PointCloudDataset):
             if self.use_normals:
                 normal = repair_normals(cloud.points, cloud.normals)
         elif self.source_format == "v0_points":
-            pos = read_points(path, columns=("x", "y", "z")).points
-            local = read_labels(Path(extra))
-            if len(local) != len(pos):
-                raise ValueError(f"{extra}: {len(local)} labels for {len(pos)} points in {path}")
+            cloud = read_points(path, columns=("x", "y", "z"))
+            pos = cloud.points
+            local = align_labels(read_labels(Path(extra)), Path(extra), cloud, Path(path))
             k = len(SHAPENET_CATEGORY_TO_PARTS[cat])
             if len(local) and (local.min() < 1 or local.max() > k):
                 raise ValueError(f"{extra}: local part ids must be 1..{k} for {SHAPENET_CATEGORIES[cat]}, "

@@ -73,6 +73,11 @@ class PointCloud:
         colors: ``[N, 3]`` float32 in ``[0, 1]`` or None.
         labels: ``[N]`` int64 or None.
         fields: name -> ``[N]`` array.
+        dropped: ``[D]`` int64, the rows of the file (0-based, in file order) that read_points
+            dropped (NaN/Inf coordinates), or None when it dropped none; a table that holds a
+            value per row of the file (labels beside it) loses the same rows.
+        ignored: what the reader found but left out, and why (``{"labels": "column 4 holds
+            non-integer values (row 3: 0.5)"}``), for messages about a missing column.
     """
 
     points: np.ndarray
@@ -81,6 +86,8 @@ class PointCloud:
     labels: Optional[np.ndarray] = None
     source: str = ""
     fields: Dict[str, np.ndarray] = field(default_factory=dict)
+    dropped: Optional[np.ndarray] = None
+    ignored: Dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         where = self.source or "PointCloud"
@@ -104,6 +111,9 @@ class PointCloud:
             if lab.shape != (n,):
                 raise ValueError(f"{where}: labels must have shape [{n}], got {lab.shape}")
             self.labels = lab.astype(np.int64)
+        if self.dropped is not None:
+            self.dropped = np.asarray(self.dropped, dtype=np.int64).reshape(-1)
+        self.ignored = {str(k): str(v) for k, v in dict(self.ignored or {}).items()}
         extra = {}
         for name, arr in dict(self.fields or {}).items():
             arr = np.asarray(arr)
@@ -116,11 +126,26 @@ class PointCloud:
         return int(self.points.shape[0])
 
     @property
+    def rows_in_file(self) -> int:
+        """The data rows of the file: the points plus the rows read_points dropped."""
+        return len(self) + (0 if self.dropped is None else len(self.dropped))
+
+    def dropped_note(self) -> str:
+        """``""``, or what read_points dropped in words: ``"read_points dropped 1 row with NaN/Inf
+        coordinates (row 17)"``, for messages about counts."""
+        if self.dropped is None or not len(self.dropped):
+            return ""
+        d = len(self.dropped)
+        rows = ", ".join(str(int(r)) for r in self.dropped[:5]) + (", ..." if d > 5 else "")
+        return (f"read_points dropped {d} of its {self.rows_in_file} rows with NaN/Inf coordinates "
+                f"(row{'s' if d > 1 else ''} {rows}, 0-based)")
+
+    @property
     def num_points(self) -> int:
         return len(self)
 
     def select(self, index: np.ndarray) -> "PointCloud":
         """The sub-cloud of the rows in ``index`` (a boolean mask or integer indices)."""
         take = lambda a: None if a is None else a[index]  # noqa: E731
-        return PointCloud(self.points[index], take(self.normals), take(self.colors),
-                          take(self.labels), self.source, {k: v[index] for k, v in self.fields.items()})
+        return PointCloud(self.points[index], take(self.normals), take(self.colors), take(self.labels),
+                          self.source, {k: v[index] for k, v in self.fields.items()}, ignored=dict(self.ignored))

@@ -29,6 +29,15 @@ def _is_integral(col: np.ndarray) -> bool:
     return bool(np.all(np.isfinite(col)) and np.all(np.abs(col - np.round(col)) < 1e-6))
 
 
+def _not_integral(col: np.ndarray, number: int) -> str:
+    """Why column ``number`` (1-based) is not a label column: its first non-integer value and row."""
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.isfinite(col) & (np.abs(col - np.round(col)) < 1e-6))
+    row = int(np.flatnonzero(bad)[0])
+    return (f"column {number} holds non-integer values (data row {row}: {float(col[row])!r}), so it is not a "
+            f"label column")
+
+
 def _looks_like_normals(block: np.ndarray) -> bool:
     norms = np.linalg.norm(block, axis=1)
     ok = np.isfinite(norms)
@@ -96,6 +105,7 @@ def table_to_cloud(table: np.ndarray, p: Path, columns: Optional[Sequence[str]] 
         raise ValueError(f"{p}: expected at least 3 columns (x y z), found {c}")
     pts = table[:, :3]
     normals = colors = labels = None
+    ignored = {}
     extra = table[:, 3:]
     if c in (6, 7):
         block = extra[:, :3]
@@ -106,17 +116,22 @@ def table_to_cloud(table: np.ndarray, p: Path, columns: Optional[Sequence[str]] 
             if scale is not None:
                 colors = block / scale
             else:
+                ignored["normals"] = ignored["colors"] = "columns 4-6 are neither unit normals nor colours"
                 warnings.warn(f"{p}: columns 4-6 are neither unit normals nor colours; ignored",
                               stacklevel=4)
         if c == 7:
             if _is_integral(extra[:, 3]):
                 labels = extra[:, 3].astype(np.int64)
             else:
+                ignored["labels"] = _not_integral(extra[:, 3], 7)
                 warnings.warn(f"{p}: column 7 is not an integer label; ignored", stacklevel=4)
     elif c == 4:
         if _is_integral(extra[:, 0]):
             labels = extra[:, 0].astype(np.int64)
+        else:  # e.g. LiDAR intensity: not a label, not worth a warning
+            ignored["labels"] = _not_integral(extra[:, 0], 4)
     elif c > 3:
+        ignored["labels"] = f"{c} columns: only x y z (the first 3) are used without columns="
         warnings.warn(f"{p}: {c} columns; only x y z (the first 3) are used; pass columns= to "
                       f"name the others", stacklevel=4)
-    return PointCloud(pts, normals, colors, labels, str(p))
+    return PointCloud(pts, normals, colors, labels, str(p), ignored=ignored)

@@ -19,7 +19,9 @@ header block, ``number_of_vlrs x 54`` bytes of VLRs between the header and the p
 ``number_of_evlrs x 60`` bytes of EVLRs, and a LAZ chunk table of at most one chunk per
 compressed byte must fit in the file; the laszip VLR must declare a chunk size > 0 and items
 whose sizes add up to the point record; ``.las`` needs ``point_count x record_length`` bytes of
-point data; ``.laz`` may decompress to at most ``LAZ_MAX_RATIO = 100`` times its point data
+point data, and no more than that plus less than one record (a header count below the records
+is refused rather than dropping points); scales must be finite and non-zero, offsets finite;
+``.laz`` may decompress to at most ``LAZ_MAX_RATIO = 100`` times its point data
 (real LiDAR compresses 4-15x; a larger ratio is a corrupt header or a decompression bomb).
 
 Shapes:
@@ -132,6 +134,20 @@ def _check_point_sizes(p: Path, header: Any, size: int) -> None:
     elif need > have:
         raise ValueError(f"{p}: truncated LAS: header declares {count} points of {record} bytes ({need} "
                          f"bytes) but only {have} bytes of point data follow the header")
+    elif have - need >= record:
+        raise ValueError(f"{p}: corrupt LAS header: it declares {count} points but {have // record} records of "
+                         f"{record} bytes follow it ({have} bytes of point data); refusing rather than dropping "
+                         f"{have // record - count} points (fix the header's point count)")
+
+
+def _check_scales(p: Path, header: Any) -> None:
+    """A scale of 0 (or a non-finite scale / offset) would collapse every coordinate to the offset."""
+    scales, offsets = np.asarray(header.scales, np.float64), np.asarray(header.offsets, np.float64)
+    for axis, scale, offset in zip("xyz", scales, offsets):
+        if not (np.isfinite(scale) and scale != 0 and np.isfinite(offset)):
+            raise ValueError(f"{p}: corrupt LAS header: {axis} scale {scale!r} / offset {offset!r}; coordinates are "
+                             f"X * scale + offset, so a zero or non-finite scale (or offset) makes every {axis} "
+                             f"the same (or NaN)")
 
 
 def _colors(las: Any, names: Sequence[str]) -> Optional[np.ndarray]:
@@ -156,6 +172,7 @@ def read_las(p: Path, fields: Union[None, str, Sequence[str]] = None, labels_fro
     with reader:
         header = reader.header
         _check_point_sizes(p, header, len(data))
+        _check_scales(p, header)
         if header.are_points_compressed:
             _laspy(p, compressed=True)
             _check_laz(p, header, data)

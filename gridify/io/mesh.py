@@ -3,7 +3,8 @@
 Layout of OFF: an ``OFF`` line (ModelNet also writes the counts on it: ``OFF490 518 0``), the
 line ``V F E``, ``V`` lines ``x y z [...]`` and ``F`` lines ``k i1 ... ik``; ``#`` starts a
 comment. Polygons are fan-triangulated: ``(i1, i_j, i_j+1)`` for ``j = 2 .. k-1``. The counts
-are checked against the lines present before anything is parsed. OBJ, STL and glTF are parsed
+are checked against the lines present before anything is parsed: fewer lines is a truncated
+file, more is refused too (reading the declared ones would drop the rest silently). OBJ, STL and glTF are parsed
 by trimesh (:mod:`gridify.io.trimesh_formats`).
 
 A mesh format's point cloud is ``num_samples`` points drawn on its surface, or its vertices
@@ -178,6 +179,10 @@ def read_off(p: Path) -> Tuple[np.ndarray, np.ndarray]:
     else:  # line by line: comments, extra columns, polygons; errors name the problem
         lines = [s for s in (ln.split(b"#", 1)[0].strip() for ln in io.BytesIO(raw)) if s]
         nv, nf, i = _off_counts(p, lines)
+        if len(lines) > i + nv + nf:
+            raise ValueError(f"{p}: OFF header declares {nv} vertices and {nf} faces but {len(lines) - i} data lines "
+                             f"follow ({len(lines) - i - nv - nf} more); refusing rather than dropping them (fix the "
+                             f"counts line)")
         vertices = _off_vertices(p, lines[i:i + nv])
         faces = _off_faces(p, lines[i + nv:i + nv + nf])
     if len(faces) and (faces.min() < 0 or faces.max() >= nv):
@@ -227,6 +232,15 @@ def _mesh_arrays(mesh: Any) -> Tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"sample_mesh: faces must have shape [F, 3] with F > 0, got {faces.shape}")
     if faces.min() < 0 or faces.max() >= len(vertices):
         raise ValueError(f"sample_mesh: faces index vertices outside 0..{len(vertices) - 1}")
+    bad = ~np.isfinite(vertices).all(axis=1)
+    if bad.any():
+        used = bad[faces].any(axis=1)
+        if used.any():
+            face = int(np.flatnonzero(used)[0])
+            vertex = int(faces[face][bad[faces[face]]][0])
+            raise ValueError(f"sample_mesh: vertex {vertex} (0-based) has NaN/Inf coordinates "
+                             f"{vertices[vertex].tolist()} and face {face} uses it ({int(used.sum())} of "
+                             f"{len(faces)} faces use such vertices); a face with a NaN corner has no area")
     return vertices, faces
 
 
@@ -269,7 +283,8 @@ def sample_mesh_unchecked(vertices: np.ndarray, faces: np.ndarray, n: int, rng: 
     double_area[~np.isfinite(double_area)] = 0.0
     total = double_area.sum()
     if not total > 0:
-        raise ValueError("sample_mesh: the mesh has zero surface area (all faces degenerate)")
+        raise ValueError("sample_mesh: the mesh has zero surface area (all faces degenerate, or their areas "
+                         "overflow float64)")
     cdf = np.cumsum(double_area)
     idx = np.searchsorted(cdf, rng.random(n) * cdf[-1], side="right")
     idx = np.minimum(idx, len(faces) - 1)

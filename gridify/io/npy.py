@@ -11,6 +11,7 @@ code) or a file that is a pickle is refused, saying so. The ``.npy`` header is p
 not by ``np.load``, and its sizes are checked before anything is allocated:
 
     prod(shape) x itemsize  <=  bytes after the header          (.npy, and each .npz member)
+    bytes after the header  <  prod(shape) x itemsize + itemsize  (no values beyond the shape)
     a member's uncompressed size  <=  NPZ_MAX_EXPANSION x the archive's size   (100x)
 
 An array is then a view of the bytes read (``np.frombuffer``); a member is decompressed only
@@ -84,6 +85,10 @@ def parse_npy(p: Path, what: str, data: bytes) -> np.ndarray:
                          f"({need} bytes) but only {have} bytes follow the header")
     if dtype.itemsize == 0:
         raise ValueError(f"{p}: {what}the array has a zero-size dtype ({dtype})")
+    if have - need >= dtype.itemsize:
+        raise ValueError(f"{p}: {what}header declares shape {tuple(shape)} of {dtype} ({need} bytes) but {have} bytes "
+                         f"follow the header (room for {(have - need) // dtype.itemsize} more values); refusing "
+                         f"rather than dropping them")
     flat = np.frombuffer(data, dtype=dtype, count=count, offset=fp.tell())
     return flat.reshape(shape, order="F" if fortran else "C")
 

@@ -13,7 +13,9 @@ Sizes are checked against the file before anything is allocated: ``binary`` need
 ``N x record`` bytes after the header; ``ascii`` needs ``N x sum(COUNT)`` values, hence at least
 ``2 N sum(COUNT) - 1`` bytes; ``binary_compressed`` needs an uncompressed size of exactly
 ``N x record`` bytes, at most ``LZF_MAX_RATIO = 88`` times the compressed size (an LZF back
-reference of 3 bytes yields at most 264: ``264 / 3 = 88``; literal runs never expand).
+reference of 3 bytes yields at most 264: ``264 / 3 = 88``; literal runs never expand). Data
+beyond the declared points (more ascii values, or at least one more binary record that is not
+padding) is refused: reading the declared points only would drop the rest silently.
 
 Shapes:
     points ``[N, 3]`` (``N`` = ``POINTS``, or ``WIDTH * HEIGHT``); normals/colors ``[N, 3]``;
@@ -216,7 +218,11 @@ def _decode_ascii(p: Path, body: bytes, hdr: _PcdHeader) -> np.ndarray:
     if len(vals) < need:
         raise ValueError(f"{p}: truncated PCD: header declares {npts} points x {per} values, "
                          f"found only {len(vals)} values")
-    vals = vals[:need].reshape(npts, per)
+    if len(vals) > need:
+        raise ValueError(f"{p}: PCD header declares {npts} points x {per} values but the data holds {len(vals)} "
+                         f"values ({(len(vals) - need) / per:g} points more); refusing rather than dropping them "
+                         f"(fix POINTS / WIDTH / HEIGHT)")
+    vals = vals.reshape(npts, per)
     arr = np.zeros(npts, dtype=hdr.dtype)
     col = 0
     for fname, c in zip(hdr.dtype.names, hdr.counts):
@@ -232,6 +238,11 @@ def _decode_binary(p: Path, body: bytes, hdr: _PcdHeader) -> np.ndarray:
     if len(body) < need:
         raise ValueError(f"{p}: truncated PCD: header declares {npts} points ({need} bytes of "
                          f"binary data) but only {len(body)} bytes follow the header")
+    extra = body[need:]
+    if len(extra) >= hdr.dtype.itemsize and extra.strip(b"\0 \t\r\n"):
+        raise ValueError(f"{p}: PCD header declares {npts} points ({need} bytes of binary data) but {len(body)} bytes "
+                         f"follow the header (room for {len(extra) // hdr.dtype.itemsize} more points); refusing "
+                         f"rather than dropping them (fix POINTS / WIDTH / HEIGHT)")
     return np.frombuffer(body, dtype=hdr.dtype, count=npts)
 
 

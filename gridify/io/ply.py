@@ -11,7 +11,9 @@ then the elements in order. The ``vertex`` element gives the points (``x y z``; 
 Sizes are checked against the file before anything is parsed: an element of ``n`` items needs
 at least ``n x`` (its scalar sizes + the size of each list's length) bytes in a binary file, and
 at least ``n x`` (its number of properties) values, hence ``2 n k - 1`` bytes, in an ascii
-file; every list length is checked against the bytes or values left before it is read.
+file; every list length is checked against the bytes or values left before it is read. Data
+beyond the declared elements (ascii values, or binary bytes of at least one record of the last
+element that are not padding) is refused: reading the declared items would drop the rest silently.
 
 Shapes:
     points ``[N, 3]``, normals/colors ``[N, 3]``, labels ``[N]``, fields ``[N]`` each; as a
@@ -323,6 +325,27 @@ def _ply_faces(p: Path, hdr: _PlyHeader, parsed: Dict[str, Dict[str, Any]], num_
     return faces
 
 
+def _check_ply_surplus(p: Path, hdr: _PlyHeader, raw: bytes, vals: Optional[np.ndarray], off: int) -> None:
+    """Data beyond the elements the header declares (a vertex count below the data lines) is refused:
+    reading the declared items only would drop the rest silently."""
+    declared = ", ".join(f"{el.count} {el.name}" for el in hdr.elements)
+    if vals is not None:
+        if off < len(vals):
+            lines = sum(1 for ln in raw[hdr.data_start:].splitlines() if ln.strip())
+            raise ValueError(f"{p}: PLY header declares {declared} items ({sum(el.count for el in hdr.elements)} "
+                             f"data lines) but the data holds {lines} lines, {len(vals) - off} values more than the "
+                             f"elements take; refusing rather than dropping them (fix the element counts)")
+        return
+    last = hdr.elements[-1] if hdr.elements else None
+    record = (sum(np.dtype(pr.dtype).itemsize for pr in last.props)
+              if last is not None and all(pr.count_dtype is None for pr in last.props) else 1)
+    rest = raw[off:]
+    if len(rest) >= max(record, 1) and rest.strip(b"\0 \t\r\n"):
+        raise ValueError(f"{p}: PLY header declares {declared} items but {len(rest)} bytes of data follow the last "
+                         f"one" + (f" (room for {len(rest) // record} more {last.name} records)" if record > 1 else "")
+                         + "; refusing rather than dropping them (fix the element counts)")
+
+
 def _read_ply_raw(p: Path) -> Tuple[Dict[str, np.ndarray], Optional[np.ndarray]]:
     """``({scalar vertex property: [V] array}, faces [F, 3] or None)``."""
     raw = read_file_bytes(p)
@@ -332,6 +355,7 @@ def _read_ply_raw(p: Path) -> Tuple[Dict[str, np.ndarray], Optional[np.ndarray]]
         raise ValueError(f"{p}: PLY has no 'vertex' element")
     _check_ply_sizes(p, hdr, len(raw) - hdr.data_start)
     parsed: Dict[str, Dict[str, Any]] = {}
+    vals: Optional[np.ndarray] = None
     try:
         if hdr.format == "ascii":
             vals = ascii_floats(p, "PLY ascii data", raw[hdr.data_start:])
@@ -349,6 +373,7 @@ def _read_ply_raw(p: Path) -> Tuple[Dict[str, np.ndarray], Optional[np.ndarray]]
         if str(p) in str(exc):
             raise
         raise ValueError(f"{p}: corrupt PLY data ({exc})") from None
+    _check_ply_surplus(p, hdr, raw, vals, off)
     verts = {pr.name: np.asarray(parsed["vertex"][pr.name]) for pr in vertex.props if pr.count_dtype is None}
     return verts, _ply_faces(p, hdr, parsed, vertex.count)
 

@@ -161,7 +161,9 @@ def check_read_options(*, num_samples: Any = 10_000, seed: Any = 0, columns: Any
 def finalize(cloud: PointCloud, p: Path, drop_invalid: bool) -> PointCloud:
     """Check what a reader returned: at least one point, colours in ``[0, 1]``, invalid points dropped.
 
-    A point is invalid when a coordinate is NaN, Inf or beyond the float32 range. Call it from
+    A point is invalid when a coordinate is NaN, Inf or beyond the float32 range; the rows dropped
+    are recorded in ``cloud.dropped`` (with a warning), so a caller pairing the rows with data of
+    its own (labels in a sibling file) can drop the same rows or say why counts differ. Call it from
     read_points only: the warning points at read_points' caller.
     """
     cloud.source = str(p)
@@ -175,8 +177,11 @@ def finalize(cloud: PointCloud, p: Path, drop_invalid: bool) -> PointCloud:
             raise ValueError(f"{p}: {int(bad.sum())} of {len(cloud)} points have NaN/Inf coordinates")
         if bad.all():
             raise ValueError(f"{p}: all {len(cloud)} points have NaN/Inf coordinates")
-        warnings.warn(f"{p}: dropped {int(bad.sum())} of {len(cloud)} points with NaN/Inf coordinates",
-                      stacklevel=3)
+        rows = np.flatnonzero(bad).astype(np.int64)
+        shown = ", ".join(str(int(r)) for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
+        warnings.warn(f"{p}: dropped {len(rows)} of {len(cloud)} points with NaN/Inf coordinates "
+                      f"(row{'s' if len(rows) > 1 else ''} {shown}, 0-based)", stacklevel=3)
         cloud = cloud.select(~bad)
         cloud.source = str(p)
+        cloud.dropped = rows
     return cloud

@@ -18,6 +18,13 @@ from a header is checked against the ``len(data)`` it got here before anything i
 with the multiple of the format (1 for plain data, the codec's bounded expansion ratio for
 compressed data; see each reader).
 
+:func:`decode_text` is how every text file of the library (text clouds, label files, class and
+split lists, timestamps) is decoded, so they all agree: a UTF-8 / UTF-16 / UTF-32 byte-order
+mark picks the encoding and is removed; without one, UTF-16 is recognised by its zero bytes (an
+ASCII character in UTF-16 has one zero byte: 2 bytes in 4 are zero, all on even or all on odd
+offsets); other bytes are UTF-8, else Latin-1. Text holding NUL characters after that is a
+binary file.
+
 Shapes:
     no arrays: paths and bytes.
 """
@@ -27,11 +34,12 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, Tuple
 
 from .._files import PathLike
 
-__all__ = ["check_file", "read_file_bytes", "describe_mode", "ReferencedFileNotFoundError"]
+__all__ = ["check_file", "read_file_bytes", "describe_mode", "ReferencedFileNotFoundError", "decode_text",
+           "read_text_file", "text_encoding"]
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
@@ -158,3 +166,59 @@ def read_file_bytes(p: Path, limit: Optional[int] = None) -> bytes:
             return fh.read() if limit is None else fh.read(limit)
         except OSError as exc:
             raise ValueError(f"{p}: the file cannot be read ({exc.strerror or exc})") from None
+
+
+_BOMS = ((b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"),
+         (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+
+
+def _utf16_without_bom(raw: bytes) -> Optional[str]:
+    """``"utf-16-le"`` / ``"utf-16-be"`` when ``raw`` looks like BOM-less UTF-16 text, else None."""
+    head = raw[:4096]
+    head = head[:len(head) // 2 * 2]
+    if len(head) < 2:
+        return None
+    even, odd = head[0::2], head[1::2]
+    for zeros, other, enc in ((odd, even, "utf-16-le"), (even, odd, "utf-16-be")):
+        if zeros.count(0) >= 0.9 * len(zeros) and other.count(0) == 0:
+            return enc
+    return None
+
+
+def text_encoding(raw: bytes) -> Tuple[str, int]:
+    """``(encoding, length of its byte-order mark)`` of the text bytes ``raw`` (see the module docstring)."""
+    for bom, enc in _BOMS:
+        if raw.startswith(bom):
+            return enc, len(bom)
+    utf16 = _utf16_without_bom(raw)
+    if utf16 is not None:
+        return utf16, 0
+    try:
+        raw.decode("utf-8")
+        return "utf-8", 0
+    except UnicodeDecodeError:
+        return "latin-1", 0
+
+
+def decode_text(raw: bytes, where: Any) -> str:
+    """The text of the bytes ``raw`` of the file ``where`` (see the module docstring for the encodings).
+
+    Raises:
+        ValueError: the bytes are not text (a binary file), or not valid in the UTF-16 / UTF-32
+            their start announces; the message names ``where`` and the encoding.
+    """
+    enc, skip = text_encoding(raw)
+    try:
+        text = raw[skip:].decode(enc)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{where}: not valid {enc.upper()} text (it starts like {enc.upper()}; byte "
+                         f"{exc.start + skip} is invalid); save it as UTF-8") from None
+    if "\x00" in text[:4096]:
+        raise ValueError(f"{where}: looks like a binary file (it holds NUL bytes), expected text"
+                         + ("" if enc in ("utf-8", "latin-1") else f" (read as {enc.upper()})"))
+    return text
+
+
+def read_text_file(p: Path) -> str:
+    """The text of the file ``p`` (:func:`read_file_bytes`, then :func:`decode_text`)."""
+    return decode_text(read_file_bytes(p), p)

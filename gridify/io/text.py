@@ -1,7 +1,8 @@
 """Reader of text point clouds: ``.xyz .txt .pts .csv .xyzn .xyzrgb``.
 
-Layout: one point per line, whitespace- or comma-separated numeric columns (``;`` also
-separates when the file uses commas); ``#`` starts a comment; blank lines are skipped; a first
+Layout (decoded by :func:`~gridify.io.source.decode_text`: UTF-8 or Latin-1, a byte-order mark
+skipped, UTF-16 / UTF-32 read): one point per line, whitespace- or comma-separated numeric
+columns (``;`` also separates when the file uses commas); ``#`` starts a comment; blank lines are skipped; a first
 line holding only an integer (the ``.pts`` point count) is skipped. The columns are interpreted
 by :func:`~gridify.io.columns.table_to_cloud`; ``.xyzn`` defaults to ``x y z nx ny nz`` and
 ``.xyzrgb`` to ``x y z r g b``.
@@ -22,7 +23,7 @@ import numpy as np
 
 from .cloud import PointCloud
 from .columns import table_to_cloud
-from .source import read_file_bytes
+from .source import decode_text, read_file_bytes, text_encoding
 
 __all__ = ["read_text"]
 
@@ -31,19 +32,15 @@ def _split(s: str, comma: bool) -> List[str]:
     return [t for t in re.split(r"[,\s;]+", s) if t] if comma else s.split()
 
 
-def _decode(p: Path) -> Tuple[bytes, str]:
-    """``(bytes, encoding)`` of the text file ``p``: UTF-8 (a byte-order mark is skipped), or Latin-1
-    when it is not valid UTF-8."""
+def _decode(p: Path) -> Tuple[bytes, str, str]:
+    """``(bytes, encoding, text)`` of the text file ``p`` (decoded by :func:`~gridify.io.source.decode_text`);
+    the bytes are in ``encoding``, an ASCII-compatible one, without a byte-order mark."""
     raw = read_file_bytes(p)
-    if raw.startswith(b"\xef\xbb\xbf"):  # the UTF-8 BOM some Windows editors write
-        raw = raw[3:]
-    if b"\x00" in raw[:4096]:
-        raise ValueError(f"{p}: looks like a binary file, expected text with one point per line")
-    try:
-        raw.decode("utf-8")
-        return raw, "utf-8"
-    except UnicodeDecodeError:
-        return raw, "latin-1"
+    text = decode_text(raw, p)
+    enc, skip = text_encoding(raw)
+    if enc in ("utf-8", "latin-1"):
+        return raw[skip:], enc, text
+    return text.encode("utf-8"), "utf-8", text  # UTF-16 / UTF-32: numpy's parser reads the UTF-8 copy
 
 
 def _first_data_lines(text: str) -> List[Tuple[int, str]]:
@@ -110,8 +107,7 @@ def read_text(p: Path, columns: Optional[Sequence[str]] = None) -> PointCloud:
         columns = ("x", "y", "z", "nx", "ny", "nz")
     elif columns is None and ext == ".xyzrgb":
         columns = ("x", "y", "z", "r", "g", "b")
-    raw, encoding = _decode(p)
-    text = raw.decode(encoding)
+    raw, encoding, text = _decode(p)
     skip, ncol, comma = _layout(p, text)
     # fast path: numpy's C parser, streaming the bytes (no second copy of the text); on any
     # failure the careful path names the bad line

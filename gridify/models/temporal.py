@@ -149,6 +149,9 @@ class TemporalGridifiedClassifier(nn.Module):
         (logits [B, classes], frame_logits [B, T, classes], states [B, T, H]).
     """
 
+    #: what a checkpoint of this model declares (``gridify.checkpoint.model_task``)
+    task = "sequence_classification"
+
     def __init__(self, in_channels: int, num_classes: int, *, rnn: str = "cfc", rnn_hidden: int = 64,
                  cfc_mode: str = "default", cfc_backbone_units: int = 64, cfc_backbone_layers: int = 1,
                  cfc_backbone_activation: str = "lecun_tanh", cfc_backbone_dropout: float = 0.0,

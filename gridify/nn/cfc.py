@@ -17,10 +17,12 @@ state moves towards ``h`` where ``f > 0`` and towards ``g`` where ``f < 0``.
 mask; :class:`DeltaTGRU` is the matching baseline (a GRU that receives ``dt`` as an extra
 input feature) with the same interface.
 
-Every tensor argument is validated at the outermost call (inputs and states finite and of the
-module's dtype and device, elapsed times finite and non-negative at valid steps, and still
-finite in the input's dtype, masks boolean or 0/1, lengths integers in range); a model that
-validated them calls these modules trusted (:func:`gridify._checks.trusted_inputs`).
+Padded (masked) steps are set to 0 first (:func:`mask_padding`): padding is not data, so a NaN
+there is neither refused nor used. Every tensor argument is validated at the outermost call
+(inputs finite at valid steps and states finite, both of the module's dtype and device, elapsed
+times finite and non-negative at valid steps, and still finite in the input's dtype, masks
+boolean or 0/1, lengths integers in range); a model that validated them calls these modules
+trusted (:func:`gridify._checks.trusted_inputs`).
 
 Shapes:
     CfCCell: input [B, F], hx [B, H], timespans [B] -> [B, H];
@@ -219,8 +221,9 @@ def check_timespans(where: str, timespans: Tensor, mask: Optional[Tensor], dtype
 
 def check_sequence_inputs(where: str, input: Tensor, input_size: int, timespans: Optional[Tensor],
                           mask: Optional[Tensor], lengths: Optional[Tensor], hx: Optional[Tensor],
-                          hidden_size: int, ref: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
-    """Validate ``[B, T, F]`` inputs; return ``(timespans [B, T] in input's dtype, mask [B, T] bool, hx [B, H])``.
+                          hidden_size: int, ref: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Validate ``[B, T, F]`` inputs; return ``(input, timespans [B, T] in input's dtype, mask [B, T]
+    bool, hx [B, H])``, ``input`` and ``timespans`` with their padded steps set to 0 (:func:`mask_padding`).
 
     ``ref`` (a parameter of the module) fixes the dtype and device ``input`` and ``hx`` must have.
     Values (NaN/Inf, negative times) are checked unless :func:`gridify._checks.validating` is off.
@@ -254,11 +257,23 @@ def check_sequence_inputs(where: str, input: Tensor, input_size: int, timespans:
                     f"{tuple(hx.shape) if isinstance(hx, Tensor) else type(hx).__name__}")
     else:
         check_same_dtype(where, "hx", hx, input)
+    input, timespans = mask_padding(input, timespans, mask)  # padding is not data: never checked, never used
     if validating():
         check_timespans(where, timespans, mask, input.dtype)
         check_finite(input, "input", where, dims=("sequence", "step", "feature"))
         check_finite(hx, "hx", where, dims=("sequence", "unit"))
-    return timespans.to(input.dtype), mask, hx
+    return input, timespans.to(input.dtype), mask, hx
+
+
+def mask_padding(input: Tensor, timespans: Tensor, mask: Tensor) -> Tuple[Tensor, Tensor]:
+    """``input [B, T, F]`` and ``timespans [B, T]`` with their padded steps (``~mask``) set to 0.
+
+    Padding is not data: whatever a padded step holds (NaN, Inf, garbage) is replaced before the
+    finiteness checks, which so judge the real steps only, and before the cell runs, so a NaN
+    there cannot reach a state or, through ``0 * NaN``, a gradient. (Always a copy: testing the mask
+    first would cost a host synchronisation per call.)
+    """
+    return input.masked_fill(~mask[..., None], 0), timespans.masked_fill(~mask, 0)
 
 
 def run_masked(step: Callable[[Tensor, Tensor, Tensor], Tensor], input: Tensor, timespans: Tensor,
@@ -310,8 +325,8 @@ class CfC(nn.Module):
 
     def forward(self, input: Tensor, timespans: Optional[Tensor] = None, mask: Optional[Tensor] = None,
                 lengths: Optional[Tensor] = None, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        timespans, mask, hx = check_sequence_inputs(type(self).__name__, input, self.input_size, timespans,
-                                                    mask, lengths, hx, self.hidden_size, self.cell.f.weight)
+        input, timespans, mask, hx = check_sequence_inputs(type(self).__name__, input, self.input_size, timespans,
+                                                           mask, lengths, hx, self.hidden_size, self.cell.f.weight)
         cell = self.cell
 
         def step(i: Tensor, h: Tensor, dt: Tensor) -> Tensor:
@@ -346,8 +361,8 @@ class DeltaTGRU(nn.Module):
 
     def forward(self, input: Tensor, timespans: Optional[Tensor] = None, mask: Optional[Tensor] = None,
                 lengths: Optional[Tensor] = None, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        timespans, mask, hx = check_sequence_inputs(type(self).__name__, input, self.input_size, timespans,
-                                                    mask, lengths, hx, self.hidden_size, self.cell.weight_ih)
+        input, timespans, mask, hx = check_sequence_inputs(type(self).__name__, input, self.input_size, timespans,
+                                                           mask, lengths, hx, self.hidden_size, self.cell.weight_ih)
         scale = self.time_scale
 
         def step(i: Tensor, h: Tensor, dt: Tensor) -> Tensor:

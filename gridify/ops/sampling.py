@@ -39,7 +39,7 @@ Shapes:
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -190,6 +190,30 @@ def fps_reference(pos: Tensor, batch: Optional[Tensor] = None, ratio: float = 0.
     return torch.tensor(out, dtype=torch.long)
 
 
+def _is_batch_vector(b: object, rows: int) -> bool:
+    return (isinstance(b, Tensor) and b.dim() == 1 and b.numel() == rows and not b.is_floating_point()
+            and not b.is_complex() and b.dtype != torch.bool)
+
+
+def _compact_cloud_ids(batch_x: Optional[Tensor], batch_y: Optional[Tensor], x: Tensor, y: Tensor, where: str
+                       ) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+    """Sparse cloud ids renumbered ``0 .. K-1`` (K the distinct ids of both vectors, order kept), so the
+    per-cloud tables are bounded by the points, not by the largest id (ids up to 5e7 would otherwise
+    make tables of 5e7 counts); vectors that are dense, or that check_batch will refuse, pass unchanged."""
+    n, m = x.size(0), y.size(0)
+    bx = torch.zeros(n, dtype=torch.long, device=x.device) if batch_x is None else batch_x
+    by = torch.zeros(m, dtype=torch.long, device=y.device) if batch_y is None else batch_y
+    if not (_is_batch_vector(bx, n) and _is_batch_vector(by, m)) or bx.device != by.device:
+        return batch_x, batch_y
+    both = torch.cat([bx.long(), by.long()])
+    if both.numel() == 0 or int(both.min()) < 0 or int(both.max()) < n + m:
+        return batch_x, batch_y
+    if m and int(by.max()) > int(bx.max()):
+        fail(where, f"batch_y refers to cloud {int(by.max())} but x has points for clouds up to {int(bx.max())} only")
+    ids = torch.unique(both, sorted=True, return_inverse=True)[1]
+    return ids[:n], ids[n:]
+
+
 def _validate_radius(x, y, r, batch_x, batch_y, max_num_neighbors, backend, where="radius"):
     x, y = check_point_pair(x, y, where)
     r = check_number(where, "r", r)
@@ -197,6 +221,7 @@ def _validate_radius(x, y, r, batch_x, batch_y, max_num_neighbors, backend, wher
     check_choice(where, "backend", backend, RADIUS_BACKENDS, unknown=True)
     if x.size(0) == 0:
         fail(where, "x holds no points")
+    batch_x, batch_y = _compact_cloud_ids(batch_x, batch_y, x, y, where)
     bx, nx, cx = check_batch(batch_x, x.size(0), where, "batch_x", device=x.device, allow_empty=True)
     by, ny = ((check_batch(batch_y, y.size(0), where, "batch_y", device=y.device, allow_empty=True)[:2])
               if y.size(0) else (torch.zeros(0, dtype=torch.long, device=y.device), 0))

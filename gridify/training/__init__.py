@@ -24,7 +24,8 @@ Every file gets the mode ``0666 & ~umask``. Without a terminal the progress is o
 
 The package, one concern per module:
 
-    config      defaults, shipped configs by name, _base_ inheritance, overrides, validation (ConfigError)
+    schema      every config key's declared type, range and default (the check, the key listing, docs/config_keys.md)
+    config      shipped configs by name, _base_ inheritance, overrides, validation (ConfigError)
     data        datasets, augmentations, samplers and loaders, the model from the config
     schedule    steps per epoch and the warm-up + cosine learning-rate factor
     metrics     forward pass, metrics, a plain evaluation loop

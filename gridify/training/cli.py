@@ -17,8 +17,9 @@ Positional ``section.key=value`` arguments override the config; values are parse
 repository's ``datasets/``.
 
 Errors are printed as one line, ``<program>: config error: ...`` / ``<program>: error: ...``
-(:func:`error_line`), where the program is the name the command was started as
-(:func:`program_name`). Parsing the arguments needs no Lightning; it is imported when the run starts.
+(:func:`error_line`; an ``OSError`` while writing as ``<path>: <cause>``, :mod:`gridify._paths`),
+where the program is the name the command was started as (:func:`program_name`). Parsing the
+arguments needs no Lightning; it is imported when the run starts.
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ from typing import Any, Dict, Optional, Sequence
 
 import yaml
 
+from gridify import _cliargs as types
+from gridify._paths import one_line_errors
 from gridify.datasets import DatasetNotFoundError, DownloadError
 
 from .config import SECTIONS, ConfigError, resolve_config
@@ -60,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="a shipped config by name (procedural, modelnet10, folder_classification, ...) "
                                     "or a YAML file (sections: " + ", ".join(SECTIONS) + ")")
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides (YAML values)")
-    p.add_argument("--output-dir", help="shorthand for output_dir=...")
+    p.add_argument("--output-dir", type=types.output_dir, help="shorthand for output_dir=...")
     p.add_argument("--data-root", help="shorthand for data.root=...: the data root (or your own folder); "
                                        "default $GRIDIFY_DATA, else the repository's datasets/")
     p.add_argument("--accelerator", help="shorthand for trainer.accelerator (cpu, gpu, auto)")
@@ -122,7 +125,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         return {"config": cfg}
     from .runner import RUN_ERRORS, run  # Lightning is imported only when a run starts
 
-    try:
-        return run(cfg, resume=args.resume, overwrite=args.overwrite, argv=list(argv or sys.argv[1:]))
-    except RUN_ERRORS as exc:
-        raise SystemExit(f"{parser.prog}: error: {error_line(exc)}")
+    with one_line_errors(parser.prog):  # an OSError while writing (a full disk, ulimit -f): one line too
+        try:
+            return run(cfg, resume=args.resume, overwrite=args.overwrite, argv=list(argv or sys.argv[1:]))
+        except RUN_ERRORS as exc:
+            raise SystemExit(f"{parser.prog}: error: {error_line(exc)}")

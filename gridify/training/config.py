@@ -2,15 +2,17 @@
 
 A config is a mapping of the sections in :data:`DEFAULTS`. :func:`resolve_config` starts from the
 defaults, merges a YAML file on top (:func:`deep_merge`), applies command-line overrides
-(:func:`apply_override`, values parsed as YAML) and validates the result (:func:`check_config`),
-raising :class:`ConfigError` with a message that names the offending key. Merging is
+(:func:`apply_override`, values parsed as YAML) and validates the result (:func:`check_config`) against
+the declared type and range of every key (:mod:`.schema`: defaults, types, ranges, the dataset and model
+arguments), raising :class:`ConfigError` with a message that names the offending key. Merging is
 ``merge(a, b)[k] = merge(a[k], b[k])`` when both are mappings, else ``b[k]`` (lists replace).
 
 A config is named by a path or by the name of a config shipped in ``gridify/configs``
 (:func:`find_config`: ``procedural``, ``modelnet10_fast``, ``temporal/dynamic_shapes``). A file
 may start from others: ``_base_: [a, b.yaml]`` (a name or a list, each a path relative to the
 file or a shipped name) gives ``cfg = merge(merge(merge(DEFAULTS, a), b), file)``, then the
-overrides (:func:`load_config_file`); a cycle or a missing base is a :class:`ConfigError`.
+overrides (:func:`load_config_file`); a cycle or a missing base is a :class:`ConfigError`, and so is a
+config or base path that is a folder or a FIFO (said as such; a FIFO is never opened).
 
 ``data.augmentations`` is parsed here too (:func:`parse_augmentations`): the entries are checked
 by building each transform once. No Lightning import.
@@ -20,14 +22,17 @@ from __future__ import annotations
 import copy
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-import gridify.datasets  # noqa: F401  (registers the datasets data.name may name)
 from gridify.registry import DATASETS
 from gridify.transforms import RandomJitter, RandomPointDropout, RandomRotate, RandomRotateZ, RandomScale
+
+from .schema import (DATASET_ALIASES, DEFAULTS, SCHEMA, TASKS, ConfigError, check_dataset_section,
+                     check_model_section, check_values, dataset_names)
 
 __all__ = ["ConfigError", "DEFAULTS", "SECTIONS", "TASKS", "DATASETS", "DATASET_ALIASES", "DATA_LOADER_KEYS",
            "CLOSED_SECTIONS", "PRIMARY_METRIC", "AUGMENTATIONS", "CONFIG_DIR", "BASE_KEY", "yaml_value", "load_yaml",
@@ -35,67 +40,7 @@ __all__ = ["ConfigError", "DEFAULTS", "SECTIONS", "TASKS", "DATASETS", "DATASET_
            "parse_augmentations", "dataset_names", "check_config", "resolve_config"]
 
 
-class ConfigError(ValueError):
-    """A problem with the config file or a command-line override."""
-
-
-#: the defaults every config starts from; files and overrides are merged on top
-DEFAULTS: Dict[str, Any] = {
-    "seed": 0,
-    "task": "classification",
-    "output_dir": "outputs/run",
-    "data": {
-        "name": "procedural",
-        "batch_size": 16,
-        "eval_batch_size": None,
-        "num_workers": 0,
-        "drop_last": False,
-        "augmentations": [],
-        "train": {},
-        "val": {},
-        "test": {},
-    },
-    "model": {"name": "gridified_classifier"},
-    "optim": {
-        "lr": 1e-3,
-        "weight_decay": 0.0,
-        "betas": [0.9, 0.999],
-        "warmup_epochs": 0,
-        "min_lr": 0.0,
-        "kernel_l2": 0.0,
-        "label_smoothing": 0.0,
-    },
-    "trainer": {
-        "max_epochs": 10,
-        "max_steps": -1,
-        "accelerator": "auto",
-        "devices": 1,
-        "num_nodes": 1,
-        "strategy": "auto",
-        "precision": "32-true",
-        "log_every_n_steps": 10,
-        "limit_train_batches": None,
-        "limit_val_batches": None,
-        "limit_test_batches": None,
-        "check_val_every_n_epoch": 1,
-        "num_sanity_val_steps": 0,
-        "gradient_clip_val": None,
-        "accumulate_grad_batches": 1,
-        "deterministic": False,
-        "progress_bar": True,
-        "num_threads": None,
-        "checkpoint": {"every_n_epochs": 1, "every_n_train_steps": None, "keep_all": False},
-        "test_ckpt": "best",
-        "test_votes": 1,
-        "stop_after_epochs": None,
-        "plots": True,
-    },
-}
-
 SECTIONS = tuple(DEFAULTS)
-TASKS = ("classification", "segmentation")
-#: ``data.name`` spellings that are not registry names: the dataset they mean
-DATASET_ALIASES: Dict[str, str] = {"modelnet10": "modelnet", "modelnet40": "modelnet"}
 #: the folder of the configs shipped with gridify (package data)
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 #: the key of a config file that names the configs it starts from
@@ -138,11 +83,27 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else str(problem)
 
 
+def _not_a_file(path: Path) -> Optional[str]:
+    """What ``path`` is when it exists but is not a regular file (``is a folder, not a config file``), else None.
+    Only ``stat`` is used: a FIFO is never opened (that would block)."""
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a folder, not a config file"
+    kinds = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"))
+    kind = next((name for test, name in kinds if test(mode)), "something else")
+    return f"is not a regular file but {kind}, not a config file"
+
+
 def load_yaml(path: os.PathLike | str) -> Dict[str, Any]:
     """The mapping in a YAML config file (``{}`` for an empty file)."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+        what = _not_a_file(path)
+        raise ConfigError(f"{path} {what}" if what else f"config file not found: {path}")
     try:
         data = yaml.load(path.read_text(), Loader=_Loader)
     except yaml.YAMLError as exc:
@@ -171,10 +132,16 @@ def find_config(name: os.PathLike | str, relative_to: Optional[Path] = None) -> 
         raise ConfigError("the config name is empty")
     given = Path(text).expanduser()
     local = given if given.is_absolute() or relative_to is None else relative_to / given
+    others = []  # candidates that exist but are not regular files
     for base in (local, CONFIG_DIR / given):
         for cand in (base, base.with_name(base.name + ".yaml")):
             if cand.is_file():
                 return cand
+            what = _not_a_file(cand)
+            if what:
+                others.append(f"{cand} {what}")
+    if others:
+        raise ConfigError(f"config {text!r}: {others[0]}")
     raise ConfigError(f"config {text!r} not found: no such file, and no shipped config of that name "
                       f"(shipped: {', '.join(shipped_configs())})")
 
@@ -283,101 +250,33 @@ def parse_augmentations(specs: Any) -> List[Tuple[str, Dict[str, Any]]]:
     return out
 
 
-def _check_keys(section: str, given: Dict[str, Any], known: Dict[str, Any]) -> None:
-    for key, value in given.items():
-        if key not in known:
-            raise ConfigError(f"unknown key {section}.{key}; known keys of {section}: {', '.join(sorted(known))}")
-        if isinstance(known[key], dict):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{section}.{key} must be a mapping, got {value!r}")
-            _check_keys(f"{section}.{key}", value, known[key])
-
-
-def _positive_int(name: str, value: Any, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-
-
-def dataset_names() -> List[str]:
-    """Every ``data.name`` a config may use: the registered datasets and :data:`DATASET_ALIASES`."""
-    return sorted(set(DATASETS.names()) | set(DATASET_ALIASES))
-
-
 def _check_data(data: Dict[str, Any]) -> None:
-    if not isinstance(data.get("name"), str) or data["name"] not in dataset_names():
-        raise ConfigError(f"data.name must be one of {dataset_names()}, got {data.get('name')!r}")
-    _positive_int("data.batch_size", data.get("batch_size"))
-    _positive_int("data.eval_batch_size", data.get("eval_batch_size"), allow_none=True)
-    nw = data.get("num_workers")
-    if isinstance(nw, bool) or not isinstance(nw, int) or nw < 0:
-        raise ConfigError(f"data.num_workers must be a non-negative integer, got {nw!r}")
-    for split in ("train", "val", "test"):
-        if not isinstance(data.get(split) or {}, dict):
-            raise ConfigError(f"data.{split} must be a mapping of per-split dataset arguments, got {data.get(split)!r}")
+    """``data``: the loader keys (:data:`~.schema.SCHEMA`), the augmentations, then the dataset arguments of the
+    dataset ``data.name`` (and of ``data.train/val/test``)."""
+    SCHEMA["data"]["name"].check("data.name", data.get("name"))
+    check_values("data", {k: v for k, v in data.items() if k in DATA_LOADER_KEYS}, SCHEMA["data"])
     parse_augmentations(data.get("augmentations"))
-
-
-def _check_optim(optim: Dict[str, Any]) -> None:
-    for key in ("lr", "weight_decay", "warmup_epochs", "min_lr", "kernel_l2", "label_smoothing"):
-        v = optim[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-            raise ConfigError(f"optim.{key} must be a non-negative number, got {v!r}")
-    if optim["lr"] <= 0:
-        raise ConfigError(f"optim.lr must be positive, got {optim['lr']!r}")
-    if optim["label_smoothing"] >= 1:
-        raise ConfigError(f"optim.label_smoothing must be in [0, 1), got {optim['label_smoothing']!r}")
-
-
-def _check_limit(name: str, value: Any) -> None:
-    """``trainer.limit_*_batches``: null, a number of batches (int >= 0) or a fraction in [0, 1]."""
-    ok = value is None or (not isinstance(value, bool) and (
-        (isinstance(value, int) and value >= 0) or (isinstance(value, float) and 0.0 <= value <= 1.0)))
-    if not ok:
-        raise ConfigError(f"trainer.{name} must be null, a number of batches (integer >= 0) or a fraction in "
-                          f"[0, 1], got {value!r}")
-
-
-def _check_trainer(tr: Dict[str, Any]) -> None:
-    for key in ("limit_train_batches", "limit_val_batches", "limit_test_batches"):
-        _check_limit(key, tr[key])
-    if not isinstance(tr["progress_bar"], bool):
-        raise ConfigError(f"trainer.progress_bar must be true or false, got {tr['progress_bar']!r}")
-    if tr["test_ckpt"] not in ("best", "last"):
-        raise ConfigError(f"trainer.test_ckpt must be 'best' or 'last', got {tr['test_ckpt']!r}")
-    _positive_int("trainer.max_epochs", tr["max_epochs"])
-    _positive_int("trainer.stop_after_epochs", tr["stop_after_epochs"], allow_none=True)
-    _positive_int("trainer.test_votes", tr["test_votes"])
-    _positive_int("trainer.num_threads", tr["num_threads"], allow_none=True)
-    ck = tr["checkpoint"]
-    for key in ("every_n_epochs", "every_n_train_steps"):
-        v = ck.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise ConfigError(f"trainer.checkpoint.{key} must be a non-negative integer or null, got {v!r}")
+    check_dataset_section(data, DATA_LOADER_KEYS)
 
 
 def check_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
-    """Validate a merged config; raises :class:`ConfigError` naming the offending key."""
+    """Validate a merged config against :data:`~.schema.SCHEMA` (every key's type and range, the dataset and
+    model arguments against their constructors); raises :class:`ConfigError` naming the offending key."""
     unknown = [k for k in cfg if k not in SECTIONS]
     if unknown:
         raise ConfigError(f"unknown config section(s) {unknown}; known sections: {', '.join(SECTIONS)}")
     for sec in ("data", "model", "optim", "trainer"):
         if not isinstance(cfg.get(sec), dict):
             raise ConfigError(f"config section {sec!r} must be a mapping, got {cfg.get(sec)!r}")
-    for sec in CLOSED_SECTIONS:
-        _check_keys(sec, cfg[sec], DEFAULTS[sec])
-    if cfg["task"] not in TASKS:
-        raise ConfigError(f"task must be one of {list(TASKS)}, got {cfg['task']!r}")
-    if isinstance(cfg["seed"], bool) or not isinstance(cfg["seed"], int) or not 0 <= cfg["seed"] < 1 << 32:
-        raise ConfigError(f"seed must be an integer in [0, 2**32 - 1], got {cfg['seed']!r}")
-    if not isinstance(cfg["output_dir"], str) or not cfg["output_dir"]:
-        raise ConfigError(f"output_dir must be a non-empty path, got {cfg['output_dir']!r}")
+    for key in ("seed", "task", "output_dir"):
+        SCHEMA[key].check(key, cfg.get(key))
     _check_data(cfg["data"])
-    if not isinstance(cfg["model"].get("name"), str):
-        raise ConfigError("model.name must name a registered model (e.g. gridified_classifier)")
-    _check_optim(cfg["optim"])
-    _check_trainer(cfg["trainer"])
+    check_model_section(cfg["model"])
+    for sec in CLOSED_SECTIONS:
+        check_values(sec, cfg[sec], SCHEMA[sec])
+    optim = cfg["optim"]
+    if optim.get("min_lr", 0.0) > optim.get("lr", DEFAULTS["optim"]["lr"]):
+        raise ConfigError(f"optim.min_lr must be at most optim.lr ({optim['lr']!r}), got {optim['min_lr']!r}")
     return cfg
 
 

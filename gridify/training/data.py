@@ -32,10 +32,11 @@ from gridify.registry import DATASETS, MODELS, UnknownNameError
 from gridify.transforms import FixedPoints
 
 from .config import AUGMENTATIONS, DATA_LOADER_KEYS, DATASET_ALIASES, ConfigError
+from .schema import model_error
 
 __all__ = ["REPO_ROOT", "fit_box", "EpochAugment", "resolve_root", "dataset_kwargs", "build_dataset", "dataset_info",
            "inference_info", "fill_model_kwargs", "make_model", "config_archives", "eval_subset", "ShardSampler",
-           "EpochDataLoader", "set_train_epoch"]
+           "EpochDataLoader", "set_train_epoch", "GraphCollate", "graph_builder_of"]
 
 #: the repository (or source tree) root: relative data roots are also looked up here
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -191,7 +192,8 @@ def fill_model_kwargs(cfg: Dict[str, Any], info: Dict[str, Any]) -> Tuple[str, D
 
 
 def make_model(name: str, kwargs: Dict[str, Any]) -> torch.nn.Module:
-    """The registered model ``name`` built with ``kwargs``; a bad name or argument is a :class:`ConfigError`."""
+    """The registered model ``name`` built with ``kwargs``; a bad name or argument is a :class:`ConfigError`
+    (a value the constructor refuses names its key: ``model.k: Gridification: k must be ...``)."""
     if name not in MODELS:
         known = ", ".join(MODELS.names())
         raise ConfigError(f"model.name: unknown model {name!r}; known models: {known}")
@@ -201,6 +203,8 @@ def make_model(name: str, kwargs: Dict[str, Any]) -> torch.nn.Module:
         raise ConfigError(f"model {name!r}: {exc}") from None
     except TypeError as exc:
         raise ConfigError(f"model {name!r}: bad arguments ({exc})") from None
+    except ValueError as exc:  # a value the constructor refuses: named as the config key (model.k: ...)
+        raise model_error(name, kwargs, exc, build=lambda kw: build_model(name, **kw)) from None
 
 
 class ShardSampler(Sampler):
@@ -314,3 +318,29 @@ def set_train_epoch(ds: Any, augment: Optional[EpochAugment], seed: int, epoch: 
         # per-sample seeding (seed, epoch, content) instead of one stream in access order
         sampler.deterministic = True
         sampler.reseed(int(np.random.SeedSequence([seed, epoch, 7]).generate_state(1)[0]))
+
+
+class GraphCollate:
+    """A ``collate_fn`` that also builds the batch's gridification graph (``batch["graph"]``).
+
+    Run in the DataLoader's worker processes, it builds the next batch's bilateral kNN graph while
+    the model trains on the current one (the graph is a function of the augmented points only);
+    :func:`~.metrics.forward_batch` hands it to the model as ``graph=``, which checks that it
+    belongs to the batch's points. Picklable (worker processes, spawn).
+    """
+
+    def __init__(self, collate: Callable[[List[Dict[str, Any]]], Dict[str, Any]], builder: Any) -> None:
+        self.collate, self.builder = collate, builder
+
+    def __call__(self, items: List[Dict[str, Any]]) -> Dict[str, Any]:
+        batch = self.collate(items)
+        batch["graph"] = self.builder(batch["pos"], batch["batch"], len(items))
+        return batch
+
+
+def graph_builder_of(model: torch.nn.Module, num_workers: int) -> Optional[Any]:
+    """The model's :class:`gridify.nn.GraphBuilder` when graphs can be built ahead in ``num_workers > 0``
+    DataLoader workers (a gridified model whose gridification takes a prebuilt graph), else None."""
+    gridify = getattr(model, "gridify", None)
+    builder = getattr(gridify, "graph_builder", None)
+    return builder() if num_workers > 0 and callable(builder) else None

@@ -4,7 +4,7 @@
 
 * Loss: cross-entropy of the logits (in float32), plus the model's kernel L2 penalty when
   ``optim.kernel_l2 = w > 0``: ``L = CE(logits, y) + w * model.kernel_l2()``.
-* Optimizer: ``AdamW(lr, weight_decay, betas)``.
+* Optimizer: ``AdamW(lr, weight_decay, betas)`` (:func:`build_optimizer`; torch's refusals name the key).
 * Schedule, per optimizer step ``s`` (:func:`~.schedule.warmup_cosine`), with
   ``W = round(warmup_epochs * steps_per_epoch)`` warm-up steps, ``T = max_steps`` (or
   ``steps_per_epoch * max_epochs``) steps in all and ``f = min_lr / lr``:
@@ -44,11 +44,23 @@ from gridify.datasets import collate_points
 
 from .callbacks import StopAfterEpochs
 from .config import PRIMARY_METRIC
-from .data import EpochAugment, EpochDataLoader, ShardSampler, build_dataset, eval_subset, make_model, set_train_epoch
+from .data import (EpochAugment, EpochDataLoader, GraphCollate, ShardSampler, build_dataset, eval_subset, make_model,
+                   set_train_epoch)
 from .metrics import compute_metrics, forward_batch, make_metrics, update_metrics, vote_logits
 from .schedule import warmup_cosine
+from .schema import optimizer_error
 
-__all__ = ["PointCloudTask", "PointCloudData", "lightning_classes"]
+__all__ = ["PointCloudTask", "PointCloudData", "build_optimizer", "lightning_classes"]
+
+
+def build_optimizer(params: Any, optim: Dict[str, Any]) -> torch.optim.Optimizer:
+    """``AdamW(lr, weight_decay, betas)`` of the ``optim`` section; a value torch refuses is a
+    :class:`~.schema.ConfigError` naming its key (``optim.betas: Invalid beta parameter ...``)."""
+    try:
+        return torch.optim.AdamW(params, lr=float(optim["lr"]), weight_decay=float(optim["weight_decay"]),
+                                 betas=tuple(float(b) for b in optim.get("betas", (0.9, 0.999))))
+    except (TypeError, ValueError) as exc:
+        raise optimizer_error(exc) from None
 
 
 class PointCloudTask(pl.LightningModule):
@@ -117,8 +129,7 @@ class PointCloudTask(pl.LightningModule):
 
     def configure_optimizers(self) -> Dict[str, Any]:
         o = self.hparams.optim
-        opt = torch.optim.AdamW(self.parameters(), lr=float(o["lr"]), weight_decay=float(o["weight_decay"]),
-                                betas=tuple(float(b) for b in o.get("betas", (0.9, 0.999))))
+        opt = build_optimizer(self.parameters(), o)
         spe = int(self.hparams.steps_per_epoch)
         max_steps = self.trainer.max_steps
         total = max_steps if max_steps and max_steps > 0 else spe * int(self.trainer.max_epochs)
@@ -133,9 +144,12 @@ class PointCloudTask(pl.LightningModule):
 class PointCloudData(pl.LightningDataModule):
     """Train/val/test loaders with epoch-seeded, rank-sharded samplers (no Lightning sampler injection)."""
 
-    def __init__(self, cfg: Dict[str, Any], train_set: Any, val_set: Any, augment: Optional[EpochAugment]) -> None:
+    def __init__(self, cfg: Dict[str, Any], train_set: Any, val_set: Any, augment: Optional[EpochAugment],
+                 graph_builder: Optional[Any] = None) -> None:
         super().__init__()
         self.cfg, self.train_set, self.val_set, self.augment = cfg, train_set, val_set, augment
+        #: builds the training batches' graphs in the loader's workers (:class:`~.data.GraphCollate`)
+        self.graph_builder = graph_builder
         self.test_set = None
         #: "val" / "test" -> the subset evaluated (see :func:`~.data.eval_subset`), None for the whole split
         self.subsets: Dict[str, Optional[Dict[str, Any]]] = {}
@@ -165,6 +179,8 @@ class PointCloudData(pl.LightningDataModule):
         common = dict(collate_fn=collate_points, num_workers=nw, pin_memory=False,
                       persistent_workers=False)
         if train:
+            if self.graph_builder is not None and nw > 0:  # graphs built ahead, overlapping the step
+                common["collate_fn"] = GraphCollate(collate_points, self.graph_builder)
             fit_loop = self.trainer.fit_loop
             return EpochDataLoader(
                 ds, batch_size=int(d["batch_size"]), sampler=sampler, drop_last=bool(d.get("drop_last")),

@@ -3,8 +3,9 @@
 :func:`run_process` is the whole run of one process, in the order of its steps:
 
 1. :func:`setup_process`: the launcher's world size (torchrun), CPU threads, console noise;
-2. :func:`resume_checkpoint` / :func:`prepare_fresh_start`: continue a checkpoint, or refuse to
-   start afresh over an earlier run unless asked to replace it;
+2. :func:`resume_checkpoint` / :func:`prepare_fresh_start`: continue a checkpoint (a Lightning
+   checkpoint, not an exported model, and of the model this run builds: :func:`check_resume_fits`),
+   or refuse to start afresh over an earlier run unless asked to replace it;
 3. :func:`build_data` and :func:`build_module`: datasets, augmentations, model and LR schedule;
 4. :func:`~.report.write_run_files`: ``config.yaml`` and ``run_info.json`` (rank 0);
 5. :func:`build_trainer`, then :func:`fit`;
@@ -16,8 +17,10 @@
 values choose a stratified subset in the data module (:func:`~.data.eval_subset`), so a quick run
 scores every class. The errors a user can fix (:data:`RUN_ERRORS`) end the run with one line.
 
-:func:`run` runs it in this process, or, for ``trainer.strategy: ddp_spawn``, in one process per
-device started by :func:`spawn_run` (see there why Lightning's own ``ddp_spawn`` is not used).
+:func:`run` first checks the output folder and locks it for the run's lifetime (a second run on it
+fails at once; :func:`gridify._paths.folder_lock`), then runs it in this process, or, for
+``trainer.strategy: ddp_spawn``, in one process per device started by :func:`spawn_run` (see there
+why Lightning's own ``ddp_spawn`` is not used).
 """
 from __future__ import annotations
 
@@ -34,24 +37,32 @@ import lightning.pytorch as pl
 import torch
 import torch.multiprocessing as mp
 from lightning.fabric.plugins.environments.lightning import find_free_network_port
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 
+from gridify._paths import LOCK_NAME, PathError, check_input_file, check_output_dir, folder_lock
 from gridify._version import __version__
 from gridify.checkpoint import CheckpointError, load_checkpoint, plain
 from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError
 
 from .callbacks import atomic_checkpoint_io, checkpoint_callbacks, interactive, make_loggers, progress_callbacks
 from .config import PRIMARY_METRIC, ConfigError, parse_augmentations
-from .data import EpochAugment, build_dataset, dataset_info, fill_model_kwargs, inference_info
+from .data import EpochAugment, build_dataset, dataset_info, fill_model_kwargs, graph_builder_of, inference_info
 from .module import PointCloudData, PointCloudTask
 from .report import RunRecord, test_report, write_run_files, write_tensorboard, write_test_outputs
 from .schedule import steps_per_epoch, world_size_guess
+from .schema import trainer_error
 
 __all__ = ["RUN_ERRORS", "run", "run_process", "spawn_run", "is_spawn_strategy", "setup_process", "resume_checkpoint",
+           "check_resume_fits",
            "prepare_fresh_start", "build_data", "build_module", "build_trainer", "fit", "test_checkpoint",
            "test_and_report"]
 
 #: the errors a run reports as a one-line message (bad config, checkpoint or data), not a traceback
-RUN_ERRORS = (ConfigError, CheckpointError, DatasetNotFoundError, DownloadError, DatasetError)
+RUN_ERRORS = (ConfigError, CheckpointError, DatasetNotFoundError, DownloadError, DatasetError, PathError)
+
+#: what a run writes into its output_dir: checked before the run starts (a file where a folder goes, ...)
+RUN_FOLDERS = ("checkpoints", "csv", "tensorboard", "plots")
+RUN_FILES = ("config.yaml", "run_info.json", "test_metrics.json", "checkpoints/last.ckpt", "checkpoints/model.pt")
 
 
 def _env_rank() -> int:
@@ -106,12 +117,53 @@ def resume_checkpoint(resume: Optional[str], ckpt_dir: Path, rank0: bool) -> Opt
             what = f"resuming from {ckpt_path}" if ckpt_path else f"no {last}, starting afresh"
             print(f"[train] --resume auto: {what}")
     else:
-        if not Path(resume).is_file():
+        if not Path(resume).exists():
             raise CheckpointError(f"--resume: checkpoint not found: {resume}")
+        check_input_file(resume, "--resume")  # a folder, a FIFO, an unreadable file: said as such
         ckpt_path = resume
-    if ckpt_path:
-        load_checkpoint(ckpt_path)  # fail early, with a clear message, on a bad file
+    if ckpt_path and load_checkpoint(ckpt_path)["kind"] != "lightning":  # fail early on a bad file
+        raise CheckpointError(f"--resume {ckpt_path}: this is an exported model (model.pt: the weights and "
+                              f"inference settings, without the optimizer, scheduler and epoch of a Lightning "
+                              f"checkpoint), so a run cannot continue from it; resume from "
+                              f"<output_dir>/checkpoints/last.ckpt, or use the model.pt with gridify "
+                              f"evaluate/predict")
     return ckpt_path
+
+
+def _differences(theirs: Dict[str, Any], ours: Dict[str, Any]) -> List[str]:
+    """``key: checkpoint X, this run Y`` for every hyper-parameter that differs."""
+    keys = sorted(set(theirs) | set(ours))
+    return [f"{k}: checkpoint {theirs.get(k, '(unset)')!r}, this run {ours.get(k, '(unset)')!r}" for k in keys
+            if plain(theirs.get(k)) != plain(ours.get(k))]
+
+
+def check_resume_fits(ckpt_path: Optional[str], module: PointCloudTask, record: RunRecord) -> None:
+    """Refuse (``CheckpointError``) to resume from a checkpoint of another model than this run builds:
+    another task or model name, or weights whose names or shapes differ. The message says what
+    differs (the hyper-parameters too), before Lightning loads anything."""
+    if ckpt_path is None:
+        return
+    payload = load_checkpoint(ckpt_path)
+    ours, theirs = dict(module.model.state_dict()), payload["state_dict"]
+    problems = []
+    if payload["task"] != record.cfg["task"] or payload["model_name"] != record.model_name:
+        problems.append(f"it holds a {payload['task']} model {payload['model_name']!r}, this run trains a "
+                        f"{record.cfg['task']} model {record.model_name!r}")
+    missing, extra = [k for k in ours if k not in theirs], [k for k in theirs if k not in ours]
+    shapes = [f"{k} {tuple(theirs[k].shape)} vs {tuple(v.shape)}" for k, v in ours.items()
+              if k in theirs and tuple(theirs[k].shape) != tuple(v.shape) and not k.endswith("rep_weight")]
+    if missing or extra or shapes:
+        hparams = _differences(dict(payload["model_kwargs"]), dict(record.model_kwargs))
+        for words, keys, shown in (("hyper-parameter(s) differ", hparams, 6),
+                                   ("weight(s) missing from the checkpoint", missing, 2),
+                                   ("weight(s) not in this run's model", extra, 2),
+                                   ("weight(s) of another shape (checkpoint vs this run)", shapes, 2)):
+            if keys:
+                problems.append(f"{len(keys)} {words}: {', '.join(keys[:shown])}{' ...' if len(keys) > shown else ''}")
+    if problems:
+        raise CheckpointError(f"--resume {ckpt_path} is a checkpoint of another model: {'; '.join(problems)}. "
+                              f"Resume with the config it was trained with (its config.yaml), or start afresh "
+                              f"without --resume")
 
 
 def prepare_fresh_start(out: Path, overwrite: bool) -> None:
@@ -186,20 +238,24 @@ def build_trainer(tr: Dict[str, Any], out: Path, callbacks: List[pl.Callback], r
 
     ``ddp_spawn*`` strategies become ``ddp*``: the processes are already started (:func:`spawn_run`).
     Validation and test limits other than 0 are subsets chosen by the data module, not passed on.
+    A value Lightning refuses (an accelerator this machine lacks, ...) is a ``ConfigError`` naming it.
     """
     limits = {k: tr[k] for k in ("limit_train_batches", "limit_val_batches", "limit_test_batches")
               if tr[k] is not None and (k == "limit_train_batches" or tr[k] == 0)}
     strategy = tr["strategy"].replace("ddp_spawn", "ddp", 1) if is_spawn_strategy(tr["strategy"]) else tr["strategy"]
-    return pl.Trainer(
-        accelerator=tr["accelerator"], devices=tr["devices"], num_nodes=int(tr["num_nodes"]), strategy=strategy,
-        precision=tr["precision"], max_epochs=int(tr["max_epochs"]), max_steps=int(tr["max_steps"]),
-        log_every_n_steps=int(tr["log_every_n_steps"]), check_val_every_n_epoch=int(tr["check_val_every_n_epoch"]),
-        num_sanity_val_steps=int(tr["num_sanity_val_steps"]), gradient_clip_val=tr["gradient_clip_val"],
-        accumulate_grad_batches=int(tr["accumulate_grad_batches"]), deterministic=tr["deterministic"],
-        enable_progress_bar=bool(tr["progress_bar"]),
-        enable_model_summary=rank0 and bool(tr["progress_bar"]) and interactive(),
-        callbacks=callbacks + progress_callbacks(tr), logger=make_loggers(out), use_distributed_sampler=False, default_root_dir=str(out),
-        plugins=[atomic_checkpoint_io()], **limits)
+    try:
+        return pl.Trainer(
+            accelerator=tr["accelerator"], devices=tr["devices"], num_nodes=int(tr["num_nodes"]), strategy=strategy,
+            precision=tr["precision"], max_epochs=int(tr["max_epochs"]), max_steps=int(tr["max_steps"]),
+            log_every_n_steps=int(tr["log_every_n_steps"]), check_val_every_n_epoch=int(tr["check_val_every_n_epoch"]),
+            num_sanity_val_steps=int(tr["num_sanity_val_steps"]), gradient_clip_val=tr["gradient_clip_val"],
+            accumulate_grad_batches=int(tr["accumulate_grad_batches"]), deterministic=tr["deterministic"],
+            enable_progress_bar=bool(tr["progress_bar"]),
+            enable_model_summary=rank0 and bool(tr["progress_bar"]) and interactive(),
+            callbacks=callbacks + progress_callbacks(tr), logger=make_loggers(out), use_distributed_sampler=False,
+            default_root_dir=str(out), plugins=[atomic_checkpoint_io()], **limits)
+    except (MisconfigurationException, ValueError, TypeError, ImportError) as exc:  # no GPU, no deepspeed, ...
+        raise trainer_error(tr, exc) from None
 
 
 def fit(trainer: pl.Trainer, module: PointCloudTask, datamodule: PointCloudData, ckpt_path: Optional[str]) -> float:
@@ -252,9 +308,11 @@ def run_process(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bo
     train_set, val_set, augment, info = build_data(cfg)
     world = world_size_guess(tr["devices"], tr["num_nodes"], tr["accelerator"])
     module, record = build_module(cfg, info, len(train_set), world)
+    check_resume_fits(ckpt_path, module, record)
     record.run_info = _run_info(record, len(train_set), len(val_set), int(module.hparams.steps_per_epoch),
                                 ckpt_path, argv)
-    datamodule = PointCloudData(cfg, train_set, val_set, augment)
+    datamodule = PointCloudData(cfg, train_set, val_set, augment,
+                                graph_builder_of(module.model, int(cfg["data"]["num_workers"])))
     if tr["limit_test_batches"] != 0:  # a missing or broken test split fails now, not after training
         datamodule.test_set = build_dataset(cfg, "test")
     if rank0:
@@ -322,7 +380,22 @@ def run(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool = Fal
         argv: Sequence[str] = ()) -> Dict[str, Any]:
     """Train and test as ``cfg`` says (``resume``: a checkpoint path or ``auto``; ``overwrite``: replace
     an earlier run in the output folder); returns ``{"config", "output_dir", "train_seconds"}`` plus,
-    on rank 0, the test report."""
-    if is_spawn_strategy(cfg["trainer"]["strategy"]) and "LOCAL_RANK" not in os.environ:
-        return spawn_run(cfg, resume, overwrite, argv)
-    return run_process(cfg, resume, overwrite, argv)
+    on rank 0, the test report.
+
+    Before anything else, the output folder is checked (:func:`gridify._paths.check_output_dir`:
+    a file, a path below a file, a read-only folder, a file where the run writes a folder) and, on
+    rank 0, locked for the run's lifetime (:func:`gridify._paths.folder_lock`): a second run on the
+    same folder fails at once, naming the first; the lock goes with the process, so a killed run
+    never blocks its resume."""
+    out = check_output_dir(cfg["output_dir"], "output_dir", folders=RUN_FOLDERS, files=RUN_FILES)
+    spawn = is_spawn_strategy(cfg["trainer"]["strategy"]) and "LOCAL_RANK" not in os.environ
+    if _env_rank() != 0:  # the other ranks of a run whose rank 0 holds the lock
+        return run_process(cfg, resume, overwrite, argv)
+    created = not out.exists()
+    try:
+        with folder_lock(out, "output_dir", owner=" ".join(["gridify train", *argv])):
+            return spawn_run(cfg, resume, overwrite, argv) if spawn else run_process(cfg, resume, overwrite, argv)
+    except BaseException:
+        if created and out.is_dir() and [p.name for p in out.iterdir()] == [LOCK_NAME]:
+            shutil.rmtree(out, ignore_errors=True)  # a run that failed before it wrote anything leaves nothing
+        raise

@@ -66,9 +66,10 @@ REGRESSIONS = [
      "impossible field layout"),
     (".pcd", b"VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 0 1 1\nPOINTS 1\nDATA ascii\n1 2\n",
      "COUNT entries must be positive"),
-    # OFF mesh whose only non-degenerate face has a NaN vertex: sample_mesh's error lacked the file
+    # OFF mesh whose only non-degenerate face has a NaN vertex: sample_mesh's error lacked the file,
+    # then named the wrong cause ("zero surface area") instead of the NaN vertex
     (".off", b"OFF\n4 4 0\n0 0 0\nnan 0 0\n0 1 0\n0 0 0\n3 0 1 2\n3 0 1 3\n3 0 2 3\n4 1 2 3 0\n",
-     "zero surface area"),
+     r"vertex 1 \(0-based\) has NaN/Inf coordinates"),
     # OBJ with 2-component vertex lines: trimesh returned [V, 2] vertices
     (".obj", b"v 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 2 3\nf 1 2 4\nf 2 3 4\n", "vertices must have shape"),
     # the reported case: a 172-byte binary_compressed PCD declaring ~4 GB; the LZF buffer was allocated first
