@@ -28,6 +28,26 @@ def test_bilateral_knn_equals_reference_union(R, k):
     assert g.edge_index.size(1) == len(got)  # deduplicated
 
 
+@pytest.mark.parametrize("backend", ["torch", "kdtree"])
+def test_bilateral_knn_with_duplicated_points_is_the_reference_alone_and_batched(backend):
+    """Clouds with 30 % duplicated points (RandomPointDropout's refill): the graph equals the
+    reference union, and a cloud's edges are the same alone and batched behind another cloud."""
+    g = torch.Generator().manual_seed(7)
+    clouds = []
+    for n in (90, 120):
+        c = torch.rand(n, 3, generator=g) * 2 - 1
+        src = torch.randint(0, n, (n // 3,), generator=g)
+        c[torch.randperm(n, generator=g)[: n // 3]] = c[src].clone()
+        clouds.append(c)
+    pos, batch = torch.cat(clouds), torch.tensor([0] * 90 + [1] * 120)
+    R, k = 4, 6
+    both = bilateral_knn(pos, RegularGrid(R), k, batch, knn_backend=backend)
+    assert {(int(p), int(n)) for p, n in both.edge_index.t()} == _reference_edges(pos, batch, R, k)
+    alone = bilateral_knn(clouds[1], RegularGrid(R), k, knn_backend=backend)
+    second = both.edge_index[:, both.edge_index[0] >= 90] - torch.tensor([[90], [R ** 3]])
+    assert torch.equal(second, alone.edge_index)
+
+
 def test_bilateral_knn_coverage_and_no_cross_cloud():
     pos, batch = ragged_batch([200, 50, 120], seed=3)
     R, k = 5, 9
@@ -308,3 +328,80 @@ def test_unchunked_no_grad_path_equals_autograd_path(field):
     with torch.inference_mode():
         got = net(pos, x, batch)
     torch.testing.assert_close(got, ref.detach(), atol=1e-5, rtol=1e-5)
+
+
+def _small_classifier():
+    from gridify.models import build_model
+
+    torch.manual_seed(0)
+    return build_model("gridified_classifier", in_channels=3, num_classes=4, k=5, resolution=5,
+                       hidden_channels=16, depth=1, kernel_size=3).eval()
+
+
+def test_prebuilt_graph_gives_the_same_logits_and_gradients():
+    """A graph built ahead by graph_builder() (pickled, as a DataLoader worker would) is the graph
+    the model builds itself: same logits, same parameter gradients."""
+    import pickle
+
+    model = _small_classifier()
+    g = torch.Generator().manual_seed(1)
+    pos = torch.rand(3 * 60, 3, generator=g) * 2 - 1
+    pos[:20] = pos[20:40]  # duplicated points tie in the kNN search
+    batch = torch.arange(3).repeat_interleave(60)
+    builder = pickle.loads(pickle.dumps(model.gridify.graph_builder()))
+    graph = builder(pos, batch, 3)
+    own = model.gridify.build_graph(pos, batch)
+    assert torch.equal(graph.edge_index, own.edge_index)
+    model.train()
+    torch.manual_seed(3)  # the same dropout masks for both passes
+    out_a = model(pos, None, batch)
+    grads_a = torch.autograd.grad(out_a.square().sum(), list(model.parameters()), allow_unused=True)
+    torch.manual_seed(3)
+    out_b = model(pos, None, batch, graph=graph)
+    grads_b = torch.autograd.grad(out_b.square().sum(), list(model.parameters()), allow_unused=True)
+    torch.testing.assert_close(out_a, out_b, rtol=0, atol=0)
+    for a, b in zip(grads_a, grads_b):
+        assert (a is None and b is None) or torch.equal(a, b)
+
+
+def test_prebuilt_graph_that_does_not_fit_is_refused():
+    from gridify.nn import BipartiteGraph, GraphBuilder, RegularGrid
+
+    model = _small_classifier()
+    pos = torch.rand(80, 3) * 2 - 1
+    batch = torch.zeros(80, dtype=torch.long)
+    graph = model.gridify.graph_builder()(pos, batch)
+    with pytest.raises(ValueError, match="built for other points"):
+        model(pos * 0.5, None, batch, graph=graph)
+    with pytest.raises(ValueError, match="resolution 7"):
+        model(pos, None, batch, graph=GraphBuilder(RegularGrid(7), 5)(pos, batch))
+    with pytest.raises(ValueError, match="built for 80 points in 1 clouds, got 40 points"):
+        model(pos[:40], None, batch[:40], graph=graph)
+    with pytest.raises(ValueError, match="must be a BipartiteGraph"):
+        model(pos, None, batch, graph=graph.edge_index)
+    flipped = BipartiteGraph(graph.edge_index.flip(1), graph.pos, graph.batch, graph.num_clouds, graph.grid)
+    with pytest.raises(ValueError, match="sorted by grid node"):
+        model(pos, None, batch, graph=flipped)
+
+
+def test_graph_collate_in_worker_processes_matches_the_plain_forward():
+    """Training batches whose graphs a DataLoader worker built (GraphCollate) give the logits of
+    the plain forward; test-time views (vote_logits) drop the prebuilt graph."""
+    from torch.utils.data import DataLoader
+
+    from gridify.datasets import collate_points
+    from gridify.training.data import GraphCollate, graph_builder_of
+    from gridify.training.metrics import forward_batch, vote_logits
+
+    model = _small_classifier()
+    g = torch.Generator().manual_seed(2)
+    items = [{"pos": torch.rand(50, 3, generator=g) * 1.8 - 0.9, "y": torch.tensor(i % 4)} for i in range(6)]
+    assert graph_builder_of(model, 0) is None
+    loader = DataLoader(items, batch_size=3, num_workers=1,
+                        collate_fn=GraphCollate(collate_points, graph_builder_of(model, 1)))
+    for b in loader:
+        assert b["graph"].edge_index.size(1) > 0
+        plain = model(b["pos"], None, b["batch"])
+        torch.testing.assert_close(forward_batch(model, b, "classification"), plain, rtol=0, atol=0)
+        votes = vote_logits(model, b, "classification", votes=2)
+        assert votes.shape == plain.shape and torch.isfinite(votes).all()

@@ -81,10 +81,12 @@ class GridifiedModel(nn.Module):
         check_parameters(where, what, head_parameters)
 
     def trunk(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None, *,
-              return_graph: bool = False) -> Union[Tensor, Tuple[Tensor, BipartiteGraph]]:
+              return_graph: bool = False, graph: Optional[BipartiteGraph] = None
+              ) -> Union[Tensor, Tuple[Tensor, BipartiteGraph]]:
         """Backbone grid features ``[B, C, R, R, R]`` of a batch of clouds (inputs validated once,
-        by the gridification); with ``return_graph`` also the bilateral kNN graph."""
-        grid, graph = self.gridify(pos, x, batch, return_graph=True)
+        by the gridification); with ``return_graph`` also the bilateral kNN graph. ``graph``: these
+        points' graph, built ahead by ``self.gridify.graph_builder()`` (e.g. in a DataLoader worker)."""
+        grid, graph = self.gridify(pos, x, batch, return_graph=True, graph=graph)
         z = self._grid_network(grid)
         return (z, graph) if return_graph else z
 
@@ -193,12 +195,15 @@ class GridifiedClassifier(GridifiedModel):
             return flat.amax(-1)
         return torch.cat([flat.mean(-1), flat.amax(-1)], 1)
 
-    def embed(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None) -> Tensor:
+    def embed(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None, *,
+              graph: Optional[BipartiteGraph] = None) -> Tensor:
         """Pooled grid features, one vector per cloud. [B, C] (or [B, 2C] for ``meanmax``)"""
-        return self.pool_grid(self.trunk(pos, x, batch))
+        return self.pool_grid(self.trunk(pos, x, batch, graph=graph))
 
-    def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None) -> Tensor:
-        return self.head(self.embed(pos, x, batch))
+    def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None, *,
+                graph: Optional[BipartiteGraph] = None) -> Tensor:
+        """Logits ``[B, num_classes]``; ``graph`` as in :meth:`trunk`."""
+        return self.head(self.embed(pos, x, batch, graph=graph))
 
 
 @MODELS.register("gridified_segmenter")
@@ -249,10 +254,11 @@ class GridifiedSegmenter(GridifiedModel):
         self.in_channels, self.num_classes, self.num_categories = in_channels, num_classes, num_categories
 
     def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None,
-                category: Optional[Tensor] = None) -> Tensor:
+                category: Optional[Tensor] = None, *, graph: Optional[BipartiteGraph] = None) -> Tensor:
+        """Per-point logits; ``graph`` as in :meth:`trunk` (flat inputs)."""
         where = type(self).__name__
         pos, x, batch, dense_shape = parse_points(where, pos, x, batch, self.in_channels, module_dtype(self))
-        grid, graph = self.gridify(pos, x, batch, return_graph=True)  # validates the points
+        grid, graph = self.gridify(pos, x, batch, return_graph=True, graph=graph)  # validates the points
         graph.dense_shape = dense_shape
         # the categories are checked before any layer with state (BatchNorm) runs
         onehot = category_onehot(where, category, self.num_categories, graph.num_clouds, grid.dtype, pos.device)

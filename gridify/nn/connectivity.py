@@ -74,6 +74,29 @@ class BipartiteGraph:
                 torch.bincount(node, minlength=self.num_nodes))
 
 
+@dataclass(frozen=True)
+class GraphBuilder:
+    """The graph of a :class:`gridify.nn.Gridification`, built away from the model.
+
+    A picklable value holding the module's grid, ``k``, kNN backend and in-degree cap: calling it
+    on a batch gives exactly the :class:`BipartiteGraph` the module would build itself, so a
+    DataLoader worker can build the next batch's graph while the model trains on this one and
+    hand it over as ``model(..., graph=graph)``. Validates its inputs like :func:`bilateral_knn`.
+
+    Shapes:
+        pos [N, 3], batch [N] -> BipartiteGraph with edge_index [2, E]
+    """
+
+    grid: RegularGrid
+    k: int
+    knn_backend: str = "auto"
+    max_in_degree: Optional[int] = None
+
+    def __call__(self, pos: Tensor, batch: Optional[Tensor] = None, num_clouds: Optional[int] = None
+                 ) -> BipartiteGraph:
+        return bilateral_knn(pos, self.grid, self.k, batch, num_clouds, self.knn_backend, self.max_in_degree)
+
+
 def bilateral_knn(pos: Tensor, grid: RegularGrid, k: int, batch: Optional[Tensor] = None,
                   num_clouds: Optional[int] = None, knn_backend: str = "auto",
                   max_in_degree: Optional[int] = None) -> BipartiteGraph:

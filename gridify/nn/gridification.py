@@ -30,8 +30,8 @@ from .._checks import (check_alloc, check_batch, check_choice, check_finite, che
 from ..ops.scatter import accumulation_dtype, scatter_unchecked
 from ..registry import POS_EMBEDDINGS
 from .edge_messages import fused_edge_messages, use_fused_messages
-from .connectivity import (BipartiteGraph, bilateral_knn_unchecked, check_connectivity_args, check_graph_size,
-                           warn_small_clouds)
+from .connectivity import (BipartiteGraph, GraphBuilder, bilateral_knn_unchecked, check_connectivity_args,
+                           check_graph_size, warn_small_clouds)
 from .inputs import check_message_passing_inputs, module_dtype, parse_points
 from .grid import RegularGrid
 
@@ -298,6 +298,34 @@ class Gridification(nn.Module):
                             f"normalize the cloud into the box, or pass bounds=... or outside='allow'")
         return batch, counts
 
+    def _given_graph(self, where: str, graph: object, pos: Tensor, batch: Tensor, num_clouds: int
+                     ) -> BipartiteGraph:
+        """A prebuilt graph, checked against this call's points and this module's grid (the point
+        positions and cloud ids compared exactly, the edges checked in range), as a fresh value
+        that holds this call's ``pos``/``batch`` (on their device)."""
+        if not isinstance(graph, BipartiteGraph):
+            fail(where, f"graph must be a BipartiteGraph (from graph_builder()), got {type(graph).__name__}")
+        grid = graph.grid
+        if (grid.resolution, grid.lower, grid.upper) != (self.grid.resolution, self.grid.lower, self.grid.upper):
+            fail(where, f"graph was built for a grid of resolution {grid.resolution} over {grid.lower}..{grid.upper}, "
+                        f"this module's grid has resolution {self.grid.resolution} over "
+                        f"{self.grid.lower}..{self.grid.upper}")
+        if graph.num_points != pos.size(0) or graph.num_clouds != num_clouds:
+            fail(where, f"graph was built for {graph.num_points} points in {graph.num_clouds} clouds, "
+                        f"got {pos.size(0)} points in {num_clouds} clouds")
+        edges = graph.edge_index.to(pos.device)
+        if validating():
+            same = torch.equal(graph.pos.to(pos.device, pos.dtype), pos) and torch.equal(graph.batch.to(batch.device),
+                                                                                          batch)
+            if not same:
+                fail(where, "graph was built for other points than pos/batch (positions or cloud ids differ)")
+            check_graph(where, BipartiteGraph(edges, pos, batch, num_clouds, self.grid))
+            keys = edges[1] * pos.size(0) + edges[0]
+            if keys.numel() > 1 and not bool((keys[1:] > keys[:-1]).all()):
+                fail(where, "graph.edge_index must be sorted by grid node, then point, without repeats "
+                            "(as graph_builder() returns it)")
+        return BipartiteGraph(edge_index=edges, pos=pos, batch=batch, num_clouds=num_clouds, grid=self.grid)
+
     def build_graph(self, pos: Tensor, batch: Optional[Tensor] = None, num_clouds: Optional[int] = None,
                     ) -> BipartiteGraph:
         """Bilateral kNN edges of flat ``pos [N, 3]`` to this module's grid (validated)."""
@@ -306,14 +334,26 @@ class Gridification(nn.Module):
         batch, counts = self._check_cloud(where, pos, batch, num_clouds)
         return bilateral_knn_unchecked(pos, self.grid, self.k, batch, counts, self.knn_backend, self.max_in_degree)
 
+    def graph_builder(self) -> GraphBuilder:
+        """A picklable :class:`GraphBuilder` that builds this module's graph elsewhere (a DataLoader
+        worker); its graphs go back in as ``forward(..., graph=graph)``."""
+        return GraphBuilder(self.grid, self.k, self.knn_backend, self.max_in_degree)
+
     def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None, *,
-                num_clouds: Optional[int] = None, return_graph: bool = False):
+                num_clouds: Optional[int] = None, return_graph: bool = False,
+                graph: Optional[BipartiteGraph] = None):
+        """``graph``: the graph of exactly these points built by :meth:`graph_builder` (e.g. in a
+        DataLoader worker), used instead of building it here; checked against ``pos``/``batch``."""
         where = type(self).__name__
         pos, x, batch, dense_shape = parse_points(where, pos, x, batch, self.in_channels, module_dtype(self))
         batch, counts = self._check_cloud(where, pos, batch, num_clouds)
         if validating():
             check_finite(x, "x", where, batch)
-        graph = bilateral_knn_unchecked(pos, self.grid, self.k, batch, counts, self.knn_backend, self.max_in_degree)
+        if graph is None:
+            graph = bilateral_knn_unchecked(pos, self.grid, self.k, batch, counts, self.knn_backend,
+                                            self.max_in_degree)
+        else:
+            graph = self._given_graph(where, graph, pos, batch, counts.numel())
         graph.dense_shape = dense_shape
         point, node = graph.edge_index
         offset = graph.point_to_node_offsets()

@@ -26,9 +26,11 @@ VOTE_SCALE = (0.85, 1.15)
 def forward_batch(model: torch.nn.Module, batch: Dict[str, Any], task: str) -> torch.Tensor:
     """Logits of a collated batch: ``[B, classes]`` or ``[N, parts]``."""
     x = batch.get("x")
+    # a graph built ahead by the loader's workers (GraphCollate) for exactly these points
+    extra = {"graph": batch["graph"]} if batch.get("graph") is not None else {}
     if task == "segmentation" and getattr(model, "num_categories", 0):
-        return model(batch["pos"], x, batch["batch"], category=batch["category"])
-    return model(batch["pos"], x, batch["batch"])
+        return model(batch["pos"], x, batch["batch"], category=batch["category"], **extra)
+    return model(batch["pos"], x, batch["batch"], **extra)
 
 
 def vote_logits(model: torch.nn.Module, batch: Dict[str, Any], task: str, votes: int, seed: int = 0) -> torch.Tensor:
@@ -56,7 +58,7 @@ def vote_logits(model: torch.nn.Module, batch: Dict[str, Any], task: str, votes:
         extent = torch.zeros(num_clouds, dtype=p.dtype, device=p.device).scatter_reduce_(
             0, bidx, p.abs().amax(1), "amax", include_self=True)
         p = p / extent.clamp_min(1.0)[bidx, None]
-        view = dict(batch, pos=p)
+        view = dict(batch, pos=p, graph=None)  # another view: a prebuilt graph does not fit it
         if batch.get("x") is not None and batch["x"].size(-1) >= 3:
             view["x"] = torch.cat([p, batch["x"][:, 3:]], 1)
         probs = torch.softmax(forward_batch(model, view, task).float(), -1)
