@@ -356,6 +356,8 @@ def time_inference(task: Any, batches: Sequence[Dict[str, Any]], clock: Callable
     model = task.model
     model.eval()
     total = spent = 0.0
+    # inference builds its own graph: a graph the loader's workers built ahead is left out
+    batches = [{k: v for k, v in b.items() if k != "graph"} for b in batches]
     with torch.no_grad(), _autocast(batches[0]["pos"].device, amp):
         forward_batch(model, batches[0], task.task)
         for batch in batches:
@@ -378,7 +380,7 @@ class _SyntheticBatches:
         # features: xyz, then the unit directions as normals, zero-padded to in_channels
         x = torch.cat([pos, d.reshape(-1, 3), torch.zeros(pos.size(0), max(0, in_channels - 6))], 1)[:, :in_channels]
         device, labels = like["pos"].device, clouds if task == "classification" else clouds * points
-        self.batch = dict(like, pos=pos.to(device), x=x.to(device),
+        self.batch = dict(like, graph=None, pos=pos.to(device), x=x.to(device),
                           batch=torch.arange(clouds).repeat_interleave(points).to(device),
                           y=torch.zeros(labels, dtype=like["y"].dtype, device=device))
         if isinstance(like.get("category"), torch.Tensor):
@@ -437,6 +439,7 @@ def _row(name: str, meta: Dict[str, Any], train: Dict[str, float], infer: Option
 def _measure_model(name: str, cfg: Dict[str, Any], data: Tuple[Any, Any, Any, Dict[str, Any]],
                    settings: Dict[str, Any], device: torch.device) -> Dict[str, Any]:
     """Train, infer and (optionally) the synthetic step of one model; its row."""
+    from .training.data import graph_builder_of
     from .training.module import PointCloudData
 
     train_set, val_set, augment, info = data
@@ -446,7 +449,9 @@ def _measure_model(name: str, cfg: Dict[str, Any], data: Tuple[Any, Any, Any, Di
     tr = cfg["trainer"]
     stand_in = _TrainerStandIn(int(tr["max_epochs"]), int(tr["max_steps"]))
     optim = optimizer_of(task, stand_in)
-    datamodule = PointCloudData(cfg, train_set, val_set, augment)
+    # as gridify train: with DataLoader workers, a gridified model's graphs are built in them
+    datamodule = PointCloudData(cfg, train_set, val_set, augment,
+                                graph_builder_of(task.model, cfg))
     datamodule.trainer = stand_in
     clock, amp, clip = _Clock(device), PRECISIONS[tr["precision"]], tr["gradient_clip_val"]
     batches = _Batches(datamodule, stand_in, device)

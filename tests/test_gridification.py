@@ -396,9 +396,12 @@ def test_graph_collate_in_worker_processes_matches_the_plain_forward():
     model = _small_classifier()
     g = torch.Generator().manual_seed(2)
     items = [{"pos": torch.rand(50, 3, generator=g) * 1.8 - 0.9, "y": torch.tensor(i % 4)} for i in range(6)]
-    assert graph_builder_of(model, 0) is None
+    cfg = {"data": {"num_workers": 1, "prefetch_graph": True}, "trainer": {"accelerator": "cpu"}}
+    assert graph_builder_of(model, dict(cfg, data={"num_workers": 0, "prefetch_graph": True})) is None
+    assert graph_builder_of(model, dict(cfg, data={"num_workers": 1, "prefetch_graph": "auto"})) is None  # CPU
+    assert graph_builder_of(model, dict(cfg, data={"num_workers": 1, "prefetch_graph": False})) is None
     loader = DataLoader(items, batch_size=3, num_workers=1,
-                        collate_fn=GraphCollate(collate_points, graph_builder_of(model, 1)))
+                        collate_fn=GraphCollate(collate_points, graph_builder_of(model, cfg)))
     for b in loader:
         assert b["graph"].edge_index.size(1) > 0
         plain = model(b["pos"], None, b["batch"])

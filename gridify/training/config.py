@@ -46,8 +46,8 @@ CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 #: the key of a config file that names the configs it starts from
 BASE_KEY = "_base_"
 #: keys of ``data`` that configure loading rather than the dataset constructor
-DATA_LOADER_KEYS = ("name", "batch_size", "eval_batch_size", "num_workers", "drop_last", "augmentations",
-                    "train", "val", "test")
+DATA_LOADER_KEYS = ("name", "batch_size", "eval_batch_size", "num_workers", "drop_last", "prefetch_graph",
+                    "augmentations", "train", "val", "test")
 #: sections whose keys are checked against the defaults (the others are free-form kwargs)
 CLOSED_SECTIONS = ("optim", "trainer")
 PRIMARY_METRIC = {"classification": "oa", "segmentation": "instance_miou"}

@@ -338,9 +338,14 @@ class GraphCollate:
         return batch
 
 
-def graph_builder_of(model: torch.nn.Module, num_workers: int) -> Optional[Any]:
-    """The model's :class:`gridify.nn.GraphBuilder` when graphs can be built ahead in ``num_workers > 0``
-    DataLoader workers (a gridified model whose gridification takes a prebuilt graph), else None."""
-    gridify = getattr(model, "gridify", None)
-    builder = getattr(gridify, "graph_builder", None)
-    return builder() if num_workers > 0 and callable(builder) else None
+def graph_builder_of(model: torch.nn.Module, cfg: Dict[str, Any]) -> Optional[Any]:
+    """The model's :class:`gridify.nn.GraphBuilder` when ``cfg`` builds the training graphs ahead in the
+    DataLoader workers, else None: ``data.prefetch_graph`` true (or ``auto`` when training on a GPU,
+    whose step the CPU workers then overlap; on a CPU whose cores the step already keeps busy a worker
+    only competes with it), ``data.num_workers > 0`` and a gridified model that takes a prebuilt graph."""
+    data, accelerator = cfg["data"], str(cfg["trainer"].get("accelerator", "auto"))
+    wanted = data.get("prefetch_graph", "auto")
+    if wanted == "auto":
+        wanted = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    builder = getattr(getattr(model, "gridify", None), "graph_builder", None)
+    return builder() if wanted is True and int(data["num_workers"]) > 0 and callable(builder) else None

@@ -312,7 +312,7 @@ def run_process(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bo
     record.run_info = _run_info(record, len(train_set), len(val_set), int(module.hparams.steps_per_epoch),
                                 ckpt_path, argv)
     datamodule = PointCloudData(cfg, train_set, val_set, augment,
-                                graph_builder_of(module.model, int(cfg["data"]["num_workers"])))
+                                graph_builder_of(module.model, cfg))
     if tr["limit_test_batches"] != 0:  # a missing or broken test split fails now, not after training
         datamodule.test_set = build_dataset(cfg, "test")
     if rank0:

@@ -315,6 +315,7 @@ DEFAULTS: Dict[str, Any] = {
         "eval_batch_size": None,
         "num_workers": 0,
         "drop_last": False,
+        "prefetch_graph": "auto",
         "augmentations": [],
         "train": {},
         "val": {},
@@ -392,6 +393,8 @@ SCHEMA: Dict[str, Any] = {
         "eval_batch_size": Int(min=1, nullable=True, doc="clouds per validation / test batch (null: batch_size)"),
         "num_workers": Int(min=0, doc="DataLoader worker processes"),
         "drop_last": Bool(doc="drop the last incomplete training batch"),
+        "prefetch_graph": Bool(also=("auto",), doc="build a gridified model's training graphs in the DataLoader "
+                               "workers (num_workers > 0), overlapping the step; auto: when training on a GPU"),
         "augmentations": ListOf(AnyOf(Str(), Mapping()), nullable=True, text="a list of augmentations (names or "
                                 "mappings with 'name')", doc="training augmentations: rotate_z, rotate, scale, "
                                 "jitter, point_dropout, each a name or {name: ..., arguments}"),
