@@ -29,13 +29,13 @@ import os
 import sys
 from typing import Any, Dict, Optional, Sequence
 
-import yaml
 
 from gridify import _cliargs as types
 from gridify._paths import one_line_errors
 from gridify.datasets import DatasetNotFoundError, DownloadError
 
 from .config import SECTIONS, ConfigError, resolve_config
+from .schema import annotated_yaml
 
 __all__ = ["program_name", "build_parser", "config_from_args", "error_line", "main"]
 
@@ -120,8 +120,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         cfg = config_from_args(args)
     except ConfigError as exc:
         raise SystemExit(f"{parser.prog}: config error: {error_line(exc)}")
-    if args.print_config:
-        print(yaml.safe_dump(cfg, sort_keys=False))
+    if args.print_config:  # each declared key followed by its rule (training/schema.py) as a YAML comment
+        print(annotated_yaml(cfg))
         return {"config": cfg}
     from .runner import RUN_ERRORS, run  # Lightning is imported only when a run starts
 
