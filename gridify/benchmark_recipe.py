@@ -75,6 +75,7 @@ import torch
 from . import _cliargs as cliargs
 from ._files import atomic_write_text
 from ._paths import PathError, check_output_dir, one_line_errors
+from .runtime import cpu_model
 
 __all__ = ["main", "build_parser", "RECIPE_COLUMNS", "PEERS", "peer_registry_name", "cpu_seconds", "graph_timer",
            "time_training", "time_inference"]
@@ -498,20 +499,9 @@ def format_table(rows: List[Dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine_facts(cfg: Dict[str, Any], device: torch.device) -> Dict[str, Any]:
     """CPU, cores available, torch, threads, workers, batch size, device."""
-    facts = {"cpu": _cpu_name(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
+    facts = {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
              "num_workers": int(cfg["data"]["num_workers"]), "batch_size": int(cfg["data"]["batch_size"]),
              "torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
              "device": str(device), "precision": str(cfg["trainer"]["precision"])}

@@ -76,6 +76,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
+from .runtime import cpu_model  # noqa: F401 (public here too)
 from . import _cliargs as types
 from ._files import atomic_write_text
 from ._paths import one_line_errors
@@ -192,17 +193,6 @@ def make_batch(batch_size: int, num_points: int, device: torch.device, seed: int
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine_info(device: torch.device) -> Dict[str, Any]:

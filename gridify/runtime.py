@@ -72,3 +72,15 @@ def tune_cpu_allocator(mmap_threshold: int = DEFAULT_MMAP_THRESHOLD,
     if lib.mallopt(_M_TRIM_THRESHOLD, trim_threshold) != 1:
         raise ValueError(f"tune_cpu_allocator: glibc rejected trim_threshold={trim_threshold}")
     return True
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` says."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

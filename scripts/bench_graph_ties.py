@@ -18,7 +18,6 @@ import argparse
 import csv
 import io
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -28,19 +27,10 @@ import numpy as np
 import torch
 
 from gridify._files import atomic_write_text
+from gridify.runtime import cpu_model
 from gridify.nn import RegularGrid, bilateral_knn
 
 FRACTIONS = (0.0, 0.1, 0.2, 0.5)
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def load_clouds(data: str, count: int, points: int) -> List[torch.Tensor]:
@@ -114,11 +104,11 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     rows = run(args)
     print(f"bilateral kNN graph, R={args.resolution}, k={args.k}, {args.clouds} clouds x {args.points} points, "
-          f"{args.threads} thread(s), {cpu_name()}, torch {torch.__version__}")
+          f"{args.threads} thread(s), {cpu_model()}, torch {torch.__version__}")
     print(f"{'duplicates':>10} {'backend':>8} {'ms/cloud':>9} {'vs 0 %':>7}")
     for r in rows:
         print(f"{r['duplicates']:>10.0%} {r['backend']:>8} {r['ms_per_cloud']:>9.2f} {r['ratio_to_no_duplicates']:>7.2f}")
-    meta = dict(cpu=cpu_name(), torch=torch.__version__, threads=args.threads, clouds=args.clouds,
+    meta = dict(cpu=cpu_model(), torch=torch.__version__, threads=args.threads, clouds=args.clouds,
                 points=args.points, resolution=args.resolution, k=args.k, data=args.data or "procedural")
     atomic_write_text(out / "graph_ties.json", json.dumps(dict(meta=meta, rows=rows), indent=2))
     buf = io.StringIO()
