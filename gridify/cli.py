@@ -1,4 +1,4 @@
-"""The ``gridify`` command line: train, evaluate, predict, show, export, bench, download.
+"""The ``gridify`` command line: train, evaluate, predict, show, export, bench, download, convert.
 
     gridify train --config procedural [section.key=value ...]
     gridify evaluate --ckpt outputs/procedural/checkpoints/model.pt
@@ -8,6 +8,7 @@
     gridify export model.pt --format onnx [--num-points N] [--batch B] --out model.onnx
     gridify bench [...]
     gridify download modelnet10 [--root datasets]      # or --config modelnet10, or --list
+    gridify convert RAW_ROOT --layout s3dis --out datasets/s3dis_pointcept   (scenes -> the common layout)
 
 ``train``, ``evaluate`` and ``bench`` hand their arguments to :func:`gridify.training.main`,
 :func:`gridify.evaluation.main` and :func:`gridify.benchmarking.main` (imported only when used).
@@ -198,7 +199,34 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--instructions", action="store_true", help="only print the by-hand download instructions")
     d.add_argument("--no-progress", action="store_true", help="no progress bar")
     d.set_defaults(func=cmd_download)
+    _add_convert_parser(sub)
     return p
+
+
+def _add_convert_parser(sub: Any) -> None:
+    from .datasets.scene_layouts import LAYOUTS, S3DIS_TEST_AREA
+
+    c = sub.add_parser("convert", help="convert a raw scene dataset to the common (Pointcept) layout",
+                       description="Convert S3DIS, ScanNet v2, SemanticKITTI or mmdetection3d scene folders into "
+                                   "<out>/<split>/<scene>/{coord,color,normal,strength,segment,instance}.npy plus "
+                                   "<out>/classes.txt, read back with data.name: scene, layout: pointcept. An "
+                                   "interrupted run resumes: scenes already written are kept unless --overwrite.")
+    c.add_argument("root", help="the raw dataset's root folder")
+    c.add_argument("--layout", required=True, choices=sorted(set(LAYOUTS) - {"pointcept"}), help="source layout")
+    c.add_argument("--out", required=True, type=types.output_dir, help="output root of the common layout")
+    c.add_argument("--splits", nargs="+", default=["all"], choices=["train", "val", "test", "all"],
+                   help="source splits to convert (default: all)")
+    c.add_argument("--test-area", type=types.int_range(1, 6, "S3DIS area"), default=S3DIS_TEST_AREA,
+                   help=f"S3DIS: the Area held out as test (default {S3DIS_TEST_AREA})")
+    c.add_argument("--sequences", nargs="+", default=None,
+                   help="SemanticKITTI: the sequences to convert (default: those of --splits)")
+    c.add_argument("--classes", nargs="+", default=None,
+                   help="S3DIS layout: class names (file-name prefixes) instead of the 13 S3DIS classes")
+    c.add_argument("--unknown", default="ignore",
+                   help="S3DIS layout: what another class becomes: ignore, error or a class name")
+    c.add_argument("--overwrite", action="store_true", help="rewrite scenes already converted")
+    c.add_argument("--quiet", action="store_true", help="no line per scene")
+    c.set_defaults(func=cmd_convert)
 
 
 # --------------------------------------------------------------------------------------
@@ -455,6 +483,31 @@ def cmd_download(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise SystemExit(f"gridify download: error: {'; '.join(ln for ln in str(exc).splitlines() if ln)}")
         print(f"{key}: ready at {path}")
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from .datasets import DatasetError, convert_to_pointcept
+
+    if not Path(args.root).is_dir():
+        what = "is not a folder" if Path(args.root).exists() else "does not exist"
+        raise SystemExit(f"gridify convert: error: root {args.root} {what}")
+    if Path(args.out).resolve() == Path(args.root).resolve():
+        raise SystemExit(f"gridify convert: error: --out {args.out} is the source folder; write the common layout "
+                         "to another folder")
+
+    def progress(done: int, total: int, name: str) -> None:
+        if not args.quiet:
+            print(f"[{done}/{total}] {name}", flush=True)
+
+    try:
+        written = convert_to_pointcept(args.root, args.layout, args.out, args.splits, test_area=args.test_area,
+                                       sequences=args.sequences, classes=args.classes, unknown=args.unknown,
+                                       overwrite=args.overwrite, progress=progress)
+    except (DatasetError, ValueError) as exc:
+        raise SystemExit(f"gridify convert: error: {exc}")
+    print(f"{len(written)} scenes in {args.out} (read back with data.name: scene, layout: pointcept, "
+          f"root: {args.out})")
     return 0
 
 
