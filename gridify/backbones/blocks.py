@@ -1,6 +1,10 @@
 """Building blocks shared by the grid backbones.
 
-All blocks act on dense cubic grids ``[B, C, R, R, R]`` and keep the spatial size.
+All blocks act on dense grids ``[B, C, R, R, R]`` and keep the spatial size; the discrete ones
+built with ``cubic=False`` accept any ``[B, C, Rx, Ry, Rz]`` (a per-axis grid of a flat scene).
+
+Shapes:
+    input ``[B, C, Rx, Ry, Rz]`` -> output ``[B, C', Rx, Ry, Rz]``
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from ..nn.flexconv import (DEFAULT_FFT_THRESHOLD, PointwiseConv3d, check_grid_in
 from ..nn.inputs import check_grid_module_input
 
 __all__ = ["GridBackbone", "ResidualBlock3d", "DepthwiseSeparableConv3d", "PointwiseConv3d", "pointwise_conv3d",
-           "check_kernel_size", "grid_gelu", "MaskDropout"]
+           "check_kernel_size", "check_cubic", "grid_gelu", "MaskDropout"]
 
 
 def check_kernel_size(where: str, kernel_size: int) -> None:
@@ -26,6 +30,21 @@ def check_kernel_size(where: str, kernel_size: int) -> None:
         fail(where, f"kernel_size must be an odd positive integer, got {kernel_size!r}")
     if kernel_size % 2 == 0:
         fail(where, f"kernel_size must be odd (same-size 'centred' convolution), got {kernel_size}")
+
+
+def check_cubic(where: str, cubic: object) -> bool:
+    """The ``cubic`` flag of a grid layer: True (only ``[B, C, R, R, R]``) or False (any ``[B, C, Rx, Ry, Rz]``)."""
+    if not isinstance(cubic, bool):
+        fail(where, f"cubic must be True or False, got {cubic!r}")
+    return cubic
+
+
+def _crop_taps(weight: Tensor, shape: tuple) -> Tensor:
+    """A kernel ``[C, 1, K, K, K]`` cropped per axis to at most ``2 R_a - 1`` taps (the taps beyond
+    can only see zero padding). ``[C, 1, Kx, Ky, Kz]``"""
+    k = weight.shape[-1]
+    c = [max(0, (k - (2 * r - 1)) // 2) for r in shape]
+    return weight[..., c[0]:k - c[0], c[1]:k - c[1], c[2]:k - c[2]]
 
 
 def pointwise_conv3d(in_channels: int, out_channels: int, bias: bool = True) -> PointwiseConv3d:
@@ -48,16 +67,18 @@ class DepthwiseSeparableConv3d(nn.Module):
 
     Depthwise weights ``w ~ N(0, 1 / K^3)`` (fan-in ``K^3``), pointwise ``W ~ N(0, 1 / C_in)``.
     On a grid with ``2R - 1 < K`` the taps that can only ever see the zero padding are cropped
-    before the convolution (same result, less work). ``fft`` selects the backend as in
+    before the convolution (same result, less work), per axis on a non-cubic grid (accepted
+    with ``cubic=False``; a cubic input is required otherwise). ``fft`` selects the backend as in
     :class:`gridify.nn.flexconv.SepFlexConv3d` (``"auto"``: FFT from ``fft_threshold`` taps per
     axis, default per device); both compute the same cross-correlation.
 
     Shapes:
-        input ``[B, C_in, R, R, R]`` -> output ``[B, C_out, R, R, R]``
+        input ``[B, C_in, R, R, R]`` -> output ``[B, C_out, R, R, R]`` (``[B, C, Rx, Ry, Rz]`` with
+        ``cubic=False``)
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 9, bias: bool = True,
-                 fft: Union[str, bool] = "auto", fft_threshold: Optional[int] = None) -> None:
+                 fft: Union[str, bool] = "auto", fft_threshold: Optional[int] = None, cubic: bool = True) -> None:
         super().__init__()
         check_positive_int("DepthwiseSeparableConv3d", in_channels=in_channels, out_channels=out_channels)
         check_kernel_size("DepthwiseSeparableConv3d", kernel_size)
@@ -68,7 +89,7 @@ class DepthwiseSeparableConv3d(nn.Module):
             raise ValueError(f"DepthwiseSeparableConv3d: fft must be 'auto', True or False, got {fft!r}")
         if fft_threshold is not None:
             check_positive_int("DepthwiseSeparableConv3d", fft_threshold=fft_threshold)
-        self.fft, self.fft_threshold = fft, fft_threshold
+        self.fft, self.fft_threshold, self.cubic = fft, fft_threshold, check_cubic("DepthwiseSeparableConv3d", cubic)
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
         self.depthwise = nn.Conv3d(in_channels, in_channels, kernel_size, padding=kernel_size // 2,
                                    groups=in_channels, bias=False)
@@ -83,10 +104,13 @@ class DepthwiseSeparableConv3d(nn.Module):
 
     @checked_forward(check_grid_module_input)
     def forward(self, x: Tensor) -> Tensor:
-        r = check_grid_input(x, self.in_channels, type(self).__name__)
+        r = check_grid_input(x, self.in_channels, type(self).__name__, cubic=self.cubic)
         weight = self.depthwise.weight
         k = self.kernel_size
-        if k > 2 * r - 1:
+        if not self.cubic:
+            weight = _crop_taps(weight, tuple(x.shape[2:]))
+            k = max(weight.shape[-3:])
+        elif k > 2 * r - 1:
             c = (k - (2 * r - 1)) // 2
             weight = weight[..., c:k - c, c:k - c, c:k - c]
             k = 2 * r - 1
@@ -179,9 +203,14 @@ class ResidualBlock3d(nn.Module):
         self.dropout = MaskDropout(dropout)
         self.linear = pointwise_conv3d(channels, channels)
 
+    @property
+    def cubic(self) -> bool:
+        """Whether only cubic grids are accepted (the spatial layer's ``cubic``, default True)."""
+        return getattr(self.spatial, "cubic", True)
+
     @checked_forward(check_grid_module_input)
     def forward(self, x: Tensor) -> Tensor:
-        check_grid_input(x, self.channels, type(self).__name__)
+        check_grid_input(x, self.channels, type(self).__name__, cubic=self.cubic)
         if torch.is_grad_enabled():
             h = grid_gelu(self.spatial(self.norm(x)))
             h = grid_gelu(self.linear(self.dropout(h)))
@@ -220,7 +249,7 @@ class GridBackbone(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
     def _check_input(self, x: Tensor) -> int:
-        return check_grid_input(x, self.in_channels, type(self).__name__)
+        return check_grid_input(x, self.in_channels, type(self).__name__, cubic=getattr(self, "cubic", True))
 
 
 class ResidualStack(GridBackbone):

@@ -6,7 +6,7 @@ from typing import Optional, Union
 from .._checks import check_parameters, check_positive_int, check_probability
 from ..nn.flexconv import SepFlexConv3d
 from ..registry import BACKBONES
-from .blocks import ResidualStack
+from .blocks import ResidualStack, check_cubic
 
 __all__ = ["CCNN"]
 
@@ -37,9 +37,13 @@ class CCNN(ResidualStack):
         kernel_net, kernel_hidden, kernel_layers, omega0, mask, mask_init, fft, fft_threshold,
         base_resolution, kernel_init, quadrature: forwarded to every :class:`SepFlexConv3d`.
         final_norm: apply a BatchNorm before the output projection.
+        cubic: True (default) accepts only cubic grids; False any ``[B, C, Rx, Ry, Rz]`` (a per-axis
+            resolution of a flat scene): every kernel is sampled per axis (``kernel_size="global"``:
+            ``2 R_a - 1`` taps along axis ``a``), see :class:`SepFlexConv3d`.
 
     Shapes:
         input ``[B, in_channels, R, R, R]`` -> output ``[B, out_channels, R, R, R]``
+        (``[B, C, Rx, Ry, Rz]`` with ``cubic=False``)
     """
 
     def __init__(self, in_channels: int, out_channels: int, hidden_channels: int = 128, depth: int = 3,
@@ -47,8 +51,9 @@ class CCNN(ResidualStack):
                  kernel_hidden: int = 32, kernel_layers: int = 3, omega0: float = 3.0, mask: bool = True,
                  mask_init: float = 0.5, fft: Union[str, bool] = "auto", fft_threshold: Optional[int] = None,
                  base_resolution: Optional[int] = None, kernel_init: str = "ccnn", quadrature: str = "trapezoid",
-                 final_norm: bool = False) -> None:
+                 final_norm: bool = False, cubic: bool = True) -> None:
         super().__init__()
+        self.cubic = check_cubic("CCNN", cubic)
         check_positive_int("CCNN", in_channels=in_channels, out_channels=out_channels,
                            hidden_channels=hidden_channels, depth=depth)
         check_parameters("CCNN", f"hidden_channels={hidden_channels}, depth={depth}",
@@ -60,6 +65,7 @@ class CCNN(ResidualStack):
             return SepFlexConv3d(hidden_channels, hidden_channels, kernel_size=kernel_size, kernel_net=kernel_net,
                                  kernel_hidden=kernel_hidden, kernel_layers=kernel_layers, omega0=omega0, mask=mask,
                                  mask_init=mask_init, fft=fft, fft_threshold=fft_threshold,
-                                 base_resolution=base_resolution, kernel_init=kernel_init, quadrature=quadrature)
+                                 base_resolution=base_resolution, kernel_init=kernel_init, quadrature=quadrature,
+                                 cubic=cubic)
 
         self._build(in_channels, hidden_channels, out_channels, depth, make_conv, dropout, final_norm)

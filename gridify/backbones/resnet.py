@@ -5,7 +5,7 @@ from typing import Union
 
 from .._checks import check_parameters, check_positive_int, check_probability
 from ..registry import BACKBONES
-from .blocks import DepthwiseSeparableConv3d, ResidualStack, check_kernel_size
+from .blocks import DepthwiseSeparableConv3d, ResidualStack, check_cubic, check_kernel_size
 
 __all__ = ["ResNet3d"]
 
@@ -23,14 +23,17 @@ class ResNet3d(ResidualStack):
     kernel is tied to the grid spacing: applied at another resolution it covers another
     physical extent. ``fft`` picks the depthwise backend (same result; ``"auto"`` uses the FFT
     for large kernels, see :class:`~gridify.backbones.blocks.DepthwiseSeparableConv3d`).
+    ``cubic=False`` accepts non-cubic grids ``[B, C, Rx, Ry, Rz]`` (a per-axis resolution for flat
+    scenes; kernels cropped per axis to ``2 R_a - 1`` taps); the default refuses them.
 
     Shapes:
-        input ``[B, in_channels, R, R, R]`` -> output ``[B, out_channels, R, R, R]``
+        input ``[B, in_channels, Rx, Ry, Rz]`` -> output ``[B, out_channels, Rx, Ry, Rz]`` (``R`` each
+        axis unless ``cubic=False``)
     """
 
     def __init__(self, in_channels: int, out_channels: int, hidden_channels: int = 128, depth: int = 3,
                  dropout: float = 0.1, kernel_size: int = 9, final_norm: bool = False,
-                 fft: Union[str, bool] = "auto") -> None:
+                 fft: Union[str, bool] = "auto", cubic: bool = True) -> None:
         super().__init__()
         check_positive_int("ResNet3d", in_channels=in_channels, out_channels=out_channels,
                            hidden_channels=hidden_channels, depth=depth)
@@ -38,8 +41,10 @@ class ResNet3d(ResidualStack):
                          hidden_channels * ((3 * depth + 2) * hidden_channels + in_channels + out_channels))
         check_probability("ResNet3d", "dropout", dropout)
         check_kernel_size("ResNet3d", kernel_size)
+        self.cubic = check_cubic("ResNet3d", cubic)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.hidden_channels, self.depth, self.kernel_size = hidden_channels, depth, kernel_size
         self._build(in_channels, hidden_channels, out_channels, depth,
-                    lambda: DepthwiseSeparableConv3d(hidden_channels, hidden_channels, kernel_size, fft=fft),
+                    lambda: DepthwiseSeparableConv3d(hidden_channels, hidden_channels, kernel_size, fft=fft,
+                                                           cubic=cubic),
                     dropout, final_norm)

@@ -1,7 +1,12 @@
-"""3D U-Net grid backbone that works on odd grid sizes (R = 9, 13, ...)."""
+"""3D U-Net grid backbone that works on odd grid sizes (R = 9, 13, ...) and, with ``cubic=False``,
+on per-axis grids ``(Rx, Ry, Rz)`` of flat scenes (e.g. 32 x 32 x 8).
+
+Shapes:
+    ``[B, C_in, Rx, Ry, Rz]`` -> ``[B, C_out, Rx, Ry, Rz]``
+"""
 from __future__ import annotations
 
-from typing import List, Union
+from typing import List, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -10,19 +15,21 @@ from torch import Tensor, nn
 from .._checks import check_parameters, check_positive_int, check_probability, checked_forward
 from ..registry import BACKBONES
 from ..nn.inputs import check_grid_module_input
-from .blocks import DepthwiseSeparableConv3d, GridBackbone, ResidualBlock3d, check_kernel_size, pointwise_conv3d
+from .blocks import (DepthwiseSeparableConv3d, GridBackbone, ResidualBlock3d, check_cubic, check_kernel_size,
+                     pointwise_conv3d)
 
 __all__ = ["UNet3d"]
 
 
 class _Down(nn.Module):
-    r"""``y = Conv3d_{3, stride 2, pad 1}(BN(x))``: ``R -> ceil(R / 2)``, ``C_in -> C_out``.
+    r"""``y = Conv3d_{3, stride s, pad 1}(BN(x))``: ``R_a -> ceil(R_a / 2)`` along every axis with
+    ``R_a >= 3`` (``s_a = 2``), unchanged along a smaller one (``s_a = 1``); ``C_in -> C_out``.
 
     For odd ``R`` the output nodes sit exactly on every other input node, endpoints included,
-    i.e. on ``linspace(-1, 1, (R + 1) / 2)``.
+    i.e. on ``linspace(-1, 1, (R + 1) / 2)``. A cubic grid halves on every axis, as before.
 
     Shapes:
-        ``[B, C_in, R, R, R]`` -> ``[B, C_out, ceil(R/2), ceil(R/2), ceil(R/2)]``
+        ``[B, C_in, Rx, Ry, Rz]`` -> ``[B, C_out, ceil(Rx/2), ceil(Ry/2), ceil(Rz/2)]`` (axes < 3 kept)
     """
 
     def __init__(self, in_channels: int, out_channels: int) -> None:
@@ -31,7 +38,15 @@ class _Down(nn.Module):
         self.conv = nn.Conv3d(in_channels, out_channels, kernel_size=3, stride=2, padding=1)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.conv(self.norm(x))
+        stride = down_strides(tuple(x.shape[-3:]))
+        if stride == (2, 2, 2):
+            return self.conv(self.norm(x))
+        return F.conv3d(self.norm(x), self.conv.weight, self.conv.bias, stride=stride, padding=1)
+
+
+def down_strides(shape: Tuple[int, ...]) -> Tuple[int, int, int]:
+    """Per-axis stride of a down-sampling step: 2 along axes of at least 3 nodes, else 1."""
+    return tuple(2 if r >= 3 else 1 for r in shape)  # type: ignore[return-value]
 
 
 class _Up(nn.Module):
@@ -72,24 +87,31 @@ class UNet3d(GridBackbone):
     with discrete depthwise ``kernel_size`` kernels; ``Down`` is BN + a stride-2 3x3x3
     convolution (padding 1, so ``R -> ceil(R / 2)``: 9 -> 5 -> 3, 13 -> 7 -> 4); ``Up`` is trilinear
     interpolation to exactly the skip's size followed by pointwise layers. Any ``R >= 1`` works:
-    a level is only entered while the grid still has at least 3 nodes per axis (down-sampling a
-    2-node grid to a single node carries no geometry and breaks BatchNorm at batch size 1), so
-    on tiny grids the deepest levels are skipped (``R = 3``: two levels; ``R <= 2``: one), and
-    their parameters receive no gradient.
+    a level is only entered while the grid still has at least 3 nodes along some axis
+    (down-sampling a 2-node grid to a single node carries no geometry and breaks BatchNorm at
+    batch size 1), so on tiny grids the deepest levels are skipped (``R = 3``: two levels;
+    ``R <= 2``: one), and their parameters receive no gradient.
+
+    **Per-axis grids** (``cubic=False``, e.g. ``32 x 32 x 8`` for a room): each step halves only
+    the axes that still have at least 3 nodes (``8 -> 4 -> 2``, then ``z`` stays at 2 while
+    ``x, y`` keep halving), and the kernels are cropped per axis to ``2 R_a - 1`` taps. With the
+    default ``cubic=True`` a non-cubic input is refused.
 
     Shapes:
-        input ``[B, in_channels, R, R, R]`` -> output ``[B, out_channels, R, R, R]``
+        input ``[B, in_channels, Rx, Ry, Rz]`` -> output ``[B, out_channels, Rx, Ry, Rz]`` (``R``
+        on every axis unless ``cubic=False``)
     """
 
     def __init__(self, in_channels: int, out_channels: int, hidden_channels: int = 128, depth: int = 3,
                  dropout: float = 0.1, kernel_size: int = 9, channel_multiplier: int = 2,
-                 blocks_per_level: int = 1, fft: Union[str, bool] = "auto") -> None:
+                 blocks_per_level: int = 1, fft: Union[str, bool] = "auto", cubic: bool = True) -> None:
         super().__init__()
         check_positive_int("UNet3d", in_channels=in_channels, out_channels=out_channels,
                            hidden_channels=hidden_channels, depth=depth, channel_multiplier=channel_multiplier,
                            blocks_per_level=blocks_per_level)
         check_probability("UNet3d", "dropout", dropout)
         check_kernel_size("UNet3d", kernel_size)
+        self.cubic = check_cubic("UNet3d", cubic)
         top = hidden_channels * channel_multiplier ** (depth - 1)  # the widest level
         check_parameters("UNet3d", f"hidden_channels={hidden_channels}, channel_multiplier={channel_multiplier}, "
                                    f"depth={depth}",
@@ -101,7 +123,7 @@ class UNet3d(GridBackbone):
 
         def stage(c: int) -> nn.Sequential:
             return nn.Sequential(*[
-                ResidualBlock3d(c, DepthwiseSeparableConv3d(c, c, kernel_size, fft=fft), dropout=dropout)
+                ResidualBlock3d(c, DepthwiseSeparableConv3d(c, c, kernel_size, fft=fft, cubic=cubic), dropout=dropout)
                 for _ in range(blocks_per_level)])
 
         self.in_proj = pointwise_conv3d(in_channels, widths[0])
@@ -117,7 +139,7 @@ class UNet3d(GridBackbone):
         h = self.encoders[0](self.in_proj(x))
         skips = [h]
         for down, enc in zip(self.downs, self.encoders[1:]):
-            if h.shape[-1] < 3:
+            if max(h.shape[-3:]) < 3:
                 break
             h = enc(down(h))
             skips.append(h)
@@ -125,9 +147,10 @@ class UNet3d(GridBackbone):
             h = self.decoders[l](self.ups[l](h, skips[l]))
         return self.out_proj(h)
 
-    def levels_used(self, resolution: int) -> int:
-        """Number of levels a grid of ``resolution`` nodes per axis goes through."""
-        n, r = 1, resolution
-        while n < self.depth and r >= 3:
-            r, n = (r + 1) // 2, n + 1
+    def levels_used(self, resolution: Union[int, Sequence[int]]) -> int:
+        """Number of levels a grid of ``resolution`` (``R`` or ``(Rx, Ry, Rz)``) nodes per axis goes through."""
+        n = 1
+        shape = tuple(resolution) if isinstance(resolution, (tuple, list)) else (resolution,) * 3
+        while n < self.depth and max(shape) >= 3:
+            shape, n = tuple((r + 1) // 2 if s == 2 else r for r, s in zip(shape, down_strides(shape))), n + 1
         return n

@@ -1,10 +1,11 @@
-"""Complete models: gridified classifier and segmenter, registered in :data:`gridify.registry.MODELS`."""
+"""Complete models: gridified classifier, segmenter and scene segmenter, registered in :data:`gridify.registry.MODELS`."""
 from typing import Any
 
 from torch import nn
 
 from ..registry import MODELS
 from .gridified import CLASSIFIER_PRESETS, GridifiedClassifier, GridifiedModel, GridifiedSegmenter
+from .scene import GridifiedSceneSegmenter
 from .temporal import TemporalGridifiedClassifier, TemporalOutput
 
 
@@ -13,4 +14,4 @@ def build_model(name: str, **kwargs: Any) -> nn.Module:
     return MODELS.build(name, **kwargs)
 
 
-__all__ = ["GridifiedModel", "GridifiedClassifier", "GridifiedSegmenter", "CLASSIFIER_PRESETS", "build_model", "TemporalGridifiedClassifier", "TemporalOutput"]
+__all__ = ["GridifiedModel", "GridifiedClassifier", "GridifiedSegmenter", "CLASSIFIER_PRESETS", "build_model", "GridifiedSceneSegmenter", "TemporalGridifiedClassifier", "TemporalOutput"]

@@ -31,10 +31,11 @@ from .grid import RegularGrid
 
 @dataclass
 class BipartiteGraph:
-    """Edges between N points (of B clouds) and the B * R^3 nodes of their grids.
+    """Edges between N points (of B clouds) and the B * Rx Ry Rz nodes of their grids.
 
     ``edge_index[0]`` indexes points, ``edge_index[1]`` global grid nodes
-    (``cloud * R^3 + a * R^2 + b * R + c``); sorted by node, then point. Gridification sends
+    (``cloud * Rx Ry Rz + a * Ry Rz + b * Rz + c``; ``R^3``, ``R^2``, ``R`` for a cube); sorted
+    by node, then point. Gridification sends
     messages along point -> node, de-gridification along the transposed node -> point.
 
     Shapes:
@@ -58,7 +59,7 @@ class BipartiteGraph:
         return self.num_clouds * self.grid.num_nodes
 
     def node_positions(self, dtype: Optional[torch.dtype] = None) -> Tensor:
-        """Positions of the grid nodes of one cloud, ``[R^3, 3]`` (identical for every cloud)."""
+        """Positions of the grid nodes of one cloud, ``[Rx Ry Rz, 3]`` (identical for every cloud)."""
         return self.grid.positions(self.pos.device, dtype or self.pos.dtype)
 
     def point_to_node_offsets(self) -> Tensor:
@@ -68,7 +69,7 @@ class BipartiteGraph:
         return nodes[node % self.grid.num_nodes] - self.pos[point]
 
     def degree(self) -> Tuple[Tensor, Tensor]:
-        """Number of edges at every point ``[N]`` and at every grid node ``[B * R^3]``."""
+        """Number of edges at every point ``[N]`` and at every grid node ``[B * Rx Ry Rz]``."""
         point, node = self.edge_index
         return (torch.bincount(point, minlength=self.num_points),
                 torch.bincount(node, minlength=self.num_nodes))
@@ -142,8 +143,8 @@ def check_graph_size(where: str, grid: RegularGrid, k: int, num_points: int, num
     features; per point ``k`` edges of its own.
     """
     R = grid.resolution
-    check_grid_size(where, R, num_clouds)
-    nodes = num_clouds * R ** 3
+    check_grid_size(where, grid.shape, num_clouds)
+    nodes = num_clouds * grid.num_nodes
     w = element_size(working_dtype(pos.dtype))
     nbytes = nodes * (3 * w + 8 + 2 * k * 32 + channels * pos.element_size()) + num_points * k * 32
     check_alloc(where, f"resolution={R} with k={k} for {num_clouds} clouds ({nodes} grid nodes)", nbytes, pos.device)
@@ -181,7 +182,7 @@ def bilateral_knn_unchecked(pos: Tensor, grid: RegularGrid, k: int, batch: Tenso
     node_batch = torch.arange(B, device=pos.device).repeat_interleave(R3)
     g2p = knn_unchecked(pos, node_pos, k, batch, node_batch, counts, knn_backend)  # (node, point)
     lo, hi = box_tensors(grid.lower, grid.upper, pos.device, work)
-    p2g = grid_knn_unchecked(pos, min(k, R3), grid.resolution, lo, hi, batch)   # (point, node)
+    p2g = grid_knn_unchecked(pos, min(k, R3), grid.shape, lo, hi, batch)   # (point, node)
     n = pos.size(0)
     key_a = g2p[0] * n + g2p[1]
     key_b = p2g[1] * n + p2g[0]

@@ -9,7 +9,7 @@ the kernel at the new spacing (resolution transfer).
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from .._checks import (check_choice, check_int, check_number, check_parameters, check_positive_int, checked_forward,
                        fail, is_int)
+from ..ops.grid import check_resolution
 from ..registry import KERNELS
 from . import kernels as _kernels  # noqa: F401  (registers "magnet", "siren", "rff")
 from .depthwise import DepthwiseConv3dFunction, depthwise_conv3d_direct, next_fast_len
@@ -91,22 +92,23 @@ def fft_depthwise_conv3d(x: Tensor, kernel: Tensor) -> Tensor:
     computed in float32.
 
     Shapes:
-        x ``[B, C, R, R, R]``, kernel ``[C, 1, K, K, K]`` (K odd, K <= 2R - 1) -> ``[B, C, R, R, R]``
+        x ``[B, C, R, R, R]``, kernel ``[C, 1, K, K, K]`` (K odd, K <= 2R - 1) -> ``[B, C, R, R, R]``;
+        per axis: x ``[B, C, Rx, Ry, Rz]``, kernel ``[C, 1, Kx, Ky, Kz]`` (``K_a <= 2 R_a - 1``).
     """
-    r = x.shape[-1]
-    k = kernel.shape[-1]
-    p = (k - 1) // 2
-    if p > r - 1:
-        raise ValueError(f"fft_depthwise_conv3d: kernel size {k} exceeds 2R - 1 = {2 * r - 1}; crop it first")
+    rs, ks = tuple(x.shape[-3:]), tuple(kernel.shape[-3:])
+    ps = tuple((k - 1) // 2 for k in ks)
+    for r, k, p in zip(rs, ks, ps):
+        if p > r - 1:
+            raise ValueError(f"fft_depthwise_conv3d: kernel size {k} exceeds 2R - 1 = {2 * r - 1}; crop it first")
     dtype = x.dtype
     work = dtype if dtype in (torch.float32, torch.float64) else torch.float32
-    n = next_fast_len(r + p)
-    size = (n, n, n)
+    size = tuple(next_fast_len(r + p) for r, p in zip(rs, ps))
     dims = (-3, -2, -1)
     xf = torch.fft.rfftn(x.to(work), s=size, dim=dims)
     kf = torch.fft.rfftn(torch.flip(kernel[:, 0].to(work), dims=dims), s=size, dim=dims)
     z = torch.fft.irfftn(xf * kf, s=size, dim=dims)
-    return z[..., p:p + r, p:p + r, p:p + r].to(dtype)
+    (px, py, pz), (rx, ry, rz) = ps, rs
+    return z[..., px:px + rx, py:py + ry, pz:pz + rz].to(dtype)
 
 
 class PointwiseConv3d(nn.Conv3d):
@@ -172,6 +174,15 @@ class SepFlexConv3d(nn.Module):
     per-channel scale and is not rescaled.) ``base_resolution=None`` takes ``R0`` from the first
     input; it is stored in a buffer, so it travels with the ``state_dict``.
 
+    **Per-axis grids.** Built with ``cubic=False`` the layer also takes a non-cubic grid
+    ``[B, C, Rx, Ry, Rz]`` (a flat scene). The kernel stays one function on the normalised box
+    ``[-1, 1]^3`` with the same ``rho`` on every axis; each axis is sampled at its own spacing
+    ``h_a = 2 / (R_a - 1)``: ``P_a = round(P0 (R_a - 1) / (R0 - 1))`` (at most ``R_a - 1``), so
+    ``kernel_size="global"`` gives ``2 R_a - 1`` taps per axis, and the values are multiplied by
+    ``s = prod_a h_a / h0``. A first input that is not cubic sets ``R0`` to its largest axis
+    (``kernel_size`` taps along it); the CCNN rescaling is calibrated on the cubic base lattice.
+    With the default ``cubic=True`` a non-cubic input is refused.
+
     **Quadrature.** The grid nodes include the domain's faces (``linspace(-1, 1, R)``), and a face
     node only stands for half a cell of the domain. ``quadrature="trapezoid"`` (default) weights
     the input nodes by ``q(p) = prod_a q_a`` with ``q_a = 1/2`` on the two faces of axis ``a`` and 1
@@ -227,9 +238,11 @@ class SepFlexConv3d(nn.Module):
         kernel_init: ``"ccnn"`` (default) or ``"none"``.
         gain: target gain ``g`` of the CCNN initialisation.
         quadrature: ``"trapezoid"`` (default) or ``"rectangle"`` input-node weights.
+        cubic: True (default) accepts only cubic grids; False any ``[B, C, Rx, Ry, Rz]``.
 
     Shapes:
-        input ``[B, C_in, R, R, R]`` (any ``R >= 2``) -> output ``[B, C_out, R, R, R]``
+        input ``[B, C_in, R, R, R]`` (any ``R >= 2``) -> output ``[B, C_out, R, R, R]``;
+        with ``cubic=False``: ``[B, C_in, Rx, Ry, Rz]`` -> ``[B, C_out, Rx, Ry, Rz]`` (each ``R_a >= 2``)
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Union[int, str] = 9,
@@ -237,7 +250,7 @@ class SepFlexConv3d(nn.Module):
                  omega0: float = 3.0, mask: bool = True, mask_init: float = 0.5,
                  fft: Union[str, bool] = "auto", fft_threshold: Optional[int] = None,
                  base_resolution: Optional[int] = None, bias: bool = True, kernel_init: str = "ccnn",
-                 gain: float = 1.0, quadrature: str = "trapezoid") -> None:
+                 gain: float = 1.0, quadrature: str = "trapezoid", cubic: bool = True) -> None:
         super().__init__()
         where = "SepFlexConv3d"
         check_positive_int(where, in_channels=in_channels, out_channels=out_channels)
@@ -252,6 +265,8 @@ class SepFlexConv3d(nn.Module):
         check_int(where, "base_resolution", base_resolution, 2, allow_none=True)
         check_choice(where, "kernel_init", kernel_init, ("ccnn", "none"))
         check_choice(where, "quadrature", quadrature, ("trapezoid", "rectangle"))
+        check_choice(where, "cubic", cubic, (True, False))
+        self.cubic = cubic
 
         self.in_channels, self.out_channels = in_channels, out_channels
         self.kernel_size: Union[int, str] = kernel_size
@@ -294,12 +309,23 @@ class SepFlexConv3d(nn.Module):
             return r0 - 1
         return (int(self.kernel_size) - 1) // 2
 
-    def kernel_geometry(self, resolution: Optional[int] = None) -> Tuple[int, float, float]:
+    def kernel_geometry(self, resolution: Optional[Union[int, Sequence[int]]] = None) -> Tuple[Any, Any, float]:
         """``(P, ratio, scale)`` for sampling at ``resolution`` (default: the base resolution).
 
         ``P`` is the half-width in cells of the sampled kernel (``K' = 2P + 1``), ``ratio`` the
         normalised-coordinate step ``h / rho`` and ``scale = (h / h0)^3`` the value rescaling.
+        For a non-cubic ``(Rx, Ry, Rz)``: ``P`` and ``ratio`` per axis (tuples) and
+        ``scale = prod_a h_a / h0`` (a cubic triple gives the int's values).
         """
+        if isinstance(resolution, (tuple, list)):
+            if resolution[0] == resolution[1] == resolution[2]:
+                return self.kernel_geometry(int(resolution[0]))
+            axes = [self.kernel_geometry(int(r)) for r in resolution]
+            r0 = self.base_resolution
+            scale = 1.0
+            if r0 is not None and self._half_extent_cells() > 0:
+                scale = math.prod((r0 - 1) / (int(r) - 1) for r in resolution)
+            return tuple(g[0] for g in axes), tuple(g[1] for g in axes), scale
         p0 = self._half_extent_cells()
         r0 = self.base_resolution
         if resolution is None:
@@ -313,16 +339,16 @@ class SepFlexConv3d(nn.Module):
         p = max(0, min(p, resolution - 1))
         return p, spacing_ratio / p0, spacing_ratio ** 3
 
-    def _lattice(self, resolution: Optional[int], device: torch.device, dtype: torch.dtype
-                 ) -> Tuple[Tensor, Tensor, int, float]:
+    def _lattice(self, resolution: Optional[Union[int, Sequence[int]]], device: torch.device, dtype: torch.dtype
+                 ) -> Tuple[Tensor, Tensor, Any, float]:
         p, step, scale = self.kernel_geometry(resolution)
         key = (p, step, str(device), dtype)
         hit = self._lattice_cache.get(key)
         if hit is not None:
             return hit
-        j = torch.arange(-p, p + 1, device=device, dtype=torch.float64)
-        axis = j * step
-        coords = torch.stack(torch.meshgrid(axis, axis, axis, indexing="ij"), dim=-1)  # [K, K, K, 3]
+        ps, steps = (p, step) if isinstance(p, tuple) else ((p,) * 3, (step,) * 3)
+        axes = [torch.arange(-q, q + 1, device=device, dtype=torch.float64) * t for q, t in zip(ps, steps)]
+        coords = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1)  # [Kx, Ky, Kz, 3]
         support = (coords.abs() <= 1.0 + 1e-9).all(-1)
         out = (coords.to(dtype), support.to(dtype), p, scale)
         if not torch.is_inference_mode_enabled():  # inference tensors cannot be reused under autograd
@@ -338,12 +364,16 @@ class SepFlexConv3d(nn.Module):
             q[0] = q[-1] = 0.5
         return q
 
-    def _node_weights_3d(self, resolution: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    def _node_weights_3d(self, resolution: Union[int, Tuple[int, int, int]], device: torch.device,
+                         dtype: torch.dtype) -> Tensor:
         key = (resolution, str(device), dtype)
         hit = self._weight_cache.get(key)
         if hit is None:
-            q = self.node_weights(resolution)
-            hit = (q[:, None, None] * q[None, :, None] * q[None, None, :]).to(device=device, dtype=dtype)
+            if isinstance(resolution, tuple):
+                qx, qy, qz = (self.node_weights(r) for r in resolution)
+            else:
+                qx = qy = qz = self.node_weights(resolution)
+            hit = (qx[:, None, None] * qy[None, :, None] * qz[None, None, :]).to(device=device, dtype=dtype)
             if not torch.is_inference_mode_enabled():
                 if len(self._weight_cache) > 16:
                     self._weight_cache.clear()
@@ -358,22 +388,26 @@ class SepFlexConv3d(nn.Module):
         return torch.exp(-0.5 * (coords * inv_sigma).square().sum(-1))
 
     @checked_forward(check_kernel_resolution)
-    def kernel(self, resolution: Optional[int] = None) -> Tensor:
-        """The sampled depthwise kernel ``[C_in, 1, K', K', K']`` for a grid of ``resolution``.
+    def kernel(self, resolution: Optional[Union[int, Sequence[int]]] = None) -> Tensor:
+        """The sampled depthwise kernel ``[C_in, 1, K', K', K']`` for a grid of ``resolution``
+        (``[C_in, 1, Kx, Ky, Kz]`` for a per-axis ``(Rx, Ry, Rz)``).
 
         Includes the mask, the support cut and the resolution rescaling ``(h / h0)^3``.
         Defaults to the base resolution.
         """
-        check_int("SepFlexConv3d.kernel", "resolution", resolution, 2, allow_none=True)
+        if isinstance(resolution, (tuple, list)):
+            resolution = check_resolution("SepFlexConv3d.kernel", resolution)
+        else:
+            check_int("SepFlexConv3d.kernel", "resolution", resolution, 2, allow_none=True)
         ref = self.pointwise.weight
         coords, support, p, scale = self._lattice(resolution, ref.device, ref.dtype)
-        k = 2 * p + 1
+        kx, ky, kz = (2 * q + 1 for q in p) if isinstance(p, tuple) else (2 * p + 1,) * 3
         values = self.kernel_net(coords.reshape(-1, 3))  # [K^3, C]
         weight = self.mask_values(coords).reshape(-1) * support.reshape(-1)
         if scale != 1.0:
             weight = weight * scale
         values = values * weight[:, None]
-        return values.t().reshape(self.in_channels, 1, k, k, k)
+        return values.t().reshape(self.in_channels, 1, kx, ky, kz)
 
     # ------------------------------------------------------------------ init
     def reset_parameters(self) -> None:
@@ -415,7 +449,7 @@ class SepFlexConv3d(nn.Module):
     def _use_fft(self, k: int, device: torch.device, needs_grad: bool = True) -> bool:
         return use_fft_conv(self.fft, k, device, self.fft_threshold, needs_grad)
 
-    def _inference_kernel(self, r: int) -> Tensor:
+    def _inference_kernel(self, r: Union[int, Tuple[int, int, int]]) -> Tensor:
         """The sampled kernel at resolution ``r``, cached while no parameter changes (inference).
 
         Used only when autograd is off and the module is in eval mode. The cache key holds every
@@ -441,10 +475,12 @@ class SepFlexConv3d(nn.Module):
 
     @checked_forward(check_flexconv_input)
     def forward(self, x: Tensor) -> Tensor:
-        r = check_grid_input(x, self.in_channels, "SepFlexConv3d", min_resolution=2)
+        r = check_grid_input(x, self.in_channels, "SepFlexConv3d", min_resolution=2, cubic=self.cubic)
+        if not (x.shape[-3] == x.shape[-2] == x.shape[-1]):
+            r = tuple(int(v) for v in x.shape[-3:])  # a per-axis grid (cubic=False)
         if self.base_resolution is None:  # the first forward fixes R0 and rescales: all or nothing
             with all_or_nothing(self, parameters=True):
-                self.base_res.fill_(r)
+                self.base_res.fill_(max(r) if isinstance(r, tuple) else r)
                 if self.kernel_init == "ccnn":
                     self._ccnn_rescale()
                 return self.forward(x)
@@ -454,7 +490,7 @@ class SepFlexConv3d(nn.Module):
             z = self._depthwise(x, r)
         return self.pointwise(z)
 
-    def _depthwise(self, x: Tensor, r: int) -> Tensor:
+    def _depthwise(self, x: Tensor, r: Union[int, Tuple[int, int, int]]) -> Tensor:
         needs_grad = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
         if not needs_grad and not self.training:
             kernel = self._inference_kernel(r)
@@ -467,7 +503,7 @@ class SepFlexConv3d(nn.Module):
                              f"{kernel.dtype}; convert the module with .to(dtype)")
         if self.quadrature == "trapezoid":
             x = x * self._node_weights_3d(r, x.device, x.dtype)
-        k = kernel.shape[-1]
+        k = max(kernel.shape[-3:])
         if self._use_fft(k, x.device, needs_grad):
             return fft_depthwise_conv3d(x, kernel)
         return direct_depthwise_conv3d(x, kernel)

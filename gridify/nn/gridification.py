@@ -14,11 +14,12 @@ validated them calls them) and run their :class:`BipartiteConv` trusted; a
 allocation limit (a resolution, a batch of clouds, a width) are refused before allocating.
 
 Shapes:
-    Gridification: pos [N, 3], x [N, F], batch [N] -> [B, C, R, R, R];
-    Degridification: grid [B, C, R, R, R], graph -> [N, C_out]
+    Gridification: pos [N, 3], x [N, F], batch [N] -> [B, C, Rx, Ry, Rz] ([B, C, R, R, R] for an int R);
+    Degridification: grid [B, C, Rx, Ry, Rz], graph -> [N, C_out]
 """
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
@@ -27,6 +28,7 @@ from torch import Tensor, nn
 from .._checks import (check_alloc, check_batch, check_choice, check_finite, check_float, check_index,
                        check_parameters, check_points, check_positive_int, check_tensor, checked_forward, fail,
                        trusted_inputs, validating)
+from ..ops.grid import grid_shape, resolution_value
 from ..ops.scatter import accumulation_dtype, scatter_unchecked
 from ..registry import POS_EMBEDDINGS
 from .edge_messages import fused_edge_messages, use_fused_messages
@@ -195,15 +197,18 @@ def check_graph(where: str, graph: BipartiteGraph) -> None:
     check_finite(graph.pos, "graph.pos", where, graph.batch)
 
 
-def check_grid_bytes(where: str, resolution: int, channels: int) -> None:
-    """Refuse a resolution whose grid of ``channels`` float32 features for ONE cloud already
-    exceeds the allocation limit (checked at construction, before anything is allocated)."""
-    check_alloc(where, f"resolution={resolution} with {channels} channels (one cloud's grid [{channels}, R, R, R] "
-                       f"in float32)", 4 * channels * resolution ** 3)
+def check_grid_bytes(where: str, resolution: Union[int, Sequence[int]], channels: int) -> None:
+    """Refuse a resolution (``R`` or ``(Rx, Ry, Rz)``) whose grid of ``channels`` float32 features
+    for ONE cloud already exceeds the allocation limit (checked at construction, before anything
+    is allocated)."""
+    shape = grid_shape(resolution)
+    dims = "R, R, R" if shape[0] == shape[1] == shape[2] else "Rx, Ry, Rz"
+    check_alloc(where, f"resolution={resolution_value(shape)} with {channels} channels (one cloud's grid "
+                       f"[{channels}, {dims}] in float32)", 4 * channels * math.prod(shape))
 
 
 class Gridification(nn.Module):
-    r"""Learned gridification: a point cloud -> a dense ``R x R x R`` grid of features.
+    r"""Learned gridification: a point cloud -> a dense ``Rx x Ry x Rz`` grid of features.
 
         x_i^G = phi_upd( AGG_{j -> i in E} phi_msg( phi_node(x_j), phi_pos(c_i^G - c_j) ) )
 
@@ -213,7 +218,8 @@ class Gridification(nn.Module):
     Args:
         in_channels: point features ``F`` (3 when ``x`` is None: the coordinates are used).
         out_channels: grid channels ``C``.
-        resolution: grid nodes per axis ``R``; choose ``R^3`` roughly ``N``.
+        resolution: grid nodes per axis, ``R`` (a cube) or ``(Rx, Ry, Rz)`` (e.g. a flat scene,
+            ``(32, 32, 8)``); choose ``Rx Ry Rz`` roughly ``N``. ``(R, R, R)`` is the int ``R``.
         k: neighbours in each direction of the bilateral kNN.
         hidden_channels: width ``H`` of phi_node / phi_pos / phi_msg / phi_upd
             (default ``max(C, F + 3)``, requirement (iv) of the thesis).
@@ -238,11 +244,11 @@ class Gridification(nn.Module):
     shapes/dtypes and points outside the box raise ``ValueError`` naming the cloud.
 
     Shapes:
-        pos [N, 3], x [N, F], batch [N] -> [B, C, R, R, R] (axes C, x, y, z); with
+        pos [N, 3], x [N, F], batch [N] -> [B, C, Rx, Ry, Rz] (axes C, x, y, z); with
         ``return_graph=True`` also the :class:`BipartiteGraph` for :class:`Degridification`.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, resolution: int, k: int = 9,
+    def __init__(self, in_channels: int, out_channels: int, resolution: Union[int, Sequence[int]], k: int = 9,
                  hidden_channels: Optional[int] = None, pos_embedding: str = "rff", omega0: float = 0.1,
                  message: str = "product", aggr: str = "mean",
                  bounds: Tuple[Union[float, Sequence[float]], Union[float, Sequence[float]]] = (-1.0, 1.0),
@@ -257,7 +263,7 @@ class Gridification(nn.Module):
             fail(where, f"bounds must be a pair (lower, upper), got {bounds!r}")
         self.grid = RegularGrid(resolution, bounds[0], bounds[1])
         check_positive_int(where, out_channels=out_channels)
-        check_grid_bytes(where, self.grid.resolution, out_channels)
+        check_grid_bytes(where, self.grid.shape, out_channels)
         self.k = check_connectivity_args(where, self.grid, k, knn_backend, max_in_degree)
         self.outside, self.knn_backend, self.max_in_degree = outside, knn_backend, max_in_degree
         self.conv = BipartiteConv(in_channels, out_channels, hidden_channels, 3, pos_embedding, omega0,
@@ -265,13 +271,15 @@ class Gridification(nn.Module):
         self.in_channels, self.out_channels = in_channels, out_channels
 
     @property
-    def resolution(self) -> int:
+    def resolution(self) -> Union[int, Tuple[int, int, int]]:
+        """``R`` of a cubic grid, else ``(Rx, Ry, Rz)``."""
         return self.grid.resolution
 
-    def set_resolution(self, resolution: int) -> None:
-        """Gridify onto a grid of another resolution from now on (same box, same weights)."""
+    def set_resolution(self, resolution: Union[int, Sequence[int]]) -> None:
+        """Gridify onto a grid of another resolution (``R`` or ``(Rx, Ry, Rz)``) from now on
+        (same box, same weights)."""
         grid = RegularGrid(resolution, self.grid.lower, self.grid.upper)
-        check_grid_bytes(f"{type(self).__name__}.set_resolution", grid.resolution, self.out_channels)
+        check_grid_bytes(f"{type(self).__name__}.set_resolution", grid.shape, self.out_channels)
         self.grid = grid
 
     def reset_parameters(self) -> None:
@@ -306,7 +314,7 @@ class Gridification(nn.Module):
         if not isinstance(graph, BipartiteGraph):
             fail(where, f"graph must be a BipartiteGraph (from graph_builder()), got {type(graph).__name__}")
         grid = graph.grid
-        if (grid.resolution, grid.lower, grid.upper) != (self.grid.resolution, self.grid.lower, self.grid.upper):
+        if (grid.shape, grid.lower, grid.upper) != (self.grid.shape, self.grid.lower, self.grid.upper):
             fail(where, f"graph was built for a grid of resolution {grid.resolution} over {grid.lower}..{grid.upper}, "
                         f"this module's grid has resolution {self.grid.resolution} over "
                         f"{self.grid.lower}..{self.grid.upper}")
@@ -372,7 +380,7 @@ class Degridification(nn.Module):
     of its own. Arguments as :class:`Gridification` (``in_channels`` = grid channels ``C``).
 
     Shapes:
-        grid [B, C, R, R, R] (or [B * R^3, C]), graph -> [N, C_out], or [B, N, C_out] when the
+        grid [B, C, Rx, Ry, Rz] (or [B * Rx Ry Rz, C]), graph -> [N, C_out], or [B, N, C_out] when the
         graph was built from dense ``[B, N, 3]`` points.
     """
 
@@ -397,22 +405,24 @@ class Degridification(nn.Module):
             fail(where, f"graph must be the BipartiteGraph returned by Gridification(..., return_graph=True), "
                         f"got {type(graph).__name__}")
         check_float(grid, "grid", where)
-        R, B = graph.grid.resolution, graph.num_clouds
+        shape, B, nodes = graph.grid.shape, graph.num_clouds, graph.grid.num_nodes
         if grid.dim() == 5:
-            if tuple(grid.shape) != (B, self.in_channels, R, R, R):
-                fail(where, f"grid must have shape [{B}, {self.in_channels}, {R}, {R}, {R}] to match the graph "
-                            f"and in_channels, got {tuple(grid.shape)}")
+            if tuple(grid.shape) != (B, self.in_channels, *shape):
+                fail(where, f"grid must have shape [{B}, {self.in_channels}, {', '.join(str(r) for r in shape)}] to "
+                            f"match the graph and in_channels, got {tuple(grid.shape)}")
         elif grid.dim() == 2:
-            if tuple(grid.shape) != (B * R ** 3, self.in_channels):
-                fail(where, f"flat grid features must have shape [{B * R ** 3}, {self.in_channels}], "
+            if tuple(grid.shape) != (B * nodes, self.in_channels):
+                fail(where, f"flat grid features must have shape [{B * nodes}, {self.in_channels}], "
                             f"got {tuple(grid.shape)}")
-        else:
+        elif graph.grid.is_cubic:
             fail(where, f"grid must be [B, C, R, R, R] or [B * R^3, C], got {tuple(grid.shape)}")
+        else:
+            fail(where, f"grid must be [B, C, Rx, Ry, Rz] or [B * Rx Ry Rz, C], got {tuple(grid.shape)}")
         if grid.device != graph.pos.device:
             fail(where, f"grid is on {grid.device} but the graph's points are on {graph.pos.device}")
         if validating():
             flat = graph.grid.from_dense(grid) if grid.dim() == 5 else grid
-            check_finite(flat, "grid", where, torch.arange(B, device=grid.device).repeat_interleave(R ** 3))
+            check_finite(flat, "grid", where, torch.arange(B, device=grid.device).repeat_interleave(nodes))
             check_graph(where, graph)
         return self.propagate(grid, graph)
 

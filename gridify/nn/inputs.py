@@ -16,6 +16,7 @@ Shapes:
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Optional, Tuple
 
 import torch
@@ -23,6 +24,7 @@ from torch import Tensor, nn
 
 from .._checks import (check_alloc, check_device, check_finite, check_float, check_index, check_int, check_tensor,
                        fail, validating)
+from ..ops.grid import check_resolution
 
 __all__ = ["category_onehot", "module_dtype", "parse_points", "check_message_passing_inputs", "check_grid_tensor",
            "check_same_dtype", "check_grid_input", "check_grid_module_input", "check_pointwise_input",
@@ -152,26 +154,30 @@ def check_message_passing_inputs(conv: nn.Module, x_src: Tensor, edge_src: Tenso
     check_finite(offset, "offset", where, dims=("edge",))
 
 
-def check_grid_input(x: Tensor, channels: int, where: str, min_resolution: int = 1) -> int:
-    """Validate a dense cubic grid ``[B, C, R, R, R]`` and return ``R``.
+def check_grid_input(x: Tensor, channels: int, where: str, min_resolution: int = 1, cubic: bool = True) -> int:
+    """Validate a dense cubic grid ``[B, C, R, R, R]`` and return ``R`` (with ``cubic=False`` any
+    ``[B, C, Rx, Ry, Rz]``, each axis at least ``min_resolution``; returns ``Rx``).
 
     Raises:
         ValueError: naming the problem (not a tensor, wrong rank, wrong channel count,
             non-cubic grid, too small a grid, non-floating dtype).
     """
+    dims = "R, R, R" if cubic else "Rx, Ry, Rz"
     if not isinstance(x, Tensor):
-        raise ValueError(f"{where}: expected a tensor of shape [B, C, R, R, R], got {type(x).__name__}")
+        raise ValueError(f"{where}: expected a tensor of shape [B, C, {dims}], got {type(x).__name__}")
     if x.dim() != 5:
-        raise ValueError(f"{where}: expected a 5-dim input [B, C, R, R, R], got a {x.dim()}-dim tensor of "
+        raise ValueError(f"{where}: expected a 5-dim input [B, C, {dims}], got a {x.dim()}-dim tensor of "
                          f"shape {tuple(x.shape)}")
     if x.shape[1] != channels:
-        raise ValueError(f"{where}: expected {channels} input channels (dim 1 of [B, C, R, R, R]), got "
+        raise ValueError(f"{where}: expected {channels} input channels (dim 1 of [B, C, {dims}]), got "
                          f"{x.shape[1]} (input shape {tuple(x.shape)})")
     r = x.shape[2]
-    if x.shape[3] != r or x.shape[4] != r:
+    if cubic and (x.shape[3] != r or x.shape[4] != r):
         raise ValueError(f"{where}: expected a cubic grid [B, C, R, R, R], got spatial shape {tuple(x.shape[2:])}")
-    if r < min_resolution:
-        raise ValueError(f"{where}: grid resolution R must be at least {min_resolution}, got R={r}")
+    if min(x.shape[2:]) < min_resolution:
+        what = "R" if cubic else "every axis"
+        raise ValueError(f"{where}: grid resolution {what} must be at least {min_resolution}, got "
+                         f"{'R=' + str(r) if cubic else tuple(x.shape[2:])}")
     if not x.is_floating_point():
         raise ValueError(f"{where}: expected a floating-point input, got dtype {x.dtype}")
     return r
@@ -216,8 +222,14 @@ def _channels(module: nn.Module) -> int:
 
 def check_grid_module_input(module: nn.Module, x: Tensor) -> None:
     """:func:`checked_forward <gridify._checks.checked_forward>` check of a grid layer or backbone:
-    ``x`` a cubic ``[B, C_in, R, R, R]`` grid of the module's dtype and device, finite."""
-    check_grid_tensor(type(module).__name__, "x", x, _channels(module), next(module.parameters(), None))
+    ``x`` a cubic ``[B, C_in, R, R, R]`` grid (any ``[B, C_in, Rx, Ry, Rz]`` when the module's
+    ``cubic`` attribute is False) of the module's dtype and device, finite."""
+    where = type(module).__name__
+    if getattr(module, "cubic", True):
+        check_grid_tensor(where, "x", x, _channels(module), next(module.parameters(), None))
+    else:
+        check_grid_input(x, _channels(module), where, cubic=False)
+        check_grid_tensor(where, "x", x, _channels(module), next(module.parameters(), None), cubic=False)
 
 
 def check_pointwise_input(module: nn.Module, x: Tensor) -> None:
@@ -227,11 +239,18 @@ def check_pointwise_input(module: nn.Module, x: Tensor) -> None:
 
 
 def check_flexconv_input(module: nn.Module, x: Tensor) -> None:
-    """As :func:`check_grid_module_input`, with ``R >= 2`` and float16/bfloat16 input accepted (cast up)."""
-    r = check_grid_tensor(type(module).__name__, "x", x, _channels(module), next(module.parameters(), None),
+    """As :func:`check_grid_module_input`, with ``R >= 2`` (every axis) and float16/bfloat16 input
+    accepted (cast up)."""
+    where = type(module).__name__
+    cubic = getattr(module, "cubic", True)
+    if not cubic:
+        check_grid_input(x, _channels(module), where, cubic=False)
+    r = check_grid_tensor(where, "x", x, _channels(module), next(module.parameters(), None), cubic=cubic,
                           half_ok=True)
-    if r < 2:
-        fail(type(module).__name__, f"grid resolution R must be at least 2, got R={r}")
+    if cubic and r < 2:
+        fail(where, f"grid resolution R must be at least 2, got R={r}")
+    if not cubic and min(x.shape[2:]) < 2:
+        fail(where, f"grid resolution must be at least 2 on every axis, got {tuple(x.shape[2:])}")
 
 
 def check_channel_input(module: nn.Module, x: Tensor) -> None:
@@ -251,11 +270,16 @@ def check_kernel_resolution(module: nn.Module, resolution: Optional[int] = None)
     or an integer >= 2 whose lattice of ``K^3`` taps (``K <= 2R - 1``) x ``C`` channels fits the
     allocation limit."""
     where = f"{type(module).__name__}.kernel"
-    resolution = check_int(where, "resolution", resolution, 2, allow_none=True)
+    if isinstance(resolution, (tuple, list)):
+        resolution = check_resolution(where, resolution)
+    else:
+        resolution = check_int(where, "resolution", resolution, 2, allow_none=True)
     p, _, _ = module.kernel_geometry(resolution)
-    taps = (2 * p + 1) ** 3
+    sizes = [2 * q + 1 for q in p] if isinstance(p, tuple) else [2 * p + 1] * 3
+    taps = math.prod(sizes)
     what = f"resolution={resolution}" if resolution is not None else f"kernel_size={module.kernel_size}"
-    check_alloc(where, f"{what} (a kernel of {2 * p + 1}^3 taps x {_channels(module)} channels)",
+    lattice = f"{sizes[0]}^3" if len(set(sizes)) == 1 else " x ".join(str(k) for k in sizes)
+    check_alloc(where, f"{what} (a kernel of {lattice} taps x {_channels(module)} channels)",
                 taps * (_channels(module) + 4) * 8)
 
 

@@ -1,0 +1,218 @@
+"""Gridified semantic segmentation of scenes (rooms, LiDAR scans) on a per-axis grid.
+
+A scene crop is flat: a cube of ``R^3`` nodes would waste most of them, so the grid has
+``(Rx, Ry, Rz)`` nodes (default ``32 x 32 x 8``). Every cloud ``b`` of the batch is centred on
+its bounding-box centre ``c_b = (min_b + max_b) / 2`` and mapped into the grid box ``[-1, 1]^3``:
+
+    u_j = clamp((p_j - c_b) / s_b, -1, 1),
+    s_b = extent / 2                      (a fixed metric box, ``extent = (ex, ey, ez)`` metres)
+    s_b = (max_b - min_b) / 2 per axis    (``extent=None``: each cloud's own box; an axis of
+                                           (almost) zero extent gets ``s = 1``, so a flat or
+                                           single-point cloud gives finite ``u = 0`` there)
+
+Points beyond a fixed ``extent`` are clamped onto the box for the graph (they connect to the
+nearest boundary nodes and take their labels from there). Then, as :class:`GridifiedSegmenter`:
+
+    g = Backbone(LN_c(Gridify([u, x])))        v_j = Degridify(g)_j          (voxel branch)
+    p_j = MLP_point([u_j, x_j])                                               (point branch)
+    logits_j = W_2 Dropout(GELU(LN(W_1 [v_j, p_j])))
+
+with ``x`` whatever per-point features the data has (colour, intensity, normals, height; may be
+empty: ``in_channels=0``).
+
+Validation: the points, features and batch are checked once at :meth:`forward` (types, shapes,
+NaN/Inf naming the cloud and row), the gridification then checks the batch structure only.
+
+Shapes:
+    pos [N, 3] metres, x [N, F], batch [N] -> logits [N, num_classes]
+    (dense pos [B, N, 3], x [B, N, F] -> [B, N, num_classes])
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import Tensor, nn
+
+from .._checks import (check_batch, check_finite, check_number, check_points, check_positive_int, fail, is_real,
+                       trusted_inputs)
+from ..nn.connectivity import BipartiteGraph, GraphBuilder
+from ..nn.gridification import Degridification
+from ..nn.inputs import module_dtype, parse_points
+from ..ops.grid import check_resolution, resolution_value
+from ..registry import MODELS
+from .gridified import GridifiedModel
+
+__all__ = ["GridifiedSceneSegmenter", "SceneGraphBuilder", "scene_box_coordinates"]
+
+#: Backbones that run on a per-axis (non-cubic) grid.
+PER_AXIS_BACKBONES = ("ccnn", "resnet", "unet")
+
+#: A cloud's axis counts as flat (``s = 1``) when its half extent is at most this fraction of
+#: ``1 + |c|`` (the centre's magnitude: float32 noise of coordinates far from the origin).
+FLAT_TOLERANCE = 1e-5
+
+
+def check_extent(where: str, extent: Any) -> Optional[Tuple[float, float, float]]:
+    """``extent``: None, one positive finite number of metres, or one per axis ``(ex, ey, ez)``."""
+    if extent is None:
+        return None
+    values = tuple(extent) if isinstance(extent, (tuple, list)) else (extent,) * 3
+    if len(values) != 3:
+        fail(where, f"extent must be None, a positive number of metres or one per axis (ex, ey, ez), got "
+                    f"{len(values)} values {values!r}")
+    for a, v in enumerate(values):
+        if isinstance(v, bool) or not is_real(v):
+            fail(where, f"extent[{a}] ({'xyz'[a]}) must be a positive finite number of metres, got {v!r}")
+        check_number(where, f"extent[{a}] ({'xyz'[a]})", v)
+    return tuple(float(v) for v in values)  # type: ignore[return-value]
+
+
+def scene_box_coordinates(pos: Tensor, batch: Tensor, num_clouds: int,
+                          extent: Optional[Sequence[float]] = None) -> Tensor:
+    """The grid-box coordinates ``u [N, 3]`` in ``[-1, 1]^3`` of metric points (module docstring),
+    without validation: finite ``pos [N, 3]``, sorted ``batch [N]`` of ``num_clouds`` non-empty clouds."""
+    index = batch[:, None].expand(-1, 3)
+    p = pos.detach()
+    lo = p.new_full((num_clouds, 3), float("inf")).scatter_reduce_(0, index, p, "amin")
+    hi = p.new_full((num_clouds, 3), float("-inf")).scatter_reduce_(0, index, p, "amax")
+    centre = (lo + hi) / 2
+    if extent is None:
+        half = (hi - lo) / 2
+        half = torch.where(half > FLAT_TOLERANCE * (1 + centre.abs()), half, torch.ones_like(half))
+    else:
+        half = torch.tensor(extent, dtype=pos.dtype, device=pos.device).expand(num_clouds, 3) / 2
+    return ((pos - centre[batch]) / half[batch]).clamp(-1.0, 1.0)
+
+
+@dataclass(frozen=True)
+class SceneGraphBuilder:
+    """The graph of a :class:`GridifiedSceneSegmenter`, built away from the model (a DataLoader
+    worker): maps metric points into the grid box as the model does, then builds the bilateral
+    kNN graph; hand it over as ``model(pos, x, batch, graph=graph)``.
+
+    Shapes:
+        pos [N, 3] metres, batch [N] -> BipartiteGraph with edge_index [2, E]
+    """
+
+    builder: GraphBuilder
+    extent: Optional[Tuple[float, float, float]] = None
+
+    def __call__(self, pos: Tensor, batch: Optional[Tensor] = None) -> BipartiteGraph:
+        where = "SceneGraphBuilder"
+        pos = check_points(pos, where)
+        batch, num_clouds, _ = check_batch(batch, pos.size(0), where, device=pos.device)
+        check_finite(pos, "pos", where, batch)
+        return self.builder(scene_box_coordinates(pos, batch, num_clouds, self.extent), batch, num_clouds)
+
+
+@MODELS.register("scene_segmenter")
+class GridifiedSceneSegmenter(GridifiedModel):
+    r"""Per-point semantic segmentation of metric scene crops on a per-axis grid.
+
+        u = clamp((p - c_b) / s_b, -1, 1)                     (centre + box, module docstring)
+        g = Backbone(LN_c(Gridify([u, x]))),   v_j = Degridify(g)_j,   p_j = MLP_point([u_j, x_j])
+        logits_j = W_2 Dropout(GELU(LN(W_1 [v_j, p_j])))
+
+    Args:
+        in_channels: per-point features ``F`` in ``x`` (0: coordinates only, ``x`` may be None).
+        num_classes: semantic classes.
+        resolution: grid nodes per axis, ``(Rx, Ry, Rz)`` or an int ``R`` (a cube); a per-axis
+            grid needs ``backbone="unet"``, ``"resnet"`` or ``"ccnn"`` (``kernel_size="global"``:
+            every node sees the whole grid).
+        extent: ``None`` (each cloud's own bounding box, per axis) or the metric size of a fixed
+            box ``(ex, ey, ez)`` (or one number), centred on each cloud's bounding-box centre.
+        k: neighbours in each direction of the bilateral kNN.
+        hidden_channels: grid channels and backbone width ``C``.
+        backbone, depth, kernel_size, dropout: of the grid backbone (``"unet"``: ``depth`` levels).
+        point_channels: width of the point branch.
+        omega0, aggr, message, pos_embedding: of the (de-)gridification (see :class:`Gridification`).
+        message_channels, pos_hidden_channels: per-edge widths of the gridification (default:
+            ``hidden_channels`` wide messages; narrower is cheaper per edge).
+        backbone_kwargs: extra keyword arguments for the backbone.
+
+    Defaults are sized for CPU training on 16k-65k point crops (8192 nodes, C = 64, k = 6).
+
+    Shapes:
+        pos [N, 3] metres, x [N, F], batch [N] -> logits [N, num_classes]
+        (dense pos [B, N, 3], x [B, N, F] -> [B, N, num_classes])
+    """
+
+    def __init__(self, in_channels: int, num_classes: int, *,
+                 resolution: Union[int, Sequence[int]] = (32, 32, 8),
+                 extent: Optional[Union[float, Sequence[float]]] = None, k: int = 6, hidden_channels: int = 64,
+                 backbone: str = "unet", depth: int = 3, kernel_size: Union[int, str] = 3,
+                 point_channels: int = 32, dropout: float = 0.1, omega0: float = 1.0, aggr: str = "max",
+                 message: str = "concat", pos_embedding: str = "rff", message_channels: Optional[int] = 32,
+                 pos_hidden_channels: Optional[int] = 32,
+                 backbone_kwargs: Optional[Dict[str, Any]] = None) -> None:
+        super().__init__()
+        where = type(self).__name__
+        if isinstance(in_channels, bool) or not isinstance(in_channels, int) or in_channels < 0:
+            fail(where, f"in_channels must be a non-negative integer, got {in_channels!r}")
+        check_positive_int(where, num_classes=num_classes, hidden_channels=hidden_channels,
+                           point_channels=point_channels)
+        shape = check_resolution(where, resolution)
+        self.extent = check_extent(where, extent)
+        if not isinstance(backbone, str):
+            fail(where, f"backbone must be a registered backbone name, got {backbone!r}")
+        if len(set(shape)) > 1 and backbone not in PER_AXIS_BACKBONES:
+            fail(where, f"resolution={shape} is not cubic; backbone={backbone!r} runs only on cubic grids "
+                        f"(an int resolution): use backbone='ccnn', 'resnet' or 'unet' for a per-axis resolution")
+        self.check_sizes(where, hidden_channels, depth, f"num_classes={num_classes}, point_channels={point_channels} "
+                                                        f"(the heads)",
+                         (hidden_channels + point_channels) * hidden_channels + hidden_channels * num_classes
+                         + point_channels * (in_channels + 3 + point_channels))
+        kwargs = dict(backbone_kwargs or {})
+        if backbone in PER_AXIS_BACKBONES:
+            kwargs.setdefault("cubic", False)
+        self._build_trunk(in_channels=in_channels + 3, hidden_channels=hidden_channels,
+                          resolution=resolution_value(shape), k=k, omega0=omega0, aggr=aggr, message=message,
+                          pos_embedding=pos_embedding, backbone=backbone, depth=depth, dropout=dropout,
+                          kernel_size=kernel_size, backbone_kwargs=kwargs, bounds=(-1.0, 1.0), outside="error",
+                          message_channels=message_channels, pos_hidden_channels=pos_hidden_channels)
+        self.degridify = Degridification(hidden_channels, hidden_channels, omega0=omega0, aggr=aggr,
+                                         message=message, pos_embedding=pos_embedding,
+                                         hidden_channels=message_channels, pos_hidden_channels=pos_hidden_channels)
+        self.point_mlp = nn.Sequential(nn.Linear(in_channels + 3, point_channels), nn.GELU(),
+                                       nn.Linear(point_channels, point_channels))
+        self.head = nn.Sequential(nn.Linear(hidden_channels + point_channels, hidden_channels),
+                                  nn.LayerNorm(hidden_channels), nn.GELU(), nn.Dropout(dropout),
+                                  nn.Linear(hidden_channels, num_classes))
+        self.in_channels, self.num_classes = in_channels, num_classes
+
+    def graph_builder(self) -> SceneGraphBuilder:
+        """A picklable builder of this model's graph from metric points (see :class:`SceneGraphBuilder`)."""
+        return SceneGraphBuilder(self.gridify.graph_builder(), self.extent)
+
+    def box_coordinates(self, pos: Tensor, batch: Optional[Tensor] = None) -> Tensor:
+        """The grid-box coordinates ``u [N, 3]`` the model uses for metric ``pos [N, 3]`` (validated)."""
+        where = f"{type(self).__name__}.box_coordinates"
+        pos, _, batch, _ = parse_points(where, pos, None, batch, None, module_dtype(self))
+        batch, num_clouds, _ = check_batch(batch, pos.size(0), where, device=pos.device)
+        check_finite(pos, "pos", where, batch)
+        return scene_box_coordinates(pos, batch, num_clouds, self.extent)
+
+    def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None, *,
+                graph: Optional[BipartiteGraph] = None) -> Tensor:
+        """Per-point logits of metric points; ``graph``: these points' graph from :meth:`graph_builder`."""
+        where = type(self).__name__
+        if x is None and isinstance(pos, Tensor):
+            x = pos.new_zeros(pos.shape[:-1] + (0,))
+        pos, x, batch, dense_shape = parse_points(where, pos, x, batch, self.in_channels, module_dtype(self))
+        batch, num_clouds, _ = check_batch(batch, pos.size(0), where, device=pos.device)
+        check_finite(pos, "pos", where, batch)
+        check_finite(x, "x", where, batch)
+        u = scene_box_coordinates(pos, batch, num_clouds, self.extent)
+        feats = torch.cat([u, x], -1)
+        if graph is None:
+            with trusted_inputs():  # checked above; the gridification checks the batch structure
+                grid, graph = self.gridify(u, feats, batch, return_graph=True)
+        else:  # a graph from outside is checked against these points
+            grid, graph = self.gridify(u, feats, batch, return_graph=True, graph=graph)
+        with trusted_inputs():
+            z = self._grid_network(grid)
+            voxel = self.degridify.propagate(z, graph)  # z and graph come from this model: no re-validation
+            logits = self.head(torch.cat([voxel, self.point_mlp(feats.to(voxel.dtype))], -1))
+        return logits.view(*dense_shape, -1) if dense_shape is not None else logits
