@@ -12,7 +12,11 @@ the file; the dataset comes from the config stored there too, updated by ``--con
 config's name or a YAML file), ``--data-root`` and ``section.key=value`` overrides.
 
 The metrics (OA and mAcc for classification; instance and class mIoU for segmentation, with the
-IoU of every category by name) are printed and written as JSON to ``--output`` (default:
+IoU of every category by name; for ``task: scene_segmentation`` mIoU, OA and mAcc over EVERY
+original point of every scene of the split, by :func:`gridify.scene_inference.evaluate_scenes`
+with the run's ``data.voxel_size`` / ``data.max_points`` (``--voxel-size`` / ``--max-points`` or
+the keyword arguments of :func:`evaluate` override them), with the IoU of every class by name and
+the confusion matrix) are printed and written as JSON to ``--output`` (default:
 ``<ckpt name>.test_metrics.json`` beside the checkpoint). The checkpoint and the output path are
 checked before anything is evaluated; numbers and devices are parsed by the shared types of
 :mod:`gridify._cliargs`. Errors are one line (:func:`gridify.training.cli.error_line`; an
@@ -24,7 +28,7 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 from torch.utils.data import DataLoader
@@ -35,6 +39,7 @@ from gridify._version import __version__
 from gridify.checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
 from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError, collate_points
 from gridify.precision import PRECISIONS, autocast, resolve_precision
+from gridify.scene_inference import evaluate_scenes
 from gridify.training.cli import error_line, program_name
 from gridify.training.config import DEFAULTS, ConfigError, check_config, deep_merge, resolve_config
 from gridify.training.data import build_dataset
@@ -65,8 +70,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "with a warning; gridify.precision)")
     p.add_argument("--votes", type=types.positive_int, default=1,
                    help="test-time voting: average the softmax over this many views of every cloud (the first "
-                        "as it is, the others with random per-axis scales in [0.85, 1.15]; default 1 = none)")
+                        "as it is, the others with random per-axis scales in [0.85, 1.15]; scene_segmentation: rotated "
+                        "about the vertical axis; default 1 = none)")
+    p.add_argument("--voxel-size", type=types.positive_float, default=None,
+                   help="scene_segmentation: the fragments' voxel edge in metres (default: the run's data.voxel_size)")
+    p.add_argument("--max-points", type=types.positive_int, default=None,
+                   help="scene_segmentation: the largest crop (default: the run's data.max_points)")
     return p
+
+
+#: a keyword argument of :func:`evaluate` left to the config (and the command line)
+FROM_CONFIG: Any = object()
+SCENE_TASK = "scene_segmentation"
 
 
 def output_path(args: argparse.Namespace) -> Path:
@@ -92,8 +107,47 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         return evaluate(args, parser.prog)
 
 
-def evaluate(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
-    """The evaluation of :func:`main` with parsed arguments; errors are ``SystemExit`` lines prefixed ``prog``."""
+def scene_settings(cfg: Dict[str, Any], args: argparse.Namespace, voxel_size: Any = FROM_CONFIG,
+                   max_points: Any = FROM_CONFIG) -> Dict[str, Any]:
+    """``voxel_size`` / ``max_points`` of a scene evaluation: the keyword argument, else the command
+    line (``--voxel-size`` / ``--max-points``), else the run's ``data`` section (None: not set)."""
+    out = {}
+    for key, given in (("voxel_size", voxel_size), ("max_points", max_points)):
+        flag = getattr(args, key, None)
+        out[key] = given if given is not FROM_CONFIG else (flag if flag is not None else cfg["data"].get(key))
+    return out
+
+
+def scene_dataset_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
+    """``cfg`` with the training crop settings of the data section cleared, so that every split's items
+    are whole scenes (evaluation scores every original point, the train split included)."""
+    data = dict(cfg["data"])
+    for key in ("voxel_size", "max_points"):
+        if data.get(key) is not None:
+            data[key] = None
+        for split in ("train", "val", "test"):
+            if isinstance(data.get(split), dict) and data[split].get(key) is not None:
+                data[split] = {**data[split], key: None}
+    return {**cfg, "data": data}
+
+
+def _evaluate_scenes(model: torch.nn.Module, ds: Any, settings: Dict[str, Any], device: torch.device,
+                     args: argparse.Namespace) -> Tuple[Dict[str, float], Dict[str, Any]]:
+    """Whole-scene scores of ``ds`` (every original point) with the scene settings."""
+    model.eval().to(device)
+    metrics, extra = evaluate_scenes(model, ds, voxel_size=settings["voxel_size"],
+                                     max_points=settings["max_points"], votes=args.votes,
+                                     progress=not args.no_progress)
+    extra = {**extra, "num_scored": extra["num_scenes"], **settings}
+    return metrics, extra
+
+
+def evaluate(args: argparse.Namespace, prog: str, *, voxel_size: Any = FROM_CONFIG,
+             max_points: Any = FROM_CONFIG) -> Dict[str, Any]:
+    """The evaluation of :func:`main` with parsed arguments; errors are ``SystemExit`` lines prefixed ``prog``.
+
+    ``voxel_size`` / ``max_points``: a scene evaluation's settings instead of the config's (see
+    :func:`scene_settings`); the other tasks ignore them."""
     try:
         payload = load_checkpoint(args.ckpt)
     except CheckpointError as exc:
@@ -119,8 +173,9 @@ def evaluate(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
     except CheckpointError as exc:
         raise SystemExit(f"{prog}: error: {args.ckpt}: {exc}")
 
+    scenes = cfg["task"] == SCENE_TASK
     try:
-        ds = build_dataset(cfg, args.split)
+        ds = build_dataset(scene_dataset_config(cfg) if scenes else cfg, args.split)
     except ConfigError as exc:
         raise SystemExit(f"{prog}: config error: {error_line(exc)}")
     except (DatasetNotFoundError, DownloadError, DatasetError) as exc:
@@ -132,8 +187,12 @@ def evaluate(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
     t0 = time.time()
     try:
         with autocast(precision, device):
-            metrics, extra = evaluate_model(model, loader, cfg["task"], info, device,
-                                            progress=not args.no_progress, votes=args.votes)
+            if scenes:
+                settings = scene_settings(cfg, args, voxel_size, max_points)
+                metrics, extra = _evaluate_scenes(model, ds, settings, device, args)
+            else:
+                metrics, extra = evaluate_model(model, loader, cfg["task"], info, device,
+                                                progress=not args.no_progress, votes=args.votes)
     except DatasetError as exc:
         raise SystemExit(f"{prog}: error: {error_line(exc)}")
     seconds = time.time() - t0

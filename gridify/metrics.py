@@ -1,4 +1,4 @@
-"""Classification and part-segmentation metrics as torchmetrics ``Metric`` subclasses.
+"""Classification, part- and scene-segmentation metrics as torchmetrics ``Metric`` subclasses.
 
 All states are sums (``dist_reduce_fx="sum"``), so the metrics reduce exactly under DDP and
 count every sample, including a partial last batch. Arithmetic is float64.
@@ -10,6 +10,11 @@ count every sample, including a partial last batch. Arithmetic is float64.
   (mean over categories of the per-category mean shape IoU). The argmax is restricted to the
   parts of the shape's (known) category; a part absent from both prediction and label has
   IoU 1.0; per-shape IoU averages over the category's parts.
+* :class:`SegmentationIoU` -- semantic (scene) segmentation over points: a confusion matrix
+  ``M[t, p]`` (rows = target, cols = prediction) accumulated over every scored point, points whose
+  target is ``ignore_index`` left out; ``IoU_c = M_cc / (sum_p M_cp + sum_t M_tc - M_cc)``
+  (TP / (TP + FP + FN)), ``Acc_c = M_cc / sum_p M_cp``; mIoU and mAcc average over the classes
+  present in the targets so far (``TP + FN > 0``); OA = ``trace(M) / sum(M)``.
 
 Every ``update`` validates all its inputs before it changes any state (logits finite and
 floating, ids integer, shapes and devices consistent), so a failed update leaves the metric
@@ -30,7 +35,8 @@ from torchmetrics import Metric
 
 from ._checks import INTEGER_DTYPES, check_alloc, check_finite, check_float, check_int, fail, is_int
 
-__all__ = ["OverallAccuracy", "MeanClassAccuracy", "ShapeNetPartIoU"]
+__all__ = ["OverallAccuracy", "MeanClassAccuracy", "ShapeNetPartIoU", "SegmentationIoU", "confusion_scores",
+           "segmentation_iou_reference"]
 
 
 def _check_has_data(t: Tensor, name: str, where: str) -> None:
@@ -416,3 +422,113 @@ class ShapeNetPartIoU(Metric):
         return {"instance_miou": self.iou_sum.sum() / total.double(),
                 "class_miou": per_cat[seen].mean(),
                 "per_category": per_cat}
+
+
+class SegmentationIoU(Metric):
+    """Semantic segmentation IoU over points (a confusion matrix; see the module docstring).
+
+    Args:
+        num_classes: ``C`` (a positive integer).
+        ignore_index: points whose target equals it count nowhere (any integer; default -1).
+
+    ``update(preds, target)``: ``preds`` logits ``[N, C]`` (arg-maxed) or class ids ``[N]`` in
+    ``0..C-1``; ``target`` ``[N]`` integer ids in ``0..C-1`` or ``ignore_index``. Everything is
+    validated before the state changes; a bad id raises naming the argument and its first row.
+
+    ``compute()`` -> ``{"miou", "oa", "macc"}`` (0-d float64, NaN before any scored point),
+    ``"iou"`` and ``"acc"`` ``[C]`` float64 (NaN for classes absent from the targets) and
+    ``"confusion"`` ``[C, C]`` int64 (rows = target, cols = prediction).
+
+    Shapes:
+        preds: ``[N, C]`` or ``[N]``; target: ``[N]`` (``[N, 1]`` accepted); confusion ``[C, C]``.
+    """
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+
+    def __init__(self, num_classes: int, ignore_index: int = -1, **kwargs) -> None:
+        super().__init__(**kwargs)
+        where = "SegmentationIoU"
+        check_int(where, "num_classes", num_classes)
+        if not is_int(ignore_index):
+            fail(where, f"ignore_index must be an integer, got {_kind(ignore_index)}")
+        check_alloc(where, f"num_classes={num_classes} (a {num_classes} x {num_classes} int64 confusion matrix)",
+                    8 * num_classes * num_classes)
+        self.num_classes, self.ignore_index = int(num_classes), int(ignore_index)
+        self.add_state("confusion", default=torch.zeros(num_classes, num_classes, dtype=torch.long),
+                       dist_reduce_fx="sum")
+
+    def _checked(self, preds: Tensor, target: Tensor) -> Tuple[Tensor, Tensor]:
+        """Validated ``(pred ids, target ids)`` of the scored points (ignored ones dropped)."""
+        where, c = "SegmentationIoU", self.num_classes
+        pred = _labels_from(preds, where, c)
+        if preds.dim() == 1 and pred.numel():
+            bad = (pred < 0) | (pred >= c)
+            if bool(bad.any()):
+                i = _first_bad(bad)
+                fail(where, f"preds (class ids) must be in 0..{c - 1}, got {int(pred[i])} at row {i}")
+        if not isinstance(target, Tensor):
+            raise ValueError(f"{where}: target must be a torch.Tensor, got {type(target).__name__}")
+        _check_has_data(target, "target", where)
+        target = _vector(target, "target", where, f"[N] (one class id per point, N={pred.numel()})")
+        if target.numel() != pred.numel():
+            fail(where, f"target has {target.numel()} entries but preds has {pred.numel()} points")
+        if target.dtype not in INTEGER_DTYPES:
+            fail(where, f"target must hold integer class ids, got dtype {target.dtype}")
+        target = target.long().to(pred.device)
+        scored = target != self.ignore_index
+        bad = scored & ((target < 0) | (target >= c))
+        if target.numel() and bool(bad.any()):
+            i = _first_bad(bad)
+            fail(where, f"target ids must be in 0..{c - 1} or ignore_index={self.ignore_index}, got "
+                        f"{int(target[i])} at row {i}")
+        return pred[scored], target[scored]
+
+    def update(self, preds: Tensor, target: Tensor) -> None:
+        pred, target = self._checked(preds, target)
+        c = self.num_classes
+        counts = torch.bincount(target * c + pred, minlength=c * c).reshape(c, c)
+        self.confusion += counts.to(self.confusion.device)
+
+    def compute(self) -> Dict[str, Tensor]:
+        return confusion_scores(self.confusion)
+
+
+def confusion_scores(confusion: Tensor) -> Dict[str, Tensor]:
+    """miou / oa / macc / iou / acc / confusion of a ``[C, C]`` confusion matrix (rows = target)."""
+    cm = confusion.double()
+    tp = cm.diagonal()
+    support = cm.sum(1)  # TP + FN
+    union = support + cm.sum(0) - tp  # TP + FN + FP
+    present = support > 0
+    nan = torch.full_like(tp, float("nan"))
+    iou = torch.where(present, tp / union.clamp_min(1), nan)
+    acc = torch.where(present, tp / support.clamp_min(1), nan)
+    total = cm.sum()
+    none = torch.tensor(float("nan"), dtype=torch.float64, device=cm.device)
+    any_seen = bool(present.any())
+    return {"miou": iou[present].mean() if any_seen else none,
+            "macc": acc[present].mean() if any_seen else none.clone(),
+            "oa": tp.sum() / total if any_seen else none.clone(),
+            "iou": iou, "acc": acc, "confusion": confusion.clone()}
+
+
+def segmentation_iou_reference(pred: Sequence[int], target: Sequence[int], num_classes: int,
+                               ignore_index: int = -1) -> Dict[str, Any]:
+    """Loop reference of :class:`SegmentationIoU` on class ids (plain Python, for the tests)."""
+    cm = [[0] * num_classes for _ in range(num_classes)]
+    for p, t in zip(pred, target):
+        if int(t) != ignore_index:
+            cm[int(t)][int(p)] += 1
+    ious, accs = [], []
+    for c in range(num_classes):
+        tp, fn = cm[c][c], sum(cm[c]) - cm[c][c]
+        fp = sum(cm[r][c] for r in range(num_classes)) - tp
+        ious.append(tp / (tp + fp + fn) if tp + fn > 0 else float("nan"))
+        accs.append(tp / (tp + fn) if tp + fn > 0 else float("nan"))
+    seen = [c for c in range(num_classes) if sum(cm[c]) > 0]
+    total = sum(map(sum, cm))
+    mean = (lambda v: sum(v[c] for c in seen) / len(seen)) if seen else (lambda v: float("nan"))
+    return {"miou": mean(ious), "macc": mean(accs), "iou": ious, "acc": accs, "confusion": cm,
+            "oa": sum(cm[c][c] for c in range(num_classes)) / total if total else float("nan")}

@@ -11,6 +11,10 @@ modified in place).
   after the transform has run.
 * :class:`FixedPoints` subsamples every per-point entry (an array whose first dimension is
   ``N``) with the same indices; scalars such as a 0-d class label ``y`` are kept.
+* Scenes: :class:`GridSample` keeps one point per occupied voxel of edge ``voxel_size``
+  (:func:`voxel_ids`: voxel of ``p`` = ``floor(p / voxel_size)``); :class:`SceneCrop` keeps the
+  ``max_points`` points nearest in xy to a random centre point (:func:`crop_xy`);
+  :class:`SceneSampler` chains them (and ``num_points``) on one generator for the scene datasets.
 
 Every transform validates its parameters when built and its sample once when called: a dict
 with a floating ``pos [N, 3]`` (torch: float16/bfloat16/float32/float64) without NaN/Inf; when present,
@@ -45,7 +49,8 @@ from ._checks import (SUPPORTED_FLOATS, check_alloc, check_bool, check_choice, c
 Sample = Dict[str, Any]
 
 __all__ = ["Compose", "Normalize", "FixedPoints", "RandomRotateZ", "RandomRotate", "RandomScale",
-           "RandomJitter", "RandomPointDropout", "RandomTransform", "point_keys", "rotation_matrix", "centre_and_scale"]
+           "RandomJitter", "RandomPointDropout", "RandomTransform", "point_keys", "rotation_matrix", "centre_and_scale",
+           "GridSample", "SceneCrop", "SceneSampler", "voxel_ids", "voxel_order", "crop_xy", "content_rng"]
 
 #: keys never treated as per-point even when their first dimension happens to equal N
 _NON_POINT_KEYS = frozenset({"category", "index", "idx", "class_names"})
@@ -382,14 +387,7 @@ class FixedPoints(RandomTransform):
     def _indices(self, sample: Sample, num: int) -> np.ndarray:
         if num == 0:
             raise ValueError("FixedPoints: the cloud is empty (0 points)")
-        if self.deterministic:
-            pos = sample["pos"]
-            # raw bytes (a uint8 view: bfloat16 has no numpy dtype)
-            buf = (pos.detach().cpu().contiguous().view(torch.uint8).numpy() if isinstance(pos, torch.Tensor)
-                   else np.asarray(pos)).tobytes()
-            rng = np.random.default_rng([0 if self.seed is None else int(self.seed), zlib.crc32(buf), num])
-        else:
-            rng = self.rng
+        rng = content_rng(self.seed, sample["pos"], num) if self.deterministic else self.rng
         if self.replace:
             return rng.integers(0, num, size=self.n)
         if num >= self.n:
@@ -415,6 +413,214 @@ class FixedPoints(RandomTransform):
     def __repr__(self) -> str:
         return (f"FixedPoints(n={self.n}, replace={self.replace}, deterministic={self.deterministic}, "
                 f"seed={self.seed})")
+
+
+def content_rng(seed: Optional[int], pos: Any, num: int) -> np.random.Generator:
+    """A generator seeded from ``(seed, crc32 of the bytes of pos, num)``: the same cloud always draws
+    the same numbers, however many clouds were drawn before (the deterministic mode of the samplers)."""
+    # raw bytes (a uint8 view: bfloat16 has no numpy dtype)
+    buf = (pos.detach().cpu().contiguous().view(torch.uint8).numpy() if isinstance(pos, torch.Tensor)
+           else np.ascontiguousarray(pos)).tobytes()
+    return np.random.default_rng([0 if seed is None else int(seed), zlib.crc32(buf), int(num)])
+
+
+def _take(sample: Sample, idx: np.ndarray) -> Sample:
+    """Every per-point entry of ``sample`` indexed by ``idx`` (the other entries kept)."""
+    out = dict(sample)
+    for k in point_keys(sample):
+        v = sample[k]
+        out[k] = v[torch.as_tensor(idx, device=v.device)] if isinstance(v, torch.Tensor) else np.asarray(v)[idx]
+    return out
+
+
+#: largest |integer voxel coordinate| :func:`voxel_ids` accepts (floor(p / voxel_size) must fit int64)
+MAX_VOXEL_COORD = 2 ** 52
+
+
+def voxel_ids(pos: Any, voxel_size: float, where: str = "voxel_ids") -> Tuple[np.ndarray, int]:
+    """``(inverse, V)``: the voxel of every point, ``inverse[j]`` in ``0..V-1``, for the cubic voxels of
+    edge ``voxel_size`` (point ``p`` is in voxel ``floor(p / voxel_size)``); voxel ids follow the
+    lexicographic order of the integer voxel coordinates, so they do not depend on the point order.
+
+    Shapes:
+        pos ``[N, 3]`` (array or tensor) -> inverse ``[N]`` int64.
+    """
+    voxel_size = check_number(where, "voxel_size", voxel_size)
+    p = _as_real_cloud(pos)
+    if p.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = np.floor(p / voxel_size)
+    if not np.isfinite(f).all() or float(np.abs(f).max()) > MAX_VOXEL_COORD:
+        fail(where, f"voxel_size={voxel_size:g} is too small for coordinates up to {float(np.abs(p).max()):.3g} "
+                    f"(more than 2^52 voxels along an axis)")
+    q = f.astype(np.int64)
+    q -= q.min(0)
+    dims = [int(d) + 1 for d in q.max(0)]
+    if dims[0] * dims[1] * dims[2] < 2 ** 62:  # one int64 key per voxel, in the same lexicographic order
+        key = (q[:, 0] * dims[1] + q[:, 1]) * dims[2] + q[:, 2]
+        _, inverse = np.unique(key, return_inverse=True)
+    else:
+        _, inverse = np.unique(q, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1).astype(np.int64)
+    return inverse, int(inverse.max()) + 1
+
+
+def voxel_order(inverse: np.ndarray, num_voxels: int, rng: Optional[np.random.Generator] = None
+                ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(order, start, count)``: the points grouped by voxel (``order[start[v]:start[v] + count[v]]``
+    are the points of voxel ``v``), in index order within a voxel, or in a random order drawn from
+    ``rng``.
+
+    Shapes:
+        inverse ``[N]`` -> order ``[N]``, start ``[V]``, count ``[V]`` (int64).
+    """
+    if rng is None:
+        order = np.argsort(inverse, kind="stable")
+    else:
+        order = np.lexsort((rng.random(len(inverse)), inverse))
+    count = np.bincount(inverse, minlength=num_voxels).astype(np.int64)
+    start = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+    return order.astype(np.int64), start, count
+
+
+class GridSample(RandomTransform):
+    """Keep one point per occupied voxel (grid subsampling; every per-point entry alike).
+
+    The voxels are cubes of edge ``voxel_size`` (in the units of ``pos``: metres for scenes);
+    ``mode="first"`` keeps the lowest-index point of every voxel, ``"random"`` a random one. The
+    kept points stay in their original order.
+
+    Args:
+        voxel_size: the voxel edge (a positive finite number).
+        mode: ``"random"`` or ``"first"``.
+        deterministic: draw from :func:`content_rng` (the same cloud always gives the same points).
+        seed, generator: see :class:`RandomTransform`.
+
+    Shapes:
+        every per-point ``[N, ...]`` entry becomes ``[V, ...]`` (V occupied voxels).
+    """
+
+    def __init__(self, voxel_size: float, mode: str = "random", *, deterministic: bool = False,
+                 seed: Optional[int] = 0, generator: Optional[np.random.Generator] = None) -> None:
+        super().__init__(seed=seed, generator=generator)
+        self.voxel_size = check_number("GridSample", "voxel_size", voxel_size)
+        self.mode = check_choice("GridSample", "mode", mode, ("random", "first"))
+        self.deterministic = check_bool("GridSample", "deterministic", deterministic)
+
+    def indices(self, sample: Sample) -> np.ndarray:
+        """The sorted row indices this call would keep (advances the generator in random mode)."""
+        num = _check_sample(sample, "GridSample")
+        rng = content_rng(self.seed, sample["pos"], num) if self.deterministic else self.rng
+        return self._indices(sample, rng)
+
+    def _indices(self, sample: Sample, rng: np.random.Generator) -> np.ndarray:
+        inverse, v = voxel_ids(sample["pos"], self.voxel_size, "GridSample")
+        order, start, _ = voxel_order(inverse, v, rng if self.mode == "random" else None)
+        return np.sort(order[start])
+
+    def __call__(self, sample: Sample) -> Sample:
+        return _take(sample, self.indices(sample))
+
+    def __repr__(self) -> str:
+        return f"GridSample(voxel_size={self.voxel_size}, mode={self.mode!r}, seed={self.seed})"
+
+
+def crop_xy(pos: Any, centre: int, max_points: int) -> np.ndarray:
+    """The sorted indices of the ``max_points`` points nearest (in xy) to point ``centre``; ties at the
+    last distance go to the lowest indices. Every point when there are at most ``max_points``.
+
+    Shapes:
+        pos ``[N, 3]`` -> ``[min(N, max_points)]`` int64.
+    """
+    p = _as_real_cloud(pos)
+    if len(p) <= max_points:
+        return np.arange(len(p))
+    d = ((p[:, :2] - p[centre, :2]) ** 2).sum(1)
+    return np.sort(np.argsort(d, kind="stable")[:max_points])
+
+
+class SceneCrop(RandomTransform):
+    """Keep the ``max_points`` points nearest, in xy, to a random point of the cloud (a vertical
+    column around it: the points budget of a scene); a cloud of at most ``max_points`` points is
+    returned whole. Every per-point entry follows its points; the kept points stay in order.
+
+    Args:
+        max_points: the budget (a positive integer).
+        deterministic: draw from :func:`content_rng` (the same cloud always gives the same crop).
+        seed, generator: see :class:`RandomTransform`.
+
+    Shapes:
+        every per-point ``[N, ...]`` entry becomes ``[min(N, max_points), ...]``.
+    """
+
+    def __init__(self, max_points: int, *, deterministic: bool = False, seed: Optional[int] = 0,
+                 generator: Optional[np.random.Generator] = None) -> None:
+        super().__init__(seed=seed, generator=generator)
+        check_int("SceneCrop", "max_points", max_points)
+        check_alloc("SceneCrop", f"max_points={max_points} (the row indices)", 8 * max_points)
+        self.max_points = int(max_points)
+        self.deterministic = check_bool("SceneCrop", "deterministic", deterministic)
+
+    def indices(self, sample: Sample) -> np.ndarray:
+        """The sorted row indices this call would keep (advances the generator unless deterministic)."""
+        num = _check_sample(sample, "SceneCrop")
+        rng = content_rng(self.seed, sample["pos"], num) if self.deterministic else self.rng
+        return self._indices(sample, num, rng)
+
+    def _indices(self, sample: Sample, num: int, rng: np.random.Generator) -> np.ndarray:
+        if num <= self.max_points:
+            return np.arange(num)
+        return crop_xy(sample["pos"], int(rng.integers(num)), self.max_points)
+
+    def __call__(self, sample: Sample) -> Sample:
+        return _take(sample, self.indices(sample))
+
+    def __repr__(self) -> str:
+        return f"SceneCrop(max_points={self.max_points}, seed={self.seed})"
+
+
+class SceneSampler(RandomTransform):
+    """The training sampler of scene datasets: :class:`GridSample` (``voxel_size``, random mode), then
+    :class:`SceneCrop` (``max_points``), then :class:`FixedPoints` (``num_points``), each step
+    skipped when its argument is None, all drawing from one generator.
+
+    Like :class:`FixedPoints` it has a ``deterministic`` mode (every draw from
+    :func:`content_rng` of the scene: the same scene gives the same crop for a given ``seed``)
+    and :meth:`~RandomTransform.reseed`, so a training run can make its crops a function of
+    (seed, epoch, scene) and a resumed run sees the crops an uninterrupted one would.
+
+    Shapes:
+        every per-point ``[N, ...]`` entry becomes ``[M, ...]``, ``M <= max_points`` (``num_points``
+        when given).
+    """
+
+    def __init__(self, voxel_size: Optional[float] = None, max_points: Optional[int] = None,
+                 num_points: Optional[int] = None, *, deterministic: bool = False, seed: Optional[int] = 0,
+                 generator: Optional[np.random.Generator] = None) -> None:
+        super().__init__(seed=seed, generator=generator)
+        where = "SceneSampler"
+        self.grid = None if voxel_size is None else GridSample(voxel_size, "random")
+        self.crop = None if max_points is None else SceneCrop(max_points)
+        self.num_points = check_int(where, "num_points", num_points, allow_none=True)
+        self.deterministic = check_bool(where, "deterministic", deterministic)
+
+    def __call__(self, sample: Sample) -> Sample:
+        num = _check_sample(sample, "SceneSampler")
+        rng = content_rng(self.seed, sample["pos"], num) if self.deterministic else self.rng
+        if self.grid is not None:
+            sample = _take(sample, self.grid._indices(sample, rng))
+            num = int(sample["pos"].shape[0])
+        if self.crop is not None:
+            sample = _take(sample, self.crop._indices(sample, num, rng))
+        if self.num_points is not None:
+            sample = FixedPoints(self.num_points, generator=rng)(sample)
+        return sample
+
+    def __repr__(self) -> str:
+        return (f"SceneSampler(voxel_size={getattr(self.grid, 'voxel_size', None)}, "
+                f"max_points={getattr(self.crop, 'max_points', None)}, num_points={self.num_points}, "
+                f"deterministic={self.deterministic}, seed={self.seed})")
 
 
 def rotation_matrix(axis: int, angle: float) -> np.ndarray:

@@ -5,7 +5,6 @@ SemanticKITTI .bin/.label, Pointcept npy folders, mmdetection3d's processed file
 in ../shared/data (30 SemanticKITTI scans, the forest plot in the S3DIS layout, mmdetection3d's
 ScanNet/S3DIS/SemanticKITTI test data) are read when present and skipped otherwise.
 """
-import runpy
 import struct
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from gridify.cli import main as gridify_main
 from gridify.datasets import DatasetError, SceneDataset, collate_points, convert_to_pointcept
 from gridify.datasets.scene_layouts import (IGNORE_INDEX, S3DIS_CLASSES, SCANNET20_CLASSES, SCANNET20_NYU40_IDS,
                                             SEMANTICKITTI_CLASSES, SEMANTICKITTI_LEARNING_MAP, find_scenes,
@@ -328,11 +328,11 @@ def test_convert_s3dis_scannet_kitti_round_trip(tmp_path):
     first = (tmp_path / "pc_kitti" / "train" / "00_000000" / "coord.npy").stat().st_mtime_ns
     convert_to_pointcept(tmp_path / "kitti", "semantickitti", tmp_path / "pc_kitti")  # resumes: nothing rewritten
     assert (tmp_path / "pc_kitti" / "train" / "00_000000" / "coord.npy").stat().st_mtime_ns == first
-    script = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "convert_scenes.py"))
-    assert script["main"]([str(tmp_path / "kitti"), "--layout", "semantickitti", "--out", str(tmp_path / "pc2"),
-                           "--sequences", "08"]) == 0
+    assert gridify_main(["convert", str(tmp_path / "kitti"), "--layout", "semantickitti", "--out",
+                         str(tmp_path / "pc2"), "--sequences", "08", "--quiet"]) == 0
     assert sorted(p.name for p in (tmp_path / "pc2" / "val").iterdir()) == ["08_000000", "08_000001"]
-    assert script["main"]([str(tmp_path / "nothing"), "--layout", "s3dis", "--out", str(tmp_path / "pc3")]) == 1
+    with pytest.raises(SystemExit, match="does not exist"):
+        gridify_main(["convert", str(tmp_path / "nothing"), "--layout", "s3dis", "--out", str(tmp_path / "pc3")])
 
 
 def test_registry_names_and_errors(tmp_path):

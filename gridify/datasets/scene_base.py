@@ -4,7 +4,15 @@ An item holds ``pos`` in metres (unless ``normalize``), ``x`` = the chosen ``fea
 (:data:`SCENE_FEATURES`: ``xyz``, ``color`` scaled to ``[0, 1]``, ``normal``, ``strength``
 (alias ``intensity``), ``height`` = z - min z; none: ``x = pos``), ``y`` the per-point training ids
 with -1 for ignored points, the raw ``color`` / ``normal`` / ``strength`` the scene has, ``index``
-and the ``scene`` name. The pipeline is :class:`~gridify.datasets.PointCloudDataset`'s.
+and the ``scene`` name. The pipeline is :class:`~gridify.datasets.PointCloudDataset`'s, with its
+sampling step at split ``train`` replaced by :class:`~gridify.transforms.SceneSampler` when
+``voxel_size`` or ``max_points`` is given: grid subsampling (one random point per voxel of edge
+``voxel_size``, in the units of ``pos``: metres), then a crop of the ``max_points`` points nearest
+in xy to a random centre point (a scene at or under the budget stays whole), then ``num_points``,
+all from the dataset's seeded generator. At every other split an item is the whole scene (every
+original point, so an evaluation scores all of them; ``num_points`` still subsamples when set).
+:meth:`SceneDatasetBase.label_counts` is the histogram of the split's labels (ignored points left
+out), e.g. for class weights.
 
 Shapes:
     an item: pos ``[N, 3]`` float32, x ``[N, F]`` float32, y ``[N]`` int64, index ``[]``, scene str.
@@ -17,8 +25,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import check_choice
-from ._common import DatasetError, PointCloudDataset, Transform
+from .._checks import check_alloc, check_choice, check_int, check_number
+from ..transforms import SceneSampler
+from ._common import SAMPLE_BYTES_PER_POINT, DatasetError, PointCloudDataset, Transform
 from .scene_layouts import IGNORE_INDEX
 
 __all__ = ["SCENE_FEATURES", "SceneDatasetBase", "scene_features", "check_features"]
@@ -67,16 +76,31 @@ class SceneDatasetBase(PointCloudDataset):
     """The item format of scene datasets (see the module docstring); subclasses implement
     :meth:`load_scene` (index -> scene dict in the common vocabulary), :meth:`scene_name`, ``__len__``.
 
+    Args (besides the dataset's own):
+        voxel_size: grid subsampling voxel edge (metres) before cropping, at ``train`` only; None: none.
+        max_points: the point budget of a ``train`` item (a random crop around a random centre
+            point); None: the whole scene. Other splits always give the whole scene.
+
     Attributes:
-        class_names, num_classes, ignore_index, features, in_channels (width of ``x``).
+        class_names, num_classes, ignore_index, features, in_channels (width of ``x``), voxel_size,
+        max_points.
     """
 
     def __init__(self, *, split: str, class_names: Sequence[str], features: Sequence[str],
                  num_points: Optional[int], transform: Optional[Transform], seed: int, normalize: bool,
-                 cache: bool) -> None:
-        features = check_features(type(self).__name__, features)
+                 cache: bool, voxel_size: Optional[float] = None, max_points: Optional[int] = None) -> None:
+        where = type(self).__name__
+        features = check_features(where, features)
+        self.voxel_size = check_number(where, "voxel_size", voxel_size, allow_none=True)
+        self.max_points = check_int(where, "max_points", max_points, allow_none=True)
+        if self.max_points is not None:
+            check_alloc(where, f"max_points={self.max_points} (points of {SAMPLE_BYTES_PER_POINT} bytes on their way "
+                               f"through the pipeline)", SAMPLE_BYTES_PER_POINT * self.max_points)
         super().__init__(split=split, num_points=num_points, use_normals=False, transform=transform, seed=seed,
                          normalize=normalize)
+        if split == "train" and (self.voxel_size is not None or self.max_points is not None):
+            self.sampler = SceneSampler(self.voxel_size, self.max_points, self.num_points, seed=self.seed)
+        self._label_counts: Optional[np.ndarray] = None
         self.class_names = list(class_names)
         self.features = tuple(features)
         self.ignore_index = IGNORE_INDEX
@@ -90,6 +114,26 @@ class SceneDatasetBase(PointCloudDataset):
     @property
     def in_channels(self) -> int:
         return sum(SCENE_FEATURES[f] for f in self.features) or 3
+
+    def label_counts(self) -> np.ndarray:
+        """The number of points of every class over the scenes of this split (ignored points left
+        out; every scene is read once, the result is kept).
+
+        Shapes:
+            ``[num_classes]`` int64.
+        """
+        if self._label_counts is None:
+            counts = np.zeros(self.num_classes, dtype=np.int64)
+            for i in range(len(self)):
+                seg = np.asarray(self.scene(i)["segment"]).reshape(-1).astype(np.int64)
+                seg = seg[seg != self.ignore_index]
+                if seg.size and (seg.min() < 0 or seg.max() >= self.num_classes):
+                    bad = int(seg[(seg < 0) | (seg >= self.num_classes)][0])
+                    raise DatasetError(f"{self.describe(i)}: label {bad} outside 0..{self.num_classes - 1} "
+                                       f"({self.num_classes} classes)")
+                counts += np.bincount(seg, minlength=self.num_classes)
+            self._label_counts = counts
+        return self._label_counts.copy()
 
     def load_scene(self, index: int) -> Dict[str, np.ndarray]:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -12,7 +12,9 @@
   to the official split of their sequence), plus ``<out>/classes.txt``; read back with
   ``SceneDataset(out, layout="pointcept")``. :func:`write_pointcept_scene` writes one scene.
 
-Scenes are not normalized by default (``normalize=False``: coordinates stay in metres); ``num_points``
+Scenes are not normalized by default (``normalize=False``: coordinates stay in metres). At ``train``,
+``voxel_size`` grid-subsamples a scene and ``max_points`` crops it to a budget around a random centre
+(see :mod:`~gridify.datasets.scene_base`); the other splits give whole scenes. ``num_points``
 subsamples each scene to a fixed size (random at ``train``, deterministic otherwise), None keeps
 every point.
 
@@ -60,6 +62,8 @@ class SceneDataset(SceneDatasetBase):
             own features (colour indoors, remission for SemanticKITTI; ``pointcept``: ``color``
             and ``strength`` when the first scene has them).
         num_points: subsample every scene to this many points (None: every point).
+        voxel_size, max_points: training grid subsampling and crop budget (see
+            :class:`~gridify.datasets.scene_base.SceneDatasetBase`).
         scenes: read only these scene names (as :func:`find_scenes` names them).
         sequences: SemanticKITTI sequences instead of the split's official ones.
         test_area: the S3DIS Area held out.
@@ -76,6 +80,7 @@ class SceneDataset(SceneDatasetBase):
 
     def __init__(self, root: Optional[PathLike] = None, layout: str = "pointcept", split: str = "train", *,
                  features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
+                 voxel_size: Optional[float] = None, max_points: Optional[int] = None,
                  scenes: Optional[Sequence[str]] = None, sequences: Optional[Sequence[str]] = None,
                  test_area: int = S3DIS_TEST_AREA, classes: Optional[Sequence[str]] = None, unknown: str = "ignore",
                  transform: Optional[Transform] = None, seed: int = 0, normalize: bool = False,
@@ -106,7 +111,8 @@ class SceneDataset(SceneDatasetBase):
         if layout == "pointcept" and features is None:  # what the first scene has (normals on request)
             feats = tuple(f for f in ("color", "strength") if (refs[0].path / f"{f}.npy").is_file())
         super().__init__(split=split, class_names=names, features=feats, num_points=num_points,
-                         transform=transform, seed=seed, normalize=normalize, cache=cache)
+                         transform=transform, seed=seed, normalize=normalize, cache=cache, voxel_size=voxel_size,
+                         max_points=max_points)
 
     @staticmethod
     def default_root(layout: str) -> Path:
@@ -147,13 +153,14 @@ class S3DIS(SceneDataset):
 
     def __init__(self, root: Optional[PathLike] = None, split: str = "train", *,
                  features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
+                 voxel_size: Optional[float] = None, max_points: Optional[int] = None,
                  scenes: Optional[Sequence[str]] = None, test_area: int = S3DIS_TEST_AREA,
                  classes: Optional[Sequence[str]] = None, unknown: str = "ignore",
                  transform: Optional[Transform] = None, seed: int = 0, normalize: bool = False,
                  cache: bool = False) -> None:
-        super().__init__(root, "s3dis", split, features=features, num_points=num_points, scenes=scenes,
-                         test_area=test_area, classes=classes, unknown=unknown, transform=transform, seed=seed,
-                         normalize=normalize, cache=cache)
+        super().__init__(root, "s3dis", split, features=features, num_points=num_points, voxel_size=voxel_size,
+                         max_points=max_points, scenes=scenes, test_area=test_area, classes=classes,
+                         unknown=unknown, transform=transform, seed=seed, normalize=normalize, cache=cache)
 
 
 @DATASETS.register("scannet")
@@ -165,10 +172,12 @@ class ScanNet(SceneDataset):
 
     def __init__(self, root: Optional[PathLike] = None, split: str = "train", *,
                  features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
+                 voxel_size: Optional[float] = None, max_points: Optional[int] = None,
                  scenes: Optional[Sequence[str]] = None, transform: Optional[Transform] = None, seed: int = 0,
                  normalize: bool = False, cache: bool = False) -> None:
-        super().__init__(root, "scannet", split, features=features, num_points=num_points, scenes=scenes,
-                         transform=transform, seed=seed, normalize=normalize, cache=cache)
+        super().__init__(root, "scannet", split, features=features, num_points=num_points, voxel_size=voxel_size,
+                         max_points=max_points, scenes=scenes, transform=transform, seed=seed,
+                         normalize=normalize, cache=cache)
 
 
 @DATASETS.register("semantickitti")
@@ -180,11 +189,13 @@ class SemanticKITTI(SceneDataset):
 
     def __init__(self, root: Optional[PathLike] = None, split: str = "train", *,
                  features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
+                 voxel_size: Optional[float] = None, max_points: Optional[int] = None,
                  scenes: Optional[Sequence[str]] = None, sequences: Optional[Sequence[str]] = None,
                  transform: Optional[Transform] = None, seed: int = 0, normalize: bool = False,
                  cache: bool = False) -> None:
-        super().__init__(root, "semantickitti", split, features=features, num_points=num_points, scenes=scenes,
-                         sequences=sequences, transform=transform, seed=seed, normalize=normalize, cache=cache)
+        super().__init__(root, "semantickitti", split, features=features, num_points=num_points,
+                         voxel_size=voxel_size, max_points=max_points, scenes=scenes, sequences=sequences,
+                         transform=transform, seed=seed, normalize=normalize, cache=cache)
 
 
 # --------------------------------------------------------------------------------------

@@ -1,0 +1,358 @@
+r"""Whole-scene semantic segmentation: every point of a scene scored under a point budget.
+
+A scene (a room, a LiDAR scan) has more points than one forward pass should take, and training
+saw grid-subsampled crops of it. :func:`predict_scene` covers the scene with such crops and
+averages the class probabilities each point received:
+
+.. math::
+
+    p(y \mid j) = \frac{1}{|V_j|} \sum_{c \in V_j} \operatorname{softmax}(f(c))_j
+
+where ``V_j`` is the set of crops (over all ``votes`` views) holding point ``j`` and
+``softmax(f(c))_j`` the model's class probabilities for ``j`` inside crop ``c``.
+
+The crops (:func:`scene_fragments`):
+
+* **Fragments.** With ``voxel_size``, the points are grouped by voxel (edge ``voxel_size``, the
+  grid :class:`~gridify.transforms.GridSample` subsamples with at training time) in a seeded random
+  order within each voxel; fragment ``i`` takes the ``(i mod n_v)``-th point of every voxel ``v``
+  (``n_v`` points), for ``i < min(max_v n_v, max_fragments)``. Every fragment is a grid subsample
+  like the training items. With ``max_fragments=None`` every point is in at least one fragment;
+  with a cap (default 4: dense voxels next to a LiDAR sensor hold hundreds of points, and a
+  fragment per point of the densest voxel would run the model hundreds of times over the scan),
+  a point left out of every fragment takes the mean probabilities of the points of its voxel that
+  were scored (fragment 0 holds one point of every voxel, so every voxel has one), the "nearest kept
+  point" rule of the field. Without ``voxel_size`` the whole scene is one fragment.
+* **Crops.** A fragment of more than ``max_points`` points is split into crops of the
+  ``max_points`` points nearest in xy to a centre (:func:`~gridify.transforms.crop_xy`, the crop of
+  :class:`~gridify.transforms.SceneCrop`); centres are drawn (seeded) among the points no crop
+  holds yet, until every point of the fragment is in a crop. Without ``max_points`` a fragment is
+  one crop.
+* **Votes.** View 0 is the scene as given; view ``v > 0`` is rotated about the vertical axis
+  through the scene's xy centroid by a seeded random angle (``x`` is passed unchanged), with its
+  own fragments and crops.
+
+Each crop goes through ``model(pos_crop, x_crop, batch_crop)`` (``batch_size`` crops per call,
+a PyG-style batch vector) under ``torch.no_grad`` with the model in eval mode (its mode is
+restored afterwards). :func:`predict_scene_reference` is the plain loop (one crop per call, one
+point at a time) the tests compare against; :func:`evaluate_scenes` scores every original
+point of every scene of a dataset with :class:`~gridify.metrics.SegmentationIoU`.
+
+Shapes:
+    pos ``[N, 3]`` (metres), x ``[N, F]`` -> probabilities ``[N, C]`` float32 (rows sum to 1);
+    a crop: pos ``[n, 3]``, x ``[n, F]``, batch ``[n]`` -> logits ``[n, C]``, ``n <= max_points``.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ._checks import check_finite, check_int, check_number, check_points, check_tensor, fail
+from .metrics import SegmentationIoU
+from .transforms import SceneSampler, crop_xy, rotation_matrix, voxel_ids, voxel_order
+
+__all__ = ["MAX_FRAGMENTS", "predict_scene", "predict_scene_unchecked", "predict_scene_reference", "scene_fragments",
+           "scene_fragments_unchecked", "evaluate_scenes"]
+
+Model = Callable[[Tensor, Tensor, Tensor], Tensor]
+#: fragments per view by default (see the module docstring)
+MAX_FRAGMENTS = 4
+
+
+def _check_scene(where: str, model: Any, pos: Any, x: Any) -> Tuple[Tensor, Tensor]:
+    """``(pos, x)`` of one scene, validated (``x`` defaults to ``pos``)."""
+    if not callable(model):
+        fail(where, f"model must be callable (model(pos, x, batch) -> logits), got {type(model).__name__}")
+    pos = check_points(pos, where)
+    if pos.size(0) == 0:
+        fail(where, "pos has no points (an empty scene has nothing to predict)")
+    check_finite(pos, "pos", where)
+    if x is None:
+        return pos, pos
+    x = check_tensor(x, "x", where)
+    if x.dim() != 2 or x.size(0) != pos.size(0):
+        fail(where, f"x must have shape [N, F] with N={pos.size(0)} (one row per point of pos), got "
+                    f"{tuple(x.shape)}")
+    if x.device != pos.device:
+        fail(where, f"x is on {x.device} but pos is on {pos.device}")
+    if not x.is_floating_point():
+        fail(where, f"x must be a floating-point tensor, got dtype {x.dtype}")
+    check_finite(x, "x", where)
+    return pos, x
+
+
+def _check_settings(where: str, voxel_size: Any, max_points: Any, seed: Any
+                    ) -> Tuple[Optional[float], Optional[int]]:
+    voxel_size = check_number(where, "voxel_size", voxel_size, allow_none=True)
+    max_points = check_int(where, "max_points", max_points, allow_none=True)
+    check_int(where, "seed", seed, 0)
+    return voxel_size, max_points
+
+
+def scene_fragments(pos: Tensor, voxel_size: Optional[float] = None, max_points: Optional[int] = None,
+                    seed: int = 0, max_fragments: Optional[int] = None) -> List[Tensor]:
+    """The crops of one scene (see the module docstring): index tensors into ``pos``, each of at
+    most ``max_points`` points, together covering every point (with ``max_fragments=None``; a cap
+    covers every voxel).
+
+    Shapes:
+        pos ``[N, 3]`` -> a list of ``[n_i]`` int64 tensors (sorted, on ``pos``'s device).
+    """
+    where = "scene_fragments"
+    pos = check_points(pos, where)
+    check_finite(pos, "pos", where)
+    voxel_size, max_points = _check_settings(where, voxel_size, max_points, seed)
+    max_fragments = check_int(where, "max_fragments", max_fragments, allow_none=True)
+    return scene_fragments_unchecked(pos, voxel_size, max_points, np.random.default_rng([int(seed)]), max_fragments)
+
+
+def scene_fragments_unchecked(pos: Tensor, voxel_size: Optional[float], max_points: Optional[int],
+                              rng: np.random.Generator, max_fragments: Optional[int] = None) -> List[Tensor]:
+    """:func:`scene_fragments` on validated inputs, drawing from ``rng``."""
+    p = pos.detach().cpu().double().numpy()
+    if voxel_size is None:
+        fragments = [np.arange(len(p))]
+    else:
+        inverse, v = voxel_ids(p, voxel_size, "scene_fragments")
+        order, start, count = voxel_order(inverse, v, rng)
+        num = int(count.max()) if v else 0
+        num = num if max_fragments is None else min(num, max_fragments)
+        fragments = [np.sort(order[start + i % count]) for i in range(num)]
+    crops: List[np.ndarray] = []
+    for frag in fragments:
+        crops += _split_fragment(p, frag, max_points, rng)
+    return [torch.as_tensor(c, dtype=torch.long, device=pos.device) for c in crops]
+
+
+def _split_fragment(p: np.ndarray, frag: np.ndarray, max_points: Optional[int],
+                    rng: np.random.Generator) -> List[np.ndarray]:
+    """Crops of ``max_points`` points nearest in xy to centres drawn among the uncovered points."""
+    if max_points is None or len(frag) <= max_points:
+        return [frag]
+    q = p[frag]
+    covered = np.zeros(len(frag), dtype=bool)
+    candidates = rng.permutation(len(frag))
+    crops, at = [], 0
+    while at < len(candidates):
+        centre = int(candidates[at])
+        at += 1
+        if covered[centre]:
+            continue
+        sel = crop_xy(q, centre, max_points)
+        covered[sel] = True
+        crops.append(frag[sel])
+    return crops
+
+
+def _view(pos: Tensor, vote: int, rng: np.random.Generator) -> Tensor:
+    """View ``vote`` of the scene: as given (0), else rotated about z through the xy centroid."""
+    if vote == 0:
+        return pos
+    m = torch.as_tensor(rotation_matrix(2, float(rng.uniform(0.0, 2.0 * math.pi))), dtype=torch.float64,
+                        device=pos.device)
+    centre = pos.double().mean(0)
+    centre[2] = 0.0
+    return ((pos.double() - centre) @ m.T + centre).to(pos.dtype)
+
+
+def predict_scene(model: Model, pos: Tensor, x: Optional[Tensor] = None, *, voxel_size: Optional[float] = None,
+                  max_points: Optional[int] = None, votes: int = 1, seed: int = 0, batch_size: int = 1,
+                  max_fragments: Optional[int] = MAX_FRAGMENTS) -> Tensor:
+    """Mean softmax probabilities of every point of one scene (see the module docstring).
+
+    Args:
+        model: ``model(pos [n, 3], x [n, F], batch [n]) -> logits [n, C]`` (a ``torch.nn.Module``
+            is put in eval mode for the call and restored after).
+        pos: the scene's points (metres); x: their features (default: ``pos``).
+        voxel_size: the fragments' grid (None: one fragment, the whole scene).
+        max_points: the largest crop (None: a fragment is one crop).
+        votes: views (the first as given, the others rotated about z).
+        seed: seeds the fragments, crops and rotations.
+        batch_size: crops per model call.
+        max_fragments: fragments per view at most (None: as many as the densest voxel has points;
+            the points left out take their voxel's mean, see the module docstring).
+
+    Shapes:
+        pos ``[N, 3]``, x ``[N, F]`` -> ``[N, C]`` float32 on ``pos``'s device.
+    """
+    where = "predict_scene"
+    pos, x = _check_scene(where, model, pos, x)
+    voxel_size, max_points = _check_settings(where, voxel_size, max_points, seed)
+    votes = check_int(where, "votes", votes)
+    batch_size = check_int(where, "batch_size", batch_size)
+    max_fragments = check_int(where, "max_fragments", max_fragments, allow_none=True)
+    return predict_scene_unchecked(model, pos, x, voxel_size, max_points, votes, int(seed), batch_size,
+                                   max_fragments)
+
+
+def _vote_crops(pos: Tensor, voxel_size: Optional[float], max_points: Optional[int], votes: int,
+                seed: int, max_fragments: Optional[int] = None) -> List[Tuple[Tensor, List[Tensor]]]:
+    """``(view pos, its crops)`` of every vote; vote ``v`` draws from ``default_rng([seed, v])``."""
+    out = []
+    for v in range(votes):
+        rng = np.random.default_rng([seed, v])
+        view = _view(pos, v, rng)
+        out.append((view, scene_fragments_unchecked(view, voxel_size, max_points, rng, max_fragments)))
+    return out
+
+
+def _fill_uncovered(pos: Tensor, voxel_size: Optional[float], total: Tensor, count: Tensor) -> Tensor:
+    """``total / count`` per point; a point no crop held (``count == 0``, only with a fragment cap)
+    takes the mean probabilities of the scored points of its voxel (of the scene as given)."""
+    covered = count > 0
+    if bool(covered.all()) or voxel_size is None:
+        return total / count.clamp_min(1).unsqueeze(1)
+    inverse, v = voxel_ids(pos.detach().cpu().double().numpy(), voxel_size, "predict_scene")
+    inv = torch.as_tensor(inverse, device=total.device)
+    mean = total / count.clamp_min(1).unsqueeze(1)
+    vsum = torch.zeros(v, total.size(1), dtype=total.dtype, device=total.device).index_add_(
+        0, inv[covered], mean[covered])
+    vcnt = torch.zeros(v, dtype=total.dtype, device=total.device).index_add_(
+        0, inv[covered], torch.ones(int(covered.sum()), dtype=total.dtype, device=total.device))
+    mean[~covered] = vsum[inv[~covered]] / vcnt[inv[~covered]].clamp_min(1).unsqueeze(1)
+    return mean
+
+
+def _logits(model: Model, pos: Tensor, x: Tensor, batch: Tensor) -> Tensor:
+    out = model(pos, x, batch)
+    if not isinstance(out, Tensor) or out.dim() != 2 or out.size(0) != pos.size(0) or out.size(1) == 0:
+        shape = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+        fail("predict_scene", f"model must return per-point logits [n, C] for a crop of n={pos.size(0)} points, "
+                              f"got {shape}")
+    return out
+
+
+def predict_scene_unchecked(model: Model, pos: Tensor, x: Tensor, voxel_size: Optional[float],
+                            max_points: Optional[int], votes: int, seed: int, batch_size: int,
+                            max_fragments: Optional[int] = None) -> Tensor:
+    """:func:`predict_scene` on validated inputs."""
+    n = pos.size(0)
+    total: Optional[Tensor] = None
+    count = torch.zeros(n, dtype=torch.float32, device=pos.device)
+    training = bool(getattr(model, "training", False))
+    if isinstance(model, torch.nn.Module):
+        model.eval()
+    try:
+        with torch.no_grad():
+            for view, crops in _vote_crops(pos, voxel_size, max_points, votes, seed, max_fragments):
+                for b in range(0, len(crops), batch_size):
+                    group = crops[b:b + batch_size]
+                    idx = torch.cat(group)
+                    sizes = torch.tensor([len(c) for c in group], device=pos.device)
+                    batch = torch.repeat_interleave(torch.arange(len(group), device=pos.device), sizes)
+                    prob = torch.softmax(_logits(model, view[idx], x[idx], batch).float(), dim=1)
+                    if total is None:
+                        total = torch.zeros(n, prob.size(1), dtype=torch.float32, device=pos.device)
+                    elif prob.size(1) != total.size(1):
+                        fail("predict_scene", f"model returned {prob.size(1)} classes for one crop and "
+                                              f"{total.size(1)} for another")
+                    total.index_add_(0, idx.to(total.device), prob.to(total.device))
+                    count.index_add_(0, idx, torch.ones(len(idx), device=pos.device))
+    finally:
+        if training and isinstance(model, torch.nn.Module):
+            model.train()
+    assert total is not None  # every voxel has a point in a crop of every vote
+    return _fill_uncovered(pos, voxel_size, total, count)
+
+
+def predict_scene_reference(model: Model, pos: Tensor, x: Optional[Tensor] = None, *,
+                            voxel_size: Optional[float] = None, max_points: Optional[int] = None, votes: int = 1,
+                            seed: int = 0, max_fragments: Optional[int] = MAX_FRAGMENTS) -> Tensor:
+    """Loop reference of :func:`predict_scene` (the same crops; one crop per model call, the votes
+    added point by point in Python). For tests on small scenes.
+
+    Shapes:
+        pos ``[N, 3]``, x ``[N, F]`` -> ``[N, C]`` float32.
+    """
+    x = pos if x is None else x
+    sums: Dict[int, Tensor] = {}
+    counts: Dict[int, int] = {}
+    training = bool(getattr(model, "training", False))
+    if isinstance(model, torch.nn.Module):
+        model.eval()
+    with torch.no_grad():
+        for view, crops in _vote_crops(pos, voxel_size, max_points, votes, seed, max_fragments):
+            for crop in crops:
+                logits = model(view[crop], x[crop], torch.zeros(len(crop), dtype=torch.long, device=pos.device))
+                prob = torch.softmax(logits.float(), dim=1)
+                for k, j in enumerate(crop.tolist()):
+                    sums[j] = sums[j] + prob[k] if j in sums else prob[k].clone()
+                    counts[j] = counts.get(j, 0) + 1
+    if training and isinstance(model, torch.nn.Module):
+        model.train()
+    if len(sums) == pos.size(0):
+        return torch.stack([sums[j] / counts[j] for j in range(pos.size(0))])
+    # a fragment cap left points out: each takes the mean over the scored points of its voxel
+    inverse, _ = voxel_ids(pos.detach().cpu().double().numpy(), voxel_size, "predict_scene_reference")
+    mean = {j: sums[j] / counts[j] for j in sums}
+    out = []
+    for j in range(pos.size(0)):
+        if j in mean:
+            out.append(mean[j])
+        else:
+            mates = [mean[i] for i in range(pos.size(0)) if inverse[i] == inverse[j] and i in mean]
+            out.append(torch.stack(mates).mean(0))
+    return torch.stack(out)
+
+
+def _model_device(model: Any) -> torch.device:
+    if isinstance(model, torch.nn.Module):
+        for t in model.parameters():
+            return t.device
+        for t in model.buffers():
+            return t.device
+    return torch.device("cpu")
+
+
+def _named(values: List[float], names: List[str]) -> Dict[str, Optional[float]]:
+    """``{name: value}`` with NaN (a class absent from the targets) as None (valid JSON)."""
+    return {name: (None if math.isnan(v) else float(v)) for name, v in zip(names, values)}
+
+
+def evaluate_scenes(model: Model, dataset: Any, *, voxel_size: Optional[float] = None,
+                    max_points: Optional[int] = None, votes: int = 1, seed: int = 0,
+                    progress: bool = False, max_fragments: Optional[int] = MAX_FRAGMENTS
+                    ) -> Tuple[Dict[str, float], Dict[str, Any]]:
+    """Score every original point of every scene of ``dataset`` (its items: whole scenes, as a
+    scene dataset gives them at a split other than ``train``) with :func:`predict_scene` and
+    :class:`~gridify.metrics.SegmentationIoU`.
+
+    ``dataset``: indexable, ``len()``; items hold ``pos`` ``[N, 3]``, ``y`` ``[N]`` (``ignore_index``
+    = ignored) and optionally ``x`` and ``scene``; it has ``num_classes`` (and ``class_names``,
+    ``ignore_index``, default -1). The model runs on the device of its parameters.
+
+    Returns:
+        ``({"miou", "oa", "macc"}, {"per_class_iou": {class name: IoU or None}, "confusion_matrix":
+        [C][C] (rows = target), "num_scenes", "num_points", "num_scored_points"})``.
+    """
+    where = "evaluate_scenes"
+    num_classes = check_int(where, "dataset.num_classes", getattr(dataset, "num_classes", None))
+    if isinstance(getattr(dataset, "sampler", None), SceneSampler):
+        fail(where, f"the dataset crops its items ({dataset.sampler!r}, split {getattr(dataset, 'split', '?')!r}); "
+                    f"build it without voxel_size / max_points, or at another split, to score whole scenes")
+    names = [str(c) for c in getattr(dataset, "class_names", None) or range(num_classes)]
+    metric = SegmentationIoU(num_classes, ignore_index=int(getattr(dataset, "ignore_index", -1)))
+    device = _model_device(model)
+    points = 0
+    for i in range(len(dataset)):
+        item = dataset[i]
+        pos = item["pos"].to(device)
+        x = item.get("x")
+        probs = predict_scene(model, pos, None if x is None else x.to(device), voxel_size=voxel_size,
+                              max_points=max_points, votes=votes, seed=seed, max_fragments=max_fragments)
+        metric.update(probs.cpu(), item["y"].reshape(-1).cpu())
+        points += pos.size(0)
+        if progress:
+            print(f"[evaluate_scenes] {i + 1}/{len(dataset)} {item.get('scene', i)}: {pos.size(0)} points",
+                  file=sys.stderr, flush=True)
+    res = metric.compute()
+    values = {k: float(res[k]) for k in ("miou", "oa", "macc")}
+    conf = res["confusion"]
+    extra = {"per_class_iou": _named(res["iou"].tolist(), names), "confusion_matrix": conf.tolist(),
+             "num_scenes": len(dataset), "num_points": points, "num_scored_points": int(conf.sum())}
+    return values, extra
