@@ -56,6 +56,8 @@ from ._checks import check_alloc, check_batch, check_int, check_positive_int, fa
 from .checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
 from .io import PointCloud, read_points
 from .nn.state import all_or_nothing, evaluating
+from .registry import TASKS
+from .tasks import get_task, task_names
 from .transforms import centre_and_scale
 
 __all__ = ["load", "PRETRAINED", "pretrained_path", "Predictor", "Prediction", "gridify", "normalize_cloud", "DEFAULT_NUM_POINTS"]
@@ -198,7 +200,8 @@ class Prediction:
     """The result of :meth:`Predictor.predict`.
 
     Shapes:
-        segmentation: labels ``[N]`` int64 and probabilities ``[N, K]`` in the input order.
+        dense tasks (segmentation, scene_segmentation; ``dense``): labels ``[N]`` int64 and
+        probabilities ``[N, K]`` in the input order.
         classification: labels ``[]`` (0-d) int64 and probabilities ``[K]``.
         ``K = len(class_names)``; probabilities sum to 1 over the classes (over the category's
         parts when a category restricted them).
@@ -214,30 +217,35 @@ class Prediction:
     extra: Dict[str, Any] = field(default_factory=dict)
 
     @property
+    def dense(self) -> bool:
+        """One label per point (segmentation, scene segmentation), else one per cloud (:attr:`gridify.tasks.Task.dense`)."""
+        return self.task in TASKS and get_task(self.task).dense
+
+    @property
     def label(self) -> int:
         """The class id of a classification (the majority part id for segmentation)."""
-        if self.task == "classification":
+        if not self.dense:
             return int(self.labels)
         return int(np.bincount(self.labels, minlength=len(self.class_names)).argmax())
 
     @property
     def names(self) -> Union[str, List[str]]:
         """Class name (classification) or one part name per point (segmentation)."""
-        if self.task == "classification":
+        if not self.dense:
             return self.class_names[int(self.labels)]
         return [self.class_names[i] for i in self.labels.tolist()]
 
     @property
     def point_labels(self) -> np.ndarray:
         """One label per input point ``[N]`` (a classification's class repeated)."""
-        if self.task == "classification":
+        if not self.dense:
             return np.full(self.num_points, int(self.labels), dtype=np.int64)
         return self.labels
 
     def summary(self, top: int = 5) -> str:
         """A few human-readable lines."""
         src = f"{self.source}: " if self.source else ""
-        if self.task == "classification":
+        if not self.dense:
             order = np.argsort(-self.probabilities)[:top]
             alts = ", ".join(f"{self.class_names[i]} {self.probabilities[i]:.3f}" for i in order)
             return f"{src}{self.names} (p={self.probabilities[int(self.labels)]:.3f}; top: {alts})"
@@ -258,7 +266,8 @@ class Predictor(nn.Module):
     docstring for the exact procedure).
 
     Attributes:
-        model: the network (eval mode). task: ``"classification"`` or ``"segmentation"``.
+        model: the network (eval mode). task: a registered task (:mod:`gridify.tasks`); ``dense``:
+            it labels every point (segmentation, scene_segmentation) rather than the cloud.
         class_names: names of the outputs (classes, or parts for segmentation).
         category_names / category_to_parts: object categories of a segmentation model (or None).
         num_points: points per training cloud ``n``. normalize: whether clouds are normalized.
@@ -276,8 +285,8 @@ class Predictor(nn.Module):
         super().__init__()
         if not isinstance(model, nn.Module):
             raise ValueError(f"Predictor: model must be a torch.nn.Module, got {type(model).__name__}")
-        if task not in ("classification", "segmentation"):
-            raise ValueError(f"Predictor: task must be 'classification' or 'segmentation', got {task!r}")
+        if task not in TASKS:
+            raise ValueError(f"Predictor: task must be one of {task_names()}, got {task!r}")
         check_int("Predictor", "num_points", num_points, 1, allow_none=True)
         check_positive_int("Predictor", in_channels=in_channels)
         if isinstance(class_names, str) or not class_names:
@@ -298,16 +307,24 @@ class Predictor(nn.Module):
 
     # ---- plumbing ----------------------------------------------------------------------
     @property
+    def dense(self) -> bool:
+        """Whether :meth:`predict` labels every point (``labels`` ``[N]``) rather than the cloud (``[]``):
+        the task's :attr:`gridify.tasks.Task.dense`."""
+        return get_task(self.task).dense
+
+    @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
     @property
-    def resolution(self) -> int:
-        return int(self.model.resolution)
+    def resolution(self) -> Union[int, Tuple[int, ...]]:
+        """The model's grid resolution ``R`` (a per-axis tuple for a scene segmenter's grid)."""
+        r = self.model.resolution
+        return tuple(int(v) for v in r) if isinstance(r, (tuple, list)) else int(r)
 
     def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None,
                 category: Optional[Tensor] = None) -> Tensor:
-        if self.task == "segmentation":
+        if self.num_categories or category is not None:  # a part segmenter trained with object categories
             return self.model(pos, x, batch, category=category)
         return self.model(pos, x, batch)
 
@@ -341,7 +358,7 @@ class Predictor(nn.Module):
         return {"pos": pos, "x": x, "normals": nrm, "center": center, "scale": scale, "source": source}
 
     def _category(self, category: Any, where: str) -> Optional[int]:
-        if self.task != "segmentation" or self.num_categories == 0:
+        if self.num_categories == 0:  # only part segmenters trained with object categories have some
             if category is not None:
                 raise ValueError(f"{where}: category is only used by segmentation models trained with object "
                                  f"categories; this model does not take one")
@@ -393,7 +410,7 @@ class Predictor(nn.Module):
         cat = self._category(category, where)
         cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=where)
         with evaluating(self.model), all_or_nothing(self.model):
-            if self.task == "classification":
+            if not self.dense:
                 self._check_batch_sizes(where, len(cloud["pos"]), num_votes, batch_size)
                 probs = self._classify(cloud, num_votes, seed, batch_size, "probs")
             else:
@@ -422,11 +439,12 @@ class Predictor(nn.Module):
         estimate: 16 grid-sized float32 tensors per cloud).
         """
         n = self.num_points or n_in
-        count = num_votes if self.task == "classification" else math.ceil(n_in / n)
+        count = math.ceil(n_in / n) if self.dense else num_votes
         check_alloc(where, f"num_votes={num_votes} (subsets of {n} points)", 8 * n * count)
-        R = int(getattr(self.model, "resolution", 0) or 0)
+        R = getattr(self.model, "resolution", 0) or 0
+        nodes = math.prod(int(r) for r in R) if isinstance(R, (tuple, list)) else int(R) ** 3  # per-axis grids too
         C = int(getattr(getattr(self.model, "gridify", None), "out_channels", 0) or 0)
-        per_cloud = n * (4 * self.in_channels + 64) + 16 * 4 * C * R ** 3
+        per_cloud = n * (4 * self.in_channels + 64) + 16 * 4 * C * nodes
         check_alloc(where, f"batch_size={batch_size} (up to {min(batch_size, count)} clouds of {n} points per "
                            f"forward pass)", min(batch_size, count) * per_cloud)
 
@@ -486,7 +504,7 @@ class Predictor(nn.Module):
             batch = torch.repeat_interleave(torch.arange(len(group), device=dev),
                                             torch.tensor([len(g) for g in group], device=dev))
             category = None if cat is None else torch.full((len(group),), cat, dtype=torch.long, device=dev)
-            logits = self.model(pos_all[idx], x_all[idx], batch, category=category).float().cpu()
+            logits = self(pos_all[idx], x_all[idx], batch, category).float().cpu()
             if mask is not None:
                 logits = logits + mask
             probs[idx.cpu()] = torch.softmax(logits, -1)
@@ -531,7 +549,7 @@ class Predictor(nn.Module):
             fail(where, f"the model ({type(self.model).__name__}) has no gridification to inspect")
         pred = self.predict(points, normals, category, seed=seed, estimate_normals=estimate_normals)
         cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=where)
-        sub = self._chunks(cloud, seed)[0] if self.task == "segmentation" else \
+        sub = self._chunks(cloud, seed)[0] if self.dense else \
             self._subsets(len(cloud["pos"]), canonical_order(cloud["pos"], cloud["normals"]), 1, seed)[0]
         dev = self.device
         pos = torch.from_numpy(cloud["pos"][sub]).to(dev)
@@ -592,9 +610,9 @@ def load(path: Union[str, "os.PathLike[str]"], device: Union[str, torch.device] 
     if not isinstance(reparameterize, bool):
         raise ValueError(f"gridify.load: reparameterize must be a bool, got {reparameterize!r}")
     payload = load_checkpoint(path)
-    if payload["task"] not in ("classification", "segmentation"):
-        raise CheckpointError(f"{path}: entry 'task' is {payload['task']!r}; gridify.load serves 'classification' "
-                              f"and 'segmentation' models")
+    if payload["task"] not in TASKS:
+        raise CheckpointError(f"{path}: entry 'task' is {payload['task']!r}; gridify.load serves the models of the "
+                              f"tasks {task_names()}")
     model = build_model_from_checkpoint(payload, reparameterize=reparameterize)
     info = payload.get("info") or {}
     config = payload.get("config") or {}

@@ -76,6 +76,7 @@ from . import _cliargs as cliargs
 from ._files import atomic_write_text
 from ._paths import PathError, check_output_dir, one_line_errors
 from .runtime import cpu_model
+from .tasks import get_task
 
 __all__ = ["main", "build_parser", "RECIPE_COLUMNS", "PEERS", "peer_registry_name", "cpu_seconds", "graph_timer",
            "time_training", "time_inference"]
@@ -328,7 +329,7 @@ def time_training(task: Any, optim: Tuple[Any, Any], batches: Any, steps: int, w
         sums["data"] += t1 - t0
         for k, v in parts.items():
             sums[k] += v
-        n = int(batch["y"].numel()) if task.task == "classification" else int(batch["batch"].max()) + 1
+        n = int(batch["batch"].max()) + 1 if get_task(task.task).dense else int(batch["y"].numel())
         clouds, points = clouds + n, points + int(batch["pos"].size(0))
         if len(kept) < keep:
             kept.append(batch)
@@ -380,7 +381,7 @@ class _SyntheticBatches:
         pos = (d * (0.45 + 0.45 * torch.rand(clouds, 1, 3, generator=g))).reshape(-1, 3)
         # features: xyz, then the unit directions as normals, zero-padded to in_channels
         x = torch.cat([pos, d.reshape(-1, 3), torch.zeros(pos.size(0), max(0, in_channels - 6))], 1)[:, :in_channels]
-        device, labels = like["pos"].device, clouds if task == "classification" else clouds * points
+        device, labels = like["pos"].device, clouds * points if get_task(task).dense else clouds
         self.batch = dict(like, graph=None, pos=pos.to(device), x=x.to(device),
                           batch=torch.arange(clouds).repeat_interleave(points).to(device),
                           y=torch.zeros(labels, dtype=like["y"].dtype, device=device))
@@ -395,7 +396,7 @@ class _SyntheticBatches:
 def peer_registry_name(name: str, task: str) -> Tuple[str, str]:
     """``(family, registry name)`` of a ``--models`` entry: ``pointnet2`` -> ``pointnet2_classifier``."""
     key = name.lower()
-    suffix = "classifier" if task == "classification" else "segmenter"
+    suffix = "segmenter" if get_task(task).dense else "classifier"
     if key == "gridified":
         return "gridified", ""
     if key in PEERS:

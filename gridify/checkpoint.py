@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 import torch
@@ -27,9 +27,11 @@ import torch
 from ._checks import check_choice, fail, is_int
 from ._files import atomic_write
 from .nn.reparam import is_reparameterizable, reparameterize_model
+from .registry import TASKS as TASKS_REGISTRY
+from .tasks import get_task, task_names
 
 __all__ = ["plain", "atomic_torch_save", "export_model", "check_export_meta", "inference_settings", "TASKS",
-           "model_task", "check_task",
+           "model_task", "task_served", "check_task",
            "CheckpointError", "load_checkpoint", "reparameterize_model", "build_model_from_checkpoint", "check_payload"]
 
 
@@ -59,20 +61,25 @@ def atomic_torch_save(obj: Any, path: os.PathLike | str) -> None:
     atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
-#: Tasks a ``model.pt`` may declare. ``gridify.load`` (the :class:`gridify.Predictor`) serves the
-#: first two; ``sequence_classification`` is the temporal CfC model of ``scripts/train_temporal.py``.
-TASKS = ("classification", "segmentation", "sequence_classification")
+#: Tasks a ``model.pt`` may declare: the registered tasks (:mod:`gridify.tasks`), which ``gridify.load``
+#: (the :class:`gridify.Predictor`) serves, and ``sequence_classification``, the temporal CfC model of
+#: ``scripts/train_temporal.py``.
+TASKS = tuple(task_names()) + ("sequence_classification",)
 
 
 def model_task(model: Any) -> str:
     """The task (one of :data:`TASKS`) a model class or instance serves: its ``task`` attribute when
-    it declares one, else read from its ``forward``: ``times`` -> ``sequence_classification``,
+    it declares one, else the task whose :attr:`~gridify.tasks.Task.models` table names its registry
+    name, else read from its ``forward``: ``times`` -> ``sequence_classification``,
     a ``category`` keyword -> ``segmentation`` (per-point logits), otherwise ``classification``."""
     import inspect
 
     declared = getattr(model, "task", None)
     if isinstance(declared, str) and declared in TASKS:
         return declared
+    made_for = _task_of_model_class(model if isinstance(model, type) else type(model))
+    if made_for is not None:
+        return made_for
     forward = getattr(model, "forward", None)
     try:
         params = inspect.signature(forward).parameters if callable(forward) else {}
@@ -81,6 +88,21 @@ def model_task(model: Any) -> str:
     if "times" in params:
         return "sequence_classification"
     return "segmentation" if "category" in params else "classification"
+
+
+def _task_of_model_class(cls: type) -> Optional[str]:
+    """The task whose :attr:`~gridify.tasks.Task.models` table lists a registry name of ``cls``, if any."""
+    from .registry import MODELS
+
+    names = [n for n in MODELS.names() if MODELS.get(n) is cls]
+    return next((t for t in task_names() if any(n in get_task(t).models for n in names)), None)
+
+
+def task_served(task: str, serves: str) -> bool:
+    """Whether a model of task ``serves`` (:func:`model_task`) serves ``task``: the same task, or one of
+    the task's :attr:`~gridify.tasks.Task.model_tasks` (a part segmenter without categories labels the
+    points of a scene)."""
+    return serves == task or (task in TASKS_REGISTRY and serves in get_task(task).model_tasks)
 
 
 def check_task(source: str, task: Any, model_name: Any) -> None:
@@ -94,7 +116,7 @@ def check_task(source: str, task: Any, model_name: Any) -> None:
     if task not in TASKS or not isinstance(model_name, str) or model_name not in MODELS:
         return
     serves = model_task(MODELS.get(model_name))
-    if serves != task:
+    if not task_served(task, serves):
         raise CheckpointError(f"{source}: entry 'task' is {task!r} but the model {model_name!r} is a {serves} model; "
                               f"the file's task and model do not match (edited or mixed-up metadata?), so it cannot "
                               f"be served as {task}")
@@ -164,7 +186,7 @@ def check_export_meta(model: torch.nn.Module, meta: Any) -> Dict[str, Any]:
         fail(where, f"meta['model_kwargs'] must be a dict of keyword arguments, got {type(kwargs).__name__}")
     check_choice(where, "meta['task']", task, TASKS)
     serves = model_task(model)
-    if task != serves:
+    if not task_served(task, serves):
         fail(where, f"meta['task']={task!r} but the model ({type(model).__name__}) is a {serves} model; gridify.load "
                     f"would serve it as {task}")
     info = meta.get("info", {})

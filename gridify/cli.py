@@ -278,10 +278,10 @@ def write_labels(path: Path, cloud: Any, pred: Any) -> Path:
         raise ValueError(f"--out {path}: unsupported extension {ext!r}; use one of {list(PRED_FORMATS)}")
     labels = pred.point_labels
     if ext == ".txt":
-        rows = labels[:, None] if pred.task == "segmentation" else labels[:1, None]
+        rows = labels[:, None] if pred.dense else labels[:1, None]
         atomic_write(path, lambda fh: np.savetxt(fh, rows, fmt="%d"))
     elif ext == ".npy":
-        atomic_write(path, lambda fh: np.save(fh, labels if pred.task == "segmentation" else np.asarray(pred.labels)))
+        atomic_write(path, lambda fh: np.save(fh, labels if pred.dense else np.asarray(pred.labels)))
     elif ext == ".ply":
         write_ply(path, cloud.points, normals=cloud.normals,
                   colors=label_colors(labels, len(pred.class_names)).astype(np.float32), labels=labels)
@@ -363,7 +363,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                 layers = ["points"] if args.out else list(vis.LAYERS)
             kw = dict(points=res["pos"], labels=pred.point_labels, class_names=pred.class_names,
                       grid=res["grid"], edges=res["graph"],
-                      title=f"{Path(args.file).name}: {pred.names if pred.task == 'classification' else pred.task}")
+                      title=f"{Path(args.file).name}: {pred.task if pred.dense else pred.names}")
         else:
             if layers is None:
                 layers = ["points"]

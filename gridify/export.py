@@ -73,8 +73,10 @@ from .nn.gridification import Gridification
 from .nn.reparam import is_reparameterizable, reparameterize_model
 from .ops.grid import box_tensors, grid_knn
 from .ops.knn import smallest_by_index
+from .registry import TASKS
+from .tasks import get_task
 
-__all__ = ["DepthwiseConv3dAs2d", "ExportError", "ExportReport", "OnnxClassifier", "check_exportable",
+__all__ = ["DepthwiseConv3dAs2d", "ExportError", "ExportReport", "OnnxClassifier", "check_exportable", "check_task_exportable",
            "depthwise_conv3d_as_2d", "dense_bilateral_knn",
            "dense_bilateral_knn_unchecked", "dense_edge_index", "eval_mode", "export_onnx", "grid_tables",
            "gridify_dense", "normalize_points", "require_export_dependencies", "tracing_mode", "EXPORT_FORMATS",
@@ -484,6 +486,15 @@ def require_export_dependencies(where: str, verify: bool = True) -> None:
                           f"run: {INSTALL_HINT}")
 
 
+def check_task_exportable(task: Any, model: Any, where: str = "export_onnx") -> None:
+    """Refuse (:class:`ExportError`) a ``model`` whose (registered) ``task`` has no export route, with the
+    task's reason (:attr:`gridify.tasks.Task.export_reason`); other tasks are left to :func:`check_exportable`."""
+    if isinstance(task, str) and task in TASKS:
+        t = get_task(task)
+        if not t.exportable:
+            fail_export(where, f"{type(model).__name__} is not exportable: {t.export_reason}")
+
+
 def _resolve(model: Any, where: str) -> Tuple[nn.Module, Optional[bool], Optional[List[str]], Optional[int]]:
     """``(network, normalize, class_names, num_points)`` of a path, a Predictor or a bare model
     (None where a bare model does not say)."""
@@ -491,9 +502,11 @@ def _resolve(model: Any, where: str) -> Tuple[nn.Module, Optional[bool], Optiona
         payload = load_checkpoint(model)
         settings = inference_settings(payload)
         net = build_model_from_checkpoint(payload, reparameterize=True)
+        check_task_exportable(payload.get("task"), net, where)
         return net, settings["normalize"], settings["class_names"], settings["num_points"]
     inner = getattr(model, "model", None)
     if isinstance(inner, nn.Module) and hasattr(model, "normalize"):  # a gridify.Predictor
+        check_task_exportable(getattr(model, "task", None), inner, where)
         names = list(getattr(model, "class_names", None) or []) or None
         return inner, bool(model.normalize), names, getattr(model, "num_points", None)
     if isinstance(model, nn.Module):

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Generic, Iterator, Optional, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["Registry", "UnknownNameError", "POS_EMBEDDINGS", "KERNELS", "BACKBONES", "MODELS", "DATASETS"]
+__all__ = ["Registry", "UnknownNameError", "POS_EMBEDDINGS", "KERNELS", "BACKBONES", "MODELS", "DATASETS", "TASKS"]
 
 
 class UnknownNameError(KeyError, ValueError):
@@ -76,6 +76,10 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return sorted(self._entries)
 
+    def registered(self) -> list[str]:
+        """The names in the order they were registered (:meth:`names` sorts them)."""
+        return list(self._entries)
+
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name.lower() in self._entries
 
@@ -99,3 +103,5 @@ BACKBONES: Registry[Callable[..., Any]] = Registry("backbone")
 MODELS: Registry[Callable[..., Any]] = Registry("model")
 #: Datasets by the name configs use for them (``data.name``).
 DATASETS: Registry[Callable[..., Any]] = Registry("dataset")
+#: What a model predicts (``classification``, ``segmentation``, ``scene_segmentation``; see :mod:`gridify.tasks`).
+TASKS: Registry[Callable[..., Any]] = Registry("task")

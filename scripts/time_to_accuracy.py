@@ -1,14 +1,18 @@
 #!/usr/bin/env python
-"""Test accuracy against wall-clock training time, from the per-epoch checkpoints of training runs.
+"""Accuracy (or mIoU) against wall-clock training time, from the per-epoch checkpoints of training runs.
 
     python scripts/time_to_accuracy.py outputs/modelnet10_fast outputs/modelnet10_fast_seed1 --out outputs/tta
+    python scripts/time_to_accuracy.py outputs/kitti_gridified outputs/kitti_pointnet2 --split val --metric miou \
+        --target none --out outputs/tta_kitti
 
 A run trained with ``trainer.checkpoint.keep_all: true`` keeps one checkpoint per epoch
 (``checkpoints/epochNNN-stepNNNNNNN.ckpt``). Each is evaluated on the test split afterwards (so the
 evaluation costs no training time, and nothing is selected on test); its time is the wall clock from
 the run's start (``run_info.json``) to the checkpoint's write, less any time a resumed run spent
-stopped. Writes ``time_to_accuracy.csv``, ``.json`` and ``.png`` (one curve per run, the 93 % line)
-under ``--out``.
+stopped. ``--split`` picks the split (``val`` for runs selected on nothing else, e.g. scenes whose
+held-out sequence is the validation split) and ``--metric`` the score (``oa``, ``macc``, ``miou``, ...;
+default: ``oa`` for classifiers, ``miou`` for scene segmenters). Writes ``time_to_accuracy.csv``,
+``.json`` and ``.png`` (one curve per run, the ``--target`` line) under ``--out``.
 """
 from __future__ import annotations
 
@@ -45,21 +49,29 @@ def training_minutes(run: Path, ckpts: List[Path]) -> Dict[Path, float]:
     return minutes
 
 
-def run_points(run: Path, votes: int, data_root: str | None) -> List[Dict[str, Any]]:
+def run_points(run: Path, votes: int, data_root: str | None, split: str = "test",
+               metric: str | None = None) -> List[Dict[str, Any]]:
     ckpts = sorted((run / "checkpoints").glob("epoch*-step*.ckpt"))
     minutes = training_minutes(run, ckpts)
     points = []
     for ckpt in ckpts:
         epoch = int(re.search(r"epoch(\d+)", ckpt.name).group(1))
-        argv = ["--ckpt", str(ckpt), "--votes", str(votes), "--no-progress",
-                "--output", str(run / "time_to_accuracy" / f"{ckpt.stem}.votes{votes}.json")]
+        argv = ["--ckpt", str(ckpt), "--votes", str(votes), "--no-progress", "--split", split,
+                "--output", str(run / "time_to_accuracy" / f"{ckpt.stem}.{split}.votes{votes}.json")]
         report = evaluate(argv + (["--data-root", data_root] if data_root else []))
-        points.append({"run": run.name, "epoch": epoch + 1, "minutes": minutes[ckpt],
-                       "test_oa": report["metrics"]["oa"], "test_macc": report["metrics"]["macc"], "votes": votes})
+        values = report["metrics"]
+        key = metric or ("miou" if "miou" in values else "oa")
+        if key not in values:
+            raise SystemExit(f"time_to_accuracy: {ckpt}: no metric {key!r}; it reports {sorted(values)}")
+        points.append({"run": run.name, "epoch": epoch + 1, "minutes": minutes[ckpt], "split": split,
+                       "metric": key, "value": values[key],
+                       **{f"{split}_{k}": v for k, v in values.items() if isinstance(v, (int, float))},
+                       "votes": votes})
     return points
 
 
-def plot(points: List[Dict[str, Any]], path: Path) -> None:
+def plot(points: List[Dict[str, Any]], path: Path, target: float | None = 93.0, minutes: float | None = 45.0,
+         label: str = "ModelNet10 test OA [%]") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -67,13 +79,16 @@ def plot(points: List[Dict[str, Any]], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for run in sorted({p["run"] for p in points}):
-        sel = sorted((p["minutes"], 100 * p["test_oa"]) for p in points if p["run"] == run)
+        sel = sorted((p["minutes"], 100 * p["value"]) for p in points if p["run"] == run)
         ax.plot([m for m, _ in sel], [a for _, a in sel], "o-", ms=3, label=run)
-    ax.axhline(93.0, color="grey", ls="--", lw=0.8, label="93 %")
-    ax.axvline(45.0, color="grey", ls=":", lw=0.8, label="45 min")
+    if target is not None:
+        ax.axhline(target, color="grey", ls="--", lw=0.8, label=f"{target:g} %")
+    if minutes is not None:
+        ax.axvline(minutes, color="grey", ls=":", lw=0.8, label=f"{minutes:g} min")
     ax.set_xlabel("wall-clock training time [min]")
-    ax.set_ylabel("ModelNet10 test OA [%]")
-    ax.set_ylim(80, 100)
+    ax.set_ylabel(label)
+    if target is not None and target >= 90:
+        ax.set_ylim(80, 100)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -88,9 +103,18 @@ def main() -> None:
     p.add_argument("runs", nargs="+", help="output_dir of training runs with per-epoch checkpoints")
     p.add_argument("--votes", type=int, default=1, help="test-time voting views per cloud (default 1)")
     p.add_argument("--data-root", help="data root (default: the runs' own)")
+    p.add_argument("--split", default="test", choices=("test", "val", "train"), help="split scored (default test)")
+    p.add_argument("--metric", help="metric plotted (default: oa, or miou for scene segmenters)")
+    p.add_argument("--target", default="93", help="a horizontal line at this value in %% ('none': no line)")
+    p.add_argument("--minutes", default="45", help="a vertical line at this training time ('none': no line)")
+    p.add_argument("--label", default=None, help="y-axis label")
     p.add_argument("--out", default="outputs/time_to_accuracy")
     args = p.parse_args()
-    points = [pt for run in args.runs for pt in run_points(Path(run), args.votes, args.data_root)]
+    points = [pt for run in args.runs
+              for pt in run_points(Path(run), args.votes, args.data_root, args.split, args.metric)]
+    if not points:
+        raise SystemExit("time_to_accuracy: no per-epoch checkpoints (checkpoints/epochNNN-stepNNNNNNN.ckpt) in "
+                         f"{args.runs}; train with trainer.checkpoint.keep_all: true")
     out = Path(args.out)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(points[0]))
@@ -98,9 +122,13 @@ def main() -> None:
     w.writerows(points)
     atomic_write_text(out / "time_to_accuracy.csv", buf.getvalue())
     atomic_write_text(out / "time_to_accuracy.json", json.dumps(points, indent=1))
-    plot(points, out / "time_to_accuracy.png")
+    key = points[0]["metric"]
+    none = ("none", "null", "")
+    plot(points, out / "time_to_accuracy.png", None if args.target.lower() in none else float(args.target),
+         None if args.minutes.lower() in none else float(args.minutes),
+         args.label or ("ModelNet10 test OA [%]" if key == "oa" and args.split == "test" else f"{args.split} {key} [%]"))
     for pt in points:
-        print(f"{pt['run']} epoch {pt['epoch']:3d} {pt['minutes']:6.1f} min  test OA {100 * pt['test_oa']:.2f} %")
+        print(f"{pt['run']} epoch {pt['epoch']:3d} {pt['minutes']:6.1f} min  {args.split} {key} {100 * pt['value']:.2f} %")
     print(f"wrote {out}/time_to_accuracy.{{csv,json,png}}")
 
 

@@ -15,9 +15,10 @@ PACKAGE = Path(__file__).resolve().parents[1] / "gridify"
 LAYERS = [
     ["_version", "_checks", "_optional", "_files", "_paths", "registry", "runtime"],
     ["ops", "io", "transforms", "metrics", "precision", "_cliargs"],
-    ["nn", "datasets", "vis"],
+    ["nn", "datasets", "vis", "scene_inference"],
     ["backbones", "baselines"],
     ["models"],
+    ["tasks"],  # task objects: loss, metrics, primary metric (gridify/tasks.py)
     ["checkpoint"],
     ["api", "export"],
     ["training"],

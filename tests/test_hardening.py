@@ -455,7 +455,7 @@ def _export(tmp_path, **entries):
     (dict(info="nothing"), "entry 'info' must be a dict, got str"),
     (dict(model_kwargs=[1, 2]), "entry 'model_kwargs' must be a dict of keyword arguments, got list"),
     (dict(model_name=7), "entry 'model_name' must be a string, got int"),
-    (dict(task="regression"), "entry 'task' is 'regression'; gridify.load serves 'classification' and"),
+    (dict(task="regression"), "entry 'task' is 'regression'; gridify.load serves the models of the tasks \\['classification', 'segmentation'"),
     (dict(task=3), "entry 'task' must be a string, got int"),
     (dict(class_names="abc"), "entry 'class_names' must be a list of strings or None"),
     (dict(config={"data": {"num_points": "1024"}}), r"entry config\['data'\]\['num_points'\] must be an integer"),

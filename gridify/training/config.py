@@ -29,6 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import yaml
 
 from gridify.registry import DATASETS
+from gridify.tasks import get_task, task_names
 from gridify.transforms import RandomJitter, RandomPointDropout, RandomRotate, RandomRotateZ, RandomScale
 
 from .schema import (DATASET_ALIASES, DEFAULTS, SCHEMA, TASKS, ConfigError, check_dataset_section,
@@ -50,7 +51,8 @@ DATA_LOADER_KEYS = ("name", "batch_size", "eval_batch_size", "num_workers", "dro
                     "augmentations", "train", "val", "test")
 #: sections whose keys are checked against the defaults (the others are free-form kwargs)
 CLOSED_SECTIONS = ("optim", "trainer")
-PRIMARY_METRIC = {"classification": "oa", "segmentation": "instance_miou"}
+#: task -> its primary validation metric (:attr:`gridify.tasks.Task.primary_metric`; a view of the tasks)
+PRIMARY_METRIC = {name: get_task(name).primary_metric for name in task_names()}
 #: the training augmentations ``data.augmentations`` may name, with their transforms
 AUGMENTATIONS: Dict[str, Callable[..., Any]] = {
     "rotate_z": RandomRotateZ, "rotate": RandomRotate, "scale": RandomScale, "jitter": RandomJitter,

@@ -29,14 +29,15 @@ from torch.utils.data import DataLoader, Sampler
 from gridify.datasets import DatasetError, fit_box, stratified_subset
 from gridify.models import build_model
 from gridify.registry import DATASETS, MODELS, UnknownNameError
-from gridify.transforms import FixedPoints
+from gridify.tasks import class_weights, get_task, task_of_dataset
+from gridify.transforms import FixedPoints, SceneSampler
 
 from .config import AUGMENTATIONS, DATA_LOADER_KEYS, DATASET_ALIASES, ConfigError
-from .schema import model_error
+from .schema import constructor_keys, model_error
 
 __all__ = ["REPO_ROOT", "fit_box", "EpochAugment", "resolve_root", "dataset_kwargs", "build_dataset", "dataset_info",
-           "inference_info", "fill_model_kwargs", "make_model", "config_archives", "eval_subset", "ShardSampler",
-           "EpochDataLoader", "set_train_epoch", "GraphCollate", "graph_builder_of"]
+           "inference_info", "train_class_weights", "fill_model_kwargs", "make_model", "config_archives", "eval_subset", "ShardSampler",
+           "EpochDataLoader", "set_train_epoch", "GraphCollate", "ModelGraphBuilder", "graph_builder_of"]
 
 #: the repository (or source tree) root: relative data roots are also looked up here
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -47,11 +48,13 @@ class EpochAugment:
 
     Every call builds the transforms around a generator seeded from the run seed, the epoch and
     a checksum of the points, so a resumed run, another worker count or another access order
-    sees exactly the same augmented samples.
+    sees exactly the same augmented samples. ``fit``: shrink an augmented cloud that leaves
+    ``[-1, 1]^3`` back into it (:func:`fit_box`, the unit-box tasks); False: leave the points
+    where the augmentations put them (scenes, in metres: :attr:`gridify.tasks.Task.normalized`).
     """
 
-    def __init__(self, specs: List[Tuple[str, Dict[str, Any]]], seed: int) -> None:
-        self.specs, self.seed, self.epoch = specs, int(seed), 0
+    def __init__(self, specs: List[Tuple[str, Dict[str, Any]]], seed: int, fit: bool = True) -> None:
+        self.specs, self.seed, self.epoch, self.fit = specs, int(seed), 0, bool(fit)
 
     def __call__(self, sample: Dict[str, Any]) -> Dict[str, Any]:
         pos = sample["pos"]
@@ -59,10 +62,13 @@ class EpochAugment:
         rng = np.random.default_rng([self.seed, self.epoch, zlib.crc32(buf)])
         for name, kwargs in self.specs:
             sample = AUGMENTATIONS[name](**kwargs, generator=rng)(sample)
-        return fit_box(sample)
+        return fit_box(sample) if self.fit else sample
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:  # pickled before ``fit`` existed: fitted
+        self.__dict__.update({"fit": True, **state})
 
     def __repr__(self) -> str:
-        return f"EpochAugment({[n for n, _ in self.specs]}, seed={self.seed})"
+        return f"EpochAugment({[n for n, _ in self.specs]}, seed={self.seed}{'' if self.fit else ', fit=False'})"
 
 
 def resolve_root(root: Any) -> Any:
@@ -84,7 +90,7 @@ def dataset_kwargs(cfg: Dict[str, Any], split: str) -> Tuple[str, Dict[str, Any]
     kwargs.setdefault("split", split)
     kwargs.setdefault("seed", cfg["seed"])
     name = data["name"]
-    if name in ("procedural", "folder"):
+    if name in DATASETS and "task" in constructor_keys(DATASETS.get(name))[0]:  # a dataset of several tasks
         kwargs.setdefault("task", cfg["task"])
     if name == "folder" and kwargs.get("root") is None:
         raise ConfigError("data.name=folder needs the folder: pass --data-root path/to/folder (or set data.root)")
@@ -108,10 +114,9 @@ def build_dataset(cfg: Dict[str, Any], split: str, augment: Optional[EpochAugmen
     if augment is not None:
         kwargs["transform"] = augment
     cls = DATASETS.get(name)
-    if name == "shapenet" and cfg["task"] != "segmentation":
-        raise ConfigError("data.name=shapenet is a segmentation dataset; set task: segmentation")
-    if name == "modelnet" and cfg["task"] != "classification":
-        raise ConfigError("data.name=modelnet is a classification dataset; set task: classification")
+    holds = task_of_dataset(name, cls)
+    if holds is not None and cfg["task"] != holds:
+        raise ConfigError(f"data.name={name} is a {holds} dataset; set task: {holds}")
     try:
         return cls(**kwargs)
     except TypeError as exc:
@@ -149,24 +154,31 @@ def eval_subset(ds: Any, limit: Any, batch_size: int, world_size: int, seed: int
 
 
 def dataset_info(ds: Any, task: str) -> Dict[str, Any]:
-    """What the model and the metrics need to know about a dataset (plain Python values)."""
-    first = ds[0]
+    """What the model and the metrics need to know about a dataset (plain Python values): ``in_channels``
+    (the dataset's own attribute, else the width of the first item's ``x``), ``source_format`` and the
+    task's entries (:meth:`gridify.tasks.Task.dataset_info`: ``num_outputs``, ``class_names``, ...)."""
+    channels = getattr(ds, "in_channels", None)
     info: Dict[str, Any] = {
-        "in_channels": int(first["x"].shape[-1]),
+        "in_channels": int(channels) if isinstance(channels, int) else int(ds[0]["x"].shape[-1]),
         "source_format": str(getattr(ds, "source_format", type(ds).__name__)),
     }
-    if task == "classification":
-        names = [str(c) for c in ds.class_names]
-        info.update(num_outputs=len(names), class_names=names)
-    else:
-        parts = [list(map(int, p)) for p in ds.category_to_parts]
-        cat_names = [str(c) for c in (getattr(ds, "category_names", None) or getattr(ds, "class_names"))]
-        num_parts = int(getattr(ds, "num_parts", max(max(p) for p in parts) + 1))
-        part_names = getattr(ds, "part_names", None)
-        part_names = [str(p) for p in part_names] if part_names is not None else [f"part{i}" for i in range(num_parts)]
-        info.update(num_outputs=num_parts, class_names=part_names, category_names=cat_names,
-                    category_to_parts=parts, num_categories=len(parts))
+    info.update(get_task(task).dataset_info(ds))
     return info
+
+
+def train_class_weights(ds: Any, mode: str) -> Optional[List[float]]:
+    """``optim.class_weights`` of the training set ``ds`` (:func:`gridify.tasks.class_weights` of its
+    ``label_counts()``), as a list; None for ``none``."""
+    if mode == "none":
+        return None
+    if not callable(getattr(ds, "label_counts", None)):
+        raise ConfigError(f"optim.class_weights={mode} needs the training labels' counts, which "
+                          f"{type(ds).__name__} does not give (label_counts(): the scene datasets)")
+    try:
+        weights = class_weights(ds.label_counts(), mode, where="optim.class_weights")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return None if weights is None else [float(w) for w in weights]
 
 
 def inference_info(cfg: Dict[str, Any]) -> Dict[str, Any]:
@@ -175,10 +187,16 @@ def inference_info(cfg: Dict[str, Any]) -> Dict[str, Any]:
     The training cloud size and the normalization every dataset applies (centre at the mean,
     scale into the unit sphere).
     """
-    test_section = cfg["data"].get("test") or {}
-    return {"num_points": test_section.get("num_points", cfg["data"].get("num_points")),
-            "normalization": ({"center": "mean", "scale": "unit_sphere"} if cfg["data"].get("normalize", True)
-                              else None)}
+    data, task = cfg["data"], get_task(cfg["task"])
+    test_section = data.get("test") or {}
+    out = {"num_points": test_section.get("num_points", data.get("num_points")),
+           "normalization": ({"center": "mean", "scale": "unit_sphere"} if data.get("normalize", task.normalized)
+                             else None)}
+    if not task.normalized:  # scenes: the subsampling and point budget of whole-scene inference
+        train = data.get("train") or {}
+        scene = {k: data.get(k, train.get(k)) for k in ("voxel_size", "max_points")}
+        out.update(num_points=scene["max_points"], **scene)
+    return out
 
 
 def fill_model_kwargs(cfg: Dict[str, Any], info: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
@@ -186,8 +204,8 @@ def fill_model_kwargs(cfg: Dict[str, Any], info: Dict[str, Any]) -> Tuple[str, D
     kwargs = {k: v for k, v in cfg["model"].items() if k != "name"}
     kwargs.setdefault("in_channels", info["in_channels"])
     kwargs.setdefault("num_classes", info["num_outputs"])
-    if cfg["task"] == "segmentation":
-        kwargs.setdefault("num_categories", info["num_categories"])
+    for key, value in get_task(cfg["task"]).model_kwargs(info).items():
+        kwargs.setdefault(key, value)
     return cfg["model"]["name"], kwargs
 
 
@@ -314,7 +332,7 @@ def set_train_epoch(ds: Any, augment: Optional[EpochAugment], seed: int, epoch: 
     if augment is not None:
         augment.epoch = epoch
     sampler = getattr(ds, "sampler", None)
-    if isinstance(sampler, FixedPoints):
+    if isinstance(sampler, (FixedPoints, SceneSampler)):  # a scene's voxel subsampling and crop too
         # per-sample seeding (seed, epoch, content) instead of one stream in access order
         sampler.deterministic = True
         sampler.reseed(int(np.random.SeedSequence([seed, epoch, 7]).generate_state(1)[0]))
@@ -347,5 +365,21 @@ def graph_builder_of(model: torch.nn.Module, cfg: Dict[str, Any]) -> Optional[An
     wanted = data.get("prefetch_graph", "auto")
     if wanted == "auto":
         wanted = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    if wanted is not True or int(data["num_workers"]) <= 0:
+        return None
+    own = getattr(model, "graph_builder", None)  # a model that maps its points first (the scene segmenter)
+    if callable(own):
+        return ModelGraphBuilder(own())
     builder = getattr(getattr(model, "gridify", None), "graph_builder", None)
-    return builder() if wanted is True and int(data["num_workers"]) > 0 and callable(builder) else None
+    return builder() if callable(builder) else None
+
+
+class ModelGraphBuilder:
+    """A model's own graph builder (``builder(pos, batch)``, e.g. the scene segmenter's, which maps metric
+    points into its grid box first) under :class:`GraphCollate`'s ``(pos, batch, num_clouds)`` call. Picklable."""
+
+    def __init__(self, builder: Callable[..., Any]) -> None:
+        self.builder = builder
+
+    def __call__(self, pos: torch.Tensor, batch: torch.Tensor, num_clouds: int) -> Any:
+        return self.builder(pos, batch)

@@ -2,7 +2,9 @@
 
 :class:`PointCloudTask` wraps a gridify model built from its registry name and keyword arguments.
 
-* Loss: cross-entropy of the logits (in float32), plus the model's kernel L2 penalty when
+* Loss: the task's loss (:meth:`gridify.tasks.Task.loss`: cross-entropy of the logits in float32;
+  scenes skip label -1 and weigh the classes by ``optim.class_weights``, computed once from the
+  training labels and kept in ``info["class_weights"]``), plus the model's kernel L2 penalty when
   ``optim.kernel_l2 = w > 0``: ``L = CE(logits, y) + w * model.kernel_l2()``.
 * Optimizer: ``AdamW(lr, weight_decay, betas)`` (:func:`build_optimizer`; torch's refusals name the key).
 * Schedule, per optimizer step ``s`` (:func:`~.schedule.warmup_cosine`), with
@@ -15,7 +17,9 @@
   the same masks as an uninterrupted one.
 * Logs: ``train_loss`` (per step), ``train_loss_epoch``, ``lr_epoch`` (the rate at the end of
   each epoch, so the LR curve exists even when an epoch is shorter than ``log_every_n_steps``),
-  ``val_*`` and ``test_*``; the test results name the IoU of each category.
+  ``val_*`` and ``test_*`` (the task's metrics, :mod:`gridify.tasks`); the test results name the IoU
+  of each category (scenes: of each class). A scene task validates and tests on whole scenes
+  (:meth:`gridify.tasks.SceneSegmentationTask.eval_logits`: every original point is scored).
 
 :class:`PointCloudData` builds the loaders itself (the trainer runs with
 ``use_distributed_sampler=False``): each process reads its :class:`~.data.ShardSampler` share,
@@ -24,7 +28,7 @@ and the train loader is an :class:`~.data.EpochDataLoader` driven by the fit loo
 (:func:`~.data.eval_subset`, recorded in :attr:`PointCloudData.subsets` and announced once).
 
 Shapes:
-    logits ``[B, classes]`` (classification) or ``[sum N_i, parts]`` (segmentation); y alike.
+    logits ``[B, classes]`` (classification) or ``[sum N_i, classes]`` (per-point tasks); y alike.
 
 Both classes live at module level, so they pickle (multiprocessing, Lightning's spawn-based launchers).
 """
@@ -36,17 +40,16 @@ from typing import Any, Dict, Optional, Tuple, Type
 import lightning.pytorch as pl
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.utils.data import DataLoader
 from torchmetrics import MeanMetric
 
 from gridify.datasets import collate_points
+from gridify.tasks import get_task
 
 from .callbacks import StopAfterEpochs
-from .config import PRIMARY_METRIC
 from .data import (EpochAugment, EpochDataLoader, GraphCollate, ShardSampler, build_dataset, eval_subset, make_model,
                    set_train_epoch)
-from .metrics import compute_metrics, forward_batch, make_metrics, update_metrics, vote_logits
+from .metrics import eval_settings
 from .schedule import warmup_cosine
 from .schema import optimizer_error
 
@@ -64,7 +67,7 @@ def build_optimizer(params: Any, optim: Dict[str, Any]) -> torch.optim.Optimizer
 
 
 class PointCloudTask(pl.LightningModule):
-    """Wraps a gridify model: cross-entropy training, metrics, AdamW + warm-up/cosine."""
+    """Wraps a gridify model: the task's loss and metrics (:mod:`gridify.tasks`), AdamW + warm-up/cosine."""
 
     def __init__(self, model_name: str, model_kwargs: Dict[str, Any], task: str, optim: Dict[str, Any],
                  info: Dict[str, Any], config: Dict[str, Any], seed: int = 0,
@@ -72,14 +75,23 @@ class PointCloudTask(pl.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         self.task = task
+        self.task_def = get_task(task)
         self.model = make_model(model_name, model_kwargs)
         self.train_loss = MeanMetric()
-        self.val_metrics = make_metrics(task, info)
-        self.test_metrics = make_metrics(task, info, confusion=(task == "classification"))
+        self.val_metrics = self.task_def.make_metrics(info)
+        self.test_metrics = self.task_def.make_metrics(info, confusion=self.task_def.test_confusion)
+        weights = info.get("class_weights")
+        self.register_buffer("class_weights", None if weights is None else torch.tensor(weights, dtype=torch.float32),
+                             persistent=False)
         self.test_results: Dict[str, Any] = {}
 
     def forward(self, batch: Dict[str, Any]) -> torch.Tensor:
-        return forward_batch(self.model, batch, self.task)
+        return self.task_def.forward_batch(self.model, batch)
+
+    def _eval_logits(self, batch: Dict[str, Any], votes: int = 1) -> torch.Tensor:
+        """The evaluation logits: the task's views (whole scenes for a scene task)."""
+        return self.task_def.eval_logits(self.model, batch, votes=votes, seed=int(self.hparams.seed),
+                                         **eval_settings(self.hparams.info))
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         # dropout randomness as a function of (seed, step, rank): identical after a resume
@@ -88,8 +100,8 @@ class PointCloudTask(pl.LightningModule):
 
     def training_step(self, batch: Dict[str, Any], batch_idx: int) -> torch.Tensor:
         logits = self(batch)
-        ce = F.cross_entropy(logits.float(), batch["y"],
-                             label_smoothing=float(self.hparams.optim.get("label_smoothing", 0.0)))
+        smoothing = float(self.hparams.optim.get("label_smoothing", 0.0))
+        ce = self.task_def.loss(logits, batch["y"], label_smoothing=smoothing, weight=self.class_weights)
         loss = ce
         weight = float(self.hparams.optim.get("kernel_l2", 0.0))
         if weight > 0:
@@ -106,23 +118,24 @@ class PointCloudTask(pl.LightningModule):
         self.log("lr_epoch", float(self.trainer.optimizers[0].param_groups[0]["lr"]), on_step=False, on_epoch=True)
 
     def validation_step(self, batch: Dict[str, Any], batch_idx: int) -> None:
-        logits = self(batch)
-        update_metrics(self.val_metrics, self.task, logits, batch, F.cross_entropy(logits.float(), batch["y"]))
+        t = self.task_def
+        logits = self._eval_logits(batch)  # a scene task: whole scenes, every original point
+        t.update_metrics(self.val_metrics, logits, batch, t.loss(logits, batch["y"]))
 
     def on_validation_epoch_end(self) -> None:
-        values, _ = compute_metrics(self.val_metrics, self.task)
-        primary = PRIMARY_METRIC[self.task]
+        values, _ = self.task_def.compute_metrics(self.val_metrics)
+        primary = self.task_def.primary_metric
         for k, v in values.items():
             # already reduced over processes by torchmetrics; sync_dist only keeps Lightning quiet
             self.log(f"val_{k}", v, prog_bar=(k == primary), sync_dist=True)
 
     def test_step(self, batch: Dict[str, Any], batch_idx: int) -> None:
         votes = int(self.hparams.config.get("trainer", {}).get("test_votes", 1))
-        logits = vote_logits(self.model, batch, self.task, votes, seed=int(self.hparams.seed))
-        update_metrics(self.test_metrics, self.task, logits, batch, F.cross_entropy(logits.float(), batch["y"]))
+        logits = self._eval_logits(batch, votes)
+        self.task_def.update_metrics(self.test_metrics, logits, batch, self.task_def.loss(logits, batch["y"]))
 
     def on_test_epoch_end(self) -> None:
-        values, extra = compute_metrics(self.test_metrics, self.task, self.hparams.info.get("category_names"))
+        values, extra = self.task_def.compute_metrics(self.test_metrics, self.task_def.result_names(self.hparams.info))
         for k, v in values.items():
             self.log(f"test_{k}", v, sync_dist=True)
         self.test_results = {"metrics": values, **extra}

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import numpy as np
 
 from gridify._files import atomic_write
+from gridify.tasks import get_task
 
 __all__ = ["read_metric_logs", "plot_curves", "metrics_figure", "confusion_figure", "plot_confusion"]
 
@@ -82,8 +83,7 @@ def metrics_figure(rows: List[Dict[str, float]], task: str) -> Any:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    keys = ["val_oa", "val_macc"] if task == "classification" else ["val_instance_miou", "val_class_miou"]
-    for key in keys:
+    for key in get_task(task).plot_metrics:
         xs, ys = _series(rows, key, "epoch")
         if xs:
             axes[0].plot(xs, [100 * v for v in ys], marker="o", label=key[4:])

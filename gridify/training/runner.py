@@ -43,10 +43,12 @@ from gridify._paths import LOCK_NAME, PathError, check_input_file, check_output_
 from gridify._version import __version__
 from gridify.checkpoint import CheckpointError, load_checkpoint, plain
 from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError
+from gridify.tasks import get_task
 
 from .callbacks import atomic_checkpoint_io, checkpoint_callbacks, interactive, make_loggers, progress_callbacks
-from .config import PRIMARY_METRIC, ConfigError, parse_augmentations
-from .data import EpochAugment, build_dataset, dataset_info, fill_model_kwargs, graph_builder_of, inference_info
+from .config import ConfigError, parse_augmentations
+from .data import (EpochAugment, build_dataset, dataset_info, fill_model_kwargs, graph_builder_of, inference_info,
+                   train_class_weights)
 from .module import PointCloudData, PointCloudTask
 from .report import RunRecord, test_report, write_run_files, write_tensorboard, write_test_outputs
 from .schedule import steps_per_epoch, world_size_guess
@@ -180,11 +182,15 @@ def prepare_fresh_start(out: Path, overwrite: bool) -> None:
 def build_data(cfg: Dict[str, Any]) -> Tuple[Any, Any, Optional[EpochAugment], Dict[str, Any]]:
     """``(train set, val set, train augmentations, dataset info)``; the info includes :func:`~.data.inference_info`."""
     specs = parse_augmentations(cfg["data"].get("augmentations"))
-    augment = EpochAugment(specs, cfg["seed"]) if specs else None
+    # scenes stay in metres; the unit-box tasks fit an augmented cloud back into [-1, 1]^3
+    augment = EpochAugment(specs, cfg["seed"], fit=get_task(cfg["task"]).normalized) if specs else None
     train_set = build_dataset(cfg, "train", augment)
     val_set = build_dataset(cfg, "val")
     info = dataset_info(train_set, cfg["task"])
     info.update(inference_info(cfg))
+    weights = train_class_weights(train_set, cfg["optim"].get("class_weights", "none"))
+    if weights is not None:
+        info["class_weights"] = weights
     return train_set, val_set, augment, info
 
 
@@ -322,7 +328,8 @@ def run_process(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bo
               f"output {out}")
 
     validate = tr["limit_val_batches"] != 0 and len(val_set) > 0
-    callbacks, best = checkpoint_callbacks(tr, ckpt_dir, f"val_{PRIMARY_METRIC[cfg['task']]}" if validate else None)
+    monitor = f"val_{get_task(cfg['task']).primary_metric}" if validate else None
+    callbacks, best = checkpoint_callbacks(tr, ckpt_dir, monitor)
     trainer = build_trainer(tr, out, callbacks, rank0)
     if trainer.world_size != world and rank0:
         warnings.warn(f"steps per epoch were computed for {world} processes but the trainer runs "

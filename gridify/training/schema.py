@@ -36,10 +36,13 @@ from gridify.models.gridified import POOLS
 from gridify.models.temporal import READOUTS, RNNS
 from gridify.nn.cfc import CFC_ACTIVATIONS, CFC_MODES
 from gridify.nn.gridification import AGGREGATIONS, MESSAGES
+from gridify.datasets.scene_base import SCENE_FEATURES
+from gridify.datasets.scene_layouts import LAYOUTS
 from gridify.registry import BACKBONES, DATASETS, KERNELS, MODELS, POS_EMBEDDINGS
+from gridify.tasks import CLASS_WEIGHTS, task_names
 
-__all__ = ["ConfigError", "Spec", "Int", "Num", "Bool", "Choice", "Str", "ListOf", "AnyOf", "Mapping", "Devices",
-           "DEFAULTS", "TASKS", "DATASET_ALIASES", "SCHEMA", "DATASET_KEYS", "RUN_DATA_KEYS", "MODEL_KEYS",
+__all__ = ["ConfigError", "Spec", "Int", "Num", "Bool", "Choice", "Str", "ListOf", "AnyOf", "PerAxis", "Mapping",
+           "Devices", "DEFAULTS", "TASKS", "DATASET_ALIASES", "SCHEMA", "DATASET_KEYS", "RUN_DATA_KEYS", "MODEL_KEYS",
            "FORWARDED_KWARGS", "PRECISIONS", "STRATEGIES", "ACCELERATORS", "INT64_MAX", "dataset_names",
            "check_values", "constructor_keys", "model_keys", "dataset_keys", "check_model_section",
            "check_dataset_section", "model_error", "optimizer_error", "trainer_error", "declared_keys", "key_rows",
@@ -266,6 +269,29 @@ class AnyOf(Spec):
         return [s for spec in self.specs for s in spec.samples()]
 
 
+class PerAxis(Spec):
+    """A value ``item`` accepts, or a list of 3 of them (one per axis); a refusal states the rule of the
+    form given (``an integer >= 2`` for a scalar, ``a list of 3 items, each ...`` for a list)."""
+
+    def __init__(self, item: Spec, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.item, self.axes = item, ListOf(item, length=3)
+
+    def accepts(self, value: Any) -> bool:
+        return self.item.ok(value) or self.axes.ok(value)
+
+    def describe(self) -> str:
+        return f"{self.item.rule()} or a list of 3 of them"
+
+    def check(self, key: str, value: Any) -> None:
+        if not self.ok(value):
+            rule = self.axes.rule() if isinstance(value, (list, tuple)) else self.item.rule()
+            raise ConfigError(f"{key} must be {'null or ' if self.nullable else ''}{rule}, got {value!r}")
+
+    def samples(self) -> List[Tuple[str, Any]]:
+        return self.item.samples() + [("range", [2, 2]), ("range", [1, 2, 2])]
+
+
 class Mapping(Spec):
     """A mapping (its keys are checked elsewhere, e.g. by the component it configures)."""
 
@@ -330,6 +356,7 @@ DEFAULTS: Dict[str, Any] = {
         "min_lr": 0.0,
         "kernel_l2": 0.0,
         "label_smoothing": 0.0,
+        "class_weights": "none",
     },
     "trainer": {
         "max_epochs": 10,
@@ -358,7 +385,8 @@ DEFAULTS: Dict[str, Any] = {
     },
 }
 
-TASKS = ("classification", "segmentation")
+#: the registered tasks (:mod:`gridify.tasks`) a config's ``task`` may name
+TASKS = tuple(task_names())
 #: ``data.name`` spellings that are not registry names: the dataset they mean
 DATASET_ALIASES: Dict[str, str] = {"modelnet10": "modelnet", "modelnet40": "modelnet"}
 #: ``trainer.precision`` values Lightning accepts (with the legacy spellings 32, 16, 64, "bf16")
@@ -385,7 +413,9 @@ _LIMIT = AnyOf(Int(min=0), Num(min=0.0, max=1.0), nullable=True,
 #: the declared keys of the top level and of the sections data (its loader keys), optim and trainer
 SCHEMA: Dict[str, Any] = {
     "seed": Int(min=0, max=2 ** 32 - 1, text="an integer in [0, 2**32 - 1]", doc="seed of everything random"),
-    "task": Choice(TASKS, doc="what the model predicts: one label per cloud or per point"),
+    "task": Choice(task_names, doc="what the model predicts (gridify/tasks.py): one label per cloud "
+                   "(classification), per point of a shape (segmentation) or per point of a scene in metres "
+                   "(scene_segmentation)"),
     "output_dir": Str(doc="the run folder (checkpoints, logs, metrics, plots)"),
     "data": {
         "name": Choice(dataset_names, doc="the dataset (a registry name or modelnet10 / modelnet40)"),
@@ -410,6 +440,9 @@ SCHEMA: Dict[str, Any] = {
         "min_lr": Num(min=0.0, doc="learning rate at the end of the cosine (<= lr)"),
         "kernel_l2": Num(min=0.0, doc="weight of the kernel L2 penalty"),
         "label_smoothing": Num(min=0.0, max=1.0, max_open=True, doc="label smoothing of the cross-entropy"),
+        "class_weights": Choice(CLASS_WEIGHTS, doc="class weights of the cross-entropy from the training labels' "
+                                "counts n_c (datasets with label_counts(): scenes): inverse 1/n_c, inverse_sqrt "
+                                "1/sqrt(n_c), normalized to mean 1 over the classes with points (0 for the others)"),
     },
     "trainer": {
         "max_epochs": Int(min=1, doc="epochs to train"),
@@ -458,14 +491,32 @@ DATASET_KEYS: Dict[str, Spec] = {
     "num_classes": Int(min=1, nullable=True, doc="folder: number of classes / parts"),
     "mesh_samples": Int(min=1, doc="points sampled from each mesh"),
     "num_samples_per_class": Int(min=1, doc="procedural: shapes per class"),
-    "classes": ListOf(Str(), min_len=1, nullable=True, doc="procedural: the shape classes (null: all)"),
+    "classes": ListOf(Str(), min_len=1, nullable=True, doc="procedural: the shape classes (null: all); scenes: the "
+                      "class names (null: the layout's)"),
     "categories": ListOf(Str(), min_len=1, nullable=True, doc="shapenet: the categories (null: all)"),
     "noise_std": Num(min=0.0, doc="procedural: Gaussian noise on the points"),
-    "cache": Bool(doc="modelnet: cache sampled meshes"),
+    "cache": Bool(doc="modelnet: cache sampled meshes; scenes: keep the scenes read in memory"),
     "cache_dir": Str(nullable=True, doc="modelnet: cache folder"),
     "align_up_axis": Bool(doc="modelnet: rotate so z is up"),
     "download": Bool(doc="fetch the archive when missing"),
     "skip_missing": Bool(doc="skip files listed but missing"),
+    "layout": Choice(lambda: sorted(LAYOUTS), doc="scene: the folder layout of the scenes"),
+    "features": AnyOf(Choice(lambda: list(SCENE_FEATURES)), ListOf(Choice(lambda: list(SCENE_FEATURES))),
+                      nullable=True, text=f"null, a feature name or a list of them ({', '.join(SCENE_FEATURES)})",
+                      doc="scenes: the columns of x (null: the dataset's own)"),
+    "scenes": ListOf(Str(), min_len=1, nullable=True, doc="scenes: read only these scene names (null: all)"),
+    "sequences": ListOf(AnyOf(Str(), Int(min=0), text="a name or a number"), min_len=1, nullable=True,
+                        doc="semantickitti: the sequences to read instead of the split's official ones"),
+    "test_area": Int(min=1, max=6, doc="s3dis: the Area held out for val / test"),
+    "unknown": Str(doc="s3dis: what another class becomes (ignore, error or a class name)"),
+    "voxel_size": Num(min=0.0, min_open=True, nullable=True, doc="scenes: grid subsampling voxel edge in metres "
+                      "before cropping (train; null: none); whole-scene evaluation uses it too"),
+    "max_points": Int(min=1, nullable=True, doc="scenes: points of a training crop around a random centre (null: "
+                      "the whole scene); whole-scene evaluation cuts larger fragments into crops of it"),
+    "num_scenes": Int(min=1, doc="scene_procedural: scenes in the split"),
+    "kind": Choice(("indoor", "outdoor"), doc="scene_procedural: rooms or LiDAR scans"),
+    "beams": Int(min=1, doc="scene_procedural: beams of the outdoor sensor"),
+    "max_range": Num(min=0.0, min_open=True, doc="scene_procedural: range of the outdoor sensor (metres)"),
 }
 #: dataset arguments the run sets itself, with what to do instead
 RUN_DATA_KEYS = {"split": "the run reads each split itself (set per-split arguments in data.train/val/test)",
@@ -477,7 +528,9 @@ MODEL_KEYS: Dict[str, Spec] = {
     "in_channels": Int(min=1, doc="point features (default: from the data)"),
     "num_classes": Int(min=1, doc="classes / parts (default: from the data)"),
     "num_categories": Int(min=0, doc="object categories of a segmenter (default: from the data)"),
-    "resolution": Int(min=2, doc="grid resolution R (R^3 nodes)"),
+    "resolution": PerAxis(Int(min=2), doc="grid resolution R (R^3 nodes; scene segmenter: also per axis)"),
+    "extent": ListOf(Num(min=0.0, min_open=True), length=3, nullable=True,
+                     doc="scene segmenter: per-axis grid box size in metres (null: fit each cloud's box)"),
     "k": Int(min=1, doc="neighbours per grid node / point"),
     "hidden_channels": Int(min=1, doc="width C"),
     "backbone": Choice(BACKBONES.names, doc="grid backbone"),
