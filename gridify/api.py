@@ -24,6 +24,12 @@ What :meth:`Predictor.predict` does to a cloud of ``N`` points (any ``N >= 1``):
      ``ceil(N / n)`` chunks of nearly equal size (at most ``n`` points each; one chunk when
      ``N <= n``), each chunk is segmented as one cloud of the batch, and the per-point
      labels/probabilities are scattered back to the input order.
+   * scene segmentation (``scene_segmenter`` checkpoints, clouds in metres): nothing is normalized;
+     the features the model was trained with (``xyz``, ``color``, ``normal``, ``strength`` =
+     the file's ``intensity``, ``height`` = ``z - min z``) are built from the file (or passed as
+     ``features=``), and :func:`gridify.scene_inference.predict_scene` scores every point through
+     fragments and crops of the training ``voxel_size`` and ``max_points`` (memory bounded by one
+     batch of crops; ``progress=`` reports the crops done).
 3. Segmentation models trained with object categories (ShapeNet-Part style) need
    ``category=`` (a name or an index); the argmax is then restricted to that category's parts
    (as the ShapeNet-Part metric does), and those parts' probabilities sum to 1.
@@ -46,7 +52,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -192,6 +198,14 @@ def estimate_normals(pos: np.ndarray, k: int = 30) -> np.ndarray:
 _estimate_normals = estimate_normals  # Predictor methods take an ``estimate_normals`` flag
 
 
+def _reads_fields(path: Any) -> bool:
+    """Whether the reader of ``path``'s format takes ``fields=`` (LiDAR intensity and the like)."""
+    from .io.registry import find_format  # noqa: PLC0415
+
+    fmt = find_format(Path(path).suffix)
+    return fmt is not None and "fields" in fmt.options
+
+
 # --------------------------------------------------------------------------------------
 # results
 # --------------------------------------------------------------------------------------
@@ -288,7 +302,8 @@ class Predictor(nn.Module):
         if task not in TASKS:
             raise ValueError(f"Predictor: task must be one of {task_names()}, got {task!r}")
         check_int("Predictor", "num_points", num_points, 1, allow_none=True)
-        check_positive_int("Predictor", in_channels=in_channels)
+        # a scene segmenter may take no features beside its coordinates (in_channels=0)
+        check_int("Predictor", "in_channels", in_channels, 0 if get_task(task).whole_scenes else 1)
         if isinstance(class_names, str) or not class_names:
             raise ValueError(f"Predictor: class_names must be a non-empty list of names, got {class_names!r}")
         self.model = model.eval()
@@ -383,8 +398,9 @@ class Predictor(nn.Module):
 
     # ---- prediction ----------------------------------------------------------------------
     @torch.no_grad()
-    def predict(self, points: PointsLike, normals: Any = None, category: Any = None, *, num_votes: int = 4,
-                seed: int = 0, batch_size: int = 8, estimate_normals: bool = False) -> Prediction:
+    def predict(self, points: PointsLike, normals: Any = None, category: Any = None, *,
+                num_votes: Optional[int] = None, seed: int = 0, batch_size: int = 8, estimate_normals: bool = False,
+                features: Any = None, progress: Optional[Callable[[int, int], None]] = None) -> Prediction:
         """Labels and probabilities for one cloud of any size (see the module docstring).
 
         Args:
@@ -393,10 +409,14 @@ class Predictor(nn.Module):
             normals: ``[N, 3]`` normals (required when the model was trained with normals,
                 unless the file/PointCloud has them or ``estimate_normals=True``).
             category: object category (name or index) for segmentation models that need one.
-            num_votes: random subsets averaged by a classifier when ``N != num_points``.
+            num_votes: random subsets averaged by a classifier when ``N != num_points`` (default 4);
+                views (rotations about z) averaged by a scene segmenter (default 1).
             seed: seed of the subsets / chunks (the result is a function of the cloud and seed).
-            batch_size: subsets or chunks per forward pass (bounds the memory).
+            batch_size: subsets, chunks or scene crops per forward pass (bounds the memory).
             estimate_normals: estimate missing normals with Open3D (see :func:`estimate_normals`).
+            features: scene segmenters only: the model's per-point features ``[N, F]`` (the columns
+                of its training ``features``), instead of building them from the file.
+            progress: scene segmenters only: ``progress(crops_done, crops_total)`` after every pass.
 
         Returns:
             A :class:`Prediction`.
@@ -406,6 +426,12 @@ class Predictor(nn.Module):
                 category. TypeError: unsupported input type.
         """
         where = f"{type(self).__name__}.predict"
+        if self.whole_scenes:
+            return self._predict_scene(points, normals, category, 1 if num_votes is None else num_votes, seed,
+                                       batch_size, estimate_normals, features, progress, where)
+        if features is not None or progress is not None:
+            fail(where, f"features= and progress= are for scene segmenters; this is a {self.task} model")
+        num_votes = 4 if num_votes is None else num_votes
         self._check_run(where, num_votes, batch_size, seed, estimate_normals)
         cat = self._category(category, where)
         cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=where)
@@ -423,6 +449,110 @@ class Predictor(nn.Module):
         return Prediction(labels=np.asarray(labels), probabilities=probs, class_names=list(self.class_names),
                           task=self.task, num_points=int(len(cloud["pos"])), category=cat_name,
                           source=cloud["source"])
+
+    @property
+    def whole_scenes(self) -> bool:
+        """Whether the model labels metric scenes (:attr:`gridify.tasks.Task.whole_scenes`)."""
+        return get_task(self.task).whole_scenes
+
+    @property
+    def scene_features(self) -> Tuple[str, ...]:
+        """The names of the per-point features a scene segmenter was trained with (``x``'s columns)."""
+        info = self.meta.get("info") or {}
+        names = info.get("features")
+        if names is None:
+            names = ((self.meta.get("config") or {}).get("data") or {}).get("features")
+        if names is None:
+            names = () if self.in_channels == 0 else None
+        if names is None:
+            fail("Predictor", f"the checkpoint does not record the scene features of its x ({self.in_channels} "
+                              f"columns); pass features=[N, {self.in_channels}] to predict")
+        return tuple([names] if isinstance(names, str) else names)
+
+    def _scene_x(self, cloud: PointCloud, pos: np.ndarray, estimate_normals: bool, where: str) -> np.ndarray:
+        """The model's features of a metric scene, from the names of :attr:`scene_features`."""
+        from .datasets.scene_base import SCENE_FEATURES  # noqa: PLC0415 (datasets sit beside api's layer)
+
+        cols: List[np.ndarray] = []
+        fields = {k.lower(): v for k, v in (cloud.fields or {}).items()}
+        for name in self.scene_features:
+            if name == "xyz":
+                cols.append(pos)
+            elif name == "height":
+                cols.append((pos[:, 2:3] - pos[:, 2].min()))
+            elif name == "color":
+                if cloud.colors is None:
+                    fail(where, f"the model was trained with colours (features {list(self.scene_features)}) but "
+                                f"{cloud.source or 'the cloud'} has none")
+                cols.append(np.asarray(cloud.colors, np.float32))
+            elif name == "normal":
+                nrm = cloud.normals
+                if nrm is None:
+                    if not estimate_normals:
+                        fail(where, f"the model was trained with normals (features {list(self.scene_features)}) but "
+                                    f"{cloud.source or 'the cloud'} has none; pass estimate_normals=True "
+                                    f"(--estimate-normals)")
+                    nrm = _estimate_normals(pos)
+                cols.append(np.asarray(nrm, np.float32))
+            elif name in ("strength", "intensity"):
+                key = next((k for k in ("intensity", "strength", "remission", "reflectance") if k in fields), None)
+                if key is None:
+                    fail(where, f"the model was trained with LiDAR intensity (features {list(self.scene_features)}) "
+                                f"but {cloud.source or 'the cloud'} has no intensity field (fields: "
+                                f"{sorted(fields) or 'none'}); read a file that has one (.bin, .las, .ply/.pcd "
+                                f"with an intensity property) or pass features=")
+                cols.append(np.asarray(fields[key], np.float32).reshape(-1, 1))
+            else:  # pragma: no cover - checked when the dataset was built
+                fail(where, f"unknown scene feature {name!r}; known: {list(SCENE_FEATURES)}")
+        if not cols:
+            return np.zeros((len(pos), 0), np.float32)
+        return np.concatenate(cols, 1).astype(np.float32)
+
+    def _predict_scene(self, points: PointsLike, normals: Any, category: Any, num_votes: Any, seed: Any,
+                       batch_size: Any, estimate_normals: Any, features: Any, progress: Any, where: str) -> Prediction:
+        from .scene_inference import predict_scene  # noqa: PLC0415
+
+        self._check_run(where, num_votes, batch_size, seed, estimate_normals)
+        if category is not None:
+            fail(where, "category is only used by part segmenters; a scene segmenter takes none")
+        if progress is not None and not callable(progress):
+            fail(where, f"progress must be None or callable as progress(done, total), got {type(progress).__name__}")
+        if isinstance(points, (str, os.PathLike)):
+            points = read_points(points, fields="all") if _reads_fields(points) else read_points(points)
+        cloud = points if isinstance(points, PointCloud) else PointCloud(points=_to_numpy(points, "points", where))
+        pos, nrm, source = _read_cloud(cloud, normals, where)
+        if nrm is not None:
+            cloud = PointCloud(points=cloud.points, normals=nrm, colors=cloud.colors, fields=cloud.fields,
+                               source=cloud.source)
+        pos = _as_float32(pos, "points", where)
+        if features is not None:
+            x = _to_numpy(features, "features", where)
+            if x.ndim != 2 or x.shape[0] != len(pos) or x.shape[1] != self.in_channels:
+                fail(where, f"features must have shape [N, F] = [{len(pos)}, {self.in_channels}] (one row per point, "
+                            f"the model's in_channels), got {tuple(x.shape)}")
+            if not np.isfinite(x).all():
+                bad = int(np.flatnonzero(~np.isfinite(x).all(1))[0])
+                fail(where, f"features contain NaN/Inf values (row {bad})")
+            x = _as_float32(x, "features", where)
+        else:
+            x = self._scene_x(cloud, pos, estimate_normals, where)
+            if x.shape[1] != self.in_channels:
+                fail(where, f"the scene features {list(self.scene_features)} give {x.shape[1]} columns but the model "
+                            f"takes {self.in_channels}")
+            if not np.isfinite(x).all():
+                bad = int(np.flatnonzero(~np.isfinite(x).all(1))[0])
+                fail(where, f"the features {list(self.scene_features)} of {source or 'the cloud'} hold NaN/Inf "
+                            f"(row {bad})")
+        info = self.meta.get("info") or {}
+        dev = self.device
+        with evaluating(self.model), all_or_nothing(self.model):
+            probs = predict_scene(self.model, torch.from_numpy(pos).to(dev), torch.from_numpy(x).to(dev),
+                                  voxel_size=info.get("voxel_size"), max_points=info.get("max_points"),
+                                  votes=num_votes, seed=seed, batch_size=batch_size, progress=progress)
+        probs_np = probs.float().cpu().numpy()
+        return Prediction(labels=probs_np.argmax(-1).astype(np.int64), probabilities=probs_np,
+                          class_names=list(self.class_names), task=self.task, num_points=int(len(pos)),
+                          source=source)
 
     def _check_run(self, where: str, num_votes: Any, batch_size: Any, seed: Any, estimate_normals: Any = False) -> None:
         """The scalar arguments of :meth:`predict` / :meth:`embed` / :meth:`inspect`."""
@@ -542,9 +672,18 @@ class Predictor(nn.Module):
         (:class:`Prediction`), ``grid`` ``[C, R, R, R]`` (the *gridification* output, i.e. the
         learned grid before the backbone) and ``graph`` (its :class:`BipartiteGraph`), both for
         one canonical subset/chunk of ``num_points`` points (the whole cloud when smaller).
+        A scene segmenter: ``pos`` in metres, every point labelled, ``grid`` and ``graph`` None
+        (each crop has its own grid box).
         """
         where = f"{type(self).__name__}.inspect"
         self._check_run(where, 1, 1, seed, estimate_normals)
+        if self.whole_scenes:  # metric points, every one labelled; no single grid frame to draw
+            if isinstance(points, (str, os.PathLike)):  # read once, with the fields the features may need
+                points = read_points(points, fields="all") if _reads_fields(points) else read_points(points)
+            pred = self.predict(points, normals, category, seed=seed, estimate_normals=estimate_normals)
+            pos, _, _ = _read_cloud(points, normals, where)
+            return {"pos": pos.astype(np.float32), "prediction": pred, "grid": None, "graph": None, "subset": None,
+                    "center": np.zeros(3), "scale": 1.0}
         if not callable(getattr(self.model, "gridify", None)):
             fail(where, f"the model ({type(self.model).__name__}) has no gridification to inspect")
         pred = self.predict(points, normals, category, seed=seed, estimate_normals=estimate_normals)

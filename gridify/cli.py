@@ -163,8 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--out", type=types.output_file(),
                    help="write the labels: .txt (one per line), .npy, .ply (points coloured by label, "
                         "with a label property) or .json (labels, names, probabilities)")
-    q.add_argument("--votes", type=types.positive_int, default=4,
-                   help="subsets averaged by a classifier when N differs from the training N (default 4)")
+    q.add_argument("--votes", type=types.positive_int, default=None,
+                   help="subsets averaged by a classifier when N differs from the training N (default 4); "
+                        "views (rotations about z) averaged by a scene segmenter (default 1)")
+    q.add_argument("--no-progress", action="store_true", help="no progress bar (scene segmenters)")
     _add_common_model_args(q)
     q.set_defaults(func=cmd_predict)
 
@@ -250,13 +252,38 @@ def _load(args: argparse.Namespace):
         raise SystemExit(f"gridify {args.command}: error: {exc}")
 
 
-def _read(args: argparse.Namespace):
-    from .io import read_points
+def _read(args: argparse.Namespace, model: Any = None):
+    """The cloud of ``args.file``; for a scene segmenter with the file's per-point fields (intensity)."""
+    from .io import find_format, read_points
 
+    kw: Dict[str, Any] = {"num_samples": args.num_samples}
+    fmt = find_format(Path(args.file).suffix)
+    if getattr(model, "whole_scenes", False) and fmt is not None and "fields" in fmt.options:
+        kw["fields"] = "all"
     try:
-        return read_points(args.file, num_samples=args.num_samples)
+        return read_points(args.file, **kw)
     except (FileNotFoundError, ValueError) as exc:
         raise SystemExit(f"gridify {args.command}: error: {exc}")
+
+
+def _progress_bar(what: str, enabled: bool):
+    """A ``progress(done, total)`` callback drawing a bar on stderr (a line per 10 % when stderr is no
+    terminal), or None when disabled."""
+    if not enabled:
+        return None
+    tty = sys.stderr.isatty()
+    state = {"shown": -1}
+
+    def progress(done: int, total: int) -> None:
+        frac = done / max(total, 1)
+        if tty:
+            bar = "#" * int(30 * frac)
+            print(f"\r[{what}] [{bar:<30}] {done}/{total} crops", end="\n" if done >= total else "",
+                  file=sys.stderr, flush=True)
+        elif int(10 * frac) > state["shown"]:
+            state["shown"] = int(10 * frac)
+            print(f"[{what}] {done}/{total} crops ({100 * frac:.0f} %)", file=sys.stderr, flush=True)
+    return progress
 
 
 def _predict(model: Any, cloud: Any, args: argparse.Namespace, **kw: Any):
@@ -296,8 +323,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.out and Path(args.out).suffix.lower() not in PRED_FORMATS:
         raise SystemExit(f"gridify predict: error: --out {args.out}: use one of {list(PRED_FORMATS)}")
     model = _load(args)
-    cloud = _read(args)
-    pred = _predict(model, cloud, args, num_votes=args.votes)
+    cloud = _read(args, model)
+    kw: Dict[str, Any] = {"num_votes": args.votes}
+    if getattr(model, "whole_scenes", False):
+        kw["progress"] = _progress_bar("predict", not args.no_progress)
+    pred = _predict(model, cloud, args, **kw)
     print(pred.summary())
     if args.out:
         path = write_labels(Path(args.out), cloud, pred)
@@ -347,11 +377,11 @@ def cmd_show(args: argparse.Namespace) -> int:
     if bad:
         raise SystemExit(f"gridify show: error: unknown layer(s) {bad}; layers are {list(vis.LAYERS)}")
     options = _show_options(args)
-    cloud = _read(args)
+    model = _load(args) if (args.ckpt or args.model) else None
+    cloud = _read(args, model)
     want = set(layers or ())
     try:
-        if args.ckpt or args.model:
-            model = _load(args)
+        if model is not None:
             try:
                 res = model.inspect(cloud, category=args.category, seed=args.seed,
                                     estimate_normals=args.estimate_normals)
@@ -360,7 +390,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             pred = res["prediction"]
             print(pred.summary())
             if layers is None:
-                layers = ["points"] if args.out else list(vis.LAYERS)
+                layers = ["points"] if args.out or res["grid"] is None else list(vis.LAYERS)
             kw = dict(points=res["pos"], labels=pred.point_labels, class_names=pred.class_names,
                       grid=res["grid"], edges=res["graph"],
                       title=f"{Path(args.file).name}: {pred.task if pred.dense else pred.names}")

@@ -54,7 +54,7 @@ from torch import Tensor
 
 from ._checks import check_finite, check_int, check_number, check_points, check_tensor, fail
 from .metrics import SegmentationIoU
-from .transforms import SceneSampler, crop_xy, rotation_matrix, voxel_ids, voxel_order
+from .transforms import SceneSampler, crop_xy_unchecked, rotation_matrix, voxel_ids, voxel_order
 
 __all__ = ["MAX_FRAGMENTS", "predict_scene", "predict_scene_unchecked", "predict_scene_reference", "scene_fragments",
            "scene_fragments_unchecked", "evaluate_scenes"]
@@ -143,7 +143,7 @@ def _split_fragment(p: np.ndarray, frag: np.ndarray, max_points: Optional[int],
         at += 1
         if covered[centre]:
             continue
-        sel = crop_xy(q, centre, max_points)
+        sel = crop_xy_unchecked(q, centre, max_points)
         covered[sel] = True
         crops.append(frag[sel])
     return crops
@@ -162,7 +162,8 @@ def _view(pos: Tensor, vote: int, rng: np.random.Generator) -> Tensor:
 
 def predict_scene(model: Model, pos: Tensor, x: Optional[Tensor] = None, *, voxel_size: Optional[float] = None,
                   max_points: Optional[int] = None, votes: int = 1, seed: int = 0, batch_size: int = 1,
-                  max_fragments: Optional[int] = MAX_FRAGMENTS) -> Tensor:
+                  max_fragments: Optional[int] = MAX_FRAGMENTS,
+                  progress: Optional[Callable[[int, int], None]] = None) -> Tensor:
     """Mean softmax probabilities of every point of one scene (see the module docstring).
 
     Args:
@@ -176,6 +177,10 @@ def predict_scene(model: Model, pos: Tensor, x: Optional[Tensor] = None, *, voxe
         batch_size: crops per model call.
         max_fragments: fragments per view at most (None: as many as the densest voxel has points;
             the points left out take their voxel's mean, see the module docstring).
+        progress: called as ``progress(crops_done, crops_total)`` after every model call.
+
+    Memory: the scene's ``[N, C]`` sums, the crops' indices (about ``min(max_fragments, max_v n_v)``
+    x ``N`` int64 per view) and one batch of crops at a time.
 
     Shapes:
         pos ``[N, 3]``, x ``[N, F]`` -> ``[N, C]`` float32 on ``pos``'s device.
@@ -186,8 +191,10 @@ def predict_scene(model: Model, pos: Tensor, x: Optional[Tensor] = None, *, voxe
     votes = check_int(where, "votes", votes)
     batch_size = check_int(where, "batch_size", batch_size)
     max_fragments = check_int(where, "max_fragments", max_fragments, allow_none=True)
+    if progress is not None and not callable(progress):
+        fail(where, f"progress must be None or callable as progress(done, total), got {type(progress).__name__}")
     return predict_scene_unchecked(model, pos, x, voxel_size, max_points, votes, int(seed), batch_size,
-                                   max_fragments)
+                                   max_fragments, progress)
 
 
 def _vote_crops(pos: Tensor, voxel_size: Optional[float], max_points: Optional[int], votes: int,
@@ -229,9 +236,12 @@ def _logits(model: Model, pos: Tensor, x: Tensor, batch: Tensor) -> Tensor:
 
 def predict_scene_unchecked(model: Model, pos: Tensor, x: Tensor, voxel_size: Optional[float],
                             max_points: Optional[int], votes: int, seed: int, batch_size: int,
-                            max_fragments: Optional[int] = None) -> Tensor:
+                            max_fragments: Optional[int] = None,
+                            progress: Optional[Callable[[int, int], None]] = None) -> Tensor:
     """:func:`predict_scene` on validated inputs."""
     n = pos.size(0)
+    views = _vote_crops(pos, voxel_size, max_points, votes, seed, max_fragments)
+    todo, done = sum(len(crops) for _, crops in views), 0
     total: Optional[Tensor] = None
     count = torch.zeros(n, dtype=torch.float32, device=pos.device)
     training = bool(getattr(model, "training", False))
@@ -239,7 +249,7 @@ def predict_scene_unchecked(model: Model, pos: Tensor, x: Tensor, voxel_size: Op
         model.eval()
     try:
         with torch.no_grad():
-            for view, crops in _vote_crops(pos, voxel_size, max_points, votes, seed, max_fragments):
+            for view, crops in views:
                 for b in range(0, len(crops), batch_size):
                     group = crops[b:b + batch_size]
                     idx = torch.cat(group)
@@ -253,6 +263,9 @@ def predict_scene_unchecked(model: Model, pos: Tensor, x: Tensor, voxel_size: Op
                                               f"{total.size(1)} for another")
                     total.index_add_(0, idx.to(total.device), prob.to(total.device))
                     count.index_add_(0, idx, torch.ones(len(idx), device=pos.device))
+                    done += len(group)
+                    if progress is not None:
+                        progress(done, todo)
     finally:
         if training and isinstance(model, torch.nn.Module):
             model.train()

@@ -75,6 +75,8 @@ class Task:
         models: registry names of models made for this task that do not declare a ``task`` attribute.
         model_tasks: the tasks of models (:func:`gridify.checkpoint.model_task`) that serve it.
         test_confusion: the test metrics include the confusion matrix.
+        whole_scenes: clouds in metres, scored whole through fragments and crops
+            (:mod:`gridify.scene_inference`; ``Predictor.predict`` builds the training features).
     """
 
     name: str = ""
@@ -87,6 +89,7 @@ class Task:
     datasets: Tuple[str, ...] = ()
     models: Tuple[str, ...] = ()
     model_tasks: Tuple[str, ...] = ()
+    whole_scenes: bool = False
     test_confusion: bool = False
 
     def __repr__(self) -> str:
@@ -321,6 +324,7 @@ class SceneSegmentationTask(Task):
     models = ("scene_segmenter",)
     model_tasks = ("scene_segmentation", "segmentation")
     test_confusion = True
+    whole_scenes = True
 
     def loss(self, logits: torch.Tensor, y: torch.Tensor, *, label_smoothing: float = 0.0,
              weight: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -351,8 +355,11 @@ class SceneSegmentationTask(Task):
 
     def dataset_info(self, ds: Any) -> Dict[str, Any]:
         names = [str(c) for c in ds.class_names]
-        return {"num_outputs": len(names), "class_names": names,
+        info = {"num_outputs": len(names), "class_names": names,
                 "ignore_index": int(getattr(ds, "ignore_index", SCENE_IGNORE))}
+        if getattr(ds, "features", None) is not None:  # the columns of x, for predictions on new scans
+            info["features"] = [str(f) for f in ds.features]
+        return info
 
     def result_names(self, info: Dict[str, Any]) -> Optional[Sequence[str]]:
         return info.get("class_names")

@@ -49,16 +49,28 @@ def training_minutes(run: Path, ckpts: List[Path]) -> Dict[Path, float]:
     return minutes
 
 
+def every_nth(ckpts: List[Path], every: int) -> List[Path]:
+    """Every ``every``-th checkpoint by epoch (epochs every, 2 every, ...), and always the last."""
+    if every <= 1 or not ckpts:
+        return ckpts
+    keep = [c for c in ckpts if (int(re.search(r"epoch(\d+)", c.name).group(1)) + 1) % every == 0]
+    return keep + [ckpts[-1]] if ckpts[-1] not in keep else keep
+
+
 def run_points(run: Path, votes: int, data_root: str | None, split: str = "test",
-               metric: str | None = None) -> List[Dict[str, Any]]:
+               metric: str | None = None, every: int = 1) -> List[Dict[str, Any]]:
     ckpts = sorted((run / "checkpoints").glob("epoch*-step*.ckpt"))
     minutes = training_minutes(run, ckpts)
     points = []
-    for ckpt in ckpts:
+    for ckpt in every_nth(ckpts, every):
         epoch = int(re.search(r"epoch(\d+)", ckpt.name).group(1))
-        argv = ["--ckpt", str(ckpt), "--votes", str(votes), "--no-progress", "--split", split,
-                "--output", str(run / "time_to_accuracy" / f"{ckpt.stem}.{split}.votes{votes}.json")]
-        report = evaluate(argv + (["--data-root", data_root] if data_root else []))
+        out = run / "time_to_accuracy" / f"{ckpt.stem}.{split}.votes{votes}.json"
+        if out.is_file() and out.stat().st_mtime >= ckpt.stat().st_mtime:  # scored before: reuse
+            report = json.loads(out.read_text())
+        else:
+            argv = ["--ckpt", str(ckpt), "--votes", str(votes), "--no-progress", "--split", split,
+                    "--output", str(out)]
+            report = evaluate(argv + (["--data-root", data_root] if data_root else []))
         values = report["metrics"]
         key = metric or ("miou" if "miou" in values else "oa")
         if key not in values:
@@ -108,10 +120,14 @@ def main() -> None:
     p.add_argument("--target", default="93", help="a horizontal line at this value in %% ('none': no line)")
     p.add_argument("--minutes", default="45", help="a vertical line at this training time ('none': no line)")
     p.add_argument("--label", default=None, help="y-axis label")
+    p.add_argument("--every", type=int, default=1,
+                   help="score every N-th epoch's checkpoint and the last (default 1: all)")
     p.add_argument("--out", default="outputs/time_to_accuracy")
     args = p.parse_args()
+    if args.every < 1:
+        p.error(f"--every must be >= 1, got {args.every}")
     points = [pt for run in args.runs
-              for pt in run_points(Path(run), args.votes, args.data_root, args.split, args.metric)]
+              for pt in run_points(Path(run), args.votes, args.data_root, args.split, args.metric, args.every)]
     if not points:
         raise SystemExit("time_to_accuracy: no per-epoch checkpoints (checkpoints/epochNNN-stepNNNNNNN.ckpt) in "
                          f"{args.runs}; train with trainer.checkpoint.keep_all: true")
@@ -129,7 +145,31 @@ def main() -> None:
          args.label or ("ModelNet10 test OA [%]" if key == "oa" and args.split == "test" else f"{args.split} {key} [%]"))
     for pt in points:
         print(f"{pt['run']} epoch {pt['epoch']:3d} {pt['minutes']:6.1f} min  {args.split} {key} {100 * pt['value']:.2f} %")
-    print(f"wrote {out}/time_to_accuracy.{{csv,json,png}}")
+    summary = reach_summary(points)
+    atomic_write_text(out / "time_to_accuracy_summary.json", json.dumps(summary, indent=1))
+    for s in summary:
+        when = "never" if s["minutes"] is None else f"after {s['minutes']:.1f} min ({s['ratio']:.2f} of its time)"
+        print(f"{s['run']} reaches {s['of']}'s final {key} {100 * s['target']:.2f} % {when}; "
+              f"{s['run']} ends at {100 * s['final']:.2f} % after {s['run_minutes']:.1f} min")
+    print(f"wrote {out}/time_to_accuracy{{.csv,.json,.png,_summary.json}}")
+
+
+def reach_summary(points: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """For each ordered pair of runs (a, b): the first training time at which ``a`` scores at least
+    ``b``'s last score, and that time as a fraction of ``b``'s whole training time."""
+    runs = sorted({p["run"] for p in points})
+    curve = {r: sorted((p["minutes"], p["value"]) for p in points if p["run"] == r) for r in runs}
+    out = []
+    for a in runs:
+        for b in runs:
+            if a == b:
+                continue
+            target, b_minutes = curve[b][-1][1], curve[b][-1][0]
+            hit = next((m for m, v in curve[a] if v >= target), None)
+            out.append({"run": a, "of": b, "target": target, "minutes": hit,
+                        "ratio": None if hit is None or b_minutes <= 0 else hit / b_minutes,
+                        "final": curve[a][-1][1], "run_minutes": curve[a][-1][0]})
+    return out
 
 
 if __name__ == "__main__":

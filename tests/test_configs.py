@@ -63,6 +63,20 @@ def test_base_inheritance_order_and_overrides(tmp_path):
     assert {k: v for k, v in fast["model"].items()} == cpu["model"]
 
 
+def test_a_base_model_section_of_another_model_is_replaced_not_merged(tmp_path):
+    peer = C.resolve_config("semantickitti_mini_pointnet2")
+    mine = C.resolve_config("semantickitti_mini")
+    assert peer["model"] == {"name": "pointnet2_segmenter", "ratios": [0.2, 0.25], "radii": [0.5, 1.5],
+                             "max_num_neighbors": 32, "dropout": 0.5}
+    assert peer["data"] == mine["data"] and peer["optim"] == mine["optim"]  # the same data, crops and loss
+    assert C.resolve_config("scene_procedural_pointnet2")["data"] == C.resolve_config("scene_procedural")["data"]
+    (tmp_path / "same.yaml").write_text("_base_: semantickitti_mini\nmodel: {name: scene_segmenter, k: 8}\n")
+    same = C.resolve_config(str(tmp_path / "same.yaml"))["model"]
+    assert same["k"] == 8 and same["extent"] == mine["model"]["extent"]  # the same model: merged
+    assert C.merge_configs({"model": {"name": "a", "x": 1}}, {"model": {"y": 2}}) == {"model": {"name": "a", "x": 1,
+                                                                                              "y": 2}}
+
+
 def test_base_errors(tmp_path):
     (tmp_path / "x.yaml").write_text("_base_: y\n")
     (tmp_path / "y.yaml").write_text("_base_: [x.yaml]\n")

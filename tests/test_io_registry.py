@@ -12,7 +12,7 @@ from gridify.io import (PointCloud, describe_formats, find_format, formats, read
 
 # the extensions (and their order) of the module before the registry existed
 BUILTIN = (".pcd", ".ply", ".npy", ".npz", ".xyz", ".txt", ".pts", ".csv", ".xyzn", ".xyzrgb",
-           ".las", ".laz", ".off", ".obj", ".stl", ".glb", ".gltf")
+           ".las", ".laz", ".bin", ".off", ".obj", ".stl", ".glb", ".gltf")
 
 
 @pytest.fixture(autouse=True)
@@ -33,11 +33,13 @@ def test_builtin_table():
     assert gio.MESH_EXTENSIONS == (".off", ".obj", ".stl", ".glb", ".gltf")
     assert [f.extensions for f in formats()] == [(".pcd",), (".ply",), (".npy",), (".npz",),
                                                  (".xyz", ".txt", ".pts", ".csv"), (".xyzn", ".xyzrgb"),
-                                                 (".las", ".laz"), (".off",), (".obj", ".stl"), (".glb", ".gltf")]
+                                                 (".las", ".laz"), (".bin",), (".off",), (".obj", ".stl"),
+                                                 (".glb", ".gltf")]
     assert find_format(".PLY").mesh_reader is not None and not find_format(".ply").is_mesh
     assert find_format(".txt").options == ("columns",) and find_format(".npz").options == ()
     assert find_format(".off").options == ("num_samples", "seed") and find_format(".foo") is None
     assert find_format(".LAZ").options == ("fields", "labels_from") == find_format(".pcd").options
+    assert find_format(".bin").options == ("fields", "labels_from")
     assert find_format(".ply").options == ("num_samples", "seed", "fields", "labels_from")
     assert gio.READ_OPTIONS == ("num_samples", "seed", "columns", "fields", "labels_from")
     table = describe_formats()

@@ -17,7 +17,7 @@ import torch
 from gridify.datasets import ProceduralScenes
 from gridify.metrics import SegmentationIoU, segmentation_iou_reference
 from gridify.scene_inference import (evaluate_scenes, predict_scene, predict_scene_reference, scene_fragments)
-from gridify.transforms import GridSample, SceneCrop, SceneSampler, voxel_ids
+from gridify.transforms import GridSample, SceneCrop, SceneSampler, crop_xy, voxel_ids
 
 
 # --------------------------------------------------------------------------------------
@@ -140,6 +140,30 @@ def test_scene_crop_budget_nearest_in_xy_and_whole_under_budget():
     np.testing.assert_array_equal(whole["y"], s["y"])
     with pytest.raises(ValueError, match="SceneCrop: max_points must be a positive integer"):
         SceneCrop(0)
+
+
+def test_crop_xy_partition_equals_the_stable_sort_reference_with_ties():
+    rng = np.random.default_rng(3)
+    for n, m in ((50, 7), (400, 100), (1000, 999), (30, 30), (30, 40)):
+        p = rng.integers(0, 4, (n, 3)).astype(np.float64)  # many equal distances: ties at the cut
+        for c in (0, n // 2, n - 1):
+            d = ((p[:, :2] - p[c, :2]) ** 2).sum(1)
+            ref = np.sort(np.argsort(d, kind="stable")[:m])
+            np.testing.assert_array_equal(crop_xy(p, c, m), ref)
+            np.testing.assert_array_equal(crop_xy(torch.as_tensor(p, dtype=torch.float32), c, m), ref)
+
+
+def test_height_feature_is_scene_relative_in_training_crops():
+    kw = dict(num_scenes=1, num_points=6000, kind="indoor", seed=1, features=("height",))
+    train = ProceduralScenes("train", voxel_size=0.1, max_points=600, **kw)
+    full = train.scene(0)
+    zmin = float(full["coord"][:, 2].min())
+    item = train[0]
+    # the crop's own lowest point need not be the floor's lowest: height is z - the scene's min z
+    torch.testing.assert_close(item["x"][:, 0], item["pos"][:, 2] - zmin)
+    assert "height" not in item
+    whole = ProceduralScenes("val", voxel_size=0.1, max_points=600, **kw)[0]
+    torch.testing.assert_close(whole["x"][:, 0], whole["pos"][:, 2] - whole["pos"][:, 2].min())
 
 
 def test_scene_sampler_deterministic_mode_and_reseed():

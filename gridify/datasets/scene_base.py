@@ -50,7 +50,8 @@ def scene_features(sample: Dict[str, Any], features: Sequence[str], where: str) 
     """``x`` of a scene sample: the ``features`` concatenated in order (``[N, F]`` float32).
 
     ``xyz`` is ``pos``; ``color`` is divided by 255; ``intensity`` is ``strength``; ``height`` is
-    ``z - min z``. No features: ``x = pos``. A feature the scene lacks raises a DatasetError
+    ``z - min z`` (``sample["height"]`` when present: the whole scene's, which a dataset computes
+    before cropping so that training crops and whole-scene evaluation agree). No features: ``x = pos``. A feature the scene lacks raises a DatasetError
     naming ``where`` (the scene).
     """
     pos = torch.as_tensor(np.asarray(sample["pos"]) if not isinstance(sample["pos"], Tensor) else sample["pos"])
@@ -61,7 +62,10 @@ def scene_features(sample: Dict[str, Any], features: Sequence[str], where: str) 
         if key == "xyz":
             cols.append(pos)
         elif key == "height":
-            cols.append((pos[:, 2:3] - pos[:, 2:3].min()) if len(pos) else pos[:, 2:3])
+            if sample.get("height") is not None:  # the whole scene's z - min z, carried through crops
+                cols.append(torch.as_tensor(np.asarray(sample["height"])).float().reshape(len(pos), 1))
+            else:
+                cols.append((pos[:, 2:3] - pos[:, 2:3].min()) if len(pos) else pos[:, 2:3])
         else:
             if sample.get(key) is None:
                 raise DatasetError(f"{where}: feature {f!r} requested but the scene has no {key} "
@@ -162,13 +166,16 @@ class SceneDatasetBase(PointCloudDataset):
         for k in _POINT_KEYS:
             if scene.get(k) is not None:
                 sample[k] = scene[k]
+        if "height" in self.features:  # scene-relative, before any crop (see scene_features)
+            z = np.asarray(scene["coord"])[:, 2].astype(np.float32)
+            sample["height"] = z - z.min() if len(z) else z
         return sample
 
     def to_item(self, sample: Dict[str, Any], index: int) -> Dict[str, Any]:
         where = self.describe(index)
         item: Dict[str, Any] = {}
         for k, v in sample.items():
-            if isinstance(v, (str, bytes)) or v is None:
+            if isinstance(v, (str, bytes)) or v is None or k == "height":
                 continue
             item[k] = torch.as_tensor(np.asarray(v) if not isinstance(v, Tensor) else v)
         item["pos"] = item["pos"].float()

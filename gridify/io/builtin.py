@@ -9,6 +9,7 @@ Shapes:
 """
 from __future__ import annotations
 
+from .kitti import read_kitti_bin
 from .las import read_las
 from .mesh import read_off, register_mesh_reader
 from .npy import read_npy, read_npz
@@ -35,6 +36,8 @@ register_reader((".xyzn", ".xyzrgb"), "text with explicit ``x y z nx ny nz`` / `
 register_reader((".las", ".laz"), "LiDAR (ASPRS LAS 1.0-1.4; ``.laz`` compressed) through laspy / lazrs, the "
                 "optional extra ``pip install 'gridify[las]'``; dimensions such as ``intensity`` on request",
                 read_las, options=("fields", "labels_from"))
+register_reader(".bin", "KITTI / SemanticKITTI LiDAR scan: headerless float32 ``x y z intensity`` rows; "
+                "``intensity`` on request", read_kitti_bin, options=("fields", "labels_from"))
 register_mesh_reader(".off", "OFF mesh (also ``OFF490 518 0``: counts on the ``OFF`` line)", read_off)
 register_mesh_reader((".obj", ".stl"), "meshes, loaded with trimesh", read_trimesh)
 register_mesh_reader((".glb", ".gltf"), "glTF 2.0 scenes (binary ``.glb``, or ``.gltf`` with embedded or "

@@ -56,7 +56,7 @@ class GridifiedModel(nn.Module):
         :meth:`trunk`: pos [N, 3], x [N, F], batch [N] (or dense [B, N, 3]) -> z [B, C, R, R, R]
     """
 
-    def _build_trunk(self, *, in_channels: int, hidden_channels: int, resolution: int, k: int, omega0: float,
+    def _build_trunk(self, *, in_channels: int, hidden_channels: int, resolution: Any, k: int, omega0: float,
                      aggr: str, message: str, pos_embedding: str, backbone: str, depth: int, dropout: float,
                      kernel_size: Union[int, str], backbone_kwargs: Optional[Dict[str, Any]],
                      bounds: Tuple[Any, Any], outside: str, message_channels: Optional[int] = None,
@@ -66,9 +66,12 @@ class GridifiedModel(nn.Module):
                                      outside=outside, hidden_channels=message_channels,
                                      pos_hidden_channels=pos_hidden_channels)
         self.grid_norm = ChannelLayerNorm(hidden_channels)
+        kwargs = dict(backbone_kwargs or {})
+        if isinstance(resolution, (tuple, list)) and len(set(resolution)) > 1:
+            kwargs.setdefault("cubic", False)  # a per-axis grid: the backbone must not assume a cube
         self.backbone = build_backbone(backbone, in_channels=hidden_channels, out_channels=hidden_channels,
                                        hidden_channels=hidden_channels, depth=depth, dropout=dropout,
-                                       kernel_size=kernel_size, **(backbone_kwargs or {}))
+                                       kernel_size=kernel_size, **kwargs)
 
     @staticmethod
     def check_sizes(where: str, hidden_channels: int, depth: int, what: str, head_parameters: int) -> None:

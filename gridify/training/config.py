@@ -5,7 +5,8 @@ defaults, merges a YAML file on top (:func:`deep_merge`), applies command-line o
 (:func:`apply_override`, values parsed as YAML) and validates the result (:func:`check_config`) against
 the declared type and range of every key (:mod:`.schema`: defaults, types, ranges, the dataset and model
 arguments), raising :class:`ConfigError` with a message that names the offending key. Merging is
-``merge(a, b)[k] = merge(a[k], b[k])`` when both are mappings, else ``b[k]`` (lists replace).
+``merge(a, b)[k] = merge(a[k], b[k])`` when both are mappings, else ``b[k]`` (lists replace); a
+``model`` section that names another model than the one below it replaces that section whole.
 
 A config is named by a path or by the name of a config shipped in ``gridify/configs``
 (:func:`find_config`: ``procedural``, ``modelnet10_fast``, ``temporal/dynamic_shapes``). A file
@@ -37,7 +38,7 @@ from .schema import (DATASET_ALIASES, DEFAULTS, SCHEMA, TASKS, ConfigError, chec
 
 __all__ = ["ConfigError", "DEFAULTS", "SECTIONS", "TASKS", "DATASETS", "DATASET_ALIASES", "DATA_LOADER_KEYS",
            "CLOSED_SECTIONS", "PRIMARY_METRIC", "AUGMENTATIONS", "CONFIG_DIR", "BASE_KEY", "yaml_value", "load_yaml",
-           "shipped_configs", "find_config", "load_config_file", "deep_merge", "parse_override", "apply_override",
+           "shipped_configs", "find_config", "load_config_file", "deep_merge", "merge_configs", "parse_override", "apply_override",
            "parse_augmentations", "dataset_names", "check_config", "resolve_config"]
 
 
@@ -176,8 +177,20 @@ def load_config_file(name: os.PathLike | str, relative_to: Optional[Path] = None
     data = load_yaml(path)
     merged: Dict[str, Any] = {}
     for base in _base_names(data, path):
-        merged = deep_merge(merged, load_config_file(base, path.parent, (*_chain, key)))
-    return deep_merge(merged, data)
+        merged = merge_configs(merged, load_config_file(base, path.parent, (*_chain, key)))
+    return merge_configs(merged, data)
+
+
+def merge_configs(base: Dict[str, Any], update: Dict[str, Any]) -> Dict[str, Any]:
+    """:func:`deep_merge` of two config files, except that a ``model`` section naming another model
+    than ``base``'s replaces it (the arguments of one model mean nothing to another: a config may start
+    from a scene recipe and swap in a peer model)."""
+    out = deep_merge(base, update)
+    new, old = update.get("model"), base.get("model")
+    if (isinstance(new, dict) and isinstance(old, dict) and "name" in new and "name" in old
+            and new["name"] != old["name"]):
+        out["model"] = copy.deepcopy(new)
+    return out
 
 
 def deep_merge(base: Dict[str, Any], update: Dict[str, Any]) -> Dict[str, Any]:
@@ -293,7 +306,7 @@ def resolve_config(config_path: Optional[str], overrides: Sequence[str] = (),
         if unknown:
             raise ConfigError(f"{config_path}: unknown config section(s) {unknown}; known sections: "
                               f"{', '.join(SECTIONS)}")
-        cfg = deep_merge(cfg, file_cfg)
+        cfg = merge_configs(cfg, file_cfg)
     for text in overrides:
         apply_override(cfg, text)
     return check_config(cfg)

@@ -48,7 +48,7 @@ try:  # the LAS/LAZ targets need the optional extra (pip install 'gridify[las]')
 except ImportError:  # pragma: no cover - exercised where the extra is not installed
     HAVE_LAS = False
 
-FORMATS = (".ply", ".pcd", ".xyz", ".txt", ".npy", ".npz", ".off", ".obj", ".stl", ".glb", ".gltf") + (
+FORMATS = (".ply", ".pcd", ".xyz", ".txt", ".npy", ".npz", ".bin", ".off", ".obj", ".stl", ".glb", ".gltf") + (
     (".las", ".laz") if HAVE_LAS else ())
 
 # Memory bound. Measured (tracemalloc peak growth of one read_points; large_files() and crafted
@@ -260,6 +260,12 @@ def _sphere(file_type: str, subdivisions: int) -> bytes:
     return data.encode() if isinstance(data, str) else data
 
 
+def _kitti_bin(n: int = 6) -> bytes:
+    """A KITTI ``.bin`` scan: ``n`` rows of float32 x y z intensity."""
+    rows = np.concatenate([_cloud(n), np.linspace(0, 1, n, dtype=np.float32)[:, None]], 1)
+    return rows.astype("<f4").tobytes()
+
+
 def large_files(n: int = 20_000) -> Dict[str, List[bytes]]:
     """Valid files of ``n`` points (meshes: about ``n`` faces) per format, to measure the memory a read takes."""
     sub = max(1, int(round(np.log(max(n, 80) / 20) / np.log(4))))  # an icosphere has 20 x 4**sub faces
@@ -270,6 +276,7 @@ def large_files(n: int = 20_000) -> Dict[str, List[bytes]]:
         ".txt": [_text("\t", 6, n=n)],
         ".npy": [_npy(_cloud(n)), _npy(np.arange(3 * n, dtype=np.int8).reshape(n, 3))],
         ".npz": [_npz(n=n), _npz(compressed=True, n=n)],
+        ".bin": [_kitti_bin(n)],
         ".off": [_sphere("off", sub)], ".obj": [_sphere("obj", sub)], ".stl": [_sphere("stl", sub)],
         ".glb": [_sphere("glb", sub)], ".gltf": [_sphere("gltf", sub)],
     }
@@ -289,6 +296,7 @@ def seed_files() -> Dict[str, List[bytes]]:
         ".npy": [_npy(_cloud()), _npy(np.concatenate([_cloud(), np.ones((6, 4), np.float32)], 1)),
                  _npy(np.arange(18, dtype=np.int16).reshape(6, 3))],
         ".npz": [_npz(), _npz(compressed=True)],
+        ".bin": [_kitti_bin(6), _kitti_bin(1)],
         ".off": [_off()],
         ".obj": [_obj()],
         ".stl": [_stl(True), _stl(False)],
