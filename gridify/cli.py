@@ -133,6 +133,9 @@ def _add_show_parser(sub: Any) -> None:
                    help="then turn the camera by this many degrees about the up vector (default 0)")
     s.add_argument("--elevation", type=float, default=0.0,
                    help="and raise it by this many degrees, e.g. 20 (default 0)")
+    s.add_argument("--hide", default=None, metavar="CLASS,...",
+                   help="with a scene model: leave out the points predicted as these classes (default: ceiling, "
+                        "so a room is seen from above; 'none' hides nothing)")
     _add_common_model_args(s)
     s.set_defaults(func=cmd_show)
 
@@ -391,7 +394,12 @@ def cmd_show(args: argparse.Namespace) -> int:
             print(pred.summary())
             if layers is None:
                 layers = ["points"] if args.out or res["grid"] is None else list(vis.LAYERS)
-            kw = dict(points=res["pos"], labels=pred.point_labels, class_names=pred.class_names,
+            pos, labels = res["pos"], pred.point_labels
+            if getattr(model, "whole_scenes", False):
+                pos, labels = _hide_classes(args, pos, labels, pred.class_names)
+            elif args.hide is not None:
+                raise SystemExit("gridify show: error: --hide is for scene models (the points of a class are left out)")
+            kw = dict(points=pos, labels=labels, class_names=pred.class_names,
                       grid=res["grid"], edges=res["graph"],
                       title=f"{Path(args.file).name}: {pred.task if pred.dense else pred.names}")
         else:
@@ -412,6 +420,29 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.out:
         print(f"wrote {args.out} ({img.shape[1]}x{img.shape[0]}, layers {', '.join(layers)})")
     return 0
+
+
+def _hide_classes(args: argparse.Namespace, pos: Any, labels: Any, class_names: List[str]):
+    """The points and labels of a labelled scene without the classes of ``--hide`` (default: the
+    ceiling, when the model has one: a room seen from any side above is hidden by its ceiling)."""
+    lower = [c.lower() for c in class_names]
+    if args.hide is None:
+        names = ["ceiling"] if "ceiling" in lower else []
+    elif args.hide.strip().lower() == "none":
+        names = []
+    else:
+        names = [n.strip().lower() for n in args.hide.split(",") if n.strip()]
+        unknown = [n for n in names if n not in lower]
+        if unknown:
+            raise SystemExit(f"gridify show: error: --hide: unknown class(es) {unknown}; the model's classes: "
+                             f"{', '.join(class_names)}")
+    if not names:
+        return pos, labels
+    keep = ~np.isin(labels, [lower.index(n) for n in names])
+    if not keep.any():
+        raise SystemExit(f"gridify show: error: --hide {','.join(names)} leaves no point to draw")
+    print(f"hidden: {int((~keep).sum())} points predicted as {', '.join(names)} (--hide none shows them)")
+    return pos[keep], labels[keep]
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -70,7 +70,7 @@ def test_field_options_errors(tmp_path):
     g = tmp_path / "cloud.xyz"
     g.write_text("1 2 3\n")
     with pytest.raises(ValueError, match=r"cloud\.xyz: read_points option labels_from= does not apply to \.xyz "
-                                         r"files \(formats with named per-point fields: \.pcd \.ply \.las \.laz\)"):
+                                         r"files \(formats with named per-point fields: \.pcd \.ply \.las \.laz \.bin\)"):
         read_points(g, labels_from="classification")
     with pytest.raises(ValueError, match=r"read_points: fields must be \"all\" or a sequence of field names"):
         read_points(f, fields="intensity")

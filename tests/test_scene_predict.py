@@ -115,3 +115,24 @@ def test_inspect_scene_labels_every_metric_point_without_a_grid(tmp_path):
     np.testing.assert_allclose(res["pos"], rows[:, :3])  # metres, not normalized
     assert res["grid"] is None and res["graph"] is None
     np.testing.assert_array_equal(res["prediction"].labels, m.predict(tmp_path / "scan.bin").labels)
+
+
+def test_show_hides_the_ceiling_of_a_room_by_default_and_named_classes_on_request():
+    import argparse
+
+    from gridify.cli import _hide_classes
+
+    names = ["floor", "wall", "ceiling", "chair"]
+    pos = np.arange(18, dtype=np.float32).reshape(6, 3)
+    labels = np.array([0, 2, 1, 2, 3, 0])
+    p, lab = _hide_classes(argparse.Namespace(hide=None), pos, labels, names)
+    assert lab.tolist() == [0, 1, 3, 0] and np.array_equal(p, pos[[0, 2, 4, 5]])
+    p, lab = _hide_classes(argparse.Namespace(hide="none"), pos, labels, names)
+    assert lab.tolist() == labels.tolist()
+    p, lab = _hide_classes(argparse.Namespace(hide="Floor, chair"), pos, labels, names)
+    assert lab.tolist() == [2, 1, 2]
+    assert _hide_classes(argparse.Namespace(hide=None), pos, labels, ["road", "car"])[1].tolist() == labels.tolist()
+    with pytest.raises(SystemExit, match=r"--hide: unknown class\(es\) \['sky'\]; the model's classes: floor, "):
+        _hide_classes(argparse.Namespace(hide="sky"), pos, labels, names)
+    with pytest.raises(SystemExit, match="leaves no point to draw"):
+        _hide_classes(argparse.Namespace(hide="floor,wall,ceiling,chair"), pos, labels, names)
