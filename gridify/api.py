@@ -60,7 +60,7 @@ from torch import Tensor, nn
 
 from ._checks import check_alloc, check_batch, check_int, check_positive_int, fail
 from .checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
-from .io import PointCloud, read_points
+from .io import PointCloud, read_points, reader_takes
 from .nn.state import all_or_nothing, evaluating
 from .registry import TASKS
 from .tasks import get_task, task_names
@@ -198,12 +198,12 @@ def estimate_normals(pos: np.ndarray, k: int = 30) -> np.ndarray:
 _estimate_normals = estimate_normals  # Predictor methods take an ``estimate_normals`` flag
 
 
-def _reads_fields(path: Any) -> bool:
-    """Whether the reader of ``path``'s format takes ``fields=`` (LiDAR intensity and the like)."""
-    from .io.registry import find_format  # noqa: PLC0415
-
-    fmt = find_format(Path(path).suffix)
-    return fmt is not None and "fields" in fmt.options
+def _read_scene(points: PointsLike) -> Any:
+    """A file read with every per-point field its format holds (LiDAR intensity and the like), so a
+    scene segmenter finds the features it was trained with; anything else is returned as given."""
+    if isinstance(points, (str, os.PathLike)):
+        return read_points(points, fields="all") if reader_takes(points, "fields") else read_points(points)
+    return points
 
 
 # --------------------------------------------------------------------------------------
@@ -517,8 +517,7 @@ class Predictor(nn.Module):
             fail(where, "category is only used by part segmenters; a scene segmenter takes none")
         if progress is not None and not callable(progress):
             fail(where, f"progress must be None or callable as progress(done, total), got {type(progress).__name__}")
-        if isinstance(points, (str, os.PathLike)):
-            points = read_points(points, fields="all") if _reads_fields(points) else read_points(points)
+        points = _read_scene(points)
         cloud = points if isinstance(points, PointCloud) else PointCloud(points=_to_numpy(points, "points", where))
         pos, nrm, source = _read_cloud(cloud, normals, where)
         if nrm is not None:
@@ -678,8 +677,7 @@ class Predictor(nn.Module):
         where = f"{type(self).__name__}.inspect"
         self._check_run(where, 1, 1, seed, estimate_normals)
         if self.whole_scenes:  # metric points, every one labelled; no single grid frame to draw
-            if isinstance(points, (str, os.PathLike)):  # read once, with the fields the features may need
-                points = read_points(points, fields="all") if _reads_fields(points) else read_points(points)
+            points = _read_scene(points)  # read once, with the fields the features may need
             pred = self.predict(points, normals, category, seed=seed, estimate_normals=estimate_normals)
             pos, _, _ = _read_cloud(points, normals, where)
             return {"pos": pos.astype(np.float32), "prediction": pred, "grid": None, "graph": None, "subset": None,

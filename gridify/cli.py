@@ -257,11 +257,10 @@ def _load(args: argparse.Namespace):
 
 def _read(args: argparse.Namespace, model: Any = None):
     """The cloud of ``args.file``; for a scene segmenter with the file's per-point fields (intensity)."""
-    from .io import find_format, read_points
+    from .io import read_points, reader_takes
 
     kw: Dict[str, Any] = {"num_samples": args.num_samples}
-    fmt = find_format(Path(args.file).suffix)
-    if getattr(model, "whole_scenes", False) and fmt is not None and "fields" in fmt.options:
+    if getattr(model, "whole_scenes", False) and reader_takes(args.file, "fields"):
         kw["fields"] = "all"
     try:
         return read_points(args.file, **kw)

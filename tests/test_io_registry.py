@@ -40,6 +40,8 @@ def test_builtin_table():
     assert find_format(".off").options == ("num_samples", "seed") and find_format(".foo") is None
     assert find_format(".LAZ").options == ("fields", "labels_from") == find_format(".pcd").options
     assert find_format(".bin").options == ("fields", "labels_from")
+    assert gio.reader_takes("scan.BIN", "fields") and gio.reader_takes("a/b.ply", "num_samples")
+    assert not gio.reader_takes("cloud.xyz", "fields") and not gio.reader_takes("x.foo", "fields")
     assert find_format(".ply").options == ("num_samples", "seed", "fields", "labels_from")
     assert gio.READ_OPTIONS == ("num_samples", "seed", "columns", "fields", "labels_from")
     table = describe_formats()

@@ -53,7 +53,7 @@ from .normals import repair_normals
 from .pcd import lzf_decompress
 from .read import MAX_SAMPLES, read_points
 from .registry import (READ_OPTIONS, ReaderFormat, describe_formats, find_format, formats, mesh_extensions,
-                       register_reader, supported_extensions, unregister_reader)
+                       reader_takes, register_reader, supported_extensions, unregister_reader)
 from .source import ReferencedFileNotFoundError
 from .writer import write_ply
 
@@ -76,6 +76,7 @@ __all__ = [
     "register_mesh_reader",
     "unregister_reader",
     "find_format",
+    "reader_takes",
     "formats",
     "describe_formats",
     "supported_extensions",

@@ -35,7 +35,8 @@ import numpy as np
 
 from .cloud import PointCloud
 
-__all__ = ["READ_OPTIONS", "ReaderFormat", "register_reader", "unregister_reader", "find_format", "formats",
+__all__ = ["READ_OPTIONS", "ReaderFormat", "register_reader", "unregister_reader", "find_format",
+           "reader_takes", "formats",
            "describe_formats", "supported_extensions", "mesh_extensions", "mesh_reader_extensions"]
 
 #: keyword arguments of read_points a reader may accept (it declares which in ``options``)
@@ -165,6 +166,13 @@ def unregister_reader(extensions: Extensions) -> None:
 def find_format(extension: str) -> Optional[ReaderFormat]:
     """The format registered for ``extension`` (with the dot, any case), or None."""
     return _BY_EXTENSION.get(extension.lower())
+
+
+def reader_takes(path: Any, option: str) -> bool:
+    """Whether the reader of ``path``'s format (by its last suffix) takes the read_points ``option``
+    (one of :data:`READ_OPTIONS`, e.g. ``"fields"``); False for an unregistered extension."""
+    fmt = find_format(Path(path).suffix)
+    return fmt is not None and option in fmt.options
 
 
 def formats() -> Tuple[ReaderFormat, ...]:
