@@ -2,7 +2,7 @@
 
 Import it into a conftest to make it autouse for a whole suite::
 
-    from _network_guard import no_external_network  # noqa: F401  (autouse fixture)
+    from tests._network_guard import no_external_network  # noqa: F401  (autouse fixture)
 
 Connections to 127.0.0.0/8, ::1 and Unix sockets (local test servers, DDP rendezvous) stay
 allowed; anything else fails like an offline machine (an ``OSError``) *and* fails the test at

@@ -7,7 +7,7 @@ growth these files need (see the comment in fuzz_targets.py).
 import numpy as np
 import pytest
 
-import fuzz_targets as F  # noqa: E402  (tests/fuzz is on sys.path under pytest's rootdir import mode)
+from tests.fuzz import fuzz_targets as F  # noqa: E402  (scripts/fuzz.py imports it as a top-level module)
 
 
 @pytest.fixture(scope="module")

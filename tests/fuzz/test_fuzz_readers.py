@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
-import fuzz_targets as F  # noqa: E402  (tests/fuzz is on sys.path under pytest's rootdir import mode)
+from tests.fuzz import fuzz_targets as F  # noqa: E402  (scripts/fuzz.py imports it as a top-level module)
 
 
 @pytest.mark.parametrize("ext", F.FORMATS)

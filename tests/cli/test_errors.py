@@ -1,0 +1,338 @@
+"""The command line's error contract, for every sub-command: a bad path, number or file ends the
+command with a non-zero exit status and ONE short line (no traceback) naming the flag or the file.
+
+A table runs ``train``, ``evaluate``, ``predict``, ``show``, ``export``, ``bench`` and ``download``
+through bad output paths (a file where a folder goes, a folder where a file goes, a path below a
+file), bad numbers (threads, workers, counts), unknown devices and names, and bad files to read
+(a folder, a FIFO, an exported model or another architecture given to ``--resume``). Every case
+fails before the command works (no training, rendering or measuring), so the file runs in seconds.
+Also here: the shared mechanisms themselves (:mod:`gridify._paths`, :mod:`gridify._cliargs`), an
+OS error while writing (``ulimit -f``) as one line, and the lock of a run's output folder.
+"""
+import os
+import resource
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gridify import _cliargs, _paths, cli
+from gridify.api import pretrained_path
+
+pytest.importorskip("lightning")
+pytest.importorskip("yaml")
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--config", "procedural", "data.num_points=64", "data.num_samples_per_class=1",
+        "data.val={num_samples_per_class: 1}", "data.test={num_samples_per_class: 1}", "data.batch_size=2",
+        "model.resolution=3", "model.k=3", "model.hidden_channels=4", "model.depth=1", "model.kernel_size=3",
+        "trainer.max_epochs=1", "trainer.num_threads=1", "trainer.progress_bar=false", "trainer.plots=false"]
+
+
+@pytest.fixture(scope="module")
+def t(tmp_path_factory):
+    """A folder with: afile (a regular file of junk), adir (a folder), fifo, cloud.npy, model.pt (the
+    shipped model), other.ckpt (a Lightning checkpoint of another architecture than TINY's)."""
+    d = tmp_path_factory.mktemp("contract")
+    (d / "afile").write_bytes(b"not a checkpoint, not a folder")
+    (d / "adir").mkdir()
+    os.mkfifo(d / "fifo")
+    np.save(d / "cloud.npy", np.random.default_rng(0).normal(size=(600, 3)).astype(np.float32))
+    model_pt = Path(pretrained_path("modelnet10"))
+    (d / "model.pt").write_bytes(model_pt.read_bytes())
+    raw = torch.load(model_pt, map_location="cpu", weights_only=True)
+    hp = {k: raw[k] for k in ("model_name", "model_kwargs", "task", "info", "config")}
+    torch.save({"state_dict": {f"model.{k}": v for k, v in raw["state_dict"].items()}, "hyper_parameters": hp,
+                "epoch": 0, "global_step": 1, "pytorch-lightning_version": "2.4.0"}, d / "other.ckpt")
+    (d / "run_with_file").mkdir()
+    (d / "run_with_file" / "checkpoints").write_text("a file where the run writes a folder")
+    return d
+
+
+def run_cli(argv, capsys):
+    """``(exit status, stderr)`` of ``gridify argv`` run in this process; any other exception fails the test."""
+    try:
+        status, message = cli.main(argv), ""
+    except SystemExit as exc:
+        status, message = (1, exc.code) if isinstance(exc.code, str) else (exc.code, "")
+    captured = capsys.readouterr()
+    return status, captured.err + message
+
+
+P = "{t}"  # replaced by the fixture folder
+CASES = [
+    # --- output paths: a file where a folder goes, a folder where a file goes, below a file
+    (["train", *TINY, f"output_dir={P}/afile"], ["afile", "is a file, not a folder"]),
+    (["train", *TINY, f"output_dir={P}/afile/run"], ["afile/run", "below", "is a file"]),
+    (["train", *TINY, "--output-dir", f"{P}/afile"], ["--output-dir", "afile"]),
+    (["train", *TINY, f"output_dir={P}/run_with_file"], ["checkpoints", "is a file where a folder is written"]),
+    (["evaluate", "--ckpt", f"{P}/model.pt", "--output", f"{P}/adir"], ["--output", "adir", "folder"]),
+    (["evaluate", "--ckpt", f"{P}/model.pt", "--output", f"{P}/afile/m.json"], ["--output", "afile", "not a folder"]),
+    (["predict", f"{P}/cloud.npy", "--model", "modelnet10", "--out", f"{P}/adir"], ["--out", "adir", "folder"]),
+    (["predict", f"{P}/cloud.npy", "--model", "modelnet10", "--out", f"{P}/afile/x/l.txt"], ["--out", "below"]),
+    (["predict", f"{P}/cloud.npy", "--model", "modelnet10", "--out", f"{P}/fifo"], ["--out", "FIFO"]),
+    (["show", f"{P}/cloud.npy", "--out", f"{P}/afile/v.png"], ["--out", "afile", "not a folder"]),
+    (["show", f"{P}/cloud.npy", "--out", f"{P}/adir"], ["--out", "adir", "folder"]),
+    (["export", f"{P}/model.pt", "--out", f"{P}/afile/m.onnx"], ["afile"]),
+    (["bench", "--out", f"{P}/afile"], ["--out", "afile", "is a file"]),
+    (["bench", "--out", f"{P}/afile/sub"], ["--out", "below"]),
+    (["download", "modelnet10", "--root", f"{P}/afile"], ["--root", "afile", "is a file"]),
+    (["download", "modelnet10", "--root", f"{P}/afile/data"], ["--root", "below"]),
+    (["bench", "--out", f"{P}/{'x' * 5000}"], ["--out", "file name too long"]),
+    # --- numbers and names handed to torch
+    (["predict", f"{P}/cloud.npy", "--model", "modelnet10", "--threads", "0"], ["--threads", "'0'"]),
+    (["predict", f"{P}/cloud.npy", "--model", "modelnet10", "--threads", "-1"], ["--threads", "'-1'"]),
+    (["predict", f"{P}/cloud.npy", "--model", "modelnet10", "--device", "gpu7"], ["--device", "gpu7"]),
+    (["predict", f"{P}/cloud.npy", "--model", "modelnet10", "--device", "cuda:99"], ["--device", "cuda:99"]),
+    (["predict", f"{P}/cloud.npy", "--model", "modelnet10", "--votes", "0"], ["--votes"]),
+    (["predict", f"{P}/cloud.npy", "--model", "modelnet10", "--num-samples", "-5"], ["--num-samples"]),
+    (["show", f"{P}/cloud.npy", "--threads", "-1", "--out", f"{P}/v.png"], ["--threads"]),
+    (["show", f"{P}/cloud.npy", "--width", "0", "--out", f"{P}/v.png"], ["--width"]),
+    (["show", f"{P}/cloud.npy", "--device", "tpu", "--out", f"{P}/v.png"], ["--device", "tpu"]),
+    (["evaluate", "--ckpt", f"{P}/model.pt", "--num-workers", "-2"], ["--num-workers", "'-2'"]),
+    (["evaluate", "--ckpt", f"{P}/model.pt", "--threads", "0"], ["--threads"]),
+    (["evaluate", "--ckpt", f"{P}/model.pt", "--device", "gpu7"], ["--device", "gpu7"]),
+    (["evaluate", "--ckpt", f"{P}/model.pt", "--batch-size", "0"], ["--batch-size"]),
+    (["evaluate", "--ckpt", f"{P}/model.pt", "--votes", "-3"], ["--votes"]),
+    (["export", f"{P}/model.pt", "--out", f"{P}/m.onnx", "--threads", "-1"], ["--threads"]),
+    (["export", f"{P}/model.pt", "--out", f"{P}/m.onnx", "--num-points", "0"], ["--num-points"]),
+    (["bench", "--models", "bogusnet", "--out", f"{P}/bench"], ["--models", "bogusnet"]),
+    (["bench", "--threads", "0", "--out", f"{P}/bench"], ["--threads"]),
+    (["bench", "--device", "gpu7", "--out", f"{P}/bench"], ["--device", "gpu7"]),
+    (["train", *TINY, "--max-epochs", "two"], ["--max-epochs"]),
+    # --- files to read that are something else
+    (["train", *TINY, "--resume", f"{P}/model.pt", f"output_dir={P}/r1"], ["--resume", "model.pt", "exported model"]),
+    (["train", *TINY, "--resume", f"{P}/adir", f"output_dir={P}/r2"], ["--resume", "adir", "is a folder"]),
+    (["train", *TINY, "--resume", f"{P}/fifo", f"output_dir={P}/r3"], ["--resume", "fifo", "FIFO"]),
+    (["train", *TINY, "--resume", f"{P}/afile", f"output_dir={P}/r4"], ["afile", "not a PyTorch checkpoint"]),
+    (["train", *TINY, "--resume", f"{P}/other.ckpt", f"output_dir={P}/r5"],
+     ["--resume", "other.ckpt", "another model", "shape"]),
+    (["evaluate", "--ckpt", f"{P}/adir"], ["--ckpt", "adir", "folder"]),
+    (["evaluate", "--ckpt", f"{P}/fifo"], ["--ckpt", "fifo", "FIFO"]),
+    (["evaluate", "--ckpt", f"{P}/afile"], ["afile"]),
+    (["predict", f"{P}/cloud.npy", "--ckpt", f"{P}/fifo"], ["--ckpt", "fifo", "FIFO"]),
+    (["show", f"{P}/cloud.npy", "--ckpt", f"{P}/adir", "--out", f"{P}/v.png"], ["--ckpt", "adir", "folder"]),
+    (["predict", f"{P}/adir", "--model", "modelnet10"], ["adir"]),
+    (["show", f"{P}/fifo", "--out", f"{P}/v.png"], ["fifo"]),
+    (["export", f"{P}/adir", "--out", f"{P}/m.onnx"], ["adir", "is a folder"]),
+    (["export", f"{P}/fifo", "--out", f"{P}/m.onnx"], ["fifo", "FIFO"]),
+    (["download", "--config", f"{P}/adir"], ["adir"]),
+    (["download", "no_such_archive"], ["no_such_archive"]),
+]
+
+
+@pytest.mark.parametrize("argv, named", CASES, ids=[f"{i}-{c[0][0]}" for i, c in enumerate(CASES)])
+def test_every_subcommand_fails_with_one_line(argv, named, t, capsys):
+    argv = [a.replace(P, str(t)) for a in argv]
+    before = sorted(p.name for p in t.iterdir())
+    status, err = run_cli(argv, capsys)
+    assert status not in (0, None), err
+    assert "Traceback" not in err and len(err) < 2000 + max(map(len, argv)), err
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    error_lines = [ln for ln in lines if ": error: " in ln or ": config error: " in ln]
+    assert len(error_lines) == 1 and lines[-1] == error_lines[0], err  # argparse's usage may come first
+    assert error_lines[0].startswith(f"gridify {argv[0]}: "), err
+    for text in named:
+        assert text in error_lines[0], (text, err)
+    assert sorted(p.name for p in t.iterdir()) == before  # nothing written, no empty run folder left
+
+
+def test_output_paths_are_checked_before_any_work(t, capsys, monkeypatch):
+    """The output path fails before the model is loaded or the cloud read (a long job never starts)."""
+    import gridify.api
+
+    def never(*a, **k):
+        raise AssertionError("the model was loaded before the output path was checked")
+
+    monkeypatch.setattr(gridify.api, "load", never)
+    status, err = run_cli(["predict", str(t / "cloud.npy"), "--model", "modelnet10", "--out", str(t / "adir")],
+                          capsys)
+    assert status == 2 and "--out" in err
+    import gridify.evaluation as E
+
+    monkeypatch.setattr(E, "load_checkpoint", never)
+    status, err = run_cli(["evaluate", "--ckpt", str(t / "model.pt"), "--output", str(t / "afile" / "m.json")],
+                          capsys)
+    assert status != 0 and "--output" in err
+
+
+# ----------------------------------------------------------------------------- the shared mechanisms
+def test_path_checks_name_the_path_and_the_cause(tmp_path, monkeypatch):
+    (tmp_path / "f").write_text("x")
+    (tmp_path / "d").mkdir()
+    os.mkfifo(tmp_path / "p")
+    cases = [
+        (lambda: _paths.check_output_dir(tmp_path / "f", "--out"), "--out .*/f: is a file, not a folder"),
+        (lambda: _paths.check_output_dir(tmp_path / "f" / "a" / "b"), "lies below .*/f, which is a file"),
+        (lambda: _paths.check_output_dir(tmp_path / "d", files=("x",), folders=("f",)), None),
+        (lambda: _paths.check_output_file(tmp_path / "d", "--out"), "--out .*/d: is a folder"),
+        (lambda: _paths.check_output_file(f"{tmp_path}/new/", "--out"), "is a folder"),
+        (lambda: _paths.check_output_file(tmp_path / "p"), "is a FIFO"),
+        (lambda: _paths.check_output_file(tmp_path / "f" / "x.txt"), "f is a file, not a folder"),
+        (lambda: _paths.check_output_file(tmp_path / "x.csv", suffixes=(".txt",)), "unsupported extension '.csv'"),
+        (lambda: _paths.check_input_file(tmp_path / "d", "--ckpt"), "--ckpt .*/d: is a folder, not a file"),
+        (lambda: _paths.check_input_file(tmp_path / "p"), "is a FIFO"),
+        (lambda: _paths.check_input_file(tmp_path / "nope"), "nope: not found"),
+        (lambda: _paths.check_input_file(tmp_path / "f" / "x"), "not found .*/f is a file"),
+        (lambda: _paths.check_input_file(""), "empty path"),
+        (lambda: _paths.check_output_dir(tmp_path / "p", "output_dir"), "is a FIFO .*, not a folder"),
+        (lambda: _paths.check_output_file(f"{tmp_path}/a\0b", "--out"), "--out: not a usable path"),
+        (lambda: _paths.check_output_dir(5, "output_dir"), "output_dir: must be a path, got int"),
+        (lambda: _paths.check_output_file(tmp_path / ("x" * 5000), "--out"), "file name too long"),
+        (lambda: _paths.check_input_file(tmp_path / ("x" * 5000), "--ckpt"), "file name too long"),
+    ]
+    for call, message in cases:
+        if message is None:
+            call()
+            continue
+        with pytest.raises(_paths.PathError, match=message):
+            call()
+    assert not (tmp_path / "new").exists()  # checks only look
+    # a folder that is not writable (simulated: the tests may run as root, who can write anywhere)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **k: False if Path(p) == tmp_path / "d" else
+                        real_access(p, mode, **k))
+    with pytest.raises(_paths.PathError, match=r"d is not writable \(permission denied\)"):
+        _paths.check_output_file(tmp_path / "d" / "out.png", "--out")
+    with pytest.raises(_paths.PathError, match="cannot be created, .*d is not writable"):
+        _paths.check_output_dir(tmp_path / "d" / "run" / "x", "output_dir")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_read_only_folder(tmp_path, capsys):  # pragma: no cover - CI runs unprivileged
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        status, err = run_cli(["bench", "--out", str(ro / "b")], capsys)
+        assert status == 2 and "not writable" in err
+    finally:
+        ro.chmod(0o700)
+
+
+def test_os_errors_become_one_line():
+    import errno
+
+    for err, cause in ((errno.EFBIG, "file too large"), (errno.ENOSPC, "no space left"),
+                       (errno.EACCES, "permission denied"), (errno.EROFS, "read-only"),
+                       (errno.ENOTDIR, "is a file, not a folder"), (errno.EISDIR, "is a folder")):
+        line = _paths.describe_os_error(OSError(err, os.strerror(err), "/x/out.ply"))
+        assert line.startswith("/x/out.ply: ") and cause in line and "\n" not in line
+    with pytest.raises(SystemExit, match=r"^gridify predict: error: /x/y: file too large"):
+        with _paths.one_line_errors("gridify predict"):
+            raise OSError(errno.EFBIG, "File too large", "/x/y")
+
+
+def test_a_folder_in_the_way_of_a_written_file_is_named(tmp_path):
+    from gridify._files import atomic_write_text
+
+    (tmp_path / "benchmark.json").mkdir()
+    with pytest.raises(IsADirectoryError) as exc:
+        atomic_write_text(tmp_path / "benchmark.json", "{}")
+    assert _paths.describe_os_error(exc.value) == f"{tmp_path / 'benchmark.json'}: is a folder where a file is written"
+    assert [p.name for p in tmp_path.iterdir()] == ["benchmark.json"]
+
+
+def test_atomic_write_names_the_file_of_a_failed_write(tmp_path):
+    from gridify._files import atomic_write
+
+    def fail(fh):
+        try:
+            raise OSError(errno_efbig(), "File too large")  # what write() raises: no file name
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc] unexpected pos")  # torch.save's wrapper
+
+    with pytest.raises(OSError, match="File too large") as exc:
+        atomic_write(tmp_path / "m.pt", fail)
+    assert exc.value.filename == str(tmp_path / "m.pt") and list(tmp_path.iterdir()) == []
+
+
+def errno_efbig():
+    import errno
+
+    return errno.EFBIG
+
+
+def test_file_size_limit_while_writing_is_one_line(t, tmp_path):
+    """A write that hits ``ulimit -f`` (RLIMIT_FSIZE) after the work: one line naming the file."""
+    out = tmp_path / "labels.ply"
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+
+    res = subprocess.run([sys.executable, "-m", "gridify.cli", "predict", str(t / "cloud.npy"), "--model",
+                          "modelnet10", "--threads", "1", "--out", str(out)], capture_output=True, text=True,
+                         timeout=300, preexec_fn=limit, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.strip().splitlines() == [f"gridify predict: error: {out}: file too large: the file size "
+                                               f"limit (ulimit -f) was reached while writing"], res.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == []  # no partial file, no temporary left
+
+
+def test_a_disk_that_fills_up_during_training_is_one_line(tmp_path, capsys, monkeypatch):
+    """Lightning saving a checkpoint into a full disk ends ``gridify train`` with one line naming the file."""
+    import errno
+
+    import gridify.checkpoint
+
+    def full(path, write):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(gridify.checkpoint, "atomic_write", full)  # what atomic_torch_save writes through
+    status, err = run_cli(["train", *TINY, f"output_dir={tmp_path / 'run'}"], capsys)
+    assert status == 1 and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(f"gridify train: error: {tmp_path / 'run' / 'checkpoints'}")
+    assert err.strip().endswith(".ckpt: no space left on the device")
+
+
+def test_argument_types():
+    import argparse
+
+    assert _cliargs.threads("4") == 4 and _cliargs.workers("0") == 0 and _cliargs.positive_int("+3") == 3
+    assert _cliargs.device("cpu") == "cpu" and _cliargs.device_or_auto("AUTO") == "auto"
+    for parse, text in ((_cliargs.threads, "0"), (_cliargs.threads, "-1"), (_cliargs.threads, "10**9"),
+                        (_cliargs.threads, "１"), (_cliargs.workers, "-2"), (_cliargs.positive_float, "nan"),
+                        (_cliargs.positive_float, "inf"), (_cliargs.device, "gpu7"), (_cliargs.device, "xpu"),
+                        (_cliargs.device, "meta"), (_cliargs.device_or_auto, "")):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse(text)
+    if not torch.cuda.is_available():
+        with pytest.raises(argparse.ArgumentTypeError, match="CUDA is not available"):
+            _cliargs.device("cuda")
+    else:
+        with pytest.raises(argparse.ArgumentTypeError, match="no CUDA device 99"):
+            _cliargs.device("cuda:99")
+
+
+# ----------------------------------------------------------------------------- the run folder's lock
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from gridify._paths import folder_lock
+    with folder_lock(sys.argv[1], "output_dir", owner="gridify train --config first"):
+        print("locked", flush=True)
+        time.sleep(120)
+""")
+
+
+def test_second_run_on_one_output_dir_fails_at_once_and_a_killed_run_leaves_no_lock(t, tmp_path, capsys):
+    out = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        start = time.time()
+        status, err = run_cli(["train", *TINY, f"output_dir={out}"], capsys)
+        assert status == 1 and time.time() - start < 60
+        assert f"output_dir {out}: in use by another run (pid {holder.pid}: gridify train --config first)" in err
+        assert sorted(p.name for p in out.iterdir()) == [_paths.LOCK_NAME]  # the first run's folder is untouched
+    finally:
+        holder.kill()
+        holder.wait()
+    with _paths.folder_lock(out, "output_dir"):  # the kernel dropped the killed holder's lock
+        with pytest.raises(_paths.FolderInUseError, match=f"pid {os.getpid()}"):
+            with _paths.folder_lock(out, "output_dir"):
+                pass

@@ -1,0 +1,454 @@
+"""Scene data in the field's layouts: readers, official label maps and splits, datasets, converters.
+
+Small trees are generated here in every official layout (S3DIS Annotations text, ScanNet PLY pairs,
+SemanticKITTI .bin/.label, Pointcept npy folders, mmdetection3d's processed files); the real files
+in ../shared/data (30 SemanticKITTI scans, the forest plot in the S3DIS layout, mmdetection3d's
+ScanNet/S3DIS/SemanticKITTI test data) are read when present and skipped otherwise.
+"""
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gridify.cli import main as gridify_main
+from gridify.datasets import DatasetError, ProceduralScenes, SceneDataset, collate_points, convert_to_pointcept
+from gridify.datasets.scene_layouts import (IGNORE_INDEX, S3DIS_CLASSES, SCANNET20_CLASSES, SCANNET20_NYU40_IDS,
+                                            SEMANTICKITTI_CLASSES, SEMANTICKITTI_LEARNING_MAP, find_scenes,
+                                            map_nyu40_to_scannet20, map_semantickitti_labels, read_ply_vertices,
+                                            read_s3dis_room, read_scene, read_semantickitti_scan)
+from gridify.datasets.scenes import S3DIS, ScanNet, SemanticKITTI, write_pointcept_scene
+from gridify.io import write_ply
+from gridify.registry import DATASETS
+
+RNG = np.random.default_rng(0)
+
+
+# --------------------------------------------------------------------------------------
+# generated trees
+# --------------------------------------------------------------------------------------
+def _rows(n, offset=0.0):
+    xyz = RNG.uniform(-2, 2, (n, 3)).round(3) + offset
+    rgb = RNG.integers(0, 256, (n, 3))
+    return np.concatenate([xyz, rgb], 1)
+
+
+def make_s3dis(root: Path):
+    """Area_1/office_1 (ceiling, chair, stairs), Area_2/hall_1 (wall), Area_5/conf_1 (floor, clutter)."""
+    rooms = {("Area_1", "office_1"): {"ceiling_1": 5, "chair_1": 4, "chair_2": 3, "stairs_1": 2},
+             ("Area_2", "hall_1"): {"wall_1": 6},
+             ("Area_5", "conf_1"): {"floor_1": 4, "clutter_1": 2}}
+    truth = {}
+    for (area, room), objs in rooms.items():
+        ann = root / area / room / "Annotations"
+        ann.mkdir(parents=True)
+        rows, labels = [], []
+        for name, n in objs.items():
+            r = _rows(n)
+            np.savetxt(ann / f"{name}.txt", r, fmt="%.3f %.3f %.3f %d %d %d")
+            cls = name.rsplit("_", 1)[0]
+            rows.append(r)
+            labels.append(np.full(n, S3DIS_CLASSES.index(cls) if cls in S3DIS_CLASSES else -1))
+        (root / area / room / f"{room}.txt").write_text("whole room file, not read\n")
+        order = sorted(objs)  # files are read in sorted order
+        idx = [list(objs).index(o) for o in order]
+        truth[f"{area}_{room}"] = (np.concatenate([rows[i] for i in idx]), np.concatenate([labels[i] for i in idx]))
+    return truth
+
+
+def _scannet_mesh_bytes(xyz, rgb, faces):
+    """A ScanNet-like binary PLY: x y z float, red green blue alpha uchar, then a face list."""
+    head = (f"ply\nformat binary_little_endian 1.0\ncomment handwritten\nelement vertex {len(xyz)}\n"
+            "property float x\nproperty float y\nproperty float z\nproperty uchar red\nproperty uchar green\n"
+            f"property uchar blue\nproperty uchar alpha\nelement face {len(faces)}\n"
+            "property list uchar int vertex_indices\nend_header\n").encode()
+    body = b"".join(struct.pack("<fffBBBB", *p, *c, 255) for p, c in zip(xyz.tolist(), rgb.tolist()))
+    body += b"".join(struct.pack("<Biii", 3, *f) for f in faces)
+    return head + body
+
+
+def make_scannet(root: Path):
+    """scans/scene0000_00 (mesh PLY by hand, labels via write_ply), scans/scene0001_00, scans_test/scene0707_00."""
+    nyu = np.array([1, 2, 13, 39, 40, 0, 5, 36, 24, 3])
+    truth = {}
+    for name, folder, labelled in (("scene0000_00", "scans", True), ("scene0001_00", "scans", True),
+                                   ("scene0707_00", "scans_test", False)):
+        d = root / folder / name
+        d.mkdir(parents=True)
+        xyz = RNG.uniform(0, 3, (len(nyu), 3)).astype(np.float32)
+        rgb = RNG.integers(0, 256, (len(nyu), 3))
+        (d / f"{name}_vh_clean_2.ply").write_bytes(_scannet_mesh_bytes(xyz, rgb, [(0, 1, 2), (2, 3, 4)]))
+        if labelled:  # one binary, one ascii
+            write_ply(d / f"{name}_vh_clean_2.labels.ply", xyz, labels=nyu, binary=name.startswith("scene0000"))
+        truth[name] = (xyz, rgb, map_nyu40_to_scannet20(nyu) if labelled else np.full(len(nyu), -1))
+    (root / "scannetv2_train.txt").write_text("scene0000_00\n")
+    (root / "scannetv2_val.txt").write_text("scene0001_00\n")
+    return truth
+
+
+def make_kitti(root: Path, sequences=("00", "03", "08", "11"), frames=2):
+    raw_ids = np.array([0, 1, 10, 252, 40, 60, 52, 99, 81, 259, 70, 999, 44, 30, 254], np.uint32)
+    truth = {}
+    for seq in sequences:
+        for f in range(frames):
+            scan = RNG.normal(size=(len(raw_ids), 4)).astype(np.float32)
+            stem = f"{f:06d}"
+            (root / "sequences" / seq / "velodyne").mkdir(parents=True, exist_ok=True)
+            scan.tofile(root / "sequences" / seq / "velodyne" / f"{stem}.bin")
+            if int(seq) <= 10:
+                (root / "sequences" / seq / "labels").mkdir(parents=True, exist_ok=True)
+                inst = RNG.integers(0, 50, len(raw_ids)).astype(np.uint32)
+                (raw_ids | (inst << 16)).tofile(root / "sequences" / seq / "labels" / f"{stem}.label")
+            truth[f"{seq}_{stem}"] = scan
+    return truth, raw_ids
+
+
+# --------------------------------------------------------------------------------------
+# label maps
+# --------------------------------------------------------------------------------------
+def test_label_maps_follow_the_official_definitions():
+    assert len(S3DIS_CLASSES) == 13 and len(SCANNET20_CLASSES) == 20 == len(SCANNET20_NYU40_IDS)
+    assert len(SEMANTICKITTI_CLASSES) == 19
+    assert sorted(set(SEMANTICKITTI_LEARNING_MAP.values()) - {-1}) == list(range(19))
+    raw = np.array([0, 1, 10, 13, 16, 60, 52, 99, 252, 253, 254, 255, 256, 257, 258, 259, 81, 1234], np.uint32)
+    got = map_semantickitti_labels(raw | (7 << 16))  # instance ids in the high bits are dropped
+    name = {i: c for i, c in enumerate(SEMANTICKITTI_CLASSES)}
+    assert [name.get(int(g), "ignore") for g in got] == [
+        "ignore", "ignore", "car", "other-vehicle", "other-vehicle", "road", "ignore", "ignore", "car", "bicyclist",
+        "person", "motorcyclist", "other-vehicle", "other-vehicle", "truck", "other-vehicle", "traffic-sign",
+        "ignore"]
+    got = map_nyu40_to_scannet20(np.array([1, 2, 14, 16, 24, 28, 33, 34, 36, 39, 13, 15, 40, 0, -3, 1000]))
+    assert got.tolist() == [0, 1, 12, 13, 14, 15, 16, 17, 18, 19, -1, -1, -1, -1, -1, -1]
+    assert SCANNET20_CLASSES[got[9]] == "otherfurniture" and IGNORE_INDEX == -1
+
+
+# --------------------------------------------------------------------------------------
+# S3DIS
+# --------------------------------------------------------------------------------------
+def test_s3dis_generated_rooms_labels_and_area5_split(tmp_path):
+    truth = make_s3dis(tmp_path)
+    assert [r.name for r in find_scenes(tmp_path, "s3dis", "train")] == ["Area_1_office_1", "Area_2_hall_1"]
+    assert [r.name for r in find_scenes(tmp_path, "s3dis", "val")] == ["Area_5_conf_1"]
+    assert [r.name for r in find_scenes(tmp_path, "s3dis", "test", test_area=2)] == ["Area_2_hall_1"]
+    ds = S3DIS(tmp_path, "train")
+    assert len(ds) == 2 and ds.num_classes == 13 and ds.features == ("color",)
+    for i in range(len(ds)):
+        item = ds[i]
+        rows, labels = truth[item["scene"]]
+        np.testing.assert_allclose(item["pos"].numpy(), rows[:, :3], atol=1e-5)
+        np.testing.assert_allclose(item["x"].numpy(), rows[:, 3:] / 255.0, atol=1e-6)
+        assert item["y"].dtype == torch.int64 and item["y"].tolist() == labels.tolist()
+    assert -1 in ds[0]["y"].tolist()  # stairs: not an S3DIS class -> ignored
+    room = read_s3dis_room(tmp_path / "Area_1" / "office_1", unknown="clutter")
+    assert (room["segment"] == S3DIS_CLASSES.index("clutter")).sum() == 2
+    with pytest.raises(DatasetError, match="stairs"):
+        read_s3dis_room(tmp_path / "Area_1" / "office_1", unknown="error")
+
+
+def test_s3dis_malformed_line_is_named_by_file_and_line(tmp_path):
+    make_s3dis(tmp_path)
+    bad = tmp_path / "Area_2" / "hall_1" / "Annotations" / "wall_1.txt"
+    lines = bad.read_text().splitlines()
+    lines[2] = "1.0 2.0 3.0 10\x1000 20 30"  # the raw release's stray control character
+    bad.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetError, match=r"wall_1\.txt:3: .*not a number"):
+        read_s3dis_room(tmp_path / "Area_2" / "hall_1")
+    lines[2] = "1.0 2.0 3.0 10 20"
+    bad.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetError, match=r"scene 'Area_2_hall_1'.*wall_1\.txt:3: expected 6 numbers"):
+        S3DIS(tmp_path, "train")[1]
+
+
+# --------------------------------------------------------------------------------------
+# ScanNet
+# --------------------------------------------------------------------------------------
+def test_scannet_generated_ply_pairs_nyu40_to_20_classes_and_splits(tmp_path):
+    truth = make_scannet(tmp_path)
+    ds = ScanNet(tmp_path, "train")
+    assert [r.name for r in ds.refs] == ["scene0000_00"] and ds.num_classes == 20
+    assert [r.name for r in ScanNet(tmp_path, "val").refs] == ["scene0001_00"]
+    for split, name in (("train", "scene0000_00"), ("test", "scene0707_00")):
+        item = ScanNet(tmp_path, split)[0]
+        xyz, rgb, seg = truth[name]
+        np.testing.assert_allclose(item["pos"].numpy(), xyz, atol=1e-6)
+        np.testing.assert_allclose(item["color"].numpy(), rgb, atol=1e-6)
+        assert item["y"].tolist() == seg.tolist()
+    assert ScanNet(tmp_path, "train")[0]["y"].tolist()[:6] == [0, 1, -1, 19, -1, -1]
+    verts = read_ply_vertices(tmp_path / "scans" / "scene0000_00" / "scene0000_00_vh_clean_2.ply")
+    assert set(verts) == {"x", "y", "z", "red", "green", "blue", "alpha"} and len(verts["x"]) == 10
+    ascii_labels = read_ply_vertices(tmp_path / "scans" / "scene0001_00" / "scene0001_00_vh_clean_2.labels.ply")
+    assert ascii_labels["label"].dtype == np.int32 and ascii_labels["label"][:3].tolist() == [1, 2, 13]
+
+
+def test_scannet_errors_name_the_files(tmp_path):
+    make_scannet(tmp_path)
+    d = tmp_path / "scans" / "scene0000_00"
+    write_ply(d / "scene0000_00_vh_clean_2.labels.ply", np.zeros((4, 3)), labels=np.ones(4))
+    with pytest.raises(DatasetError, match=r"labels\.ply.*4 labelled vertices.*vh_clean_2\.ply has 10"):
+        ScanNet(tmp_path, "train")[0]
+    mesh = d / "scene0000_00_vh_clean_2.ply"
+    mesh.write_bytes(mesh.read_bytes()[:300])  # truncated
+    with pytest.raises(DatasetError, match="truncated PLY"):
+        read_ply_vertices(mesh)
+    (tmp_path / "scannetv2_val.txt").unlink()
+    with pytest.raises(DatasetError, match="scannetv2_val.txt"):
+        ScanNet(tmp_path, "val")
+
+
+# --------------------------------------------------------------------------------------
+# SemanticKITTI
+# --------------------------------------------------------------------------------------
+def test_semantickitti_generated_learning_map_and_sequence_splits(tmp_path):
+    truth, raw_ids = make_kitti(tmp_path)
+    ds = SemanticKITTI(tmp_path, "train")
+    assert [r.name for r in ds.refs] == ["00_000000", "00_000001", "03_000000", "03_000001"]
+    assert [r.name for r in SemanticKITTI(tmp_path, "val").refs] == ["08_000000", "08_000001"]
+    assert [r.name for r in SemanticKITTI(tmp_path, "train", sequences=[3]).refs] == ["03_000000", "03_000001"]
+    item = ds[0]
+    scan = truth["00_000000"]
+    np.testing.assert_array_equal(item["pos"].numpy(), scan[:, :3])
+    np.testing.assert_array_equal(item["x"].numpy(), scan[:, 3:])  # remission
+    assert item["y"].tolist() == map_semantickitti_labels(raw_ids).tolist()
+    assert item["y"].tolist()[:8] == [-1, -1, 0, 0, 8, 8, -1, -1]
+    test = SemanticKITTI(tmp_path, "test")  # sequence 11: no labels -> all ignored
+    assert [r.name for r in test.refs] == ["11_000000", "11_000001"] and set(test[0]["y"].tolist()) == {-1}
+
+
+def test_semantickitti_size_mismatch_names_both_files(tmp_path):
+    make_kitti(tmp_path, sequences=("00",), frames=1)
+    lab = tmp_path / "sequences" / "00" / "labels" / "000000.label"
+    lab.write_bytes(lab.read_bytes()[:-8])
+    with pytest.raises(DatasetError, match=r"000000\.label: 13 labels but .*000000\.bin holds 15 points"):
+        read_semantickitti_scan(tmp_path / "sequences/00/velodyne/000000.bin", lab)
+    (tmp_path / "sequences/00/velodyne/000000.bin").write_bytes(b"\0" * 10)
+    with pytest.raises(DatasetError, match=r"000000\.bin: 10 bytes is not a whole number"):
+        SemanticKITTI(tmp_path, "train")[0]
+
+
+# --------------------------------------------------------------------------------------
+# Pointcept (the common layout) and mmdetection3d's layout
+# --------------------------------------------------------------------------------------
+def test_pointcept_generated_folders_missing_labels_and_bad_files(tmp_path):
+    coord = RNG.normal(size=(20, 3)).astype(np.float32)
+    write_pointcept_scene(tmp_path / "train" / "a", {"coord": coord, "color": np.full((20, 3), 255.0),
+                                                     "normal": np.tile([0, 0, 1.0], (20, 1)),
+                                                     "segment": np.arange(20) % 4})
+    write_pointcept_scene(tmp_path / "train" / "b", {"coord": coord[:7]})
+    (tmp_path / "classes.txt").write_text("a\nb\nc\nd\n")
+    ds = SceneDataset(tmp_path, "pointcept", "train", features=("xyz", "color", "normal", "height"))
+    assert ds.class_names == ["a", "b", "c", "d"] and ds.in_channels == 10
+    a, b = ds[0], SceneDataset(tmp_path, "pointcept", "train", features=("xyz", "height"))[1]
+    assert a["x"].shape == (20, 10) and torch.allclose(a["x"][:, 3:6], torch.ones(20, 3))
+    assert b["x"].shape == (7, 4) and b["x"][:, 3].min() == 0
+    assert a["y"].tolist() == (np.arange(20) % 4).tolist() and b["y"].tolist() == [-1] * 7
+    with pytest.raises(DatasetError, match=r"scene 'b'.*feature 'color'"):
+        SceneDataset(tmp_path, "pointcept", "train", features=("color",))[1]
+    batch = collate_points([a, SceneDataset(tmp_path, "pointcept", "train", features=("xyz", "color", "normal",
+                                                                                      "height"))[0]])
+    assert batch["pos"].shape == (40, 3) and batch["scene"] == ["a", "a"] and batch["y"].shape == (40,)
+    bad = tmp_path / "train" / "b" / "normal.npy"
+    np.save(bad, np.zeros((1000, 3), np.float32))
+    bad.write_bytes(bad.read_bytes()[:200])  # the header promises 1000 rows
+    with pytest.raises(DatasetError, match=r"b/normal\.npy: not a readable \.npy array"):
+        SceneDataset(tmp_path, "pointcept", "train", features=())[1]
+    bad.unlink()
+    np.save(tmp_path / "train" / "b" / "segment20.npy", np.full(7, 3, np.int16))  # Pointcept's ScanNet name
+    assert SceneDataset(tmp_path, "pointcept", "train", features=())[1]["y"].tolist() == [3] * 7
+    np.save(tmp_path / "train" / "b" / "segment.npy", np.zeros(6, np.int64))
+    with pytest.raises(DatasetError, match=r"b/segment\.npy: expected \[7\] integers"):
+        SceneDataset(tmp_path, "pointcept", "train", features=())[1]
+    sub = SceneDataset(tmp_path, "pointcept", "train", num_points=5, scenes=["a"])
+    assert len(sub) == 1 and sub[0]["pos"].shape == (5, 3) and sub[0]["x"].shape == (5, 3)
+    with pytest.raises(DatasetError, match="not found"):
+        SceneDataset(tmp_path, "pointcept", "train", scenes=["zzz"])
+
+
+def test_mmdet3d_generated_layouts(tmp_path):
+    for sub, name, labels in (("scannet", "scene0000_00", np.array([1, 40, 39, 0])),
+                              ("s3dis", "Area_1_office_2", np.array([0, 12, 5, 13]))):
+        (tmp_path / sub / "points").mkdir(parents=True)
+        (tmp_path / sub / "semantic_mask").mkdir()
+        _rows(4).astype(np.float32).tofile(tmp_path / sub / "points" / f"{name}.bin")
+        labels.astype(np.int64).tofile(tmp_path / sub / "semantic_mask" / f"{name}.bin")
+    assert SceneDataset(tmp_path / "scannet", "mmdet3d_scannet", "all")[0]["y"].tolist() == [0, -1, 19, -1]
+    assert SceneDataset(tmp_path / "s3dis", "mmdet3d_s3dis", "train")[0]["y"].tolist() == [0, 12, 5, -1]
+    inst = tmp_path / "scannet" / "scannet_train_instance_data"
+    inst.mkdir()
+    np.save(inst / "scene0000_00_vert.npy", _rows(3).astype(np.float32))
+    np.save(inst / "scene0000_00_sem_label.npy", np.array([2, 9, 11], np.uint32))
+    item = SceneDataset(tmp_path / "scannet", "mmdet3d_scannet_instance", "all")[0]
+    assert item["y"].tolist() == [1, 8, 10] and item["x"].shape == (3, 3)
+    written = convert_to_pointcept(tmp_path / "s3dis", "mmdet3d_s3dis", tmp_path / "pc")
+    assert [p.relative_to(tmp_path / "pc").as_posix() for p in written] == ["Area_1/office_2"]
+    _same_scenes(SceneDataset(tmp_path / "s3dis", "mmdet3d_s3dis", "train"), tmp_path / "pc", "train")
+    convert_to_pointcept(tmp_path / "scannet", "mmdet3d_scannet_instance", tmp_path / "pc_inst")
+    _same_scenes(SceneDataset(tmp_path / "scannet", "mmdet3d_scannet_instance", "all"), tmp_path / "pc_inst", "all")
+    (tmp_path / "s3dis" / "semantic_mask" / "Area_1_office_2.bin").write_bytes(b"\0" * 24)
+    with pytest.raises(DatasetError, match=r"semantic_mask/Area_1_office_2\.bin: 24 bytes, but .*4 points"):
+        SceneDataset(tmp_path / "s3dis", "mmdet3d_s3dis", "all")[0]
+
+
+# --------------------------------------------------------------------------------------
+# converters: raw -> common layout -> the same points and labels
+# --------------------------------------------------------------------------------------
+def _same_scenes(raw: SceneDataset, converted_root: Path, split):
+    conv = SceneDataset(converted_root, "pointcept", split, features=raw.features)
+    assert len(conv) == len(raw)
+    for i in range(len(raw)):
+        a, b = raw[i], conv[i]
+        assert a["scene"].endswith(b["scene"].split("/")[-1])
+        for k in ("pos", "x", "y"):
+            torch.testing.assert_close(a[k], b[k])
+    return conv
+
+
+def test_convert_s3dis_scannet_kitti_round_trip(tmp_path):
+    make_s3dis(tmp_path / "s3dis")
+    out = tmp_path / "pc_s3dis"
+    written = convert_to_pointcept(tmp_path / "s3dis", "s3dis", out)
+    assert [p.relative_to(out).as_posix() for p in written] == ["Area_1/office_1", "Area_2/hall_1", "Area_5/conf_1"]
+    assert (out / "classes.txt").read_text().split("\n")[:2] == ["ceiling", "floor"]
+    assert np.load(out / "Area_1" / "office_1" / "color.npy").dtype == np.uint8
+    conv = _same_scenes(S3DIS(tmp_path / "s3dis", "train"), out, "train")  # Area_N folders, Area 5 held out
+    assert conv.class_names == list(S3DIS_CLASSES)
+    _same_scenes(S3DIS(tmp_path / "s3dis", "val"), out, "val")
+    make_scannet(tmp_path / "scannet")
+    convert_to_pointcept(tmp_path / "scannet", "scannet", tmp_path / "pc_scannet", splits=("train", "val", "test"))
+    for split in ("train", "val", "test"):
+        _same_scenes(ScanNet(tmp_path / "scannet", split), tmp_path / "pc_scannet", split)
+    make_kitti(tmp_path / "kitti")
+    calls = []
+    convert_to_pointcept(tmp_path / "kitti", "semantickitti", tmp_path / "pc_kitti",
+                         progress=lambda *a: calls.append(a))
+    assert sorted(p.name for p in (tmp_path / "pc_kitti").iterdir()) == ["classes.txt", "test", "train", "val"]
+    assert len(calls) == 8 and calls[-1][:2] == (8, 8)
+    for split in ("train", "val", "test"):
+        _same_scenes(SemanticKITTI(tmp_path / "kitti", split), tmp_path / "pc_kitti", split)
+    first = (tmp_path / "pc_kitti" / "train" / "00_000000" / "coord.npy").stat().st_mtime_ns
+    convert_to_pointcept(tmp_path / "kitti", "semantickitti", tmp_path / "pc_kitti")  # resumes: nothing rewritten
+    assert (tmp_path / "pc_kitti" / "train" / "00_000000" / "coord.npy").stat().st_mtime_ns == first
+    assert gridify_main(["convert", str(tmp_path / "kitti"), "--layout", "semantickitti", "--out",
+                         str(tmp_path / "pc2"), "--sequences", "08", "--quiet"]) == 0
+    assert sorted(p.name for p in (tmp_path / "pc2" / "val").iterdir()) == ["08_000000", "08_000001"]
+    with pytest.raises(SystemExit, match="does not exist"):
+        gridify_main(["convert", str(tmp_path / "nothing"), "--layout", "s3dis", "--out", str(tmp_path / "pc3")])
+
+
+def test_registry_names_and_errors(tmp_path):
+    for name in ("scene", "s3dis", "scannet", "semantickitti", "scene_procedural"):
+        assert DATASETS.get(name) is not None
+    with pytest.raises(ValueError, match="layout"):
+        SceneDataset(tmp_path, "nope")
+    with pytest.raises(DatasetError, match="no such folder"):
+        SceneDataset(tmp_path / "missing", "s3dis")
+    with pytest.raises(DatasetError, match="no s3dis scenes"):
+        SceneDataset(tmp_path, "s3dis")
+    with pytest.raises(ValueError, match="features"):
+        SceneDataset(tmp_path, "s3dis", features=("rgb",))
+
+
+# --------------------------------------------------------------------------------------
+# the real files in ../shared/data (skipped when absent)
+# --------------------------------------------------------------------------------------
+def test_semantickitti_mini_real_30_scans(shared_data):
+    root = shared_data / "semantickitti_mini" / "dataset"
+    if not root.is_dir():
+        pytest.skip("semantickitti_mini not in the shared data")
+    ds = SceneDataset(root, "semantickitti", "all")
+    assert len(ds) == 30 and len({r.name.split("_")[0] for r in ds.refs}) == 10
+    seen = set()
+    for i in range(len(ds)):
+        scene = ds.scene(i)
+        seg = scene["segment"]
+        assert 120_000 <= len(seg) <= 130_000 and scene["coord"].dtype == np.float32
+        assert seg.min() >= -1 and seg.max() <= 18
+        seen |= set(np.unique(seg).tolist())
+    assert {-1, 0, 8, 10, 12, 14} <= seen  # unlabelled, car, road, sidewalk, building, vegetation
+    train = SemanticKITTI(root, "train", sequences=["00", "01", "02", "03", "04", "05", "06", "07", "09"])
+    val = SemanticKITTI(root, "val", sequences=["10"])
+    assert len(train) == 27 and len(val) == 3 and not {r.name for r in train.refs} & {r.name for r in val.refs}
+    # 00-07, 09, 10 are the official training sequences
+    assert [r.name for r in SemanticKITTI(root, "train").refs] == [r.name for r in ds.refs]
+    with pytest.raises(DatasetError, match="no semantickitti scenes"):
+        SemanticKITTI(root, "val")  # sequence 08 is not in the mini set
+
+
+def test_forest_plot_real_in_s3dis_layout(shared_data, tmp_path):
+    root = shared_data / "forest_s3dis_layout" / "Stanford3dDataset_v1.2_Aligned_Version"
+    if not root.is_dir():
+        pytest.skip("forest_s3dis_layout not in the shared data")
+    ds = SceneDataset(root, "s3dis", "all", classes=("tree", "ground", "clutter"))
+    assert [r.name for r in ds.refs] == ["Area_1_Park_2"]
+    scene = ds.scene(0)
+    assert len(scene["coord"]) == 387_109 and np.unique(scene["instance"]).size == 28
+    assert np.unique(scene["segment"]).tolist() == [0, 1, 2]
+    assert scene["color"].min() >= 0 and scene["color"].max() <= 255
+    default = S3DIS(root, "train").scene(0)  # the 13 S3DIS classes: only clutter is one of them
+    assert set(np.unique(default["segment"]).tolist()) == {-1, S3DIS_CLASSES.index("clutter")}
+
+
+def test_mmdet3d_real_scans(shared_data):
+    data = shared_data / "scans" / "mmdet3d_real_scans" / "tests" / "data"
+    if not data.is_dir():
+        pytest.skip("mmdet3d_real_scans not in the shared data")
+    ds = SceneDataset(data / "scannet", "mmdet3d_scannet_instance", "all")
+    assert [r.name for r in ds.refs] == ["scene0000_00", "scene0000_01", "scene0000_02"]
+    sizes = []
+    for i in range(3):
+        scene = ds.scene(i)
+        seg = scene["segment"]
+        sizes.append(len(seg))
+        raw = np.load(ds.refs[i].label_path)
+        assert seg.tolist() == map_nyu40_to_scannet20(raw).tolist() and seg.max() <= 19
+        assert (seg >= 0).mean() > 0.6 and scene["color"].max() > 1  # the rest: unannotated or not a benchmark class
+    assert sizes == [81_369, 80_583, 86_001]
+    pts = SceneDataset(data / "scannet", "mmdet3d_scannet", "all")[0]
+    assert pts["pos"].shape == (100, 3) and pts["y"].max() <= 19
+    s3 = SceneDataset(data / "s3dis", "mmdet3d_s3dis", "train")[0]
+    assert s3["scene"] == "Area_1_office_2" and s3["y"].min() >= 0 and s3["y"].max() <= 12
+    kitti = SceneDataset(data / "semantickitti", "semantickitti", "all")
+    item = kitti[0]
+    raw = np.fromfile(kitti.refs[0].label_path, np.uint32)
+    assert item["pos"].shape == (124_668, 3) and item["y"].tolist() == map_semantickitti_labels(raw).tolist()
+    assert read_scene(kitti.refs[0])["strength"].shape == (124_668, 1)
+
+
+def test_height_feature_is_scene_relative_in_training_crops():
+    kw = dict(num_scenes=1, num_points=6000, kind="indoor", seed=1, features=("height",))
+    train = ProceduralScenes("train", voxel_size=0.1, max_points=600, **kw)
+    full = train.scene(0)
+    zmin = float(full["coord"][:, 2].min())
+    item = train[0]
+    # the crop's own lowest point need not be the floor's lowest: height is z - the scene's min z
+    torch.testing.assert_close(item["x"][:, 0], item["pos"][:, 2] - zmin)
+    assert "height" not in item
+    whole = ProceduralScenes("val", voxel_size=0.1, max_points=600, **kw)[0]
+    torch.testing.assert_close(whole["x"][:, 0], whole["pos"][:, 2] - whole["pos"][:, 2].min())
+
+
+def test_scene_dataset_train_crops_val_whole_scenes():
+    kw = dict(num_scenes=2, num_points=6000, kind="indoor", seed=1)
+    train = ProceduralScenes("train", voxel_size=0.1, max_points=1500, **kw)
+    full = train.scene(0)
+    item = train[0]
+    assert len(item["pos"]) <= 1500 and item["x"].shape == (len(item["pos"]), 3)
+    # labels follow their points: every kept point is a point of the scene with its label
+    key = {tuple(p): int(y) for p, y in zip(full["coord"].tolist(), full["segment"].tolist())}
+    assert all(key[tuple(p)] == int(y) for p, y in zip(item["pos"].tolist(), item["y"].tolist()))
+    cells = np.floor(item["pos"].numpy().astype(np.float64) / 0.1)
+    assert len(np.unique(cells, axis=0)) == len(cells)  # at most one point per voxel
+    again = ProceduralScenes("train", voxel_size=0.1, max_points=1500, **kw)[0]
+    torch.testing.assert_close(item["pos"], again["pos"])  # seeded
+    val = ProceduralScenes("val", voxel_size=0.1, max_points=1500, **kw)
+    whole = val[1]
+    np.testing.assert_array_equal(whole["pos"].numpy(), val.scene(1)["coord"])
+    np.testing.assert_array_equal(whole["y"].numpy(), val.scene(1)["segment"])
+    counts = val.label_counts()
+    expect = sum(np.bincount(val.scene(i)["segment"], minlength=val.num_classes) for i in range(2))
+    np.testing.assert_array_equal(counts, expect)
+    assert counts.dtype == np.int64 and counts.shape == (val.num_classes,)
+    with pytest.raises(ValueError, match="voxel_size must be a positive finite number or None"):
+        ProceduralScenes("train", voxel_size=-1.0, **kw)
+    with pytest.raises(ValueError, match="max_points must be a positive integer or None"):
+        ProceduralScenes("train", max_points=0, **kw)

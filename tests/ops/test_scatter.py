@@ -1,0 +1,73 @@
+"""gridify.ops.scatter against its loop reference; argument checks, precision."""
+
+import pytest
+import torch
+
+from gridify import _optional
+from gridify.ops import scatter, scatter_reference
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min"])
+def test_scatter_matches_reference_with_empty_buckets(reduce):
+    src = torch.randn(50, 4, dtype=torch.float64, requires_grad=True)
+    index = torch.randint(0, 8, (50,))
+    index[index == 3] = 4  # bucket 3 stays empty -> 0
+    out = scatter(src, index, dim_size=10, reduce=reduce, backend="torch")
+    ref = scatter_reference(src.detach(), index, 10, reduce)
+    torch.testing.assert_close(out.detach(), ref)
+    assert torch.all(out[3] == 0) and torch.all(out[9] == 0)
+    if reduce in ("sum", "mean", "max"):
+        assert torch.autograd.gradcheck(lambda s: scatter(s, index, 10, reduce, "torch"), (src,))
+    if _optional.WITH_TORCH_SCATTER:
+        torch.testing.assert_close(scatter(src, index, 10, reduce, "torch_scatter").detach(), ref)
+
+
+def test_scatter_errors():
+    with pytest.raises(ValueError, match="unknown reduce"):
+        scatter(torch.rand(3, 2), torch.zeros(3, dtype=torch.long), reduce="median")
+    with pytest.raises(ValueError, match="src has 3 rows but index has 2"):
+        scatter(torch.rand(3, 2), torch.zeros(2, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"index values must lie in \[0, 2\)"):
+        scatter(torch.rand(3, 2), torch.tensor([0, 1, 5]), dim_size=2)
+    with pytest.raises(ValueError, match="1-D integer"):
+        scatter(torch.rand(3, 2), torch.zeros(3))
+
+
+def test_scatter_validates_src():
+    with pytest.raises(ValueError, match=r"scatter: src contains NaN values \(1 entry affected\); first at row 1"):
+        scatter(torch.tensor([[0.0], [NAN]]), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="src must be a floating-point or integer tensor, got dtype torch.bool"):
+        scatter(torch.ones(2, dtype=torch.bool), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="reduce='mean' needs a floating-point src"):
+        scatter(torch.ones(2, dtype=torch.long), torch.tensor([0, 1]), reduce="mean")
+    with pytest.raises(ValueError, match="index is on meta but src is on cpu"):
+        scatter(torch.ones(2, 1), torch.tensor([0, 1], device="meta"))
+    assert torch.equal(scatter(torch.tensor([3, 4, 5]), torch.tensor([1, 1, 0]), 3), torch.tensor([5, 7, 0]))
+
+
+def test_scatter_accumulates_half_precision_in_float32():
+    idx = torch.zeros(2000, dtype=torch.long)
+    assert scatter(torch.full((2000, 1), 40.0, dtype=torch.float16), idx, reduce="mean").item() == 40.0
+    ones = torch.ones(1001, 1, dtype=torch.bfloat16)
+    assert scatter(ones * 3, idx[:1001], reduce="mean").item() == 3.0
+    assert scatter(ones, idx[:1001], reduce="sum").item() == 1000.0  # 1001 rounds to 1000 in bfloat16 once
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(index=torch.tensor([0, -1, 1])), "index values must be non-negative bucket numbers, got -1 at position 1"),
+    (dict(index=torch.zeros(0, dtype=torch.long), dim_size=-3), "dim_size must be a non-negative integer, got -3"),
+    (dict(dim_size=2.5), "dim_size must be a non-negative integer, got 2.5"),
+    (dict(dim_size=True), "dim_size must be a non-negative integer, got True"),
+    (dict(dim_size=10 ** 13), r"dim_size=10000000000000 \(an output of \[10000000000000, 2\] torch.float32\) would "
+                              r"need .* more than the allocation limit"),
+])
+def test_scatter_index_and_size_arguments(kwargs, match):
+    args = dict(src=torch.ones(3, 2), index=torch.tensor([0, 1, 1]))
+    if "index" in kwargs:
+        args["src"] = torch.ones(kwargs["index"].numel(), 2)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        scatter(**args)

@@ -1,0 +1,188 @@
+"""Whole-scene inference (gridify.scene_inference).
+
+* :func:`gridify.scene_inference.predict_scene`: every point covered, crops within the budget, equal
+  to the loop reference, independent of the point order; :func:`~gridify.scene_inference.evaluate_scenes`
+  on generated scenes and on a real SemanticKITTI scan (skipped when the shared data is absent).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from gridify.datasets import ProceduralScenes
+from gridify.metrics import SegmentationIoU
+from gridify.scene_inference import evaluate_scenes, predict_scene, predict_scene_reference, scene_fragments
+from gridify.transforms import voxel_ids
+
+
+# --------------------------------------------------------------------------------------
+# whole-scene inference
+# --------------------------------------------------------------------------------------
+class PerPoint(torch.nn.Module):
+    """A per-point model: logits = Linear(x), whatever the crop."""
+
+    def __init__(self, f=4, c=5):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(f, c)
+        self.sizes = []
+
+    def forward(self, pos, x, batch):
+        self.sizes.append(len(pos))
+        return self.lin(x)
+
+
+class CropDependent(PerPoint):
+    """Logits that depend on the crop: Linear(x - the crop's mean of x) + z."""
+
+    def forward(self, pos, x, batch):
+        self.sizes.append(len(pos))
+        n = int(batch.max()) + 1
+        mean = torch.zeros(n, x.size(1)).index_add_(0, batch, x) / torch.bincount(batch, minlength=n)[:, None]
+        return self.lin(x - mean[batch]) + pos[:, 2:3]
+
+
+def _scene(n=3000, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    pos = torch.rand(n, 3, generator=g) * torch.tensor([10.0, 10.0, 3.0])
+    return pos, torch.randn(n, 4, generator=g)
+
+
+def test_scene_fragments_cover_every_point_within_budget():
+    pos, _ = _scene()
+    crops = scene_fragments(pos, 0.5, 400, seed=1)
+    assert all(len(c) <= 400 for c in crops)
+    assert torch.cat(crops).unique().numel() == len(pos)
+    # without max_points: fragment i takes one point of every voxel, the voxels' points cycling
+    inverse, v = voxel_ids(pos.numpy(), 0.5)
+    frags = scene_fragments(pos, 0.5, None, seed=1)
+    count = np.bincount(inverse)
+    assert len(frags) == count.max()
+    for f in frags:
+        assert sorted(inverse[f.numpy()].tolist()) == list(range(v))
+    assert torch.cat(frags).unique().numel() == len(pos)
+    whole = scene_fragments(pos)
+    assert len(whole) == 1 and torch.equal(whole[0], torch.arange(len(pos)))
+    assert [len(c) for c in scene_fragments(pos, None, 1000)] and all(
+        len(c) <= 1000 for c in scene_fragments(pos, None, 1000))
+
+
+def test_predict_scene_equals_the_loop_reference():
+    pos, x = _scene(1200)
+    model = CropDependent()
+    fast = predict_scene(model, pos, x, voxel_size=0.7, max_points=150, votes=2, seed=3, batch_size=3,
+                         max_fragments=None)
+    ref = predict_scene_reference(model, pos, x, voxel_size=0.7, max_points=150, votes=2, seed=3, max_fragments=None)
+    torch.testing.assert_close(fast, ref, rtol=1e-5, atol=1e-6)
+    assert fast.shape == (1200, 5) and fast.dtype == torch.float32
+    torch.testing.assert_close(fast.sum(1), torch.ones(1200))
+    model.train()
+    predict_scene(model, pos, x, max_points=600)
+    assert model.training  # the mode is restored
+
+
+def test_fragment_cap_covers_every_voxel_and_fills_the_rest_from_voxel_mates():
+    pos, x = _scene(1200)
+    inverse, v = voxel_ids(pos.numpy(), 0.7)
+    assert np.bincount(inverse).max() > 2
+    frags = scene_fragments(pos, 0.7, None, seed=3, max_fragments=2)
+    assert len(frags) == 2
+    for f in frags:  # every fragment still holds one point of every voxel
+        assert sorted(inverse[f.numpy()].tolist()) == list(range(v))
+    assert torch.cat(frags).unique().numel() < len(pos)
+    model = CropDependent()
+    fast = predict_scene(model, pos, x, voxel_size=0.7, max_points=150, votes=2, seed=3, batch_size=3,
+                         max_fragments=2)
+    ref = predict_scene_reference(model, pos, x, voxel_size=0.7, max_points=150, votes=2, seed=3, max_fragments=2)
+    torch.testing.assert_close(fast, ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fast.sum(1), torch.ones(1200))
+    # a per-point model on voxels of identical points: the filled points get exactly their voxel's answer
+    same = torch.repeat_interleave(torch.rand(50, 3) * 10, 9, dim=0)
+    feats = torch.repeat_interleave(torch.randn(50, 4), 9, dim=0)
+    per_point = PerPoint()
+    probs = predict_scene(per_point, same, feats, voxel_size=0.01, max_fragments=1)
+    torch.testing.assert_close(probs, torch.softmax(per_point.lin(feats), 1).detach(), rtol=1e-5, atol=1e-6)
+    assert max(per_point.sizes) == 50  # one point of each voxel was run
+    with pytest.raises(ValueError, match="max_fragments"):
+        predict_scene(per_point, same, feats, voxel_size=0.01, max_fragments=0)
+
+
+def test_predict_scene_memory_bounded_and_point_order_free():
+    pos, x = _scene()
+    model = PerPoint()
+    probs = predict_scene(model, pos, x, voxel_size=0.4, max_points=300, votes=3, seed=0)
+    assert max(model.sizes) <= 300 and len(model.sizes) > 10
+    expect = torch.softmax(model.lin(x), 1).detach()
+    torch.testing.assert_close(probs, expect, rtol=1e-5, atol=1e-6)  # a per-point model: every vote agrees
+    perm = torch.randperm(len(pos), generator=torch.Generator().manual_seed(1))
+    permuted = predict_scene(model, pos[perm], x[perm], voxel_size=0.4, max_points=300, votes=3, seed=0)
+    back = torch.empty_like(permuted)
+    back[perm] = permuted
+    torch.testing.assert_close(back, probs, rtol=1e-5, atol=1e-6)
+    model.sizes.clear()
+    predict_scene(model, pos, x, voxel_size=0.4, max_points=300, batch_size=4)
+    assert max(model.sizes) <= 4 * 300
+    one = predict_scene(model, pos, x)  # no voxel_size, no max_points: one pass
+    torch.testing.assert_close(one, expect, rtol=1e-5, atol=1e-6)
+
+
+def test_predict_scene_errors():
+    pos, x = _scene(100)
+    model = PerPoint()
+    with pytest.raises(ValueError, match=r"predict_scene: x must have shape \[N, F\] with N=100"):
+        predict_scene(model, pos, x[:50])
+    with pytest.raises(ValueError, match="predict_scene: pos has no points"):
+        predict_scene(model, pos[:0], x[:0])
+    with pytest.raises(ValueError, match=r"predict_scene: pos must have shape \[N, 3\]"):
+        predict_scene(model, pos[:, :2], x)
+    with pytest.raises(ValueError, match="voxel_size must be a positive finite number or None"):
+        predict_scene(model, pos, x, voxel_size=0)
+    with pytest.raises(ValueError, match="votes must be a positive integer"):
+        predict_scene(model, pos, x, votes=0)
+    with pytest.raises(ValueError, match="model must be callable"):
+        predict_scene("model", pos, x)
+    with pytest.raises(ValueError, match=r"model must return per-point logits \[n, C\] for a crop of n=100"):
+        predict_scene(lambda p, f, b: f.sum(1), pos, x)
+    bad = pos.clone()
+    bad[7, 1] = float("nan")
+    with pytest.raises(ValueError, match="pos contains NaN"):
+        predict_scene(model, bad, x)
+
+
+# --------------------------------------------------------------------------------------
+# evaluate_scenes
+# --------------------------------------------------------------------------------------
+def test_evaluate_scenes_scores_every_point_of_procedural_scenes():
+    ds = ProceduralScenes("val", num_scenes=2, num_points=4000, kind="outdoor", beams=32, seed=2,
+                          features=("xyz", "strength"), voxel_size=0.2, max_points=1000)
+    model = PerPoint(f=4, c=ds.num_classes)
+    values, extra = evaluate_scenes(model, ds, voxel_size=0.2, max_points=1000, votes=2)
+    ref = SegmentationIoU(ds.num_classes)
+    for i in range(len(ds)):
+        ref.update(model.lin(ds[i]["x"]).detach(), ds[i]["y"])
+    res = ref.compute()
+    assert values["miou"] == pytest.approx(float(res["miou"])) and values["oa"] == pytest.approx(float(res["oa"]))
+    assert extra["num_scenes"] == 2 and extra["num_points"] == 8000
+    assert extra["confusion_matrix"] == res["confusion"].tolist()
+    assert list(extra["per_class_iou"]) == list(ds.class_names)
+    assert max(model.sizes) <= 1000
+    cropping = ProceduralScenes("train", num_scenes=1, num_points=4000, max_points=1000)
+    with pytest.raises(ValueError, match="evaluate_scenes: the dataset crops its items"):
+        evaluate_scenes(PerPoint(3, 10), cropping, voxel_size=None, max_points=None)
+
+
+def test_evaluate_scenes_real_semantickitti_scan(shared_data):
+    root = shared_data / "semantickitti_mini" / "dataset"
+    if not root.is_dir():
+        pytest.skip("semantickitti_mini not in the shared data")
+    from gridify.datasets import SemanticKITTI
+
+    ds = SemanticKITTI(root, "val", sequences=["10"], voxel_size=0.1, max_points=40_000)
+    ds.refs = ds.refs[:1]
+    scene = ds.scene(0)
+    model = PerPoint(f=ds.in_channels, c=ds.num_classes)
+    values, extra = evaluate_scenes(model, ds, voxel_size=0.2, max_points=40_000)
+    assert extra["num_points"] == len(scene["coord"]) > 100_000
+    assert extra["num_scored_points"] == int((scene["segment"] != -1).sum())
+    assert max(model.sizes) <= 40_000
+    assert 0.0 <= values["miou"] <= 1.0 and 0.0 <= values["oa"] <= 1.0

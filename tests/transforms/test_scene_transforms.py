@@ -1,0 +1,89 @@
+"""Scene transforms of gridify.transforms: :class:`~gridify.transforms.GridSample`,
+:class:`~gridify.transforms.SceneCrop`, :func:`~gridify.transforms.crop_xy` and
+:class:`~gridify.transforms.SceneSampler` (budget, labels follow their points, seeded)."""
+
+import numpy as np
+import pytest
+import torch
+
+from gridify.transforms import GridSample, SceneCrop, SceneSampler, crop_xy, voxel_ids
+
+
+# --------------------------------------------------------------------------------------
+# grid sampling and crops
+# --------------------------------------------------------------------------------------
+def _cloud(n=4000, seed=0):
+    rng = np.random.default_rng(seed)
+    pos = (rng.random((n, 3)) * [12.0, 8.0, 3.0]).astype(np.float32)
+    return {"pos": pos, "y": np.arange(n), "color": rng.random((n, 3)).astype(np.float32)}
+
+
+def test_grid_sample_one_point_per_voxel_labels_follow_and_seeded():
+    s = _cloud()
+    inverse, v = voxel_ids(s["pos"], 0.5)
+    out = GridSample(0.5, seed=3)(s)
+    assert len(out["pos"]) == v and len(np.unique(inverse[out["y"]])) == v
+    np.testing.assert_array_equal(out["pos"], s["pos"][out["y"]])  # every per-point entry alike
+    np.testing.assert_array_equal(out["color"], s["color"][out["y"]])
+    assert np.all(np.diff(out["y"]) > 0)  # original order kept
+    again = GridSample(0.5, seed=3)(s)
+    np.testing.assert_array_equal(out["y"], again["y"])
+    assert not np.array_equal(GridSample(0.5, seed=4)(s)["y"], out["y"])
+    first = GridSample(0.5, "first")(s)["y"]
+    expect = np.array(sorted({int(inverse[j]): j for j in range(len(inverse) - 1, -1, -1)}.values()))
+    np.testing.assert_array_equal(first, expect)  # the lowest index of every voxel
+    det = GridSample(0.5, deterministic=True, seed=1)
+    det(_cloud(seed=9))
+    np.testing.assert_array_equal(det(s)["y"], GridSample(0.5, deterministic=True, seed=1)(s)["y"])
+    t = GridSample(0.5, seed=3)({k: torch.as_tensor(a) for k, a in s.items()})
+    np.testing.assert_array_equal(t["y"].numpy(), out["y"])
+    with pytest.raises(ValueError, match="GridSample: voxel_size must be a positive finite number"):
+        GridSample(0.0)
+    with pytest.raises(ValueError, match="mode"):
+        GridSample(0.1, "mean")
+
+
+def test_scene_crop_budget_nearest_in_xy_and_whole_under_budget():
+    s = _cloud()
+    out = SceneCrop(500, seed=2)(s)
+    idx = out["y"]
+    assert len(idx) == 500 and np.all(np.diff(idx) > 0)
+    np.testing.assert_array_equal(out["color"], s["color"][idx])
+    # the kept points are the nearest in xy to some point: a disc around it holds exactly them
+    p = s["pos"][:, :2].astype(np.float64)
+    kept = np.zeros(len(p), bool)
+    kept[idx] = True
+    found = False
+    for c in idx:
+        d = ((p - p[c]) ** 2).sum(1)
+        if d[kept].max() <= d[~kept].min():
+            found = True
+            break
+    assert found
+    np.testing.assert_array_equal(SceneCrop(500, seed=2)(s)["y"], idx)
+    whole = SceneCrop(4000)(s)
+    np.testing.assert_array_equal(whole["y"], s["y"])
+    with pytest.raises(ValueError, match="SceneCrop: max_points must be a positive integer"):
+        SceneCrop(0)
+
+
+def test_crop_xy_partition_equals_the_stable_sort_reference_with_ties():
+    rng = np.random.default_rng(3)
+    for n, m in ((50, 7), (400, 100), (1000, 999), (30, 30), (30, 40)):
+        p = rng.integers(0, 4, (n, 3)).astype(np.float64)  # many equal distances: ties at the cut
+        for c in (0, n // 2, n - 1):
+            d = ((p[:, :2] - p[c, :2]) ** 2).sum(1)
+            ref = np.sort(np.argsort(d, kind="stable")[:m])
+            np.testing.assert_array_equal(crop_xy(p, c, m), ref)
+            np.testing.assert_array_equal(crop_xy(torch.as_tensor(p, dtype=torch.float32), c, m), ref)
+
+
+def test_scene_sampler_deterministic_mode_and_reseed():
+    s = _cloud()
+    a = SceneSampler(0.3, 700, seed=5, deterministic=True)
+    a(_cloud(seed=1))  # earlier draws do not matter in deterministic mode
+    b = SceneSampler(0.3, 700, seed=5, deterministic=True)
+    np.testing.assert_array_equal(a(s)["y"], b(s)["y"])
+    b.reseed(6)
+    assert not np.array_equal(a(s)["y"], b(s)["y"])
+    assert len(SceneSampler(None, 700, 256)(s)["y"]) == 256
