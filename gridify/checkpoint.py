@@ -61,10 +61,10 @@ def atomic_torch_save(obj: Any, path: os.PathLike | str) -> None:
     atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
-#: Tasks a ``model.pt`` may declare: the registered tasks (:mod:`gridify.tasks`), which ``gridify.load``
-#: (the :class:`gridify.Predictor`) serves, and ``sequence_classification``, the temporal CfC model of
-#: ``scripts/train_temporal.py``.
-TASKS = tuple(task_names()) + ("sequence_classification",)
+#: Tasks a ``model.pt`` may declare: the registered tasks (:mod:`gridify.tasks`); ``gridify.load`` (the
+#: :class:`gridify.Predictor`) serves those whose :attr:`~gridify.tasks.Task.predictor` is set (not
+#: ``sequence_classification``, the temporal CfC model).
+TASKS = tuple(task_names())
 
 
 def model_task(model: Any) -> str:

@@ -37,9 +37,10 @@ from gridify import _cliargs as types
 from gridify._paths import check_input_file, check_output_file, one_line_errors
 from gridify._version import __version__
 from gridify.checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
-from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError, collate_points
+from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError
 from gridify.precision import PRECISIONS, autocast, resolve_precision
 from gridify.scene_inference import evaluate_scenes
+from gridify.tasks import get_task
 from gridify.training.cli import error_line, program_name
 from gridify.training.config import DEFAULTS, ConfigError, check_config, deep_merge, resolve_config
 from gridify.training.data import build_dataset
@@ -182,7 +183,8 @@ def evaluate(args: argparse.Namespace, prog: str, *, voxel_size: Any = FROM_CONF
         raise SystemExit(f"{prog}: error: {error_line(exc)}")
     info = payload["info"]
     loader = DataLoader(ds, batch_size=int(cfg["data"].get("eval_batch_size") or cfg["data"]["batch_size"]),
-                        shuffle=False, num_workers=int(cfg["data"]["num_workers"]), collate_fn=collate_points)
+                        shuffle=False, num_workers=int(cfg["data"]["num_workers"]),
+                        collate_fn=get_task(cfg["task"]).collate)
     precision = resolve_precision(args.precision, device, where=prog)
     t0 = time.time()
     try:

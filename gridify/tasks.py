@@ -26,6 +26,10 @@ Tasks:
   target, per-class IoU and the confusion matrix; primary ``miou``. Validation and test score
   whole scenes (:meth:`SceneSegmentationTask.eval_logits`, through
   :func:`gridify.scene_inference.predict_scene`).
+* ``sequence_classification``: one label per sequence of point clouds observed at (irregular)
+  times (the temporal model ``temporal_cfc``, the dataset ``dynamic_shapes``); items are
+  sequences, batched by :func:`gridify.datasets.collate_sequences` (:meth:`Task.collate`);
+  metrics as classification; primary ``oa``.
 
 Class weights of ``optim.class_weights`` (:func:`class_weights`), from the training label counts n_c:
 
@@ -35,7 +39,9 @@ Class weights of ``optim.class_weights`` (:func:`class_weights`), from the train
 
 Shapes:
     classification: logits ``[B, classes]``, y ``[B]``; segmentation / scene_segmentation: logits
-    ``[sum N_i, classes]``, y ``[sum N_i]``; class_weights: counts ``[C]`` -> ``[C]`` float32.
+    ``[sum N_i, classes]``, y ``[sum N_i]``; sequence_classification: pos ``[B, T, N, 3]``, times
+    ``[B, T]``, mask ``[B, T]`` -> logits ``[B, classes]``, y ``[B]``; class_weights: counts ``[C]`` ->
+    ``[C]`` float32.
 
 Only torch and torchmetrics are imported (no Lightning, no matplotlib).
 """
@@ -52,7 +58,8 @@ import torch.nn.functional as F
 from ._checks import check_choice, fail
 from .registry import TASKS
 
-__all__ = ["Task", "ClassificationTask", "SegmentationTask", "SceneSegmentationTask", "get_task", "task_names",
+__all__ = ["Task", "ClassificationTask", "SegmentationTask", "SceneSegmentationTask", "SequenceClassificationTask",
+           "get_task", "task_names",
            "task_of_dataset", "class_weights", "class_weights_reference", "CLASS_WEIGHTS", "VOTE_SCALE"]
 
 #: ``optim.class_weights`` choices (see :func:`class_weights`)
@@ -77,6 +84,8 @@ class Task:
         test_confusion: the test metrics include the confusion matrix.
         whole_scenes: clouds in metres, scored whole through fragments and crops
             (:mod:`gridify.scene_inference`; ``Predictor.predict`` builds the training features).
+        predictor: ``gridify.load`` (the :class:`gridify.Predictor`, one cloud in, labels out) serves
+            its models.
     """
 
     name: str = ""
@@ -91,11 +100,23 @@ class Task:
     model_tasks: Tuple[str, ...] = ()
     whole_scenes: bool = False
     test_confusion: bool = False
+    predictor: bool = True
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, dense={self.dense}, primary_metric={self.primary_metric!r})"
 
-    # ---- forward and loss ----------------------------------------------------------------
+    # ---- batches, forward and loss ----------------------------------------------------------
+    def collate(self, items: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+        """One batch of dataset items (:func:`gridify.datasets.collate_points`: the clouds concatenated
+        with a ``batch`` vector); the DataLoaders of training and evaluation use it."""
+        from .datasets import collate_points
+
+        return collate_points(items)
+
+    def num_items(self, batch: Dict[str, Any]) -> int:
+        """The clouds (sequences, scenes) in a collated batch."""
+        return int(batch["ptr"].numel() - 1 if "ptr" in batch else int(batch["batch"].max()) + 1)
+
     def forward_batch(self, model: torch.nn.Module, batch: Dict[str, Any]) -> torch.Tensor:
         """Logits of a collated batch (a graph the loader's workers built ahead goes with it)."""
         extra = {"graph": batch["graph"]} if batch.get("graph") is not None else {}
@@ -166,7 +187,7 @@ class Task:
         """Add one batch (its logits and mean loss) to ``metrics``."""
         y = batch["y"]
         metrics["loss"].update(loss.detach().float(), weight=self._loss_weight(y))
-        metrics["count"].update(float(batch["ptr"].numel() - 1 if "ptr" in batch else int(batch["batch"].max()) + 1))
+        metrics["count"].update(float(self.num_items(batch)))
         self._update(metrics, logits.detach().float(), batch)
 
     def _loss_weight(self, y: torch.Tensor) -> int:
@@ -259,8 +280,7 @@ class SegmentationTask(Task):
     dense = True
     primary_metric = "instance_miou"
     plot_metrics = ("val_instance_miou", "val_class_miou")
-    export_reason = ("only the gridified classifier (gridified_classifier) has an ONNX route so far (segmenters need the "
-                     "de-gridification over the transposed edges)")
+    exportable = True
     datasets = ("shapenet",)
     model_tasks = ("segmentation",)
 
@@ -318,7 +338,7 @@ class SceneSegmentationTask(Task):
     dense = True
     primary_metric = "miou"
     plot_metrics = ("val_miou", "val_oa")
-    export_reason = "ONNX export of the scene segmenter is part two"
+    exportable = True
     normalized = False
     datasets = ("scene", "s3dis", "scannet", "semantickitti", "scene_procedural")
     models = ("scene_segmenter",)
@@ -386,6 +406,65 @@ class SceneSegmentationTask(Task):
 
     def format_metrics(self, values: Dict[str, float]) -> str:
         return f"mIoU {100 * values['miou']:.2f}, OA {100 * values['oa']:.2f} %, mAcc {100 * values['macc']:.2f} %"
+
+
+@TASKS.register("sequence_classification")
+class SequenceClassificationTask(ClassificationTask):
+    r"""One label per sequence of point clouds observed at (irregular) times: the metrics of
+    classification (OA, mAcc, the test confusion matrix) over sequences.
+
+    Items are sequences (``pos [T_i, N, 3]``, ``times [T_i]``, ``y``), batched by
+    :func:`gridify.datasets.collate_sequences` (padded to ``T_max`` with a ``mask``); the model
+    (``temporal_cfc``) is called as ``model(pos, times, mask=mask)`` and its sequence logits are
+    scored. Test-time views scale a whole sequence (every frame alike, so the motion is kept):
+
+        p(y | S) = 1/V sum_v softmax(f(fit(s_v S))),    s_0 = 1,  s_v ~ U(0.85, 1.15)^3 per sequence
+    """
+
+    name = "sequence_classification"
+    exportable = False
+    export_reason = "the temporal model (temporal_cfc) has no ONNX route"
+    datasets = ("dynamic_shapes",)
+    model_tasks = ("sequence_classification",)
+    predictor = False
+
+    def collate(self, items: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+        """Sequences padded into one batch (:func:`gridify.datasets.collate_sequences`)."""
+        from .datasets import collate_sequences
+
+        return collate_sequences(items)
+
+    def num_items(self, batch: Dict[str, Any]) -> int:
+        return int(batch["y"].numel())
+
+    def forward_batch(self, model: torch.nn.Module, batch: Dict[str, Any]) -> torch.Tensor:
+        extra = {"x": batch["x"]} if batch.get("x") is not None else {}
+        out = model(batch["pos"], batch["times"], mask=batch["mask"], **extra)
+        return out.logits if hasattr(out, "logits") else out
+
+    def eval_logits(self, model: torch.nn.Module, batch: Dict[str, Any], *, votes: int = 1, seed: int = 0,
+                    **settings: Any) -> torch.Tensor:
+        """Evaluation logits: log of the mean softmax over ``votes`` scaled views of every sequence."""
+        if votes <= 1:
+            return self.forward_batch(model, batch)
+        pos = batch["pos"]
+        g = torch.Generator().manual_seed(int(seed))
+        total = None
+        for v in range(votes):
+            scale = torch.ones(pos.size(0), 3) if v == 0 else torch.empty(pos.size(0), 3).uniform_(*VOTE_SCALE,
+                                                                                                 generator=g)
+            p = pos * scale.to(pos)[:, None, None, :]
+            p = p / p.abs().amax(dim=(1, 2, 3)).clamp_min(1.0)[:, None, None, None]
+            probs = torch.softmax(self.forward_batch(model, dict(batch, pos=p, x=None)).float(), -1)
+            total = probs if total is None else total + probs
+        return torch.log(total / votes)
+
+    def dataset_info(self, ds: Any) -> Dict[str, Any]:
+        info = super().dataset_info(ds)
+        for key in ("num_frames", "num_points"):  # what a sequence of the training data looked like
+            if isinstance(getattr(ds, key, None), int):
+                info[key] = int(getattr(ds, key))
+        return info
 
 
 @functools.lru_cache(maxsize=None)

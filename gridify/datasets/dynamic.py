@@ -50,6 +50,7 @@ from torch import Tensor
 from .._checks import check_choice, check_int, check_number
 from ..io import PointCloud, read_points, supported_extensions
 from ..io.source import read_text_file
+from ..registry import DATASETS
 from ..transforms import FixedPoints
 from ..transforms import rotation_matrix
 from ._common import check_num_points, check_split
@@ -152,8 +153,12 @@ class _Motion:
         return rot, scale, offset, flap
 
 
+@DATASETS.register("dynamic_shapes")
 class DynamicShapes(torch.utils.data.Dataset):
     r"""Procedural moving shapes observed at regular or irregular times (see the module docstring).
+
+    Registered as ``dynamic_shapes``, the dataset of the ``sequence_classification`` task
+    (``gridify train --config temporal/dynamic_shapes``).
 
     Args:
         split: ``"train"``, ``"val"`` or ``"test"`` (independent random streams).
@@ -177,6 +182,11 @@ class DynamicShapes(torch.utils.data.Dataset):
         item: ``pos [T, num_points, 3]`` (float32, inside ``[-1, 1]^3``), ``times [T]`` (float32,
         strictly increasing), ``y`` (0-d long class label), ``index`` (0-d long).
     """
+
+    #: the task whose data this is (:func:`gridify.tasks.task_of_dataset`)
+    task = "sequence_classification"
+    #: point features per frame (the coordinates)
+    in_channels = 3
 
     def __init__(self, split: str = "train", *, num_samples_per_class: int = 40, num_frames: int = 8,
                  num_points: int = 256, sampling: str = "regular", frame_interval: float = 1.0,
@@ -219,11 +229,20 @@ class DynamicShapes(torch.utils.data.Dataset):
     def num_classes(self) -> int:
         return len(self.classes)
 
+    @property
+    def class_names(self) -> List[str]:
+        """The class of each label (:attr:`classes`)."""
+        return list(self.classes)
+
     def __len__(self) -> int:
         return self.num_samples_per_class * self.num_classes
 
     def label(self, index: int) -> int:
         return index % self.num_classes
+
+    def sample_groups(self) -> np.ndarray:
+        """The label of every sample ``[len]`` (without generating it), for class-stratified subsets."""
+        return np.arange(len(self), dtype=np.int64) % self.num_classes
 
     def _key(self, index: int, *extra: int) -> List[int]:
         return [self.seed, _SPLIT_CODE[self.split], index, *extra]

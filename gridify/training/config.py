@@ -121,9 +121,11 @@ def load_yaml(path: os.PathLike | str) -> Dict[str, Any]:
 
 
 def shipped_configs() -> List[str]:
-    """The names of the training configs shipped in :data:`CONFIG_DIR` (``procedural``, ``modelnet10``, ...);
-    ``temporal/`` holds the configs of ``scripts/train_temporal.py``, found by path or name too."""
-    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+    """The names of the training configs shipped in :data:`CONFIG_DIR` (``procedural``, ``modelnet10``, ...,
+    then those in sub-folders by their relative name: ``temporal/dynamic_shapes``)."""
+    top = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+    nested = sorted(p.relative_to(CONFIG_DIR).with_suffix("").as_posix() for p in CONFIG_DIR.glob("*/*.yaml"))
+    return top + nested
 
 
 def find_config(name: os.PathLike | str, relative_to: Optional[Path] = None) -> Path:

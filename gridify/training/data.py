@@ -111,9 +111,12 @@ def dataset_kwargs(cfg: Dict[str, Any], split: str) -> Tuple[str, Dict[str, Any]
 def build_dataset(cfg: Dict[str, Any], split: str, augment: Optional[EpochAugment] = None) -> Any:
     """The dataset of ``split`` described by ``cfg["data"]``, with ``augment`` as its transform."""
     name, kwargs = dataset_kwargs(cfg, split)
-    if augment is not None:
-        kwargs["transform"] = augment
     cls = DATASETS.get(name)
+    if augment is not None:
+        if "transform" not in constructor_keys(cls)[0]:
+            raise ConfigError(f"data.augmentations: the dataset {name} takes no augmentations (it has no "
+                              f"transform); set data.augmentations: []")
+        kwargs["transform"] = augment
     holds = task_of_dataset(name, cls)
     if holds is not None and cfg["task"] != holds:
         raise ConfigError(f"data.name={name} is a {holds} dataset; set task: {holds}")
@@ -189,9 +192,9 @@ def inference_info(cfg: Dict[str, Any]) -> Dict[str, Any]:
     """
     data, task = cfg["data"], get_task(cfg["task"])
     test_section = data.get("test") or {}
+    normalized = data.get("normalize", task.normalized) and task.predictor  # sequences: the frames as they are
     out = {"num_points": test_section.get("num_points", data.get("num_points")),
-           "normalization": ({"center": "mean", "scale": "unit_sphere"} if data.get("normalize", task.normalized)
-                             else None)}
+           "normalization": {"center": "mean", "scale": "unit_sphere"} if normalized else None}
     if not task.normalized:  # scenes: the subsampling and point budget of whole-scene inference
         train = data.get("train") or {}
         scene = {k: data.get(k, train.get(k)) for k in ("voxel_size", "max_points")}

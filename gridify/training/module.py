@@ -7,12 +7,19 @@
   training labels and kept in ``info["class_weights"]``), plus the model's kernel L2 penalty when
   ``optim.kernel_l2 = w > 0``: ``L = CE(logits, y) + w * model.kernel_l2()``.
 * Optimizer: ``AdamW(lr, weight_decay, betas)`` (:func:`build_optimizer`; torch's refusals name the key).
-* Schedule, per optimizer step ``s`` (:func:`~.schedule.warmup_cosine`), with
+* Schedule (``optim.schedule: warmup_cosine``), per optimizer step ``s`` (:func:`~.schedule.warmup_cosine`), with
   ``W = round(warmup_epochs * steps_per_epoch)`` warm-up steps, ``T = max_steps`` (or
   ``steps_per_epoch * max_epochs``) steps in all and ``f = min_lr / lr``:
   ``lr(s) = lr * (s + 1) / W`` for ``s < W``, then
   ``lr(s) = lr * (f + (1 - f) * (1 + cos(pi * min(1, (s - W) / max(1, T - W)))) / 2)``,
-  a linear warm-up followed by a cosine down to ``min_lr``.
+  a linear warm-up followed by a cosine down to ``min_lr``. ``optim.schedule: one_cycle`` is torch's
+  ``OneCycleLR`` over the same ``T`` steps with ``pct_start = warmup_epochs * steps_per_epoch / T``
+  (:class:`~.schedule.OneCycle`: cosine from ``lr / 25`` up to ``lr``, then down to ``lr / 25e4``;
+  AdamW's beta1 cycles 0.95 -> 0.85 -> 0.95).
+* ``trainer.recalibrate_bn``: before each validation and the test, the BatchNorm running statistics
+  are re-estimated on the training split with the current weights (:func:`gridify.nn.recalibrate_batchnorm`,
+  no gradient, dropout seeded from (seed, global step)), so eval mode and the saved checkpoints use
+  statistics of the weights they hold.
 * Dropout is reseeded before every step from (seed, global step, rank), so a resumed run draws
   the same masks as an uninterrupted one.
 * Logs: ``train_loss`` (per step), ``train_loss_epoch``, ``lr_epoch`` (the rate at the end of
@@ -43,14 +50,14 @@ import torch
 from torch.utils.data import DataLoader
 from torchmetrics import MeanMetric
 
-from gridify.datasets import collate_points
+from gridify.nn import recalibrate_batchnorm
 from gridify.tasks import get_task
 
 from .callbacks import StopAfterEpochs
 from .data import (EpochAugment, EpochDataLoader, GraphCollate, ShardSampler, build_dataset, eval_subset, make_model,
                    set_train_epoch)
 from .metrics import eval_settings
-from .schedule import warmup_cosine
+from .schedule import OneCycle, warmup_cosine
 from .schema import optimizer_error
 
 __all__ = ["PointCloudTask", "PointCloudData", "build_optimizer", "lightning_classes"]
@@ -122,6 +129,29 @@ class PointCloudTask(pl.LightningModule):
         logits = self._eval_logits(batch)  # a scene task: whole scenes, every original point
         t.update_metrics(self.val_metrics, logits, batch, t.loss(logits, batch["y"]))
 
+    def on_validation_epoch_start(self) -> None:
+        self._recalibrate_bn()
+
+    def on_test_epoch_start(self) -> None:
+        self._recalibrate_bn()
+
+    def _recalibrate_bn(self) -> int:
+        """``trainer.recalibrate_bn``: re-estimate the BatchNorm statistics on the training split (the
+        number of batches used; 0 when off, without a training split or without BatchNorm)."""
+        data = getattr(self.trainer, "datamodule", None)
+        if not self.hparams.config.get("trainer", {}).get("recalibrate_bn") or data is None:
+            return 0
+        loader = data.recalibration_loader()
+        if loader is None:
+            return 0
+        # dropout draws as a function of (seed, step): the same statistics after a resume
+        s = np.random.SeedSequence([self.hparams.seed, self.global_step, 11]).generate_state(2)
+        torch.manual_seed(int(s[0]) << 31 ^ int(s[1]))
+        device = self.device
+        batches = ({k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in b.items()} for b in loader)
+        with torch.inference_mode(False), torch.no_grad():  # Lightning evaluates in inference mode
+            return recalibrate_batchnorm(self.model, batches, forward=self.task_def.forward_batch)
+
     def on_validation_epoch_end(self) -> None:
         values, _ = self.task_def.compute_metrics(self.val_metrics)
         primary = self.task_def.primary_metric
@@ -148,9 +178,12 @@ class PointCloudTask(pl.LightningModule):
         total = max_steps if max_steps and max_steps > 0 else spe * int(self.trainer.max_epochs)
         warmup = int(round(float(o["warmup_epochs"]) * spe))
         floor = float(o.get("min_lr", 0.0)) / float(o["lr"])
-        # a partial object: LambdaLR saves no state for it, so a resumed run uses the config's schedule
-        fn = functools.partial(warmup_cosine, warmup=warmup, total=total, floor=floor)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, fn)
+        if o.get("schedule", "warmup_cosine") == "one_cycle":  # OneCycleLR's pct_start * T, unrounded
+            sched: Any = OneCycle(opt, warmup=float(o["warmup_epochs"]) * spe, total=total)
+        else:
+            # a partial object: LambdaLR saves no state for it, so a resumed run uses the config's schedule
+            fn = functools.partial(warmup_cosine, warmup=warmup, total=total, floor=floor)
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, fn)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step", "frequency": 1}}
 
 
@@ -189,11 +222,12 @@ class PointCloudData(pl.LightningDataModule):
         sampler = ShardSampler(len(ds) if sub is None else sub["size"], shuffle=train, seed=seed, rank=rank,
                                world_size=world, pad=train, indices=None if sub is None else sub["indices"])
         nw = int(d["num_workers"])
-        common = dict(collate_fn=collate_points, num_workers=nw, pin_memory=False,
+        collate = get_task(self.cfg["task"]).collate  # the task's batches (sequences: padded)
+        common = dict(collate_fn=collate, num_workers=nw, pin_memory=False,
                       persistent_workers=False)
         if train:
             if self.graph_builder is not None and nw > 0:  # graphs built ahead, overlapping the step
-                common["collate_fn"] = GraphCollate(collate_points, self.graph_builder)
+                common["collate_fn"] = GraphCollate(collate, self.graph_builder)
             fit_loop = self.trainer.fit_loop
             return EpochDataLoader(
                 ds, batch_size=int(d["batch_size"]), sampler=sampler, drop_last=bool(d.get("drop_last")),
@@ -202,6 +236,14 @@ class PointCloudData(pl.LightningDataModule):
                 progress_fn=lambda: fit_loop.epoch_loop.batch_progress.current.processed, **common)
         return DataLoader(ds, batch_size=int(d.get("eval_batch_size") or d["batch_size"]), sampler=sampler,
                           **common)
+
+    def recalibration_loader(self) -> Optional[DataLoader]:
+        """The training split in order, in evaluation batches (``trainer.recalibrate_bn``); None without one."""
+        if self.train_set is None or len(self.train_set) == 0:
+            return None
+        d = self.cfg["data"]
+        return DataLoader(self.train_set, batch_size=int(d.get("eval_batch_size") or d["batch_size"]), shuffle=False,
+                          collate_fn=get_task(self.cfg["task"]).collate, num_workers=int(d["num_workers"]))
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, True)

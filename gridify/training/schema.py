@@ -36,6 +36,7 @@ from gridify.models.gridified import POOLS
 from gridify.models.temporal import READOUTS, RNNS
 from gridify.nn.cfc import CFC_ACTIVATIONS, CFC_MODES
 from gridify.nn.gridification import AGGREGATIONS, MESSAGES
+from gridify.datasets.dynamic import SAMPLINGS
 from gridify.datasets.scene_base import SCENE_FEATURES
 from gridify.datasets.scene_layouts import LAYOUTS
 from gridify.registry import BACKBONES, DATASETS, KERNELS, MODELS, POS_EMBEDDINGS
@@ -43,7 +44,7 @@ from gridify.tasks import CLASS_WEIGHTS, task_names
 
 __all__ = ["ConfigError", "Spec", "Int", "Num", "Bool", "Choice", "Str", "ListOf", "AnyOf", "PerAxis", "Mapping",
            "Devices", "DEFAULTS", "TASKS", "DATASET_ALIASES", "SCHEMA", "DATASET_KEYS", "RUN_DATA_KEYS", "MODEL_KEYS",
-           "FORWARDED_KWARGS", "PRECISIONS", "STRATEGIES", "ACCELERATORS", "INT64_MAX", "dataset_names",
+           "FORWARDED_KWARGS", "PRECISIONS", "STRATEGIES", "ACCELERATORS", "SCHEDULES", "INT64_MAX", "dataset_names",
            "check_values", "constructor_keys", "model_keys", "dataset_keys", "check_model_section",
            "check_dataset_section", "model_error", "optimizer_error", "trainer_error", "declared_keys", "key_rows",
            "markdown_table", "annotated_yaml", "main"]
@@ -357,6 +358,7 @@ DEFAULTS: Dict[str, Any] = {
         "kernel_l2": 0.0,
         "label_smoothing": 0.0,
         "class_weights": "none",
+        "schedule": "warmup_cosine",
     },
     "trainer": {
         "max_epochs": 10,
@@ -382,6 +384,7 @@ DEFAULTS: Dict[str, Any] = {
         "test_votes": 1,
         "stop_after_epochs": None,
         "plots": True,
+        "recalibrate_bn": False,
     },
 }
 
@@ -399,6 +402,8 @@ STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "ddp_find_
               "ddp_fork_find_unused_parameters_false", "fsdp", "fsdp_cpu_offload", "deepspeed", "deepspeed_stage_1",
               "deepspeed_stage_2", "deepspeed_stage_3")
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
+#: ``optim.schedule`` values (:mod:`gridify.training.schedule`)
+SCHEDULES = ("warmup_cosine", "one_cycle")
 
 
 def dataset_names() -> List[str]:
@@ -414,8 +419,9 @@ _LIMIT = AnyOf(Int(min=0), Num(min=0.0, max=1.0), nullable=True,
 SCHEMA: Dict[str, Any] = {
     "seed": Int(min=0, max=2 ** 32 - 1, text="an integer in [0, 2**32 - 1]", doc="seed of everything random"),
     "task": Choice(task_names, doc="what the model predicts (gridify/tasks.py): one label per cloud "
-                   "(classification), per point of a shape (segmentation) or per point of a scene in metres "
-                   "(scene_segmentation)"),
+                   "(classification), per point of a shape (segmentation), per point of a scene in metres "
+                   "(scene_segmentation) or per sequence of clouds observed at (irregular) times "
+                   "(sequence_classification)"),
     "output_dir": Str(doc="the run folder (checkpoints, logs, metrics, plots)"),
     "data": {
         "name": Choice(dataset_names, doc="the dataset (a registry name or modelnet10 / modelnet40)"),
@@ -443,6 +449,10 @@ SCHEMA: Dict[str, Any] = {
         "class_weights": Choice(CLASS_WEIGHTS, doc="class weights of the cross-entropy from the training labels' "
                                 "counts n_c (datasets with label_counts(): scenes): inverse 1/n_c, inverse_sqrt "
                                 "1/sqrt(n_c), normalized to mean 1 over the classes with points (0 for the others)"),
+        "schedule": Choice(SCHEDULES, doc="the learning-rate schedule per step: warmup_cosine (linear warm-up over "
+                           "warmup_epochs, cosine down to min_lr) or one_cycle (torch's OneCycleLR: cosine from lr/25 "
+                           "up to lr over warmup_epochs, then down to lr/25e4; AdamW's beta1 cycles 0.95 -> 0.85 -> "
+                           "0.95; min_lr unused)"),
     },
     "trainer": {
         "max_epochs": Int(min=1, doc="epochs to train"),
@@ -472,9 +482,13 @@ SCHEMA: Dict[str, Any] = {
         "test_votes": Int(min=1, doc="test-time views averaged per cloud"),
         "stop_after_epochs": Int(min=1, nullable=True, doc="stop this process after that many epochs (resumable)"),
         "plots": Bool(doc="write plots/*.png"),
+        "recalibrate_bn": Bool(doc="re-estimate the BatchNorm running statistics on the training data (no "
+                               "gradient) before each validation and the test, so eval mode uses statistics of the "
+                               "current weights (those of the saved checkpoints too)"),
     },
 }
 
+_PROB = dict(min=0.0, max=1.0, max_open=True)
 #: the declared dataset arguments (``data.<key>`` and ``data.<split>.<key>``) of the registered datasets
 DATASET_KEYS: Dict[str, Spec] = {
     "root": Str(nullable=True, doc="data root (default: --data-root, $GRIDIFY_DATA, datasets/)"),
@@ -490,9 +504,9 @@ DATASET_KEYS: Dict[str, Spec] = {
     "columns": ListOf(Str(), min_len=1, nullable=True, doc="folder: column names of text / npy files"),
     "num_classes": Int(min=1, nullable=True, doc="folder: number of classes / parts"),
     "mesh_samples": Int(min=1, doc="points sampled from each mesh"),
-    "num_samples_per_class": Int(min=1, doc="procedural: shapes per class"),
-    "classes": ListOf(Str(), min_len=1, nullable=True, doc="procedural: the shape classes (null: all); scenes: the "
-                      "class names (null: the layout's)"),
+    "num_samples_per_class": Int(min=1, doc="procedural: shapes per class; dynamic_shapes: sequences per class"),
+    "classes": ListOf(Str(), min_len=1, nullable=True, doc="procedural: the shape classes (null: all); "
+                      "dynamic_shapes: the motion classes (null: all); scenes: the class names (null: the layout's)"),
     "categories": ListOf(Str(), min_len=1, nullable=True, doc="shapenet: the categories (null: all)"),
     "noise_std": Num(min=0.0, doc="procedural: Gaussian noise on the points"),
     "cache": Bool(doc="modelnet: cache sampled meshes; scenes: keep the scenes read in memory"),
@@ -517,12 +531,21 @@ DATASET_KEYS: Dict[str, Spec] = {
     "kind": Choice(("indoor", "outdoor"), doc="scene_procedural: rooms or LiDAR scans"),
     "beams": Int(min=1, doc="scene_procedural: beams of the outdoor sensor"),
     "max_range": Num(min=0.0, min_open=True, doc="scene_procedural: range of the outdoor sensor (metres)"),
+    "num_frames": Int(min=1, doc="dynamic_shapes: frames of a regular sequence (the most of an irregular one)"),
+    "sampling": Choice(SAMPLINGS, doc="dynamic_shapes: observation times: regular, irregular (jittered, frames "
+                       "dropped) or mixed (one of the two per sequence)"),
+    "frame_interval": Num(min=0.0, min_open=True, doc="dynamic_shapes: time between regular frames"),
+    "jitter": Num(min=0.0, max=0.5, max_open=True, doc="dynamic_shapes: irregular times move by up to jitter * "
+                  "frame_interval"),
+    "drop_prob": Num(**_PROB, doc="dynamic_shapes: probability that an irregular frame is dropped"),
+    "min_frames": Int(min=1, doc="dynamic_shapes: frames an irregular sequence keeps at least"),
+    "noise": Num(min=0.0, max=0.02, doc="dynamic_shapes: Gaussian noise on the points"),
+    "resample": Bool(doc="dynamic_shapes: fresh surface points in every frame (false: one set moves with the object)"),
 }
 #: dataset arguments the run sets itself, with what to do instead
 RUN_DATA_KEYS = {"split": "the run reads each split itself (set per-split arguments in data.train/val/test)",
                  "task": "it follows the top-level task", "transform": "use data.augmentations"}
 
-_PROB = dict(min=0.0, max=1.0, max_open=True)
 #: the declared model arguments (``model.<key>``) of the registered models
 MODEL_KEYS: Dict[str, Spec] = {
     "in_channels": Int(min=1, doc="point features (default: from the data)"),
