@@ -2,11 +2,12 @@
 #   make demo         set up .venv, train + test a gridified classifier on the built-in procedural shapes
 #   make test         set up .venv and run the test suite
 #   make reconstruct  the paper's reconstruction experiment, small sweep
+#   make docs         the documentation site (docs/_build/html), warnings as errors
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 FUZZ_SECONDS ?= 220
 
-.PHONY: setup demo reconstruct test test-slow fuzz clean
+.PHONY: setup demo reconstruct test test-slow fuzz docs clean
 
 setup:
 	@bash scripts/setup.sh
@@ -26,6 +27,10 @@ test-slow: setup
 # time-bounded fuzzing of every file reader (exit 1 and a reproducer on a crash)
 fuzz: setup
 	$(PY) scripts/fuzz.py --seconds $(FUZZ_SECONDS)
+
+# the documentation site: Sphinx, warnings as errors, every cross-reference checked (-n)
+docs: setup
+	$(PY) -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
 
 clean:
 	rm -rf outputs .pytest_cache

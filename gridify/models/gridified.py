@@ -50,7 +50,7 @@ class GridifiedModel(nn.Module):
 
         z = Backbone(LN_c(Gridify(P)))
 
-    Subclasses call :meth:`_build_trunk` (keyword arguments only) and add a head.
+    Subclasses call ``_build_trunk`` (keyword arguments only) and add a head.
 
     Shapes:
         :meth:`trunk`: pos [N, 3], x [N, F], batch [N] (or dense [B, N, 3]) -> z [B, C, R, R, R]

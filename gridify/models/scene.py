@@ -20,7 +20,7 @@ nearest boundary nodes and take their labels from there). Then, as :class:`Gridi
 with ``x`` whatever per-point features the data has (colour, intensity, normals, height; may be
 empty: ``in_channels=0``).
 
-Validation: the points, features and batch are checked once at :meth:`forward` (types, shapes,
+Validation: the points, features and batch are checked once at :meth:`GridifiedSceneSegmenter.forward` (types, shapes,
 NaN/Inf naming the cloud and row), the gridification then checks the batch structure only.
 
 Shapes:

@@ -50,7 +50,7 @@ def recalibrate_batchnorm(model: nn.Module, batches: Iterable[Any],
     """Re-estimate the running statistics of every BatchNorm in ``model`` from ``batches``.
 
     Running statistics lag behind the weights after short or fast training, and they change when
-    a model is run at another grid resolution (:meth:`set_resolution`). This resets them and
+    a model is run at another grid resolution (:meth:`~gridify.models.GridifiedModel.set_resolution`). This resets them and
     averages the batch statistics over ``batches`` (cumulative average, no gradient, no weight
     changes), then restores the model's train/eval mode. ``forward(model, batch)`` defaults to
     ``model(*batch)`` for tuples and ``model(batch)`` otherwise. Returns the number of batches used.
