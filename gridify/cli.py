@@ -175,14 +175,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_show_parser(sub)
 
-    e = sub.add_parser("export", help="export a trained classifier for deployment (ONNX, runs without gridify)",
-                       description="Write a self-contained ONNX file of a trained gridified classifier: inputs "
-                                   "points [B, N, 3] (+ normals [B, N, 3] for models trained with normals), output "
-                                   "logits [B, K]. The bilateral kNN graph is built inside the file by brute force; "
-                                   "clouds are normalized inside it as gridify predict does (unless the checkpoint "
-                                   "says otherwise). The file is checked with onnxruntime against PyTorch before it "
-                                   f"is written. Needs: {EXPORT_HINT}.")
-    e.add_argument("model", help="exported model.pt or Lightning .ckpt")
+    e = sub.add_parser("export", help="export a trained classifier or segmenter for deployment (ONNX, runs without "
+                                      "gridify)",
+                       description="Write a self-contained ONNX file of a trained gridified model. A classifier: "
+                                   "points [B, N, 3] (+ normals [B, N, 3] for models trained with normals) -> logits "
+                                   "[B, K]; a part segmenter: points (+ normals, + category [B]) -> per-point logits "
+                                   "[B, N, K]; a scene segmenter: one crop's points [B, N, 3] in metres (+ features "
+                                   "[B, N, F]) -> per-point logits [B, N, K]. The bilateral kNN graph is built inside "
+                                   "the file by brute force; clouds are normalized inside it as gridify predict does "
+                                   "(unless the checkpoint says otherwise). The file runs the network once on exactly "
+                                   "the points given (gridify predict resamples a classifier's cloud to the training "
+                                   "size and averages votes, and covers a scene with crops). The file is checked with "
+                                   f"onnxruntime against PyTorch before it is written. Needs: {EXPORT_HINT}.")
+    e.add_argument("model", help="exported model.pt or Lightning .ckpt, or the name of a shipped model "
+                                 "(e.g. modelnet10)")
     e.add_argument("--format", choices=EXPORT_FORMATS, default="onnx", help="export format (default onnx)")
     e.add_argument("--out", required=True, help="file to write, e.g. model.onnx")
     e.add_argument("--num-points", type=types.positive_int,
@@ -450,8 +456,15 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .checkpoint import CheckpointError
     from .export import ExportError, export_onnx
 
-    if Path(args.model).exists():  # a folder or a FIFO is said to be one
-        check_input_file(args.model)
+    if not Path(args.model).exists() and args.model in PRETRAINED:  # a shipped model by name, as --model takes it
+        try:
+            args.model = str(pretrained_path(args.model))
+        except CheckpointError as exc:
+            raise SystemExit(f"gridify export: error: {exc}")
+    if not Path(args.model).exists():
+        raise SystemExit(f"gridify export: error: checkpoint not found: {args.model} (give a model.pt / .ckpt file or "
+                         f"the name of a shipped model: {', '.join(sorted(PRETRAINED))})")
+    check_input_file(args.model)  # a folder or a FIFO is said to be one
     if args.threads:
         torch.set_num_threads(int(args.threads))
     try:

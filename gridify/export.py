@@ -37,11 +37,24 @@ with any registered backbone (``ccnn``, ``resnet``, ``unet``; ``mrconv`` folded 
 inference form), xyz or xyz + normals features, float32 on the CPU. It needs the optional extra
 ``pip install 'gridify[export]'`` (onnx, onnxscript, onnxruntime); this module imports without it.
 
+Segmenters (:class:`OnnxSegmenter`) use the same edge set on any grid ``(Rx, Ry, Rz)``
+(:func:`dense_grid_knn_unchecked`: ``A`` in blocks of :data:`NODE_CHUNK` nodes, ``P`` among the
+nearest coordinates of every axis), gridify over it (:func:`gridify_dense_graph`), run the
+backbone, and de-gridify over the transposed edges (:func:`degridify_dense_graph`)
+
+    x_j^P = phi_upd( AGG( {phi_msg(phi_node(g_i), phi_pos(c_j - c_i^G)) : j in A_i}
+                          U {... : i in P_j, keep_{j,i}} ) )
+
+before the model's point branch and head: per-point logits. A scene segmenter maps every cloud
+(one crop, in metres) into its grid box inside the graph (:func:`scene_box_dense`);
+:class:`OnnxSceneModel` runs such a file over a whole scan with the training crops.
+
 Shapes:
     dense_bilateral_knn: pos ``[B, N, 3]`` -> node_points ``[B, R^3, k]``, point_nodes ``[B, N, k']``,
     keep ``[B, N, k']`` (bool).
     gridify_dense: pos ``[B, N, 3]``, x ``[B, N, F]`` -> ``[B, C, R, R, R]``.
     OnnxClassifier: points ``[B, N, 3]`` (+ normals ``[B, N, 3]`` for 6-feature models) -> logits ``[B, K]``.
+    OnnxSegmenter: points ``[B, N, 3]`` (+ features / normals ``[B, N, F]``, category ``[B]``) -> logits ``[B, N, K]``.
 """
 from __future__ import annotations
 
@@ -67,16 +80,19 @@ from ._checks import (check_alloc, check_finite, check_float, check_int, check_n
 from ._files import atomic_write_bytes
 from ._version import __version__
 from .checkpoint import build_model_from_checkpoint, inference_settings, load_checkpoint
-from .models import GridifiedClassifier
+from .models import GridifiedClassifier, GridifiedSceneSegmenter, GridifiedSegmenter
+from .models.scene import FLAT_TOLERANCE
 from .nn.grid import RegularGrid
-from .nn.gridification import Gridification
+from .nn.gridification import Degridification, Gridification
 from .nn.reparam import is_reparameterizable, reparameterize_model
 from .ops.grid import box_tensors, grid_knn
 from .ops.knn import smallest_by_index
 from .registry import TASKS
 from .tasks import get_task
 
-__all__ = ["DepthwiseConv3dAs2d", "ExportError", "ExportReport", "OnnxClassifier", "check_exportable", "check_task_exportable",
+__all__ = ["DepthwiseConv3dAs2d", "ExportError", "ExportReport", "OnnxClassifier", "OnnxSegmenter", "OnnxSceneModel",
+           "NODE_CHUNK", "grid_axes", "dense_grid_knn_unchecked", "gridify_dense_graph", "degridify_dense_graph",
+           "scene_box_dense", "check_exportable", "check_task_exportable",
            "depthwise_conv3d_as_2d", "dense_bilateral_knn",
            "dense_bilateral_knn_unchecked", "dense_edge_index", "eval_mode", "export_onnx", "grid_tables",
            "gridify_dense", "normalize_points", "require_export_dependencies", "tracing_mode", "EXPORT_FORMATS",
@@ -95,16 +111,17 @@ ONNX_OPSETS = (18, 25)
 DEFAULT_OPSET = 20
 
 
+#: the exportable model classes and their registered names
+_MODEL_NAMES = {GridifiedClassifier: "gridified_classifier", GridifiedSegmenter: "gridified_segmenter",
+                GridifiedSceneSegmenter: "scene_segmenter"}
+
+
+def _model_name(net: nn.Module) -> str:
+    return next(name for cls, name in _MODEL_NAMES.items() if isinstance(net, cls))
+
+
 class ExportError(RuntimeError):
     """A model (or an export option) that this exporter cannot handle; the message says what."""
-
-
-def _validating() -> bool:
-    """Whether a public entry checks its inputs: not when library code vouches for them
-    (:func:`gridify._checks.trusted_inputs`, as :func:`tracing_mode` sets) and not while an
-    exporter or compiler traces (a value check is a data-dependent branch, which a graph cannot hold)."""
-    return validating() and not (torch.jit.is_tracing() or torch.onnx.is_in_onnx_export()
-                                 or torch.compiler.is_compiling() or torch.compiler.is_exporting())
 
 
 def _check_clouds(where: str, pos: Any, name: str, k: int = 1, dtype: Optional[torch.dtype] = None,
@@ -258,7 +275,7 @@ def gridify_dense(module: Gridification, pos: Tensor, x: Tensor,
     :func:`grid_tables` (computed here when None; pass them when tracing). Validates its
     arguments (outside a trace), then runs the unchecked implementation that the export traces.
     """
-    if _validating():
+    if validating():
         _check_gridify_dense(module, pos, x, tables)
     return _gridify_dense(module, pos, x, tables)
 
@@ -292,35 +309,10 @@ def _check_gridify_dense(module: Any, pos: Any, x: Any, tables: Any) -> None:
 
 def _gridify_dense(module: Gridification, pos: Tensor, x: Tensor,
                    tables: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
-    """:func:`gridify_dense` on validated inputs (what the export traces)."""
-    conv, grid = module.conv, module.grid
-    B, N = pos.shape[:2]
-    R3 = grid.num_nodes
-    nodes, axis = grid_tables(grid, pos.device, pos.dtype) if tables is None else tables
-    node_points, point_nodes, keep = dense_bilateral_knn_unchecked(pos, module.k, nodes, axis)
-    k, kk = node_points.size(2), point_nodes.size(2)
-    h = conv.phi_node(x)
-    if conv.message == "concat":
-        h = conv.msg_node(h)
-    H = h.size(-1)
-    # flat global indices (cloud * N + point, cloud * R^3 + node): plain row gathers and row scatters
-    src = (node_points + (torch.arange(B, device=pos.device) * N).view(B, 1, 1)).reshape(-1)  # [B R^3 k]
-    dst = (point_nodes + (torch.arange(B, device=pos.device) * R3).view(B, 1, 1)).reshape(-1)  # [B N k']
-    pos_flat, h_flat = pos.reshape(-1, 3), h.reshape(-1, H)
-    m_a = _messages(conv, h_flat[src], nodes.repeat(B, 1).repeat_interleave(k, 0) - pos_flat[src])
-    m_a = m_a.view(B * R3, k, H)
-    m_b = _messages(conv, h.unsqueeze(2), nodes[point_nodes] - pos.unsqueeze(2)).reshape(-1, H)  # [B N k', H]
-    kept = keep.reshape(-1, 1)
-    if conv.aggr == "max":
-        agg = m_a.amax(1).scatter_reduce(0, dst.unsqueeze(-1).expand(-1, H), m_b.masked_fill(~kept, float("-inf")),
-                                         "amax")
-    else:
-        agg = m_a.sum(1).index_add(0, dst, m_b * kept.to(m_b.dtype))
-        if conv.aggr == "mean":
-            count = torch.full((B * R3,), float(k), dtype=pos.dtype, device=pos.device)
-            agg = agg / count.index_add(0, dst, keep.reshape(-1).to(pos.dtype)).unsqueeze(-1)
-    out = conv.phi_upd(agg)
-    return grid.to_dense(out.reshape(B * R3, -1), B)
+    """:func:`gridify_dense` on validated inputs (what the export traces): :func:`gridify_dense_graph`
+    over :func:`dense_bilateral_knn_unchecked`'s graph."""
+    nodes, axis = grid_tables(module.grid, pos.device, pos.dtype) if tables is None else tables
+    return gridify_dense_graph(module, pos, x, nodes, dense_bilateral_knn_unchecked(pos, module.k, nodes, axis))
 
 
 def normalize_points(points: Tensor) -> Tensor:
@@ -330,7 +322,7 @@ def normalize_points(points: Tensor) -> Tensor:
     :func:`gridify.api.normalize_cloud`) and returned in ``points``' dtype. A cloud of identical
     points (``s = 0``) maps to the origin. ``points``: a finite floating tensor, ``B, N >= 1``.
     """
-    if _validating():
+    if validating():
         _check_clouds("normalize_points", points, "points")
     return _normalize_points(points)
 
@@ -402,7 +394,7 @@ class OnnxClassifier(nn.Module):
                           self.model.gridify.grid.num_nodes, dtype)
 
     def forward(self, points: Tensor, normals: Optional[Tensor] = None) -> Tensor:
-        if not _validating():  # traced (or called by library code that checked): the graph itself
+        if not validating():  # traced (or called by library code that checked): the graph itself
             return self._forward(points, normals)
         self.check_inputs(points, normals)
         with trusted_inputs():  # checked once here; the nested modules need not repeat it
@@ -417,19 +409,18 @@ class OnnxClassifier(nn.Module):
     @torch.no_grad()
     def reference(self, points: Tensor, normals: Optional[Tensor] = None) -> Tensor:
         """The same logits through the model's own forward (bilateral kNN graph): the reference path."""
-        if _validating():
+        if validating():
             self.check_inputs(points, normals, f"{type(self).__name__}.reference")
         return self.model(*self._features(points, normals))
 
 
 def check_exportable(model: Any, where: str = "export_onnx") -> None:
     """Raise :class:`ExportError` naming what makes ``model`` unexportable (None when it is fine)."""
-    if not isinstance(model, GridifiedClassifier):
-        name = type(model).__name__
-        fail_export(where, f"{name} is not exportable: only the gridified classifier (gridified_classifier) "
-                           f"has an ONNX route so far" + (" (segmenters need the de-gridification over the "
-                                                          "transposed edges)" if "Segmenter" in name else ""))
-    if model.in_channels not in (3, 6):
+    if not isinstance(model, (GridifiedClassifier, GridifiedSegmenter, GridifiedSceneSegmenter)):
+        fail_export(where, f"{type(model).__name__} is not exportable: the gridified classifier, part segmenter and "
+                           f"scene segmenter (gridified_classifier, gridified_segmenter, scene_segmenter) have an ONNX "
+                           f"route")
+    if not isinstance(model, GridifiedSceneSegmenter) and model.in_channels not in (3, 6):
         fail_export(where, f"the model takes {model.in_channels} features per point; only xyz (3) and xyz + "
                            f"normals (6) models are exportable (the features gridify.load's Predictor builds)")
     if model.gridify.max_in_degree is not None:
@@ -465,15 +456,19 @@ class ExportReport:
     class_names: List[str]
     max_abs_diff: Optional[float]
     num_bytes: int
+    model: str = "gridified_classifier"
 
     def summary(self) -> str:
         def shapes(d: Dict[str, List[Union[int, str]]]) -> str:
             return ", ".join(f"{k} [{', '.join(map(str, v))}]" for k, v in d.items())
 
         check = "" if self.max_abs_diff is None else f"; onnxruntime vs PyTorch max |diff| {self.max_abs_diff:.2e}"
+        if self.model == "scene_segmenter":
+            mapping = "maps every crop (metres) into the grid box"
+        else:
+            mapping = "normalizes the clouds" if self.normalize else "clouds must be normalized"
         return (f"{self.path} ({self.format}, {self.num_bytes / 1e6:.2f} MB): {shapes(self.inputs)} -> "
-                f"{shapes(self.outputs)}; {'normalizes the clouds' if self.normalize else 'clouds must be normalized'}"
-                f"{check}")
+                f"{shapes(self.outputs)}; {mapping}{check}")
 
 
 def require_export_dependencies(where: str, verify: bool = True) -> None:
@@ -511,8 +506,8 @@ def _resolve(model: Any, where: str) -> Tuple[nn.Module, Optional[bool], Optiona
         return inner, bool(model.normalize), names, getattr(model, "num_points", None)
     if isinstance(model, nn.Module):
         return model, None, None, None
-    fail(where, f"model must be a checkpoint path, a gridify.Predictor or a GridifiedClassifier, "
-                f"got {type(model).__name__}")
+    fail(where, f"model must be a checkpoint path, a gridify.Predictor or a GridifiedClassifier / GridifiedSegmenter / "
+                f"GridifiedSceneSegmenter, got {type(model).__name__}")
 
 
 @contextlib.contextmanager
@@ -641,7 +636,10 @@ class DepthwiseConv3dAs2d(TorchFunctionMode):
 
 def _example_inputs(wrapper: OnnxClassifier, batch: int, n: int, seed: int) -> Tuple[Tensor, ...]:
     """Seeded clouds ``[batch, n, 3]`` on a noisy sphere (+ unit normals): inside the grid box when the
-    wrapper does not normalize, off-centre and larger when it does."""
+    wrapper does not normalize, off-centre and larger when it does (a segmenter: its own
+    :meth:`OnnxSegmenter.example_inputs`)."""
+    if isinstance(wrapper, OnnxSegmenter):
+        return wrapper.example_inputs(batch, n, seed)
     g = torch.Generator().manual_seed(seed)
     dtype = wrapper.nodes.dtype
     direction = nn.functional.normalize(torch.randn(batch, n, 3, generator=g, dtype=torch.float64), dim=-1)
@@ -666,7 +664,10 @@ def _trace(wrapper: OnnxClassifier, example: Tuple[Tensor, ...], dynamic_batch: 
         dims[0] = torch.export.Dim("batch", min=1)
     if dynamic_points:
         dims[1] = torch.export.Dim("num_points", min=wrapper.model.gridify.k)
-    shapes = {name: dict(dims) for name in wrapper.input_names} if dims else None
+    shapes: Any = ({name: {a: d for a, d in dims.items() if name != "category" or a == 0} or None
+                    for name in wrapper.input_names} if dims else None)
+    if shapes is not None and isinstance(wrapper, OnnxSegmenter):  # forward(*inputs)
+        shapes = {"inputs": tuple(shapes[name] for name in wrapper.input_names)}
     problem = None
     with tracing_mode(wrapper), _quiet_exporter(), DepthwiseConv3dAs2d():
         try:
@@ -761,9 +762,13 @@ def _node_ties_only(wrapper: OnnxClassifier, inputs: Tuple[Tensor, ...]) -> bool
     sets are correct, so the file is then compared with PyTorch over the graph it holds."""
     m = wrapper.model.gridify
     with torch.no_grad():
-        pos = _normalize_points(inputs[0]) if wrapper.normalize else inputs[0]
+        if isinstance(wrapper, OnnxSegmenter):
+            pos = wrapper.graph_points(*inputs)
+            point_nodes = wrapper.point_nodes(pos)
+        else:
+            pos = _normalize_points(inputs[0]) if wrapper.normalize else inputs[0]
+            point_nodes = dense_bilateral_knn_unchecked(pos, m.k, wrapper.nodes, wrapper.axis)[1]
         B, N = pos.shape[:2]
-        point_nodes = dense_bilateral_knn_unchecked(pos, m.k, wrapper.nodes, wrapper.axis)[1]
         kk, R3 = point_nodes.size(2), m.grid.num_nodes
         batch = torch.arange(B).repeat_interleave(N)
         theirs = grid_knn(pos.reshape(-1, 3), kk, m.grid.resolution, m.grid.lower, m.grid.upper, batch)[1]
@@ -829,7 +834,10 @@ def _degenerate_inputs(wrapper: OnnxClassifier, batch: int, n: int, seed: int
 
 def _place(wrapper: OnnxClassifier, u: Tensor, g: torch.Generator) -> Tuple[Tensor, ...]:
     """Clouds ``u`` (float64, within the unit ball) in the grid box as :func:`_example_inputs` places
-    them (off-centre and larger when the wrapper normalizes), plus seeded unit normals."""
+    them (off-centre and larger when the wrapper normalizes), plus seeded unit normals (a segmenter:
+    :meth:`OnnxSegmenter.place`)."""
+    if isinstance(wrapper, OnnxSegmenter):
+        return wrapper.place(u, g)
     grid = wrapper.model.gridify.grid
     lo, hi = (torch.tensor(v, dtype=torch.float64) for v in (grid.lower, grid.upper))
     points = (lo + hi) / 2 + u * 0.9 * float((hi - lo).min()) / 2
@@ -850,16 +858,24 @@ def _shapes(values: Any) -> Dict[str, List[Union[int, str]]]:
 def export_onnx(model: Any, path: Union[str, "os.PathLike[str]"], *, num_points: Optional[int] = None,
                 batch_size: Optional[int] = None, normalize: Optional[bool] = None, verify: bool = True,
                 atol: float = 1e-4, opset: Optional[int] = None, seed: int = 0) -> ExportReport:
-    """Export a trained gridified classifier to a self-contained ONNX file (runs without gridify).
+    """Export a trained gridified classifier or segmenter to a self-contained ONNX file (runs without gridify).
 
-    The file computes :class:`OnnxClassifier`: inputs ``points [B, N, 3]`` (and ``normals
-    [B, N, 3]`` for models trained with normals), output ``logits [B, K]``; its metadata records
-    the class names, the normalization, ``k``, ``R`` and the gridify version. Building the graph
-    costs time and memory ``O(B N R^3)`` (two distance matrices), like the brute-force kNN.
+    A classifier's file computes :class:`OnnxClassifier`: inputs ``points [B, N, 3]`` (and
+    ``normals [B, N, 3]`` for models trained with normals), output ``logits [B, K]``. A part or
+    scene segmenter's file computes :class:`OnnxSegmenter`: per-point ``logits [B, N, K]`` of
+    ``points [B, N, 3]`` (+ ``normals`` / ``category [B]`` for part segmenters trained with them,
+    + ``features [B, N, F]`` for scene segmenters with per-point features); a scene segmenter's
+    cloud is one crop, and :class:`OnnxSceneModel` covers a whole scan with crops as
+    :meth:`gridify.Predictor.predict` does. The metadata records the class names, the
+    normalization, ``k``, ``R``, the gridify version (and a scene segmenter's extent, feature
+    names, voxel size and crop size). Building the graph costs time ``O(B N R^3)`` (brute-force
+    distances) and memory ``O(B N R^3)`` for a classifier, ``O(B N`` :data:`NODE_CHUNK` ``)`` for a
+    segmenter (its node search runs in blocks of nodes).
 
     Args:
         model: a checkpoint path (``model.pt`` / ``.ckpt``, folded for inference), a
-            :class:`gridify.Predictor` or a :class:`gridify.models.GridifiedClassifier`.
+            :class:`gridify.Predictor` or a :class:`gridify.models.GridifiedClassifier`,
+            :class:`~gridify.models.GridifiedSegmenter` or :class:`~gridify.models.GridifiedSceneSegmenter`.
         path: the ``.onnx`` file to write, a ``str`` or ``os.PathLike`` (atomically: the file
             appears complete or not at all; missing parent folders are created). Checked
             before anything runs: not a folder or other non-file, and its folder creatable.
@@ -896,36 +912,65 @@ def export_onnx(model: Any, path: Union[str, "os.PathLike[str]"], *, num_points:
     k = net.gridify.k
     if num_points is not None and num_points < k:
         fail(where, f"num_points={num_points} is below k={k}: every grid node takes its k nearest points")
-    n = num_points or max(int(train_points or 1024), k + 1)
-    _check_dense_size(where, f"num_points={n}, batch_size={batch_size or 3}", batch_size or 3, n,
-                      net.gridify.grid.num_nodes, torch.float32)
+    scene = isinstance(net, GridifiedSceneSegmenter)
+    n = num_points or (4096 if scene else max(int(train_points or 1024), k + 1))
+    block = min(net.gridify.grid.num_nodes, NODE_CHUNK if not isinstance(net, GridifiedClassifier) else 1 << 62)
+    _check_dense_size(where, f"num_points={n}, batch_size={batch_size or 3}", batch_size or 3, n, block, torch.float32)
     require_export_dependencies(where, verify)
     wrapper = _folded_wrapper(net, (stored_normalize is not False) if normalize is None else normalize, where)
     example = _example_inputs(wrapper, batch_size or 2, n, seed)
     _first_run(wrapper, example, where)
     proto = _trace(wrapper, example, batch_size is None, num_points is None, opset, where)
-    written = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
-    if written != opset:
-        fail_export(where, f"torch.onnx wrote opset {written} instead of the requested opset={opset}; nothing was "
-                           f"written")
+    _check_written_opset(proto, opset, where)
     names = class_names or [f"class{i}" for i in range(net.num_classes)]
-    _set_metadata(proto, wrapper, names)
+    _set_metadata(proto, wrapper, names, _scene_settings(model) if scene else None)
     data = proto.SerializeToString()
-    diff = None
-    if verify:
-        checks = _check_inputs(wrapper, example, batch_size, num_points, n, seed)
-        with eval_mode(wrapper):
-            diff, label = _verify(wrapper, data, checks, atol, where)
-        if not diff <= atol:
-            fail_export(where, f"onnxruntime's logits differ from PyTorch's by {diff:.3g} > atol={atol:g} on the check "
-                               f"clouds '{label}' (a NaN or Inf on one side counts as inf); nothing was written")
+    diff = _checked(wrapper, data, example, batch_size, num_points, n, seed, atol, where) if verify else None
     try:
         target = atomic_write_bytes(target, data)
     except OSError as exc:  # a folder removed or made read-only meanwhile, a full disk: nothing is left behind
         fail_export(where, f"could not write path={str(target)!r} ({exc.strerror or exc}); nothing was written")
     return ExportReport(path=target, format="onnx", inputs=_shapes(proto.graph.input),
                         outputs=_shapes(proto.graph.output), normalize=wrapper.normalize, class_names=names,
-                        max_abs_diff=diff, num_bytes=len(data))
+                        max_abs_diff=diff, num_bytes=len(data), model=_model_name(net))
+
+
+def _check_written_opset(proto: Any, opset: int, where: str) -> None:
+    written = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    if written != opset:
+        fail_export(where, f"torch.onnx wrote opset {written} instead of the requested opset={opset}; nothing was "
+                           f"written")
+
+
+def _checked(wrapper: Any, data: bytes, example: Tuple[Tensor, ...], batch_size: Optional[int],
+             num_points: Optional[int], n: int, seed: int, atol: float, where: str) -> float:
+    """The largest onnxruntime - PyTorch difference over the check clouds; ExportError above ``atol``."""
+    checks = _check_inputs(wrapper, example, batch_size, num_points, n, seed)
+    with eval_mode(wrapper):
+        diff, label = _verify(wrapper, data, checks, atol, where)
+    if not diff <= atol:
+        fail_export(where, f"onnxruntime's logits differ from PyTorch's by {diff:.3g} > atol={atol:g} on the check "
+                           f"clouds '{label}' (a NaN or Inf on one side counts as inf); nothing was written")
+    return diff
+
+
+def _scene_settings(model: Any) -> Dict[str, Any]:
+    """The crops a scene segmenter was trained on, from its checkpoint (a path) or Predictor:
+    ``features`` (names), ``voxel_size`` and ``max_points`` where recorded."""
+    out: Dict[str, Any] = {}
+    meta = load_checkpoint(model) if isinstance(model, (str, os.PathLike)) else (getattr(model, "meta", None) or {})
+    data = (meta.get("config") or {}).get("data") or {}
+    info = meta.get("info") or {}
+    features = info.get("features", data.get("features"))
+    if isinstance(features, str):
+        features = [features]
+    if features is not None:
+        out["features"] = list(features)
+    for key in ("voxel_size", "max_points"):
+        value = info.get(key, data.get(key))
+        if value is not None:
+            out[key] = value
+    return out
 
 
 def _check_export_args(where: str, path: Any, num_points: Any, batch_size: Any, normalize: Any, verify: Any,
@@ -945,7 +990,7 @@ def _check_export_args(where: str, path: Any, num_points: Any, batch_size: Any, 
     return target, num_points, batch_size, atol, opset
 
 
-def _folded_wrapper(net: nn.Module, normalize: bool, where: str) -> "OnnxClassifier":
+def _folded_wrapper(net: nn.Module, normalize: bool, where: str) -> Union["OnnxClassifier", "OnnxSegmenter"]:
     """The :class:`OnnxClassifier` of ``net``, on a folded copy when ``net`` has unfolded
     multi-branch layers (they cannot be traced); placeholder kernels raise :class:`ExportError`."""
     _check_folded_layers(net, where, before=True)
@@ -953,7 +998,9 @@ def _folded_wrapper(net: nn.Module, normalize: bool, where: str) -> "OnnxClassif
         net = copy.deepcopy(net)
         reparameterize_model(net)
         _check_folded_layers(net, where, before=False)
-    return OnnxClassifier(net, normalize=normalize)
+    if isinstance(net, GridifiedClassifier):
+        return OnnxClassifier(net, normalize=normalize)
+    return OnnxSegmenter(net, normalize=normalize)
 
 
 def _first_run(wrapper: "OnnxClassifier", example: Tuple[Tensor, ...], where: str) -> None:
@@ -1040,17 +1087,408 @@ def _check_folded_layers(net: nn.Module, where: str, before: bool) -> None:
                        f"(model.eval(); model(points, features)), or build its MRConv layers with resolution=R")
 
 
-def _set_metadata(proto: Any, wrapper: OnnxClassifier, class_names: List[str]) -> None:
-    """Record what a deployment needs in the ONNX file's ``metadata_props`` (strings)."""
+def _set_metadata(proto: Any, wrapper: Union[OnnxClassifier, "OnnxSegmenter"], class_names: List[str],
+                  scene: Optional[Dict[str, Any]] = None) -> None:
+    """Record what a deployment needs in the ONNX file's ``metadata_props`` (strings): for a scene
+    segmenter also its ``extent`` and, from the checkpoint, the ``features`` (names, in order),
+    ``voxel_size`` and ``max_points`` of its training crops (``scene``)."""
     import onnx
 
     net = wrapper.model
-    onnx.helper.set_model_props(proto, {
-        "gridify_version": __version__, "model": "gridified_classifier", "class_names": json.dumps(class_names),
-        "normalize": json.dumps(wrapper.normalize), "in_channels": str(net.in_channels),
-        "inputs": json.dumps(wrapper.input_names), "k": str(net.gridify.k),
-        "resolution": str(net.gridify.resolution)})
-    proto.doc_string = ("gridify gridified classifier: points [B, N, 3]" + (" + normals [B, N, 3]" if
-                        wrapper.use_normals else "") + " -> logits [B, K]" + ("; clouds are centred and scaled "
-                        "into the unit sphere inside the graph" if wrapper.normalize else
-                        "; clouds must already be normalized into the grid box"))
+    name = _model_name(net)
+    props = {"gridify_version": __version__, "model": name, "class_names": json.dumps(class_names),
+             "normalize": json.dumps(wrapper.normalize), "in_channels": str(net.in_channels),
+             "inputs": json.dumps(wrapper.input_names), "k": str(net.gridify.k),
+             "resolution": json.dumps(net.gridify.resolution)}
+    if isinstance(net, GridifiedSceneSegmenter):
+        props["extent"] = json.dumps(net.extent)
+        props.update({key: json.dumps(value) for key, value in (scene or {}).items()})
+    onnx.helper.set_model_props(proto, props)
+    if isinstance(wrapper, OnnxClassifier):
+        proto.doc_string = ("gridify gridified classifier: points [B, N, 3]" + (" + normals [B, N, 3]" if
+                            wrapper.use_normals else "") + " -> logits [B, K]" + ("; clouds are centred and scaled "
+                            "into the unit sphere inside the graph" if wrapper.normalize else
+                            "; clouds must already be normalized into the grid box"))
+    elif wrapper.scene:
+        names = ", ".join((scene or {}).get("features") or []) or "as the checkpoint records"
+        extra = f" + features [B, N, {wrapper.num_features}] ({names})" if wrapper.num_features else ""
+        proto.doc_string = (f"gridify scene segmenter: points [B, N, 3] in metres{extra} -> logits [B, N, K]; every "
+                            f"cloud is one crop (its box is mapped into the grid inside the graph); cover a larger "
+                            f"scene with crops as training did")
+    else:
+        proto.doc_string = ("gridify part segmenter: points [B, N, 3]" + (" + normals [B, N, 3]" if wrapper.use_normals
+                            else "") + (" + category [B] int64" if wrapper.num_categories else "")
+                            + " -> logits [B, N, K]" + ("; clouds are normalized inside the graph" if wrapper.normalize
+                                                       else "; clouds must already be normalized into the grid box"))
+
+
+# --------------------------------------------------------------------------------------
+# segmenters: per-axis grids, node chunks, the de-gridification over the transposed edges
+# --------------------------------------------------------------------------------------
+#: Grid nodes per block of the node -> points search of the segmenter graph: its distance block is
+#: ``[B, NODE_CHUNK, N]`` (a 16,384-point crop: 64 MiB), so a scene grid of 8,192 nodes never holds
+#: the whole ``[B, R^3, N]`` matrix.
+NODE_CHUNK = 1024
+
+
+def grid_axes(grid: RegularGrid, device: Optional[torch.device] = None, dtype: torch.dtype = torch.float32
+              ) -> Tuple[Tensor, Tensor, Tensor]:
+    """The node coordinates of every axis ``lo_a + t h_a`` (``[Rx]``, ``[Ry]``, ``[Rz]``), as
+    :func:`gridify.ops.grid_knn` computes them (a per-axis :func:`grid_tables` ``axis``)."""
+    if not isinstance(grid, RegularGrid):
+        fail("grid_axes", f"grid must be a RegularGrid, got {type(grid).__name__}")
+    lo, hi = box_tensors(grid.lower, grid.upper, device, dtype)
+    return tuple(lo[a] + torch.arange(r, device=device).to(dtype) * ((hi[a] - lo[a]) / (r - 1))  # type: ignore
+                 for a, r in enumerate(grid.shape))
+
+
+def dense_grid_knn_unchecked(pos: Tensor, k: int, nodes: Tensor, axes: Tuple[Tensor, Tensor, Tensor],
+                             node_chunk: int = NODE_CHUNK) -> Tuple[Tensor, Tensor, Tensor]:
+    r"""The fixed-shape bilateral kNN graph of :func:`dense_bilateral_knn_unchecked` on any grid
+    ``(Rx, Ry, Rz)``, in bounded memory (traceable with static ``k``).
+
+    ``A`` (node -> its ``k`` nearest points) runs block by block over ``node_chunk`` nodes
+    (``[B, node_chunk, N]`` distances at a time). ``P`` (point -> its ``k' = min(k, R^3)`` nearest
+    nodes) looks only at the ``m_a = min(k', R_a)`` nearest coordinates of every axis: a node whose
+    ``x`` coordinate is not among them has ``m_a >= k'`` nodes (same ``y, z``) that are nearer, or
+    as near and of lower index, so the ``k'`` nearest lie among the ``m_x m_y m_z`` candidates;
+    these are listed in increasing node index, so ties go to the lower node as in
+    :func:`dense_bilateral_knn_unchecked`. Same outputs (``node_points [B, R^3, k]``,
+    ``point_nodes [B, N, k']``, ``keep [B, N, k']``) and float arithmetic.
+    """
+    B, N = pos.shape[:2]
+    R3 = nodes.size(0)
+    blocks = []
+    for s in range(0, R3, node_chunk):
+        c = nodes[s:s + node_chunk]
+        d = (c[None, :, None, 0] - pos[:, None, :, 0]).pow(2)
+        d = d + (c[None, :, None, 1] - pos[:, None, :, 1]).pow(2)
+        d = d + (c[None, :, None, 2] - pos[:, None, :, 2]).pow(2)  # [B, chunk, N], as knn's torch backend
+        blocks.append(_smallest(d, k))
+    node_points = blocks[0] if len(blocks) == 1 else torch.cat(blocks, 1)
+    kk = min(k, R3)
+    shape = [a.size(0) for a in axes]
+    dists, idxs = [], []
+    for a, ax in enumerate(axes):
+        da = (ax - pos[..., a:a + 1]).pow(2)  # [B, N, R_a], as grid_knn
+        idx = _smallest(da, min(kk, shape[a])).sort(-1).values  # the nearest coordinates, in index order
+        dists.append(torch.gather(da, 2, idx))
+        idxs.append(idx)
+    dist = dists[0][..., :, None, None] + dists[1][..., None, :, None]
+    dist = (dist + dists[2][..., None, None, :]).reshape(B, N, -1)
+    flat = (idxs[0][..., :, None, None] * shape[1] + idxs[1][..., None, :, None]) * shape[2] + idxs[2][..., None, None, :]
+    point_nodes = torch.gather(flat.reshape(B, N, -1), 2, _smallest(dist, kk))
+    chosen = torch.gather(node_points, 1, point_nodes.reshape(B, N * kk, 1).expand(-1, -1, k))
+    own = torch.arange(N, device=pos.device).view(1, N, 1, 1)
+    keep = ~(chosen.view(B, N, kk, k) == own).any(-1)
+    return node_points, point_nodes, keep
+
+
+def _aggregate_dense(conv: nn.Module, dense: Tensor, dense_keep: Optional[Tensor], scat: Tensor, scat_dst: Tensor,
+                     scat_keep: Optional[Tensor]) -> Tensor:
+    """``phi_upd(AGG)`` over the two edge kinds of the fixed-shape graph: ``dense [D, t, H]`` (the
+    ``t`` edges every target ``d < D`` has, ``dense_keep [D, t]`` masking duplicates, None: all)
+    and ``scat [E, H]`` scattered to the targets ``scat_dst [E]`` (``scat_keep [E]``, None: all)."""
+    H = dense.size(-1)
+    if conv.aggr == "max":
+        d = dense if dense_keep is None else dense.masked_fill(~dense_keep.unsqueeze(-1), float("-inf"))
+        s = scat if scat_keep is None else scat.masked_fill(~scat_keep.unsqueeze(-1), float("-inf"))
+        agg = d.amax(1).scatter_reduce(0, scat_dst.unsqueeze(-1).expand(-1, H), s, "amax")
+    else:
+        dk = (torch.ones(dense.shape[:2], dtype=dense.dtype, device=dense.device) if dense_keep is None
+              else dense_keep.to(dense.dtype))
+        sk = (torch.ones(scat.size(0), dtype=scat.dtype, device=scat.device) if scat_keep is None
+              else scat_keep.to(scat.dtype))
+        agg = (dense * dk.unsqueeze(-1)).sum(1).index_add(0, scat_dst, scat * sk.unsqueeze(-1))
+        if conv.aggr == "mean":
+            agg = agg / dk.sum(1).index_add(0, scat_dst, sk).unsqueeze(-1)
+    return conv.phi_upd(agg)
+
+
+def gridify_dense_graph(module: Gridification, pos: Tensor, x: Tensor, nodes: Tensor,
+                        graph: Tuple[Tensor, Tensor, Tensor]) -> Tensor:
+    """The gridification ``[B, C, Rx, Ry, Rz]`` of ``pos [B, N, 3]`` / ``x [B, N, F]`` over the
+    fixed-shape ``graph`` of :func:`dense_grid_knn_unchecked` (no checks: what the export traces)."""
+    node_points, point_nodes, keep = graph
+    conv, grid = module.conv, module.grid
+    B, N = pos.shape[:2]
+    R3, k = nodes.size(0), node_points.size(2)
+    h = conv.phi_node(x)
+    if conv.message == "concat":
+        h = conv.msg_node(h)
+    H = h.size(-1)
+    cloud = torch.arange(B, device=pos.device)
+    src = (node_points + (cloud * N).view(B, 1, 1)).reshape(-1)  # A: node <- its k points, [B R^3 k]
+    dst = (point_nodes + (cloud * R3).view(B, 1, 1)).reshape(-1)  # P: point -> its k' nodes, [B N k']
+    m_a = _messages(conv, h.reshape(-1, H)[src], nodes.repeat(B, 1).repeat_interleave(k, 0) - pos.reshape(-1, 3)[src])
+    m_b = _messages(conv, h.unsqueeze(2), nodes[point_nodes] - pos.unsqueeze(2)).reshape(-1, H)
+    out = _aggregate_dense(conv, m_a.view(B * R3, k, H), None, m_b, dst, keep.reshape(-1))
+    return grid.to_dense(out, B)
+
+
+def degridify_dense_graph(module: Degridification, z: Tensor, pos: Tensor, nodes: Tensor,
+                          graph: Tuple[Tensor, Tensor, Tensor]) -> Tensor:
+    r"""The de-gridification ``[B, N, C_out]`` of grid features ``z [B, C, Rx, Ry, Rz]`` at the points
+    ``pos [B, N, 3]`` over the transposed edges of the fixed-shape ``graph``: node ``i`` sends to
+    every point of ``A_i`` and to every point ``j`` whose ``P_j`` holds it (``keep``), with
+    offsets ``c_j - c_i^G`` (no checks: what the export traces)."""
+    node_points, point_nodes, keep = graph
+    conv = module.conv
+    B, N = pos.shape[:2]
+    R3, k, kk = nodes.size(0), node_points.size(2), point_nodes.size(2)
+    h = conv.phi_node(z.permute(0, 2, 3, 4, 1).reshape(B * R3, -1))
+    if conv.message == "concat":
+        h = conv.msg_node(h)
+    H = h.size(-1)
+    cloud = torch.arange(B, device=pos.device)
+    dst = (node_points + (cloud * N).view(B, 1, 1)).reshape(-1)  # A edges: node -> point, [B R^3 k]
+    pos_flat = pos.reshape(-1, 3)
+    m_a = _messages(conv, h.repeat_interleave(k, 0), pos_flat[dst] - nodes.repeat(B, 1).repeat_interleave(k, 0))
+    src = (point_nodes + (cloud * R3).view(B, 1, 1)).reshape(-1)  # P edges: point <- node, [B N k']
+    m_b = _messages(conv, h[src], pos.unsqueeze(2).expand(-1, -1, kk, -1).reshape(-1, 3) - nodes[point_nodes].reshape(-1, 3))
+    out = _aggregate_dense(conv, m_b.view(B * N, kk, H), keep.reshape(B * N, kk), m_a, dst, None)
+    return out.view(B, N, -1)
+
+
+def scene_box_dense(points: Tensor, extent: Optional[Tuple[float, float, float]]) -> Tensor:
+    """:func:`gridify.models.scene.scene_box_coordinates` of equally sized clouds ``points [B, N, 3]`` (the
+    same float arithmetic): every cloud centred on its bounding-box centre, divided by half the
+    fixed ``extent`` (or its own half extent, 1 on a flat axis), clamped into ``[-1, 1]``."""
+    lo, hi = points.amin(1, keepdim=True), points.amax(1, keepdim=True)
+    centre = (lo + hi) / 2
+    if extent is None:
+        half = (hi - lo) / 2
+        half = torch.where(half > FLAT_TOLERANCE * (1 + centre.abs()), half, torch.ones_like(half))
+    else:
+        half = torch.tensor(extent, dtype=points.dtype, device=points.device).view(1, 1, 3) / 2
+    return ((points - centre) / half).clamp(-1.0, 1.0)
+
+
+class OnnxSegmenter(nn.Module):
+    """A gridified segmenter on fixed-shape inputs, ready for ``torch.onnx.export``: per-point logits.
+
+    * :class:`gridify.models.GridifiedSceneSegmenter` (``scene_segmenter``): ``points [B, N, 3]``
+      in metres (+ ``features [B, N, F]``, the checkpoint's per-point features, when ``F > 0``);
+      every cloud is mapped into the grid box as the model does (:func:`scene_box_dense`).
+    * :class:`gridify.models.GridifiedSegmenter` (``gridified_segmenter``, part segmentation):
+      ``points [B, N, 3]`` (+ ``normals [B, N, 3]`` for 6-feature models, + ``category [B]``
+      int64 for models trained with object categories), normalized as :class:`OnnxClassifier`
+      normalizes.
+
+    Then :func:`dense_grid_knn_unchecked` (node blocks of :data:`NODE_CHUNK`),
+    :func:`gridify_dense_graph`, the model's ``grid_norm`` and ``backbone``,
+    :func:`degridify_dense_graph` and the model's point branch and head: ``logits [B, N, K]``.
+    The wrapped model is the given one (shared weights). Eager calls check their inputs; traced,
+    the graph holds no checks.
+
+    Shapes:
+        points ``[B, N, 3]`` (+ features ``[B, N, F]`` / normals ``[B, N, 3]``, category ``[B]``)
+        -> logits ``[B, N, num_classes]``
+    """
+
+    def __init__(self, model: nn.Module, normalize: bool = True, node_chunk: int = NODE_CHUNK) -> None:
+        super().__init__()
+        check_exportable(model, type(self).__name__)
+        if not isinstance(normalize, bool):
+            fail(type(self).__name__, f"normalize must be True or False, got {normalize!r}")
+        self.node_chunk = check_int(type(self).__name__, "node_chunk", node_chunk, 1)
+        self.model = model
+        self.scene = isinstance(model, GridifiedSceneSegmenter)
+        self.normalize = False if self.scene else normalize
+        self.use_normals = not self.scene and model.in_channels == 6
+        self.num_features = model.in_channels if self.scene else 0
+        self.num_categories = 0 if self.scene else int(model.num_categories)
+        dtype = next(model.parameters()).dtype
+        grid = model.gridify.grid
+        self.register_buffer("nodes", grid.positions(dtype=dtype), persistent=False)
+        for name, ax in zip(("axis_x", "axis_y", "axis_z"), grid_axes(grid, dtype=dtype)):
+            self.register_buffer(name, ax, persistent=False)
+
+    @property
+    def input_names(self) -> List[str]:
+        if self.scene:
+            return ["points"] + (["features"] if self.num_features else [])
+        return ["points"] + (["normals"] if self.use_normals else []) + (["category"] if self.num_categories else [])
+
+    @property
+    def axes(self) -> Tuple[Tensor, Tensor, Tensor]:
+        return self.axis_x, self.axis_y, self.axis_z
+
+    def graph_points(self, *inputs: Tensor) -> Tensor:
+        """The coordinates the graph is built on (grid box), ``[B, N, 3]``."""
+        if self.scene:
+            return scene_box_dense(inputs[0], self.model.extent)
+        return _normalize_points(inputs[0]) if self.normalize else inputs[0]
+
+    def _features(self, inputs: Tuple[Tensor, ...]) -> Tuple[Tensor, Tensor]:
+        u = self.graph_points(*inputs)
+        if self.scene:
+            return u, (torch.cat([u, inputs[1]], -1) if self.num_features else u)
+        return u, (torch.cat([u, inputs[1]], -1) if self.use_normals else u)
+
+    def check_inputs(self, *inputs: Any, where: Optional[str] = None) -> None:
+        """Raise ValueError naming what is wrong with ``forward``'s arguments (None when they are fine)."""
+        where = where or f"{type(self).__name__}.forward"
+        names = self.input_names
+        if len(inputs) != len(names):
+            fail(where, f"expected the inputs {', '.join(names)} ({len(names)}), got {len(inputs)} tensors")
+        dtype, device = self.nodes.dtype, self.nodes.device
+        k = self.model.gridify.k
+        points = _check_clouds(where, inputs[0], "points", k, dtype, device)
+        B, N = points.shape[:2]
+        for name, value in zip(names[1:], inputs[1:]):
+            value = check_tensor(value, name, where)
+            if name == "category":
+                if value.dim() != 1 or value.numel() != B or value.dtype != torch.int64:
+                    fail(where, f"category must be an int64 tensor [B] = [{B}], got {value.dtype} "
+                                f"{tuple(value.shape)}")
+                bad = ((value < 0) | (value >= self.num_categories)).nonzero().flatten()
+                if bad.numel():
+                    fail(where, f"category must hold integers in [0, {self.num_categories}), got "
+                                f"{int(value[bad[0]])} for cloud {int(bad[0])}")
+                continue
+            width = self.num_features if name == "features" else 3
+            if value.dim() != 3 or tuple(value.shape) != (B, N, width):
+                fail(where, f"{name} must have shape [B, N, {width}] = [{B}, {N}, {width}] (one row per point), got "
+                            f"{tuple(value.shape)}")
+            check_float(value, name, where)
+            if value.dtype != dtype or value.device != device:
+                fail(where, f"{name} must be {str(dtype).replace('torch.', '')} on {device} (the model's), got "
+                            f"{value.dtype} on {value.device}")
+            check_finite(value.reshape(B * N, width), name, where, torch.arange(B).repeat_interleave(N))
+        nbytes = B * N * min(self.node_chunk, self.nodes.size(0)) * element_size(dtype)
+        check_alloc(where, f"points {tuple(points.shape)} (a [B, {min(self.node_chunk, self.nodes.size(0))}, N] "
+                           f"distance block)", nbytes)
+
+    def forward(self, *inputs: Tensor) -> Tensor:
+        if not validating():
+            return self._forward(*inputs)
+        self.check_inputs(*inputs)
+        with trusted_inputs():
+            return self._forward(*inputs)
+
+    def _forward(self, *inputs: Tensor) -> Tensor:
+        m = self.model
+        u, x = self._features(inputs)
+        graph = dense_grid_knn_unchecked(u, m.gridify.k, self.nodes, self.axes, self.node_chunk)
+        z = m.backbone(m.grid_norm(gridify_dense_graph(m.gridify, u, x, self.nodes, graph)))
+        voxel = degridify_dense_graph(m.degridify, z, u, self.nodes, graph)
+        B, N = u.shape[:2]
+        parts = [voxel, m.point_mlp(x)]
+        if self.num_categories:
+            onehot = nn.functional.one_hot(inputs[-1], self.num_categories).to(voxel.dtype)
+            parts.append(onehot.unsqueeze(1).expand(-1, N, -1))
+        return m.head(torch.cat(parts, -1))
+
+    @torch.no_grad()
+    def reference(self, *inputs: Tensor) -> Tensor:
+        """The same logits through the model's own forward (bilateral kNN graph): the reference path."""
+        if validating():
+            self.check_inputs(*inputs, where=f"{type(self).__name__}.reference")
+        if self.scene:
+            return self.model(inputs[0], inputs[1] if self.num_features else None)
+        u, x = self._features(inputs)
+        return self.model(u, x, category=inputs[-1] if self.num_categories else None)
+
+    def point_nodes(self, u: Tensor) -> Tensor:
+        """``P`` of the fixed-shape graph of grid-box points ``u [B, N, 3]``."""
+        return dense_grid_knn_unchecked(u, self.model.gridify.k, self.nodes, self.axes, self.node_chunk)[1]
+
+    def example_inputs(self, batch: int, n: int, seed: int) -> Tuple[Tensor, ...]:
+        """Seeded random clouds ``[batch, n, 3]`` (+ their other inputs), as :meth:`place` places them."""
+        g = torch.Generator().manual_seed(seed)
+        u = 2 * torch.rand(batch, n, 3, generator=g, dtype=torch.float64) - 1
+        if not self.scene:
+            u = nn.functional.normalize(u, dim=-1) * (0.6 + 0.3 * torch.rand(batch, n, 1, generator=g,
+                                                                           dtype=torch.float64))
+        return self.place(u, g)
+
+    def place(self, u: Tensor, g: torch.Generator) -> Tuple[Tensor, ...]:
+        """Clouds ``u`` (float64, in ``[-1, 1]^3``) as inputs: a scene segmenter gets metric points
+        (a 30 x 30 x 3 m box far from the origin, as a scan in map coordinates) and features in
+        ``[0, 1]``; a part segmenter gets them as ``_place`` places a classifier's, plus
+        normals and categories."""
+        dtype = self.nodes.dtype
+        batch, n = u.shape[:2]
+        if self.scene:
+            points = torch.tensor([350.0, -120.0, 2.0], dtype=torch.float64) + u * torch.tensor([15.0, 15.0, 1.5],
+                                                                                             dtype=torch.float64)
+            out = (points.to(dtype),)
+            if self.num_features:
+                out += (torch.rand(batch, n, self.num_features, generator=g, dtype=torch.float64).to(dtype),)
+            return out
+        points = u * 0.9
+        if self.normalize:
+            points = points * 3.0 + 2.0
+        out = (points.contiguous().to(dtype),)
+        if self.use_normals:
+            out += (nn.functional.normalize(torch.randn(u.shape, generator=g, dtype=torch.float64), dim=-1).to(dtype),)
+        if self.num_categories:
+            out += (torch.randint(0, self.num_categories, (batch,), generator=g),)
+        return out
+
+
+class OnnxSceneModel:
+    """An exported scene segmenter (an ONNX file of :func:`export_onnx`) as the ``model(pos, x, batch)
+    -> logits`` callable that :func:`gridify.scene_inference.predict_scene` covers a whole scan with.
+
+    ``__call__`` runs the file once per cloud of the flat batch (``pos [n, 3]`` metres, ``x [n, F]``
+    the features the file's metadata names, ``batch [n]`` sorted); :meth:`predict` scores every point
+    of a scene with the crops recorded in the file (``voxel_size``, ``max_points``), as
+    :meth:`gridify.Predictor.predict` does with the checkpoint. Needs onnxruntime only.
+
+    Shapes:
+        __call__: pos ``[n, 3]``, x ``[n, F]``, batch ``[n]`` -> logits ``[n, K]``;
+        predict: pos ``[N, 3]``, x ``[N, F]`` -> probabilities ``[N, K]``
+    """
+
+    def __init__(self, path: Union[str, "os.PathLike[str]"], threads: Optional[int] = None) -> None:
+        where = "OnnxSceneModel"
+        require_export_dependencies(where, verify=True)
+        import onnxruntime as ort
+
+        if not isinstance(path, (str, os.PathLike)) or not os.path.isfile(path):
+            fail(where, f"path must name an existing .onnx file, got {path!r}")
+        threads = check_int(where, "threads", threads, 1, allow_none=True)
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        try:
+            self.session = ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's own exception types; one clear message
+            fail(where, f"onnxruntime could not load {os.fspath(path)!r} ({type(exc).__name__}: "
+                        f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})")
+        meta = self.session.get_modelmeta().custom_metadata_map
+        if meta.get("model") != "scene_segmenter":
+            fail(where, f"{os.fspath(path)!r} is not a scene segmenter exported by gridify (its metadata says model="
+                        f"{meta.get('model')!r})")
+        self.inputs = json.loads(meta["inputs"])
+        self.class_names = json.loads(meta["class_names"])
+        self.features = json.loads(meta.get("features", "null"))
+        self.voxel_size = json.loads(meta.get("voxel_size", "null"))
+        self.max_points = json.loads(meta.get("max_points", "null"))
+        self.in_channels = int(meta["in_channels"])
+
+    def __call__(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None) -> Tensor:
+        n = pos.size(0)
+        batch = torch.zeros(n, dtype=torch.long) if batch is None else batch.cpu()
+        ends = torch.cumsum(torch.bincount(batch), 0).tolist()
+        out, start = [], 0
+        for end in ends:
+            feeds = {"points": pos[start:end].detach().cpu().float().numpy()[None]}
+            if "features" in self.inputs:
+                if x is None or x.dim() != 2 or x.size(1) != self.in_channels:
+                    fail("OnnxSceneModel", f"x must hold the {self.in_channels} features {self.features} per point")
+                feeds["features"] = x[start:end].detach().cpu().float().numpy()[None]
+            out.append(torch.from_numpy(self.session.run(["logits"], feeds)[0][0]))
+            start = end
+        return torch.cat(out).to(pos.device)
+
+    def predict(self, pos: Tensor, x: Optional[Tensor] = None, *, votes: int = 1, seed: int = 0,
+                progress: Optional[Any] = None) -> Tensor:
+        """Class probabilities ``[N, K]`` of every point of a scene, covered with the file's crops."""
+        from .scene_inference import predict_scene  # noqa: PLC0415
+
+        return predict_scene(self, pos, x if x is not None else pos.new_zeros(pos.size(0), 0),
+                             voxel_size=self.voxel_size, max_points=self.max_points, votes=votes, seed=seed,
+                             batch_size=1, progress=progress)

@@ -1,0 +1,238 @@
+"""ONNX export of the part and scene segmenters (gridify.export.OnnxSegmenter): the fixed-shape
+graph against the bilateral kNN, the dense (de-)gridification against the model's own forward,
+the file against PyTorch (random, degenerate and real clouds), whole scenes through the file's
+crops (OnnxSceneModel), input errors, and ``gridify export`` by name and on segmenter checkpoints."""
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+
+from gridify import cli
+from gridify import export as E
+from gridify.checkpoint import export_model
+from gridify.models import GridifiedSceneSegmenter, GridifiedSegmenter
+from gridify.nn import RegularGrid
+from gridify.ops import grid_knn, knn
+from gridify.scene_inference import predict_scene
+from tests.helpers import shared_data_root
+
+HAVE_ONNX = all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxscript", "onnxruntime"))
+needs_onnx = pytest.mark.skipif(not HAVE_ONNX, reason="needs the export extra: pip install 'gridify[export]'")
+
+SCENE = dict(in_channels=2, num_classes=4, resolution=(6, 5, 3), extent=(20.0, 20.0, 4.0), k=4, hidden_channels=8,
+             depth=1, kernel_size=3, point_channels=8, message_channels=8, pos_hidden_channels=8)
+PART = dict(in_channels=6, num_classes=5, num_categories=3, resolution=4, k=4, hidden_channels=8, depth=1,
+            kernel_size=3, point_channels=8)
+
+
+def scene_model(**overrides):
+    torch.manual_seed(0)
+    model = GridifiedSceneSegmenter(**dict(SCENE, **overrides)).eval()
+    wrapper = E.OnnxSegmenter(model)
+    with torch.no_grad():
+        wrapper.reference(*wrapper.example_inputs(1, 50, 0))  # lazy initialization on a first input
+    return model, wrapper
+
+
+def part_model(**overrides):
+    torch.manual_seed(0)
+    model = GridifiedSegmenter(**dict(PART, **overrides)).eval()
+    wrapper = E.OnnxSegmenter(model)
+    with torch.no_grad():
+        wrapper.reference(*wrapper.example_inputs(1, 50, 0))
+    return model, wrapper
+
+
+# --------------------------------------------------------------------------------------
+# the fixed-shape graph
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(5, 5, 5), (6, 4, 3), (2, 7, 3)])
+@pytest.mark.parametrize("cloud", ["random", "duplicates"])
+def test_dense_grid_knn_is_the_bilateral_knn(shape, cloud):
+    g = torch.Generator().manual_seed(1)
+    pos = torch.rand(2, 60, 3, generator=g) * 2 - 1
+    if cloud == "duplicates":
+        pos[:, 30:] = pos[:, :30]
+    grid = RegularGrid(shape)
+    k = 5
+    nodes = grid.positions()
+    node_points, point_nodes, keep = E.dense_grid_knn_unchecked(pos, k, nodes, E.grid_axes(grid), node_chunk=7)
+    B, N = pos.shape[:2]
+    flat, batch = pos.reshape(-1, 3), torch.arange(B).repeat_interleave(N)
+    node_batch = torch.arange(B).repeat_interleave(grid.num_nodes)
+    # A: node i <- its k nearest points (the torch knn backend, ties to the lower index)
+    a = knn(flat, nodes.repeat(B, 1), k, batch, node_batch, backend="torch")[1].view(B, grid.num_nodes, k)
+    assert torch.equal(node_points.sort(-1).values, (a - (torch.arange(B) * N).view(B, 1, 1)).sort(-1).values)
+    # P: point j -> its k nearest nodes, as grid_knn (same squared distances where a tie picks another node)
+    theirs = grid_knn(flat, k, shape, batch=batch)[1].view(B, N, k) - (torch.arange(B) * grid.num_nodes).view(B, 1, 1)
+    d = lambda idx: (nodes.double()[idx] - pos.double().unsqueeze(2)).pow(2).sum(-1).sort(-1).values  # noqa: E731
+    assert torch.allclose(d(point_nodes), d(theirs), rtol=0, atol=1e-12)
+    # keep drops exactly the point -> node edges the node's own list holds
+    held = torch.gather(node_points, 1, point_nodes.reshape(B, -1, 1).expand(-1, -1, k)).view(B, N, k, k)
+    assert torch.equal(keep, ~(held == torch.arange(N).view(1, N, 1, 1)).any(-1))
+
+
+def test_dense_grid_knn_agrees_with_the_cubic_export_graph():
+    pos = torch.rand(3, 40, 3) * 2 - 1
+    grid = RegularGrid(5)
+    ours = E.dense_grid_knn_unchecked(pos, 6, grid.positions(), E.grid_axes(grid), node_chunk=16)
+    cubic = E.dense_bilateral_knn_unchecked(pos, 6, *E.grid_tables(grid))
+    for a, b in zip(ours, cubic):
+        assert torch.equal(a, b)
+
+
+# --------------------------------------------------------------------------------------
+# the wrapper against the model's own forward
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("overrides", [{}, dict(aggr="mean", message="product"), dict(aggr="sum", extent=None),
+                                       dict(in_channels=0), dict(backbone="ccnn", kernel_size=3)])
+def test_scene_wrapper_equals_the_model(overrides):
+    model, wrapper = scene_model(**overrides)
+    inputs = wrapper.example_inputs(2, 300, 3)
+    with torch.no_grad():
+        got, want = wrapper(*inputs), wrapper.reference(*inputs)
+    assert got.shape == (2, 300, 4)
+    assert (got - want).abs().max() < 1e-4
+    perm = torch.randperm(300)  # per-point logits follow their points
+    with torch.no_grad():
+        moved = wrapper(*(t[:, perm] for t in inputs))
+    assert (moved - got[:, perm]).abs().max() < 1e-4
+
+
+def test_part_wrapper_equals_the_model():
+    model, wrapper = part_model()
+    inputs = wrapper.example_inputs(2, 120, 5)
+    assert wrapper.input_names == ["points", "normals", "category"]
+    with torch.no_grad():
+        assert (wrapper(*inputs) - wrapper.reference(*inputs)).abs().max() < 1e-4
+    _, plain = part_model(in_channels=3, num_categories=0, aggr="mean", message="product")
+    inputs = plain.example_inputs(1, 80, 6)
+    assert plain.input_names == ["points"]
+    with torch.no_grad():
+        assert (plain(*inputs) - plain.reference(*inputs)).abs().max() < 1e-4
+
+
+def test_segmenter_inputs_are_checked_by_name():
+    _, wrapper = scene_model()
+    points, features = wrapper.example_inputs(1, 30, 0)
+    with pytest.raises(ValueError, match=r"features must have shape \[B, N, 2\] = \[1, 30, 2\]"):
+        wrapper(points, features[..., :1])
+    bad = features.clone()
+    bad[0, 7, 1] = float("nan")
+    with pytest.raises(ValueError, match="features.*row 7"):
+        wrapper(points, bad)
+    with pytest.raises(ValueError, match=r"expected the inputs points, features \(2\), got 1"):
+        wrapper(points)
+    with pytest.raises(ValueError, match="every cloud needs at least k=4 points"):
+        wrapper(points[:, :3], features[:, :3])
+    _, part = part_model()
+    p, n, c = part.example_inputs(2, 30, 0)
+    with pytest.raises(ValueError, match=r"category must hold integers in \[0, 3\), got 3 for cloud 1"):
+        part(p, n, torch.tensor([0, 3]))
+    with pytest.raises(ValueError, match="category must be an int64 tensor"):
+        part(p, n, c.float())
+
+
+# --------------------------------------------------------------------------------------
+# the file
+# --------------------------------------------------------------------------------------
+def _run(path, feeds):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return torch.from_numpy(session.run(["logits"], {k: v.numpy() for k, v in feeds.items()})[0]), \
+        session.get_modelmeta().custom_metadata_map
+
+
+@needs_onnx
+@pytest.mark.slow  # a trace and onnxruntime runs: about a minute each
+def test_scene_segmenter_file_labels_every_point_like_pytorch(tmp_path):
+    model, wrapper = scene_model()
+    report = E.export_onnx(model, tmp_path / "scene.onnx")
+    assert report.model == "scene_segmenter" and report.max_abs_diff <= 1e-4
+    assert report.outputs["logits"] == ["batch", "num_points", 4]
+    assert "maps every crop" in report.summary()
+    for n in (4, 37, 900):  # any N >= k
+        points, features = wrapper.example_inputs(2, n, n)
+        got, meta = _run(tmp_path / "scene.onnx", {"points": points, "features": features})
+        with torch.no_grad():
+            want = wrapper.reference(points, features)
+        assert (got - want).abs().max() < 1e-4 and torch.equal(got.argmax(-1), want.argmax(-1))
+    assert meta["model"] == "scene_segmenter" and meta["extent"] == "[20.0, 20.0, 4.0]"
+    assert meta["inputs"] == '["points", "features"]'
+
+
+@needs_onnx
+@pytest.mark.slow  # a trace and onnxruntime runs: about a minute each
+def test_part_segmenter_file_with_categories(tmp_path):
+    model, wrapper = part_model()
+    report = E.export_onnx(model, tmp_path / "part.onnx", normalize=True)
+    assert report.inputs["category"] == ["batch"] and report.max_abs_diff <= 1e-4
+    points, normals, category = wrapper.example_inputs(3, 64, 9)
+    got, meta = _run(tmp_path / "part.onnx", {"points": points, "normals": normals, "category": category})
+    with torch.no_grad():
+        want = wrapper.reference(points, normals, category)
+    assert (got - want).abs().max() < 1e-4 and meta["model"] == "gridified_segmenter"
+
+
+@needs_onnx
+@pytest.mark.slow  # a trace and onnxruntime runs: about a minute each
+def test_whole_scene_through_the_file_equals_predict_scene(tmp_path):
+    model, _ = scene_model()
+    export_model(tmp_path / "seg.pt", model, dict(model_name="scene_segmenter", model_kwargs=dict(SCENE),
+                                                  task="scene_segmentation",
+                                                  info={"class_names": list("abcd"), "features": ["strength", "height"],
+                                                        "voxel_size": 0.5, "max_points": 400}))
+    E.export_onnx(tmp_path / "seg.pt", tmp_path / "seg.onnx", verify=False)  # the scene below is the check
+    runner = E.OnnxSceneModel(tmp_path / "seg.onnx", threads=1)
+    assert (runner.features, runner.voxel_size, runner.max_points) == (["strength", "height"], 0.5, 400)
+    g = torch.Generator().manual_seed(2)
+    pos = torch.rand(3000, 3, generator=g) * torch.tensor([40.0, 30.0, 3.0])
+    x = torch.rand(3000, 2, generator=g)
+    for m in model.modules():  # the torch backend: the float arithmetic the file reproduces
+        if hasattr(m, "knn_backend"):
+            m.knn_backend = "torch"
+    with torch.no_grad():
+        want = predict_scene(model, pos, x, voxel_size=0.5, max_points=400)
+    got = runner.predict(pos, x)
+    assert torch.equal(got.argmax(1), want.argmax(1)) and (got - want).abs().max() < 1e-4
+    with pytest.raises(ValueError, match="is not a scene segmenter exported by gridify"):
+        E.export_onnx(part_model()[0], tmp_path / "part.onnx", verify=False)
+        E.OnnxSceneModel(tmp_path / "part.onnx")
+
+
+@needs_onnx
+@pytest.mark.slow  # a trace and onnxruntime runs: about a minute each
+def test_real_scan_crop_labels_equal_pytorch(tmp_path):
+    root = shared_data_root()
+    scan = None if root is None else root / "scans/mmdet3d_real_scans/tests/data/semantickitti/sequences/00/velodyne/000000.bin"
+    if scan is None or not scan.is_file():
+        pytest.skip("real data not available (../shared/data)")
+    raw = np.fromfile(scan, dtype=np.float32).reshape(-1, 4)
+    crop = raw[np.argsort(np.linalg.norm(raw[:, :2] - raw[0, :2], axis=1), kind="stable")[:3000]]
+    model, wrapper = scene_model(extent=(40.0, 40.0, 8.0))
+    E.export_onnx(model, tmp_path / "kitti.onnx")
+    points = torch.from_numpy(crop[None, :, :3].copy())
+    features = torch.from_numpy(np.stack([crop[:, 3], crop[:, 2] - crop[:, 2].min()], 1)[None].astype(np.float32))
+    got, _ = _run(tmp_path / "kitti.onnx", {"points": points, "features": features})
+    for m in model.modules():
+        if hasattr(m, "knn_backend"):
+            m.knn_backend = "torch"
+    with torch.no_grad():
+        want = wrapper.reference(points, features)
+    assert torch.equal(got.argmax(-1), want.argmax(-1)) and (got - want).abs().max() < 1e-4
+
+
+def test_cli_export_takes_a_shipped_name(tmp_path, monkeypatch):
+    seen = {}
+
+    def fake(model, out, **kwargs):
+        seen["model"] = model
+        raise E.ExportError("stop here")
+    monkeypatch.setattr(E, "export_onnx", fake)
+    with pytest.raises(SystemExit, match="stop here"):
+        cli.main(["export", "modelnet10", "--out", str(tmp_path / "m.onnx")])
+    assert seen["model"].endswith("modelnet10.pt")
+    with pytest.raises(SystemExit, match="checkpoint not found: nosuchmodel .*shipped model: modelnet10"):
+        cli.main(["export", "nosuchmodel", "--out", str(tmp_path / "m.onnx")])
