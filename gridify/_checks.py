@@ -10,8 +10,10 @@ calls the unchecked implementations directly, so a nested call inside a forward 
 re-validates (no repeated host synchronisation on a GPU). Public *modules* nested inside other
 modules (a backbone inside a model, a kernel network inside a convolution) cannot be bypassed
 that way; their value checks (NaN/Inf, index ranges) run only when :func:`validating` is true,
-i.e. outside a :func:`trusted_inputs` block. :func:`checked_forward` decorates a module's
-``forward``: it runs a check function at the outermost call and the forward itself trusted.
+i.e. outside a :func:`trusted_inputs` block and not while a graph is traced or compiled
+(``torch.jit.trace``, ONNX export, ``torch.compile``, ``torch.export``). :func:`checked_forward`
+decorates a module's ``forward``: it runs a check function at the outermost call and the forward
+itself trusted.
 
 Scalar hyper-parameters: :func:`check_int` / :func:`check_positive_int` (integers, ``bool``
 refused), :func:`check_number` (finite real numbers with a lower bound), :func:`check_fraction`,
@@ -328,7 +330,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def validating() -> bool:
-    """Whether the current call must validate its inputs (False inside :func:`trusted_inputs`)."""
+    """Whether the current call must run its value checks (NaN/Inf scans, index ranges).
+
+    False inside :func:`trusted_inputs` (library code vouches for the inputs) and while a graph is
+    traced: :func:`torch.jit.trace`, ONNX export, :func:`torch.compile` (dynamo) and
+    :func:`torch.export` -- a value check is a data-dependent branch, which a graph cannot hold.
+    Shape, dtype and type checks do not ask this: they run always (eagerly they are what gives a
+    correct error; traced, their conditions are static).
+    """
+    if torch.compiler.is_compiling() or torch.compiler.is_exporting():  # first: dynamo never sees the ContextVar
+        return False
+    if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export():
+        return False
     return not _TRUSTED.get()
 
 

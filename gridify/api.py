@@ -299,8 +299,9 @@ class Predictor(nn.Module):
         super().__init__()
         if not isinstance(model, nn.Module):
             raise ValueError(f"Predictor: model must be a torch.nn.Module, got {type(model).__name__}")
-        if task not in TASKS:
-            raise ValueError(f"Predictor: task must be one of {task_names()}, got {task!r}")
+        if task not in TASKS or not get_task(task).predictor:
+            raise ValueError(f"Predictor: task must be one of {[n for n in task_names() if get_task(n).predictor]}, "
+                             f"got {task!r}")
         check_int("Predictor", "num_points", num_points, 1, allow_none=True)
         # a scene segmenter may take no features beside its coordinates (in_channels=0)
         check_int("Predictor", "in_channels", in_channels, 0 if get_task(task).whole_scenes else 1)
@@ -435,6 +436,11 @@ class Predictor(nn.Module):
         self._check_run(where, num_votes, batch_size, seed, estimate_normals)
         cat = self._category(category, where)
         cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=where)
+        return self._predict_cloud(cloud, cat, num_votes, seed, batch_size, where)
+
+    def _predict_cloud(self, cloud: Dict[str, Any], cat: Optional[int], num_votes: int, seed: int, batch_size: int,
+                       where: str) -> Prediction:
+        """:meth:`predict` of a cloud already read and normalized (:meth:`prepare`) and a checked category."""
         with evaluating(self.model), all_or_nothing(self.model):
             if not self.dense:
                 self._check_batch_sizes(where, len(cloud["pos"]), num_votes, batch_size)
@@ -684,8 +690,9 @@ class Predictor(nn.Module):
                     "center": np.zeros(3), "scale": 1.0}
         if not callable(getattr(self.model, "gridify", None)):
             fail(where, f"the model ({type(self.model).__name__}) has no gridification to inspect")
-        pred = self.predict(points, normals, category, seed=seed, estimate_normals=estimate_normals)
-        cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=where)
+        cat = self._category(category, where)
+        cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=where)  # read once
+        pred = self._predict_cloud(cloud, cat, 4, seed, 8, where)  # predict's default votes and batch size
         sub = self._chunks(cloud, seed)[0] if self.dense else \
             self._subsets(len(cloud["pos"]), canonical_order(cloud["pos"], cloud["normals"]), 1, seed)[0]
         dev = self.device
@@ -747,9 +754,9 @@ def load(path: Union[str, "os.PathLike[str]"], device: Union[str, torch.device] 
     if not isinstance(reparameterize, bool):
         raise ValueError(f"gridify.load: reparameterize must be a bool, got {reparameterize!r}")
     payload = load_checkpoint(path)
-    if payload["task"] not in TASKS:
+    if payload["task"] not in TASKS or not get_task(payload["task"]).predictor:  # sequences: build_model_from_checkpoint
         raise CheckpointError(f"{path}: entry 'task' is {payload['task']!r}; gridify.load serves the models of the "
-                              f"tasks {task_names()}")
+                              f"tasks {[n for n in task_names() if get_task(n).predictor]}")
     model = build_model_from_checkpoint(payload, reparameterize=reparameterize)
     info = payload.get("info") or {}
     config = payload.get("config") or {}

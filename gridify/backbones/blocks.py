@@ -253,13 +253,28 @@ class GridBackbone(nn.Module):
 
 
 class ResidualStack(GridBackbone):
-    """``W_out [BN](block_depth(... block_1(W_in x)))``: the trunk shared by ``ccnn`` and ``resnet``.
+    """``W_out [BN](block_depth(... block_1(W_in x)))``: the trunk shared by ``ccnn``, ``resnet`` and
+    ``mrconv``.
 
-    Subclasses call :meth:`_build` with a factory returning one depthwise-separable convolution.
+    Subclasses call ``_check_widths`` (the shared argument checks, with the backbone's name in the
+    messages) and ``_build`` with a factory returning one depthwise-separable convolution.
 
     Shapes:
         input ``[B, in_channels, R, R, R]`` -> output ``[B, out_channels, R, R, R]``
     """
+
+    def _check_widths(self, where: str, in_channels: int, out_channels: int, hidden_channels: int, depth: int,
+                      dropout: float) -> None:
+        """Validate the arguments every residual stack shares (positive widths and depth, a parameter
+        count within the allocation limit, a dropout probability; ``where`` names the backbone in
+        the messages) and store the widths and depth."""
+        check_positive_int(where, in_channels=in_channels, out_channels=out_channels,
+                           hidden_channels=hidden_channels, depth=depth)
+        check_parameters(where, f"hidden_channels={hidden_channels}, depth={depth}",
+                         hidden_channels * ((3 * depth + 2) * hidden_channels + in_channels + out_channels))
+        check_probability(where, "dropout", dropout)
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.hidden_channels, self.depth = hidden_channels, depth
 
     def _build(self, in_channels: int, hidden_channels: int, out_channels: int, depth: int,
                make_conv: Callable[[], nn.Module], dropout: float, final_norm: bool) -> None:

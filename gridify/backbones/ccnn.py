@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-from .._checks import check_parameters, check_positive_int, check_probability
 from ..nn.flexconv import SepFlexConv3d
 from ..registry import BACKBONES
 from .blocks import ResidualStack, check_cubic
@@ -54,13 +53,7 @@ class CCNN(ResidualStack):
                  final_norm: bool = False, cubic: bool = True) -> None:
         super().__init__()
         self.cubic = check_cubic("CCNN", cubic)
-        check_positive_int("CCNN", in_channels=in_channels, out_channels=out_channels,
-                           hidden_channels=hidden_channels, depth=depth)
-        check_parameters("CCNN", f"hidden_channels={hidden_channels}, depth={depth}",
-                         hidden_channels * ((3 * depth + 2) * hidden_channels + in_channels + out_channels))
-        check_probability("CCNN", "dropout", dropout)
-        self.in_channels, self.out_channels = in_channels, out_channels
-        self.hidden_channels, self.depth = hidden_channels, depth
+        self._check_widths("CCNN", in_channels, out_channels, hidden_channels, depth, dropout)
         def make_conv() -> SepFlexConv3d:
             return SepFlexConv3d(hidden_channels, hidden_channels, kernel_size=kernel_size, kernel_net=kernel_net,
                                  kernel_hidden=kernel_hidden, kernel_layers=kernel_layers, omega0=omega0, mask=mask,

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-from .._checks import check_parameters, check_positive_int, check_probability
 from ..nn.mrconv import MRConvSeparable3d
 from ..nn.reparam import reparameterize_model
 from ..registry import BACKBONES
@@ -49,13 +48,8 @@ class MRConvNet(ResidualStack):
                  resolution: Optional[int] = None, fft: Union[str, bool] = "auto",
                  fft_threshold: Optional[int] = None, final_norm: bool = False) -> None:
         super().__init__()
-        check_positive_int("MRConvNet", in_channels=in_channels, out_channels=out_channels,
-                           hidden_channels=hidden_channels, depth=depth)
-        check_parameters("MRConvNet", f"hidden_channels={hidden_channels}, depth={depth}",
-                         hidden_channels * ((3 * depth + 2) * hidden_channels + in_channels + out_channels))
-        check_probability("MRConvNet", "dropout", dropout)
-        self.in_channels, self.out_channels = in_channels, out_channels
-        self.hidden_channels, self.depth, self.kernel_size = hidden_channels, depth, kernel_size
+        self._check_widths("MRConvNet", in_channels, out_channels, hidden_channels, depth, dropout)
+        self.kernel_size = kernel_size
 
         def make_conv() -> MRConvSeparable3d:
             return MRConvSeparable3d(hidden_channels, hidden_channels, num_branches=num_branches,

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Union
 
-from .._checks import check_parameters, check_positive_int, check_probability
 from ..registry import BACKBONES
 from .blocks import DepthwiseSeparableConv3d, ResidualStack, check_cubic, check_kernel_size
 
@@ -35,15 +34,10 @@ class ResNet3d(ResidualStack):
                  dropout: float = 0.1, kernel_size: int = 9, final_norm: bool = False,
                  fft: Union[str, bool] = "auto", cubic: bool = True) -> None:
         super().__init__()
-        check_positive_int("ResNet3d", in_channels=in_channels, out_channels=out_channels,
-                           hidden_channels=hidden_channels, depth=depth)
-        check_parameters("ResNet3d", f"hidden_channels={hidden_channels}, depth={depth}",
-                         hidden_channels * ((3 * depth + 2) * hidden_channels + in_channels + out_channels))
-        check_probability("ResNet3d", "dropout", dropout)
+        self._check_widths("ResNet3d", in_channels, out_channels, hidden_channels, depth, dropout)
         check_kernel_size("ResNet3d", kernel_size)
         self.cubic = check_cubic("ResNet3d", cubic)
-        self.in_channels, self.out_channels = in_channels, out_channels
-        self.hidden_channels, self.depth, self.kernel_size = hidden_channels, depth, kernel_size
+        self.kernel_size = kernel_size
         self._build(in_channels, hidden_channels, out_channels, depth,
                     lambda: DepthwiseSeparableConv3d(hidden_channels, hidden_channels, kernel_size, fft=fft,
                                                            cubic=cubic),

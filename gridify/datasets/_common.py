@@ -249,7 +249,7 @@ class PointCloudDataset(torch.utils.data.Dataset):
     optional ``normal`` ``[N, 3]``, ``y``: int class or ``[N]`` part labels, optional
     ``category``) and set ``self.split``.
 
-    The pipeline of :meth:`__getitem__`: ``raw`` -> :class:`~gridify.transforms.Normalize`
+    The pipeline of ``__getitem__``: ``raw`` -> :class:`~gridify.transforms.Normalize`
     (when ``normalize``) -> :class:`~gridify.transforms.FixedPoints` (random at ``train``,
     deterministic otherwise; skipped when ``num_points`` is None) -> ``transform`` ->
     :func:`fit_box` (when ``normalize``: whatever the transform does, e.g. a
@@ -305,14 +305,29 @@ class PointCloudDataset(torch.utils.data.Dataset):
             sample = fit_box(sample)
         return self.to_item(sample, index)
 
+    #: the attribute that holds every sample's class or category id (read by :meth:`sample_groups`)
+    group_attribute: Optional[str] = None
+
+    def display_name(self) -> str:
+        """The dataset's name in :meth:`describe` (the class name unless a subclass says otherwise)."""
+        return type(self).__name__
+
     def describe(self, index: int) -> str:
-        """A human-readable name of sample ``index`` (its file), for error messages."""
-        return f"{type(self).__name__}[{index}]"
+        """A human-readable name of sample ``index`` (its file), for error messages:
+        ``"<name> <split>[index] (<file>)"`` for a dataset that lists its sample files (``files``),
+        else ``"<class>[index]"``."""
+        files = getattr(self, "files", None)
+        if files is None:
+            return f"{type(self).__name__}[{index}]"
+        return f"{self.display_name()} {self.split}[{index}] ({files[index]})"
 
     def sample_groups(self) -> Optional[np.ndarray]:
         """The class (classification) or category (segmentation) of every sample, ``[len(self)]``
-        int64, known without reading the samples; None when the dataset cannot tell."""
-        return None
+        int64 (a copy of :attr:`group_attribute`), known without reading the samples; None when the
+        dataset cannot tell."""
+        if self.group_attribute is None:
+            return None
+        return np.array(getattr(self, self.group_attribute), dtype=np.int64)
 
     @classmethod
     def archives(cls, **kwargs: Any) -> List[str]:

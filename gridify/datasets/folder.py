@@ -269,6 +269,7 @@ class PointFolder(PointCloudDataset):
     """
 
     source_format = "folder"
+    group_attribute = "labels"
 
     def __init__(self, root: PathLike, split: str = "train", *, task: str = "classification",
                  num_points: Optional[int] = 1024, use_normals: bool = False,
@@ -330,15 +331,9 @@ class PointFolder(PointCloudDataset):
     def __len__(self) -> int:
         return len(self.files)
 
-    def describe(self, index: int) -> str:
-        return f"PointFolder {self.split}[{index}] ({self.files[index]})"
-
     def __repr__(self) -> str:
         return (f"PointFolder(root='{self.root}', split={self.split!r}, task={self.task!r}, "
                 f"classes={self.num_classes}, samples={len(self)}, num_points={self.num_points})")
-
-    def sample_groups(self) -> np.ndarray:
-        return self.labels.copy()
 
     # ----------------------------------------------------------------------------------
     def _read(self, path: Path) -> PointCloud:

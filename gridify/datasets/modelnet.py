@@ -107,6 +107,7 @@ class ModelNet(PointCloudDataset):
     Attributes:
         class_names, num_classes, source_format, data_dir, files (per sample).
     """
+    group_attribute = "labels"
 
     def __init__(self, root: Optional[PathLike] = None, name: str = "40", split: str = "train", *,
                  source: str = "off", num_points: Optional[int] = 1024, use_normals: bool = True,
@@ -179,15 +180,12 @@ class ModelNet(PointCloudDataset):
     def __len__(self) -> int:
         return len(self.entries)
 
-    def describe(self, index: int) -> str:
-        return f"ModelNet{self.name} {self.split}[{index}] ({self.files[index]})"
+    def display_name(self) -> str:
+        return f"ModelNet{self.name}"
 
     def __repr__(self) -> str:
         return (f"ModelNet(name={self.name!r}, split={self.split!r}, source={self.source_format!r}, "
                 f"samples={len(self)}, num_points={self.num_points}, data_dir='{self.data_dir}')")
-
-    def sample_groups(self) -> np.ndarray:
-        return np.asarray(self.labels, dtype=np.int64)
 
     @classmethod
     def archives(cls, name: str = "40", source: str = "off", **_: Any) -> List[str]:

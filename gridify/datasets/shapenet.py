@@ -97,6 +97,7 @@ class ShapeNetPart(PointCloudDataset):
     """
 
     category_names = SHAPENET_CATEGORIES
+    group_attribute = "category_ids"
     category_to_parts = SHAPENET_CATEGORY_TO_PARTS
     num_parts = SHAPENET_NUM_PARTS
     num_categories = len(SHAPENET_CATEGORIES)
@@ -140,9 +141,6 @@ class ShapeNetPart(PointCloudDataset):
     def files(self) -> List[str]:
         return [e[0] if isinstance(e[1], str) or e[1] is None else f"{e[0]}[{e[1]}]" for e in self.entries]
 
-    def describe(self, index: int) -> str:
-        return f"ShapeNetPart {self.split}[{index}] ({self.files[index]})"
-
     def __repr__(self) -> str:
         return (f"ShapeNetPart(split={self.split!r}, source={self.source_format!r}, samples={len(self)}, "
                 f"num_points={self.num_points}, data_dir='{self.data_dir}')")
@@ -162,9 +160,6 @@ class ShapeNetPart(PointCloudDataset):
         if self.source_format == "hdf5":
             return any(d.glob("ply_data_*.h5"))
         return (d / "train_test_split").is_dir()
-
-    def sample_groups(self) -> np.ndarray:
-        return np.asarray(self.category_ids, dtype=np.int64)
 
     @classmethod
     def archives(cls, source: str = "normal_txt", **_: Any) -> List[str]:

@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_frequency_scale, check_number, check_parameters, check_positive_int, checked_forward
+from .._checks import check_frequency_scale, check_parameters, check_positive_int, checked_forward
 from ..registry import POS_EMBEDDINGS
 from .inputs import check_coordinates
 
