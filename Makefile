@@ -7,7 +7,7 @@ PY := .venv/bin/python
 PYTEST_ARGS ?=
 FUZZ_SECONDS ?= 220
 
-.PHONY: setup demo reconstruct test test-slow fuzz docs clean
+.PHONY: setup demo reconstruct test test-slow fuzz docs lint clean
 
 setup:
 	@bash scripts/setup.sh
@@ -29,6 +29,11 @@ fuzz: setup
 	$(PY) scripts/fuzz.py --seconds $(FUZZ_SECONDS)
 
 # the documentation site: Sphinx, warnings as errors, every cross-reference checked (-n)
+# ruff: lint everything, and the formatter's check on the tests and scripts
+lint: setup
+	$(PY) -m ruff check gridify tests scripts
+	$(PY) -m ruff format --check tests scripts
+
 docs: setup
 	$(PY) -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
 
