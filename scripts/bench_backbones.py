@@ -13,6 +13,7 @@ batch 32, N=1024 points, 3 input features, 10 classes.
     python scripts/bench_backbones.py                 # table + outputs/bench_backbones/results.json
     python scripts/bench_backbones.py --repeats 20 --fourier
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,10 +50,18 @@ def median_time(fn: Callable[[], Any], warmup: int, repeats: int) -> Dict[str, f
 def build(backbone: str, args: argparse.Namespace, **backbone_kwargs: Any) -> GridifiedClassifier:
     torch.manual_seed(args.seed)
     kernel_size = args.mrconv_kernel_size if backbone == "mrconv" else args.kernel_size
-    return GridifiedClassifier(in_channels=args.in_channels, num_classes=args.num_classes,
-                               resolution=args.resolution, k=args.k, hidden_channels=args.channels,
-                               backbone=backbone, depth=args.depth, kernel_size=kernel_size, dropout=0.1,
-                               backbone_kwargs=backbone_kwargs or None)
+    return GridifiedClassifier(
+        in_channels=args.in_channels,
+        num_classes=args.num_classes,
+        resolution=args.resolution,
+        k=args.k,
+        hidden_channels=args.channels,
+        backbone=backbone,
+        depth=args.depth,
+        kernel_size=kernel_size,
+        dropout=0.1,
+        backbone_kwargs=backbone_kwargs or None,
+    )
 
 
 def main(argv: List[str] | None = None) -> Dict[str, Any]:
@@ -79,11 +88,15 @@ def main(argv: List[str] | None = None) -> Dict[str, Any]:
 
     g = torch.Generator().manual_seed(args.seed)
     pos = torch.rand(args.batch_size, args.num_points, 3, generator=g) * 2 - 1
-    feats = pos if args.in_channels == 3 else torch.randn(args.batch_size, args.num_points, args.in_channels,
-                                                          generator=g)
+    feats = (
+        pos if args.in_channels == 3 else torch.randn(args.batch_size, args.num_points, args.in_channels, generator=g)
+    )
 
-    variants: List[tuple] = [("ccnn", "ccnn", {}), ("resnet", "resnet", {}),
-                             ("mrconv", "mrconv", {"kernel_type": "dilated", "num_branches": args.num_branches})]
+    variants: List[tuple] = [
+        ("ccnn", "ccnn", {}),
+        ("resnet", "resnet", {}),
+        ("mrconv", "mrconv", {"kernel_type": "dilated", "num_branches": args.num_branches}),
+    ]
     if args.fourier:
         variants.append(("mrconv_fourier", "mrconv", {"kernel_type": "fourier", "num_branches": args.num_branches}))
 
@@ -96,16 +109,24 @@ def main(argv: List[str] | None = None) -> Dict[str, Any]:
             logits = model(pos, feats)
             full = median_time(lambda: model(pos, feats), args.warmup, args.repeats)
             bb = median_time(lambda: model.backbone(grid), args.warmup, args.repeats)
-        row = {"variant": name, "params": sum(q.numel() for q in model.parameters()),
-               "model_ms": full["median_ms"], "model_min_ms": full["min_ms"],
-               "backbone_ms": bb["median_ms"], "backbone_min_ms": bb["min_ms"], "note": note}
+        row = {
+            "variant": name,
+            "params": sum(q.numel() for q in model.parameters()),
+            "model_ms": full["median_ms"],
+            "model_min_ms": full["min_ms"],
+            "backbone_ms": bb["median_ms"],
+            "backbone_min_ms": bb["min_ms"],
+            "note": note,
+        }
         results.append(row)
         print(f"  {name:<22s} model {row['model_ms']:8.1f} ms   backbone {row['backbone_ms']:8.1f} ms", flush=True)
         return logits
 
-    print(f"batch {args.batch_size}, N={args.num_points}, R={args.resolution}, C={args.channels}, "
-          f"depth {args.depth}, {args.threads} thread(s), median of {args.repeats} after {args.warmup} warm-up",
-          flush=True)
+    print(
+        f"batch {args.batch_size}, N={args.num_points}, R={args.resolution}, C={args.channels}, "
+        f"depth {args.depth}, {args.threads} thread(s), median of {args.repeats} after {args.warmup} warm-up",
+        flush=True,
+    )
     for name, backbone, kw in variants:
         model = build(backbone, args, **kw)
         if backbone != "mrconv":
@@ -128,9 +149,13 @@ def main(argv: List[str] | None = None) -> Dict[str, Any]:
     print(f"|{'-' * 24}|{'-' * 10}|{'-' * 11}|{'-' * 13}|")
     for r in results:
         print(f"| {r['variant']:<22s} | {r['params']:>8d} | {r['model_ms']:>9.1f} | {r['backbone_ms']:>11.1f} |")
-    report = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-              "torch": torch.__version__, "machine": platform.platform(), "processor": platform.processor(),
-              "results": results}
+    report = {
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "torch": torch.__version__,
+        "machine": platform.platform(),
+        "processor": platform.processor(),
+        "results": results,
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "results.json"
     path.write_text(json.dumps(report, indent=2))

@@ -12,6 +12,7 @@ of 1,024 points, the median of ``--repeats`` calls, and each row's ratio to the 
 Clouds: ``.npy`` files under ``--data`` (e.g. the ModelNet40 training split), else procedural shapes.
 Writes ``graph_ties.json`` and ``graph_ties.csv`` under ``--out``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,7 @@ def duplicate(cloud: torch.Tensor, fraction: float, rng: np.random.Generator) ->
     return cloud[torch.from_numpy(index)]
 
 
-def time_graph(pos: torch.Tensor, batch: torch.Tensor, grid: RegularGrid, k: int, backend: str,
-               repeats: int) -> float:
+def time_graph(pos: torch.Tensor, batch: torch.Tensor, grid: RegularGrid, k: int, backend: str, repeats: int) -> float:
     bilateral_knn(pos, grid, k, batch, knn_backend=backend)  # warm-up
     times = []
     for _ in range(repeats):
@@ -82,8 +82,14 @@ def run(args: argparse.Namespace) -> List[Dict[str, object]]:
         for backend in args.backends:
             ms = time_graph(pos, batch, grid, args.k, backend, args.repeats) / len(clouds) * 1e3
             base.setdefault(backend, ms)
-            rows.append(dict(duplicates=fraction, backend=backend, ms_per_cloud=round(ms, 3),
-                             ratio_to_no_duplicates=round(ms / base[backend], 3)))
+            rows.append(
+                dict(
+                    duplicates=fraction,
+                    backend=backend,
+                    ms_per_cloud=round(ms, 3),
+                    ratio_to_no_duplicates=round(ms / base[backend], 3),
+                )
+            )
     return rows
 
 
@@ -103,13 +109,25 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = run(args)
-    print(f"bilateral kNN graph, R={args.resolution}, k={args.k}, {args.clouds} clouds x {args.points} points, "
-          f"{args.threads} thread(s), {cpu_model()}, torch {torch.__version__}")
+    print(
+        f"bilateral kNN graph, R={args.resolution}, k={args.k}, {args.clouds} clouds x {args.points} points, "
+        f"{args.threads} thread(s), {cpu_model()}, torch {torch.__version__}"
+    )
     print(f"{'duplicates':>10} {'backend':>8} {'ms/cloud':>9} {'vs 0 %':>7}")
     for r in rows:
-        print(f"{r['duplicates']:>10.0%} {r['backend']:>8} {r['ms_per_cloud']:>9.2f} {r['ratio_to_no_duplicates']:>7.2f}")
-    meta = dict(cpu=cpu_model(), torch=torch.__version__, threads=args.threads, clouds=args.clouds,
-                points=args.points, resolution=args.resolution, k=args.k, data=args.data or "procedural")
+        print(
+            f"{r['duplicates']:>10.0%} {r['backend']:>8} {r['ms_per_cloud']:>9.2f} {r['ratio_to_no_duplicates']:>7.2f}"
+        )
+    meta = dict(
+        cpu=cpu_model(),
+        torch=torch.__version__,
+        threads=args.threads,
+        clouds=args.clouds,
+        points=args.points,
+        resolution=args.resolution,
+        k=args.k,
+        data=args.data or "procedural",
+    )
     atomic_write_text(out / "graph_ties.json", json.dumps(dict(meta=meta, rows=rows), indent=2))
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(rows[0]))

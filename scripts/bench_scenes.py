@@ -64,6 +64,7 @@ Usage:
     python scripts/bench_scenes.py --threads 1 --models scene_segmenter pointnet2_segmenter
     python scripts/bench_scenes.py --quick              # seconds: N = 2048, 4096; a ~20k tiled scene
 """
+
 from __future__ import annotations
 
 import argparse
@@ -101,9 +102,12 @@ MODEL_KWARGS: Dict[str, Dict[str, Any]] = {
 }
 #: prior peak-minus-baseline bytes per point (train, infer) for the first N of a model (conservative)
 PRIOR_BYTES_PER_POINT: Dict[str, Tuple[float, float]] = {
-    "scene_segmenter": (32e3, 8e3), "pointnet2_segmenter": (64e3, 16e3), "point_ckconv_segmenter": (16e3, 4e3)}
+    "scene_segmenter": (32e3, 8e3),
+    "pointnet2_segmenter": (64e3, 16e3),
+    "point_ckconv_segmenter": (16e3, 4e3),
+}
 PRIOR_DEFAULT = (64e3, 16e3)
-PRIOR_BASELINE = 0.6 * 2 ** 30
+PRIOR_BASELINE = 0.6 * 2**30
 KITTI_SCAN = Path("semantickitti_mini/dataset/sequences/00/velodyne/000000.bin")
 KITTI_TILES = [Path(f"semantickitti_mini/dataset/sequences/0{i}/velodyne/000000.bin") for i in range(8)]
 SCANNET_DIR = Path("scans/mmdet3d_real_scans/tests/data/scannet")
@@ -115,7 +119,7 @@ E2E_SMALL_POINTS = 65536
 VOXEL_SIZE, MAX_POINTS = 0.1, 16384
 CHILD_SETUP_SECONDS = 600.0
 MARKER = "@@bench_scenes@@ "
-MIB = 2 ** 20
+MIB = 2**20
 
 
 # ---------------------------------------------------------------------------- memory / environment
@@ -133,6 +137,7 @@ def _status_kib(key: str) -> Optional[int]:
 
 def _ru_maxrss_mib() -> float:
     import resource
+
     kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return kib / (1024.0 * 1024.0) if sys.platform == "darwin" else kib / 1024.0  # bytes on macOS
 
@@ -167,7 +172,7 @@ def mem_total_gib() -> Optional[float]:
         with open("/proc/meminfo") as fh:
             for line in fh:
                 if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) / 2 ** 20
+                    return int(line.split()[1]) / 2**20
     except OSError:
         pass
     return None
@@ -177,12 +182,14 @@ def mem_total_gib() -> Optional[float]:
 def _crop(points: np.ndarray, n: int) -> np.ndarray:
     """Indices of the ``n`` points nearest in xy to the point nearest to the sensor (the origin)."""
     from gridify.transforms import crop_xy
+
     centre = int(np.argmin((points[:, :2].astype(np.float64) ** 2).sum(1)))
     return crop_xy(points, centre, n)
 
 
 def read_kitti(path: Path) -> Tuple[np.ndarray, np.ndarray]:
     from gridify.io import read_points
+
     cloud = read_points(path, fields=["intensity"])
     return np.asarray(cloud.points, np.float32), np.asarray(cloud.fields["intensity"], np.float32).reshape(-1)
 
@@ -198,16 +205,21 @@ def base_scan(source: str, data_root: Path, quick: bool, seed: int = 0) -> Tuple
     m = QUICK_BASE_POINTS if quick else PROCEDURAL_POINTS
     if source in ("auto", "procedural"):
         from gridify.datasets import ProceduralScenes
+
         item = ProceduralScenes("test", num_scenes=1, num_points=m, kind="outdoor", seed=seed)[0]
-        return (item["pos"].numpy().astype(np.float32), item["strength"].numpy().reshape(-1).astype(np.float32),
-                f"ProceduralScenes outdoor ({m} points; no {kitti})")
+        return (
+            item["pos"].numpy().astype(np.float32),
+            item["strength"].numpy().reshape(-1).astype(np.float32),
+            f"ProceduralScenes outdoor ({m} points; no {kitti})",
+        )
     rng = np.random.default_rng(seed)
     pts = (rng.random((m, 3)) * np.array([40.0, 40.0, 4.0]) - np.array([20.0, 20.0, 0.0])).astype(np.float32)
     return pts, rng.random(m).astype(np.float32), f"uniform random in a 40 x 40 x 4 m box ({m} points)"
 
 
-def scene_cloud(points: np.ndarray, intensity: np.ndarray, n: int,
-                shift: float = SWEEP_SHIFT) -> Tuple[np.ndarray, np.ndarray]:
+def scene_cloud(
+    points: np.ndarray, intensity: np.ndarray, n: int, shift: float = SWEEP_SHIFT
+) -> Tuple[np.ndarray, np.ndarray]:
     """``n`` points nearest in xy to the sensor of the scan, tiled ``shift`` metres apart in x when
     ``n`` exceeds it; features ``[intensity, z - min z]``. Returns ``(pos [n, 3], x [n, 2])`` float32."""
     m = len(points)
@@ -239,15 +251,21 @@ class _Watchdog:
             if rss is None:
                 return
             if rss > self.limit:
-                self.emit({"status": "cannot run", "peak_mib": peak_mib(), "kind": "memory",
-                           "reason": f"RSS {rss / 2 ** 30:.1f} GiB passed --memory-limit-gb "
-                                     f"{self.limit / 2 ** 30:g}"})
+                self.emit(
+                    {
+                        "status": "cannot run",
+                        "peak_mib": peak_mib(),
+                        "kind": "memory",
+                        "reason": f"RSS {rss / 2**30:.1f} GiB passed --memory-limit-gb {self.limit / 2**30:g}",
+                    }
+                )
                 os._exit(0)
             time.sleep(0.05)
 
 
 def _timed_first(fn: Callable[[], Any], limit_s: float) -> float:
     """Run ``fn`` once; StepTimeout when it takes more than ``limit_s`` seconds."""
+
     def _alarm(signum: int, frame: Any) -> None:
         raise StepTimeout(f"first step exceeded --max-step-seconds {limit_s:g} s")
 
@@ -271,6 +289,7 @@ def _timed_first(fn: Callable[[], Any], limit_s: float) -> float:
 def _build(name: str, in_channels: int) -> Any:
     import torch
     from gridify.models import build_model
+
     torch.manual_seed(0)
     return build_model(name, in_channels=in_channels, num_classes=NUM_CLASSES, **MODEL_KWARGS.get(name, {}))
 
@@ -278,6 +297,7 @@ def _build(name: str, in_channels: int) -> Any:
 def cell_sweep(spec: Dict[str, Any]) -> Dict[str, Any]:
     import torch
     import torch.nn.functional as F
+
     n, mode = int(spec["n"]), spec["mode"]
     pts, inten, source = base_scan(spec["source"], Path(spec["data_root"]), spec["quick"])
     p, x = scene_cloud(pts, inten, n)
@@ -299,6 +319,7 @@ def cell_sweep(spec: Dict[str, Any]) -> Dict[str, Any]:
         def step() -> None:
             with torch.no_grad():
                 model(pos, feats, batch)
+
     baseline = peak_mib()
     first = _timed_first(step, float(spec["max_step_seconds"]))
     times = []
@@ -307,9 +328,18 @@ def cell_sweep(spec: Dict[str, Any]) -> Dict[str, Any]:
         step()
         times.append(time.perf_counter() - t0)
     med = statistics.median(times)
-    return {"status": "measured", "seconds": med, "min_s": min(times), "times": times, "first_s": first,
-            "us_per_point": 1e6 * med / n, "baseline_mib": baseline, "points": n, "source": source,
-            "parameters": sum(q.numel() for q in model.parameters())}
+    return {
+        "status": "measured",
+        "seconds": med,
+        "min_s": min(times),
+        "times": times,
+        "first_s": first,
+        "us_per_point": 1e6 * med / n,
+        "baseline_mib": baseline,
+        "points": n,
+        "source": source,
+        "parameters": sum(q.numel() for q in model.parameters()),
+    }
 
 
 def _load_scan(spec: Dict[str, Any]) -> Tuple[np.ndarray, np.ndarray, str]:
@@ -320,17 +350,21 @@ def _load_scan(spec: Dict[str, Any]) -> Tuple[np.ndarray, np.ndarray, str]:
         x = np.stack([inten, pts[:, 2] - pts[:, 2].min()], 1)
         what = "features intensity, height"
     elif kind == "scannet":
-        rows = np.load(path, allow_pickle=False) if path.suffix == ".npy" else np.fromfile(path, np.float32).reshape(-1, 6)
+        rows = (
+            np.load(path, allow_pickle=False) if path.suffix == ".npy" else np.fromfile(path, np.float32).reshape(-1, 6)
+        )
         pts = np.ascontiguousarray(rows[:, :3], np.float32)
         x = rows[:, 3:6] / 255.0
         what = "features r, g, b / 255"
     else:
         from gridify.io import read_points
+
         pts = np.asarray(read_points(path).points, np.float32)
         x = (pts[:, 2] - pts[:, 2].min())[:, None]
         what = "feature height"
     if spec["quick"] and len(pts) > QUICK_SCAN_POINTS:
         from gridify.transforms import crop_xy
+
         centre = int(np.argmin(((pts[:, :2] - pts[:, :2].mean(0)) ** 2).sum(1)))
         idx = crop_xy(pts, centre, QUICK_SCAN_POINTS)
         pts, x = pts[idx], x[idx]
@@ -341,6 +375,7 @@ def _load_scan(spec: Dict[str, Any]) -> Tuple[np.ndarray, np.ndarray, str]:
 def cell_scan(spec: Dict[str, Any]) -> Dict[str, Any]:
     import torch
     from gridify.scene_inference import predict_scene
+
     pts, x, what = _load_scan(spec)
     pos, feats = torch.from_numpy(pts), torch.from_numpy(x)
     model = _build("scene_segmenter", x.shape[1])
@@ -351,24 +386,41 @@ def cell_scan(spec: Dict[str, Any]) -> Dict[str, Any]:
     baseline = peak_mib()
     crops: List[int] = []
     t0 = time.perf_counter()
-    probs = predict_scene(model, pos, feats, voxel_size=VOXEL_SIZE, max_points=MAX_POINTS, batch_size=1,
-                          progress=lambda done, total: crops.append(total))
+    probs = predict_scene(
+        model,
+        pos,
+        feats,
+        voxel_size=VOXEL_SIZE,
+        max_points=MAX_POINTS,
+        batch_size=1,
+        progress=lambda done, total: crops.append(total),
+    )
     dt = time.perf_counter() - t0
     assert probs.shape == (len(pts), NUM_CLASSES)
     n = len(pts)
-    return {"status": "measured", "seconds": dt, "us_per_point": 1e6 * dt / n, "points": n,
-            "crops": crops[-1] if crops else None, "baseline_mib": baseline, "features": what}
+    return {
+        "status": "measured",
+        "seconds": dt,
+        "us_per_point": 1e6 * dt / n,
+        "points": n,
+        "crops": crops[-1] if crops else None,
+        "baseline_mib": baseline,
+        "features": what,
+    }
 
 
 def cell_e2e(spec: Dict[str, Any]) -> Dict[str, Any]:
     import gridify
     from gridify.cli import write_labels
     from gridify.io import read_points
+
     predictor = gridify.load(spec["ckpt"])
     rng = np.random.default_rng(0)  # warm-up (lazy initialisation, allocator) on a small generated cloud
     w0 = time.perf_counter()
-    predictor.predict(rng.uniform(-20, 20, (512, 3)).astype(np.float32),
-                      features=rng.random((512, predictor.in_channels)).astype(np.float32))
+    predictor.predict(
+        rng.uniform(-20, 20, (512, 3)).astype(np.float32),
+        features=rng.random((512, predictor.in_channels)).astype(np.float32),
+    )
     warmup = time.perf_counter() - w0
     baseline = peak_mib()
     t0 = time.perf_counter()
@@ -381,9 +433,19 @@ def cell_e2e(spec: Dict[str, Any]) -> Dict[str, Any]:
     n = len(cloud.points)
     size = out.stat().st_size
     out.unlink()
-    return {"status": "measured", "points": n, "read_s": t1 - t0, "predict_s": t2 - t1, "write_s": t3 - t2,
-            "seconds": t3 - t0, "us_per_point": 1e6 * (t3 - t0) / n, "predict_us_per_point": 1e6 * (t2 - t1) / n,
-            "baseline_mib": baseline, "ply_bytes": size, "warmup_s": warmup}
+    return {
+        "status": "measured",
+        "points": n,
+        "read_s": t1 - t0,
+        "predict_s": t2 - t1,
+        "write_s": t3 - t2,
+        "seconds": t3 - t0,
+        "us_per_point": 1e6 * (t3 - t0) / n,
+        "predict_us_per_point": 1e6 * (t2 - t1) / n,
+        "baseline_mib": baseline,
+        "ply_bytes": size,
+        "warmup_s": warmup,
+    }
 
 
 CELLS = {"sweep": cell_sweep, "scan": cell_scan, "e2e": cell_e2e}
@@ -403,8 +465,9 @@ def child_main(text: str) -> int:
                 sys.stdout.flush()
 
     import torch
+
     torch.set_num_threads(int(spec["threads"]))
-    _Watchdog(float(spec["memory_limit_gb"]) * 2 ** 30, emit)
+    _Watchdog(float(spec["memory_limit_gb"]) * 2**30, emit)
     try:
         result = CELLS[spec["cell"]](spec)
     except StepTimeout as exc:
@@ -432,7 +495,7 @@ def run_child(spec: Dict[str, Any], timeout: float) -> Dict[str, Any]:
     wall = time.perf_counter() - t0
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(MARKER):
-            result = json.loads(line[len(MARKER):])
+            result = json.loads(line[len(MARKER) :])
             result["child_wall_s"] = wall
             return result
     tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]
@@ -444,8 +507,13 @@ def run_child(spec: Dict[str, Any], timeout: float) -> Dict[str, Any]:
 
 # ---------------------------------------------------------------------------- parts
 def _common(args: argparse.Namespace) -> Dict[str, Any]:
-    return {"threads": args.threads, "memory_limit_gb": args.limit_gb, "quick": args.quick,
-            "data_root": str(args.data_root), "source": args.source}
+    return {
+        "threads": args.threads,
+        "memory_limit_gb": args.limit_gb,
+        "quick": args.quick,
+        "data_root": str(args.data_root),
+        "source": args.source,
+    }
 
 
 def _fmt_s(v: Optional[float]) -> str:
@@ -462,8 +530,9 @@ def estimate_extra(done: List[Dict[str, Any]], n: int) -> Tuple[float, str]:
         return e1 * n / n1, f"{e1 / n1 / 1e3:.1f} kB/point measured at N={n1}"
     (n0, e0) = e[-2]
     slope = max((e1 - e0) / (n1 - n0), 0.0)
-    return max(e1 + slope * (n - n1), 0.0), (f"{slope / 1e3:.1f} kB/point between N={n0} and N={n1} "
-                                             f"+ {e1 / 2 ** 30:.2f} GiB at N={n1}")
+    return max(e1 + slope * (n - n1), 0.0), (
+        f"{slope / 1e3:.1f} kB/point between N={n0} and N={n1} + {e1 / 2**30:.2f} GiB at N={n1}"
+    )
 
 
 def part_sweep(args: argparse.Namespace, log: Callable[[str], None]) -> List[Dict[str, Any]]:
@@ -472,7 +541,7 @@ def part_sweep(args: argparse.Namespace, log: Callable[[str], None]) -> List[Dic
     timeout = CHILD_SETUP_SECONDS + 1.5 * args.max_step_seconds * (args.repeats + 1)
     for name in args.models:
         measured: Dict[str, List[Dict[str, Any]]] = {}  # mode -> the measured results, by increasing N
-        failed: Dict[str, str] = {}             # mode -> why larger N are not tried
+        failed: Dict[str, str] = {}  # mode -> why larger N are not tried
         for n in ns:
             row: Dict[str, Any] = {"part": "sweep", "model": name, "n": n}
             for mode in ("train", "infer"):
@@ -488,27 +557,44 @@ def part_sweep(args: argparse.Namespace, log: Callable[[str], None]) -> List[Dic
                         extra, basis = estimate_extra(done, n)
                         est_time = prev["first_s"] * n / prev["points"]
                         if est_time > 2 * args.max_step_seconds:
-                            reason = (f"first step estimated {est_time:.0f} s (linear from {prev['first_s']:.1f} s "
-                                      f"at N={prev['points']}) > 2x --max-step-seconds {args.max_step_seconds:g}")
+                            reason = (
+                                f"first step estimated {est_time:.0f} s (linear from {prev['first_s']:.1f} s "
+                                f"at N={prev['points']}) > 2x --max-step-seconds {args.max_step_seconds:g}"
+                            )
                     else:
                         base, extra, basis = PRIOR_BASELINE, prior * n, f"prior {prior / 1e3:.0f} kB/point"
                     est = base + 1.1 * extra
-                    if reason is None and est > args.limit_gb * 2 ** 30:
-                        reason = (f"estimated peak {est / 2 ** 30:.1f} GiB > --memory-limit-gb {args.limit_gb:g} "
-                                  f"({basis})")
+                    if reason is None and est > args.limit_gb * 2**30:
+                        reason = f"estimated peak {est / 2**30:.1f} GiB > --memory-limit-gb {args.limit_gb:g} ({basis})"
                 if reason is not None:
                     res: Dict[str, Any] = {"status": "cannot run", "reason": reason, "kind": "skipped"}
                 else:
                     log(f"  {name} N={n} {mode} ...")
-                    res = run_child(dict(_common(args), cell="sweep", model=name, n=n, mode=mode,
-                                         repeats=args.repeats, max_step_seconds=args.max_step_seconds), timeout)
+                    res = run_child(
+                        dict(
+                            _common(args),
+                            cell="sweep",
+                            model=name,
+                            n=n,
+                            mode=mode,
+                            repeats=args.repeats,
+                            max_step_seconds=args.max_step_seconds,
+                        ),
+                        timeout,
+                    )
                     if res["status"] == "measured":
                         measured.setdefault(mode, []).append(res)
                     elif res.get("kind") in ("time", "memory"):
                         failed[mode] = f"N={n} failed already ({res['reason']})"
                 row[mode] = res
-                log(f"  {name} N={n} {mode}: " + (f"{res['seconds']:.3f} s, peak {res['peak_mib']:.0f} MiB"
-                                                  if res["status"] == "measured" else f"cannot run: {res['reason']}"))
+                log(
+                    f"  {name} N={n} {mode}: "
+                    + (
+                        f"{res['seconds']:.3f} s, peak {res['peak_mib']:.0f} MiB"
+                        if res["status"] == "measured"
+                        else f"cannot run: {res['reason']}"
+                    )
+                )
             rows.append(row)
     return rows
 
@@ -549,10 +635,20 @@ def part_scans(args: argparse.Namespace, log: Callable[[str], None]) -> List[Dic
             row.update(status="cannot run", reason=f"data missing: {note}", kind="skipped")
         else:
             log(f"  {scan} ({path.name}) ...")
-            row.update(run_child(dict(_common(args), cell="scan", scan=scan, path=str(path)),
-                                 CHILD_SETUP_SECONDS + args.max_scene_seconds))
-        log(f"  {scan}: " + (f"{row['points']} points, {row['seconds']:.2f} s" if row["status"] == "measured"
-                             else f"cannot run: {row['reason']}"))
+            row.update(
+                run_child(
+                    dict(_common(args), cell="scan", scan=scan, path=str(path)),
+                    CHILD_SETUP_SECONDS + args.max_scene_seconds,
+                )
+            )
+        log(
+            f"  {scan}: "
+            + (
+                f"{row['points']} points, {row['seconds']:.2f} s"
+                if row["status"] == "measured"
+                else f"cannot run: {row['reason']}"
+            )
+        )
         rows.append(row)
     return rows
 
@@ -563,15 +659,25 @@ def export_untrained(path: Path) -> None:
     from gridify.checkpoint import export_model
     from gridify.datasets.scene_layouts import SEMANTICKITTI_CLASSES
     from gridify.models import GridifiedSceneSegmenter
+
     kwargs = dict(in_channels=2, num_classes=NUM_CLASSES, **MODEL_KWARGS["scene_segmenter"])
     torch.manual_seed(0)
     model = GridifiedSceneSegmenter(**kwargs)
     model.eval()
-    info = {"class_names": list(SEMANTICKITTI_CLASSES), "features": ["strength", "height"],
-            "voxel_size": VOXEL_SIZE, "max_points": MAX_POINTS, "num_points": MAX_POINTS, "normalization": None,
-            "in_channels": 2}
-    export_model(path, model, {"model_name": "scene_segmenter", "model_kwargs": kwargs,
-                               "task": "scene_segmentation", "info": info})
+    info = {
+        "class_names": list(SEMANTICKITTI_CLASSES),
+        "features": ["strength", "height"],
+        "voxel_size": VOXEL_SIZE,
+        "max_points": MAX_POINTS,
+        "num_points": MAX_POINTS,
+        "normalization": None,
+        "in_channels": 2,
+    }
+    export_model(
+        path,
+        model,
+        {"model_name": "scene_segmenter", "model_kwargs": kwargs, "task": "scene_segmentation", "info": info},
+    )
 
 
 def _write_bin(path: Path, points: np.ndarray, intensity: np.ndarray) -> int:
@@ -604,20 +710,44 @@ def part_e2e(args: argparse.Namespace, log: Callable[[str], None], tmp: Path) ->
         big_int.append(inten)
     small_n = QUICK_SMALL_POINTS if args.quick else E2E_SMALL_POINTS
     idx = _crop(scans[0][0], small_n)
-    files = [("tiled", tmp / "tiled.bin", np.concatenate(big_pts), np.concatenate(big_int),
-              f"{what}{' (--quick: %d points each)' % per_tile if per_tile else ''}, {TILE_SHIFT:g} m apart in x"),
-             ("crop", tmp / "crop.bin", scans[0][0][idx], scans[0][1][idx], "crop of the first scan")]
+    files = [
+        (
+            "tiled",
+            tmp / "tiled.bin",
+            np.concatenate(big_pts),
+            np.concatenate(big_int),
+            f"{what}{' (--quick: %d points each)' % per_tile if per_tile else ''}, {TILE_SHIFT:g} m apart in x",
+        ),
+        ("crop", tmp / "crop.bin", scans[0][0][idx], scans[0][1][idx], "crop of the first scan"),
+    ]
     rows = []
     for name, path, pts, inten, desc in files:
         n = _write_bin(path, pts, inten)
         log(f"  {name}: {n} points ...")
-        row: Dict[str, Any] = {"part": "e2e", "scene": name, "description": desc, "file_points": n,
-                               "ckpt": str(ckpt) if args.ckpt is not None else "untrained scene_segmenter"}
-        row.update(run_child(dict(_common(args), cell="e2e", path=str(path), ckpt=str(ckpt),
-                                  out=str(tmp / f"{name}_labeled.ply"), batch_size=args.e2e_batch_size),
-                             CHILD_SETUP_SECONDS + args.max_scene_seconds))
-        log(f"  {name}: " + (f"{row['seconds']:.2f} s" if row["status"] == "measured"
-                             else f"cannot run: {row['reason']}"))
+        row: Dict[str, Any] = {
+            "part": "e2e",
+            "scene": name,
+            "description": desc,
+            "file_points": n,
+            "ckpt": str(ckpt) if args.ckpt is not None else "untrained scene_segmenter",
+        }
+        row.update(
+            run_child(
+                dict(
+                    _common(args),
+                    cell="e2e",
+                    path=str(path),
+                    ckpt=str(ckpt),
+                    out=str(tmp / f"{name}_labeled.ply"),
+                    batch_size=args.e2e_batch_size,
+                ),
+                CHILD_SETUP_SECONDS + args.max_scene_seconds,
+            )
+        )
+        log(
+            f"  {name}: "
+            + (f"{row['seconds']:.2f} s" if row["status"] == "measured" else f"cannot run: {row['reason']}")
+        )
         rows.append(row)
     return rows
 
@@ -646,8 +776,11 @@ def _get(rows: List[Dict[str, Any]], model: str, n: int, mode: str) -> Optional[
 
 def memory_fit(rows: List[Dict[str, Any]], model: str, mode: str = "train") -> Optional[Dict[str, Any]]:
     """Least-squares fit ``peak - baseline = a + b N`` (MiB) over the measured N of a model."""
-    pts = [(r["n"], r[mode]["peak_mib"] - r[mode]["baseline_mib"]) for r in rows
-           if r["model"] == model and r[mode]["status"] == "measured"]
+    pts = [
+        (r["n"], r[mode]["peak_mib"] - r[mode]["baseline_mib"])
+        for r in rows
+        if r["model"] == model and r[mode]["status"] == "measured"
+    ]
     if len(pts) < 2:
         return None
     n = np.array([p[0] for p in pts], float)
@@ -657,8 +790,7 @@ def memory_fit(rows: List[Dict[str, Any]], model: str, mode: str = "train") -> O
     ss = float(((e - e.mean()) ** 2).sum())
     r2 = 1.0 - float(((e - pred) ** 2).sum()) / ss if ss > 0 else 1.0
     slope = float(np.polyfit(np.log(n), np.log(np.maximum(e, 1e-3)), 1)[0])
-    return {"kib_per_point": b * 1024.0, "intercept_mib": float(a), "r2": r2, "loglog_exponent": slope,
-            "points": pts}
+    return {"kib_per_point": b * 1024.0, "intercept_mib": float(a), "r2": r2, "loglog_exponent": slope, "points": pts}
 
 
 def report(results: Dict[str, Any], args: argparse.Namespace) -> List[str]:
@@ -668,26 +800,36 @@ def report(results: Dict[str, Any], args: argparse.Namespace) -> List[str]:
     goal_n = 65536 if 65536 in ns else ns[-1]
     goals: Dict[str, Any] = {}
     if sweep:
-        lines += ["", "## 1. N sweep: one cloud of N points, batch of 1 (median of "
-                      f"{args.repeats} after a warm-up; peak RSS MiB of the child, (+ over its baseline))", "",
-                  "| model | N | train s/step | infer s | train us/point | infer us/point | train peak MiB | "
-                  "infer peak MiB |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "## 1. N sweep: one cloud of N points, batch of 1 (median of "
+            f"{args.repeats} after a warm-up; peak RSS MiB of the child, (+ over its baseline))",
+            "",
+            "| model | N | train s/step | infer s | train us/point | infer us/point | train peak MiB | "
+            "infer peak MiB |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in sweep:
             tr, inf = r["train"], r["infer"]
             if tr["status"] != "measured" and inf["status"] != "measured" and tr.get("reason") == inf.get("reason"):
                 lines.append(f"| {r['model']} | {r['n']} | {_cell_text(tr, 'seconds', _fmt_s)} | | | | | |")
                 continue
-            lines.append(f"| {r['model']} | {r['n']} | {_cell_text(tr, 'seconds', _fmt_s)} | "
-                         f"{_cell_text(inf, 'seconds', _fmt_s)} | {_cell_text(tr, 'us_per_point', '{:.1f}'.format)} | "
-                         f"{_cell_text(inf, 'us_per_point', '{:.1f}'.format)} | "
-                         f"{_mem(tr) if tr['status'] == 'measured' else '-'} | "
-                         f"{_mem(inf) if inf['status'] == 'measured' else '-'} |")
+            lines.append(
+                f"| {r['model']} | {r['n']} | {_cell_text(tr, 'seconds', _fmt_s)} | "
+                f"{_cell_text(inf, 'seconds', _fmt_s)} | {_cell_text(tr, 'us_per_point', '{:.1f}'.format)} | "
+                f"{_cell_text(inf, 'us_per_point', '{:.1f}'.format)} | "
+                f"{_mem(tr) if tr['status'] == 'measured' else '-'} | "
+                f"{_mem(inf) if inf['status'] == 'measured' else '-'} |"
+            )
         others = [m for m in args.models if m != "scene_segmenter"]
         if "scene_segmenter" in args.models and others:
-            lines += ["", "Time ratios (other model / scene_segmenter; > 1: scene_segmenter is faster):", "",
-                      "| N | " + " | ".join(f"{m} train | {m} infer" for m in others) + " |",
-                      "|---:|" + "---:|---:|" * len(others)]
+            lines += [
+                "",
+                "Time ratios (other model / scene_segmenter; > 1: scene_segmenter is faster):",
+                "",
+                "| N | " + " | ".join(f"{m} train | {m} infer" for m in others) + " |",
+                "|---:|" + "---:|---:|" * len(others),
+            ]
             for n in ns:
                 cells = []
                 for m in others:
@@ -714,38 +856,59 @@ def report(results: Dict[str, Any], args: argparse.Namespace) -> List[str]:
             if fit is None:
                 lines.append(f"- {m}: fewer than two measured N")
             else:
-                lines.append(f"- {m}: b = {fit['kib_per_point']:.2f} KiB/point, a = {fit['intercept_mib']:.0f} MiB, "
-                             f"R^2 = {fit['r2']:.3f}, log-log exponent {fit['loglog_exponent']:.2f}; "
-                             + (f"(peak - baseline) at {hi} / at {lo} = {mr:.2f} (linear: {ideal:.1f})"
-                                if mr is not None else "ratio: -"))
+                lines.append(
+                    f"- {m}: b = {fit['kib_per_point']:.2f} KiB/point, a = {fit['intercept_mib']:.0f} MiB, "
+                    f"R^2 = {fit['r2']:.3f}, log-log exponent {fit['loglog_exponent']:.2f}; "
+                    + (
+                        f"(peak - baseline) at {hi} / at {lo} = {mr:.2f} (linear: {ideal:.1f})"
+                        if mr is not None
+                        else "ratio: -"
+                    )
+                )
     if scans:
-        lines += ["", f"## 2. Real scans through predict_scene (scene_segmenter, voxel_size={VOXEL_SIZE}, "
-                      f"max_points={MAX_POINTS}, batch_size=1)", "",
-                  "| scan | points | crops | seconds | us/point | peak MiB | baseline MiB |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            f"## 2. Real scans through predict_scene (scene_segmenter, voxel_size={VOXEL_SIZE}, "
+            f"max_points={MAX_POINTS}, batch_size=1)",
+            "",
+            "| scan | points | crops | seconds | us/point | peak MiB | baseline MiB |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in scans:
             if r["status"] != "measured":
                 lines.append(f"| {r['scan']} | {_cell_text(r, '', str)} | | | | | |")
             else:
-                lines.append(f"| {r['scan']} | {r['points']} | {r.get('crops') or '-'} | {r['seconds']:.2f} | "
-                             f"{r['us_per_point']:.1f} | {r['peak_mib']:.0f} | {r['baseline_mib']:.0f} |")
+                lines.append(
+                    f"| {r['scan']} | {r['points']} | {r.get('crops') or '-'} | {r['seconds']:.2f} | "
+                    f"{r['us_per_point']:.1f} | {r['peak_mib']:.0f} | {r['baseline_mib']:.0f} |"
+                )
     if e2e:
-        lines += ["", f"## 3. End to end: read_points + Predictor.predict (batch_size={args.e2e_batch_size}) + "
-                      "write labelled PLY", "",
-                  "| scene | points | read s | predict s | write s | total s | us/point | peak MiB |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            f"## 3. End to end: read_points + Predictor.predict (batch_size={args.e2e_batch_size}) + "
+            "write labelled PLY",
+            "",
+            "| scene | points | read s | predict s | write s | total s | us/point | peak MiB |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in e2e:
             if r["status"] != "measured":
                 lines.append(f"| {r['scene']} ({r['file_points']}) | {_cell_text(r, '', str)} | | | | | | |")
             else:
-                lines.append(f"| {r['scene']} | {r['points']} | {r['read_s']:.2f} | {r['predict_s']:.2f} | "
-                             f"{r['write_s']:.2f} | {r['seconds']:.2f} | {r['us_per_point']:.1f} | "
-                             f"{r['peak_mib']:.0f} |")
+                lines.append(
+                    f"| {r['scene']} | {r['points']} | {r['read_s']:.2f} | {r['predict_s']:.2f} | "
+                    f"{r['write_s']:.2f} | {r['seconds']:.2f} | {r['us_per_point']:.1f} | "
+                    f"{r['peak_mib']:.0f} |"
+                )
         big = next((r for r in e2e if r["scene"] == "tiled" and r["status"] == "measured"), None)
         small = next((r for r in e2e if r["scene"] == "crop" and r["status"] == "measured"), None)
         ratio = big["us_per_point"] / small["us_per_point"] if big and small else None
-        goals["time_per_point_1m_within_2x"] = {"ratio": ratio, "pass": None if ratio is None else ratio <= 2.0,
-                                                "n_big": big and big["points"], "n_small": small and small["points"]}
+        goals["time_per_point_1m_within_2x"] = {
+            "ratio": ratio,
+            "pass": None if ratio is None else ratio <= 2.0,
+            "n_big": big and big["points"],
+            "n_small": small and small["points"],
+        }
     results["goals"] = goals
 
     def verdict(ok: Optional[bool]) -> str:
@@ -758,13 +921,17 @@ def report(results: Dict[str, Any], args: argparse.Namespace) -> List[str]:
         parts.append(f"train >= 10x PointNet2 at N={g['n']}: {shown} {verdict(g['pass'])}")
     if "memory_linear" in goals and "scene_segmenter" in goals["memory_linear"]:
         g = goals["memory_linear"]["scene_segmenter"]
-        parts.append(f"scene_segmenter peak memory linear in N ({g['n_hi']}/{g['n_lo']}: "
-                     f"{'-' if g['ratio'] is None else format(g['ratio'], '.2f')} vs {g['ideal']:.1f}) "
-                     f"{verdict(g['pass'])}")
+        parts.append(
+            f"scene_segmenter peak memory linear in N ({g['n_hi']}/{g['n_lo']}: "
+            f"{'-' if g['ratio'] is None else format(g['ratio'], '.2f')} vs {g['ideal']:.1f}) "
+            f"{verdict(g['pass'])}"
+        )
     if "time_per_point_1m_within_2x" in goals:
         g = goals["time_per_point_1m_within_2x"]
-        parts.append(f"time/point at {g['n_big'] or '1M'} within 2x of {g['n_small'] or '65k'}: "
-                     f"{'-' if g['ratio'] is None else format(g['ratio'], '.2f') + 'x'} {verdict(g['pass'])}")
+        parts.append(
+            f"time/point at {g['n_big'] or '1M'} within 2x of {g['n_small'] or '65k'}: "
+            f"{'-' if g['ratio'] is None else format(g['ratio'], '.2f') + 'x'} {verdict(g['pass'])}"
+        )
     if parts:
         lines += ["", "Goals: " + " | ".join(parts)]
     return lines
@@ -775,20 +942,51 @@ def csv_rows(results: Dict[str, Any]) -> List[Dict[str, Any]]:
     for r in results.get("sweep") or []:
         for mode in ("train", "infer"):
             c = r[mode]
-            rows.append({"part": "sweep", "name": r["model"], "n": r["n"], "mode": mode, "status": c["status"],
-                         "reason": c.get("reason", ""), "seconds": c.get("seconds"), "min_s": c.get("min_s"),
-                         "us_per_point": c.get("us_per_point"), "peak_mib": c.get("peak_mib"),
-                         "baseline_mib": c.get("baseline_mib")})
+            rows.append(
+                {
+                    "part": "sweep",
+                    "name": r["model"],
+                    "n": r["n"],
+                    "mode": mode,
+                    "status": c["status"],
+                    "reason": c.get("reason", ""),
+                    "seconds": c.get("seconds"),
+                    "min_s": c.get("min_s"),
+                    "us_per_point": c.get("us_per_point"),
+                    "peak_mib": c.get("peak_mib"),
+                    "baseline_mib": c.get("baseline_mib"),
+                }
+            )
     for r in results.get("scans") or []:
-        rows.append({"part": "scans", "name": r["scan"], "n": r.get("points"), "mode": "predict_scene",
-                     "status": r["status"], "reason": r.get("reason", ""), "seconds": r.get("seconds"),
-                     "us_per_point": r.get("us_per_point"), "peak_mib": r.get("peak_mib"),
-                     "baseline_mib": r.get("baseline_mib")})
+        rows.append(
+            {
+                "part": "scans",
+                "name": r["scan"],
+                "n": r.get("points"),
+                "mode": "predict_scene",
+                "status": r["status"],
+                "reason": r.get("reason", ""),
+                "seconds": r.get("seconds"),
+                "us_per_point": r.get("us_per_point"),
+                "peak_mib": r.get("peak_mib"),
+                "baseline_mib": r.get("baseline_mib"),
+            }
+        )
     for r in results.get("e2e") or []:
-        rows.append({"part": "e2e", "name": r["scene"], "n": r.get("points", r.get("file_points")),
-                     "mode": "read+predict+write", "status": r["status"], "reason": r.get("reason", ""),
-                     "seconds": r.get("seconds"), "us_per_point": r.get("us_per_point"),
-                     "peak_mib": r.get("peak_mib"), "baseline_mib": r.get("baseline_mib")})
+        rows.append(
+            {
+                "part": "e2e",
+                "name": r["scene"],
+                "n": r.get("points", r.get("file_points")),
+                "mode": "read+predict+write",
+                "status": r["status"],
+                "reason": r.get("reason", ""),
+                "seconds": r.get("seconds"),
+                "us_per_point": r.get("us_per_point"),
+                "peak_mib": r.get("peak_mib"),
+                "baseline_mib": r.get("baseline_mib"),
+            }
+        )
     return rows
 
 
@@ -796,6 +994,7 @@ def plot(results: Dict[str, Any], path: Path) -> Optional[Path]:
     """Train time and peak memory vs N (log-log), one line per model; None without matplotlib."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -809,8 +1008,13 @@ def plot(results: Dict[str, Any], path: Path) -> Optional[Path]:
         n = [p[0] for p in pts]
         colour = axes[0].plot(n, [p[1]["seconds"] for p in pts], "o-", label=m)[0].get_color()
         axes[1].plot(n, [p[1]["peak_mib"] for p in pts], "o-", color=colour, label=f"{m} peak")
-        axes[1].plot(n, [max(p[1]["peak_mib"] - p[1]["baseline_mib"], 1e-1) for p in pts], "x--", color=colour,
-                     label=f"{m} peak - baseline")
+        axes[1].plot(
+            n,
+            [max(p[1]["peak_mib"] - p[1]["baseline_mib"], 1e-1) for p in pts],
+            "x--",
+            color=colour,
+            label=f"{m} peak - baseline",
+        )
     env = results["environment"]
     for ax, title, ylabel in ((axes[0], "training step", "seconds / step"), (axes[1], "training peak RSS", "MiB")):
         ax.set_xscale("log")
@@ -830,51 +1034,99 @@ def plot(results: Dict[str, Any], path: Path) -> Optional[Path]:
 
 # ---------------------------------------------------------------------------- main
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--num-points", type=int, nargs="+", default=None,
-                   help=f"cloud sizes N of the sweep (default {' '.join(map(str, DEFAULT_NUM_POINTS))}; "
-                        f"--quick: {' '.join(map(str, QUICK_NUM_POINTS))})")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument(
+        "--num-points",
+        type=int,
+        nargs="+",
+        default=None,
+        help=f"cloud sizes N of the sweep (default {' '.join(map(str, DEFAULT_NUM_POINTS))}; "
+        f"--quick: {' '.join(map(str, QUICK_NUM_POINTS))})",
+    )
     p.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), help="registered models of the sweep")
-    p.add_argument("--parts", nargs="+", choices=("sweep", "scans", "e2e"), default=["sweep", "scans", "e2e"],
-                   help="which parts to run")
-    p.add_argument("--repeats", type=int, default=None, help="timed steps per cell after the warm-up (default 3; "
-                                                             "--quick: 1)")
+    p.add_argument(
+        "--parts",
+        nargs="+",
+        choices=("sweep", "scans", "e2e"),
+        default=["sweep", "scans", "e2e"],
+        help="which parts to run",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=None, help="timed steps per cell after the warm-up (default 3; --quick: 1)"
+    )
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads in every child")
-    p.add_argument("--memory-limit-gb", type=float, default=16.0,
-                   help="cells whose estimated or measured RSS passes this many GiB cannot run")
-    p.add_argument("--max-step-seconds", type=float, default=120.0,
-                   help="a sweep cell whose warm-up step takes longer cannot run")
-    p.add_argument("--max-scene-seconds", type=float, default=1800.0,
-                   help="wall-time limit of one scan / end-to-end child (after its setup allowance)")
-    p.add_argument("--ckpt", type=Path, default=None,
-                   help="scene segmenter checkpoint for the end-to-end part (default: an untrained one)")
-    p.add_argument("--e2e-batch-size", type=int, default=8,
-                   help="crops per forward pass in Predictor.predict (8: as `gridify predict`)")
-    p.add_argument("--data-root", type=Path,
-                   default=Path(os.environ.get("GRIDIFY_SHARED_DATA") or ROOT.parent / "shared" / "data"),
-                   help="folder with semantickitti_mini/ and scans/ ($GRIDIFY_SHARED_DATA or ../shared/data)")
-    p.add_argument("--source", choices=("auto", "kitti", "procedural", "random"), default="auto",
-                   help="sweep clouds: the KITTI scan when present (auto), a generated outdoor scan, or uniform "
-                        "random points")
-    p.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench_scenes",
-                   help="folder for results.json, results.csv and bench_scenes.png")
-    p.add_argument("--quick", action="store_true",
-                   help="a smoke run: N = 2048 4096, 1 repeat, scans cropped to 4096 points, a ~20k tiled scene")
+    p.add_argument(
+        "--memory-limit-gb",
+        type=float,
+        default=16.0,
+        help="cells whose estimated or measured RSS passes this many GiB cannot run",
+    )
+    p.add_argument(
+        "--max-step-seconds", type=float, default=120.0, help="a sweep cell whose warm-up step takes longer cannot run"
+    )
+    p.add_argument(
+        "--max-scene-seconds",
+        type=float,
+        default=1800.0,
+        help="wall-time limit of one scan / end-to-end child (after its setup allowance)",
+    )
+    p.add_argument(
+        "--ckpt",
+        type=Path,
+        default=None,
+        help="scene segmenter checkpoint for the end-to-end part (default: an untrained one)",
+    )
+    p.add_argument(
+        "--e2e-batch-size",
+        type=int,
+        default=8,
+        help="crops per forward pass in Predictor.predict (8: as `gridify predict`)",
+    )
+    p.add_argument(
+        "--data-root",
+        type=Path,
+        default=Path(os.environ.get("GRIDIFY_SHARED_DATA") or ROOT.parent / "shared" / "data"),
+        help="folder with semantickitti_mini/ and scans/ ($GRIDIFY_SHARED_DATA or ../shared/data)",
+    )
+    p.add_argument(
+        "--source",
+        choices=("auto", "kitti", "procedural", "random"),
+        default="auto",
+        help="sweep clouds: the KITTI scan when present (auto), a generated outdoor scan, or uniform random points",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "outputs" / "bench_scenes",
+        help="folder for results.json, results.csv and bench_scenes.png",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: N = 2048 4096, 1 repeat, scans cropped to 4096 points, a ~20k tiled scene",
+    )
     p.add_argument("--cell", help=argparse.SUPPRESS)  # internal: run one cell (JSON) and print its result
     args = p.parse_args(argv)
     if args.num_points is None:
         args.num_points = list(QUICK_NUM_POINTS if args.quick else DEFAULT_NUM_POINTS)
     if args.repeats is None:
         args.repeats = 1 if args.quick else 3
-    for flag, v in (("--threads", args.threads), ("--repeats", args.repeats), ("--e2e-batch-size",
-                                                                                args.e2e_batch_size)):
+    for flag, v in (
+        ("--threads", args.threads),
+        ("--repeats", args.repeats),
+        ("--e2e-batch-size", args.e2e_batch_size),
+    ):
         if v < 1:
             p.error(f"{flag} must be >= 1, got {v}")
     if any(n < 1 for n in args.num_points):
         p.error(f"--num-points must be positive, got {args.num_points}")
-    for flag, v in (("--memory-limit-gb", args.memory_limit_gb), ("--max-step-seconds", args.max_step_seconds),
-                    ("--max-scene-seconds", args.max_scene_seconds)):
+    for flag, v in (
+        ("--memory-limit-gb", args.memory_limit_gb),
+        ("--max-step-seconds", args.max_step_seconds),
+        ("--max-scene-seconds", args.max_scene_seconds),
+    ):
         if not v > 0:
             p.error(f"{flag} must be > 0, got {v}")
     args.num_points = sorted(set(args.num_points))
@@ -891,26 +1143,39 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     if args.ckpt is not None and not args.ckpt.is_file():
         raise SystemExit(f"bench_scenes: error: --ckpt {args.ckpt}: no such file")
     from gridify.registry import MODELS
+
     unknown = [m for m in args.models if m not in MODELS]
     if unknown:
         raise SystemExit(f"bench_scenes: error: --models {unknown} not registered; registered: {MODELS.names()}")
     if args.source == "kitti" and not (args.data_root / KITTI_SCAN).is_file():
         raise SystemExit(f"bench_scenes: error: --source kitti: {args.data_root / KITTI_SCAN} does not exist")
     import torch
+
     torch.set_num_threads(args.threads)
     total = mem_total_gib()
     args.limit_gb = min(args.memory_limit_gb, 0.9 * total) if total else args.memory_limit_gb
-    env = {"cpu": cpu_name(), "cpu_count": os.cpu_count(), "machine": platform.machine(),
-           "python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-           "mem_total_gib": total, "memory_limit_gib": args.limit_gb,
-           "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    env = {
+        "cpu": cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "mem_total_gib": total,
+        "memory_limit_gib": args.limit_gb,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731 - progress on stderr, tables on stdout
-    print(f"CPU: {env['cpu']} ({env['cpu_count']} logical cores) | torch {env['torch']} | "
-          f"torch.get_num_threads() = {env['threads']} | memory limit {args.limit_gb:.1f} GiB", flush=True)
-    results: Dict[str, Any] = {"environment": env,
-                               "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()
-                                        if k != "cell"},
-                               "model_kwargs": MODEL_KWARGS}
+    print(
+        f"CPU: {env['cpu']} ({env['cpu_count']} logical cores) | torch {env['torch']} | "
+        f"torch.get_num_threads() = {env['threads']} | memory limit {args.limit_gb:.1f} GiB",
+        flush=True,
+    )
+    results: Dict[str, Any] = {
+        "environment": env,
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "cell"},
+        "model_kwargs": MODEL_KWARGS,
+    }
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench_scenes_") as tmp:
         if "sweep" in args.parts:
@@ -929,16 +1194,30 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     (args.out / "results.json").write_text(json.dumps(results, indent=2, default=str))
     rows = csv_rows(results)
     with open(args.out / "results.csv", "w", newline="") as fh:
-        fields = ["part", "name", "n", "mode", "status", "reason", "seconds", "min_s", "us_per_point", "peak_mib",
-                  "baseline_mib"]
+        fields = [
+            "part",
+            "name",
+            "n",
+            "mode",
+            "status",
+            "reason",
+            "seconds",
+            "min_s",
+            "us_per_point",
+            "peak_mib",
+            "baseline_mib",
+        ]
         w = csv.DictWriter(fh, fieldnames=fields)
         w.writeheader()
         for r in rows:
             w.writerow({k: r.get(k) for k in fields})
     png = plot(results, args.out / "bench_scenes.png") if results.get("sweep") else None
-    print(f"\nwrote {args.out / 'results.json'}, {args.out / 'results.csv'}"
-          + (f", {png}" if png else " (no PNG: matplotlib missing or no sweep)")
-          + f" in {results['wall_s']:.0f} s", flush=True)
+    print(
+        f"\nwrote {args.out / 'results.json'}, {args.out / 'results.csv'}"
+        + (f", {png}" if png else " (no PNG: matplotlib missing or no sweep)")
+        + f" in {results['wall_s']:.0f} s",
+        flush=True,
+    )
     return results
 
 

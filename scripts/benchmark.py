@@ -5,6 +5,7 @@
     python scripts/benchmark.py --quick
     python scripts/benchmark.py --threads 2 --out outputs/benchmark
 """
+
 import sys
 
 from gridify.benchmarking import main

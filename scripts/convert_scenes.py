@@ -10,6 +10,7 @@ The same as ``gridify convert`` (kept for scripts that call it by path):
 The output, ``<out>/<split>/<scene>/{coord,color,normal,strength,segment,instance}.npy`` plus
 ``<out>/classes.txt``, reads back with ``SceneDataset(out, layout="pointcept", split=...)``.
 """
+
 import sys
 
 from gridify.cli import main

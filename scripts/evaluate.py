@@ -5,6 +5,7 @@
 
 Same as ``gridify evaluate``.
 """
+
 from gridify.evaluation import main
 
 if __name__ == "__main__":

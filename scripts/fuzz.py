@@ -13,6 +13,7 @@ a crash prints a reproducer (the format, the input bytes as base64, and a comman
 it) and saves the input under --crash-dir, to be turned into a regression test in
 tests/fuzz/test_fuzz_readers.py (REGRESSIONS).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,15 @@ def fuzz_one(ext: str, seconds: float, seed: int, crash_dir: Path) -> tuple:
     class TimeUp(Exception):
         pass
 
-    @settings(max_examples=10_000_000, deadline=None, database=None, derandomize=False, print_blob=False,
-              suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
+    @settings(
+        max_examples=10_000_000,
+        deadline=None,
+        database=None,
+        derandomize=False,
+        print_blob=False,
+        suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=False,
+    )
     @given(F.mutated_files(ext))
     def target(data: bytes) -> None:
         if time.monotonic() > deadline and not found:
@@ -97,8 +105,10 @@ def fuzz_one(ext: str, seconds: float, seed: int, crash_dir: Path) -> tuple:
     out = crash_dir / f"crash-{ext[1:]}-{seed}{ext}"
     out.write_bytes(data)
     b64 = base64.b64encode(data).decode()
-    report = (f"CRASH in the {ext} reader: {msg}\n  input ({len(data)} bytes) saved to {out}\n"
-              f"  base64: {b64}\n  replay: python scripts/fuzz.py --replay {ext} {b64}")
+    report = (
+        f"CRASH in the {ext} reader: {msg}\n  input ({len(data)} bytes) saved to {out}\n"
+        f"  base64: {b64}\n  replay: python scripts/fuzz.py --replay {ext} {b64}"
+    )
     return count[0], report
 
 
@@ -132,8 +142,7 @@ def main(argv=None) -> int:
         print(f"[fuzz] {ext:5s} {n:6d} inputs in {share:.0f} s: {status}", flush=True)
         if crash:
             crashes.append(crash)
-    print(f"[fuzz] seed {seed}, {len(formats)} formats, {time.monotonic() - t0:.0f} s, "
-          f"{len(crashes)} crash(es)")
+    print(f"[fuzz] seed {seed}, {len(formats)} formats, {time.monotonic() - t0:.0f} s, {len(crashes)} crash(es)")
     print(memory_report(F))
     for c in crashes:
         print(c)
@@ -142,15 +151,19 @@ def main(argv=None) -> int:
 
 def memory_report(F) -> str:
     """Per format: the read closest to the memory bound, and the largest growth / file-size ratio."""
-    lines = [f"[fuzz] memory (tracemalloc growth of one read; bound = {F.MEMORY_MULTIPLE} x size x expansion "
-             f"+ {F.MEMORY_CONSTANT >> 20} MiB):",
-             f"[fuzz]   format  expansion  worst share of bound (growth / file bytes)  worst growth/size, files >= "
-             f"{F.RATIO_MIN_SIZE} bytes"]
+    lines = [
+        f"[fuzz] memory (tracemalloc growth of one read; bound = {F.MEMORY_MULTIPLE} x size x expansion "
+        f"+ {F.MEMORY_CONSTANT >> 20} MiB):",
+        f"[fuzz]   format  expansion  worst share of bound (growth / file bytes)  worst growth/size, files >= "
+        f"{F.RATIO_MIN_SIZE} bytes",
+    ]
     for ext, worst in sorted(F.MEMORY.items()):
         share, sg, ss = worst["share"]
         ratio, rg, rs = worst["ratio"]
-        lines.append(f"[fuzz]   {ext:6s}  {F.EXPANSION.get(ext, 1):9d}  {share:20.1%} ({sg:>9d} / {ss:>7d})  "
-                     f"{ratio:17.1f}x ({rg:>9d} / {rs:>7d})")
+        lines.append(
+            f"[fuzz]   {ext:6s}  {F.EXPANSION.get(ext, 1):9d}  {share:20.1%} ({sg:>9d} / {ss:>7d})  "
+            f"{ratio:17.1f}x ({rg:>9d} / {rs:>7d})"
+        )
     return "\n".join(lines)
 
 

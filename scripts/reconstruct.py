@@ -12,6 +12,7 @@ with the validation MSE per (R, C). The error should fall as R and C grow.
     python scripts/reconstruct.py                      # full 4 x 3 sweep (30-60 min on 2 CPU cores)
     python scripts/reconstruct.py --quick              # a 2 x 2 sweep in a few minutes
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,10 @@ from torch import nn
 try:
     from tqdm.auto import tqdm
 except ImportError:  # pragma: no cover - tqdm is a dev/scripts dependency
+
     def tqdm(it=None, **kw):
         return it
+
 
 import gridify
 from gridify.nn import Degridification, Gridification
@@ -40,13 +43,14 @@ from gridify.nn import Degridification, Gridification
 class Reconstructor(nn.Module):
     """gridify -> degridify, nothing in between."""
 
-    def __init__(self, channels: int, resolution: int, k: int, omega0: float, hidden: int | None,
-                 message: str, aggr: str) -> None:
+    def __init__(
+        self, channels: int, resolution: int, k: int, omega0: float, hidden: int | None, message: str, aggr: str
+    ) -> None:
         super().__init__()
-        self.gridify = Gridification(1, channels, resolution, k=k, hidden_channels=hidden, omega0=omega0,
-                                     message=message, aggr=aggr)
-        self.degridify = Degridification(channels, 1, hidden_channels=hidden, omega0=omega0,
-                                         message=message, aggr=aggr)
+        self.gridify = Gridification(
+            1, channels, resolution, k=k, hidden_channels=hidden, omega0=omega0, message=message, aggr=aggr
+        )
+        self.degridify = Degridification(channels, 1, hidden_channels=hidden, omega0=omega0, message=message, aggr=aggr)
 
     def forward(self, pos, x):
         grid, graph = self.gridify(pos, x, return_graph=True)
@@ -65,8 +69,8 @@ def evaluate(model, pos, feat, batch_size):
     total = 0.0
     with torch.no_grad():
         for s in range(0, pos.size(0), batch_size):
-            pred = model(pos[s:s + batch_size], feat[s:s + batch_size])
-            total += float(((pred - feat[s:s + batch_size]) ** 2).sum())
+            pred = model(pos[s : s + batch_size], feat[s : s + batch_size])
+            total += float(((pred - feat[s : s + batch_size]) ** 2).sum())
     return total / feat.numel()
 
 
@@ -78,14 +82,15 @@ def run_one(R, C, args, train, val, bar):
     total = steps_per_epoch * args.epochs
     warm = max(1, int(0.05 * total))
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / total))))
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / total)))
+    )
     g = torch.Generator().manual_seed(args.seed)
     t0 = time.time()
     for epoch in range(args.epochs):
         model.train()
         perm = torch.randperm(train[0].size(0), generator=g)
         for s in range(0, perm.numel(), args.batch_size):
-            idx = perm[s:s + args.batch_size]
+            idx = perm[s : s + args.batch_size]
             pred = model(train[0][idx], train[1][idx])
             loss = ((pred - train[1][idx]) ** 2).mean()
             opt.zero_grad(set_to_none=True)
@@ -96,7 +101,9 @@ def run_one(R, C, args, train, val, bar):
             bar.update(1)
     train_time = time.time() - t0
     return {
-        "resolution": R, "channels": C, "grid_nodes": R ** 3,
+        "resolution": R,
+        "channels": C,
+        "grid_nodes": R**3,
         "val_mse": evaluate(model, *val, args.batch_size),
         "train_mse": evaluate(model, train[0][:200], train[1][:200], args.batch_size),
         "params": sum(p.numel() for p in model.parameters()),
@@ -106,6 +113,7 @@ def run_one(R, C, args, train, val, bar):
 
 def plot(rows, baseline, path):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -144,15 +152,22 @@ def main(argv=None):
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--k", type=int, default=9)
     p.add_argument("--omega0", type=float, default=1.0)
-    p.add_argument("--hidden", type=int, default=16,
-                   help="width of the (de)gridification MLPs (at least C: max(hidden, C) is used)")
+    p.add_argument(
+        "--hidden",
+        type=int,
+        default=16,
+        help="width of the (de)gridification MLPs (at least C: max(hidden, C) is used)",
+    )
     p.add_argument("--message", choices=["product", "concat"], default="product")
     p.add_argument("--aggr", choices=["mean", "max", "sum"], default="mean")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave the default)")
     p.add_argument("--out", type=Path, default=Path("outputs/reconstruction"))
-    p.add_argument("--quick", action="store_true",
-                   help="a small sweep for a demo: R in {3, 7}, C in {1, 16}, 200/50 clouds, 8 epochs")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small sweep for a demo: R in {3, 7}, C in {1, 16}, 200/50 clouds, 8 epochs",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.resolutions, args.channels = [3, 7], [1, 16]
@@ -169,8 +184,8 @@ def main(argv=None):
     args.out.mkdir(parents=True, exist_ok=True)
 
     pos, feat = make_data(args.train + args.val, args.num_points, args.seed)
-    train = (pos[:args.train], feat[:args.train])
-    val = (pos[args.train:], feat[args.train:])
+    train = (pos[: args.train], feat[: args.train])
+    val = (pos[args.train :], feat[args.train :])
     baseline = float((val[1] ** 2).mean())  # MSE of always predicting 0 (~1/3)
 
     configs = [(R, C) for R in args.resolutions for C in args.channels]
@@ -188,18 +203,28 @@ def main(argv=None):
                 w.writeheader()
                 w.writerows(rows)
             meta = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-            json_path.write_text(json.dumps({
-                "experiment": "gridify -> degridify reconstruction (thesis sec. 4.4.1)",
-                "gridify_version": gridify.__version__, "torch": torch.__version__,
-                "machine": f"{platform.machine()} {os.cpu_count()} cpus, torch threads {torch.get_num_threads()}",
-                "baseline_mse_predict_zero": baseline, "args": meta, "results": rows}, indent=2))
+            json_path.write_text(
+                json.dumps(
+                    {
+                        "experiment": "gridify -> degridify reconstruction (thesis sec. 4.4.1)",
+                        "gridify_version": gridify.__version__,
+                        "torch": torch.__version__,
+                        "machine": f"{platform.machine()} {os.cpu_count()} cpus, torch threads {torch.get_num_threads()}",
+                        "baseline_mse_predict_zero": baseline,
+                        "args": meta,
+                        "results": rows,
+                    },
+                    indent=2,
+                )
+            )
     plot(rows, baseline, args.out / "reconstruction.png")
 
     print(f"\nvalidation MSE (predicting 0 gives {baseline:.4f}); rows R, columns C")
     print("R \\ C " + "".join(f"{C:>10d}" for C in args.channels))
     for R in args.resolutions:
-        line = "".join(f"{r['val_mse']:>10.4f}" for C in args.channels for r in rows
-                       if r["resolution"] == R and r["channels"] == C)
+        line = "".join(
+            f"{r['val_mse']:>10.4f}" for C in args.channels for r in rows if r["resolution"] == R and r["channels"] == C
+        )
         print(f"{R:>5d} " + line)
     print(f"\nwrote {csv_path}, {json_path}, {args.out / 'reconstruction.png'}")
     return rows

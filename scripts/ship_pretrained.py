@@ -9,6 +9,7 @@ and records where the weights came from (``info["pretrained"]``: the run's name,
 test metrics when ``test_metrics.json`` sits beside the run). The result loads with
 ``gridify.load("<name>")`` and ``gridify predict FILE --model <name>``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,14 +36,14 @@ def scrub(payload: Dict[str, Any], name: str, run: Path) -> Dict[str, Any]:
     out["config"] = config
     source = Path(str(out.get("checkpoint") or "model.pt")).name
     out["checkpoint"] = source
-    provenance: Dict[str, Any] = {"name": name, "run": run.name, "from_checkpoint": source,
-                                  "seed": config.get("seed")}
+    provenance: Dict[str, Any] = {"name": name, "run": run.name, "from_checkpoint": source, "seed": config.get("seed")}
     metrics = run / "test_metrics.json"
     if metrics.is_file():
         report = json.loads(metrics.read_text())
         votes = report.get("votes", (config.get("trainer") or {}).get("test_votes", 1))
-        provenance.update(test_metrics=report.get("metrics"), test_votes=votes,
-                          num_test_samples=report.get("num_samples"))
+        provenance.update(
+            test_metrics=report.get("metrics"), test_votes=votes, num_test_samples=report.get("num_samples")
+        )
     info = dict(out.get("info") or {})
     info["pretrained"] = provenance
     out["info"] = info

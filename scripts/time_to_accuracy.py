@@ -14,6 +14,7 @@ held-out sequence is the validation split) and ``--metric`` the score (``oa``, `
 default: ``oa`` for classifiers, ``miou`` for scene segmenters). Writes ``time_to_accuracy.csv``,
 ``.json`` and ``.png`` (one curve per run, the ``--target`` line) under ``--out``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,9 @@ def every_nth(ckpts: List[Path], every: int) -> List[Path]:
     return keep + [ckpts[-1]] if ckpts[-1] not in keep else keep
 
 
-def run_points(run: Path, votes: int, data_root: str | None, split: str = "test",
-               metric: str | None = None, every: int = 1) -> List[Dict[str, Any]]:
+def run_points(
+    run: Path, votes: int, data_root: str | None, split: str = "test", metric: str | None = None, every: int = 1
+) -> List[Dict[str, Any]]:
     ckpts = sorted((run / "checkpoints").glob("epoch*-step*.ckpt"))
     minutes = training_minutes(run, ckpts)
     points = []
@@ -68,22 +70,34 @@ def run_points(run: Path, votes: int, data_root: str | None, split: str = "test"
         if out.is_file() and out.stat().st_mtime >= ckpt.stat().st_mtime:  # scored before: reuse
             report = json.loads(out.read_text())
         else:
-            argv = ["--ckpt", str(ckpt), "--votes", str(votes), "--no-progress", "--split", split,
-                    "--output", str(out)]
+            argv = ["--ckpt", str(ckpt), "--votes", str(votes), "--no-progress", "--split", split, "--output", str(out)]
             report = evaluate(argv + (["--data-root", data_root] if data_root else []))
         values = report["metrics"]
         key = metric or ("miou" if "miou" in values else "oa")
         if key not in values:
             raise SystemExit(f"time_to_accuracy: {ckpt}: no metric {key!r}; it reports {sorted(values)}")
-        points.append({"run": run.name, "epoch": epoch + 1, "minutes": minutes[ckpt], "split": split,
-                       "metric": key, "value": values[key],
-                       **{f"{split}_{k}": v for k, v in values.items() if isinstance(v, (int, float))},
-                       "votes": votes})
+        points.append(
+            {
+                "run": run.name,
+                "epoch": epoch + 1,
+                "minutes": minutes[ckpt],
+                "split": split,
+                "metric": key,
+                "value": values[key],
+                **{f"{split}_{k}": v for k, v in values.items() if isinstance(v, (int, float))},
+                "votes": votes,
+            }
+        )
     return points
 
 
-def plot(points: List[Dict[str, Any]], path: Path, target: float | None = 93.0, minutes: float | None = 45.0,
-         label: str = "ModelNet10 test OA [%]") -> None:
+def plot(
+    points: List[Dict[str, Any]],
+    path: Path,
+    target: float | None = 93.0,
+    minutes: float | None = 45.0,
+    label: str = "ModelNet10 test OA [%]",
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -120,17 +134,23 @@ def main() -> None:
     p.add_argument("--target", default="93", help="a horizontal line at this value in %% ('none': no line)")
     p.add_argument("--minutes", default="45", help="a vertical line at this training time ('none': no line)")
     p.add_argument("--label", default=None, help="y-axis label")
-    p.add_argument("--every", type=int, default=1,
-                   help="score every N-th epoch's checkpoint and the last (default 1: all)")
+    p.add_argument(
+        "--every", type=int, default=1, help="score every N-th epoch's checkpoint and the last (default 1: all)"
+    )
     p.add_argument("--out", default="outputs/time_to_accuracy")
     args = p.parse_args()
     if args.every < 1:
         p.error(f"--every must be >= 1, got {args.every}")
-    points = [pt for run in args.runs
-              for pt in run_points(Path(run), args.votes, args.data_root, args.split, args.metric, args.every)]
+    points = [
+        pt
+        for run in args.runs
+        for pt in run_points(Path(run), args.votes, args.data_root, args.split, args.metric, args.every)
+    ]
     if not points:
-        raise SystemExit("time_to_accuracy: no per-epoch checkpoints (checkpoints/epochNNN-stepNNNNNNN.ckpt) in "
-                         f"{args.runs}; train with trainer.checkpoint.keep_all: true")
+        raise SystemExit(
+            "time_to_accuracy: no per-epoch checkpoints (checkpoints/epochNNN-stepNNNNNNN.ckpt) in "
+            f"{args.runs}; train with trainer.checkpoint.keep_all: true"
+        )
     out = Path(args.out)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(points[0]))
@@ -140,17 +160,25 @@ def main() -> None:
     atomic_write_text(out / "time_to_accuracy.json", json.dumps(points, indent=1))
     key = points[0]["metric"]
     none = ("none", "null", "")
-    plot(points, out / "time_to_accuracy.png", None if args.target.lower() in none else float(args.target),
-         None if args.minutes.lower() in none else float(args.minutes),
-         args.label or ("ModelNet10 test OA [%]" if key == "oa" and args.split == "test" else f"{args.split} {key} [%]"))
+    plot(
+        points,
+        out / "time_to_accuracy.png",
+        None if args.target.lower() in none else float(args.target),
+        None if args.minutes.lower() in none else float(args.minutes),
+        args.label or ("ModelNet10 test OA [%]" if key == "oa" and args.split == "test" else f"{args.split} {key} [%]"),
+    )
     for pt in points:
-        print(f"{pt['run']} epoch {pt['epoch']:3d} {pt['minutes']:6.1f} min  {args.split} {key} {100 * pt['value']:.2f} %")
+        print(
+            f"{pt['run']} epoch {pt['epoch']:3d} {pt['minutes']:6.1f} min  {args.split} {key} {100 * pt['value']:.2f} %"
+        )
     summary = reach_summary(points)
     atomic_write_text(out / "time_to_accuracy_summary.json", json.dumps(summary, indent=1))
     for s in summary:
         when = "never" if s["minutes"] is None else f"after {s['minutes']:.1f} min ({s['ratio']:.2f} of its time)"
-        print(f"{s['run']} reaches {s['of']}'s final {key} {100 * s['target']:.2f} % {when}; "
-              f"{s['run']} ends at {100 * s['final']:.2f} % after {s['run_minutes']:.1f} min")
+        print(
+            f"{s['run']} reaches {s['of']}'s final {key} {100 * s['target']:.2f} % {when}; "
+            f"{s['run']} ends at {100 * s['final']:.2f} % after {s['run_minutes']:.1f} min"
+        )
     print(f"wrote {out}/time_to_accuracy{{.csv,.json,.png,_summary.json}}")
 
 
@@ -166,9 +194,17 @@ def reach_summary(points: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                 continue
             target, b_minutes = curve[b][-1][1], curve[b][-1][0]
             hit = next((m for m, v in curve[a] if v >= target), None)
-            out.append({"run": a, "of": b, "target": target, "minutes": hit,
-                        "ratio": None if hit is None or b_minutes <= 0 else hit / b_minutes,
-                        "final": curve[a][-1][1], "run_minutes": curve[a][-1][0]})
+            out.append(
+                {
+                    "run": a,
+                    "of": b,
+                    "target": target,
+                    "minutes": hit,
+                    "ratio": None if hit is None or b_minutes <= 0 else hit / b_minutes,
+                    "final": curve[a][-1][1],
+                    "run_minutes": curve[a][-1][0],
+                }
+            )
     return out
 
 

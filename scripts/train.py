@@ -7,6 +7,7 @@
 
 Same as ``gridify train``; kept so the commands in the README and configs work from a checkout.
 """
+
 from gridify.training import main
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ Connections to 127.0.0.0/8, ::1 and Unix sockets (local test servers, DDP rendez
 allowed; anything else fails like an offline machine (an ``OSError``) *and* fails the test at
 teardown, so code that swallows network errors cannot hide the attempt.
 """
+
 from __future__ import annotations
 
 import ipaddress

@@ -2,6 +2,7 @@
 
 Fixtures live in ``tests/conftest.py``; plain functions live here.
 """
+
 import os
 from pathlib import Path
 

@@ -3,6 +3,7 @@
 Two tiny models (a classifier and a part segmenter, 96 training points, 1 epoch) are trained
 once per module through gridify.training.main; everything else runs on them.
 """
+
 import numpy as np
 import pytest
 import torch
@@ -17,14 +18,39 @@ from gridify.nn import Gridification
 pytest.importorskip("lightning")
 pytest.importorskip("yaml")
 
-COMMON = ["data.name=procedural", "data.num_points=96", "data.val={num_samples_per_class: 1}",
-          "data.test={num_samples_per_class: 1}", "model.resolution=4", "model.k=4", "model.hidden_channels=8",
-          "model.depth=1", "model.kernel_size=3", "trainer.max_epochs=1", "trainer.num_threads=1",
-          "trainer.progress_bar=false", "trainer.plots=false", "trainer.log_every_n_steps=1"]
-CLS = ["task=classification", "data.num_samples_per_class=2", "data.classes=[box, sphere, cylinder, torus]",
-       "data.batch_size=4", "model.name=gridified_classifier", "model.dropout=0.2", "optim.lr=5e-3"]
-SEG = ["task=segmentation", "data.num_samples_per_class=1", "data.classes=[chair, lamp, box]", "data.batch_size=3",
-       "model.name=gridified_segmenter", "model.point_channels=8"]
+COMMON = [
+    "data.name=procedural",
+    "data.num_points=96",
+    "data.val={num_samples_per_class: 1}",
+    "data.test={num_samples_per_class: 1}",
+    "model.resolution=4",
+    "model.k=4",
+    "model.hidden_channels=8",
+    "model.depth=1",
+    "model.kernel_size=3",
+    "trainer.max_epochs=1",
+    "trainer.num_threads=1",
+    "trainer.progress_bar=false",
+    "trainer.plots=false",
+    "trainer.log_every_n_steps=1",
+]
+CLS = [
+    "task=classification",
+    "data.num_samples_per_class=2",
+    "data.classes=[box, sphere, cylinder, torus]",
+    "data.batch_size=4",
+    "model.name=gridified_classifier",
+    "model.dropout=0.2",
+    "optim.lr=5e-3",
+]
+SEG = [
+    "task=segmentation",
+    "data.num_samples_per_class=1",
+    "data.classes=[chair, lamp, box]",
+    "data.batch_size=3",
+    "model.name=gridified_segmenter",
+    "model.point_channels=8",
+]
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +67,9 @@ def trained(tmp_path_factory):
 
 def shape(category, n, seed=0, task="classification"):
     classes = ["box", "sphere", "cylinder", "torus"] if task == "classification" else ["chair", "lamp", "box"]
-    ds = ProceduralShapes(split="test", task=task, num_points=n, num_samples_per_class=1, classes=classes,
-                          normalize=False, seed=seed)
+    ds = ProceduralShapes(
+        split="test", task=task, num_points=n, num_samples_per_class=1, classes=classes, normalize=False, seed=seed
+    )
     s = ds[classes.index(category)]
     return s["pos"].numpy() * 3.0 + 1.5, s["normal"].numpy()  # off-centre and larger: the API normalizes
 
@@ -117,8 +144,9 @@ def test_segment_every_point_in_input_order(trained):
     pos96, nrm96 = pos[:96], nrm[:96]
     p, _, _ = normalize_cloud(pos96)
     with torch.no_grad():
-        logits = m.model(torch.from_numpy(p), torch.from_numpy(np.concatenate([p, nrm96], 1)),
-                         category=torch.tensor([1]))
+        logits = m.model(
+            torch.from_numpy(p), torch.from_numpy(np.concatenate([p, nrm96], 1)), category=torch.tensor([1])
+        )
     mask = torch.full((23,), float("-inf"))
     mask[[11, 12, 13]] = 0
     ref = torch.softmax(logits + mask, -1).numpy()
@@ -216,10 +244,13 @@ def _batch_forms(a, b):
     """The batch forms gridify.gridify takes, for the clouds a [Na, 3], b [Nb, 3] (equal sizes: dense too)."""
     flat = np.concatenate([a, b])
     ids = np.repeat([0, 1], [len(a), len(b)])
-    forms = {"list of arrays": ([a, b], {}), "list of tensors": ([torch.from_numpy(a), torch.from_numpy(b)], {}),
-             "nested lists": ([a.tolist(), b.tolist()], {}),
-             "pos + batch (numpy)": (flat, dict(batch=ids)),
-             "pos + batch (torch)": (torch.from_numpy(flat), dict(batch=torch.from_numpy(ids)))}
+    forms = {
+        "list of arrays": ([a, b], {}),
+        "list of tensors": ([torch.from_numpy(a), torch.from_numpy(b)], {}),
+        "nested lists": ([a.tolist(), b.tolist()], {}),
+        "pos + batch (numpy)": (flat, dict(batch=ids)),
+        "pos + batch (torch)": (torch.from_numpy(flat), dict(batch=torch.from_numpy(ids))),
+    }
     if len(a) == len(b):
         forms.update({"dense array": (np.stack([a, b]), {}), "dense tensor": (torch.from_numpy(np.stack([a, b])), {})})
     return forms
@@ -235,15 +266,20 @@ def test_gridify_names_the_cloud_and_row_of_a_nan_in_every_batch_form(sizes):
         bad[7, 1] = value
         bad[9, 0] = value
         for form, (points, extra) in _batch_forms(a, bad).items():
-            with pytest.raises(ValueError, match=rf"gridify.gridify: points contains {what} values \(2 rows affected\); "
-                                                 rf"first in cloud 1 at row 7$"):
+            with pytest.raises(
+                ValueError,
+                match=rf"gridify.gridify: points contains {what} values \(2 rows affected\); "
+                rf"first in cloud 1 at row 7$",
+            ):
                 gridify.gridify(points, **extra, **kw)
     fa, fb = rng.normal(size=(sizes[0], 2)), rng.normal(size=(sizes[1], 2))
     fb[3, 1] = np.nan
     features = {"list": [fa, fb], "flat": np.concatenate([fa, fb])}
     for form, (points, extra) in _batch_forms(a, b).items():
         feats = features["flat"] if "batch" in extra else features["list"]
-        with pytest.raises(ValueError, match=r"features contains NaN values \(1 row affected\); first in cloud 1 at row 3"):
+        with pytest.raises(
+            ValueError, match=r"features contains NaN values \(1 row affected\); first in cloud 1 at row 3"
+        ):
             gridify.gridify(points, feats, **extra, **kw)
     if sizes[0] == sizes[1]:
         with pytest.raises(ValueError, match=r"features contains NaN values .*; first in cloud 1 at row 3"):
@@ -276,8 +312,9 @@ def test_gridify_batch_forms_give_each_clouds_own_grid():
     with pytest.raises(ValueError, match="gridify.gridify: cloud 1: the cloud is empty"):
         gridify.gridify([a, np.zeros((0, 3))], **kw)
     # a list of rows (1-D arrays) is still one cloud
-    assert gridify.gridify([np.array([1.0, 2, 3]), np.array([0.0, 1, 5]), np.array([2.0, 2, 2])],
-                           resolution=3, k=2, channels=2).shape == (2, 3, 3, 3)
+    assert gridify.gridify(
+        [np.array([1.0, 2, 3]), np.array([0.0, 1, 5]), np.array([2.0, 2, 2])], resolution=3, k=2, channels=2
+    ).shape == (2, 3, 3, 3)
 
 
 def _raw_checkpoint(path, model_name, task, lightning=False):
@@ -287,8 +324,13 @@ def _raw_checkpoint(path, model_name, task, lightning=False):
     kwargs = dict(in_channels=3, num_classes=3, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3)
     torch.manual_seed(0)
     model = build_model(model_name, **kwargs)
-    meta = {"model_name": model_name, "model_kwargs": kwargs, "task": task,
-            "info": {"class_names": ["a", "b", "c"], "num_points": 50}, "config": {}}
+    meta = {
+        "model_name": model_name,
+        "model_kwargs": kwargs,
+        "task": task,
+        "info": {"class_names": ["a", "b", "c"], "num_points": 50},
+        "config": {},
+    }
     if lightning:
         raw = {"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}, "hyper_parameters": meta}
     else:
@@ -298,16 +340,22 @@ def _raw_checkpoint(path, model_name, task, lightning=False):
 
 
 @pytest.mark.parametrize("lightning", [False, True])
-@pytest.mark.parametrize("model_name, task, serves", [("gridified_classifier", "segmentation", "classification"),
-                                                       ("gridified_segmenter", "classification", "segmentation"),
-                                                       ("gridified_classifier", "sequence_classification",
-                                                        "classification")])
+@pytest.mark.parametrize(
+    "model_name, task, serves",
+    [
+        ("gridified_classifier", "segmentation", "classification"),
+        ("gridified_segmenter", "classification", "segmentation"),
+        ("gridified_classifier", "sequence_classification", "classification"),
+    ],
+)
 def test_load_refuses_a_task_that_does_not_match_the_model(tmp_path, lightning, model_name, task, serves):
     """Before: a classifier whose file said segmentation reached forward() with an unexpected
     'category' keyword (and a segmenter served as a classifier gave per-point logits)."""
     path = _raw_checkpoint(tmp_path / ("last.ckpt" if lightning else "model.pt"), model_name, task, lightning)
-    message = (rf"{path}: entry 'task' is '{task}' but the model '{model_name}' is a {serves} model; the file's "
-               rf"task and model do not match")
+    message = (
+        rf"{path}: entry 'task' is '{task}' but the model '{model_name}' is a {serves} model; the file's "
+        rf"task and model do not match"
+    )
     with pytest.raises(CheckpointError, match=message):
         gridify.load(path)
     with pytest.raises(CheckpointError, match=message):
@@ -321,11 +369,19 @@ def test_export_model_refuses_a_task_that_does_not_match_the_model(tmp_path):
     from gridify.models import GridifiedClassifier, TemporalGridifiedClassifier
 
     model = GridifiedClassifier(3, 3, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3)
-    meta = dict(model_name="gridified_classifier", model_kwargs=dict(in_channels=3, num_classes=3, resolution=4, k=4,
-                                                                     hidden_channels=8, depth=1, kernel_size=3),
-                task="segmentation", info={"class_names": ["a", "b", "c"]})
-    with pytest.raises(ValueError, match="export_model: meta\\['task'\\]='segmentation' but the model "
-                                         "\\(GridifiedClassifier\\) is a classification model"):
+    meta = dict(
+        model_name="gridified_classifier",
+        model_kwargs=dict(in_channels=3, num_classes=3, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3),
+        task="segmentation",
+        info={"class_names": ["a", "b", "c"]},
+    )
+    with pytest.raises(
+        ValueError,
+        match="export_model: meta\\['task'\\]='segmentation' but the model "
+        "\\(GridifiedClassifier\\) is a classification model",
+    ):
         export_model(tmp_path / "model.pt", model, meta)
     assert not (tmp_path / "model.pt").exists()
-    assert model_task(TemporalGridifiedClassifier) == "sequence_classification" and model_task(model) == "classification"
+    assert (
+        model_task(TemporalGridifiedClassifier) == "sequence_classification" and model_task(model) == "classification"
+    )

@@ -1,5 +1,6 @@
 """Inputs of the library API (gridify.gridify, gridify.load, Predictor): bad arguments get gridify's own error
 naming the argument; large coordinates keep their precision; a failure leaves no half-done state."""
+
 import numpy as np
 import pytest
 import torch
@@ -20,8 +21,14 @@ def _assert_same(a, b):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("device, why", [("xpu", "this torch build has no usable 'xpu'"), ("mps", "this torch build has no usable 'mps'"),
-                                         ("meta", "meta tensors hold no data")])
+@pytest.mark.parametrize(
+    "device, why",
+    [
+        ("xpu", "this torch build has no usable 'xpu'"),
+        ("mps", "this torch build has no usable 'mps'"),
+        ("meta", "meta tensors hold no data"),
+    ],
+)
 def test_load_refuses_devices_that_cannot_run(device, why):
     with pytest.raises(ValueError, match=f"gridify.load: device '{device}' cannot run gridify \\({why}"):
         gridify.load("modelnet10", device=device)
@@ -30,7 +37,7 @@ def test_load_refuses_devices_that_cannot_run(device, why):
 def test_gridify_seed_and_empty_features():
     pts = np.random.default_rng(1).random((60, 3))
     with pytest.raises(ValueError, match=r"seed must be below 2\*\*64"):
-        gridify.gridify(pts, seed=2 ** 70)
+        gridify.gridify(pts, seed=2**70)
     with pytest.raises(ValueError, match="features have 0 channels"):
         gridify.gridify(pts, np.ones((60, 0)))
 
@@ -54,8 +61,10 @@ def test_batched_gridify_names_the_cloud_that_cannot_be_normalized():
 
 def test_meta_tensors_are_refused_by_the_library_api():
     pos = torch.rand(50, 3, device="meta")
-    for call, match in ((lambda: gridify.gridify(pos), "points is a meta"),
-                        (lambda: gridify.load("modelnet10").predict(pos), "points is a meta")):
+    for call, match in (
+        (lambda: gridify.gridify(pos), "points is a meta"),
+        (lambda: gridify.load("modelnet10").predict(pos), "points is a meta"),
+    ):
         with pytest.raises(ValueError, match=match):
             call()
 
@@ -69,8 +78,9 @@ def test_gridify_keeps_utm_precision():
 
 def test_predictor_keeps_utm_precision():
     torch.manual_seed(0)
-    pred = Predictor(_tiny_classifier(), task="classification", class_names=["a", "b", "c"], num_points=50,
-                     in_channels=3)
+    pred = Predictor(
+        _tiny_classifier(), task="classification", class_names=["a", "b", "c"], num_points=50, in_channels=3
+    )
     pts = np.random.default_rng(1).uniform(-1, 1, (80, 3))
     ref = pred.predict(pts).probabilities
     np.testing.assert_allclose(pred.predict(pts + np.array([5e5, 4e6, 120.0])).probabilities, ref, atol=1e-5)
@@ -78,11 +88,14 @@ def test_predictor_keeps_utm_precision():
 
 
 def test_predictor_size_and_seed_arguments(monkeypatch):
-    pred = Predictor(_tiny_classifier(), task="classification", class_names=["a", "b", "c"], num_points=50,
-                     in_channels=3)
+    pred = Predictor(
+        _tiny_classifier(), task="classification", class_names=["a", "b", "c"], num_points=50, in_channels=3
+    )
     pts = np.random.default_rng(0).uniform(-1, 1, (70, 3))
-    with pytest.raises(ValueError, match=r"Predictor.predict: num_votes=1000000000 \(subsets of 50 points\) would need"):
-        pred.predict(pts, num_votes=10 ** 9)
+    with pytest.raises(
+        ValueError, match=r"Predictor.predict: num_votes=1000000000 \(subsets of 50 points\) would need"
+    ):
+        pred.predict(pts, num_votes=10**9)
     with pytest.raises(ValueError, match="seed must be a non-negative integer, got -1"):
         pred.predict(pts, seed=-1)
     with pytest.raises(ValueError, match="Predictor.embed: num_votes must be a positive integer, got 0"):
@@ -111,8 +124,9 @@ def test_api_input_conversion_names_the_problem():
 
 def test_predictor_failing_halfway_leaves_mode_buffers_and_caches(monkeypatch):
     torch.manual_seed(0)
-    pred = Predictor(_tiny_classifier(), task="classification", class_names=["a", "b", "c"], num_points=50,
-                     in_channels=3)
+    pred = Predictor(
+        _tiny_classifier(), task="classification", class_names=["a", "b", "c"], num_points=50, in_channels=3
+    )
     pts = np.random.default_rng(0).uniform(-1, 1, (70, 3))
     ref = pred.predict(pts, num_votes=3, batch_size=1).probabilities
     pred.model.train()  # a user's setting: predict runs in eval mode and restores it

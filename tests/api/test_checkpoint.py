@@ -1,4 +1,5 @@
 """gridify.checkpoint: exported files rebuild their model; bad entries, sizes and weights are refused by name."""
+
 import time
 
 import numpy as np
@@ -14,8 +15,12 @@ def _tiny_payload(**model_kwargs):
     kw = dict(in_channels=3, num_classes=4, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3)
     kw.update(model_kwargs)
     model = GridifiedClassifier(**kw).eval()
-    return model, dict(model_name="gridified_classifier", model_kwargs=kw, task="classification",
-                       info=dict(class_names=list("abcd"), num_points=32))
+    return model, dict(
+        model_name="gridified_classifier",
+        model_kwargs=kw,
+        task="classification",
+        info=dict(class_names=list("abcd"), num_points=32),
+    )
 
 
 NAN = float("nan")
@@ -36,18 +41,29 @@ def _tiny_classifier(**kw):
 def _payload(**model_kwargs):
     kwargs = dict(in_channels=3, num_classes=3, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3)
     kwargs.update(model_kwargs)
-    return {"state_dict": {}, "model_name": "gridified_classifier", "model_kwargs": kwargs,
-            "task": "classification", "info": {}, "config": {}}
+    return {
+        "state_dict": {},
+        "model_name": "gridified_classifier",
+        "model_kwargs": kwargs,
+        "task": "classification",
+        "info": {},
+        "config": {},
+    }
 
 
 def _export(tmp_path, **entries):
     torch.manual_seed(0)
     model = _tiny_classifier()
-    raw = {"state_dict": model.state_dict(), "model_name": "gridified_classifier",
-           "model_kwargs": dict(in_channels=3, num_classes=3, resolution=4, k=4, hidden_channels=8, depth=1,
-                                kernel_size=3),
-           "task": "classification", "info": {"class_names": ["a", "b", "c"], "num_points": 50},
-           "config": {"data": {"normalize": True}}}
+    raw = {
+        "state_dict": model.state_dict(),
+        "model_name": "gridified_classifier",
+        "model_kwargs": dict(
+            in_channels=3, num_classes=3, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3
+        ),
+        "task": "classification",
+        "info": {"class_names": ["a", "b", "c"], "num_points": 50},
+        "config": {"data": {"normalize": True}},
+    }
     raw.update(entries)
     path = tmp_path / "model.pt"
     torch.save(raw, path)
@@ -78,12 +94,15 @@ def test_fresh_mrconv_model_saved_unfolded_loads_and_predicts(tmp_path):
     np.testing.assert_allclose(folded.probabilities, plain.probabilities, atol=1e-5)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(resolution=100000), r"resolution=100000 with 8 channels .* would need"),
-    (dict(hidden_channels=10 ** 9), r"hidden_channels=1000000000, depth=1 .* would need"),
-    (dict(backbone="unet", depth=60), r"channel_multiplier=2, depth=60 .* would need"),
-    (dict(num_classes=10 ** 13, backbone="resnet"), r"would need"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(resolution=100000), r"resolution=100000 with 8 channels .* would need"),
+        (dict(hidden_channels=10**9), r"hidden_channels=1000000000, depth=1 .* would need"),
+        (dict(backbone="unet", depth=60), r"channel_multiplier=2, depth=60 .* would need"),
+        (dict(num_classes=10**13, backbone="resnet"), r"would need"),
+    ],
+)
 def test_checkpoint_sizes_are_refused_before_anything_is_allocated(kwargs, match):
     start = time.perf_counter()
     with pytest.raises(CheckpointError, match=match):
@@ -91,19 +110,25 @@ def test_checkpoint_sizes_are_refused_before_anything_is_allocated(kwargs, match
     assert time.perf_counter() - start < 5
 
 
-@pytest.mark.parametrize("entries, match", [
-    (dict(state_dict="weights"), "entry 'state_dict' must be a dict of tensors, got str"),
-    (dict(state_dict={"gridify.x": [1, 2]}), r"entry state_dict\['gridify.x'\] must be a tensor"),
-    (dict(info="nothing"), "entry 'info' must be a dict, got str"),
-    (dict(model_kwargs=[1, 2]), "entry 'model_kwargs' must be a dict of keyword arguments, got list"),
-    (dict(model_name=7), "entry 'model_name' must be a string, got int"),
-    (dict(task="regression"), "entry 'task' is 'regression'; gridify.load serves the models of the tasks \\['classification', 'segmentation'"),
-    (dict(task=3), "entry 'task' must be a string, got int"),
-    (dict(class_names="abc"), "entry 'class_names' must be a list of strings or None"),
-    (dict(config={"data": {"num_points": "1024"}}), r"entry config\['data'\]\['num_points'\] must be an integer"),
-    (dict(info={"category_to_parts": [[0, -1]]}), r"entry info\['category_to_parts'\] must be a list of lists"),
-    (dict(reparameterized="yes"), "entry 'reparameterized' must be a bool"),
-])
+@pytest.mark.parametrize(
+    "entries, match",
+    [
+        (dict(state_dict="weights"), "entry 'state_dict' must be a dict of tensors, got str"),
+        (dict(state_dict={"gridify.x": [1, 2]}), r"entry state_dict\['gridify.x'\] must be a tensor"),
+        (dict(info="nothing"), "entry 'info' must be a dict, got str"),
+        (dict(model_kwargs=[1, 2]), "entry 'model_kwargs' must be a dict of keyword arguments, got list"),
+        (dict(model_name=7), "entry 'model_name' must be a string, got int"),
+        (
+            dict(task="regression"),
+            "entry 'task' is 'regression'; gridify.load serves the models of the tasks \\['classification', 'segmentation'",
+        ),
+        (dict(task=3), "entry 'task' must be a string, got int"),
+        (dict(class_names="abc"), "entry 'class_names' must be a list of strings or None"),
+        (dict(config={"data": {"num_points": "1024"}}), r"entry config\['data'\]\['num_points'\] must be an integer"),
+        (dict(info={"category_to_parts": [[0, -1]]}), r"entry info\['category_to_parts'\] must be a list of lists"),
+        (dict(reparameterized="yes"), "entry 'reparameterized' must be a bool"),
+    ],
+)
 def test_checkpoint_entries_of_the_wrong_type_are_named(tmp_path, entries, match):
     with pytest.raises(CheckpointError, match=match):
         gridify.load(_export(tmp_path, **entries))
@@ -111,8 +136,19 @@ def test_checkpoint_entries_of_the_wrong_type_are_named(tmp_path, entries, match
 
 def test_lightning_checkpoint_with_a_bad_info_entry(tmp_path):
     path = tmp_path / "last.ckpt"
-    torch.save({"state_dict": {}, "hyper_parameters": {"model_name": "gridified_classifier", "model_kwargs": {},
-                                                      "task": "classification", "info": "x", "config": {}}}, path)
+    torch.save(
+        {
+            "state_dict": {},
+            "hyper_parameters": {
+                "model_name": "gridified_classifier",
+                "model_kwargs": {},
+                "task": "classification",
+                "info": "x",
+                "config": {},
+            },
+        },
+        path,
+    )
     with pytest.raises(CheckpointError, match="entry 'info' must be a dict, got str"):
         load_checkpoint(path)
     torch.save({"state_dict": {}, "hyper_parameters": "x"}, path)

@@ -4,6 +4,7 @@ The files in ``tests/fixtures/pre_restructure/`` were written by the main branch
 (tiny procedural models: a classifier as ``model.pt`` and Lightning ``last.ckpt``, a part segmenter,
 and an MRConv classifier exported folded), together with their logits on fixed inputs.
 """
+
 import json
 from pathlib import Path
 
@@ -37,5 +38,6 @@ def test_old_checkpoints_rebuild_with_identical_logits(name):
 def test_old_checkpoints_load_through_the_api(name):
     predictor = gridify.load(FIXTURES / name)
     assert predictor.task in ("classification", "segmentation")
-    torch.testing.assert_close(_logits(predictor.model, predictor.task), torch.tensor(EXPECTED[name]),
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        _logits(predictor.model, predictor.task), torch.tensor(EXPECTED[name]), rtol=1e-5, atol=1e-5
+    )

@@ -11,6 +11,7 @@
 
 The ONNX tests need the optional extra (onnx, onnxscript, onnxruntime) and are skipped without it.
 """
+
 import importlib.util
 import subprocess
 import sys
@@ -47,11 +48,19 @@ def tiny_classifier(in_channels=3, **overrides):
     return model, kwargs
 
 
-def write_checkpoint(path, model, kwargs, name="gridified_classifier", task="classification", classes=CLASSES,
-                     num_points=64):
-    meta = dict(model_name=name, model_kwargs=kwargs, task=task,
-                info={"class_names": classes, "num_points": num_points,
-                      "normalization": {"center": "mean", "scale": "unit_sphere"}})
+def write_checkpoint(
+    path, model, kwargs, name="gridified_classifier", task="classification", classes=CLASSES, num_points=64
+):
+    meta = dict(
+        model_name=name,
+        model_kwargs=kwargs,
+        task=task,
+        info={
+            "class_names": classes,
+            "num_points": num_points,
+            "normalization": {"center": "mean", "scale": "unit_sphere"},
+        },
+    )
     export_model(path, model, meta)
     return path
 
@@ -76,20 +85,21 @@ def modelnet_clouds(root, per_class=1):
 # --------------------------------------------------------------------------------------
 # the fixed-shape graph and gridification (no ONNX needed)
 # --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("B, N, R, k", [(1, 100, 5, 4), (3, 200, 6, 8), (2, 1024, 9, 9), (1, 30, 4, 9),
-                                        (2, 9, 3, 9)])
+@pytest.mark.parametrize("B, N, R, k", [(1, 100, 5, 4), (3, 200, 6, 8), (2, 1024, 9, 9), (1, 30, 4, 9), (2, 9, 3, 9)])
 @pytest.mark.parametrize("backend", ["torch", "kdtree"])
 def test_dense_graph_equals_bilateral_knn(B, N, R, k, backend):
     g = torch.Generator().manual_seed(B * N + R)
     pos = torch.rand(B, N, 3, generator=g) * 2 - 1
     grid = RegularGrid(R)
     node_points, point_nodes, keep = E.dense_bilateral_knn(pos, grid, k)
-    assert node_points.shape == (B, R ** 3, k) and point_nodes.shape == keep.shape == (B, N, min(k, R ** 3))
+    assert node_points.shape == (B, R**3, k) and point_nodes.shape == keep.shape == (B, N, min(k, R**3))
     ei = E.dense_edge_index(node_points, point_nodes, keep)
     assert torch.equal(ei, edge_set(pos, grid, k, backend))
     # every kept point -> node edge is new, every dropped one is already in the node's own list
-    own = (node_points.gather(1, point_nodes.reshape(B, -1, 1).expand(-1, -1, k)).view(*keep.shape, k)
-           == torch.arange(N).view(1, N, 1, 1)).any(-1)
+    own = (
+        node_points.gather(1, point_nodes.reshape(B, -1, 1).expand(-1, -1, k)).view(*keep.shape, k)
+        == torch.arange(N).view(1, N, 1, 1)
+    ).any(-1)
     assert torch.equal(keep, ~own)
 
 
@@ -136,8 +146,9 @@ def test_dense_graph_on_modelnet_shapes(shared_data):
         assert torch.equal(ei, edge_set(pos, grid, 9, "auto"))  # KD-tree or brute force by size
 
 
-@pytest.mark.parametrize("aggr, message, field", [("mean", "product", "rff"), ("max", "concat", "rff"),
-                                                  ("sum", "product", "siren")])
+@pytest.mark.parametrize(
+    "aggr, message, field", [("mean", "product", "rff"), ("max", "concat", "rff"), ("sum", "product", "siren")]
+)
 def test_gridify_dense_equals_gridification(aggr, message, field):
     torch.manual_seed(0)
     module = Gridification(6, 16, 5, k=7, aggr=aggr, message=message, pos_embedding=field).eval()
@@ -211,8 +222,9 @@ def test_dense_graph_argument_errors():
 # what is not exportable
 # --------------------------------------------------------------------------------------
 def test_unsupported_models_are_named(tmp_path):
-    with pytest.raises(E.ExportError, match="Linear is not exportable: the gridified classifier, part segmenter and "
-                                            "scene segmenter"):
+    with pytest.raises(
+        E.ExportError, match="Linear is not exportable: the gridified classifier, part segmenter and scene segmenter"
+    ):
         E.export_onnx(torch.nn.Linear(3, 3), tmp_path / "m.onnx", verify=False)
     four = GridifiedClassifier(4, 3, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3)
     with pytest.raises(E.ExportError, match="takes 4 features per point; only xyz"):
@@ -243,20 +255,25 @@ def test_missing_dependencies_say_what_to_install(monkeypatch, tmp_path):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "onnxscript" else real(name, *a))
     model, _ = tiny_classifier()
-    with pytest.raises(ImportError, match=r"needs onnxscript, which is not installed; run: pip install "
-                                          r"'gridify\[export\]'"):
+    with pytest.raises(
+        ImportError,
+        match=r"needs onnxscript, which is not installed; run: pip install "
+        r"'gridify\[export\]'",
+    ):
         E.export_onnx(model, tmp_path / "m.onnx")
 
 
 def test_the_library_imports_without_the_export_extra():
-    code = ("import sys, importlib.abc\n"
-            "class Block(importlib.abc.MetaPathFinder):\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name.split('.')[0] in ('onnx', 'onnxruntime', 'onnxscript'):\n"
-            "            raise ImportError('blocked ' + name)\n"
-            "sys.meta_path.insert(0, Block())\n"
-            "import gridify, gridify.export, gridify.cli\n"
-            "print(gridify.export.INSTALL_HINT)\n")
+    code = (
+        "import sys, importlib.abc\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('onnx', 'onnxruntime', 'onnxscript'):\n"
+        "            raise ImportError('blocked ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import gridify, gridify.export, gridify.cli\n"
+        "print(gridify.export.INSTALL_HINT)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "pip install 'gridify[export]'" in out.stdout
@@ -351,8 +368,10 @@ def test_cli_export_round_trip(tmp_path, capsys):
     model, kwargs = tiny_classifier(6)
     ckpt = write_checkpoint(tmp_path / "model.pt", model, kwargs)
     out = tmp_path / "deploy" / "model.onnx"
-    assert cli.main(["export", str(ckpt), "--format", "onnx", "--num-points", "80", "--batch", "2",
-                     "--out", str(out)]) == 0
+    assert (
+        cli.main(["export", str(ckpt), "--format", "onnx", "--num-points", "80", "--batch", "2", "--out", str(out)])
+        == 0
+    )
     text = capsys.readouterr().out
     assert f"wrote {out} (onnx" in text and "points [2, 80, 3], normals [2, 80, 3] -> logits [2, 4]" in text
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
@@ -377,9 +396,14 @@ def test_cli_export_errors(tmp_path):
     with pytest.raises(SystemExit, match="gridify export: error: checkpoint not found"):
         cli.main(["export", str(tmp_path / "missing.pt"), "--out", str(tmp_path / "m.onnx")])
     seg = GridifiedSegmenter(3, 2, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3)
-    ckpt = write_checkpoint(tmp_path / "seg.pt", seg, dict(in_channels=3, num_classes=2, resolution=4, k=4,
-                                                           hidden_channels=8, depth=1, kernel_size=3),
-                            name="gridified_segmenter", task="segmentation", classes=["a", "b"])
+    ckpt = write_checkpoint(
+        tmp_path / "seg.pt",
+        seg,
+        dict(in_channels=3, num_classes=2, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3),
+        name="gridified_segmenter",
+        task="segmentation",
+        classes=["a", "b"],
+    )
     with pytest.raises(SystemExit):
         cli.main(["export", str(ckpt), "--format", "tflite", "--out", str(tmp_path / "m.tflite")])
     assert not list(tmp_path.glob("*.onnx"))
@@ -387,13 +411,16 @@ def test_cli_export_errors(tmp_path):
 
 @needs_onnx
 @pytest.mark.slow
-@pytest.mark.parametrize("overrides", [
-    dict(backbone="resnet", kernel_size=5),
-    dict(backbone="unet", resolution=7),
-    dict(backbone="mrconv"),  # unfolded: export_onnx folds a copy
-    dict(pos_embedding="siren", aggr="max", message="concat", pool="meanmax"),
-    dict(kernel_size=11, resolution=9),  # a CCNN kernel past the FFT threshold
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(backbone="resnet", kernel_size=5),
+        dict(backbone="unet", resolution=7),
+        dict(backbone="mrconv"),  # unfolded: export_onnx folds a copy
+        dict(pos_embedding="siren", aggr="max", message="concat", pool="meanmax"),
+        dict(kernel_size=11, resolution=9),  # a CCNN kernel past the FFT threshold
+    ],
+)
 def test_other_backbones_and_options(tmp_path, overrides):
     model, _ = tiny_classifier(6, **overrides)
     model.train()
@@ -423,23 +450,33 @@ def test_modelnet40_configuration_on_modelnet(tmp_path, shared_data):
 META = dict(model_name="gridified_classifier", task="classification", info={"class_names": CLASSES})
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(model_name=None), r"meta lacks \['model_name'\]"),
-    (dict(model_name="gridified_clasifier"), r"meta\['model_name'\]='gridified_clasifier' is not a registered model; "
-                                              "registered: "),
-    (dict(model_kwargs=None), r"meta lacks \['model_kwargs'\]"),
-    (dict(model_kwargs=dict(TINY, in_channels=3, hidden_channels=16)), "meta does not describe the model: the "
-                                                                       "checkpoint's weights do not fit"),
-    (dict(model_kwargs=dict(TINY, in_channels=3, width=3)), "meta does not describe the model: cannot rebuild"),
-    (dict(task="detection"), r"meta\['task'\] must be one of \('classification', 'segmentation', "),
-    (dict(info={}), "meta has no class names: pass info={'class_names': \\[...\\]}"),
-    (dict(info={"class_names": ["a", "b"]}), r"2 class names for a model with 4 outputs \(num_classes\)"),
-    (dict(info={"class_names": "abcd"}), "the class names must be a non-empty list of strings"),
-    (dict(config=[1]), r"meta\['config'\] must be a dict \(the training config\)"),
-    (dict(config={"when": object()}), "meta must hold only plain data"),
-    (dict(model_name="gridified_segmenter", model_kwargs=dict(TINY, in_channels=3)),
-     "meta does not describe the model"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(model_name=None), r"meta lacks \['model_name'\]"),
+        (
+            dict(model_name="gridified_clasifier"),
+            r"meta\['model_name'\]='gridified_clasifier' is not a registered model; "
+            "registered: ",
+        ),
+        (dict(model_kwargs=None), r"meta lacks \['model_kwargs'\]"),
+        (
+            dict(model_kwargs=dict(TINY, in_channels=3, hidden_channels=16)),
+            "meta does not describe the model: the checkpoint's weights do not fit",
+        ),
+        (dict(model_kwargs=dict(TINY, in_channels=3, width=3)), "meta does not describe the model: cannot rebuild"),
+        (dict(task="detection"), r"meta\['task'\] must be one of \('classification', 'segmentation', "),
+        (dict(info={}), "meta has no class names: pass info={'class_names': \\[...\\]}"),
+        (dict(info={"class_names": ["a", "b"]}), r"2 class names for a model with 4 outputs \(num_classes\)"),
+        (dict(info={"class_names": "abcd"}), "the class names must be a non-empty list of strings"),
+        (dict(config=[1]), r"meta\['config'\] must be a dict \(the training config\)"),
+        (dict(config={"when": object()}), "meta must hold only plain data"),
+        (
+            dict(model_name="gridified_segmenter", model_kwargs=dict(TINY, in_channels=3)),
+            "meta does not describe the model",
+        ),
+    ],
+)
 def test_export_model_refuses_an_indescribable_model(tmp_path, change, message):
     model, kwargs = tiny_classifier()
     meta = dict(META, model_kwargs=kwargs)
@@ -466,8 +503,9 @@ def test_export_model_fills_a_minimal_config_and_the_file_predicts(tmp_path):
 def test_every_file_export_model_writes_loads_and_predicts(tmp_path, kind):
     torch.manual_seed(0)
     if kind == "segmenter":
-        kwargs = dict(in_channels=6, num_classes=3, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3,
-                      point_channels=8)
+        kwargs = dict(
+            in_channels=6, num_classes=3, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3, point_channels=8
+        )
         model, name, task = GridifiedSegmenter(**kwargs), "gridified_segmenter", "segmentation"
     else:
         model, kwargs = tiny_classifier(6, **(dict(backbone="mrconv") if kind == "folded_mrconv" else {}))
@@ -488,8 +526,10 @@ def test_every_file_export_model_writes_loads_and_predicts(tmp_path, kind):
 @pytest.fixture
 def no_tracing(monkeypatch):
     """Fail the test if export_onnx gets as far as tracing."""
+
     def traced(*args, **kwargs):
         raise AssertionError("export_onnx traced the model before refusing its arguments")
+
     monkeypatch.setattr(E, "_trace", traced)
 
 
@@ -498,8 +538,10 @@ def test_unsupported_opsets_are_refused_before_tracing(tmp_path, no_tracing, ops
     """torch's exporter writes opsets 18..25 here: a lower request came back as an opset-18 file
     (tracebacks on stderr), a higher one as a file onnxruntime rejects (No Op registered for Gelu)."""
     model, _ = tiny_classifier()
-    with pytest.raises(ValueError, match=f"export_onnx: opset={opset} is not supported: the exporter writes "
-                                         f"ONNX opsets 18 to 25 \\(None: 20\\)"):
+    with pytest.raises(
+        ValueError,
+        match=f"export_onnx: opset={opset} is not supported: the exporter writes ONNX opsets 18 to 25 \\(None: 20\\)",
+    ):
         E.export_onnx(model, tmp_path / "m.onnx", opset=opset)
     for bad in (True, 18.0, "18"):
         with pytest.raises(ValueError, match="opset must be an int from 18 to 25 or None, got"):
@@ -524,15 +566,17 @@ def test_the_file_declares_the_requested_opset(tmp_path, dynamic_export):
 def test_bad_paths_are_refused_before_tracing(tmp_path, no_tracing):
     model, _ = tiny_classifier()
     (tmp_path / "file").write_text("x")
-    cases = [(tmp_path, "is a folder; give the file to write"),
-             (str(tmp_path) + "/", "ends with a separator, so it names a folder"),
-             (tmp_path / "file" / "m.onnx", r"cannot be created: '.*file' is a file, not a folder"),
-             (tmp_path / "file" / "sub" / "m.onnx", r"cannot be created: '.*file' is a file, not a folder"),
-             (None, "path must be a str or os.PathLike .*, got NoneType"),
-             (5, "path must be a str or os.PathLike .*, got int"),
-             (b"m.onnx", "path must be a str or os.PathLike .*, got bytes"),
-             ("", "path is empty"),
-             (str(tmp_path / "a\0b.onnx"), "path contains a NUL character")]
+    cases = [
+        (tmp_path, "is a folder; give the file to write"),
+        (str(tmp_path) + "/", "ends with a separator, so it names a folder"),
+        (tmp_path / "file" / "m.onnx", r"cannot be created: '.*file' is a file, not a folder"),
+        (tmp_path / "file" / "sub" / "m.onnx", r"cannot be created: '.*file' is a file, not a folder"),
+        (None, "path must be a str or os.PathLike .*, got NoneType"),
+        (5, "path must be a str or os.PathLike .*, got int"),
+        (b"m.onnx", "path must be a str or os.PathLike .*, got bytes"),
+        ("", "path is empty"),
+        (str(tmp_path / "a\0b.onnx"), "path contains a NUL character"),
+    ]
     if Path("/dev/null").exists():
         cases.append(("/dev/null", "exists and is not a regular file"))
     for path, message in cases:
@@ -552,9 +596,12 @@ def test_other_bad_export_arguments(tmp_path, no_tracing):
     for name, value in (("num_points", True), ("batch_size", -1), ("seed", -1), ("seed", 1.5)):
         with pytest.raises(ValueError, match=f"{name} must be a"):
             E.export_onnx(model, tmp_path / "m.onnx", **{name: value})
-    with pytest.raises(ValueError, match=r"num_points=1000000000, batch_size=3 \(a \[B, R\^3, N\].* would need .* "
-                                         r"more than the allocation limit"):
-        E.export_onnx(model, tmp_path / "m.onnx", num_points=10 ** 9)
+    with pytest.raises(
+        ValueError,
+        match=r"num_points=1000000000, batch_size=3 \(a \[B, R\^3, N\].* would need .* "
+        r"more than the allocation limit",
+    ):
+        E.export_onnx(model, tmp_path / "m.onnx", num_points=10**9)
     assert not list(tmp_path.iterdir())
 
 
@@ -564,8 +611,9 @@ def test_mrconv_placeholder_kernels_are_an_export_error(tmp_path, monkeypatch, n
     from gridify.nn import MRConv3d
 
     torch.manual_seed(0)
-    fresh = GridifiedClassifier(3, 4, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3,
-                                backbone="mrconv").eval()
+    fresh = GridifiedClassifier(
+        3, 4, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3, backbone="mrconv"
+    ).eval()
     layers = [m for m in fresh.modules() if isinstance(m, MRConv3d)]
     assert layers and all(m.resolution is None for m in layers)
 
@@ -575,8 +623,11 @@ def test_mrconv_placeholder_kernels_are_an_export_error(tmp_path, monkeypatch, n
                 m.reparameterize()
 
     monkeypatch.setattr(E, "reparameterize_model", fold_without_resolution)
-    with pytest.raises(E.ExportError, match=r"MRConv layers \(.*\) have never seen an input, so folding them .* "
-                                            r"placeholder kernels .* run the model once on a cloud before exporting"):
+    with pytest.raises(
+        E.ExportError,
+        match=r"MRConv layers \(.*\) have never seen an input, so folding them .* "
+        r"placeholder kernels .* run the model once on a cloud before exporting",
+    ):
         E.export_onnx(fresh, tmp_path / "m.onnx")
     fold_without_resolution(fresh)  # the model itself folded too early
     with pytest.raises(E.ExportError, match=r"were folded \(reparameterize\(\)\) before they saw any input"):
@@ -597,8 +648,11 @@ def test_onnxruntime_and_write_failures_are_export_errors(tmp_path, monkeypatch)
 
     with monkeypatch.context() as m:
         m.setattr(ort, "InferenceSession", broken_session)
-        with pytest.raises(E.ExportError, match=r"onnxruntime .* could not run the exported file \(RuntimeError: "
-                                                r"\[ONNXRuntimeError\].*\); nothing was written"):
+        with pytest.raises(
+            E.ExportError,
+            match=r"onnxruntime .* could not run the exported file \(RuntimeError: "
+            r"\[ONNXRuntimeError\].*\); nothing was written",
+        ):
             E.export_onnx(model, tmp_path / "m.onnx", num_points=20, batch_size=1)
 
     def full_disk(path, data):
@@ -617,14 +671,16 @@ def test_onnx_classifier_checks_its_inputs():
     nan = pts.clone()
     nan[1, 4, 2] = float("nan")
     where = "OnnxClassifier.forward: "
-    cases = [((torch.rand(1, 2, 3),), "every cloud needs at least k=6 points, got N=2"),
-             ((torch.rand(20, 3),), r"points must have shape \[B, N, 3\] with B >= 1, got \(20, 3\)"),
-             ((torch.rand(0, 20, 3),), r"points must have shape \[B, N, 3\] with B >= 1"),
-             ((pts.double(),), "points must be float32 .*, got torch.float64"),
-             ((pts.long(),), "points must be a floating-point tensor, got dtype torch.int64"),
-             ((pts.tolist(),), "points must be a torch.Tensor, got list"),
-             ((nan,), "points contains NaN values .* cloud 1 at row 24"),
-             ((pts, pts), r"the model takes no normals \(in_channels=3\)")]
+    cases = [
+        ((torch.rand(1, 2, 3),), "every cloud needs at least k=6 points, got N=2"),
+        ((torch.rand(20, 3),), r"points must have shape \[B, N, 3\] with B >= 1, got \(20, 3\)"),
+        ((torch.rand(0, 20, 3),), r"points must have shape \[B, N, 3\] with B >= 1"),
+        ((pts.double(),), "points must be float32 .*, got torch.float64"),
+        ((pts.long(),), "points must be a floating-point tensor, got dtype torch.int64"),
+        ((pts.tolist(),), "points must be a torch.Tensor, got list"),
+        ((nan,), "points contains NaN values .* cloud 1 at row 24"),
+        ((pts, pts), r"the model takes no normals \(in_channels=3\)"),
+    ]
     for args, message in cases:
         with pytest.raises(ValueError, match=where + message):
             wrapper(*args)
@@ -633,8 +689,11 @@ def test_onnx_classifier_checks_its_inputs():
     six = E.OnnxClassifier(tiny_classifier(6)[0])
     with pytest.raises(ValueError, match=where + r"normals are required: the model takes xyz \+ normals"):
         six(pts)
-    with pytest.raises(ValueError, match=where + r"normals must have the shape of points \(2, 20, 3\), "
-                                                 r"got \(2, 19, 3\)"):
+    with pytest.raises(
+        ValueError,
+        match=where + r"normals must have the shape of points \(2, 20, 3\), "
+        r"got \(2, 19, 3\)",
+    ):
         six(pts, pts[:, :19])
     inf = pts.clone()
     inf[0, 3, 1] = float("inf")
@@ -663,35 +722,50 @@ def test_the_checks_stay_out_of_the_traced_graph(monkeypatch):
 
 
 def test_public_helpers_check_their_inputs():
-    cases = [(lambda: E.normalize_points([[1.0, 2.0, 3.0]]), "normalize_points: points must be a torch.Tensor"),
-             (lambda: E.normalize_points(torch.rand(10, 3)), r"normalize_points: points must have shape \[B, N, 3\]"),
-             (lambda: E.normalize_points(torch.ones(1, 10, 3, dtype=torch.long)), "must be a floating-point tensor"),
-             (lambda: E.normalize_points(torch.ones(1, 0, 3)), "every cloud needs at least one point, got N=0"),
-             (lambda: E.normalize_points(torch.full((1, 4, 3), float("inf"))), "points contains Inf values")]
+    cases = [
+        (lambda: E.normalize_points([[1.0, 2.0, 3.0]]), "normalize_points: points must be a torch.Tensor"),
+        (lambda: E.normalize_points(torch.rand(10, 3)), r"normalize_points: points must have shape \[B, N, 3\]"),
+        (lambda: E.normalize_points(torch.ones(1, 10, 3, dtype=torch.long)), "must be a floating-point tensor"),
+        (lambda: E.normalize_points(torch.ones(1, 0, 3)), "every cloud needs at least one point, got N=0"),
+        (lambda: E.normalize_points(torch.full((1, 4, 3), float("inf"))), "points contains Inf values"),
+    ]
     torch.manual_seed(0)
     module = Gridification(3, 8, 4, k=5).eval()
     pos, x = torch.rand(2, 30, 3), torch.rand(2, 30, 3)
-    cases += [(lambda: E.gridify_dense(module, pos[:, :3], x[:, :3]), "gridify_dense: every cloud needs at least "
-                                                                       "k=5 points, got N=3"),
-              (lambda: E.gridify_dense(None, pos, x), "gridify_dense: module must be a gridify.nn.Gridification"),
-              (lambda: E.gridify_dense(module, pos.double(), x.double()), "pos must be float32 .*, got torch.float64"),
-              (lambda: E.gridify_dense(module, pos, x[..., :2]), r"x must have shape \[B, N, F\] = \[2, 30, 3\]"),
-              (lambda: E.gridify_dense(module, pos, x[:, :29]), r"x must have shape \[B, N, F\]"),
-              (lambda: E.gridify_dense(module, pos, x.double()), "x must have pos' dtype and device"),
-              (lambda: E.gridify_dense(module, pos, x, (1, 2)), "tables must be None or the grid's grid_tables"),
-              (lambda: E.dense_edge_index(None, None, None), "dense_edge_index: node_points must be a torch.Tensor"),
-              (lambda: E.dense_edge_index(*[t.float() if t.dtype != torch.bool else t for t in
-                                            E.dense_bilateral_knn(pos, RegularGrid(4), 5)]),
-               "node_points must be an integer tensor"),
-              (lambda: E.grid_tables(4), "grid_tables: grid must be a RegularGrid, got int"),
-              (lambda: E.depthwise_conv3d_as_2d(torch.rand(2, 3), torch.rand(3)),
-               r"depthwise_conv3d_as_2d: x must have shape \[B, C, D, H, W\]"),
-              (lambda: E.depthwise_conv3d_as_2d(torch.rand(1, 4, 5, 5, 5), torch.rand(4, 1, 2, 2, 2)),
-               r"weight must have shape \[C, 1, K, K, K\] with C=4 .* and K odd"),
-              (lambda: E.depthwise_conv3d_as_2d(torch.rand(1, 4, 5, 5, 5), torch.rand(4, 1, 3, 3, 3), torch.rand(3)),
-               r"bias must be None or a tensor \[C\] = \[4\]"),
-              (lambda: E.eval_mode(None).__enter__(), "eval_mode: model must be a torch.nn.Module"),
-              (lambda: E.tracing_mode(None).__enter__(), "tracing_mode: model must be a torch.nn.Module")]
+    cases += [
+        (
+            lambda: E.gridify_dense(module, pos[:, :3], x[:, :3]),
+            "gridify_dense: every cloud needs at least k=5 points, got N=3",
+        ),
+        (lambda: E.gridify_dense(None, pos, x), "gridify_dense: module must be a gridify.nn.Gridification"),
+        (lambda: E.gridify_dense(module, pos.double(), x.double()), "pos must be float32 .*, got torch.float64"),
+        (lambda: E.gridify_dense(module, pos, x[..., :2]), r"x must have shape \[B, N, F\] = \[2, 30, 3\]"),
+        (lambda: E.gridify_dense(module, pos, x[:, :29]), r"x must have shape \[B, N, F\]"),
+        (lambda: E.gridify_dense(module, pos, x.double()), "x must have pos' dtype and device"),
+        (lambda: E.gridify_dense(module, pos, x, (1, 2)), "tables must be None or the grid's grid_tables"),
+        (lambda: E.dense_edge_index(None, None, None), "dense_edge_index: node_points must be a torch.Tensor"),
+        (
+            lambda: E.dense_edge_index(
+                *[t.float() if t.dtype != torch.bool else t for t in E.dense_bilateral_knn(pos, RegularGrid(4), 5)]
+            ),
+            "node_points must be an integer tensor",
+        ),
+        (lambda: E.grid_tables(4), "grid_tables: grid must be a RegularGrid, got int"),
+        (
+            lambda: E.depthwise_conv3d_as_2d(torch.rand(2, 3), torch.rand(3)),
+            r"depthwise_conv3d_as_2d: x must have shape \[B, C, D, H, W\]",
+        ),
+        (
+            lambda: E.depthwise_conv3d_as_2d(torch.rand(1, 4, 5, 5, 5), torch.rand(4, 1, 2, 2, 2)),
+            r"weight must have shape \[C, 1, K, K, K\] with C=4 .* and K odd",
+        ),
+        (
+            lambda: E.depthwise_conv3d_as_2d(torch.rand(1, 4, 5, 5, 5), torch.rand(4, 1, 3, 3, 3), torch.rand(3)),
+            r"bias must be None or a tensor \[C\] = \[4\]",
+        ),
+        (lambda: E.eval_mode(None).__enter__(), "eval_mode: model must be a torch.nn.Module"),
+        (lambda: E.tracing_mode(None).__enter__(), "tracing_mode: model must be a torch.nn.Module"),
+    ]
     for call, message in cases:
         with pytest.raises(ValueError, match=message):
             call()
@@ -711,9 +785,13 @@ def degenerate_clouds(n, seed=0):
     e0, e1 = F.normalize(torch.tensor([1.0, 2.0, -0.5]), dim=0), F.normalize(torch.tensor([-2.0, 1.0, 0.0]), dim=0)
     origin = torch.tensor([0.7, -1.3, 2.1])
     two = torch.where(torch.arange(n)[:, None] % 2 == 0, origin, -origin)
-    clouds = {"identical": origin.expand(n, 3), "two points": two, "collinear": origin + t * e0,
-              "coplanar": origin + uv[:, :1] * e0 + uv[:, 1:] * e1,
-              "random": torch.randn(n, 3, generator=g) * torch.tensor([3.0, 1.0, 0.5]) + 4.0}
+    clouds = {
+        "identical": origin.expand(n, 3),
+        "two points": two,
+        "collinear": origin + t * e0,
+        "coplanar": origin + uv[:, :1] * e0 + uv[:, 1:] * e1,
+        "random": torch.randn(n, 3, generator=g) * torch.tensor([3.0, 1.0, 0.5]) + 4.0,
+    }
     return {name: c[None].contiguous() for name, c in clouds.items()}
 
 
@@ -759,8 +837,11 @@ def test_the_export_parity_check_covers_degenerate_clouds(tmp_path, monkeypatch,
     difference): a graph that is NaN only on identical points is refused, naming those clouds."""
     model, _ = tiny_classifier()
     monkeypatch.setattr(E, "_normalize_points", old_normalize_points)
-    with pytest.raises(E.ExportError, match=r"differ from PyTorch's by inf > atol=0.0001 on the check clouds "
-                                            r"'identical points \(N=\d+\)'.*nothing was written"):
+    with pytest.raises(
+        E.ExportError,
+        match=r"differ from PyTorch's by inf > atol=0.0001 on the check clouds "
+        r"'identical points \(N=\d+\)'.*nothing was written",
+    ):
         E.export_onnx(model, tmp_path / "m.onnx", num_points=num_points)
     assert not list(tmp_path.iterdir())
     model, _ = tiny_classifier()
@@ -781,9 +862,12 @@ def test_no_constant_in_the_traced_code_underflows_float32():
     files = [ROOT / "gridify" / "export.py", ROOT / "gridify" / "models" / "gridified.py"]
     for package in ("nn", "backbones", "ops"):
         files += sorted((ROOT / "gridify" / package).glob("*.py"))
-    bad = [f"{f.relative_to(ROOT)}:{node.lineno}: {node.value!r}" for f in files
-           for node in ast.walk(ast.parse(f.read_text()))
-           if isinstance(node, ast.Constant) and type(node.value) is float and 0 < abs(node.value) < tiny]
+    bad = [
+        f"{f.relative_to(ROOT)}:{node.lineno}: {node.value!r}"
+        for f in files
+        for node in ast.walk(ast.parse(f.read_text()))
+        if isinstance(node, ast.Constant) and type(node.value) is float and 0 < abs(node.value) < tiny
+    ]
     assert not bad, bad
 
 

@@ -2,6 +2,7 @@
 graph against the bilateral kNN, the dense (de-)gridification against the model's own forward,
 the file against PyTorch (random, degenerate and real clouds), whole scenes through the file's
 crops (OnnxSceneModel), input errors, and ``gridify export`` by name and on segmenter checkpoints."""
+
 import importlib.util
 
 import numpy as np
@@ -20,10 +21,30 @@ from tests.helpers import shared_data_root
 HAVE_ONNX = all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxscript", "onnxruntime"))
 needs_onnx = pytest.mark.skipif(not HAVE_ONNX, reason="needs the export extra: pip install 'gridify[export]'")
 
-SCENE = dict(in_channels=2, num_classes=4, resolution=(6, 5, 3), extent=(20.0, 20.0, 4.0), k=4, hidden_channels=8,
-             depth=1, kernel_size=3, point_channels=8, message_channels=8, pos_hidden_channels=8)
-PART = dict(in_channels=6, num_classes=5, num_categories=3, resolution=4, k=4, hidden_channels=8, depth=1,
-            kernel_size=3, point_channels=8)
+SCENE = dict(
+    in_channels=2,
+    num_classes=4,
+    resolution=(6, 5, 3),
+    extent=(20.0, 20.0, 4.0),
+    k=4,
+    hidden_channels=8,
+    depth=1,
+    kernel_size=3,
+    point_channels=8,
+    message_channels=8,
+    pos_hidden_channels=8,
+)
+PART = dict(
+    in_channels=6,
+    num_classes=5,
+    num_categories=3,
+    resolution=4,
+    k=4,
+    hidden_channels=8,
+    depth=1,
+    kernel_size=3,
+    point_channels=8,
+)
 
 
 def scene_model(**overrides):
@@ -85,8 +106,16 @@ def test_dense_grid_knn_agrees_with_the_cubic_export_graph():
 # --------------------------------------------------------------------------------------
 # the wrapper against the model's own forward
 # --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("overrides", [{}, dict(aggr="mean", message="product"), dict(aggr="sum", extent=None),
-                                       dict(in_channels=0), dict(backbone="ccnn", kernel_size=3)])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        dict(aggr="mean", message="product"),
+        dict(aggr="sum", extent=None),
+        dict(in_channels=0),
+        dict(backbone="ccnn", kernel_size=3),
+    ],
+)
 def test_scene_wrapper_equals_the_model(overrides):
     model, wrapper = scene_model(**overrides)
     inputs = wrapper.example_inputs(2, 300, 3)
@@ -141,8 +170,9 @@ def _run(path, feeds):
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return torch.from_numpy(session.run(["logits"], {k: v.numpy() for k, v in feeds.items()})[0]), \
-        session.get_modelmeta().custom_metadata_map
+    return torch.from_numpy(
+        session.run(["logits"], {k: v.numpy() for k, v in feeds.items()})[0]
+    ), session.get_modelmeta().custom_metadata_map
 
 
 @needs_onnx
@@ -180,10 +210,21 @@ def test_part_segmenter_file_with_categories(tmp_path):
 @pytest.mark.slow  # a trace and onnxruntime runs: about a minute each
 def test_whole_scene_through_the_file_equals_predict_scene(tmp_path):
     model, _ = scene_model()
-    export_model(tmp_path / "seg.pt", model, dict(model_name="scene_segmenter", model_kwargs=dict(SCENE),
-                                                  task="scene_segmentation",
-                                                  info={"class_names": list("abcd"), "features": ["strength", "height"],
-                                                        "voxel_size": 0.5, "max_points": 400}))
+    export_model(
+        tmp_path / "seg.pt",
+        model,
+        dict(
+            model_name="scene_segmenter",
+            model_kwargs=dict(SCENE),
+            task="scene_segmentation",
+            info={
+                "class_names": list("abcd"),
+                "features": ["strength", "height"],
+                "voxel_size": 0.5,
+                "max_points": 400,
+            },
+        ),
+    )
     E.export_onnx(tmp_path / "seg.pt", tmp_path / "seg.onnx", verify=False)  # the scene below is the check
     runner = E.OnnxSceneModel(tmp_path / "seg.onnx", threads=1)
     assert (runner.features, runner.voxel_size, runner.max_points) == (["strength", "height"], 0.5, 400)
@@ -206,7 +247,11 @@ def test_whole_scene_through_the_file_equals_predict_scene(tmp_path):
 @pytest.mark.slow  # a trace and onnxruntime runs: about a minute each
 def test_real_scan_crop_labels_equal_pytorch(tmp_path):
     root = shared_data_root()
-    scan = None if root is None else root / "scans/mmdet3d_real_scans/tests/data/semantickitti/sequences/00/velodyne/000000.bin"
+    scan = (
+        None
+        if root is None
+        else root / "scans/mmdet3d_real_scans/tests/data/semantickitti/sequences/00/velodyne/000000.bin"
+    )
     if scan is None or not scan.is_file():
         pytest.skip("real data not available (../shared/data)")
     raw = np.fromfile(scan, dtype=np.float32).reshape(-1, 4)
@@ -230,6 +275,7 @@ def test_cli_export_takes_a_shipped_name(tmp_path, monkeypatch):
     def fake(model, out, **kwargs):
         seen["model"] = model
         raise E.ExportError("stop here")
+
     monkeypatch.setattr(E, "export_onnx", fake)
     with pytest.raises(SystemExit, match="stop here"):
         cli.main(["export", "modelnet10", "--out", str(tmp_path / "m.onnx")])

@@ -1,5 +1,6 @@
 """Predictions on raw scene files: ``Predictor.predict`` / ``Predictor.inspect`` on scene segmenters (the
 training features built from the file, every point scored through fragments and crops)."""
+
 import numpy as np
 import pytest
 import torch
@@ -9,8 +10,9 @@ from gridify.checkpoint import export_model
 from gridify.models import GridifiedSceneSegmenter
 from gridify.scene_inference import predict_scene
 
-SMALL = dict(resolution=(6, 6, 3), k=3, hidden_channels=8, depth=1, point_channels=4, message_channels=8,
-             pos_hidden_channels=8)
+SMALL = dict(
+    resolution=(6, 6, 3), k=3, hidden_channels=8, depth=1, point_channels=4, message_channels=8, pos_hidden_channels=8
+)
 CLASSES = ["ground", "car", "pole"]
 
 
@@ -25,11 +27,21 @@ def _export(tmp_path, features=("strength", "height"), voxel_size=0.5, max_point
     torch.manual_seed(0)
     model = GridifiedSceneSegmenter(len(features), len(CLASSES), **SMALL).eval()
     kwargs = dict(in_channels=len(features), num_classes=len(CLASSES), **SMALL)
-    info = {"class_names": CLASSES, "features": list(features), "voxel_size": voxel_size, "max_points": max_points,
-            "num_points": max_points, "normalization": None, "in_channels": len(features)}
+    info = {
+        "class_names": CLASSES,
+        "features": list(features),
+        "voxel_size": voxel_size,
+        "max_points": max_points,
+        "num_points": max_points,
+        "normalization": None,
+        "in_channels": len(features),
+    }
     path = tmp_path / "scene.pt"
-    export_model(path, model, {"model_name": "scene_segmenter", "model_kwargs": kwargs, "task": "scene_segmentation",
-                               "info": info})
+    export_model(
+        path,
+        model,
+        {"model_name": "scene_segmenter", "model_kwargs": kwargs, "task": "scene_segmentation", "info": info},
+    )
     return path, model
 
 

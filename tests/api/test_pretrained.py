@@ -1,4 +1,5 @@
 """The ModelNet10 classifier shipped in gridify/pretrained/: loadable by name, portable, accurate."""
+
 import json
 import subprocess
 import sys
@@ -70,7 +71,7 @@ def test_shipped_model_on_real_test_shapes(shared_data):
     right = 0
     for label, name in enumerate(CLASSES):
         files = sorted((root / name / "test").glob("*.pcd"))
-        for path in files[3::len(files) // 5][:5]:
+        for path in files[3 :: len(files) // 5][:5]:
             right += int(model.predict(read_points(path)).label == label)
     assert right >= 44
 
@@ -88,9 +89,17 @@ def test_cli_predict_with_the_shipped_model(tmp_path, capsys, shared_data):
 
 
 def test_cli_model_and_ckpt_are_exclusive(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "gridify.cli", "predict", "x.ply", "--model", "modelnet10",
-                          "--ckpt", "m.pt"], capture_output=True, text=True, cwd=tmp_path)
+    res = subprocess.run(
+        [sys.executable, "-m", "gridify.cli", "predict", "x.ply", "--model", "modelnet10", "--ckpt", "m.pt"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert res.returncode == 2 and "not allowed with argument" in res.stderr
-    res = subprocess.run([sys.executable, "-m", "gridify.cli", "predict", "x.ply", "--model", "modelnet40"],
-                         capture_output=True, text=True, cwd=tmp_path)
+    res = subprocess.run(
+        [sys.executable, "-m", "gridify.cli", "predict", "x.ply", "--model", "modelnet40"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert res.returncode == 2 and "invalid choice: 'modelnet40'" in res.stderr

@@ -9,13 +9,19 @@ from gridify.runtime import tune_cpu_allocator
 
 def _glibc() -> bool:
     import platform
+
     return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
 
-@pytest.mark.parametrize("kwargs, match", [({"mmap_threshold": 0}, "mmap_threshold"),
-                                           ({"mmap_threshold": True}, "mmap_threshold"),
-                                           ({"trim_threshold": 1 << 40}, "trim_threshold"),
-                                           ({"trim_threshold": 1.5}, "trim_threshold")])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"mmap_threshold": 0}, "mmap_threshold"),
+        ({"mmap_threshold": True}, "mmap_threshold"),
+        ({"trim_threshold": 1 << 40}, "trim_threshold"),
+        ({"trim_threshold": 1.5}, "trim_threshold"),
+    ],
+)
 def test_bad_thresholds_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
         tune_cpu_allocator(**kwargs)

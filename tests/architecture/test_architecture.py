@@ -3,6 +3,7 @@
 Every import statement of every module under ``gridify/`` is read (module-level and inside
 functions alike, since a function-level import can hide a cycle just as well).
 """
+
 import ast
 from collections import defaultdict
 from pathlib import Path
@@ -95,9 +96,12 @@ def test_no_module_imports_upward_across_layers():
 
 
 def test_no_module_imports_a_private_name_of_another():
-    bad = [f"{MODULES[m][1].relative_to(PACKAGE.parent)}:{line} imports {name} from {target}"
-           for m in MODULES for target, name, line in _imports(m)
-           if name is not None and name.startswith("_") and not name.startswith("__")]
+    bad = [
+        f"{MODULES[m][1].relative_to(PACKAGE.parent)}:{line} imports {name} from {target}"
+        for m in MODULES
+        for target, name, line in _imports(m)
+        if name is not None and name.startswith("_") and not name.startswith("__")
+    ]
     assert not bad, "\n".join(bad)
 
 
@@ -116,7 +120,7 @@ def test_no_import_cycles():
         stack.append(m)
         for t in sorted(graph[m]):
             if state.get(t) == 1:
-                cycles.append(stack[stack.index(t):] + [t])
+                cycles.append(stack[stack.index(t) :] + [t])
             elif t not in state:
                 visit(t)
         stack.pop()
@@ -131,8 +135,10 @@ def test_no_import_cycles():
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_no_function_is_longer_than_80_lines(module):
     path = MODULES[module][1]
-    long = [f"{node.name} ({node.end_lineno - node.lineno + 1} lines, line {node.lineno})"
-            for node in ast.walk(ast.parse(path.read_text()))
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    long = [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines, line {node.lineno})"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
     assert not long, f"{path.relative_to(PACKAGE.parent)}: {long}"

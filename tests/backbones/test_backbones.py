@@ -1,4 +1,5 @@
 """Tests of the grid backbones (ccnn, resnet, unet): shapes, init, gradients, overfitting, transfer."""
+
 from __future__ import annotations
 
 import copy
@@ -61,8 +62,15 @@ def test_residual_block_is_x_plus_f():
 
 def _init_std(kernel_init: str, seed: int) -> float:
     torch.manual_seed(seed)
-    net = CCNN(in_channels=16, out_channels=16, hidden_channels=32, depth=3, kernel_size=9, base_resolution=9,
-               kernel_init=kernel_init)
+    net = CCNN(
+        in_channels=16,
+        out_channels=16,
+        hidden_channels=32,
+        depth=3,
+        kernel_size=9,
+        base_resolution=9,
+        kernel_init=kernel_init,
+    )
     with torch.no_grad():
         return net(torch.randn(4, 16, 9, 9, 9)).std().item()
 
@@ -109,7 +117,7 @@ def test_overfits_a_tiny_batch(name):
 def _smooth_field(r: int) -> torch.Tensor:
     g = torch.linspace(-1.0, 1.0, r, dtype=torch.float64)
     x, y, z = torch.meshgrid(g, g, g, indexing="ij")
-    f1 = torch.sin(1.5 * x + 0.3) * torch.cos(1.1 * y - 0.2) + 0.5 * z ** 2
+    f1 = torch.sin(1.5 * x + 0.3) * torch.cos(1.1 * y - 0.2) + 0.5 * z**2
     f2 = torch.exp(-((x - 0.2) ** 2 + (y + 0.1) ** 2 + (z - 0.3) ** 2) / 0.5)
     return torch.stack([f1, f2, torch.cos(2 * z + x)])[None]
 
@@ -117,8 +125,11 @@ def _smooth_field(r: int) -> torch.Tensor:
 def test_ccnn_resolution_transfer():
     """A CCNN built at R=9 runs at R=13 and agrees at shared nodes; fixed-size kernels do not."""
     torch.manual_seed(0)
-    net = CCNN(in_channels=3, out_channels=4, hidden_channels=8, depth=2, kernel_size=9, base_resolution=9,
-               dropout=0.0).double().eval()
+    net = (
+        CCNN(in_channels=3, out_channels=4, hidden_channels=8, depth=2, kernel_size=9, base_resolution=9, dropout=0.0)
+        .double()
+        .eval()
+    )
     naive = copy.deepcopy(net)
     for m in naive.modules():
         if isinstance(m, SepFlexConv3d):
@@ -162,13 +173,16 @@ def test_parameter_counts():
 
 
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(hidden_channels=0), "hidden_channels"),
-    (dict(depth=0), "depth"),
-    (dict(in_channels=-1), "in_channels"),
-    (dict(dropout=1.0), "dropout"),
-    (dict(kernel_size=4), "kernel_size must be odd"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(hidden_channels=0), "hidden_channels"),
+        (dict(depth=0), "depth"),
+        (dict(in_channels=-1), "in_channels"),
+        (dict(dropout=1.0), "dropout"),
+        (dict(kernel_size=4), "kernel_size must be odd"),
+    ],
+)
 def test_bad_arguments(name, kwargs, match):
     args = dict(in_channels=3, out_channels=2, hidden_channels=8, depth=1)
     args.update(kwargs)
@@ -214,6 +228,7 @@ def test_residual_block_inference_path_matches_autograd_path_and_keeps_input(spa
 @pytest.mark.parametrize("layout", ["channels_last", "contiguous", "strided"])
 def test_grid_gelu_equals_gelu_in_every_layout(layout):
     from gridify.backbones.blocks import grid_gelu
+
     x = torch.randn(2, 6, 4, 4, 4) * 8
     if layout == "channels_last":
         x = x.contiguous(memory_format=torch.channels_last_3d)
@@ -288,8 +303,9 @@ def test_depthwise_separable_crops_taps_per_axis():
 @pytest.mark.parametrize("shape", [(32, 32, 8), (9, 7, 2), (5, 5, 5), (3, 1, 4)])
 def test_discrete_backbones_run_on_per_axis_grids(name, shape):
     torch.manual_seed(0)
-    net = build_backbone(name, in_channels=3, out_channels=2, hidden_channels=8, depth=3, kernel_size=5,
-                         dropout=0.0, cubic=False)
+    net = build_backbone(
+        name, in_channels=3, out_channels=2, hidden_channels=8, depth=3, kernel_size=5, dropout=0.0, cubic=False
+    )
     x = torch.randn(2, 3, *shape, requires_grad=True)
     y = net(x)
     assert y.shape == (2, 2, *shape)
@@ -305,14 +321,14 @@ def test_discrete_backbone_per_axis_on_a_cube_equals_the_cubic_one():
         torch.manual_seed(0)
         a = build_backbone(name, in_channels=3, out_channels=2, hidden_channels=8, depth=2, kernel_size=5).eval()
         torch.manual_seed(0)
-        b = build_backbone(name, in_channels=3, out_channels=2, hidden_channels=8, depth=2, kernel_size=5,
-                           cubic=False).eval()
+        b = build_backbone(
+            name, in_channels=3, out_channels=2, hidden_channels=8, depth=2, kernel_size=5, cubic=False
+        ).eval()
         torch.testing.assert_close(a(x), b(x))
 
 
 def test_unet_down_sampling_per_axis():
-    net = build_backbone("unet", in_channels=3, out_channels=2, hidden_channels=4, depth=4, kernel_size=3,
-                         cubic=False)
+    net = build_backbone("unet", in_channels=3, out_channels=2, hidden_channels=4, depth=4, kernel_size=3, cubic=False)
     assert net.levels_used((32, 32, 8)) == 4  # z: 8 -> 4 -> 2 -> 2, x/y keep halving
     assert net.levels_used((2, 2, 2)) == 1
     assert net.levels_used((2, 2, 3)) == 2
@@ -322,8 +338,16 @@ def test_unet_down_sampling_per_axis():
 @pytest.mark.parametrize("kernel_size", [5, "global"])
 def test_ccnn_runs_on_per_axis_grids(kernel_size):
     torch.manual_seed(0)
-    net = build_backbone("ccnn", in_channels=3, out_channels=2, hidden_channels=8, depth=2, kernel_size=kernel_size,
-                         dropout=0.0, cubic=False)
+    net = build_backbone(
+        "ccnn",
+        in_channels=3,
+        out_channels=2,
+        hidden_channels=8,
+        depth=2,
+        kernel_size=kernel_size,
+        dropout=0.0,
+        cubic=False,
+    )
     x = torch.randn(2, 3, 16, 16, 4, requires_grad=True)
     y = net(x)
     assert y.shape == (2, 2, 16, 16, 4)

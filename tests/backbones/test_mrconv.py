@@ -1,4 +1,5 @@
 """The mrconv backbone (gridify.backbones.mrconv): registry, folding, a folded classifier's round trip, overfitting."""
+
 from __future__ import annotations
 
 import torch
@@ -14,8 +15,16 @@ from gridify.registry import BACKBONES
 def test_backbone_registry_and_folding():
     assert BACKBONES.get("mrconv") is MRConvNet
     torch.manual_seed(0)
-    net = build_backbone("mrconv", in_channels=3, out_channels=2, hidden_channels=8, depth=2, dropout=0.0,
-                         kernel_size=3, kernel_type="fourier")
+    net = build_backbone(
+        "mrconv",
+        in_channels=3,
+        out_channels=2,
+        hidden_channels=8,
+        depth=2,
+        dropout=0.0,
+        kernel_size=3,
+        kernel_type="fourier",
+    )
     assert isinstance(net.blocks[0].spatial, MRConvSeparable3d)
     assert not hasattr(net, "reparameterized") and not hasattr(net.blocks[0].spatial, "reparameterized")
     x = torch.randn(2, 3, 7, 7, 7)
@@ -34,8 +43,17 @@ def test_backbone_registry_and_folding():
 
 def test_export_round_trip_of_folded_classifier(tmp_path):
     torch.manual_seed(0)
-    kwargs = dict(in_channels=3, num_classes=4, resolution=5, k=4, hidden_channels=8, backbone="mrconv", depth=1,
-                  kernel_size=3, dropout=0.0)
+    kwargs = dict(
+        in_channels=3,
+        num_classes=4,
+        resolution=5,
+        k=4,
+        hidden_channels=8,
+        backbone="mrconv",
+        depth=1,
+        kernel_size=3,
+        dropout=0.0,
+    )
     model = GridifiedClassifier(**kwargs)
     pos = torch.rand(3, 40, 3) * 2 - 1
     model.train()
@@ -44,8 +62,13 @@ def test_export_round_trip_of_folded_classifier(tmp_path):
     model.eval()
     with torch.no_grad():
         ref = model(pos, pos)
-    meta = dict(model_name="gridified_classifier", model_kwargs=kwargs, task="classification",
-                info={"class_names": ["a", "b", "c", "d"]}, config={})
+    meta = dict(
+        model_name="gridified_classifier",
+        model_kwargs=kwargs,
+        task="classification",
+        info={"class_names": ["a", "b", "c", "d"]},
+        config={},
+    )
     export_model(tmp_path / "model.pt", model, meta)
     assert not any(getattr(m, "reparameterized", False) for m in model.modules())  # the original is untouched
     payload = load_checkpoint(tmp_path / "model.pt")
@@ -67,8 +90,9 @@ def test_overfits_a_tiny_batch():
     x = torch.randn(4, 3, 5, 5, 5)
     smooth = F.avg_pool3d(x, 3, stride=1, padding=1, count_include_pad=False)
     target = torch.stack([torch.tanh(2 * smooth[:, 0] * smooth[:, 1]), smooth[:, 2] ** 2 - x[:, 0]], dim=1)
-    net = build_backbone("mrconv", in_channels=3, out_channels=2, hidden_channels=8, depth=2, dropout=0.0,
-                         kernel_size=3, num_branches=3)
+    net = build_backbone(
+        "mrconv", in_channels=3, out_channels=2, hidden_channels=8, depth=2, dropout=0.0, kernel_size=3, num_branches=3
+    )
     opt = torch.optim.Adam(net.parameters(), lr=1e-2)
     losses = []
     for _ in range(60):

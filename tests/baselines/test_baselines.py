@@ -3,9 +3,17 @@ import math
 import pytest
 import torch
 
-from gridify.baselines import (PointCKConvBlock, PointCKConvClassifier, PointCKConvNet, PointCKConvSegmenter,
-                               PointNet2Classifier, PointNet2Segmenter, PointSepCKConv, knn_interpolate,
-                               knn_neighbourhoods)
+from gridify.baselines import (
+    PointCKConvBlock,
+    PointCKConvClassifier,
+    PointCKConvNet,
+    PointCKConvSegmenter,
+    PointNet2Classifier,
+    PointNet2Segmenter,
+    PointSepCKConv,
+    knn_interpolate,
+    knn_neighbourhoods,
+)
 from gridify.models import build_model
 from gridify.registry import MODELS
 
@@ -25,8 +33,10 @@ def _classifiers():
 
 
 def _segmenters(num_categories):
-    return [lambda: PointCKConvSegmenter(3, 6, num_categories=num_categories, **CK),
-            lambda: PointNet2Segmenter(3, 6, num_categories=num_categories)]
+    return [
+        lambda: PointCKConvSegmenter(3, 6, num_categories=num_categories, **CK),
+        lambda: PointNet2Segmenter(3, 6, num_categories=num_categories),
+    ]
 
 
 def _wide(n=200, spread=300.0, seed=0, dtype=torch.float16):
@@ -40,11 +50,9 @@ def _assert_same(a, b):
 
 # ----------------------------------------------------------------------------- registry and shapes
 def test_models_are_registered():
-    for name in ("point_ckconv_classifier", "point_ckconv_segmenter", "pointnet2_classifier",
-                 "pointnet2_segmenter"):
+    for name in ("point_ckconv_classifier", "point_ckconv_segmenter", "pointnet2_classifier", "pointnet2_segmenter"):
         assert name in MODELS
-    assert isinstance(build_model("point_ckconv_classifier", in_channels=6, num_classes=3, **CK),
-                      PointCKConvClassifier)
+    assert isinstance(build_model("point_ckconv_classifier", in_channels=6, num_classes=3, **CK), PointCKConvClassifier)
     assert PointCKConvNet is PointCKConvClassifier
 
 
@@ -122,7 +130,7 @@ def test_checkpointed_chunks_give_the_same_output_and_gradients():
     torch.manual_seed(0)
     a = PointCKConvClassifier(3, 4, chunk_size=16, checkpoint=True, dropout=0.0, **CK)
     torch.manual_seed(0)
-    b = PointCKConvClassifier(3, 4, chunk_size=10 ** 6, checkpoint=False, dropout=0.0, **CK)
+    b = PointCKConvClassifier(3, 4, chunk_size=10**6, checkpoint=False, dropout=0.0, **CK)
     ya, yb = a(pos, None, batch), b(pos, None, batch)
     torch.testing.assert_close(ya, yb, atol=1e-5, rtol=1e-5)
     ya.sum().backward()
@@ -194,7 +202,7 @@ def test_knn_interpolate_matches_manual_weights():
     val = torch.tensor([[1.0], [3.0], [100.0]])
     tgt = torch.tensor([[0.25, 0, 0]])
     out = knn_interpolate(val, src, tgt, torch.zeros(3, dtype=torch.long), torch.zeros(1, dtype=torch.long), k=2)
-    w0, w1 = 1 / 0.25 ** 2, 1 / 0.75 ** 2
+    w0, w1 = 1 / 0.25**2, 1 / 0.75**2
     assert math.isclose(float(out), (w0 * 1 + w1 * 3) / (w0 + w1), rel_tol=1e-5)
 
 
@@ -217,15 +225,18 @@ def test_bad_inputs_give_clear_errors():
         PointNet2Segmenter(3, 4)(pos, None, batch, category=torch.tensor([0, 1]))
 
 
-@pytest.mark.parametrize("ctor, kwargs, match", [
-    (PointCKConvClassifier, dict(k=0), "k must be an integer >= 1"),
-    (PointCKConvClassifier, dict(dropout=1.0), "dropout must be a probability"),
-    (PointCKConvClassifier, dict(radius=-1.0), "radius must be a positive finite number"),
-    (PointCKConvClassifier, dict(kernel_net="nope"), "unknown kernel network 'nope'"),
-    (PointNet2Classifier, dict(ratios=(0.5,)), "ratios and radii must have two entries"),
-    (PointNet2Classifier, dict(radii=(0.2, 0.0)), "r must be a positive finite number"),
-    (PointNet2Segmenter, dict(num_categories=-1), "num_categories must be an integer >= 0"),
-])
+@pytest.mark.parametrize(
+    "ctor, kwargs, match",
+    [
+        (PointCKConvClassifier, dict(k=0), "k must be an integer >= 1"),
+        (PointCKConvClassifier, dict(dropout=1.0), "dropout must be a probability"),
+        (PointCKConvClassifier, dict(radius=-1.0), "radius must be a positive finite number"),
+        (PointCKConvClassifier, dict(kernel_net="nope"), "unknown kernel network 'nope'"),
+        (PointNet2Classifier, dict(ratios=(0.5,)), "ratios and radii must have two entries"),
+        (PointNet2Classifier, dict(radii=(0.2, 0.0)), "r must be a positive finite number"),
+        (PointNet2Segmenter, dict(num_categories=-1), "num_categories must be an integer >= 0"),
+    ],
+)
 def test_bad_constructor_arguments(ctor, kwargs, match):
     with pytest.raises((ValueError, KeyError), match=match):
         ctor(3, 4, **kwargs)
@@ -243,8 +254,9 @@ def _two_shapes(n=64, seed=0):
     return pos, torch.arange(2).repeat_interleave(n), torch.tensor([0, 1])
 
 
-@pytest.mark.parametrize("make", [lambda: PointCKConvClassifier(3, 2, **CK),
-                                  lambda: PointNet2Classifier(3, 2, dropout=0.0)])
+@pytest.mark.parametrize(
+    "make", [lambda: PointCKConvClassifier(3, 2, **CK), lambda: PointNet2Classifier(3, 2, dropout=0.0)]
+)
 def test_tiny_overfit(make):
     torch.manual_seed(0)
     model = make()

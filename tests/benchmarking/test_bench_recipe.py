@@ -1,4 +1,5 @@
 """``gridify bench --recipe``: real training steps of a recipe, split into data / graph / forward / backward / optimizer."""
+
 import csv
 import json
 
@@ -9,8 +10,16 @@ from gridify import benchmarking
 from gridify.benchmark_recipe import RECIPE_COLUMNS, graph_timer
 
 #: the procedural recipe shrunk to a few tiny clouds: 24 training clouds of 96 points, batches of 4
-TINY = ["--override", "data.num_samples_per_class=2", "--override", "data.num_points=96",
-        "--override", "data.batch_size=4", "--override", "data.val.num_samples_per_class=1"]
+TINY = [
+    "--override",
+    "data.num_samples_per_class=2",
+    "--override",
+    "data.num_points=96",
+    "--override",
+    "data.batch_size=4",
+    "--override",
+    "data.val.num_samples_per_class=1",
+]
 PARTS = ("data_ms", "graph_ms", "forward_ms", "backward_ms", "optimizer_ms")
 
 
@@ -21,9 +30,29 @@ def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench_recipe")
     threads = torch.get_num_threads()
     try:
-        rc = benchmarking.main(["--recipe", "procedural", *TINY, "--override", "data.num_workers=1",
-                                "--models", "gridified,pointnet2", "--steps", "3", "--warmup", "1",
-                                "--infer-steps", "2", "--synthetic-steps", "2", "--threads", "1", "--out", str(out)])
+        rc = benchmarking.main(
+            [
+                "--recipe",
+                "procedural",
+                *TINY,
+                "--override",
+                "data.num_workers=1",
+                "--models",
+                "gridified,pointnet2",
+                "--steps",
+                "3",
+                "--warmup",
+                "1",
+                "--infer-steps",
+                "2",
+                "--synthetic-steps",
+                "2",
+                "--threads",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
     finally:
         torch.set_num_threads(threads)
     assert rc == 0
@@ -42,8 +71,16 @@ def test_json_has_every_column_and_consistent_times(tiny_run):
     for r in rows:
         assert r["status"] == "ok"
         assert set(RECIPE_COLUMNS) <= set(r), set(RECIPE_COLUMNS) - set(r)
-        for key in (*PARTS, "step_ms", "inference_ms", "ms_per_cloud", "synthetic_step_ms", "cores_used",
-                    "train_over_inference", "real_over_synthetic"):
+        for key in (
+            *PARTS,
+            "step_ms",
+            "inference_ms",
+            "ms_per_cloud",
+            "synthetic_step_ms",
+            "cores_used",
+            "train_over_inference",
+            "real_over_synthetic",
+        ):
             assert r[key] > 0, (r["model"], key, r[key])
         assert r["batch"] == 4 and r["points_per_cloud"] == 96 and r["steps"] == 3
         # the parts account for the step (the rest is a few microseconds of bookkeeping)
@@ -86,17 +123,20 @@ def _error_line(capsys, argv):
     return err.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["--recipe", "no_such_recipe"], "--recipe"),
-    (["--recipe", "procedural", "--data-root", "/no/such/folder"], "--data-root"),
-    (["--recipe", "procedural", "--steps", "0"], "--steps"),
-    (["--recipe", "procedural", "--steps", "many"], "--steps"),
-    (["--recipe", "procedural", "--warmup", "-1"], "--warmup"),
-    (["--recipe", "procedural", "--threads", "0"], "--threads"),
-    (["--recipe", "procedural", "--override", "data.batch_size=0"], "--override"),
-    (["--recipe", "procedural", "--override", "nonsense"], "--override"),
-    (["--recipe", "procedural", "--models", "gridified,nosuch"], "--models"),
-])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--recipe", "no_such_recipe"], "--recipe"),
+        (["--recipe", "procedural", "--data-root", "/no/such/folder"], "--data-root"),
+        (["--recipe", "procedural", "--steps", "0"], "--steps"),
+        (["--recipe", "procedural", "--steps", "many"], "--steps"),
+        (["--recipe", "procedural", "--warmup", "-1"], "--warmup"),
+        (["--recipe", "procedural", "--threads", "0"], "--threads"),
+        (["--recipe", "procedural", "--override", "data.batch_size=0"], "--override"),
+        (["--recipe", "procedural", "--override", "nonsense"], "--override"),
+        (["--recipe", "procedural", "--models", "gridified,nosuch"], "--models"),
+    ],
+)
 def test_bad_arguments_are_one_line_errors_naming_the_flag(argv, flag, tmp_path, capsys):
     line = _error_line(capsys, [*argv, "--out", str(tmp_path / "out")])
     assert flag in line and "\n" not in line and "error" in line, line
@@ -111,6 +151,7 @@ def test_out_that_is_a_file_is_refused(tmp_path, capsys):
 
 
 def test_missing_dataset_under_an_existing_root_names_data_root(tmp_path, capsys):
-    line = _error_line(capsys, ["--recipe", "modelnet10_fast", "--data-root", str(tmp_path), "--out",
-                                str(tmp_path / "out")])
+    line = _error_line(
+        capsys, ["--recipe", "modelnet10_fast", "--data-root", str(tmp_path), "--out", str(tmp_path / "out")]
+    )
     assert "--data-root" in line and "\n" not in line

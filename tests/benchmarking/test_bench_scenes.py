@@ -1,6 +1,7 @@
 """scripts/bench_scenes.py: a --quick run ends every cell measured or with a "cannot run" reason
 (with or without ../shared/data: the sweep falls back to generated clouds), prints its tables and
 writes results.json / results.csv; a missing --ckpt is a clear SystemExit naming the file."""
+
 import importlib.util
 import json
 from pathlib import Path

@@ -13,10 +13,38 @@ def test_resolution_rule():
 
 def test_tiny_run_writes_json_csv_and_ratios(tmp_path, capsys):
     out = tmp_path / "bench"
-    rc = main(["--models", "gridified", "pointnet2", "point_ckconv", "gridified-nosuch", "--num-points", "64",
-               "--k", "4", "--k-num-points", "64", "--batch-size", "2", "--repeats", "1", "--warmup", "0",
-               "--time-budget", "2", "--threads", "1", "--isolation", "inprocess", "--no-plots",
-               "--matmul-size", "512", "--out", str(out)])
+    rc = main(
+        [
+            "--models",
+            "gridified",
+            "pointnet2",
+            "point_ckconv",
+            "gridified-nosuch",
+            "--num-points",
+            "64",
+            "--k",
+            "4",
+            "--k-num-points",
+            "64",
+            "--batch-size",
+            "2",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--time-budget",
+            "2",
+            "--threads",
+            "1",
+            "--isolation",
+            "inprocess",
+            "--no-plots",
+            "--matmul-size",
+            "512",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     result = json.loads((out / "benchmark.json").read_text())
     assert result["machine"]["threads"] == 1 and result["machine"]["torch"]
@@ -25,8 +53,13 @@ def test_tiny_run_writes_json_csv_and_ratios(tmp_path, capsys):
     # N sweep: 4 models; k sweep: gridified, point_ckconv (and the skipped variant)
     assert len(rows) == 4 + 3
     ok = {(r["sweep"], r["model"]): r for r in rows if r["status"] == "ok"}
-    assert set(ok) == {("n", "gridified"), ("n", "pointnet2"), ("n", "point_ckconv"), ("k", "gridified"),
-                       ("k", "point_ckconv")}
+    assert set(ok) == {
+        ("n", "gridified"),
+        ("n", "pointnet2"),
+        ("n", "point_ckconv"),
+        ("k", "gridified"),
+        ("k", "point_ckconv"),
+    }
     skipped = [r for r in rows if r["model"] == "gridified-nosuch"]
     assert all(r["status"].startswith("skipped: backbone 'nosuch'") for r in skipped)
     grid = ok[("n", "gridified")]
@@ -50,20 +83,34 @@ def test_tiny_run_writes_json_csv_and_ratios(tmp_path, capsys):
 
 
 def test_add_ratios_matches_sweep_n_and_k():
-    rows = [dict(sweep="n", model="gridified", num_points=512, k=9, clouds_per_s=100.0, status="ok"),
-            dict(sweep="n", model="pointnet2", num_points=512, k=None, clouds_per_s=25.0, status="ok"),
-            dict(sweep="k", model="gridified", num_points=512, k=4, clouds_per_s=200.0, status="ok"),
-            dict(sweep="k", model="point_ckconv", num_points=512, k=4, clouds_per_s=10.0, status="ok"),
-            dict(sweep="k", model="point_ckconv", num_points=512, k=8, clouds_per_s=10.0, status="ok")]
+    rows = [
+        dict(sweep="n", model="gridified", num_points=512, k=9, clouds_per_s=100.0, status="ok"),
+        dict(sweep="n", model="pointnet2", num_points=512, k=None, clouds_per_s=25.0, status="ok"),
+        dict(sweep="k", model="gridified", num_points=512, k=4, clouds_per_s=200.0, status="ok"),
+        dict(sweep="k", model="point_ckconv", num_points=512, k=4, clouds_per_s=10.0, status="ok"),
+        dict(sweep="k", model="point_ckconv", num_points=512, k=8, clouds_per_s=10.0, status="ok"),
+    ]
     add_ratios(rows)
     assert [r.get("ratio") for r in rows] == [1.0, 4.0, 1.0, 20.0, None]
 
 
 def test_plots_are_written(tmp_path):
     pytest.importorskip("matplotlib")
-    rows = [dict(sweep="n", model=m, num_points=n, batch=2, ms_per_batch=n * f, train_batch=2,
-                 train_ms_per_batch=3 * n * f, peak_mb=0.01 * n, status="ok")
-            for m, f in (("gridified", 0.01), ("pointnet2", 0.1)) for n in (512, 1024, 2048)]
+    rows = [
+        dict(
+            sweep="n",
+            model=m,
+            num_points=n,
+            batch=2,
+            ms_per_batch=n * f,
+            train_batch=2,
+            train_ms_per_batch=3 * n * f,
+            peak_mb=0.01 * n,
+            status="ok",
+        )
+        for m, f in (("gridified", 0.01), ("pointnet2", 0.1))
+        for n in (512, 1024, 2048)
+    ]
     paths = benchmarking.plot(rows, tmp_path)
     assert paths == [str(tmp_path / "scaling_n.png")]
     assert (tmp_path / "scaling_n.png").stat().st_size > 1000
@@ -79,31 +126,105 @@ def test_bad_arguments():
 @pytest.mark.slow
 def test_subprocess_isolation_measures_memory(tmp_path):
     out = tmp_path / "bench"
-    main(["--models", "point_ckconv", "--num-points", "256", "--k", "--batch-size", "2", "--repeats", "1",
-          "--time-budget", "3", "--threads", "1", "--no-plots", "--matmul-size", "256", "--out", str(out)])
+    main(
+        [
+            "--models",
+            "point_ckconv",
+            "--num-points",
+            "256",
+            "--k",
+            "--batch-size",
+            "2",
+            "--repeats",
+            "1",
+            "--time-budget",
+            "3",
+            "--threads",
+            "1",
+            "--no-plots",
+            "--matmul-size",
+            "256",
+            "--out",
+            str(out),
+        ]
+    )
     rows = json.loads((out / "benchmark.json").read_text())["rows"]
     assert rows[0]["status"] == "ok" and rows[0]["peak_mb"] > 0
 
 
 def test_malloc_setting_is_recorded(tmp_path):
     out = tmp_path / "bench"
-    rc = main(["--models", "gridified", "--num-points", "64", "--k", "--batch-size", "2", "--repeats", "1",
-               "--warmup", "0", "--time-budget", "2", "--threads", "1", "--isolation", "inprocess", "--no-plots",
-               "--no-train-step", "--matmul-size", "256", "--malloc", "tuned", "--out", str(out)])
+    rc = main(
+        [
+            "--models",
+            "gridified",
+            "--num-points",
+            "64",
+            "--k",
+            "--batch-size",
+            "2",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--time-budget",
+            "2",
+            "--threads",
+            "1",
+            "--isolation",
+            "inprocess",
+            "--no-plots",
+            "--no-train-step",
+            "--matmul-size",
+            "256",
+            "--malloc",
+            "tuned",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     result = json.loads((out / "benchmark.json").read_text())
     assert result["malloc"].startswith("tuned") or result["malloc"] == "default"
     before, after = result["matmul_gflops_before_after"]
     assert result["matmul_gflops"] == pytest.approx(max(before, after))
     assert result["rows"][0]["matmul_fraction"] == pytest.approx(
-        result["rows"][0]["gflops_achieved"] / result["matmul_gflops"])
+        result["rows"][0]["gflops_achieved"] / result["matmul_gflops"]
+    )
 
 
 def test_training_columns_presets_and_precision(tmp_path, recwarn):
     out = tmp_path / "bench"
-    rc = main(["--models", "gridified-fast", "gridified", "--num-points", "64", "--k", "--batch-size", "2",
-               "--repeats", "1", "--warmup", "0", "--time-budget", "2", "--threads", "1", "--isolation", "inprocess",
-               "--no-plots", "--no-flops", "--matmul-size", "256", "--precision", "bf16", "--out", str(out)])
+    rc = main(
+        [
+            "--models",
+            "gridified-fast",
+            "gridified",
+            "--num-points",
+            "64",
+            "--k",
+            "--batch-size",
+            "2",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--time-budget",
+            "2",
+            "--threads",
+            "1",
+            "--isolation",
+            "inprocess",
+            "--no-plots",
+            "--no-flops",
+            "--matmul-size",
+            "256",
+            "--precision",
+            "bf16",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     result = json.loads((out / "benchmark.json").read_text())
     from gridify.precision import cpu_has_native_bf16
@@ -114,7 +235,8 @@ def test_training_columns_presets_and_precision(tmp_path, recwarn):
     assert fast["k"] == 6 and thesis["k"] == 9 and fast["params"] < thesis["params"]
     for r in (fast, thesis):
         assert r["train_over_inference"] == pytest.approx(
-            (r["train_ms_per_batch"] / r["train_batch"]) / (r["ms_per_batch"] / r["batch"]))
+            (r["train_ms_per_batch"] / r["train_batch"]) / (r["ms_per_batch"] / r["batch"])
+        )
         assert r["train_peak_mb_per_cloud"] == pytest.approx(r["train_peak_mb"] / r["train_batch"])
     assert thesis["train_ratio"] == pytest.approx(fast["train_clouds_per_s"] / thesis["train_clouds_per_s"])
 

@@ -1,5 +1,6 @@
 """Tests of the ``gridify`` command line (gridify.cli): help texts, a train -> predict -> show
 round trip on a tiny segmentation model, and error messages."""
+
 import json
 import shutil
 import subprocess
@@ -17,12 +18,27 @@ pytest.importorskip("lightning")
 pytest.importorskip("yaml")
 
 ROOT = Path(__file__).resolve().parents[2]
-SEG = ["--config", str(ROOT / "configs" / "procedural_seg.yaml"), "data.num_points=96",
-       "data.num_samples_per_class=1", "data.classes=[chair, lamp, box]", "data.val={num_samples_per_class: 1}",
-       "data.test={num_samples_per_class: 1}", "data.batch_size=3", "model.resolution=4", "model.k=4",
-       "model.hidden_channels=8", "model.depth=1", "model.kernel_size=3", "model.point_channels=8",
-       "trainer.max_epochs=1", "trainer.num_threads=1", "trainer.progress_bar=false", "trainer.plots=false",
-       "trainer.log_every_n_steps=1"]
+SEG = [
+    "--config",
+    str(ROOT / "configs" / "procedural_seg.yaml"),
+    "data.num_points=96",
+    "data.num_samples_per_class=1",
+    "data.classes=[chair, lamp, box]",
+    "data.val={num_samples_per_class: 1}",
+    "data.test={num_samples_per_class: 1}",
+    "data.batch_size=3",
+    "model.resolution=4",
+    "model.k=4",
+    "model.hidden_channels=8",
+    "model.depth=1",
+    "model.kernel_size=3",
+    "model.point_channels=8",
+    "trainer.max_epochs=1",
+    "trainer.num_threads=1",
+    "trainer.progress_bar=false",
+    "trainer.plots=false",
+    "trainer.log_every_n_steps=1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +50,14 @@ def model_pt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def chair_ply(tmp_path_factory):
-    s = ProceduralShapes(split="test", task="segmentation", num_points=150, num_samples_per_class=1,
-                         classes=["chair", "lamp", "box"], normalize=False)[0]
+    s = ProceduralShapes(
+        split="test",
+        task="segmentation",
+        num_points=150,
+        num_samples_per_class=1,
+        classes=["chair", "lamp", "box"],
+        normalize=False,
+    )[0]
     return write_ply(tmp_path_factory.mktemp("cli_data") / "chair.ply", s["pos"] * 2, normals=s["normal"])
 
 
@@ -49,10 +71,17 @@ def test_console_script_help():
         assert cmd in res.stdout
 
 
-@pytest.mark.parametrize("cmd, text", [
-    ("train", "--config"), ("evaluate", "--ckpt"), ("predict", "--ckpt"), ("show", "--layers"),
-    ("download", "--list"), ("bench", "usage: "),
-])
+@pytest.mark.parametrize(
+    "cmd, text",
+    [
+        ("train", "--config"),
+        ("evaluate", "--ckpt"),
+        ("predict", "--ckpt"),
+        ("show", "--layers"),
+        ("download", "--list"),
+        ("bench", "usage: "),
+    ],
+)
 def test_every_command_has_help(cmd, text, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main([cmd, "--help"])
@@ -68,16 +97,39 @@ def test_no_command_prints_help(capsys):
 
 
 def test_predict_round_trip(model_pt, chair_ply, tmp_path, capsys):
-    assert cli.main(["predict", str(chair_ply), "--ckpt", str(model_pt), "--category", "chair",
-                     "--out", str(tmp_path / "lab.ply")]) == 0
+    assert (
+        cli.main(
+            [
+                "predict",
+                str(chair_ply),
+                "--ckpt",
+                str(model_pt),
+                "--category",
+                "chair",
+                "--out",
+                str(tmp_path / "lab.ply"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "150 points [chair]" in out and "labels written to" in out
     back = read_points(tmp_path / "lab.ply")
     assert len(back) == 150 and set(back.labels.tolist()) <= {11, 12, 13} and back.colors is not None
     np.testing.assert_allclose(back.points, read_points(chair_ply).points)
     for ext in (".npy", ".txt", ".json"):
-        cli.main(["predict", str(chair_ply), "--ckpt", str(model_pt), "--category", "0", "--out",
-                  str(tmp_path / f"lab{ext}")])
+        cli.main(
+            [
+                "predict",
+                str(chair_ply),
+                "--ckpt",
+                str(model_pt),
+                "--category",
+                "0",
+                "--out",
+                str(tmp_path / f"lab{ext}"),
+            ]
+        )
     a = np.load(tmp_path / "lab.npy")
     b = np.loadtxt(tmp_path / "lab.txt", dtype=np.int64)
     c = json.loads((tmp_path / "lab.json").read_text())
@@ -105,8 +157,24 @@ def test_show_writes_a_png(model_pt, chair_ply, tmp_path, capsys):
 
     png = tmp_path / "view.png"
     try:
-        cli.main(["show", str(chair_ply), "--ckpt", str(model_pt), "--category", "chair", "--out", str(png),
-                  "--width", "320", "--height", "240", "--layers", "points,grid,edges"])
+        cli.main(
+            [
+                "show",
+                str(chair_ply),
+                "--ckpt",
+                str(model_pt),
+                "--category",
+                "chair",
+                "--out",
+                str(png),
+                "--width",
+                "320",
+                "--height",
+                "240",
+                "--layers",
+                "points,grid,edges",
+            ]
+        )
     except SystemExit as exc:
         if "offscreen renderer could not start" in str(exc):
             pytest.skip(str(exc))
@@ -118,8 +186,24 @@ def test_show_writes_a_png(model_pt, chair_ply, tmp_path, capsys):
     assert img.shape == (240, 320, 3) and (img != 255).any(-1).mean() > 0.02
     assert (img.reshape(-1, 3) == np.floor(np.asarray(vis.EDGE_COLOR) * 255 + 0.5).astype(np.uint8)).all(1).any()
     # without a model: the random-feature grid of a freshly initialised Gridification
-    cli.main(["show", str(chair_ply), "--out", str(tmp_path / "plain.png"), "--width", "200", "--height", "150",
-              "--layers", "points,grid", "--resolution", "5", "--k", "3"])
+    cli.main(
+        [
+            "show",
+            str(chair_ply),
+            "--out",
+            str(tmp_path / "plain.png"),
+            "--width",
+            "200",
+            "--height",
+            "150",
+            "--layers",
+            "points,grid",
+            "--resolution",
+            "5",
+            "--k",
+            "3",
+        ]
+    )
     assert (tmp_path / "plain.png").stat().st_size > 500
     with pytest.raises(SystemExit, match=r"unknown layer\(s\) \['voxels'\]"):
         cli.main(["show", str(chair_ply), "--layers", "voxels", "--out", str(png)])

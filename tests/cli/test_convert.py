@@ -1,4 +1,5 @@
 """``gridify convert``: raw scene layouts -> the common (Pointcept) layout, from the command line."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -40,8 +41,10 @@ def test_convert_s3dis_tree_reads_back(tmp_path, capsys):
 @pytest.mark.skipif(not KITTI.is_dir(), reason="../shared/data/semantickitti_mini not present")
 def test_convert_real_semantickitti_sequence(tmp_path):
     out = tmp_path / "kitti"
-    assert main(["convert", str(KITTI), "--layout", "semantickitti", "--sequences", "10", "--out", str(out),
-                 "--quiet"]) == 0
+    assert (
+        main(["convert", str(KITTI), "--layout", "semantickitti", "--sequences", "10", "--out", str(out), "--quiet"])
+        == 0
+    )
     scenes = sorted(p.name for p in (out / "train").iterdir())
     assert scenes == ["10_000000", "10_000004", "10_000008"]
     coord = np.load(out / "train" / "10_000000" / "coord.npy")
@@ -50,15 +53,21 @@ def test_convert_real_semantickitti_sequence(tmp_path):
     assert seg.min() >= -1 and seg.max() < 19
 
 
-@pytest.mark.parametrize("case, message", [
-    ("missing", "does not exist"),
-    ("file", "is not a folder"),
-    ("same", "is the source folder"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing", "does not exist"),
+        ("file", "is not a folder"),
+        ("same", "is the source folder"),
+    ],
+)
 def test_convert_bad_paths_name_the_problem(tmp_path, capsys, case, message):
     raw = _s3dis_tree(tmp_path / "raw")
-    root = {"missing": tmp_path / "nope", "file": raw / "Area_1" / "office_1" / "Annotations" / "floor_1.txt",
-            "same": raw}[case]
+    root = {
+        "missing": tmp_path / "nope",
+        "file": raw / "Area_1" / "office_1" / "Annotations" / "floor_1.txt",
+        "same": raw,
+    }[case]
     with pytest.raises(SystemExit) as exc:
         main(["convert", str(root), "--layout", "s3dis", "--out", str(raw if case == "same" else tmp_path / "o")])
     assert message in str(exc.value)

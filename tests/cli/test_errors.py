@@ -9,6 +9,7 @@ fails before the command works (no training, rendering or measuring), so the fil
 Also here: the shared mechanisms themselves (:mod:`gridify._paths`, :mod:`gridify._cliargs`), an
 OS error while writing (``ulimit -f``) as one line, and the lock of a run's output folder.
 """
+
 import os
 import resource
 import subprocess
@@ -28,10 +29,24 @@ pytest.importorskip("lightning")
 pytest.importorskip("yaml")
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ["--config", "procedural", "data.num_points=64", "data.num_samples_per_class=1",
-        "data.val={num_samples_per_class: 1}", "data.test={num_samples_per_class: 1}", "data.batch_size=2",
-        "model.resolution=3", "model.k=3", "model.hidden_channels=4", "model.depth=1", "model.kernel_size=3",
-        "trainer.max_epochs=1", "trainer.num_threads=1", "trainer.progress_bar=false", "trainer.plots=false"]
+TINY = [
+    "--config",
+    "procedural",
+    "data.num_points=64",
+    "data.num_samples_per_class=1",
+    "data.val={num_samples_per_class: 1}",
+    "data.test={num_samples_per_class: 1}",
+    "data.batch_size=2",
+    "model.resolution=3",
+    "model.k=3",
+    "model.hidden_channels=4",
+    "model.depth=1",
+    "model.kernel_size=3",
+    "trainer.max_epochs=1",
+    "trainer.num_threads=1",
+    "trainer.progress_bar=false",
+    "trainer.plots=false",
+]
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +62,16 @@ def t(tmp_path_factory):
     (d / "model.pt").write_bytes(model_pt.read_bytes())
     raw = torch.load(model_pt, map_location="cpu", weights_only=True)
     hp = {k: raw[k] for k in ("model_name", "model_kwargs", "task", "info", "config")}
-    torch.save({"state_dict": {f"model.{k}": v for k, v in raw["state_dict"].items()}, "hyper_parameters": hp,
-                "epoch": 0, "global_step": 1, "pytorch-lightning_version": "2.4.0"}, d / "other.ckpt")
+    torch.save(
+        {
+            "state_dict": {f"model.{k}": v for k, v in raw["state_dict"].items()},
+            "hyper_parameters": hp,
+            "epoch": 0,
+            "global_step": 1,
+            "pytorch-lightning_version": "2.4.0",
+        },
+        d / "other.ckpt",
+    )
     (d / "run_with_file").mkdir()
     (d / "run_with_file" / "checkpoints").write_text("a file where the run writes a folder")
     return d
@@ -110,8 +133,10 @@ CASES = [
     (["train", *TINY, "--resume", f"{P}/adir", f"output_dir={P}/r2"], ["--resume", "adir", "is a folder"]),
     (["train", *TINY, "--resume", f"{P}/fifo", f"output_dir={P}/r3"], ["--resume", "fifo", "FIFO"]),
     (["train", *TINY, "--resume", f"{P}/afile", f"output_dir={P}/r4"], ["afile", "not a PyTorch checkpoint"]),
-    (["train", *TINY, "--resume", f"{P}/other.ckpt", f"output_dir={P}/r5"],
-     ["--resume", "other.ckpt", "another model", "shape"]),
+    (
+        ["train", *TINY, "--resume", f"{P}/other.ckpt", f"output_dir={P}/r5"],
+        ["--resume", "other.ckpt", "another model", "shape"],
+    ),
     (["evaluate", "--ckpt", f"{P}/adir"], ["--ckpt", "adir", "folder"]),
     (["evaluate", "--ckpt", f"{P}/fifo"], ["--ckpt", "fifo", "FIFO"]),
     (["evaluate", "--ckpt", f"{P}/afile"], ["afile"]),
@@ -150,14 +175,12 @@ def test_output_paths_are_checked_before_any_work(t, capsys, monkeypatch):
         raise AssertionError("the model was loaded before the output path was checked")
 
     monkeypatch.setattr(gridify.api, "load", never)
-    status, err = run_cli(["predict", str(t / "cloud.npy"), "--model", "modelnet10", "--out", str(t / "adir")],
-                          capsys)
+    status, err = run_cli(["predict", str(t / "cloud.npy"), "--model", "modelnet10", "--out", str(t / "adir")], capsys)
     assert status == 2 and "--out" in err
     import gridify.evaluation as E
 
     monkeypatch.setattr(E, "load_checkpoint", never)
-    status, err = run_cli(["evaluate", "--ckpt", str(t / "model.pt"), "--output", str(t / "afile" / "m.json")],
-                          capsys)
+    status, err = run_cli(["evaluate", "--ckpt", str(t / "model.pt"), "--output", str(t / "afile" / "m.json")], capsys)
     assert status != 0 and "--output" in err
 
 
@@ -195,8 +218,9 @@ def test_path_checks_name_the_path_and_the_cause(tmp_path, monkeypatch):
     assert not (tmp_path / "new").exists()  # checks only look
     # a folder that is not writable (simulated: the tests may run as root, who can write anywhere)
     real_access = os.access
-    monkeypatch.setattr(os, "access", lambda p, mode, **k: False if Path(p) == tmp_path / "d" else
-                        real_access(p, mode, **k))
+    monkeypatch.setattr(
+        os, "access", lambda p, mode, **k: False if Path(p) == tmp_path / "d" else real_access(p, mode, **k)
+    )
     with pytest.raises(_paths.PathError, match=r"d is not writable \(permission denied\)"):
         _paths.check_output_file(tmp_path / "d" / "out.png", "--out")
     with pytest.raises(_paths.PathError, match="cannot be created, .*d is not writable"):
@@ -218,9 +242,14 @@ def test_read_only_folder(tmp_path, capsys):  # pragma: no cover - CI runs unpri
 def test_os_errors_become_one_line():
     import errno
 
-    for err, cause in ((errno.EFBIG, "file too large"), (errno.ENOSPC, "no space left"),
-                       (errno.EACCES, "permission denied"), (errno.EROFS, "read-only"),
-                       (errno.ENOTDIR, "is a file, not a folder"), (errno.EISDIR, "is a folder")):
+    for err, cause in (
+        (errno.EFBIG, "file too large"),
+        (errno.ENOSPC, "no space left"),
+        (errno.EACCES, "permission denied"),
+        (errno.EROFS, "read-only"),
+        (errno.ENOTDIR, "is a file, not a folder"),
+        (errno.EISDIR, "is a folder"),
+    ):
         line = _paths.describe_os_error(OSError(err, os.strerror(err), "/x/out.ply"))
         assert line.startswith("/x/out.ply: ") and cause in line and "\n" not in line
     with pytest.raises(SystemExit, match=r"^gridify predict: error: /x/y: file too large"):
@@ -265,12 +294,30 @@ def test_file_size_limit_while_writing_is_one_line(t, tmp_path):
     def limit():
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
 
-    res = subprocess.run([sys.executable, "-m", "gridify.cli", "predict", str(t / "cloud.npy"), "--model",
-                          "modelnet10", "--threads", "1", "--out", str(out)], capture_output=True, text=True,
-                         timeout=300, preexec_fn=limit, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gridify.cli",
+            "predict",
+            str(t / "cloud.npy"),
+            "--model",
+            "modelnet10",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limit,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr
-    assert res.stderr.strip().splitlines() == [f"gridify predict: error: {out}: file too large: the file size "
-                                               f"limit (ulimit -f) was reached while writing"], res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"gridify predict: error: {out}: file too large: the file size limit (ulimit -f) was reached while writing"
+    ], res.stderr
     assert not out.exists() and list(tmp_path.iterdir()) == []  # no partial file, no temporary left
 
 
@@ -295,10 +342,19 @@ def test_argument_types():
 
     assert _cliargs.threads("4") == 4 and _cliargs.workers("0") == 0 and _cliargs.positive_int("+3") == 3
     assert _cliargs.device("cpu") == "cpu" and _cliargs.device_or_auto("AUTO") == "auto"
-    for parse, text in ((_cliargs.threads, "0"), (_cliargs.threads, "-1"), (_cliargs.threads, "10**9"),
-                        (_cliargs.threads, "１"), (_cliargs.workers, "-2"), (_cliargs.positive_float, "nan"),
-                        (_cliargs.positive_float, "inf"), (_cliargs.device, "gpu7"), (_cliargs.device, "xpu"),
-                        (_cliargs.device, "meta"), (_cliargs.device_or_auto, "")):
+    for parse, text in (
+        (_cliargs.threads, "0"),
+        (_cliargs.threads, "-1"),
+        (_cliargs.threads, "10**9"),
+        (_cliargs.threads, "１"),
+        (_cliargs.workers, "-2"),
+        (_cliargs.positive_float, "nan"),
+        (_cliargs.positive_float, "inf"),
+        (_cliargs.device, "gpu7"),
+        (_cliargs.device, "xpu"),
+        (_cliargs.device, "meta"),
+        (_cliargs.device_or_auto, ""),
+    ):
         with pytest.raises(argparse.ArgumentTypeError):
             parse(text)
     if not torch.cuda.is_available():

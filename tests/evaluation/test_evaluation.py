@@ -1,4 +1,5 @@
 """gridify.evaluation on scene checkpoints: the scene settings, the whole-scene config, ``gridify evaluate``."""
+
 import argparse
 
 import pytest
@@ -28,14 +29,20 @@ class PerPoint(torch.nn.Module):
 def test_evaluation_scene_settings_and_whole_scene_config():
     from gridify.evaluation import FROM_CONFIG, scene_dataset_config, scene_settings
 
-    cfg = {"task": "scene_segmentation", "data": {"voxel_size": 0.05, "max_points": 20_000,
-                                                  "train": {"max_points": 10}}}
+    cfg = {
+        "task": "scene_segmentation",
+        "data": {"voxel_size": 0.05, "max_points": 20_000, "train": {"max_points": 10}},
+    }
     args = argparse.Namespace(voxel_size=None, max_points=None)
     assert scene_settings(cfg, args) == {"voxel_size": 0.05, "max_points": 20_000}
     assert scene_settings(cfg, argparse.Namespace(voxel_size=0.1, max_points=None)) == {
-        "voxel_size": 0.1, "max_points": 20_000}
-    assert scene_settings(cfg, args, max_points=None, voxel_size=FROM_CONFIG) == {"voxel_size": 0.05,
-                                                                                   "max_points": None}
+        "voxel_size": 0.1,
+        "max_points": 20_000,
+    }
+    assert scene_settings(cfg, args, max_points=None, voxel_size=FROM_CONFIG) == {
+        "voxel_size": 0.05,
+        "max_points": None,
+    }
     whole = scene_dataset_config(cfg)
     assert whole["data"]["voxel_size"] is None and whole["data"]["train"]["max_points"] is None
     assert cfg["data"]["max_points"] == 20_000  # the given config is left as it was
@@ -46,11 +53,23 @@ def test_gridify_evaluate_scene_checkpoint_scores_whole_scenes(tmp_path, monkeyp
 
     import gridify.evaluation as evaluation
 
-    data = {"name": "scene_procedural", "num_scenes": 2, "num_points": 3000, "kind": "indoor", "seed": 4,
-            "voxel_size": 0.1, "max_points": 800}
+    data = {
+        "name": "scene_procedural",
+        "num_scenes": 2,
+        "num_points": 3000,
+        "kind": "indoor",
+        "seed": 4,
+        "voxel_size": 0.1,
+        "max_points": 800,
+    }
     model = PerPoint(f=3, c=10)
-    payload = {"config": {"task": "scene_segmentation", "data": data}, "task": "scene_segmentation",
-               "kind": "model", "info": {"num_outputs": 10, "in_channels": 3}, "gridify_version": "test"}
+    payload = {
+        "config": {"task": "scene_segmentation", "data": data},
+        "task": "scene_segmentation",
+        "kind": "model",
+        "info": {"num_outputs": 10, "in_channels": 3},
+        "gridify_version": "test",
+    }
     monkeypatch.setattr(evaluation, "load_checkpoint", lambda path: payload)
     monkeypatch.setattr(evaluation, "build_model_from_checkpoint", lambda p, reparameterize=True: model)
     ckpt = tmp_path / "model.pt"
@@ -63,6 +82,19 @@ def test_gridify_evaluate_scene_checkpoint_scores_whole_scenes(tmp_path, monkeyp
     written = json.loads((tmp_path / "model.val_metrics.json").read_text())
     assert written["confusion_matrix"] == extra["confusion_matrix"]
     model.sizes.clear()
-    report = evaluation.main(["--ckpt", str(ckpt), "--split", "train", "--no-progress", "--device", "cpu",
-                              "--max-points", "500", "--output", str(tmp_path / "train.json")])
+    report = evaluation.main(
+        [
+            "--ckpt",
+            str(ckpt),
+            "--split",
+            "train",
+            "--no-progress",
+            "--device",
+            "cpu",
+            "--max-points",
+            "500",
+            "--output",
+            str(tmp_path / "train.json"),
+        ]
+    )
     assert report["num_points"] == 6000 and report["max_points"] == 500 and max(model.sizes) <= 500

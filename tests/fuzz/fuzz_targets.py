@@ -18,6 +18,7 @@ byte-wise; :func:`mutated_files` is the hypothesis strategy, used by
 ``tests/fuzz/test_fuzz_readers.py`` (bounded, in the default tests) and ``scripts/fuzz.py``
 (time-bounded, in ``.ci/run``). :data:`MEMORY` records the largest growth seen per format.
 """
+
 from __future__ import annotations
 
 import io
@@ -44,12 +45,14 @@ TIME_LIMIT = 10.0
 try:  # the LAS/LAZ targets need the optional extra (pip install 'gridify[las]')
     import laspy  # noqa: F401
     import lazrs  # noqa: F401
+
     HAVE_LAS = True
 except ImportError:  # pragma: no cover - exercised where the extra is not installed
     HAVE_LAS = False
 
 FORMATS = (".ply", ".pcd", ".xyz", ".txt", ".npy", ".npz", ".bin", ".off", ".obj", ".stl", ".glb", ".gltf") + (
-    (".las", ".laz") if HAVE_LAS else ())
+    (".las", ".laz") if HAVE_LAS else ()
+)
 
 # Memory bound. Measured (tracemalloc peak growth of one read_points; large_files() and crafted
 # worst cases of 0.1-13 MB): plain binary data needs 3-8x its size (int8 .npy: 15x, every value
@@ -66,8 +69,13 @@ MEMORY_MULTIPLE = 64
 #: the bytes any read may allocate whatever the file's size
 MEMORY_CONSTANT = 4 << 20
 #: how much a format's data may expand when decoded: its codec's (or instancing's) checked limit
-EXPANSION = {".pcd": LZF_MAX_RATIO, ".npz": NPZ_MAX_EXPANSION, ".laz": LAZ_MAX_RATIO,
-             ".glb": INSTANCE_EXPANSION, ".gltf": INSTANCE_EXPANSION}
+EXPANSION = {
+    ".pcd": LZF_MAX_RATIO,
+    ".npz": NPZ_MAX_EXPANSION,
+    ".laz": LAZ_MAX_RATIO,
+    ".glb": INSTANCE_EXPANSION,
+    ".gltf": INSTANCE_EXPANSION,
+}
 #: per format, the reads that came closest to the bound: {"share": (growth / bound, growth, size),
 #: "ratio": (growth / size, growth, size)}; the ratio only over files of RATIO_MIN_SIZE bytes or more
 #: (below, a few kB of fixed cost make any ratio huge)
@@ -116,11 +124,24 @@ def _cloud(n: int = 6, seed: int = 0) -> np.ndarray:
 def _ply(binary: bool, faces: bool = False, extra: bool = True, n: int = 6) -> bytes:
     pts = _cloud(n)
     fmt = "binary_little_endian" if binary else "ascii"
-    head = ["ply", f"format {fmt} 1.0", f"element vertex {len(pts)}",
-            "property float x", "property float y", "property float z"]
+    head = [
+        "ply",
+        f"format {fmt} 1.0",
+        f"element vertex {len(pts)}",
+        "property float x",
+        "property float y",
+        "property float z",
+    ]
     if extra:
-        head += ["property float nx", "property float ny", "property float nz",
-                 "property uchar red", "property uchar green", "property uchar blue", "property int label"]
+        head += [
+            "property float nx",
+            "property float ny",
+            "property float nz",
+            "property uchar red",
+            "property uchar green",
+            "property uchar blue",
+            "property int label",
+        ]
     tris = [(0, 1, 2), (0, 2, 3), (3, 4, 5)]
     if faces:
         head += [f"element face {len(tris)}", "property list uchar int vertex_indices"]
@@ -144,9 +165,19 @@ def _ply(binary: bool, faces: bool = False, extra: bool = True, n: int = 6) -> b
 
 def _pcd(kind: str, n: int = 6) -> bytes:
     pts = _cloud(n)
-    head = ["# .PCD v0.7", "VERSION 0.7", "FIELDS x y z rgb label", "SIZE 4 4 4 4 4", "TYPE F F F U I",
-            "COUNT 1 1 1 1 1", f"WIDTH {len(pts)}", "HEIGHT 1", "VIEWPOINT 0 0 0 1 0 0 0",
-            f"POINTS {len(pts)}", f"DATA {kind}"]
+    head = [
+        "# .PCD v0.7",
+        "VERSION 0.7",
+        "FIELDS x y z rgb label",
+        "SIZE 4 4 4 4 4",
+        "TYPE F F F U I",
+        "COUNT 1 1 1 1 1",
+        f"WIDTH {len(pts)}",
+        "HEIGHT 1",
+        "VIEWPOINT 0 0 0 1 0 0 0",
+        f"POINTS {len(pts)}",
+        f"DATA {kind}",
+    ]
     dt = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("rgb", "<u4"), ("label", "<i4")])
     arr = np.zeros(len(pts), dt)
     arr["x"], arr["y"], arr["z"] = pts.T
@@ -161,7 +192,7 @@ def _pcd(kind: str, n: int = 6) -> bytes:
         raw = b"".join(arr[name].tobytes() for name in dt.names)
         lzf = bytearray()
         for i in range(0, len(raw), 32):
-            chunk = raw[i:i + 32]
+            chunk = raw[i : i + 32]
             lzf.append(len(chunk) - 1)
             lzf += chunk
         body = struct.pack("<II", len(lzf), len(raw)) + bytes(lzf)
@@ -185,8 +216,13 @@ def _npy(arr: np.ndarray) -> bytes:
 def _npz(compressed: bool = False, n: int = 6) -> bytes:
     pts = _cloud(n)
     buf = io.BytesIO()
-    (np.savez_compressed if compressed else np.savez)(buf, pos=pts, normal=pts / np.linalg.norm(pts, axis=1, keepdims=True),
-             color=np.full((len(pts), 3), 128, np.uint8), label=np.arange(len(pts)))
+    (np.savez_compressed if compressed else np.savez)(
+        buf,
+        pos=pts,
+        normal=pts / np.linalg.norm(pts, axis=1, keepdims=True),
+        color=np.full((len(pts), 3), 128, np.uint8),
+        label=np.arange(len(pts)),
+    )
     return buf.getvalue()
 
 
@@ -195,13 +231,16 @@ def _off() -> bytes:
 
 
 def _obj() -> bytes:
-    return (b"# tetra\nv 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nvn 0 0 1\n"
-            b"f 1 2 3\nf 1 2 4\nf 1/1/1 3/1/1 4/1/1\nf 2 3 4\n")
+    return b"# tetra\nv 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nvn 0 0 1\nf 1 2 3\nf 1 2 4\nf 1/1/1 3/1/1 4/1/1\nf 2 3 4\n"
 
 
 def _stl(binary: bool) -> bytes:
-    tris = [((0, 0, 0), (1, 0, 0), (0, 1, 0)), ((0, 0, 0), (1, 0, 0), (0, 0, 1)),
-            ((0, 0, 0), (0, 1, 0), (0, 0, 1)), ((1, 0, 0), (0, 1, 0), (0, 0, 1))]
+    tris = [
+        ((0, 0, 0), (1, 0, 0), (0, 1, 0)),
+        ((0, 0, 0), (1, 0, 0), (0, 0, 1)),
+        ((0, 0, 0), (0, 1, 0), (0, 0, 1)),
+        ((1, 0, 0), (0, 1, 0), (0, 0, 1)),
+    ]
     if binary:
         out = bytearray(b"gridify fuzz seed".ljust(80, b" ") + struct.pack("<I", len(tris)))
         for t in tris:
@@ -209,8 +248,11 @@ def _stl(binary: bool) -> bytes:
         return bytes(out)
     lines = ["solid s"]
     for t in tris:
-        lines += ["facet normal 0 0 0", " outer loop"] + [f"  vertex {a} {b} {c}" for a, b, c in t] + \
-                 [" endloop", "endfacet"]
+        lines += (
+            ["facet normal 0 0 0", " outer loop"]
+            + [f"  vertex {a} {b} {c}" for a, b, c in t]
+            + [" endloop", "endfacet"]
+        )
     return ("\n".join(lines + ["endsolid s"]) + "\n").encode()
 
 
@@ -277,8 +319,11 @@ def large_files(n: int = 20_000) -> Dict[str, List[bytes]]:
         ".npy": [_npy(_cloud(n)), _npy(np.arange(3 * n, dtype=np.int8).reshape(n, 3))],
         ".npz": [_npz(n=n), _npz(compressed=True, n=n)],
         ".bin": [_kitti_bin(n)],
-        ".off": [_sphere("off", sub)], ".obj": [_sphere("obj", sub)], ".stl": [_sphere("stl", sub)],
-        ".glb": [_sphere("glb", sub)], ".gltf": [_sphere("gltf", sub)],
+        ".off": [_sphere("off", sub)],
+        ".obj": [_sphere("obj", sub)],
+        ".stl": [_sphere("stl", sub)],
+        ".glb": [_sphere("glb", sub)],
+        ".gltf": [_sphere("gltf", sub)],
     }
     if HAVE_LAS:
         files[".las"] = [_las(False, n=n)]
@@ -293,8 +338,11 @@ def seed_files() -> Dict[str, List[bytes]]:
         ".pcd": [_pcd("ascii"), _pcd("binary"), _pcd("binary_compressed")],
         ".xyz": [_text(" ", 3), _text(" ", 6), _text(",", 7), _text(" ", 4, header=True)],
         ".txt": [_text(",", 6), _text("\t", 3)],
-        ".npy": [_npy(_cloud()), _npy(np.concatenate([_cloud(), np.ones((6, 4), np.float32)], 1)),
-                 _npy(np.arange(18, dtype=np.int16).reshape(6, 3))],
+        ".npy": [
+            _npy(_cloud()),
+            _npy(np.concatenate([_cloud(), np.ones((6, 4), np.float32)], 1)),
+            _npy(np.arange(18, dtype=np.int16).reshape(6, 3)),
+        ],
         ".npz": [_npz(), _npz(compressed=True)],
         ".bin": [_kitti_bin(6), _kitti_bin(1)],
         ".off": [_off()],
@@ -317,17 +365,18 @@ def _check_cloud(cloud: object, where: str) -> None:
         raise ReaderCrash(f"{where}: returned {type(cloud).__name__}, not a PointCloud")
     n = len(cloud)
     pts = cloud.points
-    if (n < 1 or pts.shape != (n, 3) or pts.dtype not in (np.float32, np.float64)
-            or not np.isfinite(pts).all()):
-        raise ReaderCrash(f"{where}: invalid points (shape {pts.shape}, dtype {pts.dtype}, "
-                          f"finite={bool(np.isfinite(pts).all())})")
+    if n < 1 or pts.shape != (n, 3) or pts.dtype not in (np.float32, np.float64) or not np.isfinite(pts).all():
+        raise ReaderCrash(
+            f"{where}: invalid points (shape {pts.shape}, dtype {pts.dtype}, finite={bool(np.isfinite(pts).all())})"
+        )
     for name in ("normals", "colors"):
         a = getattr(cloud, name)
         if a is not None and (a.shape != (n, 3) or a.dtype != np.float32):
             raise ReaderCrash(f"{where}: invalid {name} (shape {a.shape}, dtype {a.dtype})")
     if cloud.colors is not None and not ((cloud.colors >= 0) & (cloud.colors <= 1)).all():
-        raise ReaderCrash(f"{where}: colours outside [0, 1] (min {np.nanmin(cloud.colors)}, "
-                          f"max {np.nanmax(cloud.colors)})")
+        raise ReaderCrash(
+            f"{where}: colours outside [0, 1] (min {np.nanmin(cloud.colors)}, max {np.nanmax(cloud.colors)})"
+        )
     if cloud.labels is not None and (cloud.labels.shape != (n,) or cloud.labels.dtype != np.int64):
         raise ReaderCrash(f"{where}: invalid labels (shape {cloud.labels.shape})")
     if any(np.shape(v) != (n,) for v in cloud.fields.values()):
@@ -361,9 +410,11 @@ def _record_memory(ext: str, size: int, grown: int) -> None:
         if value > worst[key][0] and (key == "share" or size >= RATIO_MIN_SIZE):
             worst[key] = (value, grown, size)
     if grown > memory_limit(ext, size):
-        raise ReaderCrash(f"{ext}: reading {size} bytes grew memory by {grown} bytes, more than the bound "
-                          f"{memory_limit(ext, size)} ({MEMORY_MULTIPLE} x {size} x {EXPANSION.get(ext, 1)} "
-                          f"+ {MEMORY_CONSTANT})")
+        raise ReaderCrash(
+            f"{ext}: reading {size} bytes grew memory by {grown} bytes, more than the bound "
+            f"{memory_limit(ext, size)} ({MEMORY_MULTIPLE} x {size} x {EXPANSION.get(ext, 1)} "
+            f"+ {MEMORY_CONSTANT})"
+        )
 
 
 _WARM: set = set()
@@ -424,9 +475,32 @@ def check_reader(ext: str, data: bytes, workdir: os.PathLike | str | None = None
 # --------------------------------------------------------------------------------------
 # mutations (a hypothesis strategy)
 # --------------------------------------------------------------------------------------
-INTERESTING = [b"0", b"-1", b"1", b"3", b"255", b"256", b"65535", b"2147483647", b"-2147483648",
-               b"4294967295", b"99999999999999999999", b"1e308", b"-1e308", b"1e-320", b"nan", b"inf",
-               b"-inf", b"0x10", b"1.5", b"", b" ", b"\n", b"\x00", b"\xff\xff\xff\xff"]
+INTERESTING = [
+    b"0",
+    b"-1",
+    b"1",
+    b"3",
+    b"255",
+    b"256",
+    b"65535",
+    b"2147483647",
+    b"-2147483648",
+    b"4294967295",
+    b"99999999999999999999",
+    b"1e308",
+    b"-1e308",
+    b"1e-320",
+    b"nan",
+    b"inf",
+    b"-inf",
+    b"0x10",
+    b"1.5",
+    b"",
+    b" ",
+    b"\n",
+    b"\x00",
+    b"\xff\xff\xff\xff",
+]
 
 
 def mutate(data: bytes, ops: List[tuple]) -> bytes:
@@ -444,21 +518,21 @@ def mutate(data: bytes, ops: List[tuple]) -> bytes:
         elif kind == "insert":
             buf[pos:pos] = payload
         elif kind == "delete":
-            del buf[pos:pos + max(1, len(payload))]
+            del buf[pos : pos + max(1, len(payload))]
         elif kind == "overwrite":
-            buf[pos:pos + len(payload)] = payload
+            buf[pos : pos + len(payload)] = payload
         elif kind == "number":  # replace the number nearest to pos by an interesting one
             nums = [m for m in re.finditer(rb"-?\d+(\.\d+)?(e-?\d+)?", bytes(buf))]
             if nums:
                 m = min(nums, key=lambda m: abs(m.start() - pos))
-                buf[m.start():m.end()] = INTERESTING[payload[0] % len(INTERESTING)] if payload else b"-1"
+                buf[m.start() : m.end()] = INTERESTING[payload[0] % len(INTERESTING)] if payload else b"-1"
         elif kind == "duplicate":
-            chunk = bytes(buf[pos:pos + 16 * (len(payload) + 1)])
+            chunk = bytes(buf[pos : pos + 16 * (len(payload) + 1)])
             buf[pos:pos] = chunk
         elif kind == "binary_int":  # overwrite 4 bytes with an extreme little-endian integer
             vals = [0, 1, 0x7FFFFFFF, 0xFFFFFFFF, 0x80000000, 0x0000FFFF]
             v = vals[(payload[0] if payload else 0) % len(vals)]
-            buf[pos:pos + 4] = struct.pack("<I", v)
+            buf[pos : pos + 4] = struct.pack("<I", v)
     return bytes(buf)
 
 
@@ -467,9 +541,13 @@ def mutated_files(ext: str):
     from hypothesis import strategies as st
 
     seeds = seed_files()[ext]
-    op = st.tuples(st.sampled_from(["truncate", "flip", "insert", "delete", "overwrite", "number",
-                                    "duplicate", "binary_int", "number", "flip"]),
-                   st.floats(0.0, 1.0, allow_nan=False), st.binary(min_size=0, max_size=12))
+    op = st.tuples(
+        st.sampled_from(
+            ["truncate", "flip", "insert", "delete", "overwrite", "number", "duplicate", "binary_int", "number", "flip"]
+        ),
+        st.floats(0.0, 1.0, allow_nan=False),
+        st.binary(min_size=0, max_size=12),
+    )
     return st.builds(mutate, st.sampled_from(seeds), st.lists(op, min_size=0, max_size=4))
 
 

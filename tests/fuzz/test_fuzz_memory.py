@@ -4,6 +4,7 @@
 is what one read_points may grow tracemalloc's traced memory by; the multiple was chosen from the
 growth these files need (see the comment in fuzz_targets.py).
 """
+
 import numpy as np
 import pytest
 
@@ -34,7 +35,10 @@ def test_the_harness_catches_a_reader_that_allocates_what_a_header_declares(tmp_
         return gio.PointCloud(np.zeros((1, 3)) + block[:3].reshape(1, 3))
 
     monkeypatch.setattr(F, "read_points", greedy)
-    with pytest.raises(F.ReaderCrash, match=r"\.xyz: reading 6 bytes grew memory by \d+ bytes, more than the "
-                                            r"bound 4194688 \(64 x 6 x 1 \+ 4194304\)"):
+    with pytest.raises(
+        F.ReaderCrash,
+        match=r"\.xyz: reading 6 bytes grew memory by \d+ bytes, more than the "
+        r"bound 4194688 \(64 x 6 x 1 \+ 4194304\)",
+    ):
         F.check_reader(".xyz", b"1 2 3\n", tmp_path)
     assert F.memory_limit(".pcd", 1000) == 64 * 1000 * 88 + F.MEMORY_CONSTANT

@@ -3,6 +3,7 @@
 The long, time-bounded run is ``python scripts/fuzz.py --seconds N`` (in ``.ci/run``); here each
 format gets a small, derandomized budget so the default test run stays fast and reproducible.
 """
+
 import base64
 import tempfile
 import zlib
@@ -26,8 +27,13 @@ def test_seed_files_read(ext, tmp_path):
 
 @pytest.mark.parametrize("ext", F.FORMATS)
 def test_fuzz_reader(ext, tmp_path):
-    @settings(max_examples=30, derandomize=True, deadline=5000, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @settings(
+        max_examples=30,
+        derandomize=True,
+        deadline=5000,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
     @given(F.mutated_files(ext))
     def run(data):
         F.check_reader(ext, data, tmp_path)  # raises ReaderCrash on a contract violation
@@ -35,66 +41,108 @@ def test_fuzz_reader(ext, tmp_path):
     run()
 
 
-VLR_LOOP = ("eNrzcQx2Y8ACGJn8QzxcgxhwgpzE4oJKBSM9cz0DrPLujK/YHzP4MgKNAvKalRjYcBj0Z+XHS75JAfboNEiuoUXOEUQXzAxx"
-          "hKiOdOg/9FVjC1RcGUjr31WJKwLKa7eLFeYB6YSnF5Ruz4xy2HKibN/8R6EOYKdWZRYopOYl56ekpjAw7AkzYcgoKSmw0teH"
-          "SOnlF6WjuYoJhJkg7IDDDAz/0QAz0D8iQFXsDBxAkgPIY2LYwghR/5KFgeH6r///WSQhQYnp56QpU1ZdDq6RMGxf3Fpr/sm/"
-          "3aZbeLufDc+f9teN87vezH4fuS3Z74Bo3c/pFZtNlFaIm61OU23+d+oxTzgseoDY+h+QAAAtNHDC")
-CHUNK_TABLE = ("eNrzcQx2Y8ACGJn8Qzxcgxhwg5zE4oJKBSM9cz0DrPLujK/YHzP4MgLNAvKalRjYcBj0Z+XHS75JAfboNEiuoUXOEUQXzAxx"
-          "hKiOdOg/9FVjC1RcGUjr31WJKwLKa7eLFeYB6YSnF5Ruz4xy2HKibN/8R6EOYKdWZRYopOYl56ekpjAw7AkzYcgoKSmw0teH"
-          "SOnlF6WjuYoJhJkg7IDDDAz/0QAz0D8iQFXsDBxAkgPIY2LYwghR/5KFgeH6r///WSQhYYnp56QpU1ZdDq6RMGxf3Fpr/sm/"
-          "3aZbeLufDc+f9teN87vezH4fuS3Z74Bo3c/pFZtNlFaIm61OU23+d+oxTzjUAJATrP8BGQBNuXS9")
-ITEMS_ZERO = ("eNrzcQx2Y8ACGJn8Qzxcgxhwg5zE4oJKBSM9cz0DrPLujK/YHwNJoFlAXqMMAxsOg/6s/HjJNynAHp0GyTW0yDmC6IKZIY4Q"
-          "1ZEO/Ye+amyBiisDaf27KnFFQHntdrHCPCCd8PSC0u2ZUQ5bTpTtm/8o1AHs1KrMAoXUvOT8lNQUBoY9YXoMGSUlBVb6+hAp"
-          "vfyidDRXMYEwE4QdcJiB4T8aYISqY2fgAKpdAuW+ZGFguP7r/38WSUgoIpuYNGXKqsvBNRKGnUn7Yjs+5Fa92qhpdHbL/EVN"
-          "L12TNq7sDVr7ivfNH56ytxr28wtETXrfKhqmz7gAiw8gtk4GEgCdbm7S")
+VLR_LOOP = (
+    "eNrzcQx2Y8ACGJn8QzxcgxhwgpzE4oJKBSM9cz0DrPLujK/YHzP4MgKNAvKalRjYcBj0Z+XHS75JAfboNEiuoUXOEUQXzAxx"
+    "hKiOdOg/9FVjC1RcGUjr31WJKwLKa7eLFeYB6YSnF5Ruz4xy2HKibN/8R6EOYKdWZRYopOYl56ekpjAw7AkzYcgoKSmw0teH"
+    "SOnlF6WjuYoJhJkg7IDDDAz/0QAz0D8iQFXsDBxAkgPIY2LYwghR/5KFgeH6r///WSQhQYnp56QpU1ZdDq6RMGxf3Fpr/sm/"
+    "3aZbeLufDc+f9teN87vezH4fuS3Z74Bo3c/pFZtNlFaIm61OU23+d+oxTzgseoDY+h+QAAAtNHDC"
+)
+CHUNK_TABLE = (
+    "eNrzcQx2Y8ACGJn8Qzxcgxhwg5zE4oJKBSM9cz0DrPLujK/YHzP4MgLNAvKalRjYcBj0Z+XHS75JAfboNEiuoUXOEUQXzAxx"
+    "hKiOdOg/9FVjC1RcGUjr31WJKwLKa7eLFeYB6YSnF5Ruz4xy2HKibN/8R6EOYKdWZRYopOYl56ekpjAw7AkzYcgoKSmw0teH"
+    "SOnlF6WjuYoJhJkg7IDDDAz/0QAz0D8iQFXsDBxAkgPIY2LYwghR/5KFgeH6r///WSQhYYnp56QpU1ZdDq6RMGxf3Fpr/sm/"
+    "3aZbeLufDc+f9teN87vezH4fuS3Z74Bo3c/pFZtNlFaIm61OU23+d+oxTzjUAJATrP8BGQBNuXS9"
+)
+ITEMS_ZERO = (
+    "eNrzcQx2Y8ACGJn8Qzxcgxhwg5zE4oJKBSM9cz0DrPLujK/YHwNJoFlAXqMMAxsOg/6s/HjJNynAHp0GyTW0yDmC6IKZIY4Q"
+    "1ZEO/Ye+amyBiisDaf27KnFFQHntdrHCPCCd8PSC0u2ZUQ5bTpTtm/8o1AHs1KrMAoXUvOT8lNQUBoY9YXoMGSUlBVb6+hAp"
+    "vfyidDRXMYEwE4QdcJiB4T8aYISqY2fgAKpdAuW+ZGFguP7r/38WSUgoIpuYNGXKqsvBNRKGnUn7Yjs+5Fa92qhpdHbL/EVN"
+    "L12TNq7sDVr7ivfNH56ytxr28wtETXrfKhqmz7gAiw8gtk4GEgCdbm7S"
+)
 #: a laszip chunk size of 2e9 points: lazrs' parallel decoder allocated 72 GB per chunk and aborted
-CHUNK_SIZE = ("eNrzcQx2Y8ACGJn8Qzxcgxhwg5zE4oJKBSM9cz0DrPLujK/YHzP4MgLNAvKalRjYcBj0Z+XHS75JAfboNEiuoUXOEUQXzAxx"
-          "hKiOdOg/9FVjC1RcGUjr31WJKwLKa7eLFeYB6YSnF5Ruz4xy2HKibN/8R6EOYKdWZRYopOYl56ekpjAw7AkzYcgoKSmw0teH"
-          "SOnlF6WjuYoJhJkg7IDD9Qz/0QAz0D8iQFXsDBxAkgPIY2LYwghR/5KFgeH6r///WSQhYYnp56QpU1ZdDq6RMGxf3Fpr/sm/"
-          "3aZbeLufDc+f9teN87vezH4fuS3Z74Bo3c/pFZtNlFaIm61OU23+d+oxTzgsfoDY+h+QAAB8RnFB")
+CHUNK_SIZE = (
+    "eNrzcQx2Y8ACGJn8Qzxcgxhwg5zE4oJKBSM9cz0DrPLujK/YHzP4MgLNAvKalRjYcBj0Z+XHS75JAfboNEiuoUXOEUQXzAxx"
+    "hKiOdOg/9FVjC1RcGUjr31WJKwLKa7eLFeYB6YSnF5Ruz4xy2HKibN/8R6EOYKdWZRYopOYl56ekpjAw7AkzYcgoKSmw0teH"
+    "SOnlF6WjuYoJhJkg7IDD9Qz/0QAz0D8iQFXsDBxAkgPIY2LYwghR/5KFgeH6r///WSQhYYnp56QpU1ZdDq6RMGxf3Fpr/sm/"
+    "3aZbeLufDc+f9teN87vezH4fuS3Z74Bo3c/pFZtNlFaIm61OU23+d+oxTzgsfoDY+h+QAAB8RnFB"
+)
 
 
 #: inputs that once broke a reader (found by scripts/fuzz.py), with what the error must say now
 REGRESSIONS = [
     # ascii PLY with zero vertices and colour properties: numpy's min() of an empty array escaped
-    (".ply", b"ply\nformat ascii 1.0\nelement vertex 0\nproperty float x\nproperty float y\nproperty float z\n"
-             b"property uchar red\nproperty uchar green\nproperty uchar blue\nend_header\n",
-     "file contains no points"),
+    (
+        ".ply",
+        b"ply\nformat ascii 1.0\nelement vertex 0\nproperty float x\nproperty float y\nproperty float z\n"
+        b"property uchar red\nproperty uchar green\nproperty uchar blue\nend_header\n",
+        "file contains no points",
+    ),
     # PCD COUNT too large for a numpy dtype: numpy's message did not name the file
-    (".pcd", b"VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 2147483647 1 1\nWIDTH 1\nHEIGHT 1\n"
-             b"POINTS 1\nDATA binary\n" + b"\x00" * 12,
-     "impossible field layout"),
-    (".pcd", b"VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 0 1 1\nPOINTS 1\nDATA ascii\n1 2\n",
-     "COUNT entries must be positive"),
+    (
+        ".pcd",
+        b"VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 2147483647 1 1\nWIDTH 1\nHEIGHT 1\n"
+        b"POINTS 1\nDATA binary\n" + b"\x00" * 12,
+        "impossible field layout",
+    ),
+    (
+        ".pcd",
+        b"VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 0 1 1\nPOINTS 1\nDATA ascii\n1 2\n",
+        "COUNT entries must be positive",
+    ),
     # OFF mesh whose only non-degenerate face has a NaN vertex: sample_mesh's error lacked the file,
     # then named the wrong cause ("zero surface area") instead of the NaN vertex
-    (".off", b"OFF\n4 4 0\n0 0 0\nnan 0 0\n0 1 0\n0 0 0\n3 0 1 2\n3 0 1 3\n3 0 2 3\n4 1 2 3 0\n",
-     r"vertex 1 \(0-based\) has NaN/Inf coordinates"),
+    (
+        ".off",
+        b"OFF\n4 4 0\n0 0 0\nnan 0 0\n0 1 0\n0 0 0\n3 0 1 2\n3 0 1 3\n3 0 2 3\n4 1 2 3 0\n",
+        r"vertex 1 \(0-based\) has NaN/Inf coordinates",
+    ),
     # OBJ with 2-component vertex lines: trimesh returned [V, 2] vertices
     (".obj", b"v 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 2 3\nf 1 2 4\nf 2 3 4\n", "vertices must have shape"),
     # the reported case: a 172-byte binary_compressed PCD declaring ~4 GB; the LZF buffer was allocated first
-    (".pcd", b"VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 357913941\nHEIGHT 1\n"
-             b"POINTS 357913941\nDATA binary_compressed\n" + b"\x10\x00\x00\x00\xfc\xff\xff\xff"
-             + bytes([0]) + b"a" + bytes([0xE0, 0xFF, 0x00]) * 5, "LZF expands at most 88x"),
+    (
+        ".pcd",
+        b"VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\nWIDTH 357913941\nHEIGHT 1\n"
+        b"POINTS 357913941\nDATA binary_compressed\n"
+        + b"\x10\x00\x00\x00\xfc\xff\xff\xff"
+        + bytes([0])
+        + b"a"
+        + bytes([0xE0, 0xFF, 0x00]) * 5,
+        "LZF expands at most 88x",
+    ),
     # random bytes in a .npy were called "pickled Python objects"
     (".npy", bytes(range(7, 207)), r"not a \.npy file \(it does not start with the \\x93NUMPY magic bytes\)"),
     # a .npy header declaring 2.4 GB: numpy allocated it before finding the data missing
-    (".npy", b"\x93NUMPY\x01\x00v\x00{'descr': '<f8', 'fortran_order': False, 'shape': (100000000, 3), }"
-             + b" " * 50 + b"\n" + bytes(24), r"truncated \.npy: header declares shape \(100000000, 3\)"),
+    (
+        ".npy",
+        b"\x93NUMPY\x01\x00v\x00{'descr': '<f8', 'fortran_order': False, 'shape': (100000000, 3), }"
+        + b" " * 50
+        + b"\n"
+        + bytes(24),
+        r"truncated \.npy: header declares shape \(100000000, 3\)",
+    ),
     # a glTF accessor of a billion items without a buffer: trimesh fills it with zeros
-    (".gltf", b'{"asset": {"version": "2.0"}, "accessors": [{"componentType": 5126, "count": 1000000000, '
-              b'"type": "VEC3"}], "meshes": [{"primitives": [{"attributes": {"POSITION": 0}}]}], '
-              b'"nodes": [{"mesh": 0}], "scenes": [{"nodes": [0]}], "scene": 0}',
-     r"glTF accessor 0 declares 1000000000 items"),
+    (
+        ".gltf",
+        b'{"asset": {"version": "2.0"}, "accessors": [{"componentType": 5126, "count": 1000000000, '
+        b'"type": "VEC3"}], "meshes": [{"primitives": [{"attributes": {"POSITION": 0}}]}], '
+        b'"nodes": [{"mesh": 0}], "scenes": [{"nodes": [0]}], "scene": 0}',
+        r"glTF accessor 0 declares 1000000000 items",
+    ),
     # a mutated data URI ("datAAAA...") read as a buffer file beside the .gltf: FileNotFoundError escaped
-    (".gltf", b'{"asset": {"version": "2.0"}, "buffers": [{"uri": "datAAAAAAAAMAAAACAAAAAQ", "byteLength": 48}], '
-              b'"meshes": [], "scenes": [{"nodes": []}], "scene": 0}',
-     r"glTF buffer 0 refers to 'datAAAAAAAAMAAAACAAAAAQ', which is missing \(.*: no such file\)"),
+    (
+        ".gltf",
+        b'{"asset": {"version": "2.0"}, "buffers": [{"uri": "datAAAAAAAAMAAAACAAAAAQ", "byteLength": 48}], '
+        b'"meshes": [], "scenes": [{"nodes": []}], "scene": 0}',
+        r"glTF buffer 0 refers to 'datAAAAAAAAMAAAACAAAAAQ', which is missing \(.*: no such file\)",
+    ),
     # a bufferView longer than its (data URI) buffer: trimesh failed an assert with no message
-    (".gltf", b'{"asset": {"version": "2.0"}, "buffers": [{"uri": "data:;base64,AAAA", "byteLength": 3}], '
-              b'"bufferViews": [{"buffer": 0, "byteLength": 48}], "meshes": [], "scenes": [{"nodes": []}], '
-              b'"scene": 0}',
-     r"glTF bufferView 0 spans bytes \[0, 48\) of buffer 0, which holds 3 bytes"),
+    (
+        ".gltf",
+        b'{"asset": {"version": "2.0"}, "buffers": [{"uri": "data:;base64,AAAA", "byteLength": 3}], '
+        b'"bufferViews": [{"buffer": 0, "byteLength": 48}], "meshes": [], "scenes": [{"nodes": []}], '
+        b'"scene": 0}',
+        r"glTF bufferView 0 spans bytes \[0, 48\) of buffer 0, which holds 3 bytes",
+    ),
 ]
 
 #: LiDAR inputs that once hung or killed the process (zlib + base64: they are binary)

@@ -1,4 +1,5 @@
 """Coordinates with a large offset (UTM metres) keep float64; everything else is float32 (gridify.io.cloud)."""
+
 import struct
 
 import numpy as np
@@ -62,8 +63,10 @@ def test_text_utm_coordinates_keep_their_millimetres(tmp_path):
 
 
 def _pcd(pts, size, typ):
-    head = (f"VERSION 0.7\nFIELDS x y z\nSIZE {size} {size} {size}\nTYPE {typ} {typ} {typ}\nCOUNT 1 1 1\n"
-            f"WIDTH {len(pts)}\nHEIGHT 1\nPOINTS {len(pts)}\nDATA binary\n").encode()
+    head = (
+        f"VERSION 0.7\nFIELDS x y z\nSIZE {size} {size} {size}\nTYPE {typ} {typ} {typ}\nCOUNT 1 1 1\n"
+        f"WIDTH {len(pts)}\nHEIGHT 1\nPOINTS {len(pts)}\nDATA binary\n"
+    ).encode()
     return head + pts.astype(f"<f{size}").tobytes()
 
 
@@ -74,9 +77,12 @@ def test_binary_formats_keep_float64_only_when_stored_float64(tmp_path):
     np.testing.assert_array_equal(read_points(tmp_path / "d.pcd").points, pts)
     assert read_points(tmp_path / "f.pcd").points.dtype == np.float32
     body = b"".join(struct.pack("<3d", *p) for p in pts)
-    (tmp_path / "d.ply").write_bytes(f"ply\nformat binary_little_endian 1.0\nelement vertex {len(pts)}\n"
-                                     f"property double x\nproperty double y\nproperty double z\n"
-                                     f"end_header\n".encode() + body)
+    (tmp_path / "d.ply").write_bytes(
+        f"ply\nformat binary_little_endian 1.0\nelement vertex {len(pts)}\n"
+        f"property double x\nproperty double y\nproperty double z\n"
+        f"end_header\n".encode()
+        + body
+    )
     c = read_points(tmp_path / "d.ply")
     assert c.points.dtype == np.float64
     np.testing.assert_array_equal(c.points, pts)
@@ -104,12 +110,19 @@ def test_invalid_points_are_dropped_even_in_float64(tmp_path):
 def test_mesh_samples_keep_float64_for_a_large_offset(tmp_path):
     v = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]], float) * 50 + [512_345.678, 5_412_345.678, 100.25]
     faces = [[0, 2, 1], [0, 1, 3], [0, 3, 2], [1, 2, 3]]
-    off = "OFF\n4 4 0\n" + "".join(f"{a:.17g} {b:.17g} {c:.17g}\n" for a, b, c in v) + "".join(f"3 {a} {b} {c}\n" for a, b, c in faces)
+    off = (
+        "OFF\n4 4 0\n"
+        + "".join(f"{a:.17g} {b:.17g} {c:.17g}\n" for a, b, c in v)
+        + "".join(f"3 {a} {b} {c}\n" for a, b, c in faces)
+    )
     (tmp_path / "far.off").write_text(off)
     c = read_points(tmp_path / "far.off", num_samples=500)
     assert c.points.dtype == np.float64 and c.normals.dtype == np.float32
     local = c.points - v[0]
     assert (local >= -1e-6).all() and (local.sum(1) <= 50 + 1e-6).all()  # on the tetrahedron, to the micrometre
-    (tmp_path / "near.off").write_text("OFF\n4 4 0\n" + "".join(f"{a:g} {b:g} {c:g}\n" for a, b, c in v - v[0])
-                                       + "".join(f"3 {a} {b} {c}\n" for a, b, c in faces))
+    (tmp_path / "near.off").write_text(
+        "OFF\n4 4 0\n"
+        + "".join(f"{a:g} {b:g} {c:g}\n" for a, b, c in v - v[0])
+        + "".join(f"3 {a} {b} {c}\n" for a, b, c in faces)
+    )
     assert read_points(tmp_path / "near.off", num_samples=500).points.dtype == np.float32

@@ -4,6 +4,7 @@ Every crafted file here is a few hundred bytes and declares gigabytes: the read 
 under a second, with a message naming the file and the problem, and without allocating what the
 header declares (tracemalloc's peak stays under 2 MB; NumPy's allocations are traced).
 """
+
 import io
 import os
 import signal
@@ -19,7 +20,7 @@ import pytest
 from gridify.io import lzf_decompress, read_mesh, read_points, sample_mesh
 
 PEAK_LIMIT = 2 << 20  # bytes a refused tiny file may make a reader allocate
-TIME_LIMIT = 0.5      # seconds
+TIME_LIMIT = 0.5  # seconds
 
 
 def refused(path, match, **options):
@@ -40,8 +41,10 @@ def refused(path, match, **options):
 
 
 def _pcd(kind, points, fields="x y z", sizes="4 4 4", types="F F F", counts="1 1 1"):
-    return (f"VERSION 0.7\nFIELDS {fields}\nSIZE {sizes}\nTYPE {types}\nCOUNT {counts}\nWIDTH {points}\n"
-            f"HEIGHT 1\nVIEWPOINT 0 0 0 1 0 0 0\nPOINTS {points}\nDATA {kind}\n").encode()
+    return (
+        f"VERSION 0.7\nFIELDS {fields}\nSIZE {sizes}\nTYPE {types}\nCOUNT {counts}\nWIDTH {points}\n"
+        f"HEIGHT 1\nVIEWPOINT 0 0 0 1 0 0 0\nPOINTS {points}\nDATA {kind}\n"
+    ).encode()
 
 
 # --------------------------------------------------------------------------------------
@@ -51,21 +54,32 @@ def test_compressed_pcd_declaring_4_gb(tmp_path):
     """The reported case: a 172-byte binary_compressed PCD whose header declares ~4 GB of points."""
     n = 357_913_941  # x 12 bytes = 4,294,967,292: the largest size the u4 field holds
     lzf = bytes([29]) + bytes(30) + bytes([0xE0, 0xFF, 0x00]) * 3  # a valid stream: 30 + 3 x 264 bytes
-    head = (f"VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\nWIDTH {n}\nHEIGHT 1\n"
-            f"POINTS {n}\nDATA binary_compressed\n").encode()
+    head = (
+        f"VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nCOUNT 1 1 1\nWIDTH {n}\nHEIGHT 1\n"
+        f"POINTS {n}\nDATA binary_compressed\n"
+    ).encode()
     f = tmp_path / "huge.pcd"
     f.write_bytes(head + struct.pack("<II", len(lzf), n * 12) + lzf)
     assert f.stat().st_size == 172
-    refused(f, r"huge\.pcd: corrupt PCD: header declares 357913941 points \(4294967292 bytes\) but a "
-               r"compressed block of 40 bytes holds at most 3520 \(LZF expands at most 88x\)")
+    refused(
+        f,
+        r"huge\.pcd: corrupt PCD: header declares 357913941 points \(4294967292 bytes\) but a "
+        r"compressed block of 40 bytes holds at most 3520 \(LZF expands at most 88x\)",
+    )
     assert lzf_decompress(lzf, 30 + 3 * 264) == bytes(30 + 3 * 264)
 
 
-@pytest.mark.parametrize("kind, match", [
-    ("binary", r"truncated PCD: header declares 1000000000 points \(12000000000 bytes of binary data\)"),
-    ("ascii", r"truncated PCD: header declares 1000000000 points x 3 values, but the 6 bytes after the "
-              r"header hold fewer than 3000000000 values"),
-])
+@pytest.mark.parametrize(
+    "kind, match",
+    [
+        ("binary", r"truncated PCD: header declares 1000000000 points \(12000000000 bytes of binary data\)"),
+        (
+            "ascii",
+            r"truncated PCD: header declares 1000000000 points x 3 values, but the 6 bytes after the "
+            r"header hold fewer than 3000000000 values",
+        ),
+    ],
+)
 def test_pcd_declaring_a_billion_points(tmp_path, kind, match):
     f = tmp_path / f"{kind}.pcd"
     f.write_bytes(_pcd(kind, 1_000_000_000) + b"1 2 3\n")
@@ -83,8 +97,11 @@ def test_lzf_expansion_is_bounded():
     run = bytes([0]) + b"a" + bytes([0xE0, 0xFF, 0x00])  # 'a', then a back reference of 264 bytes
     assert lzf_decompress(run, 265) == b"a" * 265
     assert lzf_decompress(bytes([31]) + bytes(32), 32) == bytes(32)
-    with pytest.raises(ValueError, match=r"lzf_decompress: 5 compressed bytes cannot decode to 441 bytes "
-                                         r"\(LZF expands at most 88x\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"lzf_decompress: 5 compressed bytes cannot decode to 441 bytes "
+        r"\(LZF expands at most 88x\)",
+    ):
         lzf_decompress(run, 441)
     with pytest.raises(ValueError, match=r"lzf_decompress: out_len must be a non-negative integer, got -1"):
         lzf_decompress(run, -1)
@@ -99,43 +116,68 @@ def test_lzf_overlapping_copy_is_fast():
     assert time.perf_counter() - start < 2.0
 
 
-@pytest.mark.parametrize("fmt, body, match", [
-    ("ascii", b"1 2 3\n", r"truncated PLY: header declares 300000000 vertex items, at least 1799999999 bytes"),
-    ("binary_little_endian", b"\x00" * 12, r"truncated PLY: header declares 300000000 vertex items, "
-                                           r"at least 3600000000 bytes"),
-])
+@pytest.mark.parametrize(
+    "fmt, body, match",
+    [
+        ("ascii", b"1 2 3\n", r"truncated PLY: header declares 300000000 vertex items, at least 1799999999 bytes"),
+        (
+            "binary_little_endian",
+            b"\x00" * 12,
+            r"truncated PLY: header declares 300000000 vertex items, "
+            r"at least 3600000000 bytes",
+        ),
+    ],
+)
 def test_ply_declaring_huge_elements(tmp_path, fmt, body, match):
     f = tmp_path / "huge.ply"
-    f.write_bytes(f"ply\nformat {fmt} 1.0\nelement vertex 300000000\nproperty float x\nproperty float y\n"
-                  f"property float z\nend_header\n".encode() + body)
+    f.write_bytes(
+        f"ply\nformat {fmt} 1.0\nelement vertex 300000000\nproperty float x\nproperty float y\n"
+        f"property float z\nend_header\n".encode()
+        + body
+    )
     refused(f, match)
 
 
-@pytest.mark.parametrize("fmt, face", [
-    ("ascii", b"4000000000 0 1 2\n"),
-    ("binary_little_endian", struct.pack("<I3i", 4_000_000_000, 0, 1, 2)),
-])
+@pytest.mark.parametrize(
+    "fmt, face",
+    [
+        ("ascii", b"4000000000 0 1 2\n"),
+        ("binary_little_endian", struct.pack("<I3i", 4_000_000_000, 0, 1, 2)),
+    ],
+)
 def test_ply_list_declaring_four_billion_entries(tmp_path, fmt, face):
     verts = b"0 0 0\n1 0 0\n0 1 0\n" if fmt == "ascii" else np.eye(3, dtype="<f4").tobytes()
     f = tmp_path / "list.ply"
-    f.write_bytes(f"ply\nformat {fmt} 1.0\nelement vertex 3\nproperty float x\nproperty float y\n"
-                  f"property float z\nelement face 1\nproperty list uint int vertex_indices\n"
-                  f"end_header\n".encode() + verts + face)
+    f.write_bytes(
+        f"ply\nformat {fmt} 1.0\nelement vertex 3\nproperty float x\nproperty float y\n"
+        f"property float z\nelement face 1\nproperty list uint int vertex_indices\n"
+        f"end_header\n".encode()
+        + verts
+        + face
+    )
     refused(f, r"truncated PLY \(element 'face'")
 
 
 def test_ply_negative_list_length(tmp_path):
     f = tmp_path / "neg.ply"
-    f.write_bytes(b"ply\nformat binary_little_endian 1.0\nelement vertex 3\nproperty float x\nproperty float y\n"
-                  b"property float z\nelement face 1\nproperty list char int vertex_indices\nend_header\n"
-                  + np.eye(3, dtype="<f4").tobytes() + struct.pack("<b3i", -3, 0, 1, 2))
+    f.write_bytes(
+        b"ply\nformat binary_little_endian 1.0\nelement vertex 3\nproperty float x\nproperty float y\n"
+        b"property float z\nelement face 1\nproperty list char int vertex_indices\nend_header\n"
+        + np.eye(3, dtype="<f4").tobytes()
+        + struct.pack("<b3i", -3, 0, 1, 2)
+    )
     refused(f, r"truncated PLY \(element 'face' is cut short\)")
     g = tmp_path / "neg_ascii.ply"
-    g.write_bytes(b"ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nproperty float y\nproperty float z\n"
-                  b"element face 2\nproperty list uchar int vertex_indices\nend_header\n0 0 0\n1 0 0\n0 1 0\n"
-                  b"3 0 1 2\n-3 0 1 2\n")
-    refused(g, r"corrupt PLY data \(element 'face' has a list length that is not a non-negative integer "
-               r"\(-3\.0\)\)")
+    g.write_bytes(
+        b"ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nproperty float y\nproperty float z\n"
+        b"element face 2\nproperty list uchar int vertex_indices\nend_header\n0 0 0\n1 0 0\n0 1 0\n"
+        b"3 0 1 2\n-3 0 1 2\n"
+    )
+    refused(
+        g,
+        r"corrupt PLY data \(element 'face' has a list length that is not a non-negative integer "
+        r"\(-3\.0\)\)",
+    )
 
 
 def test_off_declaring_huge_counts(tmp_path):
@@ -153,8 +195,11 @@ def _npy_header(shape, descr="<f8"):
 def test_npy_declaring_a_huge_shape(tmp_path):
     f = tmp_path / "big.npy"
     f.write_bytes(_npy_header((100_000_000, 3)) + bytes(24))
-    refused(f, r"big\.npy: truncated \.npy: header declares shape \(100000000, 3\) of float64 "
-               r"\(2400000000 bytes\) but only 24 bytes follow the header")
+    refused(
+        f,
+        r"big\.npy: truncated \.npy: header declares shape \(100000000, 3\) of float64 "
+        r"\(2400000000 bytes\) but only 24 bytes follow the header",
+    )
 
 
 def test_npz_member_declaring_a_huge_shape(tmp_path):
@@ -176,8 +221,11 @@ def test_npz_member_declaring_a_huge_uncompressed_size(tmp_path):
     struct.pack_into("<I", data, cd + 24, 4_000_000_000)  # uncompressed size in the central directory
     f = tmp_path / "lie.npz"
     f.write_bytes(bytes(data))
-    refused(f, r"lie\.npz: array 'pos': declares 4000000000 bytes uncompressed, more than 100x the "
-               r"archive's \d+ bytes \(a zip bomb\?\); refusing")
+    refused(
+        f,
+        r"lie\.npz: array 'pos': declares 4000000000 bytes uncompressed, more than 100x the "
+        r"archive's \d+ bytes \(a zip bomb\?\); refusing",
+    )
 
 
 def test_npz_zip_bomb(tmp_path):
@@ -192,8 +240,11 @@ def test_absurd_num_samples_refused_before_reading(tmp_path):
     f.write_text("OFF\n3 1 0\n0 0 0\n1 0 0\n0 1 0\n3 0 1 2\n")
     tracemalloc.start()
     try:
-        with pytest.raises(ValueError, match=r"read_points: num_samples must be at most 16,777,216 \(sampling a "
-                                             r"mesh needs about 130 bytes per point\), got 1,000,000,000,000"):
+        with pytest.raises(
+            ValueError,
+            match=r"read_points: num_samples must be at most 16,777,216 \(sampling a "
+            r"mesh needs about 130 bytes per point\), got 1,000,000,000,000",
+        ):
             read_points(f, num_samples=10**12)
         with pytest.raises(ValueError, match=r"sample_mesh: n must be at most 16,777,216"):
             sample_mesh(read_mesh(f), 10**12)
@@ -242,8 +293,10 @@ def test_only_real_object_arrays_and_pickles_are_called_pickled(tmp_path):
 
 def _no_hang(seconds=5):
     """Fail (instead of blocking the test run) when the block takes longer than ``seconds``."""
+
     def boom(*_):
         raise AssertionError(f"read_points blocked for {seconds} s")
+
     old = signal.signal(signal.SIGALRM, boom)
     signal.alarm(seconds)
     return old
@@ -255,8 +308,11 @@ def test_fifo_is_not_a_regular_file_and_never_blocks(tmp_path):
     os.mkfifo(fifo)
     old = _no_hang()
     try:
-        refused(fifo, r"pipe\.ply: not a regular file \(it is a FIFO \(named pipe\)\); read_points reads "
-                      r"regular files only")
+        refused(
+            fifo,
+            r"pipe\.ply: not a regular file \(it is a FIFO \(named pipe\)\); read_points reads "
+            r"regular files only",
+        )
         with pytest.raises(ValueError, match=r"pipe\.ply: not a regular file"):
             read_mesh(fifo)
     finally:
@@ -280,16 +336,25 @@ def test_socket_and_device_are_not_regular_files(tmp_path):
 def test_paths_that_cannot_be_files(tmp_path):
     f = tmp_path / "cloud.xyz"
     f.write_text("1 2 3\n")
-    with pytest.raises(ValueError, match=r"cloud\.xyz/: the path ends with '/' \(a folder\) but names a file; "
-                                         r"remove the trailing '/'"):
+    with pytest.raises(
+        ValueError,
+        match=r"cloud\.xyz/: the path ends with '/' \(a folder\) but names a file; "
+        r"remove the trailing '/'",
+    ):
         read_points(str(f) + "/")
-    with pytest.raises(ValueError, match=r"cloud\.xyz/inner\.xyz: a component of the path is not a folder "
-                                         r"\(.*cloud\.xyz is a file\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"cloud\.xyz/inner\.xyz: a component of the path is not a folder "
+        r"\(.*cloud\.xyz is a file\)",
+    ):
         read_points(f / "inner.xyz")
     with pytest.raises(ValueError, match=r"is a directory, expected a point-cloud or mesh file"):
         read_points(str(tmp_path) + "/")
-    with pytest.raises(FileNotFoundError, match=r"nowhere/cloud\.xyz: no such file \(its folder .*nowhere "
-                                                r"does not exist\)"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"nowhere/cloud\.xyz: no such file \(its folder .*nowhere "
+        r"does not exist\)",
+    ):
         read_points(tmp_path / "nowhere" / "cloud.xyz")
     with pytest.raises(ValueError, match=r"path must be a str or os\.PathLike, got int"):
         read_points(42)
@@ -300,8 +365,11 @@ def test_paths_that_cannot_be_files(tmp_path):
 def test_symbolic_links(tmp_path):
     broken = tmp_path / "broken.ply"
     broken.symlink_to(tmp_path / "gone.ply")
-    with pytest.raises(FileNotFoundError, match=r"broken\.ply: broken symbolic link \(its target '.*gone\.ply' "
-                                                r"does not exist\)"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"broken\.ply: broken symbolic link \(its target '.*gone\.ply' "
+        r"does not exist\)",
+    ):
         read_points(broken)
     a, b = tmp_path / "a.xyz", tmp_path / "b.xyz"
     a.symlink_to(b)
@@ -389,18 +457,24 @@ def test_obj_with_a_nan_vertex_names_the_vertex_not_zero_area(tmp_path):
 
 def test_ply_with_more_vertex_lines_than_declared_is_refused(tmp_path):
     f = tmp_path / "more.ply"
-    f.write_text("ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\n"
-                 "property float z\nend_header\n0 0 0\n1 1 1\n2 2 2\n3 3 3\n")
+    f.write_text(
+        "ply\nformat ascii 1.0\nelement vertex 2\nproperty float x\nproperty float y\n"
+        "property float z\nend_header\n0 0 0\n1 1 1\n2 2 2\n3 3 3\n"
+    )
     msg = refused(f, r"header declares 2 vertex items \(2 data lines\) but the data holds 4 lines")
     assert "refusing rather than dropping" in msg
     g = tmp_path / "more_binary.ply"
     body = np.arange(12, dtype="<f4").tobytes()
-    g.write_bytes(b"ply\nformat binary_little_endian 1.0\nelement vertex 2\nproperty float x\nproperty float y\n"
-                  b"property float z\nend_header\n" + body)
+    g.write_bytes(
+        b"ply\nformat binary_little_endian 1.0\nelement vertex 2\nproperty float x\nproperty float y\n"
+        b"property float z\nend_header\n" + body
+    )
     refused(g, r"room for 2 more vertex records")
     ok = tmp_path / "ok.ply"  # a trailing newline is not data
-    ok.write_bytes(b"ply\nformat binary_little_endian 1.0\nelement vertex 2\nproperty float x\nproperty float y\n"
-                   b"property float z\nend_header\n" + body[:24] + b"\n")
+    ok.write_bytes(
+        b"ply\nformat binary_little_endian 1.0\nelement vertex 2\nproperty float x\nproperty float y\n"
+        b"property float z\nend_header\n" + body[:24] + b"\n"
+    )
     assert len(read_points(ok)) == 2
 
 
@@ -413,8 +487,11 @@ def test_pcd_and_off_with_more_data_than_declared_are_refused(tmp_path):
     refused(g, r"room for 2 more points")
     h = tmp_path / "more.off"
     h.write_text("OFF\n3 1 0\n0 0 0\n1 0 0\n0 1 0\n3 0 1 2\n3 0 2 1\n")
-    with pytest.raises(ValueError, match=r"more.off: OFF header declares 3 vertices and 1 faces but 5 data lines "
-                                         r"follow \(1 more\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"more.off: OFF header declares 3 vertices and 1 faces but 5 data lines "
+        r"follow \(1 more\)",
+    ):
         read_points(h)
 
 
@@ -423,5 +500,8 @@ def test_npy_with_more_values_than_its_shape_is_refused(tmp_path):
     buf = io.BytesIO()
     np.save(buf, np.zeros((2, 3)))
     f.write_bytes(buf.getvalue() + np.ones(3).tobytes())
-    refused(f, r"header declares shape \(2, 3\) of float64 \(48 bytes\) but 72 bytes follow the header \(room for 3 "
-               r"more values\)")
+    refused(
+        f,
+        r"header declares shape \(2, 3\) of float64 \(48 bytes\) but 72 bytes follow the header \(room for 3 "
+        r"more values\)",
+    )

@@ -1,4 +1,5 @@
 """The KITTI ``.bin`` reader of gridify.io: rows, fields and bad sizes."""
+
 import numpy as np
 import pytest
 

@@ -1,4 +1,5 @@
 """The LiDAR (.las / .laz through laspy) and glTF (.glb / .gltf through trimesh) readers, and named fields."""
+
 import base64
 import json
 import struct
@@ -34,8 +35,9 @@ def _las_file(path, n=500, point_format=3, version="1.2", compress=False, seed=0
     return laspy.read(str(path))
 
 
-@pytest.mark.parametrize("ext, point_format, version", [(".las", 3, "1.2"), (".laz", 3, "1.2"),
-                                                       (".las", 6, "1.4"), (".laz", 7, "1.4")])
+@pytest.mark.parametrize(
+    "ext, point_format, version", [(".las", 3, "1.2"), (".laz", 3, "1.2"), (".las", 6, "1.4"), (".laz", 7, "1.4")]
+)
 def test_las_and_laz(tmp_path, ext, point_format, version):
     pytest.importorskip("lazrs")
     f = tmp_path / f"tile{ext}"
@@ -61,16 +63,22 @@ def test_las_and_laz(tmp_path, ext, point_format, version):
 def test_field_options_errors(tmp_path):
     f = tmp_path / "tile.las"
     _las_file(f, n=20)
-    with pytest.raises(ValueError, match=r"tile\.las: fields=: the file has no per-point field 'colour'; "
-                                         r"its fields are \[.*'intensity'.*\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"tile\.las: fields=: the file has no per-point field 'colour'; "
+        r"its fields are \[.*'intensity'.*\]",
+    ):
         read_points(f, fields=["colour"])
     with pytest.raises(ValueError, match=r"labels_from=: the file has no per-point field 'label'"):
         read_points(f, labels_from="label")
     assert read_points(f, fields=["INTENSITY"]).fields.keys() == {"intensity"}  # case-insensitive fallback
     g = tmp_path / "cloud.xyz"
     g.write_text("1 2 3\n")
-    with pytest.raises(ValueError, match=r"cloud\.xyz: read_points option labels_from= does not apply to \.xyz "
-                                         r"files \(formats with named per-point fields: \.pcd \.ply \.las \.laz \.bin\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"cloud\.xyz: read_points option labels_from= does not apply to \.xyz "
+        r"files \(formats with named per-point fields: \.pcd \.ply \.las \.laz \.bin\)",
+    ):
         read_points(g, labels_from="classification")
     with pytest.raises(ValueError, match=r"read_points: fields must be \"all\" or a sequence of field names"):
         read_points(f, fields="intensity")
@@ -83,15 +91,20 @@ def test_ply_and_pcd_named_fields(tmp_path):
     n = 5
     body = b"".join(struct.pack("<3f2f", i, 0, 0, 10.0 * i, float(i % 2)) for i in range(n))
     f = tmp_path / "cc.ply"
-    f.write_bytes(f"ply\nformat binary_little_endian 1.0\nelement vertex {n}\nproperty float x\nproperty float y\n"
-                  f"property float z\nproperty float scalar_Intensity\nproperty float scalar_Classification\n"
-                  f"end_header\n".encode() + body)
+    f.write_bytes(
+        f"ply\nformat binary_little_endian 1.0\nelement vertex {n}\nproperty float x\nproperty float y\n"
+        f"property float z\nproperty float scalar_Intensity\nproperty float scalar_Classification\n"
+        f"end_header\n".encode()
+        + body
+    )
     c = read_points(f, fields=["scalar_Intensity"], labels_from="scalar_Classification")
     assert c.labels.tolist() == [0, 1, 0, 1, 0] and c.fields["scalar_Intensity"].tolist() == [0, 10, 20, 30, 40]
     assert read_points(f).fields == {} and read_points(f).labels is None
     g = tmp_path / "i.pcd"
-    g.write_bytes(b"VERSION 0.7\nFIELDS x y z rgb intensity label\nSIZE 4 4 4 4 4 4\nTYPE F F F U F I\n"
-                  b"COUNT 1 1 1 1 1 1\nWIDTH 2\nHEIGHT 1\nPOINTS 2\nDATA ascii\n0 0 0 255 0.5 3\n1 0 0 65280 0.25 4\n")
+    g.write_bytes(
+        b"VERSION 0.7\nFIELDS x y z rgb intensity label\nSIZE 4 4 4 4 4 4\nTYPE F F F U F I\n"
+        b"COUNT 1 1 1 1 1 1\nWIDTH 2\nHEIGHT 1\nPOINTS 2\nDATA ascii\n0 0 0 255 0.5 3\n1 0 0 65280 0.25 4\n"
+    )
     c = read_points(g, fields="all")
     assert set(c.fields) == {"intensity", "label"} and c.labels.tolist() == [3, 4]  # rgb is in colors
     np.testing.assert_allclose(c.colors, [[0, 0, 1], [0, 1, 0]])
@@ -104,8 +117,11 @@ def test_missing_laspy_names_the_install(tmp_path, monkeypatch):
     f = tmp_path / "tile.las"
     _las_file(f, n=10)
     monkeypatch.setitem(sys.modules, "laspy", None)  # import laspy -> ImportError
-    with pytest.raises(ValueError, match=r"tile\.las: reading \.las files needs the optional package laspy: "
-                                         r"pip install 'gridify\[las\]'"):
+    with pytest.raises(
+        ValueError,
+        match=r"tile\.las: reading \.las files needs the optional package laspy: "
+        r"pip install 'gridify\[las\]'",
+    ):
         read_points(f)
 
 
@@ -114,8 +130,11 @@ def test_missing_lazrs_names_the_install(tmp_path, monkeypatch):
     f = tmp_path / "tile.laz"
     _las_file(f, n=10, compress=True)
     monkeypatch.setattr(laspy.LazBackend, "is_available", lambda self: False)
-    with pytest.raises(ValueError, match=r"tile\.laz: reading compressed LAS \(\.laz\) needs the optional package "
-                                         r"lazrs: pip install 'gridify\[las\]'"):
+    with pytest.raises(
+        ValueError,
+        match=r"tile\.laz: reading compressed LAS \(\.laz\) needs the optional package "
+        r"lazrs: pip install 'gridify\[las\]'",
+    ):
         read_points(f)
 
 
@@ -126,8 +145,11 @@ def test_corrupt_lidar_headers(tmp_path):
     data = bytearray(f.read_bytes())
     struct.pack_into("<I", data, 107, 1_000_000_000)  # legacy point count
     f.write_bytes(bytes(data))
-    with pytest.raises(ValueError, match=r"tile\.las: truncated LAS: header declares 1000000000 points of 34 bytes "
-                                         r"\(34000000000 bytes\) but only 3400 bytes of point data follow"):
+    with pytest.raises(
+        ValueError,
+        match=r"tile\.las: truncated LAS: header declares 1000000000 points of 34 bytes "
+        r"\(34000000000 bytes\) but only 3400 bytes of point data follow",
+    ):
         read_points(f)
     struct.pack_into("<I", data, 107, 100)
     struct.pack_into("<I", data, 100, 4_000_000_000)  # number of VLRs: laspy would loop 4e9 times
@@ -200,13 +222,17 @@ def test_gltf_with_a_buffer_file_beside_it(tmp_path):
 
     for uri in ("../outside.bin", "/etc/passwd", "http://example.com/x.bin", "sub/x.bin"):
         tree["buffers"][0]["uri"] = uri
-        rejected(r"bad\.gltf: glTF buffer 0 refers to .*; only files in the same folder as the \.gltf \(a plain "
-                 r"file name\) are read")
+        rejected(
+            r"bad\.gltf: glTF buffer 0 refers to .*; only files in the same folder as the \.gltf \(a plain "
+            r"file name\) are read"
+        )
     tree["buffers"][0]["uri"] = "missing.bin"
     rejected(r"missing\.bin: no such file", FileNotFoundError)
     # the file being read is unusable as it stands: also a ValueError, naming both files
-    exc = rejected(r"bad\.gltf: glTF buffer 0 refers to 'missing\.bin', which is missing \(.*missing\.bin: no such "
-                   r"file\)")
+    exc = rejected(
+        r"bad\.gltf: glTF buffer 0 refers to 'missing\.bin', which is missing \(.*missing\.bin: no such "
+        r"file\)"
+    )
     assert isinstance(exc, ReferencedFileNotFoundError)
     tree["buffers"][0]["uri"] = "data:application/octet-stream;base64,AAAA"  # 3 bytes, views need more
     rejected(r"bad\.gltf: glTF bufferView 0 spans bytes \[0, \d+\) of buffer 0, which holds 3 bytes")
@@ -216,12 +242,23 @@ def test_gltf_with_a_buffer_file_beside_it(tmp_path):
     tree["bufferViews"][0]["buffer"] = 7
     rejected(r"bad\.gltf: glTF bufferView 0 names buffer 7, but the file has 2")
 
+
 def _gltf(accessors, nodes, mesh_mode=4, buffer=b""):
-    tree = {"asset": {"version": "2.0"}, "scene": 0, "scenes": [{"nodes": list(range(len(nodes)))}],
-            "nodes": nodes, "meshes": [{"primitives": [{"attributes": {"POSITION": 0}, "mode": mesh_mode}]}],
-            "buffers": [{"byteLength": len(buffer),
-                         "uri": "data:application/octet-stream;base64," + base64.b64encode(buffer).decode()}],
-            "bufferViews": [{"buffer": 0, "byteOffset": 0, "byteLength": len(buffer)}], "accessors": accessors}
+    tree = {
+        "asset": {"version": "2.0"},
+        "scene": 0,
+        "scenes": [{"nodes": list(range(len(nodes)))}],
+        "nodes": nodes,
+        "meshes": [{"primitives": [{"attributes": {"POSITION": 0}, "mode": mesh_mode}]}],
+        "buffers": [
+            {
+                "byteLength": len(buffer),
+                "uri": "data:application/octet-stream;base64," + base64.b64encode(buffer).decode(),
+            }
+        ],
+        "bufferViews": [{"buffer": 0, "byteOffset": 0, "byteLength": len(buffer)}],
+        "accessors": accessors,
+    }
     return json.dumps(tree).encode()
 
 
@@ -237,31 +274,40 @@ def test_gltf_size_bombs_are_refused(tmp_path):
     acc = [{"componentType": 5126, "count": 1_000_000_000, "type": "VEC3"}]  # no bufferView: zeros
     f = tmp_path / "bomb.gltf"
     f.write_bytes(_gltf(acc, [{"mesh": 0}]))
-    with pytest.raises(ValueError, match=r"bomb\.gltf: glTF accessor 0 declares 1000000000 items \(12000000000 "
-                                         r"bytes\), more than the \d+ bytes of data the file holds"):
+    with pytest.raises(
+        ValueError,
+        match=r"bomb\.gltf: glTF accessor 0 declares 1000000000 items \(12000000000 "
+        r"bytes\), more than the \d+ bytes of data the file holds",
+    ):
         read_points(f)
     # one mesh instanced at 2,000 nodes: flattened, 2,000 copies of its vertices and faces
     sphere = trimesh.creation.icosphere(4)
     scene = trimesh.Scene()
     for i in range(2000):
-        scene.add_geometry(sphere, geom_name="s", node_name=f"n{i}",
-                           transform=trimesh.transformations.translation_matrix([i, 0, 0]))
+        scene.add_geometry(
+            sphere, geom_name="s", node_name=f"n{i}", transform=trimesh.transformations.translation_matrix([i, 0, 0])
+        )
     g = tmp_path / "instanced.glb"
     g.write_bytes(scene.export(file_type="glb"))
     assert g.stat().st_size < 1_000_000
-    with pytest.raises(ValueError, match=r"instanced\.glb: the scene places its meshes at 2000 nodes: flattened it "
-                                         r"would hold more than \d+ bytes of vertices and faces \(64x the file's "
-                                         r"size\); refusing"):
+    with pytest.raises(
+        ValueError,
+        match=r"instanced\.glb: the scene places its meshes at 2000 nodes: flattened it "
+        r"would hold more than \d+ bytes of vertices and faces \(64x the file's "
+        r"size\); refusing",
+    ):
         read_points(g)
 
 
 def test_corrupt_glb(tmp_path):
     data = _tetra().export(file_type="glb")
-    cases = {b"xxxx" + data[4:]: r"not a GLB file \(does not start with 'glTF'\)",
-             data[:12]: r"truncated GLB \(12 bytes; the header alone is 20\)",
-             data[:60]: r"truncated GLB: the JSON chunk declares \d+ bytes but only 40 follow the header",
-             data[:16] + b"BIN\x00" + data[20:]: r"corrupt GLB \(the first chunk is not JSON\)",
-             data[:4] + b"\x01" + data[5:]: r"GLB version 1; only glTF 2\.0 is supported"}
+    cases = {
+        b"xxxx" + data[4:]: r"not a GLB file \(does not start with 'glTF'\)",
+        data[:12]: r"truncated GLB \(12 bytes; the header alone is 20\)",
+        data[:60]: r"truncated GLB: the JSON chunk declares \d+ bytes but only 40 follow the header",
+        data[:16] + b"BIN\x00" + data[20:]: r"corrupt GLB \(the first chunk is not JSON\)",
+        data[:4] + b"\x01" + data[5:]: r"GLB version 1; only glTF 2\.0 is supported",
+    }
     for i, (raw, match) in enumerate(cases.items()):
         f = tmp_path / f"c{i}.glb"
         f.write_bytes(raw)

@@ -1,4 +1,5 @@
 """Readers of gridify.io: real sample files (skipped when absent) and generated files."""
+
 import pickle
 import struct
 import subprocess
@@ -15,8 +16,22 @@ from gridify.io import PointCloud, lzf_decompress, read_mesh, read_points, repai
 # --------------------------------------------------------------------------------------
 def _cube():
     v = np.array([[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0], [0, 0, 1], [1, 0, 1], [1, 1, 1], [0, 1, 1]], float)
-    f = np.array([[0, 2, 1], [0, 3, 2], [4, 5, 6], [4, 6, 7], [0, 1, 5], [0, 5, 4],
-                  [1, 2, 6], [1, 6, 5], [2, 3, 7], [2, 7, 6], [3, 0, 4], [3, 4, 7]])
+    f = np.array(
+        [
+            [0, 2, 1],
+            [0, 3, 2],
+            [4, 5, 6],
+            [4, 6, 7],
+            [0, 1, 5],
+            [0, 5, 4],
+            [1, 2, 6],
+            [1, 6, 5],
+            [2, 3, 7],
+            [2, 7, 6],
+            [3, 0, 4],
+            [3, 4, 7],
+        ]
+    )
     return v, f
 
 
@@ -37,16 +52,24 @@ def _lzf_literal(data: bytes) -> bytes:
     """A valid LZF stream made only of literal runs (tests the decoder's literal path)."""
     out = bytearray()
     for i in range(0, len(data), 32):
-        chunk = data[i:i + 32]
+        chunk = data[i : i + 32]
         out.append(len(chunk) - 1)
         out += chunk
     return bytes(out)
 
 
 def _pcd_header(fields, sizes, types, n, kind):
-    return ("# .PCD v0.7\nVERSION 0.7\nFIELDS " + " ".join(fields) + "\nSIZE " + " ".join(map(str, sizes))
-            + "\nTYPE " + " ".join(types) + "\nCOUNT " + " ".join("1" for _ in fields)
-            + f"\nWIDTH {n}\nHEIGHT 1\nVIEWPOINT 0 0 0 1 0 0 0\nPOINTS {n}\nDATA {kind}\n").encode()
+    return (
+        "# .PCD v0.7\nVERSION 0.7\nFIELDS "
+        + " ".join(fields)
+        + "\nSIZE "
+        + " ".join(map(str, sizes))
+        + "\nTYPE "
+        + " ".join(types)
+        + "\nCOUNT "
+        + " ".join("1" for _ in fields)
+        + f"\nWIDTH {n}\nHEIGHT 1\nVIEWPOINT 0 0 0 1 0 0 0\nPOINTS {n}\nDATA {kind}\n"
+    ).encode()
 
 
 @pytest.fixture
@@ -86,8 +109,9 @@ def test_real_normal_resampled_text_and_placeholder_normals(real):
     assert ones.sum() >= 1  # the release's (1, 1, 1) placeholders are read faithfully
     fixed = repair_normals(c.points, c.normals)
     np.testing.assert_allclose(np.linalg.norm(fixed, axis=1), 1.0, atol=1e-5)
-    np.testing.assert_allclose(fixed[~ones], c.normals[~ones] / np.linalg.norm(c.normals[~ones], axis=1,
-                                                                               keepdims=True), atol=1e-6)
+    np.testing.assert_allclose(
+        fixed[~ones], c.normals[~ones] / np.linalg.norm(c.normals[~ones], axis=1, keepdims=True), atol=1e-6
+    )
 
 
 def test_real_shapenet_files(real):
@@ -108,8 +132,7 @@ def test_real_ply_scan_and_tristrip_mesh(real):
     c = read_points(scan)
     assert c.points.shape == (258342, 3)
     o3d = pytest.importorskip("open3d")
-    np.testing.assert_allclose(c.points[:100], np.asarray(o3d.io.read_point_cloud(str(scan)).points)[:100],
-                               atol=1e-6)
+    np.testing.assert_allclose(c.points[:100], np.asarray(o3d.io.read_point_cloud(str(scan)).points)[:100], atol=1e-6)
     igea = real / "scans/scanned_meshes_common3d/data/igea.ply"  # 'tristrips' element: a mesh
     v, f = read_mesh(igea)
     assert v.shape == (134345, 3) and len(f) > 200_000
@@ -149,14 +172,18 @@ def test_ply_big_endian_and_quad_mesh(tmp_path):
     pts, _ = _rand_cloud(5)
     body = b"".join(struct.pack(">fff", *p) for p in pts)
     f = tmp_path / "be.ply"
-    f.write_bytes(b"ply\nformat binary_big_endian 1.0\nelement vertex 5\nproperty float x\nproperty float y\n"
-                  b"property float z\nend_header\n" + body)
+    f.write_bytes(
+        b"ply\nformat binary_big_endian 1.0\nelement vertex 5\nproperty float x\nproperty float y\n"
+        b"property float z\nend_header\n" + body
+    )
     np.testing.assert_allclose(read_points(f).points, pts, atol=1e-6)
     # an ascii unit square made of one quad face: sampled points lie on z=0 within [0,1]^2
     q = tmp_path / "quad.ply"
-    q.write_text("ply\nformat ascii 1.0\nelement vertex 4\nproperty float x\nproperty float y\nproperty float z\n"
-                 "element face 1\nproperty list uchar int vertex_indices\nend_header\n"
-                 "0 0 0\n1 0 0\n1 1 0\n0 1 0\n4 0 1 2 3\n")
+    q.write_text(
+        "ply\nformat ascii 1.0\nelement vertex 4\nproperty float x\nproperty float y\nproperty float z\n"
+        "element face 1\nproperty list uchar int vertex_indices\nend_header\n"
+        "0 0 0\n1 0 0\n1 1 0\n0 1 0\n4 0 1 2 3\n"
+    )
     c = read_points(q, num_samples=300)
     assert c.points.shape == (300, 3) and np.allclose(c.points[:, 2], 0)
     assert c.points[:, :2].min() >= 0 and c.points[:, :2].max() <= 1
@@ -171,8 +198,12 @@ def test_pcd_ascii_with_normals_rgb_label(tmp_path):
         packed = struct.unpack("<f", struct.pack("<I", (r << 16) | (g << 8) | b))[0]
         rows.append(" ".join(f"{v:.9g}" for v in (*p, *n)) + f" {packed:.9g} {r % 3}")
     f = tmp_path / "a.pcd"
-    f.write_bytes(_pcd_header(["x", "y", "z", "normal_x", "normal_y", "normal_z", "rgb", "label"],
-                              [4] * 8, ["F"] * 7 + ["U"], 4, "ascii") + ("\n".join(rows) + "\n").encode())
+    f.write_bytes(
+        _pcd_header(
+            ["x", "y", "z", "normal_x", "normal_y", "normal_z", "rgb", "label"], [4] * 8, ["F"] * 7 + ["U"], 4, "ascii"
+        )
+        + ("\n".join(rows) + "\n").encode()
+    )
     c = read_points(f)
     np.testing.assert_allclose(c.points, pts, atol=1e-6)
     np.testing.assert_allclose(c.normals, nrm, atol=1e-6)
@@ -189,8 +220,11 @@ def test_pcd_binary_and_compressed(tmp_path):
     payload = b"".join(np.ascontiguousarray(pts[:, i]).astype("<f4").tobytes() for i in range(3))
     comp = _lzf_literal(payload)
     g = tmp_path / "c.pcd"
-    g.write_bytes(_pcd_header(list("xyz"), [4] * 3, ["F"] * 3, 40, "binary_compressed")
-                  + struct.pack("<II", len(comp), len(payload)) + comp)
+    g.write_bytes(
+        _pcd_header(list("xyz"), [4] * 3, ["F"] * 3, 40, "binary_compressed")
+        + struct.pack("<II", len(comp), len(payload))
+        + comp
+    )
     np.testing.assert_allclose(read_points(g).points, pts)
 
 
@@ -429,9 +463,11 @@ def test_npz_without_points_key(tmp_path):
 
 
 def test_library_imports_stay_light():
-    code = ("import sys, gridify.io, gridify.transforms, gridify.datasets; "
-            "bad = [m for m in ('open3d', 'matplotlib', 'lightning', 'pytorch_lightning') if m in sys.modules]; "
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, gridify.io, gridify.transforms, gridify.datasets; "
+        "bad = [m for m in ('open3d', 'matplotlib', 'lightning', 'pytorch_lightning') if m in sys.modules]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
 

@@ -1,4 +1,5 @@
 """The format registry of gridify.io: built-in table, user formats, validation, the low-layer import rule."""
+
 import ast
 import sys
 from pathlib import Path
@@ -7,12 +8,39 @@ import numpy as np
 import pytest
 
 import gridify.io as gio
-from gridify.io import (PointCloud, describe_formats, find_format, formats, read_mesh, read_points,
-                        register_mesh_reader, register_reader, unregister_reader)
+from gridify.io import (
+    PointCloud,
+    describe_formats,
+    find_format,
+    formats,
+    read_mesh,
+    read_points,
+    register_mesh_reader,
+    register_reader,
+    unregister_reader,
+)
 
 # the extensions (and their order) of the module before the registry existed
-BUILTIN = (".pcd", ".ply", ".npy", ".npz", ".xyz", ".txt", ".pts", ".csv", ".xyzn", ".xyzrgb",
-           ".las", ".laz", ".bin", ".off", ".obj", ".stl", ".glb", ".gltf")
+BUILTIN = (
+    ".pcd",
+    ".ply",
+    ".npy",
+    ".npz",
+    ".xyz",
+    ".txt",
+    ".pts",
+    ".csv",
+    ".xyzn",
+    ".xyzrgb",
+    ".las",
+    ".laz",
+    ".bin",
+    ".off",
+    ".obj",
+    ".stl",
+    ".glb",
+    ".gltf",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -31,10 +59,19 @@ def _read_foo(path: Path, *, columns=None) -> PointCloud:
 
 def test_builtin_table():
     assert gio.MESH_EXTENSIONS == (".off", ".obj", ".stl", ".glb", ".gltf")
-    assert [f.extensions for f in formats()] == [(".pcd",), (".ply",), (".npy",), (".npz",),
-                                                 (".xyz", ".txt", ".pts", ".csv"), (".xyzn", ".xyzrgb"),
-                                                 (".las", ".laz"), (".bin",), (".off",), (".obj", ".stl"),
-                                                 (".glb", ".gltf")]
+    assert [f.extensions for f in formats()] == [
+        (".pcd",),
+        (".ply",),
+        (".npy",),
+        (".npz",),
+        (".xyz", ".txt", ".pts", ".csv"),
+        (".xyzn", ".xyzrgb"),
+        (".las", ".laz"),
+        (".bin",),
+        (".off",),
+        (".obj", ".stl"),
+        (".glb", ".gltf"),
+    ]
     assert find_format(".PLY").mesh_reader is not None and not find_format(".ply").is_mesh
     assert find_format(".txt").options == ("columns",) and find_format(".npz").options == ()
     assert find_format(".off").options == ("num_samples", "seed") and find_format(".foo") is None
@@ -59,8 +96,7 @@ def test_register_a_reader_for_a_new_extension(tmp_path):
     f.write_text("0 0 0\n1 2 3\nnan 0 0\n")
     with pytest.raises(ValueError, match=r"toy\.FOO: unsupported file extension '\.FOO'; supported: \.pcd, "):
         read_points(f)
-    decorated = register_reader(".foo", "toy format, one ``x y z`` line per point",
-                                options=("columns",))(_read_foo)
+    decorated = register_reader(".foo", "toy format, one ``x y z`` line per point", options=("columns",))(_read_foo)
     try:
         assert decorated is _read_foo
         assert gio.SUPPORTED_EXTENSIONS == BUILTIN + (".foo",) and ".foo" not in gio.MESH_EXTENSIONS
@@ -72,8 +108,11 @@ def test_register_a_reader_for_a_new_extension(tmp_path):
         assert c.source == str(f)  # read_points names the cloud after the file
         with pytest.raises(ValueError, match=r"toy\.FOO: 1 of 3 points have NaN/Inf"):
             read_points(f, drop_invalid=False)
-        with pytest.raises(ValueError, match=r"toy\.FOO: unsupported mesh extension '\.FOO'; "
-                                             r"supported: \.off \.obj \.stl \.glb \.gltf \.ply$"):
+        with pytest.raises(
+            ValueError,
+            match=r"toy\.FOO: unsupported mesh extension '\.FOO'; "
+            r"supported: \.off \.obj \.stl \.glb \.gltf \.ply$",
+        ):
             read_mesh(f)  # a point-cloud format has no mesh reader
     finally:
         unregister_reader(".foo")
@@ -112,13 +151,19 @@ def test_replace_keeps_the_order_and_the_other_extensions(tmp_path):
     register_reader((".aa", ".bb"), "first toy", _read_foo)
     register_reader(".cc", "second toy", _read_foo)
     try:
-        with pytest.raises(ValueError, match=r"register_reader: \.bb already has a reader \('first toy'\); "
-                                             r"pass replace=True"):
+        with pytest.raises(
+            ValueError,
+            match=r"register_reader: \.bb already has a reader \('first toy'\); "
+            r"pass replace=True",
+        ):
             register_reader(".bb", "third toy", _read_foo)
         register_reader(".BB", "third toy", _read_foo, replace=True)
         assert gio.SUPPORTED_EXTENSIONS[-3:] == (".aa", ".bb", ".cc")
         assert [(f.extensions, f.description) for f in formats()][-3:] == [
-            ((".aa",), "first toy"), ((".bb",), "third toy"), ((".cc",), "second toy")]
+            ((".aa",), "first toy"),
+            ((".bb",), "third toy"),
+            ((".cc",), "second toy"),
+        ]
         unregister_reader(".aa")
         assert find_format(".aa") is None and find_format(".bb").description == "third toy"
     finally:
@@ -148,25 +193,31 @@ def test_register_a_mesh_format(tmp_path):
         np.testing.assert_array_equal(c.points, read_points(path, num_samples=64, seed=1).points)
         other = tmp_path / "a.xyz"
         other.write_text("1 2 3\n")
-        with pytest.raises(ValueError, match=r"a\.xyz: unsupported mesh extension '\.xyz'; "
-                                             r"supported: \.off \.obj \.stl \.glb \.gltf \.tet \.ply$"):
+        with pytest.raises(
+            ValueError,
+            match=r"a\.xyz: unsupported mesh extension '\.xyz'; "
+            r"supported: \.off \.obj \.stl \.glb \.gltf \.tet \.ply$",
+        ):
             read_mesh(other)
     finally:
         unregister_reader(".tet")
 
 
-@pytest.mark.parametrize("kwargs, error, message", [
-    (dict(extensions="foo"), ValueError, r"an extension is a dot followed by a name .* got 'foo'"),
-    (dict(extensions=".tar.gz"), ValueError, r"got '\.tar\.gz'"),
-    (dict(extensions=()), ValueError, r"give at least one extension"),
-    (dict(options=("colums",)), ValueError, r"unknown options \['colums'\]; a reader may take"),
-    (dict(description="two\nlines"), ValueError, r"description must be one non-empty line"),
-    (dict(description=" "), ValueError, r"description must be one non-empty line"),
-    (dict(reader=42), TypeError, r"reader must be callable, got int"),
-    (dict(is_mesh=True), ValueError, r"a mesh format \(\.qq\) needs a mesh_reader"),
-    (dict(mesh_reader="read"), TypeError, r"mesh_reader must be callable, got str"),
-    (dict(extensions=".PLY"), ValueError, r"\.ply already has a reader"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(extensions="foo"), ValueError, r"an extension is a dot followed by a name .* got 'foo'"),
+        (dict(extensions=".tar.gz"), ValueError, r"got '\.tar\.gz'"),
+        (dict(extensions=()), ValueError, r"give at least one extension"),
+        (dict(options=("colums",)), ValueError, r"unknown options \['colums'\]; a reader may take"),
+        (dict(description="two\nlines"), ValueError, r"description must be one non-empty line"),
+        (dict(description=" "), ValueError, r"description must be one non-empty line"),
+        (dict(reader=42), TypeError, r"reader must be callable, got int"),
+        (dict(is_mesh=True), ValueError, r"a mesh format \(\.qq\) needs a mesh_reader"),
+        (dict(mesh_reader="read"), TypeError, r"mesh_reader must be callable, got str"),
+        (dict(extensions=".PLY"), ValueError, r"\.ply already has a reader"),
+    ],
+)
 def test_register_reader_refuses_bad_arguments(kwargs, error, message):
     args = dict(extensions=".qq", description="toy", reader=_read_foo) | kwargs
     with pytest.raises(error, match=message):
@@ -204,8 +255,11 @@ def test_a_user_reader_whose_sidecar_is_missing_raises_an_error_naming_both_file
     register_reader(".sc", "toy format with a sidecar file", with_sidecar)
     try:
         (tmp_path / "t.sc").write_text("x")
-        with pytest.raises(ValueError, match=r"t\.sc: could not read \.sc file: a file it refers to is missing "
-                                             r"\(.*t\.sc\.labels") as err:
+        with pytest.raises(
+            ValueError,
+            match=r"t\.sc: could not read \.sc file: a file it refers to is missing "
+            r"\(.*t\.sc\.labels",
+        ) as err:
             read_points(tmp_path / "t.sc")
         assert isinstance(err.value, FileNotFoundError) and isinstance(err.value, gio.ReferencedFileNotFoundError)
     finally:

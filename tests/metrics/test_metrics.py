@@ -1,4 +1,5 @@
 """Metrics of gridify.metrics against hand-computed values."""
+
 import math
 
 import pytest
@@ -154,8 +155,9 @@ def test_overall_accuracy_refuses_logits_without_classes(shape):
         OverallAccuracy().update(torch.randn(*shape), torch.zeros(shape[0], dtype=torch.long))
 
 
-@pytest.mark.parametrize("name,make", [("OverallAccuracy", OverallAccuracy),
-                                       ("MeanClassAccuracy", lambda: MeanClassAccuracy(2))])
+@pytest.mark.parametrize(
+    "name,make", [("OverallAccuracy", OverallAccuracy), ("MeanClassAccuracy", lambda: MeanClassAccuracy(2))]
+)
 def test_accuracy_bad_inputs(name, make):
     m = make()
     logits = torch.randn(4, 2)
@@ -182,22 +184,25 @@ def test_overall_accuracy_refuses_negative_targets_with_ids():
         OverallAccuracy().update(torch.tensor([0, 1]), torch.tensor([-1, 1]))
 
 
-@pytest.mark.parametrize("bad,message", [
-    (5, r"category_to_parts must be a list of part-id lists .* got int 5"),
-    (None, r"category_to_parts must be a list .* got NoneType"),
-    ("abc", r"category_to_parts must be a list .* got str"),
-    ({0.5: [0], 1: [1]}, r"category ids \(the keys of category_to_parts\) must be integers, got float 0.5"),
-    ({"a": [0]}, r"category ids \(the keys of category_to_parts\) must be integers, got str 'a'"),
-    ({True: [0], 1: [1]}, r"category ids \(the keys of category_to_parts\) must be integers, got bool True"),  # noqa: F601
-    ({0: [0], 2: [1]}, r"category ids must be 0..C-1, got \[0, 2\]"),
-    ([[0], 5], r"category_to_parts\[1\] must be a list of part ids, got int 5"),
-    ([[0], "ab"], r"category_to_parts\[1\] must be a list of part ids, got str"),
-    ([[0], []], r"every category needs at least one part; category_to_parts\[1\] is empty"),
-    ([], r"every category needs at least one part; category_to_parts has no categories"),
-    ([[0], [0.5]], r"part ids must be integers; category_to_parts\[1\] holds float 0.5"),
-    ([[0], [True]], r"part ids must be integers; category_to_parts\[1\] holds bool True"),
-    ({0: [0], 1: [-2]}, r"part ids must be non-negative; category_to_parts\[1\] holds -2"),
-])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        (5, r"category_to_parts must be a list of part-id lists .* got int 5"),
+        (None, r"category_to_parts must be a list .* got NoneType"),
+        ("abc", r"category_to_parts must be a list .* got str"),
+        ({0.5: [0], 1: [1]}, r"category ids \(the keys of category_to_parts\) must be integers, got float 0.5"),
+        ({"a": [0]}, r"category ids \(the keys of category_to_parts\) must be integers, got str 'a'"),
+        ({True: [0], 1: [1]}, r"category ids \(the keys of category_to_parts\) must be integers, got bool True"),  # noqa: F601
+        ({0: [0], 2: [1]}, r"category ids must be 0..C-1, got \[0, 2\]"),
+        ([[0], 5], r"category_to_parts\[1\] must be a list of part ids, got int 5"),
+        ([[0], "ab"], r"category_to_parts\[1\] must be a list of part ids, got str"),
+        ([[0], []], r"every category needs at least one part; category_to_parts\[1\] is empty"),
+        ([], r"every category needs at least one part; category_to_parts has no categories"),
+        ([[0], [0.5]], r"part ids must be integers; category_to_parts\[1\] holds float 0.5"),
+        ([[0], [True]], r"part ids must be integers; category_to_parts\[1\] holds bool True"),
+        ({0: [0], 1: [-2]}, r"part ids must be non-negative; category_to_parts\[1\] holds -2"),
+    ],
+)
 def test_part_iou_constructor_validates_category_to_parts(bad, message):
     with pytest.raises(ValueError, match="ShapeNetPartIoU: " + message):
         ShapeNetPartIoU(bad)
@@ -209,14 +214,17 @@ def test_part_iou_constructor_accepts_numpy_ids_and_mappings():
     assert m.num_parts == 4 and m.part_mask[1].tolist() == [False, False, True, True]
 
 
-@pytest.mark.parametrize("names,message", [
-    (5, r"category_names must be a list of str \(one per category\) or None, got int 5"),
-    ("ab", r"category_names must be a list of str .* got str 'ab'"),
-    ({"a", "b"}, r"category_names must be a list of str .* got set"),
-    (["a"], r"1 names for 2 categories"),
-    (["a", 1], r"category_names\[1\] must be a str, got int 1"),
-    (["a", "a"], r"category_names holds 'a' twice"),
-])
+@pytest.mark.parametrize(
+    "names,message",
+    [
+        (5, r"category_names must be a list of str \(one per category\) or None, got int 5"),
+        ("ab", r"category_names must be a list of str .* got str 'ab'"),
+        ({"a", "b"}, r"category_names must be a list of str .* got set"),
+        (["a"], r"1 names for 2 categories"),
+        (["a", 1], r"category_names\[1\] must be a str, got int 1"),
+        (["a", "a"], r"category_names holds 'a' twice"),
+    ],
+)
 def test_part_iou_constructor_validates_category_names(names, message):
     with pytest.raises(ValueError, match="ShapeNetPartIoU: " + message):
         ShapeNetPartIoU(TOY, category_names=names)
@@ -232,12 +240,17 @@ def test_part_iou_shapes_without_points_are_refused():
     with pytest.raises(ValueError, match="ShapeNetPartIoU: shape 1 has no points"):
         m.update(_onehot_logits([0, 1]), torch.tensor([0, 1]), cats, batch=torch.tensor([0, 0]))
     with pytest.raises(ValueError, match="ShapeNetPartIoU: batch has 2 points but category is empty"):
-        m.update(_onehot_logits([0, 1]), torch.tensor([0, 1]), torch.zeros(0, dtype=torch.long),
-                 batch=torch.tensor([0, 0]))
+        m.update(
+            _onehot_logits([0, 1]), torch.tensor([0, 1]), torch.zeros(0, dtype=torch.long), batch=torch.tensor([0, 0])
+        )
     # no shapes at all: a no-op, in both forms
     m.update(torch.randn(0, 3, 5), torch.zeros(0, 3, dtype=torch.long), torch.zeros(0, dtype=torch.long))
-    m.update(torch.randn(0, 5), torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
-             batch=torch.zeros(0, dtype=torch.long))
+    m.update(
+        torch.randn(0, 5),
+        torch.zeros(0, dtype=torch.long),
+        torch.zeros(0, dtype=torch.long),
+        batch=torch.zeros(0, dtype=torch.long),
+    )
     assert int(m.shape_count.sum()) == 0
     assert math.isnan(float(m.compute()["instance_miou"]))
 
@@ -246,13 +259,17 @@ def test_part_iou_update_bad_shapes_and_devices():
     m = ShapeNetPartIoU(TOY)
     one = torch.tensor([0])
     zero = torch.zeros(1, dtype=torch.long)
-    with pytest.raises(ValueError, match=r"ShapeNetPartIoU: with batch, preds must be logits \[sum N_i, P\].*shape \(\)"):
+    with pytest.raises(
+        ValueError, match=r"ShapeNetPartIoU: with batch, preds must be logits \[sum N_i, P\].*shape \(\)"
+    ):
         m.update(torch.tensor(1.0), zero, one, batch=zero)
     with pytest.raises(ValueError, match=r"ShapeNetPartIoU: with batch, preds must be .*got ids of shape \(\)"):
         m.update(torch.tensor(1), zero, one, batch=zero)
     with pytest.raises(ValueError, match=r"ShapeNetPartIoU: without batch, preds must be logits \[1, 1, P\]"):
         m.update(torch.tensor(1.0), torch.zeros(1, 1, dtype=torch.long), one)
-    with pytest.raises(ValueError, match=r"ShapeNetPartIoU: with batch, preds must be .*got logits of shape \(3, 5, 1\)"):
+    with pytest.raises(
+        ValueError, match=r"ShapeNetPartIoU: with batch, preds must be .*got logits of shape \(3, 5, 1\)"
+    ):
         m.update(torch.randn(3, 5, 1), torch.zeros(3, dtype=torch.long), one, batch=torch.zeros(3, dtype=torch.long))
     with pytest.raises(ValueError, match=r"ShapeNetPartIoU: target must have shape \[sum N_i\]"):
         m.update(torch.randn(4, 5), torch.zeros(2, 2, dtype=torch.long), one, batch=torch.zeros(4, dtype=torch.long))
@@ -264,18 +281,26 @@ def test_part_iou_update_bad_shapes_and_devices():
         m.update(torch.randn(1, 2, 0), torch.zeros(1, 2, dtype=torch.long), one)
     with pytest.raises(ValueError, match=r"ShapeNetPartIoU: category ids must be in 0..1, got -1 for shape 1"):
         m.update(torch.randn(2, 1, 5), torch.zeros(2, 1, dtype=torch.long), torch.tensor([0, -1]))
-    with pytest.raises(ValueError, match="ShapeNetPartIoU: preds contains NaN values .* first at shape 1, point 0, part 2"):
+    with pytest.raises(
+        ValueError, match="ShapeNetPartIoU: preds contains NaN values .* first at shape 1, point 0, part 2"
+    ):
         logits = torch.zeros(2, 1, 5)
         logits[1, 0, 2] = float("nan")
         m.update(logits, torch.tensor([[0], [2]]), torch.tensor([0, 1]))
-    for name, args in [("preds", (torch.randn(1, 2, 5, device="meta"), torch.zeros(1, 2, dtype=torch.long), one)),
-                       ("target", (torch.randn(1, 2, 5), torch.zeros(1, 2, dtype=torch.long, device="meta"), one)),
-                       ("category", (torch.randn(1, 2, 5), torch.zeros(1, 2, dtype=torch.long), one.to("meta")))]:
+    for name, args in [
+        ("preds", (torch.randn(1, 2, 5, device="meta"), torch.zeros(1, 2, dtype=torch.long), one)),
+        ("target", (torch.randn(1, 2, 5), torch.zeros(1, 2, dtype=torch.long, device="meta"), one)),
+        ("category", (torch.randn(1, 2, 5), torch.zeros(1, 2, dtype=torch.long), one.to("meta"))),
+    ]:
         with pytest.raises(ValueError, match=f"ShapeNetPartIoU: {name} is on the meta device"):
             m.update(*args)
     with pytest.raises(ValueError, match="ShapeNetPartIoU: batch is on the meta device"):
-        m.update(torch.randn(2, 5), torch.zeros(2, dtype=torch.long), one, batch=torch.zeros(2, dtype=torch.long,
-                                                                                               device="meta"))
+        m.update(
+            torch.randn(2, 5),
+            torch.zeros(2, dtype=torch.long),
+            one,
+            batch=torch.zeros(2, dtype=torch.long, device="meta"),
+        )
     assert int(m.shape_count.sum()) == 0  # failed updates change nothing
 
 

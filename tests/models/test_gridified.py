@@ -30,8 +30,19 @@ def toy_shapes(n_per_class: int, n_points: int, seed: int):
 
 
 def _small_classifier(backbone="ccnn", R=5, **kw):
-    return GridifiedClassifier(3, 3, resolution=R, k=4, hidden_channels=16, backbone=backbone, depth=1,
-                               dropout=0.0, kernel_size=3, omega0=0.5, **kw)
+    return GridifiedClassifier(
+        3,
+        3,
+        resolution=R,
+        k=4,
+        hidden_channels=16,
+        backbone=backbone,
+        depth=1,
+        dropout=0.0,
+        kernel_size=3,
+        omega0=0.5,
+        **kw,
+    )
 
 
 NAN = float("nan")
@@ -75,8 +86,18 @@ def test_classifier_shapes(backbone, B, R):
 
 @pytest.mark.parametrize("backbone", ["ccnn", "unet"])
 def test_segmenter_shapes_and_category(backbone):
-    m = GridifiedSegmenter(6, 50, num_categories=16, resolution=5, k=4, hidden_channels=16, backbone=backbone,
-                           depth=2, kernel_size=3, point_channels=8).eval()
+    m = GridifiedSegmenter(
+        6,
+        50,
+        num_categories=16,
+        resolution=5,
+        k=4,
+        hidden_channels=16,
+        backbone=backbone,
+        depth=2,
+        kernel_size=3,
+        point_channels=8,
+    ).eval()
     pos, x = torch.rand(3, 64, 3) * 2 - 1, torch.randn(3, 64, 6)
     cat = torch.tensor([0, 5, 15])
     assert m(pos, x, category=cat).shape == (3, 64, 50)
@@ -131,8 +152,9 @@ def test_segmenter_overfits_tiny_batch():
     torch.manual_seed(0)
     pos = torch.rand(2, 64, 3) * 2 - 1
     labels = (pos[..., 0] > 0).long() + 2 * (pos[..., 2] > 0.3).long()  # 4 spatial "parts"
-    m = GridifiedSegmenter(3, 4, resolution=4, k=4, hidden_channels=16, depth=1, kernel_size=3, dropout=0.0,
-                           point_channels=8, omega0=1.0)
+    m = GridifiedSegmenter(
+        3, 4, resolution=4, k=4, hidden_channels=16, depth=1, kernel_size=3, dropout=0.0, point_channels=8, omega0=1.0
+    )
     opt = torch.optim.Adam(m.parameters(), lr=1e-2)
     first = None
     for _ in range(80):
@@ -151,8 +173,9 @@ def test_resolution_transfer_keeps_accuracy():
     torch.manual_seed(0)
     train_pos, train_y = toy_shapes(12, 128, seed=2)
     test_pos, test_y = toy_shapes(10, 128, seed=3)
-    m = GridifiedClassifier(3, 3, resolution=6, k=4, hidden_channels=16, depth=1, dropout=0.0, kernel_size=5,
-                            omega0=0.5)
+    m = GridifiedClassifier(
+        3, 3, resolution=6, k=4, hidden_channels=16, depth=1, dropout=0.0, kernel_size=5, omega0=0.5
+    )
     opt = torch.optim.Adam(m.parameters(), lr=5e-3)
     for step in range(80):
         idx = torch.randint(0, train_y.numel(), (12,))
@@ -160,7 +183,7 @@ def test_resolution_transfer_keeps_accuracy():
         opt.zero_grad()
         loss.backward()
         opt.step()
-    unlabeled = [(train_pos[i:i + 12],) for i in range(0, 36, 12)]
+    unlabeled = [(train_pos[i : i + 12],) for i in range(0, 36, 12)]
     # 80 fast steps leave BatchNorm's running statistics behind the weights: refresh them
     assert recalibrate_batchnorm(m, unlabeled) == 3
     m.eval()
@@ -183,6 +206,7 @@ def test_resolution_transfer_keeps_accuracy():
 
 def test_recalibrate_batchnorm_restores_mode_and_rejects_empty():
     from gridify.nn import recalibrate_batchnorm
+
     m = _small_classifier("resnet", R=3).eval()
     bn = next(mod for mod in m.modules() if isinstance(mod, torch.nn.BatchNorm3d))
     before = bn.running_var.clone()
@@ -198,8 +222,9 @@ def test_models_expose_grid_box_options():
     with pytest.raises(ValueError, match="outside the grid box"):
         _small_classifier()(pos)
     assert _small_classifier(outside="allow")(pos).shape == (2, 3)
-    seg = GridifiedSegmenter(3, 4, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3,
-                             point_channels=4, bounds=(-1.5, 1.5))
+    seg = GridifiedSegmenter(
+        3, 4, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3, point_channels=4, bounds=(-1.5, 1.5)
+    )
     assert seg(pos).shape == (2, 40, 4)
 
 
@@ -210,13 +235,16 @@ def test_pos_hidden_channels_zero_or_non_int_is_refused(value):
 
 
 def test_segmenter_checks_category_before_any_state_changes():
-    m = GridifiedSegmenter(3, 5, num_categories=4, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3,
-                           point_channels=4).train()
+    m = GridifiedSegmenter(
+        3, 5, num_categories=4, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3, point_channels=4
+    ).train()
     stats = {k: v.clone() for k, v in m.state_dict().items() if "running" in k}
     pos = _clouds()
-    for bad, match in ((torch.tensor([True, False]), "got dtype torch.bool"),
-                       (torch.tensor([1, 4]), r"integers in \[0, 4\), got 4 for cloud 1"),
-                       (torch.tensor([0, 1], device="meta"), "category is on meta")):
+    for bad, match in (
+        (torch.tensor([True, False]), "got dtype torch.bool"),
+        (torch.tensor([1, 4]), r"integers in \[0, 4\), got 4 for cloud 1"),
+        (torch.tensor([0, 1], device="meta"), "category is on meta"),
+    ):
         with pytest.raises(ValueError, match=match):
             m(pos, category=bad)
     assert all(torch.equal(v, m.state_dict()[k]) for k, v in stats.items())  # no BatchNorm saw a batch

@@ -1,4 +1,5 @@
 """GridifiedSceneSegmenter: metric scene crops on a per-axis grid."""
+
 import pickle
 import warnings
 
@@ -10,8 +11,16 @@ from gridify.models import GridifiedSceneSegmenter, build_model
 from gridify.models.scene import scene_box_coordinates
 from gridify.registry import MODELS
 
-SMALL = dict(resolution=(8, 8, 4), hidden_channels=16, point_channels=8, depth=2, k=4, dropout=0.0,
-             message_channels=16, pos_hidden_channels=16)
+SMALL = dict(
+    resolution=(8, 8, 4),
+    hidden_channels=16,
+    point_channels=8,
+    depth=2,
+    k=4,
+    dropout=0.0,
+    message_channels=16,
+    pos_hidden_channels=16,
+)
 
 
 def _model(in_channels=2, num_classes=5, **kwargs):
@@ -66,8 +75,11 @@ def test_batch_composition_invariance():
     p2, x2 = _room(200, seed=2, size=(3.0, 3.0, 1.0), offset=(-50.0, 4.0, 0.0))
     with torch.no_grad():
         alone = m(p1, x1, torch.zeros(300, dtype=torch.long))
-        both = m(torch.cat([p2, p1]), torch.cat([x2, x1]),
-                 torch.cat([torch.zeros(200, dtype=torch.long), torch.ones(300, dtype=torch.long)]))
+        both = m(
+            torch.cat([p2, p1]),
+            torch.cat([x2, x1]),
+            torch.cat([torch.zeros(200, dtype=torch.long), torch.ones(300, dtype=torch.long)]),
+        )
     torch.testing.assert_close(both[200:], alone, rtol=1e-4, atol=1e-5)
 
 
@@ -102,11 +114,14 @@ def test_box_per_cloud_maps_onto_the_whole_grid():
     torch.testing.assert_close(u.amax(0), torch.ones(3))
 
 
-@pytest.mark.parametrize("pos", [
-    torch.cat([torch.rand(100, 2) * 5, torch.full((100, 1), 1.5)], 1),  # flat floor
-    torch.tensor([[3.0, -2.0, 1.0]]).repeat(7, 1),                       # one point, repeated
-    torch.tensor([[1e5, 2e5, 10.0]]),                                    # a single point far out
-])
+@pytest.mark.parametrize(
+    "pos",
+    [
+        torch.cat([torch.rand(100, 2) * 5, torch.full((100, 1), 1.5)], 1),  # flat floor
+        torch.tensor([[3.0, -2.0, 1.0]]).repeat(7, 1),  # one point, repeated
+        torch.tensor([[1e5, 2e5, 10.0]]),  # a single point far out
+    ],
+)
 def test_degenerate_clouds_are_finite(pos):
     m = _model(extent=None).eval()
     with warnings.catch_warnings():
@@ -145,16 +160,19 @@ def test_tiny_overfit_lowers_the_loss():
     assert losses[-1] < 0.8 * losses[0], losses
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(resolution=(32, 32)), r"resolution must be an integer >= 2 or one per axis"),
-    (dict(resolution=(32, 32, 1)), r"resolution\[2\] \(z\)"),
-    (dict(resolution=(8, 8, 4), backbone="mrconv"), r"resolution=\(8, 8, 4\) is not cubic; backbone='mrconv'"),
-    (dict(extent=(1.0, 2.0)), r"extent must be None, a positive number of metres or one per axis"),
-    (dict(extent=(1.0, -2.0, 3.0)), r"extent\[1\] \(y\) must be a positive"),
-    (dict(extent=(1.0, 2.0, float("inf"))), r"extent\[2\] \(z\)"),
-    (dict(extent="big"), r"extent"),
-    (dict(in_channels=-1), r"in_channels must be a non-negative integer"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(resolution=(32, 32)), r"resolution must be an integer >= 2 or one per axis"),
+        (dict(resolution=(32, 32, 1)), r"resolution\[2\] \(z\)"),
+        (dict(resolution=(8, 8, 4), backbone="mrconv"), r"resolution=\(8, 8, 4\) is not cubic; backbone='mrconv'"),
+        (dict(extent=(1.0, 2.0)), r"extent must be None, a positive number of metres or one per axis"),
+        (dict(extent=(1.0, -2.0, 3.0)), r"extent\[1\] \(y\) must be a positive"),
+        (dict(extent=(1.0, 2.0, float("inf"))), r"extent\[2\] \(z\)"),
+        (dict(extent="big"), r"extent"),
+        (dict(in_channels=-1), r"in_channels must be a non-negative integer"),
+    ],
+)
 def test_bad_arguments_are_refused_by_name(kwargs, match):
     args = dict(in_channels=2, num_classes=5)
     args.update(kwargs)

@@ -1,4 +1,5 @@
 """The temporal classifier (gridify.models.temporal): shapes, padding and batch invariance, time, readouts, errors."""
+
 import pytest
 import torch
 
@@ -12,8 +13,20 @@ from gridify.registry import MODELS
 # the model
 # ------------------------------------------------------------------------------------------------
 def _tiny(rnn="cfc", classes=3, **kw):
-    return TemporalGridifiedClassifier(3, classes, rnn=rnn, rnn_hidden=12, cfc_backbone_units=12, resolution=3,
-                                       k=4, hidden_channels=8, depth=1, kernel_size=3, dropout=0.0, **kw)
+    return TemporalGridifiedClassifier(
+        3,
+        classes,
+        rnn=rnn,
+        rnn_hidden=12,
+        cfc_backbone_units=12,
+        resolution=3,
+        k=4,
+        hidden_channels=8,
+        depth=1,
+        kernel_size=3,
+        dropout=0.0,
+        **kw,
+    )
 
 
 NAN = float("nan")
@@ -28,8 +41,9 @@ def test_timespans_from_times_with_holes():
 
 def test_model_registered_and_shapes():
     assert "temporal_cfc" in MODELS
-    m = build_model("temporal_cfc", in_channels=3, num_classes=5, rnn="gru", resolution=3, hidden_channels=8,
-                    depth=1, rnn_hidden=10)
+    m = build_model(
+        "temporal_cfc", in_channels=3, num_classes=5, rnn="gru", resolution=3, hidden_channels=8, depth=1, rnn_hidden=10
+    )
     assert isinstance(m, TemporalGridifiedClassifier)
     pos = torch.rand(2, 4, 50, 3) * 1.6 - 0.8
     out = m.eval()(pos, torch.arange(4.0).expand(2, 4), lengths=torch.tensor([4, 2]))
@@ -93,8 +107,15 @@ def test_model_input_errors():
 def test_tiny_end_to_end_fit():
     """The full model fits a handful of sequences (loss drops, training accuracy rises)."""
     torch.manual_seed(0)
-    ds = DynamicShapes("train", num_samples_per_class=3, num_points=48, num_frames=4,
-                       classes=["rot_z_fast", "sway_fast", "pulsate"], sampling="irregular", min_frames=2)
+    ds = DynamicShapes(
+        "train",
+        num_samples_per_class=3,
+        num_points=48,
+        num_frames=4,
+        classes=["rot_z_fast", "sway_fast", "pulsate"],
+        sampling="irregular",
+        min_frames=2,
+    )
     batch = collate_sequences([ds[i] for i in range(len(ds))])
     m = _tiny("cfc")
     opt = torch.optim.Adam(m.parameters(), lr=1e-2)
@@ -125,8 +146,9 @@ def test_flatten_readout_shapes_padding_invariance_and_errors():
     ref = m(a, ta)
     assert m.embed_frames(a[0]).shape == (3, 10)
     pos = torch.cat([torch.rand(1, 4, 40, 3, generator=g) * 1.6 - 0.8, torch.cat([a, torch.zeros(1, 1, 40, 3)], 1)])
-    out = m(pos, torch.cat([torch.arange(4.0)[None], torch.tensor([[0.0, 0.7, 2.9, 0.0]])]),
-            lengths=torch.tensor([4, 3]))
+    out = m(
+        pos, torch.cat([torch.arange(4.0)[None], torch.tensor([[0.0, 0.7, 2.9, 0.0]])]), lengths=torch.tensor([4, 3])
+    )
     torch.testing.assert_close(out.logits[1:], ref.logits, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="frame_readout must be one of"):
         _tiny(frame_readout="avg")
@@ -232,6 +254,12 @@ def test_temporal_times_are_differenced_in_float64(dtype):
     t = torch.tensor([[0.0, 0.5, 1.1, 2.0]], dtype=torch.float64)
     ref = m(pos, t).logits
     torch.testing.assert_close(m(pos, t + 1.7e9).logits, ref, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(m(pos, (t * 1000).long() + 1_700_000_000_000, ).logits.shape, ref.shape)
+    torch.testing.assert_close(
+        m(
+            pos,
+            (t * 1000).long() + 1_700_000_000_000,
+        ).logits.shape,
+        ref.shape,
+    )
     spans = timespans_from_times(t + 1.7e9, torch.ones(1, 4, dtype=torch.bool), first=0.0)
     torch.testing.assert_close(spans, torch.tensor([[0.0, 0.5, 0.6, 0.9]], dtype=torch.float64))

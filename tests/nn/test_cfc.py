@@ -1,4 +1,5 @@
 """The closed-form continuous-time RNN (gridify.nn.cfc: CfCCell, CfC) and the dt-aware GRU baseline."""
+
 import pytest
 import torch
 
@@ -56,7 +57,7 @@ def test_cfc_layer_matches_cell_unroll_and_returns_last_valid():
     for b in range(3):
         h = torch.zeros(1, 6, dtype=torch.double)
         for t in range(int(lengths[b])):
-            h = layer.cell(x[b:b + 1, t], h, ts[b:b + 1, t])
+            h = layer.cell(x[b : b + 1, t], h, ts[b : b + 1, t])
             torch.testing.assert_close(states[b, t], h[0])
         torch.testing.assert_close(last[b], h[0])
         # padded steps carry the state unchanged
@@ -81,8 +82,9 @@ def test_padding_and_batch_composition_invariance(rnn_cls):
     # inside a batch with other sequences, at another position
     others = torch.randn(2, 6, 4, dtype=torch.double)
     batch = torch.cat([others[:1], padded, others[1:]])
-    bts = torch.cat([torch.rand(1, 6, dtype=torch.double), pts.nan_to_num(0).abs(),
-                     torch.rand(1, 6, dtype=torch.double)])
+    bts = torch.cat(
+        [torch.rand(1, 6, dtype=torch.double), pts.nan_to_num(0).abs(), torch.rand(1, 6, dtype=torch.double)]
+    )
     _, l3 = rnn(batch, bts, lengths=torch.tensor([6, 3, 4]))
     torch.testing.assert_close(l3[1:2], last)
 
@@ -142,8 +144,10 @@ def test_nan_in_padded_steps_is_ignored_and_never_reaches_a_gradient(rnn_cls, ho
     torch.manual_seed(4)
     rnn = rnn_cls(4, 6)
     seq, ts = torch.randn(2, 5, 4), torch.rand(2, 5) + 0.1
-    padding = {"mask": dict(mask=torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)),
-               "lengths": dict(lengths=torch.tensor([3, 5]))}[how]
+    padding = {
+        "mask": dict(mask=torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)),
+        "lengths": dict(lengths=torch.tensor([3, 5])),
+    }[how]
     clean_states, clean_last = rnn(seq, ts, **padding)
     dirty, dirty_ts = seq.clone(), ts.clone()
     dirty[0, 3] = float("nan")

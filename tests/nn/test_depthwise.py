@@ -1,4 +1,5 @@
 """The training path of the depthwise convolution (direct forward, own backward) against conv3d's autograd."""
+
 import pytest
 import torch
 import torch.nn.functional as F

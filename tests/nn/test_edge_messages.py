@@ -1,4 +1,5 @@
 """The fused, recomputing message-passing path agrees with plain autograd (values and gradients)."""
+
 import pytest
 import torch
 
@@ -51,8 +52,10 @@ def test_fused_function_passes_gradcheck():
     x, src, dst, offset, nd = _graph(num_src=8, num_dst=5, edges=30, dtype=torch.float64)
     h = torch.randn(8, 6, dtype=torch.float64, requires_grad=True)
     f = conv.phi_pos
-    params = [p.detach().clone().requires_grad_(True) for p in (f.freqs.weight, f.lin1.weight, f.lin1.bias,
-                                                                 f.lin2.weight, f.lin2.bias)]
+    params = [
+        p.detach().clone().requires_grad_(True)
+        for p in (f.freqs.weight, f.lin1.weight, f.lin1.bias, f.lin2.weight, f.lin2.bias)
+    ]
     scale = 1.0 / torch.bincount(dst, minlength=nd).clamp(min=1).double()
     fn = lambda h, *w: EM.FusedEdgeMessages.apply(h, offset, src, dst, scale, nd, False, *w, None, None)  # noqa: E731
     assert torch.autograd.gradcheck(fn, (h, *params))

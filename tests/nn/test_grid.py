@@ -1,4 +1,5 @@
 """gridify.nn.grid.RegularGrid: cubic and per-axis (Rx, Ry, Rz) grids, layout, pickling, validation."""
+
 import pickle
 
 import pytest
@@ -54,12 +55,15 @@ def test_regular_grid_unpickles_a_grid_from_before_per_axis():
     assert grid == RegularGrid(5) and grid.shape == (5, 5, 5)
 
 
-@pytest.mark.parametrize("bad, match", [
-    ((8, 8), r"one per axis \(Rx, Ry, Rz\), got 2 values"),
-    ((8, 8, 1), r"resolution\[2\] \(z\) must be an integer >= 2"),
-    ((8, 2.5, 4), r"resolution\[1\] \(y\)"),
-    (1, "resolution must be an integer >= 2"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ((8, 8), r"one per axis \(Rx, Ry, Rz\), got 2 values"),
+        ((8, 8, 1), r"resolution\[2\] \(z\) must be an integer >= 2"),
+        ((8, 2.5, 4), r"resolution\[1\] \(y\)"),
+        (1, "resolution must be an integer >= 2"),
+    ],
+)
 def test_bad_resolutions_are_refused(bad, match):
     with pytest.raises(ValueError, match=match):
         RegularGrid(bad)

@@ -13,7 +13,7 @@ def _reference_edges(pos, batch, R, k):
     """Bilateral kNN from the loop-based reference search, as a set of (point, node)."""
     B = int(batch.max()) + 1
     nodes = grid_positions(R).repeat(B, 1)
-    nb = torch.arange(B).repeat_interleave(R ** 3)
+    nb = torch.arange(B).repeat_interleave(R**3)
     g2p = knn_reference(pos, nodes, k, batch, nb)  # (node, point)
     p2g = knn_reference(nodes, pos, k, nb, batch)  # (point, node)
     return {(int(p), int(n)) for n, p in g2p.t()} | {(int(p), int(n)) for p, n in p2g.t()}
@@ -27,7 +27,9 @@ def _clouds(b=2, n=32, seed=0):
 @pytest.mark.parametrize("R, k", [(3, 4), (5, 9)])
 def test_bilateral_knn_equals_reference_union(R, k):
     pos, batch = ragged_batch([60, 6, 33], seed=R)
-    with pytest.warns(UserWarning, match="cloud 1 has 6 points, fewer than k=9") if k > 6 else warnings.catch_warnings():
+    with (
+        pytest.warns(UserWarning, match="cloud 1 has 6 points, fewer than k=9") if k > 6 else warnings.catch_warnings()
+    ):
         g = bilateral_knn(pos, RegularGrid(R), k, batch)
     got = {(int(p), int(n)) for p, n in g.edge_index.t()}
     assert got == _reference_edges(pos, batch, R, k)
@@ -50,7 +52,7 @@ def test_bilateral_knn_with_duplicated_points_is_the_reference_alone_and_batched
     both = bilateral_knn(pos, RegularGrid(R), k, batch, knn_backend=backend)
     assert {(int(p), int(n)) for p, n in both.edge_index.t()} == _reference_edges(pos, batch, R, k)
     alone = bilateral_knn(clouds[1], RegularGrid(R), k, knn_backend=backend)
-    second = both.edge_index[:, both.edge_index[0] >= 90] - torch.tensor([[90], [R ** 3]])
+    second = both.edge_index[:, both.edge_index[0] >= 90] - torch.tensor([[90], [R**3]])
     assert torch.equal(second, alone.edge_index)
 
 
@@ -59,11 +61,11 @@ def test_bilateral_knn_coverage_and_no_cross_cloud():
     R, k = 5, 9
     g = bilateral_knn(pos, RegularGrid(R), k, batch)
     point, node = g.edge_index
-    assert torch.equal(batch[point], node // R ** 3), "an edge crosses clouds"
+    assert torch.equal(batch[point], node // R**3), "an edge crosses clouds"
     pdeg, ndeg = g.degree()
     assert int(pdeg.min()) >= k  # every point keeps its k nearest nodes
     assert int(ndeg.min()) >= k  # every node keeps its k nearest points
-    assert ndeg.numel() == 3 * R ** 3
+    assert ndeg.numel() == 3 * R**3
 
 
 @pytest.mark.parametrize("shape", ["cube", "sphere", "cluster"])
@@ -87,13 +89,14 @@ def test_max_in_degree_caps_nodes_and_keeps_every_point(shape):
     else:
         assert int(ndeg.max()) > 2 * k  # coverage wins: points keep their nearest node
     # the capped edge set is a subset of the plain union
-    key = lambda e: set((e[0] * 10 ** 6 + e[1]).tolist())
+    key = lambda e: set((e[0] * 10**6 + e[1]).tolist())
     assert key(capped.edge_index) <= key(plain.edge_index)
 
 
 def _model(message="product", aggr="mean", pos_embedding="rff", C=8):
-    return Gridification(4, C, 5, k=6, hidden_channels=16, message=message, aggr=aggr,
-                         pos_embedding=pos_embedding, omega0=1.0)
+    return Gridification(
+        4, C, 5, k=6, hidden_channels=16, message=message, aggr=aggr, pos_embedding=pos_embedding, omega0=1.0
+    )
 
 
 @pytest.mark.parametrize("message, aggr", [("product", "mean"), ("concat", "max"), ("product", "sum")])
@@ -144,6 +147,7 @@ def test_chunked_inference_path_accumulates_low_precision_in_float32(aggr, monke
     2,001 edges, most into one node, stay as close to the float32 result as the one-pass path (a bf16
     running sum was about twice as far off for "sum")."""
     from gridify.nn import BipartiteConv
+
     torch.manual_seed(0)
     conv = BipartiteConv(4, 8, hidden_channels=16, aggr=aggr).eval()
     E = 2001
@@ -166,6 +170,7 @@ def test_chunked_inference_path_accumulates_low_precision_in_float32(aggr, monke
 
 def test_pyg_batch_object_input():
     from torch_geometric.data import Batch, Data
+
     pos, batch = ragged_batch([30, 20], seed=11)
     x = torch.randn(50, 4)
     data = Batch.from_data_list([Data(pos=pos[batch == i], x=x[batch == i]) for i in range(2)])
@@ -232,20 +237,32 @@ def test_outside_points_error_or_allow():
     assert big(pos, x, batch).shape == (2, 8, 5, 5, 5)
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda n: n(torch.rand(10, 2), torch.rand(10, 4)), r"pos must have shape \[N, 3\] or \[B, N, 3\]"),
-    (lambda n: n(torch.randint(0, 2, (10, 3)), torch.rand(10, 4)), "pos must be a floating-point"),
-    (lambda n: n(torch.rand(10, 3), torch.rand(9, 4)), r"x must have shape \[10, F\]"),
-    (lambda n: n(torch.rand(10, 3), torch.rand(10, 5)), "5 features per point but the module was built with in_channels=4"),
-    (lambda n: n(torch.rand(10, 3)), r"in_channels=4 \(x=None uses the 3 coordinates\)"),
-    (lambda n: n(torch.rand(0, 3), torch.rand(0, 4)), "holds no points"),
-    (lambda n: n(torch.rand(2, 0, 3), torch.rand(2, 0, 4)), "holds no points"),
-    (lambda n: n(torch.rand(10, 3), torch.rand(10, 4), torch.tensor([0] * 5 + [2] * 5)), "cloud 1 is empty"),
-    (lambda n: n(torch.rand(10, 3), torch.rand(10, 4), torch.tensor([0] * 5 + [1] * 5), num_clouds=3), "cloud 2 is empty"),
-    (lambda n: n(torch.rand(10, 3), torch.rand(10, 4), torch.tensor([1] * 5 + [0] * 5)), "must be sorted"),
-    (lambda n: n(torch.rand(2, 5, 3), torch.rand(2, 5, 4), torch.zeros(10, dtype=torch.long)), "batch must be None"),
-    (lambda n: n("points"), "pos must be a torch.Tensor"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda n: n(torch.rand(10, 2), torch.rand(10, 4)), r"pos must have shape \[N, 3\] or \[B, N, 3\]"),
+        (lambda n: n(torch.randint(0, 2, (10, 3)), torch.rand(10, 4)), "pos must be a floating-point"),
+        (lambda n: n(torch.rand(10, 3), torch.rand(9, 4)), r"x must have shape \[10, F\]"),
+        (
+            lambda n: n(torch.rand(10, 3), torch.rand(10, 5)),
+            "5 features per point but the module was built with in_channels=4",
+        ),
+        (lambda n: n(torch.rand(10, 3)), r"in_channels=4 \(x=None uses the 3 coordinates\)"),
+        (lambda n: n(torch.rand(0, 3), torch.rand(0, 4)), "holds no points"),
+        (lambda n: n(torch.rand(2, 0, 3), torch.rand(2, 0, 4)), "holds no points"),
+        (lambda n: n(torch.rand(10, 3), torch.rand(10, 4), torch.tensor([0] * 5 + [2] * 5)), "cloud 1 is empty"),
+        (
+            lambda n: n(torch.rand(10, 3), torch.rand(10, 4), torch.tensor([0] * 5 + [1] * 5), num_clouds=3),
+            "cloud 2 is empty",
+        ),
+        (lambda n: n(torch.rand(10, 3), torch.rand(10, 4), torch.tensor([1] * 5 + [0] * 5)), "must be sorted"),
+        (
+            lambda n: n(torch.rand(2, 5, 3), torch.rand(2, 5, 4), torch.zeros(10, dtype=torch.long)),
+            "batch must be None",
+        ),
+        (lambda n: n("points"), "pos must be a torch.Tensor"),
+    ],
+)
 def test_gridification_input_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call(_model())
@@ -316,6 +333,7 @@ def test_tiny_reconstruction_fit():
 @pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
 def test_rff_inference_fn_equals_forward(dtype, tol):
     from gridify.nn.fields import RandomFourierField
+
     torch.manual_seed(3)
     field = RandomFourierField(3, 16, omega0=1.0).to(dtype)
     offset = (torch.rand(500, 3, dtype=dtype) - 0.5) * 4
@@ -340,8 +358,16 @@ def _small_classifier():
     from gridify.models import build_model
 
     torch.manual_seed(0)
-    return build_model("gridified_classifier", in_channels=3, num_classes=4, k=5, resolution=5,
-                       hidden_channels=16, depth=1, kernel_size=3).eval()
+    return build_model(
+        "gridified_classifier",
+        in_channels=3,
+        num_classes=4,
+        k=5,
+        resolution=5,
+        hidden_channels=16,
+        depth=1,
+        kernel_size=3,
+    ).eval()
 
 
 def test_prebuilt_graph_gives_the_same_logits_and_gradients():
@@ -406,8 +432,9 @@ def test_graph_collate_in_worker_processes_matches_the_plain_forward():
     assert graph_builder_of(model, dict(cfg, data={"num_workers": 0, "prefetch_graph": True})) is None
     assert graph_builder_of(model, dict(cfg, data={"num_workers": 1, "prefetch_graph": "auto"})) is None  # CPU
     assert graph_builder_of(model, dict(cfg, data={"num_workers": 1, "prefetch_graph": False})) is None
-    loader = DataLoader(items, batch_size=3, num_workers=1,
-                        collate_fn=GraphCollate(collate_points, graph_builder_of(model, cfg)))
+    loader = DataLoader(
+        items, batch_size=3, num_workers=1, collate_fn=GraphCollate(collate_points, graph_builder_of(model, cfg))
+    )
     for b in loader:
         assert b["graph"].edge_index.size(1) > 0
         plain = model(b["pos"], None, b["batch"])
@@ -472,12 +499,13 @@ def test_degridification_validates_a_graph_given_from_outside():
 
 def test_batch_and_cloud_counts_are_checked_before_allocating():
     pos = torch.rand(4, 3) * 0.5
-    with pytest.raises(ValueError, match="num_clouds=1000000000000 asks for 1000000000000 clouds but there are only "
-                                         "4 points"):
-        Gridification(3, 4, 3, k=2)(pos, num_clouds=10 ** 12)
+    with pytest.raises(
+        ValueError, match="num_clouds=1000000000000 asks for 1000000000000 clouds but there are only 4 points"
+    ):
+        Gridification(3, 4, 3, k=2)(pos, num_clouds=10**12)
     with pytest.raises(ValueError, match="num_clouds must be a non-negative integer"):
         Gridification(3, 4, 3, k=2)(pos, num_clouds=2.5)
     with pytest.raises(ValueError, match=r"batch \(it refers to cloud 999999999999\) asks for"):
-        Gridification(3, 4, 3, k=2)(pos, batch=torch.tensor([0, 0, 0, 10 ** 12 - 1]))
+        Gridification(3, 4, 3, k=2)(pos, batch=torch.tensor([0, 0, 0, 10**12 - 1]))
     with pytest.raises(ValueError, match=r"batch_y with 1000000000001 clouds .* would need"):
-        knn(torch.rand(2, 3), torch.rand(2, 3), 1, batch_y=torch.tensor([0, 10 ** 12]))
+        knn(torch.rand(2, 3), torch.rand(2, 3), 1, batch_y=torch.tensor([0, 10**12]))

@@ -1,4 +1,5 @@
 """Tests of the kernel networks and SepFlexConv3d (FFT path, CCNN init, resolution transfer)."""
+
 from __future__ import annotations
 
 import copy
@@ -91,20 +92,23 @@ def test_magnet_gamma_init_follows_gamma_distribution():
     net = MAGNet(out_channels=2, hidden_channels=2000, num_layers=3, alpha=alpha, beta=beta)
     for l, filt in enumerate(net.filters, start=1):
         g2 = filt.gamma.detach().double().square()  # gamma^2 ~ Gamma(alpha / l, beta)
-        mean, var = alpha / l / beta, alpha / l / beta ** 2
+        mean, var = alpha / l / beta, alpha / l / beta**2
         assert g2.mean().item() == pytest.approx(mean, rel=0.05)
         assert g2.var().item() == pytest.approx(var, rel=0.15)
         assert (filt.mu.abs() <= 1).all()
         assert filt.linear.weight.abs().max() <= net.omega0
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(out_channels=0), "out_channels"),
-    (dict(out_channels=3, hidden_channels=0), "hidden_channels"),
-    (dict(out_channels=3, num_layers=0), "num_layers"),
-    (dict(out_channels=3, omega0=-1.0), "omega0"),
-    (dict(out_channels=3, output_scale=0.0), "output_scale"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(out_channels=0), "out_channels"),
+        (dict(out_channels=3, hidden_channels=0), "hidden_channels"),
+        (dict(out_channels=3, num_layers=0), "num_layers"),
+        (dict(out_channels=3, omega0=-1.0), "omega0"),
+        (dict(out_channels=3, output_scale=0.0), "output_scale"),
+    ],
+)
 @pytest.mark.parametrize("cls", KERNEL_CLASSES)
 def test_kernel_net_bad_arguments(cls, kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -133,7 +137,7 @@ def test_fft_matches_direct_convolution(kernel_size, r, dtype, tol):
         layer.fft = True
         y_fft = layer(x)
         z_fft = fft_depthwise_conv3d(x, kernel)
-        if kernel.shape[-1] ** 3 * r ** 3 > 3 * 10 ** 6:
+        if kernel.shape[-1] ** 3 * r**3 > 3 * 10**6:
             # CPU grouped conv3d with a 25^3 kernel takes seconds: check the FFT result at sampled
             # nodes against the defining sum y(p) = sum_o k(o) x(p + o) instead.
             _check_against_sum(x, kernel, z_fft, tol)
@@ -152,8 +156,9 @@ def _check_against_sum(x: torch.Tensor, kernel: torch.Tensor, z: torch.Tensor, t
     xpad = torch.nn.functional.pad(x, (p,) * 6)
     gen = torch.Generator().manual_seed(0)
     nodes = torch.randint(0, r, (40, 3), generator=gen).tolist() + [[0, 0, 0], [r - 1, r - 1, r - 1]]
-    ref = torch.stack([(xpad[0, :, i:i + k, j:j + k, l:l + k] * kernel[:, 0]).flatten(1).sum(1)
-                       for i, j, l in nodes], dim=1)
+    ref = torch.stack(
+        [(xpad[0, :, i : i + k, j : j + k, l : l + k] * kernel[:, 0]).flatten(1).sum(1) for i, j, l in nodes], dim=1
+    )
     got = torch.stack([z[0, :, i, j, l] for i, j, l in nodes], dim=1)
     assert _rel_err(got, ref) < tol
 
@@ -205,10 +210,20 @@ def test_kernel_samples_kernel_net_on_the_offset_lattice():
     assert torch.allclose(k[:, 0, 0, 3, 4], expected.detach(), atol=1e-12)
 
 
-@pytest.mark.parametrize("kernel_size, r0, r, k_expected", [
-    (9, 9, 13, 13), (9, 9, 5, 5), (5, 9, 13, 7), (9, 13, 9, 7), (9, 5, 3, 5), ("global", 9, 13, 25),
-    ("global", 9, 5, 9), (1, 9, 13, 1), (9, 3, 3, 5),
-])
+@pytest.mark.parametrize(
+    "kernel_size, r0, r, k_expected",
+    [
+        (9, 9, 13, 13),
+        (9, 9, 5, 5),
+        (5, 9, 13, 7),
+        (9, 13, 9, 7),
+        (9, 5, 3, 5),
+        ("global", 9, 13, 25),
+        ("global", 9, 5, 9),
+        (1, 9, 13, 1),
+        (9, 3, 3, 5),
+    ],
+)
 def test_resolution_transfer_geometry(kernel_size, r0, r, k_expected):
     layer = SepFlexConv3d(2, 2, kernel_size=kernel_size, base_resolution=r0)
     p, step, scale = layer.kernel_geometry(r)
@@ -230,7 +245,7 @@ def test_resampled_kernel_coincides_with_base_kernel_at_shared_offsets():
 def _smooth_field(r: int) -> torch.Tensor:
     g = torch.linspace(-1.0, 1.0, r, dtype=torch.float64)
     x, y, z = torch.meshgrid(g, g, g, indexing="ij")
-    f1 = torch.sin(1.5 * x + 0.3) * torch.cos(1.1 * y - 0.2) + 0.5 * z ** 2
+    f1 = torch.sin(1.5 * x + 0.3) * torch.cos(1.1 * y - 0.2) + 0.5 * z**2
     f2 = torch.exp(-((x - 0.2) ** 2 + (y + 0.1) ** 2 + (z - 0.3) ** 2) / 0.5)
     return torch.stack([f1, f2, f1 * f2, torch.cos(2 * z + x)])[None]
 
@@ -335,22 +350,25 @@ def test_sepflexconv_every_kernel_net_and_gradients(name):
 
 
 # ---------------------------------------------------------------------------- bad arguments
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(kernel_size=4), "kernel_size must be odd"),
-    (dict(kernel_size=0), "kernel_size"),
-    (dict(kernel_size="big"), "kernel_size"),
-    (dict(kernel_size=True), "kernel_size"),
-    (dict(in_channels=0), "in_channels"),
-    (dict(out_channels=-2), "out_channels"),
-    (dict(mask_init=0.0), "mask_init"),
-    (dict(omega0=float("nan")), "omega0"),
-    (dict(fft="sometimes"), "fft"),
-    (dict(fft_threshold=0), "fft_threshold"),
-    (dict(base_resolution=1), "base_resolution"),
-    (dict(kernel_init="xavier"), "kernel_init"),
-    (dict(kernel_net=3), "kernel_net"),
-    (dict(quadrature="simpson"), "quadrature"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(kernel_size=4), "kernel_size must be odd"),
+        (dict(kernel_size=0), "kernel_size"),
+        (dict(kernel_size="big"), "kernel_size"),
+        (dict(kernel_size=True), "kernel_size"),
+        (dict(in_channels=0), "in_channels"),
+        (dict(out_channels=-2), "out_channels"),
+        (dict(mask_init=0.0), "mask_init"),
+        (dict(omega0=float("nan")), "omega0"),
+        (dict(fft="sometimes"), "fft"),
+        (dict(fft_threshold=0), "fft_threshold"),
+        (dict(base_resolution=1), "base_resolution"),
+        (dict(kernel_init="xavier"), "kernel_init"),
+        (dict(kernel_net=3), "kernel_net"),
+        (dict(quadrature="simpson"), "quadrature"),
+    ],
+)
 def test_sepflexconv_bad_arguments(kwargs, match):
     args = dict(in_channels=3, out_channels=3)
     args.update(kwargs)
@@ -363,12 +381,15 @@ def test_sepflexconv_unknown_kernel_net():
         SepFlexConv3d(3, 3, kernel_net="wavelet")
 
 
-@pytest.mark.parametrize("shape, match", [
-    ((2, 3, 5, 5), "5-dim"),
-    ((2, 4, 5, 5, 5), "expected 3 input channels"),
-    ((2, 3, 5, 5, 6), "cubic"),
-    ((2, 3, 1, 1, 1), "at least 2"),
-])
+@pytest.mark.parametrize(
+    "shape, match",
+    [
+        ((2, 3, 5, 5), "5-dim"),
+        ((2, 4, 5, 5, 5), "expected 3 input channels"),
+        ((2, 3, 5, 5, 6), "cubic"),
+        ((2, 3, 1, 1, 1), "at least 2"),
+    ],
+)
 def test_sepflexconv_bad_inputs(shape, match):
     layer = SepFlexConv3d(3, 3, kernel_size=3)
     with pytest.raises(ValueError, match=match):
@@ -412,6 +433,7 @@ def test_sepflexconv_accepts_half_precision_input_under_autocast():
 
 def test_sepflexconv_per_axis_kernel_samples_each_axis_at_its_spacing():
     from gridify.nn.flexconv import SepFlexConv3d
+
     layer = SepFlexConv3d(2, 2, kernel_size=5, base_resolution=9, cubic=False).double()
     assert layer.kernel_geometry((9, 9, 5)) == ((2, 2, 1), (0.5, 0.5, 1.0), 2.0)
     assert layer.kernel_geometry((7, 7, 7)) == layer.kernel_geometry(7)

@@ -1,4 +1,5 @@
 """Tests of MRConv3d (gridify.nn.mrconv): multi-resolution depthwise conv + reparameterization."""
+
 from __future__ import annotations
 
 import copy
@@ -12,8 +13,12 @@ from gridify.backbones import MRConvNet, build_backbone
 from gridify.checkpoint import reparameterize_model
 from gridify.nn import MRConv3d
 
-CONFIGS = [dict(kernel_type="dilated"), dict(kernel_type="fourier"),
-           dict(kernel_type="fourier", modes=3, sparse_taps=6), dict(kernel_type="dilated", kernel_size=5)]
+CONFIGS = [
+    dict(kernel_type="dilated"),
+    dict(kernel_type="fourier"),
+    dict(kernel_type="fourier", modes=3, sparse_taps=6),
+    dict(kernel_type="dilated", kernel_size=5),
+]
 
 
 def _warm_stats(layer: torch.nn.Module, r: int, steps: int = 3) -> None:
@@ -72,7 +77,15 @@ def test_reparameterized_equals_branch_sum(cfg, r):
         folded = copy.deepcopy(layer).reparameterize()
         out = folded(x)
     assert folded.reparameterized and not hasattr(folded, "norms") and not hasattr(folded, "alpha")
-    assert folded.rep_weight.shape == (6, 1, max(layer.branch_supports(r)),) + (max(layer.branch_supports(r)),) * 2
+    assert (
+        folded.rep_weight.shape
+        == (
+            6,
+            1,
+            max(layer.branch_supports(r)),
+        )
+        + (max(layer.branch_supports(r)),) * 2
+    )
     assert ((out - ref).norm() / ref.norm()).item() < 1e-4
     # float32 as well (FFT and direct paths)
     layer32, folded32 = copy.deepcopy(layer).float(), copy.deepcopy(folded).float()
@@ -101,8 +114,9 @@ def test_fft_direct_and_matmul_backends_agree():
         assert torch.allclose(auto(x[:, :, :5, :5, :5]), layers[False](x[:, :, :5, :5, :5]), atol=1e-10)
         # new weights invalidate the cached matrices
         auto.load_state_dict({k: v * 2 if k == "rep_weight" else v for k, v in auto.state_dict().items()})
-        assert torch.allclose(auto(x) - auto.rep_bias.view(1, -1, 1, 1, 1),
-                              2 * (ref - auto.rep_bias.view(1, -1, 1, 1, 1)), atol=1e-10)
+        assert torch.allclose(
+            auto(x) - auto.rep_bias.view(1, -1, 1, 1, 1), 2 * (ref - auto.rep_bias.view(1, -1, 1, 1, 1)), atol=1e-10
+        )
 
 
 def test_fourier_kernel_matches_the_mode_sum():
@@ -125,7 +139,7 @@ def test_fourier_kernel_matches_the_mode_sum():
                 phase = 2 * math.pi * (f[0] * o[:, None, None] + f[1] * o[None, :, None] + f[2] * o[None, None, :]) / s
                 term = c[:, None, None, None] * torch.exp(1j * phase)[None]
                 ref += (1.0 if l == 0 else 2.0) * term.real
-    ref /= s ** 1.5
+    ref /= s**1.5
     assert torch.allclose(k, ref, atol=1e-12)
 
 
@@ -218,20 +232,23 @@ def test_initial_output_std_is_order_one(kernel_type):
     assert torch.allclose(a / a[0], 0.5 ** torch.arange(4.0)) and torch.isclose(a.square().sum(), torch.tensor(1.0))
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(channels=0), "channels must be a positive integer"),
-    (dict(channels=3, num_branches=0), "num_branches must be a positive integer"),
-    (dict(channels=3, kernel_size=4), "kernel_size must be an odd integer >= 3"),
-    (dict(channels=3, kernel_size=1), "kernel_size must be an odd integer >= 3"),
-    (dict(channels=3, kernel_type="gaussian"), "kernel_type must be one of"),
-    (dict(channels=3, modes=0), "modes must be a positive integer"),
-    (dict(channels=3, sparse_taps=-1, kernel_type="fourier"), "sparse_taps must be a non-negative integer"),
-    (dict(channels=3, sparse_taps=4), "sparse_taps=4 needs kernel_type='fourier'"),
-    (dict(channels=3, decay=0.0), r"decay must be a number in \(0, 1\]"),
-    (dict(channels=3, resolution=0), "resolution must be None or a positive integer"),
-    (dict(channels=3, fft="yes"), "fft must be 'auto', True or False"),
-    (dict(channels=3, global_kernel="yes"), "global_kernel must be a bool"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(channels=0), "channels must be a positive integer"),
+        (dict(channels=3, num_branches=0), "num_branches must be a positive integer"),
+        (dict(channels=3, kernel_size=4), "kernel_size must be an odd integer >= 3"),
+        (dict(channels=3, kernel_size=1), "kernel_size must be an odd integer >= 3"),
+        (dict(channels=3, kernel_type="gaussian"), "kernel_type must be one of"),
+        (dict(channels=3, modes=0), "modes must be a positive integer"),
+        (dict(channels=3, sparse_taps=-1, kernel_type="fourier"), "sparse_taps must be a non-negative integer"),
+        (dict(channels=3, sparse_taps=4), "sparse_taps=4 needs kernel_type='fourier'"),
+        (dict(channels=3, decay=0.0), r"decay must be a number in \(0, 1\]"),
+        (dict(channels=3, resolution=0), "resolution must be None or a positive integer"),
+        (dict(channels=3, fft="yes"), "fft must be 'auto', True or False"),
+        (dict(channels=3, global_kernel="yes"), "global_kernel must be a bool"),
+    ],
+)
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         MRConv3d(**kwargs)

@@ -42,12 +42,12 @@ def test_grid_knn_exact_against_brute_force(R, k):
     pos, batch = ragged_batch([100, 37, 1], seed=R)
     B = 3
     nodes = grid_positions(R).repeat(B, 1)
-    nb = torch.arange(B).repeat_interleave(R ** 3)
+    nb = torch.arange(B).repeat_interleave(R**3)
     ref = knn(nodes, pos, k, nb, batch, backend="torch")
     out = grid_knn(pos, k, R, batch=batch)
     assert torch.equal(out[0], ref[0])
     torch.testing.assert_close(_dists(nodes, pos, out), _dists(nodes, pos, ref))
-    assert torch.equal(out[1] // R ** 3, batch[out[0]])  # never another cloud's grid
+    assert torch.equal(out[1] // R**3, batch[out[0]])  # never another cloud's grid
 
 
 def test_grid_knn_points_outside_box_and_anisotropic_box():
@@ -86,7 +86,7 @@ def test_grid_knn_per_axis_matches_brute_force(shape, k):
     k = min(k, n_nodes)
     lower, upper = (-1.0, -0.5, 0.0), (1.0, 0.5, 0.25)
     lo, hi = torch.tensor(lower), torch.tensor(upper)
-    pos = (lo + (hi - lo) * (torch.rand(300, 3, generator=g, dtype=torch.float64) * 1.4 - 0.2))  # some outside
+    pos = lo + (hi - lo) * (torch.rand(300, 3, generator=g, dtype=torch.float64) * 1.4 - 0.2)  # some outside
     batch = torch.cat([torch.zeros(150, dtype=torch.long), torch.ones(150, dtype=torch.long)])
     got = grid_knn(pos, k, shape, lower, upper, batch)
     assert got.shape == (2, 300 * k)

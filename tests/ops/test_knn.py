@@ -1,4 +1,5 @@
 """gridify.ops.knn: against the brute-force reference, ties, backends, errors."""
+
 import importlib
 
 import pytest
@@ -138,19 +139,25 @@ def test_knn_float64_and_noncontiguous():
         assert torch.equal(knn(x, y, 4, backend=backend)[0], knn_reference(x, y, 4)[0])
 
 
-@pytest.mark.parametrize("bad, match", [
-    (dict(k=0), "k must be a positive integer"),
-    (dict(k=2.5), "k must be a positive integer"),
-    (dict(backend="faiss"), "unknown backend"),
-    (dict(x=torch.rand(10, 2)), "same dimension"),
-    (dict(x=torch.randint(0, 3, (10, 3))), "floating-point"),
-    (dict(y=torch.rand(4)), r"shape \[num_points, dim\]"),
-    (dict(batch_x=torch.tensor([0] * 5 + [1] * 5), batch_y=torch.tensor([0, 2, 2, 2])), "batch_y refers to cloud 2"),
-    (dict(batch_x=torch.tensor([1] * 5 + [0] * 5)), "must be sorted"),
-    (dict(batch_x=torch.tensor([0] * 5 + [2] * 5)), "cloud 1 is empty"),
-    (dict(batch_x=torch.zeros(9, dtype=torch.long)), "one entry per point"),
-    (dict(batch_x=torch.zeros(10)), "integer tensor"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(k=0), "k must be a positive integer"),
+        (dict(k=2.5), "k must be a positive integer"),
+        (dict(backend="faiss"), "unknown backend"),
+        (dict(x=torch.rand(10, 2)), "same dimension"),
+        (dict(x=torch.randint(0, 3, (10, 3))), "floating-point"),
+        (dict(y=torch.rand(4)), r"shape \[num_points, dim\]"),
+        (
+            dict(batch_x=torch.tensor([0] * 5 + [1] * 5), batch_y=torch.tensor([0, 2, 2, 2])),
+            "batch_y refers to cloud 2",
+        ),
+        (dict(batch_x=torch.tensor([1] * 5 + [0] * 5)), "must be sorted"),
+        (dict(batch_x=torch.tensor([0] * 5 + [2] * 5)), "cloud 1 is empty"),
+        (dict(batch_x=torch.zeros(9, dtype=torch.long)), "one entry per point"),
+        (dict(batch_x=torch.zeros(10)), "integer tensor"),
+    ],
+)
 def test_knn_errors(bad, match):
     args = dict(x=torch.rand(10, 3), y=torch.rand(4, 3), k=3, batch_x=None, batch_y=None, backend="auto")
     args.update(bad)

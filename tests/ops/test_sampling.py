@@ -44,7 +44,7 @@ def test_fps_batch_composition_invariance():
     offset = 0
     parts = []
     for b, n in enumerate([50, 33, 71]):
-        alone = fps(pos[offset:offset + n], None, ratio=0.4, random_start=False)
+        alone = fps(pos[offset : offset + n], None, ratio=0.4, random_start=False)
         parts.append(alone + offset)
         offset += n
     assert torch.equal(joint, torch.cat(parts))
@@ -71,12 +71,15 @@ def test_fps_ratio_one_returns_every_point():
     assert torch.equal(out.sort().values, torch.arange(14))
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(ratio=0.0), "ratio must be a number in \\(0, 1\\]"),
-    (dict(ratio=1.5), "ratio must be"),
-    (dict(start=torch.tensor([0])), "start must be a 1-D integer tensor with one entry per cloud"),
-    (dict(start=torch.tensor([0, 99])), "start holds an index outside its cloud"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(ratio=0.0), "ratio must be a number in \\(0, 1\\]"),
+        (dict(ratio=1.5), "ratio must be"),
+        (dict(start=torch.tensor([0])), "start must be a 1-D integer tensor with one entry per cloud"),
+        (dict(start=torch.tensor([0, 99])), "start holds an index outside its cloud"),
+    ],
+)
 def test_fps_bad_arguments(kwargs, match):
     pos, batch = ragged_batch([5, 6], seed=0)
     with pytest.raises(ValueError, match=match):
@@ -140,12 +143,15 @@ def test_radius_query_of_an_empty_neighbourhood_gets_no_edges():
     assert radius(x, y, 0.5).shape == (2, 0)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(r=0.0), "r must be a positive finite number"),
-    (dict(r=float("inf")), "r must be a positive finite number"),
-    (dict(r=0.5, max_num_neighbors=0), "max_num_neighbors must be a positive integer"),
-    (dict(r=0.5, backend="gpu"), "unknown backend"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(r=0.0), "r must be a positive finite number"),
+        (dict(r=float("inf")), "r must be a positive finite number"),
+        (dict(r=0.5, max_num_neighbors=0), "max_num_neighbors must be a positive integer"),
+        (dict(r=0.5, backend="gpu"), "unknown backend"),
+    ],
+)
 def test_radius_bad_arguments(kwargs, match):
     x = torch.rand(5, 3)
     with pytest.raises(ValueError, match=match):
@@ -170,8 +176,11 @@ def test_radius_with_sparse_cloud_ids_allocates_by_the_points_not_the_ids(monkey
     dense = radius(x, y, 10.0, torch.tensor([0, 0, 1, 1, 2, 2]), torch.tensor([0, 1, 2]), max_num_neighbors=8)
     assert torch.equal(out, dense) and out.shape == (2, 6)
     assert torch.equal(radius(x, y, 10.0, bx, by, backend="kdtree"), dense)
-    with pytest.raises(ValueError, match=r"radius: batch_y refers to cloud 60000000 but x has points for clouds up "
-                                         r"to 49999999"):
+    with pytest.raises(
+        ValueError,
+        match=r"radius: batch_y refers to cloud 60000000 but x has points for clouds up "
+        r"to 49999999",
+    ):
         radius(x, y, 1.0, bx, torch.tensor([0, 7, 60_000_000]))
 
 

@@ -56,14 +56,23 @@ def test_scatter_accumulates_half_precision_in_float32():
     assert scatter(ones, idx[:1001], reduce="sum").item() == 1000.0  # 1001 rounds to 1000 in bfloat16 once
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(index=torch.tensor([0, -1, 1])), "index values must be non-negative bucket numbers, got -1 at position 1"),
-    (dict(index=torch.zeros(0, dtype=torch.long), dim_size=-3), "dim_size must be a non-negative integer, got -3"),
-    (dict(dim_size=2.5), "dim_size must be a non-negative integer, got 2.5"),
-    (dict(dim_size=True), "dim_size must be a non-negative integer, got True"),
-    (dict(dim_size=10 ** 13), r"dim_size=10000000000000 \(an output of \[10000000000000, 2\] torch.float32\) would "
-                              r"need .* more than the allocation limit"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (
+            dict(index=torch.tensor([0, -1, 1])),
+            "index values must be non-negative bucket numbers, got -1 at position 1",
+        ),
+        (dict(index=torch.zeros(0, dtype=torch.long), dim_size=-3), "dim_size must be a non-negative integer, got -3"),
+        (dict(dim_size=2.5), "dim_size must be a non-negative integer, got 2.5"),
+        (dict(dim_size=True), "dim_size must be a non-negative integer, got True"),
+        (
+            dict(dim_size=10**13),
+            r"dim_size=10000000000000 \(an output of \[10000000000000, 2\] torch.float32\) would "
+            r"need .* more than the allocation limit",
+        ),
+    ],
+)
 def test_scatter_index_and_size_arguments(kwargs, match):
     args = dict(src=torch.ones(3, 2), index=torch.tensor([0, 1, 1]))
     if "index" in kwargs:

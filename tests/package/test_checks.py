@@ -12,8 +12,19 @@ from gridify.backbones import CCNN, ResNet3d, UNet3d
 from gridify.baselines import PointSepCKConv, knn_interpolate
 from gridify.metrics import OverallAccuracy
 from gridify.models import GridifiedClassifier
-from gridify.nn import (BipartiteConv, CfC, CfCCell, ChannelLayerNorm, DeltaTGRU, MAGNet, MRConv3d,
-                        RandomFourierField, SepFlexConv3d, SIRENField, reparameterize_model)
+from gridify.nn import (
+    BipartiteConv,
+    CfC,
+    CfCCell,
+    ChannelLayerNorm,
+    DeltaTGRU,
+    MAGNet,
+    MRConv3d,
+    RandomFourierField,
+    SepFlexConv3d,
+    SIRENField,
+    reparameterize_model,
+)
 from gridify.ops import fps, grid_knn, grid_positions, knn, scatter
 from gridify.transforms import RandomJitter, RandomRotateZ, rotation_matrix
 
@@ -39,33 +50,50 @@ def _tiny_classifier(**kw):
 def _bipartite_call(**bad):
     torch.manual_seed(0)
     conv = BipartiteConv(2, 4, 8)
-    args = dict(x_src=torch.randn(5, 2), edge_src=torch.tensor([0, 1, 4]), edge_dst=torch.tensor([0, 2, 1]),
-                offset=torch.randn(3, 3), num_dst=3)
+    args = dict(
+        x_src=torch.randn(5, 2),
+        edge_src=torch.tensor([0, 1, 4]),
+        edge_dst=torch.tensor([0, 2, 1]),
+        offset=torch.randn(3, 3),
+        num_dst=3,
+    )
     args.update(bad)
     return conv(**args)
 
 
 NESTED_INPUTS = [
-    (lambda: RandomFourierField(3, 8)(_with(torch.randn(6, 3), (2, 1)) * 0.1),
-     r"RandomFourierField: offset contains NaN values \(1 entry affected\); first at row 2"),
+    (
+        lambda: RandomFourierField(3, 8)(_with(torch.randn(6, 3), (2, 1)) * 0.1),
+        r"RandomFourierField: offset contains NaN values \(1 entry affected\); first at row 2",
+    ),
     (lambda: SIRENField(3, 8)(_with(torch.randn(6, 3), (4, 0), float("inf"))), "SIRENField: offset contains Inf"),
     (lambda: SIRENField(3, 8)(offset=_with(torch.randn(6, 3), (1, 0))), "SIRENField: offset contains NaN"),
     (lambda: MAGNet(4)(coords=torch.rand(5, 2)), r"MAGNet: coords must have shape \[\.\.\., 3\]"),
     (lambda: MAGNet(4)(_with(torch.rand(5, 3), (1, 2))), "MAGNet: coords contains NaN"),
     (lambda: MAGNet(4)(torch.rand(5, 3).double()), "coords has dtype torch.float64, which does not match"),
-    (lambda: SepFlexConv3d(3, 3, kernel_size=3)(_with(_grid(), (1, 2, 0, 1, 3))),
-     "SepFlexConv3d: x contains NaN values .* first at cloud 1, channel 2, x 0, y 1, z 3"),
+    (
+        lambda: SepFlexConv3d(3, 3, kernel_size=3)(_with(_grid(), (1, 2, 0, 1, 3))),
+        "SepFlexConv3d: x contains NaN values .* first at cloud 1, channel 2, x 0, y 1, z 3",
+    ),
     (lambda: MRConv3d(3)(_with(_grid(), (0, 1, 1, 1, 1))), "MRConv3d: x contains NaN"),
     (lambda: ChannelLayerNorm(3)(_with(_grid(), (0, 0, 0, 0, 0), -float("inf"))), "ChannelLayerNorm: x contains Inf"),
     (lambda: ChannelLayerNorm(3)(_grid(c=4)), r"ChannelLayerNorm: x must have shape \[B, 3, \.\.\.\]"),
-    (lambda: CCNN(3, 3, hidden_channels=4, depth=1, kernel_size=3)(_with(_grid(), (1, 0, 3, 3, 3))),
-     "CCNN: x contains NaN values .* cloud 1"),
-    (lambda: ResNet3d(3, 3, hidden_channels=4, depth=1, kernel_size=3)(_with(_grid(), (0, 0, 0, 0, 0))),
-     "ResNet3d: x contains NaN"),
-    (lambda: UNet3d(3, 3, hidden_channels=4, depth=2, kernel_size=3)(_grid().double()),
-     "UNet3d: x has dtype torch.float64, which does not match the layer's dtype torch.float32"),
-    (lambda: CCNN(3, 3, hidden_channels=4, depth=1, kernel_size=3)(_grid().to("meta")),
-     "CCNN: x is on meta but the module's parameters are on cpu"),
+    (
+        lambda: CCNN(3, 3, hidden_channels=4, depth=1, kernel_size=3)(_with(_grid(), (1, 0, 3, 3, 3))),
+        "CCNN: x contains NaN values .* cloud 1",
+    ),
+    (
+        lambda: ResNet3d(3, 3, hidden_channels=4, depth=1, kernel_size=3)(_with(_grid(), (0, 0, 0, 0, 0))),
+        "ResNet3d: x contains NaN",
+    ),
+    (
+        lambda: UNet3d(3, 3, hidden_channels=4, depth=2, kernel_size=3)(_grid().double()),
+        "UNet3d: x has dtype torch.float64, which does not match the layer's dtype torch.float32",
+    ),
+    (
+        lambda: CCNN(3, 3, hidden_channels=4, depth=1, kernel_size=3)(_grid().to("meta")),
+        "CCNN: x is on meta but the module's parameters are on cpu",
+    ),
     (lambda: _bipartite_call(x_src=_with(torch.randn(5, 2), (3, 1))), "BipartiteConv: x_src contains NaN .* row 3"),
     (lambda: _bipartite_call(offset=_with(torch.randn(3, 3), (2, 2))), "BipartiteConv: offset contains NaN .* edge 2"),
     (lambda: _bipartite_call(edge_src=torch.tensor([0, 1, 5])), r"edge_src values must lie in \[0, 5\), got 5"),
@@ -80,28 +108,45 @@ NESTED_INPUTS = [
     (lambda: CfCCell(3, 4)(_with(torch.randn(2, 3), (1, 1))), "CfCCell: input contains NaN"),
     (lambda: DeltaTGRU(3, 4)(torch.randn(2, 5, 3), mask=torch.ones(2, 5)), "mask must be a boolean"),
     (lambda: DeltaTGRU(3, 4)(torch.randn(2, 5, 3), lengths=torch.tensor([2.0, 3.0])), "lengths must be an integer"),
-    (lambda: CfC(3, 4).half()(torch.randn(2, 5, 3, dtype=torch.float16), torch.full((2, 5), 1e5)),
-     "timespans up to 1e\\+05 overflow torch.float16"),
-    (lambda: knn_interpolate(_with(torch.randn(6, 2), (5, 0)), torch.rand(6, 3), torch.rand(2, 3)),
-     "knn_interpolate: x contains NaN .* at row 5"),
-    (lambda: PointSepCKConv(2, 2)(torch.randn(4, 2), torch.rand(4, 3), torch.tensor([[0, 1]] * 3 + [[3, 4]])),
-     r"nbr values must lie in \[0, 4\), got 4"),
-    (lambda: OverallAccuracy().update(_with(torch.randn(3, 4), (1, 1)), torch.tensor([0, 1, 2])),
-     "OverallAccuracy: preds contains NaN .* sample 1, class 1"),
-    (lambda: OverallAccuracy().update(torch.tensor([0, 1]), torch.tensor([True, False])),
-     "target must hold integer class ids, got dtype torch.bool"),
-    (lambda: fps(torch.rand(6, 3), torch.tensor([0, 0, 0, 1, 1, 1]), start=torch.tensor([True, False])),
-     "start must be an integer tensor, got dtype torch.bool"),
+    (
+        lambda: CfC(3, 4).half()(torch.randn(2, 5, 3, dtype=torch.float16), torch.full((2, 5), 1e5)),
+        "timespans up to 1e\\+05 overflow torch.float16",
+    ),
+    (
+        lambda: knn_interpolate(_with(torch.randn(6, 2), (5, 0)), torch.rand(6, 3), torch.rand(2, 3)),
+        "knn_interpolate: x contains NaN .* at row 5",
+    ),
+    (
+        lambda: PointSepCKConv(2, 2)(torch.randn(4, 2), torch.rand(4, 3), torch.tensor([[0, 1]] * 3 + [[3, 4]])),
+        r"nbr values must lie in \[0, 4\), got 4",
+    ),
+    (
+        lambda: OverallAccuracy().update(_with(torch.randn(3, 4), (1, 1)), torch.tensor([0, 1, 2])),
+        "OverallAccuracy: preds contains NaN .* sample 1, class 1",
+    ),
+    (
+        lambda: OverallAccuracy().update(torch.tensor([0, 1]), torch.tensor([True, False])),
+        "target must hold integer class ids, got dtype torch.bool",
+    ),
+    (
+        lambda: fps(torch.rand(6, 3), torch.tensor([0, 0, 0, 1, 1, 1]), start=torch.tensor([True, False])),
+        "start must be an integer tensor, got dtype torch.bool",
+    ),
     (lambda: fps(torch.rand(6, 3), random_start="yes"), "random_start must be a bool"),
     (lambda: knn(torch.rand(4, 3), torch.rand(4, 3).to("meta"), 2), "x is on cpu but y is on meta"),
-    (lambda: knn(torch.rand(4, 3).to(torch.float8_e4m3fn), torch.rand(4, 3), 2),
-     "x has the unsupported dtype torch.float8_e4m3fn; use float16, bfloat16, float32 or float64"),
+    (
+        lambda: knn(torch.rand(4, 3).to(torch.float8_e4m3fn), torch.rand(4, 3), 2),
+        "x has the unsupported dtype torch.float8_e4m3fn; use float16, bfloat16, float32 or float64",
+    ),
     (lambda: grid_knn(torch.rand(4, 3), 2, 3, lower=NAN), r"grid_knn: lower must be finite"),
     (lambda: grid_knn(torch.rand(4, 3), 2, 3, lower=[-1.0, -1.0]), "lower must be a number or one number per axis"),
     (lambda: grid_knn(torch.rand(4, 3), 2, 3, lower="left"), "lower must be a number or one number per axis"),
     (lambda: grid_knn(torch.rand(4, 3), 2, 3, lower=-1e308, upper=1e308), "extent upper - lower overflows"),
     (lambda: RandomRotateZ()({"pos": _with(torch.rand(5, 3), (2, 2))}), "RandomRotateZ: 'pos' contains NaN/Inf"),
-    (lambda: RandomRotateZ()({"pos": torch.rand(5, 3), "normal": torch.rand(4, 3)}), r"'normal' must have shape \[5, 3\]"),
+    (
+        lambda: RandomRotateZ()({"pos": torch.rand(5, 3), "normal": torch.rand(4, 3)}),
+        r"'normal' must have shape \[5, 3\]",
+    ),
     (lambda: RandomJitter(sigma=NAN), "sigma must be a non-negative finite number"),
     (lambda: RandomJitter()({"pos": np.arange(15).reshape(5, 3)}), "'pos' must hold floating-point coordinates"),
     (lambda: rotation_matrix(3, 0.5), "rotation_matrix: axis must be 0, 1 or 2, got 3"),

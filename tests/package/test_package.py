@@ -9,8 +9,10 @@ from gridify.registry import BACKBONES, Registry, UnknownNameError
 
 def test_import_is_light():
     """`import gridify` pulls in no training framework, plotting library or Open3D."""
-    code = ("import sys, gridify; bad = [m for m in ('lightning', 'pytorch_lightning', 'matplotlib', 'open3d') "
-            "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, gridify; bad = [m for m in ('lightning', 'pytorch_lightning', 'matplotlib', 'open3d') "
+        "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
 
@@ -31,9 +33,12 @@ def test_registry():
 
 
 def test_unknown_registry_names_are_value_errors_and_key_errors():
-    for call in (lambda: build_model("nope"), lambda: BACKBONES.get("zzz"),
-                 lambda: GridifiedClassifier(3, 4, backbone="zzz"),
-                 lambda: GridifiedClassifier(3, 4, pos_embedding="zzz")):
+    for call in (
+        lambda: build_model("nope"),
+        lambda: BACKBONES.get("zzz"),
+        lambda: GridifiedClassifier(3, 4, backbone="zzz"),
+        lambda: GridifiedClassifier(3, 4, pos_embedding="zzz"),
+    ):
         with pytest.raises(ValueError) as err:
             call()
         assert isinstance(err.value, KeyError) and isinstance(err.value, UnknownNameError)

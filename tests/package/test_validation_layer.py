@@ -3,6 +3,7 @@
 The value checks (NaN/Inf, batch vectors) read tensor values, which on a GPU means a host
 synchronisation each; they are counted by profiling calls into ``gridify/_checks.py``.
 """
+
 import sys
 from collections import Counter
 
@@ -96,11 +97,12 @@ def test_every_model_validates_its_inputs_once():
 
     pos, batch = _clouds()
     x = pos * 0.5
-    for model in (GridifiedClassifier(3, 5, resolution=4, k=4, hidden_channels=8, depth=2, kernel_size=3,
-                                      backbone="mrconv"),
-                  GridifiedClassifier(3, 5, resolution=5, k=4, hidden_channels=8, depth=2, kernel_size=3,
-                                      backbone="unet"),
-                  PointNet2Classifier(3, 5), PointCKConvClassifier(3, 5, hidden_channels=8, depth=2, k=8)):
+    for model in (
+        GridifiedClassifier(3, 5, resolution=4, k=4, hidden_channels=8, depth=2, kernel_size=3, backbone="mrconv"),
+        GridifiedClassifier(3, 5, resolution=5, k=4, hidden_channels=8, depth=2, kernel_size=3, backbone="unet"),
+        PointNet2Classifier(3, 5),
+        PointCKConvClassifier(3, 5, hidden_channels=8, depth=2, k=8),
+    ):
         for mode in (model.train, model.eval):
             mode()
             _, calls = _count_checks(lambda: model(pos, x, batch))

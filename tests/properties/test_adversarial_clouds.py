@@ -8,6 +8,7 @@ and agrees with the reference path, or raises a ``ValueError`` naming the proble
 Extreme magnitudes and every floating dtype (squares that would overflow or underflow the input
 dtype) are covered by ``tests/properties/test_dtypes_and_bad_values.py``.
 """
+
 import math
 import warnings
 
@@ -23,8 +24,13 @@ from gridify.io import read_points, write_ply  # noqa: E402
 from gridify.nn import Degridification, Gridification, RegularGrid, bilateral_knn  # noqa: E402
 from gridify.ops import grid_knn, grid_positions, knn, knn_reference, scatter, scatter_reference  # noqa: E402
 
-FAST = settings(max_examples=30, deadline=4000, derandomize=True, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+FAST = settings(
+    max_examples=30,
+    deadline=4000,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 SLOWER = settings(FAST, max_examples=15)
 KNN_BACKENDS = ["torch", "kdtree"]
 
@@ -40,7 +46,7 @@ def clouds(draw, min_n=1, max_n=24, scales=(1e-12, 1e-3, 1.0, 1e3, 1e12)):
     """``[N, 3]`` float64 numpy points of an adversarial kind, and the kind."""
     kind = draw(st.sampled_from(KINDS))
     n = 1 if kind == "single" else draw(st.integers(min_n, max_n))
-    seed = draw(st.integers(0, 2 ** 16))
+    seed = draw(st.integers(0, 2**16))
     scale = draw(st.sampled_from(scales))
     rng = np.random.default_rng(seed)
     if kind == "random" or kind == "single":
@@ -82,8 +88,14 @@ def _sorted_dists_per_query(x, y, ei, m):
 # ops.knn
 # --------------------------------------------------------------------------------------
 @FAST
-@given(a=clouds(), b=clouds(max_n=10), k=st.integers(1, 9), backend=st.sampled_from(KNN_BACKENDS),
-       dtype=st.sampled_from([torch.float32, torch.float64]), noncontig=st.booleans())
+@given(
+    a=clouds(),
+    b=clouds(max_n=10),
+    k=st.integers(1, 9),
+    backend=st.sampled_from(KNN_BACKENDS),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    noncontig=st.booleans(),
+)
 def test_knn_agrees_with_reference(a, b, k, backend, dtype, noncontig):
     (xp, _), (yp, _) = a, b
     x, y = as_tensor(xp, dtype, noncontig), as_tensor(yp, dtype)
@@ -115,8 +127,9 @@ def test_knn_never_crosses_clouds_and_is_batch_composable(a, b, k, backend):
     assert torch.equal(counts, torch.bincount(bx)[bx].clamp(max=k))
     alone = knn(as_tensor(pb), as_tensor(pb), k, backend=backend)  # cloud 1 alone == cloud 1 in the batch
     in_batch = out[:, bx[out[0]] == 1] - len(pa)
-    torch.testing.assert_close(_d64(as_tensor(pb), as_tensor(pb), in_batch),
-                               _d64(as_tensor(pb), as_tensor(pb), alone), rtol=1e-5, atol=1e-30)
+    torch.testing.assert_close(
+        _d64(as_tensor(pb), as_tensor(pb), in_batch), _d64(as_tensor(pb), as_tensor(pb), alone), rtol=1e-5, atol=1e-30
+    )
 
 
 def test_knn_float16_matches_float32_on_small_extents():
@@ -127,16 +140,19 @@ def test_knn_float16_matches_float32_on_small_extents():
     torch.testing.assert_close(_d64(x.half(), x.half(), out16), _d64(x.half(), x.half(), out32), rtol=2e-2, atol=1e-3)
 
 
-@pytest.mark.parametrize("bad, message", [
-    (lambda x: knn(x, x, 0), "k must be a positive integer"),
-    (lambda x: knn(x, x, 2.5), "k must be a positive integer"),
-    (lambda x: knn(x.long(), x, 2), "x must be a floating-point tensor"),
-    (lambda x: knn(x[:, :2], x, 2), "same dimension"),
-    (lambda x: knn(x, x, 2, backend="faiss"), "unknown backend 'faiss'"),
-    (lambda x: knn(torch.cat([x, x.new_tensor([[float("nan")] * 3])]), x, 2), "x contains NaN"),
-    (lambda x: knn(x, x, 2, batch_x=torch.arange(x.size(0)).flip(0)), "batch_x must be sorted"),
-    (lambda x: knn(x, x, 2, batch_x=torch.zeros(3, dtype=torch.long)), "one entry per point"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (lambda x: knn(x, x, 0), "k must be a positive integer"),
+        (lambda x: knn(x, x, 2.5), "k must be a positive integer"),
+        (lambda x: knn(x.long(), x, 2), "x must be a floating-point tensor"),
+        (lambda x: knn(x[:, :2], x, 2), "same dimension"),
+        (lambda x: knn(x, x, 2, backend="faiss"), "unknown backend 'faiss'"),
+        (lambda x: knn(torch.cat([x, x.new_tensor([[float("nan")] * 3])]), x, 2), "x contains NaN"),
+        (lambda x: knn(x, x, 2, batch_x=torch.arange(x.size(0)).flip(0)), "batch_x must be sorted"),
+        (lambda x: knn(x, x, 2, batch_x=torch.zeros(3, dtype=torch.long)), "one entry per point"),
+    ],
+)
 def test_knn_bad_inputs_raise_clear_errors(bad, message):
     with pytest.raises(ValueError, match=message):
         bad(torch.rand(8, 3))
@@ -152,10 +168,16 @@ def test_knn_mixed_devices_raise():
 # ops.scatter
 # --------------------------------------------------------------------------------------
 @FAST
-@given(n=st.integers(0, 30), dim_size=st.integers(1, 8), feat=st.integers(1, 4),
-       reduce=st.sampled_from(["sum", "mean", "max", "min"]),
-       dtype=st.sampled_from([torch.float16, torch.float32, torch.float64]),
-       scale=st.sampled_from([1e-6, 1.0, 1e4]), noncontig=st.booleans(), seed=st.integers(0, 999))
+@given(
+    n=st.integers(0, 30),
+    dim_size=st.integers(1, 8),
+    feat=st.integers(1, 4),
+    reduce=st.sampled_from(["sum", "mean", "max", "min"]),
+    dtype=st.sampled_from([torch.float16, torch.float32, torch.float64]),
+    scale=st.sampled_from([1e-6, 1.0, 1e4]),
+    noncontig=st.booleans(),
+    seed=st.integers(0, 999),
+)
 def test_scatter_agrees_with_reference(n, dim_size, feat, reduce, dtype, scale, noncontig, seed):
     g = torch.Generator().manual_seed(seed)
     src = ((torch.rand(n, feat, generator=g) * 2 - 1) * scale).to(dtype)
@@ -171,13 +193,16 @@ def test_scatter_agrees_with_reference(n, dim_size, feat, reduce, dtype, scale, 
     assert (out[empty] == 0).all()  # empty buckets are zero for every reduction
 
 
-@pytest.mark.parametrize("bad, message", [
-    (lambda: scatter(torch.rand(4, 2), torch.tensor([0, 1, 2])), "src has 4 rows but index has 3"),
-    (lambda: scatter(torch.rand(4, 2), torch.tensor([0, 1, 2, 5]), 3), r"index values must lie in \[0, 3\)"),
-    (lambda: scatter(torch.rand(4, 2), torch.tensor([0, -1, 2, 1]), 3), r"index values must lie in"),
-    (lambda: scatter(torch.rand(4, 2), torch.tensor([0.0, 1, 2, 1])), "index must be a 1-D integer tensor"),
-    (lambda: scatter(torch.rand(4, 2), torch.tensor([0, 1, 2, 1]), reduce="median"), "unknown reduce 'median'"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (lambda: scatter(torch.rand(4, 2), torch.tensor([0, 1, 2])), "src has 4 rows but index has 3"),
+        (lambda: scatter(torch.rand(4, 2), torch.tensor([0, 1, 2, 5]), 3), r"index values must lie in \[0, 3\)"),
+        (lambda: scatter(torch.rand(4, 2), torch.tensor([0, -1, 2, 1]), 3), r"index values must lie in"),
+        (lambda: scatter(torch.rand(4, 2), torch.tensor([0.0, 1, 2, 1])), "index must be a 1-D integer tensor"),
+        (lambda: scatter(torch.rand(4, 2), torch.tensor([0, 1, 2, 1]), reduce="median"), "unknown reduce 'median'"),
+    ],
+)
 def test_scatter_bad_inputs_raise_clear_errors(bad, message):
     with pytest.raises(ValueError, match=message):
         bad()
@@ -187,11 +212,15 @@ def test_scatter_bad_inputs_raise_clear_errors(bad, message):
 # ops.grid_knn
 # --------------------------------------------------------------------------------------
 @FAST
-@given(a=clouds(max_n=16, scales=(1e-9, 0.5, 1.0, 3.0)), R=st.integers(2, 5), k=st.integers(1, 10),
-       dtype=st.sampled_from([torch.float32, torch.float64]))
+@given(
+    a=clouds(max_n=16, scales=(1e-9, 0.5, 1.0, 3.0)),
+    R=st.integers(2, 5),
+    k=st.integers(1, 10),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
 def test_grid_knn_is_exact(a, R, k, dtype):
     pts, _ = a
-    k = min(k, R ** 3)
+    k = min(k, R**3)
     pos = as_tensor(pts, dtype)
     out = grid_knn(pos, k, R)
     assert out.shape == (2, pos.size(0) * k)
@@ -223,10 +252,10 @@ def test_bilateral_knn_covers_every_point_and_node(a, b, R, k):
         warnings.simplefilter("ignore")  # clouds with fewer than k points warn
         g = bilateral_knn(pos, RegularGrid(R), k, batch)
     point, node = g.edge_index
-    assert torch.equal(batch[point], node // R ** 3), "an edge crosses clouds"
+    assert torch.equal(batch[point], node // R**3), "an edge crosses clouds"
     assert (torch.bincount(point, minlength=pos.size(0)) >= 1).all(), "a point without edges"
-    per_node = torch.bincount(node, minlength=2 * R ** 3)
-    need = torch.bincount(batch).clamp(max=k).repeat_interleave(R ** 3)
+    per_node = torch.bincount(node, minlength=2 * R**3)
+    need = torch.bincount(batch).clamp(max=k).repeat_interleave(R**3)
     assert (per_node >= need).all(), "a node without its k nearest points"
     assert g.edge_index.unique(dim=1).size(1) == g.edge_index.size(1), "duplicate edges"
 
@@ -334,18 +363,25 @@ def test_fewer_points_than_k_warns_and_works():
     assert torch.isfinite(out).all()
 
 
-@pytest.mark.parametrize("pos, kwargs, message", [
-    (torch.tensor([[0.0, 0.0, 2.0]]), {}, "cloud 0 has points outside the grid box"),
-    (torch.tensor([[0.0, 0.0, float("nan")]]), {}, "pos contains NaN values"),
-    (torch.tensor([[0.0, 0.0, float("inf")]]), {}, "pos contains Inf values"),
-    (torch.zeros(0, 3), {}, "pos holds no points"),
-    (torch.zeros(4, 2), {}, r"pos must have shape \[N, 3\]"),
-    (torch.zeros(4, 3, dtype=torch.long), {}, "pos must be a floating-point tensor"),
-    (torch.zeros(4, 3), {"batch": torch.tensor([0, 1, 0, 1])}, "batch must be sorted"),
-    (torch.zeros(4, 3), {"batch": torch.tensor([0, 0, 2, 2])}, "cloud 1 is empty"),
-    (torch.zeros(4, 3), {"x": torch.zeros(4, 5)}, "x has 5 features per point but the module was built with in_channels=3"),
-    (torch.zeros(4, 3), {"x": torch.full((4, 3), float("inf"))}, "x contains Inf values"),
-])
+@pytest.mark.parametrize(
+    "pos, kwargs, message",
+    [
+        (torch.tensor([[0.0, 0.0, 2.0]]), {}, "cloud 0 has points outside the grid box"),
+        (torch.tensor([[0.0, 0.0, float("nan")]]), {}, "pos contains NaN values"),
+        (torch.tensor([[0.0, 0.0, float("inf")]]), {}, "pos contains Inf values"),
+        (torch.zeros(0, 3), {}, "pos holds no points"),
+        (torch.zeros(4, 2), {}, r"pos must have shape \[N, 3\]"),
+        (torch.zeros(4, 3, dtype=torch.long), {}, "pos must be a floating-point tensor"),
+        (torch.zeros(4, 3), {"batch": torch.tensor([0, 1, 0, 1])}, "batch must be sorted"),
+        (torch.zeros(4, 3), {"batch": torch.tensor([0, 0, 2, 2])}, "cloud 1 is empty"),
+        (
+            torch.zeros(4, 3),
+            {"x": torch.zeros(4, 5)},
+            "x has 5 features per point but the module was built with in_channels=3",
+        ),
+        (torch.zeros(4, 3), {"x": torch.full((4, 3), float("inf"))}, "x contains Inf values"),
+    ],
+)
 def test_gridification_bad_inputs_raise_clear_errors(pos, kwargs, message):
     with pytest.raises(ValueError, match=message):
         _grid_model()(pos, **kwargs)
@@ -361,8 +397,14 @@ def test_gridification_mixed_devices_raise():
 # io: round trips of adversarial clouds
 # --------------------------------------------------------------------------------------
 @FAST
-@given(a=clouds(max_n=30, scales=(1e-30, 1e-3, 1.0, 1e6, 1e30)), binary=st.booleans(),
-       with_normals=st.booleans(), with_colors=st.booleans(), with_labels=st.booleans(), seed=st.integers(0, 99))
+@given(
+    a=clouds(max_n=30, scales=(1e-30, 1e-3, 1.0, 1e6, 1e30)),
+    binary=st.booleans(),
+    with_normals=st.booleans(),
+    with_colors=st.booleans(),
+    with_labels=st.booleans(),
+    seed=st.integers(0, 99),
+)
 def test_ply_roundtrip(tmp_path_factory, a, binary, with_normals, with_colors, with_labels, seed):
     pts = a[0].astype(np.float32)
     assume(np.isfinite(pts).all())
@@ -384,8 +426,11 @@ def test_ply_roundtrip(tmp_path_factory, a, binary, with_normals, with_colors, w
 
 
 @FAST
-@given(a=clouds(max_n=30, scales=(1e-30, 1e-3, 1.0, 1e6, 1e30)), fmt=st.sampled_from([".xyz", ".txt", ".npy", ".npz"]),
-       dtype=st.sampled_from([np.float16, np.float32, np.float64]))
+@given(
+    a=clouds(max_n=30, scales=(1e-30, 1e-3, 1.0, 1e6, 1e30)),
+    fmt=st.sampled_from([".xyz", ".txt", ".npy", ".npz"]),
+    dtype=st.sampled_from([np.float16, np.float32, np.float64]),
+)
 def test_text_and_numpy_roundtrip(tmp_path_factory, a, fmt, dtype):
     with np.errstate(over="ignore"):
         pts = a[0].astype(dtype)

@@ -10,6 +10,7 @@
   arguments) - never another exception, and never a huge allocation (the process's peak memory
   stays bounded under ``GRIDIFY_MAX_ALLOC_BYTES``).
 """
+
 import os
 import resource
 import warnings
@@ -28,18 +29,38 @@ from gridify.baselines import PointCKConvClassifier, PointNet2Classifier, knn_in
 from gridify.checkpoint import CheckpointError, build_model_from_checkpoint  # noqa: E402
 from gridify.metrics import MeanClassAccuracy, OverallAccuracy  # noqa: E402
 from gridify.models import GridifiedClassifier, GridifiedSegmenter, TemporalGridifiedClassifier  # noqa: E402
-from gridify.nn import (CfC, ChannelLayerNorm, Degridification, Gridification, MAGNet, MRConv3d,  # noqa: E402
-                        RandomFourierField, RegularGrid, SepFlexConv3d, SIRENField, bilateral_knn)
+from gridify.nn import (
+    CfC,
+    ChannelLayerNorm,
+    Degridification,
+    Gridification,
+    MAGNet,
+    MRConv3d,  # noqa: E402
+    RandomFourierField,
+    RegularGrid,
+    SepFlexConv3d,
+    SIRENField,
+    bilateral_knn,
+)
 from gridify.ops import fps, grid_knn, grid_positions, knn, knn_reference, radius, scatter  # noqa: E402
 from gridify.ops import scatter_reference  # noqa: E402
 from gridify.transforms import FixedPoints, RandomJitter  # noqa: E402
 
-PROPS = settings(max_examples=20, deadline=None, derandomize=True, database=None,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+PROPS = settings(
+    max_examples=20,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 #: spreads of coordinates each dtype holds without overflowing its own range
-SPREADS = {torch.float16: (1e-2, 1.0, 300.0), torch.bfloat16: (1e-20, 1.0, 300.0, 1e20),
-           torch.float32: (1e-20, 1.0, 1e20), torch.float64: (1e-160, 1.0, 1e160)}
+SPREADS = {
+    torch.float16: (1e-2, 1.0, 300.0),
+    torch.bfloat16: (1e-20, 1.0, 300.0, 1e20),
+    torch.float32: (1e-20, 1.0, 1e20),
+    torch.float64: (1e-160, 1.0, 1e160),
+}
 
 
 @st.composite
@@ -48,7 +69,7 @@ def clouds(draw, max_n=24):
     dtype = draw(st.sampled_from(DTYPES))
     spread = draw(st.sampled_from(SPREADS[dtype]))
     n = draw(st.integers(1, max_n))
-    rng = np.random.default_rng(draw(st.integers(0, 2 ** 16)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     pts = rng.uniform(-1, 1, (n, 3)) if draw(st.booleans()) else rng.integers(-3, 4, (n, 3)) / 3.0
     return torch.as_tensor(pts * spread, dtype=torch.float64).to(dtype), dtype, spread
 
@@ -94,9 +115,9 @@ def test_radius_in_any_dtype_agrees_with_float64(c, rel, backend):
     r = rel * spread
     out = radius(x, x, r, max_num_neighbors=64, backend=backend)
     d = _d64(x, x, *out, spread)
-    assert bool((d <= rel ** 2 * (1 + 1e-5)).all())
+    assert bool((d <= rel**2 * (1 + 1e-5)).all())
     full = torch.cdist(x.double() / spread, x.double() / spread).pow(2)
-    inside = int((full <= rel ** 2 * (1 - 1e-5)).sum())
+    inside = int((full <= rel**2 * (1 - 1e-5)).sum())
     assert out.size(1) >= inside  # no pair clearly inside the ball is lost
 
 
@@ -104,17 +125,23 @@ def test_radius_in_any_dtype_agrees_with_float64(c, rel, backend):
 @given(c=clouds(), R=st.integers(2, 5), k=st.integers(1, 8))
 def test_grid_knn_in_any_dtype_is_exact(c, R, k):
     x, dtype, spread = c
-    k = min(k, R ** 3)
+    k = min(k, R**3)
     out = grid_knn(x, k, R, -spread, spread)
     nodes = grid_positions(R, -1.0, 1.0, dtype=torch.float64)
     d = (x.double()[:, None] / spread - nodes[None]).pow(2).sum(-1)
-    torch.testing.assert_close(d.gather(1, out[1].view(-1, k)).sort(1).values, d.sort(1).values[:, :k],
-                               rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        d.gather(1, out[1].view(-1, k)).sort(1).values, d.sort(1).values[:, :k], rtol=1e-5, atol=1e-6
+    )
 
 
 @PROPS
-@given(n=st.integers(0, 300), dim_size=st.integers(1, 6), dtype=st.sampled_from(DTYPES),
-       reduce=st.sampled_from(["sum", "mean", "max", "min"]), seed=st.integers(0, 999))
+@given(
+    n=st.integers(0, 300),
+    dim_size=st.integers(1, 6),
+    dtype=st.sampled_from(DTYPES),
+    reduce=st.sampled_from(["sum", "mean", "max", "min"]),
+    seed=st.integers(0, 999),
+)
 def test_scatter_in_any_dtype_agrees_with_float64(n, dim_size, dtype, reduce, seed):
     g = torch.Generator().manual_seed(seed)
     src = (torch.rand(n, 2, generator=g) * 100).to(dtype)
@@ -145,24 +172,38 @@ MODULES = {  # name: (factory, input maker, tolerance factor)
     "SepFlexConv3d": (lambda: SepFlexConv3d(4, 4, kernel_size=3, base_resolution=5), lambda s: (_grid_input(s),), 2),
     "MRConv3d": (lambda: MRConv3d(4).eval(), lambda s: (_grid_input(s),), 2),
     "CCNN": (lambda: CCNN(4, 4, hidden_channels=8, depth=1, kernel_size=3).eval(), lambda s: (_grid_input(s),), 4),
-    "ResNet3d": (lambda: ResNet3d(4, 4, hidden_channels=8, depth=1, kernel_size=3).eval(),
-                 lambda s: (_grid_input(s),), 4),
+    "ResNet3d": (
+        lambda: ResNet3d(4, 4, hidden_channels=8, depth=1, kernel_size=3).eval(),
+        lambda s: (_grid_input(s),),
+        4,
+    ),
     "UNet3d": (lambda: UNet3d(4, 4, hidden_channels=8, depth=2, kernel_size=3).eval(), lambda s: (_grid_input(s),), 4),
     "MRConvNet": (lambda: MRConvNet(4, 4, hidden_channels=8, depth=1).eval(), lambda s: (_grid_input(s),), 4),
     "Gridification": (lambda: Gridification(3, 8, 4, k=4).eval(), lambda s: (_points(s),), 2),
     "CfC": (lambda: CfC(3, 8), lambda s: (_points(s),), 2),
-    "GridifiedClassifier": (lambda: GridifiedClassifier(3, 4, resolution=4, k=4, hidden_channels=8, depth=1,
-                                                        kernel_size=3).eval(), lambda s: (_points(s),), 8),
-    "GridifiedSegmenter": (lambda: GridifiedSegmenter(3, 4, resolution=4, k=4, hidden_channels=8, depth=1,
-                                                      kernel_size=3, point_channels=4).eval(),
-                           lambda s: (_points(s),), 8),
-    "TemporalGridifiedClassifier": (lambda: TemporalGridifiedClassifier(3, 2, resolution=4, k=4, hidden_channels=8,
-                                                                        depth=1).eval(),
-                                    lambda s: (_points(s, n=20).reshape(1, 2, 20, 3),
-                                               torch.tensor([[1.7e9, 1.7e9 + 0.25]], dtype=torch.float64)), 8),
+    "GridifiedClassifier": (
+        lambda: GridifiedClassifier(3, 4, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3).eval(),
+        lambda s: (_points(s),),
+        8,
+    ),
+    "GridifiedSegmenter": (
+        lambda: GridifiedSegmenter(
+            3, 4, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3, point_channels=4
+        ).eval(),
+        lambda s: (_points(s),),
+        8,
+    ),
+    "TemporalGridifiedClassifier": (
+        lambda: TemporalGridifiedClassifier(3, 2, resolution=4, k=4, hidden_channels=8, depth=1).eval(),
+        lambda s: (_points(s, n=20).reshape(1, 2, 20, 3), torch.tensor([[1.7e9, 1.7e9 + 0.25]], dtype=torch.float64)),
+        8,
+    ),
     "PointNet2Classifier": (lambda: PointNet2Classifier(3, 4).eval(), lambda s: (_points(s),), 8),
-    "PointCKConvClassifier": (lambda: PointCKConvClassifier(3, 4, hidden_channels=8, depth=1, k=8).eval(),
-                              lambda s: (_points(s),), 8),
+    "PointCKConvClassifier": (
+        lambda: PointCKConvClassifier(3, 4, hidden_channels=8, depth=1, k=8).eval(),
+        lambda s: (_points(s),),
+        8,
+    ),
 }
 #: relative error of one float rounding, times the tolerance factor of each module
 REL = {torch.float16: 2e-3, torch.bfloat16: 2e-2, torch.float32: 1e-5, torch.float64: 1e-12}
@@ -209,10 +250,14 @@ ENTRIES = {  # name: (call, arguments, which of them are floating tensors)
     "radius": (lambda a: radius(a["x"], a["y"], 0.5), lambda: {"x": _pos(), "y": _pos(5, 1)}),
     "scatter": (lambda a: scatter(a["src"], torch.zeros(6, dtype=torch.long)), lambda: {"src": torch.rand(6, 2)}),
     "bilateral_knn": (lambda a: bilateral_knn(a["pos"], RegularGrid(3), 3), lambda: {"pos": _pos()}),
-    "knn_interpolate": (lambda a: knn_interpolate(a["x"], a["pos_x"], a["pos_y"]),
-                        lambda: {"x": torch.rand(24, 2), "pos_x": _pos(), "pos_y": _pos(5, 1)}),
-    "Gridification": (lambda a: Gridification(3, 4, 3, k=3)(a["pos"], a["x"]),
-                      lambda: {"pos": _pos(), "x": torch.rand(24, 3)}),
+    "knn_interpolate": (
+        lambda a: knn_interpolate(a["x"], a["pos_x"], a["pos_y"]),
+        lambda: {"x": torch.rand(24, 2), "pos_x": _pos(), "pos_y": _pos(5, 1)},
+    ),
+    "Gridification": (
+        lambda a: Gridification(3, 4, 3, k=3)(a["pos"], a["x"]),
+        lambda: {"pos": _pos(), "x": torch.rand(24, 3)},
+    ),
     "Degridification": (lambda a: Degridification(4, 2)(a["grid"], a["graph"]), _degrid_args),
     "RandomFourierField": (lambda a: RandomFourierField(3, 8)(a["offset"]), lambda: {"offset": _pos()}),
     "MAGNet": (lambda a: MAGNet(2)(a["coords"]), lambda: {"coords": _pos()}),
@@ -220,28 +265,52 @@ ENTRIES = {  # name: (call, arguments, which of them are floating tensors)
     "MRConv3d": (lambda a: MRConv3d(4)(a["x"]), lambda: {"x": _grid_input(0)}),
     "ChannelLayerNorm": (lambda a: ChannelLayerNorm(4)(a["x"]), lambda: {"x": _grid_input(0)}),
     "CCNN": (lambda a: CCNN(4, 4, hidden_channels=4, depth=1, kernel_size=3)(a["x"]), lambda: {"x": _grid_input(0)}),
-    "UNet3d": (lambda a: UNet3d(4, 4, hidden_channels=4, depth=2, kernel_size=3)(a["x"]),
-               lambda: {"x": _grid_input(0)}),
-    "CfC": (lambda a: CfC(3, 4)(a["input"], a["timespans"], hx=a["hx"]),
-            lambda: {"input": torch.rand(2, 4, 3), "timespans": torch.rand(2, 4), "hx": torch.rand(2, 4)}),
-    "GridifiedClassifier": (lambda a: GridifiedClassifier(3, 2, resolution=3, k=3, hidden_channels=4, depth=1,
-                                                          kernel_size=3)(a["pos"], a["x"]),
-                            lambda: {"pos": _pos(), "x": torch.rand(24, 3)}),
+    "UNet3d": (
+        lambda a: UNet3d(4, 4, hidden_channels=4, depth=2, kernel_size=3)(a["x"]),
+        lambda: {"x": _grid_input(0)},
+    ),
+    "CfC": (
+        lambda a: CfC(3, 4)(a["input"], a["timespans"], hx=a["hx"]),
+        lambda: {"input": torch.rand(2, 4, 3), "timespans": torch.rand(2, 4), "hx": torch.rand(2, 4)},
+    ),
+    "GridifiedClassifier": (
+        lambda a: GridifiedClassifier(3, 2, resolution=3, k=3, hidden_channels=4, depth=1, kernel_size=3)(
+            a["pos"], a["x"]
+        ),
+        lambda: {"pos": _pos(), "x": torch.rand(24, 3)},
+    ),
     "TemporalGridifiedClassifier": (
         lambda a: TemporalGridifiedClassifier(3, 2, resolution=3, k=3, hidden_channels=4, depth=1)(
-            a["pos"], a["times"], x=a["x"]),
-        lambda: {"pos": _pos(32).reshape(1, 2, 16, 3), "times": torch.tensor([[0.0, 1.0]]),
-                 "x": torch.rand(1, 2, 16, 3)}),
-    "PointNet2Classifier": (lambda a: PointNet2Classifier(3, 2)(a["pos"], a["x"]),
-                            lambda: {"pos": _pos(), "x": torch.rand(24, 3)}),
-    "PointCKConvClassifier": (lambda a: PointCKConvClassifier(3, 2, hidden_channels=4, depth=1, k=4)(a["pos"], a["x"]),
-                              lambda: {"pos": _pos(), "x": torch.rand(24, 3)}),
-    "OverallAccuracy": (lambda a: OverallAccuracy().update(a["preds"], torch.zeros(4, dtype=torch.long)),
-                        lambda: {"preds": torch.rand(4, 3)}),
-    "Predictor.predict": (lambda a: Predictor(GridifiedClassifier(3, 2, resolution=3, k=3, hidden_channels=4, depth=1,
-                                                                  kernel_size=3), task="classification",
-                                              class_names=["a", "b"], num_points=24, in_channels=3).predict(
-                              a["points"].numpy()), lambda: {"points": _pos()}),
+            a["pos"], a["times"], x=a["x"]
+        ),
+        lambda: {
+            "pos": _pos(32).reshape(1, 2, 16, 3),
+            "times": torch.tensor([[0.0, 1.0]]),
+            "x": torch.rand(1, 2, 16, 3),
+        },
+    ),
+    "PointNet2Classifier": (
+        lambda a: PointNet2Classifier(3, 2)(a["pos"], a["x"]),
+        lambda: {"pos": _pos(), "x": torch.rand(24, 3)},
+    ),
+    "PointCKConvClassifier": (
+        lambda a: PointCKConvClassifier(3, 2, hidden_channels=4, depth=1, k=4)(a["pos"], a["x"]),
+        lambda: {"pos": _pos(), "x": torch.rand(24, 3)},
+    ),
+    "OverallAccuracy": (
+        lambda a: OverallAccuracy().update(a["preds"], torch.zeros(4, dtype=torch.long)),
+        lambda: {"preds": torch.rand(4, 3)},
+    ),
+    "Predictor.predict": (
+        lambda a: Predictor(
+            GridifiedClassifier(3, 2, resolution=3, k=3, hidden_channels=4, depth=1, kernel_size=3),
+            task="classification",
+            class_names=["a", "b"],
+            num_points=24,
+            in_channels=3,
+        ).predict(a["points"].numpy()),
+        lambda: {"points": _pos()},
+    ),
 }
 
 
@@ -255,8 +324,9 @@ def test_nan_or_inf_in_any_tensor_argument_is_named(name, data):
     arg = data.draw(st.sampled_from(floating))
     t = args[arg].clone(memory_format=torch.contiguous_format)
     flat = t.view(-1)
-    flat[data.draw(st.integers(0, flat.numel() - 1))] = data.draw(st.sampled_from([float("nan"), float("inf"),
-                                                                                   -float("inf")]))
+    flat[data.draw(st.integers(0, flat.numel() - 1))] = data.draw(
+        st.sampled_from([float("nan"), float("inf"), -float("inf")])
+    )
     args[arg] = t
     with pytest.raises(ValueError, match=rf"\b{arg}s?\b.*(NaN|Inf)"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -267,35 +337,38 @@ def test_nan_or_inf_in_any_tensor_argument_is_named(name, data):
 # ------------------------------------------------------------------------------------------
 # index and size arguments: a result or a ValueError, never a torch error or a huge allocation
 # ------------------------------------------------------------------------------------------
-SIZES = [-(2 ** 63), -10 ** 12, -1, 0, 1, 2, 3, 5, 23, 24, 25, 10 ** 12, 2 ** 62, 2 ** 63, 2 ** 100, 2.5, True]
+SIZES = [-(2**63), -(10**12), -1, 0, 1, 2, 3, 5, 23, 24, 25, 10**12, 2**62, 2**63, 2**100, 2.5, True]
 SIZE_ENTRIES = {
     "scatter.dim_size": lambda v: scatter(torch.rand(6, 2), torch.arange(6) % 3, v),
-    "scatter.index": lambda v: scatter(torch.rand(2, 2), torch.tensor([0, v]) if isinstance(v, int) and abs(v) < 2 ** 63
-                                       else torch.tensor([0, 1]), None),
+    "scatter.index": lambda v: scatter(
+        torch.rand(2, 2), torch.tensor([0, v]) if isinstance(v, int) and abs(v) < 2**63 else torch.tensor([0, 1]), None
+    ),
     "knn.k": lambda v: knn(_pos(), _pos(5, 1), v),
     "grid_knn.k": lambda v: grid_knn(_pos(), v, 3),
     "grid_knn.resolution": lambda v: grid_knn(_pos(), 2, v),
     "radius.max_num_neighbors": lambda v: radius(_pos(), _pos(5, 1), 0.5, max_num_neighbors=v),
-    "fps.start": lambda v: fps(_pos(), start=torch.tensor([v]) if isinstance(v, int) and abs(v) < 2 ** 63 else None),
+    "fps.start": lambda v: fps(_pos(), start=torch.tensor([v]) if isinstance(v, int) and abs(v) < 2**63 else None),
     "grid_positions.resolution": lambda v: grid_positions(v),
     "RegularGrid.positions": lambda v: RegularGrid(v).positions(),
     "Gridification.resolution": lambda v: Gridification(3, 4, v, k=2)(_pos()),
     "Gridification.k": lambda v: Gridification(3, 4, 3, k=v)(_pos()),
     "Gridification.hidden_channels": lambda v: Gridification(3, 4, 3, k=2, hidden_channels=v)(_pos()),
     "Gridification.num_clouds": lambda v: Gridification(3, 4, 3, k=2)(_pos(), num_clouds=v),
-    "GridifiedClassifier.depth": lambda v: GridifiedClassifier(3, 2, resolution=3, k=2, hidden_channels=4, depth=v,
-                                                               kernel_size=3),
-    "GridifiedClassifier.kernel_size": lambda v: GridifiedClassifier(3, 2, resolution=3, k=2, hidden_channels=4,
-                                                                     depth=1, kernel_size=v)(_pos()),
-    "GridifiedSegmenter.category": lambda v: GridifiedSegmenter(3, 2, num_categories=4, resolution=3, k=2,
-                                                                hidden_channels=4, depth=1, kernel_size=3,
-                                                                point_channels=2)(
-        _pos(), category=torch.tensor([v]) if isinstance(v, int) and abs(v) < 2 ** 63 else v),
+    "GridifiedClassifier.depth": lambda v: GridifiedClassifier(
+        3, 2, resolution=3, k=2, hidden_channels=4, depth=v, kernel_size=3
+    ),
+    "GridifiedClassifier.kernel_size": lambda v: GridifiedClassifier(
+        3, 2, resolution=3, k=2, hidden_channels=4, depth=1, kernel_size=v
+    )(_pos()),
+    "GridifiedSegmenter.category": lambda v: GridifiedSegmenter(
+        3, 2, num_categories=4, resolution=3, k=2, hidden_channels=4, depth=1, kernel_size=3, point_channels=2
+    )(_pos(), category=torch.tensor([v]) if isinstance(v, int) and abs(v) < 2**63 else v),
     "SepFlexConv3d.kernel": lambda v: SepFlexConv3d(2, 2, kernel_size=3, base_resolution=5).kernel(v),
     "MRConv3d.num_branches": lambda v: MRConv3d(2, num_branches=v)(_grid_input(0, c=2)),
     "UNet3d.channel_multiplier": lambda v: UNet3d(2, 2, hidden_channels=2, depth=3, channel_multiplier=v),
-    "CfC.lengths": lambda v: CfC(3, 4)(torch.rand(1, 4, 3), lengths=torch.tensor([v]) if isinstance(v, int)
-                                       and abs(v) < 2 ** 63 else None),
+    "CfC.lengths": lambda v: CfC(3, 4)(
+        torch.rand(1, 4, 3), lengths=torch.tensor([v]) if isinstance(v, int) and abs(v) < 2**63 else None
+    ),
     "CfC.hidden_size": lambda v: CfC(3, v),
     "MeanClassAccuracy.num_classes": lambda v: MeanClassAccuracy(v),
     "FixedPoints.n": lambda v: FixedPoints(v)({"pos": np.random.rand(10, 3)}),
@@ -309,15 +382,26 @@ SIZE_ENTRIES = {
 
 def _predictor():
     torch.manual_seed(0)
-    return Predictor(GridifiedClassifier(3, 2, resolution=3, k=2, hidden_channels=4, depth=1, kernel_size=3),
-                     task="classification", class_names=["a", "b"], num_points=24, in_channels=3)
+    return Predictor(
+        GridifiedClassifier(3, 2, resolution=3, k=2, hidden_channels=4, depth=1, kernel_size=3),
+        task="classification",
+        class_names=["a", "b"],
+        num_points=24,
+        in_channels=3,
+    )
 
 
 def _ckpt(**kw):
     kwargs = dict(in_channels=3, num_classes=2, resolution=3, k=2, hidden_channels=4, depth=1, kernel_size=3)
     kwargs.update(kw)
-    return {"state_dict": {}, "model_name": "gridified_classifier", "model_kwargs": kwargs,
-            "task": "classification", "info": {}, "config": {}}
+    return {
+        "state_dict": {},
+        "model_name": "gridified_classifier",
+        "model_kwargs": kwargs,
+        "task": "classification",
+        "info": {},
+        "config": {},
+    }
 
 
 def _peak_rss_bytes() -> int:
@@ -330,7 +414,7 @@ def _peak_rss_bytes() -> int:
 def test_size_arguments_give_a_result_or_a_clear_error(name, value):
     before = _peak_rss_bytes()
     old = os.environ.get("GRIDIFY_MAX_ALLOC_BYTES")
-    os.environ["GRIDIFY_MAX_ALLOC_BYTES"] = str(2 ** 30)
+    os.environ["GRIDIFY_MAX_ALLOC_BYTES"] = str(2**30)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -344,4 +428,4 @@ def test_size_arguments_give_a_result_or_a_clear_error(name, value):
             del os.environ["GRIDIFY_MAX_ALLOC_BYTES"]
         else:
             os.environ["GRIDIFY_MAX_ALLOC_BYTES"] = old
-    assert _peak_rss_bytes() - before < 2 ** 30, f"{name}={value!r} allocated more than 1 GiB"
+    assert _peak_rss_bytes() - before < 2**30, f"{name}={value!r} allocated more than 1 GiB"

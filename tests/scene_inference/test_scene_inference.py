@@ -64,14 +64,16 @@ def test_scene_fragments_cover_every_point_within_budget():
     whole = scene_fragments(pos)
     assert len(whole) == 1 and torch.equal(whole[0], torch.arange(len(pos)))
     assert [len(c) for c in scene_fragments(pos, None, 1000)] and all(
-        len(c) <= 1000 for c in scene_fragments(pos, None, 1000))
+        len(c) <= 1000 for c in scene_fragments(pos, None, 1000)
+    )
 
 
 def test_predict_scene_equals_the_loop_reference():
     pos, x = _scene(1200)
     model = CropDependent()
-    fast = predict_scene(model, pos, x, voxel_size=0.7, max_points=150, votes=2, seed=3, batch_size=3,
-                         max_fragments=None)
+    fast = predict_scene(
+        model, pos, x, voxel_size=0.7, max_points=150, votes=2, seed=3, batch_size=3, max_fragments=None
+    )
     ref = predict_scene_reference(model, pos, x, voxel_size=0.7, max_points=150, votes=2, seed=3, max_fragments=None)
     torch.testing.assert_close(fast, ref, rtol=1e-5, atol=1e-6)
     assert fast.shape == (1200, 5) and fast.dtype == torch.float32
@@ -91,8 +93,7 @@ def test_fragment_cap_covers_every_voxel_and_fills_the_rest_from_voxel_mates():
         assert sorted(inverse[f.numpy()].tolist()) == list(range(v))
     assert torch.cat(frags).unique().numel() < len(pos)
     model = CropDependent()
-    fast = predict_scene(model, pos, x, voxel_size=0.7, max_points=150, votes=2, seed=3, batch_size=3,
-                         max_fragments=2)
+    fast = predict_scene(model, pos, x, voxel_size=0.7, max_points=150, votes=2, seed=3, batch_size=3, max_fragments=2)
     ref = predict_scene_reference(model, pos, x, voxel_size=0.7, max_points=150, votes=2, seed=3, max_fragments=2)
     torch.testing.assert_close(fast, ref, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fast.sum(1), torch.ones(1200))
@@ -153,8 +154,17 @@ def test_predict_scene_errors():
 # evaluate_scenes
 # --------------------------------------------------------------------------------------
 def test_evaluate_scenes_scores_every_point_of_procedural_scenes():
-    ds = ProceduralScenes("val", num_scenes=2, num_points=4000, kind="outdoor", beams=32, seed=2,
-                          features=("xyz", "strength"), voxel_size=0.2, max_points=1000)
+    ds = ProceduralScenes(
+        "val",
+        num_scenes=2,
+        num_points=4000,
+        kind="outdoor",
+        beams=32,
+        seed=2,
+        features=("xyz", "strength"),
+        voxel_size=0.2,
+        max_points=1000,
+    )
     model = PerPoint(f=4, c=ds.num_classes)
     values, extra = evaluate_scenes(model, ds, voxel_size=0.2, max_points=1000, votes=2)
     ref = SegmentationIoU(ds.num_classes)

@@ -1,5 +1,6 @@
 """Security properties: no network at import or in tests, no unpickling of untrusted files, safe
 archive extraction, weights-only checkpoint loading."""
+
 import ast
 import io
 import os
@@ -44,8 +45,7 @@ def test_import_gridify_opens_no_socket():
         print("OK", heavy)
     """)
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "OK []", proc.stdout  # and the import stays light
 
@@ -94,8 +94,11 @@ def test_sources_never_unpickle():
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-                bad = [m for m in mods if m.split(".")[0] in ("pickle", "cPickle", "dill", "marshal", "shelve",
-                                                             "joblib", "cloudpickle")]
+                bad = [
+                    m
+                    for m in mods
+                    if m.split(".")[0] in ("pickle", "cPickle", "dill", "marshal", "shelve", "joblib", "cloudpickle")
+                ]
                 if bad:
                     problems.append(f"{rel}:{node.lineno}: imports {bad}")
         for node, owner, name in _calls(tree):
@@ -110,9 +113,14 @@ def test_sources_never_unpickle():
                     problems.append(f"{where}: np.load without allow_pickle=False")
             if owner == "yaml" and name in ("load", "load_all", "unsafe_load", "full_load"):
                 loader = _kw(node, "Loader")
-                ok = name in ("load", "load_all") and loader is not None and (
-                    (isinstance(loader, ast.Name) and loader.id == "_Loader")
-                    or (isinstance(loader, ast.Attribute) and loader.attr in ("SafeLoader", "CSafeLoader")))
+                ok = (
+                    name in ("load", "load_all")
+                    and loader is not None
+                    and (
+                        (isinstance(loader, ast.Name) and loader.id == "_Loader")
+                        or (isinstance(loader, ast.Attribute) and loader.attr in ("SafeLoader", "CSafeLoader"))
+                    )
+                )
                 if not ok:
                     problems.append(f"{where}: yaml.{name} without a safe Loader")
             if owner == "" and name in ("eval", "exec"):
@@ -165,13 +173,14 @@ def _zip_with_symlink(name, target):
         zf.writestr("toy/ok.txt", b"ok")
         info = zipfile.ZipInfo(name)
         info.create_system = 3
-        info.external_attr = (0o120777 << 16)  # a symlink
+        info.external_attr = 0o120777 << 16  # a symlink
         zf.writestr(info, target)
     return buf.getvalue()
 
 
-@pytest.mark.parametrize("name, target", [("toy/link", "/etc/passwd"), ("toy/link", "../../outside"),
-                                          ("toy/a/link", "../../../x")])
+@pytest.mark.parametrize(
+    "name, target", [("toy/link", "/etc/passwd"), ("toy/link", "../../outside"), ("toy/a/link", "../../../x")]
+)
 def test_zip_symlinks_outside_refused(tmp_path, name, target):
     archive = tmp_path / "bad.zip"
     archive.write_bytes(_zip_with_symlink(name, target))
@@ -199,7 +208,8 @@ def test_tar_symlink_then_write_through_it_refused(tmp_path):
     except ValueError as exc:
         assert "bad.tar" in str(exc)
     assert not list(tmp_path.rglob("escape.txt")) or all(
-        out.resolve() in p.resolve().parents for p in tmp_path.rglob("escape.txt"))
+        out.resolve() in p.resolve().parents for p in tmp_path.rglob("escape.txt")
+    )
 
 
 @pytest.mark.parametrize("name", ["/abs/x.txt", "../x.txt", "a/../../x.txt", "C:/x.txt", "..\\x.txt"])

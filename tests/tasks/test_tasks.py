@@ -1,5 +1,6 @@
 """Tasks as objects (gridify/tasks.py): the registry, each task's loss / metrics / summary, class
 weights (against their loop reference), the scene task in the config schema and in a tiny training run."""
+
 import json
 import math
 
@@ -34,8 +35,11 @@ def test_the_registry_holds_the_three_tasks_with_their_attributes():
 
 
 def test_an_unknown_task_names_the_choices():
-    with pytest.raises(UnknownNameError, match=r"unknown task 'detection'; known tasks: classification, "
-                                               r"scene_segmentation, segmentation"):
+    with pytest.raises(
+        UnknownNameError,
+        match=r"unknown task 'detection'; known tasks: classification, "
+        r"scene_segmentation, segmentation",
+    ):
         TK.get_task("detection")
     with pytest.raises(TypeError, match="task name must be a string"):
         TK.get_task(3)
@@ -96,7 +100,8 @@ def test_the_training_functions_delegate_to_the_tasks():
     t.update_metrics(b, logits, batch, t.loss(logits, batch["y"]))
     assert TM.compute_metrics(a, "classification") == t.compute_metrics(b)
     assert TM.format_metrics("segmentation", {"instance_miou": 0.5, "class_miou": 0.25}) == (
-        "instance mIoU 50.00, class mIoU 25.00")
+        "instance mIoU 50.00, class mIoU 25.00"
+    )
 
 
 # --------------------------------------------------------------------------- scene segmentation
@@ -133,7 +138,9 @@ def test_scene_metrics_keys_per_class_iou_and_confusion():
     assert values["oa"] == pytest.approx(3 / 4)
     assert values["miou"] == pytest.approx((1.0 + 0.5) / 2)
     assert values["macc"] == pytest.approx((1.0 + 0.5) / 2)
-    assert extra["per_class_iou"]["floor"] == pytest.approx(1.0) and extra["per_class_iou"]["wall"] == pytest.approx(0.5)
+    assert extra["per_class_iou"]["floor"] == pytest.approx(1.0) and extra["per_class_iou"]["wall"] == pytest.approx(
+        0.5
+    )
     assert extra["per_class_iou"]["chair"] is None
     assert extra["confusion_matrix"] == [[2, 0, 0], [0, 1, 1], [0, 0, 0]]
     assert extra["num_scored"] == 1
@@ -161,13 +168,16 @@ def test_class_weights_match_their_loop_reference():
     torch.testing.assert_close(w, torch.tensor([2 / 3, 0.0, 4 / 3]))
 
 
-@pytest.mark.parametrize("counts, mode, message", [
-    ([0, 0], "inverse", "no class has any labelled point"),
-    ([1, -2], "inverse", "non-negative"),
-    ([1, float("nan")], "inverse", "finite"),
-    ([], "inverse", "non-empty"),
-    ([1, 2], "balanced", "mode must be one of"),
-])
+@pytest.mark.parametrize(
+    "counts, mode, message",
+    [
+        ([0, 0], "inverse", "no class has any labelled point"),
+        ([1, -2], "inverse", "non-negative"),
+        ([1, float("nan")], "inverse", "finite"),
+        ([], "inverse", "non-empty"),
+        ([1, 2], "balanced", "mode must be one of"),
+    ],
+)
 def test_class_weights_refuse_bad_counts(counts, mode, message):
     with pytest.raises(ValueError, match=message):
         TK.class_weights(counts, mode)
@@ -178,9 +188,19 @@ def test_a_scene_config_validates_and_mismatches_are_named():
     pytest.importorskip("yaml")
     from gridify.training import config as C
 
-    cfg = C.resolve_config(None, ["task=scene_segmentation", "data.name=scene_procedural", "data.num_scenes=2",
-                                  "data.num_points=2000", "data.max_points=1000", "data.voxel_size=0.05",
-                                  "optim.class_weights=inverse_sqrt", "model.name=gridified_segmenter"])
+    cfg = C.resolve_config(
+        None,
+        [
+            "task=scene_segmentation",
+            "data.name=scene_procedural",
+            "data.num_scenes=2",
+            "data.num_points=2000",
+            "data.max_points=1000",
+            "data.voxel_size=0.05",
+            "optim.class_weights=inverse_sqrt",
+            "model.name=gridified_segmenter",
+        ],
+    )
     C.check_config(cfg)
     assert cfg["optim"]["class_weights"] == "inverse_sqrt"
     assert C.PRIMARY_METRIC["scene_segmentation"] == "miou"
@@ -201,8 +221,9 @@ def test_the_dataset_decides_its_task():
     from gridify.training import data as D
 
     cfg = C.resolve_config(None, ["data.name=scene_procedural", "data.num_scenes=1", "data.num_points=500"])
-    with pytest.raises(C.ConfigError, match="data.name=scene_procedural is a scene_segmentation dataset; set task: "
-                                            "scene_segmentation"):
+    with pytest.raises(
+        C.ConfigError, match="data.name=scene_procedural is a scene_segmentation dataset; set task: scene_segmentation"
+    ):
         D.build_dataset(cfg, "train")
 
 
@@ -211,10 +232,21 @@ def test_scene_data_info_class_weights_and_metric_augmentations():
     from gridify.training import config as C
     from gridify.training import data as D
 
-    cfg = C.resolve_config(None, ["task=scene_segmentation", "data.name=scene_procedural", "data.num_scenes=2",
-                                  "data.num_points=1500", "data.max_points=600"])
-    aug = D.EpochAugment(C.parse_augmentations(["rotate_z", {"name": "scale", "low": 1.5, "high": 2.0}]), 0,
-                         fit=TK.get_task("scene_segmentation").normalized)
+    cfg = C.resolve_config(
+        None,
+        [
+            "task=scene_segmentation",
+            "data.name=scene_procedural",
+            "data.num_scenes=2",
+            "data.num_points=1500",
+            "data.max_points=600",
+        ],
+    )
+    aug = D.EpochAugment(
+        C.parse_augmentations(["rotate_z", {"name": "scale", "low": 1.5, "high": 2.0}]),
+        0,
+        fit=TK.get_task("scene_segmentation").normalized,
+    )
     ds = D.build_dataset(cfg, "train", aug)
     item = ds[0]
     assert item["pos"].abs().max() > 1.5  # metres, not shrunk into [-1, 1]^3
@@ -239,6 +271,7 @@ def test_checkpoint_and_export_follow_the_task():
     assert CK.task_served("scene_segmentation", "segmentation")
     assert not CK.task_served("segmentation", "classification")
     with pytest.raises(EX.ExportError, match=r"Net is not exportable: the temporal model \(temporal_cfc\) has no ONNX"):
+
         class Net(torch.nn.Module):
             pass
 
@@ -251,17 +284,38 @@ def test_predictor_says_whether_it_is_dense():
     from gridify.api import Prediction, Predictor
     from gridify.models import build_model
 
-    model = build_model("gridified_classifier", in_channels=3, num_classes=2, resolution=3, k=2, hidden_channels=4,
-                        depth=1, kernel_size=3)
+    model = build_model(
+        "gridified_classifier",
+        in_channels=3,
+        num_classes=2,
+        resolution=3,
+        k=2,
+        hidden_channels=4,
+        depth=1,
+        kernel_size=3,
+    )
     pred = Predictor(model, task="classification", class_names=["a", "b"], num_points=32, in_channels=3)
     assert pred.dense is False
-    seg = build_model("gridified_segmenter", in_channels=3, num_classes=2, resolution=3, k=2, hidden_channels=4,
-                      depth=1, kernel_size=3)
+    seg = build_model(
+        "gridified_segmenter",
+        in_channels=3,
+        num_classes=2,
+        resolution=3,
+        k=2,
+        hidden_channels=4,
+        depth=1,
+        kernel_size=3,
+    )
     assert Predictor(seg, task="scene_segmentation", class_names=["a", "b"], num_points=32, in_channels=3).dense
     with pytest.raises(ValueError, match=r"Predictor: task must be one of \['classification', "):
         Predictor(model, task="detection", class_names=["a", "b"], num_points=32, in_channels=3)
-    p = Prediction(labels=np.array([0, 1, 1]), probabilities=np.zeros((3, 2)), class_names=["a", "b"],
-                   task="scene_segmentation", num_points=3)
+    p = Prediction(
+        labels=np.array([0, 1, 1]),
+        probabilities=np.zeros((3, 2)),
+        class_names=["a", "b"],
+        task="scene_segmentation",
+        num_points=3,
+    )
     assert p.dense and p.label == 1 and p.names == ["a", "b", "b"]
 
 
@@ -273,16 +327,39 @@ def test_a_tiny_scene_run_logs_val_miou(tmp_path):
     from gridify import training as T
     from gridify.registry import MODELS
 
-    model = (["model.name=scene_segmenter", "model.resolution=[4, 4, 2]", "model.backbone=resnet"]
-             if "scene_segmenter" in MODELS else ["model.name=gridified_segmenter", "model.resolution=4"])
+    model = (
+        ["model.name=scene_segmenter", "model.resolution=[4, 4, 2]", "model.backbone=resnet"]
+        if "scene_segmenter" in MODELS
+        else ["model.name=gridified_segmenter", "model.resolution=4"]
+    )
     out, config = tmp_path / "run", tmp_path / "scene.yaml"
     config.write_text("task: scene_segmentation\ndata: {name: scene_procedural}\n")
-    T.main(["--config", str(config), "data.num_scenes=2", "data.num_points=1200", "data.max_points=500",
-            "data.voxel_size=0.1", "data.val={num_scenes: 1}", "data.test={num_scenes: 1}", "data.batch_size=2",
-            "data.augmentations=[rotate_z, jitter]", "optim.class_weights=inverse", *model,
-            "model.k=3", "model.hidden_channels=8", "model.depth=1", "model.kernel_size=3",
-            "trainer.max_epochs=1", "trainer.num_threads=1", "trainer.progress_bar=false",
-            "trainer.log_every_n_steps=1", "trainer.plots=false", f"output_dir={out}"])
+    T.main(
+        [
+            "--config",
+            str(config),
+            "data.num_scenes=2",
+            "data.num_points=1200",
+            "data.max_points=500",
+            "data.voxel_size=0.1",
+            "data.val={num_scenes: 1}",
+            "data.test={num_scenes: 1}",
+            "data.batch_size=2",
+            "data.augmentations=[rotate_z, jitter]",
+            "optim.class_weights=inverse",
+            *model,
+            "model.k=3",
+            "model.hidden_channels=8",
+            "model.depth=1",
+            "model.kernel_size=3",
+            "trainer.max_epochs=1",
+            "trainer.num_threads=1",
+            "trainer.progress_bar=false",
+            "trainer.log_every_n_steps=1",
+            "trainer.plots=false",
+            f"output_dir={out}",
+        ]
+    )
     rows = (out / "csv").rglob("metrics.csv")
     text = "".join(p.read_text() for p in rows)
     assert "val_miou" in text and "val_oa" in text
@@ -301,8 +378,17 @@ def test_a_scene_model_builds_its_own_graphs_in_the_loader():
         pytest.skip("no scene_segmenter")
     from gridify.models import build_model
 
-    model = build_model("scene_segmenter", in_channels=1, num_classes=3, resolution=(4, 4, 2), k=3,
-                        hidden_channels=8, depth=1, kernel_size=3, backbone="resnet").eval()
+    model = build_model(
+        "scene_segmenter",
+        in_channels=1,
+        num_classes=3,
+        resolution=(4, 4, 2),
+        k=3,
+        hidden_channels=8,
+        depth=1,
+        kernel_size=3,
+        backbone="resnet",
+    ).eval()
     cfg = {"data": {"prefetch_graph": True, "num_workers": 1}, "trainer": {"accelerator": "cpu"}}
     builder = D.graph_builder_of(model, cfg)
     assert isinstance(builder, D.ModelGraphBuilder)

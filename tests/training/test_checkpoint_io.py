@@ -1,5 +1,6 @@
 """Checkpoint writes and reads of gridify.training: atomic and weights-only; interrupted writes keep the
 previous file; corrupt files are a CheckpointError naming the file."""
+
 import io
 import os
 
@@ -55,8 +56,17 @@ def test_lightning_checkpoint_io_is_atomic_and_weights_only(tmp_path):
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "empty", "flip"])
 def test_corrupt_checkpoint_clear_error(tmp_path, damage):
     path = tmp_path / "last.ckpt"
-    T.atomic_torch_save({"state_dict": {"w": torch.randn(64, 64)}, "model_name": "x", "model_kwargs": {},
-                         "task": "classification", "info": {}, "config": {}}, path)
+    T.atomic_torch_save(
+        {
+            "state_dict": {"w": torch.randn(64, 64)},
+            "model_name": "x",
+            "model_kwargs": {},
+            "task": "classification",
+            "info": {},
+            "config": {},
+        },
+        path,
+    )
     raw = path.read_bytes()
     if damage == "truncate":
         path.write_bytes(raw[: len(raw) // 2])

@@ -5,6 +5,7 @@ are folders or FIFOs are said to be so.
 The bad-value table is generated from the schema: every declared key gets a wrong-type and an out-of-range
 value, and the error must name the key.
 """
+
 import copy
 import math
 import os
@@ -180,14 +181,21 @@ def test_every_argument_of_the_point_cloud_datasets_is_declared():
 
 SMALL = dict(in_channels=3, num_classes=3, hidden_channels=8, depth=1, kernel_size=3, resolution=3, k=3)
 # the declared ranges (not the int64 bound every integer has, nor strict booleans, where models are laxer)
-MODEL_RANGE_CASES = [(name, key, value) for key, spec in S.MODEL_KEYS.items() for kind, value in spec.bad_values()
-                     if kind == "range" and key not in ("in_channels", "num_classes") and not isinstance(spec, S.Bool)
-                     and not (isinstance(value, int) and value > S.INT64_MAX)
-                     for name in [next(n for n in MODELS.names() if key in S.model_keys(n))]]
+MODEL_RANGE_CASES = [
+    (name, key, value)
+    for key, spec in S.MODEL_KEYS.items()
+    for kind, value in spec.bad_values()
+    if kind == "range"
+    and key not in ("in_channels", "num_classes")
+    and not isinstance(spec, S.Bool)
+    and not (isinstance(value, int) and value > S.INT64_MAX)
+    for name in [next(n for n in MODELS.names() if key in S.model_keys(n))]
+]
 
 
-@pytest.mark.parametrize("name, key, value", MODEL_RANGE_CASES,
-                         ids=[f"{n}-{k}-{v!r}"[:60] for n, k, v in MODEL_RANGE_CASES])
+@pytest.mark.parametrize(
+    "name, key, value", MODEL_RANGE_CASES, ids=[f"{n}-{k}-{v!r}"[:60] for n, k, v in MODEL_RANGE_CASES]
+)
 def test_the_schema_refuses_no_value_the_model_accepts(name, key, value):
     """The declared ranges are not stricter than the model: its constructor refuses the out-of-range
     values too (so the schema only says it earlier, naming the key)."""
@@ -229,8 +237,14 @@ def test_the_trainer_names_the_trainer_key(tmp_path):
     tr = C.resolve_config(None, ["trainer.accelerator=cpu", "trainer.strategy=fsdp", "trainer.devices=2"])["trainer"]
     with pytest.raises(C.ConfigError, match=r"^trainer\.(strategy|accelerator)=.*fsdp"):
         build_trainer(tr, tmp_path, [], True)
-    assert S.trainer_error({"devices": [5], "accelerator": "cpu"}, TypeError(
-        "`devices` selected with `CPUAccelerator` should be an int > 0.")).args[0].startswith("trainer.devices=[5]: ")
+    assert (
+        S.trainer_error(
+            {"devices": [5], "accelerator": "cpu"},
+            TypeError("`devices` selected with `CPUAccelerator` should be an int > 0."),
+        )
+        .args[0]
+        .startswith("trainer.devices=[5]: ")
+    )
 
 
 def test_the_schema_rules_match_lightning():
@@ -240,8 +254,11 @@ def test_the_schema_rules_match_lightning():
     assert set(S.STRATEGIES) - {"auto"} <= set(StrategyRegistry.available_strategies())
     from lightning.fabric.plugins.precision import precision as P
 
-    accepted = set(P._PRECISION_INPUT_STR.__args__) | set(P._PRECISION_INPUT_INT.__args__) | set(
-        P._PRECISION_INPUT_STR_ALIAS.__args__)
+    accepted = (
+        set(P._PRECISION_INPUT_STR.__args__)
+        | set(P._PRECISION_INPUT_INT.__args__)
+        | set(P._PRECISION_INPUT_STR_ALIAS.__args__)
+    )
     assert set(S.PRECISIONS) <= accepted
 
 
@@ -277,8 +294,9 @@ def test_config_paths_that_are_folders_or_fifos_are_named_as_such(tmp_path):
 
 def test_docs_key_table_is_up_to_date():
     doc = ROOT / "docs" / "config_keys.md"
-    assert doc.read_text() == S.markdown_table(), \
+    assert doc.read_text() == S.markdown_table(), (
         "regenerate: python -m gridify.training.schema --markdown > docs/config_keys.md"
+    )
     for key, _ in S.declared_keys():
         assert f"| `{key}` |" in doc.read_text()
 
@@ -300,16 +318,31 @@ def test_numbers_are_finite_everywhere():
             assert not spec.ok(bad) or isinstance(spec, S.Mapping), key
 
 
-TINY = ["data.num_points=48", "data.num_samples_per_class=1", "data.classes=[box, sphere]", "data.batch_size=2",
-        "data.augmentations=[]", "model.resolution=3", "model.k=3", "model.hidden_channels=8", "model.depth=1",
-        "model.kernel_size=3", "trainer.max_epochs=1", "trainer.num_threads=1", "trainer.progress_bar=false",
-        "trainer.plots=false"]
+TINY = [
+    "data.num_points=48",
+    "data.num_samples_per_class=1",
+    "data.classes=[box, sphere]",
+    "data.batch_size=2",
+    "data.augmentations=[]",
+    "model.resolution=3",
+    "model.k=3",
+    "model.hidden_channels=8",
+    "model.depth=1",
+    "model.kernel_size=3",
+    "trainer.max_epochs=1",
+    "trainer.num_threads=1",
+    "trainer.progress_bar=false",
+    "trainer.plots=false",
+]
 
 
-@pytest.mark.parametrize("override, start", [
-    ("model.bounds=[1.0, -1.0]", "model.bounds: RegularGrid: upper must exceed lower"),
-    ("trainer.accelerator=mps", "trainer.accelerator='mps': `MPSAccelerator` can not run on your system"),
-])
+@pytest.mark.parametrize(
+    "override, start",
+    [
+        ("model.bounds=[1.0, -1.0]", "model.bounds: RegularGrid: upper must exceed lower"),
+        ("trainer.accelerator=mps", "trainer.accelerator='mps': `MPSAccelerator` can not run on your system"),
+    ],
+)
 def test_a_run_reports_model_and_trainer_errors_in_one_line(tmp_path, override, start):
     """Values only the model or Lightning can judge end the run with one line naming the key, before training."""
     pytest.importorskip("lightning")

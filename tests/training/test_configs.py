@@ -1,5 +1,6 @@
 """Configs that work anywhere: shipped in the package and found by name, _base_ inheritance, data roots from
 --data-root / $GRIDIFY_DATA, ModelNet's source auto, and what `gridify download` knows about them."""
+
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,8 +20,19 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_configs_ship_in_the_package_and_the_old_folder_still_works():
     assert C.CONFIG_DIR == ROOT / "gridify" / "configs"
     names = C.shipped_configs()
-    assert {"procedural", "procedural_seg", "modelnet10", "modelnet10_cpu", "modelnet10_smoke", "modelnet10_mrconv",
-            "modelnet40", "shapenet_ccnn", "shapenet_unet", "folder_classification", "folder_segmentation"} <= set(names)
+    assert {
+        "procedural",
+        "procedural_seg",
+        "modelnet10",
+        "modelnet10_cpu",
+        "modelnet10_smoke",
+        "modelnet10_mrconv",
+        "modelnet40",
+        "shapenet_ccnn",
+        "shapenet_unet",
+        "folder_classification",
+        "folder_segmentation",
+    } <= set(names)
     assert (ROOT / "configs").resolve() == C.CONFIG_DIR  # the repository's configs/ is a link to them
     assert (ROOT / "configs" / "procedural.yaml").is_file()
 
@@ -34,8 +46,11 @@ def test_find_config_by_name_path_or_stem(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert C.find_config("procedural").resolve() == mine and C.find_config(str(mine)) == mine
     assert C.resolve_config("procedural")["seed"] == 5
-    with pytest.raises(C.ConfigError, match=r"^config 'missing' not found: no such file, and no shipped config of "
-                                            r"that name \(shipped: folder_classification, folder_segmentation, "):
+    with pytest.raises(
+        C.ConfigError,
+        match=r"^config 'missing' not found: no such file, and no shipped config of "
+        r"that name \(shipped: folder_classification, folder_segmentation, ",
+    ):
         C.find_config("missing")
 
 
@@ -66,15 +81,21 @@ def test_base_inheritance_order_and_overrides(tmp_path):
 def test_a_base_model_section_of_another_model_is_replaced_not_merged(tmp_path):
     peer = C.resolve_config("semantickitti_mini_pointnet2")
     mine = C.resolve_config("semantickitti_mini")
-    assert peer["model"] == {"name": "pointnet2_segmenter", "ratios": [0.2, 0.25], "radii": [0.5, 1.5],
-                             "max_num_neighbors": 32, "dropout": 0.5}
+    assert peer["model"] == {
+        "name": "pointnet2_segmenter",
+        "ratios": [0.2, 0.25],
+        "radii": [0.5, 1.5],
+        "max_num_neighbors": 32,
+        "dropout": 0.5,
+    }
     assert peer["data"] == mine["data"] and peer["optim"] == mine["optim"]  # the same data, crops and loss
     assert C.resolve_config("scene_procedural_pointnet2")["data"] == C.resolve_config("scene_procedural")["data"]
     (tmp_path / "same.yaml").write_text("_base_: semantickitti_mini\nmodel: {name: scene_segmenter, k: 8}\n")
     same = C.resolve_config(str(tmp_path / "same.yaml"))["model"]
     assert same["k"] == 8 and same["extent"] == mine["model"]["extent"]  # the same model: merged
-    assert C.merge_configs({"model": {"name": "a", "x": 1}}, {"model": {"y": 2}}) == {"model": {"name": "a", "x": 1,
-                                                                                              "y": 2}}
+    assert C.merge_configs({"model": {"name": "a", "x": 1}}, {"model": {"y": 2}}) == {
+        "model": {"name": "a", "x": 1, "y": 2}
+    }
 
 
 def test_base_errors(tmp_path):
@@ -92,8 +113,11 @@ def test_base_errors(tmp_path):
     with pytest.raises(C.ConfigError, match=r"t.yaml: _base_ must be a config name or a list of them, got \{'a': 1\}"):
         C.resolve_config(str(tmp_path / "t.yaml"))
     (tmp_path / "bad.yaml").write_text("model:\n  k: 3\n   depth: 2\n")
-    with pytest.raises(C.ConfigError, match=r"bad.yaml: not valid YAML \(line 3, column 9: mapping values are not "
-                                            r"allowed here\)$"):
+    with pytest.raises(
+        C.ConfigError,
+        match=r"bad.yaml: not valid YAML \(line 3, column 9: mapping values are not "
+        r"allowed here\)$",
+    ):
         C.resolve_config(str(tmp_path / "bad.yaml"))
 
 
@@ -131,8 +155,11 @@ def test_modelnet_source_auto_finds_the_official_off_download(tmp_path, monkeypa
         ds = build_dataset(C.resolve_config("modelnet10", ["data.num_points=64"]), "test")
     assert ds.source_format == "off" and ds.data_dir == tmp_path / "ModelNet10" and len(ds) == 6
     assert ds[0]["pos"].shape == (64, 3)
-    with pytest.raises(Exception, match=r"ModelNet10 not found under .*elsewhere: expected one of the releases "
-                                        r"normal_resampled, off, pcd"):
+    with pytest.raises(
+        Exception,
+        match=r"ModelNet10 not found under .*elsewhere: expected one of the releases "
+        r"normal_resampled, off, pcd",
+    ):
         ModelNet(tmp_path / "elsewhere", name="10", source="auto")
 
 
@@ -150,7 +177,9 @@ def test_modelnet10_configs_find_the_pcd_release(shared_data):
 # gridify download knows the configs' spellings and needs
 # --------------------------------------------------------------------------------------
 def test_archive_names_in_any_case_and_aliases():
-    assert resolve_archive("modelnet10") == resolve_archive("ModelNet10") == resolve_archive("MODELNET10") == "ModelNet10"
+    assert (
+        resolve_archive("modelnet10") == resolve_archive("ModelNet10") == resolve_archive("MODELNET10") == "ModelNet10"
+    )
     assert resolve_archive("modelnet40") == "ModelNet40"
     assert resolve_archive("shapenet") == "shapenetcore_partanno_segmentation_benchmark_v0_normal"
     with pytest.raises(ValueError, match=r"unknown archive 'modelnet99'; known: ModelNet40, ModelNet10, "):
@@ -160,7 +189,9 @@ def test_archive_names_in_any_case_and_aliases():
 def test_configs_name_the_archives_they_need():
     configs = {name: C.resolve_config(name) for name in C.shipped_configs()}
     needs = {name: config_archives(cfg) for name, cfg in configs.items() if cfg["data"]["name"] != "folder"}
-    assert needs["modelnet10"] == needs["modelnet10_smoke"] == needs["modelnet10_fast"] == ["ModelNet10"] and needs["modelnet40"] == ["ModelNet40"]
+    assert needs["modelnet10"] == needs["modelnet10_smoke"] == needs["modelnet10_fast"] == ["ModelNet10"] and needs[
+        "modelnet40"
+    ] == ["ModelNet40"]
     assert needs["shapenet_ccnn"] == ["shapenetcore_partanno_segmentation_benchmark_v0_normal"]
     assert needs["procedural"] == []
 

@@ -1,6 +1,7 @@
 """Resuming training after faults: a run SIGKILLed mid-epoch resumes (``--resume auto``) to the result of an
 uninterrupted run, the loader skips the consumed batches, a corrupt ``last.ckpt`` is a clear error.
 """
+
 import json
 import os
 import signal
@@ -21,15 +22,31 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: 4 classes x 2 shapes, batch 2: four optimizer steps per epoch, 2 epochs, a checkpoint every 2 steps
 FAULT_RUN = [
-    "task=classification", "data.name=procedural", "data.num_points=64", "data.num_samples_per_class=2",
-    "data.classes=[box, sphere, cylinder, torus]", "data.val={num_samples_per_class: 1}",
-    "data.test={num_samples_per_class: 2}", "data.batch_size=2",
+    "task=classification",
+    "data.name=procedural",
+    "data.num_points=64",
+    "data.num_samples_per_class=2",
+    "data.classes=[box, sphere, cylinder, torus]",
+    "data.val={num_samples_per_class: 1}",
+    "data.test={num_samples_per_class: 2}",
+    "data.batch_size=2",
     "data.augmentations=[rotate_z, {name: scale, low: 0.9, high: 1.2}, jitter]",
-    "model.name=gridified_classifier", "model.resolution=4", "model.k=4", "model.hidden_channels=8",
-    "model.depth=1", "model.kernel_size=3", "model.dropout=0.2",
-    "optim.lr=5e-3", "optim.warmup_epochs=1",
-    "trainer.max_epochs=2", "trainer.num_threads=1", "trainer.progress_bar=false", "trainer.log_every_n_steps=1",
-    "trainer.plots=false", "trainer.test_ckpt=last", "trainer.checkpoint.every_n_train_steps=2",
+    "model.name=gridified_classifier",
+    "model.resolution=4",
+    "model.k=4",
+    "model.hidden_channels=8",
+    "model.depth=1",
+    "model.kernel_size=3",
+    "model.dropout=0.2",
+    "optim.lr=5e-3",
+    "optim.warmup_epochs=1",
+    "trainer.max_epochs=2",
+    "trainer.num_threads=1",
+    "trainer.progress_bar=false",
+    "trainer.log_every_n_steps=1",
+    "trainer.plots=false",
+    "trainer.test_ckpt=last",
+    "trainer.checkpoint.every_n_train_steps=2",
 ]
 STEPS_PER_EPOCH = 4
 CHECKPOINT_EVERY = 2
@@ -52,8 +69,14 @@ _KILLER = textwrap.dedent("""
 
 
 def _train_cmd(out_dir, *extra):
-    return [str(ROOT / "scripts" / "train.py"), "--config", str(ROOT / "configs" / "procedural.yaml"), *FAULT_RUN,
-            f"output_dir={out_dir}", *extra]
+    return [
+        str(ROOT / "scripts" / "train.py"),
+        "--config",
+        str(ROOT / "configs" / "procedural.yaml"),
+        *FAULT_RUN,
+        f"output_dir={out_dir}",
+        *extra,
+    ]
 
 
 def _env(**extra):
@@ -64,8 +87,7 @@ def _env(**extra):
 
 
 def _run(cmd, env, timeout=240):
-    return subprocess.run([sys.executable, *cmd], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([sys.executable, *cmd], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 # --------------------------------------------------------------------------------------
@@ -80,8 +102,14 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted_run(tmp_path):
     kill_at = 8  # the 8th optimizer step: steps 1-7 done, checkpoints written after steps 2, 4, 6
     killer = tmp_path / "killer.py"
     killer.write_text(_KILLER)
-    proc = subprocess.run([sys.executable, str(killer), *_train_cmd(killed)], cwd=ROOT,
-                          env=_env(GRIDIFY_KILL_AT_STEP=str(kill_at)), capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, str(killer), *_train_cmd(killed)],
+        cwd=ROOT,
+        env=_env(GRIDIFY_KILL_AT_STEP=str(kill_at)),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-2000:])
     assert not (killed / "test_metrics.json").exists()
     last = killed / "checkpoints" / "last.ckpt"
@@ -118,8 +146,14 @@ def test_mid_epoch_resume_skips_the_consumed_batches():
 
     def make():
         sampler = T.ShardSampler(10, shuffle=True, seed=3)
-        return T.EpochDataLoader(data, batch_size=3, sampler=sampler, collate_fn=collate_points,
-                                 epoch_fn=lambda: epoch[0], progress_fn=lambda: consumed[0])
+        return T.EpochDataLoader(
+            data,
+            batch_size=3,
+            sampler=sampler,
+            collate_fn=collate_points,
+            epoch_fn=lambda: epoch[0],
+            progress_fn=lambda: consumed[0],
+        )
 
     full = [b["y"].tolist() for b in make()]
     assert len(full) == 4
@@ -147,5 +181,13 @@ def test_resume_from_corrupt_checkpoint_fails_clearly(tmp_path):
     ck.mkdir()
     (ck / "last.ckpt").write_bytes(b"PK\x03\x04 half a checkpoint")
     with pytest.raises(SystemExit, match=r"train.py: error: cannot read checkpoint .*last.ckpt: the file is corrupt"):
-        T.main(["--config", str(ROOT / "configs" / "procedural.yaml"), *FAULT_RUN, f"output_dir={tmp_path}",
-                "--resume", "auto"])
+        T.main(
+            [
+                "--config",
+                str(ROOT / "configs" / "procedural.yaml"),
+                *FAULT_RUN,
+                f"output_dir={tmp_path}",
+                "--resume",
+                "auto",
+            ]
+        )

@@ -1,6 +1,7 @@
 """The temporal (CfC) model trains through ``gridify train`` and the package's config system: the
 ``sequence_classification`` task, the ``dynamic_shapes`` dataset, the ``temporal/*`` configs, the
 one-cycle schedule, BatchNorm recalibration, checkpoints, resume and the config errors."""
+
 import csv
 import json
 from pathlib import Path
@@ -22,13 +23,28 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: a small sequence run: 2 classes x 4 sequences of 4 frames x 32 points, batch 4 (2 steps per epoch)
 TINY = [
-    "data.num_samples_per_class=4", "data.num_points=32", "data.num_frames=4", "data.min_frames=2",
-    "data.classes=[rot_z_slow, sway_fast]", "data.batch_size=4",
-    "data.val={num_samples_per_class: 2}", "data.test={num_samples_per_class: 2, sampling: irregular}",
-    "model.resolution=3", "model.k=4", "model.hidden_channels=8", "model.depth=1", "model.rnn_hidden=8",
-    "model.cfc_backbone_units=8", "model.readout_channels=2", "model.frame_features=16",
-    "optim.lr=1e-2", "optim.warmup_epochs=1",
-    "trainer.max_epochs=6", "trainer.num_threads=1", "trainer.progress_bar=false", "trainer.log_every_n_steps=1",
+    "data.num_samples_per_class=4",
+    "data.num_points=32",
+    "data.num_frames=4",
+    "data.min_frames=2",
+    "data.classes=[rot_z_slow, sway_fast]",
+    "data.batch_size=4",
+    "data.val={num_samples_per_class: 2}",
+    "data.test={num_samples_per_class: 2, sampling: irregular}",
+    "model.resolution=3",
+    "model.k=4",
+    "model.hidden_channels=8",
+    "model.depth=1",
+    "model.rnn_hidden=8",
+    "model.cfc_backbone_units=8",
+    "model.readout_channels=2",
+    "model.frame_features=16",
+    "optim.lr=1e-2",
+    "optim.warmup_epochs=1",
+    "trainer.max_epochs=6",
+    "trainer.num_threads=1",
+    "trainer.progress_bar=false",
+    "trainer.log_every_n_steps=1",
     "trainer.plots=false",
 ]
 
@@ -51,17 +67,42 @@ def test_temporal_configs_are_normal_configs_of_the_package():
     assert cfc["task"] == "sequence_classification" and cfc["data"]["name"] == "dynamic_shapes"
     # the hyper-parameters of the former scripts/train_temporal.py defaults
     assert cfc["model"] == dict(
-        name="temporal_cfc", rnn="cfc", resolution=5, k=6, hidden_channels=32, backbone="ccnn", depth=2,
-        kernel_size=3, omega0=0.5, dropout=0.1, pool="mean", frame_readout="flatten", readout_channels=8,
-        frame_features=64, frame_delta=True, rnn_hidden=64, cfc_mode="default", cfc_backbone_units=64,
-        cfc_backbone_layers=1, time_scale=1.0, first_timespan=1.0)
+        name="temporal_cfc",
+        rnn="cfc",
+        resolution=5,
+        k=6,
+        hidden_channels=32,
+        backbone="ccnn",
+        depth=2,
+        kernel_size=3,
+        omega0=0.5,
+        dropout=0.1,
+        pool="mean",
+        frame_readout="flatten",
+        readout_channels=8,
+        frame_features=64,
+        frame_delta=True,
+        rnn_hidden=64,
+        cfc_mode="default",
+        cfc_backbone_units=64,
+        cfc_backbone_layers=1,
+        time_scale=1.0,
+        first_timespan=1.0,
+    )
     assert {k: cfc["optim"][k] for k in ("lr", "weight_decay", "schedule", "warmup_epochs", "betas")} == dict(
-        lr=3e-3, weight_decay=1e-4, schedule="one_cycle", warmup_epochs=3.75, betas=[0.9, 0.999])
+        lr=3e-3, weight_decay=1e-4, schedule="one_cycle", warmup_epochs=3.75, betas=[0.9, 0.999]
+    )
     tr = cfc["trainer"]
     assert (tr["max_epochs"], tr["gradient_clip_val"], tr["recalibrate_bn"], tr["num_threads"]) == (25, 1.0, True, 1)
     d = cfc["data"]
-    assert (d["batch_size"], d["num_samples_per_class"], d["num_points"], d["num_frames"], d["sampling"],
-            d["resample"]) == (16, 150, 128, 8, "mixed", False)
+    assert (
+        d["batch_size"],
+        d["num_samples_per_class"],
+        d["num_points"],
+        d["num_frames"],
+        d["sampling"],
+        d["resample"],
+    ) == (16, 150, 128, 8, "mixed", False)
     assert d["test"] == {"num_samples_per_class": 50, "sampling": "irregular"}
     assert gru["model"] == dict(cfc["model"], rnn="gru") and gru["optim"] == cfc["optim"] and gru["data"] == d
     assert gru["output_dir"] != cfc["output_dir"]
@@ -89,16 +130,32 @@ def test_task_and_dataset_are_registered():
 def test_sequence_task_batches_forward_and_votes():
     from gridify.models import build_model
 
-    ds = DynamicShapes("train", num_samples_per_class=2, num_frames=4, num_points=32, sampling="irregular",
-                       classes=["rot_z_slow", "sway_fast"], min_frames=2)
+    ds = DynamicShapes(
+        "train",
+        num_samples_per_class=2,
+        num_frames=4,
+        num_points=32,
+        sampling="irregular",
+        classes=["rot_z_slow", "sway_fast"],
+        min_frames=2,
+    )
     task = get_task("sequence_classification")
     batch = task.collate([ds[i] for i in range(4)])
     assert batch["pos"].shape[:1] == (4,) and batch["mask"].shape == batch["times"].shape
     assert task.num_items(batch) == 4 and task.dataset_info(ds)["class_names"] == ["rot_z_slow", "sway_fast"]
     assert list(ds.sample_groups()) == [0, 1, 0, 1]
     torch.manual_seed(0)
-    model = build_model("temporal_cfc", in_channels=3, num_classes=2, resolution=3, k=4, hidden_channels=8, depth=1,
-                        rnn_hidden=8, cfc_backbone_units=8).eval()
+    model = build_model(
+        "temporal_cfc",
+        in_channels=3,
+        num_classes=2,
+        resolution=3,
+        k=4,
+        hidden_channels=8,
+        depth=1,
+        rnn_hidden=8,
+        cfc_backbone_units=8,
+    ).eval()
     with torch.no_grad():
         logits = task.forward_batch(model, batch)
         assert logits.shape == (4, 2)
@@ -130,15 +187,18 @@ def test_one_cycle_is_torchs_onecycle_lr_with_its_momentum():
 # ------------------------------------------------------------------------------------------------
 # config errors: the same one-line errors as the other tasks
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("override, message", [
-    ("model.rnn_hiden=8", "unknown key model.rnn_hiden for model temporal_cfc; its keys: "),
-    ("data.num_frame=3", "unknown key data.num_frame for dataset dynamic_shapes; its keys: "),
-    ("data.sampling=sometimes", "data.sampling must be one of ['regular', 'irregular', 'mixed'], got 'sometimes'"),
-    ("data.jitter=0.5", "data.jitter must be a number in [0, 0.5), got 0.5"),
-    ("model.rnn=lstm", "model.rnn must be one of ['cfc', 'gru'], got 'lstm'"),
-    ("optim.schedule=linear", "optim.schedule must be one of ['warmup_cosine', 'one_cycle'], got 'linear'"),
-    ("trainer.recalibrate_bn=1", "trainer.recalibrate_bn must be true or false, got 1"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("model.rnn_hiden=8", "unknown key model.rnn_hiden for model temporal_cfc; its keys: "),
+        ("data.num_frame=3", "unknown key data.num_frame for dataset dynamic_shapes; its keys: "),
+        ("data.sampling=sometimes", "data.sampling must be one of ['regular', 'irregular', 'mixed'], got 'sometimes'"),
+        ("data.jitter=0.5", "data.jitter must be a number in [0, 0.5), got 0.5"),
+        ("model.rnn=lstm", "model.rnn must be one of ['cfc', 'gru'], got 'lstm'"),
+        ("optim.schedule=linear", "optim.schedule must be one of ['warmup_cosine', 'one_cycle'], got 'linear'"),
+        ("trainer.recalibrate_bn=1", "trainer.recalibrate_bn must be true or false, got 1"),
+    ],
+)
 def test_a_bad_key_or_value_is_a_one_line_config_error(override, message):
     from gridify.training import cli as train_cli
 

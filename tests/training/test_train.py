@@ -3,6 +3,7 @@
 The end-to-end runs use a tiny procedural data set and a tiny model so the whole file stays
 well under a minute on one core (the two-process ddp and ddp_spawn runs take about 25 s of it).
 """
+
 import json
 import os
 import subprocess
@@ -25,14 +26,29 @@ from gridify import training as T  # noqa: E402
 
 #: four classes x 2 shapes of 96 points, batch 4: two optimizer steps per epoch
 TINY = [
-    "task=classification", "data.name=procedural", "data.num_points=96", "data.num_samples_per_class=2",
-    "data.classes=[box, sphere, cylinder, torus]", "data.val={num_samples_per_class: 1}",
-    "data.test={num_samples_per_class: 2}", "data.batch_size=4",
+    "task=classification",
+    "data.name=procedural",
+    "data.num_points=96",
+    "data.num_samples_per_class=2",
+    "data.classes=[box, sphere, cylinder, torus]",
+    "data.val={num_samples_per_class: 1}",
+    "data.test={num_samples_per_class: 2}",
+    "data.batch_size=4",
     "data.augmentations=[rotate_z, {name: scale, low: 0.9, high: 1.2}, jitter]",
-    "model.name=gridified_classifier", "model.resolution=4", "model.k=4", "model.hidden_channels=8",
-    "model.depth=1", "model.kernel_size=3", "model.dropout=0.2",
-    "optim.lr=5e-3", "optim.warmup_epochs=1", "optim.kernel_l2=1e-4",
-    "trainer.max_epochs=2", "trainer.num_threads=1", "trainer.progress_bar=false", "trainer.log_every_n_steps=1",
+    "model.name=gridified_classifier",
+    "model.resolution=4",
+    "model.k=4",
+    "model.hidden_channels=8",
+    "model.depth=1",
+    "model.kernel_size=3",
+    "model.dropout=0.2",
+    "optim.lr=5e-3",
+    "optim.warmup_epochs=1",
+    "optim.kernel_l2=1e-4",
+    "trainer.max_epochs=2",
+    "trainer.num_threads=1",
+    "trainer.progress_bar=false",
+    "trainer.log_every_n_steps=1",
 ]
 
 
@@ -50,30 +66,40 @@ def test_override_values_are_yaml():
     assert T.parse_override("trainer.progress_bar=false") == (["trainer", "progress_bar"], False)
     assert T.parse_override("data.root=") == (["data", "root"], None)
     assert T.parse_override("data.root=a=b") == (["data", "root"], "a=b")
-    cfg = T.resolve_config(str(ROOT / "configs" / "procedural.yaml"),
-                           ["model.resolution=7", "trainer.max_epochs=2", "data.batch_size=8",
-                            "model.backbone_kwargs.fft=false", "seed=3"])
+    cfg = T.resolve_config(
+        str(ROOT / "configs" / "procedural.yaml"),
+        [
+            "model.resolution=7",
+            "trainer.max_epochs=2",
+            "data.batch_size=8",
+            "model.backbone_kwargs.fft=false",
+            "seed=3",
+        ],
+    )
     assert cfg["model"]["resolution"] == 7 and cfg["trainer"]["max_epochs"] == 2
     assert cfg["data"]["batch_size"] == 8 and cfg["model"]["backbone_kwargs"] == {"fft": False}
     assert cfg["seed"] == 3
     assert cfg["trainer"]["precision"] == T.DEFAULTS["trainer"]["precision"]  # defaults fill the rest
 
 
-@pytest.mark.parametrize("override, message", [
-    ("model.resolution", "malformed override 'model.resolution': expected section.key=value"),
-    ("=3", "malformed override"),
-    ("model..k=3", "must be dot-separated names"),
-    ("model.k=[1, 2", "not valid YAML"),
-    ("bogus.x=1", "unknown section 'bogus'; known sections: seed, task, output_dir, data, model, optim, trainer"),
-    ("seed.x=1", "seed is a int"),
-    ("trainer.max_epoch=3", "unknown key trainer.max_epoch"),
-    ("trainer.checkpoint.every=3", "unknown key trainer.checkpoint.every"),
-    ("optim.lr=-1", "optim.lr must be a finite number > 0, got -1"),
-    ("data.batch_size=0", "data.batch_size must be a positive integer"),
-    ("task=detection", "task must be one of"),
-    ("data.name=kitti", "data.name must be one of"),
-    ("data.augmentations=[spin]", "unknown augmentation 'spin'"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("model.resolution", "malformed override 'model.resolution': expected section.key=value"),
+        ("=3", "malformed override"),
+        ("model..k=3", "must be dot-separated names"),
+        ("model.k=[1, 2", "not valid YAML"),
+        ("bogus.x=1", "unknown section 'bogus'; known sections: seed, task, output_dir, data, model, optim, trainer"),
+        ("seed.x=1", "seed is a int"),
+        ("trainer.max_epoch=3", "unknown key trainer.max_epoch"),
+        ("trainer.checkpoint.every=3", "unknown key trainer.checkpoint.every"),
+        ("optim.lr=-1", "optim.lr must be a finite number > 0, got -1"),
+        ("data.batch_size=0", "data.batch_size must be a positive integer"),
+        ("task=detection", "task must be one of"),
+        ("data.name=kitti", "data.name must be one of"),
+        ("data.augmentations=[spin]", "unknown augmentation 'spin'"),
+    ],
+)
 def test_bad_overrides_give_clear_errors(override, message):
     with pytest.raises(T.ConfigError) as exc:
         T.resolve_config(None, [override])
@@ -81,8 +107,11 @@ def test_bad_overrides_give_clear_errors(override, message):
 
 
 def test_config_file_errors(tmp_path):
-    with pytest.raises(T.ConfigError, match=r"config '.*missing.yaml' not found: no such file, and no shipped config "
-                                             r"of that name \(shipped: folder_classification, "):
+    with pytest.raises(
+        T.ConfigError,
+        match=r"config '.*missing.yaml' not found: no such file, and no shipped config "
+        r"of that name \(shipped: folder_classification, ",
+    ):
         T.resolve_config(str(tmp_path / "missing.yaml"))
     bad = tmp_path / "bad.yaml"
     bad.write_text("model: {resolution: 9}\nschedule: {epochs: 3}\n")
@@ -92,8 +121,11 @@ def test_config_file_errors(tmp_path):
     with pytest.raises(T.ConfigError, match="top level must be a mapping"):
         T.resolve_config(str(bad))
     bad.write_text("model: [unclosed\n")
-    with pytest.raises(T.ConfigError, match=r"bad.yaml: not valid YAML \(line 2, column 1: expected ',' or ']', but "
-                                             r"got '<stream end>'\)$"):
+    with pytest.raises(
+        T.ConfigError,
+        match=r"bad.yaml: not valid YAML \(line 2, column 1: expected ',' or ']', but "
+        r"got '<stream end>'\)$",
+    ):
         T.resolve_config(str(bad))
 
 
@@ -109,20 +141,33 @@ def test_shipped_configs_resolve_and_follow_the_thesis():
     for f in sorted((ROOT / "configs").glob("*.yaml")):
         T.resolve_config(str(f))
     m40 = T.resolve_config(str(ROOT / "configs" / "modelnet40.yaml"))
-    assert {k: m40["model"][k] for k in ("resolution", "k", "hidden_channels", "depth", "dropout", "omega0",
-                                         "aggr", "message", "kernel_size")} == dict(
-        resolution=9, k=9, hidden_channels=128, depth=3, dropout=0.1, omega0=0.1, aggr="mean",
-        message="product", kernel_size=9)
+    assert {
+        k: m40["model"][k]
+        for k in ("resolution", "k", "hidden_channels", "depth", "dropout", "omega0", "aggr", "message", "kernel_size")
+    } == dict(
+        resolution=9,
+        k=9,
+        hidden_channels=128,
+        depth=3,
+        dropout=0.1,
+        omega0=0.1,
+        aggr="mean",
+        message="product",
+        kernel_size=9,
+    )
     assert (m40["optim"]["lr"], m40["optim"]["weight_decay"], m40["optim"]["warmup_epochs"]) == (5e-3, 0.0, 10)
     assert (m40["trainer"]["max_epochs"], m40["data"]["batch_size"]) == (60, 32)
     m10 = T.resolve_config(str(ROOT / "configs" / "modelnet10.yaml"))
-    assert m10["data"]["source"] == "auto" and m10["data"]["use_normals"] is False and m10["data"]["name"] == "modelnet10"
+    assert (
+        m10["data"]["source"] == "auto" and m10["data"]["use_normals"] is False and m10["data"]["name"] == "modelnet10"
+    )
     assert m10["data"]["num_points"] == 1024 and "root" not in m10["data"]  # --data-root / $GRIDIFY_DATA / datasets/
     for name, backbone in (("shapenet_ccnn", "ccnn"), ("shapenet_unet", "unet")):
         c = T.resolve_config(str(ROOT / "configs" / f"{name}.yaml"))
         assert c["task"] == "segmentation" and c["model"]["backbone"] == backbone
         assert {k: c["model"][k] for k in ("resolution", "k", "omega0", "aggr", "message", "dropout", "depth")} == dict(
-            resolution=13, k=9, omega0=1.0, aggr="max", message="concat", dropout=0.3, depth=4)
+            resolution=13, k=9, omega0=1.0, aggr="max", message="concat", dropout=0.3, depth=4
+        )
         assert (c["optim"]["lr"], c["optim"]["weight_decay"], c["data"]["batch_size"]) == (1e-3, 1e-3, 16)
 
 
@@ -180,11 +225,22 @@ def test_train_writes_everything(trained):
         assert (out / "plots" / png).stat().st_size > 1000
     assert (out / "csv" / "version_0" / "metrics.csv").is_file() and list((out / "tensorboard").rglob("events.*"))
     files = [f for f in out.rglob("*") if f.is_file()]
-    assert len(files) > 10 and {f.relative_to(out).as_posix(): oct(f.stat().st_mode & 0o777) for f in files
-                                if f.stat().st_mode & 0o777 != 0o644} == {}
+    assert (
+        len(files) > 10
+        and {
+            f.relative_to(out).as_posix(): oct(f.stat().st_mode & 0o777)
+            for f in files
+            if f.stat().st_mode & 0o777 != 0o644
+        }
+        == {}
+    )
     exported = torch.load(ck / "model.pt", map_location="cpu", weights_only=True)
     assert exported["model_name"] == "gridified_classifier" and exported["class_names"] == [
-        "box", "sphere", "cylinder", "torus"]
+        "box",
+        "sphere",
+        "cylinder",
+        "torus",
+    ]
     assert exported["gridify_version"] == gridify.__version__ and exported["model_kwargs"]["resolution"] == 4
     torch.load(ck / "last.ckpt", map_location="cpu", weights_only=True)  # Lightning ckpts load safely too
 
@@ -247,11 +303,21 @@ def test_evaluate_writes_its_report_atomically(trained, tmp_path, monkeypatch):
 
     written = []
     real_write = gridify._files.atomic_write
-    monkeypatch.setattr(gridify._files, "atomic_write",
-                        lambda path, write: written.append(path) or real_write(path, write))
+    monkeypatch.setattr(
+        gridify._files, "atomic_write", lambda path, write: written.append(path) or real_write(path, write)
+    )
     out, _ = trained
-    E.main(["--ckpt", str(out / "checkpoints" / "model.pt"), "--threads", "1", "--no-progress",
-            "--output", str(tmp_path / "sub" / "m.json")])
+    E.main(
+        [
+            "--ckpt",
+            str(out / "checkpoints" / "model.pt"),
+            "--threads",
+            "1",
+            "--no-progress",
+            "--output",
+            str(tmp_path / "sub" / "m.json"),
+        ]
+    )
     assert written == [tmp_path / "sub" / "m.json"] and json.loads(written[0].read_text())["split"] == "test"
 
 
@@ -300,16 +366,36 @@ def test_exact_resume(trained, tmp_path):
 
 
 def test_segmentation_run_and_export(tmp_path):
-    T.main(["--config", str(ROOT / "configs" / "procedural_seg.yaml"), f"output_dir={tmp_path}",
-            "data.num_points=96", "data.num_samples_per_class=1", "data.classes=[chair, lamp, box]",
-            "data.val={num_samples_per_class: 1}", "data.test={num_samples_per_class: 1}", "data.batch_size=3",
-            "model.resolution=4", "model.k=4", "model.hidden_channels=8", "model.depth=1", "model.kernel_size=3",
-            "model.point_channels=8", "trainer.max_epochs=1", "trainer.num_threads=1", "trainer.progress_bar=false",
-            "trainer.plots=false"])
+    T.main(
+        [
+            "--config",
+            str(ROOT / "configs" / "procedural_seg.yaml"),
+            f"output_dir={tmp_path}",
+            "data.num_points=96",
+            "data.num_samples_per_class=1",
+            "data.classes=[chair, lamp, box]",
+            "data.val={num_samples_per_class: 1}",
+            "data.test={num_samples_per_class: 1}",
+            "data.batch_size=3",
+            "model.resolution=4",
+            "model.k=4",
+            "model.hidden_channels=8",
+            "model.depth=1",
+            "model.kernel_size=3",
+            "model.point_channels=8",
+            "trainer.max_epochs=1",
+            "trainer.num_threads=1",
+            "trainer.progress_bar=false",
+            "trainer.plots=false",
+        ]
+    )
     report = json.loads((tmp_path / "test_metrics.json").read_text())
     assert set(report["metrics"]) >= {"instance_miou", "class_miou"}
-    assert 0.0 <= report["metrics"]["instance_miou"] <= 1.0 and list(report["per_category_iou"]) == ["box", "chair",
-                                                                                                   "lamp"]
+    assert 0.0 <= report["metrics"]["instance_miou"] <= 1.0 and list(report["per_category_iou"]) == [
+        "box",
+        "chair",
+        "lamp",
+    ]
     res = E.main(["--ckpt", str(tmp_path / "checkpoints" / "model.pt"), "--threads", "1", "--no-progress"])
     assert res["metrics"]["instance_miou"] == pytest.approx(report["metrics"]["instance_miou"], abs=1e-6)
     assert res["per_category_iou"] == pytest.approx(report["per_category_iou"], abs=1e-6)
@@ -328,8 +414,11 @@ def test_bf16_mixed_precision_run(tmp_path, monkeypatch):
         return forward(self, x)
 
     monkeypatch.setattr(SepFlexConv3d, "forward", spy)
-    summary = T.main(tiny(tmp_path, "trainer.max_epochs=1", "trainer.plots=false", "--accelerator", "cpu",
-                          "--precision", "bf16-mixed"))
+    summary = T.main(
+        tiny(
+            tmp_path, "trainer.max_epochs=1", "trainer.plots=false", "--accelerator", "cpu", "--precision", "bf16-mixed"
+        )
+    )
     assert summary["config"]["trainer"]["precision"] == "bf16-mixed"
     assert autocast_on and all(autocast_on)
     report = json.loads((tmp_path / "test_metrics.json").read_text())
@@ -344,28 +433,62 @@ def test_modelnet10_one_training_step(shared_data, tmp_path):
     root = shared_data / "modelnet10_pcd"
     if not (root / "ModelNet10" / "pcd").is_dir():
         pytest.skip(f"ModelNet10 pcd release not found under {root}")
-    T.main(["--config", "modelnet10", f"output_dir={tmp_path}", "--data-root", str(root), "data.batch_size=2",
+    T.main(
+        [
+            "--config",
+            "modelnet10",
+            f"output_dir={tmp_path}",
+            "--data-root",
+            str(root),
+            "data.batch_size=2",
             "data.num_workers=0",
-            "model.resolution=4", "model.k=4", "model.hidden_channels=8", "model.depth=1", "model.kernel_size=3",
-            "trainer.max_epochs=1", "trainer.max_steps=1", "trainer.limit_train_batches=1",
-            "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.num_threads=1",
-            "trainer.progress_bar=false", "trainer.plots=false"])
+            "model.resolution=4",
+            "model.k=4",
+            "model.hidden_channels=8",
+            "model.depth=1",
+            "model.kernel_size=3",
+            "trainer.max_epochs=1",
+            "trainer.max_steps=1",
+            "trainer.limit_train_batches=1",
+            "trainer.limit_val_batches=1",
+            "trainer.limit_test_batches=1",
+            "trainer.num_threads=1",
+            "trainer.progress_bar=false",
+            "trainer.plots=false",
+        ]
+    )
     report = json.loads((tmp_path / "test_metrics.json").read_text())
     assert report["global_step"] == 1 and report["source_format"] == "pcd" and report["num_samples"] == 908
     assert report["num_scored"] == 2 and report["subset"] == {  # limit_test_batches=1: 2 shapes of 2 classes
-        "size": 2, "of": 908, "stratified": True, "limit": "trainer.limit_test_batches=1"}
+        "size": 2,
+        "of": 908,
+        "stratified": True,
+        "limit": "trainer.limit_test_batches=1",
+    }
     cfg = T.load_yaml(tmp_path / "config.yaml")
     assert cfg["model"]["in_channels"] == 3 and cfg["model"]["num_classes"] == 10
 
 
 def test_ddp_two_cpu_processes(tmp_path):
     # the script imports the gridify of this source tree (not another installed copy)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
     env.pop("LOCAL_RANK", None)
-    cmd = [sys.executable, str(SCRIPTS / "train.py"), *tiny(tmp_path, "data.batch_size=2", "trainer.max_epochs=1",
-                                                           "trainer.plots=false"),
-           "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp"]
+    cmd = [
+        sys.executable,
+        str(SCRIPTS / "train.py"),
+        *tiny(tmp_path, "data.batch_size=2", "trainer.max_epochs=1", "trainer.plots=false"),
+        "--accelerator",
+        "cpu",
+        "--devices",
+        "2",
+        "--strategy",
+        "ddp",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Starting with 2 processes" in proc.stdout + proc.stderr
@@ -379,8 +502,20 @@ def test_ddp_two_cpu_processes(tmp_path):
 
 def test_ddp_spawn_two_cpu_processes(tmp_path, capfd):
     """ddp_spawn from Python (no script to re-run): the whole run happens in two spawned DDP ranks."""
-    summary = T.main(tiny(tmp_path, "data.batch_size=2", "trainer.max_epochs=1", "trainer.plots=false",
-                          "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp_spawn"))
+    summary = T.main(
+        tiny(
+            tmp_path,
+            "data.batch_size=2",
+            "trainer.max_epochs=1",
+            "trainer.plots=false",
+            "--accelerator",
+            "cpu",
+            "--devices",
+            "2",
+            "--strategy",
+            "ddp_spawn",
+        )
+    )
     assert "Starting with 2 processes" in "".join(capfd.readouterr())
     report = json.loads((tmp_path / "test_metrics.json").read_text())
     assert summary["metrics"] == report["metrics"] and summary["config"]["trainer"]["strategy"] == "ddp_spawn"
@@ -390,16 +525,28 @@ def test_ddp_spawn_two_cpu_processes(tmp_path, capfd):
     assert [p.name for p in (tmp_path / "csv").iterdir()] == ["version_0"]
     res = E.main(["--ckpt", str(tmp_path / "checkpoints" / "model.pt"), "--threads", "1", "--no-progress"])
     assert res["metrics"]["oa"] == pytest.approx(report["metrics"]["oa"], abs=1e-9)  # model.pt = the tested weights
-    with pytest.raises(SystemExit, match=r"^train.py: config error: unknown key model.bogus for model gridified_classifier"):
-        T.main(tiny(tmp_path / "bad", "model.bogus=1", "--accelerator", "cpu", "--devices", "2",
-                    "--strategy", "ddp_spawn"))
+    with pytest.raises(
+        SystemExit, match=r"^train.py: config error: unknown key model.bogus for model gridified_classifier"
+    ):
+        T.main(
+            tiny(tmp_path / "bad", "model.bogus=1", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp_spawn")
+        )
 
 
 # --------------------------------------------------------------------------------------
 # your own folders, quick runs
 # --------------------------------------------------------------------------------------
-FOLDER_TINY = ["model.resolution=4", "model.k=4", "model.hidden_channels=8", "model.depth=1", "model.kernel_size=3",
-               "data.num_points=48", "trainer.max_epochs=1", "trainer.num_threads=1", "trainer.plots=false"]
+FOLDER_TINY = [
+    "model.resolution=4",
+    "model.k=4",
+    "model.hidden_channels=8",
+    "model.depth=1",
+    "model.kernel_size=3",
+    "data.num_points=48",
+    "trainer.max_epochs=1",
+    "trainer.num_threads=1",
+    "trainer.plots=false",
+]
 
 
 def test_folder_classification_quick_run(tmp_path, capsys):
@@ -414,17 +561,33 @@ def test_folder_classification_quick_run(tmp_path, capsys):
         for split, n in (("train", 6), ("test", 4)):
             for i in range(n):
                 write_ply(tmp_path / "data" / cls / split / f"{i}.ply", rng.normal(size=(60, 3)) * (1 + 2 * c))
-    cli.main(["train", "--config", "folder_classification", "--data-root", str(tmp_path / "data"), "--output-dir",
-              str(tmp_path / "out"), *FOLDER_TINY, "data.batch_size=3", "data.val_fraction=0.34",
-              "trainer.limit_val_batches=1", "trainer.limit_test_batches=1", "trainer.progress_bar=true",
-              "trainer.log_every_n_steps=2"])
+    cli.main(
+        [
+            "train",
+            "--config",
+            "folder_classification",
+            "--data-root",
+            str(tmp_path / "data"),
+            "--output-dir",
+            str(tmp_path / "out"),
+            *FOLDER_TINY,
+            "data.batch_size=3",
+            "data.val_fraction=0.34",
+            "trainer.limit_val_batches=1",
+            "trainer.limit_test_batches=1",
+            "trainer.progress_bar=true",
+            "trainer.log_every_n_steps=2",
+        ]
+    )
     report = json.loads((tmp_path / "out" / "test_metrics.json").read_text())
     assert report["subset"] == {"size": 3, "of": 12, "stratified": True, "limit": "trainer.limit_test_batches=1"}
     assert report["num_samples"] == 12 and report["num_scored"] == 3
     assert [sum(row) for row in report["confusion_matrix"]] == [1, 1, 1]  # not the first batch of a sorted split
     printed = capsys.readouterr().out
     assert "[train] val: a seeded, class-stratified subset of 3 of 6 samples (trainer.limit_val_batches=1)" in printed
-    assert "[train] test: a seeded, class-stratified subset of 3 of 12 samples (trainer.limit_test_batches=1)" in printed
+    assert (
+        "[train] test: a seeded, class-stratified subset of 3 of 12 samples (trainer.limit_test_batches=1)" in printed
+    )
     assert "(3 of 12 samples, a seeded class-stratified subset: trainer.limit_test_batches=1," in printed
     assert "[train] epoch 1/1 step 2/4 | train_loss " in printed and "[train] epoch 1/1 done in " in printed
     assert T.load_yaml(tmp_path / "out" / "config.yaml")["data"]["root"] == str(tmp_path / "data")
@@ -455,15 +618,36 @@ def test_folder_segmentation_run(tmp_path):
             pts = rng.normal(size=(70, 3))
             np.savetxt(tmp_path / "scans" / split / f"s{i}.xyz", np.c_[pts, (pts[:, 2] > 0).astype(int)], fmt="%.5f")
     (tmp_path / "scans" / "classes.txt").write_text("floor\nroof\n")
-    cli.main(["train", "--config", "folder_segmentation", "--data-root", str(tmp_path / "scans"), "--output-dir",
-              str(tmp_path / "out"), *FOLDER_TINY, "model.point_channels=8", "data.batch_size=2",
-              "trainer.progress_bar=false"])
+    cli.main(
+        [
+            "train",
+            "--config",
+            "folder_segmentation",
+            "--data-root",
+            str(tmp_path / "scans"),
+            "--output-dir",
+            str(tmp_path / "out"),
+            *FOLDER_TINY,
+            "model.point_channels=8",
+            "data.batch_size=2",
+            "trainer.progress_bar=false",
+        ]
+    )
     report = json.loads((tmp_path / "out" / "test_metrics.json").read_text())
     assert list(report["per_category_iou"]) == ["scans"] and report["num_scored"] == 2 and report["subset"] is None
     exported = torch.load(tmp_path / "out" / "checkpoints" / "model.pt", weights_only=True)
     assert exported["class_names"] == ["floor", "roof"] and exported["model_kwargs"]["num_categories"] == 1
-    res = E.main(["--ckpt", str(tmp_path / "out" / "checkpoints" / "model.pt"), "--threads", "1", "--no-progress",
-                  "--data-root", str(tmp_path / "scans")])
+    res = E.main(
+        [
+            "--ckpt",
+            str(tmp_path / "out" / "checkpoints" / "model.pt"),
+            "--threads",
+            "1",
+            "--no-progress",
+            "--data-root",
+            str(tmp_path / "scans"),
+        ]
+    )
     assert res["metrics"]["instance_miou"] == pytest.approx(report["metrics"]["instance_miou"], abs=1e-6)
 
 
@@ -500,8 +684,14 @@ def test_label_smoothing_and_test_votes_are_validated():
         T.resolve_config(None, ["optim.label_smoothing=1.0"])
     with pytest.raises(T.ConfigError, match="trainer.test_votes must be a positive integer"):
         T.resolve_config(None, ["trainer.test_votes=0"])
-    cfg = T.resolve_config(None, ["optim.label_smoothing=0.1", "trainer.test_votes=3",
-                                  "data.augmentations=[{name: point_dropout, max_ratio: 0.3}]"])
+    cfg = T.resolve_config(
+        None,
+        [
+            "optim.label_smoothing=0.1",
+            "trainer.test_votes=3",
+            "data.augmentations=[{name: point_dropout, max_ratio: 0.3}]",
+        ],
+    )
     assert cfg["optim"]["label_smoothing"] == 0.1 and cfg["trainer"]["test_votes"] == 3
 
 

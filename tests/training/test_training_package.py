@@ -2,6 +2,7 @@
 
 The end-to-end runs are in tests/training/test_train.py.
 """
+
 import ast
 import json
 import os
@@ -59,8 +60,16 @@ def test_run_files_are_written_atomically(tmp_path, monkeypatch):
     results = {"metrics": {"loss": 0.5, "oa": 1.0, "macc": 1.0}, "num_scored": 2, "confusion_matrix": [[1, 0], [0, 1]]}
     report = R.test_report(record, results, num_samples=2, checkpoint=None, epoch=1, global_step=2, train_seconds=3.0)
     R.write_test_outputs(record, report, model, 3.0)
-    assert written == ["config.yaml", "run_info.json", "test_metrics.json", "model.pt", "run_info.json",
-                       "loss.png", "metrics.png", "confusion_matrix.png"]
+    assert written == [
+        "config.yaml",
+        "run_info.json",
+        "test_metrics.json",
+        "model.pt",
+        "run_info.json",
+        "loss.png",
+        "metrics.png",
+        "confusion_matrix.png",
+    ]
     out = tmp_path / "run"
     assert json.loads((out / "test_metrics.json").read_text())["checkpoint"] == "final weights"
     assert json.loads((out / "run_info.json").read_text())["test_metrics"] == results["metrics"]
@@ -72,14 +81,17 @@ def test_run_files_are_written_atomically(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------------------
 # program names in usage lines and error messages
 # --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("argv0, env, train, evaluate", [
-    ("/venv/bin/gridify", "gridify train", "gridify train", "gridify train"),  # the console script names it
-    ("/venv/bin/gridify", "gridify evaluate", "gridify evaluate", "gridify evaluate"),
-    ("/repo/scripts/train.py", None, "train.py", "evaluate.py"),
-    ("/repo/scripts/evaluate.py", None, "train.py", "evaluate.py"),
-    ("/venv/lib/python3.11/site-packages/pytest/__main__.py", None, "train.py", "evaluate.py"),  # from Python
-    ("", None, "train.py", "evaluate.py"),
-])
+@pytest.mark.parametrize(
+    "argv0, env, train, evaluate",
+    [
+        ("/venv/bin/gridify", "gridify train", "gridify train", "gridify train"),  # the console script names it
+        ("/venv/bin/gridify", "gridify evaluate", "gridify evaluate", "gridify evaluate"),
+        ("/repo/scripts/train.py", None, "train.py", "evaluate.py"),
+        ("/repo/scripts/evaluate.py", None, "train.py", "evaluate.py"),
+        ("/venv/lib/python3.11/site-packages/pytest/__main__.py", None, "train.py", "evaluate.py"),  # from Python
+        ("", None, "train.py", "evaluate.py"),
+    ],
+)
 def test_program_name(monkeypatch, argv0, env, train, evaluate):
     from gridify.training.cli import program_name
 
@@ -97,8 +109,10 @@ def test_the_console_script_leaves_sys_argv_runnable(monkeypatch):
 
     seen = {}
     monkeypatch.setattr("sys.argv", ["/venv/bin/gridify", "train", "--print-config"])
-    monkeypatch.setattr("gridify.training.main", lambda argv: seen.update(argv0=__import__("sys").argv[0],
-                                                                                prog=__import__("os").environ.get("GRIDIFY_PROG")))
+    monkeypatch.setattr(
+        "gridify.training.main",
+        lambda argv: seen.update(argv0=__import__("sys").argv[0], prog=__import__("os").environ.get("GRIDIFY_PROG")),
+    )
     cli.main(["train", "--print-config"])
     assert seen == {"argv0": "/venv/bin/gridify", "prog": "gridify train"}
 
@@ -134,14 +148,32 @@ def test_lightning_classes_pickle():
 
     from gridify import training as T
 
-    cfg = resolve_config(None, ["data.num_points=32", "data.num_samples_per_class=1", "data.classes=[box, sphere]",
-                                "model.resolution=4", "model.k=4", "model.hidden_channels=8", "model.depth=1",
-                                "model.kernel_size=3"])
+    cfg = resolve_config(
+        None,
+        [
+            "data.num_points=32",
+            "data.num_samples_per_class=1",
+            "data.classes=[box, sphere]",
+            "model.resolution=4",
+            "model.k=4",
+            "model.hidden_channels=8",
+            "model.depth=1",
+            "model.kernel_size=3",
+        ],
+    )
     train_set = T.build_dataset(cfg, "train")
     info = T.dataset_info(train_set, "classification")
     name, kwargs = T.fill_model_kwargs(cfg, info)
-    task = T.PointCloudTask(model_name=name, model_kwargs=kwargs, task="classification", optim=cfg["optim"],
-                            info=info, config=cfg, seed=0, steps_per_epoch=1)
+    task = T.PointCloudTask(
+        model_name=name,
+        model_kwargs=kwargs,
+        task="classification",
+        optim=cfg["optim"],
+        info=info,
+        config=cfg,
+        seed=0,
+        steps_per_epoch=1,
+    )
     back = pickle.loads(pickle.dumps(task))
     assert type(back) is T.PointCloudTask and back.hparams == task.hparams
     for key, value in task.state_dict().items():
@@ -150,7 +182,6 @@ def test_lightning_classes_pickle():
     for obj in (data, T.StopAfterEpochs(2), T.atomic_checkpoint_io()):
         assert type(pickle.loads(pickle.dumps(obj))) is type(obj)
     assert T.lightning_classes()[1:] == (T.PointCloudTask, T.PointCloudData, T.StopAfterEpochs)
-
 
 
 # --------------------------------------------------------------------------------------
@@ -179,25 +210,31 @@ def test_no_library_module_imports_the_training_package():
         if rel.parts[0] == "training" or rel.name in ("evaluation.py", "benchmark_recipe.py"):
             continue
         tree = ast.parse(path.read_text())
-        for node in (tree.body if rel.name == "cli.py" else ast.walk(tree)):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                     [f"{'.' * node.level}{node.module or ''}"] + [a.name for a in node.names]
-                     if isinstance(node, ast.ImportFrom) else [])
+        for node in tree.body if rel.name == "cli.py" else ast.walk(tree):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [f"{'.' * node.level}{node.module or ''}"] + [a.name for a in node.names]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             if any("training" in n.split(".") for n in names):
                 offenders.append(f"{rel}:{node.lineno}")
     assert not offenders
 
 
 def test_importing_the_package_does_not_import_lightning():
-    code = ("import sys\n"
-            "import gridify.training as T, gridify.evaluation\n"
-            "import gridify.training.config, gridify.training.data, gridify.training.metrics, gridify.training.plots\n"
-            "import gridify.training.report, gridify.training.schedule, gridify.training.cli\n"
-            "T.resolve_config(None, ['trainer.max_epochs=2']); T.ShardSampler(4, shuffle=True); T.main\n"
-            "light = lambda: sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning'))\n"
-            "assert not light(), light()\n"
-            "assert T.PointCloudTask.__module__ == 'gridify.training.module' and 'lightning' in sys.modules\n"
-            "print('ok')\n")
+    code = (
+        "import sys\n"
+        "import gridify.training as T, gridify.evaluation\n"
+        "import gridify.training.config, gridify.training.data, gridify.training.metrics, gridify.training.plots\n"
+        "import gridify.training.report, gridify.training.schedule, gridify.training.cli\n"
+        "T.resolve_config(None, ['trainer.max_epochs=2']); T.ShardSampler(4, shuffle=True); T.main\n"
+        "light = lambda: sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning'))\n"
+        "assert not light(), light()\n"
+        "assert T.PointCloudTask.__module__ == 'gridify.training.module' and 'lightning' in sys.modules\n"
+        "print('ok')\n"
+    )
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stdout + res.stderr
 
@@ -227,8 +264,9 @@ def test_python_dash_m(monkeypatch, capsys):
     import runpy
 
     config = str(ROOT / "configs" / "procedural.yaml")
-    monkeypatch.setattr("sys.argv", [str(PACKAGE / "__main__.py"), "--config", config, "--print-config",
-                                      "trainer.max_epochs=3"])
+    monkeypatch.setattr(
+        "sys.argv", [str(PACKAGE / "__main__.py"), "--config", config, "--print-config", "trainer.max_epochs=3"]
+    )
     runpy.run_module("gridify.training", run_name="__main__")
     assert "max_epochs: 3" in capsys.readouterr().out
 
@@ -236,9 +274,19 @@ def test_python_dash_m(monkeypatch, capsys):
 # --------------------------------------------------------------------------------------
 # every error a user can fix ends the command with ONE line, never a traceback
 # --------------------------------------------------------------------------------------
-TINY_MODEL = ["model.resolution=4", "model.k=4", "model.hidden_channels=8", "model.depth=1", "model.kernel_size=3",
-              "data.num_points=32", "data.batch_size=2", "trainer.max_epochs=1", "trainer.num_threads=1",
-              "trainer.progress_bar=false", "trainer.plots=false"]
+TINY_MODEL = [
+    "model.resolution=4",
+    "model.k=4",
+    "model.hidden_channels=8",
+    "model.depth=1",
+    "model.kernel_size=3",
+    "data.num_points=32",
+    "data.batch_size=2",
+    "trainer.max_epochs=1",
+    "trainer.num_threads=1",
+    "trainer.progress_bar=false",
+    "trainer.plots=false",
+]
 
 
 @pytest.fixture
@@ -265,31 +313,54 @@ def broken(tmp_path):
 
 ERROR_PATHS = [
     (["train", "--config", "missing"], "gridify train: config error: config 'missing' not found: no such file"),
-    (["train", "--config", "{t}/bad.yaml"],
-     "gridify train: config error: {t}/bad.yaml: not valid YAML (line 2, column 1: expected ',' or ']'"),
-    (["train", "--config", "procedural", "data.name=kitti"],
-     "gridify train: config error: data.name must be one of ['folder', 'modelnet', 'modelnet10', 'modelnet40', "),
-    (["train", "--config", "procedural", "trainer.limit_val_batches=-1"],
-     "gridify train: config error: trainer.limit_val_batches must be null, a number of batches"),
-    (["train", "--config", "modelnet10", "--data-root", "{t}/empty"],
-     "gridify train: error: ModelNet10 not found under {t}/empty: expected one of the releases normal_resampled, off, "
-     "pcd (e.g. {t}/empty/ModelNet10 holding <class>/{{train,test}}/*.off, or {t}/empty/ModelNet10/pcd holding "
-     "<class>/{{train,test}}/*.pcd). (get it with 'gridify download ModelNet10 --root {t}/empty' or point "
-     "--data-root at it)"),
-    (["train", "--config", "procedural", "--resume", "{t}/corrupt.ckpt"],
-     "gridify train: error: cannot read checkpoint {t}/corrupt.ckpt: the file is corrupt"),
-    (["train", "--config", "procedural", "--resume", "{t}/gone.ckpt"],
-     "gridify train: error: --resume: checkpoint not found: {t}/gone.ckpt"),
-    (["train", "--config", "procedural", "model.name=bogus"], "gridify train: config error: model.name: unknown model 'bogus'"),
-    (["train", "--config", "folder_classification"],
-     "gridify train: error: data.name=folder needs the folder: pass --data-root path/to/folder (or set data.root)"),
-    (["train", "--config", "folder_classification", "--data-root", "{t}/emptyclass"],
-     "gridify train: error: {t}/emptyclass/c: empty class folder: no point-cloud files of class 'c'"),
-    (["train", "--config", "folder_classification", "--data-root", "{t}/unreadable"],  # read during the first epoch
-     "gridify train: error: {t}/unreadable/b/train/2.ply: PLY header has no 'end_header' line (truncated or corrupt)",
-     "[train] gridify"),
-    (["train", "--config", "folder_classification", "--data-root", "{t}/notest/a"],  # before any training
-     "gridify train: error: {t}/notest/a: no test files (add test folders or a test.txt list, or set test_fraction"),
+    (
+        ["train", "--config", "{t}/bad.yaml"],
+        "gridify train: config error: {t}/bad.yaml: not valid YAML (line 2, column 1: expected ',' or ']'",
+    ),
+    (
+        ["train", "--config", "procedural", "data.name=kitti"],
+        "gridify train: config error: data.name must be one of ['folder', 'modelnet', 'modelnet10', 'modelnet40', ",
+    ),
+    (
+        ["train", "--config", "procedural", "trainer.limit_val_batches=-1"],
+        "gridify train: config error: trainer.limit_val_batches must be null, a number of batches",
+    ),
+    (
+        ["train", "--config", "modelnet10", "--data-root", "{t}/empty"],
+        "gridify train: error: ModelNet10 not found under {t}/empty: expected one of the releases normal_resampled, off, "
+        "pcd (e.g. {t}/empty/ModelNet10 holding <class>/{{train,test}}/*.off, or {t}/empty/ModelNet10/pcd holding "
+        "<class>/{{train,test}}/*.pcd). (get it with 'gridify download ModelNet10 --root {t}/empty' or point "
+        "--data-root at it)",
+    ),
+    (
+        ["train", "--config", "procedural", "--resume", "{t}/corrupt.ckpt"],
+        "gridify train: error: cannot read checkpoint {t}/corrupt.ckpt: the file is corrupt",
+    ),
+    (
+        ["train", "--config", "procedural", "--resume", "{t}/gone.ckpt"],
+        "gridify train: error: --resume: checkpoint not found: {t}/gone.ckpt",
+    ),
+    (
+        ["train", "--config", "procedural", "model.name=bogus"],
+        "gridify train: config error: model.name: unknown model 'bogus'",
+    ),
+    (
+        ["train", "--config", "folder_classification"],
+        "gridify train: error: data.name=folder needs the folder: pass --data-root path/to/folder (or set data.root)",
+    ),
+    (
+        ["train", "--config", "folder_classification", "--data-root", "{t}/emptyclass"],
+        "gridify train: error: {t}/emptyclass/c: empty class folder: no point-cloud files of class 'c'",
+    ),
+    (
+        ["train", "--config", "folder_classification", "--data-root", "{t}/unreadable"],  # read during the first epoch
+        "gridify train: error: {t}/unreadable/b/train/2.ply: PLY header has no 'end_header' line (truncated or corrupt)",
+        "[train] gridify",
+    ),
+    (
+        ["train", "--config", "folder_classification", "--data-root", "{t}/notest/a"],  # before any training
+        "gridify train: error: {t}/notest/a: no test files (add test folders or a test.txt list, or set test_fraction",
+    ),
     (["evaluate", "--ckpt", "{t}/gone.pt"], "gridify evaluate: error: checkpoint not found: {t}/gone.pt"),
     (["evaluate", "--ckpt", "{t}/corrupt.ckpt"], "gridify evaluate: error: cannot read checkpoint {t}/corrupt.ckpt"),
     (["download", "modelnet99"], "gridify download: error: unknown archive 'modelnet99'; known: ModelNet40, "),
@@ -297,8 +368,9 @@ ERROR_PATHS = [
 ]
 
 
-@pytest.mark.parametrize("argv, start, inside", [(*c, "")[:3] for c in ERROR_PATHS],
-                         ids=[" ".join(c[0][:4]) for c in ERROR_PATHS])
+@pytest.mark.parametrize(
+    "argv, start, inside", [(*c, "")[:3] for c in ERROR_PATHS], ids=[" ".join(c[0][:4]) for c in ERROR_PATHS]
+)
 def test_every_error_path_is_one_line(broken, capfd, argv, start, inside):
     from gridify import cli
 
@@ -324,11 +396,28 @@ def test_a_redirected_run_logs_lines_not_progress_bars(tmp_path):
             for i in range(n):
                 write_ply(tmp_path / "data" / cls / split / f"{i}.ply", rng.normal(size=(40, 3)) * (1 + ord(cls) % 3))
     log = tmp_path / "train.log"
-    argv = [sys.executable, "-m", "gridify.training", "--config", "folder_classification", "--data-root",
-            str(tmp_path / "data"), "--output-dir", str(tmp_path / "out"), *TINY_MODEL, "trainer.max_epochs=2",
-            "trainer.progress_bar=true", "trainer.log_every_n_steps=5", "data.batch_size=2"]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    argv = [
+        sys.executable,
+        "-m",
+        "gridify.training",
+        "--config",
+        "folder_classification",
+        "--data-root",
+        str(tmp_path / "data"),
+        "--output-dir",
+        str(tmp_path / "out"),
+        *TINY_MODEL,
+        "trainer.max_epochs=2",
+        "trainer.progress_bar=true",
+        "trainer.log_every_n_steps=5",
+        "data.batch_size=2",
+    ]
+    env = dict(
+        os.environ,
+        PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
     with open(log, "w") as fh:
         proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=300)
     text = log.read_text()

@@ -1,11 +1,20 @@
 """Seeded transforms of gridify.transforms."""
+
 import numpy as np
 import pytest
 import torch
 
 from gridify.api import normalize_cloud
-from gridify.transforms import (Compose, FixedPoints, Normalize, RandomJitter, RandomRotate, RandomRotateZ,
-                                RandomScale, point_keys)
+from gridify.transforms import (
+    Compose,
+    FixedPoints,
+    Normalize,
+    RandomJitter,
+    RandomRotate,
+    RandomRotateZ,
+    RandomScale,
+    point_keys,
+)
 
 
 def _sample(n=64, seed=0, torch_=False):
@@ -159,8 +168,9 @@ def test_jitter_clipped_and_seeded():
 
 def test_compose_reproducible_pipeline():
     def make():
-        return Compose([Normalize(), FixedPoints(32, seed=1), RandomRotateZ(seed=2), RandomScale(seed=3),
-                        RandomJitter(seed=4)])
+        return Compose(
+            [Normalize(), FixedPoints(32, seed=1), RandomRotateZ(seed=2), RandomScale(seed=3), RandomJitter(seed=4)]
+        )
 
     s = _sample(100, torch_=True)
     a, b = make(), make()
@@ -183,7 +193,7 @@ def test_random_point_dropout_keeps_n_and_moves_labels_with_their_points():
     y = np.arange(100)
     out = RandomPointDropout(0.5, seed=1)({"pos": pos, "y": y, "category": 3})
     assert out["pos"].shape == (100, 3) and out["category"] == 3
-    assert np.array_equal(out["pos"][:, 0] // 3, out["y"])          # every label travels with its point
+    assert np.array_equal(out["pos"][:, 0] // 3, out["y"])  # every label travels with its point
     assert 50 < len(np.unique(out["y"])) <= 100
     with pytest.raises(ValueError, match=r"max_ratio must be a number in \[0, 1\)"):
         RandomPointDropout(1.0)
@@ -200,26 +210,42 @@ def _cloud(n=50, seed=0):
     return p, p / np.linalg.norm(p, axis=1, keepdims=True)
 
 
-_ALL_TRANSFORMS = [Normalize(), FixedPoints(20), FixedPoints(80, deterministic=True), RandomRotateZ(),
-                   RandomRotate(axis=0), RandomScale(anisotropic=True), RandomJitter(), RandomPointDropout(0.9)]
+_ALL_TRANSFORMS = [
+    Normalize(),
+    FixedPoints(20),
+    FixedPoints(80, deterministic=True),
+    RandomRotateZ(),
+    RandomRotate(axis=0),
+    RandomScale(anisotropic=True),
+    RandomJitter(),
+    RandomPointDropout(0.9),
+]
 
 
 @pytest.mark.parametrize("t", _ALL_TRANSFORMS, ids=lambda t: type(t).__name__)
-@pytest.mark.parametrize("bad,match", [
-    (lambda p, n: {"pos": p, "normal": n[:3]}, r"'normal' must have shape \[50, 3\] like 'pos', got \(3, 3\)"),
-    (lambda p, n: {"pos": p, "normal": n[:20]}, r"'normal' must have shape \[50, 3\]"),
-    (lambda p, n: {"pos": np.full((5, 3), np.nan)}, "'pos' contains NaN/Inf"),
-    (lambda p, n: {"pos": p.astype(np.int64)}, "'pos' must hold floating-point coordinates, got dtype int64"),
-    (lambda p, n: {"pos": p.astype(np.complex64)}, "'pos' must hold floating-point coordinates, got dtype complex64"),
-    (lambda p, n: {"pos": p.astype(bool)}, "'pos' must hold floating-point coordinates, got dtype bool"),
-    (lambda p, n: {"pos": torch.tensor(p), "normal": torch.ones(50, 3, dtype=torch.long)},
-     "'normal' must hold floating-point components, got dtype torch.int64"),
-    (lambda p, n: {"pos": p, "normal": np.full((50, 3), np.inf, np.float32)}, "'normal' contains NaN/Inf"),
-    (lambda p, n: {"pos": p, "y": np.arange(49)}, "'y' has 49 rows but 'pos' has 50 points"),
-    (lambda p, n: {"pos": p, "x": np.zeros((10, 6), np.float32)}, "'x' has 10 rows but 'pos' has 50 points"),
-    (lambda p, n: {"pos": torch.zeros(5, 3, device="meta")}, "'pos' is a meta tensor"),
-    (lambda p, n: {"pos": torch.tensor(p).to(torch.float8_e4m3fn)}, "'pos' has the unsupported dtype"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (lambda p, n: {"pos": p, "normal": n[:3]}, r"'normal' must have shape \[50, 3\] like 'pos', got \(3, 3\)"),
+        (lambda p, n: {"pos": p, "normal": n[:20]}, r"'normal' must have shape \[50, 3\]"),
+        (lambda p, n: {"pos": np.full((5, 3), np.nan)}, "'pos' contains NaN/Inf"),
+        (lambda p, n: {"pos": p.astype(np.int64)}, "'pos' must hold floating-point coordinates, got dtype int64"),
+        (
+            lambda p, n: {"pos": p.astype(np.complex64)},
+            "'pos' must hold floating-point coordinates, got dtype complex64",
+        ),
+        (lambda p, n: {"pos": p.astype(bool)}, "'pos' must hold floating-point coordinates, got dtype bool"),
+        (
+            lambda p, n: {"pos": torch.tensor(p), "normal": torch.ones(50, 3, dtype=torch.long)},
+            "'normal' must hold floating-point components, got dtype torch.int64",
+        ),
+        (lambda p, n: {"pos": p, "normal": np.full((50, 3), np.inf, np.float32)}, "'normal' contains NaN/Inf"),
+        (lambda p, n: {"pos": p, "y": np.arange(49)}, "'y' has 49 rows but 'pos' has 50 points"),
+        (lambda p, n: {"pos": p, "x": np.zeros((10, 6), np.float32)}, "'x' has 10 rows but 'pos' has 50 points"),
+        (lambda p, n: {"pos": torch.zeros(5, 3, device="meta")}, "'pos' is a meta tensor"),
+        (lambda p, n: {"pos": torch.tensor(p).to(torch.float8_e4m3fn)}, "'pos' has the unsupported dtype"),
+    ],
+)
 def test_every_transform_validates_its_sample_alike(t, bad, match):
     p, n = _cloud()
     with pytest.raises(ValueError, match=f"^{type(t).__name__}: {match}"):
@@ -227,9 +253,15 @@ def test_every_transform_validates_its_sample_alike(t, bad, match):
 
 
 @pytest.mark.parametrize("torch_", [False, True])
-@pytest.mark.parametrize("make", [lambda: FixedPoints(20, seed=3), lambda: FixedPoints(80, seed=3),
-                                  lambda: FixedPoints(30, deterministic=True, seed=1),
-                                  lambda: RandomPointDropout(0.9, seed=2)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: FixedPoints(20, seed=3),
+        lambda: FixedPoints(80, seed=3),
+        lambda: FixedPoints(30, deterministic=True, seed=1),
+        lambda: RandomPointDropout(0.9, seed=2),
+    ],
+)
 def test_subsampling_keeps_pos_normal_and_labels_matched(make, torch_):
     p, n = _cloud()
     s = {"pos": p, "normal": n, "y": np.arange(50), "category": np.int64(4)}
@@ -255,25 +287,28 @@ def test_fixed_points_deterministic_bfloat16_and_flags():
         FixedPoints(5).reseed("x")
 
 
-@pytest.mark.parametrize("fn,match", [
-    (lambda: RandomRotate(axis=1.0), "RandomRotate: axis must be 0, 1 or 2, got 1.0"),
-    (lambda: RandomRotate(axis=True), "RandomRotate: axis must be 0, 1 or 2, got True"),
-    (lambda: rotation_matrix(1.0, 0.5), "rotation_matrix: axis must be 0, 1 or 2, got 1.0"),
-    (lambda: rotation_matrix(1, "a"), r"rotation_matrix: angle must be a finite number \(radians\), got 'a'"),
-    (lambda: RandomRotate("abc"), r"RandomRotate: degrees must be a number or a \(low, high\) pair, got 'abc'"),
-    (lambda: RandomRotate(1e308), r"RandomRotate: degrees must be a number in \[0, 360\]"),
-    (lambda: RandomRotate(float("inf")), r"RandomRotate: degrees must be a number in \[0, 360\].*got inf"),
-    (lambda: RandomRotate(-5), r"RandomRotate: degrees must be a number in \[0, 360\].*got -5"),
-    (lambda: RandomRotate((0, 1e9)), r"RandomRotate: degrees bounds must be finite numbers in \[-360, 360\]"),
-    (lambda: RandomRotate((0, "a")), r"RandomRotate: degrees bounds must be finite numbers"),
-    (lambda: RandomScale(anisotropic="x"), "RandomScale: anisotropic must be True or False, got 'x'"),
-    (lambda: RandomScale(1e-320, 1.0, anisotropic=True), "RandomScale: low=1e-320 is too small for anisotropic"),
-    (lambda: Compose(5), "Compose: transforms must be a sequence of callables, got int"),
-    (lambda: Compose(None), "Compose: transforms must be a sequence of callables, got NoneType"),
-    (lambda: Compose(Normalize()), "got Normalize \\(wrap a single transform in a list\\)"),
-    (lambda: Compose([Normalize(), 3]), r"Compose: transforms\[1\] = 3 is not callable"),
-    (lambda: RandomPointDropout(True), r"RandomPointDropout: max_ratio must be a number in \[0, 1\)"),
-])
+@pytest.mark.parametrize(
+    "fn,match",
+    [
+        (lambda: RandomRotate(axis=1.0), "RandomRotate: axis must be 0, 1 or 2, got 1.0"),
+        (lambda: RandomRotate(axis=True), "RandomRotate: axis must be 0, 1 or 2, got True"),
+        (lambda: rotation_matrix(1.0, 0.5), "rotation_matrix: axis must be 0, 1 or 2, got 1.0"),
+        (lambda: rotation_matrix(1, "a"), r"rotation_matrix: angle must be a finite number \(radians\), got 'a'"),
+        (lambda: RandomRotate("abc"), r"RandomRotate: degrees must be a number or a \(low, high\) pair, got 'abc'"),
+        (lambda: RandomRotate(1e308), r"RandomRotate: degrees must be a number in \[0, 360\]"),
+        (lambda: RandomRotate(float("inf")), r"RandomRotate: degrees must be a number in \[0, 360\].*got inf"),
+        (lambda: RandomRotate(-5), r"RandomRotate: degrees must be a number in \[0, 360\].*got -5"),
+        (lambda: RandomRotate((0, 1e9)), r"RandomRotate: degrees bounds must be finite numbers in \[-360, 360\]"),
+        (lambda: RandomRotate((0, "a")), r"RandomRotate: degrees bounds must be finite numbers"),
+        (lambda: RandomScale(anisotropic="x"), "RandomScale: anisotropic must be True or False, got 'x'"),
+        (lambda: RandomScale(1e-320, 1.0, anisotropic=True), "RandomScale: low=1e-320 is too small for anisotropic"),
+        (lambda: Compose(5), "Compose: transforms must be a sequence of callables, got int"),
+        (lambda: Compose(None), "Compose: transforms must be a sequence of callables, got NoneType"),
+        (lambda: Compose(Normalize()), "got Normalize \\(wrap a single transform in a list\\)"),
+        (lambda: Compose([Normalize(), 3]), r"Compose: transforms\[1\] = 3 is not callable"),
+        (lambda: RandomPointDropout(True), r"RandomPointDropout: max_ratio must be a number in \[0, 1\)"),
+    ],
+)
 def test_constructor_arguments_are_validated(fn, match):
     with pytest.raises(ValueError, match=match):
         fn()
@@ -286,16 +321,25 @@ def test_valid_numpy_scalars_are_accepted():
     np.testing.assert_allclose(rotation_matrix(np.int32(2), np.float32(0.0)), np.eye(3))
 
 
-@pytest.mark.parametrize("fn,match", [
-    (lambda p: RandomScale(1e308, 1e308)({"pos": p}),
-     "RandomScale: scaling by a factor up to high=1e\\+308 makes 'pos' overflow float32"),
-    (lambda p: RandomScale(1e5, 1e5)({"pos": torch.tensor(p).half()}), "makes 'pos' overflow float16"),
-    (lambda p: RandomJitter(1e308, clip=None)({"pos": p}),
-     r"RandomJitter: the noise \(sigma=1e\+308, clip=None\) makes 'pos' overflow float32"),
-    (lambda p: RandomJitter(1e5, 1e5)({"pos": p.astype(np.float16)}), "makes 'pos' overflow float16"),
-    (lambda p: RandomRotate((45, 45))({"pos": np.array([[3e38, 3e38, 0.0], [0, 0, 1]], np.float32)}),
-     r"RandomRotate: rotating values up to \|3e\+38\| .* makes 'pos' overflow float32"),
-])
+@pytest.mark.parametrize(
+    "fn,match",
+    [
+        (
+            lambda p: RandomScale(1e308, 1e308)({"pos": p}),
+            "RandomScale: scaling by a factor up to high=1e\\+308 makes 'pos' overflow float32",
+        ),
+        (lambda p: RandomScale(1e5, 1e5)({"pos": torch.tensor(p).half()}), "makes 'pos' overflow float16"),
+        (
+            lambda p: RandomJitter(1e308, clip=None)({"pos": p}),
+            r"RandomJitter: the noise \(sigma=1e\+308, clip=None\) makes 'pos' overflow float32",
+        ),
+        (lambda p: RandomJitter(1e5, 1e5)({"pos": p.astype(np.float16)}), "makes 'pos' overflow float16"),
+        (
+            lambda p: RandomRotate((45, 45))({"pos": np.array([[3e38, 3e38, 0.0], [0, 0, 1]], np.float32)}),
+            r"RandomRotate: rotating values up to \|3e\+38\| .* makes 'pos' overflow float32",
+        ),
+    ],
+)
 def test_overflowing_results_are_refused(fn, match):
     p, _ = _cloud()
     with pytest.raises(ValueError, match=match):
@@ -315,17 +359,23 @@ def test_anisotropic_scale_normals_never_overflow():
     np.testing.assert_allclose(tout.numpy(), nout, atol=1e-6)
 
 
-@pytest.mark.parametrize("fn,match", [
-    (lambda p: centre_and_scale(p.astype(complex)), "pos must hold real coordinates, got dtype complex128 "
-                                                    r"\(the imaginary part would be dropped\)"),
-    (lambda p: centre_and_scale(torch.tensor(p).to(torch.complex64)), "got dtype torch.complex64"),
-    (lambda p: centre_and_scale(np.ones((3, 3), bool)), "pos must hold real coordinates, got dtype bool"),
-    (lambda p: centre_and_scale("abc"), "pos must hold real coordinates"),
-    (lambda p: centre_and_scale([[1, 2, 3], [1]]), r"pos must be an \[N, D\] array of real numbers"),
-    (lambda p: centre_and_scale(p, center="x"), r"center must be one of \('mean', 'bbox'\), got 'x'"),
-    (lambda p: centre_and_scale(p, center=None), r"center must be one of \('mean', 'bbox'\), got None"),
-    (lambda p: centre_and_scale(np.zeros((3, 0))), r"expected a non-empty \[N, D\] cloud"),
-])
+@pytest.mark.parametrize(
+    "fn,match",
+    [
+        (
+            lambda p: centre_and_scale(p.astype(complex)),
+            "pos must hold real coordinates, got dtype complex128 "
+            r"\(the imaginary part would be dropped\)",
+        ),
+        (lambda p: centre_and_scale(torch.tensor(p).to(torch.complex64)), "got dtype torch.complex64"),
+        (lambda p: centre_and_scale(np.ones((3, 3), bool)), "pos must hold real coordinates, got dtype bool"),
+        (lambda p: centre_and_scale("abc"), "pos must hold real coordinates"),
+        (lambda p: centre_and_scale([[1, 2, 3], [1]]), r"pos must be an \[N, D\] array of real numbers"),
+        (lambda p: centre_and_scale(p, center="x"), r"center must be one of \('mean', 'bbox'\), got 'x'"),
+        (lambda p: centre_and_scale(p, center=None), r"center must be one of \('mean', 'bbox'\), got None"),
+        (lambda p: centre_and_scale(np.zeros((3, 0))), r"expected a non-empty \[N, D\] cloud"),
+    ],
+)
 def test_centre_and_scale_refuses_bad_input(fn, match):
     p, _ = _cloud()
     with pytest.raises(ValueError, match=match):

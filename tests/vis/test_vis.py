@@ -3,6 +3,7 @@
 Rendering tests skip (with the reason) where Open3D's offscreen renderer cannot start, e.g.
 without a Vulkan driver (apt-get install mesa-vulkan-drivers). They render small images.
 """
+
 import re
 import subprocess
 import sys
@@ -49,9 +50,11 @@ def lattice(R):
 
 
 def test_import_stays_light():
-    code = ("import sys, gridify, gridify.vis, gridify.api, gridify.cli; "
-            "bad = [m for m in ('open3d', 'lightning', 'matplotlib', 'yaml', 'PIL') if m in sys.modules]; "
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, gridify, gridify.vis, gridify.api, gridify.cli; "
+        "bad = [m for m in ('open3d', 'lightning', 'matplotlib', 'yaml', 'PIL') if m in sys.modules]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
 
@@ -91,7 +94,7 @@ def test_touched_nodes_are_the_nearest_node_of_some_point(R):
     touched = vis.touched_nodes(pts, R)
     np.testing.assert_array_equal(touched, np.unique(nearest))
     if R > 2:
-        assert len(touched) < R ** 3  # the shape touches only part of the lattice
+        assert len(touched) < R**3  # the shape touches only part of the lattice
     # outside the box, the nearest node is still found (the clipped index)
     far = np.array([[3.0, -5.0, 0.1]])
     np.testing.assert_array_equal(vis.touched_nodes(far, R), [((far - nodes) ** 2).sum(1).argmin()])
@@ -106,7 +109,7 @@ def test_touched_grid_holds_exactly_the_nodes_that_points_send_to_first():
     pts = lumpy_cloud(400).astype(np.float32)
     grid, graph = gridify.gridify(pts, resolution=6, k=4, return_graph=True, normalize=False)
     point, node = graph.edge_index.numpy()
-    assert len(np.unique(node)) == 6 ** 3  # the full lattice has edges: nothing to restrict by degree
+    assert len(np.unique(node)) == 6**3  # the full lattice has edges: nothing to restrict by degree
     nearest = ((pts[:, None].astype(np.float64) - lattice(6)[None]) ** 2).sum(-1).argmin(1)
     edges = set(zip(point.tolist(), node.tolist()))
     assert all((j, int(i)) in edges for j, i in enumerate(nearest))  # (point, its nearest node) is an edge
@@ -116,7 +119,7 @@ def test_touched_grid_holds_exactly_the_nodes_that_points_send_to_first():
     feats = grid.numpy().reshape(grid.shape[0], -1).T[np.unique(nearest)]
     np.testing.assert_allclose(layer["colors"], vis.grid_node_colors(feats, "pca"))
     full = vis._grid_layer(grid.numpy(), pts.astype(np.float64), "norm", "all", (-1.0, 1.0))
-    np.testing.assert_array_equal(full["ids"], np.arange(6 ** 3))
+    np.testing.assert_array_equal(full["ids"], np.arange(6**3))
     np.testing.assert_allclose(full["pos"], lattice(6))
 
 
@@ -268,8 +271,7 @@ def test_pca_view_faces_a_flat_cloud(renderer_ok, tmp_path):
     assert np.ptp(rows) > 0.85 * 150 or np.ptp(cols) > 0.85 * 200  # the camera fits it to the frame
     counts = [pixels_of(img, c) for c in vis.palette(4)]
     assert min(counts) > 0.2 * max(counts), counts  # four quadrants of similar size
-    side = vis.show(pts, lab, out=tmp_path / "s.png", width=200, height=150, legend=False, point_size=4,
-                    view=tuple(a))
+    side = vis.show(pts, lab, out=tmp_path / "s.png", width=200, height=150, legend=False, point_size=4, view=tuple(a))
     assert (side != 255).any(-1).mean() < 0.5 * covered.mean()
 
 
@@ -291,8 +293,9 @@ def test_render_grid_and_edge_layers(renderer_ok, tmp_path):
     only_points = vis.show(p, lab, grid=grid, edges=graph, layers=["points"], **small)
     assert pixels_of(only_points, vis.EDGE_COLOR) == 0 and all(pixels_of(only_points, c) == 0 for c in edge_cols)
     # the legend names the chosen nodes with their edge counts, in their colours
-    leg = vis.show(p, lab, ["a", "b", "c"], grid=grid, edges=graph, edge_nodes=3, out=tmp_path / "l.png",
-                   width=320, height=240)
+    leg = vis.show(
+        p, lab, ["a", "b", "c"], grid=grid, edges=graph, edge_nodes=3, out=tmp_path / "l.png", width=320, height=240
+    )
     assert all(pixels_of(leg[:120, :30], c) >= 12 for c in edge_cols)  # the line swatches
 
 
@@ -309,16 +312,21 @@ def test_bad_options_say_what_is_wrong(tmp_path, cloud_graph):
     bad("show: labels must have shape [500] (one per point), got (10,)", labels=np.zeros(10, int))
     bad("show: grid_color must be one of ('norm', 'pca'), got 'hsv'", grid_color="hsv")
     bad("show: grid_nodes must be one of ('touched', 'all'), got 'some'", grid_nodes="some")
-    msg = ("show: edge_nodes must be a positive integer (how many nodes), 'all', or a non-empty list of node "
-           "indices >= 0, got ")
+    msg = (
+        "show: edge_nodes must be a positive integer (how many nodes), 'all', or a non-empty list of node "
+        "indices >= 0, got "
+    )
     for value in (0, "some", [], [-1], 2.5, True):
         bad(msg + repr(value), edge_nodes=value)
     bad("show: edge_nodes: node 343 does not exist (the nodes are 0..342)", edges=graph, edge_nodes=[5, 343])
     index = graph.edge_index.numpy()[:, graph.edge_index[1].numpy() != 7]
     bad("show: edge_nodes: node 7 has no edges", grid=grid, edges=index, edge_nodes=[7])
     bad("show: an edge index [2, E] needs grid= to place the grid nodes", edges=index)
-    bad("show: edges must be a BipartiteGraph, an [E, 2, 3] array of segments or a [2, E] integer edge index "
-        "with E >= 1, got shape (4, 3)", edges=np.zeros((4, 3)))
+    bad(
+        "show: edges must be a BipartiteGraph, an [E, 2, 3] array of segments or a [2, E] integer edge index "
+        "with E >= 1, got shape (4, 3)",
+        edges=np.zeros((4, 3)),
+    )
     bad("show: max_edges must be a positive integer, got 0", edges=graph, max_edges=0)
     bad("show: view must be one of ('pca', 'iso'), got 'top'", view="top")
     bad("show: view must be three finite numbers, not all zero, got (0, 0, 0)", view=(0, 0, 0))
@@ -326,17 +334,23 @@ def test_bad_options_say_what_is_wrong(tmp_path, cloud_graph):
     bad("show: up [0.0, 0.0, 1.0] is parallel to the view direction [0.0, 0.0, -1.0]", view=(0, 0, -3), up=(0, 0, 2))
     bad("show: elevation must be a number of degrees in (-90, 90), got 90", elevation=90)
     bad("show: azimuth must be a number of degrees in (-360, 360), got nan", azimuth=float("nan"))
-    bad("show: grid_bounds must be (lower, upper) with finite lower < upper, got (1, -1)", grid=grid,
-        grid_bounds=(1, -1))
+    bad(
+        "show: grid_bounds must be (lower, upper) with finite lower < upper, got (1, -1)",
+        grid=grid,
+        grid_bounds=(1, -1),
+    )
     bad("show: width must be a positive integer, got 0", width=0)
     bad("show: point_size must be a positive finite number, got -1", point_size=-1)
     nan = pts.copy()
     nan[3, 1] = np.nan
-    with pytest.raises(ValueError, match=re.escape("show: points contain NaN/Inf values (1 rows affected); first "
-                                                   "at row 3")):
+    with pytest.raises(
+        ValueError, match=re.escape("show: points contain NaN/Inf values (1 rows affected); first at row 3")
+    ):
         vis.show(nan, out=out)
-    with pytest.raises(ValueError, match=re.escape("view_direction: points must be a numeric array of shape [N, 3] "
-                                                   "with N >= 1, got shape (0, 3)")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("view_direction: points must be a numeric array of shape [N, 3] with N >= 1, got shape (0, 3)"),
+    ):
         vis.view_direction(np.zeros((0, 3)))
     with pytest.raises(ValueError, match=re.escape("touched_nodes: resolution must be an integer >= 2, got 1")):
         vis.touched_nodes(pts, 1)
@@ -359,8 +373,24 @@ def test_cli_show_options(renderer_ok, tmp_path, capsys):
     np.save(f, lumpy_cloud(300).astype(np.float32))
     png = tmp_path / "v.png"
     base = ["show", str(f), "--out", str(png), "--width", "160", "--height", "120", "--resolution", "5", "--k", "3"]
-    assert cli.main(base + ["--layers", "points,grid,edges", "--edge-nodes", "2", "--grid-nodes", "all",
-                            "--view", "iso", "--elevation", "10"]) == 0
+    assert (
+        cli.main(
+            base
+            + [
+                "--layers",
+                "points,grid,edges",
+                "--edge-nodes",
+                "2",
+                "--grid-nodes",
+                "all",
+                "--view",
+                "iso",
+                "--elevation",
+                "10",
+            ]
+        )
+        == 0
+    )
     assert "layers points, grid, edges" in capsys.readouterr().out
     from PIL import Image
 
@@ -369,13 +399,15 @@ def test_cli_show_options(renderer_ok, tmp_path, capsys):
     assert cli.main(base + ["--layers", "edges", "--edge-node-ids", "62,0", "--up", "0,1,0"]) == 0
     img = np.asarray(Image.open(png).convert("RGB"))
     assert all(pixels_of(img, c) > 5 for c in vis.edge_palette(2))
-    errors = {("--edge-nodes", "many"): "--edge-nodes must be a positive integer or 'all', got 'many'",
-              ("--edge-nodes", "0"): "show: edge_nodes must be a positive integer",
-              ("--edge-node-ids", "1,x"): "--edge-node-ids must be comma-separated integers, got '1,x'",
-              ("--edge-node-ids", "999"): "show: edge_nodes: node 999 does not exist (the nodes are 0..124)",
-              ("--view", "1,2"): "--view must be three comma-separated numbers, got '1,2'",
-              ("--up", "a,b,c"): "--up must be three comma-separated numbers, got 'a,b,c'",
-              ("--elevation", "95"): "show: elevation must be a number of degrees in (-90, 90), got 95.0"}
+    errors = {
+        ("--edge-nodes", "many"): "--edge-nodes must be a positive integer or 'all', got 'many'",
+        ("--edge-nodes", "0"): "show: edge_nodes must be a positive integer",
+        ("--edge-node-ids", "1,x"): "--edge-node-ids must be comma-separated integers, got '1,x'",
+        ("--edge-node-ids", "999"): "show: edge_nodes: node 999 does not exist (the nodes are 0..124)",
+        ("--view", "1,2"): "--view must be three comma-separated numbers, got '1,2'",
+        ("--up", "a,b,c"): "--up must be three comma-separated numbers, got 'a,b,c'",
+        ("--elevation", "95"): "show: elevation must be a number of degrees in (-90, 90), got 95.0",
+    }
     for (flag, value), message in errors.items():
         with pytest.raises(SystemExit, match=re.escape(f"gridify show: error: {message}")):
             cli.main(base + ["--layers", "points,edges", flag, value])
@@ -394,8 +426,7 @@ def test_render_a_real_scan(renderer_ok, shared_data, tmp_path):
     # labelled by height bands: exactly those 4 colours (plus the white background)
     z = cloud.points[:, 2]
     lab = np.digitize(z, np.quantile(z, [0.25, 0.5, 0.75]))
-    img = vis.show(cloud.points, lab, out=tmp_path / "scan_lab.png", width=320, height=240, legend=False,
-                   point_size=2)
+    img = vis.show(cloud.points, lab, out=tmp_path / "scan_lab.png", width=320, height=240, legend=False, point_size=2)
     counts = [pixels_of(img, c) for c in vis.palette(12)]
     assert all(c > 50 for c in counts[:4]) and sum(counts[4:]) == 0, counts
     # with its grid and the edges of 8 nodes: at most max_edges edges, each node's colour present
@@ -403,6 +434,7 @@ def test_render_a_real_scan(renderer_ok, shared_data, tmp_path):
     grid, graph = gridify.gridify(pos, resolution=9, k=9, return_graph=True, normalize=False)
     ids, chosen = vis.edge_subset(graph)
     assert len(chosen) == 8 and len(ids) == vis.DEFAULT_MAX_EDGES
-    img = vis.show(pos, grid=grid, edges=graph, out=tmp_path / "scan_edges.png", width=320, height=240,
-                   legend=False, point_size=1)
+    img = vis.show(
+        pos, grid=grid, edges=graph, out=tmp_path / "scan_edges.png", width=320, height=240, legend=False, point_size=1
+    )
     assert all(pixels_of(img, c) > 10 for c in vis.edge_palette(8))
