@@ -714,7 +714,8 @@ def _num_points_of(config: Dict[str, Any]) -> Optional[int]:
 
 
 #: Models shipped with the package (``gridify/pretrained/<file>``), loadable by name.
-PRETRAINED = {"modelnet10": "modelnet10.pt"}
+#: shipped model name -> its file in ``gridify/pretrained/`` (model cards: docs/guides/prediction.md)
+PRETRAINED = {"modelnet10": "modelnet10.pt", "modelnet40": "modelnet40.pt"}
 
 
 def pretrained_path(name: str) -> Path:
@@ -737,7 +738,7 @@ def load(path: Union[str, "os.PathLike[str]"], device: Union[str, torch.device] 
 
     Args:
         path: the checkpoint file, or the name of a model shipped with the package
-            (:data:`PRETRAINED`: ``"modelnet10"``) when no file of that name exists.
+            (:data:`PRETRAINED`: ``"modelnet10"``, ``"modelnet40"``) when no file of that name exists.
         device: where to put the model (``"cpu"``, ``"cuda"``, ...).
         reparameterize: fold reparameterizable layers into their inference form (faster, same
             outputs up to float rounding).

@@ -102,7 +102,7 @@ def _add_show_parser(sub: Any) -> None:
                                    "variance.")
     s.add_argument("file", help="point cloud or mesh file")
     s.add_argument("--ckpt", help="model whose predictions colour the points")
-    s.add_argument("--model", choices=sorted(PRETRAINED), help="a shipped model instead of --ckpt (modelnet10)")
+    s.add_argument("--model", choices=sorted(PRETRAINED), help="a shipped model instead of --ckpt (modelnet10, modelnet40)")
     s.add_argument("--out", type=types.output_file(), help="PNG path: render headless instead of opening a window")
     s.add_argument("--layers", default=None,
                    help="comma-separated layers to show: points, grid, edges (default: points; with --ckpt in a "
@@ -162,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     which = q.add_mutually_exclusive_group(required=True)
     which.add_argument("--ckpt", help="exported model.pt or Lightning .ckpt")
     which.add_argument("--model", choices=sorted(PRETRAINED),
-                       help="a model shipped with gridify (modelnet10: the ModelNet10 classifier of the README's model card)")
+                       help="a model shipped with gridify (modelnet10, modelnet40: the ModelNet classifiers of the model "
+                            "cards in docs/guides/prediction.md)")
     q.add_argument("--out", type=types.output_file(),
                    help="write the labels: .txt (one per line), .npy, .ply (points coloured by label, "
                         "with a label property) or .json (labels, names, probabilities)")

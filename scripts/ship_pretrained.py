@@ -37,6 +37,9 @@ def scrub(payload: Dict[str, Any], name: str, run: Path) -> Dict[str, Any]:
     source = Path(str(out.get("checkpoint") or "model.pt")).name
     out["checkpoint"] = source
     provenance: Dict[str, Any] = {"name": name, "run": run.name, "from_checkpoint": source, "seed": config.get("seed")}
+    val = _val_metrics(run, source)
+    if val:
+        provenance["val_metrics"] = val
     metrics = run / "test_metrics.json"
     if metrics.is_file():
         report = json.loads(metrics.read_text())
@@ -47,6 +50,25 @@ def scrub(payload: Dict[str, Any], name: str, run: Path) -> Dict[str, Any]:
     info = dict(out.get("info") or {})
     info["pretrained"] = provenance
     out["info"] = info
+    return out
+
+
+def _val_metrics(run: Path, source: str) -> Dict[str, float]:
+    """The validation metrics logged for the epoch of ``source`` (``epochNNN-...ckpt``, ``best-epochNNN.ckpt``) in the run's
+    CSV log (``csv/version_*/metrics.csv``); empty when either is missing."""
+    import csv
+    import re
+
+    match = re.search(r"epoch(\d+)", source)
+    logs = sorted(run.glob("csv/version_*/metrics.csv"))
+    if not match or not logs:
+        return {}
+    epoch = int(match.group(1))
+    out: Dict[str, float] = {}
+    with open(logs[-1], newline="") as f:
+        for row in csv.DictReader(f):
+            if row.get("epoch") == str(epoch):
+                out.update({k: float(v) for k, v in row.items() if k.startswith("val_") and v})
     return out
 
 

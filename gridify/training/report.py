@@ -127,6 +127,10 @@ def write_test_outputs(record: RunRecord, report: Dict[str, Any], model: torch.n
     subset = report.get("subset")
     part = "" if not subset else (f", a seeded {'class-stratified' if subset['stratified'] else 'random'} subset: "
                                   f"{subset.get('limit', '')}")
+    if not report["metrics"]:  # trainer.limit_test_batches: 0 (no test split, e.g. ModelNet40's held-out test)
+        print(f"[train] not tested (trainer.limit_test_batches: 0); weights of {report['checkpoint']} in "
+              f"{out / 'checkpoints' / 'model.pt'} | trained {train_seconds:.0f} s", flush=True)
+        return
     print(f"[train] test ({report.get('num_scored')} of {report['num_samples']} samples{part}, {report['checkpoint']}): "
           f"{format_metrics(cfg['task'], report['metrics'])} | trained {train_seconds:.0f} s | "
           f"{out / 'test_metrics.json'}", flush=True)

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -36,6 +37,29 @@ def test_shipped_file_is_small_portable_and_documented():
     assert card["name"] == "modelnet10" and card["test_metrics"]["oa"] >= 0.93 and card["num_test_samples"] == 908
 
 
+def test_the_modelnet40_classifier_is_shipped_with_its_validation_provenance():
+    path = pretrained_path("modelnet40")
+    assert path.stat().st_size < 2_000_000
+    payload = torch.load(path, weights_only=True)
+    assert not [s for s in _strings({k: v for k, v in payload.items() if k != "state_dict"}) if s.startswith("/")]
+    card = payload["info"]["pretrained"]
+    assert card["name"] == "modelnet40" and "test_metrics" not in card  # selected on validation only
+    assert card["val_metrics"]["val_oa"] > 0.85
+    model = gridify.load("modelnet40")
+    assert model.task == "classification" and len(model.class_names) == 40 and "airplane" in model.class_names
+    g = torch.Generator().manual_seed(0)
+    pred = model.predict(torch.randn(900, 3, generator=g))
+    assert pred.probabilities.shape == (40,) and abs(float(pred.probabilities.sum()) - 1) < 1e-5
+
+
+def test_modelnet40_model_names_a_training_shape(shared_data):
+    root = shared_data / "modelnet40_train_fp16" / "ModelNet40" / "airplane" / "train"
+    if not root.is_dir():
+        pytest.skip("modelnet40_train_fp16 not in the shared data")
+    pred = gridify.load("modelnet40").predict(np.load(root / "airplane_0001.npy", allow_pickle=False).astype("float32"))
+    assert pred.names == "airplane"
+
+
 def test_load_by_name_gives_the_modelnet10_classifier():
     model = gridify.load("modelnet10")
     assert model.task == "classification" and list(model.class_names) == CLASSES
@@ -45,8 +69,8 @@ def test_load_by_name_gives_the_modelnet10_classifier():
 
 
 def test_unknown_name_and_missing_file_errors(tmp_path, monkeypatch):
-    with pytest.raises(ValueError, match=r"unknown pretrained model 'modelnet40'.*'modelnet10'"):
-        pretrained_path("modelnet40")
+    with pytest.raises(ValueError, match=r"unknown pretrained model 'modelnet99'.*'modelnet10', 'modelnet40'"):
+        pretrained_path("modelnet99")
     with pytest.raises(ValueError, match="path must be a str"):
         gridify.load(10)
     monkeypatch.setitem(PRETRAINED, "gone", "gone.pt")
@@ -97,9 +121,9 @@ def test_cli_model_and_ckpt_are_exclusive(tmp_path):
     )
     assert res.returncode == 2 and "not allowed with argument" in res.stderr
     res = subprocess.run(
-        [sys.executable, "-m", "gridify.cli", "predict", "x.ply", "--model", "modelnet40"],
+        [sys.executable, "-m", "gridify.cli", "predict", "x.ply", "--model", "modelnet99"],
         capture_output=True,
         text=True,
         cwd=tmp_path,
     )
-    assert res.returncode == 2 and "invalid choice: 'modelnet40'" in res.stderr
+    assert res.returncode == 2 and "invalid choice: 'modelnet99'" in res.stderr

@@ -700,3 +700,34 @@ def test_keep_all_keeps_one_checkpoint_per_epoch_beside_last_and_best(tmp_path):
     names = sorted(p.name for p in (tmp_path / "checkpoints").glob("*.ckpt"))
     assert [n for n in names if n.startswith("epoch")] == ["epoch000-step0000002.ckpt", "epoch001-step0000004.ckpt"]
     assert "last.ckpt" in names and any(n.startswith("best-") for n in names)
+
+
+def test_a_run_without_test_batches_ends_cleanly_with_its_model(tmp_path, capsys):
+    """trainer.limit_test_batches=0 (a recipe without a test split, e.g. ModelNet40 carved from train): the run
+    writes model.pt and says it was not tested, instead of failing on the empty metrics after training."""
+    T.main(
+        [
+            "--config",
+            "procedural",
+            f"output_dir={tmp_path}",
+            "data.num_samples_per_class=2",
+            "data.val.num_samples_per_class=1",
+            "data.test.num_samples_per_class=1",
+            "data.num_points=64",
+            "data.batch_size=4",
+            "data.num_workers=0",
+            "model.resolution=4",
+            "model.k=4",
+            "model.hidden_channels=8",
+            "model.depth=1",
+            "model.kernel_size=3",
+            "trainer.max_epochs=1",
+            "trainer.limit_test_batches=0",
+            "trainer.num_threads=1",
+            "trainer.progress_bar=false",
+            "trainer.plots=false",
+        ]
+    )
+    assert "not tested (trainer.limit_test_batches: 0)" in capsys.readouterr().out
+    assert (tmp_path / "checkpoints" / "model.pt").is_file()
+    assert json.loads((tmp_path / "test_metrics.json").read_text())["metrics"] == {}

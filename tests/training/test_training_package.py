@@ -319,7 +319,7 @@ ERROR_PATHS = [
     ),
     (
         ["train", "--config", "procedural", "data.name=kitti"],
-        "gridify train: config error: data.name must be one of ['folder', 'modelnet', 'modelnet10', 'modelnet40', ",
+        "gridify train: config error: data.name must be one of ['dynamic_shapes', 'folder', 'modelnet', 'modelnet10', 'modelnet40', ",
     ),
     (
         ["train", "--config", "procedural", "trainer.limit_val_batches=-1"],
