@@ -25,3 +25,48 @@ def ragged_batch(sizes, seed=0, scale=1.0):
     pos = (torch.rand(sum(sizes), 3, generator=g) * 2 - 1) * scale
     batch = torch.cat([torch.full((n,), i, dtype=torch.long) for i, n in enumerate(sizes)])
     return pos, batch
+
+
+# a tiny scene segmenter checkpoint and a KITTI-style scan (tests of predict on scenes, library and CLI)
+SCENE_SMALL = dict(
+    resolution=(6, 6, 3), k=3, hidden_channels=8, depth=1, point_channels=4, message_channels=8, pos_hidden_channels=8
+)
+SCENE_CLASSES = ["ground", "car", "pole"]
+
+
+def write_scan(path, n=700, seed=0):
+    """A random KITTI ``.bin`` scan (x y z intensity, float32) of ``n`` points at ``path``; returns its rows."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    rows = np.concatenate([rng.uniform(-20, 20, (n, 2)), rng.uniform(-2, 1, (n, 1)), rng.uniform(0, 1, (n, 1))], 1)
+    rows.astype("<f4").tofile(path)
+    return rows.astype(np.float32)
+
+
+def export_scene_model(tmp_path, features=("strength", "height"), voxel_size=0.5, max_points=200):
+    """``(path of an exported tiny scene segmenter, the model)`` with the scene metadata predict reads."""
+    import torch
+
+    from gridify.checkpoint import export_model
+    from gridify.models import GridifiedSceneSegmenter
+
+    torch.manual_seed(0)
+    model = GridifiedSceneSegmenter(len(features), len(SCENE_CLASSES), **SCENE_SMALL).eval()
+    kwargs = dict(in_channels=len(features), num_classes=len(SCENE_CLASSES), **SCENE_SMALL)
+    info = {
+        "class_names": SCENE_CLASSES,
+        "features": list(features),
+        "voxel_size": voxel_size,
+        "max_points": max_points,
+        "num_points": max_points,
+        "normalization": None,
+        "in_channels": len(features),
+    }
+    path = tmp_path / "scene.pt"
+    export_model(
+        path,
+        model,
+        {"model_name": "scene_segmenter", "model_kwargs": kwargs, "task": "scene_segmentation", "info": info},
+    )
+    return path, model

@@ -3,46 +3,13 @@
 
 import numpy as np
 import pytest
-import torch
 
-from gridify.checkpoint import export_model
 from gridify.cli import main as gridify_main
 from gridify.io import read_points
-from gridify.models import GridifiedSceneSegmenter
+from tests.helpers import SCENE_CLASSES, SCENE_SMALL, export_scene_model, write_scan
 
-SMALL = dict(
-    resolution=(6, 6, 3), k=3, hidden_channels=8, depth=1, point_channels=4, message_channels=8, pos_hidden_channels=8
-)
-CLASSES = ["ground", "car", "pole"]
-
-
-def _scan(path, n=700, seed=0):
-    rng = np.random.default_rng(seed)
-    rows = np.concatenate([rng.uniform(-20, 20, (n, 2)), rng.uniform(-2, 1, (n, 1)), rng.uniform(0, 1, (n, 1))], 1)
-    rows.astype("<f4").tofile(path)
-    return rows.astype(np.float32)
-
-
-def _export(tmp_path, features=("strength", "height"), voxel_size=0.5, max_points=200):
-    torch.manual_seed(0)
-    model = GridifiedSceneSegmenter(len(features), len(CLASSES), **SMALL).eval()
-    kwargs = dict(in_channels=len(features), num_classes=len(CLASSES), **SMALL)
-    info = {
-        "class_names": CLASSES,
-        "features": list(features),
-        "voxel_size": voxel_size,
-        "max_points": max_points,
-        "num_points": max_points,
-        "normalization": None,
-        "in_channels": len(features),
-    }
-    path = tmp_path / "scene.pt"
-    export_model(
-        path,
-        model,
-        {"model_name": "scene_segmenter", "model_kwargs": kwargs, "task": "scene_segmentation", "info": info},
-    )
-    return path, model
+CLASSES, SMALL = SCENE_CLASSES, SCENE_SMALL
+_scan, _export = write_scan, export_scene_model
 
 
 def test_cli_predict_bin_writes_a_labelled_ply_with_progress(tmp_path, capsys):
