@@ -201,7 +201,8 @@ def _hook_points() -> List[Tuple[Any, str]]:
     from .nn import gridification
 
     return [(gridification, "bilateral_knn_unchecked"), (pointnet2, "fps_unchecked"),
-            (pointnet2, "radius_unchecked"), (pointnet2, "knn_unchecked"), (point_ckconv, "knn_neighbourhoods")]
+            (pointnet2, "radius_unchecked"), (pointnet2, "knn_unchecked"),
+            (point_ckconv, "knn_neighbourhoods_unchecked")]
 
 
 @contextlib.contextmanager

@@ -1223,7 +1223,7 @@ def gridify_dense_graph(module: Gridification, pos: Tensor, x: Tensor, nodes: Te
     m_a = _messages(conv, h.reshape(-1, H)[src], nodes.repeat(B, 1).repeat_interleave(k, 0) - pos.reshape(-1, 3)[src])
     m_b = _messages(conv, h.unsqueeze(2), nodes[point_nodes] - pos.unsqueeze(2)).reshape(-1, H)
     out = _aggregate_dense(conv, m_a.view(B * R3, k, H), None, m_b, dst, keep.reshape(-1))
-    return grid.to_dense(out, B)
+    return grid.to_dense_unchecked(out, B)
 
 
 def degridify_dense_graph(module: Degridification, z: Tensor, pos: Tensor, nodes: Tensor,

@@ -30,7 +30,7 @@ from torch.utils.checkpoint import checkpoint as _checkpoint
 from .._checks import (check_alloc, check_batch, check_finite, check_index, check_int, check_number, check_parameters,
                        check_points, check_probability, check_tensor, checked_forward, fail, trusted_inputs,
                        validating)
-from ..ops.knn import knn_unchecked
+from ..ops.knn import check_knn_size, knn_unchecked
 from ..ops.scatter import scatter_unchecked
 from ..registry import KERNELS, MODELS
 from ..nn.inputs import category_onehot, check_same_dtype
@@ -38,7 +38,7 @@ from ..nn.state import all_or_nothing
 from .pointnet2 import prepare_points
 
 __all__ = ["PointSepCKConv", "PointCKConvBlock", "PointCKConvClassifier", "PointCKConvSegmenter",
-           "PointCKConvNet", "knn_neighbourhoods"]
+           "PointCKConvNet", "knn_neighbourhoods", "knn_neighbourhoods_unchecked"]
 
 #: Elements of the per-chunk ``[chunk, K, max(C, H)]`` kernel tensors held at once.
 CHUNK_ELEMENTS = 1 << 22
@@ -55,16 +55,22 @@ def knn_neighbourhoods(pos: Tensor, batch: Tensor, k: int) -> Tuple[Tensor, Opti
     Returns ``(nbr [N, k], valid [N, k] or None)``: ``nbr[i]`` are the indices of the ``k``
     nearest points of ``i``'s cloud, nearest first. A cloud with fewer than ``k`` points pads
     its rows with the query itself and marks the padding in ``valid`` (``None``: no padding).
-    Validates ``pos`` (finite ``[N, 3]``), ``batch`` and ``k`` unless called by a model that did.
+    Validates ``pos`` (finite ``[N, 3]``), ``batch``, ``k`` and the search's size, then runs
+    :func:`knn_neighbourhoods_unchecked`.
     """
     where = "knn_neighbourhoods"
     pos = check_points(pos, where)
     k = check_int(where, "k", k)
+    batch, _, _ = check_batch(batch, pos.size(0), where, device=pos.device)
     if validating():
-        batch, _, _ = check_batch(batch, pos.size(0), where, device=pos.device)
         check_finite(pos, "pos", where, batch)
-    else:
-        batch = batch.long()
+    check_knn_size(where, pos.size(0), pos.size(0), k, pos.device)
+    return knn_neighbourhoods_unchecked(pos, batch, k)
+
+
+def knn_neighbourhoods_unchecked(pos: Tensor, batch: Tensor, k: int) -> Tuple[Tensor, Optional[Tensor]]:
+    """:func:`knn_neighbourhoods` of a model's validated inputs (finite ``pos [N, 3]``, sorted int64
+    ``batch`` with no empty cloud, ``k >= 1``, the search's size checked)."""
     n = pos.size(0)
     per_cloud = torch.bincount(batch)
     row, col = knn_unchecked(pos.detach(), pos.detach(), k, batch, batch, per_cloud)
@@ -314,7 +320,7 @@ class _PointCKConvBase(nn.Module):
         self.out_norm = nn.BatchNorm1d(hidden_channels)
 
     def _trunk(self, pos: Tensor, x: Tensor, batch: Tensor) -> Tensor:
-        nbr, valid = knn_neighbourhoods(pos, batch, self.k)
+        nbr, valid = knn_neighbourhoods_unchecked(pos, batch, self.k)
         h = self.lift(x)
         for block in self.blocks:
             h = block(h, pos, nbr, valid)
@@ -366,7 +372,8 @@ class PointCKConvClassifier(_PointCKConvBase):
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden_channels, num_classes))
 
     def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None) -> Tensor:
-        pos, x, batch, nb, _ = prepare_points(type(self).__name__, pos, x, batch, self.in_channels, self._dtype())
+        pos, x, batch, nb, _ = prepare_points(type(self).__name__, pos, x, batch, self.in_channels, self._dtype(),
+                                              self.k)
         with trusted_inputs():
             h = self._trunk(pos, x, batch)
             return self.head(scatter_unchecked(h, batch, nb, "mean"))
@@ -402,7 +409,7 @@ class PointCKConvSegmenter(_PointCKConvBase):
     def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None,
                 category: Optional[Tensor] = None) -> Tensor:
         where = type(self).__name__
-        pos, x, batch, nb, dense = prepare_points(where, pos, x, batch, self.in_channels, self._dtype())
+        pos, x, batch, nb, dense = prepare_points(where, pos, x, batch, self.in_channels, self._dtype(), self.k)
         onehot = category_onehot(where, category, self.num_categories, nb, x.dtype, pos.device)
         with trusted_inputs():
             h = self._trunk(pos, x, batch)

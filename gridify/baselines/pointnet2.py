@@ -35,7 +35,7 @@ from .._checks import (check_batch, check_finite, check_float, check_fraction, c
                        trusted_inputs)
 from ..nn.inputs import category_onehot, check_same_dtype, parse_points
 from ..ops.distance import distance_frame
-from ..ops.knn import check_knn_inputs, knn_unchecked
+from ..ops.knn import check_knn_inputs, check_knn_size, knn_unchecked
 from ..ops.sampling import check_fps_size, fps_unchecked, radius_unchecked
 from ..ops.scatter import scatter_unchecked
 from ..registry import MODELS
@@ -45,16 +45,19 @@ __all__ = ["SAModule", "GlobalSAModule", "FPModule", "knn_interpolate", "PointNe
 
 
 # ---------------------------------------------------------------------------- shared helpers
-def prepare_points(where: str, pos, x, batch, in_channels: int, dtype: torch.dtype
+def prepare_points(where: str, pos, x, batch, in_channels: int, dtype: torch.dtype, neighbours: int = 0
                    ) -> Tuple[Tensor, Tensor, Tensor, int, Optional[Tuple[int, int]]]:
     """Validate PyG-style or dense inputs once: ``(pos [N,3], x [N,F], batch [N], num_clouds, dense_shape)``.
 
-    Shapes, dtypes, the batch vector and NaN/Inf in ``pos`` and ``x`` are checked here; the
-    modules of the model then run the unchecked ops.
+    Shapes, dtypes, the batch vector and NaN/Inf in ``pos`` and ``x`` are checked here, and the
+    sizes of the searches the model runs: farthest point sampling, and at most ``neighbours``
+    neighbours for each of at most ``N`` queries among ``N`` points (the largest ball query or
+    kNN of any level); the modules of the model then run the unchecked ops.
     """
     pos, x, batch, dense_shape = parse_points(where, pos, x, batch, in_channels, dtype)
     batch, num_clouds, counts = check_batch(batch, pos.size(0), where, "batch", device=pos.device)
     check_fps_size(where, pos, counts)
+    check_knn_size(where, pos.size(0), pos.size(0), neighbours, pos.device)
     check_finite(pos, "pos", where, batch)
     if x is not pos:
         check_finite(x, "x", where, batch)
@@ -73,9 +76,13 @@ def check_point_module_input(module: nn.Module, x: Tensor, pos: Tensor, batch: T
     ref = next(module.parameters())
     for name, t in (("x", x), ("pos", pos)):
         check_same_dtype(where, name, t, ref)
-    batch, _, _ = check_batch(batch, pos.size(0), where, num_clouds=num_clouds, device=pos.device)
+    batch, _, counts = check_batch(batch, pos.size(0), where, num_clouds=num_clouds, device=pos.device)
     check_finite(pos, "pos", where, batch)
     check_finite(x, "x", where, batch)
+    if isinstance(module, SAModule):  # sizes of its searches: the sampling, the ball query
+        if counts.numel():
+            check_fps_size(where, pos, counts)
+        check_knn_size(where, pos.size(0), pos.size(0), module.max_num_neighbors, pos.device)
 
 
 def check_fp_input(module: nn.Module, x: Tensor, pos: Tensor, batch: Tensor, x_skip: Optional[Tensor], pos_skip: Tensor,
@@ -85,6 +92,7 @@ def check_fp_input(module: nn.Module, x: Tensor, pos: Tensor, batch: Tensor, x_s
     where = type(module).__name__
     check_point_module_input(module, x, pos, batch)
     check_point_module_input(module, pos_skip if x_skip is None else x_skip, pos_skip, batch_skip)
+    check_knn_size(where, pos_skip.size(0), pos.size(0), module.k, pos.device)
     coarse = int(batch.max()) + 1 if batch.numel() else 0
     if batch_skip.numel() and int(batch_skip.max()) + 1 > coarse:
         fail(where, f"batch_skip refers to cloud {int(batch_skip.max())} but the coarse level has {coarse} clouds")
@@ -281,7 +289,8 @@ class PointNet2Classifier(_PointNet2Base):
         self.head = _mlp([1024, 512, 256, num_classes], dropout=dropout, norm=None)
 
     def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None) -> Tensor:
-        pos, x, batch, nb, _ = prepare_points(type(self).__name__, pos, x, batch, self.in_channels, self._dtype())
+        pos, x, batch, nb, _ = prepare_points(type(self).__name__, pos, x, batch, self.in_channels, self._dtype(),
+                                              self.sa1.max_num_neighbors)
         with trusted_inputs():
             out = (x, pos, batch)
             out = self.sa1(*out, nb)
@@ -329,7 +338,8 @@ class PointNet2Segmenter(_PointNet2Base):
     def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None,
                 category: Optional[Tensor] = None) -> Tensor:
         where = type(self).__name__
-        pos, x, batch, nb, dense = prepare_points(where, pos, x, batch, self.in_channels, self._dtype())
+        pos, x, batch, nb, dense = prepare_points(where, pos, x, batch, self.in_channels, self._dtype(),
+                                                  max(self.sa1.max_num_neighbors, self.fp1.k))
         onehot = category_onehot(where, category, self.num_categories, nb, x.dtype, pos.device)
         with trusted_inputs():
             s0 = (x, pos, batch)

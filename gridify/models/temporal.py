@@ -253,7 +253,7 @@ class TemporalGridifiedClassifier(nn.Module):
         if getattr(layer, "outside", "error") != "error" or pos.numel() == 0:
             return
         grid = layer.grid
-        inside = grid.contains(pos.reshape(-1, 3)).view(pos.shape[:3]) | ~mask[:, :, None]
+        inside = grid.contains_unchecked(pos.reshape(-1, 3)).view(pos.shape[:3]) | ~mask[:, :, None]
         if not bool(inside.all()):
             b, t, p = (~inside).nonzero()[0].tolist()
             fail(where, f"pos has points outside the grid box {grid.lower}..{grid.upper} at valid frames "

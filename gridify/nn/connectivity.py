@@ -23,9 +23,9 @@ from torch import Tensor
 from .._checks import (check_alloc, check_batch, check_choice, check_finite, check_int, check_points, element_size,
                        fail, is_int)
 from ..ops.distance import distance_frame, working_dtype
-from ..ops.grid import box_tensors, check_grid_size, grid_knn_unchecked
+from ..ops.grid import box_tensors, check_grid_size, grid_knn_bytes, grid_knn_unchecked
 from ..ops.knn import BACKENDS as KNN_BACKENDS
-from ..ops.knn import knn_unchecked
+from ..ops.knn import check_knn_backend, knn_bytes, knn_unchecked
 from .grid import RegularGrid
 
 
@@ -64,7 +64,7 @@ class BipartiteGraph:
 
     def point_to_node_offsets(self) -> Tensor:
         """``c_node - c_point`` for every edge (target minus source for gridification). [E, 3]"""
-        nodes = self.node_positions()
+        nodes = self.grid.positions_unchecked(self.pos.device, self.pos.dtype)
         point, node = self.edge_index
         return nodes[node % self.grid.num_nodes] - self.pos[point]
 
@@ -129,6 +129,7 @@ def bilateral_knn(pos: Tensor, grid: RegularGrid, k: int, batch: Optional[Tensor
     if B == 0:
         fail(where, "no points: every cloud needs at least one point")
     check_graph_size(where, grid, k, pos.size(0), B, pos)
+    check_knn_backend(where, knn_backend, pos.device, "knn_backend")
     check_finite(pos, "pos", where, batch)
     warn_small_clouds(where, counts, k)
     return bilateral_knn_unchecked(pos, grid, k, batch, counts, knn_backend, max_in_degree)
@@ -139,14 +140,17 @@ def check_graph_size(where: str, grid: RegularGrid, k: int, num_points: int, num
     """Refuse a batch whose graph (and ``channels`` features per grid node) exceeds the allocation limit.
 
     Estimate: per grid node its position and cloud (``3 w + 8`` bytes, ``w`` the working dtype's
-    size), at most ``2k`` edges (two int64 indices, and the search tables) and ``channels``
-    features; per point ``k`` edges of its own.
+    size) and ``channels`` features; the node -> points search (:func:`gridify.ops.knn.knn_bytes`)
+    twice (its result and the merged edge keys); the point -> nodes search
+    (:func:`gridify.ops.grid.grid_knn_bytes`). The only size check of the graph: the searches
+    themselves run unchecked.
     """
     R = grid.resolution
     check_grid_size(where, grid.shape, num_clouds)
     nodes = num_clouds * grid.num_nodes
     w = element_size(working_dtype(pos.dtype))
-    nbytes = nodes * (3 * w + 8 + 2 * k * 32 + channels * pos.element_size()) + num_points * k * 32
+    nbytes = (nodes * (3 * w + 8 + channels * pos.element_size()) + 2 * knn_bytes(nodes, num_points, k)
+              + grid_knn_bytes(num_points, min(k, grid.num_nodes)))
     check_alloc(where, f"resolution={R} with k={k} for {num_clouds} clouds ({nodes} grid nodes)", nbytes, pos.device)
 
 
@@ -163,7 +167,7 @@ def check_connectivity_args(where: str, grid: Any, k: Any, knn_backend: Any, max
 
 def warn_small_clouds(where: str, counts: Tensor, k: int) -> None:
     """Warn (once per call) when a cloud has fewer than ``k`` points."""
-    small = (counts < k).nonzero().flatten()
+    small = (counts < min(k, int(counts.max()) + 1)).nonzero().flatten()  # (k may exceed int64)
     if small.numel():
         b = int(small[0])
         warnings.warn(f"{where}: cloud {b} has {int(counts[b])} points, fewer than k={k}; its grid nodes "
@@ -177,7 +181,7 @@ def bilateral_knn_unchecked(pos: Tensor, grid: RegularGrid, k: int, batch: Tenso
     B = counts.numel()
     R3 = grid.num_nodes
     work = working_dtype(pos.dtype)  # node positions are not rounded to the points' (half) precision
-    nodes = grid.positions(pos.device, work)
+    nodes = grid.positions_unchecked(pos.device, work)
     node_pos = nodes.repeat(B, 1)
     node_batch = torch.arange(B, device=pos.device).repeat_interleave(R3)
     g2p = knn_unchecked(pos, node_pos, k, batch, node_batch, counts, knn_backend)  # (node, point)

@@ -14,7 +14,8 @@ from torch import Tensor
 
 from .._checks import check_float, check_int, check_number, check_tensor, fail
 from ..ops.distance import working_dtype
-from ..ops.grid import Resolution, box_tensors, check_box, check_resolution, grid_positions, resolution_value
+from ..ops.grid import (Resolution, box_tensors, check_box, check_resolution, grid_positions, grid_positions_unchecked,
+                        resolution_value)
 
 Bound = Union[float, Sequence[float]]
 
@@ -69,7 +70,12 @@ class RegularGrid:
         return f"{self.shape[0]}^3" if self.is_cubic else " x ".join(str(r) for r in self.shape)
 
     def positions(self, device=None, dtype=torch.float32) -> Tensor:
+        """Node coordinates ``[Rx Ry Rz, 3]`` (``dtype`` and the table's size checked)."""
         return grid_positions(self.shape, self.lower, self.upper, device=device, dtype=dtype)
+
+    def positions_unchecked(self, device=None, dtype=torch.float32) -> Tensor:
+        """:meth:`positions` for library code that checked the size (a floating ``dtype``)."""
+        return grid_positions_unchecked(self.shape, self.lower, self.upper, device, dtype)
 
     def contains(self, pos: Tensor, rtol: float = 1e-5) -> Tensor:
         """Boolean mask of points inside the box (with a relative tolerance ``rtol`` of its extent). [N]
@@ -83,6 +89,10 @@ class RegularGrid:
             fail(where, f"pos must have shape [N, 3], got {tuple(pos.shape)}")
         check_float(pos, "pos", where)
         check_number(where, "rtol", rtol, strict=False)
+        return self.contains_unchecked(pos, rtol)
+
+    def contains_unchecked(self, pos: Tensor, rtol: float = 1e-5) -> Tensor:
+        """:meth:`contains` of a floating ``pos [N, 3]`` and ``rtol >= 0`` (not checked)."""
         lo, hi = box_tensors(self.lower, self.upper, pos.device, working_dtype(pos.dtype))
         tol = rtol * (hi - lo)
         return ((pos >= lo - tol) & (pos <= hi + tol)).all(-1)
@@ -93,6 +103,10 @@ class RegularGrid:
         if x.dim() != 2 or x.size(0) != num_clouds * self.num_nodes:
             raise ValueError(f"RegularGrid.to_dense: expected [{num_clouds} * {self.describe()}, C] node features, "
                              f"got {tuple(x.shape)}")
+        return self.to_dense_unchecked(x, num_clouds)
+
+    def to_dense_unchecked(self, x: Tensor, num_clouds: int) -> Tensor:
+        """:meth:`to_dense` of node features known to be ``[num_clouds * Rx Ry Rz, C]``."""
         # a permuted view, no copy: the result is in the channels-last (``torch.channels_last_3d``)
         # layout, which the grid backbones keep (their direct convolutions are fastest in it)
         return x.view(num_clouds, *self.shape, -1).permute(0, 4, 1, 2, 3)
@@ -102,6 +116,10 @@ class RegularGrid:
         if x.dim() != 5 or tuple(x.shape[2:]) != self.shape:
             raise ValueError(f"RegularGrid.from_dense: expected [B, C, {', '.join(str(r) for r in self.shape)}], "
                              f"got {tuple(x.shape)}")
+        return self.from_dense_unchecked(x)
+
+    def from_dense_unchecked(self, x: Tensor) -> Tensor:
+        """:meth:`from_dense` of a grid known to be ``[B, C, Rx, Ry, Rz]``."""
         return x.permute(0, 2, 3, 4, 1).reshape(-1, x.size(1))
 
     def __eq__(self, other: object) -> bool:

@@ -30,6 +30,7 @@ from .._checks import (check_alloc, check_batch, check_choice, check_finite, che
                        trusted_inputs, validating)
 from ..ops.grid import grid_shape, resolution_value
 from ..ops.scatter import accumulation_dtype, scatter_unchecked
+from ..ops.knn import check_knn_backend
 from ..registry import POS_EMBEDDINGS
 from .edge_messages import fused_edge_messages, use_fused_messages
 from .connectivity import (BipartiteGraph, GraphBuilder, bilateral_knn_unchecked, check_connectivity_args,
@@ -294,11 +295,12 @@ class Gridification(nn.Module):
             fail(where, "no points: every cloud needs at least one point")
         check_graph_size(where, self.grid, self.k, pos.size(0), B, pos,
                          self.conv.hidden_channels + self.out_channels)
+        check_knn_backend(where, self.knn_backend, pos.device, "knn_backend")
         if validating():
             check_finite(pos, "pos", where, batch)
         warn_small_clouds(where, counts, self.k)
         if self.outside == "error":
-            inside = self.grid.contains(pos)
+            inside = self.grid.contains_unchecked(pos)
             if not bool(inside.all()):
                 row = int((~inside).nonzero()[0])
                 fail(where, f"cloud {int(batch[row])} has points outside the grid box {self.grid.lower}.."
@@ -367,7 +369,7 @@ class Gridification(nn.Module):
         offset = graph.point_to_node_offsets()
         with trusted_inputs():
             out = self.conv(x, point, node, offset, graph.num_nodes)
-        grid = self.grid.to_dense(out, graph.num_clouds)
+        grid = self.grid.to_dense_unchecked(out, graph.num_clouds)
         return (grid, graph) if return_graph else grid
 
 
@@ -421,7 +423,7 @@ class Degridification(nn.Module):
         if grid.device != graph.pos.device:
             fail(where, f"grid is on {grid.device} but the graph's points are on {graph.pos.device}")
         if validating():
-            flat = graph.grid.from_dense(grid) if grid.dim() == 5 else grid
+            flat = graph.grid.from_dense_unchecked(grid) if grid.dim() == 5 else grid
             check_finite(flat, "grid", where, torch.arange(B, device=grid.device).repeat_interleave(nodes))
             check_graph(where, graph)
         return self.propagate(grid, graph)
@@ -431,7 +433,7 @@ class Degridification(nn.Module):
 
         For library code that produced ``grid`` and ``graph`` itself (a model's forward pass).
         """
-        x = graph.grid.from_dense(grid) if grid.dim() == 5 else grid
+        x = graph.grid.from_dense_unchecked(grid) if grid.dim() == 5 else grid
         x = x.to(module_dtype(self))
         point, node = graph.edge_index
         offset = -graph.point_to_node_offsets().to(x.dtype)

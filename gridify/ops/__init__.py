@@ -6,6 +6,9 @@ native PyTorch path, and the CPU neighbour search has a KD-tree path for large i
 Every op is a checked public entry (``knn``, ``grid_knn``, ``scatter``, ``fps``, ``radius``:
 arguments validated, ValueError naming the problem) over an unchecked implementation of the
 same name with ``_unchecked`` appended, which library code calls once its inputs are validated.
+An unchecked implementation checks nothing, sizes included: the entry that calls it checks the
+allocation bounds (``check_knn_size``, ``check_grid_knn_size``, ``check_fps_size``,
+``check_radius_size``) and the backend's device (``check_knn_backend``) once.
 Each has a loop-based ``*_reference`` used by the tests.
 """
 from .grid import grid_knn, grid_knn_unchecked, grid_positions

@@ -160,20 +160,31 @@ def grid_knn(pos: Tensor, k: int, resolution: Resolution, lower: Bound = -1.0, u
     batch, num_clouds, _ = check_batch(batch, pos.size(0), where, device=pos.device, allow_empty=True)
     check_grid_size(where, shape, num_clouds)
     check_finite(pos, "pos", where, batch)
+    check_grid_knn_size(where, pos.size(0), k, pos.device)
     work = working_dtype(pos.dtype)
     return grid_knn_unchecked(pos, k, resolution_value(shape), lo.to(pos.device, work), hi.to(pos.device, work),
                               batch)
+
+
+def grid_knn_bytes(num_points: int, k: int) -> int:
+    """Bytes :func:`grid_knn_unchecked` allocates for ``num_points`` points: the output ``[2, N k]``
+    and index table ``[N, k]`` (int64), and a round's candidate table ``[N, s]`` of distances and
+    their indices, ``s <= k (1 + ln k)^2`` rank triples."""
+    return num_points * k * (24 + int((1 + math.log(max(k, 1))) ** 2) * 12)
+
+
+def check_grid_knn_size(where: str, num_points: int, k: int, device: Optional[torch.device]) -> None:
+    """Refuse a :func:`grid_knn` whose tables (:func:`grid_knn_bytes`) exceed the allocation limit."""
+    check_alloc(where, f"k={k} for {num_points} points", grid_knn_bytes(num_points, k), device)
 
 
 def grid_knn_unchecked(pos: Tensor, k: int, resolution: Resolution, lower: Tensor, upper: Tensor,
                        batch: Tensor) -> Tensor:
     """:func:`grid_knn` without validation: finite ``pos [N, 3]``, sorted int64 ``batch [N]``,
     ``1 <= k <= Rx Ry Rz``, box corners ``lower < upper`` as ``[3]`` tensors on ``pos``'s device
-    (in the working dtype of ``pos``, :func:`gridify.ops.distance.working_dtype`, to stay exact)."""
+    (in the working dtype of ``pos``, :func:`gridify.ops.distance.working_dtype`, to stay exact),
+    tables within the allocation limit (:func:`check_grid_knn_size`, checked by the caller)."""
     n = pos.size(0)
-    # the output [2, N k] and index table [N, k] (int64), and a round's candidate table [N, s],
-    # s <= k (1 + ln k)^2 rank triples of distances and their indices
-    check_alloc("grid_knn", f"k={k} for {n} points", n * k * (24 + int((1 + math.log(k)) ** 2) * 12), pos.device)
     (pos, lo, hi), _ = distance_frame(pos, lower, upper)  # exact nodes for any dtype and magnitude
     R = grid_shape(resolution)
     h = (hi - lo) / torch.tensor([r - 1 for r in R], dtype=pos.dtype, device=pos.device)
@@ -241,7 +252,13 @@ def grid_positions(resolution: Resolution, lower: Bound = -1.0, upper: Bound = 1
     what = "R^3" if shape[0] == shape[1] == shape[2] else "Rx Ry Rz"
     check_alloc(where, f"resolution={resolution_value(shape)} ([{what}, 3] node positions in {dtype})",
                 3 * math.prod(shape) * max(element_size(dtype), 8), device)
-    axes = [torch.linspace(float(lo[i]), float(hi[i]), shape[i], device=device, dtype=torch.float64)
-            for i in range(3)]
+    return grid_positions_unchecked(shape, tuple(float(v) for v in lo), tuple(float(v) for v in hi), device, dtype)
+
+
+def grid_positions_unchecked(shape: Tuple[int, int, int], lower: Tuple[float, float, float],
+                             upper: Tuple[float, float, float], device=None, dtype=torch.float32) -> Tensor:
+    """:func:`grid_positions` of a validated ``shape`` triple and box corners (per-axis floats),
+    a floating ``dtype`` and a table within the allocation limit (checked by the caller)."""
+    axes = [torch.linspace(lower[i], upper[i], shape[i], device=device, dtype=torch.float64) for i in range(3)]
     g = torch.meshgrid(*axes, indexing="ij")
     return torch.stack(g, -1).reshape(-1, 3).to(dtype)

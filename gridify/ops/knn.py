@@ -66,7 +66,44 @@ def check_knn_inputs(x: object, y: object, k: object, batch_x: Optional[Tensor],
         fail(where, f"batch_y refers to cloud {ny - 1} but {nx_name} has points for only {nx} clouds")
     check_finite(x, nx_name, where, bx)
     check_finite(y, ny_name, where, by)
+    check_knn_backend(where, backend, x.device)
+    check_knn_size(where, y.size(0), x.size(0), k, x.device)
     return x, y, k, bx, by, cx
+
+
+def knn_bytes(num_queries: int, num_points: int, k: int) -> int:
+    """Bytes a search of ``num_queries`` queries among ``num_points`` points allocates: at most
+    ``min(k, N)`` neighbours per query, two int64 indices per edge and the search's own distance
+    and index tables of the same size."""
+    return 32 * num_queries * min(k, num_points)
+
+
+def check_knn_size(where: str, num_queries: int, num_points: int, k: int, device: Optional[torch.device]) -> None:
+    """Refuse a search whose result (:func:`knn_bytes`) would exceed the allocation limit."""
+    check_alloc(where, f"k={k} for {num_queries} queries among {num_points} points",
+                knn_bytes(num_queries, num_points, k), device)
+
+
+def check_knn_backend(where: str, backend: str, device: torch.device, name: str = "backend") -> None:
+    """Refuse a backend that cannot run here: ``torch_cluster`` when it is not installed, the
+    KD-tree on another device than the CPU (``backend`` itself already one of :data:`BACKENDS`)."""
+    if backend == "torch_cluster" and not _optional.WITH_TORCH_CLUSTER:
+        fail(where, f"{name}='torch_cluster' requested but torch_cluster is not installed "
+                    "(pip install --no-build-isolation torch-cluster)")
+    if backend == "kdtree" and device.type != "cpu":
+        fail(where, f"{name}='kdtree' runs on the CPU only; inputs are on {device}")
+
+
+def choose_knn_backend(backend: str, x: Tensor, y: Tensor) -> str:
+    """The backend ``"auto"`` stands for with these inputs (any other name is returned as is):
+    torch_cluster when installed, else the KD-tree for large CPU inputs, else brute force."""
+    if backend != "auto":
+        return backend
+    if _optional.WITH_TORCH_CLUSTER:
+        return "torch_cluster"
+    if x.device.type == "cpu" and x.size(0) * y.size(0) > KDTREE_MIN_PAIRS:
+        return "kdtree"
+    return "torch"
 
 
 def knn(x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor] = None, batch_y: Optional[Tensor] = None,
@@ -84,30 +121,17 @@ def knn_unchecked(x: Tensor, y: Tensor, k: int, batch_x: Tensor, batch_y: Tensor
     """:func:`knn` without validation, for callers that have validated their inputs already.
 
     ``batch_x``/``batch_y`` are sorted int64 vectors, ``counts`` the number of points of ``x`` per
-    cloud (``[B]``, every entry > 0), ``x``/``y`` finite floating tensors on one device.
+    cloud (``[B]``, every entry > 0), ``x``/``y`` finite floating tensors on one device, a
+    ``backend`` that runs there (:func:`check_knn_backend`) and a result within the allocation
+    limit (:func:`check_knn_size`): the caller's public entry checked all of it.
     """
     if y.size(0) == 0 or x.size(0) == 0:
         return torch.zeros(2, 0, dtype=torch.long, device=x.device)
-    # at most min(k, N) neighbours per query: two int64 indices per edge, and the search's own
-    # distance and index tables of the same size
-    check_alloc("knn", f"k={k} for {y.size(0)} queries among {x.size(0)} points", 32 * y.size(0) * min(k, x.size(0)),
-                x.device)
-    if backend == "auto":
-        if _optional.WITH_TORCH_CLUSTER:
-            backend = "torch_cluster"
-        elif x.device.type == "cpu" and x.size(0) * y.size(0) > KDTREE_MIN_PAIRS:
-            backend = "kdtree"
-        else:
-            backend = "torch"
+    backend = choose_knn_backend(backend, x, y)
     if backend == "torch_cluster":
-        if not _optional.WITH_TORCH_CLUSTER:
-            fail("knn", "backend='torch_cluster' requested but torch_cluster is not installed "
-                        "(pip install --no-build-isolation torch-cluster)")
         row, col = _knn_cluster(x, y, k, batch_x, batch_y)
         return _canonical(x, y, row, col)
     if backend == "kdtree":
-        if x.device.type != "cpu":
-            fail("knn", f"backend='kdtree' runs on the CPU only; inputs are on {x.device}")
         row, col = _knn_kdtree(x, y, k, batch_x, batch_y, counts)
     else:
         row, col = _knn_torch(x, y, k, batch_x, batch_y, counts)

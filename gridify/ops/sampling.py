@@ -229,7 +229,18 @@ def _validate_radius(x, y, r, batch_x, batch_y, max_num_neighbors, backend, wher
         fail(where, f"batch_y refers to cloud {ny - 1} but x has points for only {nx} clouds")
     check_finite(x, "x", where, bx)
     check_finite(y, "y", where, by)
+    if backend == "kdtree" and x.device.type != "cpu":
+        fail(where, f"backend='kdtree' runs on the CPU only; inputs are on {x.device}")
+    check_radius_size(where, y.size(0), x.size(0), max_num_neighbors)
     return x, y, float(r), bx, by, cx, int(max_num_neighbors)
+
+
+def check_radius_size(where: str, num_queries: int, num_points: int, max_num_neighbors: int) -> None:
+    """Refuse a ball query whose result tables (the KD-tree's ``[M, min(max_num_neighbors, N)]``
+    distances and indices; the brute force holds fewer) would exceed the allocation limit."""
+    check_alloc(where, f"max_num_neighbors={max_num_neighbors} for {num_queries} queries (the KD-tree's "
+                       f"[M, min(max_num_neighbors, N)] result tables)",
+                24 * num_queries * min(max_num_neighbors, max(num_points, 1)))
 
 
 def radius(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor] = None, batch_y: Optional[Tensor] = None,
@@ -245,14 +256,13 @@ def radius(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor] = None, bat
 def radius_unchecked(x: Tensor, y: Tensor, r: float, batch_x: Tensor, batch_y: Tensor, counts: Tensor,
                      max_num_neighbors: int = 64, backend: str = "auto") -> Tensor:
     """:func:`radius` without validation: finite points, sorted int64 batch vectors, ``counts`` the
-    points of ``x`` per cloud (``[B]``), ``r > 0``, ``max_num_neighbors >= 1``."""
+    points of ``x`` per cloud (``[B]``), ``r > 0``, ``max_num_neighbors >= 1``, a backend that runs
+    on the inputs' device and tables within the allocation limit (:func:`check_radius_size`)."""
     if y.size(0) == 0:
         return torch.zeros(2, 0, dtype=torch.long, device=x.device)
     if backend == "auto":
         backend = "kdtree" if x.device.type == "cpu" and x.size(0) * y.size(0) > KDTREE_MIN_PAIRS else "torch"
     if backend == "kdtree":
-        if x.device.type != "cpu":
-            fail("radius", f"backend='kdtree' runs on the CPU only; inputs are on {x.device}")
         return _radius_kdtree(x, y, r, batch_x, batch_y, counts, max_num_neighbors)
     return _radius_torch(x, y, r, batch_x, batch_y, counts, max_num_neighbors)
 
@@ -299,8 +309,6 @@ def _radius_kdtree(x: Tensor, y: Tensor, r: float, bx: Tensor, by: Tensor, count
     from scipy.spatial import cKDTree
 
     kk = min(kmax, x.size(0))
-    check_alloc("radius", f"max_num_neighbors={kmax} for {y.size(0)} queries (the KD-tree's [M, min(max_num_neighbors, "
-                          f"N)] result tables)", 24 * y.size(0) * kk)
     (x, y), scale = distance_frame(x, y)  # the exact test below is the torch path's, in the same frame
     r = r * scale
     xn, yn = x.double().numpy(), y.double().numpy()
