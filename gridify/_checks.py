@@ -4,6 +4,13 @@ Every check raises :class:`ValueError` with a message that names the entry point
 the argument, the problem and, for batched point clouds, the index of the offending cloud, so
 users never see a bare traceback from deep inside torch.
 
+One argument order for every helper: ``check_*(where, name, value, *options)``: the entry point
+first, then the argument's name as the message prints it, then the value (for
+:func:`check_point_pair`, the two names, then the two point sets; :func:`check_alloc`,
+``(where, what, nbytes)``). The scalar and the tensor checks read alike:
+``check_int(where, "k", k)``, ``check_finite(where, "pos", pos, batch)``,
+``check_batch(where, "batch", batch, num_rows)``.
+
 The convention: a public function or module validates its arguments once, with these helpers,
 and then calls an unchecked implementation; library code that has already validated its inputs
 calls the unchecked implementations directly, so a nested call inside a forward pass never
@@ -166,13 +173,13 @@ def check_choice(where: str, name: str, value: Any, choices: Sequence[Any], unkn
     return value
 
 
-def check_tensor(t: object, name: str, where: str) -> Tensor:
+def check_tensor(where: str, name: str, t: object) -> Tensor:
     if not isinstance(t, Tensor):
         fail(where, f"{name} must be a torch.Tensor, got {type(t).__name__}")
     return t  # type: ignore[return-value]
 
 
-def check_float(t: Tensor, name: str, where: str) -> None:
+def check_float(where: str, name: str, t: Tensor) -> None:
     """A floating tensor of a supported dtype (float16, bfloat16, float32, float64)."""
     if not t.is_floating_point():
         fail(where, f"{name} must be a floating-point tensor, got dtype {t.dtype}")
@@ -180,26 +187,26 @@ def check_float(t: Tensor, name: str, where: str) -> None:
         fail(where, f"{name} has the unsupported dtype {t.dtype}; use float16, bfloat16, float32 or float64")
 
 
-def check_integer(t: Tensor, name: str, where: str) -> None:
+def check_integer(where: str, name: str, t: Tensor) -> None:
     """An integer tensor (``bool`` and floating tensors refused)."""
     if t.dtype not in INTEGER_DTYPES:
         fail(where, f"{name} must be an integer tensor, got dtype {t.dtype}")
 
 
-def check_device(t: Tensor, name: str, where: str, device: torch.device, other: str = "the points") -> None:
+def check_device(where: str, name: str, t: Tensor, device: torch.device, other: str = "the points") -> None:
     if t.device != device:
         fail(where, f"{name} is on {t.device} but {other} are on {device}")
 
 
-def check_point_pair(x: object, y: object, where: str, names: Tuple[str, str] = ("x", "y")) -> Tuple[Tensor, Tensor]:
-    """Validate two point sets of one dimension on one device (the ``x``/``y`` of a search)."""
+def check_point_pair(where: str, names: Tuple[str, str], x: object, y: object) -> Tuple[Tensor, Tensor]:
+    """Validate two point sets of one dimension on one device (the ``x``/``y`` of a search, named ``names``)."""
     nx, ny = names
-    x = check_tensor(x, nx, where)
-    y = check_tensor(y, ny, where)
+    x = check_tensor(where, nx, x)
+    y = check_tensor(where, ny, y)
     for name, t in ((nx, x), (ny, y)):
         if t.dim() != 2:
             fail(where, f"{name} must have shape [num_points, dim], got {tuple(t.shape)}")
-        check_float(t, name, where)
+        check_float(where, name, t)
     if x.size(1) != y.size(1):
         fail(where, f"{nx} and {ny} must have the same dimension, got {x.size(1)} and {y.size(1)}")
     if x.size(1) == 0:
@@ -213,7 +220,7 @@ def cloud_of(batch: Optional[Tensor], row: int) -> int:
     return 0 if batch is None else int(batch[row])
 
 
-def check_finite(t: Tensor, name: str, where: str, batch: Optional[Tensor] = None,
+def check_finite(where: str, name: str, t: Tensor, batch: Optional[Tensor] = None,
                  dims: Optional[Sequence[str]] = None) -> None:
     """Raise if ``t`` holds NaN or Inf, naming where the first one is.
 
@@ -244,7 +251,7 @@ def _affected(count: int) -> str:
     return f"{count} {'entry' if count == 1 else 'entries'} affected"
 
 
-def check_batch(batch: Optional[Tensor], num_rows: int, where: str, name: str = "batch",
+def check_batch(where: str, name: str, batch: Optional[Tensor], num_rows: int,
                 num_clouds: Optional[int] = None, device: Optional[torch.device] = None,
                 allow_empty: bool = False) -> Tuple[Tensor, int, Tensor]:
     """Validate a PyG-style batch vector and return ``(batch, num_clouds, counts)``.
@@ -257,11 +264,11 @@ def check_batch(batch: Optional[Tensor], num_rows: int, where: str, name: str = 
     num_clouds = check_int(where, "num_clouds", num_clouds, 0, allow_none=True)
     if batch is None:
         batch = torch.zeros(num_rows, dtype=torch.long, device=device)
-    check_tensor(batch, name, where)
+    check_tensor(where, name, batch)
     if batch.dim() != 1 or batch.numel() != num_rows:
         fail(where, f"{name} must be a 1-D tensor with one entry per point ({num_rows}), "
                     f"got shape {tuple(batch.shape)}")
-    check_integer(batch, name, where)
+    check_integer(where, name, batch)
     if device is not None and batch.device != device:
         fail(where, f"{name} is on {batch.device} but the points are on {device}")
     batch = batch.long()
@@ -297,13 +304,13 @@ def check_batch(batch: Optional[Tensor], num_rows: int, where: str, name: str = 
 def check_index(where: str, name: str, index: object, size: int, *, device: Optional[torch.device] = None,
                 length: Optional[int] = None, other: str = "the data") -> Tensor:
     """A 1-D integer tensor with values in ``[0, size)`` (and ``length`` entries), returned as int64."""
-    index = check_tensor(index, name, where)
+    index = check_tensor(where, name, index)
     if index.dim() != 1 or (length is not None and index.numel() != length):
         want = f"[{length}]" if length is not None else "[E]"
         fail(where, f"{name} must be a 1-D integer tensor of shape {want}, got shape {tuple(index.shape)}")
-    check_integer(index, name, where)
+    check_integer(where, name, index)
     if device is not None:
-        check_device(index, name, where, device, other)
+        check_device(where, name, index, device, other)
     if index.numel():
         lo, hi = int(index.min()), int(index.max())
         if lo < 0 or hi >= size:
@@ -313,12 +320,12 @@ def check_index(where: str, name: str, index: object, size: int, *, device: Opti
     return index.long()
 
 
-def check_points(pos: object, where: str, name: str = "pos", dim: int = 3) -> Tensor:
+def check_points(where: str, name: str, pos: object, dim: int = 3) -> Tensor:
     """``pos`` must be a floating tensor of shape [N, dim]."""
-    pos = check_tensor(pos, name, where)
+    pos = check_tensor(where, name, pos)
     if pos.dim() != 2 or pos.size(-1) != dim:
         fail(where, f"{name} must have shape [N, {dim}], got {tuple(pos.shape)}")
-    check_float(pos, name, where)
+    check_float(where, name, pos)
     return pos
 
 

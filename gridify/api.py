@@ -955,7 +955,7 @@ def _points_with_batch(points: Any, batch: Any, where: str) -> Tuple[List[np.nda
     if arr.ndim != 2 or arr.shape[-1] != 3 or arr.shape[0] == 0:
         raise ValueError(f"{where}: with batch=, points must have shape [M, 3] with M >= 1, got {tuple(arr.shape)}")
     vec = batch if isinstance(batch, Tensor) else torch.as_tensor(_to_numpy(batch, "batch", where))
-    _, _, counts = check_batch(vec, arr.shape[0], where)
+    _, _, counts = check_batch(where, "batch", vec, arr.shape[0])
     sizes = [int(c) for c in counts.tolist()]
     clouds = np.split(arr.astype(np.float64), np.cumsum(sizes)[:-1])
     _check_rows_finite(where, "points", clouds)

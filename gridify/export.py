@@ -128,10 +128,10 @@ def _check_clouds(where: str, pos: Any, name: str, k: int = 1, dtype: Optional[t
                   device: Optional[torch.device] = None) -> Tensor:
     """``pos``: a finite floating tensor ``[B, N, 3]``, ``B >= 1``, ``N >= k`` (of ``dtype`` / on
     ``device`` when given); messages name ``name`` and, for a NaN / Inf, the cloud and row."""
-    pos = check_tensor(pos, name, where)
+    pos = check_tensor(where, name, pos)
     if pos.dim() != 3 or pos.size(-1) != 3 or pos.size(0) == 0:
         fail(where, f"{name} must have shape [B, N, 3] with B >= 1, got {tuple(pos.shape)}")
-    check_float(pos, name, where)
+    check_float(where, name, pos)
     if dtype is not None and pos.dtype != dtype:
         fail(where, f"{name} must be {str(dtype).replace('torch.', '')} (the model's dtype), got {pos.dtype}; "
                     f"convert it with .to({dtype})")
@@ -140,7 +140,7 @@ def _check_clouds(where: str, pos: Any, name: str, k: int = 1, dtype: Optional[t
     if pos.size(1) < k:
         fail(where, f"every cloud needs at least k={k} points, got N={pos.size(1)}" if k > 1 else
              f"every cloud needs at least one point, got N={pos.size(1)}")
-    check_finite(pos.reshape(-1, 3), name, where, torch.arange(pos.size(0)).repeat_interleave(pos.size(1)))
+    check_finite(where, name, pos.reshape(-1, 3), torch.arange(pos.size(0)).repeat_interleave(pos.size(1)))
     return pos
 
 
@@ -225,7 +225,7 @@ def dense_edge_index(node_points: Tensor, point_nodes: Tensor, keep: Tensor) -> 
     """
     where = "dense_edge_index"
     for name, t in (("node_points", node_points), ("point_nodes", point_nodes), ("keep", keep)):
-        check_tensor(t, name, where)
+        check_tensor(where, name, t)
         if t.dim() != 3:
             fail(where, f"{name} must have 3 dimensions, got shape {tuple(t.shape)}")
         if name != "keep" and (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool):
@@ -289,13 +289,13 @@ def _check_gridify_dense(module: Any, pos: Any, x: Any, tables: Any) -> None:
                     f"the uncapped bilateral kNN graph")
     p = next(module.parameters())
     pos = _check_clouds(where, pos, "pos", module.k, p.dtype, p.device)
-    x = check_tensor(x, "x", where)
+    x = check_tensor(where, "x", x)
     if x.dim() != 3 or x.shape[:2] != pos.shape[:2] or x.size(2) != module.in_channels:
         fail(where, f"x must have shape [B, N, F] = [{pos.size(0)}, {pos.size(1)}, {module.in_channels}] (pos' B and "
                     f"N, the module's in_channels), got {tuple(x.shape)}")
     if x.dtype != pos.dtype or x.device != pos.device:
         fail(where, f"x must have pos' dtype and device ({pos.dtype} on {pos.device}), got {x.dtype} on {x.device}")
-    check_finite(x.reshape(-1, x.size(2)), "x", where, torch.arange(x.size(0)).repeat_interleave(x.size(1)))
+    check_finite(where, "x", x.reshape(-1, x.size(2)), torch.arange(x.size(0)).repeat_interleave(x.size(1)))
     if tables is not None:
         R = module.grid.resolution
         ok = (isinstance(tables, (tuple, list)) and len(tables) == 2 and all(isinstance(t, Tensor) for t in tables)
@@ -384,7 +384,7 @@ class OnnxClassifier(nn.Module):
         if self.use_normals:
             if normals is None:
                 fail(where, "normals are required: the model takes xyz + normals (in_channels=6)")
-            normals = check_tensor(normals, "normals", where)
+            normals = check_tensor(where, "normals", normals)
             if normals.shape != points.shape:
                 fail(where, f"normals must have the shape of points {tuple(points.shape)}, got {tuple(normals.shape)}")
             _check_clouds(where, normals, "normals", k, dtype, device)
@@ -581,11 +581,11 @@ def depthwise_conv3d_as_2d(x: Tensor, weight: Tensor, bias: Optional[Tensor] = N
         x ``[B, C, D, H, W]``, weight ``[C, 1, K, K, K]`` (K odd), bias ``[C]`` -> ``[B, C, D, H, W]``
     """
     where = "depthwise_conv3d_as_2d"
-    x = check_tensor(x, "x", where)
-    weight = check_tensor(weight, "weight", where)
+    x = check_tensor(where, "x", x)
+    weight = check_tensor(where, "weight", weight)
     if x.dim() != 5:
         fail(where, f"x must have shape [B, C, D, H, W], got {tuple(x.shape)}")
-    check_float(x, "x", where)
+    check_float(where, "x", x)
     C, K = x.size(1), weight.shape[-1] if weight.dim() else 0
     if tuple(weight.shape) != (C, 1, K, K, K) or K % 2 == 0:
         fail(where, f"weight must have shape [C, 1, K, K, K] with C={C} (x's channels) and K odd, "
@@ -1337,7 +1337,7 @@ class OnnxSegmenter(nn.Module):
         points = _check_clouds(where, inputs[0], "points", k, dtype, device)
         B, N = points.shape[:2]
         for name, value in zip(names[1:], inputs[1:]):
-            value = check_tensor(value, name, where)
+            value = check_tensor(where, name, value)
             if name == "category":
                 if value.dim() != 1 or value.numel() != B or value.dtype != torch.int64:
                     fail(where, f"category must be an int64 tensor [B] = [{B}], got {value.dtype} "
@@ -1351,11 +1351,11 @@ class OnnxSegmenter(nn.Module):
             if value.dim() != 3 or tuple(value.shape) != (B, N, width):
                 fail(where, f"{name} must have shape [B, N, {width}] = [{B}, {N}, {width}] (one row per point), got "
                             f"{tuple(value.shape)}")
-            check_float(value, name, where)
+            check_float(where, name, value)
             if value.dtype != dtype or value.device != device:
                 fail(where, f"{name} must be {str(dtype).replace('torch.', '')} on {device} (the model's), got "
                             f"{value.dtype} on {value.device}")
-            check_finite(value.reshape(B * N, width), name, where, torch.arange(B).repeat_interleave(N))
+            check_finite(where, name, value.reshape(B * N, width), torch.arange(B).repeat_interleave(N))
         nbytes = B * N * min(self.node_chunk, self.nodes.size(0)) * element_size(dtype)
         check_alloc(where, f"points {tuple(points.shape)} (a [B, {min(self.node_chunk, self.nodes.size(0))}, N] "
                            f"distance block)", nbytes)

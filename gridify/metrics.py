@@ -67,8 +67,8 @@ def _labels_from(preds: Tensor, where: str, num_classes: Optional[int] = None) -
         if preds.size(1) == 0:
             fail(where, f"preds (logits) has 0 columns, shape {tuple(preds.shape)}; logits need one column "
                         f"per class")
-        check_float(preds, "preds (logits)", where)
-        check_finite(preds, "preds", where, dims=("sample", "class"))
+        check_float(where, "preds (logits)", preds)
+        check_finite(where, "preds", preds, dims=("sample", "class"))
         return preds.argmax(dim=1)
     if preds.dim() == 1:
         if preds.dtype not in INTEGER_DTYPES:
@@ -295,7 +295,7 @@ class ShapeNetPartIoU(Metric):
                 raise ValueError(f"{where}: {name} must be an integer tensor, got "
                                  f"{getattr(t, 'dtype', type(t).__name__)}")
         if preds.is_floating_point():
-            check_float(preds, "preds (logits)", where)
+            check_float(where, "preds (logits)", preds)
         elif preds.dtype not in INTEGER_DTYPES:
             raise ValueError(f"{where}: preds must be logits or integer part ids, got dtype {preds.dtype}")
         for name, t in (("preds", preds),) + ids:
@@ -319,7 +319,7 @@ class ShapeNetPartIoU(Metric):
             if preds.size(1) < self.num_parts:
                 raise ValueError(f"{where}: logits need at least {self.num_parts} columns, got "
                                  f"{tuple(given.shape)}")
-            check_finite(given, "preds", where, dims=("shape", "point", "part")[-given.dim():])
+            check_finite(where, "preds", given, dims=("shape", "point", "part")[-given.dim():])
         target = target.long()
         device = target.device
         mask = self.part_mask.to(device)

@@ -68,13 +68,13 @@ def _check_scene(where: str, model: Any, pos: Any, x: Any) -> Tuple[Tensor, Tens
     """``(pos, x)`` of one scene, validated (``x`` defaults to ``pos``)."""
     if not callable(model):
         fail(where, f"model must be callable (model(pos, x, batch) -> logits), got {type(model).__name__}")
-    pos = check_points(pos, where)
+    pos = check_points(where, "pos", pos)
     if pos.size(0) == 0:
         fail(where, "pos has no points (an empty scene has nothing to predict)")
-    check_finite(pos, "pos", where)
+    check_finite(where, "pos", pos)
     if x is None:
         return pos, pos
-    x = check_tensor(x, "x", where)
+    x = check_tensor(where, "x", x)
     if x.dim() != 2 or x.size(0) != pos.size(0):
         fail(where, f"x must have shape [N, F] with N={pos.size(0)} (one row per point of pos), got "
                     f"{tuple(x.shape)}")
@@ -82,7 +82,7 @@ def _check_scene(where: str, model: Any, pos: Any, x: Any) -> Tuple[Tensor, Tens
         fail(where, f"x is on {x.device} but pos is on {pos.device}")
     if not x.is_floating_point():
         fail(where, f"x must be a floating-point tensor, got dtype {x.dtype}")
-    check_finite(x, "x", where)
+    check_finite(where, "x", x)
     return pos, x
 
 
@@ -104,8 +104,8 @@ def scene_fragments(pos: Tensor, voxel_size: Optional[float] = None, max_points:
         pos ``[N, 3]`` -> a list of ``[n_i]`` int64 tensors (sorted, on ``pos``'s device).
     """
     where = "scene_fragments"
-    pos = check_points(pos, where)
-    check_finite(pos, "pos", where)
+    pos = check_points(where, "pos", pos)
+    check_finite(where, "pos", pos)
     voxel_size, max_points = _check_settings(where, voxel_size, max_points, seed)
     max_fragments = check_int(where, "max_fragments", max_fragments, allow_none=True)
     return scene_fragments_unchecked(pos, voxel_size, max_points, np.random.default_rng([int(seed)]), max_fragments)

@@ -104,7 +104,7 @@ class DepthwiseSeparableConv3d(nn.Module):
 
     @checked_forward(check_grid_module_input)
     def forward(self, x: Tensor) -> Tensor:
-        r = check_grid_input(x, self.in_channels, type(self).__name__, cubic=self.cubic)
+        r = check_grid_input(type(self).__name__, x, self.in_channels, cubic=self.cubic)
         weight = self.depthwise.weight
         k = self.kernel_size
         if not self.cubic:
@@ -210,7 +210,7 @@ class ResidualBlock3d(nn.Module):
 
     @checked_forward(check_grid_module_input)
     def forward(self, x: Tensor) -> Tensor:
-        check_grid_input(x, self.channels, type(self).__name__, cubic=self.cubic)
+        check_grid_input(type(self).__name__, x, self.channels, cubic=self.cubic)
         if torch.is_grad_enabled():
             h = grid_gelu(self.spatial(self.norm(x)))
             h = grid_gelu(self.linear(self.dropout(h)))
@@ -249,7 +249,7 @@ class GridBackbone(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
     def _check_input(self, x: Tensor) -> int:
-        return check_grid_input(x, self.in_channels, type(self).__name__, cubic=getattr(self, "cubic", True))
+        return check_grid_input(type(self).__name__, x, self.in_channels, cubic=getattr(self, "cubic", True))
 
 
 class ResidualStack(GridBackbone):

@@ -59,11 +59,11 @@ def knn_neighbourhoods(pos: Tensor, batch: Tensor, k: int) -> Tuple[Tensor, Opti
     :func:`knn_neighbourhoods_unchecked`.
     """
     where = "knn_neighbourhoods"
-    pos = check_points(pos, where)
+    pos = check_points(where, "pos", pos)
     k = check_int(where, "k", k)
-    batch, _, _ = check_batch(batch, pos.size(0), where, device=pos.device)
+    batch, _, _ = check_batch(where, "batch", batch, pos.size(0), device=pos.device)
     if validating():
-        check_finite(pos, "pos", where, batch)
+        check_finite(where, "pos", pos, batch)
     check_knn_size(where, pos.size(0), pos.size(0), k, pos.device)
     return knn_neighbourhoods_unchecked(pos, batch, k)
 
@@ -91,20 +91,20 @@ def check_point_conv_input(module: nn.Module, x: Tensor, pos: Tensor, nbr: Tenso
     """Inputs of :class:`PointSepCKConv` / :class:`PointCKConvBlock` called directly: ``x [N, C]`` and
     ``pos [N, 3]`` finite, of the module's dtype; ``nbr [N, K]`` int64 in ``[0, N)``; ``valid [N, K]`` bool."""
     where = type(module).__name__
-    pos = check_points(pos, where)
-    x = check_tensor(x, "x", where)
+    pos = check_points(where, "pos", pos)
+    x = check_tensor(where, "x", x)
     ref = next(module.parameters())
     for name, t in (("x", x), ("pos", pos)):
         check_same_dtype(where, name, t, ref)
-    nbr = check_tensor(nbr, "nbr", where)
+    nbr = check_tensor(where, "nbr", nbr)
     if nbr.dim() != 2 or nbr.size(0) != pos.size(0):
         fail(where, f"nbr must have shape [{pos.size(0)}, K], got {tuple(nbr.shape)}")
     check_index(where, "nbr", nbr.reshape(-1), pos.size(0), device=pos.device)
     if valid is not None and (not isinstance(valid, Tensor) or valid.dtype != torch.bool
                               or valid.shape != nbr.shape):
         fail(where, f"valid must be None or a bool tensor of shape {tuple(nbr.shape)}")
-    check_finite(pos, "pos", where)
-    check_finite(x, "x", where)
+    check_finite(where, "pos", pos)
+    check_finite(where, "x", x)
 
 
 class PointSepCKConv(nn.Module):

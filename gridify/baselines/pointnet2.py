@@ -55,12 +55,12 @@ def prepare_points(where: str, pos, x, batch, in_channels: int, dtype: torch.dty
     kNN of any level); the modules of the model then run the unchecked ops.
     """
     pos, x, batch, dense_shape = parse_points(where, pos, x, batch, in_channels, dtype)
-    batch, num_clouds, counts = check_batch(batch, pos.size(0), where, "batch", device=pos.device)
+    batch, num_clouds, counts = check_batch(where, "batch", batch, pos.size(0), device=pos.device)
     check_fps_size(where, pos, counts)
     check_knn_size(where, pos.size(0), pos.size(0), neighbours, pos.device)
-    check_finite(pos, "pos", where, batch)
+    check_finite(where, "pos", pos, batch)
     if x is not pos:
-        check_finite(x, "x", where, batch)
+        check_finite(where, "x", x, batch)
     return pos, x, batch, num_clouds, dense_shape
 
 
@@ -69,16 +69,16 @@ def check_point_module_input(module: nn.Module, x: Tensor, pos: Tensor, batch: T
     """Inputs of a PointNet++ module called directly: ``x [N, F]`` and ``pos [N, 3]`` finite, of the
     module's dtype, and a valid sorted ``batch [N]`` (the number of clouds, when given, may be larger)."""
     where = type(module).__name__
-    pos = check_points(pos, where)
-    x = check_tensor(x, "x", where)
+    pos = check_points(where, "pos", pos)
+    x = check_tensor(where, "x", x)
     if x.dim() != 2 or x.size(0) != pos.size(0):
         fail(where, f"x must have shape [{pos.size(0)}, F] to match pos, got {tuple(x.shape)}")
     ref = next(module.parameters())
     for name, t in (("x", x), ("pos", pos)):
         check_same_dtype(where, name, t, ref)
-    batch, _, counts = check_batch(batch, pos.size(0), where, num_clouds=num_clouds, device=pos.device)
-    check_finite(pos, "pos", where, batch)
-    check_finite(x, "x", where, batch)
+    batch, _, counts = check_batch(where, "batch", batch, pos.size(0), num_clouds, pos.device)
+    check_finite(where, "pos", pos, batch)
+    check_finite(where, "x", x, batch)
     if isinstance(module, SAModule):  # sizes of its searches: the sampling, the ball query
         if counts.numel():
             check_fps_size(where, pos, counts)
@@ -189,11 +189,11 @@ def knn_interpolate(x: Tensor, pos_x: Tensor, pos_y: Tensor, batch_x: Optional[T
     where = "knn_interpolate"
     pos_x, pos_y, k, bx, by, counts = check_knn_inputs(pos_x, pos_y, k, batch_x, batch_y, where=where,
                                                        names=("pos_x", "pos_y"))
-    x = check_tensor(x, "x", where)
+    x = check_tensor(where, "x", x)
     if x.dim() != 2 or x.size(0) != pos_x.size(0):
         fail(where, f"x must have shape [N, C] with one row per point of pos_x ({pos_x.size(0)}), got {tuple(x.shape)}")
-    check_float(x, "x", where)
-    check_finite(x, "x", where, bx)
+    check_float(where, "x", x)
+    check_finite(where, "x", x, bx)
     with torch.no_grad():
         row, col = knn_unchecked(pos_x, pos_y, k, bx, by, counts)
     return _interpolate(x, pos_x, pos_y, row, col)

@@ -62,7 +62,7 @@ def default_root() -> Path:
     return Path.cwd() / "datasets"
 
 
-def check_split(split: str, where: str, allowed: Sequence[str] = SPLITS) -> str:
+def check_split(where: str, split: str, allowed: Sequence[str] = SPLITS) -> str:
     return check_choice(where, "split", split, list(allowed))
 
 
@@ -71,7 +71,7 @@ def check_split(split: str, where: str, allowed: Sequence[str] = SPLITS) -> str:
 SAMPLE_BYTES_PER_POINT = 128
 
 
-def check_num_points(num_points: Optional[int], where: str, copies: int = 1) -> Optional[int]:
+def check_num_points(where: str, num_points: Optional[int], copies: int = 1) -> Optional[int]:
     """``num_points`` as a positive int (or None), refused before anything is allocated when ``copies``
     samples (the frames of a sequence) of that many points would exceed the allocation limit."""
     n = check_int(where, "num_points", num_points, allow_none=True)
@@ -268,7 +268,7 @@ class PointCloudDataset(torch.utils.data.Dataset):
         super().__init__()
         where = type(self).__name__
         self.split = split
-        self.num_points = check_num_points(num_points, where)
+        self.num_points = check_num_points(where, num_points)
         self.use_normals = bool(use_normals)
         if transform is not None and not callable(transform):
             raise ValueError(f"{where}: transform must be callable, got {type(transform).__name__}")

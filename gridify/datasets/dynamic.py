@@ -194,11 +194,11 @@ class DynamicShapes(torch.utils.data.Dataset):
                  classes: Optional[Sequence[str]] = None, seed: int = 0, resample: bool = True) -> None:
         super().__init__()
         where = type(self).__name__
-        self.split = check_split(split, where, allowed=tuple(_SPLIT_CODE))
+        self.split = check_split(where, split, tuple(_SPLIT_CODE))
         for name, v in (("num_samples_per_class", num_samples_per_class), ("num_frames", num_frames),
                         ("num_points", num_points), ("min_frames", min_frames)):
             check_int(where, name, v)
-        check_num_points(num_points, where, copies=num_frames)
+        check_num_points(where, num_points, num_frames)
         if min_frames > num_frames:
             raise ValueError(f"{where}: min_frames ({min_frames}) must not exceed num_frames ({num_frames})")
         check_choice(where, "sampling", sampling, SAMPLINGS)
@@ -378,7 +378,7 @@ class PointCloudSequence:
         Shapes:
             pos ``[T, num_points, 3]`` float32, times ``[T]`` float32 (relative to the first frame).
         """
-        check_num_points(num_points, "PointCloudSequence.to_item", copies=len(self.frames))
+        check_num_points("PointCloudSequence.to_item", num_points, len(self.frames))
         sampler = FixedPoints(num_points, deterministic=True, seed=seed)
         frames = [np.asarray(f.points, dtype=np.float64) for f in self.frames]
         if normalize:

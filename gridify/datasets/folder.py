@@ -277,7 +277,7 @@ class PointFolder(PointCloudDataset):
                  val_fraction: float = 0.1, test_fraction: Optional[float] = None, mesh_samples: int = 10_000,
                  transform: Optional[Transform] = None, seed: int = 0, normalize: bool = True) -> None:
         where = "PointFolder"
-        check_split(split, where)
+        check_split(where, split)
         self.task = check_choice(where, "task", task, ("classification", "segmentation"))
         check_probability(where, "val_fraction", val_fraction)
         if test_fraction is not None:

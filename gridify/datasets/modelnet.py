@@ -118,7 +118,7 @@ class ModelNet(PointCloudDataset):
         name = str(name)
         if name not in ("10", "40"):
             raise ValueError(f"ModelNet: name must be '10' or '40', got {name!r}")
-        check_split(split, "ModelNet")
+        check_split("ModelNet", split)
         check_choice("ModelNet", "source", source, [*SOURCES, "auto"])
         self._check_source(source, name, use_normals)
         if not 0.0 <= val_fraction < 1.0:

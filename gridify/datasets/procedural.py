@@ -298,7 +298,7 @@ class ProceduralShapes(PointCloudDataset):
                  seed: int = 0, task: str = "classification", *, classes: Optional[Sequence[str]] = None,
                  use_normals: bool = True, transform: Optional[Transform] = None, normalize: bool = True,
                  noise_std: float = 0.0) -> None:
-        check_split(split, "ProceduralShapes", allowed=("train", "val", "test"))
+        check_split("ProceduralShapes", split, ("train", "val", "test"))
         where = "ProceduralShapes"
         check_choice(where, "task", task, ("classification", "segmentation"))
         check_positive_int(where, num_points=num_points, num_samples_per_class=num_samples_per_class)

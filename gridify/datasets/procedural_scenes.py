@@ -543,7 +543,7 @@ class ProceduralScenes(SceneDatasetBase):
                  max_points: Optional[int] = None, transform: Optional[Transform] = None,
                  normalize: bool = False, cache: bool = True) -> None:
         where = "ProceduralScenes"
-        check_split(split, where, allowed=("train", "val", "test"))
+        check_split(where, split, ("train", "val", "test"))
         check_choice(where, "kind", kind, ("indoor", "outdoor"))
         check_positive_int(where, num_scenes=num_scenes, num_points=num_points, beams=beams)
         check_int(where, "seed", seed, 0)

@@ -106,7 +106,7 @@ class ShapeNetPart(PointCloudDataset):
                  num_points: Optional[int] = 2048, categories: Optional[Sequence[str]] = None,
                  use_normals: bool = True, transform: Optional[Transform] = None, seed: int = 0,
                  normalize: bool = True, download: bool = False, skip_missing: bool = False) -> None:
-        check_split(split, "ShapeNetPart")
+        check_split("ShapeNetPart", split)
         check_choice("ShapeNetPart", "source", source, list(SOURCES))
         if source == "v0_points" and use_normals:
             raise ValueError("ShapeNetPart: source='v0_points' has no normals; pass use_normals=False")

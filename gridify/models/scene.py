@@ -101,9 +101,9 @@ class SceneGraphBuilder:
 
     def __call__(self, pos: Tensor, batch: Optional[Tensor] = None) -> BipartiteGraph:
         where = "SceneGraphBuilder"
-        pos = check_points(pos, where)
-        batch, num_clouds, _ = check_batch(batch, pos.size(0), where, device=pos.device)
-        check_finite(pos, "pos", where, batch)
+        pos = check_points(where, "pos", pos)
+        batch, num_clouds, _ = check_batch(where, "batch", batch, pos.size(0), device=pos.device)
+        check_finite(where, "pos", pos, batch)
         return self.builder(scene_box_coordinates(pos, batch, num_clouds, self.extent), batch, num_clouds)
 
 
@@ -190,8 +190,8 @@ class GridifiedSceneSegmenter(GridifiedModel):
         """The grid-box coordinates ``u [N, 3]`` the model uses for metric ``pos [N, 3]`` (validated)."""
         where = f"{type(self).__name__}.box_coordinates"
         pos, _, batch, _ = parse_points(where, pos, None, batch, None, module_dtype(self))
-        batch, num_clouds, _ = check_batch(batch, pos.size(0), where, device=pos.device)
-        check_finite(pos, "pos", where, batch)
+        batch, num_clouds, _ = check_batch(where, "batch", batch, pos.size(0), device=pos.device)
+        check_finite(where, "pos", pos, batch)
         return scene_box_coordinates(pos, batch, num_clouds, self.extent)
 
     def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None, *,
@@ -201,9 +201,9 @@ class GridifiedSceneSegmenter(GridifiedModel):
         if x is None and isinstance(pos, Tensor):
             x = pos.new_zeros(pos.shape[:-1] + (0,))
         pos, x, batch, dense_shape = parse_points(where, pos, x, batch, self.in_channels, module_dtype(self))
-        batch, num_clouds, _ = check_batch(batch, pos.size(0), where, device=pos.device)
-        check_finite(pos, "pos", where, batch)
-        check_finite(x, "x", where, batch)
+        batch, num_clouds, _ = check_batch(where, "batch", batch, pos.size(0), device=pos.device)
+        check_finite(where, "pos", pos, batch)
+        check_finite(where, "x", x, batch)
         u = scene_box_coordinates(pos, batch, num_clouds, self.extent)
         feats = torch.cat([u, x], -1)
         if graph is None:

@@ -57,7 +57,7 @@ def timespans_from_times(times: Tensor, mask: Optional[Tensor] = None, first: fl
         times [B, T], mask [B, T] -> [B, T]
     """
     where = "timespans_from_times"
-    times = check_tensor(times, "times", where)
+    times = check_tensor(where, "times", times)
     if times.dim() != 2 or times.dtype == torch.bool or times.is_complex():
         fail(where, f"times must be a real tensor of shape [B, T], got {tuple(times.shape)} {times.dtype}")
     mask = check_padding(where, mask, None, times.size(0), times.size(1), times.device)
@@ -228,15 +228,15 @@ class TemporalGridifiedClassifier(nn.Module):
         if not isinstance(pos, Tensor) or pos.dim() != 4 or pos.size(-1) != 3:
             fail(where, f"pos must be a tensor of shape [B, T, N, 3], got "
                         f"{tuple(pos.shape) if isinstance(pos, Tensor) else type(pos).__name__}")
-        check_float(pos, "pos", where)
+        check_float(where, "pos", pos)
         b, t, n, _ = pos.shape
         if x is not None and (not isinstance(x, Tensor) or x.dim() != 4 or tuple(x.shape[:3]) != (b, t, n)):
             fail(where, f"x must have shape [B, T, N, F] = [{b}, {t}, {n}, F], got "
                         f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
         if x is not None:
-            check_device(x, "x", where, pos.device)
+            check_device(where, "x", x, pos.device)
             if x.is_floating_point():
-                check_float(x, "x", where)
+                check_float(where, "x", x)
         mask = check_padding(where, mask, lengths, b, t, pos.device, min_length=1)
         if b and not bool(mask.any(1).all()):
             fail(where, f"sequence {int((~mask.any(1)).nonzero()[0])} has no valid frame")
@@ -271,7 +271,7 @@ class TemporalGridifiedClassifier(nn.Module):
                             f"{tuple(times.shape) if isinstance(times, Tensor) else type(times).__name__}")
             if times.dtype == torch.bool or times.is_complex():
                 fail(where, f"times must hold real numbers, got dtype {times.dtype}")
-            check_device(times, "times", where, pos.device)
+            check_device(where, "times", times, pos.device)
             times = times.double()  # difference first, cast later: large offsets keep small steps
             if not bool(torch.isfinite(times[mask]).all()):
                 fail(where, "times contains NaN/Inf at valid frames")

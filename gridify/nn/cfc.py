@@ -136,8 +136,8 @@ class CfCCell(nn.Module):
             check_same_dtype(where, "hx", hx, self.f.weight)
         ts = _cell_timespans(where, timespans, b, input)
         if validating():
-            check_finite(input, "input", where, dims=("sequence", "feature"))
-            check_finite(hx, "hx", where, dims=("sequence", "unit"))
+            check_finite(where, "input", input, dims=("sequence", "feature"))
+            check_finite(where, "hx", hx, dims=("sequence", "unit"))
             check_timespans(where, ts[:, 0], None)
         return self._step(input, hx, ts)
 
@@ -162,7 +162,7 @@ def _cell_timespans(where: str, timespans: Union[Tensor, float, None], b: int, r
         fail(where, f"timespans must be a tensor or a number, got {type(timespans).__name__}")
     if timespans.dtype == torch.bool or timespans.is_complex():
         fail(where, f"timespans must hold real numbers, got dtype {timespans.dtype}")
-    check_device(timespans, "timespans", where, ref.device, "the inputs")
+    check_device(where, "timespans", timespans, ref.device, "the inputs")
     if timespans.dim() == 0:
         return timespans.to(ref.dtype).expand(b).unsqueeze(-1)
     if timespans.dim() == 2 and timespans.size(-1) == 1:
@@ -182,8 +182,8 @@ def check_padding(where: str, mask: Optional[Tensor], lengths: Optional[Tensor],
         if not isinstance(lengths, Tensor) or lengths.dim() != 1 or lengths.numel() != b:
             fail(where, f"lengths must be a 1-D tensor with one entry per sequence ({b}), got "
                         f"{tuple(lengths.shape) if isinstance(lengths, Tensor) else type(lengths).__name__}")
-        check_integer(lengths, "lengths", where)
-        check_device(lengths, "lengths", where, device, "the inputs")
+        check_integer(where, "lengths", lengths)
+        check_device(where, "lengths", lengths, device, "the inputs")
         if b and (int(lengths.min()) < min_length or int(lengths.max()) > t):
             fail(where, f"lengths must lie in [{min_length}, T={t}], got min {int(lengths.min())} max "
                         f"{int(lengths.max())}")
@@ -193,7 +193,7 @@ def check_padding(where: str, mask: Optional[Tensor], lengths: Optional[Tensor],
     if not isinstance(mask, Tensor) or tuple(mask.shape) != (b, t):
         fail(where, f"mask must have shape [B, T] = [{b}, {t}], got "
                     f"{tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__}")
-    check_device(mask, "mask", where, device, "the inputs")
+    check_device(where, "mask", mask, device, "the inputs")
     if mask.dtype != torch.bool:
         if mask.is_floating_point() or mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
             fail(where, f"mask must be a boolean (or 0/1 integer) tensor, got dtype {mask.dtype}")
@@ -228,7 +228,7 @@ def check_sequence_inputs(where: str, input: Tensor, input_size: int, timespans:
     ``ref`` (a parameter of the module) fixes the dtype and device ``input`` and ``hx`` must have.
     Values (NaN/Inf, negative times) are checked unless :func:`gridify._checks.validating` is off.
     """
-    input = check_tensor(input, "input", where)
+    input = check_tensor(where, "input", input)
     if input.dim() != 3 or input.size(-1) != input_size:
         fail(where, f"input must have shape [B, T, {input_size}], got {tuple(input.shape)}")
     if not input.is_floating_point():
@@ -248,7 +248,7 @@ def check_sequence_inputs(where: str, input: Tensor, input_size: int, timespans:
                         f"step), got {tuple(timespans.shape)}")
         if timespans.dtype == torch.bool or timespans.is_complex():
             fail(where, f"timespans must hold real numbers, got dtype {timespans.dtype}")
-        check_device(timespans, "timespans", where, input.device, "the inputs")
+        check_device(where, "timespans", timespans, input.device, "the inputs")
     mask = check_padding(where, mask, lengths, b, t, input.device)
     if hx is None:
         hx = input.new_zeros(b, hidden_size)
@@ -260,8 +260,8 @@ def check_sequence_inputs(where: str, input: Tensor, input_size: int, timespans:
     input, timespans = mask_padding(input, timespans, mask)  # padding is not data: never checked, never used
     if validating():
         check_timespans(where, timespans, mask, input.dtype)
-        check_finite(input, "input", where, dims=("sequence", "step", "feature"))
-        check_finite(hx, "hx", where, dims=("sequence", "unit"))
+        check_finite(where, "input", input, dims=("sequence", "step", "feature"))
+        check_finite(where, "hx", hx, dims=("sequence", "unit"))
     return input, timespans.to(input.dtype), mask, hx
 
 

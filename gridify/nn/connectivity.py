@@ -123,14 +123,14 @@ def bilateral_knn(pos: Tensor, grid: RegularGrid, k: int, batch: Optional[Tensor
         pos: [N, 3], batch: [N] -> BipartiteGraph with edge_index [2, E], k*max(N, B*R^3) <= E <= 2k*...
     """
     where = "bilateral_knn"
-    pos = check_points(pos, where)
+    pos = check_points(where, "pos", pos)
     k = check_connectivity_args(where, grid, k, knn_backend, max_in_degree)
-    batch, B, counts = check_batch(batch, pos.size(0), where, num_clouds=num_clouds, device=pos.device)
+    batch, B, counts = check_batch(where, "batch", batch, pos.size(0), num_clouds, pos.device)
     if B == 0:
         fail(where, "no points: every cloud needs at least one point")
     check_graph_size(where, grid, k, pos.size(0), B, pos)
     check_knn_backend(where, knn_backend, pos.device, "knn_backend")
-    check_finite(pos, "pos", where, batch)
+    check_finite(where, "pos", pos, batch)
     warn_small_clouds(where, counts, k)
     return bilateral_knn_unchecked(pos, grid, k, batch, counts, knn_backend, max_in_degree)
 

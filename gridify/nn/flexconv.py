@@ -475,7 +475,7 @@ class SepFlexConv3d(nn.Module):
 
     @checked_forward(check_flexconv_input)
     def forward(self, x: Tensor) -> Tensor:
-        r = check_grid_input(x, self.in_channels, "SepFlexConv3d", min_resolution=2, cubic=self.cubic)
+        r = check_grid_input("SepFlexConv3d", x, self.in_channels, 2, self.cubic)
         if not (x.shape[-3] == x.shape[-2] == x.shape[-1]):
             r = tuple(int(v) for v in x.shape[-3:])  # a per-axis grid (cubic=False)
         if self.base_resolution is None:  # the first forward fixes R0 and rescales: all or nothing

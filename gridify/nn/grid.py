@@ -84,10 +84,10 @@ class RegularGrid:
         are not rounded to float16. NaN rows are outside.
         """
         where = "RegularGrid.contains"
-        pos = check_tensor(pos, "pos", where)
+        pos = check_tensor(where, "pos", pos)
         if pos.dim() != 2 or pos.size(-1) != 3:
             fail(where, f"pos must have shape [N, 3], got {tuple(pos.shape)}")
-        check_float(pos, "pos", where)
+        check_float(where, "pos", pos)
         check_number(where, "rtol", rtol, strict=False)
         return self.contains_unchecked(pos, rtol)
 
@@ -98,7 +98,7 @@ class RegularGrid:
         return ((pos >= lo - tol) & (pos <= hi + tol)).all(-1)
 
     def to_dense(self, x: Tensor, num_clouds: int) -> Tensor:
-        check_tensor(x, "x", "RegularGrid.to_dense")
+        check_tensor("RegularGrid.to_dense", "x", x)
         num_clouds = check_int("RegularGrid.to_dense", "num_clouds", num_clouds, 0)
         if x.dim() != 2 or x.size(0) != num_clouds * self.num_nodes:
             raise ValueError(f"RegularGrid.to_dense: expected [{num_clouds} * {self.describe()}, C] node features, "
@@ -112,7 +112,7 @@ class RegularGrid:
         return x.view(num_clouds, *self.shape, -1).permute(0, 4, 1, 2, 3)
 
     def from_dense(self, x: Tensor) -> Tensor:
-        check_tensor(x, "x", "RegularGrid.from_dense")
+        check_tensor("RegularGrid.from_dense", "x", x)
         if x.dim() != 5 or tuple(x.shape[2:]) != self.shape:
             raise ValueError(f"RegularGrid.from_dense: expected [B, C, {', '.join(str(r) for r in self.shape)}], "
                              f"got {tuple(x.shape)}")

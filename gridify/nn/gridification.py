@@ -190,12 +190,12 @@ class BipartiteConv(nn.Module):
 def check_graph(where: str, graph: BipartiteGraph) -> None:
     """A graph given from outside: ``edge_index [2, E]`` integers, points in ``[0, N)``, nodes in
     ``[0, B R^3)``, finite points on the edges' device."""
-    edges = check_tensor(graph.edge_index, "graph.edge_index", where)
+    edges = check_tensor(where, "graph.edge_index", graph.edge_index)
     if edges.dim() != 2 or edges.size(0) != 2:
         fail(where, f"graph.edge_index must have shape [2, E], got {tuple(edges.shape)}")
     check_index(where, "graph.edge_index[0] (points)", edges[0], graph.num_points, device=graph.pos.device)
     check_index(where, "graph.edge_index[1] (grid nodes)", edges[1], graph.num_nodes, device=graph.pos.device)
-    check_finite(graph.pos, "graph.pos", where, graph.batch)
+    check_finite(where, "graph.pos", graph.pos, graph.batch)
 
 
 def check_grid_bytes(where: str, resolution: Union[int, Sequence[int]], channels: int) -> None:
@@ -290,14 +290,14 @@ class Gridification(nn.Module):
                      ) -> Tuple[Tensor, Tensor]:
         """Validate flat ``pos``/``batch`` once: ``(batch, counts)``. Points outside the box, NaN/Inf,
         empty clouds and bad batch vectors raise; clouds with fewer than ``k`` points warn."""
-        batch, B, counts = check_batch(batch, pos.size(0), where, num_clouds=num_clouds, device=pos.device)
+        batch, B, counts = check_batch(where, "batch", batch, pos.size(0), num_clouds, pos.device)
         if B == 0:
             fail(where, "no points: every cloud needs at least one point")
         check_graph_size(where, self.grid, self.k, pos.size(0), B, pos,
                          self.conv.hidden_channels + self.out_channels)
         check_knn_backend(where, self.knn_backend, pos.device, "knn_backend")
         if validating():
-            check_finite(pos, "pos", where, batch)
+            check_finite(where, "pos", pos, batch)
         warn_small_clouds(where, counts, self.k)
         if self.outside == "error":
             inside = self.grid.contains_unchecked(pos)
@@ -340,7 +340,7 @@ class Gridification(nn.Module):
                     ) -> BipartiteGraph:
         """Bilateral kNN edges of flat ``pos [N, 3]`` to this module's grid (validated)."""
         where = type(self).__name__
-        pos = check_points(pos, where)
+        pos = check_points(where, "pos", pos)
         batch, counts = self._check_cloud(where, pos, batch, num_clouds)
         return bilateral_knn_unchecked(pos, self.grid, self.k, batch, counts, self.knn_backend, self.max_in_degree)
 
@@ -358,7 +358,7 @@ class Gridification(nn.Module):
         pos, x, batch, dense_shape = parse_points(where, pos, x, batch, self.in_channels, module_dtype(self))
         batch, counts = self._check_cloud(where, pos, batch, num_clouds)
         if validating():
-            check_finite(x, "x", where, batch)
+            check_finite(where, "x", x, batch)
         if graph is None:
             graph = bilateral_knn_unchecked(pos, self.grid, self.k, batch, counts, self.knn_backend,
                                             self.max_in_degree)
@@ -402,11 +402,11 @@ class Degridification(nn.Module):
     def forward(self, grid: Tensor, graph: BipartiteGraph) -> Tensor:
         """Validate ``grid`` (type, shape, dtype, NaN/Inf) and ``graph``, then :meth:`propagate`."""
         where = type(self).__name__
-        grid = check_tensor(grid, "grid", where)
+        grid = check_tensor(where, "grid", grid)
         if not isinstance(graph, BipartiteGraph):
             fail(where, f"graph must be the BipartiteGraph returned by Gridification(..., return_graph=True), "
                         f"got {type(graph).__name__}")
-        check_float(grid, "grid", where)
+        check_float(where, "grid", grid)
         shape, B, nodes = graph.grid.shape, graph.num_clouds, graph.grid.num_nodes
         if grid.dim() == 5:
             if tuple(grid.shape) != (B, self.in_channels, *shape):
@@ -424,7 +424,7 @@ class Degridification(nn.Module):
             fail(where, f"grid is on {grid.device} but the graph's points are on {graph.pos.device}")
         if validating():
             flat = graph.grid.from_dense_unchecked(grid) if grid.dim() == 5 else grid
-            check_finite(flat, "grid", where, torch.arange(B, device=grid.device).repeat_interleave(nodes))
+            check_finite(where, "grid", flat, torch.arange(B, device=grid.device).repeat_interleave(nodes))
             check_graph(where, graph)
         return self.propagate(grid, graph)
 

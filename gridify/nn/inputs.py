@@ -52,8 +52,8 @@ def parse_points(where: str, pos: Any, x: Any, batch: Any, in_channels: Optional
             fail(where, "pass either a PyG Data/Batch object or tensors pos, x, batch, not both")
         data = pos
         pos, x, batch = data.pos, getattr(data, "x", None), getattr(data, "batch", None)
-    pos = check_tensor(pos, "pos", where)
-    check_float(pos, "pos", where)
+    pos = check_tensor(where, "pos", pos)
+    check_float(where, "pos", pos)
     dense_shape = None
     if pos.dim() == 3:
         if batch is not None:
@@ -67,7 +67,7 @@ def parse_points(where: str, pos: Any, x: Any, batch: Any, in_channels: Optional
         batch = torch.arange(B, device=pos.device).repeat_interleave(N)
         pos = pos.reshape(B * N, 3)
         if x is not None:
-            x = check_tensor(x, "x", where)
+            x = check_tensor(where, "x", x)
             if x.dim() != 3 or tuple(x.shape[:2]) != (B, N):
                 fail(where, f"x must have shape [{B}, {N}, F] to match pos, got {tuple(x.shape)}")
             x = x.reshape(B * N, x.size(-1))
@@ -77,16 +77,16 @@ def parse_points(where: str, pos: Any, x: Any, batch: Any, in_channels: Optional
         if pos.size(0) == 0:
             fail(where, "pos holds no points; every cloud needs at least one point")
         if x is not None:
-            x = check_tensor(x, "x", where)
+            x = check_tensor(where, "x", x)
             if x.dim() != 2 or x.size(0) != pos.size(0):
                 fail(where, f"x must have shape [{pos.size(0)}, F] to match pos, got {tuple(x.shape)}")
     else:
         fail(where, f"pos must have shape [N, 3] or [B, N, 3], got {tuple(pos.shape)}")
     if x is None:
         x = pos
-    check_float(x, "x", where)
+    check_float(where, "x", x)
     if batch is not None and isinstance(batch, Tensor):
-        check_device(batch, "batch", where, pos.device)
+        check_device(where, "batch", batch, pos.device)
     if x.device != pos.device:
         fail(where, f"x is on {x.device} but pos is on {pos.device}")
     if in_channels is not None and x.size(-1) != in_channels:
@@ -113,7 +113,7 @@ def category_onehot(where: str, category, num_categories: int, num_clouds: int, 
             raise ValueError(f"{where}: category must hold integers in [0, {num_categories}), got dtype "
                              f"{category.dtype}")
         if device is not None:
-            check_device(category, "category", where, device)
+            check_device(where, "category", category, device)
         bad = ((category < 0) | (category >= num_categories)).nonzero().flatten()
         if bad.numel():
             raise ValueError(f"{where}: category must hold integers in [0, {num_categories}), got "
@@ -134,15 +134,15 @@ def check_message_passing_inputs(conv: nn.Module, x_src: Tensor, edge_src: Tenso
     """
     where = type(conv).__name__
     ref = next(conv.parameters())
-    x_src = check_tensor(x_src, "x_src", where)
+    x_src = check_tensor(where, "x_src", x_src)
     if x_src.dim() != 2 or x_src.size(1) != conv.in_channels:
         fail(where, f"x_src must have shape [S, {conv.in_channels}], got {tuple(x_src.shape)}")
-    offset = check_tensor(offset, "offset", where)
+    offset = check_tensor(where, "offset", offset)
     dim = conv.phi_pos.in_features
     if offset.dim() != 2 or offset.size(1) != dim:
         fail(where, f"offset must have shape [E, {dim}], got {tuple(offset.shape)}")
     for name, t in (("x_src", x_src), ("offset", offset)):
-        check_float(t, name, where)
+        check_float(where, name, t)
         check_same_dtype(where, name, t, ref)
     num_dst = check_int(where, "num_dst", num_dst, 0)
     edges = offset.size(0)
@@ -150,11 +150,11 @@ def check_message_passing_inputs(conv: nn.Module, x_src: Tensor, edge_src: Tenso
                 (num_dst + edges) * conv.hidden_channels * ref.element_size() * 2, ref.device)
     check_index(where, "edge_src", edge_src, x_src.size(0), device=ref.device, length=edges, other="x_src")
     check_index(where, "edge_dst", edge_dst, num_dst, device=ref.device, length=edges, other="x_src")
-    check_finite(x_src, "x_src", where, dims=("row",))
-    check_finite(offset, "offset", where, dims=("edge",))
+    check_finite(where, "x_src", x_src, dims=("row",))
+    check_finite(where, "offset", offset, dims=("edge",))
 
 
-def check_grid_input(x: Tensor, channels: int, where: str, min_resolution: int = 1, cubic: bool = True) -> int:
+def check_grid_input(where: str, x: Tensor, channels: int, min_resolution: int = 1, cubic: bool = True) -> int:
     """Validate a dense cubic grid ``[B, C, R, R, R]`` and return ``R`` (with ``cubic=False`` any
     ``[B, C, Rx, Ry, Rz]``, each axis at least ``min_resolution``; returns ``Rx``).
 
@@ -190,22 +190,22 @@ def check_grid_tensor(where: str, name: str, x: Tensor, channels: int, ref: Opti
     accepted for a float32/float64 ``ref`` with ``half_ok``: such layers cast the input up),
     finite when :func:`gridify._checks.validating`; returns ``R`` (the first spatial size)."""
     if cubic:
-        check_grid_input(x, channels, where)
+        check_grid_input(where, x, channels)
     else:
-        x = check_tensor(x, name, where)
+        x = check_tensor(where, name, x)
         if x.dim() != 5 or x.size(1) != channels:
             fail(where, f"{name} must be a grid [B, {channels}, R1, R2, R3], got {tuple(x.shape)}")
-    check_float(x, name, where)
+    check_float(where, name, x)
     if ref is not None:
         check_same_dtype(where, name, x, ref, half_ok)
     if validating():
-        check_finite(x, name, where, dims=("cloud", "channel", "x", "y", "z"))
+        check_finite(where, name, x, dims=("cloud", "channel", "x", "y", "z"))
     return x.size(2)
 
 
 def check_same_dtype(where: str, name: str, x: Tensor, ref: Tensor, half_ok: bool = False) -> None:
     """``x`` on ``ref``'s device with ``ref``'s dtype (float16/bfloat16 for float32/float64 with ``half_ok``)."""
-    check_device(x, name, where, ref.device, "the module's parameters")
+    check_device(where, name, x, ref.device, "the module's parameters")
     low = x.dtype in (torch.float16, torch.bfloat16) and ref.dtype in (torch.float32, torch.float64)
     if x.dtype != ref.dtype and not (half_ok and low):
         fail(where, f"{name} has dtype {x.dtype}, which does not match the layer's dtype {ref.dtype} (its "
@@ -228,7 +228,7 @@ def check_grid_module_input(module: nn.Module, x: Tensor) -> None:
     if getattr(module, "cubic", True):
         check_grid_tensor(where, "x", x, _channels(module), next(module.parameters(), None))
     else:
-        check_grid_input(x, _channels(module), where, cubic=False)
+        check_grid_input(where, x, _channels(module), cubic=False)
         check_grid_tensor(where, "x", x, _channels(module), next(module.parameters(), None), cubic=False)
 
 
@@ -244,7 +244,7 @@ def check_flexconv_input(module: nn.Module, x: Tensor) -> None:
     where = type(module).__name__
     cubic = getattr(module, "cubic", True)
     if not cubic:
-        check_grid_input(x, _channels(module), where, cubic=False)
+        check_grid_input(where, x, _channels(module), cubic=False)
     r = check_grid_tensor(where, "x", x, _channels(module), next(module.parameters(), None), cubic=cubic,
                           half_ok=True)
     if cubic and r < 2:
@@ -257,12 +257,12 @@ def check_channel_input(module: nn.Module, x: Tensor) -> None:
     """``x [B, C, ...]`` (C the normalized channels) of the module's dtype and device, finite."""
     where = type(module).__name__
     channels = module.norm.normalized_shape[0]
-    x = check_tensor(x, "x", where)
+    x = check_tensor(where, "x", x)
     if x.dim() < 2 or x.size(1) != channels:
         fail(where, f"x must have shape [B, {channels}, ...] (channels on dim 1), got {tuple(x.shape)}")
-    check_float(x, "x", where)
+    check_float(where, "x", x)
     check_same_dtype(where, "x", x, next(module.parameters()))
-    check_finite(x, "x", where, dims=("cloud", "channel", "x", "y", "z"))
+    check_finite(where, "x", x, dims=("cloud", "channel", "x", "y", "z"))
 
 
 def check_kernel_resolution(module: nn.Module, resolution: Optional[int] = None) -> None:
@@ -291,9 +291,9 @@ def check_coordinates(module: nn.Module, *args: Any, **kwargs: Any) -> None:
     dim = getattr(module, "in_features", None) or module.dim
     name = "offset" if hasattr(module, "in_features") else "coords"
     coords = args[0] if args else kwargs.get(name)
-    coords = check_tensor(coords, name, where)
+    coords = check_tensor(where, name, coords)
     if coords.dim() < 1 or coords.size(-1) != dim:
         fail(where, f"{name} must have shape [..., {dim}], got {tuple(coords.shape)}")
-    check_float(coords, name, where)
+    check_float(where, name, coords)
     check_same_dtype(where, name, coords, next(module.parameters()))
-    check_finite(coords.reshape(-1, dim), name, where, dims=("row",))
+    check_finite(where, name, coords.reshape(-1, dim), dims=("row",))

@@ -412,7 +412,7 @@ class MRConv3d(nn.Module):
     @checked_forward(check_grid_module_input)
     def forward(self, x: Tensor) -> Tensor:
         where = type(self).__name__
-        r = check_grid_input(x, self.channels, where)
+        r = check_grid_input(where, x, self.channels)
         if self.reparameterized:
             if self.training and torch.is_grad_enabled():
                 raise RuntimeError(f"{where}: this layer was reparameterized (its branches are folded into one "

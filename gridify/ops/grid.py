@@ -149,7 +149,7 @@ def grid_knn(pos: Tensor, k: int, resolution: Resolution, lower: Bound = -1.0, u
     :func:`grid_knn_unchecked`.
     """
     where = "grid_knn"
-    pos = check_points(pos, where)
+    pos = check_points(where, "pos", pos)
     shape = check_resolution(where, resolution)
     k = check_int(where, "k", k)
     nodes = math.prod(shape)
@@ -157,9 +157,9 @@ def grid_knn(pos: Tensor, k: int, resolution: Resolution, lower: Bound = -1.0, u
         what = "R^3" if shape[0] == shape[1] == shape[2] else "Rx Ry Rz"
         fail(where, f"k={k} exceeds the number of grid nodes {what}={nodes}")
     lo, hi = check_box(where, lower, upper)
-    batch, num_clouds, _ = check_batch(batch, pos.size(0), where, device=pos.device, allow_empty=True)
+    batch, num_clouds, _ = check_batch(where, "batch", batch, pos.size(0), device=pos.device, allow_empty=True)
     check_grid_size(where, shape, num_clouds)
-    check_finite(pos, "pos", where, batch)
+    check_finite(where, "pos", pos, batch)
     check_grid_knn_size(where, pos.size(0), k, pos.device)
     work = working_dtype(pos.dtype)
     return grid_knn_unchecked(pos, k, resolution_value(shape), lo.to(pos.device, work), hi.to(pos.device, work),
@@ -247,7 +247,7 @@ def grid_positions(resolution: Resolution, lower: Bound = -1.0, upper: Bound = 1
     shape = check_resolution(where, resolution)
     if not isinstance(dtype, torch.dtype):
         fail(where, f"dtype must be a torch.dtype, got {dtype!r}")
-    check_float(torch.empty(0, dtype=dtype), "dtype", where)
+    check_float(where, "dtype", torch.empty(0, dtype=dtype))
     lo, hi = check_box(where, lower, upper)
     what = "R^3" if shape[0] == shape[1] == shape[2] else "Rx Ry Rz"
     check_alloc(where, f"resolution={resolution_value(shape)} ([{what}, 3] node positions in {dtype})",

@@ -57,15 +57,15 @@ def check_knn_inputs(x: object, y: object, k: object, batch_x: Optional[Tensor],
     ``names`` are the caller's names of ``x`` and ``y`` (used in the messages).
     """
     nx_name, ny_name = names
-    x, y = check_point_pair(x, y, where, names)
+    x, y = check_point_pair(where, names, x, y)
     k = check_int(where, "k", k)
     check_choice(where, "backend", backend, BACKENDS, unknown=True)
-    bx, nx, cx = check_batch(batch_x, x.size(0), where, "batch_x", device=x.device, allow_empty=x.size(0) == 0)
-    by, ny, _ = check_batch(batch_y, y.size(0), where, "batch_y", device=y.device, allow_empty=True)
+    bx, nx, cx = check_batch(where, "batch_x", batch_x, x.size(0), device=x.device, allow_empty=x.size(0) == 0)
+    by, ny, _ = check_batch(where, "batch_y", batch_y, y.size(0), device=y.device, allow_empty=True)
     if ny > nx:
         fail(where, f"batch_y refers to cloud {ny - 1} but {nx_name} has points for only {nx} clouds")
-    check_finite(x, nx_name, where, bx)
-    check_finite(y, ny_name, where, by)
+    check_finite(where, nx_name, x, bx)
+    check_finite(where, ny_name, y, by)
     check_knn_backend(where, backend, x.device)
     check_knn_size(where, y.size(0), x.size(0), k, x.device)
     return x, y, k, bx, by, cx

@@ -84,24 +84,24 @@ def fps(pos: Tensor, batch: Optional[Tensor] = None, ratio: float = 0.5, random_
     Validates its arguments, then runs :func:`fps_unchecked`.
     """
     where = "fps"
-    pos = check_tensor(pos, "pos", where)
+    pos = check_tensor(where, "pos", pos)
     if pos.dim() != 2 or pos.size(0) == 0 or pos.size(1) == 0:
         fail(where, f"pos must have shape [N, D] with N >= 1 and D >= 1, got {tuple(pos.shape)}")
-    check_float(pos, "pos", where)
+    check_float(where, "pos", pos)
     ratio = check_fraction(where, "ratio", ratio)
     if not isinstance(random_start, bool):
         fail(where, f"random_start must be a bool, got {random_start!r}")
     if generator is not None and not isinstance(generator, torch.Generator):
         fail(where, f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-    bx, nclouds, counts = check_batch(batch, pos.size(0), where, "batch", device=pos.device)
-    check_finite(pos, "pos", where, bx)
+    bx, nclouds, counts = check_batch(where, "batch", batch, pos.size(0), device=pos.device)
+    check_finite(where, "pos", pos, bx)
     if start is not None:
-        start = check_tensor(start, "start", where)
+        start = check_tensor(where, "start", start)
         if start.dim() != 1 or start.numel() != nclouds:
             fail(where, f"start must be a 1-D integer tensor with one entry per cloud ({nclouds}), "
                         f"got shape {tuple(start.shape)} and dtype {start.dtype}")
-        check_integer(start, "start", where)
-        check_device(start, "start", where, pos.device)
+        check_integer(where, "start", start)
+        check_device(where, "start", start, pos.device)
         start = start.long()
         if bool(((start < 0) | (start >= counts)).any()):
             b = int(((start < 0) | (start >= counts)).nonzero()[0])
@@ -215,20 +215,20 @@ def _compact_cloud_ids(batch_x: Optional[Tensor], batch_y: Optional[Tensor], x: 
 
 
 def _validate_radius(x, y, r, batch_x, batch_y, max_num_neighbors, backend, where="radius"):
-    x, y = check_point_pair(x, y, where)
+    x, y = check_point_pair(where, ("x", "y"), x, y)
     r = check_number(where, "r", r)
     max_num_neighbors = check_int(where, "max_num_neighbors", max_num_neighbors)
     check_choice(where, "backend", backend, RADIUS_BACKENDS, unknown=True)
     if x.size(0) == 0:
         fail(where, "x holds no points")
     batch_x, batch_y = _compact_cloud_ids(batch_x, batch_y, x, y, where)
-    bx, nx, cx = check_batch(batch_x, x.size(0), where, "batch_x", device=x.device, allow_empty=True)
-    by, ny = ((check_batch(batch_y, y.size(0), where, "batch_y", device=y.device, allow_empty=True)[:2])
+    bx, nx, cx = check_batch(where, "batch_x", batch_x, x.size(0), device=x.device, allow_empty=True)
+    by, ny = ((check_batch(where, "batch_y", batch_y, y.size(0), device=y.device, allow_empty=True)[:2])
               if y.size(0) else (torch.zeros(0, dtype=torch.long, device=y.device), 0))
     if ny > nx:
         fail(where, f"batch_y refers to cloud {ny - 1} but x has points for only {nx} clouds")
-    check_finite(x, "x", where, bx)
-    check_finite(y, "y", where, by)
+    check_finite(where, "x", x, bx)
+    check_finite(where, "y", y, by)
     if backend == "kdtree" and x.device.type != "cpu":
         fail(where, f"backend='kdtree' runs on the CPU only; inputs are on {x.device}")
     check_radius_size(where, y.size(0), x.size(0), max_num_neighbors)

@@ -41,8 +41,8 @@ def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def _check(src: Tensor, index: Tensor, dim_size: Optional[int], reduce: str, backend: str) -> int:
     where = "scatter"
-    src = check_tensor(src, "src", where)
-    index = check_tensor(index, "index", where)
+    src = check_tensor(where, "src", src)
+    index = check_tensor(where, "index", index)
     check_choice(where, "reduce", reduce, REDUCTIONS, unknown=True)
     check_choice(where, "backend", backend, BACKENDS, unknown=True)
     if index.dim() != 1 or index.dtype not in INTEGER_DTYPES:
@@ -50,8 +50,8 @@ def _check(src: Tensor, index: Tensor, dim_size: Optional[int], reduce: str, bac
     if src.dim() == 0 or src.size(0) != index.numel():
         fail(where, f"src has {src.size(0) if src.dim() else 0} rows but index has {index.numel()} entries")
     if src.is_floating_point():
-        check_float(src, "src", where)
-        check_finite(src, "src", where, dims=("row",))
+        check_float(where, "src", src)
+        check_finite(where, "src", src, dims=("row",))
     elif src.dtype not in INTEGER_DTYPES:
         fail(where, f"src must be a floating-point or integer tensor, got dtype {src.dtype}")
     elif reduce == "mean":

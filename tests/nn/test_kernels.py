@@ -405,7 +405,7 @@ def test_sepflexconv_bad_dtype_and_resolution():
     with pytest.raises(ValueError, match="resolution"):
         layer.kernel(1)
     with pytest.raises(ValueError, match="tensor"):
-        check_grid_input([1, 2, 3], 3, "where")  # type: ignore[arg-type]
+        check_grid_input("where", [1, 2, 3], 3)  # type: ignore[arg-type]
 
 
 def test_global_kernel_covers_the_whole_grid():
