@@ -140,7 +140,7 @@ def check_graph_size(where: str, grid: RegularGrid, k: int, num_points: int, num
     """Refuse a batch whose graph (and ``channels`` features per grid node) exceeds the allocation limit.
 
     Estimate: per grid node its position and cloud (``3 w + 8`` bytes, ``w`` the working dtype's
-    size) and ``channels`` features; the node -> points search (:func:`gridify.ops.knn.knn_bytes`)
+    size) and ``channels`` features; the node -> points search (``gridify.ops.knn.knn_bytes``)
     twice (its result and the merged edge keys); the point -> nodes search
     (:func:`gridify.ops.grid.grid_knn_bytes`). The only size check of the graph: the searches
     themselves run unchecked.

@@ -79,14 +79,14 @@ def knn_bytes(num_queries: int, num_points: int, k: int) -> int:
 
 
 def check_knn_size(where: str, num_queries: int, num_points: int, k: int, device: Optional[torch.device]) -> None:
-    """Refuse a search whose result (:func:`knn_bytes`) would exceed the allocation limit."""
+    """Refuse a search whose result (``knn_bytes``) would exceed the allocation limit."""
     check_alloc(where, f"k={k} for {num_queries} queries among {num_points} points",
                 knn_bytes(num_queries, num_points, k), device)
 
 
 def check_knn_backend(where: str, backend: str, device: torch.device, name: str = "backend") -> None:
     """Refuse a backend that cannot run here: ``torch_cluster`` when it is not installed, the
-    KD-tree on another device than the CPU (``backend`` itself already one of :data:`BACKENDS`)."""
+    KD-tree on another device than the CPU (``backend`` itself already one of ``BACKENDS``)."""
     if backend == "torch_cluster" and not _optional.WITH_TORCH_CLUSTER:
         fail(where, f"{name}='torch_cluster' requested but torch_cluster is not installed "
                     "(pip install --no-build-isolation torch-cluster)")
@@ -122,8 +122,8 @@ def knn_unchecked(x: Tensor, y: Tensor, k: int, batch_x: Tensor, batch_y: Tensor
 
     ``batch_x``/``batch_y`` are sorted int64 vectors, ``counts`` the number of points of ``x`` per
     cloud (``[B]``, every entry > 0), ``x``/``y`` finite floating tensors on one device, a
-    ``backend`` that runs there (:func:`check_knn_backend`) and a result within the allocation
-    limit (:func:`check_knn_size`): the caller's public entry checked all of it.
+    ``backend`` that runs there (``check_knn_backend``) and a result within the allocation
+    limit (``check_knn_size``): the caller's public entry checked all of it.
     """
     if y.size(0) == 0 or x.size(0) == 0:
         return torch.zeros(2, 0, dtype=torch.long, device=x.device)
