@@ -530,24 +530,7 @@ class Predictor(nn.Module):
             cloud = PointCloud(points=cloud.points, normals=nrm, colors=cloud.colors, fields=cloud.fields,
                                source=cloud.source)
         pos = _as_float32(pos, "points", where)
-        if features is not None:
-            x = _to_numpy(features, "features", where)
-            if x.ndim != 2 or x.shape[0] != len(pos) or x.shape[1] != self.in_channels:
-                fail(where, f"features must have shape [N, F] = [{len(pos)}, {self.in_channels}] (one row per point, "
-                            f"the model's in_channels), got {tuple(x.shape)}")
-            if not np.isfinite(x).all():
-                bad = int(np.flatnonzero(~np.isfinite(x).all(1))[0])
-                fail(where, f"features contain NaN/Inf values (row {bad})")
-            x = _as_float32(x, "features", where)
-        else:
-            x = self._scene_x(cloud, pos, estimate_normals, where)
-            if x.shape[1] != self.in_channels:
-                fail(where, f"the scene features {list(self.scene_features)} give {x.shape[1]} columns but the model "
-                            f"takes {self.in_channels}")
-            if not np.isfinite(x).all():
-                bad = int(np.flatnonzero(~np.isfinite(x).all(1))[0])
-                fail(where, f"the features {list(self.scene_features)} of {source or 'the cloud'} hold NaN/Inf "
-                            f"(row {bad})")
+        x = self._scene_point_features(cloud, pos, features, estimate_normals, source, where)
         info = self.meta.get("info") or {}
         dev = self.device
         with evaluating(self.model), all_or_nothing(self.model):
@@ -558,6 +541,28 @@ class Predictor(nn.Module):
         return Prediction(labels=probs_np.argmax(-1).astype(np.int64), probabilities=probs_np,
                           class_names=list(self.class_names), task=self.task, num_points=int(len(pos)),
                           source=source)
+
+    def _scene_point_features(self, cloud: PointCloud, pos: np.ndarray, features: Any, estimate_normals: bool,
+                              source: str, where: str) -> np.ndarray:
+        """The scene model's float32 input features ``[N, F]``: ``features`` as given or built from the cloud."""
+        if features is not None:
+            x = _to_numpy(features, "features", where)
+            if x.ndim != 2 or x.shape[0] != len(pos) or x.shape[1] != self.in_channels:
+                fail(where, f"features must have shape [N, F] = [{len(pos)}, {self.in_channels}] (one row per point, "
+                            f"the model's in_channels), got {tuple(x.shape)}")
+            if not np.isfinite(x).all():
+                bad = int(np.flatnonzero(~np.isfinite(x).all(1))[0])
+                fail(where, f"features contain NaN/Inf values (row {bad})")
+            return _as_float32(x, "features", where)
+        x = self._scene_x(cloud, pos, estimate_normals, where)
+        if x.shape[1] != self.in_channels:
+            fail(where, f"the scene features {list(self.scene_features)} give {x.shape[1]} columns but the model "
+                        f"takes {self.in_channels}")
+        if not np.isfinite(x).all():
+            bad = int(np.flatnonzero(~np.isfinite(x).all(1))[0])
+            fail(where, f"the features {list(self.scene_features)} of {source or 'the cloud'} hold NaN/Inf "
+                        f"(row {bad})")
+        return x
 
     def _check_run(self, where: str, num_votes: Any, batch_size: Any, seed: Any, estimate_normals: Any = False) -> None:
         """The scalar arguments of :meth:`predict` / :meth:`embed` / :meth:`inspect`."""
@@ -759,6 +764,11 @@ def load(path: Union[str, "os.PathLike[str]"], device: Union[str, torch.device] 
         raise CheckpointError(f"{path}: entry 'task' is {payload['task']!r}; gridify.load serves the models of the "
                               f"tasks {[n for n in task_names() if get_task(n).predictor]}")
     model = build_model_from_checkpoint(payload, reparameterize=reparameterize)
+    return _predictor_from_payload(path, payload, model).to(device)
+
+
+def _predictor_from_payload(path: Any, payload: Dict[str, Any], model: nn.Module) -> Predictor:
+    """A :class:`Predictor` for ``model`` from its checkpoint's metadata (checked, errors naming ``path``)."""
     info = payload.get("info") or {}
     config = payload.get("config") or {}
     kwargs = payload.get("model_kwargs") or {}
@@ -784,11 +794,10 @@ def load(path: Union[str, "os.PathLike[str]"], device: Union[str, torch.device] 
         raise CheckpointError(f"{path}: entry info['category_to_parts'] names parts beyond the {len(class_names)} "
                               f"classes")
     normalize = (info["normalization"] is not None) if "normalization" in info else bool(data.get("normalize", True))
-    pred = Predictor(model, task=str(payload["task"]), class_names=class_names, num_points=num_points,
+    return Predictor(model, task=str(payload["task"]), class_names=class_names, num_points=num_points,
                      in_channels=in_channels, normalize=normalize,
                      category_names=info.get("category_names"), category_to_parts=info.get("category_to_parts"),
                      gridify_version=payload.get("gridify_version"), meta=meta)
-    return pred.to(device)
 
 
 def _check_device(where: str, device: Any) -> torch.device:
@@ -877,6 +886,15 @@ def gridify(points: Any, features: Any = None, resolution: Optional[int] = None,
         raise ValueError(f"{where}: seed must be below 2**64 (torch.manual_seed's range), got {seed!r}")
     clouds, form, counts = _points_batch(points, batch, where)
     feats = _features_batch(features, [len(c) for c in clouds], form, counts is not None, where)
+    pos_list = _cloud_positions(clouds, form, normalize, where)
+    in_channels = 3 if feats is None else feats[0].shape[-1]
+    module = _gridification_module(module, in_channels, feats is None, resolution, k, channels, seed, kwargs, where)
+    grid, graph = _run_gridification(module, pos_list, feats, form)
+    return (grid, graph) if return_graph else grid
+
+
+def _cloud_positions(clouds: List[np.ndarray], form: str, normalize: bool, where: str) -> List[np.ndarray]:
+    """The clouds' float32 coordinates, each normalized (``normalize``) or only cast (range checked)."""
     pos_list = []
     for i, p in enumerate(clouds):  # in float64, before the cast to float32: large offsets keep small steps
         at = f"{where}: " if form == "single" else f"{where}: cloud {i}: "
@@ -887,19 +905,23 @@ def gridify(points: Any, features: Any = None, resolution: Optional[int] = None,
                 raise ValueError(f"{at}{exc}") from None
         else:
             pos_list.append(_as_float32(p, "points", at[:-2]))
-    in_channels = 3 if feats is None else feats[0].shape[-1]
-    module = _gridification_module(module, in_channels, feats is None, resolution, k, channels, seed, kwargs, where)
+    return pos_list
+
+
+def _run_gridification(module: nn.Module, pos_list: List[np.ndarray], feats: Optional[List[np.ndarray]],
+                       form: str) -> Tuple[Tensor, Any]:
+    """``(grid, graph)`` of ``module`` over the clouds, on its device, without gradients (one cloud unbatched)."""
     dev = next(module.parameters()).device
     join = np.concatenate if form == "ragged" else np.stack
     pos_t = torch.from_numpy(np.ascontiguousarray(join(pos_list))).to(dev)
     x_t = None if feats is None else torch.from_numpy(np.ascontiguousarray(join(feats))).to(dev)
-    ids = None if form != "ragged" else torch.arange(len(clouds)).repeat_interleave(
-        torch.tensor([len(c) for c in clouds])).to(dev)
+    ids = None if form != "ragged" else torch.arange(len(pos_list)).repeat_interleave(
+        torch.tensor([len(c) for c in pos_list])).to(dev)
     with torch.no_grad():
         grid, graph = module(pos_t, x_t, ids, return_graph=True)
     if form == "single":
         grid = grid[0]
-    return (grid, graph) if return_graph else grid
+    return grid, graph
 
 
 def _is_cloud_list(points: Any) -> bool:

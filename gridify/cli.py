@@ -89,8 +89,6 @@ def _add_common_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_show_parser(sub: Any) -> None:
-    from .vis import DEFAULT_EDGE_NODES, DEFAULT_MAX_EDGES, GRID_NODES
-
     s = sub.add_parser("show", help="look at a cloud (and a model's labels, grid and kNN edges) in Open3D",
                        description="Show a cloud in an Open3D window, or render it headless to a PNG with --out. "
                                    "With --ckpt the points are coloured by the predicted class/part (with a legend) "
@@ -115,6 +113,19 @@ def _add_show_parser(sub: Any) -> None:
     s.add_argument("--width", type=types.positive_int, default=800, help="image width (default 800)")
     s.add_argument("--height", type=types.positive_int, default=600, help="image height (default 600)")
     s.add_argument("--point-size", type=types.positive_float, default=3.0, help="point size in pixels (default 3)")
+    _add_show_edge_arguments(s)
+    _add_show_view_arguments(s)
+    s.add_argument("--hide", default=None, metavar="CLASS,...",
+                   help="with a scene model: leave out the points predicted as these classes (default: ceiling, "
+                        "so a room is seen from above; 'none' hides nothing)")
+    _add_common_model_args(s)
+    s.set_defaults(func=cmd_show)
+
+
+def _add_show_edge_arguments(s: argparse.ArgumentParser) -> None:
+    """The ``show`` options choosing the grid nodes and the kNN edges drawn."""
+    from .vis import DEFAULT_EDGE_NODES, DEFAULT_MAX_EDGES, GRID_NODES
+
     s.add_argument("--grid-nodes", choices=GRID_NODES, default=GRID_NODES[0],
                    help="grid nodes drawn: those nearest to a point of the cloud, or the whole R^3 lattice "
                         "(default touched)")
@@ -125,6 +136,10 @@ def _add_show_parser(sub: Any) -> None:
                    help="draw the edges of these grid nodes (indices a*R*R + b*R + c) instead")
     s.add_argument("--max-edges", type=types.nonnegative_int, default=DEFAULT_MAX_EDGES,
                    help=f"edges drawn at most, a seeded random subset beyond that (default {DEFAULT_MAX_EDGES})")
+
+
+def _add_show_view_arguments(s: argparse.ArgumentParser) -> None:
+    """The ``show`` options placing the camera."""
     s.add_argument("--view", default="pca", metavar="pca|iso|X,Y,Z",
                    help="camera: along the cloud's axis of least variance (pca), the fixed diagonal view (iso), "
                         "or from this direction (default pca)")
@@ -133,18 +148,10 @@ def _add_show_parser(sub: Any) -> None:
                    help="then turn the camera by this many degrees about the up vector (default 0)")
     s.add_argument("--elevation", type=float, default=0.0,
                    help="and raise it by this many degrees, e.g. 20 (default 0)")
-    s.add_argument("--hide", default=None, metavar="CLASS,...",
-                   help="with a scene model: leave out the points predicted as these classes (default: ceiling, "
-                        "so a room is seen from above; 'none' hides nothing)")
-    _add_common_model_args(s)
-    s.set_defaults(func=cmd_show)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from ._version import __version__
-    from .export import EXPORT_FORMATS
-    from .export import INSTALL_HINT as EXPORT_HINT
-    from .io import supported_extensions
 
     p = argparse.ArgumentParser(prog="gridify", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -153,6 +160,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="command")
     for name, (_, text) in DELEGATED.items():
         sub.add_parser(name, help=text, add_help=False)
+    _add_predict_parser(sub)
+    _add_show_parser(sub)
+    _add_export_parser(sub)
+    _add_download_parser(sub)
+    _add_convert_parser(sub)
+    return p
+
+
+def _add_predict_parser(sub: Any) -> None:
+    """The ``predict`` sub-command."""
+    from .io import supported_extensions
 
     q = sub.add_parser("predict", help="label the points of a file with a trained model",
                        description="Classify a cloud, or segment every point of it, with a trained model. Any "
@@ -174,7 +192,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common_model_args(q)
     q.set_defaults(func=cmd_predict)
 
-    _add_show_parser(sub)
+
+def _add_export_parser(sub: Any) -> None:
+    """The ``export`` sub-command."""
+    from .export import EXPORT_FORMATS
+    from .export import INSTALL_HINT as EXPORT_HINT
 
     e = sub.add_parser("export", help="export a trained classifier or segmenter for deployment (ONNX, runs without "
                                       "gridify)",
@@ -199,6 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--threads", type=types.threads, help="torch CPU threads")
     e.set_defaults(func=cmd_export)
 
+
+def _add_download_parser(sub: Any) -> None:
+    """The ``download`` sub-command."""
     d = sub.add_parser("download", help="download and extract a dataset archive",
                        description="Fetch a known dataset archive (resumable, verified) and extract it under --root. "
                                    "Names in any case (modelnet10 = ModelNet10) or a config's dataset (shapenet). "
@@ -211,8 +236,6 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--instructions", action="store_true", help="only print the by-hand download instructions")
     d.add_argument("--no-progress", action="store_true", help="no progress bar")
     d.set_defaults(func=cmd_download)
-    _add_convert_parser(sub)
-    return p
 
 
 def _add_convert_parser(sub: Any) -> None:

@@ -143,16 +143,8 @@ def _evaluate_scenes(model: torch.nn.Module, ds: Any, settings: Dict[str, Any], 
     return metrics, extra
 
 
-def evaluate(args: argparse.Namespace, prog: str, *, voxel_size: Any = FROM_CONFIG,
-             max_points: Any = FROM_CONFIG) -> Dict[str, Any]:
-    """The evaluation of :func:`main` with parsed arguments; errors are ``SystemExit`` lines prefixed ``prog``.
-
-    ``voxel_size`` / ``max_points``: a scene evaluation's settings instead of the config's (see
-    :func:`scene_settings`); the other tasks ignore them."""
-    try:
-        payload = load_checkpoint(args.ckpt)
-    except CheckpointError as exc:
-        raise SystemExit(f"{prog}: error: {exc}")
+def _evaluation_config(payload: Dict[str, Any], args: argparse.Namespace, prog: str) -> Dict[str, Any]:
+    """The checkpoint's stored config updated by ``--config``, ``--data-root``, the overrides and the batch flags."""
     try:
         stored = check_config(deep_merge(DEFAULTS, payload["config"]))
         root = [] if args.data_root is None else [f"data.root={json.dumps(args.data_root)}"]
@@ -166,6 +158,37 @@ def evaluate(args: argparse.Namespace, prog: str, *, voxel_size: Any = FROM_CONF
         cfg["data"]["eval_batch_size"] = args.batch_size
     if args.num_workers is not None:
         cfg["data"]["num_workers"] = args.num_workers
+    return cfg
+
+
+def _evaluation_dataset(cfg: Dict[str, Any], split: str, scenes: bool, prog: str) -> Any:
+    """The ``split`` of the config's dataset (whole scenes for a scene task); errors are ``SystemExit`` lines."""
+    try:
+        return build_dataset(scene_dataset_config(cfg) if scenes else cfg, split)
+    except ConfigError as exc:
+        raise SystemExit(f"{prog}: config error: {error_line(exc)}")
+    except (DatasetNotFoundError, DownloadError, DatasetError) as exc:
+        raise SystemExit(f"{prog}: error: {error_line(exc)}")
+
+
+def _evaluation_loader(ds: Any, cfg: Dict[str, Any]) -> DataLoader:
+    """An unshuffled loader of ``ds`` with the config's evaluation batch size, workers and the task's collate."""
+    return DataLoader(ds, batch_size=int(cfg["data"].get("eval_batch_size") or cfg["data"]["batch_size"]),
+                      shuffle=False, num_workers=int(cfg["data"]["num_workers"]),
+                      collate_fn=get_task(cfg["task"]).collate)
+
+
+def evaluate(args: argparse.Namespace, prog: str, *, voxel_size: Any = FROM_CONFIG,
+             max_points: Any = FROM_CONFIG) -> Dict[str, Any]:
+    """The evaluation of :func:`main` with parsed arguments; errors are ``SystemExit`` lines prefixed ``prog``.
+
+    ``voxel_size`` / ``max_points``: a scene evaluation's settings instead of the config's (see
+    :func:`scene_settings`); the other tasks ignore them."""
+    try:
+        payload = load_checkpoint(args.ckpt)
+    except CheckpointError as exc:
+        raise SystemExit(f"{prog}: error: {exc}")
+    cfg = _evaluation_config(payload, args, prog)
 
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
@@ -175,16 +198,9 @@ def evaluate(args: argparse.Namespace, prog: str, *, voxel_size: Any = FROM_CONF
         raise SystemExit(f"{prog}: error: {args.ckpt}: {exc}")
 
     scenes = cfg["task"] == SCENE_TASK
-    try:
-        ds = build_dataset(scene_dataset_config(cfg) if scenes else cfg, args.split)
-    except ConfigError as exc:
-        raise SystemExit(f"{prog}: config error: {error_line(exc)}")
-    except (DatasetNotFoundError, DownloadError, DatasetError) as exc:
-        raise SystemExit(f"{prog}: error: {error_line(exc)}")
+    ds = _evaluation_dataset(cfg, args.split, scenes, prog)
     info = payload["info"]
-    loader = DataLoader(ds, batch_size=int(cfg["data"].get("eval_batch_size") or cfg["data"]["batch_size"]),
-                        shuffle=False, num_workers=int(cfg["data"]["num_workers"]),
-                        collate_fn=get_task(cfg["task"]).collate)
+    loader = _evaluation_loader(ds, cfg)
     precision = resolve_precision(args.precision, device, where=prog)
     t0 = time.time()
     try:

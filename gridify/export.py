@@ -909,6 +909,19 @@ def export_onnx(model: Any, path: Union[str, "os.PathLike[str]"], *, num_points:
                                                                       verify, atol, opset, seed)
     net, stored_normalize, class_names, train_points = _resolve(model, where)
     check_exportable(net, where)
+    n = _export_num_points(net, num_points, batch_size, train_points, where)
+    require_export_dependencies(where, verify)
+    wrapper = _folded_wrapper(net, (stored_normalize is not False) if normalize is None else normalize, where)
+    example = _example_inputs(wrapper, batch_size or 2, n, seed)
+    proto, names = _onnx_model(model, net, wrapper, example, class_names, batch_size, num_points, opset, where)
+    data = proto.SerializeToString()
+    diff = _checked(wrapper, data, example, batch_size, num_points, n, seed, atol, where) if verify else None
+    return _write_export(target, data, proto, wrapper, names, diff, net, where)
+
+
+def _export_num_points(net: nn.Module, num_points: Optional[int], batch_size: Optional[int],
+                       train_points: Optional[int], where: str) -> int:
+    """The traced points per cloud ``N`` (checked against ``k`` and the dense graph's memory)."""
     k = net.gridify.k
     if num_points is not None and num_points < k:
         fail(where, f"num_points={num_points} is below k={k}: every grid node takes its k nearest points")
@@ -916,16 +929,24 @@ def export_onnx(model: Any, path: Union[str, "os.PathLike[str]"], *, num_points:
     n = num_points or (4096 if scene else max(int(train_points or 1024), k + 1))
     block = min(net.gridify.grid.num_nodes, NODE_CHUNK if not isinstance(net, GridifiedClassifier) else 1 << 62)
     _check_dense_size(where, f"num_points={n}, batch_size={batch_size or 3}", batch_size or 3, n, block, torch.float32)
-    require_export_dependencies(where, verify)
-    wrapper = _folded_wrapper(net, (stored_normalize is not False) if normalize is None else normalize, where)
-    example = _example_inputs(wrapper, batch_size or 2, n, seed)
+    return n
+
+
+def _onnx_model(model: Any, net: nn.Module, wrapper: Any, example: Tuple[Tensor, ...],
+                class_names: Optional[List[str]], batch_size: Optional[int], num_points: Optional[int], opset: int,
+                where: str) -> Tuple[Any, List[str]]:
+    """``(proto, class names)``: the wrapper traced to an ONNX model of ``opset``, with its metadata."""
     _first_run(wrapper, example, where)
     proto = _trace(wrapper, example, batch_size is None, num_points is None, opset, where)
     _check_written_opset(proto, opset, where)
     names = class_names or [f"class{i}" for i in range(net.num_classes)]
-    _set_metadata(proto, wrapper, names, _scene_settings(model) if scene else None)
-    data = proto.SerializeToString()
-    diff = _checked(wrapper, data, example, batch_size, num_points, n, seed, atol, where) if verify else None
+    _set_metadata(proto, wrapper, names, _scene_settings(model) if isinstance(net, GridifiedSceneSegmenter) else None)
+    return proto, names
+
+
+def _write_export(target: Path, data: bytes, proto: Any, wrapper: Any, names: List[str], diff: Optional[float],
+                  net: nn.Module, where: str) -> ExportReport:
+    """Write the serialized model ``data`` to ``target`` atomically and report what was written."""
     try:
         target = atomic_write_bytes(target, data)
     except OSError as exc:  # a folder removed or made read-only meanwhile, a full disk: nothing is left behind

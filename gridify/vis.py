@@ -236,6 +236,13 @@ def _check_angles(where: str, azimuth: Any, elevation: Any) -> Tuple[float, floa
     return out[0], out[1]
 
 
+def _check_camera(where: str, view: Any, up: Any, azimuth: Any, elevation: Any
+                  ) -> Tuple[Union[str, np.ndarray], Optional[np.ndarray], float, float]:
+    """``(view, up, azimuth, elevation)`` checked, as :func:`_view` takes them after the points."""
+    view, up = _check_view(where, view, up)
+    return (view, up, *_check_angles(where, azimuth, elevation))
+
+
 def _check_edge_nodes(where: str, edge_nodes: Any) -> Union[str, int, np.ndarray]:
     if isinstance(edge_nodes, str) and edge_nodes == "all":
         return "all"
@@ -551,10 +558,31 @@ def _label_entries(lab: Optional[np.ndarray], pos: np.ndarray, class_names: Opti
     return out
 
 
+@dataclass(frozen=True)
+class _LayerOptions:
+    """The checked options of :func:`show`'s grid and edges layers."""
+
+    grid_color: str
+    grid_nodes: str
+    bounds: Tuple[float, float]
+    edge_nodes: Union[str, int, np.ndarray]
+    max_edges: int
+    seed: int
+
+
+def _check_layer_options(where: str, grid_color: Any, grid_nodes: Any, edge_nodes: Any, max_edges: Any, seed: Any,
+                         grid_bounds: Any) -> _LayerOptions:
+    """:func:`show`'s grid and edge options, checked in the order of its signature."""
+    check_choice(where, "grid_color", grid_color, ("norm", "pca"))
+    check_choice(where, "grid_nodes", grid_nodes, GRID_NODES)
+    edge_nodes = _check_edge_nodes(where, edge_nodes)
+    max_edges, seed = check_int(where, "max_edges", max_edges), check_int(where, "seed", seed, 0)
+    return _LayerOptions(grid_color, grid_nodes, _check_bounds(where, grid_bounds), edge_nodes, max_edges, seed)
+
+
 def _layer_data(where: str, pos: np.ndarray, labels: Any, colors: Any, class_names: Optional[Sequence[str]],
-                num_classes: Optional[int], grid: Any, grid_color: str, grid_nodes: str,
-                bounds: Tuple[float, float], edges: Any, edge_nodes: Union[str, int, np.ndarray], max_edges: int,
-                seed: int, up: np.ndarray) -> Tuple[Dict[str, Dict[str, np.ndarray]], List[Entry], List[Entry]]:
+                num_classes: Optional[int], grid: Any, edges: Any, opts: _LayerOptions, up: np.ndarray
+                ) -> Tuple[Dict[str, Dict[str, np.ndarray]], List[Entry], List[Entry]]:
     """Plain numpy arrays of every layer that has data, and the legend entries of labels and edges.
     Points without labels or colours are grey beside a grid or edges, else coloured by height."""
     plain = grid is None and edges is None
@@ -563,12 +591,12 @@ def _layer_data(where: str, pos: np.ndarray, labels: Any, colors: Any, class_nam
     grid_pos = None
     if grid is not None:
         g = _grid_features(where, grid)
-        data["grid"] = _grid_layer(g, pos, grid_color, grid_nodes, bounds)
-        grid_pos = _lattice(g.shape[1], bounds)
+        data["grid"] = _grid_layer(g, pos, opts.grid_color, opts.grid_nodes, opts.bounds)
+        grid_pos = _lattice(g.shape[1], opts.bounds)
     edge_entries: List[Entry] = []
     if edges is not None:
         table = _edge_table(where, edges, pos, grid_pos)
-        ids, chosen = _choose(where, table, edge_nodes, max_edges, seed)
+        ids, chosen = _choose(where, table, opts.edge_nodes, opts.max_edges, opts.seed)
         data["edges"], edge_entries = _edge_layer(table, ids, chosen)
     return data, _label_entries(lab, pos, class_names, num_classes), edge_entries
 
@@ -782,8 +810,7 @@ def show(points: Any, labels: Any = None, class_names: Optional[Sequence[str]] =
             ``Predictor.inspect(...)["grid"]``), drawn as nodes over ``grid_bounds``.
         grid_color: ``"norm"`` or ``"pca"`` (see :func:`grid_node_colors`).
         grid_nodes: ``"touched"`` (the nodes nearest to a point; default) or ``"all"`` ``R^3``.
-        edges: a :class:`BipartiteGraph`, ``[E, 2, 3]`` segments or a ``[2, E]`` (point, node)
-            index (needs ``grid``).
+        edges: a :class:`BipartiteGraph`, ``[E, 2, 3]`` segments or a ``[2, E]`` (point, node) index (needs ``grid``).
         edge_nodes: the nodes whose edges are drawn: how many, spread over the cloud (default
             8), a list of node indices ``a * R^2 + b * R + c``, or ``"all"`` (every edge, grey).
         max_edges: edges drawn at most (a seeded random subset beyond that).
@@ -794,8 +821,8 @@ def show(points: Any, labels: Any = None, class_names: Optional[Sequence[str]] =
             vector (default: z, or y for top views); then turned by ``azimuth`` about the up
             vector and raised by ``elevation`` (degrees). See :func:`view_direction`.
         out: PNG path for headless rendering; None opens a window.
-        width, height, point_size, grid_point_size, line_width: image size, point sizes and
-            edge width in pixels (chosen nodes are drawn ``grid_point_size + 6`` wide).
+        width, height, point_size, grid_point_size, line_width: image size, point sizes and edge width in pixels
+            (chosen nodes are drawn ``grid_point_size + 6`` wide).
         legend, title: the legend (labels present, chosen edge nodes) and an optional title.
         seed: seed of the ``max_edges`` subset.
         num_classes: size of the palette (default ``len(class_names)`` or ``max(labels) + 1``).
@@ -811,24 +838,44 @@ def show(points: Any, labels: Any = None, class_names: Optional[Sequence[str]] =
     if out is not None:  # before the scene is built and rendered
         check_output_file(out, f"{where}: out")
     style = _check_style(where, width, height, point_size, grid_point_size, line_width)
-    view, up = _check_view(where, view, up)
-    angles = _check_angles(where, azimuth, elevation)
-    check_choice(where, "grid_color", grid_color, ("norm", "pca"))
-    check_choice(where, "grid_nodes", grid_nodes, GRID_NODES)
-    edge_nodes = _check_edge_nodes(where, edge_nodes)
-    max_edges, seed = check_int(where, "max_edges", max_edges), check_int(where, "seed", seed, 0)
-    bounds = _check_bounds(where, grid_bounds)
+    camera = _check_camera(where, view, up, azimuth, elevation)
+    opts = _check_layer_options(where, grid_color, grid_nodes, edge_nodes, max_edges, seed, grid_bounds)
+    scene = _build_scene(where, points, labels, colors, class_names, num_classes, grid, edges, opts, camera)
+    return _present(where, scene, layers, legend, title, out, style)
+
+
+@dataclass
+class _Scene:
+    """What :func:`show` draws: the layers' arrays, the legend entries and the camera direction."""
+
+    data: Dict[str, Dict[str, np.ndarray]]
+    label_entries: List[Entry]
+    edge_entries: List[Entry]
+    direction: np.ndarray
+    up: np.ndarray
+
+
+def _build_scene(where: str, points: Any, labels: Any, colors: Any, class_names: Optional[Sequence[str]],
+                 num_classes: Optional[int], grid: Any, edges: Any, opts: _LayerOptions, camera: Tuple[Any, ...]
+                 ) -> _Scene:
+    """Read and check the cloud, aim the camera (``(view, up, azimuth, elevation)``, checked) and build the layers."""
     if num_classes is None and class_names is not None:
         num_classes = len(class_names)
     points, labels, colors = _read_cloud(points, labels, colors)
     pos = _check_cloud(where, points)
-    d, up = _view(where, pos, view, up, *angles)
+    d, up = _view(where, pos, *camera)
     data, label_entries, edge_entries = _layer_data(where, pos, labels, colors, class_names, num_classes, grid,
-                                                    grid_color, grid_nodes, bounds, edges, edge_nodes, max_edges,
-                                                    seed, up)
+                                                    edges, opts, up)
+    return _Scene(data, label_entries, edge_entries, d, up)
+
+
+def _present(where: str, scene: _Scene, layers: Optional[Sequence[str]], legend: bool, title: Optional[str],
+             out: Union[str, os.PathLike, None], style: _Style) -> Optional[np.ndarray]:
+    """Open a window on the scene's visible layers, or render them (with the legend) to the PNG ``out``."""
+    data, d, up = scene.data, scene.direction, scene.up
     visible = _visible_layers(where, layers, data)
-    edge_entries = edge_entries if "edges" in visible else []
-    label_entries, edge_entries = (label_entries, edge_entries) if legend else ([], [])
+    edge_entries = scene.edge_entries if "edges" in visible else []
+    label_entries, edge_entries = (scene.label_entries, edge_entries) if legend else ([], [])
     if out is None:
         _show_window(data, visible, label_entries + edge_entries, title or "gridify", style, d, up)
         return None

@@ -149,21 +149,8 @@ class GridifiedSceneSegmenter(GridifiedModel):
                  backbone_kwargs: Optional[Dict[str, Any]] = None) -> None:
         super().__init__()
         where = type(self).__name__
-        if isinstance(in_channels, bool) or not isinstance(in_channels, int) or in_channels < 0:
-            fail(where, f"in_channels must be a non-negative integer, got {in_channels!r}")
-        check_positive_int(where, num_classes=num_classes, hidden_channels=hidden_channels,
-                           point_channels=point_channels)
-        shape = check_resolution(where, resolution)
-        self.extent = check_extent(where, extent)
-        if not isinstance(backbone, str):
-            fail(where, f"backbone must be a registered backbone name, got {backbone!r}")
-        if len(set(shape)) > 1 and backbone not in PER_AXIS_BACKBONES:
-            fail(where, f"resolution={shape} is not cubic; backbone={backbone!r} runs only on cubic grids "
-                        f"(an int resolution): use backbone='ccnn', 'resnet' or 'unet' for a per-axis resolution")
-        self.check_sizes(where, hidden_channels, depth, f"num_classes={num_classes}, point_channels={point_channels} "
-                                                        f"(the heads)",
-                         (hidden_channels + point_channels) * hidden_channels + hidden_channels * num_classes
-                         + point_channels * (in_channels + 3 + point_channels))
+        shape, self.extent = self._check_args(where, in_channels, num_classes, resolution, extent, backbone,
+                                              hidden_channels, depth, point_channels)
         kwargs = dict(backbone_kwargs or {})
         if backbone in PER_AXIS_BACKBONES:
             kwargs.setdefault("cubic", False)
@@ -181,6 +168,27 @@ class GridifiedSceneSegmenter(GridifiedModel):
                                   nn.LayerNorm(hidden_channels), nn.GELU(), nn.Dropout(dropout),
                                   nn.Linear(hidden_channels, num_classes))
         self.in_channels, self.num_classes = in_channels, num_classes
+
+    def _check_args(self, where: str, in_channels: Any, num_classes: Any, resolution: Any, extent: Any, backbone: Any,
+                    hidden_channels: Any, depth: Any, point_channels: Any
+                    ) -> Tuple[Tuple[int, int, int], Optional[Tuple[float, float, float]]]:
+        """``(grid shape, extent)``: :meth:`__init__`'s arguments checked before anything is built."""
+        if isinstance(in_channels, bool) or not isinstance(in_channels, int) or in_channels < 0:
+            fail(where, f"in_channels must be a non-negative integer, got {in_channels!r}")
+        check_positive_int(where, num_classes=num_classes, hidden_channels=hidden_channels,
+                           point_channels=point_channels)
+        shape = check_resolution(where, resolution)
+        extent = check_extent(where, extent)
+        if not isinstance(backbone, str):
+            fail(where, f"backbone must be a registered backbone name, got {backbone!r}")
+        if len(set(shape)) > 1 and backbone not in PER_AXIS_BACKBONES:
+            fail(where, f"resolution={shape} is not cubic; backbone={backbone!r} runs only on cubic grids "
+                        f"(an int resolution): use backbone='ccnn', 'resnet' or 'unet' for a per-axis resolution")
+        self.check_sizes(where, hidden_channels, depth, f"num_classes={num_classes}, point_channels={point_channels} "
+                                                        f"(the heads)",
+                         (hidden_channels + point_channels) * hidden_channels + hidden_channels * num_classes
+                         + point_channels * (in_channels + 3 + point_channels))
+        return shape, extent
 
     def graph_builder(self) -> SceneGraphBuilder:
         """A picklable builder of this model's graph from metric points (see :class:`SceneGraphBuilder`)."""

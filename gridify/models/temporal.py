@@ -160,34 +160,13 @@ class TemporalGridifiedClassifier(nn.Module):
                  dropout: float = 0.1, **encoder_kwargs: Any) -> None:
         super().__init__()
         where = type(self).__name__
-        check_positive_int(where, in_channels=in_channels, num_classes=num_classes, rnn_hidden=rnn_hidden,
-                           readout_channels=readout_channels, frame_features=frame_features)
-        check_choice(where, "frame_readout", frame_readout, READOUTS)
-        if not isinstance(frame_delta, bool):
-            raise TypeError(f"{where}: frame_delta must be a bool, got {type(frame_delta).__name__}")
-        check_choice(where, "rnn", rnn, RNNS)
-        check_number(where, "time_scale", time_scale)
-        check_number(where, "first_timespan", first_timespan, strict=False)
-        check_parameters(where, f"rnn_hidden={rnn_hidden}, num_classes={num_classes}",
-                         rnn_hidden * (3 * rnn_hidden + num_classes + 4))
-        if "num_classes" in encoder_kwargs or "in_channels" in encoder_kwargs:
-            raise TypeError(f"{where}: in_channels/num_classes are given once, as the first two arguments")
+        self._check_args(where, in_channels, num_classes, rnn, rnn_hidden, frame_readout, readout_channels,
+                         frame_features, frame_delta, time_scale, first_timespan, encoder_kwargs)
         self.encoder = GridifiedClassifier(in_channels, num_classes, dropout=dropout,
                                            **{**ENCODER_DEFAULTS, **encoder_kwargs})
         self.encoder.head = nn.Identity()  # the trunk only: embed() per frame
         self.frame_readout = frame_readout
-        hidden_channels, resolution = self.encoder.gridify.out_channels, self.encoder.resolution
-        if frame_readout == "flatten":
-            check_parameters(where, f"frame_readout='flatten' with readout_channels={readout_channels}, "
-                                    f"frame_features={frame_features} at resolution={resolution}",
-                             readout_channels * resolution ** 3 * frame_features)
-            self.readout: Optional[nn.Module] = nn.Sequential(
-                nn.Conv3d(hidden_channels, readout_channels, 1), nn.GELU(), nn.Flatten(1),
-                nn.Linear(readout_channels * resolution ** 3, frame_features))
-            feat = frame_features
-        else:
-            self.readout = None
-            feat = hidden_channels * (2 if self.encoder.pool == "meanmax" else 1)
+        feat = self._build_readout(where, frame_readout, readout_channels, frame_features)
         self.frame_norm = nn.LayerNorm(feat)
         self.frame_delta = frame_delta
         rnn_in = 2 * feat if frame_delta else feat
@@ -201,6 +180,38 @@ class TemporalGridifiedClassifier(nn.Module):
         self.head = nn.Sequential(nn.LayerNorm(rnn_hidden), nn.Dropout(dropout), nn.Linear(rnn_hidden, num_classes))
         self.rnn_type, self.time_scale, self.first_timespan = rnn, float(time_scale), float(first_timespan)
         self.in_channels, self.num_classes, self.feat_channels = in_channels, num_classes, feat
+
+    @staticmethod
+    def _check_args(where: str, in_channels: Any, num_classes: Any, rnn: Any, rnn_hidden: Any, frame_readout: Any,
+                    readout_channels: Any, frame_features: Any, frame_delta: Any, time_scale: Any,
+                    first_timespan: Any, encoder_kwargs: Dict[str, Any]) -> None:
+        """:meth:`__init__`'s own arguments, checked before the encoder is built."""
+        check_positive_int(where, in_channels=in_channels, num_classes=num_classes, rnn_hidden=rnn_hidden,
+                           readout_channels=readout_channels, frame_features=frame_features)
+        check_choice(where, "frame_readout", frame_readout, READOUTS)
+        if not isinstance(frame_delta, bool):
+            raise TypeError(f"{where}: frame_delta must be a bool, got {type(frame_delta).__name__}")
+        check_choice(where, "rnn", rnn, RNNS)
+        check_number(where, "time_scale", time_scale)
+        check_number(where, "first_timespan", first_timespan, strict=False)
+        check_parameters(where, f"rnn_hidden={rnn_hidden}, num_classes={num_classes}",
+                         rnn_hidden * (3 * rnn_hidden + num_classes + 4))
+        if "num_classes" in encoder_kwargs or "in_channels" in encoder_kwargs:
+            raise TypeError(f"{where}: in_channels/num_classes are given once, as the first two arguments")
+
+    def _build_readout(self, where: str, frame_readout: str, readout_channels: int, frame_features: int) -> int:
+        """Set ``self.readout`` (None for ``"pool"``) on the encoder's grid; returns the frame embedding size."""
+        hidden_channels, resolution = self.encoder.gridify.out_channels, self.encoder.resolution
+        if frame_readout == "flatten":
+            check_parameters(where, f"frame_readout='flatten' with readout_channels={readout_channels}, "
+                                    f"frame_features={frame_features} at resolution={resolution}",
+                             readout_channels * resolution ** 3 * frame_features)
+            self.readout: Optional[nn.Module] = nn.Sequential(
+                nn.Conv3d(hidden_channels, readout_channels, 1), nn.GELU(), nn.Flatten(1),
+                nn.Linear(readout_channels * resolution ** 3, frame_features))
+            return frame_features
+        self.readout = None
+        return hidden_channels * (2 if self.encoder.pool == "meanmax" else 1)
 
     def embed_frames(self, pos: Tensor, x: Optional[Tensor] = None) -> Tensor:
         """Per-frame embeddings of ``M`` frames in one batched encoder call. [M, N, 3] -> [M, C]"""
