@@ -29,10 +29,10 @@ fuzz: setup
 	$(PY) scripts/fuzz.py --seconds $(FUZZ_SECONDS)
 
 # the documentation site: Sphinx, warnings as errors, every cross-reference checked (-n)
-# ruff: lint everything, and the formatter's check on the tests and scripts
+# ruff: lint and the formatter's check on everything
 lint: setup
 	$(PY) -m ruff check gridify tests scripts
-	$(PY) -m ruff format --check tests scripts
+	$(PY) -m ruff format --check gridify tests scripts
 
 docs: setup
 	$(PY) -m sphinx -W --keep-going -n -q -b html docs docs/_build/html

@@ -40,6 +40,7 @@ Shapes:
     check_batch: batch [N] -> (batch [N] int64, B, counts [B]); check_index: index [E], values
     in [0, size); check_finite: any tensor, rows along dim 0.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -82,8 +83,9 @@ def check_bool(where: str, name: str, value: Any) -> bool:
     return bool(value)
 
 
-def check_int(where: str, name: str, value: Any, minimum: int = 1, allow_none: bool = False,
-              as_bound: bool = False) -> Optional[int]:
+def check_int(
+    where: str, name: str, value: Any, minimum: int = 1, allow_none: bool = False, as_bound: bool = False
+) -> Optional[int]:
     """``value`` as an ``int >= minimum`` (or None when ``allow_none``); else ValueError.
 
     The message says "a positive integer" (``minimum=1``), "a non-negative integer" (0) or
@@ -107,8 +109,9 @@ def check_positive_int(where: str, **values: Any) -> None:
         check_int(where, name, value, 1)
 
 
-def check_number(where: str, name: str, value: Any, minimum: float = 0.0, strict: bool = True,
-                 allow_none: bool = False) -> Optional[float]:
+def check_number(
+    where: str, name: str, value: Any, minimum: float = 0.0, strict: bool = True, allow_none: bool = False
+) -> Optional[float]:
     """``value`` as a finite ``float`` above ``minimum`` (``> minimum`` when ``strict``, else ``>=``).
 
     With ``minimum=0`` the message says "a positive finite number" (strict) or "a non-negative
@@ -116,7 +119,7 @@ def check_number(where: str, name: str, value: Any, minimum: float = 0.0, strict
     """
     if value is None and allow_none:
         return None
-    ok = (is_real(value) and math.isfinite(value) and (value > minimum if strict else value >= minimum))
+    ok = is_real(value) and math.isfinite(value) and (value > minimum if strict else value >= minimum)
     if not ok:
         if minimum == 0:
             what = "a positive finite number" if strict else "a non-negative finite number"
@@ -136,8 +139,11 @@ def check_frequency_scale(where: str, name: str, value: Any) -> float:
     """``value`` as a positive finite frequency scale of at most :data:`MAX_FREQUENCY_SCALE`."""
     v = check_number(where, name, value)
     if v > MAX_FREQUENCY_SCALE:  # type: ignore[operator]
-        fail(where, f"{name} must be at most {MAX_FREQUENCY_SCALE:g} (a frequency scale; larger ones put float32 "
-                    f"phases beyond their precision), got {value!r}")
+        fail(
+            where,
+            f"{name} must be at most {MAX_FREQUENCY_SCALE:g} (a frequency scale; larger ones put float32 "
+            f"phases beyond their precision), got {value!r}",
+        )
     return v  # type: ignore[return-value]
 
 
@@ -168,8 +174,12 @@ def check_choice(where: str, name: str, value: Any, choices: Sequence[Any], unkn
     except TypeError:  # unhashable value against a set
         ok = False
     if not ok:
-        fail(where, f"unknown {name} {value!r}; expected one of {choices}" if unknown
-             else f"{name} must be one of {choices}, got {value!r}")
+        fail(
+            where,
+            f"unknown {name} {value!r}; expected one of {choices}"
+            if unknown
+            else f"{name} must be one of {choices}, got {value!r}",
+        )
     return value
 
 
@@ -220,8 +230,9 @@ def cloud_of(batch: Optional[Tensor], row: int) -> int:
     return 0 if batch is None else int(batch[row])
 
 
-def check_finite(where: str, name: str, t: Tensor, batch: Optional[Tensor] = None,
-                 dims: Optional[Sequence[str]] = None) -> None:
+def check_finite(
+    where: str, name: str, t: Tensor, batch: Optional[Tensor] = None, dims: Optional[Sequence[str]] = None
+) -> None:
     """Raise if ``t`` holds NaN or Inf, naming where the first one is.
 
     Rows are counted along dim 0. The message names the row's cloud (``batch``, or cloud 0) for
@@ -243,17 +254,26 @@ def check_finite(where: str, name: str, t: Tensor, batch: Optional[Tensor] = Non
     if t.dim() > 2 and batch is None:
         index = tuple(int(i) for i in np.unravel_index(row * bad.size(1) + int(first), tuple(t.shape)))
         fail(where, f"{name} contains {what} values ({_affected(int(bad.sum()))}); first at index {index}")
-    fail(where, f"{name} contains {what} values ({rows.numel()} rows affected); first in cloud "
-                f"{cloud_of(batch, row)} at row {row}")
+    fail(
+        where,
+        f"{name} contains {what} values ({rows.numel()} rows affected); first in cloud "
+        f"{cloud_of(batch, row)} at row {row}",
+    )
 
 
 def _affected(count: int) -> str:
     return f"{count} {'entry' if count == 1 else 'entries'} affected"
 
 
-def check_batch(where: str, name: str, batch: Optional[Tensor], num_rows: int,
-                num_clouds: Optional[int] = None, device: Optional[torch.device] = None,
-                allow_empty: bool = False) -> Tuple[Tensor, int, Tensor]:
+def check_batch(
+    where: str,
+    name: str,
+    batch: Optional[Tensor],
+    num_rows: int,
+    num_clouds: Optional[int] = None,
+    device: Optional[torch.device] = None,
+    allow_empty: bool = False,
+) -> Tuple[Tensor, int, Tensor]:
     """Validate a PyG-style batch vector and return ``(batch, num_clouds, counts)``.
 
     The vector must be 1-D, integer, of length ``num_rows``, non-negative and sorted (all rows of
@@ -266,8 +286,9 @@ def check_batch(where: str, name: str, batch: Optional[Tensor], num_rows: int,
         batch = torch.zeros(num_rows, dtype=torch.long, device=device)
     check_tensor(where, name, batch)
     if batch.dim() != 1 or batch.numel() != num_rows:
-        fail(where, f"{name} must be a 1-D tensor with one entry per point ({num_rows}), "
-                    f"got shape {tuple(batch.shape)}")
+        fail(
+            where, f"{name} must be a 1-D tensor with one entry per point ({num_rows}), got shape {tuple(batch.shape)}"
+        )
     check_integer(where, name, batch)
     if device is not None and batch.device != device:
         fail(where, f"{name} is on {batch.device} but the points are on {device}")
@@ -282,8 +303,7 @@ def check_batch(where: str, name: str, batch: Optional[Tensor], num_rows: int,
         fail(where, f"{name} holds negative cloud indices")
     if num_rows > 1 and bool((batch[1:] < batch[:-1]).any()):
         row = int((batch[1:] < batch[:-1]).nonzero()[0]) + 1
-        fail(where, f"{name} must be sorted (all points of cloud 0, then cloud 1, ...); it decreases at "
-                    f"row {row}")
+        fail(where, f"{name} must be sorted (all points of cloud 0, then cloud 1, ...); it decreases at row {row}")
     n = int(batch[-1]) + 1
     if num_clouds is not None:
         if num_clouds < n:
@@ -291,8 +311,10 @@ def check_batch(where: str, name: str, batch: Optional[Tensor], num_rows: int,
         n = num_clouds
     if n > num_rows and not allow_empty:
         what = f"num_clouds={n}" if num_clouds is not None else f"{name} (it refers to cloud {n - 1})"
-        fail(where, f"{what} asks for {n} clouds but there are only {num_rows} points; every cloud needs at "
-                    f"least one point")
+        fail(
+            where,
+            f"{what} asks for {n} clouds but there are only {num_rows} points; every cloud needs at least one point",
+        )
     check_alloc(where, f"{name} with {n} clouds (one count per cloud)", 8 * n, batch.device)
     counts = torch.bincount(batch, minlength=n)
     if not allow_empty and bool((counts == 0).any()):
@@ -301,8 +323,16 @@ def check_batch(where: str, name: str, batch: Optional[Tensor], num_rows: int,
     return batch, n, counts
 
 
-def check_index(where: str, name: str, index: object, size: int, *, device: Optional[torch.device] = None,
-                length: Optional[int] = None, other: str = "the data") -> Tensor:
+def check_index(
+    where: str,
+    name: str,
+    index: object,
+    size: int,
+    *,
+    device: Optional[torch.device] = None,
+    length: Optional[int] = None,
+    other: str = "the data",
+) -> Tensor:
     """A 1-D integer tensor with values in ``[0, size)`` (and ``length`` entries), returned as int64."""
     index = check_tensor(where, name, index)
     if index.dim() != 1 or (length is not None and index.numel() != length):
@@ -315,8 +345,10 @@ def check_index(where: str, name: str, index: object, size: int, *, device: Opti
         lo, hi = int(index.min()), int(index.max())
         if lo < 0 or hi >= size:
             bad = int(((index < 0) | (index >= size)).nonzero()[0])
-            fail(where, f"{name} values must lie in [0, {size}), got {int(index[bad])} at position {bad} "
-                        f"(range [{lo}, {hi}])")
+            fail(
+                where,
+                f"{name} values must lie in [0, {size}), got {int(index[bad])} at position {bad} (range [{lo}, {hi}])",
+            )
     return index.long()
 
 
@@ -424,9 +456,12 @@ def check_alloc(where: str, what: str, nbytes: int, device: Optional[torch.devic
     """
     limit, source = max_alloc_bytes(device)
     if nbytes > limit:
-        fail(where, f"{what} would need {format_bytes(nbytes)} ({float(min(nbytes, 1e300)):.3g} bytes), more "
-                    f"than the allocation limit of {format_bytes(limit)} ({source}; set {MAX_ALLOC_ENV} to "
-                    f"change it)")
+        fail(
+            where,
+            f"{what} would need {format_bytes(nbytes)} ({float(min(nbytes, 1e300)):.3g} bytes), more "
+            f"than the allocation limit of {format_bytes(limit)} ({source}; set {MAX_ALLOC_ENV} to "
+            f"change it)",
+        )
 
 
 def element_size(dtype: torch.dtype) -> int:

@@ -7,6 +7,7 @@ checked when the command line is parsed, so a bad value is an argparse error nam
 traceback after the model has loaded. Path types only look at the path
 (:mod:`gridify._paths`); nothing is created while parsing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,8 +15,21 @@ from typing import Callable, Optional, Sequence
 
 from ._paths import PathError, check_input_file, check_output_dir, check_output_file
 
-__all__ = ["int_range", "positive_int", "nonnegative_int", "threads", "workers", "positive_float", "device",
-           "device_or_auto", "input_file", "output_file", "output_dir", "MAX_THREADS", "MAX_WORKERS"]
+__all__ = [
+    "int_range",
+    "positive_int",
+    "nonnegative_int",
+    "threads",
+    "workers",
+    "positive_float",
+    "device",
+    "device_or_auto",
+    "input_file",
+    "output_file",
+    "output_dir",
+    "MAX_THREADS",
+    "MAX_WORKERS",
+]
 
 #: more CPU threads or DataLoader workers than this is a typo, not a machine
 MAX_THREADS = 4096
@@ -70,9 +84,11 @@ def _check_device(text: str) -> str:
         if not torch.cuda.is_available():
             raise argparse.ArgumentTypeError(f"{text!r}: CUDA is not available on this machine; use cpu")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise argparse.ArgumentTypeError(f"{text!r}: there is no CUDA device {dev.index} (this machine has "
-                                             f"{torch.cuda.device_count()}: cuda:0 to "
-                                             f"cuda:{torch.cuda.device_count() - 1})")
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: there is no CUDA device {dev.index} (this machine has "
+                f"{torch.cuda.device_count()}: cuda:0 to "
+                f"cuda:{torch.cuda.device_count() - 1})"
+            )
     elif dev.type == "mps":
         mps = getattr(torch.backends, "mps", None)
         if mps is None or not mps.is_available():

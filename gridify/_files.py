@@ -13,6 +13,7 @@ that names no file is given the target's path, so it can be reported as one line
 an ordinary ``open(path, "w")`` would give it (``0666`` minus the process umask), so checkpoints
 and exports can be shared by a team whose umask allows it.
 """
+
 from __future__ import annotations
 
 import os

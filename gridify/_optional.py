@@ -4,6 +4,7 @@
 gridify never requires them: every op has a native PyTorch path. Set the environment variable
 ``GRIDIFY_DISABLE_ACCEL=1`` to ignore them even when installed (useful to compare backends).
 """
+
 from __future__ import annotations
 
 import os

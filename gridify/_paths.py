@@ -20,6 +20,7 @@ a folder or a FIFO is said to be one, not "not found".
 run's lifetime, so two runs started on one folder cannot mix their outputs; the kernel drops the
 lock when the process ends, however it ends, so a killed run never leaves a stale lock.
 """
+
 from __future__ import annotations
 
 import errno
@@ -31,8 +32,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence, Union
 
-__all__ = ["PathError", "FolderInUseError", "check_input_file", "check_output_file", "check_output_dir",
-           "describe_os_error", "one_line_errors", "folder_lock", "LOCK_NAME"]
+__all__ = [
+    "PathError",
+    "FolderInUseError",
+    "check_input_file",
+    "check_output_file",
+    "check_output_dir",
+    "describe_os_error",
+    "one_line_errors",
+    "folder_lock",
+    "LOCK_NAME",
+]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -54,8 +64,12 @@ def _name(path: PathLike, what: str) -> str:
 
 def _special_kind(mode: int) -> Optional[str]:
     """What a file that is neither a regular file nor a folder is, in words (None for those two)."""
-    for test, words in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+    for test, words in (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
         if test(mode):
             return words
     return None
@@ -95,6 +109,7 @@ def _creatable(path: Path, target: str) -> Optional[str]:
 def _checked(check: Any) -> Any:
     """Run a path check on a path that is a non-empty string without NUL bytes; an ``OSError`` of the
     check itself (a name too long, a folder that cannot be searched) is a :class:`PathError` too."""
+
     @functools.wraps(check)
     def wrapper(path: PathLike, what: str = "", **kw: Any) -> Path:
         if not isinstance(path, (str, os.PathLike)):
@@ -106,6 +121,7 @@ def _checked(check: Any) -> Any:
             return check(text, what, **kw)
         except OSError as exc:
             raise PathError(f"{_name(text, what)}: {_cause(exc)}") from None
+
     return wrapper
 
 
@@ -140,8 +156,9 @@ def check_output_file(path: PathLike, what: str = "", *, suffixes: Optional[Sequ
     if text.endswith(("/", os.sep)) or p.is_dir():
         raise PathError(f"{target}: is a folder, but a file is written there; give a file name")
     if suffixes is not None and p.suffix.lower() not in suffixes:
-        raise PathError(f"{target}: unsupported extension {p.suffix.lower() or '(none)'!r}; use one of "
-                        f"{list(suffixes)}")
+        raise PathError(
+            f"{target}: unsupported extension {p.suffix.lower() or '(none)'!r}; use one of {list(suffixes)}"
+        )
     if p.exists():
         special = _special_kind(p.stat().st_mode)
         if special:
@@ -158,8 +175,7 @@ def check_output_file(path: PathLike, what: str = "", *, suffixes: Optional[Sequ
 
 
 @_checked
-def check_output_dir(path: PathLike, what: str = "", *, folders: Sequence[str] = (),
-                     files: Sequence[str] = ()) -> Path:
+def check_output_dir(path: PathLike, what: str = "", *, folders: Sequence[str] = (), files: Sequence[str] = ()) -> Path:
     """``path`` as a :class:`~pathlib.Path` when a folder can be written there (created if missing
     when writing); else :class:`PathError` naming the path and the cause. ``folders`` / ``files``:
     names inside it the command writes, which must not exist as the other kind. Creates nothing."""
@@ -261,8 +277,10 @@ def folder_lock(folder: PathLike, what: str = "", owner: str = "") -> Iterator[P
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise FolderInUseError(f"{_name(root, what)}: in use by another run ({_holder(fd)}); wait for it to "
-                                   f"end or choose another {what or 'folder'}") from None
+            raise FolderInUseError(
+                f"{_name(root, what)}: in use by another run ({_holder(fd)}); wait for it to "
+                f"end or choose another {what or 'folder'}"
+            ) from None
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)
         command = owner or " ".join(sys.argv)

@@ -1,2 +1,3 @@
 """The package version (one place; pyproject.toml reads it from here)."""
+
 __version__ = "0.1.0"

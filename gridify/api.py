@@ -45,6 +45,7 @@ allocation limit before anything is allocated. A call that fails leaves the mode
 
 This module needs only PyTorch and NumPy (and :mod:`gridify.io` for files).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -66,11 +67,19 @@ from .registry import TASKS
 from .tasks import get_task, task_names
 from .transforms import centre_and_scale
 
-__all__ = ["load", "PRETRAINED", "pretrained_path", "Predictor", "Prediction", "gridify", "normalize_cloud", "DEFAULT_NUM_POINTS"]
+__all__ = [
+    "load",
+    "PRETRAINED",
+    "pretrained_path",
+    "Predictor",
+    "Prediction",
+    "gridify",
+    "normalize_cloud",
+    "DEFAULT_NUM_POINTS",
+]
 
 #: points per training cloud of each dataset when the config does not say (the constructors' defaults)
-DEFAULT_NUM_POINTS = {"procedural": 1024, "modelnet": 1024, "modelnet10": 1024, "modelnet40": 1024,
-                      "shapenet": 2048}
+DEFAULT_NUM_POINTS = {"procedural": 1024, "modelnet": 1024, "modelnet10": 1024, "modelnet40": 1024, "shapenet": 2048}
 
 PointsLike = Union[np.ndarray, Tensor, PointCloud, str, "os.PathLike[str]"]
 
@@ -91,13 +100,17 @@ def _to_numpy(a: Any, name: str, where: str) -> np.ndarray:
         a = t.numpy()
     if not isinstance(a, np.ndarray):
         if not isinstance(a, (list, tuple)):
-            raise TypeError(f"{where}: {name} must be a numpy array, a torch tensor, a gridify.io.PointCloud "
-                            f"or a file path, got {type(a).__name__}")
+            raise TypeError(
+                f"{where}: {name} must be a numpy array, a torch tensor, a gridify.io.PointCloud "
+                f"or a file path, got {type(a).__name__}"
+            )
         try:
             a = np.asarray(a)
         except ValueError:
-            raise ValueError(f"{where}: {name} is a ragged nested list (rows of different lengths); give every "
-                             f"point the same number of coordinates") from None
+            raise ValueError(
+                f"{where}: {name} is a ragged nested list (rows of different lengths); give every "
+                f"point the same number of coordinates"
+            ) from None
     if a.dtype.kind not in "fiu":
         raise TypeError(f"{where}: {name} must hold numbers, got dtype {a.dtype}")
     return a
@@ -109,8 +122,10 @@ def _as_float32(a: np.ndarray, name: str, where: str) -> np.ndarray:
         out = a.astype(np.float32)
     if not np.isfinite(out).all():
         bad = int((~np.isfinite(out)).reshape(len(out), -1).any(1).sum())
-        raise ValueError(f"{where}: {name} hold values beyond float32's range (|v| > 3.4e38) in {bad} of "
-                         f"{len(out)} points; scale them (normalize=True centres and scales in float64 first)")
+        raise ValueError(
+            f"{where}: {name} hold values beyond float32's range (|v| > 3.4e38) in {bad} of "
+            f"{len(out)} points; scale them (normalize=True centres and scales in float64 first)"
+        )
     return out
 
 
@@ -292,16 +307,27 @@ class Predictor(nn.Module):
         forward: pos ``[N, 3]``, x ``[N, F]``, batch ``[N]`` -> logits ``[B, K]`` or ``[N, K]``.
     """
 
-    def __init__(self, model: nn.Module, *, task: str, class_names: Sequence[str], num_points: Optional[int],
-                 in_channels: int, normalize: bool = True, category_names: Optional[Sequence[str]] = None,
-                 category_to_parts: Optional[Sequence[Sequence[int]]] = None,
-                 gridify_version: Optional[str] = None, meta: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        task: str,
+        class_names: Sequence[str],
+        num_points: Optional[int],
+        in_channels: int,
+        normalize: bool = True,
+        category_names: Optional[Sequence[str]] = None,
+        category_to_parts: Optional[Sequence[Sequence[int]]] = None,
+        gridify_version: Optional[str] = None,
+        meta: Optional[Dict[str, Any]] = None,
+    ) -> None:
         super().__init__()
         if not isinstance(model, nn.Module):
             raise ValueError(f"Predictor: model must be a torch.nn.Module, got {type(model).__name__}")
         if task not in TASKS or not get_task(task).predictor:
-            raise ValueError(f"Predictor: task must be one of {[n for n in task_names() if get_task(n).predictor]}, "
-                             f"got {task!r}")
+            raise ValueError(
+                f"Predictor: task must be one of {[n for n in task_names() if get_task(n).predictor]}, got {task!r}"
+            )
         check_int("Predictor", "num_points", num_points, 1, allow_none=True)
         # a scene segmenter may take no features beside its coordinates (in_channels=0)
         check_int("Predictor", "in_channels", in_channels, 0 if get_task(task).whole_scenes else 1)
@@ -338,26 +364,37 @@ class Predictor(nn.Module):
         r = self.model.resolution
         return tuple(int(v) for v in r) if isinstance(r, (tuple, list)) else int(r)
 
-    def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None,
-                category: Optional[Tensor] = None) -> Tensor:
+    def forward(
+        self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None, category: Optional[Tensor] = None
+    ) -> Tensor:
         if self.num_categories or category is not None:  # a part segmenter trained with object categories
             return self.model(pos, x, batch, category=category)
         return self.model(pos, x, batch)
 
     def extra_repr(self) -> str:
-        return (f"task={self.task}, classes={len(self.class_names)}, num_points={self.num_points}, "
-                f"in_channels={self.in_channels}, normalize={self.normalize}, version={self.gridify_version}")
+        return (
+            f"task={self.task}, classes={len(self.class_names)}, num_points={self.num_points}, "
+            f"in_channels={self.in_channels}, normalize={self.normalize}, version={self.gridify_version}"
+        )
 
-    def prepare(self, points: PointsLike, normals: Any = None, *, estimate_normals: bool = False,
-                where: str = "Predictor.prepare") -> Dict[str, Any]:
+    def prepare(
+        self,
+        points: PointsLike,
+        normals: Any = None,
+        *,
+        estimate_normals: bool = False,
+        where: str = "Predictor.prepare",
+    ) -> Dict[str, Any]:
         """Validate and normalize one cloud: a dict with ``pos`` ``[N, 3]`` (normalized), ``x``
         ``[N, F]`` (model features), ``center`` ``[3]``, ``scale``, ``normals`` and ``source``."""
         pos, nrm, source = _read_cloud(points, normals, where)
         if self.use_normals and nrm is None:
             if not estimate_normals:
-                raise ValueError(f"{where}: the model was trained with normals (in_channels=6) but the cloud has "
-                                 f"none; pass normals=..., a file with normals (or a mesh), or estimate them (estimate_normals=True; "
-                                 f"gridify predict/show: --estimate-normals)")
+                raise ValueError(
+                    f"{where}: the model was trained with normals (in_channels=6) but the cloud has "
+                    f"none; pass normals=..., a file with normals (or a mesh), or estimate them (estimate_normals=True; "
+                    f"gridify predict/show: --estimate-normals)"
+                )
             nrm = _estimate_normals(pos)
         center, scale = np.zeros(3), 1.0
         if self.normalize:
@@ -369,20 +406,25 @@ class Predictor(nn.Module):
             pos = _as_float32(pos, "points", where)
         x = np.concatenate([pos, nrm], 1) if self.use_normals else pos
         if x.shape[1] != self.in_channels:
-            raise ValueError(f"{where}: the model takes {self.in_channels} features per point, but the cloud "
-                             f"gives {x.shape[1]}")
+            raise ValueError(
+                f"{where}: the model takes {self.in_channels} features per point, but the cloud gives {x.shape[1]}"
+            )
         return {"pos": pos, "x": x, "normals": nrm, "center": center, "scale": scale, "source": source}
 
     def _category(self, category: Any, where: str) -> Optional[int]:
         if self.num_categories == 0:  # only part segmenters trained with object categories have some
             if category is not None:
-                raise ValueError(f"{where}: category is only used by segmentation models trained with object "
-                                 f"categories; this model does not take one")
+                raise ValueError(
+                    f"{where}: category is only used by segmentation models trained with object "
+                    f"categories; this model does not take one"
+                )
             return None
         names = self.category_names or [str(i) for i in range(self.num_categories)]
         if category is None:
-            raise ValueError(f"{where}: this segmentation model needs the object category: pass category= one of "
-                             f"{names} (or its index)")
+            raise ValueError(
+                f"{where}: this segmentation model needs the object category: pass category= one of "
+                f"{names} (or its index)"
+            )
         if isinstance(category, str):
             low = [n.lower() for n in names]
             if category.lower() in low:
@@ -391,17 +433,31 @@ class Predictor(nn.Module):
                 category = int(category)
             else:
                 raise ValueError(f"{where}: unknown category {category!r}; known: {names}")
-        if isinstance(category, bool) or not isinstance(category, (int, np.integer)) or \
-                not 0 <= int(category) < self.num_categories:
-            raise ValueError(f"{where}: category must be a name or an index in [0, {self.num_categories}), "
-                             f"got {category!r}")
+        if (
+            isinstance(category, bool)
+            or not isinstance(category, (int, np.integer))
+            or not 0 <= int(category) < self.num_categories
+        ):
+            raise ValueError(
+                f"{where}: category must be a name or an index in [0, {self.num_categories}), got {category!r}"
+            )
         return int(category)
 
     # ---- prediction ----------------------------------------------------------------------
     @torch.no_grad()
-    def predict(self, points: PointsLike, normals: Any = None, category: Any = None, *,
-                num_votes: Optional[int] = None, seed: int = 0, batch_size: int = 8, estimate_normals: bool = False,
-                features: Any = None, progress: Optional[Callable[[int, int], None]] = None) -> Prediction:
+    def predict(
+        self,
+        points: PointsLike,
+        normals: Any = None,
+        category: Any = None,
+        *,
+        num_votes: Optional[int] = None,
+        seed: int = 0,
+        batch_size: int = 8,
+        estimate_normals: bool = False,
+        features: Any = None,
+        progress: Optional[Callable[[int, int], None]] = None,
+    ) -> Prediction:
         """Labels and probabilities for one cloud of any size (see the module docstring).
 
         Args:
@@ -428,8 +484,18 @@ class Predictor(nn.Module):
         """
         where = f"{type(self).__name__}.predict"
         if self.whole_scenes:
-            return self._predict_scene(points, normals, category, 1 if num_votes is None else num_votes, seed,
-                                       batch_size, estimate_normals, features, progress, where)
+            return self._predict_scene(
+                points,
+                normals,
+                category,
+                1 if num_votes is None else num_votes,
+                seed,
+                batch_size,
+                estimate_normals,
+                features,
+                progress,
+                where,
+            )
         if features is not None or progress is not None:
             fail(where, f"features= and progress= are for scene segmenters; this is a {self.task} model")
         num_votes = 4 if num_votes is None else num_votes
@@ -438,8 +504,9 @@ class Predictor(nn.Module):
         cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=where)
         return self._predict_cloud(cloud, cat, num_votes, seed, batch_size, where)
 
-    def _predict_cloud(self, cloud: Dict[str, Any], cat: Optional[int], num_votes: int, seed: int, batch_size: int,
-                       where: str) -> Prediction:
+    def _predict_cloud(
+        self, cloud: Dict[str, Any], cat: Optional[int], num_votes: int, seed: int, batch_size: int, where: str
+    ) -> Prediction:
         """:meth:`predict` of a cloud already read and normalized (:meth:`prepare`) and a checked category."""
         with evaluating(self.model), all_or_nothing(self.model):
             if not self.dense:
@@ -452,9 +519,15 @@ class Predictor(nn.Module):
         cat_name = None
         if cat is not None:
             cat_name = (self.category_names or [str(i) for i in range(self.num_categories)])[cat]
-        return Prediction(labels=np.asarray(labels), probabilities=probs, class_names=list(self.class_names),
-                          task=self.task, num_points=int(len(cloud["pos"])), category=cat_name,
-                          source=cloud["source"])
+        return Prediction(
+            labels=np.asarray(labels),
+            probabilities=probs,
+            class_names=list(self.class_names),
+            task=self.task,
+            num_points=int(len(cloud["pos"])),
+            category=cat_name,
+            source=cloud["source"],
+        )
 
     @property
     def whole_scenes(self) -> bool:
@@ -471,8 +544,11 @@ class Predictor(nn.Module):
         if names is None:
             names = () if self.in_channels == 0 else None
         if names is None:
-            fail("Predictor", f"the checkpoint does not record the scene features of its x ({self.in_channels} "
-                              f"columns); pass features=[N, {self.in_channels}] to predict")
+            fail(
+                "Predictor",
+                f"the checkpoint does not record the scene features of its x ({self.in_channels} "
+                f"columns); pass features=[N, {self.in_channels}] to predict",
+            )
         return tuple([names] if isinstance(names, str) else names)
 
     def _scene_x(self, cloud: PointCloud, pos: np.ndarray, estimate_normals: bool, where: str) -> np.ndarray:
@@ -488,25 +564,34 @@ class Predictor(nn.Module):
                 cols.append((pos[:, 2:3] - pos[:, 2].min()))
             elif name == "color":
                 if cloud.colors is None:
-                    fail(where, f"the model was trained with colours (features {list(self.scene_features)}) but "
-                                f"{cloud.source or 'the cloud'} has none")
+                    fail(
+                        where,
+                        f"the model was trained with colours (features {list(self.scene_features)}) but "
+                        f"{cloud.source or 'the cloud'} has none",
+                    )
                 cols.append(np.asarray(cloud.colors, np.float32))
             elif name == "normal":
                 nrm = cloud.normals
                 if nrm is None:
                     if not estimate_normals:
-                        fail(where, f"the model was trained with normals (features {list(self.scene_features)}) but "
-                                    f"{cloud.source or 'the cloud'} has none; pass estimate_normals=True "
-                                    f"(--estimate-normals)")
+                        fail(
+                            where,
+                            f"the model was trained with normals (features {list(self.scene_features)}) but "
+                            f"{cloud.source or 'the cloud'} has none; pass estimate_normals=True "
+                            f"(--estimate-normals)",
+                        )
                     nrm = _estimate_normals(pos)
                 cols.append(np.asarray(nrm, np.float32))
             elif name in ("strength", "intensity"):
                 key = next((k for k in ("intensity", "strength", "remission", "reflectance") if k in fields), None)
                 if key is None:
-                    fail(where, f"the model was trained with LiDAR intensity (features {list(self.scene_features)}) "
-                                f"but {cloud.source or 'the cloud'} has no intensity field (fields: "
-                                f"{sorted(fields) or 'none'}); read a file that has one (.bin, .las, .ply/.pcd "
-                                f"with an intensity property) or pass features=")
+                    fail(
+                        where,
+                        f"the model was trained with LiDAR intensity (features {list(self.scene_features)}) "
+                        f"but {cloud.source or 'the cloud'} has no intensity field (fields: "
+                        f"{sorted(fields) or 'none'}); read a file that has one (.bin, .las, .ply/.pcd "
+                        f"with an intensity property) or pass features=",
+                    )
                 cols.append(np.asarray(fields[key], np.float32).reshape(-1, 1))
             else:  # pragma: no cover - checked when the dataset was built
                 fail(where, f"unknown scene feature {name!r}; known: {list(SCENE_FEATURES)}")
@@ -514,8 +599,19 @@ class Predictor(nn.Module):
             return np.zeros((len(pos), 0), np.float32)
         return np.concatenate(cols, 1).astype(np.float32)
 
-    def _predict_scene(self, points: PointsLike, normals: Any, category: Any, num_votes: Any, seed: Any,
-                       batch_size: Any, estimate_normals: Any, features: Any, progress: Any, where: str) -> Prediction:
+    def _predict_scene(
+        self,
+        points: PointsLike,
+        normals: Any,
+        category: Any,
+        num_votes: Any,
+        seed: Any,
+        batch_size: Any,
+        estimate_normals: Any,
+        features: Any,
+        progress: Any,
+        where: str,
+    ) -> Prediction:
         from .scene_inference import predict_scene  # noqa: PLC0415
 
         self._check_run(where, num_votes, batch_size, seed, estimate_normals)
@@ -527,41 +623,61 @@ class Predictor(nn.Module):
         cloud = points if isinstance(points, PointCloud) else PointCloud(points=_to_numpy(points, "points", where))
         pos, nrm, source = _read_cloud(cloud, normals, where)
         if nrm is not None:
-            cloud = PointCloud(points=cloud.points, normals=nrm, colors=cloud.colors, fields=cloud.fields,
-                               source=cloud.source)
+            cloud = PointCloud(
+                points=cloud.points, normals=nrm, colors=cloud.colors, fields=cloud.fields, source=cloud.source
+            )
         pos = _as_float32(pos, "points", where)
         x = self._scene_point_features(cloud, pos, features, estimate_normals, source, where)
         info = self.meta.get("info") or {}
         dev = self.device
         with evaluating(self.model), all_or_nothing(self.model):
-            probs = predict_scene(self.model, torch.from_numpy(pos).to(dev), torch.from_numpy(x).to(dev),
-                                  voxel_size=info.get("voxel_size"), max_points=info.get("max_points"),
-                                  votes=num_votes, seed=seed, batch_size=batch_size, progress=progress)
+            probs = predict_scene(
+                self.model,
+                torch.from_numpy(pos).to(dev),
+                torch.from_numpy(x).to(dev),
+                voxel_size=info.get("voxel_size"),
+                max_points=info.get("max_points"),
+                votes=num_votes,
+                seed=seed,
+                batch_size=batch_size,
+                progress=progress,
+            )
         probs_np = probs.float().cpu().numpy()
-        return Prediction(labels=probs_np.argmax(-1).astype(np.int64), probabilities=probs_np,
-                          class_names=list(self.class_names), task=self.task, num_points=int(len(pos)),
-                          source=source)
+        return Prediction(
+            labels=probs_np.argmax(-1).astype(np.int64),
+            probabilities=probs_np,
+            class_names=list(self.class_names),
+            task=self.task,
+            num_points=int(len(pos)),
+            source=source,
+        )
 
-    def _scene_point_features(self, cloud: PointCloud, pos: np.ndarray, features: Any, estimate_normals: bool,
-                              source: str, where: str) -> np.ndarray:
+    def _scene_point_features(
+        self, cloud: PointCloud, pos: np.ndarray, features: Any, estimate_normals: bool, source: str, where: str
+    ) -> np.ndarray:
         """The scene model's float32 input features ``[N, F]``: ``features`` as given or built from the cloud."""
         if features is not None:
             x = _to_numpy(features, "features", where)
             if x.ndim != 2 or x.shape[0] != len(pos) or x.shape[1] != self.in_channels:
-                fail(where, f"features must have shape [N, F] = [{len(pos)}, {self.in_channels}] (one row per point, "
-                            f"the model's in_channels), got {tuple(x.shape)}")
+                fail(
+                    where,
+                    f"features must have shape [N, F] = [{len(pos)}, {self.in_channels}] (one row per point, "
+                    f"the model's in_channels), got {tuple(x.shape)}",
+                )
             if not np.isfinite(x).all():
                 bad = int(np.flatnonzero(~np.isfinite(x).all(1))[0])
                 fail(where, f"features contain NaN/Inf values (row {bad})")
             return _as_float32(x, "features", where)
         x = self._scene_x(cloud, pos, estimate_normals, where)
         if x.shape[1] != self.in_channels:
-            fail(where, f"the scene features {list(self.scene_features)} give {x.shape[1]} columns but the model "
-                        f"takes {self.in_channels}")
+            fail(
+                where,
+                f"the scene features {list(self.scene_features)} give {x.shape[1]} columns but the model "
+                f"takes {self.in_channels}",
+            )
         if not np.isfinite(x).all():
             bad = int(np.flatnonzero(~np.isfinite(x).all(1))[0])
-            fail(where, f"the features {list(self.scene_features)} of {source or 'the cloud'} hold NaN/Inf "
-                        f"(row {bad})")
+            fail(where, f"the features {list(self.scene_features)} of {source or 'the cloud'} hold NaN/Inf (row {bad})")
         return x
 
     def _check_run(self, where: str, num_votes: Any, batch_size: Any, seed: Any, estimate_normals: Any = False) -> None:
@@ -585,8 +701,11 @@ class Predictor(nn.Module):
         nodes = math.prod(int(r) for r in R) if isinstance(R, (tuple, list)) else int(R) ** 3  # per-axis grids too
         C = int(getattr(getattr(self.model, "gridify", None), "out_channels", 0) or 0)
         per_cloud = n * (4 * self.in_channels + 64) + 16 * 4 * C * nodes
-        check_alloc(where, f"batch_size={batch_size} (up to {min(batch_size, count)} clouds of {n} points per "
-                           f"forward pass)", min(batch_size, count) * per_cloud)
+        check_alloc(
+            where,
+            f"batch_size={batch_size} (up to {min(batch_size, count)} clouds of {n} points per forward pass)",
+            min(batch_size, count) * per_cloud,
+        )
 
     def _subsets(self, n_in: int, order: np.ndarray, num_votes: int, seed: int) -> List[np.ndarray]:
         n = self.num_points
@@ -610,7 +729,7 @@ class Predictor(nn.Module):
         x_all = torch.from_numpy(np.ascontiguousarray(cloud["x"])).to(dev)
         outs = []
         for s in range(0, len(subsets), batch_size):
-            idx = torch.from_numpy(np.stack(subsets[s:s + batch_size])).to(dev)  # [V, n]
+            idx = torch.from_numpy(np.stack(subsets[s : s + batch_size])).to(dev)  # [V, n]
             pos, x = pos_all[idx], x_all[idx]
             if what == "probs":
                 outs.append(torch.softmax(self.model(pos, x).float(), -1))
@@ -639,10 +758,11 @@ class Predictor(nn.Module):
             mask = torch.full((K,), float("-inf"))
             mask[self.category_to_parts[cat]] = 0.0
         for s in range(0, len(chunks), batch_size):
-            group = chunks[s:s + batch_size]
+            group = chunks[s : s + batch_size]
             idx = torch.from_numpy(np.concatenate(group)).to(dev)
-            batch = torch.repeat_interleave(torch.arange(len(group), device=dev),
-                                            torch.tensor([len(g) for g in group], device=dev))
+            batch = torch.repeat_interleave(
+                torch.arange(len(group), device=dev), torch.tensor([len(g) for g in group], device=dev)
+            )
             category = None if cat is None else torch.full((len(group),), cat, dtype=torch.long, device=dev)
             logits = self(pos_all[idx], x_all[idx], batch, category).float().cpu()
             if mask is not None:
@@ -658,8 +778,16 @@ class Predictor(nn.Module):
         return self.model.trunk(pos, x).flatten(2).mean(-1)
 
     @torch.no_grad()
-    def embed(self, points: PointsLike, normals: Any = None, *, num_votes: int = 4, seed: int = 0,
-              batch_size: int = 8, estimate_normals: bool = False) -> np.ndarray:
+    def embed(
+        self,
+        points: PointsLike,
+        normals: Any = None,
+        *,
+        num_votes: int = 4,
+        seed: int = 0,
+        batch_size: int = 8,
+        estimate_normals: bool = False,
+    ) -> np.ndarray:
         """One descriptor per cloud: the pooled backbone grid features ``[C]``.
 
         For a classifier this is ``model.embed`` (the input of its MLP head, ``[2C]`` with
@@ -674,8 +802,15 @@ class Predictor(nn.Module):
             return self._classify(cloud, num_votes, seed, batch_size, "embed")
 
     @torch.no_grad()
-    def inspect(self, points: PointsLike, normals: Any = None, category: Any = None, *, seed: int = 0,
-                estimate_normals: bool = False) -> Dict[str, Any]:
+    def inspect(
+        self,
+        points: PointsLike,
+        normals: Any = None,
+        category: Any = None,
+        *,
+        seed: int = 0,
+        estimate_normals: bool = False,
+    ) -> Dict[str, Any]:
         """Everything :func:`gridify.vis.show` draws, in the normalized frame.
 
         Returns a dict: ``pos`` ``[N, 3]`` (all points, normalized), ``prediction``
@@ -691,22 +826,39 @@ class Predictor(nn.Module):
             points = _read_scene(points)  # read once, with the fields the features may need
             pred = self.predict(points, normals, category, seed=seed, estimate_normals=estimate_normals)
             pos, _, _ = _read_cloud(points, normals, where)
-            return {"pos": pos.astype(np.float32), "prediction": pred, "grid": None, "graph": None, "subset": None,
-                    "center": np.zeros(3), "scale": 1.0}
+            return {
+                "pos": pos.astype(np.float32),
+                "prediction": pred,
+                "grid": None,
+                "graph": None,
+                "subset": None,
+                "center": np.zeros(3),
+                "scale": 1.0,
+            }
         if not callable(getattr(self.model, "gridify", None)):
             fail(where, f"the model ({type(self.model).__name__}) has no gridification to inspect")
         cat = self._category(category, where)
         cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=where)  # read once
         pred = self._predict_cloud(cloud, cat, 4, seed, 8, where)  # predict's default votes and batch size
-        sub = self._chunks(cloud, seed)[0] if self.dense else \
-            self._subsets(len(cloud["pos"]), canonical_order(cloud["pos"], cloud["normals"]), 1, seed)[0]
+        sub = (
+            self._chunks(cloud, seed)[0]
+            if self.dense
+            else self._subsets(len(cloud["pos"]), canonical_order(cloud["pos"], cloud["normals"]), 1, seed)[0]
+        )
         dev = self.device
         pos = torch.from_numpy(cloud["pos"][sub]).to(dev)
         x = torch.from_numpy(np.ascontiguousarray(cloud["x"][sub])).to(dev)
         with evaluating(self.model), all_or_nothing(self.model):
             grid, graph = self.model.gridify(pos, x, return_graph=True)
-        return {"pos": cloud["pos"], "prediction": pred, "grid": grid[0].cpu(), "graph": graph,
-                "subset": sub, "center": cloud["center"], "scale": cloud["scale"]}
+        return {
+            "pos": cloud["pos"],
+            "prediction": pred,
+            "grid": grid[0].cpu(),
+            "graph": graph,
+            "subset": sub,
+            "center": cloud["center"],
+            "scale": cloud["scale"],
+        }
 
 
 def _num_points_of(config: Dict[str, Any]) -> Optional[int]:
@@ -733,8 +885,9 @@ def pretrained_path(name: str) -> Path:
     return path
 
 
-def load(path: Union[str, "os.PathLike[str]"], device: Union[str, torch.device] = "cpu",
-         reparameterize: bool = True) -> Predictor:
+def load(
+    path: Union[str, "os.PathLike[str]"], device: Union[str, torch.device] = "cpu", reparameterize: bool = True
+) -> Predictor:
     """Load a trained model (exported ``model.pt``, Lightning ``.ckpt``, or a shipped model by name).
 
     The file is read with ``torch.load(..., weights_only=True)`` (no code is unpickled). The
@@ -760,9 +913,13 @@ def load(path: Union[str, "os.PathLike[str]"], device: Union[str, torch.device] 
     if not isinstance(reparameterize, bool):
         raise ValueError(f"gridify.load: reparameterize must be a bool, got {reparameterize!r}")
     payload = load_checkpoint(path)
-    if payload["task"] not in TASKS or not get_task(payload["task"]).predictor:  # sequences: build_model_from_checkpoint
-        raise CheckpointError(f"{path}: entry 'task' is {payload['task']!r}; gridify.load serves the models of the "
-                              f"tasks {[n for n in task_names() if get_task(n).predictor]}")
+    if (
+        payload["task"] not in TASKS or not get_task(payload["task"]).predictor
+    ):  # sequences: build_model_from_checkpoint
+        raise CheckpointError(
+            f"{path}: entry 'task' is {payload['task']!r}; gridify.load serves the models of the "
+            f"tasks {[n for n in task_names() if get_task(n).predictor]}"
+        )
     model = build_model_from_checkpoint(payload, reparameterize=reparameterize)
     return _predictor_from_payload(path, payload, model).to(device)
 
@@ -782,22 +939,38 @@ def _predictor_from_payload(path: Any, payload: Dict[str, Any], model: nn.Module
         class_names = [f"class{i}" for i in range(n)]
     outputs = getattr(model, "num_classes", None)
     if isinstance(outputs, int) and len(class_names) != outputs:
-        raise CheckpointError(f"{path}: entry class_names names {len(class_names)} classes but the model has "
-                              f"{outputs} outputs")
-    meta = {"info": info, "config": config, "model_name": payload.get("model_name"), "model_kwargs": kwargs,
-            "path": str(path), "kind": payload.get("kind")}
+        raise CheckpointError(
+            f"{path}: entry class_names names {len(class_names)} classes but the model has {outputs} outputs"
+        )
+    meta = {
+        "info": info,
+        "config": config,
+        "model_name": payload.get("model_name"),
+        "model_kwargs": kwargs,
+        "path": str(path),
+        "kind": payload.get("kind"),
+    }
     num_points = info["num_points"] if info.get("num_points") is not None else _num_points_of(config)
     if num_points is not None and num_points < 1:
         raise CheckpointError(f"{path}: entry num_points must be a positive integer, got {num_points}")
     parts = info.get("category_to_parts") or []
     if any(p >= len(class_names) for group in parts for p in group):
-        raise CheckpointError(f"{path}: entry info['category_to_parts'] names parts beyond the {len(class_names)} "
-                              f"classes")
+        raise CheckpointError(
+            f"{path}: entry info['category_to_parts'] names parts beyond the {len(class_names)} classes"
+        )
     normalize = (info["normalization"] is not None) if "normalization" in info else bool(data.get("normalize", True))
-    return Predictor(model, task=str(payload["task"]), class_names=class_names, num_points=num_points,
-                     in_channels=in_channels, normalize=normalize,
-                     category_names=info.get("category_names"), category_to_parts=info.get("category_to_parts"),
-                     gridify_version=payload.get("gridify_version"), meta=meta)
+    return Predictor(
+        model,
+        task=str(payload["task"]),
+        class_names=class_names,
+        num_points=num_points,
+        in_channels=in_channels,
+        normalize=normalize,
+        category_names=info.get("category_names"),
+        category_to_parts=info.get("category_to_parts"),
+        gridify_version=payload.get("gridify_version"),
+        meta=meta,
+    )
 
 
 def _check_device(where: str, device: Any) -> torch.device:
@@ -805,19 +978,26 @@ def _check_device(where: str, device: Any) -> torch.device:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
-        raise ValueError(f"{where}: device must be a torch.device or a name such as 'cpu' or 'cuda:0', got "
-                         f"{device!r}") from None
+        raise ValueError(
+            f"{where}: device must be a torch.device or a name such as 'cpu' or 'cuda:0', got {device!r}"
+        ) from None
     if dev.type == "cuda" and (not torch.cuda.is_available() or (dev.index or 0) >= torch.cuda.device_count()):
-        raise ValueError(f"{where}: device {device!r} is not available on this machine (CUDA available: "
-                         f"{torch.cuda.is_available()}, devices: {torch.cuda.device_count()})")
+        raise ValueError(
+            f"{where}: device {device!r} is not available on this machine (CUDA available: "
+            f"{torch.cuda.is_available()}, devices: {torch.cuda.device_count()})"
+        )
     if dev.type not in ("cpu", "cuda"):
         backend = getattr(torch, dev.type, None) if dev.type == "xpu" else getattr(torch.backends, dev.type, None)
         available = dev.type in ("mps", "xpu") and bool(getattr(backend, "is_available", lambda: False)())
         if not available:
-            why = ("meta tensors hold no data" if dev.type == "meta"
-                   else f"this torch build has no usable {dev.type!r} backend on this machine")
-            raise ValueError(f"{where}: device {device!r} cannot run gridify ({why}); use 'cpu' or an available "
-                             f"'cuda' device")
+            why = (
+                "meta tensors hold no data"
+                if dev.type == "meta"
+                else f"this torch build has no usable {dev.type!r} backend on this machine"
+            )
+            raise ValueError(
+                f"{where}: device {device!r} cannot run gridify ({why}); use 'cpu' or an available 'cuda' device"
+            )
     return dev
 
 
@@ -834,9 +1014,20 @@ def _seeded(seed: Optional[int]):
         yield
 
 
-def gridify(points: Any, features: Any = None, resolution: Optional[int] = None, k: Optional[int] = None, *,
-            batch: Any = None, channels: int = 16, module: Optional[nn.Module] = None, seed: Optional[int] = 0,
-            normalize: bool = True, return_graph: bool = False, **kwargs: Any):
+def gridify(
+    points: Any,
+    features: Any = None,
+    resolution: Optional[int] = None,
+    k: Optional[int] = None,
+    *,
+    batch: Any = None,
+    channels: int = 16,
+    module: Optional[nn.Module] = None,
+    seed: Optional[int] = 0,
+    normalize: bool = True,
+    return_graph: bool = False,
+    **kwargs: Any,
+):
     r"""Gridify a custom cloud onto a dense ``R^3`` grid (no training needed).
 
     Computes one :class:`gridify.nn.Gridification` layer,
@@ -908,15 +1099,19 @@ def _cloud_positions(clouds: List[np.ndarray], form: str, normalize: bool, where
     return pos_list
 
 
-def _run_gridification(module: nn.Module, pos_list: List[np.ndarray], feats: Optional[List[np.ndarray]],
-                       form: str) -> Tuple[Tensor, Any]:
+def _run_gridification(
+    module: nn.Module, pos_list: List[np.ndarray], feats: Optional[List[np.ndarray]], form: str
+) -> Tuple[Tensor, Any]:
     """``(grid, graph)`` of ``module`` over the clouds, on its device, without gradients (one cloud unbatched)."""
     dev = next(module.parameters()).device
     join = np.concatenate if form == "ragged" else np.stack
     pos_t = torch.from_numpy(np.ascontiguousarray(join(pos_list))).to(dev)
     x_t = None if feats is None else torch.from_numpy(np.ascontiguousarray(join(feats))).to(dev)
-    ids = None if form != "ragged" else torch.arange(len(pos_list)).repeat_interleave(
-        torch.tensor([len(c) for c in pos_list])).to(dev)
+    ids = (
+        None
+        if form != "ragged"
+        else torch.arange(len(pos_list)).repeat_interleave(torch.tensor([len(c) for c in pos_list])).to(dev)
+    )
     with torch.no_grad():
         grid, graph = module(pos_t, x_t, ids, return_graph=True)
     if form == "single":
@@ -933,7 +1128,8 @@ def _is_cloud_list(points: Any) -> bool:
     if isinstance(first, (np.ndarray, Tensor)):
         return first.ndim >= 2  # a list of 1-D arrays is one cloud's rows
     return isinstance(first, (PointCloud, str, os.PathLike)) or (
-        isinstance(first, (list, tuple)) and bool(first) and isinstance(first[0], (list, tuple, np.ndarray, Tensor)))
+        isinstance(first, (list, tuple)) and bool(first) and isinstance(first[0], (list, tuple, np.ndarray, Tensor))
+    )
 
 
 def _points_batch(points: Any, batch: Any, where: str) -> Tuple[List[np.ndarray], str, Optional[List[int]]]:
@@ -959,8 +1155,10 @@ def _points_batch(points: Any, batch: Any, where: str) -> Tuple[List[np.ndarray]
         pos, _, _ = _read_cloud(arr, None, where)
         return [pos], "single", None
     if arr.ndim != 3 or arr.shape[-1] != 3:
-        raise ValueError(f"{where}: points must have shape [N, 3] or [B, N, 3] (or [M, 3] with batch=, or a list "
-                         f"of clouds), got {tuple(arr.shape)}")
+        raise ValueError(
+            f"{where}: points must have shape [N, 3] or [B, N, 3] (or [M, 3] with batch=, or a list "
+            f"of clouds), got {tuple(arr.shape)}"
+        )
     if arr.shape[0] == 0 or arr.shape[1] == 0:
         raise ValueError(f"{where}: the batch holds no points (shape {tuple(arr.shape)})")
     clouds = list(arr.astype(np.float64))
@@ -971,8 +1169,10 @@ def _points_batch(points: Any, batch: Any, where: str) -> Tuple[List[np.ndarray]
 def _points_with_batch(points: Any, batch: Any, where: str) -> Tuple[List[np.ndarray], str, List[int]]:
     """``points [M, 3]`` split into clouds by the PyG-style ``batch`` vector ``[M]`` (checked)."""
     if isinstance(points, (str, os.PathLike, PointCloud)) or _is_cloud_list(points):
-        raise ValueError(f"{where}: batch= goes with points [M, 3] (an array or tensor), got "
-                         f"{type(points).__name__}; a list of clouds needs no batch vector")
+        raise ValueError(
+            f"{where}: batch= goes with points [M, 3] (an array or tensor), got "
+            f"{type(points).__name__}; a list of clouds needs no batch vector"
+        )
     arr = _to_numpy(points, "points", where)
     if arr.ndim != 2 or arr.shape[-1] != 3 or arr.shape[0] == 0:
         raise ValueError(f"{where}: with batch=, points must have shape [M, 3] with M >= 1, got {tuple(arr.shape)}")
@@ -1008,8 +1208,10 @@ def _check_rows_finite(where: str, name: str, clouds: Sequence[np.ndarray], sing
     i = next(i for i, b in enumerate(bad) if b.any())
     row = int(np.flatnonzero(bad[i])[0])
     what = "NaN" if np.isnan(clouds[i][row]).any() else "Inf"
-    raise ValueError(f"{where}: {name} contains {what} values ({total} {'row' if total == 1 else 'rows'} affected); "
-                     f"first {'' if single else f'in cloud {i} '}at row {row}")
+    raise ValueError(
+        f"{where}: {name} contains {what} values ({total} {'row' if total == 1 else 'rows'} affected); "
+        f"first {'' if single else f'in cloud {i} '}at row {row}"
+    )
 
 
 def _features_batch(features: Any, sizes: List[int], form: str, flat: bool, where: str) -> Optional[List[np.ndarray]]:
@@ -1024,8 +1226,11 @@ def _features_batch(features: Any, sizes: List[int], form: str, flat: bool, wher
     elif form == "single":
         want = f"have shape [{sizes[0]}, F]"
     else:
-        want = f"have shape [{B}, {sizes[0]}, F] or be a list of {B} arrays [N_b, F]" if form == "dense" else \
-            f"be a list of {B} arrays [N_b, F] (N_b = {sizes})"
+        want = (
+            f"have shape [{B}, {sizes[0]}, F] or be a list of {B} arrays [N_b, F]"
+            if form == "dense"
+            else f"be a list of {B} arrays [N_b, F] (N_b = {sizes})"
+        )
     if isinstance(features, (list, tuple)) and form != "single" and not flat and _is_cloud_list(features):
         feats = [_to_numpy(f, f"features[{i}]", where).astype(np.float64) for i, f in enumerate(features)]
     else:
@@ -1038,27 +1243,39 @@ def _features_batch(features: Any, sizes: List[int], form: str, flat: bool, wher
             feats = list(given)
         else:
             raise ValueError(f"{where}: features must {want} to match points, got {tuple(given.shape)}")
-    if len(feats) != B or any(f.ndim != 2 or len(f) != n or f.shape[-1] != feats[0].shape[-1]
-                              for f, n in zip(feats, sizes)):
-        raise ValueError(f"{where}: features must {want} to match points, got "
-                         f"{[tuple(f.shape) for f in feats] if B > 1 else tuple(feats[0].shape)}")
+    if len(feats) != B or any(
+        f.ndim != 2 or len(f) != n or f.shape[-1] != feats[0].shape[-1] for f, n in zip(feats, sizes)
+    ):
+        raise ValueError(
+            f"{where}: features must {want} to match points, got "
+            f"{[tuple(f.shape) for f in feats] if B > 1 else tuple(feats[0].shape)}"
+        )
     if feats[0].shape[-1] == 0:
         raise ValueError(f"{where}: features have 0 channels; pass features=None to gridify the coordinates alone")
     _check_rows_finite(where, "features", feats, single=form == "single")
     return [_as_float32(f, "features", where) for f in feats]
 
 
-def _gridification_module(module: Optional[nn.Module], in_channels: int, coords_only: bool, resolution: Optional[int],
-                          k: Optional[int], channels: int, seed: Optional[int], kwargs: Dict[str, Any],
-                          where: str) -> nn.Module:
+def _gridification_module(
+    module: Optional[nn.Module],
+    in_channels: int,
+    coords_only: bool,
+    resolution: Optional[int],
+    k: Optional[int],
+    channels: int,
+    seed: Optional[int],
+    kwargs: Dict[str, Any],
+    where: str,
+) -> nn.Module:
     """The given Gridification (checked against the arguments) or a fresh, seeded one in eval mode."""
     from .nn.gridification import Gridification
 
     if module is None:
         check_positive_int(where, channels=channels)
         with _seeded(seed):
-            module = Gridification(in_channels, channels, 9 if resolution is None else resolution,
-                                   k=9 if k is None else k, **kwargs)
+            module = Gridification(
+                in_channels, channels, 9 if resolution is None else resolution, k=9 if k is None else k, **kwargs
+            )
         return module.eval()
     if not isinstance(module, Gridification):
         raise TypeError(f"{where}: module must be a gridify.nn.Gridification, got {type(module).__name__}")
@@ -1068,6 +1285,8 @@ def _gridification_module(module: Optional[nn.Module], in_channels: int, coords_
         if given is not None and given != has:
             raise ValueError(f"{where}: {name}={given} but the given module has {name}={has}")
     if module.in_channels != in_channels:
-        raise ValueError(f"{where}: the module takes {module.in_channels} features per point but "
-                         f"{'the coordinates give 3' if coords_only else f'features has {in_channels}'}")
+        raise ValueError(
+            f"{where}: the module takes {module.in_channels} features per point but "
+            f"{'the coordinates give 3' if coords_only else f'features has {in_channels}'}"
+        )
     return module

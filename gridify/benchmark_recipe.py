@@ -53,6 +53,7 @@ optimizer settings), or any registered model name (built with its defaults). Out
 ``benchmark_recipe.json`` (machine, settings, resolved config, rows) and ``benchmark_recipe.csv``
 (:data:`RECIPE_COLUMNS`), plus the printed table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,20 +79,59 @@ from ._paths import PathError, check_output_dir, one_line_errors
 from .runtime import cpu_model
 from .tasks import get_task
 
-__all__ = ["main", "build_parser", "RECIPE_COLUMNS", "PEERS", "peer_registry_name", "cpu_seconds", "graph_timer",
-           "time_training", "time_inference"]
+__all__ = [
+    "main",
+    "build_parser",
+    "RECIPE_COLUMNS",
+    "PEERS",
+    "peer_registry_name",
+    "cpu_seconds",
+    "graph_timer",
+    "time_training",
+    "time_inference",
+]
 
 #: columns of ``benchmark_recipe.csv`` (and keys of every row in the JSON)
-RECIPE_COLUMNS = ["model", "registry_name", "params", "batch", "points_per_cloud", "steps", "data_ms", "graph_ms",
-                  "forward_ms", "backward_ms", "optimizer_ms", "step_ms", "parts_ms", "inference_ms",
-                  "infer_graph_ms", "train_over_inference", "cores_used", "ms_per_cloud", "infer_ms_per_cloud",
-                  "synthetic_step_ms", "real_over_synthetic", "graph_what", "status"]
+RECIPE_COLUMNS = [
+    "model",
+    "registry_name",
+    "params",
+    "batch",
+    "points_per_cloud",
+    "steps",
+    "data_ms",
+    "graph_ms",
+    "forward_ms",
+    "backward_ms",
+    "optimizer_ms",
+    "step_ms",
+    "parts_ms",
+    "inference_ms",
+    "infer_graph_ms",
+    "train_over_inference",
+    "cores_used",
+    "ms_per_cloud",
+    "infer_ms_per_cloud",
+    "synthetic_step_ms",
+    "real_over_synthetic",
+    "graph_what",
+    "status",
+]
 #: ``--models`` spellings of the peers -> their model family (registry name without the task suffix)
-PEERS = {"pointnet2": "pointnet2", "pointnet++": "pointnet2", "point_ckconv": "point_ckconv",
-         "pointckconv": "point_ckconv", "ckconv": "point_ckconv", "pointckconvnet": "point_ckconv"}
+PEERS = {
+    "pointnet2": "pointnet2",
+    "pointnet++": "pointnet2",
+    "point_ckconv": "point_ckconv",
+    "pointckconv": "point_ckconv",
+    "ckconv": "point_ckconv",
+    "pointckconvnet": "point_ckconv",
+}
 #: what the ``graph`` column times, per model family
-GRAPH_WHAT = {"gridified": "bilateral kNN (Gridification)", "pointnet2": "FPS + ball query (+ kNN interp.)",
-              "point_ckconv": "kNN neighbourhoods"}
+GRAPH_WHAT = {
+    "gridified": "bilateral kNN (Gridification)",
+    "pointnet2": "FPS + ball query (+ kNN interp.)",
+    "point_ckconv": "kNN neighbourhoods",
+}
 DEFAULT_MODELS = ["gridified", "pointnet2", "point_ckconv"]
 PRECISIONS = {"32-true": None, "32": None, 32: None, "bf16-mixed": torch.bfloat16}
 
@@ -99,23 +139,45 @@ PRECISIONS = {"32-true": None, "32": None, 32: None, "bf16-mixed": torch.bfloat1
 # ----------------------------------------------------------------------------- command line
 def build_parser() -> argparse.ArgumentParser:
     prog = os.environ.get("GRIDIFY_PROG") or None
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--recipe", required=True, help="a training config by name (modelnet10_fast, procedural, ...) "
-                                                   "or a YAML path, as gridify train --config")
+    p = argparse.ArgumentParser(
+        prog=prog, description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--recipe",
+        required=True,
+        help="a training config by name (modelnet10_fast, procedural, ...) or a YAML path, as gridify train --config",
+    )
     p.add_argument("--data-root", default=None, help="the data root, as gridify train --data-root")
-    p.add_argument("--override", action="append", default=[], metavar="section.key=value",
-                   help="config override as in gridify train (repeatable): --override data.batch_size=8")
+    p.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="section.key=value",
+        help="config override as in gridify train (repeatable): --override data.batch_size=8",
+    )
     p.add_argument("--steps", type=cliargs.positive_int, default=200, help="timed training steps per model")
     p.add_argument("--warmup", type=cliargs.nonnegative_int, default=5, help="untimed training steps before them")
-    p.add_argument("--infer-steps", type=cliargs.nonnegative_int, default=None,
-                   help="timed inference batches (default min(steps, 50))")
-    p.add_argument("--synthetic-steps", type=cliargs.nonnegative_int, default=10,
-                   help="timed steps on synthetic clouds (0: skip)")
-    p.add_argument("--models", nargs="+", default=None,
-                   help=f"models, comma- or space-separated (default {','.join(DEFAULT_MODELS)})")
-    p.add_argument("--threads", type=cliargs.threads, default=None,
-                   help="torch threads (default: the recipe's trainer.num_threads, else torch's)")
+    p.add_argument(
+        "--infer-steps",
+        type=cliargs.nonnegative_int,
+        default=None,
+        help="timed inference batches (default min(steps, 50))",
+    )
+    p.add_argument(
+        "--synthetic-steps", type=cliargs.nonnegative_int, default=10, help="timed steps on synthetic clouds (0: skip)"
+    )
+    p.add_argument(
+        "--models",
+        nargs="+",
+        default=None,
+        help=f"models, comma- or space-separated (default {','.join(DEFAULT_MODELS)})",
+    )
+    p.add_argument(
+        "--threads",
+        type=cliargs.threads,
+        default=None,
+        help="torch threads (default: the recipe's trainer.num_threads, else torch's)",
+    )
     p.add_argument("--device", type=cliargs.device_or_auto, default="cpu", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--out", default="outputs/benchmark_recipe", help="output folder")
     return p
@@ -129,8 +191,10 @@ def _model_names(prog: str, given: Optional[List[str]]) -> List[str]:
         raise SystemExit(f"{prog}: error: --models names no model")
     for n in names:
         if n.lower() != "gridified" and n.lower() not in PEERS and n not in MODELS:
-            raise SystemExit(f"{prog}: error: --models: unknown model {n!r}; expected gridified, pointnet2, "
-                             f"point_ckconv or a registered model ({', '.join(MODELS.names())})")
+            raise SystemExit(
+                f"{prog}: error: --models: unknown model {n!r}; expected gridified, pointnet2, "
+                f"point_ckconv or a registered model ({', '.join(MODELS.names())})"
+            )
     return names
 
 
@@ -200,9 +264,13 @@ def _hook_points() -> List[Tuple[Any, str]]:
     from .baselines import point_ckconv, pointnet2
     from .nn import gridification
 
-    return [(gridification, "bilateral_knn_unchecked"), (pointnet2, "fps_unchecked"),
-            (pointnet2, "radius_unchecked"), (pointnet2, "knn_unchecked"),
-            (point_ckconv, "knn_neighbourhoods_unchecked")]
+    return [
+        (gridification, "bilateral_knn_unchecked"),
+        (pointnet2, "fps_unchecked"),
+        (pointnet2, "radius_unchecked"),
+        (pointnet2, "knn_unchecked"),
+        (point_ckconv, "knn_neighbourhoods_unchecked"),
+    ]
 
 
 @contextlib.contextmanager
@@ -223,6 +291,7 @@ def graph_timer(clock: Callable[[], float]) -> Iterator[List[float]]:
                 if depth[0] == 1:
                     spent[0] += clock() - t0
                 depth[0] -= 1
+
         return timed
 
     for module, name in _hook_points():
@@ -245,9 +314,10 @@ class _TrainerStandIn:
     def __init__(self, max_epochs: int, max_steps: int) -> None:
         self.max_epochs, self.max_steps = max_epochs, max_steps
         current = SimpleNamespace(processed=0)
-        self.fit_loop = SimpleNamespace(epoch_progress=SimpleNamespace(current=current),
-                                        epoch_loop=SimpleNamespace(batch_progress=SimpleNamespace(
-                                            current=SimpleNamespace(processed=0))))
+        self.fit_loop = SimpleNamespace(
+            epoch_progress=SimpleNamespace(current=current),
+            epoch_loop=SimpleNamespace(batch_progress=SimpleNamespace(current=SimpleNamespace(processed=0))),
+        )
 
     def set_epoch(self, epoch: int) -> None:
         self.fit_loop.epoch_progress.current.processed = epoch
@@ -281,8 +351,17 @@ def _autocast(device: torch.device, dtype: Optional[torch.dtype]) -> Any:
     return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
-def _train_step(task: Any, opt: Any, sched: Any, batch: Dict[str, Any], step: int, clip: Optional[float],
-                clock: Callable[[], float], graph: List[float], amp: Optional[torch.dtype]) -> Dict[str, float]:
+def _train_step(
+    task: Any,
+    opt: Any,
+    sched: Any,
+    batch: Dict[str, Any],
+    step: int,
+    clip: Optional[float],
+    clock: Callable[[], float],
+    graph: List[float],
+    amp: Optional[torch.dtype],
+) -> Dict[str, float]:
     """One training step as Lightning runs it; ``{forward, backward, optimizer, graph}`` seconds (graph taken out)."""
     device = batch["pos"].device
     g0, t0 = graph[0], clock()
@@ -298,13 +377,21 @@ def _train_step(task: Any, opt: Any, sched: Any, batch: Dict[str, Any], step: in
     sched.step()
     opt.zero_grad(set_to_none=True)
     t3 = clock()
-    return {"forward": (t1 - t0) - (g1 - g0), "backward": (t2 - t1) - (g2 - g1), "optimizer": t3 - t2,
-            "graph": g2 - g0}
+    return {"forward": (t1 - t0) - (g1 - g0), "backward": (t2 - t1) - (g2 - g1), "optimizer": t3 - t2, "graph": g2 - g0}
 
 
-def time_training(task: Any, optim: Tuple[Any, Any], batches: Any, steps: int, warmup: int,
-                  clock: Callable[[], float], graph: List[float], clip: Optional[float] = None,
-                  amp: Optional[torch.dtype] = None, keep: int = 0) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:
+def time_training(
+    task: Any,
+    optim: Tuple[Any, Any],
+    batches: Any,
+    steps: int,
+    warmup: int,
+    clock: Callable[[], float],
+    graph: List[float],
+    clip: Optional[float] = None,
+    amp: Optional[torch.dtype] = None,
+    keep: int = 0,
+) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:
     """``warmup`` untimed, then ``steps`` timed training steps over ``batches.next()`` with ``optim``
     = ``(optimizer, per-step LR scheduler)``.
 
@@ -351,8 +438,13 @@ def optimizer_of(task: Any, stand_in: Any) -> Tuple[Any, Any]:
     return conf["optimizer"], conf["lr_scheduler"]["scheduler"]
 
 
-def time_inference(task: Any, batches: Sequence[Dict[str, Any]], clock: Callable[[], float], graph: List[float],
-                   amp: Optional[torch.dtype] = None) -> Dict[str, float]:
+def time_inference(
+    task: Any,
+    batches: Sequence[Dict[str, Any]],
+    clock: Callable[[], float],
+    graph: List[float],
+    amp: Optional[torch.dtype] = None,
+) -> Dict[str, float]:
     """Mean seconds per batch of the eval-mode, no-grad forward pass over ``batches`` (one untimed first)."""
     from .training.metrics import forward_batch
 
@@ -374,8 +466,9 @@ def time_inference(task: Any, batches: Sequence[Dict[str, Any]], clock: Callable
 class _SyntheticBatches:
     """Clouds on random ellipsoids (as the synthetic benchmark's) of the recipe's batch and cloud size."""
 
-    def __init__(self, like: Dict[str, Any], task: str, clouds: int, points: int, in_channels: int,
-                 seed: int = 0) -> None:
+    def __init__(
+        self, like: Dict[str, Any], task: str, clouds: int, points: int, in_channels: int, seed: int = 0
+    ) -> None:
         g = torch.Generator().manual_seed(seed)
         d = torch.randn(clouds, points, 3, generator=g)
         d = d / d.norm(dim=-1, keepdim=True).clamp_min(1e-12)
@@ -383,9 +476,14 @@ class _SyntheticBatches:
         # features: xyz, then the unit directions as normals, zero-padded to in_channels
         x = torch.cat([pos, d.reshape(-1, 3), torch.zeros(pos.size(0), max(0, in_channels - 6))], 1)[:, :in_channels]
         device, labels = like["pos"].device, clouds * points if get_task(task).dense else clouds
-        self.batch = dict(like, graph=None, pos=pos.to(device), x=x.to(device),
-                          batch=torch.arange(clouds).repeat_interleave(points).to(device),
-                          y=torch.zeros(labels, dtype=like["y"].dtype, device=device))
+        self.batch = dict(
+            like,
+            graph=None,
+            pos=pos.to(device),
+            x=x.to(device),
+            batch=torch.arange(clouds).repeat_interleave(points).to(device),
+            y=torch.zeros(labels, dtype=like["y"].dtype, device=device),
+        )
         if isinstance(like.get("category"), torch.Tensor):
             self.batch["category"] = torch.zeros(clouds, dtype=like["category"].dtype, device=device)
 
@@ -415,23 +513,44 @@ def _build_task(cfg: Dict[str, Any], info: Dict[str, Any], num_train: int, name:
     if family != "gridified" or registry:
         cfg["model"] = {"name": registry}
     task, record = build_module(cfg, info, num_train, 1)
-    return task, {"family": family if registry else "gridified", "registry_name": record.model_name,
-                  "params": record.num_params}
+    return task, {
+        "family": family if registry else "gridified",
+        "registry_name": record.model_name,
+        "params": record.num_params,
+    }
 
 
-def _row(name: str, meta: Dict[str, Any], train: Dict[str, float], infer: Optional[Dict[str, float]],
-         synth: Optional[float], steps: int) -> Dict[str, Any]:
+def _row(
+    name: str,
+    meta: Dict[str, Any],
+    train: Dict[str, float],
+    infer: Optional[Dict[str, float]],
+    synth: Optional[float],
+    steps: int,
+) -> Dict[str, Any]:
     ms = {k: 1e3 * v for k, v in train.items() if k not in ("cores", "batch", "points")}
     compute = ms["graph"] + ms["forward"] + ms["backward"] + ms["optimizer"]
-    row = {"model": name, "registry_name": meta["registry_name"], "params": meta["params"],
-           "batch": train["batch"], "points_per_cloud": train["points"], "steps": steps,
-           **{f"{k}_ms": v for k, v in ms.items()}, "parts_ms": compute + ms["data"],
-           "cores_used": train["cores"], "ms_per_cloud": ms["step"] / train["batch"],
-           "graph_what": GRAPH_WHAT.get(meta["family"], "-"), "status": "ok"}
+    row = {
+        "model": name,
+        "registry_name": meta["registry_name"],
+        "params": meta["params"],
+        "batch": train["batch"],
+        "points_per_cloud": train["points"],
+        "steps": steps,
+        **{f"{k}_ms": v for k, v in ms.items()},
+        "parts_ms": compute + ms["data"],
+        "cores_used": train["cores"],
+        "ms_per_cloud": ms["step"] / train["batch"],
+        "graph_what": GRAPH_WHAT.get(meta["family"], "-"),
+        "status": "ok",
+    }
     if infer is not None:
-        row.update(inference_ms=1e3 * infer["inference"], infer_graph_ms=1e3 * infer["infer_graph"],
-                   train_over_inference=compute / (1e3 * infer["inference"]),
-                   infer_ms_per_cloud=1e3 * infer["inference"] / train["batch"])
+        row.update(
+            inference_ms=1e3 * infer["inference"],
+            infer_graph_ms=1e3 * infer["infer_graph"],
+            train_over_inference=compute / (1e3 * infer["inference"]),
+            infer_ms_per_cloud=1e3 * infer["inference"] / train["batch"],
+        )
     if synth is not None:
         row.update(synthetic_step_ms=1e3 * synth, real_over_synthetic=ms["step"] / (1e3 * synth))
     if meta["family"] not in GRAPH_WHAT:
@@ -439,8 +558,13 @@ def _row(name: str, meta: Dict[str, Any], train: Dict[str, float], infer: Option
     return row
 
 
-def _measure_model(name: str, cfg: Dict[str, Any], data: Tuple[Any, Any, Any, Dict[str, Any]],
-                   settings: Dict[str, Any], device: torch.device) -> Dict[str, Any]:
+def _measure_model(
+    name: str,
+    cfg: Dict[str, Any],
+    data: Tuple[Any, Any, Any, Dict[str, Any]],
+    settings: Dict[str, Any],
+    device: torch.device,
+) -> Dict[str, Any]:
     """Train, infer and (optionally) the synthetic step of one model; its row."""
     from .training.data import graph_builder_of
     from .training.module import PointCloudData
@@ -453,35 +577,65 @@ def _measure_model(name: str, cfg: Dict[str, Any], data: Tuple[Any, Any, Any, Di
     stand_in = _TrainerStandIn(int(tr["max_epochs"]), int(tr["max_steps"]))
     optim = optimizer_of(task, stand_in)
     # as gridify train: with DataLoader workers, a gridified model's graphs are built in them
-    datamodule = PointCloudData(cfg, train_set, val_set, augment,
-                                graph_builder_of(task.model, cfg))
+    datamodule = PointCloudData(cfg, train_set, val_set, augment, graph_builder_of(task.model, cfg))
     datamodule.trainer = stand_in
     clock, amp, clip = _Clock(device), PRECISIONS[tr["precision"]], tr["gradient_clip_val"]
     batches = _Batches(datamodule, stand_in, device)
     with graph_timer(clock) as graph, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".*self\.log.*")
         try:
-            train, kept = time_training(task, optim, batches, settings["steps"], settings["warmup"], clock, graph,
-                                        clip, amp, keep=max(1, settings["infer_steps"]))
+            train, kept = time_training(
+                task,
+                optim,
+                batches,
+                settings["steps"],
+                settings["warmup"],
+                clock,
+                graph,
+                clip,
+                amp,
+                keep=max(1, settings["infer_steps"]),
+            )
         finally:
             batches.close()
-        infer = time_inference(task, kept[:settings["infer_steps"]], clock, graph, amp) \
-            if settings["infer_steps"] else None
+        infer = (
+            time_inference(task, kept[: settings["infer_steps"]], clock, graph, amp)
+            if settings["infer_steps"]
+            else None
+        )
         synth = None
         if settings["synthetic_steps"]:
-            fake = _SyntheticBatches(kept[0], cfg["task"], int(cfg["data"]["batch_size"]),
-                                     int(round(train["points"])), int(info["in_channels"]), int(cfg["seed"]))
+            fake = _SyntheticBatches(
+                kept[0],
+                cfg["task"],
+                int(cfg["data"]["batch_size"]),
+                int(round(train["points"])),
+                int(info["in_channels"]),
+                int(cfg["seed"]),
+            )
             parts, _ = time_training(task, optim, fake, settings["synthetic_steps"], 1, clock, graph, clip, amp)
             synth = parts["step"] - parts["data"]
     return _row(name, meta, train, infer, synth, settings["steps"])
 
 
 # ----------------------------------------------------------------------------- report
-TABLE = [("model", "model"), ("data_ms", "data"), ("graph_ms", "graph"), ("forward_ms", "forward"),
-         ("backward_ms", "backward"), ("optimizer_ms", "optim"), ("step_ms", "step"), ("inference_ms", "infer"),
-         ("train_over_inference", "train/infer"), ("cores_used", "cores"), ("ms_per_cloud", "ms/cloud"),
-         ("synthetic_step_ms", "synth step"), ("real_over_synthetic", "real/synth"), ("graph_what", "graph is"),
-         ("status", "status")]
+TABLE = [
+    ("model", "model"),
+    ("data_ms", "data"),
+    ("graph_ms", "graph"),
+    ("forward_ms", "forward"),
+    ("backward_ms", "backward"),
+    ("optimizer_ms", "optim"),
+    ("step_ms", "step"),
+    ("inference_ms", "infer"),
+    ("train_over_inference", "train/infer"),
+    ("cores_used", "cores"),
+    ("ms_per_cloud", "ms/cloud"),
+    ("synthetic_step_ms", "synth step"),
+    ("real_over_synthetic", "real/synth"),
+    ("graph_what", "graph is"),
+    ("status", "status"),
+]
 
 
 def _fmt(v: Any) -> str:
@@ -503,10 +657,18 @@ def format_table(rows: List[Dict[str, Any]]) -> str:
 
 def machine_facts(cfg: Dict[str, Any], device: torch.device) -> Dict[str, Any]:
     """CPU, cores available, torch, threads, workers, batch size, device."""
-    facts = {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
-             "num_workers": int(cfg["data"]["num_workers"]), "batch_size": int(cfg["data"]["batch_size"]),
-             "torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
-             "device": str(device), "precision": str(cfg["trainer"]["precision"])}
+    facts = {
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "num_workers": int(cfg["data"]["num_workers"]),
+        "batch_size": int(cfg["data"]["batch_size"]),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "device": str(device),
+        "precision": str(cfg["trainer"]["precision"]),
+    }
     if hasattr(os, "sched_getaffinity"):
         facts["cores_available"] = len(os.sched_getaffinity(0))
     if hasattr(os, "getloadavg"):  # other processes competing for the cores lower "cores" and raise the times
@@ -529,25 +691,36 @@ def write_outputs(out: Path, result: Dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------- main
 def _settings(args: argparse.Namespace) -> Dict[str, Any]:
     infer = min(args.steps, 50) if args.infer_steps is None else min(args.infer_steps, args.steps)
-    return {"steps": args.steps, "warmup": args.warmup, "infer_steps": infer,
-            "synthetic_steps": args.synthetic_steps, "threads": args.threads}
+    return {
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "infer_steps": infer,
+        "synthetic_steps": args.synthetic_steps,
+        "threads": args.threads,
+    }
 
 
-def _prepare(prog: str, args: argparse.Namespace) -> Tuple[Dict[str, Any], Dict[str, Any], List[str], torch.device,
-                                                           Path]:
+def _prepare(
+    prog: str, args: argparse.Namespace
+) -> Tuple[Dict[str, Any], Dict[str, Any], List[str], torch.device, Path]:
     """Validate everything before anything slow: ``(config, settings, models, device, out)``."""
     settings = _settings(args)
     models = _model_names(prog, args.models)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if args.device == "auto" else args.device))
+    device = torch.device(
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else ("cpu" if args.device == "auto" else args.device)
+    )
     try:
         out = check_output_dir(args.out, "--out", files=("benchmark_recipe.json", "benchmark_recipe.csv"))
     except PathError as exc:
         raise SystemExit(f"{prog}: error: {exc}") from None
     cfg = _load_config(prog, args)
     if cfg["trainer"]["precision"] not in PRECISIONS:
-        raise SystemExit(f"{prog}: error: --recipe: trainer.precision {cfg['trainer']['precision']!r} is not "
-                         f"timed by bench --recipe (32-true or bf16-mixed)")
+        raise SystemExit(
+            f"{prog}: error: --recipe: trainer.precision {cfg['trainer']['precision']!r} is not "
+            f"timed by bench --recipe (32-true or bf16-mixed)"
+        )
     return cfg, settings, models, device, out
 
 
@@ -573,12 +746,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         torch.set_num_threads(int(threads))
     data = _build_data(prog, cfg)
     facts = machine_facts(cfg, device)
-    print(f"bench --recipe {args.recipe}: {cfg['data']['name']} ({data[3]['source_format']}), {len(data[0])} "
-          f"training clouds, batch {facts['batch_size']}, {facts['num_workers']} workers | {facts['cpu']}, "
-          f"{facts['threads']} threads, torch {facts['torch']}, {device}", flush=True)
-    result = {"machine": facts, "recipe": args.recipe, "settings": {**settings, "models": models,
-                                                                    "overrides": args.override},
-              "units": "ms per training step (one batch) unless named per cloud", "config": cfg, "rows": []}
+    print(
+        f"bench --recipe {args.recipe}: {cfg['data']['name']} ({data[3]['source_format']}), {len(data[0])} "
+        f"training clouds, batch {facts['batch_size']}, {facts['num_workers']} workers | {facts['cpu']}, "
+        f"{facts['threads']} threads, torch {facts['torch']}, {device}",
+        flush=True,
+    )
+    result = {
+        "machine": facts,
+        "recipe": args.recipe,
+        "settings": {**settings, "models": models, "overrides": args.override},
+        "units": "ms per training step (one batch) unless named per cloud",
+        "config": cfg,
+        "rows": [],
+    }
     for name in models:
         started = time.perf_counter()
         try:
@@ -588,14 +769,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         result["rows"].append(row)
         if hasattr(os, "getloadavg"):
             row["load_average_1min_after"] = os.getloadavg()[0]
-        print(f"[{name}] {row['status']}: " + " ".join(f"{h} {_fmt(row.get(c))}" for c, h in TABLE[1:-2])
-              + f" ({time.perf_counter() - started:.0f} s)", flush=True)
+        print(
+            f"[{name}] {row['status']}: "
+            + " ".join(f"{h} {_fmt(row.get(c))}" for c, h in TABLE[1:-2])
+            + f" ({time.perf_counter() - started:.0f} s)",
+            flush=True,
+        )
         with one_line_errors(prog):  # after every model: a long run that is stopped keeps what it measured
             out.mkdir(parents=True, exist_ok=True)
             write_outputs(out, result)
     print()
     print(format_table(result["rows"]))
-    print("ms per training step (batch); graph = the neighbour search inside the forward pass (see 'graph is'), "
-          "forward and backward exclude it; train/infer = (graph + forward + backward + optim) / infer")
+    print(
+        "ms per training step (batch); graph = the neighbour search inside the forward pass (see 'graph is'), "
+        "forward and backward exclude it; train/infer = (graph + forward + backward + optim) / infer"
+    )
     print(f"wrote {out / 'benchmark_recipe.json'} and {out / 'benchmark_recipe.csv'}")
     return 0

@@ -56,6 +56,7 @@ Usage::
 ``--recipe NAME`` switches to another mode, real training steps of a training recipe on real data
 (:mod:`gridify.benchmark_recipe`): ``gridify bench --recipe modelnet10_fast --data-root DIR``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,17 +85,47 @@ from .models.gridified import CLASSIFIER_PRESETS
 from .precision import PRECISIONS, autocast, resolve_precision
 from .runtime import tune_cpu_allocator
 
-__all__ = ["main", "build_benchmark_model", "grid_resolution", "matmul_gflops", "measure", "CSV_COLUMNS",
-           "DEFAULT_NUM_POINTS", "DEFAULT_KS"]
+__all__ = [
+    "main",
+    "build_benchmark_model",
+    "grid_resolution",
+    "matmul_gflops",
+    "measure",
+    "CSV_COLUMNS",
+    "DEFAULT_NUM_POINTS",
+    "DEFAULT_KS",
+]
 
 DEFAULT_NUM_POINTS = [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536]
 DEFAULT_KS = [4, 8, 16, 32, 64, 128]
 DEFAULT_MODELS = ["gridified", "pointnet2", "point_ckconv"]
 NUM_CLASSES = 40
-CSV_COLUMNS = ["sweep", "model", "precision", "num_points", "resolution", "k", "batch", "ms_per_batch",
-               "clouds_per_s", "us_per_point", "peak_mb", "train_batch", "train_ms_per_batch", "train_clouds_per_s",
-               "train_peak_mb", "train_peak_mb_per_cloud", "train_over_inference", "repeats", "params",
-               "gflop_per_cloud", "gflops_achieved", "ratio", "train_ratio", "status"]
+CSV_COLUMNS = [
+    "sweep",
+    "model",
+    "precision",
+    "num_points",
+    "resolution",
+    "k",
+    "batch",
+    "ms_per_batch",
+    "clouds_per_s",
+    "us_per_point",
+    "peak_mb",
+    "train_batch",
+    "train_ms_per_batch",
+    "train_clouds_per_s",
+    "train_peak_mb",
+    "train_peak_mb_per_cloud",
+    "train_over_inference",
+    "repeats",
+    "params",
+    "gflop_per_cloud",
+    "gflops_achieved",
+    "ratio",
+    "train_ratio",
+    "status",
+]
 RESULT_TAG = "GRIDIFY_BENCHMARK_RESULT:"
 
 
@@ -118,8 +149,10 @@ def _model_kind(name: str) -> Tuple[str, Optional[str], bool]:
             parts = parts[:-1]
         backbone = "-".join(parts) if parts else "ccnn"
         return "gridified", backbone, reparam
-    raise ValueError(f"benchmark: unknown model {name!r}; expected gridified[-fast][-<backbone>][-reparam], "
-                     f"pointnet2 or point_ckconv")
+    raise ValueError(
+        f"benchmark: unknown model {name!r}; expected gridified[-fast][-<backbone>][-reparam], "
+        f"pointnet2 or point_ckconv"
+    )
 
 
 def model_preset(name: str) -> str:
@@ -143,8 +176,9 @@ def skip_reason(name: str) -> Optional[str]:
     return None
 
 
-def build_benchmark_model(name: str, num_points: int, k: Optional[int] = None,
-                          device: torch.device = torch.device("cpu")) -> nn.Module:
+def build_benchmark_model(
+    name: str, num_points: int, k: Optional[int] = None, device: torch.device = torch.device("cpu")
+) -> nn.Module:
     """The benchmark configuration of model ``name`` for clouds of ``num_points`` points.
 
     ``-reparam`` variants run one forward pass in eval mode (so every layer knows its input
@@ -161,8 +195,14 @@ def build_benchmark_model(name: str, num_points: int, k: Optional[int] = None,
         preset = dict(CLASSIFIER_PRESETS[model_preset(name)])
         if k is not None:
             preset["k"] = k
-        model = build_model("gridified_classifier", in_channels=3, num_classes=NUM_CLASSES,
-                            resolution=grid_resolution(num_points), backbone=backbone, **preset).to(device)
+        model = build_model(
+            "gridified_classifier",
+            in_channels=3,
+            num_classes=NUM_CLASSES,
+            resolution=grid_resolution(num_points),
+            backbone=backbone,
+            **preset,
+        ).to(device)
         if reparam:
             from .nn.reparam import reparameterize_model
 
@@ -196,9 +236,15 @@ def _sync(device: torch.device) -> None:
 
 
 def machine_info(device: torch.device) -> Dict[str, Any]:
-    info = {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
-            "device": str(device)}
+    info = {
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "device": str(device),
+    }
     if device.type == "cuda":
         info["device_name"] = torch.cuda.get_device_name(device)
         info["cuda"] = torch.version.cuda
@@ -233,7 +279,7 @@ def matmul_gflops(device: torch.device, size: int = 2048, repeats: int = 10) -> 
         torch.mm(a, b)
         _sync(device)
         best = min(best, time.perf_counter() - t0)
-    return 2.0 * size ** 3 / best / 1e9
+    return 2.0 * size**3 / best / 1e9
 
 
 # ----------------------------------------------------------------------------- FLOP counting
@@ -259,12 +305,11 @@ def count_forward_flops(model: nn.Module, args: Tuple[Any, ...]) -> Tuple[float,
             return
         n = flexconv.next_fast_len(r + p)
         b, c = x.shape[0], x.shape[1]
-        size = n ** 3
+        size = n**3
         per_transform = 2.5 * size * math.log2(max(size, 2))
         fft_flops[0] += per_transform * (b * c + c + b * c) + 6.0 * b * c * n * n * (n // 2 + 1)
 
-    handles = [m.register_forward_pre_hook(hook) for m in model.modules()
-               if isinstance(m, flexconv.SepFlexConv3d)]
+    handles = [m.register_forward_pre_hook(hook) for m in model.modules() if isinstance(m, flexconv.SepFlexConv3d)]
     try:
         counter = FlopCounterMode(display=False)
         with torch.no_grad(), counter:
@@ -279,27 +324,27 @@ def count_forward_flops(model: nn.Module, args: Tuple[Any, ...]) -> Tuple[float,
 def _rss_mb() -> float:
     try:
         with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
     except (OSError, ValueError):
         return 0.0
 
 
 def _maxrss_mb() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return r / 2 ** 20 if sys.platform == "darwin" else r / 1024
+    return r / 2**20 if sys.platform == "darwin" else r / 1024
 
 
 def _is_oom(exc: BaseException) -> bool:
     msg = str(exc).lower()
-    return isinstance(exc, MemoryError) or "out of memory" in msg or "can't allocate" in msg \
-        or "cannot allocate" in msg
+    return isinstance(exc, MemoryError) or "out of memory" in msg or "can't allocate" in msg or "cannot allocate" in msg
 
 
 class _Timer:
     """Run ``fn(b)`` under a time budget: probe at b=1, pick b, warm up, time repeats."""
 
-    def __init__(self, fn: Callable[[int], None], device: torch.device, budget: float, repeats: int,
-                 warmup: int, max_batch: int) -> None:
+    def __init__(
+        self, fn: Callable[[int], None], device: torch.device, budget: float, repeats: int, warmup: int, max_batch: int
+    ) -> None:
         self.fn, self.device, self.budget = fn, device, budget
         self.repeats, self.warmup, self.max_batch = repeats, warmup, max_batch
 
@@ -350,20 +395,31 @@ class _Memory:
         self.device = device
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-            self.base = torch.cuda.memory_allocated(device) / 2 ** 20
+            self.base = torch.cuda.memory_allocated(device) / 2**20
         else:
             self.base = _rss_mb()
 
     def peak(self) -> float:
         if self.device.type == "cuda":
-            return torch.cuda.max_memory_allocated(self.device) / 2 ** 20 - self.base
+            return torch.cuda.max_memory_allocated(self.device) / 2**20 - self.base
         return max(0.0, _maxrss_mb() - self.base)
 
 
-def measure(model_name: str, num_points: int, k: Optional[int] = None, batch_size: int = 32, repeats: int = 5,
-            warmup: int = 1, time_budget: float = 20.0, device: str = "cpu", train_step: bool = True,
-            max_points_per_batch: int = 1 << 20, count_flops: bool = True, seed: int = 0,
-            precision: str = "fp32") -> Dict[str, Any]:
+def measure(
+    model_name: str,
+    num_points: int,
+    k: Optional[int] = None,
+    batch_size: int = 32,
+    repeats: int = 5,
+    warmup: int = 1,
+    time_budget: float = 20.0,
+    device: str = "cpu",
+    train_step: bool = True,
+    max_points_per_batch: int = 1 << 20,
+    count_flops: bool = True,
+    seed: int = 0,
+    precision: str = "fp32",
+) -> Dict[str, Any]:
     """One benchmark row: inference (and training-step) time and peak memory of one model at one N.
 
     ``precision`` (``fp32``/``bf16``/``fp16``) runs the forward passes under that autocast.
@@ -372,9 +428,13 @@ def measure(model_name: str, num_points: int, k: Optional[int] = None, batch_siz
     torch.manual_seed(seed)
     family, _, reparam = _model_kind(model_name)
     default_k = CLASSIFIER_PRESETS[model_preset(model_name)]["k"] if family == "gridified" else 64
-    row: Dict[str, Any] = {"model": model_name, "num_points": num_points, "precision": precision,
-                           "resolution": grid_resolution(num_points) if family == "gridified" else None,
-                           "k": (default_k if k is None else k) if model_uses_k(model_name) else None}
+    row: Dict[str, Any] = {
+        "model": model_name,
+        "num_points": num_points,
+        "precision": precision,
+        "resolution": grid_resolution(num_points) if family == "gridified" else None,
+        "k": (default_k if k is None else k) if model_uses_k(model_name) else None,
+    }
     reason = skip_reason(model_name)
     if reason is not None:
         row["status"] = f"skipped: {reason}"
@@ -402,8 +462,14 @@ def measure(model_name: str, num_points: int, k: Optional[int] = None, batch_siz
     memory = _Memory(dev)
     res = _Timer(infer, dev, time_budget, repeats, warmup, max_batch).run()
     b = res["batch"]
-    row.update(batch=b, ms_per_batch=1e3 * res["seconds"], clouds_per_s=b / res["seconds"],
-               us_per_point=1e6 * res["seconds"] / (b * num_points), peak_mb=memory.peak(), repeats=res["repeats"])
+    row.update(
+        batch=b,
+        ms_per_batch=1e3 * res["seconds"],
+        clouds_per_s=b / res["seconds"],
+        us_per_point=1e6 * res["seconds"] / (b * num_points),
+        peak_mb=memory.peak(),
+        repeats=res["repeats"],
+    )
     if count_flops and family == "gridified":
         pos, batch, _ = get(1)
         counted, fft = count_forward_flops(model, (pos, None, batch))
@@ -419,8 +485,16 @@ def measure(model_name: str, num_points: int, k: Optional[int] = None, batch_siz
     return row
 
 
-def _measure_training(model: nn.Module, get: Callable[[int], Tuple[Tensor, Tensor, Tensor]], dev: torch.device,
-                      precision: str, max_batch: int, time_budget: float, repeats: int, warmup: int) -> Dict[str, Any]:
+def _measure_training(
+    model: nn.Module,
+    get: Callable[[int], Tuple[Tensor, Tensor, Tensor]],
+    dev: torch.device,
+    precision: str,
+    max_batch: int,
+    time_budget: float,
+    repeats: int,
+    warmup: int,
+) -> Dict[str, Any]:
     """Median time of a whole training step: zero_grad, forward (under ``precision``), cross-entropy,
     backward, AdamW step (PyTorch's default implementation, the same for every model)."""
     model.train()
@@ -451,8 +525,12 @@ def _worker_main(spec_json: str) -> int:
     try:
         row = measure(**spec)
     except Exception as exc:  # reported as a row, the sweep goes on
-        row = {"model": spec.get("model_name"), "num_points": spec.get("num_points"), "k": spec.get("k"),
-               "status": f"error: {type(exc).__name__}: {exc}"[:300]}
+        row = {
+            "model": spec.get("model_name"),
+            "num_points": spec.get("num_points"),
+            "k": spec.get("k"),
+            "status": f"error: {type(exc).__name__}: {exc}"[:300],
+        }
     print(RESULT_TAG + json.dumps(row), flush=True)
     return 0
 
@@ -470,7 +548,7 @@ def _run_isolated(spec: Dict[str, Any], timeout: float) -> Dict[str, Any]:
         return {**base, "status": f"timeout after {timeout:.0f} s"}
     for line in proc.stdout.splitlines():
         if line.startswith(RESULT_TAG):
-            return json.loads(line[len(RESULT_TAG):])
+            return json.loads(line[len(RESULT_TAG) :])
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
     return {**base, "status": f"error: worker exited {proc.returncode}: {tail[0][:250]}"}
 
@@ -478,6 +556,7 @@ def _run_isolated(spec: Dict[str, Any], timeout: float) -> Dict[str, Any]:
 # ----------------------------------------------------------------------------- reporting
 def add_ratios(rows: List[Dict[str, Any]], reference: str = "gridified") -> None:
     """``ratio`` = throughput of ``reference`` in the same sweep at the same (N, k) / this row's."""
+
     def key(r: Dict[str, Any], with_k: bool) -> Tuple[Any, ...]:
         return (r.get("sweep"), r.get("num_points"), r.get("k") if with_k else None)
 
@@ -506,12 +585,26 @@ def _fmt(v: Any, digits: int = 3) -> str:
 
 
 def format_table(rows: List[Dict[str, Any]]) -> str:
-    cols = [("sweep", "sweep"), ("model", "model"), ("num_points", "N"), ("resolution", "R"), ("k", "k"),
-            ("batch", "batch"), ("ms_per_batch", "ms/batch"), ("clouds_per_s", "clouds/s"),
-            ("us_per_point", "us/point"), ("peak_mb", "peak MB"), ("train_batch", "train b"),
-            ("train_ms_per_batch", "train ms/b"), ("train_peak_mb_per_cloud", "train MB/cloud"),
-            ("train_over_inference", "train/infer"), ("gflops_achieved", "GFLOP/s"), ("ratio", "ref/model"),
-            ("train_ratio", "train ref/model"), ("status", "status")]
+    cols = [
+        ("sweep", "sweep"),
+        ("model", "model"),
+        ("num_points", "N"),
+        ("resolution", "R"),
+        ("k", "k"),
+        ("batch", "batch"),
+        ("ms_per_batch", "ms/batch"),
+        ("clouds_per_s", "clouds/s"),
+        ("us_per_point", "us/point"),
+        ("peak_mb", "peak MB"),
+        ("train_batch", "train b"),
+        ("train_ms_per_batch", "train ms/b"),
+        ("train_peak_mb_per_cloud", "train MB/cloud"),
+        ("train_over_inference", "train/infer"),
+        ("gflops_achieved", "GFLOP/s"),
+        ("ratio", "ref/model"),
+        ("train_ratio", "train ref/model"),
+        ("status", "status"),
+    ]
     table = [[h for _, h in cols]] + [[_fmt(r.get(c))[:60] for c, _ in cols] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in table]
@@ -545,16 +638,21 @@ def plot(rows: List[Dict[str, Any]], out: Path, *, memory_lower_bound: bool = Fa
         if not sel:
             continue
         fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
-        series = [("ms_per_batch", "batch", "inference time per cloud [ms]"),
-                  ("train_ms_per_batch", "train_batch", "training step per cloud [ms]"),
-                  ("peak_mb", "batch", "peak inference memory per cloud [MB]"),
-                  ("train_peak_mb", "train_batch", "peak training memory per cloud [MB]")]
+        series = [
+            ("ms_per_batch", "batch", "inference time per cloud [ms]"),
+            ("train_ms_per_batch", "train_batch", "training step per cloud [ms]"),
+            ("peak_mb", "batch", "peak inference memory per cloud [MB]"),
+            ("train_peak_mb", "train_batch", "peak training memory per cloud [MB]"),
+        ]
         if memory_lower_bound:
             series[2:] = [(y, b, label.replace("memory", "memory (lower bound)")) for y, b, label in series[2:]]
         for ax, (ykey, bkey, ylabel) in zip(axes, series):
             for model in sorted({r["model"] for r in sel}):
-                pts = sorted((r[xkey], r[ykey] / r[bkey]) for r in sel
-                             if r["model"] == model and r.get(ykey) and r.get(bkey) and r.get(xkey))
+                pts = sorted(
+                    (r[xkey], r[ykey] / r[bkey])
+                    for r in sel
+                    if r["model"] == model and r.get(ykey) and r.get(bkey) and r.get(xkey)
+                )
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=model)
             ax.set_xscale("log", base=2)
@@ -574,8 +672,11 @@ def plot(rows: List[Dict[str, Any]], out: Path, *, memory_lower_bound: bool = Fa
 # ----------------------------------------------------------------------------- CLI
 def build_parser() -> argparse.ArgumentParser:
     # "gridify bench" through the console script (which names the sub-command in GRIDIFY_PROG)
-    p = argparse.ArgumentParser(prog=os.environ.get("GRIDIFY_PROG") or None, description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog=os.environ.get("GRIDIFY_PROG") or None,
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--models", nargs="+", default=None, help=f"models (default: {' '.join(DEFAULT_MODELS)})")
     p.add_argument("--num-points", nargs="+", type=int, default=None, help="N values of the N sweep")
     p.add_argument("--k", nargs="*", type=int, default=None, help="k values of the k sweep (none: no k sweep)")
@@ -588,30 +689,51 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=types.threads, default=None, help="torch threads (default: torch's)")
     p.add_argument("--device", default="auto", type=types.device_or_auto, help="auto, cpu, cuda, cuda:1, ...")
     p.add_argument("--train-step", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help="fp32, or bf16/fp16 autocast for every model alike (a CPU without native bf16 falls back "
-                        "to fp32 with a warning)")
-    p.add_argument("--reference", default=None,
-                   help="model the ratio columns compare with (default: the first gridified model)")
-    p.add_argument("--flops", action=argparse.BooleanOptionalAction, default=True,
-                   help="count the gridified forward's FLOPs")
-    p.add_argument("--isolation", choices=("subprocess", "inprocess"), default="subprocess",
-                   help="fresh process per measurement (honest CPU peak memory) or all in this process")
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="fp32",
+        help="fp32, or bf16/fp16 autocast for every model alike (a CPU without native bf16 falls back "
+        "to fp32 with a warning)",
+    )
+    p.add_argument(
+        "--reference", default=None, help="model the ratio columns compare with (default: the first gridified model)"
+    )
+    p.add_argument(
+        "--flops", action=argparse.BooleanOptionalAction, default=True, help="count the gridified forward's FLOPs"
+    )
+    p.add_argument(
+        "--isolation",
+        choices=("subprocess", "inprocess"),
+        default="subprocess",
+        help="fresh process per measurement (honest CPU peak memory) or all in this process",
+    )
     p.add_argument("--matmul-size", type=int, default=2048, help="matrix size of the matmul-peak measurement")
-    p.add_argument("--malloc", choices=("default", "tuned"), default="default",
-                   help="CPU allocator settings of the measuring processes: glibc's defaults, or "
-                        "gridify.runtime.tune_cpu_allocator() (freed memory is reused: no page faults "
-                        "for every new temporary); applies to every model alike. Tuned peak-memory "
-                        "figures are lower bounds (memory freed during warm-up is reused)")
+    p.add_argument(
+        "--malloc",
+        choices=("default", "tuned"),
+        default="default",
+        help="CPU allocator settings of the measuring processes: glibc's defaults, or "
+        "gridify.runtime.tune_cpu_allocator() (freed memory is reused: no page faults "
+        "for every new temporary); applies to every model alike. Tuned peak-memory "
+        "figures are lower bounds (memory freed during warm-up is reused)",
+    )
     p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--out", default="outputs/benchmark", type=types.output_dir)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quick", action="store_true",
-                   help="smoke test: N in {512, 1024}, k in {8, 16}, batch 4, 2 repeats, 5 s budget")
-    p.add_argument("--recipe", default=None, metavar="NAME",
-                   help="instead of the synthetic sweep, time real training steps of a training recipe on real "
-                        "data (data loading, graph building, forward, backward, optimizer, cores used): "
-                        "--recipe modelnet10_fast --data-root DIR [--steps 200]; see --recipe NAME --help")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke test: N in {512, 1024}, k in {8, 16}, batch 4, 2 repeats, 5 s budget",
+    )
+    p.add_argument(
+        "--recipe",
+        default=None,
+        metavar="NAME",
+        help="instead of the synthetic sweep, time real training steps of a training recipe on real "
+        "data (data loading, graph building, forward, backward, optimizer, cores used): "
+        "--recipe modelnet10_fast --data-root DIR [--steps 200]; see --recipe NAME --help",
+    )
     p.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
     return p
 
@@ -634,8 +756,12 @@ def _check_args(args: argparse.Namespace) -> Tuple[List[str], List[int], List[in
         except ValueError as exc:
             prog = os.environ.get("GRIDIFY_PROG") or "benchmark"
             raise SystemExit(f"{prog}: error: --models: {str(exc).removeprefix('benchmark: ')}") from None
-    for name, v in (("--batch-size", args.batch_size), ("--repeats", args.repeats),
-                    ("--max-points-per-batch", args.max_points_per_batch), ("--k-num-points", args.k_num_points)):
+    for name, v in (
+        ("--batch-size", args.batch_size),
+        ("--repeats", args.repeats),
+        ("--max-points-per-batch", args.max_points_per_batch),
+        ("--k-num-points", args.k_num_points),
+    ):
         if v < 1:
             raise SystemExit(f"benchmark: {name} must be >= 1, got {v}")
     if any(n < 8 for n in num_points) or any(k < 1 for k in ks):
@@ -647,19 +773,36 @@ def _check_args(args: argparse.Namespace) -> Tuple[List[str], List[int], List[in
     return models, num_points, ks
 
 
-def _run_jobs(args: argparse.Namespace, jobs: List[Tuple[str, str, int, Optional[int]]], device: torch.device,
-              malloc_applied: bool, started: float) -> List[Dict[str, Any]]:
+def _run_jobs(
+    args: argparse.Namespace,
+    jobs: List[Tuple[str, str, int, Optional[int]]],
+    device: torch.device,
+    malloc_applied: bool,
+    started: float,
+) -> List[Dict[str, Any]]:
     """Measure every (sweep, model, N, k) job, each in a fresh process unless ``--isolation inprocess``."""
     rows: List[Dict[str, Any]] = []
     for i, (sweep, model, n, k) in enumerate(jobs):
-        spec = dict(model_name=model, num_points=n, k=k, batch_size=args.batch_size, repeats=args.repeats,
-                    warmup=args.warmup, time_budget=args.time_budget, device=str(device),
-                    train_step=args.train_step, max_points_per_batch=args.max_points_per_batch,
-                    count_flops=args.flops, seed=args.seed, precision=args.precision)
+        spec = dict(
+            model_name=model,
+            num_points=n,
+            k=k,
+            batch_size=args.batch_size,
+            repeats=args.repeats,
+            warmup=args.warmup,
+            time_budget=args.time_budget,
+            device=str(device),
+            train_step=args.train_step,
+            max_points_per_batch=args.max_points_per_batch,
+            count_flops=args.flops,
+            seed=args.seed,
+            precision=args.precision,
+        )
         if args.isolation == "subprocess":
-            row = _run_isolated({**spec, "threads": torch.get_num_threads(),
-                                 "malloc": "tuned" if malloc_applied else "default"},
-                                timeout=6 * args.time_budget + 300)
+            row = _run_isolated(
+                {**spec, "threads": torch.get_num_threads(), "malloc": "tuned" if malloc_applied else "default"},
+                timeout=6 * args.time_budget + 300,
+            )
         else:
             try:
                 row = measure(**spec)
@@ -667,9 +810,12 @@ def _run_jobs(args: argparse.Namespace, jobs: List[Tuple[str, str, int, Optional
                 row = {"model": model, "num_points": n, "k": k, "status": f"error: {type(exc).__name__}: {exc}"}
         row["sweep"] = sweep
         rows.append(row)
-        print(f"[{i + 1}/{len(jobs)} {time.perf_counter() - started:.0f}s] {sweep}-sweep {model} N={n} "
-              f"k={row.get('k')}: {row.get('status')} batch={row.get('batch')} "
-              f"ms/batch={_fmt(row.get('ms_per_batch'))} peak={_fmt(row.get('peak_mb'))} MB", flush=True)
+        print(
+            f"[{i + 1}/{len(jobs)} {time.perf_counter() - started:.0f}s] {sweep}-sweep {model} N={n} "
+            f"k={row.get('k')}: {row.get('status')} batch={row.get('batch')} "
+            f"ms/batch={_fmt(row.get('ms_per_batch'))} peak={_fmt(row.get('peak_mb'))} MB",
+            flush=True,
+        )
     return rows
 
 
@@ -681,8 +827,10 @@ def _report(args: argparse.Namespace, result: Dict[str, Any], out: Path) -> None
     print()
     print(format_table(rows))
     for r in (r for r in rows if r.get("model") == "gridified" and r.get("gflops_achieved")):
-        print(f"gridified {r['sweep']}-sweep N={r['num_points']} k={r.get('k')}: {r['gflops_achieved']:.1f} GFLOP/s "
-              f"= {100 * r['gflops_achieved'] / peak:.0f} % of the matmul peak ({peak:.1f})")
+        print(
+            f"gridified {r['sweep']}-sweep N={r['num_points']} k={r.get('k')}: {r['gflops_achieved']:.1f} GFLOP/s "
+            f"= {100 * r['gflops_achieved'] / peak:.0f} % of the matmul peak ({peak:.1f})"
+        )
     if args.plots:
         try:
             for path in plot(rows, out, memory_lower_bound=args.malloc == "tuned"):
@@ -713,10 +861,14 @@ def _main(argv: Sequence[str]) -> int:
         torch.set_num_threads(args.threads)
     malloc_applied = tune_cpu_allocator() if args.malloc == "tuned" else False
     if args.malloc == "tuned" and not malloc_applied:
-        print("benchmark: --malloc tuned has no effect here (no glibc mallopt); measuring with the defaults",
-              flush=True)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if args.device == "auto" else args.device))
+        print(
+            "benchmark: --malloc tuned has no effect here (no glibc mallopt); measuring with the defaults", flush=True
+        )
+    device = torch.device(
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else ("cpu" if args.device == "auto" else args.device)
+    )
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("benchmark: --device cuda requested but CUDA is not available")
     args.precision = resolve_precision(args.precision, device, where="benchmark")
@@ -740,16 +892,28 @@ def _main(argv: Sequence[str]) -> int:
         if row.get("gflops_achieved"):
             row["matmul_fraction"] = row["gflops_achieved"] / peak
     add_ratios(rows, reference)
-    result = {"machine": info, "precision": args.precision, "reference": reference, "matmul_gflops": peak, "matmul_gflops_before_after": [peak_before, peak_after],
-              "malloc": "tuned (gridify.runtime.tune_cpu_allocator)" if malloc_applied else "default",
-              "resolution_rule": "R = max(2, round(N ** (1/3)))",
-              "memory_method": ("cuda max_memory_allocated" if device.type == "cuda" else
-                                f"peak RSS increase (ru_maxrss), isolation={args.isolation}"
-                                + (", malloc tuned: lower bounds" if malloc_applied else "")),
-              "flops_method": "FlopCounterMode + estimated FFT convolutions (see gridify.benchmarking)",
-              "settings": {k: v for k, v in vars(args).items() if k != "_worker"},
-              "models": models, "num_points": num_points, "ks": ks, "rows": rows,
-              "wall_seconds": time.perf_counter() - started}
+    result = {
+        "machine": info,
+        "precision": args.precision,
+        "reference": reference,
+        "matmul_gflops": peak,
+        "matmul_gflops_before_after": [peak_before, peak_after],
+        "malloc": "tuned (gridify.runtime.tune_cpu_allocator)" if malloc_applied else "default",
+        "resolution_rule": "R = max(2, round(N ** (1/3)))",
+        "memory_method": (
+            "cuda max_memory_allocated"
+            if device.type == "cuda"
+            else f"peak RSS increase (ru_maxrss), isolation={args.isolation}"
+            + (", malloc tuned: lower bounds" if malloc_applied else "")
+        ),
+        "flops_method": "FlopCounterMode + estimated FFT convolutions (see gridify.benchmarking)",
+        "settings": {k: v for k, v in vars(args).items() if k != "_worker"},
+        "models": models,
+        "num_points": num_points,
+        "ks": ks,
+        "rows": rows,
+        "wall_seconds": time.perf_counter() - started,
+    }
     _report(args, result, out)
     return 0
 

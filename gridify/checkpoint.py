@@ -14,6 +14,7 @@ allocated.
 
 This module needs only PyTorch and NumPy; it never imports Lightning.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,9 +31,22 @@ from .nn.reparam import is_reparameterizable, reparameterize_model
 from .registry import TASKS as TASKS_REGISTRY
 from .tasks import get_task, task_names
 
-__all__ = ["plain", "atomic_torch_save", "export_model", "check_export_meta", "inference_settings", "TASKS",
-           "model_task", "task_served", "check_task",
-           "CheckpointError", "load_checkpoint", "reparameterize_model", "build_model_from_checkpoint", "check_payload"]
+__all__ = [
+    "plain",
+    "atomic_torch_save",
+    "export_model",
+    "check_export_meta",
+    "inference_settings",
+    "TASKS",
+    "model_task",
+    "task_served",
+    "check_task",
+    "CheckpointError",
+    "load_checkpoint",
+    "reparameterize_model",
+    "build_model_from_checkpoint",
+    "check_payload",
+]
 
 
 def plain(obj: Any) -> Any:
@@ -117,9 +131,11 @@ def check_task(source: str, task: Any, model_name: Any) -> None:
         return
     serves = model_task(MODELS.get(model_name))
     if not task_served(task, serves):
-        raise CheckpointError(f"{source}: entry 'task' is {task!r} but the model {model_name!r} is a {serves} model; "
-                              f"the file's task and model do not match (edited or mixed-up metadata?), so it cannot "
-                              f"be served as {task}")
+        raise CheckpointError(
+            f"{source}: entry 'task' is {task!r} but the model {model_name!r} is a {serves} model; "
+            f"the file's task and model do not match (edited or mixed-up metadata?), so it cannot "
+            f"be served as {task}"
+        )
 
 
 def export_model(path: Path, model: torch.nn.Module, meta: Dict[str, Any], reparameterize: bool = True) -> None:
@@ -157,8 +173,11 @@ def export_model(path: Path, model: torch.nn.Module, meta: Dict[str, Any], repar
     if problem is not None:
         fail("export_model", f"meta does not describe the model: {problem}")
     if type(rebuilt) is not type(model):
-        fail("export_model", f"meta['model_name']={meta['model_name']!r} builds a {type(rebuilt).__name__}, "
-                             f"but the model is a {type(model).__name__}")
+        fail(
+            "export_model",
+            f"meta['model_name']={meta['model_name']!r} builds a {type(rebuilt).__name__}, "
+            f"but the model is a {type(model).__name__}",
+        )
     atomic_torch_save(payload, path)
 
 
@@ -177,8 +196,11 @@ def check_export_meta(model: torch.nn.Module, meta: Any) -> Dict[str, Any]:
         fail(where, f"meta must be a dict, got {type(meta).__name__}")
     missing = [k for k in ("model_name", "model_kwargs", "task") if k not in meta]
     if missing:
-        fail(where, f"meta lacks {missing}: a model.pt must name the registered model, the keyword arguments "
-                    f"that rebuild it and its task, or gridify.load cannot read it back")
+        fail(
+            where,
+            f"meta lacks {missing}: a model.pt must name the registered model, the keyword arguments "
+            f"that rebuild it and its task, or gridify.load cannot read it back",
+        )
     name, kwargs, task = meta["model_name"], meta["model_kwargs"], meta["task"]
     if name not in MODELS:
         fail(where, f"meta['model_name']={name!r} is not a registered model; registered: {MODELS.names()}")
@@ -187,8 +209,11 @@ def check_export_meta(model: torch.nn.Module, meta: Any) -> Dict[str, Any]:
     check_choice(where, "meta['task']", task, TASKS)
     serves = model_task(model)
     if not task_served(task, serves):
-        fail(where, f"meta['task']={task!r} but the model ({type(model).__name__}) is a {serves} model; gridify.load "
-                    f"would serve it as {task}")
+        fail(
+            where,
+            f"meta['task']={task!r} but the model ({type(model).__name__}) is a {serves} model; gridify.load "
+            f"would serve it as {task}",
+        )
     info = meta.get("info", {})
     if not isinstance(info, dict):
         fail(where, f"meta['info'] must be a dict, got {type(info).__name__}")
@@ -240,9 +265,12 @@ def inference_settings(payload: Dict[str, Any]) -> Dict[str, Any]:
     for section in (data.get("test") or {}, data):
         if num_points is None and section.get("num_points") is not None:
             num_points = int(section["num_points"])
-    return {"class_names": payload.get("class_names") or info.get("class_names"),
-            "in_channels": int(kwargs.get("in_channels", info.get("in_channels", 3))),
-            "normalize": normalize, "num_points": num_points}
+    return {
+        "class_names": payload.get("class_names") or info.get("class_names"),
+        "in_channels": int(kwargs.get("in_channels", info.get("in_channels", 3))),
+        "normalize": normalize,
+        "num_points": num_points,
+    }
 
 
 class CheckpointError(RuntimeError):
@@ -266,18 +294,23 @@ def load_checkpoint(path: os.PathLike | str) -> Dict[str, Any]:
         text = str(exc)
         unsafe = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
         if unsafe:
-            raise CheckpointError(f"refusing to load {path}: it contains a pickled Python object "
-                                  f"({unsafe.group(1)}), not only tensors and plain containers, so it is not a "
-                                  f"gridify checkpoint (and loading it could run code)") from None
+            raise CheckpointError(
+                f"refusing to load {path}: it contains a pickled Python object "
+                f"({unsafe.group(1)}), not only tensors and plain containers, so it is not a "
+                f"gridify checkpoint (and loading it could run code)"
+            ) from None
         detail = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\n|$)", text, re.S)
         detail_text = detail.group(1).strip() if detail else (text.splitlines()[0] if text else "")
-        raise CheckpointError(f"cannot read checkpoint {path}: the file is corrupt, truncated or not a PyTorch "
-                              f"checkpoint ({type(exc).__name__}: {detail_text})") from None
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: the file is corrupt, truncated or not a PyTorch "
+            f"checkpoint ({type(exc).__name__}: {detail_text})"
+        ) from None
     if not isinstance(raw, dict) or "state_dict" not in raw:
         raise CheckpointError(f"{path} is not a gridify checkpoint (no 'state_dict' entry)")
     if not isinstance(raw["state_dict"], Mapping):
-        raise CheckpointError(f"{path}: entry 'state_dict' must be a dict of tensors, got "
-                              f"{type(raw['state_dict']).__name__}")
+        raise CheckpointError(
+            f"{path}: entry 'state_dict' must be a dict of tensors, got {type(raw['state_dict']).__name__}"
+        )
     out = _lightning_payload(raw, path) if "hyper_parameters" in raw else _export_payload(raw, path)
     check_payload(out, str(path))
     return out
@@ -293,8 +326,9 @@ def _lightning_payload(raw: Dict[str, Any], path: Path) -> Dict[str, Any]:
     missing = [k for k in _NEED if k not in hp]
     if missing:
         raise CheckpointError(f"{path}: Lightning checkpoint without the gridify hyper-parameters {missing}")
-    state = {k[len("model."):]: v for k, v in raw["state_dict"].items()
-             if isinstance(k, str) and k.startswith("model.")}
+    state = {
+        k[len("model.") :]: v for k, v in raw["state_dict"].items() if isinstance(k, str) and k.startswith("model.")
+    }
     out = {"kind": "lightning", "state_dict": state, "epoch": raw.get("epoch"), "global_step": raw.get("global_step")}
     out.update({k: hp[k] for k in _NEED})
     info = hp["info"]
@@ -308,8 +342,13 @@ def _export_payload(raw: Dict[str, Any], path: Path) -> Dict[str, Any]:
     if missing:
         raise CheckpointError(f"{path}: exported model without the entries {missing}")
     out = {k: raw[k] for k in _NEED}
-    out.update(kind="export", state_dict=raw["state_dict"], class_names=raw.get("class_names"),
-               gridify_version=raw.get("gridify_version"), reparameterized=raw.get("reparameterized", False))
+    out.update(
+        kind="export",
+        state_dict=raw["state_dict"],
+        class_names=raw.get("class_names"),
+        gridify_version=raw.get("gridify_version"),
+        reparameterized=raw.get("reparameterized", False),
+    )
     return out
 
 
@@ -340,9 +379,13 @@ def _check_info(source: str, info: Mapping[str, Any], kwargs: Mapping[str, Any])
     _check_names(source, "info['class_names']", info.get("class_names"))
     _check_names(source, "info['category_names']", info.get("category_names"))
     parts = info.get("category_to_parts")
-    if parts is not None and not (isinstance(parts, (list, tuple)) and all(
+    if parts is not None and not (
+        isinstance(parts, (list, tuple))
+        and all(
             isinstance(p, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in p)
-            for p in parts)):
+            for p in parts
+        )
+    ):
         raise _entry_error(source, "info['category_to_parts']", "a list of lists of part ids (or None)", parts)
 
 
@@ -399,20 +442,28 @@ def _check_weights(state: Mapping[str, torch.Tensor], model: torch.nn.Module, na
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]
     if missing or unexpected:
-        raise CheckpointError(f"the checkpoint's weights do not fit {name!r} {kwargs}: missing {missing[:5]}"
-                              f"{' ...' if len(missing) > 5 else ''}, unexpected {unexpected[:5]}"
-                              f"{' ...' if len(unexpected) > 5 else ''}")
+        raise CheckpointError(
+            f"the checkpoint's weights do not fit {name!r} {kwargs}: missing {missing[:5]}"
+            f"{' ...' if len(missing) > 5 else ''}, unexpected {unexpected[:5]}"
+            f"{' ...' if len(unexpected) > 5 else ''}"
+        )
     for key, value in state.items():
         # a folded MRConv3d resizes its merged kernel on load (its size follows the folding resolution)
         if value.shape != own[key].shape and not key.endswith("rep_weight"):
-            raise CheckpointError(f"the checkpoint's weights do not fit {name!r} {kwargs}: entry state_dict[{key!r}] "
-                                  f"has shape {tuple(value.shape)}, the model's {tuple(own[key].shape)}")
+            raise CheckpointError(
+                f"the checkpoint's weights do not fit {name!r} {kwargs}: entry state_dict[{key!r}] "
+                f"has shape {tuple(value.shape)}, the model's {tuple(own[key].shape)}"
+            )
         if own[key].is_floating_point() != value.is_floating_point():
-            raise CheckpointError(f"the checkpoint's entry state_dict[{key!r}] has dtype {value.dtype} but the model's "
-                                  f"is {own[key].dtype}")
+            raise CheckpointError(
+                f"the checkpoint's entry state_dict[{key!r}] has dtype {value.dtype} but the model's "
+                f"is {own[key].dtype}"
+            )
         if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise CheckpointError(f"the checkpoint's entry state_dict[{key!r}] holds NaN/Inf values (a diverged "
-                                  f"training run?); refusing to load it")
+            raise CheckpointError(
+                f"the checkpoint's entry state_dict[{key!r}] holds NaN/Inf values (a diverged "
+                f"training run?); refusing to load it"
+            )
 
 
 def build_model_from_checkpoint(payload: Dict[str, Any], *, reparameterize: bool = False) -> torch.nn.Module:
@@ -430,8 +481,9 @@ def build_model_from_checkpoint(payload: Dict[str, Any], *, reparameterize: bool
     check_payload(payload, "build_model_from_checkpoint")
     name, kwargs = payload["model_name"], dict(payload["model_kwargs"])
     if name not in MODELS:
-        raise CheckpointError(f"the checkpoint's model {name!r} is not registered (known models: "
-                              f"{', '.join(MODELS.names())})")
+        raise CheckpointError(
+            f"the checkpoint's model {name!r} is not registered (known models: {', '.join(MODELS.names())})"
+        )
     try:
         model = build_model(name, **kwargs)
     except (TypeError, ValueError, KeyError) as exc:  # an unknown backbone/kernel name is both
@@ -443,8 +495,9 @@ def build_model_from_checkpoint(payload: Dict[str, Any], *, reparameterize: bool
     try:
         model.load_state_dict(payload["state_dict"], strict=True)
     except RuntimeError as exc:
-        raise CheckpointError(f"the checkpoint's weights do not fit {name!r} {kwargs}: "
-                              f"{str(exc).splitlines()[0]}") from None
+        raise CheckpointError(
+            f"the checkpoint's weights do not fit {name!r} {kwargs}: {str(exc).splitlines()[0]}"
+        ) from None
     if reparameterize and not folded:
         reparameterize_model(model)
     return model.eval()

@@ -17,6 +17,7 @@ Every sub-command parses its numbers, devices and paths with the shared types of
 :mod:`gridify._cliargs`, checks its output paths before it works (:mod:`gridify._paths`) and ends
 every error, an ``OSError`` while writing included, with one line naming the flag or the file.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,8 +70,10 @@ def _delegate(name: str, argv: List[str]) -> int:
     except ModuleNotFoundError as exc:
         if exc.name == module_name:
             raise SystemExit(f"gridify {name}: {module_name} is not available in this installation of gridify")
-        raise SystemExit(f"gridify {name}: missing dependency {exc.name!r}; install the script extras: "
-                         f"pip install 'gridify[scripts]'")
+        raise SystemExit(
+            f"gridify {name}: missing dependency {exc.name!r}; install the script extras: "
+            f"pip install 'gridify[scripts]'"
+        )
     with _prog(name), one_line_errors(f"gridify {name}"):
         module.main(argv)
     return 0
@@ -80,44 +83,66 @@ def _add_common_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", type=types.device, help="cpu, cuda, cuda:1, ... (default: cpu)")
     p.add_argument("--threads", type=types.threads, help="torch CPU threads")
     p.add_argument("--category", help="object category (name or index) for segmentation models that need one")
-    p.add_argument("--seed", type=types.nonnegative_int, default=0,
-                   help="seed of the point subsets / chunks (default 0)")
-    p.add_argument("--estimate-normals", action="store_true",
-                   help="estimate normals with Open3D when the model needs them and the file has none")
-    p.add_argument("--num-samples", type=types.positive_int, default=10_000,
-                   help="points sampled from a mesh file (default 10000)")
+    p.add_argument(
+        "--seed", type=types.nonnegative_int, default=0, help="seed of the point subsets / chunks (default 0)"
+    )
+    p.add_argument(
+        "--estimate-normals",
+        action="store_true",
+        help="estimate normals with Open3D when the model needs them and the file has none",
+    )
+    p.add_argument(
+        "--num-samples", type=types.positive_int, default=10_000, help="points sampled from a mesh file (default 10000)"
+    )
 
 
 def _add_show_parser(sub: Any) -> None:
-    s = sub.add_parser("show", help="look at a cloud (and a model's labels, grid and kNN edges) in Open3D",
-                       description="Show a cloud in an Open3D window, or render it headless to a PNG with --out. "
-                                   "With --ckpt the points are coloured by the predicted class/part (with a legend) "
-                                   "and the grid layer is the model's learned gridification; without it the file's "
-                                   "colours/labels are used and the grid comes from a freshly initialised "
-                                   "(seeded) Gridification at --resolution / --k. The grid layer draws the nodes "
-                                   "the cloud touches, the edges layer the bilateral kNN edges of a few nodes "
-                                   "spread over the cloud, and the camera looks along the cloud's axis of least "
-                                   "variance.")
+    s = sub.add_parser(
+        "show",
+        help="look at a cloud (and a model's labels, grid and kNN edges) in Open3D",
+        description="Show a cloud in an Open3D window, or render it headless to a PNG with --out. "
+        "With --ckpt the points are coloured by the predicted class/part (with a legend) "
+        "and the grid layer is the model's learned gridification; without it the file's "
+        "colours/labels are used and the grid comes from a freshly initialised "
+        "(seeded) Gridification at --resolution / --k. The grid layer draws the nodes "
+        "the cloud touches, the edges layer the bilateral kNN edges of a few nodes "
+        "spread over the cloud, and the camera looks along the cloud's axis of least "
+        "variance.",
+    )
     s.add_argument("file", help="point cloud or mesh file")
     s.add_argument("--ckpt", help="model whose predictions colour the points")
-    s.add_argument("--model", choices=sorted(PRETRAINED), help="a shipped model instead of --ckpt (modelnet10, modelnet40)")
+    s.add_argument(
+        "--model", choices=sorted(PRETRAINED), help="a shipped model instead of --ckpt (modelnet10, modelnet40)"
+    )
     s.add_argument("--out", type=types.output_file(), help="PNG path: render headless instead of opening a window")
-    s.add_argument("--layers", default=None,
-                   help="comma-separated layers to show: points, grid, edges (default: points; with --ckpt in a "
-                        "window all three, toggleable)")
-    s.add_argument("--grid-color", choices=("norm", "pca"), default="pca",
-                   help="colour grid nodes by feature norm or by a PCA of the features (default pca)")
-    s.add_argument("--resolution", type=types.positive_int, default=9,
-                   help="grid resolution without --ckpt (default 9)")
+    s.add_argument(
+        "--layers",
+        default=None,
+        help="comma-separated layers to show: points, grid, edges (default: points; with --ckpt in a "
+        "window all three, toggleable)",
+    )
+    s.add_argument(
+        "--grid-color",
+        choices=("norm", "pca"),
+        default="pca",
+        help="colour grid nodes by feature norm or by a PCA of the features (default pca)",
+    )
+    s.add_argument(
+        "--resolution", type=types.positive_int, default=9, help="grid resolution without --ckpt (default 9)"
+    )
     s.add_argument("--k", type=types.positive_int, default=9, help="kNN neighbours without --ckpt (default 9)")
     s.add_argument("--width", type=types.positive_int, default=800, help="image width (default 800)")
     s.add_argument("--height", type=types.positive_int, default=600, help="image height (default 600)")
     s.add_argument("--point-size", type=types.positive_float, default=3.0, help="point size in pixels (default 3)")
     _add_show_edge_arguments(s)
     _add_show_view_arguments(s)
-    s.add_argument("--hide", default=None, metavar="CLASS,...",
-                   help="with a scene model: leave out the points predicted as these classes (default: ceiling, "
-                        "so a room is seen from above; 'none' hides nothing)")
+    s.add_argument(
+        "--hide",
+        default=None,
+        metavar="CLASS,...",
+        help="with a scene model: leave out the points predicted as these classes (default: ceiling, "
+        "so a room is seen from above; 'none' hides nothing)",
+    )
     _add_common_model_args(s)
     s.set_defaults(func=cmd_show)
 
@@ -126,36 +151,62 @@ def _add_show_edge_arguments(s: argparse.ArgumentParser) -> None:
     """The ``show`` options choosing the grid nodes and the kNN edges drawn."""
     from .vis import DEFAULT_EDGE_NODES, DEFAULT_MAX_EDGES, GRID_NODES
 
-    s.add_argument("--grid-nodes", choices=GRID_NODES, default=GRID_NODES[0],
-                   help="grid nodes drawn: those nearest to a point of the cloud, or the whole R^3 lattice "
-                        "(default touched)")
-    s.add_argument("--edge-nodes", default=str(DEFAULT_EDGE_NODES), metavar="N|all",
-                   help="draw the kNN edges of N grid nodes spread over the cloud (farthest point sampling), each "
-                        f"in its own colour, or of every node with 'all' (default {DEFAULT_EDGE_NODES})")
-    s.add_argument("--edge-node-ids", metavar="I,J,...",
-                   help="draw the edges of these grid nodes (indices a*R*R + b*R + c) instead")
-    s.add_argument("--max-edges", type=types.nonnegative_int, default=DEFAULT_MAX_EDGES,
-                   help=f"edges drawn at most, a seeded random subset beyond that (default {DEFAULT_MAX_EDGES})")
+    s.add_argument(
+        "--grid-nodes",
+        choices=GRID_NODES,
+        default=GRID_NODES[0],
+        help="grid nodes drawn: those nearest to a point of the cloud, or the whole R^3 lattice (default touched)",
+    )
+    s.add_argument(
+        "--edge-nodes",
+        default=str(DEFAULT_EDGE_NODES),
+        metavar="N|all",
+        help="draw the kNN edges of N grid nodes spread over the cloud (farthest point sampling), each "
+        f"in its own colour, or of every node with 'all' (default {DEFAULT_EDGE_NODES})",
+    )
+    s.add_argument(
+        "--edge-node-ids",
+        metavar="I,J,...",
+        help="draw the edges of these grid nodes (indices a*R*R + b*R + c) instead",
+    )
+    s.add_argument(
+        "--max-edges",
+        type=types.nonnegative_int,
+        default=DEFAULT_MAX_EDGES,
+        help=f"edges drawn at most, a seeded random subset beyond that (default {DEFAULT_MAX_EDGES})",
+    )
 
 
 def _add_show_view_arguments(s: argparse.ArgumentParser) -> None:
     """The ``show`` options placing the camera."""
-    s.add_argument("--view", default="pca", metavar="pca|iso|X,Y,Z",
-                   help="camera: along the cloud's axis of least variance (pca), the fixed diagonal view (iso), "
-                        "or from this direction (default pca)")
+    s.add_argument(
+        "--view",
+        default="pca",
+        metavar="pca|iso|X,Y,Z",
+        help="camera: along the cloud's axis of least variance (pca), the fixed diagonal view (iso), "
+        "or from this direction (default pca)",
+    )
     s.add_argument("--up", metavar="X,Y,Z", help="camera up vector (default: z, or y for a view from above)")
-    s.add_argument("--azimuth", type=float, default=0.0,
-                   help="then turn the camera by this many degrees about the up vector (default 0)")
-    s.add_argument("--elevation", type=float, default=0.0,
-                   help="and raise it by this many degrees, e.g. 20 (default 0)")
+    s.add_argument(
+        "--azimuth",
+        type=float,
+        default=0.0,
+        help="then turn the camera by this many degrees about the up vector (default 0)",
+    )
+    s.add_argument(
+        "--elevation", type=float, default=0.0, help="and raise it by this many degrees, e.g. 20 (default 0)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     from ._version import __version__
 
-    p = argparse.ArgumentParser(prog="gridify", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="Run 'gridify <command> --help' for the options of a command.")
+    p = argparse.ArgumentParser(
+        prog="gridify",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Run 'gridify <command> --help' for the options of a command.",
+    )
     p.add_argument("--version", action="version", version=f"gridify {__version__}")
     sub = p.add_subparsers(dest="command", metavar="command")
     for name, (_, text) in DELEGATED.items():
@@ -172,22 +223,35 @@ def _add_predict_parser(sub: Any) -> None:
     """The ``predict`` sub-command."""
     from .io import supported_extensions
 
-    q = sub.add_parser("predict", help="label the points of a file with a trained model",
-                       description="Classify a cloud, or segment every point of it, with a trained model. Any "
-                                   f"file gridify.io.read_points reads ({' '.join(supported_extensions())}; meshes "
-                                   "are surface-sampled) and any number of points.")
+    q = sub.add_parser(
+        "predict",
+        help="label the points of a file with a trained model",
+        description="Classify a cloud, or segment every point of it, with a trained model. Any "
+        f"file gridify.io.read_points reads ({' '.join(supported_extensions())}; meshes "
+        "are surface-sampled) and any number of points.",
+    )
     q.add_argument("file", help="point cloud or mesh file")
     which = q.add_mutually_exclusive_group(required=True)
     which.add_argument("--ckpt", help="exported model.pt or Lightning .ckpt")
-    which.add_argument("--model", choices=sorted(PRETRAINED),
-                       help="a model shipped with gridify (modelnet10, modelnet40: the ModelNet classifiers of the model "
-                            "cards in docs/guides/prediction.md)")
-    q.add_argument("--out", type=types.output_file(),
-                   help="write the labels: .txt (one per line), .npy, .ply (points coloured by label, "
-                        "with a label property) or .json (labels, names, probabilities)")
-    q.add_argument("--votes", type=types.positive_int, default=None,
-                   help="subsets averaged by a classifier when N differs from the training N (default 4); "
-                        "views (rotations about z) averaged by a scene segmenter (default 1)")
+    which.add_argument(
+        "--model",
+        choices=sorted(PRETRAINED),
+        help="a model shipped with gridify (modelnet10, modelnet40: the ModelNet classifiers of the model "
+        "cards in docs/guides/prediction.md)",
+    )
+    q.add_argument(
+        "--out",
+        type=types.output_file(),
+        help="write the labels: .txt (one per line), .npy, .ply (points coloured by label, "
+        "with a label property) or .json (labels, names, probabilities)",
+    )
+    q.add_argument(
+        "--votes",
+        type=types.positive_int,
+        default=None,
+        help="subsets averaged by a classifier when N differs from the training N (default 4); "
+        "views (rotations about z) averaged by a scene segmenter (default 1)",
+    )
     q.add_argument("--no-progress", action="store_true", help="no progress bar (scene segmenters)")
     _add_common_model_args(q)
     q.set_defaults(func=cmd_predict)
@@ -198,24 +262,28 @@ def _add_export_parser(sub: Any) -> None:
     from .export import EXPORT_FORMATS
     from .export import INSTALL_HINT as EXPORT_HINT
 
-    e = sub.add_parser("export", help="export a trained classifier or segmenter for deployment (ONNX, runs without "
-                                      "gridify)",
-                       description="Write a self-contained ONNX file of a trained gridified model. A classifier: "
-                                   "points [B, N, 3] (+ normals [B, N, 3] for models trained with normals) -> logits "
-                                   "[B, K]; a part segmenter: points (+ normals, + category [B]) -> per-point logits "
-                                   "[B, N, K]; a scene segmenter: one crop's points [B, N, 3] in metres (+ features "
-                                   "[B, N, F]) -> per-point logits [B, N, K]. The bilateral kNN graph is built inside "
-                                   "the file by brute force; clouds are normalized inside it as gridify predict does "
-                                   "(unless the checkpoint says otherwise). The file runs the network once on exactly "
-                                   "the points given (gridify predict resamples a classifier's cloud to the training "
-                                   "size and averages votes, and covers a scene with crops). The file is checked with "
-                                   f"onnxruntime against PyTorch before it is written. Needs: {EXPORT_HINT}.")
-    e.add_argument("model", help="exported model.pt or Lightning .ckpt, or the name of a shipped model "
-                                 "(e.g. modelnet10)")
+    e = sub.add_parser(
+        "export",
+        help="export a trained classifier or segmenter for deployment (ONNX, runs without gridify)",
+        description="Write a self-contained ONNX file of a trained gridified model. A classifier: "
+        "points [B, N, 3] (+ normals [B, N, 3] for models trained with normals) -> logits "
+        "[B, K]; a part segmenter: points (+ normals, + category [B]) -> per-point logits "
+        "[B, N, K]; a scene segmenter: one crop's points [B, N, 3] in metres (+ features "
+        "[B, N, F]) -> per-point logits [B, N, K]. The bilateral kNN graph is built inside "
+        "the file by brute force; clouds are normalized inside it as gridify predict does "
+        "(unless the checkpoint says otherwise). The file runs the network once on exactly "
+        "the points given (gridify predict resamples a classifier's cloud to the training "
+        "size and averages votes, and covers a scene with crops). The file is checked with "
+        f"onnxruntime against PyTorch before it is written. Needs: {EXPORT_HINT}.",
+    )
+    e.add_argument(
+        "model", help="exported model.pt or Lightning .ckpt, or the name of a shipped model (e.g. modelnet10)"
+    )
     e.add_argument("--format", choices=EXPORT_FORMATS, default="onnx", help="export format (default onnx)")
     e.add_argument("--out", required=True, help="file to write, e.g. model.onnx")
-    e.add_argument("--num-points", type=types.positive_int,
-                   help="fixed points per cloud N (default: a dynamic axis, any N >= k)")
+    e.add_argument(
+        "--num-points", type=types.positive_int, help="fixed points per cloud N (default: a dynamic axis, any N >= k)"
+    )
     e.add_argument("--batch", type=types.positive_int, help="fixed clouds per batch B (default: a dynamic axis)")
     e.add_argument("--no-verify", action="store_true", help="skip the onnxruntime check against PyTorch")
     e.add_argument("--threads", type=types.threads, help="torch CPU threads")
@@ -224,14 +292,20 @@ def _add_export_parser(sub: Any) -> None:
 
 def _add_download_parser(sub: Any) -> None:
     """The ``download`` sub-command."""
-    d = sub.add_parser("download", help="download and extract a dataset archive",
-                       description="Fetch a known dataset archive (resumable, verified) and extract it under --root. "
-                                   "Names in any case (modelnet10 = ModelNet10) or a config's dataset (shapenet). "
-                                   "Without network access it says where to put the file by hand.")
+    d = sub.add_parser(
+        "download",
+        help="download and extract a dataset archive",
+        description="Fetch a known dataset archive (resumable, verified) and extract it under --root. "
+        "Names in any case (modelnet10 = ModelNet10) or a config's dataset (shapenet). "
+        "Without network access it says where to put the file by hand.",
+    )
     d.add_argument("name", nargs="?", help="archive name (see --list)")
     d.add_argument("--config", help="fetch what this config (a shipped name or a YAML file) needs")
-    d.add_argument("--root", type=types.output_dir,
-                   help="data root (default: $GRIDIFY_DATA, else the repository's datasets/ or ./datasets)")
+    d.add_argument(
+        "--root",
+        type=types.output_dir,
+        help="data root (default: $GRIDIFY_DATA, else the repository's datasets/ or ./datasets)",
+    )
     d.add_argument("--list", action="store_true", help="list the known archives and the configs that need them")
     d.add_argument("--instructions", action="store_true", help="only print the by-hand download instructions")
     d.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -241,24 +315,45 @@ def _add_download_parser(sub: Any) -> None:
 def _add_convert_parser(sub: Any) -> None:
     from .datasets.scene_layouts import LAYOUTS, S3DIS_TEST_AREA
 
-    c = sub.add_parser("convert", help="convert a raw scene dataset to the common (Pointcept) layout",
-                       description="Convert S3DIS, ScanNet v2, SemanticKITTI or mmdetection3d scene folders into "
-                                   "<out>/<split>/<scene>/{coord,color,normal,strength,segment,instance}.npy plus "
-                                   "<out>/classes.txt, read back with data.name: scene, layout: pointcept. An "
-                                   "interrupted run resumes: scenes already written are kept unless --overwrite.")
+    c = sub.add_parser(
+        "convert",
+        help="convert a raw scene dataset to the common (Pointcept) layout",
+        description="Convert S3DIS, ScanNet v2, SemanticKITTI or mmdetection3d scene folders into "
+        "<out>/<split>/<scene>/{coord,color,normal,strength,segment,instance}.npy plus "
+        "<out>/classes.txt, read back with data.name: scene, layout: pointcept. An "
+        "interrupted run resumes: scenes already written are kept unless --overwrite.",
+    )
     c.add_argument("root", help="the raw dataset's root folder")
     c.add_argument("--layout", required=True, choices=sorted(set(LAYOUTS) - {"pointcept"}), help="source layout")
     c.add_argument("--out", required=True, type=types.output_dir, help="output root of the common layout")
-    c.add_argument("--splits", nargs="+", default=["all"], choices=["train", "val", "test", "all"],
-                   help="source splits to convert (default: all)")
-    c.add_argument("--test-area", type=types.int_range(1, 6, "S3DIS area"), default=S3DIS_TEST_AREA,
-                   help=f"S3DIS: the Area held out as test (default {S3DIS_TEST_AREA})")
-    c.add_argument("--sequences", nargs="+", default=None,
-                   help="SemanticKITTI: the sequences to convert (default: those of --splits)")
-    c.add_argument("--classes", nargs="+", default=None,
-                   help="S3DIS layout: class names (file-name prefixes) instead of the 13 S3DIS classes")
-    c.add_argument("--unknown", default="ignore",
-                   help="S3DIS layout: what another class becomes: ignore, error or a class name")
+    c.add_argument(
+        "--splits",
+        nargs="+",
+        default=["all"],
+        choices=["train", "val", "test", "all"],
+        help="source splits to convert (default: all)",
+    )
+    c.add_argument(
+        "--test-area",
+        type=types.int_range(1, 6, "S3DIS area"),
+        default=S3DIS_TEST_AREA,
+        help=f"S3DIS: the Area held out as test (default {S3DIS_TEST_AREA})",
+    )
+    c.add_argument(
+        "--sequences",
+        nargs="+",
+        default=None,
+        help="SemanticKITTI: the sequences to convert (default: those of --splits)",
+    )
+    c.add_argument(
+        "--classes",
+        nargs="+",
+        default=None,
+        help="S3DIS layout: class names (file-name prefixes) instead of the 13 S3DIS classes",
+    )
+    c.add_argument(
+        "--unknown", default="ignore", help="S3DIS layout: what another class becomes: ignore, error or a class name"
+    )
     c.add_argument("--overwrite", action="store_true", help="rewrite scenes already converted")
     c.add_argument("--quiet", action="store_true", help="no line per scene")
     c.set_defaults(func=cmd_convert)
@@ -310,18 +405,24 @@ def _progress_bar(what: str, enabled: bool):
         frac = done / max(total, 1)
         if tty:
             bar = "#" * int(30 * frac)
-            print(f"\r[{what}] [{bar:<30}] {done}/{total} crops", end="\n" if done >= total else "",
-                  file=sys.stderr, flush=True)
+            print(
+                f"\r[{what}] [{bar:<30}] {done}/{total} crops",
+                end="\n" if done >= total else "",
+                file=sys.stderr,
+                flush=True,
+            )
         elif int(10 * frac) > state["shown"]:
             state["shown"] = int(10 * frac)
             print(f"[{what}] {done}/{total} crops ({100 * frac:.0f} %)", file=sys.stderr, flush=True)
+
     return progress
 
 
 def _predict(model: Any, cloud: Any, args: argparse.Namespace, **kw: Any):
     try:
-        return model.predict(cloud, category=args.category, seed=args.seed, estimate_normals=args.estimate_normals,
-                             **kw)
+        return model.predict(
+            cloud, category=args.category, seed=args.seed, estimate_normals=args.estimate_normals, **kw
+        )
     except (ValueError, TypeError) as exc:
         raise SystemExit(f"gridify {args.command}: error: {exc}")
 
@@ -342,11 +443,21 @@ def write_labels(path: Path, cloud: Any, pred: Any) -> Path:
     elif ext == ".npy":
         atomic_write(path, lambda fh: np.save(fh, labels if pred.dense else np.asarray(pred.labels)))
     elif ext == ".ply":
-        write_ply(path, cloud.points, normals=cloud.normals,
-                  colors=label_colors(labels, len(pred.class_names)).astype(np.float32), labels=labels)
+        write_ply(
+            path,
+            cloud.points,
+            normals=cloud.normals,
+            colors=label_colors(labels, len(pred.class_names)).astype(np.float32),
+            labels=labels,
+        )
     else:
-        payload = {"task": pred.task, "class_names": pred.class_names, "category": pred.category,
-                   "labels": np.asarray(pred.labels).tolist(), "probabilities": np.round(pred.probabilities, 6).tolist()}
+        payload = {
+            "task": pred.task,
+            "class_names": pred.class_names,
+            "category": pred.category,
+            "labels": np.asarray(pred.labels).tolist(),
+            "probabilities": np.round(pred.probabilities, 6).tolist(),
+        }
         atomic_write_text(path, json.dumps(payload))
     return path
 
@@ -383,21 +494,33 @@ def _show_options(args: argparse.Namespace) -> dict:
         try:
             edge_nodes: Any = [int(v) for v in args.edge_node_ids.split(",") if v.strip()]
         except ValueError:
-            raise SystemExit(f"gridify show: error: --edge-node-ids must be comma-separated integers, got "
-                             f"{args.edge_node_ids!r}")
+            raise SystemExit(
+                f"gridify show: error: --edge-node-ids must be comma-separated integers, got {args.edge_node_ids!r}"
+            )
     elif args.edge_nodes == "all":
         edge_nodes = "all"
     elif args.edge_nodes.isascii() and args.edge_nodes.isdigit():
         edge_nodes = int(args.edge_nodes)
     else:
-        raise SystemExit(f"gridify show: error: --edge-nodes must be a positive integer or 'all', got "
-                         f"{args.edge_nodes!r}")
+        raise SystemExit(
+            f"gridify show: error: --edge-nodes must be a positive integer or 'all', got {args.edge_nodes!r}"
+        )
     view = args.view if args.view in ("pca", "iso") else _vector_arg("--view", args.view)
     up = None if args.up is None else _vector_arg("--up", args.up)
-    return dict(grid_color=args.grid_color, grid_nodes=args.grid_nodes, edge_nodes=edge_nodes,
-                max_edges=args.max_edges, view=view, up=up, azimuth=args.azimuth, elevation=args.elevation,
-                width=args.width, height=args.height,
-                point_size=args.point_size, seed=args.seed)
+    return dict(
+        grid_color=args.grid_color,
+        grid_nodes=args.grid_nodes,
+        edge_nodes=edge_nodes,
+        max_edges=args.max_edges,
+        view=view,
+        up=up,
+        azimuth=args.azimuth,
+        elevation=args.elevation,
+        width=args.width,
+        height=args.height,
+        point_size=args.point_size,
+        seed=args.seed,
+    )
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -415,8 +538,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     try:
         if model is not None:
             try:
-                res = model.inspect(cloud, category=args.category, seed=args.seed,
-                                    estimate_normals=args.estimate_normals)
+                res = model.inspect(
+                    cloud, category=args.category, seed=args.seed, estimate_normals=args.estimate_normals
+                )
             except (ValueError, TypeError) as exc:
                 raise SystemExit(f"gridify show: error: {exc}")
             pred = res["prediction"]
@@ -428,21 +552,28 @@ def cmd_show(args: argparse.Namespace) -> int:
                 pos, labels = _hide_classes(args, pos, labels, pred.class_names)
             elif args.hide is not None:
                 raise SystemExit("gridify show: error: --hide is for scene models (the points of a class are left out)")
-            kw = dict(points=pos, labels=labels, class_names=pred.class_names,
-                      grid=res["grid"], edges=res["graph"],
-                      title=f"{Path(args.file).name}: {pred.task if pred.dense else pred.names}")
+            kw = dict(
+                points=pos,
+                labels=labels,
+                class_names=pred.class_names,
+                grid=res["grid"],
+                edges=res["graph"],
+                title=f"{Path(args.file).name}: {pred.task if pred.dense else pred.names}",
+            )
         else:
             if layers is None:
                 layers = ["points"]
             grid = graph = None
             if want & {"grid", "edges"}:
-                grid, graph = gridify_fn(cloud.points, resolution=args.resolution, k=args.k, seed=args.seed,
-                                         return_graph=True)
+                grid, graph = gridify_fn(
+                    cloud.points, resolution=args.resolution, k=args.k, seed=args.seed, return_graph=True
+                )
             from .api import normalize_cloud
 
             pos = normalize_cloud(cloud.points)[0] if grid is not None else cloud.points
-            kw = dict(points=pos, labels=cloud.labels, colors=cloud.colors, grid=grid, edges=graph,
-                      title=Path(args.file).name)
+            kw = dict(
+                points=pos, labels=cloud.labels, colors=cloud.colors, grid=grid, edges=graph, title=Path(args.file).name
+            )
         img = vis.show(**kw, layers=layers, out=args.out, **options)
     except (vis.RenderError, ValueError) as exc:
         raise SystemExit(f"gridify show: error: {exc}")
@@ -463,8 +594,10 @@ def _hide_classes(args: argparse.Namespace, pos: Any, labels: Any, class_names: 
         names = [n.strip().lower() for n in args.hide.split(",") if n.strip()]
         unknown = [n for n in names if n not in lower]
         if unknown:
-            raise SystemExit(f"gridify show: error: --hide: unknown class(es) {unknown}; the model's classes: "
-                             f"{', '.join(class_names)}")
+            raise SystemExit(
+                f"gridify show: error: --hide: unknown class(es) {unknown}; the model's classes: "
+                f"{', '.join(class_names)}"
+            )
     if not names:
         return pos, labels
     keep = ~np.isin(labels, [lower.index(n) for n in names])
@@ -486,14 +619,17 @@ def cmd_export(args: argparse.Namespace) -> int:
         except CheckpointError as exc:
             raise SystemExit(f"gridify export: error: {exc}")
     if not Path(args.model).exists():
-        raise SystemExit(f"gridify export: error: checkpoint not found: {args.model} (give a model.pt / .ckpt file or "
-                         f"the name of a shipped model: {', '.join(sorted(PRETRAINED))})")
+        raise SystemExit(
+            f"gridify export: error: checkpoint not found: {args.model} (give a model.pt / .ckpt file or "
+            f"the name of a shipped model: {', '.join(sorted(PRETRAINED))})"
+        )
     check_input_file(args.model)  # a folder or a FIFO is said to be one
     if args.threads:
         torch.set_num_threads(int(args.threads))
     try:
-        report = export_onnx(args.model, args.out, num_points=args.num_points, batch_size=args.batch,
-                             verify=not args.no_verify)
+        report = export_onnx(
+            args.model, args.out, num_points=args.num_points, batch_size=args.batch, verify=not args.no_verify
+        )
     except (CheckpointError, ExportError, ImportError, ValueError) as exc:
         raise SystemExit(f"gridify export: error: {exc}")
     print(f"wrote {report.summary()}")
@@ -525,8 +661,10 @@ def _download_list() -> int:
     for key, spec in ARCHIVES.items():
         used = f" | configs: {', '.join(needs[key])}" if key in needs else ""
         print(f"{key:56s} {spec.note}{used}")
-    print("\nNames are case-insensitive (gridify download modelnet10); 'shapenet' is the ShapeNet-Part release the "
-          "shapenet configs use.")
+    print(
+        "\nNames are case-insensitive (gridify download modelnet10); 'shapenet' is the ShapeNet-Part release the "
+        "shapenet configs use."
+    )
     return 0
 
 
@@ -574,9 +712,11 @@ def cmd_download(args: argparse.Namespace) -> int:
         try:
             path = download_archive(key, root, progress=not args.no_progress)
         except DownloadError as exc:
-            raise SystemExit(f"gridify download: error: {exc.summary}; download {spec.filename} by hand from "
-                             f"{spec.urls[0]}, put it at {root / spec.filename} and run again (--instructions lists "
-                             f"every mirror)")
+            raise SystemExit(
+                f"gridify download: error: {exc.summary}; download {spec.filename} by hand from "
+                f"{spec.urls[0]}, put it at {root / spec.filename} and run again (--instructions lists "
+                f"every mirror)"
+            )
         except ValueError as exc:
             raise SystemExit(f"gridify download: error: {'; '.join(ln for ln in str(exc).splitlines() if ln)}")
         print(f"{key}: ready at {path}")
@@ -590,21 +730,30 @@ def cmd_convert(args: argparse.Namespace) -> int:
         what = "is not a folder" if Path(args.root).exists() else "does not exist"
         raise SystemExit(f"gridify convert: error: root {args.root} {what}")
     if Path(args.out).resolve() == Path(args.root).resolve():
-        raise SystemExit(f"gridify convert: error: --out {args.out} is the source folder; write the common layout "
-                         "to another folder")
+        raise SystemExit(
+            f"gridify convert: error: --out {args.out} is the source folder; write the common layout to another folder"
+        )
 
     def progress(done: int, total: int, name: str) -> None:
         if not args.quiet:
             print(f"[{done}/{total}] {name}", flush=True)
 
     try:
-        written = convert_to_pointcept(args.root, args.layout, args.out, args.splits, test_area=args.test_area,
-                                       sequences=args.sequences, classes=args.classes, unknown=args.unknown,
-                                       overwrite=args.overwrite, progress=progress)
+        written = convert_to_pointcept(
+            args.root,
+            args.layout,
+            args.out,
+            args.splits,
+            test_area=args.test_area,
+            sequences=args.sequences,
+            classes=args.classes,
+            unknown=args.unknown,
+            overwrite=args.overwrite,
+            progress=progress,
+        )
     except (DatasetError, ValueError) as exc:
         raise SystemExit(f"gridify convert: error: {exc}")
-    print(f"{len(written)} scenes in {args.out} (read back with data.name: scene, layout: pointcept, "
-          f"root: {args.out})")
+    print(f"{len(written)} scenes in {args.out} (read back with data.name: scene, layout: pointcept, root: {args.out})")
     return 0
 
 

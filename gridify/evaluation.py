@@ -22,6 +22,7 @@ checked before anything is evaluated; numbers and devices are parsed by the shar
 :mod:`gridify._cliargs`. Errors are one line (:func:`gridify.training.cli.error_line`; an
 ``OSError`` while writing: :func:`gridify._paths.one_line_errors`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,33 +51,57 @@ from gridify.training.report import write_json
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``evaluate`` argument parser (its program name from :func:`~gridify.training.cli.program_name`)."""
-    p = argparse.ArgumentParser(prog=program_name("evaluate.py"), description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog=program_name("evaluate.py"),
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--ckpt", required=True, help="Lightning .ckpt or exported model.pt")
-    p.add_argument("--config", help="config (a shipped name or a YAML file) whose sections update the one stored "
-                                    "in the checkpoint")
+    p.add_argument(
+        "--config", help="config (a shipped name or a YAML file) whose sections update the one stored in the checkpoint"
+    )
     p.add_argument("--data-root", help="shorthand for data.root=... (where the dataset is)")
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides (YAML values)")
     p.add_argument("--split", default="test", choices=("test", "val", "train"), help="split to evaluate")
-    p.add_argument("--device", default="auto", type=types.device_or_auto,
-                   help="cpu, cuda, cuda:1, ... (auto: cuda when available)")
+    p.add_argument(
+        "--device", default="auto", type=types.device_or_auto, help="cpu, cuda, cuda:1, ... (auto: cuda when available)"
+    )
     p.add_argument("--batch-size", type=types.positive_int, help="evaluation batch size (default: the config's)")
     p.add_argument("--num-workers", type=types.workers, help="DataLoader workers (default: the config's)")
     p.add_argument("--threads", type=types.threads, help="torch CPU threads")
-    p.add_argument("--output", type=types.output_file(),
-                   help="metrics JSON path (default: <ckpt>.test_metrics.json beside the checkpoint)")
+    p.add_argument(
+        "--output",
+        type=types.output_file(),
+        help="metrics JSON path (default: <ckpt>.test_metrics.json beside the checkpoint)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--precision", default="fp32", choices=PRECISIONS,
-                   help="fp32, or bf16/fp16 autocast (a device that cannot run it natively falls back to fp32 "
-                        "with a warning; gridify.precision)")
-    p.add_argument("--votes", type=types.positive_int, default=1,
-                   help="test-time voting: average the softmax over this many views of every cloud (the first "
-                        "as it is, the others with random per-axis scales in [0.85, 1.15]; scene_segmentation: rotated "
-                        "about the vertical axis; default 1 = none)")
-    p.add_argument("--voxel-size", type=types.positive_float, default=None,
-                   help="scene_segmentation: the fragments' voxel edge in metres (default: the run's data.voxel_size)")
-    p.add_argument("--max-points", type=types.positive_int, default=None,
-                   help="scene_segmentation: the largest crop (default: the run's data.max_points)")
+    p.add_argument(
+        "--precision",
+        default="fp32",
+        choices=PRECISIONS,
+        help="fp32, or bf16/fp16 autocast (a device that cannot run it natively falls back to fp32 "
+        "with a warning; gridify.precision)",
+    )
+    p.add_argument(
+        "--votes",
+        type=types.positive_int,
+        default=1,
+        help="test-time voting: average the softmax over this many views of every cloud (the first "
+        "as it is, the others with random per-axis scales in [0.85, 1.15]; scene_segmentation: rotated "
+        "about the vertical axis; default 1 = none)",
+    )
+    p.add_argument(
+        "--voxel-size",
+        type=types.positive_float,
+        default=None,
+        help="scene_segmentation: the fragments' voxel edge in metres (default: the run's data.voxel_size)",
+    )
+    p.add_argument(
+        "--max-points",
+        type=types.positive_int,
+        default=None,
+        help="scene_segmentation: the largest crop (default: the run's data.max_points)",
+    )
     return p
 
 
@@ -101,15 +126,17 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     with one_line_errors(parser.prog):
         if Path(args.ckpt).exists():  # a folder or a FIFO is named as one (a missing file: load_checkpoint)
             check_input_file(args.ckpt, "--ckpt")
-        check_output_file(output_path(args),
-                          "--output" if args.output else "metrics file (pass --output to choose another)")
+        check_output_file(
+            output_path(args), "--output" if args.output else "metrics file (pass --output to choose another)"
+        )
         if args.threads:
             torch.set_num_threads(args.threads)
         return evaluate(args, parser.prog)
 
 
-def scene_settings(cfg: Dict[str, Any], args: argparse.Namespace, voxel_size: Any = FROM_CONFIG,
-                   max_points: Any = FROM_CONFIG) -> Dict[str, Any]:
+def scene_settings(
+    cfg: Dict[str, Any], args: argparse.Namespace, voxel_size: Any = FROM_CONFIG, max_points: Any = FROM_CONFIG
+) -> Dict[str, Any]:
     """``voxel_size`` / ``max_points`` of a scene evaluation: the keyword argument, else the command
     line (``--voxel-size`` / ``--max-points``), else the run's ``data`` section (None: not set)."""
     out = {}
@@ -132,13 +159,19 @@ def scene_dataset_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
     return {**cfg, "data": data}
 
 
-def _evaluate_scenes(model: torch.nn.Module, ds: Any, settings: Dict[str, Any], device: torch.device,
-                     args: argparse.Namespace) -> Tuple[Dict[str, float], Dict[str, Any]]:
+def _evaluate_scenes(
+    model: torch.nn.Module, ds: Any, settings: Dict[str, Any], device: torch.device, args: argparse.Namespace
+) -> Tuple[Dict[str, float], Dict[str, Any]]:
     """Whole-scene scores of ``ds`` (every original point) with the scene settings."""
     model.eval().to(device)
-    metrics, extra = evaluate_scenes(model, ds, voxel_size=settings["voxel_size"],
-                                     max_points=settings["max_points"], votes=args.votes,
-                                     progress=not args.no_progress)
+    metrics, extra = evaluate_scenes(
+        model,
+        ds,
+        voxel_size=settings["voxel_size"],
+        max_points=settings["max_points"],
+        votes=args.votes,
+        progress=not args.no_progress,
+    )
     extra = {**extra, "num_scored": extra["num_scenes"], **settings}
     return metrics, extra
 
@@ -152,8 +185,9 @@ def _evaluation_config(payload: Dict[str, Any], args: argparse.Namespace, prog: 
     except ConfigError as exc:
         raise SystemExit(f"{prog}: config error: {error_line(exc)}")
     if cfg["task"] != payload["task"]:
-        raise SystemExit(f"{prog}: config error: the checkpoint is a {payload['task']} model but the config "
-                         f"says task: {cfg['task']}")
+        raise SystemExit(
+            f"{prog}: config error: the checkpoint is a {payload['task']} model but the config says task: {cfg['task']}"
+        )
     if args.batch_size:
         cfg["data"]["eval_batch_size"] = args.batch_size
     if args.num_workers is not None:
@@ -173,13 +207,18 @@ def _evaluation_dataset(cfg: Dict[str, Any], split: str, scenes: bool, prog: str
 
 def _evaluation_loader(ds: Any, cfg: Dict[str, Any]) -> DataLoader:
     """An unshuffled loader of ``ds`` with the config's evaluation batch size, workers and the task's collate."""
-    return DataLoader(ds, batch_size=int(cfg["data"].get("eval_batch_size") or cfg["data"]["batch_size"]),
-                      shuffle=False, num_workers=int(cfg["data"]["num_workers"]),
-                      collate_fn=get_task(cfg["task"]).collate)
+    return DataLoader(
+        ds,
+        batch_size=int(cfg["data"].get("eval_batch_size") or cfg["data"]["batch_size"]),
+        shuffle=False,
+        num_workers=int(cfg["data"]["num_workers"]),
+        collate_fn=get_task(cfg["task"]).collate,
+    )
 
 
-def evaluate(args: argparse.Namespace, prog: str, *, voxel_size: Any = FROM_CONFIG,
-             max_points: Any = FROM_CONFIG) -> Dict[str, Any]:
+def evaluate(
+    args: argparse.Namespace, prog: str, *, voxel_size: Any = FROM_CONFIG, max_points: Any = FROM_CONFIG
+) -> Dict[str, Any]:
     """The evaluation of :func:`main` with parsed arguments; errors are ``SystemExit`` lines prefixed ``prog``.
 
     ``voxel_size`` / ``max_points``: a scene evaluation's settings instead of the config's (see
@@ -190,8 +229,11 @@ def evaluate(args: argparse.Namespace, prog: str, *, voxel_size: Any = FROM_CONF
         raise SystemExit(f"{prog}: error: {exc}")
     cfg = _evaluation_config(payload, args, prog)
 
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if args.device == "auto" else args.device))
+    device = torch.device(
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else ("cpu" if args.device == "auto" else args.device)
+    )
     try:
         model = build_model_from_checkpoint(payload, reparameterize=True)
     except CheckpointError as exc:
@@ -209,25 +251,36 @@ def evaluate(args: argparse.Namespace, prog: str, *, voxel_size: Any = FROM_CONF
                 settings = scene_settings(cfg, args, voxel_size, max_points)
                 metrics, extra = _evaluate_scenes(model, ds, settings, device, args)
             else:
-                metrics, extra = evaluate_model(model, loader, cfg["task"], info, device,
-                                                progress=not args.no_progress, votes=args.votes)
+                metrics, extra = evaluate_model(
+                    model, loader, cfg["task"], info, device, progress=not args.no_progress, votes=args.votes
+                )
     except DatasetError as exc:
         raise SystemExit(f"{prog}: error: {error_line(exc)}")
     seconds = time.time() - t0
 
     report: Dict[str, Any] = {
-        "task": cfg["task"], "split": args.split, "metrics": metrics, "num_samples": len(ds),
-        "checkpoint": str(args.ckpt), "checkpoint_kind": payload["kind"],
-        "dataset": cfg["data"]["name"], "source_format": str(getattr(ds, "source_format", type(ds).__name__)),
-        "gridify_version": __version__, "trained_with_gridify": payload.get("gridify_version"),
-        "num_parameters": sum(p.numel() for p in model.parameters()), "eval_seconds": round(seconds, 2),
-        "votes": args.votes, "precision": precision,
+        "task": cfg["task"],
+        "split": args.split,
+        "metrics": metrics,
+        "num_samples": len(ds),
+        "checkpoint": str(args.ckpt),
+        "checkpoint_kind": payload["kind"],
+        "dataset": cfg["data"]["name"],
+        "source_format": str(getattr(ds, "source_format", type(ds).__name__)),
+        "gridify_version": __version__,
+        "trained_with_gridify": payload.get("gridify_version"),
+        "num_parameters": sum(p.numel() for p in model.parameters()),
+        "eval_seconds": round(seconds, 2),
+        "votes": args.votes,
+        "precision": precision,
     }
     report.update(extra)
     out = output_path(args)
     write_json(out, report)
-    print(f"[evaluate] {args.ckpt} on {cfg['data']['name']} {args.split} ({extra['num_scored']} samples): "
-          f"{format_metrics(cfg['task'], metrics)} -> {out}")
+    print(
+        f"[evaluate] {args.ckpt} on {cfg['data']['name']} {args.split} ({extra['num_scored']} samples): "
+        f"{format_metrics(cfg['task'], metrics)} -> {out}"
+    )
     return report
 
 

@@ -56,6 +56,7 @@ Shapes:
     OnnxClassifier: points ``[B, N, 3]`` (+ normals ``[B, N, 3]`` for 6-feature models) -> logits ``[B, K]``.
     OnnxSegmenter: points ``[B, N, 3]`` (+ features / normals ``[B, N, F]``, category ``[B]``) -> logits ``[B, N, K]``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -75,8 +76,19 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from ._checks import (check_alloc, check_finite, check_float, check_int, check_number, check_tensor, element_size, fail,
-                      is_int, trusted_inputs, validating)
+from ._checks import (
+    check_alloc,
+    check_finite,
+    check_float,
+    check_int,
+    check_number,
+    check_tensor,
+    element_size,
+    fail,
+    is_int,
+    trusted_inputs,
+    validating,
+)
 from ._files import atomic_write_bytes
 from ._version import __version__
 from .checkpoint import build_model_from_checkpoint, inference_settings, load_checkpoint
@@ -90,13 +102,37 @@ from .ops.knn import smallest_by_index
 from .registry import TASKS
 from .tasks import get_task
 
-__all__ = ["DepthwiseConv3dAs2d", "ExportError", "ExportReport", "OnnxClassifier", "OnnxSegmenter", "OnnxSceneModel",
-           "NODE_CHUNK", "grid_axes", "dense_grid_knn_unchecked", "gridify_dense_graph", "degridify_dense_graph",
-           "scene_box_dense", "check_exportable", "check_task_exportable",
-           "depthwise_conv3d_as_2d", "dense_bilateral_knn",
-           "dense_bilateral_knn_unchecked", "dense_edge_index", "eval_mode", "export_onnx", "grid_tables",
-           "gridify_dense", "normalize_points", "require_export_dependencies", "tracing_mode", "EXPORT_FORMATS",
-           "INSTALL_HINT", "ONNX_OPSETS", "DEFAULT_OPSET"]
+__all__ = [
+    "DepthwiseConv3dAs2d",
+    "ExportError",
+    "ExportReport",
+    "OnnxClassifier",
+    "OnnxSegmenter",
+    "OnnxSceneModel",
+    "NODE_CHUNK",
+    "grid_axes",
+    "dense_grid_knn_unchecked",
+    "gridify_dense_graph",
+    "degridify_dense_graph",
+    "scene_box_dense",
+    "check_exportable",
+    "check_task_exportable",
+    "depthwise_conv3d_as_2d",
+    "dense_bilateral_knn",
+    "dense_bilateral_knn_unchecked",
+    "dense_edge_index",
+    "eval_mode",
+    "export_onnx",
+    "grid_tables",
+    "gridify_dense",
+    "normalize_points",
+    "require_export_dependencies",
+    "tracing_mode",
+    "EXPORT_FORMATS",
+    "INSTALL_HINT",
+    "ONNX_OPSETS",
+    "DEFAULT_OPSET",
+]
 
 EXPORT_FORMATS = ("onnx",)
 #: What to run when the optional export dependencies are missing.
@@ -112,8 +148,11 @@ DEFAULT_OPSET = 20
 
 
 #: the exportable model classes and their registered names
-_MODEL_NAMES = {GridifiedClassifier: "gridified_classifier", GridifiedSegmenter: "gridified_segmenter",
-                GridifiedSceneSegmenter: "scene_segmenter"}
+_MODEL_NAMES = {
+    GridifiedClassifier: "gridified_classifier",
+    GridifiedSegmenter: "gridified_segmenter",
+    GridifiedSceneSegmenter: "scene_segmenter",
+}
 
 
 def _model_name(net: nn.Module) -> str:
@@ -124,8 +163,14 @@ class ExportError(RuntimeError):
     """A model (or an export option) that this exporter cannot handle; the message says what."""
 
 
-def _check_clouds(where: str, pos: Any, name: str, k: int = 1, dtype: Optional[torch.dtype] = None,
-                  device: Optional[torch.device] = None) -> Tensor:
+def _check_clouds(
+    where: str,
+    pos: Any,
+    name: str,
+    k: int = 1,
+    dtype: Optional[torch.dtype] = None,
+    device: Optional[torch.device] = None,
+) -> Tensor:
     """``pos``: a finite floating tensor ``[B, N, 3]``, ``B >= 1``, ``N >= k`` (of ``dtype`` / on
     ``device`` when given); messages name ``name`` and, for a NaN / Inf, the cloud and row."""
     pos = check_tensor(where, name, pos)
@@ -133,13 +178,20 @@ def _check_clouds(where: str, pos: Any, name: str, k: int = 1, dtype: Optional[t
         fail(where, f"{name} must have shape [B, N, 3] with B >= 1, got {tuple(pos.shape)}")
     check_float(where, name, pos)
     if dtype is not None and pos.dtype != dtype:
-        fail(where, f"{name} must be {str(dtype).replace('torch.', '')} (the model's dtype), got {pos.dtype}; "
-                    f"convert it with .to({dtype})")
+        fail(
+            where,
+            f"{name} must be {str(dtype).replace('torch.', '')} (the model's dtype), got {pos.dtype}; "
+            f"convert it with .to({dtype})",
+        )
     if device is not None and pos.device != device:
         fail(where, f"{name} is on {pos.device} but the model is on {device}")
     if pos.size(1) < k:
-        fail(where, f"every cloud needs at least k={k} points, got N={pos.size(1)}" if k > 1 else
-             f"every cloud needs at least one point, got N={pos.size(1)}")
+        fail(
+            where,
+            f"every cloud needs at least k={k} points, got N={pos.size(1)}"
+            if k > 1
+            else f"every cloud needs at least one point, got N={pos.size(1)}",
+        )
     check_finite(where, name, pos.reshape(-1, 3), torch.arange(pos.size(0)).repeat_interleave(pos.size(1)))
     return pos
 
@@ -148,8 +200,9 @@ def _check_dense_size(where: str, what: str, batch: int, num_points: int, num_no
     """Refuse (before allocating) a fixed-shape graph whose ``[B, R^3, N]`` distance matrix alone
     exceeds the allocation limit; ``what`` names the arguments that decide the size."""
     nbytes = batch * num_points * num_nodes * element_size(dtype)
-    check_alloc(where, f"{what} (a [B, R^3, N] = [{batch}, {num_nodes}, {num_points}] {str(dtype)[6:]} distance "
-                       f"matrix)", nbytes)
+    check_alloc(
+        where, f"{what} (a [B, R^3, N] = [{batch}, {num_nodes}, {num_points}] {str(dtype)[6:]} distance matrix)", nbytes
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -172,8 +225,9 @@ def dense_bilateral_knn(pos: Tensor, grid: RegularGrid, k: int) -> Tuple[Tensor,
     return dense_bilateral_knn_unchecked(pos, k, *grid_tables(grid, pos.device, pos.dtype))
 
 
-def grid_tables(grid: RegularGrid, device: Optional[torch.device] = None, dtype: torch.dtype = torch.float32
-                ) -> Tuple[Tensor, Tensor]:
+def grid_tables(
+    grid: RegularGrid, device: Optional[torch.device] = None, dtype: torch.dtype = torch.float32
+) -> Tuple[Tensor, Tensor]:
     """The constants of the traced graph: node positions ``[R^3, 3]`` (``linspace`` per axis, as
     the node -> points search uses) and per-axis node coordinates ``lo + a h`` ``[3, R]`` (as
     :func:`gridify.ops.grid_knn` computes them; the two may differ in the last bit)."""
@@ -210,7 +264,7 @@ def dense_bilateral_knn_unchecked(pos: Tensor, k: int, nodes: Tensor, axis: Tens
     dist = da[:, :, 0, :, None, None] + da[:, :, 1, None, :, None]
     dist = dist + da[:, :, 2, None, None, :]  # [B, N, R, R, R]: node a R^2 + b R + c
     kk = min(k, R3)
-    point_nodes = _smallest(dist.reshape(B, N, R ** 3), kk)  # ties to the lower node, eagerly as in the graph
+    point_nodes = _smallest(dist.reshape(B, N, R**3), kk)  # ties to the lower node, eagerly as in the graph
     chosen = torch.gather(node_points, 1, point_nodes.reshape(B, N * kk, 1).expand(-1, -1, k))
     own = torch.arange(N, device=pos.device).view(1, N, 1, 1)
     keep = ~(chosen.view(B, N, kk, k) == own).any(-1)
@@ -233,10 +287,15 @@ def dense_edge_index(node_points: Tensor, point_nodes: Tensor, keep: Tensor) -> 
     if keep.dtype != torch.bool:
         fail(where, f"keep must be a bool tensor, got dtype {keep.dtype}")
     if point_nodes.shape != keep.shape or point_nodes.size(0) != node_points.size(0):
-        fail(where, f"node_points [B, R^3, k], point_nodes [B, N, k'] and keep [B, N, k'] do not fit together: "
-                    f"{tuple(node_points.shape)}, {tuple(point_nodes.shape)}, {tuple(keep.shape)}")
-    for name, t, size in (("node_points", node_points, point_nodes.size(1)),
-                          ("point_nodes", point_nodes, node_points.size(1))):
+        fail(
+            where,
+            f"node_points [B, R^3, k], point_nodes [B, N, k'] and keep [B, N, k'] do not fit together: "
+            f"{tuple(node_points.shape)}, {tuple(point_nodes.shape)}, {tuple(keep.shape)}",
+        )
+    for name, t, size in (
+        ("node_points", node_points, point_nodes.size(1)),
+        ("point_nodes", point_nodes, node_points.size(1)),
+    ):
         if t.numel() and (int(t.min()) < 0 or int(t.max()) >= size):
             fail(where, f"{name} must hold indices in [0, {size}), got values in [{int(t.min())}, {int(t.max())}]")
     B, R3, k = node_points.shape
@@ -264,8 +323,9 @@ def _messages(conv: nn.Module, h_src: Tensor, offset: Tensor) -> Tensor:
     return conv.msg_out(nn.functional.gelu(h_src + p))
 
 
-def gridify_dense(module: Gridification, pos: Tensor, x: Tensor,
-                  tables: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
+def gridify_dense(
+    module: Gridification, pos: Tensor, x: Tensor, tables: Optional[Tuple[Tensor, Tensor]] = None
+) -> Tensor:
     r"""The forward of a :class:`gridify.nn.Gridification` on fixed-shape tensors (traceable).
 
     ``pos [B, N, 3]`` (finite, ``N >= k``) and ``x [B, N, F]`` -> ``[B, C, R, R, R]``: the same
@@ -285,30 +345,45 @@ def _check_gridify_dense(module: Any, pos: Any, x: Any, tables: Any) -> None:
     if not isinstance(module, Gridification):
         fail(where, f"module must be a gridify.nn.Gridification, got {type(module).__name__}")
     if module.max_in_degree is not None:
-        fail(where, f"the module caps the in-degree (max_in_degree={module.max_in_degree}); gridify_dense builds "
-                    f"the uncapped bilateral kNN graph")
+        fail(
+            where,
+            f"the module caps the in-degree (max_in_degree={module.max_in_degree}); gridify_dense builds "
+            f"the uncapped bilateral kNN graph",
+        )
     p = next(module.parameters())
     pos = _check_clouds(where, pos, "pos", module.k, p.dtype, p.device)
     x = check_tensor(where, "x", x)
     if x.dim() != 3 or x.shape[:2] != pos.shape[:2] or x.size(2) != module.in_channels:
-        fail(where, f"x must have shape [B, N, F] = [{pos.size(0)}, {pos.size(1)}, {module.in_channels}] (pos' B and "
-                    f"N, the module's in_channels), got {tuple(x.shape)}")
+        fail(
+            where,
+            f"x must have shape [B, N, F] = [{pos.size(0)}, {pos.size(1)}, {module.in_channels}] (pos' B and "
+            f"N, the module's in_channels), got {tuple(x.shape)}",
+        )
     if x.dtype != pos.dtype or x.device != pos.device:
         fail(where, f"x must have pos' dtype and device ({pos.dtype} on {pos.device}), got {x.dtype} on {x.device}")
     check_finite(where, "x", x.reshape(-1, x.size(2)), torch.arange(x.size(0)).repeat_interleave(x.size(1)))
     if tables is not None:
         R = module.grid.resolution
-        ok = (isinstance(tables, (tuple, list)) and len(tables) == 2 and all(isinstance(t, Tensor) for t in tables)
-              and tuple(tables[0].shape) == (R ** 3, 3) and tuple(tables[1].shape) == (3, R)
-              and all(t.dtype == pos.dtype and t.device == pos.device for t in tables))
+        ok = (
+            isinstance(tables, (tuple, list))
+            and len(tables) == 2
+            and all(isinstance(t, Tensor) for t in tables)
+            and tuple(tables[0].shape) == (R**3, 3)
+            and tuple(tables[1].shape) == (3, R)
+            and all(t.dtype == pos.dtype and t.device == pos.device for t in tables)
+        )
         if not ok:
-            fail(where, f"tables must be None or the grid's grid_tables(grid, device, dtype): (nodes [{R ** 3}, 3], "
-                        f"axis [3, {R}]) of pos' dtype and device")
+            fail(
+                where,
+                f"tables must be None or the grid's grid_tables(grid, device, dtype): (nodes [{R**3}, 3], "
+                f"axis [3, {R}]) of pos' dtype and device",
+            )
     _check_dense_size(where, f"pos {tuple(pos.shape)}", pos.size(0), pos.size(1), module.grid.num_nodes, pos.dtype)
 
 
-def _gridify_dense(module: Gridification, pos: Tensor, x: Tensor,
-                   tables: Optional[Tuple[Tensor, Tensor]] = None) -> Tensor:
+def _gridify_dense(
+    module: Gridification, pos: Tensor, x: Tensor, tables: Optional[Tuple[Tensor, Tensor]] = None
+) -> Tensor:
     """:func:`gridify_dense` on validated inputs (what the export traces): :func:`gridify_dense_graph`
     over :func:`dense_bilateral_knn_unchecked`'s graph."""
     nodes, axis = grid_tables(module.grid, pos.device, pos.dtype) if tables is None else tables
@@ -390,8 +465,14 @@ class OnnxClassifier(nn.Module):
             _check_clouds(where, normals, "normals", k, dtype, device)
         elif normals is not None:
             fail(where, "the model takes no normals (in_channels=3); pass the points only")
-        _check_dense_size(where, f"points {tuple(points.shape)}", points.size(0), points.size(1),
-                          self.model.gridify.grid.num_nodes, dtype)
+        _check_dense_size(
+            where,
+            f"points {tuple(points.shape)}",
+            points.size(0),
+            points.size(1),
+            self.model.gridify.grid.num_nodes,
+            dtype,
+        )
 
     def forward(self, points: Tensor, normals: Optional[Tensor] = None) -> Tensor:
         if not validating():  # traced (or called by library code that checked): the graph itself
@@ -417,19 +498,31 @@ class OnnxClassifier(nn.Module):
 def check_exportable(model: Any, where: str = "export_onnx") -> None:
     """Raise :class:`ExportError` naming what makes ``model`` unexportable (None when it is fine)."""
     if not isinstance(model, (GridifiedClassifier, GridifiedSegmenter, GridifiedSceneSegmenter)):
-        fail_export(where, f"{type(model).__name__} is not exportable: the gridified classifier, part segmenter and "
-                           f"scene segmenter (gridified_classifier, gridified_segmenter, scene_segmenter) have an ONNX "
-                           f"route")
+        fail_export(
+            where,
+            f"{type(model).__name__} is not exportable: the gridified classifier, part segmenter and "
+            f"scene segmenter (gridified_classifier, gridified_segmenter, scene_segmenter) have an ONNX "
+            f"route",
+        )
     if not isinstance(model, GridifiedSceneSegmenter) and model.in_channels not in (3, 6):
-        fail_export(where, f"the model takes {model.in_channels} features per point; only xyz (3) and xyz + "
-                           f"normals (6) models are exportable (the features gridify.load's Predictor builds)")
+        fail_export(
+            where,
+            f"the model takes {model.in_channels} features per point; only xyz (3) and xyz + "
+            f"normals (6) models are exportable (the features gridify.load's Predictor builds)",
+        )
     if model.gridify.max_in_degree is not None:
-        fail_export(where, f"the gridification caps the in-degree (max_in_degree={model.gridify.max_in_degree}); "
-                           f"only the uncapped bilateral kNN graph is exportable")
+        fail_export(
+            where,
+            f"the gridification caps the in-degree (max_in_degree={model.gridify.max_in_degree}); "
+            f"only the uncapped bilateral kNN graph is exportable",
+        )
     p = next(model.parameters())
     if p.dtype != torch.float32 or p.device.type != "cpu":
-        fail_export(where, f"the model's weights are {p.dtype} on {p.device}; the export traces float32 models on "
-                           f"the CPU (model.float().cpu())")
+        fail_export(
+            where,
+            f"the model's weights are {p.dtype} on {p.device}; the export traces float32 models on "
+            f"the CPU (model.float().cpu())",
+        )
 
 
 def fail_export(where: str, msg: str) -> NoReturn:
@@ -467,8 +560,10 @@ class ExportReport:
             mapping = "maps every crop (metres) into the grid box"
         else:
             mapping = "normalizes the clouds" if self.normalize else "clouds must be normalized"
-        return (f"{self.path} ({self.format}, {self.num_bytes / 1e6:.2f} MB): {shapes(self.inputs)} -> "
-                f"{shapes(self.outputs)}; {mapping}{check}")
+        return (
+            f"{self.path} ({self.format}, {self.num_bytes / 1e6:.2f} MB): {shapes(self.inputs)} -> "
+            f"{shapes(self.outputs)}; {mapping}{check}"
+        )
 
 
 def require_export_dependencies(where: str, verify: bool = True) -> None:
@@ -477,8 +572,9 @@ def require_export_dependencies(where: str, verify: bool = True) -> None:
     missing = [name for name in need if importlib.util.find_spec(name) is None]
     if missing:
         verb = "is" if len(missing) == 1 else "are"
-        raise ImportError(f"{where}: the ONNX export needs {', '.join(missing)}, which {verb} not installed; "
-                          f"run: {INSTALL_HINT}")
+        raise ImportError(
+            f"{where}: the ONNX export needs {', '.join(missing)}, which {verb} not installed; run: {INSTALL_HINT}"
+        )
 
 
 def check_task_exportable(task: Any, model: Any, where: str = "export_onnx") -> None:
@@ -506,8 +602,11 @@ def _resolve(model: Any, where: str) -> Tuple[nn.Module, Optional[bool], Optiona
         return inner, bool(model.normalize), names, getattr(model, "num_points", None)
     if isinstance(model, nn.Module):
         return model, None, None, None
-    fail(where, f"model must be a checkpoint path, a gridify.Predictor or a GridifiedClassifier / GridifiedSegmenter / "
-                f"GridifiedSceneSegmenter, got {type(model).__name__}")
+    fail(
+        where,
+        f"model must be a checkpoint path, a gridify.Predictor or a GridifiedClassifier / GridifiedSegmenter / "
+        f"GridifiedSceneSegmenter, got {type(model).__name__}",
+    )
 
 
 @contextlib.contextmanager
@@ -544,8 +643,9 @@ def tracing_mode(model: nn.Module) -> Iterator[None]:
     flags = [(p, p.requires_grad) for p in model.parameters()]
     saved = []
     for module in model.modules():
-        scalars = [n for n, b in module._buffers.items()
-                   if b is not None and b.dim() == 0 and not b.is_floating_point()]
+        scalars = [
+            n for n, b in module._buffers.items() if b is not None and b.dim() == 0 and not b.is_floating_point()
+        ]
         if scalars:
             saved.append((module, dict(module._buffers)))
             for name in scalars:
@@ -588,11 +688,16 @@ def depthwise_conv3d_as_2d(x: Tensor, weight: Tensor, bias: Optional[Tensor] = N
     check_float(where, "x", x)
     C, K = x.size(1), weight.shape[-1] if weight.dim() else 0
     if tuple(weight.shape) != (C, 1, K, K, K) or K % 2 == 0:
-        fail(where, f"weight must have shape [C, 1, K, K, K] with C={C} (x's channels) and K odd, "
-                    f"got {tuple(weight.shape)}")
+        fail(
+            where,
+            f"weight must have shape [C, 1, K, K, K] with C={C} (x's channels) and K odd, got {tuple(weight.shape)}",
+        )
     if bias is not None and (not isinstance(bias, Tensor) or tuple(bias.shape) != (C,)):
-        fail(where, f"bias must be None or a tensor [C] = [{C}], got "
-                    f"{tuple(bias.shape) if isinstance(bias, Tensor) else type(bias).__name__}")
+        fail(
+            where,
+            f"bias must be None or a tensor [C] = [{C}], got "
+            f"{tuple(bias.shape) if isinstance(bias, Tensor) else type(bias).__name__}",
+        )
     for name, t in (("weight", weight), ("bias", bias)):
         if t is not None and (t.dtype != x.dtype or t.device != x.device):
             fail(where, f"{name} must have x's dtype and device ({x.dtype} on {x.device}), got {t.dtype} on {t.device}")
@@ -608,7 +713,7 @@ def _depthwise_conv3d_as_2d(x: Tensor, weight: Tensor, bias: Optional[Tensor] = 
     out: Optional[Tensor] = None
     for d in range(K):
         y = nn.functional.conv2d(slices, weight[:, :, d], padding=P, groups=C).reshape(B, D + 2 * P, C, H, W)
-        out = y[:, d:d + D] if out is None else out + y[:, d:d + D]
+        out = y[:, d : d + D] if out is None else out + y[:, d : d + D]
     out = out.transpose(1, 2)
     return out if bias is None else out + bias.view(1, C, 1, 1, 1)
 
@@ -627,9 +732,15 @@ class DepthwiseConv3dAs2d(TorchFunctionMode):
             x, w = a["input"], a["weight"]
             K = w.shape[-1]
             same = a.get("padding", 0) in (K // 2, (K // 2,) * 3, [K // 2] * 3, "same")
-            if (x.dim() == 5 and tuple(w.shape[1:]) == (1, K, K, K) and K % 2 == 1 and a.get("groups", 1) == w.shape[0]
-                    == x.shape[1] and same and a.get("stride", 1) in (1, (1, 1, 1), [1, 1, 1])
-                    and a.get("dilation", 1) in (1, (1, 1, 1), [1, 1, 1])):
+            if (
+                x.dim() == 5
+                and tuple(w.shape[1:]) == (1, K, K, K)
+                and K % 2 == 1
+                and a.get("groups", 1) == w.shape[0] == x.shape[1]
+                and same
+                and a.get("stride", 1) in (1, (1, 1, 1), [1, 1, 1])
+                and a.get("dilation", 1) in (1, (1, 1, 1), [1, 1, 1])
+            ):
                 return _depthwise_conv3d_as_2d(x, w, a.get("bias"))
         return func(*args, **kwargs)
 
@@ -656,24 +767,41 @@ def _example_inputs(wrapper: OnnxClassifier, batch: int, n: int, seed: int) -> T
     return out
 
 
-def _trace(wrapper: OnnxClassifier, example: Tuple[Tensor, ...], dynamic_batch: bool, dynamic_points: bool,
-           opset: Optional[int], where: str) -> Any:
+def _trace(
+    wrapper: OnnxClassifier,
+    example: Tuple[Tensor, ...],
+    dynamic_batch: bool,
+    dynamic_points: bool,
+    opset: Optional[int],
+    where: str,
+) -> Any:
     """The ``onnx.ModelProto`` of ``wrapper`` (``torch.onnx.export``, dynamo exporter)."""
     dims: Dict[int, Any] = {}
     if dynamic_batch:
         dims[0] = torch.export.Dim("batch", min=1)
     if dynamic_points:
         dims[1] = torch.export.Dim("num_points", min=wrapper.model.gridify.k)
-    shapes: Any = ({name: {a: d for a, d in dims.items() if name != "category" or a == 0} or None
-                    for name in wrapper.input_names} if dims else None)
+    shapes: Any = (
+        {name: {a: d for a, d in dims.items() if name != "category" or a == 0} or None for name in wrapper.input_names}
+        if dims
+        else None
+    )
     if shapes is not None and isinstance(wrapper, OnnxSegmenter):  # forward(*inputs)
         shapes = {"inputs": tuple(shapes[name] for name in wrapper.input_names)}
     problem = None
     with tracing_mode(wrapper), _quiet_exporter(), DepthwiseConv3dAs2d():
         try:
-            program = torch.onnx.export(wrapper, example, None, dynamo=True, input_names=wrapper.input_names,
-                                        output_names=["logits"], dynamic_shapes=shapes, opset_version=opset,
-                                        verbose=False)
+            program = torch.onnx.export(
+                wrapper,
+                example,
+                None,
+                dynamo=True,
+                input_names=wrapper.input_names,
+                output_names=["logits"],
+                dynamic_shapes=shapes,
+                opset_version=opset,
+                verbose=False,
+            )
         except Exception as exc:  # noqa: BLE001 - an exporter failure becomes one clear message
             while exc.__cause__ is not None or exc.__context__ is not None:  # the root cause says most
                 exc = exc.__cause__ or exc.__context__
@@ -703,8 +831,9 @@ def _quiet_exporter() -> Iterator[None]:
             logger.setLevel(level)
 
 
-def _verify(wrapper: OnnxClassifier, data: bytes, checks: List[Tuple[str, Tuple[Tensor, ...]]], atol: float,
-            where: str) -> Tuple[float, str]:
+def _verify(
+    wrapper: OnnxClassifier, data: bytes, checks: List[Tuple[str, Tuple[Tensor, ...]]], atol: float, where: str
+) -> Tuple[float, str]:
     """``(largest |onnxruntime - PyTorch|, the check clouds it came from)`` of the logits over the
     labelled check inputs: a NaN / Inf on one side only counts as an infinite difference (a plain
     ``max`` would drop a NaN). PyTorch is the model's own forward; where that differs by more than
@@ -726,8 +855,9 @@ def _verify(wrapper: OnnxClassifier, data: bytes, checks: List[Tuple[str, Tuple[
         lines = str(exc).strip().splitlines()
         problem = f"{type(exc).__name__}: {lines[0] if lines else ''}"
     if problem is not None:
-        fail_export(where, f"onnxruntime {ort.__version__} could not run the exported file ({problem}); nothing was "
-                           f"written")
+        fail_export(
+            where, f"onnxruntime {ort.__version__} could not run the exported file ({problem}); nothing was written"
+        )
     worst, label = 0.0, checks[0][0]
     for (name, inputs), got in zip(checks, outputs):
         try:
@@ -735,8 +865,10 @@ def _verify(wrapper: OnnxClassifier, data: bytes, checks: List[Tuple[str, Tuple[
                 want = wrapper.reference(*inputs)
         except Exception as exc:  # noqa: BLE001 - the model's own failure, named with the clouds
             lines = str(exc).strip().splitlines()
-            raise ExportError(f"{where}: the model's own forward failed on the check clouds '{name}' "
-                              f"({type(exc).__name__}: {lines[0] if lines else ''}); nothing was written") from exc
+            raise ExportError(
+                f"{where}: the model's own forward failed on the check clouds '{name}' "
+                f"({type(exc).__name__}: {lines[0] if lines else ''}); nothing was written"
+            ) from exc
         diff = _difference(got, want)
         if diff > atol and _node_ties_only(wrapper, inputs):  # the graphs differ by equally near nodes only
             with torch.no_grad(), trusted_inputs():
@@ -797,8 +929,14 @@ def _graph_knn_backend(model: GridifiedClassifier) -> Iterator[None]:
         model.gridify.knn_backend = saved
 
 
-def _check_inputs(wrapper: OnnxClassifier, example: Tuple[Tensor, ...], batch_size: Optional[int],
-                  num_points: Optional[int], n: int, seed: int) -> List[Tuple[str, Tuple[Tensor, ...]]]:
+def _check_inputs(
+    wrapper: OnnxClassifier,
+    example: Tuple[Tensor, ...],
+    batch_size: Optional[int],
+    num_points: Optional[int],
+    n: int,
+    seed: int,
+) -> List[Tuple[str, Tuple[Tensor, ...]]]:
     """The labelled clouds of the parity check: the traced example, random clouds of another size
     (dynamic axes), and the degenerate clouds (:func:`_degenerate_inputs`) at the traced ``N`` and,
     with a dynamic ``N``, at ``N = k``. ``batch_size``: the fixed batch (None: dynamic)."""
@@ -814,8 +952,7 @@ def _check_inputs(wrapper: OnnxClassifier, example: Tuple[Tensor, ...], batch_si
     return checks
 
 
-def _degenerate_inputs(wrapper: OnnxClassifier, batch: int, n: int, seed: int
-                       ) -> List[Tuple[str, Tuple[Tensor, ...]]]:
+def _degenerate_inputs(wrapper: OnnxClassifier, batch: int, n: int, seed: int) -> List[Tuple[str, Tuple[Tensor, ...]]]:
     """Seeded degenerate clouds ``[batch, n, 3]``, labelled: identical points, two points repeated,
     collinear and coplanar points (placed as :func:`_example_inputs` places its clouds). Where a
     graph divides by a spread, compares distances or ties, these are the clouds that break it."""
@@ -825,10 +962,12 @@ def _degenerate_inputs(wrapper: OnnxClassifier, batch: int, n: int, seed: int
     centre = 0.3 * (torch.rand(batch, 1, 3, generator=g, dtype=f64) - 0.5)
     t = 1.1 * torch.rand(batch, n, 2, generator=g, dtype=f64) - 0.55  # |centre + t0 e0 + t1 e1| < 1
     two = torch.where(torch.arange(n).view(1, n, 1) % 2 == 0, centre, -centre)
-    shapes = {"identical points": centre.expand(batch, n, 3),
-              "two points repeated": two,
-              "collinear points": centre + t[..., :1] * basis[:, None, :, 0],
-              "coplanar points": centre + t[..., :1] * basis[:, None, :, 0] + t[..., 1:] * basis[:, None, :, 1]}
+    shapes = {
+        "identical points": centre.expand(batch, n, 3),
+        "two points repeated": two,
+        "collinear points": centre + t[..., :1] * basis[:, None, :, 0],
+        "coplanar points": centre + t[..., :1] * basis[:, None, :, 0] + t[..., 1:] * basis[:, None, :, 1],
+    }
     return [(f"{name} (N={n})", _place(wrapper, u, g)) for name, u in shapes.items()]
 
 
@@ -855,9 +994,18 @@ def _shapes(values: Any) -> Dict[str, List[Union[int, str]]]:
     return {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in values}
 
 
-def export_onnx(model: Any, path: Union[str, "os.PathLike[str]"], *, num_points: Optional[int] = None,
-                batch_size: Optional[int] = None, normalize: Optional[bool] = None, verify: bool = True,
-                atol: float = 1e-4, opset: Optional[int] = None, seed: int = 0) -> ExportReport:
+def export_onnx(
+    model: Any,
+    path: Union[str, "os.PathLike[str]"],
+    *,
+    num_points: Optional[int] = None,
+    batch_size: Optional[int] = None,
+    normalize: Optional[bool] = None,
+    verify: bool = True,
+    atol: float = 1e-4,
+    opset: Optional[int] = None,
+    seed: int = 0,
+) -> ExportReport:
     """Export a trained gridified classifier or segmenter to a self-contained ONNX file (runs without gridify).
 
     A classifier's file computes :class:`OnnxClassifier`: inputs ``points [B, N, 3]`` (and
@@ -905,8 +1053,9 @@ def export_onnx(model: Any, path: Union[str, "os.PathLike[str]"], *, num_points:
             names the argument), raised before any tracing.
     """
     where = "export_onnx"
-    target, num_points, batch_size, atol, opset = _check_export_args(where, path, num_points, batch_size, normalize,
-                                                                      verify, atol, opset, seed)
+    target, num_points, batch_size, atol, opset = _check_export_args(
+        where, path, num_points, batch_size, normalize, verify, atol, opset, seed
+    )
     net, stored_normalize, class_names, train_points = _resolve(model, where)
     check_exportable(net, where)
     n = _export_num_points(net, num_points, batch_size, train_points, where)
@@ -919,8 +1068,9 @@ def export_onnx(model: Any, path: Union[str, "os.PathLike[str]"], *, num_points:
     return _write_export(target, data, proto, wrapper, names, diff, net, where)
 
 
-def _export_num_points(net: nn.Module, num_points: Optional[int], batch_size: Optional[int],
-                       train_points: Optional[int], where: str) -> int:
+def _export_num_points(
+    net: nn.Module, num_points: Optional[int], batch_size: Optional[int], train_points: Optional[int], where: str
+) -> int:
     """The traced points per cloud ``N`` (checked against ``k`` and the dense graph's memory)."""
     k = net.gridify.k
     if num_points is not None and num_points < k:
@@ -932,9 +1082,17 @@ def _export_num_points(net: nn.Module, num_points: Optional[int], batch_size: Op
     return n
 
 
-def _onnx_model(model: Any, net: nn.Module, wrapper: Any, example: Tuple[Tensor, ...],
-                class_names: Optional[List[str]], batch_size: Optional[int], num_points: Optional[int], opset: int,
-                where: str) -> Tuple[Any, List[str]]:
+def _onnx_model(
+    model: Any,
+    net: nn.Module,
+    wrapper: Any,
+    example: Tuple[Tensor, ...],
+    class_names: Optional[List[str]],
+    batch_size: Optional[int],
+    num_points: Optional[int],
+    opset: int,
+    where: str,
+) -> Tuple[Any, List[str]]:
     """``(proto, class names)``: the wrapper traced to an ONNX model of ``opset``, with its metadata."""
     _first_run(wrapper, example, where)
     proto = _trace(wrapper, example, batch_size is None, num_points is None, opset, where)
@@ -944,34 +1102,63 @@ def _onnx_model(model: Any, net: nn.Module, wrapper: Any, example: Tuple[Tensor,
     return proto, names
 
 
-def _write_export(target: Path, data: bytes, proto: Any, wrapper: Any, names: List[str], diff: Optional[float],
-                  net: nn.Module, where: str) -> ExportReport:
+def _write_export(
+    target: Path,
+    data: bytes,
+    proto: Any,
+    wrapper: Any,
+    names: List[str],
+    diff: Optional[float],
+    net: nn.Module,
+    where: str,
+) -> ExportReport:
     """Write the serialized model ``data`` to ``target`` atomically and report what was written."""
     try:
         target = atomic_write_bytes(target, data)
     except OSError as exc:  # a folder removed or made read-only meanwhile, a full disk: nothing is left behind
         fail_export(where, f"could not write path={str(target)!r} ({exc.strerror or exc}); nothing was written")
-    return ExportReport(path=target, format="onnx", inputs=_shapes(proto.graph.input),
-                        outputs=_shapes(proto.graph.output), normalize=wrapper.normalize, class_names=names,
-                        max_abs_diff=diff, num_bytes=len(data), model=_model_name(net))
+    return ExportReport(
+        path=target,
+        format="onnx",
+        inputs=_shapes(proto.graph.input),
+        outputs=_shapes(proto.graph.output),
+        normalize=wrapper.normalize,
+        class_names=names,
+        max_abs_diff=diff,
+        num_bytes=len(data),
+        model=_model_name(net),
+    )
 
 
 def _check_written_opset(proto: Any, opset: int, where: str) -> None:
     written = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     if written != opset:
-        fail_export(where, f"torch.onnx wrote opset {written} instead of the requested opset={opset}; nothing was "
-                           f"written")
+        fail_export(
+            where, f"torch.onnx wrote opset {written} instead of the requested opset={opset}; nothing was written"
+        )
 
 
-def _checked(wrapper: Any, data: bytes, example: Tuple[Tensor, ...], batch_size: Optional[int],
-             num_points: Optional[int], n: int, seed: int, atol: float, where: str) -> float:
+def _checked(
+    wrapper: Any,
+    data: bytes,
+    example: Tuple[Tensor, ...],
+    batch_size: Optional[int],
+    num_points: Optional[int],
+    n: int,
+    seed: int,
+    atol: float,
+    where: str,
+) -> float:
     """The largest onnxruntime - PyTorch difference over the check clouds; ExportError above ``atol``."""
     checks = _check_inputs(wrapper, example, batch_size, num_points, n, seed)
     with eval_mode(wrapper):
         diff, label = _verify(wrapper, data, checks, atol, where)
     if not diff <= atol:
-        fail_export(where, f"onnxruntime's logits differ from PyTorch's by {diff:.3g} > atol={atol:g} on the check "
-                           f"clouds '{label}' (a NaN or Inf on one side counts as inf); nothing was written")
+        fail_export(
+            where,
+            f"onnxruntime's logits differ from PyTorch's by {diff:.3g} > atol={atol:g} on the check "
+            f"clouds '{label}' (a NaN or Inf on one side counts as inf); nothing was written",
+        )
     return diff
 
 
@@ -994,8 +1181,17 @@ def _scene_settings(model: Any) -> Dict[str, Any]:
     return out
 
 
-def _check_export_args(where: str, path: Any, num_points: Any, batch_size: Any, normalize: Any, verify: Any,
-                       atol: Any, opset: Any, seed: Any) -> Tuple[Path, Optional[int], Optional[int], float, int]:
+def _check_export_args(
+    where: str,
+    path: Any,
+    num_points: Any,
+    batch_size: Any,
+    normalize: Any,
+    verify: Any,
+    atol: Any,
+    opset: Any,
+    seed: Any,
+) -> Tuple[Path, Optional[int], Optional[int], float, int]:
     """:func:`export_onnx`'s arguments, checked before anything is traced:
     ``(target path, num_points, batch_size, atol, opset)``."""
     target = _check_output_path(where, path)
@@ -1032,8 +1228,10 @@ def _first_run(wrapper: "OnnxClassifier", example: Tuple[Tensor, ...], where: st
             wrapper.reference(*example)
         except Exception as exc:  # noqa: BLE001 - the model's own failure, named before any tracing
             lines = str(exc).strip().splitlines()
-            raise ExportError(f"{where}: the model's own forward failed on the example clouds "
-                              f"({type(exc).__name__}: {lines[0] if lines else ''})") from exc
+            raise ExportError(
+                f"{where}: the model's own forward failed on the example clouds "
+                f"({type(exc).__name__}: {lines[0] if lines else ''})"
+            ) from exc
 
 
 def _check_opset(where: str, opset: Any) -> int:
@@ -1045,8 +1243,10 @@ def _check_opset(where: str, opset: Any) -> int:
         fail(where, f"opset must be an int from {lo} to {hi} or None, got {opset!r}")
     value = int(opset)
     if not lo <= value <= hi:
-        fail(where, f"opset={opset!r} is not supported: the exporter writes ONNX opsets {lo} to {hi} "
-                    f"(None: {DEFAULT_OPSET})")
+        fail(
+            where,
+            f"opset={opset!r} is not supported: the exporter writes ONNX opsets {lo} to {hi} (None: {DEFAULT_OPSET})",
+        )
     return value
 
 
@@ -1063,14 +1263,20 @@ def _check_output_path(where: str, path: Any) -> Path:
     if "\0" in raw:
         fail(where, f"path contains a NUL character: {raw!r}")
     if raw.endswith(os.sep) or (os.altsep and raw.endswith(os.altsep)):
-        fail(where, f"path={raw!r} ends with a separator, so it names a folder; give the file, e.g. "
-                    f"{os.path.join(raw, 'model.onnx')!r}")
+        fail(
+            where,
+            f"path={raw!r} ends with a separator, so it names a folder; give the file, e.g. "
+            f"{os.path.join(raw, 'model.onnx')!r}",
+        )
     target = Path(raw)
     if os.path.isdir(target):
         fail(where, f"path={raw!r} is a folder; give the file to write, e.g. {str(target / 'model.onnx')!r}")
     if os.path.lexists(target) and not os.path.isfile(target):
-        fail(where, f"path={raw!r} exists and is not a regular file (a device, socket, pipe or broken link); "
-                    f"it would be replaced")
+        fail(
+            where,
+            f"path={raw!r} exists and is not a regular file (a device, socket, pipe or broken link); "
+            f"it would be replaced",
+        )
     ancestor = target.absolute().parent
     while not os.path.lexists(ancestor) and ancestor != ancestor.parent:
         ancestor = ancestor.parent
@@ -1084,32 +1290,49 @@ def _check_output_path(where: str, path: Any) -> Path:
             os.close(fd)
             os.unlink(probe)
         except OSError as exc:
-            fail(where, f"path={raw!r} cannot be written: cannot create a file in {str(ancestor)!r} "
-                        f"({exc.strerror or exc})")
+            fail(
+                where,
+                f"path={raw!r} cannot be written: cannot create a file in {str(ancestor)!r} ({exc.strerror or exc})",
+            )
     return target
 
 
 def _check_folded_layers(net: nn.Module, where: str, before: bool) -> None:
     """ExportError when a reparameterizable layer (MRConv) is folded into a placeholder kernel: it
     was folded before it saw any input and without a resolution, so it has no inference form."""
-    bad = [name or type(m).__name__ for name, m in net.named_modules()
-           if is_reparameterizable(m) and m.reparameterized and hasattr(m, "folded_resolution")
-           and int(getattr(m, "folded_resolution")) == 0]
+    bad = [
+        name or type(m).__name__
+        for name, m in net.named_modules()
+        if is_reparameterizable(m)
+        and m.reparameterized
+        and hasattr(m, "folded_resolution")
+        and int(getattr(m, "folded_resolution")) == 0
+    ]
     if not bad:
         return
     layers = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
     if before:
-        fail_export(where, f"the model's MRConv layers ({layers}) were folded (reparameterize()) before they saw any "
-                           f"input and without a resolution, so their kernels are placeholders; load folded weights "
-                           f"(a checkpoint written by export_model), or rebuild the model, run it once and fold it")
-    fail_export(where, f"the model's MRConv layers ({layers}) have never seen an input, so folding them into their "
-                       f"inference form gives placeholder kernels (MRConv3d: reparameterize() ran before the layer "
-                       f"saw any input and without a resolution); run the model once on a cloud before exporting "
-                       f"(model.eval(); model(points, features)), or build its MRConv layers with resolution=R")
+        fail_export(
+            where,
+            f"the model's MRConv layers ({layers}) were folded (reparameterize()) before they saw any "
+            f"input and without a resolution, so their kernels are placeholders; load folded weights "
+            f"(a checkpoint written by export_model), or rebuild the model, run it once and fold it",
+        )
+    fail_export(
+        where,
+        f"the model's MRConv layers ({layers}) have never seen an input, so folding them into their "
+        f"inference form gives placeholder kernels (MRConv3d: reparameterize() ran before the layer "
+        f"saw any input and without a resolution); run the model once on a cloud before exporting "
+        f"(model.eval(); model(points, features)), or build its MRConv layers with resolution=R",
+    )
 
 
-def _set_metadata(proto: Any, wrapper: Union[OnnxClassifier, "OnnxSegmenter"], class_names: List[str],
-                  scene: Optional[Dict[str, Any]] = None) -> None:
+def _set_metadata(
+    proto: Any,
+    wrapper: Union[OnnxClassifier, "OnnxSegmenter"],
+    class_names: List[str],
+    scene: Optional[Dict[str, Any]] = None,
+) -> None:
     """Record what a deployment needs in the ONNX file's ``metadata_props`` (strings): for a scene
     segmenter also its ``extent`` and, from the checkpoint, the ``features`` (names, in order),
     ``voxel_size`` and ``max_points`` of its training crops (``scene``)."""
@@ -1117,30 +1340,51 @@ def _set_metadata(proto: Any, wrapper: Union[OnnxClassifier, "OnnxSegmenter"], c
 
     net = wrapper.model
     name = _model_name(net)
-    props = {"gridify_version": __version__, "model": name, "class_names": json.dumps(class_names),
-             "normalize": json.dumps(wrapper.normalize), "in_channels": str(net.in_channels),
-             "inputs": json.dumps(wrapper.input_names), "k": str(net.gridify.k),
-             "resolution": json.dumps(net.gridify.resolution)}
+    props = {
+        "gridify_version": __version__,
+        "model": name,
+        "class_names": json.dumps(class_names),
+        "normalize": json.dumps(wrapper.normalize),
+        "in_channels": str(net.in_channels),
+        "inputs": json.dumps(wrapper.input_names),
+        "k": str(net.gridify.k),
+        "resolution": json.dumps(net.gridify.resolution),
+    }
     if isinstance(net, GridifiedSceneSegmenter):
         props["extent"] = json.dumps(net.extent)
         props.update({key: json.dumps(value) for key, value in (scene or {}).items()})
     onnx.helper.set_model_props(proto, props)
     if isinstance(wrapper, OnnxClassifier):
-        proto.doc_string = ("gridify gridified classifier: points [B, N, 3]" + (" + normals [B, N, 3]" if
-                            wrapper.use_normals else "") + " -> logits [B, K]" + ("; clouds are centred and scaled "
-                            "into the unit sphere inside the graph" if wrapper.normalize else
-                            "; clouds must already be normalized into the grid box"))
+        proto.doc_string = (
+            "gridify gridified classifier: points [B, N, 3]"
+            + (" + normals [B, N, 3]" if wrapper.use_normals else "")
+            + " -> logits [B, K]"
+            + (
+                "; clouds are centred and scaled into the unit sphere inside the graph"
+                if wrapper.normalize
+                else "; clouds must already be normalized into the grid box"
+            )
+        )
     elif wrapper.scene:
         names = ", ".join((scene or {}).get("features") or []) or "as the checkpoint records"
         extra = f" + features [B, N, {wrapper.num_features}] ({names})" if wrapper.num_features else ""
-        proto.doc_string = (f"gridify scene segmenter: points [B, N, 3] in metres{extra} -> logits [B, N, K]; every "
-                            f"cloud is one crop (its box is mapped into the grid inside the graph); cover a larger "
-                            f"scene with crops as training did")
+        proto.doc_string = (
+            f"gridify scene segmenter: points [B, N, 3] in metres{extra} -> logits [B, N, K]; every "
+            f"cloud is one crop (its box is mapped into the grid inside the graph); cover a larger "
+            f"scene with crops as training did"
+        )
     else:
-        proto.doc_string = ("gridify part segmenter: points [B, N, 3]" + (" + normals [B, N, 3]" if wrapper.use_normals
-                            else "") + (" + category [B] int64" if wrapper.num_categories else "")
-                            + " -> logits [B, N, K]" + ("; clouds are normalized inside the graph" if wrapper.normalize
-                                                       else "; clouds must already be normalized into the grid box"))
+        proto.doc_string = (
+            "gridify part segmenter: points [B, N, 3]"
+            + (" + normals [B, N, 3]" if wrapper.use_normals else "")
+            + (" + category [B] int64" if wrapper.num_categories else "")
+            + " -> logits [B, N, K]"
+            + (
+                "; clouds are normalized inside the graph"
+                if wrapper.normalize
+                else "; clouds must already be normalized into the grid box"
+            )
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -1152,19 +1396,23 @@ def _set_metadata(proto: Any, wrapper: Union[OnnxClassifier, "OnnxSegmenter"], c
 NODE_CHUNK = 1024
 
 
-def grid_axes(grid: RegularGrid, device: Optional[torch.device] = None, dtype: torch.dtype = torch.float32
-              ) -> Tuple[Tensor, Tensor, Tensor]:
+def grid_axes(
+    grid: RegularGrid, device: Optional[torch.device] = None, dtype: torch.dtype = torch.float32
+) -> Tuple[Tensor, Tensor, Tensor]:
     """The node coordinates of every axis ``lo_a + t h_a`` (``[Rx]``, ``[Ry]``, ``[Rz]``), as
     :func:`gridify.ops.grid_knn` computes them (a per-axis :func:`grid_tables` ``axis``)."""
     if not isinstance(grid, RegularGrid):
         fail("grid_axes", f"grid must be a RegularGrid, got {type(grid).__name__}")
     lo, hi = box_tensors(grid.lower, grid.upper, device, dtype)
-    return tuple(lo[a] + torch.arange(r, device=device).to(dtype) * ((hi[a] - lo[a]) / (r - 1))  # type: ignore
-                 for a, r in enumerate(grid.shape))
+    return tuple(
+        lo[a] + torch.arange(r, device=device).to(dtype) * ((hi[a] - lo[a]) / (r - 1))  # type: ignore
+        for a, r in enumerate(grid.shape)
+    )
 
 
-def dense_grid_knn_unchecked(pos: Tensor, k: int, nodes: Tensor, axes: Tuple[Tensor, Tensor, Tensor],
-                             node_chunk: int = NODE_CHUNK) -> Tuple[Tensor, Tensor, Tensor]:
+def dense_grid_knn_unchecked(
+    pos: Tensor, k: int, nodes: Tensor, axes: Tuple[Tensor, Tensor, Tensor], node_chunk: int = NODE_CHUNK
+) -> Tuple[Tensor, Tensor, Tensor]:
     r"""The fixed-shape bilateral kNN graph of :func:`dense_bilateral_knn_unchecked` on any grid
     ``(Rx, Ry, Rz)``, in bounded memory (traceable with static ``k``).
 
@@ -1181,7 +1429,7 @@ def dense_grid_knn_unchecked(pos: Tensor, k: int, nodes: Tensor, axes: Tuple[Ten
     R3 = nodes.size(0)
     blocks = []
     for s in range(0, R3, node_chunk):
-        c = nodes[s:s + node_chunk]
+        c = nodes[s : s + node_chunk]
         d = (c[None, :, None, 0] - pos[:, None, :, 0]).pow(2)
         d = d + (c[None, :, None, 1] - pos[:, None, :, 1]).pow(2)
         d = d + (c[None, :, None, 2] - pos[:, None, :, 2]).pow(2)  # [B, chunk, N], as knn's torch backend
@@ -1191,13 +1439,15 @@ def dense_grid_knn_unchecked(pos: Tensor, k: int, nodes: Tensor, axes: Tuple[Ten
     shape = [a.size(0) for a in axes]
     dists, idxs = [], []
     for a, ax in enumerate(axes):
-        da = (ax - pos[..., a:a + 1]).pow(2)  # [B, N, R_a], as grid_knn
+        da = (ax - pos[..., a : a + 1]).pow(2)  # [B, N, R_a], as grid_knn
         idx = _smallest(da, min(kk, shape[a])).sort(-1).values  # the nearest coordinates, in index order
         dists.append(torch.gather(da, 2, idx))
         idxs.append(idx)
     dist = dists[0][..., :, None, None] + dists[1][..., None, :, None]
     dist = (dist + dists[2][..., None, None, :]).reshape(B, N, -1)
-    flat = (idxs[0][..., :, None, None] * shape[1] + idxs[1][..., None, :, None]) * shape[2] + idxs[2][..., None, None, :]
+    flat = (idxs[0][..., :, None, None] * shape[1] + idxs[1][..., None, :, None]) * shape[2] + idxs[2][
+        ..., None, None, :
+    ]
     point_nodes = torch.gather(flat.reshape(B, N, -1), 2, _smallest(dist, kk))
     chosen = torch.gather(node_points, 1, point_nodes.reshape(B, N * kk, 1).expand(-1, -1, k))
     own = torch.arange(N, device=pos.device).view(1, N, 1, 1)
@@ -1205,8 +1455,14 @@ def dense_grid_knn_unchecked(pos: Tensor, k: int, nodes: Tensor, axes: Tuple[Ten
     return node_points, point_nodes, keep
 
 
-def _aggregate_dense(conv: nn.Module, dense: Tensor, dense_keep: Optional[Tensor], scat: Tensor, scat_dst: Tensor,
-                     scat_keep: Optional[Tensor]) -> Tensor:
+def _aggregate_dense(
+    conv: nn.Module,
+    dense: Tensor,
+    dense_keep: Optional[Tensor],
+    scat: Tensor,
+    scat_dst: Tensor,
+    scat_keep: Optional[Tensor],
+) -> Tensor:
     """``phi_upd(AGG)`` over the two edge kinds of the fixed-shape graph: ``dense [D, t, H]`` (the
     ``t`` edges every target ``d < D`` has, ``dense_keep [D, t]`` masking duplicates, None: all)
     and ``scat [E, H]`` scattered to the targets ``scat_dst [E]`` (``scat_keep [E]``, None: all)."""
@@ -1216,18 +1472,25 @@ def _aggregate_dense(conv: nn.Module, dense: Tensor, dense_keep: Optional[Tensor
         s = scat if scat_keep is None else scat.masked_fill(~scat_keep.unsqueeze(-1), float("-inf"))
         agg = d.amax(1).scatter_reduce(0, scat_dst.unsqueeze(-1).expand(-1, H), s, "amax")
     else:
-        dk = (torch.ones(dense.shape[:2], dtype=dense.dtype, device=dense.device) if dense_keep is None
-              else dense_keep.to(dense.dtype))
-        sk = (torch.ones(scat.size(0), dtype=scat.dtype, device=scat.device) if scat_keep is None
-              else scat_keep.to(scat.dtype))
+        dk = (
+            torch.ones(dense.shape[:2], dtype=dense.dtype, device=dense.device)
+            if dense_keep is None
+            else dense_keep.to(dense.dtype)
+        )
+        sk = (
+            torch.ones(scat.size(0), dtype=scat.dtype, device=scat.device)
+            if scat_keep is None
+            else scat_keep.to(scat.dtype)
+        )
         agg = (dense * dk.unsqueeze(-1)).sum(1).index_add(0, scat_dst, scat * sk.unsqueeze(-1))
         if conv.aggr == "mean":
             agg = agg / dk.sum(1).index_add(0, scat_dst, sk).unsqueeze(-1)
     return conv.phi_upd(agg)
 
 
-def gridify_dense_graph(module: Gridification, pos: Tensor, x: Tensor, nodes: Tensor,
-                        graph: Tuple[Tensor, Tensor, Tensor]) -> Tensor:
+def gridify_dense_graph(
+    module: Gridification, pos: Tensor, x: Tensor, nodes: Tensor, graph: Tuple[Tensor, Tensor, Tensor]
+) -> Tensor:
     """The gridification ``[B, C, Rx, Ry, Rz]`` of ``pos [B, N, 3]`` / ``x [B, N, F]`` over the
     fixed-shape ``graph`` of :func:`dense_grid_knn_unchecked` (no checks: what the export traces)."""
     node_points, point_nodes, keep = graph
@@ -1247,8 +1510,9 @@ def gridify_dense_graph(module: Gridification, pos: Tensor, x: Tensor, nodes: Te
     return grid.to_dense_unchecked(out, B)
 
 
-def degridify_dense_graph(module: Degridification, z: Tensor, pos: Tensor, nodes: Tensor,
-                          graph: Tuple[Tensor, Tensor, Tensor]) -> Tensor:
+def degridify_dense_graph(
+    module: Degridification, z: Tensor, pos: Tensor, nodes: Tensor, graph: Tuple[Tensor, Tensor, Tensor]
+) -> Tensor:
     r"""The de-gridification ``[B, N, C_out]`` of grid features ``z [B, C, Rx, Ry, Rz]`` at the points
     ``pos [B, N, 3]`` over the transposed edges of the fixed-shape ``graph``: node ``i`` sends to
     every point of ``A_i`` and to every point ``j`` whose ``P_j`` holds it (``keep``), with
@@ -1266,7 +1530,9 @@ def degridify_dense_graph(module: Degridification, z: Tensor, pos: Tensor, nodes
     pos_flat = pos.reshape(-1, 3)
     m_a = _messages(conv, h.repeat_interleave(k, 0), pos_flat[dst] - nodes.repeat(B, 1).repeat_interleave(k, 0))
     src = (point_nodes + (cloud * R3).view(B, 1, 1)).reshape(-1)  # P edges: point <- node, [B N k']
-    m_b = _messages(conv, h[src], pos.unsqueeze(2).expand(-1, -1, kk, -1).reshape(-1, 3) - nodes[point_nodes].reshape(-1, 3))
+    m_b = _messages(
+        conv, h[src], pos.unsqueeze(2).expand(-1, -1, kk, -1).reshape(-1, 3) - nodes[point_nodes].reshape(-1, 3)
+    )
     out = _aggregate_dense(conv, m_b.view(B * N, kk, H), keep.reshape(B * N, kk), m_a, dst, None)
     return out.view(B, N, -1)
 
@@ -1361,25 +1627,36 @@ class OnnxSegmenter(nn.Module):
             value = check_tensor(where, name, value)
             if name == "category":
                 if value.dim() != 1 or value.numel() != B or value.dtype != torch.int64:
-                    fail(where, f"category must be an int64 tensor [B] = [{B}], got {value.dtype} "
-                                f"{tuple(value.shape)}")
+                    fail(where, f"category must be an int64 tensor [B] = [{B}], got {value.dtype} {tuple(value.shape)}")
                 bad = ((value < 0) | (value >= self.num_categories)).nonzero().flatten()
                 if bad.numel():
-                    fail(where, f"category must hold integers in [0, {self.num_categories}), got "
-                                f"{int(value[bad[0]])} for cloud {int(bad[0])}")
+                    fail(
+                        where,
+                        f"category must hold integers in [0, {self.num_categories}), got "
+                        f"{int(value[bad[0]])} for cloud {int(bad[0])}",
+                    )
                 continue
             width = self.num_features if name == "features" else 3
             if value.dim() != 3 or tuple(value.shape) != (B, N, width):
-                fail(where, f"{name} must have shape [B, N, {width}] = [{B}, {N}, {width}] (one row per point), got "
-                            f"{tuple(value.shape)}")
+                fail(
+                    where,
+                    f"{name} must have shape [B, N, {width}] = [{B}, {N}, {width}] (one row per point), got "
+                    f"{tuple(value.shape)}",
+                )
             check_float(where, name, value)
             if value.dtype != dtype or value.device != device:
-                fail(where, f"{name} must be {str(dtype).replace('torch.', '')} on {device} (the model's), got "
-                            f"{value.dtype} on {value.device}")
+                fail(
+                    where,
+                    f"{name} must be {str(dtype).replace('torch.', '')} on {device} (the model's), got "
+                    f"{value.dtype} on {value.device}",
+                )
             check_finite(where, name, value.reshape(B * N, width), torch.arange(B).repeat_interleave(N))
         nbytes = B * N * min(self.node_chunk, self.nodes.size(0)) * element_size(dtype)
-        check_alloc(where, f"points {tuple(points.shape)} (a [B, {min(self.node_chunk, self.nodes.size(0))}, N] "
-                           f"distance block)", nbytes)
+        check_alloc(
+            where,
+            f"points {tuple(points.shape)} (a [B, {min(self.node_chunk, self.nodes.size(0))}, N] distance block)",
+            nbytes,
+        )
 
     def forward(self, *inputs: Tensor) -> Tensor:
         if not validating():
@@ -1420,8 +1697,9 @@ class OnnxSegmenter(nn.Module):
         g = torch.Generator().manual_seed(seed)
         u = 2 * torch.rand(batch, n, 3, generator=g, dtype=torch.float64) - 1
         if not self.scene:
-            u = nn.functional.normalize(u, dim=-1) * (0.6 + 0.3 * torch.rand(batch, n, 1, generator=g,
-                                                                           dtype=torch.float64))
+            u = nn.functional.normalize(u, dim=-1) * (
+                0.6 + 0.3 * torch.rand(batch, n, 1, generator=g, dtype=torch.float64)
+            )
         return self.place(u, g)
 
     def place(self, u: Tensor, g: torch.Generator) -> Tuple[Tensor, ...]:
@@ -1432,8 +1710,9 @@ class OnnxSegmenter(nn.Module):
         dtype = self.nodes.dtype
         batch, n = u.shape[:2]
         if self.scene:
-            points = torch.tensor([350.0, -120.0, 2.0], dtype=torch.float64) + u * torch.tensor([15.0, 15.0, 1.5],
-                                                                                             dtype=torch.float64)
+            points = torch.tensor([350.0, -120.0, 2.0], dtype=torch.float64) + u * torch.tensor(
+                [15.0, 15.0, 1.5], dtype=torch.float64
+            )
             out = (points.to(dtype),)
             if self.num_features:
                 out += (torch.rand(batch, n, self.num_features, generator=g, dtype=torch.float64).to(dtype),)
@@ -1477,12 +1756,18 @@ class OnnxSceneModel:
         try:
             self.session = ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # noqa: BLE001 - onnxruntime's own exception types; one clear message
-            fail(where, f"onnxruntime could not load {os.fspath(path)!r} ({type(exc).__name__}: "
-                        f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})")
+            fail(
+                where,
+                f"onnxruntime could not load {os.fspath(path)!r} ({type(exc).__name__}: "
+                f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''})",
+            )
         meta = self.session.get_modelmeta().custom_metadata_map
         if meta.get("model") != "scene_segmenter":
-            fail(where, f"{os.fspath(path)!r} is not a scene segmenter exported by gridify (its metadata says model="
-                        f"{meta.get('model')!r})")
+            fail(
+                where,
+                f"{os.fspath(path)!r} is not a scene segmenter exported by gridify (its metadata says model="
+                f"{meta.get('model')!r})",
+            )
         self.inputs = json.loads(meta["inputs"])
         self.class_names = json.loads(meta["class_names"])
         self.features = json.loads(meta.get("features", "null"))
@@ -1505,11 +1790,20 @@ class OnnxSceneModel:
             start = end
         return torch.cat(out).to(pos.device)
 
-    def predict(self, pos: Tensor, x: Optional[Tensor] = None, *, votes: int = 1, seed: int = 0,
-                progress: Optional[Any] = None) -> Tensor:
+    def predict(
+        self, pos: Tensor, x: Optional[Tensor] = None, *, votes: int = 1, seed: int = 0, progress: Optional[Any] = None
+    ) -> Tensor:
         """Class probabilities ``[N, K]`` of every point of a scene, covered with the file's crops."""
         from .scene_inference import predict_scene  # noqa: PLC0415
 
-        return predict_scene(self, pos, x if x is not None else pos.new_zeros(pos.size(0), 0),
-                             voxel_size=self.voxel_size, max_points=self.max_points, votes=votes, seed=seed,
-                             batch_size=1, progress=progress)
+        return predict_scene(
+            self,
+            pos,
+            x if x is not None else pos.new_zeros(pos.size(0), 0),
+            voxel_size=self.voxel_size,
+            max_points=self.max_points,
+            votes=votes,
+            seed=seed,
+            batch_size=1,
+            progress=progress,
+        )

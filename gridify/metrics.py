@@ -24,6 +24,7 @@ Under DDP, a ``DistributedSampler`` pads the last rank with repeated samples unl
 dataset size divides evenly; for exact test numbers evaluate on one process or with an
 unpadded sampler.
 """
+
 from __future__ import annotations
 
 from collections.abc import Collection
@@ -35,8 +36,14 @@ from torchmetrics import Metric
 
 from ._checks import INTEGER_DTYPES, check_alloc, check_finite, check_float, check_int, fail, is_int
 
-__all__ = ["OverallAccuracy", "MeanClassAccuracy", "ShapeNetPartIoU", "SegmentationIoU", "confusion_scores",
-           "segmentation_iou_reference"]
+__all__ = [
+    "OverallAccuracy",
+    "MeanClassAccuracy",
+    "ShapeNetPartIoU",
+    "SegmentationIoU",
+    "confusion_scores",
+    "segmentation_iou_reference",
+]
 
 
 def _check_has_data(t: Tensor, name: str, where: str) -> None:
@@ -65,8 +72,7 @@ def _labels_from(preds: Tensor, where: str, num_classes: Optional[int] = None) -
         if num_classes is not None and preds.size(1) != num_classes:
             raise ValueError(f"{where}: preds has {preds.size(1)} columns but num_classes={num_classes}")
         if preds.size(1) == 0:
-            fail(where, f"preds (logits) has 0 columns, shape {tuple(preds.shape)}; logits need one column "
-                        f"per class")
+            fail(where, f"preds (logits) has 0 columns, shape {tuple(preds.shape)}; logits need one column per class")
         check_float(where, "preds (logits)", preds)
         check_finite(where, "preds", preds, dims=("sample", "class"))
         return preds.argmax(dim=1)
@@ -199,8 +205,11 @@ def _part_table(category_to_parts: Any) -> List[List[int]]:
     elif isinstance(category_to_parts, Sequence) and not isinstance(category_to_parts, (str, bytes)):
         entries = [(f"{arg}[{c}]", p) for c, p in enumerate(category_to_parts)]
     else:
-        fail(where, f"{arg} must be a list of part-id lists (one per category) or a {{category id: parts}} "
-                    f"mapping, got {_kind(category_to_parts)}")
+        fail(
+            where,
+            f"{arg} must be a list of part-id lists (one per category) or a {{category id: parts}} "
+            f"mapping, got {_kind(category_to_parts)}",
+        )
     if not entries:
         fail(where, f"every category needs at least one part; {arg} has no categories")
     table = []
@@ -233,8 +242,7 @@ def _check_category_names(category_names: Any, num_categories: int) -> None:
         if not isinstance(name, str):
             fail(where, f"{arg}[{c}] must be a str, got {_kind(name)}")
         if name in seen:
-            fail(where, f"{arg} holds {name!r} twice (at {category_names.index(name)} and {c}); names must be "
-                        f"distinct")
+            fail(where, f"{arg} holds {name!r} twice (at {category_names.index(name)} and {c}); names must be distinct")
         seen.add(name)
 
 
@@ -267,13 +275,17 @@ class ShapeNetPartIoU(Metric):
     higher_is_better = True
     full_state_update = False
 
-    def __init__(self, category_to_parts: CategoryParts, category_names: Optional[Sequence[str]] = None,
-                 **kwargs) -> None:
+    def __init__(
+        self, category_to_parts: CategoryParts, category_names: Optional[Sequence[str]] = None, **kwargs
+    ) -> None:
         super().__init__(**kwargs)
         table = _part_table(category_to_parts)
         num_parts = max(max(p) for p in table) + 1
-        check_alloc("ShapeNetPartIoU", f"part ids up to {num_parts - 1} ({len(table)} x {num_parts} part masks)",
-                    len(table) * num_parts)
+        check_alloc(
+            "ShapeNetPartIoU",
+            f"part ids up to {num_parts - 1} ({len(table)} x {num_parts} part masks)",
+            len(table) * num_parts,
+        )
         mask = torch.zeros(len(table), num_parts, dtype=torch.bool)
         for c, parts in enumerate(table):
             mask[c, parts] = True
@@ -292,8 +304,9 @@ class ShapeNetPartIoU(Metric):
         ids = (("category", category), ("target", target)) + ((("batch", batch),) if batch is not None else ())
         for name, t in ids:
             if not isinstance(t, Tensor) or t.dtype not in INTEGER_DTYPES:
-                raise ValueError(f"{where}: {name} must be an integer tensor, got "
-                                 f"{getattr(t, 'dtype', type(t).__name__)}")
+                raise ValueError(
+                    f"{where}: {name} must be an integer tensor, got {getattr(t, 'dtype', type(t).__name__)}"
+                )
         if preds.is_floating_point():
             check_float(where, "preds (logits)", preds)
         elif preds.dtype not in INTEGER_DTYPES:
@@ -307,8 +320,10 @@ class ShapeNetPartIoU(Metric):
         num_shapes = category.numel()
         if num_shapes and (int(category.min()) < 0 or int(category.max()) >= self.num_categories):
             bad = _first_bad((category < 0) | (category >= self.num_categories))
-            raise ValueError(f"{where}: category ids must be in 0..{self.num_categories - 1}, got "
-                             f"{int(category[bad])} for shape {bad}")
+            raise ValueError(
+                f"{where}: category ids must be in 0..{self.num_categories - 1}, got "
+                f"{int(category[bad])} for shape {bad}"
+            )
         is_logits = preds.is_floating_point()
         given = preds  # as passed in, for the messages
         if batch is None:  # dense [B, N, (P)]
@@ -317,73 +332,104 @@ class ShapeNetPartIoU(Metric):
             preds, target, batch = self._check_flat(where, preds, target, batch, num_shapes, is_logits)
         if is_logits:
             if preds.size(1) < self.num_parts:
-                raise ValueError(f"{where}: logits need at least {self.num_parts} columns, got "
-                                 f"{tuple(given.shape)}")
-            check_finite(where, "preds", given, dims=("shape", "point", "part")[-given.dim():])
+                raise ValueError(f"{where}: logits need at least {self.num_parts} columns, got {tuple(given.shape)}")
+            check_finite(where, "preds", given, dims=("shape", "point", "part")[-given.dim() :])
         target = target.long()
         device = target.device
         mask = self.part_mask.to(device)
         point_cat = category.to(device)[batch]
-        if target.numel() and (int(target.min()) < 0 or int(target.max()) >= self.num_parts
-                               or not bool(mask[point_cat, target].all())):
-            bad = int((~mask[point_cat, target.clamp(0, self.num_parts - 1)]
-                       | (target < 0) | (target >= self.num_parts)).nonzero()[0])
-            raise ValueError(f"{where}: target part {int(target[bad])} of shape {int(batch[bad])} does not "
-                             f"belong to its category {int(point_cat[bad])}")
+        if target.numel() and (
+            int(target.min()) < 0 or int(target.max()) >= self.num_parts or not bool(mask[point_cat, target].all())
+        ):
+            bad = int(
+                (
+                    ~mask[point_cat, target.clamp(0, self.num_parts - 1)] | (target < 0) | (target >= self.num_parts)
+                ).nonzero()[0]
+            )
+            raise ValueError(
+                f"{where}: target part {int(target[bad])} of shape {int(batch[bad])} does not "
+                f"belong to its category {int(point_cat[bad])}"
+            )
         if num_shapes == 0:  # an empty batch (validated above) changes nothing
             return
         self._accumulate(preds, target, batch, category, point_cat, mask, is_logits, num_shapes)
 
     @staticmethod
-    def _dense_to_flat(where: str, preds: Tensor, target: Tensor, num_shapes: int, is_logits: bool
-                       ) -> Tuple[Tensor, Tensor, Tensor]:
+    def _dense_to_flat(
+        where: str, preds: Tensor, target: Tensor, num_shapes: int, is_logits: bool
+    ) -> Tuple[Tensor, Tensor, Tensor]:
         """Checked dense ``preds [B, N, (P)]``, ``target [B, N]`` as flat ``(preds, target, batch)``."""
         if target.dim() != 2 or target.size(0) != num_shapes:
-            raise ValueError(f"{where}: without batch, target must be [B, N] with B={num_shapes}, "
-                             f"got {tuple(target.shape)}")
+            raise ValueError(
+                f"{where}: without batch, target must be [B, N] with B={num_shapes}, got {tuple(target.shape)}"
+            )
         n = target.size(1)
         if preds.dim() == 0:
-            fail(where, f"without batch, preds must be logits [{num_shapes}, {n}, P] or part ids "
-                        f"[{num_shapes}, {n}], got shape ()")
+            fail(
+                where,
+                f"without batch, preds must be logits [{num_shapes}, {n}, P] or part ids "
+                f"[{num_shapes}, {n}], got shape ()",
+            )
         expect = (num_shapes, n, preds.size(-1)) if is_logits else (num_shapes, n)
         if tuple(preds.shape) != expect:
             shown = expect if not is_logits or preds.dim() == 3 else f"({num_shapes}, {n}, P)"
             raise ValueError(f"{where}: preds must have shape {shown}, got {tuple(preds.shape)}")
         if num_shapes and n == 0:
-            fail(where, f"target has shape {tuple(target.shape)}: no points per shape; every shape needs "
-                        f"at least one point")
+            fail(
+                where,
+                f"target has shape {tuple(target.shape)}: no points per shape; every shape needs at least one point",
+            )
         batch = torch.arange(num_shapes, device=target.device).repeat_interleave(n)
         preds = preds.reshape(num_shapes * n, preds.size(-1)) if is_logits else preds.reshape(-1)
         target = target.reshape(-1)
         return preds, target, batch
 
     @staticmethod
-    def _check_flat(where: str, preds: Tensor, target: Tensor, batch: Tensor, num_shapes: int, is_logits: bool
-                    ) -> Tuple[Tensor, Tensor, Tensor]:
+    def _check_flat(
+        where: str, preds: Tensor, target: Tensor, batch: Tensor, num_shapes: int, is_logits: bool
+    ) -> Tuple[Tensor, Tensor, Tensor]:
         """Checked flat ``preds [sum N_i, (P)]``, ``target [sum N_i]`` and ``batch [sum N_i]``."""
         target = _vector(target, "target", where, "[sum N_i] (one part id per point) with batch")
         batch = _vector(batch, "batch", where, "[sum N_i] (the shape of every point)").long()
         if preds.dim() != (2 if is_logits else 1):
-            fail(where, f"with batch, preds must be logits [sum N_i, P] (floating) or part ids [sum N_i] "
-                        f"(integer), got {'logits' if is_logits else 'ids'} of shape {tuple(preds.shape)}")
+            fail(
+                where,
+                f"with batch, preds must be logits [sum N_i, P] (floating) or part ids [sum N_i] "
+                f"(integer), got {'logits' if is_logits else 'ids'} of shape {tuple(preds.shape)}",
+            )
         if batch.numel() != target.numel() or preds.size(0) != target.numel():
-            raise ValueError(f"{where}: preds ({preds.size(0)}), target ({target.numel()}) and batch "
-                             f"({batch.numel()}) need one entry per point")
+            raise ValueError(
+                f"{where}: preds ({preds.size(0)}), target ({target.numel()}) and batch "
+                f"({batch.numel()}) need one entry per point"
+            )
         if num_shapes == 0 and batch.numel():
             fail(where, f"batch has {batch.numel()} points but category is empty (no shapes)")
         if batch.numel() and (int(batch.min()) < 0 or int(batch.max()) >= num_shapes):
-            raise ValueError(f"{where}: batch refers to shapes outside 0..{num_shapes - 1} "
-                             f"(category has {num_shapes} entries)")
+            raise ValueError(
+                f"{where}: batch refers to shapes outside 0..{num_shapes - 1} (category has {num_shapes} entries)"
+            )
         if num_shapes:
             counts = torch.bincount(batch, minlength=num_shapes)
             if bool((counts == 0).any()):
                 empty = (counts == 0).nonzero().flatten().tolist()
-                fail(where, f"shape {empty[0]} has no points (batch never refers to it; shapes without "
-                            f"points: {empty[:10]}); every shape needs at least one point")
+                fail(
+                    where,
+                    f"shape {empty[0]} has no points (batch never refers to it; shapes without "
+                    f"points: {empty[:10]}); every shape needs at least one point",
+                )
         return preds, target, batch
 
-    def _accumulate(self, preds: Tensor, target: Tensor, batch: Tensor, category: Tensor, point_cat: Tensor,
-                    mask: Tensor, is_logits: bool, num_shapes: int) -> None:
+    def _accumulate(
+        self,
+        preds: Tensor,
+        target: Tensor,
+        batch: Tensor,
+        category: Tensor,
+        point_cat: Tensor,
+        mask: Tensor,
+        is_logits: bool,
+        num_shapes: int,
+    ) -> None:
         """Add the per-shape IoUs of validated flat inputs to the running sums."""
         device = target.device
         if is_logits:
@@ -398,8 +444,9 @@ class ShapeNetPartIoU(Metric):
         inter = torch.bincount(batch[pred == target] * p + target[pred == target], minlength=num_shapes * p)
         pred_cnt = torch.bincount(batch * p + pred, minlength=num_shapes * p)
         tgt_cnt = torch.bincount(batch * p + target, minlength=num_shapes * p)
-        inter, pred_cnt, tgt_cnt = (t.reshape(num_shapes, p)[:, : self.num_parts].double()
-                                    for t in (inter, pred_cnt, tgt_cnt))
+        inter, pred_cnt, tgt_cnt = (
+            t.reshape(num_shapes, p)[:, : self.num_parts].double() for t in (inter, pred_cnt, tgt_cnt)
+        )
         union = pred_cnt + tgt_cnt - inter
         iou = torch.where(union > 0, inter / union.clamp_min(1), torch.ones_like(union))
         shape_mask = mask[category.to(device)].double()
@@ -419,9 +466,11 @@ class ShapeNetPartIoU(Metric):
             nan = torch.tensor(float("nan"), dtype=torch.float64)
             return {"instance_miou": nan, "class_miou": nan.clone(), "per_category": per_cat}
         seen = self.shape_count > 0
-        return {"instance_miou": self.iou_sum.sum() / total.double(),
-                "class_miou": per_cat[seen].mean(),
-                "per_category": per_cat}
+        return {
+            "instance_miou": self.iou_sum.sum() / total.double(),
+            "class_miou": per_cat[seen].mean(),
+            "per_category": per_cat,
+        }
 
 
 class SegmentationIoU(Metric):
@@ -453,11 +502,15 @@ class SegmentationIoU(Metric):
         check_int(where, "num_classes", num_classes)
         if not is_int(ignore_index):
             fail(where, f"ignore_index must be an integer, got {_kind(ignore_index)}")
-        check_alloc(where, f"num_classes={num_classes} (a {num_classes} x {num_classes} int64 confusion matrix)",
-                    8 * num_classes * num_classes)
+        check_alloc(
+            where,
+            f"num_classes={num_classes} (a {num_classes} x {num_classes} int64 confusion matrix)",
+            8 * num_classes * num_classes,
+        )
         self.num_classes, self.ignore_index = int(num_classes), int(ignore_index)
-        self.add_state("confusion", default=torch.zeros(num_classes, num_classes, dtype=torch.long),
-                       dist_reduce_fx="sum")
+        self.add_state(
+            "confusion", default=torch.zeros(num_classes, num_classes, dtype=torch.long), dist_reduce_fx="sum"
+        )
 
     def _checked(self, preds: Tensor, target: Tensor) -> Tuple[Tensor, Tensor]:
         """Validated ``(pred ids, target ids)`` of the scored points (ignored ones dropped)."""
@@ -481,8 +534,11 @@ class SegmentationIoU(Metric):
         bad = scored & ((target < 0) | (target >= c))
         if target.numel() and bool(bad.any()):
             i = _first_bad(bad)
-            fail(where, f"target ids must be in 0..{c - 1} or ignore_index={self.ignore_index}, got "
-                        f"{int(target[i])} at row {i}")
+            fail(
+                where,
+                f"target ids must be in 0..{c - 1} or ignore_index={self.ignore_index}, got "
+                f"{int(target[i])} at row {i}",
+            )
         return pred[scored], target[scored]
 
     def update(self, preds: Tensor, target: Tensor) -> None:
@@ -508,14 +564,19 @@ def confusion_scores(confusion: Tensor) -> Dict[str, Tensor]:
     total = cm.sum()
     none = torch.tensor(float("nan"), dtype=torch.float64, device=cm.device)
     any_seen = bool(present.any())
-    return {"miou": iou[present].mean() if any_seen else none,
-            "macc": acc[present].mean() if any_seen else none.clone(),
-            "oa": tp.sum() / total if any_seen else none.clone(),
-            "iou": iou, "acc": acc, "confusion": confusion.clone()}
+    return {
+        "miou": iou[present].mean() if any_seen else none,
+        "macc": acc[present].mean() if any_seen else none.clone(),
+        "oa": tp.sum() / total if any_seen else none.clone(),
+        "iou": iou,
+        "acc": acc,
+        "confusion": confusion.clone(),
+    }
 
 
-def segmentation_iou_reference(pred: Sequence[int], target: Sequence[int], num_classes: int,
-                               ignore_index: int = -1) -> Dict[str, Any]:
+def segmentation_iou_reference(
+    pred: Sequence[int], target: Sequence[int], num_classes: int, ignore_index: int = -1
+) -> Dict[str, Any]:
     """Loop reference of :class:`SegmentationIoU` on class ids (plain Python, for the tests)."""
     cm = [[0] * num_classes for _ in range(num_classes)]
     for p, t in zip(pred, target):
@@ -530,5 +591,11 @@ def segmentation_iou_reference(pred: Sequence[int], target: Sequence[int], num_c
     seen = [c for c in range(num_classes) if sum(cm[c]) > 0]
     total = sum(map(sum, cm))
     mean = (lambda v: sum(v[c] for c in seen) / len(seen)) if seen else (lambda v: float("nan"))
-    return {"miou": mean(ious), "macc": mean(accs), "iou": ious, "acc": accs, "confusion": cm,
-            "oa": sum(cm[c][c] for c in range(num_classes)) / total if total else float("nan")}
+    return {
+        "miou": mean(ious),
+        "macc": mean(accs),
+        "iou": ious,
+        "acc": accs,
+        "confusion": cm,
+        "oa": sum(cm[c][c] for c in range(num_classes)) / total if total else float("nan"),
+    }

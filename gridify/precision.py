@@ -11,6 +11,7 @@ generation of :class:`gridify.nn.SepFlexConv3d`) in float32.
     with autocast(precision, device):
         loss = criterion(model(pos, x, batch).float(), y)
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,17 +49,22 @@ def resolve_precision(precision: str, device: Union[str, torch.device], where: s
         return precision
     if dev.type == "cpu":
         if precision == "fp16":
-            warnings.warn(f"{where}: fp16 autocast is not supported for CPU training here; running in fp32 "
-                          f"(use bf16 on a CPU with AVX512-BF16 or AMX)", stacklevel=2)
+            warnings.warn(
+                f"{where}: fp16 autocast is not supported for CPU training here; running in fp32 "
+                f"(use bf16 on a CPU with AVX512-BF16 or AMX)",
+                stacklevel=2,
+            )
             return "fp32"
         if not cpu_has_native_bf16():
-            warnings.warn(f"{where}: this CPU has no native bfloat16 (AVX512-BF16 or AMX), so bf16 would be "
-                          f"emulated and slower than fp32; running in fp32", stacklevel=2)
+            warnings.warn(
+                f"{where}: this CPU has no native bfloat16 (AVX512-BF16 or AMX), so bf16 would be "
+                f"emulated and slower than fp32; running in fp32",
+                stacklevel=2,
+            )
             return "fp32"
         return precision
     if dev.type == "cuda" and precision == "bf16" and not torch.cuda.is_bf16_supported():
-        warnings.warn(f"{where}: this GPU does not support bfloat16; running in fp16 autocast instead",
-                      stacklevel=2)
+        warnings.warn(f"{where}: this GPU does not support bfloat16; running in fp16 autocast instead", stacklevel=2)
         return "fp16"
     return precision
 

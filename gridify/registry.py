@@ -11,6 +11,7 @@ keep typed keyword arguments::
 
     net = BACKBONES.build("ccnn", in_channels=64, out_channels=64, depth=3)
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Generic, Iterator, Optional, TypeVar

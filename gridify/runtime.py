@@ -16,6 +16,7 @@ inference and training processes, not long-lived services that must give memory 
 Nothing here runs on import: the library never changes process-wide state by itself. The
 benchmark script (``--malloc tuned``) and user code opt in.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -44,8 +45,9 @@ def _libc() -> Optional[ctypes.CDLL]:
     return lib if hasattr(lib, "mallopt") else None
 
 
-def tune_cpu_allocator(mmap_threshold: int = DEFAULT_MMAP_THRESHOLD,
-                       trim_threshold: int = DEFAULT_TRIM_THRESHOLD) -> bool:
+def tune_cpu_allocator(
+    mmap_threshold: int = DEFAULT_MMAP_THRESHOLD, trim_threshold: int = DEFAULT_TRIM_THRESHOLD
+) -> bool:
     """Let glibc reuse freed memory for large CPU tensors (``mallopt``); see the module docstring.
 
     Args:
@@ -67,8 +69,10 @@ def tune_cpu_allocator(mmap_threshold: int = DEFAULT_MMAP_THRESHOLD,
     if lib is None:
         return False
     if lib.mallopt(_M_MMAP_THRESHOLD, mmap_threshold) != 1:
-        raise ValueError(f"tune_cpu_allocator: glibc rejected mmap_threshold={mmap_threshold} "
-                         f"(it must not exceed half the maximum heap size; try {DEFAULT_MMAP_THRESHOLD})")
+        raise ValueError(
+            f"tune_cpu_allocator: glibc rejected mmap_threshold={mmap_threshold} "
+            f"(it must not exceed half the maximum heap size; try {DEFAULT_MMAP_THRESHOLD})"
+        )
     if lib.mallopt(_M_TRIM_THRESHOLD, trim_threshold) != 1:
         raise ValueError(f"tune_cpu_allocator: glibc rejected trim_threshold={trim_threshold}")
     return True

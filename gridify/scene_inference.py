@@ -42,6 +42,7 @@ Shapes:
     pos ``[N, 3]`` (metres), x ``[N, F]`` -> probabilities ``[N, C]`` float32 (rows sum to 1);
     a crop: pos ``[n, 3]``, x ``[n, F]``, batch ``[n]`` -> logits ``[n, C]``, ``n <= max_points``.
 """
+
 from __future__ import annotations
 
 import math
@@ -56,8 +57,15 @@ from ._checks import check_finite, check_int, check_number, check_points, check_
 from .metrics import SegmentationIoU
 from .transforms import SceneSampler, crop_xy_unchecked, rotation_matrix, voxel_ids, voxel_order
 
-__all__ = ["MAX_FRAGMENTS", "predict_scene", "predict_scene_unchecked", "predict_scene_reference", "scene_fragments",
-           "scene_fragments_unchecked", "evaluate_scenes"]
+__all__ = [
+    "MAX_FRAGMENTS",
+    "predict_scene",
+    "predict_scene_unchecked",
+    "predict_scene_reference",
+    "scene_fragments",
+    "scene_fragments_unchecked",
+    "evaluate_scenes",
+]
 
 Model = Callable[[Tensor, Tensor, Tensor], Tensor]
 #: fragments per view by default (see the module docstring)
@@ -76,8 +84,7 @@ def _check_scene(where: str, model: Any, pos: Any, x: Any) -> Tuple[Tensor, Tens
         return pos, pos
     x = check_tensor(where, "x", x)
     if x.dim() != 2 or x.size(0) != pos.size(0):
-        fail(where, f"x must have shape [N, F] with N={pos.size(0)} (one row per point of pos), got "
-                    f"{tuple(x.shape)}")
+        fail(where, f"x must have shape [N, F] with N={pos.size(0)} (one row per point of pos), got {tuple(x.shape)}")
     if x.device != pos.device:
         fail(where, f"x is on {x.device} but pos is on {pos.device}")
     if not x.is_floating_point():
@@ -86,16 +93,20 @@ def _check_scene(where: str, model: Any, pos: Any, x: Any) -> Tuple[Tensor, Tens
     return pos, x
 
 
-def _check_settings(where: str, voxel_size: Any, max_points: Any, seed: Any
-                    ) -> Tuple[Optional[float], Optional[int]]:
+def _check_settings(where: str, voxel_size: Any, max_points: Any, seed: Any) -> Tuple[Optional[float], Optional[int]]:
     voxel_size = check_number(where, "voxel_size", voxel_size, allow_none=True)
     max_points = check_int(where, "max_points", max_points, allow_none=True)
     check_int(where, "seed", seed, 0)
     return voxel_size, max_points
 
 
-def scene_fragments(pos: Tensor, voxel_size: Optional[float] = None, max_points: Optional[int] = None,
-                    seed: int = 0, max_fragments: Optional[int] = None) -> List[Tensor]:
+def scene_fragments(
+    pos: Tensor,
+    voxel_size: Optional[float] = None,
+    max_points: Optional[int] = None,
+    seed: int = 0,
+    max_fragments: Optional[int] = None,
+) -> List[Tensor]:
     """The crops of one scene (see the module docstring): index tensors into ``pos``, each of at
     most ``max_points`` points, together covering every point (with ``max_fragments=None``; a cap
     covers every voxel).
@@ -111,8 +122,13 @@ def scene_fragments(pos: Tensor, voxel_size: Optional[float] = None, max_points:
     return scene_fragments_unchecked(pos, voxel_size, max_points, np.random.default_rng([int(seed)]), max_fragments)
 
 
-def scene_fragments_unchecked(pos: Tensor, voxel_size: Optional[float], max_points: Optional[int],
-                              rng: np.random.Generator, max_fragments: Optional[int] = None) -> List[Tensor]:
+def scene_fragments_unchecked(
+    pos: Tensor,
+    voxel_size: Optional[float],
+    max_points: Optional[int],
+    rng: np.random.Generator,
+    max_fragments: Optional[int] = None,
+) -> List[Tensor]:
     """:func:`scene_fragments` on validated inputs, drawing from ``rng``."""
     p = pos.detach().cpu().double().numpy()
     if voxel_size is None:
@@ -129,8 +145,9 @@ def scene_fragments_unchecked(pos: Tensor, voxel_size: Optional[float], max_poin
     return [torch.as_tensor(c, dtype=torch.long, device=pos.device) for c in crops]
 
 
-def _split_fragment(p: np.ndarray, frag: np.ndarray, max_points: Optional[int],
-                    rng: np.random.Generator) -> List[np.ndarray]:
+def _split_fragment(
+    p: np.ndarray, frag: np.ndarray, max_points: Optional[int], rng: np.random.Generator
+) -> List[np.ndarray]:
     """Crops of ``max_points`` points nearest in xy to centres drawn among the uncovered points."""
     if max_points is None or len(frag) <= max_points:
         return [frag]
@@ -153,17 +170,27 @@ def _view(pos: Tensor, vote: int, rng: np.random.Generator) -> Tensor:
     """View ``vote`` of the scene: as given (0), else rotated about z through the xy centroid."""
     if vote == 0:
         return pos
-    m = torch.as_tensor(rotation_matrix(2, float(rng.uniform(0.0, 2.0 * math.pi))), dtype=torch.float64,
-                        device=pos.device)
+    m = torch.as_tensor(
+        rotation_matrix(2, float(rng.uniform(0.0, 2.0 * math.pi))), dtype=torch.float64, device=pos.device
+    )
     centre = pos.double().mean(0)
     centre[2] = 0.0
     return ((pos.double() - centre) @ m.T + centre).to(pos.dtype)
 
 
-def predict_scene(model: Model, pos: Tensor, x: Optional[Tensor] = None, *, voxel_size: Optional[float] = None,
-                  max_points: Optional[int] = None, votes: int = 1, seed: int = 0, batch_size: int = 1,
-                  max_fragments: Optional[int] = MAX_FRAGMENTS,
-                  progress: Optional[Callable[[int, int], None]] = None) -> Tensor:
+def predict_scene(
+    model: Model,
+    pos: Tensor,
+    x: Optional[Tensor] = None,
+    *,
+    voxel_size: Optional[float] = None,
+    max_points: Optional[int] = None,
+    votes: int = 1,
+    seed: int = 0,
+    batch_size: int = 1,
+    max_fragments: Optional[int] = MAX_FRAGMENTS,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> Tensor:
     """Mean softmax probabilities of every point of one scene (see the module docstring).
 
     Args:
@@ -193,12 +220,19 @@ def predict_scene(model: Model, pos: Tensor, x: Optional[Tensor] = None, *, voxe
     max_fragments = check_int(where, "max_fragments", max_fragments, allow_none=True)
     if progress is not None and not callable(progress):
         fail(where, f"progress must be None or callable as progress(done, total), got {type(progress).__name__}")
-    return predict_scene_unchecked(model, pos, x, voxel_size, max_points, votes, int(seed), batch_size,
-                                   max_fragments, progress)
+    return predict_scene_unchecked(
+        model, pos, x, voxel_size, max_points, votes, int(seed), batch_size, max_fragments, progress
+    )
 
 
-def _vote_crops(pos: Tensor, voxel_size: Optional[float], max_points: Optional[int], votes: int,
-                seed: int, max_fragments: Optional[int] = None) -> List[Tuple[Tensor, List[Tensor]]]:
+def _vote_crops(
+    pos: Tensor,
+    voxel_size: Optional[float],
+    max_points: Optional[int],
+    votes: int,
+    seed: int,
+    max_fragments: Optional[int] = None,
+) -> List[Tuple[Tensor, List[Tensor]]]:
     """``(view pos, its crops)`` of every vote; vote ``v`` draws from ``default_rng([seed, v])``."""
     out = []
     for v in range(votes):
@@ -218,9 +252,11 @@ def _fill_uncovered(pos: Tensor, voxel_size: Optional[float], total: Tensor, cou
     inv = torch.as_tensor(inverse, device=total.device)
     mean = total / count.clamp_min(1).unsqueeze(1)
     vsum = torch.zeros(v, total.size(1), dtype=total.dtype, device=total.device).index_add_(
-        0, inv[covered], mean[covered])
+        0, inv[covered], mean[covered]
+    )
     vcnt = torch.zeros(v, dtype=total.dtype, device=total.device).index_add_(
-        0, inv[covered], torch.ones(int(covered.sum()), dtype=total.dtype, device=total.device))
+        0, inv[covered], torch.ones(int(covered.sum()), dtype=total.dtype, device=total.device)
+    )
     mean[~covered] = vsum[inv[~covered]] / vcnt[inv[~covered]].clamp_min(1).unsqueeze(1)
     return mean
 
@@ -229,15 +265,25 @@ def _logits(model: Model, pos: Tensor, x: Tensor, batch: Tensor) -> Tensor:
     out = model(pos, x, batch)
     if not isinstance(out, Tensor) or out.dim() != 2 or out.size(0) != pos.size(0) or out.size(1) == 0:
         shape = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-        fail("predict_scene", f"model must return per-point logits [n, C] for a crop of n={pos.size(0)} points, "
-                              f"got {shape}")
+        fail(
+            "predict_scene",
+            f"model must return per-point logits [n, C] for a crop of n={pos.size(0)} points, got {shape}",
+        )
     return out
 
 
-def predict_scene_unchecked(model: Model, pos: Tensor, x: Tensor, voxel_size: Optional[float],
-                            max_points: Optional[int], votes: int, seed: int, batch_size: int,
-                            max_fragments: Optional[int] = None,
-                            progress: Optional[Callable[[int, int], None]] = None) -> Tensor:
+def predict_scene_unchecked(
+    model: Model,
+    pos: Tensor,
+    x: Tensor,
+    voxel_size: Optional[float],
+    max_points: Optional[int],
+    votes: int,
+    seed: int,
+    batch_size: int,
+    max_fragments: Optional[int] = None,
+    progress: Optional[Callable[[int, int], None]] = None,
+) -> Tensor:
     """:func:`predict_scene` on validated inputs."""
     n = pos.size(0)
     views = _vote_crops(pos, voxel_size, max_points, votes, seed, max_fragments)
@@ -251,7 +297,7 @@ def predict_scene_unchecked(model: Model, pos: Tensor, x: Tensor, voxel_size: Op
         with torch.no_grad():
             for view, crops in views:
                 for b in range(0, len(crops), batch_size):
-                    group = crops[b:b + batch_size]
+                    group = crops[b : b + batch_size]
                     idx = torch.cat(group)
                     sizes = torch.tensor([len(c) for c in group], device=pos.device)
                     batch = torch.repeat_interleave(torch.arange(len(group), device=pos.device), sizes)
@@ -259,8 +305,10 @@ def predict_scene_unchecked(model: Model, pos: Tensor, x: Tensor, voxel_size: Op
                     if total is None:
                         total = torch.zeros(n, prob.size(1), dtype=torch.float32, device=pos.device)
                     elif prob.size(1) != total.size(1):
-                        fail("predict_scene", f"model returned {prob.size(1)} classes for one crop and "
-                                              f"{total.size(1)} for another")
+                        fail(
+                            "predict_scene",
+                            f"model returned {prob.size(1)} classes for one crop and {total.size(1)} for another",
+                        )
                     total.index_add_(0, idx.to(total.device), prob.to(total.device))
                     count.index_add_(0, idx, torch.ones(len(idx), device=pos.device))
                     done += len(group)
@@ -273,9 +321,17 @@ def predict_scene_unchecked(model: Model, pos: Tensor, x: Tensor, voxel_size: Op
     return _fill_uncovered(pos, voxel_size, total, count)
 
 
-def predict_scene_reference(model: Model, pos: Tensor, x: Optional[Tensor] = None, *,
-                            voxel_size: Optional[float] = None, max_points: Optional[int] = None, votes: int = 1,
-                            seed: int = 0, max_fragments: Optional[int] = MAX_FRAGMENTS) -> Tensor:
+def predict_scene_reference(
+    model: Model,
+    pos: Tensor,
+    x: Optional[Tensor] = None,
+    *,
+    voxel_size: Optional[float] = None,
+    max_points: Optional[int] = None,
+    votes: int = 1,
+    seed: int = 0,
+    max_fragments: Optional[int] = MAX_FRAGMENTS,
+) -> Tensor:
     """Loop reference of :func:`predict_scene` (the same crops; one crop per model call, the votes
     added point by point in Python). For tests on small scenes.
 
@@ -327,10 +383,17 @@ def _named(values: List[float], names: List[str]) -> Dict[str, Optional[float]]:
     return {name: (None if math.isnan(v) else float(v)) for name, v in zip(names, values)}
 
 
-def evaluate_scenes(model: Model, dataset: Any, *, voxel_size: Optional[float] = None,
-                    max_points: Optional[int] = None, votes: int = 1, seed: int = 0,
-                    progress: bool = False, max_fragments: Optional[int] = MAX_FRAGMENTS
-                    ) -> Tuple[Dict[str, float], Dict[str, Any]]:
+def evaluate_scenes(
+    model: Model,
+    dataset: Any,
+    *,
+    voxel_size: Optional[float] = None,
+    max_points: Optional[int] = None,
+    votes: int = 1,
+    seed: int = 0,
+    progress: bool = False,
+    max_fragments: Optional[int] = MAX_FRAGMENTS,
+) -> Tuple[Dict[str, float], Dict[str, Any]]:
     """Score every original point of every scene of ``dataset`` (its items: whole scenes, as a
     scene dataset gives them at a split other than ``train``) with :func:`predict_scene` and
     :class:`~gridify.metrics.SegmentationIoU`.
@@ -346,8 +409,11 @@ def evaluate_scenes(model: Model, dataset: Any, *, voxel_size: Optional[float] =
     where = "evaluate_scenes"
     num_classes = check_int(where, "dataset.num_classes", getattr(dataset, "num_classes", None))
     if isinstance(getattr(dataset, "sampler", None), SceneSampler):
-        fail(where, f"the dataset crops its items ({dataset.sampler!r}, split {getattr(dataset, 'split', '?')!r}); "
-                    f"build it without voxel_size / max_points, or at another split, to score whole scenes")
+        fail(
+            where,
+            f"the dataset crops its items ({dataset.sampler!r}, split {getattr(dataset, 'split', '?')!r}); "
+            f"build it without voxel_size / max_points, or at another split, to score whole scenes",
+        )
     names = [str(c) for c in getattr(dataset, "class_names", None) or range(num_classes)]
     metric = SegmentationIoU(num_classes, ignore_index=int(getattr(dataset, "ignore_index", -1)))
     device = _model_device(model)
@@ -356,16 +422,32 @@ def evaluate_scenes(model: Model, dataset: Any, *, voxel_size: Optional[float] =
         item = dataset[i]
         pos = item["pos"].to(device)
         x = item.get("x")
-        probs = predict_scene(model, pos, None if x is None else x.to(device), voxel_size=voxel_size,
-                              max_points=max_points, votes=votes, seed=seed, max_fragments=max_fragments)
+        probs = predict_scene(
+            model,
+            pos,
+            None if x is None else x.to(device),
+            voxel_size=voxel_size,
+            max_points=max_points,
+            votes=votes,
+            seed=seed,
+            max_fragments=max_fragments,
+        )
         metric.update(probs.cpu(), item["y"].reshape(-1).cpu())
         points += pos.size(0)
         if progress:
-            print(f"[evaluate_scenes] {i + 1}/{len(dataset)} {item.get('scene', i)}: {pos.size(0)} points",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[evaluate_scenes] {i + 1}/{len(dataset)} {item.get('scene', i)}: {pos.size(0)} points",
+                file=sys.stderr,
+                flush=True,
+            )
     res = metric.compute()
     values = {k: float(res[k]) for k in ("miou", "oa", "macc")}
     conf = res["confusion"]
-    extra = {"per_class_iou": _named(res["iou"].tolist(), names), "confusion_matrix": conf.tolist(),
-             "num_scenes": len(dataset), "num_points": points, "num_scored_points": int(conf.sum())}
+    extra = {
+        "per_class_iou": _named(res["iou"].tolist(), names),
+        "confusion_matrix": conf.tolist(),
+        "num_scenes": len(dataset),
+        "num_points": points,
+        "num_scored_points": int(conf.sum()),
+    }
     return values, extra

@@ -45,6 +45,7 @@ Shapes:
 
 Only torch and torchmetrics are imported (no Lightning, no matplotlib).
 """
+
 from __future__ import annotations
 
 import functools
@@ -58,9 +59,20 @@ import torch.nn.functional as F
 from ._checks import check_choice, fail
 from .registry import TASKS
 
-__all__ = ["Task", "ClassificationTask", "SegmentationTask", "SceneSegmentationTask", "SequenceClassificationTask",
-           "get_task", "task_names",
-           "task_of_dataset", "class_weights", "class_weights_reference", "CLASS_WEIGHTS", "VOTE_SCALE"]
+__all__ = [
+    "Task",
+    "ClassificationTask",
+    "SegmentationTask",
+    "SceneSegmentationTask",
+    "SequenceClassificationTask",
+    "get_task",
+    "task_names",
+    "task_of_dataset",
+    "class_weights",
+    "class_weights_reference",
+    "CLASS_WEIGHTS",
+    "VOTE_SCALE",
+]
 
 #: ``optim.class_weights`` choices (see :func:`class_weights`)
 CLASS_WEIGHTS = ("none", "inverse", "inverse_sqrt")
@@ -122,14 +134,21 @@ class Task:
         extra = {"graph": batch["graph"]} if batch.get("graph") is not None else {}
         return model(batch["pos"], batch.get("x"), batch["batch"], **extra)
 
-    def loss(self, logits: torch.Tensor, y: torch.Tensor, *, label_smoothing: float = 0.0,
-             weight: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def loss(
+        self,
+        logits: torch.Tensor,
+        y: torch.Tensor,
+        *,
+        label_smoothing: float = 0.0,
+        weight: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
         """Mean cross-entropy of the logits (in float32), optionally class-weighted."""
         w = None if weight is None else weight.to(device=logits.device, dtype=torch.float32)
         return F.cross_entropy(logits.float(), y, weight=w, label_smoothing=float(label_smoothing))
 
-    def eval_logits(self, model: torch.nn.Module, batch: Dict[str, Any], *, votes: int = 1, seed: int = 0,
-                    **settings: Any) -> torch.Tensor:
+    def eval_logits(
+        self, model: torch.nn.Module, batch: Dict[str, Any], *, votes: int = 1, seed: int = 0, **settings: Any
+    ) -> torch.Tensor:
         r"""Evaluation logits: log of the mean softmax over ``votes`` views of every cloud.
 
             p(y | P) = 1/V sum_v softmax(f(fit(S_v P))),    S_0 = I,  S_v = diag(s),  s ~ U(0.85, 1.15)^3
@@ -146,11 +165,13 @@ class Task:
         g = torch.Generator().manual_seed(int(seed))
         total = None
         for v in range(votes):
-            scale = torch.ones(num_clouds, 3) if v == 0 else torch.empty(num_clouds, 3).uniform_(*VOTE_SCALE,
-                                                                                               generator=g)
+            scale = (
+                torch.ones(num_clouds, 3) if v == 0 else torch.empty(num_clouds, 3).uniform_(*VOTE_SCALE, generator=g)
+            )
             p = pos * scale.to(pos)[bidx]
             extent = torch.zeros(num_clouds, dtype=p.dtype, device=p.device).scatter_reduce_(
-                0, bidx, p.abs().amax(1), "amax", include_self=True)
+                0, bidx, p.abs().amax(1), "amax", include_self=True
+            )
             p = p / extent.clamp_min(1.0)[bidx, None]
             view = dict(batch, pos=p, graph=None)  # another view: a prebuilt graph does not fit it
             if batch.get("x") is not None and batch["x"].size(-1) >= 3:
@@ -182,8 +203,9 @@ class Task:
     def _metrics(self, info: Dict[str, Any], confusion: bool) -> Dict[str, Any]:
         raise NotImplementedError
 
-    def update_metrics(self, metrics: torch.nn.ModuleDict, logits: torch.Tensor, batch: Dict[str, Any],
-                       loss: torch.Tensor) -> None:
+    def update_metrics(
+        self, metrics: torch.nn.ModuleDict, logits: torch.Tensor, batch: Dict[str, Any], loss: torch.Tensor
+    ) -> None:
         """Add one batch (its logits and mean loss) to ``metrics``."""
         y = batch["y"]
         metrics["loss"].update(loss.detach().float(), weight=self._loss_weight(y))
@@ -197,8 +219,9 @@ class Task:
     def _update(self, metrics: torch.nn.ModuleDict, logits: torch.Tensor, batch: Dict[str, Any]) -> None:
         raise NotImplementedError
 
-    def compute_metrics(self, metrics: torch.nn.ModuleDict, category_names: Optional[Sequence[str]] = None
-                        ) -> Tuple[Dict[str, float], Dict[str, Any]]:
+    def compute_metrics(
+        self, metrics: torch.nn.ModuleDict, category_names: Optional[Sequence[str]] = None
+    ) -> Tuple[Dict[str, float], Dict[str, Any]]:
         """(scalar metrics, extras such as the confusion matrix / per-item IoU); resets the metrics.
 
         ``category_names``: the names of the per-item results (:meth:`result_names`), else indices.
@@ -210,8 +233,9 @@ class Task:
             m.reset()
         return out, extra
 
-    def _compute(self, metrics: torch.nn.ModuleDict, names: Optional[Sequence[str]], out: Dict[str, float],
-                 extra: Dict[str, Any]) -> None:
+    def _compute(
+        self, metrics: torch.nn.ModuleDict, names: Optional[Sequence[str]], out: Dict[str, float], extra: Dict[str, Any]
+    ) -> None:
         raise NotImplementedError
 
     def format_metrics(self, values: Dict[str, float]) -> str:
@@ -260,8 +284,9 @@ class ClassificationTask(Task):
         if "confusion" in metrics:
             metrics["confusion"].update(logits.argmax(1), y)
 
-    def _compute(self, metrics: torch.nn.ModuleDict, names: Optional[Sequence[str]], out: Dict[str, float],
-                 extra: Dict[str, Any]) -> None:
+    def _compute(
+        self, metrics: torch.nn.ModuleDict, names: Optional[Sequence[str]], out: Dict[str, float], extra: Dict[str, Any]
+    ) -> None:
         out["oa"] = float(metrics["oa"].compute())
         out["macc"] = float(metrics["macc"].compute())
         if "confusion" in metrics:
@@ -296,8 +321,13 @@ class SegmentationTask(Task):
         num_parts = int(getattr(ds, "num_parts", max(max(p) for p in parts) + 1))
         part_names = getattr(ds, "part_names", None)
         part_names = [str(p) for p in part_names] if part_names is not None else [f"part{i}" for i in range(num_parts)]
-        return {"num_outputs": num_parts, "class_names": part_names, "category_names": cat_names,
-                "category_to_parts": parts, "num_categories": len(parts)}
+        return {
+            "num_outputs": num_parts,
+            "class_names": part_names,
+            "category_names": cat_names,
+            "category_to_parts": parts,
+            "num_categories": len(parts),
+        }
 
     def model_kwargs(self, info: Dict[str, Any]) -> Dict[str, Any]:
         return {"num_categories": info["num_categories"]}
@@ -314,8 +344,9 @@ class SegmentationTask(Task):
         # the metric restricts the argmax to the parts of each shape's category
         metrics["iou"].update(logits, batch["y"], batch["category"], batch["batch"])
 
-    def _compute(self, metrics: torch.nn.ModuleDict, names: Optional[Sequence[str]], out: Dict[str, float],
-                 extra: Dict[str, Any]) -> None:
+    def _compute(
+        self, metrics: torch.nn.ModuleDict, names: Optional[Sequence[str]], out: Dict[str, float], extra: Dict[str, Any]
+    ) -> None:
         res = metrics["iou"].compute()
         out["instance_miou"] = float(res["instance_miou"])
         out["class_miou"] = float(res["class_miou"])
@@ -346,18 +377,33 @@ class SceneSegmentationTask(Task):
     test_confusion = True
     whole_scenes = True
 
-    def loss(self, logits: torch.Tensor, y: torch.Tensor, *, label_smoothing: float = 0.0,
-             weight: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def loss(
+        self,
+        logits: torch.Tensor,
+        y: torch.Tensor,
+        *,
+        label_smoothing: float = 0.0,
+        weight: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
         """Cross-entropy over the points whose label is not -1 (0 with the graph kept when there are none)."""
         if not bool((y != SCENE_IGNORE).any()):
             return logits.float().sum() * 0.0
         w = None if weight is None else weight.to(device=logits.device, dtype=torch.float32)
-        return F.cross_entropy(logits.float(), y, weight=w, ignore_index=SCENE_IGNORE,
-                               label_smoothing=float(label_smoothing))
+        return F.cross_entropy(
+            logits.float(), y, weight=w, ignore_index=SCENE_IGNORE, label_smoothing=float(label_smoothing)
+        )
 
-    def eval_logits(self, model: torch.nn.Module, batch: Dict[str, Any], *, votes: int = 1, seed: int = 0,
-                    voxel_size: Optional[float] = None, max_points: Optional[int] = None,
-                    **settings: Any) -> torch.Tensor:
+    def eval_logits(
+        self,
+        model: torch.nn.Module,
+        batch: Dict[str, Any],
+        *,
+        votes: int = 1,
+        seed: int = 0,
+        voxel_size: Optional[float] = None,
+        max_points: Optional[int] = None,
+        **settings: Any,
+    ) -> torch.Tensor:
         """Log mean softmax for every point of every whole scene of the batch, each scene cut into
         fragments / crops by :func:`gridify.scene_inference.predict_scene` (``votes`` views)."""
         from .scene_inference import predict_scene
@@ -367,16 +413,26 @@ class SceneSegmentationTask(Task):
         out = []
         for i in range(num):
             rows = (bidx == i).nonzero().reshape(-1)
-            probs = predict_scene(model, pos[rows], None if x is None else x[rows], voxel_size=voxel_size,
-                                  max_points=max_points, votes=max(1, int(votes)), seed=int(seed))
+            probs = predict_scene(
+                model,
+                pos[rows],
+                None if x is None else x[rows],
+                voxel_size=voxel_size,
+                max_points=max_points,
+                votes=max(1, int(votes)),
+                seed=int(seed),
+            )
             out.append(probs.to(pos.device).float())
         probs = torch.cat(out, 0) if out else pos.new_zeros(0, 1)
         return torch.log(probs.clamp_min(torch.finfo(torch.float32).tiny))
 
     def dataset_info(self, ds: Any) -> Dict[str, Any]:
         names = [str(c) for c in ds.class_names]
-        info = {"num_outputs": len(names), "class_names": names,
-                "ignore_index": int(getattr(ds, "ignore_index", SCENE_IGNORE))}
+        info = {
+            "num_outputs": len(names),
+            "class_names": names,
+            "ignore_index": int(getattr(ds, "ignore_index", SCENE_IGNORE)),
+        }
         if getattr(ds, "features", None) is not None:  # the columns of x, for predictions on new scans
             info["features"] = [str(f) for f in ds.features]
         return info
@@ -387,8 +443,9 @@ class SceneSegmentationTask(Task):
     def _metrics(self, info: Dict[str, Any], confusion: bool) -> Dict[str, Any]:
         from .metrics import SegmentationIoU  # noqa: PLC0415 (interface (a) of gridify.metrics)
 
-        return {"iou": SegmentationIoU(int(info["num_outputs"]), ignore_index=int(info.get("ignore_index",
-                                                                                           SCENE_IGNORE)))}
+        return {
+            "iou": SegmentationIoU(int(info["num_outputs"]), ignore_index=int(info.get("ignore_index", SCENE_IGNORE)))
+        }
 
     def _loss_weight(self, y: torch.Tensor) -> int:
         return int((y != SCENE_IGNORE).sum())
@@ -396,8 +453,9 @@ class SceneSegmentationTask(Task):
     def _update(self, metrics: torch.nn.ModuleDict, logits: torch.Tensor, batch: Dict[str, Any]) -> None:
         metrics["iou"].update(logits, batch["y"])
 
-    def _compute(self, metrics: torch.nn.ModuleDict, names: Optional[Sequence[str]], out: Dict[str, float],
-                 extra: Dict[str, Any]) -> None:
+    def _compute(
+        self, metrics: torch.nn.ModuleDict, names: Optional[Sequence[str]], out: Dict[str, float], extra: Dict[str, Any]
+    ) -> None:
         res = metrics["iou"].compute()
         for key in ("miou", "oa", "macc"):
             out[key] = float(res[key])
@@ -442,8 +500,9 @@ class SequenceClassificationTask(ClassificationTask):
         out = model(batch["pos"], batch["times"], mask=batch["mask"], **extra)
         return out.logits if hasattr(out, "logits") else out
 
-    def eval_logits(self, model: torch.nn.Module, batch: Dict[str, Any], *, votes: int = 1, seed: int = 0,
-                    **settings: Any) -> torch.Tensor:
+    def eval_logits(
+        self, model: torch.nn.Module, batch: Dict[str, Any], *, votes: int = 1, seed: int = 0, **settings: Any
+    ) -> torch.Tensor:
         """Evaluation logits: log of the mean softmax over ``votes`` scaled views of every sequence."""
         if votes <= 1:
             return self.forward_batch(model, batch)
@@ -451,8 +510,9 @@ class SequenceClassificationTask(ClassificationTask):
         g = torch.Generator().manual_seed(int(seed))
         total = None
         for v in range(votes):
-            scale = torch.ones(pos.size(0), 3) if v == 0 else torch.empty(pos.size(0), 3).uniform_(*VOTE_SCALE,
-                                                                                                 generator=g)
+            scale = (
+                torch.ones(pos.size(0), 3) if v == 0 else torch.empty(pos.size(0), 3).uniform_(*VOTE_SCALE, generator=g)
+            )
             p = pos * scale.to(pos)[:, None, None, :]
             p = p / p.abs().amax(dim=(1, 2, 3)).clamp_min(1.0)[:, None, None, None]
             probs = torch.softmax(self.forward_batch(model, dict(batch, pos=p, x=None)).float(), -1)

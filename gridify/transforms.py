@@ -33,6 +33,7 @@ augmentations. Inside a ``torch.utils.data.DataLoader`` worker the generator is 
 ``(seed, worker seed)`` so workers do not repeat each other's augmentations; worker seeds come
 from torch's RNG, so runs stay reproducible under ``torch.manual_seed``.
 """
+
 from __future__ import annotations
 
 import math
@@ -43,15 +44,42 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 import numpy as np
 import torch
 
-from ._checks import (SUPPORTED_FLOATS, check_alloc, check_bool, check_choice, check_int, check_number, fail, is_int,
-                      is_real)
+from ._checks import (
+    SUPPORTED_FLOATS,
+    check_alloc,
+    check_bool,
+    check_choice,
+    check_int,
+    check_number,
+    fail,
+    is_int,
+    is_real,
+)
 
 Sample = Dict[str, Any]
 
-__all__ = ["Compose", "Normalize", "FixedPoints", "RandomRotateZ", "RandomRotate", "RandomScale",
-           "RandomJitter", "RandomPointDropout", "RandomTransform", "point_keys", "rotation_matrix", "centre_and_scale",
-           "GridSample", "SceneCrop", "SceneSampler", "voxel_ids", "voxel_order", "crop_xy", "crop_xy_unchecked",
-           "content_rng"]
+__all__ = [
+    "Compose",
+    "Normalize",
+    "FixedPoints",
+    "RandomRotateZ",
+    "RandomRotate",
+    "RandomScale",
+    "RandomJitter",
+    "RandomPointDropout",
+    "RandomTransform",
+    "point_keys",
+    "rotation_matrix",
+    "centre_and_scale",
+    "GridSample",
+    "SceneCrop",
+    "SceneSampler",
+    "voxel_ids",
+    "voxel_order",
+    "crop_xy",
+    "crop_xy_unchecked",
+    "content_rng",
+]
 
 #: keys never treated as per-point even when their first dimension happens to equal N
 _NON_POINT_KEYS = frozenset({"category", "index", "idx", "class_names"})
@@ -64,8 +92,10 @@ def _n_points(sample: Sample, where: str) -> int:
         raise ValueError(f"{where}: the sample has no 'pos' entry (keys: {sorted(sample)})")
     pos = sample["pos"]
     if not isinstance(pos, (np.ndarray, torch.Tensor)) or pos.ndim != 2 or pos.shape[1] != 3:
-        raise ValueError(f"{where}: 'pos' must be an array or tensor of shape [N, 3], got "
-                         f"{tuple(getattr(pos, 'shape', ())) or type(pos).__name__}")
+        raise ValueError(
+            f"{where}: 'pos' must be an array or tensor of shape [N, 3], got "
+            f"{tuple(getattr(pos, 'shape', ())) or type(pos).__name__}"
+        )
     return int(pos.shape[0])
 
 
@@ -113,19 +143,23 @@ def _check_sample(sample: Sample, where: str) -> int:
     normal = sample.get("normal")
     if normal is not None:
         if not isinstance(normal, (np.ndarray, torch.Tensor)) or tuple(normal.shape) != (n, 3):
-            raise ValueError(f"{where}: 'normal' must have shape [{n}, 3] like 'pos', got "
-                             f"{tuple(getattr(normal, 'shape', ())) or type(normal).__name__}")
+            raise ValueError(
+                f"{where}: 'normal' must have shape [{n}, 3] like 'pos', got "
+                f"{tuple(getattr(normal, 'shape', ())) or type(normal).__name__}"
+            )
         _check_float_array(normal, "normal", "components", where)
     for key, v in sample.items():
         if not isinstance(v, (np.ndarray, torch.Tensor)) or v.ndim == 0:
             continue
         rows = int(v.shape[0])
         if key in _ROW_KEYS and rows != n:
-            fail(where, f"'{key}' has {rows} rows but 'pos' has {n} points; per-point entries need one row "
-                        f"per point")
+            fail(where, f"'{key}' has {rows} rows but 'pos' has {n} points; per-point entries need one row per point")
         if key in _LABEL_KEYS and rows not in (1, n):
-            fail(where, f"'{key}' has {rows} rows but 'pos' has {n} points; per-point labels need one row per "
-                        f"point (a per-sample label is a scalar or a single row)")
+            fail(
+                where,
+                f"'{key}' has {rows} rows but 'pos' has {n} points; per-point labels need one row per "
+                f"point (a per-sample label is a scalar or a single row)",
+            )
     return n
 
 
@@ -141,8 +175,10 @@ def _as_real_cloud(pos: Any) -> np.ndarray:
     """``pos`` as a float64 numpy array; complex, boolean and non-numeric input is refused."""
     if isinstance(pos, torch.Tensor):
         if pos.is_complex() or pos.dtype == torch.bool:
-            raise ValueError(f"pos must hold real coordinates, got dtype {pos.dtype}"
-                             + (" (the imaginary part would be dropped)" if pos.is_complex() else ""))
+            raise ValueError(
+                f"pos must hold real coordinates, got dtype {pos.dtype}"
+                + (" (the imaginary part would be dropped)" if pos.is_complex() else "")
+            )
         if pos.device.type == "meta":
             raise ValueError("pos is a meta tensor (it holds no data)")
         return pos.detach().cpu().double().numpy()
@@ -161,8 +197,10 @@ def _as_real_cloud(pos: Any) -> np.ndarray:
             return a.astype(np.float64)
         except (ValueError, TypeError, OverflowError):
             pass
-    raise ValueError(f"pos must hold real coordinates, got dtype {a.dtype}"
-                     + (" (the imaginary part would be dropped)" if a.dtype.kind == "c" else ""))
+    raise ValueError(
+        f"pos must hold real coordinates, got dtype {a.dtype}"
+        + (" (the imaginary part would be dropped)" if a.dtype.kind == "c" else "")
+    )
 
 
 def centre_and_scale(pos: Any, center: str = "mean") -> Tuple[np.ndarray, np.ndarray, float]:
@@ -191,8 +229,9 @@ def centre_and_scale(pos: Any, center: str = "mean") -> Tuple[np.ndarray, np.nda
     q = u - cu
     su = float(np.sqrt((q * q).sum(1).max()))
     if not su > 1e-12 * float(np.abs(u).max()):
-        raise ValueError(f"all {len(p)} points are identical (zero extent); cannot scale the cloud into the "
-                         f"unit sphere")
+        raise ValueError(
+            f"all {len(p)} points are identical (zero extent); cannot scale the cloud into the unit sphere"
+        )
     return q / su, cu * m, su * m
 
 
@@ -249,8 +288,9 @@ class RandomTransform:
 
     def __init__(self, *, seed: Optional[int] = 0, generator: Optional[np.random.Generator] = None) -> None:
         if generator is not None and not isinstance(generator, np.random.Generator):
-            raise ValueError(f"{type(self).__name__}: generator must be a numpy.random.Generator, "
-                             f"got {type(generator).__name__}")
+            raise ValueError(
+                f"{type(self).__name__}: generator must be a numpy.random.Generator, got {type(generator).__name__}"
+            )
         check_int(type(self).__name__, "seed", seed, 0, allow_none=True)
         self.seed = seed
         self._external = generator
@@ -372,8 +412,15 @@ class FixedPoints(RandomTransform):
         every per-point ``[N, ...]`` entry becomes ``[n, ...]``.
     """
 
-    def __init__(self, n: int, *, replace: bool = False, deterministic: bool = False,
-                 seed: Optional[int] = 0, generator: Optional[np.random.Generator] = None) -> None:
+    def __init__(
+        self,
+        n: int,
+        *,
+        replace: bool = False,
+        deterministic: bool = False,
+        seed: Optional[int] = 0,
+        generator: Optional[np.random.Generator] = None,
+    ) -> None:
         super().__init__(seed=seed, generator=generator)
         check_int("FixedPoints", "n", n)
         check_alloc("FixedPoints", f"n={n} (the row indices)", 8 * n)
@@ -401,8 +448,12 @@ class FixedPoints(RandomTransform):
     def __call__(self, sample: Sample) -> Sample:
         num = _check_sample(sample, "FixedPoints")
         keys = point_keys(sample)
-        row = sum(sample[k][:1].numel() * sample[k].element_size() if isinstance(sample[k], torch.Tensor)
-                  else sample[k][:1].nbytes for k in keys)
+        row = sum(
+            sample[k][:1].numel() * sample[k].element_size()
+            if isinstance(sample[k], torch.Tensor)
+            else sample[k][:1].nbytes
+            for k in keys
+        )
         check_alloc("FixedPoints", f"n={self.n} (rows of {row} bytes over {len(keys)} per-point entries)", self.n * row)
         idx = self._indices(sample, num)
         out = dict(sample)
@@ -412,16 +463,18 @@ class FixedPoints(RandomTransform):
         return out
 
     def __repr__(self) -> str:
-        return (f"FixedPoints(n={self.n}, replace={self.replace}, deterministic={self.deterministic}, "
-                f"seed={self.seed})")
+        return f"FixedPoints(n={self.n}, replace={self.replace}, deterministic={self.deterministic}, seed={self.seed})"
 
 
 def content_rng(seed: Optional[int], pos: Any, num: int) -> np.random.Generator:
     """A generator seeded from ``(seed, crc32 of the bytes of pos, num)``: the same cloud always draws
     the same numbers, however many clouds were drawn before (the deterministic mode of the samplers)."""
     # raw bytes (a uint8 view: bfloat16 has no numpy dtype)
-    buf = (pos.detach().cpu().contiguous().view(torch.uint8).numpy() if isinstance(pos, torch.Tensor)
-           else np.ascontiguousarray(pos)).tobytes()
+    buf = (
+        pos.detach().cpu().contiguous().view(torch.uint8).numpy()
+        if isinstance(pos, torch.Tensor)
+        else np.ascontiguousarray(pos)
+    ).tobytes()
     return np.random.default_rng([0 if seed is None else int(seed), zlib.crc32(buf), int(num)])
 
 
@@ -435,7 +488,7 @@ def _take(sample: Sample, idx: np.ndarray) -> Sample:
 
 
 #: largest |integer voxel coordinate| :func:`voxel_ids` accepts (floor(p / voxel_size) must fit int64)
-MAX_VOXEL_COORD = 2 ** 52
+MAX_VOXEL_COORD = 2**52
 
 
 def voxel_ids(pos: Any, voxel_size: float, where: str = "voxel_ids") -> Tuple[np.ndarray, int]:
@@ -453,12 +506,15 @@ def voxel_ids(pos: Any, voxel_size: float, where: str = "voxel_ids") -> Tuple[np
     with np.errstate(over="ignore", invalid="ignore"):
         f = np.floor(p / voxel_size)
     if not np.isfinite(f).all() or float(np.abs(f).max()) > MAX_VOXEL_COORD:
-        fail(where, f"voxel_size={voxel_size:g} is too small for coordinates up to {float(np.abs(p).max()):.3g} "
-                    f"(more than 2^52 voxels along an axis)")
+        fail(
+            where,
+            f"voxel_size={voxel_size:g} is too small for coordinates up to {float(np.abs(p).max()):.3g} "
+            f"(more than 2^52 voxels along an axis)",
+        )
     q = f.astype(np.int64)
     q -= q.min(0)
     dims = [int(d) + 1 for d in q.max(0)]
-    if dims[0] * dims[1] * dims[2] < 2 ** 62:  # one int64 key per voxel, in the same lexicographic order
+    if dims[0] * dims[1] * dims[2] < 2**62:  # one int64 key per voxel, in the same lexicographic order
         key = (q[:, 0] * dims[1] + q[:, 1]) * dims[2] + q[:, 2]
         _, inverse = np.unique(key, return_inverse=True)
     else:
@@ -467,8 +523,9 @@ def voxel_ids(pos: Any, voxel_size: float, where: str = "voxel_ids") -> Tuple[np
     return inverse, int(inverse.max()) + 1
 
 
-def voxel_order(inverse: np.ndarray, num_voxels: int, rng: Optional[np.random.Generator] = None
-                ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def voxel_order(
+    inverse: np.ndarray, num_voxels: int, rng: Optional[np.random.Generator] = None
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(order, start, count)``: the points grouped by voxel (``order[start[v]:start[v] + count[v]]``
     are the points of voxel ``v``), in index order within a voxel, or in a random order drawn from
     ``rng``.
@@ -502,8 +559,15 @@ class GridSample(RandomTransform):
         every per-point ``[N, ...]`` entry becomes ``[V, ...]`` (V occupied voxels).
     """
 
-    def __init__(self, voxel_size: float, mode: str = "random", *, deterministic: bool = False,
-                 seed: Optional[int] = 0, generator: Optional[np.random.Generator] = None) -> None:
+    def __init__(
+        self,
+        voxel_size: float,
+        mode: str = "random",
+        *,
+        deterministic: bool = False,
+        seed: Optional[int] = 0,
+        generator: Optional[np.random.Generator] = None,
+    ) -> None:
         super().__init__(seed=seed, generator=generator)
         self.voxel_size = check_number("GridSample", "voxel_size", voxel_size)
         self.mode = check_choice("GridSample", "mode", mode, ("random", "first"))
@@ -562,8 +626,14 @@ class SceneCrop(RandomTransform):
         every per-point ``[N, ...]`` entry becomes ``[min(N, max_points), ...]``.
     """
 
-    def __init__(self, max_points: int, *, deterministic: bool = False, seed: Optional[int] = 0,
-                 generator: Optional[np.random.Generator] = None) -> None:
+    def __init__(
+        self,
+        max_points: int,
+        *,
+        deterministic: bool = False,
+        seed: Optional[int] = 0,
+        generator: Optional[np.random.Generator] = None,
+    ) -> None:
         super().__init__(seed=seed, generator=generator)
         check_int("SceneCrop", "max_points", max_points)
         check_alloc("SceneCrop", f"max_points={max_points} (the row indices)", 8 * max_points)
@@ -603,9 +673,16 @@ class SceneSampler(RandomTransform):
         when given).
     """
 
-    def __init__(self, voxel_size: Optional[float] = None, max_points: Optional[int] = None,
-                 num_points: Optional[int] = None, *, deterministic: bool = False, seed: Optional[int] = 0,
-                 generator: Optional[np.random.Generator] = None) -> None:
+    def __init__(
+        self,
+        voxel_size: Optional[float] = None,
+        max_points: Optional[int] = None,
+        num_points: Optional[int] = None,
+        *,
+        deterministic: bool = False,
+        seed: Optional[int] = 0,
+        generator: Optional[np.random.Generator] = None,
+    ) -> None:
         super().__init__(seed=seed, generator=generator)
         where = "SceneSampler"
         self.grid = None if voxel_size is None else GridSample(voxel_size, "random")
@@ -626,9 +703,11 @@ class SceneSampler(RandomTransform):
         return sample
 
     def __repr__(self) -> str:
-        return (f"SceneSampler(voxel_size={getattr(self.grid, 'voxel_size', None)}, "
-                f"max_points={getattr(self.crop, 'max_points', None)}, num_points={self.num_points}, "
-                f"deterministic={self.deterministic}, seed={self.seed})")
+        return (
+            f"SceneSampler(voxel_size={getattr(self.grid, 'voxel_size', None)}, "
+            f"max_points={getattr(self.crop, 'max_points', None)}, num_points={self.num_points}, "
+            f"deterministic={self.deterministic}, seed={self.seed})"
+        )
 
 
 def rotation_matrix(axis: int, angle: float) -> np.ndarray:
@@ -669,16 +748,25 @@ class RandomRotate(RandomTransform):
         pos, normal: ``[N, 3]``.
     """
 
-    def __init__(self, degrees: Union[float, Tuple[float, float]] = 180.0, *, axis: int = 2,
-                 seed: Optional[int] = 0, generator: Optional[np.random.Generator] = None) -> None:
+    def __init__(
+        self,
+        degrees: Union[float, Tuple[float, float]] = 180.0,
+        *,
+        axis: int = 2,
+        seed: Optional[int] = 0,
+        generator: Optional[np.random.Generator] = None,
+    ) -> None:
         super().__init__(seed=seed, generator=generator)
         where = type(self).__name__
         if not is_int(axis) or axis not in (0, 1, 2):
             raise ValueError(f"{where}: axis must be 0, 1 or 2, got {axis!r}")
         if is_real(degrees):
             if not (math.isfinite(degrees) and 0 <= degrees <= MAX_DEGREES):
-                fail(where, f"degrees must be a number in [0, {MAX_DEGREES:g}] (the angle is drawn from "
-                            f"[-degrees, degrees]) or a (low, high) pair, got {degrees!r}")
+                fail(
+                    where,
+                    f"degrees must be a number in [0, {MAX_DEGREES:g}] (the angle is drawn from "
+                    f"[-degrees, degrees]) or a (low, high) pair, got {degrees!r}",
+                )
             pair: tuple = (-float(degrees), float(degrees))
         else:
             pair = tuple(degrees) if isinstance(degrees, (tuple, list)) else ()
@@ -686,8 +774,11 @@ class RandomRotate(RandomTransform):
             raise ValueError(f"{where}: degrees must be a number or a (low, high) pair, got {degrees!r}")
         for v in pair:
             if not (is_real(v) and math.isfinite(v) and -MAX_DEGREES <= v <= MAX_DEGREES):
-                fail(where, f"degrees bounds must be finite numbers in [-{MAX_DEGREES:g}, {MAX_DEGREES:g}], got "
-                            f"{v!r} in {degrees!r}")
+                fail(
+                    where,
+                    f"degrees bounds must be finite numbers in [-{MAX_DEGREES:g}, {MAX_DEGREES:g}], got "
+                    f"{v!r} in {degrees!r}",
+                )
         lo, hi = float(pair[0]), float(pair[1])
         if not hi >= lo:
             raise ValueError(f"{type(self).__name__}: degrees range must have low <= high, got {degrees!r}")
@@ -707,8 +798,15 @@ class RandomRotate(RandomTransform):
         for key in ("pos", "normal"):
             if sample.get(key) is not None:
                 out[key] = _apply_matrix(sample[key], m)
-                _check_result(out[key], where, key, lambda k=key: f"rotating values up to |{float(abs(sample[k]).max()):.3g}| "
-                              f"(too close to the dtype's largest value)")
+                _check_result(
+                    out[key],
+                    where,
+                    key,
+                    lambda k=key: (
+                        f"rotating values up to |{float(abs(sample[k]).max()):.3g}| "
+                        f"(too close to the dtype's largest value)"
+                    ),
+                )
         return out
 
     def __repr__(self) -> str:
@@ -722,8 +820,13 @@ class RandomRotateZ(RandomRotate):
         pos, normal: ``[N, 3]``.
     """
 
-    def __init__(self, degrees: Union[float, Tuple[float, float]] = 180.0, *, seed: Optional[int] = 0,
-                 generator: Optional[np.random.Generator] = None) -> None:
+    def __init__(
+        self,
+        degrees: Union[float, Tuple[float, float]] = 180.0,
+        *,
+        seed: Optional[int] = 0,
+        generator: Optional[np.random.Generator] = None,
+    ) -> None:
         super().__init__(degrees, axis=2, seed=seed, generator=generator)
 
 
@@ -745,8 +848,15 @@ class RandomScale(RandomTransform):
         pos, normal: ``[N, 3]``.
     """
 
-    def __init__(self, low: float = 0.8, high: float = 1.25, *, anisotropic: bool = False,
-                 seed: Optional[int] = 0, generator: Optional[np.random.Generator] = None) -> None:
+    def __init__(
+        self,
+        low: float = 0.8,
+        high: float = 1.25,
+        *,
+        anisotropic: bool = False,
+        seed: Optional[int] = 0,
+        generator: Optional[np.random.Generator] = None,
+    ) -> None:
         super().__init__(seed=seed, generator=generator)
         check_number("RandomScale", "low", low)
         check_number("RandomScale", "high", high)
@@ -754,8 +864,11 @@ class RandomScale(RandomTransform):
             raise ValueError(f"RandomScale: need 0 < low <= high, got low={low}, high={high}")
         anisotropic = check_bool("RandomScale", "anisotropic", anisotropic)
         if anisotropic and not math.isfinite(1.0 / float(low)):
-            fail("RandomScale", f"low={low!r} is too small for anisotropic scaling: the normals are scaled by "
-                                f"1 / low, which overflows float64")
+            fail(
+                "RandomScale",
+                f"low={low!r} is too small for anisotropic scaling: the normals are scaled by "
+                f"1 / low, which overflows float64",
+            )
         self.low, self.high, self.anisotropic = float(low), float(high), anisotropic
 
     def __call__(self, sample: Sample) -> Sample:
@@ -790,8 +903,14 @@ class RandomJitter(RandomTransform):
         pos: ``[N, 3]``.
     """
 
-    def __init__(self, sigma: float = 0.01, clip: Optional[float] = 0.05, *, seed: Optional[int] = 0,
-                 generator: Optional[np.random.Generator] = None) -> None:
+    def __init__(
+        self,
+        sigma: float = 0.01,
+        clip: Optional[float] = 0.05,
+        *,
+        seed: Optional[int] = 0,
+        generator: Optional[np.random.Generator] = None,
+    ) -> None:
         super().__init__(seed=seed, generator=generator)
         sigma = check_number("RandomJitter", "sigma", sigma, strict=False)
         clip = check_number("RandomJitter", "clip", clip, strict=False, allow_none=True)
@@ -836,8 +955,9 @@ class RandomPointDropout(RandomTransform):
         every per-point ``[N, ...]`` entry keeps its shape.
     """
 
-    def __init__(self, max_ratio: float = 0.5, *, seed: Optional[int] = 0,
-                 generator: Optional[np.random.Generator] = None) -> None:
+    def __init__(
+        self, max_ratio: float = 0.5, *, seed: Optional[int] = 0, generator: Optional[np.random.Generator] = None
+    ) -> None:
         super().__init__(seed=seed, generator=generator)
         if not is_real(max_ratio) or not (math.isfinite(max_ratio) and 0.0 <= max_ratio < 1.0):
             raise ValueError(f"RandomPointDropout: max_ratio must be a number in [0, 1), got {max_ratio!r}")
@@ -855,7 +975,9 @@ class RandomPointDropout(RandomTransform):
         out = dict(sample)
         for key in point_keys(sample):
             v = sample[key]
-            out[key] = v[torch.as_tensor(index, device=v.device)] if isinstance(v, torch.Tensor) else np.asarray(v)[index]
+            out[key] = (
+                v[torch.as_tensor(index, device=v.device)] if isinstance(v, torch.Tensor) else np.asarray(v)[index]
+            )
         return out
 
     def __repr__(self) -> str:

@@ -66,6 +66,7 @@ Shapes:
 
 Open3D is imported lazily: importing this module costs nothing.
 """
+
 from __future__ import annotations
 
 import colorsys
@@ -87,8 +88,21 @@ from ._paths import check_output_file
 from .ops.grid import box_tensors, grid_knn_unchecked, grid_positions
 from .ops.sampling import fps_unchecked
 
-__all__ = ["show", "render", "palette", "edge_palette", "label_colors", "grid_node_colors", "touched_nodes",
-           "edge_subset", "view_direction", "LAYERS", "GRID_NODES", "VIEWS", "RenderError"]
+__all__ = [
+    "show",
+    "render",
+    "palette",
+    "edge_palette",
+    "label_colors",
+    "grid_node_colors",
+    "touched_nodes",
+    "edge_subset",
+    "view_direction",
+    "LAYERS",
+    "GRID_NODES",
+    "VIEWS",
+    "RenderError",
+]
 
 LAYERS = ("points", "grid", "edges")
 #: which grid nodes :func:`show` draws (see the module docstring)
@@ -102,18 +116,30 @@ DEFAULT_EDGE_NODES = 8
 DEFAULT_MAX_EDGES = 1000
 
 #: distinct, saturated colours (no greys, none close to the white background or the edge grey)
-_BASE = np.array([
-    [0.894, 0.102, 0.110], [0.216, 0.494, 0.722], [0.302, 0.686, 0.290], [0.596, 0.306, 0.639],
-    [1.000, 0.498, 0.000], [0.651, 0.337, 0.157], [0.969, 0.506, 0.749], [0.000, 0.620, 0.620],
-    [0.737, 0.741, 0.133], [0.090, 0.745, 0.812], [0.400, 0.000, 0.800], [0.600, 0.000, 0.200],
-])
+_BASE = np.array(
+    [
+        [0.894, 0.102, 0.110],
+        [0.216, 0.494, 0.722],
+        [0.302, 0.686, 0.290],
+        [0.596, 0.306, 0.639],
+        [1.000, 0.498, 0.000],
+        [0.651, 0.337, 0.157],
+        [0.969, 0.506, 0.749],
+        [0.000, 0.620, 0.620],
+        [0.737, 0.741, 0.133],
+        [0.090, 0.745, 0.812],
+        [0.400, 0.000, 0.800],
+        [0.600, 0.000, 0.200],
+    ]
+)
 EDGE_COLOR = (0.55, 0.55, 0.55)
 #: points without labels or colours beside a grid or edges (light, so nodes and edges stand out)
 POINT_GREY = (0.72, 0.72, 0.72)
 #: brightness of the edge colours relative to the label colours
 EDGE_SHADE = 0.6
-_VIRIDIS = np.array([[0.267, 0.005, 0.329], [0.229, 0.322, 0.546], [0.128, 0.567, 0.551],
-                     [0.369, 0.789, 0.383], [0.993, 0.906, 0.144]])
+_VIRIDIS = np.array(
+    [[0.267, 0.005, 0.329], [0.229, 0.322, 0.546], [0.128, 0.567, 0.551], [0.369, 0.789, 0.383], [0.993, 0.906, 0.144]]
+)
 #: a legend entry: text, RGB colour in [0, 1], and the 3D point a window label is attached to
 Entry = Tuple[str, Tuple[float, float, float], np.ndarray]
 
@@ -126,8 +152,10 @@ def palette(n: int) -> np.ndarray:
     """``n`` distinct RGB colours in ``[0, 1]`` (12 fixed ones, then golden-ratio hues). [n, 3]"""
     if n <= len(_BASE):
         return _BASE[:n].copy()
-    extra = [colorsys.hsv_to_rgb((0.13 + i * 0.618034) % 1.0, 0.75 if i % 2 else 0.95, 0.85 if i % 3 else 0.65)
-             for i in range(n - len(_BASE))]
+    extra = [
+        colorsys.hsv_to_rgb((0.13 + i * 0.618034) % 1.0, 0.75 if i % 2 else 0.95, 0.85 if i % 3 else 0.65)
+        for i in range(n - len(_BASE))
+    ]
     return np.concatenate([_BASE, np.asarray(extra)], 0)
 
 
@@ -199,15 +227,19 @@ def _check_cloud(where: str, points: Any, name: str = "points") -> np.ndarray:
     pos = pos.astype(np.float64)
     bad = ~np.isfinite(pos).all(1)
     if bad.any():
-        fail(where, f"{name} contain NaN/Inf values ({int(bad.sum())} rows affected); first at row "
-                    f"{int(np.flatnonzero(bad)[0])}")
+        fail(
+            where,
+            f"{name} contain NaN/Inf values ({int(bad.sum())} rows affected); first at row "
+            f"{int(np.flatnonzero(bad)[0])}",
+        )
     return pos
 
 
 def _check_vector(where: str, name: str, value: Any) -> np.ndarray:
     v = np.asarray(value, dtype=object).reshape(-1)
-    ok = v.size == 3 and all(isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
-                             for x in v)
+    ok = v.size == 3 and all(
+        isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) for x in v
+    )
     v = v.astype(np.float64) if ok else v
     if not ok or not np.isfinite(v).all() or not np.linalg.norm(v) > 0:
         fail(where, f"{name} must be three finite numbers, not all zero, got {value!r}")
@@ -236,8 +268,9 @@ def _check_angles(where: str, azimuth: Any, elevation: Any) -> Tuple[float, floa
     return out[0], out[1]
 
 
-def _check_camera(where: str, view: Any, up: Any, azimuth: Any, elevation: Any
-                  ) -> Tuple[Union[str, np.ndarray], Optional[np.ndarray], float, float]:
+def _check_camera(
+    where: str, view: Any, up: Any, azimuth: Any, elevation: Any
+) -> Tuple[Union[str, np.ndarray], Optional[np.ndarray], float, float]:
     """``(view, up, azimuth, elevation)`` checked, as :func:`_view` takes them after the points."""
     view, up = _check_view(where, view, up)
     return (view, up, *_check_angles(where, azimuth, elevation))
@@ -254,8 +287,11 @@ def _check_edge_nodes(where: str, edge_nodes: Any) -> Union[str, int, np.ndarray
         ids = _to_numpy(edge_nodes)
         if ids.ndim == 1 and ids.size and ids.dtype.kind in "iu" and ids.min() >= 0:
             return ids.astype(np.int64)
-    fail(where, f"edge_nodes must be a positive integer (how many nodes), 'all', or a non-empty list of "
-                f"node indices >= 0, got {edge_nodes!r}")
+    fail(
+        where,
+        f"edge_nodes must be a positive integer (how many nodes), 'all', or a non-empty list of "
+        f"node indices >= 0, got {edge_nodes!r}",
+    )
 
 
 def _check_bounds(where: str, bounds: Any) -> Tuple[float, float]:
@@ -322,7 +358,7 @@ def _edge_table(where: str, edges: Any, points: Optional[np.ndarray], grid_pos: 
         point, node = _to_numpy(edges.edge_index).astype(np.int64)
         R = int(edges.grid.resolution)
         nodes = _to_numpy(edges.grid.positions(dtype=torch.float64))
-        return _EdgeTable(_to_numpy(edges.pos).astype(np.float64), point, nodes, node % R ** 3, R)
+        return _EdgeTable(_to_numpy(edges.pos).astype(np.float64), point, nodes, node % R**3, R)
     e = _to_numpy(edges)
     if e.ndim == 3 and e.shape[1:] == (2, 3) and len(e) and e.dtype.kind in "iuf":
         e = e.astype(np.float64)
@@ -338,9 +374,12 @@ def _edge_table(where: str, edges: Any, points: Optional[np.ndarray], grid_pos: 
         if e[0].min() < 0 or e[0].max() >= len(points) or e[1].min() < 0:
             fail(where, f"edge index out of range: points must be in [0, {len(points)}), nodes >= 0")
         R = round(len(grid_pos) ** (1 / 3))
-        return _EdgeTable(points, e[0], grid_pos, e[1] % len(grid_pos), R if R ** 3 == len(grid_pos) else None)
-    fail(where, f"edges must be a BipartiteGraph, an [E, 2, 3] array of segments or a [2, E] integer edge "
-                f"index with E >= 1, got shape {e.shape}")
+        return _EdgeTable(points, e[0], grid_pos, e[1] % len(grid_pos), R if R**3 == len(grid_pos) else None)
+    fail(
+        where,
+        f"edges must be a BipartiteGraph, an [E, 2, 3] array of segments or a [2, E] integer edge "
+        f"index with E >= 1, got shape {e.shape}",
+    )
 
 
 def _fps_nodes(table: _EdgeTable, n: int) -> np.ndarray:
@@ -363,8 +402,9 @@ def _fps_nodes(table: _EdgeTable, n: int) -> np.ndarray:
         m = min(P, 2 * m)
 
 
-def _choose(where: str, table: _EdgeTable, edge_nodes: Union[str, int, np.ndarray], max_edges: int, seed: int
-            ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+def _choose(
+    where: str, table: _EdgeTable, edge_nodes: Union[str, int, np.ndarray], max_edges: int, seed: int
+) -> Tuple[np.ndarray, Optional[np.ndarray]]:
     """:func:`edge_subset` on validated arguments."""
     if isinstance(edge_nodes, str):
         chosen, ids = None, np.arange(len(table.node))
@@ -376,8 +416,11 @@ def _choose(where: str, table: _EdgeTable, edge_nodes: Union[str, int, np.ndarra
             degree = np.bincount(table.node, minlength=M)
             bad = [int(i) for i in edge_nodes if i >= M or degree[i] == 0]
             if bad:
-                fail(where, f"edge_nodes: node {bad[0]} " + ("has no edges" if bad[0] < M else
-                                                              f"does not exist (the nodes are 0..{M - 1})"))
+                fail(
+                    where,
+                    f"edge_nodes: node {bad[0]} "
+                    + ("has no edges" if bad[0] < M else f"does not exist (the nodes are 0..{M - 1})"),
+                )
             _, first = np.unique(edge_nodes, return_index=True)
             chosen = edge_nodes[np.sort(first)]
         ids = np.flatnonzero(np.isin(table.node, chosen))
@@ -386,9 +429,15 @@ def _choose(where: str, table: _EdgeTable, edge_nodes: Union[str, int, np.ndarra
     return ids, chosen
 
 
-def edge_subset(edges: Any, edge_nodes: Any = DEFAULT_EDGE_NODES, max_edges: int = DEFAULT_MAX_EDGES,
-                seed: int = 0, *, points: Any = None, grid_pos: Any = None
-                ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+def edge_subset(
+    edges: Any,
+    edge_nodes: Any = DEFAULT_EDGE_NODES,
+    max_edges: int = DEFAULT_MAX_EDGES,
+    seed: int = 0,
+    *,
+    points: Any = None,
+    grid_pos: Any = None,
+) -> Tuple[np.ndarray, Optional[np.ndarray]]:
     """The edges :func:`show` draws: ``(edge ids [E'] (sorted), chosen node ids [S] or None)``.
 
     ``edge_nodes``: how many nodes to choose by farthest point sampling (an int), explicit node
@@ -407,8 +456,14 @@ def edge_subset(edges: Any, edge_nodes: Any = DEFAULT_EDGE_NODES, max_edges: int
     return _choose(where, _edge_table(where, edges, points, grid_pos), edge_nodes, max_edges, seed)
 
 
-def _view(where: str, pos: np.ndarray, view: Union[str, np.ndarray], up: Optional[np.ndarray],
-          azimuth: float = 0.0, elevation: float = 0.0) -> Tuple[np.ndarray, np.ndarray]:
+def _view(
+    where: str,
+    pos: np.ndarray,
+    view: Union[str, np.ndarray],
+    up: Optional[np.ndarray],
+    azimuth: float = 0.0,
+    elevation: float = 0.0,
+) -> Tuple[np.ndarray, np.ndarray]:
     """:func:`view_direction` on validated arguments."""
     iso = np.asarray(ISO_DIRECTION) / np.linalg.norm(ISO_DIRECTION)
     if isinstance(view, str) and view == "pca":
@@ -427,8 +482,9 @@ def _view(where: str, pos: np.ndarray, view: Union[str, np.ndarray], up: Optiona
     return np.cos(e) * d + np.sin(e) * u, np.cos(e) * u - np.sin(e) * d
 
 
-def view_direction(points: Any, view: Any = "pca", up: Any = None, azimuth: float = 0.0, elevation: float = 0.0
-                   ) -> Tuple[np.ndarray, np.ndarray]:
+def view_direction(
+    points: Any, view: Any = "pca", up: Any = None, azimuth: float = 0.0, elevation: float = 0.0
+) -> Tuple[np.ndarray, np.ndarray]:
     """The camera of :func:`show` for a cloud: unit ``direction`` (from the centre to the eye) and ``up``.
 
     ``view="pca"``: along the axis of least variance (see the module docstring); ``"iso"``: the
@@ -443,8 +499,9 @@ def view_direction(points: Any, view: Any = "pca", up: Any = None, azimuth: floa
     return _view(where, pos, view, up, *_check_angles(where, azimuth, elevation))
 
 
-def _fit_camera(pts: np.ndarray, d: np.ndarray, up: np.ndarray, fov: float, aspect: float
-                ) -> Tuple[np.ndarray, np.ndarray]:
+def _fit_camera(
+    pts: np.ndarray, d: np.ndarray, up: np.ndarray, fov: float, aspect: float
+) -> Tuple[np.ndarray, np.ndarray]:
     """``(centre, eye)``: the eye on ``centre + t d`` at the smallest ``t`` that keeps every point of
     ``pts`` in a ``fov`` (vertical, degrees) view of width/height ``aspect``, with a 6 % margin."""
     right = np.cross(up, d)  # the image's right: the camera looks along -d
@@ -477,8 +534,9 @@ def _read_cloud(points: Any, labels: Any, colors: Any) -> Tuple[Any, Any, Any]:
     return points, labels, colors
 
 
-def _point_layer(where: str, pos: np.ndarray, labels: Any, colors: Any, num_classes: Optional[int],
-                 height_axis: Optional[np.ndarray]) -> Tuple[Dict[str, np.ndarray], Optional[np.ndarray]]:
+def _point_layer(
+    where: str, pos: np.ndarray, labels: Any, colors: Any, num_classes: Optional[int], height_axis: Optional[np.ndarray]
+) -> Tuple[Dict[str, np.ndarray], Optional[np.ndarray]]:
     """Colours by label, by ``colors``, by height along ``height_axis`` (the camera's up), or
     ``POINT_GREY`` (when ``height_axis`` is None)."""
     lab = None
@@ -512,17 +570,19 @@ def _grid_features(where: str, grid: Any) -> np.ndarray:
     return g
 
 
-def _grid_layer(g: np.ndarray, pos: np.ndarray, grid_color: str, grid_nodes: str, bounds: Tuple[float, float]
-                ) -> Dict[str, np.ndarray]:
+def _grid_layer(
+    g: np.ndarray, pos: np.ndarray, grid_color: str, grid_nodes: str, bounds: Tuple[float, float]
+) -> Dict[str, np.ndarray]:
     """The touched (or all) nodes of features ``g [C, R, R, R]``, coloured over the nodes drawn."""
     R = g.shape[1]
-    ids = _touched_nodes(pos, R, bounds) if grid_nodes == "touched" else np.arange(R ** 3)
+    ids = _touched_nodes(pos, R, bounds) if grid_nodes == "touched" else np.arange(R**3)
     feats = g.reshape(g.shape[0], -1).T[ids]
     return {"pos": _lattice(R, bounds)[ids], "colors": grid_node_colors(feats, grid_color), "ids": ids}
 
 
-def _edge_layer(table: _EdgeTable, ids: np.ndarray, chosen: Optional[np.ndarray]
-                ) -> Tuple[Dict[str, np.ndarray], List[Entry]]:
+def _edge_layer(
+    table: _EdgeTable, ids: np.ndarray, chosen: Optional[np.ndarray]
+) -> Tuple[Dict[str, np.ndarray], List[Entry]]:
     """Segments coloured per chosen node (grey for ``"all"``), the node markers and legend entries."""
     seg = table.segments(ids)
     if chosen is None:
@@ -541,8 +601,9 @@ def _edge_layer(table: _EdgeTable, ids: np.ndarray, chosen: Optional[np.ndarray]
     return layer, entries
 
 
-def _label_entries(lab: Optional[np.ndarray], pos: np.ndarray, class_names: Optional[Sequence[str]],
-                   num_classes: Optional[int]) -> List[Entry]:
+def _label_entries(
+    lab: Optional[np.ndarray], pos: np.ndarray, class_names: Optional[Sequence[str]], num_classes: Optional[int]
+) -> List[Entry]:
     """One entry per label present: its name, point count, colour, and the centroid of its points."""
     if lab is None:
         return []
@@ -570,8 +631,9 @@ class _LayerOptions:
     seed: int
 
 
-def _check_layer_options(where: str, grid_color: Any, grid_nodes: Any, edge_nodes: Any, max_edges: Any, seed: Any,
-                         grid_bounds: Any) -> _LayerOptions:
+def _check_layer_options(
+    where: str, grid_color: Any, grid_nodes: Any, edge_nodes: Any, max_edges: Any, seed: Any, grid_bounds: Any
+) -> _LayerOptions:
     """:func:`show`'s grid and edge options, checked in the order of its signature."""
     check_choice(where, "grid_color", grid_color, ("norm", "pca"))
     check_choice(where, "grid_nodes", grid_nodes, GRID_NODES)
@@ -580,9 +642,18 @@ def _check_layer_options(where: str, grid_color: Any, grid_nodes: Any, edge_node
     return _LayerOptions(grid_color, grid_nodes, _check_bounds(where, grid_bounds), edge_nodes, max_edges, seed)
 
 
-def _layer_data(where: str, pos: np.ndarray, labels: Any, colors: Any, class_names: Optional[Sequence[str]],
-                num_classes: Optional[int], grid: Any, edges: Any, opts: _LayerOptions, up: np.ndarray
-                ) -> Tuple[Dict[str, Dict[str, np.ndarray]], List[Entry], List[Entry]]:
+def _layer_data(
+    where: str,
+    pos: np.ndarray,
+    labels: Any,
+    colors: Any,
+    class_names: Optional[Sequence[str]],
+    num_classes: Optional[int],
+    grid: Any,
+    edges: Any,
+    opts: _LayerOptions,
+    up: np.ndarray,
+) -> Tuple[Dict[str, Dict[str, np.ndarray]], List[Entry], List[Entry]]:
     """Plain numpy arrays of every layer that has data, and the legend entries of labels and edges.
     Points without labels or colours are grey beside a grid or edges, else coloured by height."""
     plain = grid is None and edges is None
@@ -615,18 +686,31 @@ class _Style:
     background: Tuple[float, float, float] = (1.0, 1.0, 1.0)
 
 
-def _check_style(where: str, width: Any, height: Any, point_size: Any, grid_point_size: Any, line_width: Any,
-                 fov: Any = 40.0, background: Any = (1.0, 1.0, 1.0)) -> _Style:
+def _check_style(
+    where: str,
+    width: Any,
+    height: Any,
+    point_size: Any,
+    grid_point_size: Any,
+    line_width: Any,
+    fov: Any = 40.0,
+    background: Any = (1.0, 1.0, 1.0),
+) -> _Style:
     bg = np.asarray(background, dtype=object).reshape(-1)
     if bg.size != 3 or not all(isinstance(v, (int, float, np.integer, np.floating)) and 0 <= v <= 1 for v in bg):
         fail(where, f"background must be three numbers in [0, 1], got {background!r}")
     fov = check_number(where, "fov", fov)
     if fov >= 180:
         fail(where, f"fov must be below 180 degrees, got {fov!r}")
-    return _Style(check_int(where, "width", width), check_int(where, "height", height),
-                  check_number(where, "point_size", point_size), check_number(where, "grid_point_size",
-                                                                              grid_point_size),
-                  check_number(where, "line_width", line_width), fov, tuple(float(v) for v in bg))
+    return _Style(
+        check_int(where, "width", width),
+        check_int(where, "height", height),
+        check_number(where, "point_size", point_size),
+        check_number(where, "grid_point_size", grid_point_size),
+        check_number(where, "line_width", line_width),
+        fov,
+        tuple(float(v) for v in bg),
+    )
 
 
 @contextlib.contextmanager
@@ -676,7 +760,8 @@ def _renderer(o3d: Any, width: int, height: int):
             raise RenderError(
                 f"Open3D's offscreen renderer could not start ({exc}). Headless rendering needs a Vulkan or "
                 f"EGL driver; on Debian/Ubuntu install the software one with `apt-get install "
-                f"mesa-vulkan-drivers`." + (f" Open3D said: {' | '.join(log[-3:])}" if log else "")) from None
+                f"mesa-vulkan-drivers`." + (f" Open3D said: {' | '.join(log[-3:])}" if log else "")
+            ) from None
 
 
 #: the layer a geometry belongs to (for the toggles), when its name is not a layer
@@ -700,8 +785,9 @@ def _o3d_geometries(o3d: Any, data: Dict[str, Dict[str, np.ndarray]], style: _St
             out[name] = cloud(d["pos"], d["colors"], style.grid_point_size if name == "grid" else style.point_size)
             continue
         seg = d["segments"]
-        geo = o3d.geometry.LineSet(V3(seg.reshape(-1, 3)),
-                                   o3d.utility.Vector2iVector(np.arange(2 * len(seg)).reshape(-1, 2)))
+        geo = o3d.geometry.LineSet(
+            V3(seg.reshape(-1, 3)), o3d.utility.Vector2iVector(np.arange(2 * len(seg)).reshape(-1, 2))
+        )
         geo.colors = V3(d.get("colors", np.tile(np.asarray(EDGE_COLOR, dtype=np.float64), (len(seg), 1))))
         mat = R.MaterialRecord()
         mat.shader, mat.line_width = "unlitLine", float(style.line_width)
@@ -735,10 +821,21 @@ def _render(data: Dict[str, Dict[str, np.ndarray]], style: _Style, d: np.ndarray
     return np.ascontiguousarray(img[..., :3])
 
 
-def render(data: Dict[str, Dict[str, np.ndarray]], *, width: int = 800, height: int = 600, point_size: float = 3.0,
-           grid_point_size: float = 6.0, line_width: float = 1.0, background: Sequence[float] = (1.0, 1.0, 1.0),
-           fov: float = 40.0, view: Any = "pca", up: Any = None, azimuth: float = 0.0, elevation: float = 0.0
-           ) -> np.ndarray:
+def render(
+    data: Dict[str, Dict[str, np.ndarray]],
+    *,
+    width: int = 800,
+    height: int = 600,
+    point_size: float = 3.0,
+    grid_point_size: float = 6.0,
+    line_width: float = 1.0,
+    background: Sequence[float] = (1.0, 1.0, 1.0),
+    fov: float = 40.0,
+    view: Any = "pca",
+    up: Any = None,
+    azimuth: float = 0.0,
+    elevation: float = 0.0,
+) -> np.ndarray:
     """Render layer data offscreen. Returns the RGB image ``[H, W, 3]`` uint8.
 
     ``data`` maps layer names to arrays: ``{"points": {"pos": [N, 3], "colors": [N, 3]}, "grid":
@@ -785,19 +882,44 @@ def _draw_legend(img: np.ndarray, labels: List[Entry], edges: List[Entry], title
     for top, text, rgb, is_label in rows:
         if rgb is not None:
             c = tuple(int(v) for v in np.floor(np.asarray(rgb) * 255 + 0.5).clip(0, 255))
-            draw.rectangle([8, top + 1, 20, top + 12] if is_label else [8, top + 5, 20, top + 8], fill=c,
-                           outline=(0, 0, 0) if is_label else None)
+            draw.rectangle(
+                [8, top + 1, 20, top + 12] if is_label else [8, top + 5, 20, top + 8],
+                fill=c,
+                outline=(0, 0, 0) if is_label else None,
+            )
         draw.text((8 + 18 * (rgb is not None), top), text, fill=(0, 0, 0), font=font)
     return np.asarray(im)
 
 
-def show(points: Any, labels: Any = None, class_names: Optional[Sequence[str]] = None, *, colors: Any = None,
-         grid: Any = None, grid_color: str = "norm", grid_bounds: Tuple[float, float] = (-1.0, 1.0),
-         grid_nodes: str = "touched", edges: Any = None, edge_nodes: Any = DEFAULT_EDGE_NODES,
-         max_edges: int = DEFAULT_MAX_EDGES, layers: Optional[Sequence[str]] = None, view: Any = "pca",
-         up: Any = None, azimuth: float = 0.0, elevation: float = 0.0, out: Union[str, os.PathLike, None] = None,
-         width: int = 800, height: int = 600, point_size: float = 3.0, grid_point_size: float = 6.0, line_width: float = 1.0, legend: bool = True, title: Optional[str] = None,
-         seed: int = 0, num_classes: Optional[int] = None) -> Optional[np.ndarray]:
+def show(
+    points: Any,
+    labels: Any = None,
+    class_names: Optional[Sequence[str]] = None,
+    *,
+    colors: Any = None,
+    grid: Any = None,
+    grid_color: str = "norm",
+    grid_bounds: Tuple[float, float] = (-1.0, 1.0),
+    grid_nodes: str = "touched",
+    edges: Any = None,
+    edge_nodes: Any = DEFAULT_EDGE_NODES,
+    max_edges: int = DEFAULT_MAX_EDGES,
+    layers: Optional[Sequence[str]] = None,
+    view: Any = "pca",
+    up: Any = None,
+    azimuth: float = 0.0,
+    elevation: float = 0.0,
+    out: Union[str, os.PathLike, None] = None,
+    width: int = 800,
+    height: int = 600,
+    point_size: float = 3.0,
+    grid_point_size: float = 6.0,
+    line_width: float = 1.0,
+    legend: bool = True,
+    title: Optional[str] = None,
+    seed: int = 0,
+    num_classes: Optional[int] = None,
+) -> Optional[np.ndarray]:
     """Show a cloud with its labels, grid and edges; or render it to a PNG when ``out`` is given.
 
     Args:
@@ -855,22 +977,39 @@ class _Scene:
     up: np.ndarray
 
 
-def _build_scene(where: str, points: Any, labels: Any, colors: Any, class_names: Optional[Sequence[str]],
-                 num_classes: Optional[int], grid: Any, edges: Any, opts: _LayerOptions, camera: Tuple[Any, ...]
-                 ) -> _Scene:
+def _build_scene(
+    where: str,
+    points: Any,
+    labels: Any,
+    colors: Any,
+    class_names: Optional[Sequence[str]],
+    num_classes: Optional[int],
+    grid: Any,
+    edges: Any,
+    opts: _LayerOptions,
+    camera: Tuple[Any, ...],
+) -> _Scene:
     """Read and check the cloud, aim the camera (``(view, up, azimuth, elevation)``, checked) and build the layers."""
     if num_classes is None and class_names is not None:
         num_classes = len(class_names)
     points, labels, colors = _read_cloud(points, labels, colors)
     pos = _check_cloud(where, points)
     d, up = _view(where, pos, *camera)
-    data, label_entries, edge_entries = _layer_data(where, pos, labels, colors, class_names, num_classes, grid,
-                                                    edges, opts, up)
+    data, label_entries, edge_entries = _layer_data(
+        where, pos, labels, colors, class_names, num_classes, grid, edges, opts, up
+    )
     return _Scene(data, label_entries, edge_entries, d, up)
 
 
-def _present(where: str, scene: _Scene, layers: Optional[Sequence[str]], legend: bool, title: Optional[str],
-             out: Union[str, os.PathLike, None], style: _Style) -> Optional[np.ndarray]:
+def _present(
+    where: str,
+    scene: _Scene,
+    layers: Optional[Sequence[str]],
+    legend: bool,
+    title: Optional[str],
+    out: Union[str, os.PathLike, None],
+    style: _Style,
+) -> Optional[np.ndarray]:
     """Open a window on the scene's visible layers, or render them (with the legend) to the PNG ``out``."""
     data, d, up = scene.data, scene.direction, scene.up
     visible = _visible_layers(where, layers, data)
@@ -909,25 +1048,46 @@ def _write_png(path: Path, img: np.ndarray) -> None:
             raise RenderError(f"could not write {path}") from None
 
 
-
-
-def _show_window(data: Dict[str, Dict[str, np.ndarray]], visible: List[str], entries: List[Entry], title: str,
-                 style: _Style, d: np.ndarray, up: np.ndarray) -> None:
+def _show_window(
+    data: Dict[str, Dict[str, np.ndarray]],
+    visible: List[str],
+    entries: List[Entry],
+    title: str,
+    style: _Style,
+    d: np.ndarray,
+    up: np.ndarray,
+) -> None:
     if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-        raise RenderError("no display for an interactive window (DISPLAY is not set); pass out='view.png' "
-                          "(gridify show ... --out view.png) to render headless")
+        raise RenderError(
+            "no display for an interactive window (DISPLAY is not set); pass out='view.png' "
+            "(gridify show ... --out view.png) to render headless"
+        )
     o3d = _import_open3d()
-    geoms = [{"name": name, "geometry": geo, "material": mat, "is_visible": _LAYER_OF.get(name, name) in visible}
-             for name, (geo, mat) in _o3d_geometries(o3d, data, style).items()]
+    geoms = [
+        {"name": name, "geometry": geo, "material": mat, "is_visible": _LAYER_OF.get(name, name) in visible}
+        for name, (geo, mat) in _o3d_geometries(o3d, data, style).items()
+    ]
     for text, _, _ in entries:
         print(f"[gridify.vis] {text}")
-    centre, eye = _fit_camera(_positions({k: v for k, v in data.items() if k in visible}), d, up, style.fov,
-                              style.width / style.height)
+    centre, eye = _fit_camera(
+        _positions({k: v for k, v in data.items() if k in visible}), d, up, style.fov, style.width / style.height
+    )
 
     def on_init(vis: Any) -> None:
         for text, _, anchor in entries:
             vis.add_3d_label(np.asarray(anchor, dtype=np.float32), text)
 
-    o3d.visualization.draw(geoms, title=title, width=style.width, height=style.height, show_ui=True,
-                           point_size=int(style.point_size), line_width=int(style.line_width), lookat=centre,
-                           eye=eye, up=up, field_of_view=style.fov, on_init=on_init)
+    o3d.visualization.draw(
+        geoms,
+        title=title,
+        width=style.width,
+        height=style.height,
+        show_ui=True,
+        point_size=int(style.point_size),
+        line_width=int(style.line_width),
+        lookat=centre,
+        eye=eye,
+        up=up,
+        field_of_view=style.fov,
+        on_init=on_init,
+    )

@@ -11,6 +11,7 @@ Registered in :data:`gridify.registry.BACKBONES`:
 All share the keyword arguments ``in_channels, out_channels, hidden_channels=128, depth=3,
 dropout=0.1, kernel_size=9`` plus backbone-specific extras, and a ``kernel_l2()`` method.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -34,5 +35,13 @@ def build_backbone(name: str, **kwargs: Any) -> nn.Module:
     return BACKBONES.build(name, **kwargs)
 
 
-__all__ = ["CCNN", "ResNet3d", "UNet3d", "MRConvNet", "build_backbone", "GridBackbone", "ResidualBlock3d",
-           "DepthwiseSeparableConv3d"]
+__all__ = [
+    "CCNN",
+    "ResNet3d",
+    "UNet3d",
+    "MRConvNet",
+    "build_backbone",
+    "GridBackbone",
+    "ResidualBlock3d",
+    "DepthwiseSeparableConv3d",
+]

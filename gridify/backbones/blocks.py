@@ -6,6 +6,7 @@ built with ``cubic=False`` accept any ``[B, C, Rx, Ry, Rz]`` (a per-axis grid of
 Shapes:
     input ``[B, C, Rx, Ry, Rz]`` -> output ``[B, C', Rx, Ry, Rz]``
 """
+
 from __future__ import annotations
 
 import math
@@ -16,12 +17,27 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import check_parameters, check_positive_int, check_probability, checked_forward, fail, is_int
-from ..nn.flexconv import (DEFAULT_FFT_THRESHOLD, PointwiseConv3d, check_grid_input,  # noqa: F401
-                           direct_depthwise_conv3d, fft_depthwise_conv3d, use_fft_conv)
+from ..nn.flexconv import (
+    DEFAULT_FFT_THRESHOLD,  # noqa: F401
+    PointwiseConv3d,
+    check_grid_input,  # noqa: F401
+    direct_depthwise_conv3d,
+    fft_depthwise_conv3d,
+    use_fft_conv,
+)
 from ..nn.inputs import check_grid_module_input
 
-__all__ = ["GridBackbone", "ResidualBlock3d", "DepthwiseSeparableConv3d", "PointwiseConv3d", "pointwise_conv3d",
-           "check_kernel_size", "check_cubic", "grid_gelu", "MaskDropout"]
+__all__ = [
+    "GridBackbone",
+    "ResidualBlock3d",
+    "DepthwiseSeparableConv3d",
+    "PointwiseConv3d",
+    "pointwise_conv3d",
+    "check_kernel_size",
+    "check_cubic",
+    "grid_gelu",
+    "MaskDropout",
+]
 
 
 def check_kernel_size(where: str, kernel_size: int) -> None:
@@ -44,7 +60,7 @@ def _crop_taps(weight: Tensor, shape: tuple) -> Tensor:
     can only see zero padding). ``[C, 1, Kx, Ky, Kz]``"""
     k = weight.shape[-1]
     c = [max(0, (k - (2 * r - 1)) // 2) for r in shape]
-    return weight[..., c[0]:k - c[0], c[1]:k - c[1], c[2]:k - c[2]]
+    return weight[..., c[0] : k - c[0], c[1] : k - c[1], c[2] : k - c[2]]
 
 
 def pointwise_conv3d(in_channels: int, out_channels: int, bias: bool = True) -> PointwiseConv3d:
@@ -77,27 +93,38 @@ class DepthwiseSeparableConv3d(nn.Module):
         ``cubic=False``)
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 9, bias: bool = True,
-                 fft: Union[str, bool] = "auto", fft_threshold: Optional[int] = None, cubic: bool = True) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int = 9,
+        bias: bool = True,
+        fft: Union[str, bool] = "auto",
+        fft_threshold: Optional[int] = None,
+        cubic: bool = True,
+    ) -> None:
         super().__init__()
         check_positive_int("DepthwiseSeparableConv3d", in_channels=in_channels, out_channels=out_channels)
         check_kernel_size("DepthwiseSeparableConv3d", kernel_size)
-        check_parameters("DepthwiseSeparableConv3d", f"in_channels={in_channels}, out_channels={out_channels}, "
-                                                     f"kernel_size={kernel_size}",
-                         in_channels * (kernel_size ** 3 + out_channels + 1))
+        check_parameters(
+            "DepthwiseSeparableConv3d",
+            f"in_channels={in_channels}, out_channels={out_channels}, kernel_size={kernel_size}",
+            in_channels * (kernel_size**3 + out_channels + 1),
+        )
         if fft not in ("auto", True, False):
             raise ValueError(f"DepthwiseSeparableConv3d: fft must be 'auto', True or False, got {fft!r}")
         if fft_threshold is not None:
             check_positive_int("DepthwiseSeparableConv3d", fft_threshold=fft_threshold)
         self.fft, self.fft_threshold, self.cubic = fft, fft_threshold, check_cubic("DepthwiseSeparableConv3d", cubic)
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
-        self.depthwise = nn.Conv3d(in_channels, in_channels, kernel_size, padding=kernel_size // 2,
-                                   groups=in_channels, bias=False)
+        self.depthwise = nn.Conv3d(
+            in_channels, in_channels, kernel_size, padding=kernel_size // 2, groups=in_channels, bias=False
+        )
         self.pointwise = pointwise_conv3d(in_channels, out_channels, bias=bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        nn.init.normal_(self.depthwise.weight, 0.0, 1.0 / math.sqrt(self.kernel_size ** 3))
+        nn.init.normal_(self.depthwise.weight, 0.0, 1.0 / math.sqrt(self.kernel_size**3))
         nn.init.normal_(self.pointwise.weight, 0.0, 1.0 / math.sqrt(self.in_channels))
         if self.pointwise.bias is not None:
             nn.init.zeros_(self.pointwise.bias)
@@ -112,7 +139,7 @@ class DepthwiseSeparableConv3d(nn.Module):
             k = max(weight.shape[-3:])
         elif k > 2 * r - 1:
             c = (k - (2 * r - 1)) // 2
-            weight = weight[..., c:k - c, c:k - c, c:k - c]
+            weight = weight[..., c : k - c, c : k - c, c : k - c]
             k = 2 * r - 1
         needs_grad = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
         if use_fft_conv(self.fft, k, x.device, self.fft_threshold, needs_grad):
@@ -263,24 +290,38 @@ class ResidualStack(GridBackbone):
         input ``[B, in_channels, R, R, R]`` -> output ``[B, out_channels, R, R, R]``
     """
 
-    def _check_widths(self, where: str, in_channels: int, out_channels: int, hidden_channels: int, depth: int,
-                      dropout: float) -> None:
+    def _check_widths(
+        self, where: str, in_channels: int, out_channels: int, hidden_channels: int, depth: int, dropout: float
+    ) -> None:
         """Validate the arguments every residual stack shares (positive widths and depth, a parameter
         count within the allocation limit, a dropout probability; ``where`` names the backbone in
         the messages) and store the widths and depth."""
-        check_positive_int(where, in_channels=in_channels, out_channels=out_channels,
-                           hidden_channels=hidden_channels, depth=depth)
-        check_parameters(where, f"hidden_channels={hidden_channels}, depth={depth}",
-                         hidden_channels * ((3 * depth + 2) * hidden_channels + in_channels + out_channels))
+        check_positive_int(
+            where, in_channels=in_channels, out_channels=out_channels, hidden_channels=hidden_channels, depth=depth
+        )
+        check_parameters(
+            where,
+            f"hidden_channels={hidden_channels}, depth={depth}",
+            hidden_channels * ((3 * depth + 2) * hidden_channels + in_channels + out_channels),
+        )
         check_probability(where, "dropout", dropout)
         self.in_channels, self.out_channels = in_channels, out_channels
         self.hidden_channels, self.depth = hidden_channels, depth
 
-    def _build(self, in_channels: int, hidden_channels: int, out_channels: int, depth: int,
-               make_conv: Callable[[], nn.Module], dropout: float, final_norm: bool) -> None:
+    def _build(
+        self,
+        in_channels: int,
+        hidden_channels: int,
+        out_channels: int,
+        depth: int,
+        make_conv: Callable[[], nn.Module],
+        dropout: float,
+        final_norm: bool,
+    ) -> None:
         self.in_proj = pointwise_conv3d(in_channels, hidden_channels)
-        self.blocks = nn.ModuleList(ResidualBlock3d(hidden_channels, make_conv(), dropout=dropout)
-                                    for _ in range(depth))
+        self.blocks = nn.ModuleList(
+            ResidualBlock3d(hidden_channels, make_conv(), dropout=dropout) for _ in range(depth)
+        )
         self.norm = nn.BatchNorm3d(hidden_channels) if final_norm else nn.Identity()
         self.out_proj = pointwise_conv3d(hidden_channels, out_channels)
 

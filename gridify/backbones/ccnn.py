@@ -1,4 +1,5 @@
 """CCNN grid backbone: residual blocks of separable continuous-kernel convolutions."""
+
 from __future__ import annotations
 
 from typing import Optional, Union
@@ -45,20 +46,49 @@ class CCNN(ResidualStack):
         (``[B, C, Rx, Ry, Rz]`` with ``cubic=False``)
     """
 
-    def __init__(self, in_channels: int, out_channels: int, hidden_channels: int = 128, depth: int = 3,
-                 dropout: float = 0.1, kernel_size: Union[int, str] = 9, kernel_net: str = "magnet",
-                 kernel_hidden: int = 32, kernel_layers: int = 3, omega0: float = 3.0, mask: bool = True,
-                 mask_init: float = 0.5, fft: Union[str, bool] = "auto", fft_threshold: Optional[int] = None,
-                 base_resolution: Optional[int] = None, kernel_init: str = "ccnn", quadrature: str = "trapezoid",
-                 final_norm: bool = False, cubic: bool = True) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        hidden_channels: int = 128,
+        depth: int = 3,
+        dropout: float = 0.1,
+        kernel_size: Union[int, str] = 9,
+        kernel_net: str = "magnet",
+        kernel_hidden: int = 32,
+        kernel_layers: int = 3,
+        omega0: float = 3.0,
+        mask: bool = True,
+        mask_init: float = 0.5,
+        fft: Union[str, bool] = "auto",
+        fft_threshold: Optional[int] = None,
+        base_resolution: Optional[int] = None,
+        kernel_init: str = "ccnn",
+        quadrature: str = "trapezoid",
+        final_norm: bool = False,
+        cubic: bool = True,
+    ) -> None:
         super().__init__()
         self.cubic = check_cubic("CCNN", cubic)
         self._check_widths("CCNN", in_channels, out_channels, hidden_channels, depth, dropout)
+
         def make_conv() -> SepFlexConv3d:
-            return SepFlexConv3d(hidden_channels, hidden_channels, kernel_size=kernel_size, kernel_net=kernel_net,
-                                 kernel_hidden=kernel_hidden, kernel_layers=kernel_layers, omega0=omega0, mask=mask,
-                                 mask_init=mask_init, fft=fft, fft_threshold=fft_threshold,
-                                 base_resolution=base_resolution, kernel_init=kernel_init, quadrature=quadrature,
-                                 cubic=cubic)
+            return SepFlexConv3d(
+                hidden_channels,
+                hidden_channels,
+                kernel_size=kernel_size,
+                kernel_net=kernel_net,
+                kernel_hidden=kernel_hidden,
+                kernel_layers=kernel_layers,
+                omega0=omega0,
+                mask=mask,
+                mask_init=mask_init,
+                fft=fft,
+                fft_threshold=fft_threshold,
+                base_resolution=base_resolution,
+                kernel_init=kernel_init,
+                quadrature=quadrature,
+                cubic=cubic,
+            )
 
         self._build(in_channels, hidden_channels, out_channels, depth, make_conv, dropout, final_norm)

@@ -1,4 +1,5 @@
 """MRConv grid backbone: residual blocks of multi-resolution, reparameterizable depthwise convolutions."""
+
 from __future__ import annotations
 
 from typing import Optional, Union
@@ -42,20 +43,44 @@ class MRConvNet(ResidualStack):
         input ``[B, in_channels, R, R, R]`` -> output ``[B, out_channels, R, R, R]``
     """
 
-    def __init__(self, in_channels: int, out_channels: int, hidden_channels: int = 128, depth: int = 3,
-                 dropout: float = 0.1, kernel_size: int = 3, num_branches: int = 4, kernel_type: str = "dilated",
-                 modes: int = 2, sparse_taps: int = 0, global_kernel: bool = True, decay: float = 0.5,
-                 resolution: Optional[int] = None, fft: Union[str, bool] = "auto",
-                 fft_threshold: Optional[int] = None, final_norm: bool = False) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        hidden_channels: int = 128,
+        depth: int = 3,
+        dropout: float = 0.1,
+        kernel_size: int = 3,
+        num_branches: int = 4,
+        kernel_type: str = "dilated",
+        modes: int = 2,
+        sparse_taps: int = 0,
+        global_kernel: bool = True,
+        decay: float = 0.5,
+        resolution: Optional[int] = None,
+        fft: Union[str, bool] = "auto",
+        fft_threshold: Optional[int] = None,
+        final_norm: bool = False,
+    ) -> None:
         super().__init__()
         self._check_widths("MRConvNet", in_channels, out_channels, hidden_channels, depth, dropout)
         self.kernel_size = kernel_size
 
         def make_conv() -> MRConvSeparable3d:
-            return MRConvSeparable3d(hidden_channels, hidden_channels, num_branches=num_branches,
-                                     kernel_size=kernel_size, kernel_type=kernel_type, modes=modes,
-                                     sparse_taps=sparse_taps, global_kernel=global_kernel, decay=decay,
-                                     resolution=resolution, fft=fft, fft_threshold=fft_threshold)
+            return MRConvSeparable3d(
+                hidden_channels,
+                hidden_channels,
+                num_branches=num_branches,
+                kernel_size=kernel_size,
+                kernel_type=kernel_type,
+                modes=modes,
+                sparse_taps=sparse_taps,
+                global_kernel=global_kernel,
+                decay=decay,
+                resolution=resolution,
+                fft=fft,
+                fft_threshold=fft_threshold,
+            )
 
         self._build(in_channels, hidden_channels, out_channels, depth, make_conv, dropout, final_norm)
 

@@ -1,4 +1,5 @@
 """Discrete-kernel residual grid backbone (the official gridification code's grid network)."""
+
 from __future__ import annotations
 
 from typing import Union
@@ -30,15 +31,29 @@ class ResNet3d(ResidualStack):
         axis unless ``cubic=False``)
     """
 
-    def __init__(self, in_channels: int, out_channels: int, hidden_channels: int = 128, depth: int = 3,
-                 dropout: float = 0.1, kernel_size: int = 9, final_norm: bool = False,
-                 fft: Union[str, bool] = "auto", cubic: bool = True) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        hidden_channels: int = 128,
+        depth: int = 3,
+        dropout: float = 0.1,
+        kernel_size: int = 9,
+        final_norm: bool = False,
+        fft: Union[str, bool] = "auto",
+        cubic: bool = True,
+    ) -> None:
         super().__init__()
         self._check_widths("ResNet3d", in_channels, out_channels, hidden_channels, depth, dropout)
         check_kernel_size("ResNet3d", kernel_size)
         self.cubic = check_cubic("ResNet3d", cubic)
         self.kernel_size = kernel_size
-        self._build(in_channels, hidden_channels, out_channels, depth,
-                    lambda: DepthwiseSeparableConv3d(hidden_channels, hidden_channels, kernel_size, fft=fft,
-                                                           cubic=cubic),
-                    dropout, final_norm)
+        self._build(
+            in_channels,
+            hidden_channels,
+            out_channels,
+            depth,
+            lambda: DepthwiseSeparableConv3d(hidden_channels, hidden_channels, kernel_size, fft=fft, cubic=cubic),
+            dropout,
+            final_norm,
+        )

@@ -4,6 +4,7 @@ on per-axis grids ``(Rx, Ry, Rz)`` of flat scenes (e.g. 32 x 32 x 8).
 Shapes:
     ``[B, C_in, Rx, Ry, Rz]`` -> ``[B, C_out, Rx, Ry, Rz]``
 """
+
 from __future__ import annotations
 
 from typing import List, Sequence, Tuple, Union
@@ -15,8 +16,14 @@ from torch import Tensor, nn
 from .._checks import check_parameters, check_positive_int, check_probability, checked_forward
 from ..registry import BACKBONES
 from ..nn.inputs import check_grid_module_input
-from .blocks import (DepthwiseSeparableConv3d, GridBackbone, ResidualBlock3d, check_cubic, check_kernel_size,
-                     pointwise_conv3d)
+from .blocks import (
+    DepthwiseSeparableConv3d,
+    GridBackbone,
+    ResidualBlock3d,
+    check_cubic,
+    check_kernel_size,
+    pointwise_conv3d,
+)
 
 __all__ = ["UNet3d"]
 
@@ -102,29 +109,52 @@ class UNet3d(GridBackbone):
         on every axis unless ``cubic=False``)
     """
 
-    def __init__(self, in_channels: int, out_channels: int, hidden_channels: int = 128, depth: int = 3,
-                 dropout: float = 0.1, kernel_size: int = 9, channel_multiplier: int = 2,
-                 blocks_per_level: int = 1, fft: Union[str, bool] = "auto", cubic: bool = True) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        hidden_channels: int = 128,
+        depth: int = 3,
+        dropout: float = 0.1,
+        kernel_size: int = 9,
+        channel_multiplier: int = 2,
+        blocks_per_level: int = 1,
+        fft: Union[str, bool] = "auto",
+        cubic: bool = True,
+    ) -> None:
         super().__init__()
-        check_positive_int("UNet3d", in_channels=in_channels, out_channels=out_channels,
-                           hidden_channels=hidden_channels, depth=depth, channel_multiplier=channel_multiplier,
-                           blocks_per_level=blocks_per_level)
+        check_positive_int(
+            "UNet3d",
+            in_channels=in_channels,
+            out_channels=out_channels,
+            hidden_channels=hidden_channels,
+            depth=depth,
+            channel_multiplier=channel_multiplier,
+            blocks_per_level=blocks_per_level,
+        )
         check_probability("UNet3d", "dropout", dropout)
         check_kernel_size("UNet3d", kernel_size)
         self.cubic = check_cubic("UNet3d", cubic)
         top = hidden_channels * channel_multiplier ** (depth - 1)  # the widest level
-        check_parameters("UNet3d", f"hidden_channels={hidden_channels}, channel_multiplier={channel_multiplier}, "
-                                   f"depth={depth}",
-                         depth * (2 * blocks_per_level + 4) * top * (top + kernel_size ** 3))
+        check_parameters(
+            "UNet3d",
+            f"hidden_channels={hidden_channels}, channel_multiplier={channel_multiplier}, depth={depth}",
+            depth * (2 * blocks_per_level + 4) * top * (top + kernel_size**3),
+        )
         self.in_channels, self.out_channels = in_channels, out_channels
         self.hidden_channels, self.depth, self.kernel_size = hidden_channels, depth, kernel_size
-        widths: List[int] = [hidden_channels * channel_multiplier ** l for l in range(depth)]
+        widths: List[int] = [hidden_channels * channel_multiplier**l for l in range(depth)]
         self.widths = widths
 
         def stage(c: int) -> nn.Sequential:
-            return nn.Sequential(*[
-                ResidualBlock3d(c, DepthwiseSeparableConv3d(c, c, kernel_size, fft=fft, cubic=cubic), dropout=dropout)
-                for _ in range(blocks_per_level)])
+            return nn.Sequential(
+                *[
+                    ResidualBlock3d(
+                        c, DepthwiseSeparableConv3d(c, c, kernel_size, fft=fft, cubic=cubic), dropout=dropout
+                    )
+                    for _ in range(blocks_per_level)
+                ]
+            )
 
         self.in_proj = pointwise_conv3d(in_channels, widths[0])
         self.encoders = nn.ModuleList(stage(c) for c in widths)

@@ -10,10 +10,28 @@
 All take ``(pos, x, batch)`` (and ``category`` for segmentation) like the gridified models and
 are built with :func:`gridify.models.build_model`.
 """
-from .point_ckconv import (PointCKConvBlock, PointCKConvClassifier, PointCKConvNet, PointCKConvSegmenter,
-                           PointSepCKConv, knn_neighbourhoods)
+
+from .point_ckconv import (
+    PointCKConvBlock,
+    PointCKConvClassifier,
+    PointCKConvNet,
+    PointCKConvSegmenter,
+    PointSepCKConv,
+    knn_neighbourhoods,
+)
 from .pointnet2 import FPModule, GlobalSAModule, PointNet2Classifier, PointNet2Segmenter, SAModule, knn_interpolate
 
-__all__ = ["PointCKConvNet", "PointCKConvClassifier", "PointCKConvSegmenter", "PointCKConvBlock", "PointSepCKConv",
-           "knn_neighbourhoods", "PointNet2Classifier", "PointNet2Segmenter", "SAModule", "GlobalSAModule",
-           "FPModule", "knn_interpolate"]
+__all__ = [
+    "PointCKConvNet",
+    "PointCKConvClassifier",
+    "PointCKConvSegmenter",
+    "PointCKConvBlock",
+    "PointSepCKConv",
+    "knn_neighbourhoods",
+    "PointNet2Classifier",
+    "PointNet2Segmenter",
+    "SAModule",
+    "GlobalSAModule",
+    "FPModule",
+    "knn_interpolate",
+]

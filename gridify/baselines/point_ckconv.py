@@ -18,6 +18,7 @@ validates its own (``x``, ``pos`` finite, ``nbr`` indices in range). The first f
 Shapes:
     classifier: pos [N, 3], x [N, F], batch [N] -> [B, num_classes]; segmenter: -> [N, num_classes]
 """
+
 from __future__ import annotations
 
 import math
@@ -27,9 +28,22 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
-from .._checks import (check_alloc, check_batch, check_finite, check_index, check_int, check_number, check_parameters,
-                       check_points, check_probability, check_tensor, checked_forward, fail, trusted_inputs,
-                       validating)
+from .._checks import (
+    check_alloc,
+    check_batch,
+    check_finite,
+    check_index,
+    check_int,
+    check_number,
+    check_parameters,
+    check_points,
+    check_probability,
+    check_tensor,
+    checked_forward,
+    fail,
+    trusted_inputs,
+    validating,
+)
 from ..ops.knn import check_knn_size, knn_unchecked
 from ..ops.scatter import scatter_unchecked
 from ..registry import KERNELS, MODELS
@@ -37,8 +51,15 @@ from ..nn.inputs import category_onehot, check_same_dtype
 from ..nn.state import all_or_nothing
 from .pointnet2 import prepare_points
 
-__all__ = ["PointSepCKConv", "PointCKConvBlock", "PointCKConvClassifier", "PointCKConvSegmenter",
-           "PointCKConvNet", "knn_neighbourhoods", "knn_neighbourhoods_unchecked"]
+__all__ = [
+    "PointSepCKConv",
+    "PointCKConvBlock",
+    "PointCKConvClassifier",
+    "PointCKConvSegmenter",
+    "PointCKConvNet",
+    "knn_neighbourhoods",
+    "knn_neighbourhoods_unchecked",
+]
 
 #: Elements of the per-chunk ``[chunk, K, max(C, H)]`` kernel tensors held at once.
 CHUNK_ELEMENTS = 1 << 22
@@ -86,8 +107,9 @@ def knn_neighbourhoods_unchecked(pos: Tensor, batch: Tensor, k: int) -> Tuple[Te
     return nbr, valid
 
 
-def check_point_conv_input(module: nn.Module, x: Tensor, pos: Tensor, nbr: Tensor, valid: Optional[Tensor] = None,
-                           *args: object) -> None:
+def check_point_conv_input(
+    module: nn.Module, x: Tensor, pos: Tensor, nbr: Tensor, valid: Optional[Tensor] = None, *args: object
+) -> None:
     """Inputs of :class:`PointSepCKConv` / :class:`PointCKConvBlock` called directly: ``x [N, C]`` and
     ``pos [N, 3]`` finite, of the module's dtype; ``nbr [N, K]`` int64 in ``[0, N)``; ``valid [N, K]`` bool."""
     where = type(module).__name__
@@ -100,8 +122,7 @@ def check_point_conv_input(module: nn.Module, x: Tensor, pos: Tensor, nbr: Tenso
     if nbr.dim() != 2 or nbr.size(0) != pos.size(0):
         fail(where, f"nbr must have shape [{pos.size(0)}, K], got {tuple(nbr.shape)}")
     check_index(where, "nbr", nbr.reshape(-1), pos.size(0), device=pos.device)
-    if valid is not None and (not isinstance(valid, Tensor) or valid.dtype != torch.bool
-                              or valid.shape != nbr.shape):
+    if valid is not None and (not isinstance(valid, Tensor) or valid.dtype != torch.bool or valid.shape != nbr.shape):
         fail(where, f"valid must be None or a bool tensor of shape {tuple(nbr.shape)}")
     check_finite(where, "pos", pos)
     check_finite(where, "x", x)
@@ -142,10 +163,24 @@ class PointSepCKConv(nn.Module):
         x [N, C_in], pos [N, 3], nbr [N, K], valid [N, K] or None -> [N, C_out]
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_net: str = "magnet", kernel_hidden: int = 8,
-                 kernel_layers: int = 3, omega0: float = 3.0, radius: float = 1.0, learnable_radius: bool = False,
-                 mask: bool = True, mask_init: float = 0.5, bias: bool = True, kernel_init: str = "ccnn",
-                 gain: float = 1.0, chunk_size: Optional[int] = None, checkpoint: bool = True) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_net: str = "magnet",
+        kernel_hidden: int = 8,
+        kernel_layers: int = 3,
+        omega0: float = 3.0,
+        radius: float = 1.0,
+        learnable_radius: bool = False,
+        mask: bool = True,
+        mask_init: float = 0.5,
+        bias: bool = True,
+        kernel_init: str = "ccnn",
+        gain: float = 1.0,
+        chunk_size: Optional[int] = None,
+        checkpoint: bool = True,
+    ) -> None:
         super().__init__()
         where = type(self).__name__
         _check_ints(where, in_channels=in_channels, out_channels=out_channels)
@@ -162,8 +197,14 @@ class PointSepCKConv(nn.Module):
         self.kernel_init, self.gain = kernel_init, float(gain)
         self.mask_init, self.radius_init = float(mask_init), float(radius)
         self.chunk_size, self.checkpoint = chunk_size, bool(checkpoint)
-        self.kernel_net = KERNELS.build(kernel_net, out_channels=in_channels, hidden_channels=kernel_hidden,
-                                        num_layers=kernel_layers, omega0=float(omega0), dim=3)
+        self.kernel_net = KERNELS.build(
+            kernel_net,
+            out_channels=in_channels,
+            hidden_channels=kernel_hidden,
+            num_layers=kernel_layers,
+            omega0=float(omega0),
+            dim=3,
+        )
         if learnable_radius:
             self.log_radius = nn.Parameter(torch.empty(()))
         else:
@@ -230,8 +271,9 @@ class PointSepCKConv(nn.Module):
         if pos.dim() != 2 or pos.size(1) != 3 or pos.size(0) != x.size(0):
             raise ValueError(f"{where}: pos must have shape [{x.size(0)}, 3], got {tuple(pos.shape)}")
         if nbr.dim() != 2 or nbr.size(0) != x.size(0) or nbr.dtype != torch.long:
-            raise ValueError(f"{where}: nbr must be an int64 tensor of shape [{x.size(0)}, K], "
-                             f"got {tuple(nbr.shape)} {nbr.dtype}")
+            raise ValueError(
+                f"{where}: nbr must be an int64 tensor of shape [{x.size(0)}, K], got {tuple(nbr.shape)} {nbr.dtype}"
+            )
         if self.kernel_init == "ccnn" and not bool(self.initialized):  # the first forward: all or nothing
             with all_or_nothing(self, parameters=True):
                 self._ccnn_rescale(pos, nbr, valid)
@@ -257,16 +299,19 @@ class PointSepCKConv(nn.Module):
         """
         where = f"{type(self).__name__}.kernel_l2"
         check_int(where, "resolution", resolution, 2)
-        check_alloc(where, f"resolution={resolution} (a lattice of R^3 points)",
-                    resolution ** 3 * 8 * (self.in_channels + 3))
+        check_alloc(
+            where, f"resolution={resolution} (a lattice of R^3 points)", resolution**3 * 8 * (self.in_channels + 3)
+        )
         ref = self.pointwise.weight
         axis = torch.linspace(-1.0, 1.0, resolution, device=ref.device, dtype=ref.dtype)
         u = torch.stack(torch.meshgrid(axis, axis, axis, indexing="ij"), -1).reshape(-1, 3)
         return self.kernel_values(u).square().mean()
 
     def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, radius={self.radius_init:g}, "
-                f"mask={self.mask_log_sigma is not None}, kernel_init={self.kernel_init!r}")
+        return (
+            f"{self.in_channels}, {self.out_channels}, radius={self.radius_init:g}, "
+            f"mask={self.mask_log_sigma is not None}, kernel_init={self.kernel_init!r}"
+        )
 
 
 class PointCKConvBlock(nn.Module):
@@ -300,23 +345,51 @@ class PointCKConvBlock(nn.Module):
 
 
 class _PointCKConvBase(nn.Module):
-    def _build_trunk(self, in_channels: int, hidden_channels: int, depth: int, k: int, dropout: float,
-                     kernel_net: str, kernel_hidden: int, kernel_layers: int, omega0: float, radius: float,
-                     learnable_radius: bool, mask: bool, mask_init: float, chunk_size: Optional[int],
-                     checkpoint: bool) -> None:
+    def _build_trunk(
+        self,
+        in_channels: int,
+        hidden_channels: int,
+        depth: int,
+        k: int,
+        dropout: float,
+        kernel_net: str,
+        kernel_hidden: int,
+        kernel_layers: int,
+        omega0: float,
+        radius: float,
+        learnable_radius: bool,
+        mask: bool,
+        mask_init: float,
+        chunk_size: Optional[int],
+        checkpoint: bool,
+    ) -> None:
         where = type(self).__name__
         _check_ints(where, in_channels=in_channels, hidden_channels=hidden_channels, depth=depth, k=k)
         check_probability(where, "dropout", dropout)
-        check_parameters(where, f"hidden_channels={hidden_channels}, depth={depth}",
-                         hidden_channels * (hidden_channels * (2 * depth + 2) + in_channels))
+        check_parameters(
+            where,
+            f"hidden_channels={hidden_channels}, depth={depth}",
+            hidden_channels * (hidden_channels * (2 * depth + 2) + in_channels),
+        )
         self.in_channels, self.hidden_channels, self.depth, self.k = in_channels, hidden_channels, depth, k
         self.lift = nn.Linear(in_channels, hidden_channels)
         self.blocks = nn.ModuleList(
-            PointCKConvBlock(hidden_channels, dropout, kernel_net=kernel_net, kernel_hidden=kernel_hidden,
-                             kernel_layers=kernel_layers, omega0=omega0, radius=radius,
-                             learnable_radius=learnable_radius, mask=mask, mask_init=mask_init,
-                             chunk_size=chunk_size, checkpoint=checkpoint)
-            for _ in range(depth))
+            PointCKConvBlock(
+                hidden_channels,
+                dropout,
+                kernel_net=kernel_net,
+                kernel_hidden=kernel_hidden,
+                kernel_layers=kernel_layers,
+                omega0=omega0,
+                radius=radius,
+                learnable_radius=learnable_radius,
+                mask=mask,
+                mask_init=mask_init,
+                chunk_size=chunk_size,
+                checkpoint=checkpoint,
+            )
+            for _ in range(depth)
+        )
         self.out_norm = nn.BatchNorm1d(hidden_channels)
 
     def _trunk(self, pos: Tensor, x: Tensor, batch: Tensor) -> Tensor:
@@ -360,20 +433,51 @@ class PointCKConvClassifier(_PointCKConvBase):
         pos [N, 3], x [N, F] or None, batch [N] (or dense [B, N, 3]) -> logits [B, num_classes]
     """
 
-    def __init__(self, in_channels: int, num_classes: int, hidden_channels: int = 32, depth: int = 4, k: int = 64,
-                 dropout: float = 0.1, kernel_net: str = "magnet", kernel_hidden: int = 8, kernel_layers: int = 3,
-                 omega0: float = 3.0, radius: float = 1.0, learnable_radius: bool = False, mask: bool = True,
-                 mask_init: float = 0.5, chunk_size: Optional[int] = None, checkpoint: bool = True) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        hidden_channels: int = 32,
+        depth: int = 4,
+        k: int = 64,
+        dropout: float = 0.1,
+        kernel_net: str = "magnet",
+        kernel_hidden: int = 8,
+        kernel_layers: int = 3,
+        omega0: float = 3.0,
+        radius: float = 1.0,
+        learnable_radius: bool = False,
+        mask: bool = True,
+        mask_init: float = 0.5,
+        chunk_size: Optional[int] = None,
+        checkpoint: bool = True,
+    ) -> None:
         super().__init__()
         _check_ints(type(self).__name__, num_classes=num_classes)
-        self._build_trunk(in_channels, hidden_channels, depth, k, dropout, kernel_net, kernel_hidden,
-                          kernel_layers, omega0, radius, learnable_radius, mask, mask_init, chunk_size, checkpoint)
+        self._build_trunk(
+            in_channels,
+            hidden_channels,
+            depth,
+            k,
+            dropout,
+            kernel_net,
+            kernel_hidden,
+            kernel_layers,
+            omega0,
+            radius,
+            learnable_radius,
+            mask,
+            mask_init,
+            chunk_size,
+            checkpoint,
+        )
         self.num_classes = num_classes
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(hidden_channels, num_classes))
 
     def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None) -> Tensor:
-        pos, x, batch, nb, _ = prepare_points(type(self).__name__, pos, x, batch, self.in_channels, self._dtype(),
-                                              self.k)
+        pos, x, batch, nb, _ = prepare_points(
+            type(self).__name__, pos, x, batch, self.in_channels, self._dtype(), self.k
+        )
         with trusted_inputs():
             h = self._trunk(pos, x, batch)
             return self.head(scatter_unchecked(h, batch, nb, "mean"))
@@ -391,23 +495,58 @@ class PointCKConvSegmenter(_PointCKConvBase):
         (dense [B, N, 3] inputs give [B, N, num_classes])
     """
 
-    def __init__(self, in_channels: int, num_classes: int, num_categories: int = 0, hidden_channels: int = 32,
-                 depth: int = 4, k: int = 64, dropout: float = 0.1, kernel_net: str = "magnet",
-                 kernel_hidden: int = 8, kernel_layers: int = 3, omega0: float = 3.0, radius: float = 1.0,
-                 learnable_radius: bool = False, mask: bool = True, mask_init: float = 0.5,
-                 chunk_size: Optional[int] = None, checkpoint: bool = True) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        num_categories: int = 0,
+        hidden_channels: int = 32,
+        depth: int = 4,
+        k: int = 64,
+        dropout: float = 0.1,
+        kernel_net: str = "magnet",
+        kernel_hidden: int = 8,
+        kernel_layers: int = 3,
+        omega0: float = 3.0,
+        radius: float = 1.0,
+        learnable_radius: bool = False,
+        mask: bool = True,
+        mask_init: float = 0.5,
+        chunk_size: Optional[int] = None,
+        checkpoint: bool = True,
+    ) -> None:
         super().__init__()
         where = type(self).__name__
         _check_ints(where, num_classes=num_classes)
         _check_ints(where, 0, num_categories=num_categories)
-        self._build_trunk(in_channels, hidden_channels, depth, k, dropout, kernel_net, kernel_hidden,
-                          kernel_layers, omega0, radius, learnable_radius, mask, mask_init, chunk_size, checkpoint)
+        self._build_trunk(
+            in_channels,
+            hidden_channels,
+            depth,
+            k,
+            dropout,
+            kernel_net,
+            kernel_hidden,
+            kernel_layers,
+            omega0,
+            radius,
+            learnable_radius,
+            mask,
+            mask_init,
+            chunk_size,
+            checkpoint,
+        )
         self.num_classes, self.num_categories = num_classes, num_categories
-        self.head = nn.Sequential(nn.Linear(hidden_channels + num_categories, hidden_channels), nn.GELU(),
-                                  nn.Dropout(dropout), nn.Linear(hidden_channels, num_classes))
+        self.head = nn.Sequential(
+            nn.Linear(hidden_channels + num_categories, hidden_channels),
+            nn.GELU(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden_channels, num_classes),
+        )
 
-    def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None,
-                category: Optional[Tensor] = None) -> Tensor:
+    def forward(
+        self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None, category: Optional[Tensor] = None
+    ) -> Tensor:
         where = type(self).__name__
         pos, x, batch, nb, dense = prepare_points(where, pos, x, batch, self.in_channels, self._dtype(), self.k)
         onehot = category_onehot(where, category, self.num_categories, nb, x.dtype, pos.device)

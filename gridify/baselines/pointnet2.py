@@ -23,6 +23,7 @@ inputs once and runs its modules trusted; a module called directly validates its
 Shapes:
     classifier: pos [N, 3], x [N, F], batch [N] -> [B, num_classes]; segmenter: -> [N, num_classes]
 """
+
 from __future__ import annotations
 
 from typing import Optional, Sequence, Tuple
@@ -30,9 +31,21 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from .._checks import (check_batch, check_finite, check_float, check_fraction, check_int, check_number,
-                       check_parameters, check_points, check_probability, check_tensor, checked_forward, fail,
-                       trusted_inputs)
+from .._checks import (
+    check_batch,
+    check_finite,
+    check_float,
+    check_fraction,
+    check_int,
+    check_number,
+    check_parameters,
+    check_points,
+    check_probability,
+    check_tensor,
+    checked_forward,
+    fail,
+    trusted_inputs,
+)
 from ..nn.inputs import category_onehot, check_same_dtype, parse_points
 from ..ops.distance import distance_frame
 from ..ops.knn import check_knn_inputs, check_knn_size, knn_unchecked
@@ -40,13 +53,13 @@ from ..ops.sampling import check_fps_size, fps_unchecked, radius_unchecked
 from ..ops.scatter import scatter_unchecked
 from ..registry import MODELS
 
-__all__ = ["SAModule", "GlobalSAModule", "FPModule", "knn_interpolate", "PointNet2Classifier",
-           "PointNet2Segmenter"]
+__all__ = ["SAModule", "GlobalSAModule", "FPModule", "knn_interpolate", "PointNet2Classifier", "PointNet2Segmenter"]
 
 
 # ---------------------------------------------------------------------------- shared helpers
-def prepare_points(where: str, pos, x, batch, in_channels: int, dtype: torch.dtype, neighbours: int = 0
-                   ) -> Tuple[Tensor, Tensor, Tensor, int, Optional[Tuple[int, int]]]:
+def prepare_points(
+    where: str, pos, x, batch, in_channels: int, dtype: torch.dtype, neighbours: int = 0
+) -> Tuple[Tensor, Tensor, Tensor, int, Optional[Tuple[int, int]]]:
     """Validate PyG-style or dense inputs once: ``(pos [N,3], x [N,F], batch [N], num_clouds, dense_shape)``.
 
     Shapes, dtypes, the batch vector and NaN/Inf in ``pos`` and ``x`` are checked here, and the
@@ -64,8 +77,9 @@ def prepare_points(where: str, pos, x, batch, in_channels: int, dtype: torch.dty
     return pos, x, batch, num_clouds, dense_shape
 
 
-def check_point_module_input(module: nn.Module, x: Tensor, pos: Tensor, batch: Tensor, num_clouds: object = None
-                             ) -> None:
+def check_point_module_input(
+    module: nn.Module, x: Tensor, pos: Tensor, batch: Tensor, num_clouds: object = None
+) -> None:
     """Inputs of a PointNet++ module called directly: ``x [N, F]`` and ``pos [N, 3]`` finite, of the
     module's dtype, and a valid sorted ``batch [N]`` (the number of clouds, when given, may be larger)."""
     where = type(module).__name__
@@ -85,8 +99,15 @@ def check_point_module_input(module: nn.Module, x: Tensor, pos: Tensor, batch: T
         check_knn_size(where, pos.size(0), pos.size(0), module.max_num_neighbors, pos.device)
 
 
-def check_fp_input(module: nn.Module, x: Tensor, pos: Tensor, batch: Tensor, x_skip: Optional[Tensor], pos_skip: Tensor,
-                   batch_skip: Tensor) -> None:
+def check_fp_input(
+    module: nn.Module,
+    x: Tensor,
+    pos: Tensor,
+    batch: Tensor,
+    x_skip: Optional[Tensor],
+    pos_skip: Tensor,
+    batch_skip: Tensor,
+) -> None:
     """Inputs of :class:`FPModule` called directly: the coarse level as :func:`check_point_module_input`,
     the fine level likewise (``x_skip`` may be None), with no fine cloud missing from the coarse one."""
     where = type(module).__name__
@@ -173,8 +194,14 @@ class GlobalSAModule(nn.Module):
         return h, pos.new_zeros(num_clouds, 3), torch.arange(num_clouds, device=pos.device)
 
 
-def knn_interpolate(x: Tensor, pos_x: Tensor, pos_y: Tensor, batch_x: Optional[Tensor] = None,
-                    batch_y: Optional[Tensor] = None, k: int = 3) -> Tensor:
+def knn_interpolate(
+    x: Tensor,
+    pos_x: Tensor,
+    pos_y: Tensor,
+    batch_x: Optional[Tensor] = None,
+    batch_y: Optional[Tensor] = None,
+    k: int = 3,
+) -> Tensor:
     r"""Inverse-squared-distance interpolation from the ``k`` nearest source points.
 
         y_i = sum_{j in kNN(i)} w_ij x_j / sum_j w_ij,     w_ij = 1 / max(||p_j - p_i||^2, 1e-16 s^2)
@@ -187,8 +214,9 @@ def knn_interpolate(x: Tensor, pos_x: Tensor, pos_y: Tensor, batch_x: Optional[T
         x [N, C], pos_x [N, 3], pos_y [M, 3], batch_x [N], batch_y [M] -> [M, C]
     """
     where = "knn_interpolate"
-    pos_x, pos_y, k, bx, by, counts = check_knn_inputs(pos_x, pos_y, k, batch_x, batch_y, where=where,
-                                                       names=("pos_x", "pos_y"))
+    pos_x, pos_y, k, bx, by, counts = check_knn_inputs(
+        pos_x, pos_y, k, batch_x, batch_y, where=where, names=("pos_x", "pos_y")
+    )
     x = check_tensor(where, "x", x)
     if x.dim() != 2 or x.size(0) != pos_x.size(0):
         fail(where, f"x must have shape [N, C] with one row per point of pos_x ({pos_x.size(0)}), got {tuple(x.shape)}")
@@ -225,8 +253,9 @@ class FPModule(nn.Module):
         self.nn = nn_module
 
     @checked_forward(check_fp_input)
-    def forward(self, x: Tensor, pos: Tensor, batch: Tensor, x_skip: Optional[Tensor], pos_skip: Tensor,
-                batch_skip: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    def forward(
+        self, x: Tensor, pos: Tensor, batch: Tensor, x_skip: Optional[Tensor], pos_skip: Tensor, batch_skip: Tensor
+    ) -> Tuple[Tensor, Tensor, Tensor]:
         counts = torch.bincount(batch, minlength=int(batch_skip[-1]) + 1 if batch_skip.numel() else 0)
         with torch.no_grad():
             row, col = knn_unchecked(pos.detach(), pos_skip.detach(), self.k, batch, batch_skip, counts)
@@ -270,18 +299,28 @@ class PointNet2Classifier(_PointNet2Base):
         pos [N, 3], x [N, F] or None, batch [N] (or dense [B, N, 3]) -> logits [B, num_classes]
     """
 
-    def __init__(self, in_channels: int, num_classes: int, ratios: Sequence[float] = (0.5, 0.25),
-                 radii: Sequence[float] = (0.2, 0.4), max_num_neighbors: int = 64, dropout: float = 0.5) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        ratios: Sequence[float] = (0.5, 0.25),
+        radii: Sequence[float] = (0.2, 0.4),
+        max_num_neighbors: int = 64,
+        dropout: float = 0.5,
+    ) -> None:
         super().__init__()
         where = type(self).__name__
         for name, v in (("in_channels", in_channels), ("num_classes", num_classes)):
             check_int(where, name, v, as_bound=True)
         check_probability(where, "dropout", dropout)
-        check_parameters(where, f"in_channels={in_channels}, num_classes={num_classes}",
-                         256 * (num_classes + in_channels))
+        check_parameters(
+            where, f"in_channels={in_channels}, num_classes={num_classes}", 256 * (num_classes + in_channels)
+        )
         if len(ratios) != 2 or len(radii) != 2:
-            raise ValueError(f"{where}: ratios and radii must have two entries each (two SA levels), "
-                             f"got {list(ratios)} and {list(radii)}")
+            raise ValueError(
+                f"{where}: ratios and radii must have two entries each (two SA levels), "
+                f"got {list(ratios)} and {list(radii)}"
+            )
         self.in_channels, self.num_classes = in_channels, num_classes
         self.sa1 = SAModule(ratios[0], radii[0], _mlp([in_channels + 3, 64, 64, 128]), max_num_neighbors)
         self.sa2 = SAModule(ratios[1], radii[1], _mlp([128 + 3, 128, 128, 256]), max_num_neighbors)
@@ -289,8 +328,9 @@ class PointNet2Classifier(_PointNet2Base):
         self.head = _mlp([1024, 512, 256, num_classes], dropout=dropout, norm=None)
 
     def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None) -> Tensor:
-        pos, x, batch, nb, _ = prepare_points(type(self).__name__, pos, x, batch, self.in_channels, self._dtype(),
-                                              self.sa1.max_num_neighbors)
+        pos, x, batch, nb, _ = prepare_points(
+            type(self).__name__, pos, x, batch, self.in_channels, self._dtype(), self.sa1.max_num_neighbors
+        )
         with trusted_inputs():
             out = (x, pos, batch)
             out = self.sa1(*out, nb)
@@ -312,20 +352,32 @@ class PointNet2Segmenter(_PointNet2Base):
         (dense [B, N, 3] inputs give [B, N, num_classes])
     """
 
-    def __init__(self, in_channels: int, num_classes: int, num_categories: int = 0,
-                 ratios: Sequence[float] = (0.2, 0.25), radii: Sequence[float] = (0.2, 0.4),
-                 max_num_neighbors: int = 64, dropout: float = 0.5) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        num_categories: int = 0,
+        ratios: Sequence[float] = (0.2, 0.25),
+        radii: Sequence[float] = (0.2, 0.4),
+        max_num_neighbors: int = 64,
+        dropout: float = 0.5,
+    ) -> None:
         super().__init__()
         where = type(self).__name__
         for name, v in (("in_channels", in_channels), ("num_classes", num_classes)):
             check_int(where, name, v, as_bound=True)
         check_int(where, "num_categories", num_categories, 0, as_bound=True)
         check_probability(where, "dropout", dropout)
-        check_parameters(where, f"in_channels={in_channels}, num_classes={num_classes}, num_categories="
-                                f"{num_categories}", 256 * (num_classes + in_channels + num_categories))
+        check_parameters(
+            where,
+            f"in_channels={in_channels}, num_classes={num_classes}, num_categories={num_categories}",
+            256 * (num_classes + in_channels + num_categories),
+        )
         if len(ratios) != 2 or len(radii) != 2:
-            raise ValueError(f"{where}: ratios and radii must have two entries each (two SA levels), "
-                             f"got {list(ratios)} and {list(radii)}")
+            raise ValueError(
+                f"{where}: ratios and radii must have two entries each (two SA levels), "
+                f"got {list(ratios)} and {list(radii)}"
+            )
         self.in_channels, self.num_classes, self.num_categories = in_channels, num_classes, num_categories
         self.sa1 = SAModule(ratios[0], radii[0], _mlp([in_channels + 3, 64, 64, 128]), max_num_neighbors)
         self.sa2 = SAModule(ratios[1], radii[1], _mlp([128 + 3, 128, 128, 256]), max_num_neighbors)
@@ -335,11 +387,13 @@ class PointNet2Segmenter(_PointNet2Base):
         self.fp1 = FPModule(3, _mlp([128 + in_channels, 128, 128, 128]))
         self.head = _mlp([128 + num_categories, 128, 128, num_classes], dropout=dropout, norm=None)
 
-    def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None,
-                category: Optional[Tensor] = None) -> Tensor:
+    def forward(
+        self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None, category: Optional[Tensor] = None
+    ) -> Tensor:
         where = type(self).__name__
-        pos, x, batch, nb, dense = prepare_points(where, pos, x, batch, self.in_channels, self._dtype(),
-                                                  max(self.sa1.max_num_neighbors, self.fp1.k))
+        pos, x, batch, nb, dense = prepare_points(
+            where, pos, x, batch, self.in_channels, self._dtype(), max(self.sa1.max_num_neighbors, self.fp1.k)
+        )
         onehot = category_onehot(where, category, self.num_categories, nb, x.dtype, pos.device)
         with trusted_inputs():
             s0 = (x, pos, batch)

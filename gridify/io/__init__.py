@@ -42,6 +42,7 @@ Shapes:
     points ``[N, 3]`` float32 (float64 for large-offset coordinates); normals/colors ``[N, 3]``
     float32; labels ``[N]`` int64; fields name -> ``[N]``.
 """
+
 from __future__ import annotations
 
 from typing import List, Tuple
@@ -52,8 +53,18 @@ from .mesh import read_mesh, register_mesh_reader, sample_mesh
 from .normals import repair_normals
 from .pcd import lzf_decompress
 from .read import MAX_SAMPLES, read_points
-from .registry import (READ_OPTIONS, ReaderFormat, describe_formats, find_format, formats, mesh_extensions,
-                       reader_takes, register_reader, supported_extensions, unregister_reader)
+from .registry import (
+    READ_OPTIONS,
+    ReaderFormat,
+    describe_formats,
+    find_format,
+    formats,
+    mesh_extensions,
+    reader_takes,
+    register_reader,
+    supported_extensions,
+    unregister_reader,
+)
 from .source import ReferencedFileNotFoundError
 from .writer import write_ply
 

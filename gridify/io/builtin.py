@@ -7,6 +7,7 @@ docstring are read from (see :mod:`gridify.io.registry`); importing the package 
 Shapes:
     no arrays; each reader's shapes are in its module.
 """
+
 from __future__ import annotations
 
 from .kitti import read_kitti_bin
@@ -21,24 +22,56 @@ from .trimesh_formats import read_gltf, read_trimesh
 
 __all__: list = []
 
-register_reader(".pcd", "PCL point cloud, ``DATA ascii`` / ``binary`` / ``binary_compressed``", read_pcd,
-                options=("fields", "labels_from"))
-register_reader(".ply", "ascii / binary little- and big-endian; a PLY with faces or triangle strips is a "
-                "mesh and is surface-sampled", read_ply, options=("num_samples", "seed", "fields", "labels_from"),
-                mesh_reader=read_ply_mesh)
+register_reader(
+    ".pcd",
+    "PCL point cloud, ``DATA ascii`` / ``binary`` / ``binary_compressed``",
+    read_pcd,
+    options=("fields", "labels_from"),
+)
+register_reader(
+    ".ply",
+    "ascii / binary little- and big-endian; a PLY with faces or triangle strips is a mesh and is surface-sampled",
+    read_ply,
+    options=("num_samples", "seed", "fields", "labels_from"),
+    mesh_reader=read_ply_mesh,
+)
 register_reader(".npy", "``[N, C]`` array (``allow_pickle=False``, always)", read_npy, options=("columns",))
-register_reader(".npz", "arrays under keys such as ``pos``/``points``, ``normal``, ``color``, "
-                "``label``/``part_label`` (``allow_pickle=False``)", read_npz)
-register_reader((".xyz", ".txt", ".pts", ".csv"), "text, whitespace- or comma-separated columns (see below)",
-                read_text, options=("columns",))
-register_reader((".xyzn", ".xyzrgb"), "text with explicit ``x y z nx ny nz`` / ``x y z r g b`` columns",
-                read_text, options=("columns",))
-register_reader((".las", ".laz"), "LiDAR (ASPRS LAS 1.0-1.4; ``.laz`` compressed) through laspy / lazrs, the "
-                "optional extra ``pip install 'gridify[las]'``; dimensions such as ``intensity`` on request",
-                read_las, options=("fields", "labels_from"))
-register_reader(".bin", "KITTI / SemanticKITTI LiDAR scan: headerless float32 ``x y z intensity`` rows; "
-                "``intensity`` on request", read_kitti_bin, options=("fields", "labels_from"))
+register_reader(
+    ".npz",
+    "arrays under keys such as ``pos``/``points``, ``normal``, ``color``, "
+    "``label``/``part_label`` (``allow_pickle=False``)",
+    read_npz,
+)
+register_reader(
+    (".xyz", ".txt", ".pts", ".csv"),
+    "text, whitespace- or comma-separated columns (see below)",
+    read_text,
+    options=("columns",),
+)
+register_reader(
+    (".xyzn", ".xyzrgb"),
+    "text with explicit ``x y z nx ny nz`` / ``x y z r g b`` columns",
+    read_text,
+    options=("columns",),
+)
+register_reader(
+    (".las", ".laz"),
+    "LiDAR (ASPRS LAS 1.0-1.4; ``.laz`` compressed) through laspy / lazrs, the "
+    "optional extra ``pip install 'gridify[las]'``; dimensions such as ``intensity`` on request",
+    read_las,
+    options=("fields", "labels_from"),
+)
+register_reader(
+    ".bin",
+    "KITTI / SemanticKITTI LiDAR scan: headerless float32 ``x y z intensity`` rows; ``intensity`` on request",
+    read_kitti_bin,
+    options=("fields", "labels_from"),
+)
 register_mesh_reader(".off", "OFF mesh (also ``OFF490 518 0``: counts on the ``OFF`` line)", read_off)
 register_mesh_reader((".obj", ".stl"), "meshes, loaded with trimesh", read_trimesh)
-register_mesh_reader((".glb", ".gltf"), "glTF 2.0 scenes (binary ``.glb``, or ``.gltf`` with embedded or "
-                     "beside-the-file buffers), loaded with trimesh; nodes flattened", read_gltf)
+register_mesh_reader(
+    (".glb", ".gltf"),
+    "glTF 2.0 scenes (binary ``.glb``, or ``.gltf`` with embedded or "
+    "beside-the-file buffers), loaded with trimesh; nodes flattened",
+    read_gltf,
+)

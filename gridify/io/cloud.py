@@ -21,6 +21,7 @@ Shapes:
     colors ``[N, 3]`` float32 in ``[0, 1]`` or None; labels ``[N]`` int64 or None; fields:
     name -> ``[N]`` array (as stored in the file).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -137,8 +138,10 @@ class PointCloud:
             return ""
         d = len(self.dropped)
         rows = ", ".join(str(int(r)) for r in self.dropped[:5]) + (", ..." if d > 5 else "")
-        return (f"read_points dropped {d} of its {self.rows_in_file} rows with NaN/Inf coordinates "
-                f"(row{'s' if d > 1 else ''} {rows}, 0-based)")
+        return (
+            f"read_points dropped {d} of its {self.rows_in_file} rows with NaN/Inf coordinates "
+            f"(row{'s' if d > 1 else ''} {rows}, 0-based)"
+        )
 
     @property
     def num_points(self) -> int:
@@ -147,5 +150,12 @@ class PointCloud:
     def select(self, index: np.ndarray) -> "PointCloud":
         """The sub-cloud of the rows in ``index`` (a boolean mask or integer indices)."""
         take = lambda a: None if a is None else a[index]  # noqa: E731
-        return PointCloud(self.points[index], take(self.normals), take(self.colors), take(self.labels),
-                          self.source, {k: v[index] for k, v in self.fields.items()}, ignored=dict(self.ignored))
+        return PointCloud(
+            self.points[index],
+            take(self.normals),
+            take(self.colors),
+            take(self.labels),
+            self.source,
+            {k: v[index] for k, v in self.fields.items()},
+            ignored=dict(self.ignored),
+        )

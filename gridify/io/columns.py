@@ -10,6 +10,7 @@ Shapes:
     table ``[N, C]`` (or one row ``[C]``) -> points ``[N, 3]``, normals/colors ``[N, 3]``,
     labels ``[N]``.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -34,8 +35,9 @@ def _not_integral(col: np.ndarray, number: int) -> str:
     with np.errstate(invalid="ignore"):
         bad = ~(np.isfinite(col) & (np.abs(col - np.round(col)) < 1e-6))
     row = int(np.flatnonzero(bad)[0])
-    return (f"column {number} holds non-integer values (data row {row}: {float(col[row])!r}), so it is not a "
-            f"label column")
+    return (
+        f"column {number} holds non-integer values (data row {row}: {float(col[row])!r}), so it is not a label column"
+    )
 
 
 def _looks_like_normals(block: np.ndarray) -> bool:
@@ -81,8 +83,13 @@ def _named_columns(table: np.ndarray, p: Path, columns: Sequence[str]) -> PointC
     labels = table[:, idx["label"]] if "label" in idx else None
     if labels is not None and not _is_integral(labels):
         raise ValueError(f"{p}: the label column holds non-integer values")
-    return PointCloud(pick(("x", "y", "z")), pick(("nx", "ny", "nz")), colors,
-                      None if labels is None else labels.astype(np.int64), str(p))
+    return PointCloud(
+        pick(("x", "y", "z")),
+        pick(("nx", "ny", "nz")),
+        colors,
+        None if labels is None else labels.astype(np.int64),
+        str(p),
+    )
 
 
 def table_to_cloud(table: np.ndarray, p: Path, columns: Optional[Sequence[str]] = None) -> PointCloud:
@@ -117,8 +124,7 @@ def table_to_cloud(table: np.ndarray, p: Path, columns: Optional[Sequence[str]] 
                 colors = block / scale
             else:
                 ignored["normals"] = ignored["colors"] = "columns 4-6 are neither unit normals nor colours"
-                warnings.warn(f"{p}: columns 4-6 are neither unit normals nor colours; ignored",
-                              stacklevel=4)
+                warnings.warn(f"{p}: columns 4-6 are neither unit normals nor colours; ignored", stacklevel=4)
         if c == 7:
             if _is_integral(extra[:, 3]):
                 labels = extra[:, 3].astype(np.int64)
@@ -132,6 +138,7 @@ def table_to_cloud(table: np.ndarray, p: Path, columns: Optional[Sequence[str]] 
             ignored["labels"] = _not_integral(extra[:, 0], 4)
     elif c > 3:
         ignored["labels"] = f"{c} columns: only x y z (the first 3) are used without columns="
-        warnings.warn(f"{p}: {c} columns; only x y z (the first 3) are used; pass columns= to "
-                      f"name the others", stacklevel=4)
+        warnings.warn(
+            f"{p}: {c} columns; only x y z (the first 3) are used; pass columns= to name the others", stacklevel=4
+        )
     return PointCloud(pts, normals, colors, labels, str(p), ignored=ignored)

@@ -9,6 +9,7 @@ case-insensitively. Labels must be integral: ``labels = int64(field)``.
 Shapes:
     each available field ``[N]``; labels ``[N]`` int64; kept fields ``[N]`` as stored.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,13 +27,16 @@ def _lookup(p: Path, available: Mapping[str, np.ndarray], name: str, option: str
     folded = [k for k in available if k.lower() == name.lower()]
     if len(folded) == 1:
         return folded[0]
-    raise ValueError(f"{p}: {option}: the file has no per-point field {name!r}; its fields are "
-                     f"{sorted(available)}")
+    raise ValueError(f"{p}: {option}: the file has no per-point field {name!r}; its fields are {sorted(available)}")
 
 
-def pick_fields(p: Path, available: Mapping[str, np.ndarray], fields: Union[None, str, Sequence[str]],
-                labels_from: Optional[str], skip: Sequence[str] = ()) -> Tuple[Optional[np.ndarray],
-                                                                               Dict[str, np.ndarray]]:
+def pick_fields(
+    p: Path,
+    available: Mapping[str, np.ndarray],
+    fields: Union[None, str, Sequence[str]],
+    labels_from: Optional[str],
+    skip: Sequence[str] = (),
+) -> Tuple[Optional[np.ndarray], Dict[str, np.ndarray]]:
     """``(labels or None, {name: [N] array})`` from the file's per-point scalar fields ``available``.
 
     Args:
@@ -53,8 +57,9 @@ def pick_fields(p: Path, available: Mapping[str, np.ndarray], fields: Union[None
     if labels_from is not None:
         key = _lookup(p, available, labels_from, "labels_from=")
         values = np.asarray(available[key])
-        integral = values.dtype.kind != "f" or bool(np.all(np.isfinite(values)) and np.all(values == np.round(values))
-                                                    and np.all(np.abs(values) < 2.0 ** 62))
+        integral = values.dtype.kind != "f" or bool(
+            np.all(np.isfinite(values)) and np.all(values == np.round(values)) and np.all(np.abs(values) < 2.0**62)
+        )
         if not integral:
             raise ValueError(f"{p}: labels_from={labels_from!r}: the field holds non-integer values")
         if values.dtype.kind not in "fiub":

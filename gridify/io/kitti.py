@@ -13,6 +13,7 @@ The coordinates are metres in the sensor frame. The ``intensity`` column (Semant
 Shapes:
     points ``[N, 3]`` float32; fields ``intensity`` ``[N]`` float32.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,17 +31,24 @@ __all__ = ["read_kitti_bin", "KITTI_ROW"]
 KITTI_ROW = 16
 
 
-def read_kitti_bin(p: Path, fields: Union[None, str, Sequence[str]] = None, labels_from: Optional[str] = None
-                   ) -> PointCloud:
+def read_kitti_bin(
+    p: Path, fields: Union[None, str, Sequence[str]] = None, labels_from: Optional[str] = None
+) -> PointCloud:
     """Read the KITTI ``.bin`` scan ``p`` (see the module docstring)."""
     p = Path(p)
     data = read_file_bytes(p)
     if len(data) == 0:
         raise ValueError(f"{p}: empty file (a KITTI .bin scan holds 16-byte rows of float32 x y z intensity)")
     if len(data) % KITTI_ROW:
-        raise ValueError(f"{p}: {len(data)} bytes is not a whole number of 16-byte rows (float32 x y z intensity); "
-                         f"not a KITTI .bin scan, or a truncated one")
+        raise ValueError(
+            f"{p}: {len(data)} bytes is not a whole number of 16-byte rows (float32 x y z intensity); "
+            f"not a KITTI .bin scan, or a truncated one"
+        )
     rows = np.frombuffer(data, dtype="<f4").reshape(-1, 4)
     labels, kept = pick_fields(p, {"intensity": rows[:, 3]}, fields, labels_from)
-    return PointCloud(points=np.ascontiguousarray(rows[:, :3], dtype=np.float32), labels=labels,
-                      source=str(p), fields={k: np.array(v, dtype=np.float32) for k, v in kept.items()})
+    return PointCloud(
+        points=np.ascontiguousarray(rows[:, :3], dtype=np.float32),
+        labels=labels,
+        source=str(p),
+        fields={k: np.array(v, dtype=np.float32) for k, v in kept.items()},
+    )

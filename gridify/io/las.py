@@ -28,6 +28,7 @@ Shapes:
     points ``[N, 3]`` float64 (large offset) or float32; colors ``[N, 3]``; labels ``[N]``;
     fields ``[N]`` each.
 """
+
 from __future__ import annotations
 
 import io
@@ -54,11 +55,11 @@ def _laspy(p: Path, compressed: bool) -> Any:
     try:
         import laspy
     except ImportError:
-        raise ValueError(f"{p}: reading {p.suffix.lower()} files needs the optional package laspy: "
-                         f"{INSTALL_HINT}") from None
+        raise ValueError(
+            f"{p}: reading {p.suffix.lower()} files needs the optional package laspy: {INSTALL_HINT}"
+        ) from None
     if compressed and not laspy.LazBackend.Lazrs.is_available():
-        raise ValueError(f"{p}: reading compressed LAS (.laz) needs the optional package lazrs: "
-                         f"{INSTALL_HINT}")
+        raise ValueError(f"{p}: reading compressed LAS (.laz) needs the optional package lazrs: {INSTALL_HINT}")
     return laspy
 
 
@@ -70,16 +71,22 @@ def _check_layout(p: Path, data: bytes) -> None:
         raise ValueError(f"{p}: not a LAS file (does not start with 'LASF')")
     header_size, offset, nvlr = struct.unpack_from("<HII", data, 94)
     if not 227 <= header_size <= len(data) or not header_size <= offset <= len(data):
-        raise ValueError(f"{p}: corrupt LAS header: header size {header_size} / point data offset {offset} "
-                         f"do not fit a {len(data)}-byte file")
+        raise ValueError(
+            f"{p}: corrupt LAS header: header size {header_size} / point data offset {offset} "
+            f"do not fit a {len(data)}-byte file"
+        )
     if nvlr * 54 > offset - header_size:
-        raise ValueError(f"{p}: corrupt LAS header: {nvlr} VLRs (at least 54 bytes each) declared in the "
-                         f"{offset - header_size} bytes between the header and the point data")
+        raise ValueError(
+            f"{p}: corrupt LAS header: {nvlr} VLRs (at least 54 bytes each) declared in the "
+            f"{offset - header_size} bytes between the header and the point data"
+        )
     if data[25] >= 4 and header_size >= 375:  # LAS 1.4: extended VLRs
         start, nevlr = struct.unpack_from("<QI", data, 235)
         if nevlr and not (offset <= start and nevlr * 60 <= len(data) - start):
-            raise ValueError(f"{p}: corrupt LAS header: {nevlr} EVLRs (at least 60 bytes each) declared at "
-                             f"offset {start} of a {len(data)}-byte file")
+            raise ValueError(
+                f"{p}: corrupt LAS header: {nevlr} EVLRs (at least 60 bytes each) declared at "
+                f"offset {start} of a {len(data)}-byte file"
+            )
 
 
 def _laszip_problem(record: bytes, point_size: int) -> Optional[str]:
@@ -114,8 +121,9 @@ def _check_laz(p: Path, header: Any, data: bytes) -> None:
         raise ValueError(f"{p}: corrupt LAZ: chunk table offset {table} outside the {len(data)}-byte file")
     chunks = struct.unpack_from("<I", data, table + 4)[0]
     if chunks > table - start - 8:
-        raise ValueError(f"{p}: corrupt LAZ: chunk table declares {chunks} chunks for {table - start - 8} "
-                         f"bytes of compressed points")
+        raise ValueError(
+            f"{p}: corrupt LAZ: chunk table declares {chunks} chunks for {table - start - 8} bytes of compressed points"
+        )
 
 
 def _check_point_sizes(p: Path, header: Any, size: int) -> None:
@@ -128,16 +136,22 @@ def _check_point_sizes(p: Path, header: Any, size: int) -> None:
     need = count * record
     if header.are_points_compressed:
         if need > LAZ_MAX_RATIO * have:
-            raise ValueError(f"{p}: corrupt LAZ: header declares {count} points of {record} bytes "
-                             f"({need} bytes) but {have} bytes of compressed data decompress to at most "
-                             f"{LAZ_MAX_RATIO * have} (limit {LAZ_MAX_RATIO}x)")
+            raise ValueError(
+                f"{p}: corrupt LAZ: header declares {count} points of {record} bytes "
+                f"({need} bytes) but {have} bytes of compressed data decompress to at most "
+                f"{LAZ_MAX_RATIO * have} (limit {LAZ_MAX_RATIO}x)"
+            )
     elif need > have:
-        raise ValueError(f"{p}: truncated LAS: header declares {count} points of {record} bytes ({need} "
-                         f"bytes) but only {have} bytes of point data follow the header")
+        raise ValueError(
+            f"{p}: truncated LAS: header declares {count} points of {record} bytes ({need} "
+            f"bytes) but only {have} bytes of point data follow the header"
+        )
     elif have - need >= record:
-        raise ValueError(f"{p}: corrupt LAS header: it declares {count} points but {have // record} records of "
-                         f"{record} bytes follow it ({have} bytes of point data); refusing rather than dropping "
-                         f"{have // record - count} points (fix the header's point count)")
+        raise ValueError(
+            f"{p}: corrupt LAS header: it declares {count} points but {have // record} records of "
+            f"{record} bytes follow it ({have} bytes of point data); refusing rather than dropping "
+            f"{have // record - count} points (fix the header's point count)"
+        )
 
 
 def _check_scales(p: Path, header: Any) -> None:
@@ -145,9 +159,11 @@ def _check_scales(p: Path, header: Any) -> None:
     scales, offsets = np.asarray(header.scales, np.float64), np.asarray(header.offsets, np.float64)
     for axis, scale, offset in zip("xyz", scales, offsets):
         if not (np.isfinite(scale) and scale != 0 and np.isfinite(offset)):
-            raise ValueError(f"{p}: corrupt LAS header: {axis} scale {scale!r} / offset {offset!r}; coordinates are "
-                             f"X * scale + offset, so a zero or non-finite scale (or offset) makes every {axis} "
-                             f"the same (or NaN)")
+            raise ValueError(
+                f"{p}: corrupt LAS header: {axis} scale {scale!r} / offset {offset!r}; coordinates are "
+                f"X * scale + offset, so a zero or non-finite scale (or offset) makes every {axis} "
+                f"the same (or NaN)"
+            )
 
 
 def _colors(las: Any, names: Sequence[str]) -> Optional[np.ndarray]:
@@ -157,8 +173,7 @@ def _colors(las: Any, names: Sequence[str]) -> Optional[np.ndarray]:
     return block / (255.0 if block.size and block.max() <= 255 else 65535.0)
 
 
-def read_las(p: Path, fields: Union[None, str, Sequence[str]] = None, labels_from: Optional[str] = None
-             ) -> PointCloud:
+def read_las(p: Path, fields: Union[None, str, Sequence[str]] = None, labels_from: Optional[str] = None) -> PointCloud:
     """Read the LAS / LAZ file ``p`` (see the module docstring); ``fields`` / ``labels_from`` as in read_points."""
     data = read_file_bytes(p)
     laspy = _laspy(p, compressed=False)
@@ -182,8 +197,9 @@ def read_las(p: Path, fields: Union[None, str, Sequence[str]] = None, labels_fro
             kind = "LAZ" if header.are_points_compressed else "LAS"
             raise ValueError(f"{p}: corrupt or truncated {kind} point data ({type(exc).__name__}: {exc})") from None
     if len(las.points) != int(header.point_count):
-        raise ValueError(f"{p}: truncated LAS: header declares {int(header.point_count)} points, "
-                         f"the file holds {len(las.points)}")
+        raise ValueError(
+            f"{p}: truncated LAS: header declares {int(header.point_count)} points, the file holds {len(las.points)}"
+        )
     names = list(las.point_format.dimension_names)
     scalars = {n: np.asarray(las[n]) for n in names if n not in ("X", "Y", "Z")}
     labels, extra = pick_fields(p, scalars, fields, labels_from, skip=("red", "green", "blue"))

@@ -18,6 +18,7 @@ Shapes:
     vertices ``[V, 3]`` float64, faces ``[F, 3]`` int64; samples: points ``[n, 3]`` float32,
     normals ``[n, 3]`` float32, face index ``[n]`` int64.
 """
+
 from __future__ import annotations
 
 import io
@@ -33,8 +34,16 @@ from .registry import Extensions, MeshReader, find_format, mesh_reader_extension
 from .source import check_file, read_file_bytes
 from .tokens import Ragged, ascii_floats, gather_lists, min_ascii_bytes
 
-__all__ = ["polygons_to_triangles", "fan_triangles", "read_off", "read_mesh", "sample_mesh",
-           "sample_mesh_unchecked", "surface_cloud", "register_mesh_reader"]
+__all__ = [
+    "polygons_to_triangles",
+    "fan_triangles",
+    "read_off",
+    "read_mesh",
+    "sample_mesh",
+    "sample_mesh_unchecked",
+    "surface_cloud",
+    "register_mesh_reader",
+]
 
 
 def fan_triangles(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -100,8 +109,10 @@ def _off_counts(p: Path, lines: List[bytes], check_lines: bool = True) -> Tuple[
     if nv < 0 or nf < 0:
         raise ValueError(f"{p}: OFF counts must be non-negative, got {nv} vertices, {nf} faces")
     if check_lines and len(lines) < i + nv + nf:
-        raise ValueError(f"{p}: truncated OFF file: header declares {nv} vertices and {nf} faces "
-                         f"but only {len(lines) - i} data lines follow")
+        raise ValueError(
+            f"{p}: truncated OFF file: header declares {nv} vertices and {nf} faces "
+            f"but only {len(lines) - i} data lines follow"
+        )
     return nv, nf, i
 
 
@@ -163,10 +174,10 @@ def _off_fast(p: Path, raw: bytes) -> Optional[Tuple[np.ndarray, np.ndarray]]:
         return None
     if len(vals) != 3 * nv + 4 * nf:
         return None
-    faces = vals[3 * nv:].reshape(nf, 4)
+    faces = vals[3 * nv :].reshape(nf, 4)
     if not np.all(faces[:, 0] == 3) or not np.all(faces == np.round(faces)):
         return None
-    return vals[:3 * nv].reshape(nv, 3), faces[:, 1:].astype(np.int64)
+    return vals[: 3 * nv].reshape(nv, 3), faces[:, 1:].astype(np.int64)
 
 
 def read_off(p: Path) -> Tuple[np.ndarray, np.ndarray]:
@@ -180,11 +191,13 @@ def read_off(p: Path) -> Tuple[np.ndarray, np.ndarray]:
         lines = [s for s in (ln.split(b"#", 1)[0].strip() for ln in io.BytesIO(raw)) if s]
         nv, nf, i = _off_counts(p, lines)
         if len(lines) > i + nv + nf:
-            raise ValueError(f"{p}: OFF header declares {nv} vertices and {nf} faces but {len(lines) - i} data lines "
-                             f"follow ({len(lines) - i - nv - nf} more); refusing rather than dropping them (fix the "
-                             f"counts line)")
-        vertices = _off_vertices(p, lines[i:i + nv])
-        faces = _off_faces(p, lines[i + nv:i + nv + nf])
+            raise ValueError(
+                f"{p}: OFF header declares {nv} vertices and {nf} faces but {len(lines) - i} data lines "
+                f"follow ({len(lines) - i - nv - nf} more); refusing rather than dropping them (fix the "
+                f"counts line)"
+            )
+        vertices = _off_vertices(p, lines[i : i + nv])
+        faces = _off_faces(p, lines[i + nv : i + nv + nf])
     if len(faces) and (faces.min() < 0 or faces.max() >= nv):
         raise ValueError(f"{p}: OFF faces index vertices outside 0..{nv - 1}")
     return vertices, faces
@@ -210,8 +223,9 @@ def read_mesh(path: PathLike) -> Tuple[np.ndarray, np.ndarray]:
     p = check_file(path)
     fmt = find_format(p.suffix)
     if fmt is None or fmt.mesh_reader is None:
-        raise ValueError(f"{p}: unsupported mesh extension {p.suffix!r}; supported: "
-                         f"{' '.join(mesh_reader_extensions())}")
+        raise ValueError(
+            f"{p}: unsupported mesh extension {p.suffix!r}; supported: {' '.join(mesh_reader_extensions())}"
+        )
     return run_reader(p, fmt.mesh_reader)
 
 
@@ -222,8 +236,7 @@ def _mesh_arrays(mesh: Any) -> Tuple[np.ndarray, np.ndarray]:
     elif hasattr(mesh, "vertices") and hasattr(mesh, "faces"):
         vertices, faces = mesh.vertices, mesh.faces
     else:
-        raise ValueError(f"sample_mesh: mesh must be a trimesh.Trimesh or (vertices, faces), "
-                         f"got {type(mesh).__name__}")
+        raise ValueError(f"sample_mesh: mesh must be a trimesh.Trimesh or (vertices, faces), got {type(mesh).__name__}")
     vertices = np.asarray(vertices, dtype=np.float64)
     faces = np.asarray(faces, dtype=np.int64)
     if vertices.ndim != 2 or vertices.shape[1] != 3:
@@ -238,14 +251,17 @@ def _mesh_arrays(mesh: Any) -> Tuple[np.ndarray, np.ndarray]:
         if used.any():
             face = int(np.flatnonzero(used)[0])
             vertex = int(faces[face][bad[faces[face]]][0])
-            raise ValueError(f"sample_mesh: vertex {vertex} (0-based) has NaN/Inf coordinates "
-                             f"{vertices[vertex].tolist()} and face {face} uses it ({int(used.sum())} of "
-                             f"{len(faces)} faces use such vertices); a face with a NaN corner has no area")
+            raise ValueError(
+                f"sample_mesh: vertex {vertex} (0-based) has NaN/Inf coordinates "
+                f"{vertices[vertex].tolist()} and face {face} uses it ({int(used.sum())} of "
+                f"{len(faces)} faces use such vertices); a face with a NaN corner has no area"
+            )
     return vertices, faces
 
 
-def sample_mesh(mesh: Any, n: int, seed: Union[int, np.random.Generator, None] = 0, *,
-                return_faces: bool = False) -> Tuple[np.ndarray, ...]:
+def sample_mesh(
+    mesh: Any, n: int, seed: Union[int, np.random.Generator, None] = 0, *, return_faces: bool = False
+) -> Tuple[np.ndarray, ...]:
     """Sample ``n`` points uniformly (area-weighted) on a triangle mesh's surface.
 
     Args:
@@ -264,8 +280,9 @@ def sample_mesh(mesh: Any, n: int, seed: Union[int, np.random.Generator, None] =
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"sample_mesh: n must be a positive integer, got {n!r}")
     if n > MAX_SAMPLES:
-        raise ValueError(f"sample_mesh: n must be at most {MAX_SAMPLES:,} (about 130 bytes of temporaries "
-                         f"per point), got {int(n):,}")
+        raise ValueError(
+            f"sample_mesh: n must be at most {MAX_SAMPLES:,} (about 130 bytes of temporaries per point), got {int(n):,}"
+        )
     vertices, faces = _mesh_arrays(mesh)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     pts, normals, idx = sample_mesh_unchecked(vertices, faces, int(n), rng)
@@ -274,8 +291,9 @@ def sample_mesh(mesh: Any, n: int, seed: Union[int, np.random.Generator, None] =
     return pts.astype(np.float32), normals.astype(np.float32)
 
 
-def sample_mesh_unchecked(vertices: np.ndarray, faces: np.ndarray, n: int, rng: np.random.Generator
-                          ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sample_mesh_unchecked(
+    vertices: np.ndarray, faces: np.ndarray, n: int, rng: np.random.Generator
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`sample_mesh` without the checks, in float64: ``(points [n, 3], normals [n, 3], face index [n])``."""
     a = vertices[faces[:, 0]]  # per-face temporaries kept few: 24 bytes each per face
     cross = np.cross(vertices[faces[:, 1]] - a, vertices[faces[:, 2]] - a)
@@ -283,8 +301,9 @@ def sample_mesh_unchecked(vertices: np.ndarray, faces: np.ndarray, n: int, rng: 
     double_area[~np.isfinite(double_area)] = 0.0
     total = double_area.sum()
     if not total > 0:
-        raise ValueError("sample_mesh: the mesh has zero surface area (all faces degenerate, or their areas "
-                         "overflow float64)")
+        raise ValueError(
+            "sample_mesh: the mesh has zero surface area (all faces degenerate, or their areas overflow float64)"
+        )
     cdf = np.cumsum(double_area)
     idx = np.searchsorted(cdf, rng.random(n) * cdf[-1], side="right")
     idx = np.minimum(idx, len(faces) - 1)
@@ -319,8 +338,9 @@ def _read_mesh_points(p: Path, *, num_samples: int, seed: int) -> PointCloud:
     return surface_cloud(p, vertices, faces, num_samples, seed)
 
 
-def register_mesh_reader(extensions: Extensions, description: str, mesh_reader: Optional[MeshReader] = None, *,
-                         replace: bool = False) -> Callable[..., Any]:
+def register_mesh_reader(
+    extensions: Extensions, description: str, mesh_reader: Optional[MeshReader] = None, *, replace: bool = False
+) -> Callable[..., Any]:
     """Register a mesh format: ``mesh_reader(path) -> (vertices, faces)``; a decorator when omitted.
 
     :func:`read_mesh` returns what ``mesh_reader`` returns; :func:`~gridify.io.read_points`
@@ -332,9 +352,15 @@ def register_mesh_reader(extensions: Extensions, description: str, mesh_reader: 
     """
 
     def add(fn: MeshReader) -> MeshReader:
-        register_reader(extensions, description, _read_mesh_points, options=("num_samples", "seed"),
-                        is_mesh=True, mesh_reader=fn, replace=replace)
+        register_reader(
+            extensions,
+            description,
+            _read_mesh_points,
+            options=("num_samples", "seed"),
+            is_mesh=True,
+            mesh_reader=fn,
+            replace=replace,
+        )
         return fn
 
     return add if mesh_reader is None else add(mesh_reader)
-

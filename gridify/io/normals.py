@@ -7,6 +7,7 @@ nearest point whose normal is valid (a scipy k-d tree, imported only when needed
 Shapes:
     points ``[N, 3]``, normals ``[N, 3]`` -> ``[N, 3]`` float32 unit normals.
 """
+
 from __future__ import annotations
 
 import numpy as np

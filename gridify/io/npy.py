@@ -20,6 +20,7 @@ up to the size it declares.
 Shapes:
     points ``[N, 3]``; normals/colors ``[N, 3]``; labels ``[N]`` (a per-file label is dropped).
 """
+
 from __future__ import annotations
 
 import io
@@ -40,7 +41,9 @@ __all__ = ["read_npy", "read_npz", "parse_npy", "NPZ_MAX_EXPANSION"]
 #: an .npz member may decompress to at most this many times the archive's size
 NPZ_MAX_EXPANSION = 100
 _MAGIC = b"\x93NUMPY"
-_PICKLED = "contains pickled Python objects; refusing to load it (allow_pickle=False: unpickling can run arbitrary code)"
+_PICKLED = (
+    "contains pickled Python objects; refusing to load it (allow_pickle=False: unpickling can run arbitrary code)"
+)
 
 
 def _is_pickle(data: bytes) -> bool:
@@ -81,14 +84,18 @@ def parse_npy(p: Path, what: str, data: bytes) -> np.ndarray:
     count = math.prod(shape)
     need, have = count * dtype.itemsize, len(data) - fp.tell()
     if need > have:
-        raise ValueError(f"{p}: {what}truncated .npy: header declares shape {tuple(shape)} of {dtype} "
-                         f"({need} bytes) but only {have} bytes follow the header")
+        raise ValueError(
+            f"{p}: {what}truncated .npy: header declares shape {tuple(shape)} of {dtype} "
+            f"({need} bytes) but only {have} bytes follow the header"
+        )
     if dtype.itemsize == 0:
         raise ValueError(f"{p}: {what}the array has a zero-size dtype ({dtype})")
     if have - need >= dtype.itemsize:
-        raise ValueError(f"{p}: {what}header declares shape {tuple(shape)} of {dtype} ({need} bytes) but {have} bytes "
-                         f"follow the header (room for {(have - need) // dtype.itemsize} more values); refusing "
-                         f"rather than dropping them")
+        raise ValueError(
+            f"{p}: {what}header declares shape {tuple(shape)} of {dtype} ({need} bytes) but {have} bytes "
+            f"follow the header (room for {(have - need) // dtype.itemsize} more values); refusing "
+            f"rather than dropping them"
+        )
     flat = np.frombuffer(data, dtype=dtype, count=count, offset=fp.tell())
     return flat.reshape(shape, order="F" if fortran else "C")
 
@@ -97,8 +104,11 @@ def _structured(p: Path, arr: np.ndarray) -> PointCloud:
     names = {nm.lower(): nm for nm in arr.dtype.names}
     if not {"x", "y", "z"} <= names.keys():
         raise ValueError(f"{p}: structured array without x, y, z fields (has {arr.dtype.names})")
-    get = lambda ks: (np.stack([arr[names[k]] for k in ks], 1).astype(np.float64)  # noqa: E731
-                      if set(ks) <= names.keys() else None)
+    get = lambda ks: (
+        np.stack([arr[names[k]] for k in ks], 1).astype(np.float64)  # noqa: E731
+        if set(ks) <= names.keys()
+        else None
+    )
     labels = next((arr[names[k]] for k in ("label", "class") if k in names), None)
     return PointCloud(get("xyz"), get(("nx", "ny", "nz")), None, labels, str(p))
 
@@ -116,8 +126,19 @@ def read_npy(p: Path, columns: Optional[Sequence[str]] = None) -> PointCloud:
 _NPZ_POINTS = ("pos", "points", "point", "xyz", "vertices", "verts", "coords", "data", "pc", "cloud")
 _NPZ_NORMALS = ("normal", "normals", "norm", "norms", "nxyz")
 _NPZ_COLORS = ("color", "colors", "colour", "colours", "rgb")
-_NPZ_LABELS = ("label", "labels", "part_label", "part_labels", "seg", "seg_label", "sem_label",
-               "semantic_label", "pid", "y", "target")
+_NPZ_LABELS = (
+    "label",
+    "labels",
+    "part_label",
+    "part_labels",
+    "seg",
+    "seg_label",
+    "sem_label",
+    "semantic_label",
+    "pid",
+    "y",
+    "target",
+)
 
 
 class _Archive:
@@ -139,14 +160,15 @@ class _Archive:
     def load(self, key: str) -> np.ndarray:
         info, what = self.members[key], f"array {key!r}: "
         if info.file_size > NPZ_MAX_EXPANSION * self.size:
-            raise ValueError(f"{self.p}: {what}declares {info.file_size} bytes uncompressed, more than "
-                             f"{NPZ_MAX_EXPANSION}x the archive's {self.size} bytes (a zip bomb?); refusing")
+            raise ValueError(
+                f"{self.p}: {what}declares {info.file_size} bytes uncompressed, more than "
+                f"{NPZ_MAX_EXPANSION}x the archive's {self.size} bytes (a zip bomb?); refusing"
+            )
         try:
             with self.zf.open(info) as fh:
                 raw = fh.read(info.file_size)  # never decompresses past the declared size
         except Exception as exc:  # noqa: BLE001 - zlib errors, bad CRC, encryption, unknown method...
-            raise ValueError(f"{self.p}: corrupt or truncated numpy file ({what}{type(exc).__name__}: "
-                             f"{exc})") from None
+            raise ValueError(f"{self.p}: corrupt or truncated numpy file ({what}{type(exc).__name__}: {exc})") from None
         return np.asarray(parse_npy(self.p, what, raw))
 
     def find(self, candidates: Sequence[str]) -> Tuple[Optional[str], Optional[np.ndarray]]:
@@ -161,8 +183,9 @@ def read_npz(p: Path) -> PointCloud:
     archive = _Archive(p, read_file_bytes(p))
     pk, pts = archive.find(_NPZ_POINTS)
     if pts is None:
-        raise ValueError(f"{p}: no point array found; expected one of the keys "
-                         f"{list(_NPZ_POINTS)}, file has {list(archive.members)}")
+        raise ValueError(
+            f"{p}: no point array found; expected one of the keys {list(_NPZ_POINTS)}, file has {list(archive.members)}"
+        )
     if pts.ndim != 2 or pts.shape[1] < 3 or pts.dtype.kind not in "fiub":
         raise ValueError(f"{p}: array {pk!r} must be numeric with shape [N, >=3], got {pts.shape} {pts.dtype}")
     n = len(pts)

@@ -21,6 +21,7 @@ Shapes:
     points ``[N, 3]`` (``N`` = ``POINTS``, or ``WIDTH * HEIGHT``); normals/colors ``[N, 3]``;
     labels ``[N]``; fields ``[N]`` each (the ``fields`` option).
 """
+
 from __future__ import annotations
 
 import re
@@ -41,8 +42,18 @@ __all__ = ["lzf_decompress", "read_pcd", "LZF_MAX_RATIO"]
 #: the most an LZF stream can expand: a 3-byte back reference yields at most 264 bytes
 LZF_MAX_RATIO = 88
 
-_PCD_TYPES = {("F", 4): "f4", ("F", 8): "f8", ("I", 1): "i1", ("I", 2): "i2", ("I", 4): "i4",
-              ("I", 8): "i8", ("U", 1): "u1", ("U", 2): "u2", ("U", 4): "u4", ("U", 8): "u8"}
+_PCD_TYPES = {
+    ("F", 4): "f4",
+    ("F", 8): "f8",
+    ("I", 1): "i1",
+    ("I", 2): "i2",
+    ("I", 4): "i4",
+    ("I", 8): "i8",
+    ("U", 1): "u1",
+    ("U", 2): "u2",
+    ("U", 4): "u4",
+    ("U", 8): "u8",
+}
 
 
 @dataclass
@@ -81,8 +92,10 @@ def lzf_decompress(data: bytes, out_len: int) -> bytes:
         raise ValueError(f"lzf_decompress: out_len must be a non-negative integer, got {out_len!r}")
     data, out_len = bytes(data), int(out_len)
     if out_len > LZF_MAX_RATIO * len(data):
-        raise ValueError(f"lzf_decompress: {len(data)} compressed bytes cannot decode to {out_len} bytes "
-                         f"(LZF expands at most {LZF_MAX_RATIO}x)")
+        raise ValueError(
+            f"lzf_decompress: {len(data)} compressed bytes cannot decode to {out_len} bytes "
+            f"(LZF expands at most {LZF_MAX_RATIO}x)"
+        )
     return _lzf_unchecked(data, out_len)
 
 
@@ -98,7 +111,7 @@ def _lzf_unchecked(data: bytes, out_len: int) -> bytes:
             ln = ctrl + 1
             if ip + ln > n or op + ln > out_len:
                 raise ValueError("LZF literal run past the end of the data")
-            out[op:op + ln] = data[ip:ip + ln]
+            out[op : op + ln] = data[ip : ip + ln]
             ip += ln
             op += ln
             continue
@@ -117,10 +130,10 @@ def _lzf_unchecked(data: bytes, out_len: int) -> bytes:
         if ref < 0 or op + ln > out_len:
             raise ValueError("LZF back reference out of range")
         if ref + ln <= op:
-            out[op:op + ln] = out[ref:ref + ln]
+            out[op : op + ln] = out[ref : ref + ln]
         else:  # an overlapping copy repeats the last op - ref bytes
             period = bytes(out[ref:op])
-            out[op:op + ln] = (period * (ln // len(period) + 1))[:ln]
+            out[op : op + ln] = (period * (ln // len(period) + 1))[:ln]
         op += ln
     if op != out_len:
         raise ValueError(f"LZF stream decoded to {op} bytes, expected {out_len}")
@@ -154,8 +167,9 @@ def _header_lines(p: Path, raw: bytes) -> Tuple[Dict[str, List[str]], str, int]:
     raise ValueError(f"{p}: PCD header has no 'DATA' line (truncated or not a PCD file)")
 
 
-def _point_fields(p: Path, fields: List[str], types: List[str], sizes: List[int], counts: List[int]
-                  ) -> List[Tuple[str, str, Tuple[int, ...]]]:
+def _point_fields(
+    p: Path, fields: List[str], types: List[str], sizes: List[int], counts: List[int]
+) -> List[Tuple[str, str, Tuple[int, ...]]]:
     """One point's little-endian record, as dtype fields; repeated names get ``__k`` suffixes."""
     dtypes = []
     seen: Dict[str, int] = {}
@@ -181,8 +195,10 @@ def _parse_pcd_header(p: Path, raw: bytes) -> _PcdHeader:
     types = header.get("TYPE", ["F"] * nf)
     counts = header.get("COUNT", ["1"] * nf)
     if not (len(sizes) == len(types) == len(counts) == nf):
-        raise ValueError(f"{p}: PCD header FIELDS/SIZE/TYPE/COUNT have different lengths "
-                         f"({nf}/{len(sizes)}/{len(types)}/{len(counts)})")
+        raise ValueError(
+            f"{p}: PCD header FIELDS/SIZE/TYPE/COUNT have different lengths "
+            f"({nf}/{len(sizes)}/{len(types)}/{len(counts)})"
+        )
     try:
         sizes_i = [int(s) for s in sizes]
         counts_i = [int(c) for c in counts]
@@ -212,22 +228,27 @@ def _decode_ascii(p: Path, body: bytes, hdr: _PcdHeader) -> np.ndarray:
     per = int(sum(hdr.counts))
     need = npts * per
     if len(body) < min_ascii_bytes(need):  # before parsing: every value needs a character and a separator
-        raise ValueError(f"{p}: truncated PCD: header declares {npts} points x {per} values, but the "
-                         f"{len(body)} bytes after the header hold fewer than {need} values")
+        raise ValueError(
+            f"{p}: truncated PCD: header declares {npts} points x {per} values, but the "
+            f"{len(body)} bytes after the header hold fewer than {need} values"
+        )
     vals = ascii_floats(p, "PCD ascii data", body)
     if len(vals) < need:
-        raise ValueError(f"{p}: truncated PCD: header declares {npts} points x {per} values, "
-                         f"found only {len(vals)} values")
+        raise ValueError(
+            f"{p}: truncated PCD: header declares {npts} points x {per} values, found only {len(vals)} values"
+        )
     if len(vals) > need:
-        raise ValueError(f"{p}: PCD header declares {npts} points x {per} values but the data holds {len(vals)} "
-                         f"values ({(len(vals) - need) / per:g} points more); refusing rather than dropping them "
-                         f"(fix POINTS / WIDTH / HEIGHT)")
+        raise ValueError(
+            f"{p}: PCD header declares {npts} points x {per} values but the data holds {len(vals)} "
+            f"values ({(len(vals) - need) / per:g} points more); refusing rather than dropping them "
+            f"(fix POINTS / WIDTH / HEIGHT)"
+        )
     vals = vals.reshape(npts, per)
     arr = np.zeros(npts, dtype=hdr.dtype)
     col = 0
     for fname, c in zip(hdr.dtype.names, hdr.counts):
         with np.errstate(invalid="ignore", over="ignore"):  # e.g. NaN into an integer field
-            arr[fname] = vals[:, col:col + c].reshape(arr[fname].shape)
+            arr[fname] = vals[:, col : col + c].reshape(arr[fname].shape)
         col += c
     return arr
 
@@ -236,13 +257,17 @@ def _decode_binary(p: Path, body: bytes, hdr: _PcdHeader) -> np.ndarray:
     npts = hdr.num_points
     need = npts * hdr.dtype.itemsize
     if len(body) < need:
-        raise ValueError(f"{p}: truncated PCD: header declares {npts} points ({need} bytes of "
-                         f"binary data) but only {len(body)} bytes follow the header")
+        raise ValueError(
+            f"{p}: truncated PCD: header declares {npts} points ({need} bytes of "
+            f"binary data) but only {len(body)} bytes follow the header"
+        )
     extra = body[need:]
     if len(extra) >= hdr.dtype.itemsize and extra.strip(b"\0 \t\r\n"):
-        raise ValueError(f"{p}: PCD header declares {npts} points ({need} bytes of binary data) but {len(body)} bytes "
-                         f"follow the header (room for {len(extra) // hdr.dtype.itemsize} more points); refusing "
-                         f"rather than dropping them (fix POINTS / WIDTH / HEIGHT)")
+        raise ValueError(
+            f"{p}: PCD header declares {npts} points ({need} bytes of binary data) but {len(body)} bytes "
+            f"follow the header (room for {len(extra) // hdr.dtype.itemsize} more points); refusing "
+            f"rather than dropping them (fix POINTS / WIDTH / HEIGHT)"
+        )
     return np.frombuffer(body, dtype=hdr.dtype, count=npts)
 
 
@@ -253,17 +278,21 @@ def _decode_binary_compressed(p: Path, body: bytes, hdr: _PcdHeader) -> np.ndarr
     csize, usize = (int(v) for v in np.frombuffer(body[:8], dtype="<u4"))
     need = npts * dt.itemsize
     if usize != need:
-        raise ValueError(f"{p}: corrupt PCD: uncompressed size {usize} does not match "
-                         f"{npts} points x {dt.itemsize} bytes")
+        raise ValueError(
+            f"{p}: corrupt PCD: uncompressed size {usize} does not match {npts} points x {dt.itemsize} bytes"
+        )
     if len(body) < 8 + csize:
-        raise ValueError(f"{p}: truncated PCD: compressed block of {csize} bytes but only "
-                         f"{len(body) - 8} bytes present")
+        raise ValueError(
+            f"{p}: truncated PCD: compressed block of {csize} bytes but only {len(body) - 8} bytes present"
+        )
     if usize > LZF_MAX_RATIO * csize:  # before allocating the output
-        raise ValueError(f"{p}: corrupt PCD: header declares {npts} points ({usize} bytes) but a "
-                         f"compressed block of {csize} bytes holds at most {LZF_MAX_RATIO * csize} "
-                         f"(LZF expands at most {LZF_MAX_RATIO}x)")
+        raise ValueError(
+            f"{p}: corrupt PCD: header declares {npts} points ({usize} bytes) but a "
+            f"compressed block of {csize} bytes holds at most {LZF_MAX_RATIO * csize} "
+            f"(LZF expands at most {LZF_MAX_RATIO}x)"
+        )
     try:
-        flat = _lzf_unchecked(body[8:8 + csize], usize)
+        flat = _lzf_unchecked(body[8 : 8 + csize], usize)
     except ValueError as exc:
         raise ValueError(f"{p}: corrupt PCD binary_compressed data ({exc})") from None
     # compressed data is stored field by field (all x, then all y, ...)
@@ -272,14 +301,18 @@ def _decode_binary_compressed(p: Path, body: bytes, hdr: _PcdHeader) -> np.ndarr
     for fname in dt.names:
         sub = dt[fname]
         nbytes = sub.itemsize * npts
-        arr[fname] = np.frombuffer(flat, dtype=sub.base, count=nbytes // max(1, sub.base.itemsize),
-                                   offset=off).reshape(arr[fname].shape)
+        arr[fname] = np.frombuffer(flat, dtype=sub.base, count=nbytes // max(1, sub.base.itemsize), offset=off).reshape(
+            arr[fname].shape
+        )
         off += nbytes
     return arr
 
 
 _DECODERS: Dict[str, Callable[[Path, bytes, _PcdHeader], np.ndarray]] = {
-    "ascii": _decode_ascii, "binary": _decode_binary, "binary_compressed": _decode_binary_compressed}
+    "ascii": _decode_ascii,
+    "binary": _decode_binary,
+    "binary_compressed": _decode_binary_compressed,
+}
 
 
 # --------------------------------------------------------------------------------------
@@ -299,8 +332,9 @@ def _pcd_colors(arr: np.ndarray) -> Optional[np.ndarray]:
     return None
 
 
-def _pcd_to_cloud(p: Path, arr: np.ndarray, hdr: _PcdHeader, fields: Union[None, str, Sequence[str]],
-                  labels_from: Optional[str]) -> PointCloud:
+def _pcd_to_cloud(
+    p: Path, arr: np.ndarray, hdr: _PcdHeader, fields: Union[None, str, Sequence[str]], labels_from: Optional[str]
+) -> PointCloud:
     """Map the fields of the decoded points to a :class:`PointCloud` (``fields``/``labels_from``: read_points)."""
     names = set(arr.dtype.names)
     if not {"x", "y", "z"} <= names:
@@ -312,9 +346,13 @@ def _pcd_to_cloud(p: Path, arr: np.ndarray, hdr: _PcdHeader, fields: Union[None,
             normals = np.stack([arr[k] for k in trio], axis=1)
             break
     scalars = {k: arr[k] for k in arr.dtype.names if arr[k].ndim == 1 and not k.startswith("_")}
-    labels, extra = pick_fields(p, scalars, fields, labels_from,
-                                skip=("x", "y", "z", "normal_x", "normal_y", "normal_z", "nx", "ny", "nz", "rgb",
-                                      "rgba", "r", "g", "b"))
+    labels, extra = pick_fields(
+        p,
+        scalars,
+        fields,
+        labels_from,
+        skip=("x", "y", "z", "normal_x", "normal_y", "normal_z", "nx", "ny", "nz", "rgb", "rgba", "r", "g", "b"),
+    )
     for lk in ("label", "labels", "class", "object", "semantic"):
         if labels is None and labels_from is None and lk in names:
             with np.errstate(invalid="ignore"):
@@ -322,13 +360,11 @@ def _pcd_to_cloud(p: Path, arr: np.ndarray, hdr: _PcdHeader, fields: Union[None,
     return PointCloud(pts, normals, _pcd_colors(arr), labels, str(p), extra)
 
 
-def read_pcd(p: Path, fields: Union[None, str, Sequence[str]] = None, labels_from: Optional[str] = None
-             ) -> PointCloud:
+def read_pcd(p: Path, fields: Union[None, str, Sequence[str]] = None, labels_from: Optional[str] = None) -> PointCloud:
     """Read the PCD file ``p`` (see the module docstring); ``fields`` / ``labels_from`` as in read_points."""
     raw = read_file_bytes(p)
     hdr = _parse_pcd_header(p, raw)
     decode = _DECODERS.get(hdr.data_kind)
     if decode is None:
-        raise ValueError(f"{p}: unsupported PCD DATA kind {hdr.data_kind!r} (ascii, binary, "
-                         f"binary_compressed)")
-    return _pcd_to_cloud(p, decode(p, raw[hdr.data_start:], hdr), hdr, fields, labels_from)
+        raise ValueError(f"{p}: unsupported PCD DATA kind {hdr.data_kind!r} (ascii, binary, binary_compressed)")
+    return _pcd_to_cloud(p, decode(p, raw[hdr.data_start :], hdr), hdr, fields, labels_from)

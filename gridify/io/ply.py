@@ -19,6 +19,7 @@ Shapes:
     points ``[N, 3]``, normals/colors ``[N, 3]``, labels ``[N]``, fields ``[N]`` each; as a
     mesh: vertices ``[V, 3]`` float64, faces ``[F, 3]`` int64.
 """
+
 from __future__ import annotations
 
 import re
@@ -37,15 +38,30 @@ from .tokens import Ragged, ascii_floats, gather_lists, min_ascii_bytes
 
 __all__ = ["read_ply", "read_ply_mesh"]
 
-_PLY_TYPES = {"char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2", "int16": "i2",
-              "ushort": "u2", "uint16": "u2", "int": "i4", "int32": "i4", "uint": "u4",
-              "uint32": "u4", "float": "f4", "float32": "f4", "double": "f8", "float64": "f8"}
+_PLY_TYPES = {
+    "char": "i1",
+    "int8": "i1",
+    "uchar": "u1",
+    "uint8": "u1",
+    "short": "i2",
+    "int16": "i2",
+    "ushort": "u2",
+    "uint16": "u2",
+    "int": "i4",
+    "int32": "i4",
+    "uint": "u4",
+    "uint32": "u4",
+    "float": "f4",
+    "float32": "f4",
+    "double": "f8",
+    "float64": "f8",
+}
 
 
 @dataclass
 class _PlyProp:
     name: str
-    dtype: str                       # numpy type code of the value
+    dtype: str  # numpy type code of the value
     count_dtype: Optional[str] = None  # set for list properties
 
 
@@ -58,9 +74,9 @@ class _PlyElement:
 
 @dataclass
 class _PlyHeader:
-    format: str                # ascii, binary_little_endian or binary_big_endian
+    format: str  # ascii, binary_little_endian or binary_big_endian
     elements: List[_PlyElement]
-    data_start: int            # offset of the first byte after 'end_header'
+    data_start: int  # offset of the first byte after 'end_header'
 
 
 class _Truncated(Exception):
@@ -82,12 +98,12 @@ def _ply_property(p: Path, parts: List[str], line: str) -> _PlyProp:
 def _parse_ply_header(p: Path, raw: bytes) -> _PlyHeader:
     if not raw.startswith(b"ply"):
         raise ValueError(f"{p}: not a PLY file (does not start with 'ply')")
-    m = re.search(rb"end_header[ \t]*\r?\n", raw[:1 << 20])
+    m = re.search(rb"end_header[ \t]*\r?\n", raw[: 1 << 20])
     if m is None:
         raise ValueError(f"{p}: PLY header has no 'end_header' line (truncated or corrupt)")
     fmt = None
     elements: List[_PlyElement] = []
-    for line in raw[:m.start()].decode("latin-1").splitlines()[1:]:
+    for line in raw[: m.start()].decode("latin-1").splitlines()[1:]:
         parts = line.split()
         if not parts or parts[0] in ("comment", "obj_info"):
             continue
@@ -123,12 +139,15 @@ def _check_ply_sizes(p: Path, hdr: _PlyHeader, available: int) -> None:
     if hdr.format == "ascii":  # every property of an item is at least one value (a list: its length)
         need = min_ascii_bytes(sum(el.count * len(el.props) for el in hdr.elements))
     else:
-        need = sum(el.count * sum(np.dtype(pr.count_dtype or pr.dtype).itemsize for pr in el.props)
-                   for el in hdr.elements)
+        need = sum(
+            el.count * sum(np.dtype(pr.count_dtype or pr.dtype).itemsize for pr in el.props) for el in hdr.elements
+        )
     if need > available:
         declared = ", ".join(f"{el.count} {el.name}" for el in hdr.elements if el.count)
-        raise ValueError(f"{p}: truncated PLY: header declares {declared} items, at least {need} bytes "
-                         f"of {hdr.format} data, but only {available} bytes follow the header")
+        raise ValueError(
+            f"{p}: truncated PLY: header declares {declared} items, at least {need} bytes "
+            f"of {hdr.format} data, but only {available} bytes follow the header"
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -140,14 +159,14 @@ def _ply_binary_scalars(buf: bytes, off: int, el: _PlyElement, endian: str) -> T
     dt = np.dtype([(pr.name, endian + pr.dtype) for pr in el.props])
     need = n * dt.itemsize
     if off + need > len(buf):
-        raise _Truncated(f"element {el.name!r}: {n} items need {need} bytes, "
-                         f"{len(buf) - off} present")
+        raise _Truncated(f"element {el.name!r}: {n} items need {need} bytes, {len(buf) - off} present")
     arr = np.frombuffer(buf, dtype=dt, count=n, offset=off)
     return {pr.name: arr[pr.name] for pr in el.props}, off + need
 
 
-def _ply_binary_uniform_lists(buf: bytes, off: int, el: _PlyElement, endian: str
-                              ) -> Optional[Tuple[Dict[str, Any], int]]:
+def _ply_binary_uniform_lists(
+    buf: bytes, off: int, el: _PlyElement, endian: str
+) -> Optional[Tuple[Dict[str, Any], int]]:
     """The common fast path: every list has the length of the first item's; else None."""
     n = el.count
     fields: List[Tuple[str, str, Tuple[int, ...]]] = []
@@ -169,14 +188,12 @@ def _ply_binary_uniform_lists(buf: bytes, off: int, el: _PlyElement, endian: str
     dt = np.dtype(fields)
     if off + n * dt.itemsize <= len(buf):
         arr = np.frombuffer(buf, dtype=dt, count=n, offset=off)
-        if all(np.all(arr[pr.name + "__len"] == dt[pr.name].shape[0])
-               for pr in el.props if pr.count_dtype is not None):
+        if all(np.all(arr[pr.name + "__len"] == dt[pr.name].shape[0]) for pr in el.props if pr.count_dtype is not None):
             return {pr.name: arr[pr.name] for pr in el.props}, off + n * dt.itemsize
     return None
 
 
-def _ply_binary_variable_lists(buf: bytes, off: int, el: _PlyElement, endian: str
-                               ) -> Tuple[Dict[str, Any], int]:
+def _ply_binary_variable_lists(buf: bytes, off: int, el: _PlyElement, endian: str) -> Tuple[Dict[str, Any], int]:
     """The general path: variable-length lists, one item at a time."""
     out: Dict[str, List[Any]] = {pr.name: [] for pr in el.props}
     for _ in range(el.count):
@@ -217,8 +234,7 @@ def _ply_binary_element(buf: bytes, off: int, el: _PlyElement, endian: str) -> T
 def _list_length(value: float, el: _PlyElement, left: int) -> int:
     """An ascii list length: a non-negative integer no larger than the ``left`` values after it."""
     if not (np.isfinite(value) and value >= 0 and value == int(value)):
-        raise ValueError(f"element {el.name!r} has a list length that is not a non-negative integer "
-                         f"({float(value)!r})")
+        raise ValueError(f"element {el.name!r} has a list length that is not a non-negative integer ({float(value)!r})")
     if value > left:
         raise _Truncated(f"element {el.name!r}: a list of {int(value)} values, only {left} values left")
     return int(value)
@@ -233,18 +249,19 @@ def _ply_ascii_uniform(vals: np.ndarray, off: int, el: _PlyElement) -> Optional[
             layout.append((pr, width, None))
             width += 1
             continue
-        if off + width >= len(vals) or not (np.isfinite(vals[off + width]) and vals[off + width] >= 0
-                                            and vals[off + width] == int(vals[off + width])):
+        if off + width >= len(vals) or not (
+            np.isfinite(vals[off + width]) and vals[off + width] >= 0 and vals[off + width] == int(vals[off + width])
+        ):
             return None
         length = int(vals[off + width])
         layout.append((pr, width, length))
         width += 1 + length
     if off + el.count * width > len(vals):
         return None
-    block = vals[off:off + el.count * width].reshape(el.count, width)
+    block = vals[off : off + el.count * width].reshape(el.count, width)
     if any(ln is not None and not np.all(block[:, c] == ln) for _, c, ln in layout):
         return None
-    out = {pr.name: block[:, c] if ln is None else block[:, c + 1:c + 1 + ln] for pr, c, ln in layout}
+    out = {pr.name: block[:, c] if ln is None else block[:, c + 1 : c + 1 + ln] for pr, c, ln in layout}
     return out, off + el.count * width
 
 
@@ -254,9 +271,8 @@ def _ply_ascii_element(vals: np.ndarray, off: int, el: _PlyElement) -> Tuple[Dic
     if all(pr.count_dtype is None for pr in el.props):
         k = len(el.props)
         if off + n * k > len(vals):
-            raise _Truncated(f"element {el.name!r}: {n} items x {k} values, "
-                             f"only {len(vals) - off} values left")
-        block = vals[off:off + n * k].reshape(n, k)
+            raise _Truncated(f"element {el.name!r}: {n} items x {k} values, only {len(vals) - off} values left")
+        block = vals[off : off + n * k].reshape(n, k)
         with np.errstate(invalid="ignore", over="ignore"):  # the declared types, as a binary file holds them
             return {pr.name: block[:, i].astype(pr.dtype) for i, pr in enumerate(el.props)}, off + n * k
     uniform = _ply_ascii_uniform(vals, off, el) if n else None
@@ -276,8 +292,12 @@ def _ply_ascii_element(vals: np.ndarray, off: int, el: _PlyElement) -> Tuple[Dic
                 length = _list_length(vals[off], el, len(vals) - off - 1)
                 starts[pr.name][i], lengths[pr.name][i] = off + 1, length
                 off += 1 + length
-    out = {pr.name: vals[starts[pr.name]] if pr.count_dtype is None
-           else gather_lists(vals, starts[pr.name], lengths[pr.name]) for pr in el.props}
+    out = {
+        pr.name: vals[starts[pr.name]]
+        if pr.count_dtype is None
+        else gather_lists(vals, starts[pr.name], lengths[pr.name])
+        for pr in el.props
+    }
     return out, off
 
 
@@ -287,7 +307,7 @@ def _ply_ascii_element(vals: np.ndarray, off: int, el: _PlyElement) -> Tuple[Dic
 def _strips_to_triangles(strips: Any) -> np.ndarray:
     """Decode triangle strips (``-1`` restarts a strip), alternating the winding."""
     out: List[np.ndarray] = []
-    for strip in (strips.split() if isinstance(strips, Ragged) else strips):
+    for strip in strips.split() if isinstance(strips, Ragged) else strips:
         s = np.asarray(strip).astype(np.int64).reshape(-1)
         if len(s) < 3:
             continue
@@ -304,15 +324,19 @@ def _strips_to_triangles(strips: Any) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros((0, 3), np.int64)
 
 
-def _ply_faces(p: Path, hdr: _PlyHeader, parsed: Dict[str, Dict[str, Any]], num_vertices: int
-               ) -> Optional[np.ndarray]:
+def _ply_faces(p: Path, hdr: _PlyHeader, parsed: Dict[str, Dict[str, Any]], num_vertices: int) -> Optional[np.ndarray]:
     """Triangles ``[F, 3]`` of the ``face`` and ``tristrips`` elements, or None when there are none."""
     tris: List[np.ndarray] = []
     for el in hdr.elements:
         if el.name == "face" and el.count > 0:
-            key = next((pr.name for pr in el.props
-                        if pr.count_dtype is not None and pr.name in ("vertex_indices", "vertex_index")),
-                       None)
+            key = next(
+                (
+                    pr.name
+                    for pr in el.props
+                    if pr.count_dtype is not None and pr.name in ("vertex_indices", "vertex_index")
+                ),
+                None,
+            )
             if key is not None:
                 tris.append(polygons_to_triangles(parsed["face"][key]))
         elif el.name == "tristrips" and el.count > 0:
@@ -331,19 +355,27 @@ def _check_ply_surplus(p: Path, hdr: _PlyHeader, raw: bytes, vals: Optional[np.n
     declared = ", ".join(f"{el.count} {el.name}" for el in hdr.elements)
     if vals is not None:
         if off < len(vals):
-            lines = sum(1 for ln in raw[hdr.data_start:].splitlines() if ln.strip())
-            raise ValueError(f"{p}: PLY header declares {declared} items ({sum(el.count for el in hdr.elements)} "
-                             f"data lines) but the data holds {lines} lines, {len(vals) - off} values more than the "
-                             f"elements take; refusing rather than dropping them (fix the element counts)")
+            lines = sum(1 for ln in raw[hdr.data_start :].splitlines() if ln.strip())
+            raise ValueError(
+                f"{p}: PLY header declares {declared} items ({sum(el.count for el in hdr.elements)} "
+                f"data lines) but the data holds {lines} lines, {len(vals) - off} values more than the "
+                f"elements take; refusing rather than dropping them (fix the element counts)"
+            )
         return
     last = hdr.elements[-1] if hdr.elements else None
-    record = (sum(np.dtype(pr.dtype).itemsize for pr in last.props)
-              if last is not None and all(pr.count_dtype is None for pr in last.props) else 1)
+    record = (
+        sum(np.dtype(pr.dtype).itemsize for pr in last.props)
+        if last is not None and all(pr.count_dtype is None for pr in last.props)
+        else 1
+    )
     rest = raw[off:]
     if len(rest) >= max(record, 1) and rest.strip(b"\0 \t\r\n"):
-        raise ValueError(f"{p}: PLY header declares {declared} items but {len(rest)} bytes of data follow the last "
-                         f"one" + (f" (room for {len(rest) // record} more {last.name} records)" if record > 1 else "")
-                         + "; refusing rather than dropping them (fix the element counts)")
+        raise ValueError(
+            f"{p}: PLY header declares {declared} items but {len(rest)} bytes of data follow the last "
+            f"one"
+            + (f" (room for {len(rest) // record} more {last.name} records)" if record > 1 else "")
+            + "; refusing rather than dropping them (fix the element counts)"
+        )
 
 
 def _read_ply_raw(p: Path) -> Tuple[Dict[str, np.ndarray], Optional[np.ndarray]]:
@@ -358,7 +390,7 @@ def _read_ply_raw(p: Path) -> Tuple[Dict[str, np.ndarray], Optional[np.ndarray]]
     vals: Optional[np.ndarray] = None
     try:
         if hdr.format == "ascii":
-            vals = ascii_floats(p, "PLY ascii data", raw[hdr.data_start:])
+            vals = ascii_floats(p, "PLY ascii data", raw[hdr.data_start :])
             off = 0
             for el in hdr.elements:
                 parsed[el.name], off = _ply_ascii_element(vals, off, el)
@@ -403,12 +435,35 @@ def _ply_colors(verts: Dict[str, np.ndarray]) -> Optional[np.ndarray]:
 
 
 # vertex properties that are already points, normals or colours: fields="all" leaves them out
-_NOT_FIELDS = ("x", "y", "z", "nx", "ny", "nz", "normal_x", "normal_y", "normal_z", "red", "green", "blue",
-               "r", "g", "b", "diffuse_red", "diffuse_green", "diffuse_blue")
+_NOT_FIELDS = (
+    "x",
+    "y",
+    "z",
+    "nx",
+    "ny",
+    "nz",
+    "normal_x",
+    "normal_y",
+    "normal_z",
+    "red",
+    "green",
+    "blue",
+    "r",
+    "g",
+    "b",
+    "diffuse_red",
+    "diffuse_green",
+    "diffuse_blue",
+)
 
 
-def read_ply(p: Path, num_samples: int, seed: int, fields: Union[None, str, Sequence[str]] = None,
-             labels_from: Optional[str] = None) -> PointCloud:
+def read_ply(
+    p: Path,
+    num_samples: int,
+    seed: int,
+    fields: Union[None, str, Sequence[str]] = None,
+    labels_from: Optional[str] = None,
+) -> PointCloud:
     """The points of the PLY file ``p``, or ``num_samples`` surface samples when it is a mesh.
 
     ``fields`` / ``labels_from`` (read_points options) pick vertex properties of a point cloud.
@@ -417,8 +472,10 @@ def read_ply(p: Path, num_samples: int, seed: int, fields: Union[None, str, Sequ
     pts = _ply_points(p, verts)
     if faces is not None and len(faces) > 0:
         if fields is not None or labels_from is not None:
-            raise ValueError(f"{p}: this PLY is a mesh: its surface samples have no per-point fields "
-                             f"(fields= / labels_from= apply to PLY point clouds)")
+            raise ValueError(
+                f"{p}: this PLY is a mesh: its surface samples have no per-point fields "
+                f"(fields= / labels_from= apply to PLY point clouds)"
+            )
         return surface_cloud(p, pts, faces, num_samples, seed)
     normals = None
     for trio in (("nx", "ny", "nz"), ("normal_x", "normal_y", "normal_z")):

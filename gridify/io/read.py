@@ -9,6 +9,7 @@ Shapes:
     points ``[N, 3]`` float32 (float64 for large-offset coordinates, see :mod:`gridify.io.cloud`);
     normals/colors ``[N, 3]`` float32; labels ``[N]`` int64; fields name -> ``[N]``.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,9 +34,16 @@ Fields = Union[None, str, Sequence[str]]
 T = TypeVar("T")
 
 
-def read_points(path: PathLike, *, num_samples: int = 10_000, seed: int = 0,
-                columns: Optional[Sequence[str]] = None, drop_invalid: bool = True,
-                fields: Fields = None, labels_from: Optional[str] = None) -> PointCloud:
+def read_points(
+    path: PathLike,
+    *,
+    num_samples: int = 10_000,
+    seed: int = 0,
+    columns: Optional[Sequence[str]] = None,
+    drop_invalid: bool = True,
+    fields: Fields = None,
+    labels_from: Optional[str] = None,
+) -> PointCloud:
     """Read a point cloud (or surface-sample a mesh) from ``path``.
 
     Args:
@@ -70,19 +78,28 @@ def read_points(path: PathLike, *, num_samples: int = 10_000, seed: int = 0,
         ValueError: the file is empty, truncated, corrupt, not a regular file, unreadable, or has
             an unsupported extension; the message names the file and the problem.
     """
-    options = check_read_options(num_samples=num_samples, seed=seed, columns=columns,
-                                 drop_invalid=drop_invalid, fields=fields, labels_from=labels_from)
+    options = check_read_options(
+        num_samples=num_samples,
+        seed=seed,
+        columns=columns,
+        drop_invalid=drop_invalid,
+        fields=fields,
+        labels_from=labels_from,
+    )
     p = check_file(path)
     ext = p.suffix.lower()
     fmt = find_format(ext)
     if fmt is None:
-        raise ValueError(f"{p}: unsupported file extension {p.suffix!r}; supported: "
-                         f"{', '.join(supported_extensions())}")
+        raise ValueError(
+            f"{p}: unsupported file extension {p.suffix!r}; supported: {', '.join(supported_extensions())}"
+        )
     for name in ("fields", "labels_from"):
         if options[name] is not None and name not in fmt.options:
             takers = " ".join(e for f in formats() if name in f.options for e in f.extensions)
-            raise ValueError(f"{p}: read_points option {name}= does not apply to {ext} files "
-                             f"(formats with named per-point fields: {takers})")
+            raise ValueError(
+                f"{p}: read_points option {name}= does not apply to {ext} files "
+                f"(formats with named per-point fields: {takers})"
+            )
     cloud = run_reader(p, fmt.reader, **{k: options[k] for k in fmt.options})
     return finalize(cloud, p, drop_invalid)
 
@@ -97,12 +114,12 @@ def run_reader(p: Path, reader: Callable[..., T], **options: Any) -> T:
     try:
         return reader(p, **options)
     except FileNotFoundError as exc:
-        if isinstance(exc, ReferencedFileNotFoundError) or str(exc).startswith(f"{p}: ") or \
-                exc.filename in (p, str(p)):
+        if isinstance(exc, ReferencedFileNotFoundError) or str(exc).startswith(f"{p}: ") or exc.filename in (p, str(p)):
             raise  # the file itself vanished, or the reader already named both files
         # a file the reader looked for beside this one (a registered reader's sidecar)
-        raise ReferencedFileNotFoundError(f"{p}: could not read {ext} file: a file it refers to is "
-                                          f"missing ({exc})") from exc
+        raise ReferencedFileNotFoundError(
+            f"{p}: could not read {ext} file: a file it refers to is missing ({exc})"
+        ) from exc
     except ValueError as exc:
         if str(p) in str(exc):
             raise
@@ -123,18 +140,29 @@ def run_reader(p: Path, reader: Callable[..., T], **options: Any) -> T:
 
 def _check_num_samples(where: str, num_samples: Any) -> int:
     """``num_samples`` as an int in ``[1, MAX_SAMPLES]``; an integral float (``7.0``) is accepted."""
-    ok = is_int(num_samples) or (isinstance(num_samples, float) and math.isfinite(num_samples)
-                                 and num_samples == int(num_samples))
+    ok = is_int(num_samples) or (
+        isinstance(num_samples, float) and math.isfinite(num_samples) and num_samples == int(num_samples)
+    )
     if not ok or int(num_samples) < 1:
         fail(where, f"num_samples must be a positive integer, got {num_samples!r}")
     if int(num_samples) > MAX_SAMPLES:
-        fail(where, f"num_samples must be at most {MAX_SAMPLES:,} (sampling a mesh needs about 130 bytes "
-                    f"per point), got {int(num_samples):,}")
+        fail(
+            where,
+            f"num_samples must be at most {MAX_SAMPLES:,} (sampling a mesh needs about 130 bytes "
+            f"per point), got {int(num_samples):,}",
+        )
     return int(num_samples)
 
 
-def check_read_options(*, num_samples: Any = 10_000, seed: Any = 0, columns: Any = None,
-                       drop_invalid: Any = True, fields: Any = None, labels_from: Any = None) -> Dict[str, Any]:
+def check_read_options(
+    *,
+    num_samples: Any = 10_000,
+    seed: Any = 0,
+    columns: Any = None,
+    drop_invalid: Any = True,
+    fields: Any = None,
+    labels_from: Any = None,
+) -> Dict[str, Any]:
     """The options of read_points, checked (a ValueError names ``read_points`` and the argument).
 
     Returns:
@@ -145,17 +173,21 @@ def check_read_options(*, num_samples: Any = 10_000, seed: Any = 0, columns: Any
     n = _check_num_samples(where, num_samples)
     check_int(where, "seed", seed, 0)
     check_bool(where, "drop_invalid", drop_invalid)
-    if columns is not None and (isinstance(columns, (str, bytes))
-                                or not all(isinstance(c, str) for c in columns)):
+    if columns is not None and (isinstance(columns, (str, bytes)) or not all(isinstance(c, str) for c in columns)):
         fail(where, f"columns must be a sequence of column names such as ('x', 'y', 'z'), got {columns!r}")
     if fields is not None and fields != "all":
         if isinstance(fields, (str, bytes)) or not all(isinstance(f, str) and f for f in fields):
-            fail(where, f"fields must be \"all\" or a sequence of field names, got {fields!r}")
+            fail(where, f'fields must be "all" or a sequence of field names, got {fields!r}')
         fields = tuple(fields)
     if labels_from is not None and not (isinstance(labels_from, str) and labels_from):
         fail(where, f"labels_from must be a field name, got {labels_from!r}")
-    return {"num_samples": n, "seed": int(seed), "columns": None if columns is None else tuple(columns),
-            "fields": fields, "labels_from": labels_from}
+    return {
+        "num_samples": n,
+        "seed": int(seed),
+        "columns": None if columns is None else tuple(columns),
+        "fields": fields,
+        "labels_from": labels_from,
+    }
 
 
 def finalize(cloud: PointCloud, p: Path, drop_invalid: bool) -> PointCloud:
@@ -179,8 +211,11 @@ def finalize(cloud: PointCloud, p: Path, drop_invalid: bool) -> PointCloud:
             raise ValueError(f"{p}: all {len(cloud)} points have NaN/Inf coordinates")
         rows = np.flatnonzero(bad).astype(np.int64)
         shown = ", ".join(str(int(r)) for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
-        warnings.warn(f"{p}: dropped {len(rows)} of {len(cloud)} points with NaN/Inf coordinates "
-                      f"(row{'s' if len(rows) > 1 else ''} {shown}, 0-based)", stacklevel=3)
+        warnings.warn(
+            f"{p}: dropped {len(rows)} of {len(cloud)} points with NaN/Inf coordinates "
+            f"(row{'s' if len(rows) > 1 else ''} {shown}, 0-based)",
+            stacklevel=3,
+        )
         cloud = cloud.select(~bad)
         cloud.source = str(p)
         cloud.dropped = rows

@@ -23,6 +23,7 @@ Shapes:
     a reader returns a :class:`~gridify.io.PointCloud` (points ``[N, 3]``); a mesh reader
     ``(vertices [V, 3] float64, faces [F, 3] int64)``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,9 +36,19 @@ import numpy as np
 
 from .cloud import PointCloud
 
-__all__ = ["READ_OPTIONS", "ReaderFormat", "register_reader", "unregister_reader", "find_format",
-           "reader_takes", "formats",
-           "describe_formats", "supported_extensions", "mesh_extensions", "mesh_reader_extensions"]
+__all__ = [
+    "READ_OPTIONS",
+    "ReaderFormat",
+    "register_reader",
+    "unregister_reader",
+    "find_format",
+    "reader_takes",
+    "formats",
+    "describe_formats",
+    "supported_extensions",
+    "mesh_extensions",
+    "mesh_reader_extensions",
+]
 
 #: keyword arguments of read_points a reader may accept (it declares which in ``options``)
 READ_OPTIONS: Tuple[str, ...] = ("num_samples", "seed", "columns", "fields", "labels_from")
@@ -80,8 +91,10 @@ def _extensions(where: str, extensions: Extensions) -> Tuple[str, ...]:
         raise ValueError(f"{where}: give at least one extension")
     for ext in exts:
         if not isinstance(ext, str) or not re.fullmatch(r"\.[^./\\\s]+", ext):
-            raise ValueError(f"{where}: an extension is a dot followed by a name without dots, slashes "
-                             f"or spaces, e.g. '.xyz'; got {ext!r}")
+            raise ValueError(
+                f"{where}: an extension is a dot followed by a name without dots, slashes "
+                f"or spaces, e.g. '.xyz'; got {ext!r}"
+            )
     return tuple(dict.fromkeys(ext.lower() for ext in exts))
 
 
@@ -97,9 +110,16 @@ def _release(extensions: Tuple[str, ...]) -> None:
             _BY_EXTENSION[ext] = kept
 
 
-def register_reader(extensions: Extensions, description: str, reader: Optional[PointReader] = None, *,
-                    options: Iterable[str] = (), is_mesh: bool = False, mesh_reader: Optional[MeshReader] = None,
-                    replace: bool = False) -> Callable[..., Any]:
+def register_reader(
+    extensions: Extensions,
+    description: str,
+    reader: Optional[PointReader] = None,
+    *,
+    options: Iterable[str] = (),
+    is_mesh: bool = False,
+    mesh_reader: Optional[MeshReader] = None,
+    replace: bool = False,
+) -> Callable[..., Any]:
     """Register ``reader`` for files with ``extensions``; a decorator when ``reader`` is omitted.
 
     Args:
@@ -136,10 +156,13 @@ def register_reader(extensions: Extensions, description: str, reader: Optional[P
             raise TypeError(f"{where}: reader must be callable, got {type(fn).__name__}")
         taken = [e for e in exts if e in _BY_EXTENSION]
         if taken and not replace:
-            raise ValueError(f"{where}: {', '.join(taken)} already has a reader "
-                             f"({_BY_EXTENSION[taken[0]].description!r}); pass replace=True to replace it")
-        record = ReaderFormat(exts, description.strip(), fn, tuple(o for o in READ_OPTIONS if o in opts),
-                              bool(is_mesh), mesh_reader)
+            raise ValueError(
+                f"{where}: {', '.join(taken)} already has a reader "
+                f"({_BY_EXTENSION[taken[0]].description!r}); pass replace=True to replace it"
+            )
+        record = ReaderFormat(
+            exts, description.strip(), fn, tuple(o for o in READ_OPTIONS if o in opts), bool(is_mesh), mesh_reader
+        )
         _release(tuple(taken))
         for ext in exts:  # a taken extension keeps its place in the order
             _BY_EXTENSION[ext] = record
@@ -192,8 +215,7 @@ def mesh_extensions() -> Tuple[str, ...]:
 
 def mesh_reader_extensions() -> Tuple[str, ...]:
     """The extensions read_mesh reads: mesh formats, then formats that may hold a mesh (PLY)."""
-    return mesh_extensions() + tuple(e for e, f in _BY_EXTENSION.items()
-                                     if not f.is_mesh and f.mesh_reader is not None)
+    return mesh_extensions() + tuple(e for e, f in _BY_EXTENSION.items() if not f.is_mesh and f.mesh_reader is not None)
 
 
 def describe_formats() -> str:

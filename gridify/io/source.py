@@ -28,6 +28,7 @@ binary file.
 Shapes:
     no arrays: paths and bytes.
 """
+
 from __future__ import annotations
 
 import errno
@@ -38,11 +39,22 @@ from typing import Any, Optional, Tuple
 
 from .._files import PathLike
 
-__all__ = ["check_file", "read_file_bytes", "describe_mode", "ReferencedFileNotFoundError", "decode_text",
-           "read_text_file", "text_encoding"]
+__all__ = [
+    "check_file",
+    "read_file_bytes",
+    "describe_mode",
+    "ReferencedFileNotFoundError",
+    "decode_text",
+    "read_text_file",
+    "text_encoding",
+]
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 
 def describe_mode(mode: int) -> str:
@@ -103,14 +115,13 @@ def access_error(shown: str, exc: OSError) -> Exception:
         return _missing(shown)
     if isinstance(exc, NotADirectoryError) or exc.errno == errno.ENOTDIR:
         if shown.endswith(("/", os.sep)) and os.path.isfile(shown.rstrip("/" + os.sep)):
-            return ValueError(f"{shown}: the path ends with '/' (a folder) but names a file; "
-                              f"remove the trailing '/'")
+            return ValueError(f"{shown}: the path ends with '/' (a folder) but names a file; remove the trailing '/'")
         where = _file_component(shown)
-        return ValueError(f"{shown}: a component of the path is not a folder"
-                          + (f" ({where} is a file)" if where else ""))
+        return ValueError(
+            f"{shown}: a component of the path is not a folder" + (f" ({where} is a file)" if where else "")
+        )
     if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.EPERM):
-        return ValueError(f"{shown}: permission denied (this user may not read the file or search its "
-                          f"folders)")
+        return ValueError(f"{shown}: permission denied (this user may not read the file or search its folders)")
     if exc.errno == errno.ELOOP:
         return ValueError(f"{shown}: too many levels of symbolic links (a symbolic link loop)")
     if exc.errno == errno.ENAMETOOLONG:
@@ -136,8 +147,9 @@ def check_file(path: PathLike) -> Path:
     if stat.S_ISDIR(st.st_mode):
         raise ValueError(f"{p}: is a directory, expected a point-cloud or mesh file")
     if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"{p}: not a regular file (it is {describe_mode(st.st_mode)}); "
-                         f"read_points reads regular files only")
+        raise ValueError(
+            f"{p}: not a regular file (it is {describe_mode(st.st_mode)}); read_points reads regular files only"
+        )
     if st.st_size == 0:
         raise ValueError(f"{p}: file is empty (0 bytes)")
     if not os.access(shown, os.R_OK):
@@ -160,22 +172,28 @@ def read_file_bytes(p: Path, limit: Optional[int] = None) -> bytes:
     with open(fd, "rb", closefd=True) as fh:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise ValueError(f"{p}: not a regular file (it is {describe_mode(mode)}); "
-                             f"read_points reads regular files only")
+            raise ValueError(
+                f"{p}: not a regular file (it is {describe_mode(mode)}); read_points reads regular files only"
+            )
         try:
             return fh.read() if limit is None else fh.read(limit)
         except OSError as exc:
             raise ValueError(f"{p}: the file cannot be read ({exc.strerror or exc})") from None
 
 
-_BOMS = ((b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"),
-         (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+_BOMS = (
+    (b"\xef\xbb\xbf", "utf-8"),
+    (b"\xff\xfe\x00\x00", "utf-32-le"),
+    (b"\x00\x00\xfe\xff", "utf-32-be"),
+    (b"\xff\xfe", "utf-16-le"),
+    (b"\xfe\xff", "utf-16-be"),
+)
 
 
 def _utf16_without_bom(raw: bytes) -> Optional[str]:
     """``"utf-16-le"`` / ``"utf-16-be"`` when ``raw`` looks like BOM-less UTF-16 text, else None."""
     head = raw[:4096]
-    head = head[:len(head) // 2 * 2]
+    head = head[: len(head) // 2 * 2]
     if len(head) < 2:
         return None
     even, odd = head[0::2], head[1::2]
@@ -211,11 +229,15 @@ def decode_text(raw: bytes, where: Any) -> str:
     try:
         text = raw[skip:].decode(enc)
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{where}: not valid {enc.upper()} text (it starts like {enc.upper()}; byte "
-                         f"{exc.start + skip} is invalid); save it as UTF-8") from None
+        raise ValueError(
+            f"{where}: not valid {enc.upper()} text (it starts like {enc.upper()}; byte "
+            f"{exc.start + skip} is invalid); save it as UTF-8"
+        ) from None
     if "\x00" in text[:4096]:
-        raise ValueError(f"{where}: looks like a binary file (it holds NUL bytes), expected text"
-                         + ("" if enc in ("utf-8", "latin-1") else f" (read as {enc.upper()})"))
+        raise ValueError(
+            f"{where}: looks like a binary file (it holds NUL bytes), expected text"
+            + ("" if enc in ("utf-8", "latin-1") else f" (read as {enc.upper()})")
+        )
     return text
 
 

@@ -11,6 +11,7 @@ Shapes:
     a file of ``N`` lines of ``C`` columns -> points ``[N, 3]`` (normals/colors ``[N, 3]``,
     labels ``[N]`` as the columns say).
 """
+
 from __future__ import annotations
 
 import io
@@ -86,8 +87,10 @@ def _careful_table(p: Path, text: str, skip: int, ncol: int, comma: bool) -> np.
     for lineno, s in lines:
         toks = _split(s, comma)
         if len(toks) != ncol:
-            raise ValueError(f"{p}: line {lineno} has {len(toks)} columns but the first data line "
-                             f"has {ncol} (truncated or corrupt file?)")
+            raise ValueError(
+                f"{p}: line {lineno} has {len(toks)} columns but the first data line "
+                f"has {ncol} (truncated or corrupt file?)"
+            )
         tokens.extend(toks)
     try:
         return np.array(tokens, dtype=np.float64).reshape(len(lines), ncol)
@@ -114,9 +117,14 @@ def read_text(p: Path, columns: Optional[Sequence[str]] = None) -> PointCloud:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # e.g. "input contained no data"
-            table = np.loadtxt(io.TextIOWrapper(io.BytesIO(raw), encoding=encoding, newline=None),
-                               delimiter="," if comma else None, comments="#", skiprows=skip, ndmin=2,
-                               dtype=np.float64)
+            table = np.loadtxt(
+                io.TextIOWrapper(io.BytesIO(raw), encoding=encoding, newline=None),
+                delimiter="," if comma else None,
+                comments="#",
+                skiprows=skip,
+                ndmin=2,
+                dtype=np.float64,
+            )
         if table.shape[1] == ncol:
             return table_to_cloud(table, p, columns)
     except (ValueError, UserWarning):

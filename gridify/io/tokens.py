@@ -14,6 +14,7 @@ of the lists in a flat array (one index per value, no Python object per list).
 Shapes:
     body of ``T`` tokens -> ``[T]`` float64; Ragged: values ``[sum(lengths)]``, lengths ``[P]``.
 """
+
 from __future__ import annotations
 
 import warnings

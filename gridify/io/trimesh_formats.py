@@ -17,6 +17,7 @@ per face), which bounds what instancing one mesh at many nodes can make the read
 Shapes:
     vertices ``[V, 3]`` float64, faces ``[F, 3]`` int64 (``F = 0`` for a point cloud).
 """
+
 from __future__ import annotations
 
 import base64
@@ -48,8 +49,9 @@ def _load_scene(p: Path, data: bytes, file_type: str, resolver: Dict[str, bytes]
     import trimesh  # light and always installed, but only needed here
 
     try:
-        return trimesh.load_scene(io.BytesIO(data), file_type=file_type, resolver=resolver,
-                                  skip_materials=True, process=False)
+        return trimesh.load_scene(
+            io.BytesIO(data), file_type=file_type, resolver=resolver, skip_materials=True, process=False
+        )
     except Exception as exc:
         raise ValueError(f"{p}: could not parse {p.suffix.lower()} mesh ({type(exc).__name__}: {exc})") from None
 
@@ -68,9 +70,11 @@ def _flatten(p: Path, scene: Any, budget: int) -> Tuple[np.ndarray, np.ndarray]:
         faces = geom.faces if isinstance(geom, trimesh.Trimesh) else np.zeros((0, 3), np.int64)
         total += 24 * (len(geom.vertices) + len(faces))
         if total > budget:
-            raise ValueError(f"{p}: the scene places its meshes at {len(scene.graph.nodes_geometry)} nodes: "
-                             f"flattened it would hold more than {budget} bytes of vertices and faces "
-                             f"({INSTANCE_EXPANSION}x the file's size); refusing")
+            raise ValueError(
+                f"{p}: the scene places its meshes at {len(scene.graph.nodes_geometry)} nodes: "
+                f"flattened it would hold more than {budget} bytes of vertices and faces "
+                f"({INSTANCE_EXPANSION}x the file's size); refusing"
+            )
         items.append((np.asarray(transform, dtype=np.float64), geom))
     meshes = [it for it in items if isinstance(it[1], trimesh.Trimesh) and len(it[1].faces)]
     use = meshes or items
@@ -88,8 +92,9 @@ def _flatten(p: Path, scene: Any, budget: int) -> Tuple[np.ndarray, np.ndarray]:
     return np.concatenate(vertices), (np.concatenate(faces) if faces else np.zeros((0, 3), np.int64))
 
 
-def _mesh(p: Path, data: bytes, file_type: str, resolver: Dict[str, bytes], available: int
-          ) -> Tuple[np.ndarray, np.ndarray]:
+def _mesh(
+    p: Path, data: bytes, file_type: str, resolver: Dict[str, bytes], available: int
+) -> Tuple[np.ndarray, np.ndarray]:
     scene = _load_scene(p, data, file_type, resolver)
     return _flatten(p, scene, INSTANCE_EXPANSION * available + (1 << 20))
 
@@ -115,9 +120,11 @@ def _glb_json(p: Path, data: bytes) -> Any:
     if chunk_type != _JSON_CHUNK:
         raise ValueError(f"{p}: corrupt GLB (the first chunk is not JSON)")
     if 20 + chunk_length > len(data):
-        raise ValueError(f"{p}: truncated GLB: the JSON chunk declares {chunk_length} bytes but only "
-                         f"{len(data) - 20} follow the header")
-    return _json(p, data[20:20 + chunk_length])
+        raise ValueError(
+            f"{p}: truncated GLB: the JSON chunk declares {chunk_length} bytes but only "
+            f"{len(data) - 20} follow the header"
+        )
+    return _json(p, data[20 : 20 + chunk_length])
 
 
 def _json(p: Path, text: bytes) -> Dict[str, Any]:
@@ -140,13 +147,16 @@ def _sidecars(p: Path, tree: Dict[str, Any]) -> Dict[str, bytes]:
             continue
         name = unquote(uri)
         if re.search(r"[/\\:]", name) or name in ("", ".", "..") or name.startswith("."):
-            raise ValueError(f"{p}: glTF buffer {i} refers to {uri!r}; only files in the same folder as "
-                             f"the .gltf (a plain file name) are read")
+            raise ValueError(
+                f"{p}: glTF buffer {i} refers to {uri!r}; only files in the same folder as "
+                f"the .gltf (a plain file name) are read"
+            )
         try:
             out[uri] = read_file_bytes(check_file(os.path.join(os.path.dirname(str(p)), name)))
         except FileNotFoundError as exc:
-            raise ReferencedFileNotFoundError(f"{p}: glTF buffer {i} refers to {uri!r}, which is missing "
-                                              f"({exc})") from None
+            raise ReferencedFileNotFoundError(
+                f"{p}: glTF buffer {i} refers to {uri!r}, which is missing ({exc})"
+            ) from None
     return out
 
 
@@ -162,7 +172,7 @@ def _buffer_sizes(p: Path, tree: Dict[str, Any], data: bytes, sidecars: Dict[str
         uri = buf.get("uri") if isinstance(buf, dict) else None
         if isinstance(uri, str) and "base64," in uri:
             try:  # trimesh decodes whatever follows "base64," with the lenient decoder
-                sizes.append(len(base64.b64decode(uri[uri.find("base64,") + 7:])))
+                sizes.append(len(base64.b64decode(uri[uri.find("base64,") + 7 :])))
             except (binascii.Error, ValueError) as exc:
                 raise ValueError(f"{p}: glTF buffer {i} has corrupt base64 data in its URI ({exc})") from None
         elif isinstance(uri, str):
@@ -184,14 +194,14 @@ def _check_buffer_views(p: Path, tree: Dict[str, Any], sizes: List[Any]) -> None
             raise ValueError(f"{p}: glTF bufferView {i} is not an object")
         buf, offset, length = view.get("buffer"), view.get("byteOffset", 0), view.get("byteLength")
         if not _int(buf) or buf >= len(sizes):
-            raise ValueError(f"{p}: glTF bufferView {i} names buffer {buf!r}, but the file has "
-                             f"{len(sizes)} buffer(s)")
+            raise ValueError(f"{p}: glTF bufferView {i} names buffer {buf!r}, but the file has {len(sizes)} buffer(s)")
         if not _int(offset) or not _int(length):
-            raise ValueError(f"{p}: glTF bufferView {i} has an invalid byteOffset {offset!r} / "
-                             f"byteLength {length!r}")
+            raise ValueError(f"{p}: glTF bufferView {i} has an invalid byteOffset {offset!r} / byteLength {length!r}")
         if sizes[buf] is not None and offset + length > sizes[buf]:
-            raise ValueError(f"{p}: glTF bufferView {i} spans bytes [{offset}, {offset + length}) of buffer "
-                             f"{buf}, which holds {sizes[buf]} bytes")
+            raise ValueError(
+                f"{p}: glTF bufferView {i} spans bytes [{offset}, {offset + length}) of buffer "
+                f"{buf}, which holds {sizes[buf]} bytes"
+            )
 
 
 def _check_accessors(p: Path, tree: Dict[str, Any], available: int) -> None:
@@ -207,8 +217,10 @@ def _check_accessors(p: Path, tree: Dict[str, Any], available: int) -> None:
             raise ValueError(f"{p}: glTF accessor {i} has an unknown type {kind!r} / componentType {ctype!r}")
         need = count * _COMPONENTS[kind] * _COMPONENT_BYTES[ctype]
         if need > available:
-            raise ValueError(f"{p}: glTF accessor {i} declares {count} items ({need} bytes), more than the "
-                             f"{available} bytes of data the file holds")
+            raise ValueError(
+                f"{p}: glTF accessor {i} declares {count} items ({need} bytes), more than the "
+                f"{available} bytes of data the file holds"
+            )
 
 
 def read_gltf(p: Path) -> Tuple[np.ndarray, np.ndarray]:

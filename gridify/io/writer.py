@@ -7,6 +7,7 @@ The file is written with :func:`gridify._files.atomic_write`: readers never see 
 Shapes:
     points ``[N, 3]``; normals/colors ``[N, 3]``; labels ``[N]``.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,9 @@ def _as_numpy(a: Any) -> np.ndarray:
     return np.asarray(a)
 
 
-def _vertex_columns(p: Path, points: Any, normals: Any, colors: Any, labels: Any
-                    ) -> Tuple[List[Tuple[str, str]], Dict[str, np.ndarray]]:
+def _vertex_columns(
+    p: Path, points: Any, normals: Any, colors: Any, labels: Any
+) -> Tuple[List[Tuple[str, str]], Dict[str, np.ndarray]]:
     """``([(property, numpy type)], {property: [N] column})``, checking every shape."""
     pts = _as_numpy(points)
     if pts.ndim != 2 or pts.shape[1] != 3:
@@ -61,8 +63,9 @@ def _vertex_columns(p: Path, points: Any, normals: Any, colors: Any, labels: Any
     return fields, cols
 
 
-def write_ply(path: PathLike, points: Any, normals: Any = None, colors: Any = None, *,
-              labels: Any = None, binary: bool = True) -> Path:
+def write_ply(
+    path: PathLike, points: Any, normals: Any = None, colors: Any = None, *, labels: Any = None, binary: bool = True
+) -> Path:
     """Write a point cloud to a PLY file (binary little-endian by default), atomically.
 
     Args:
@@ -79,8 +82,12 @@ def write_ply(path: PathLike, points: Any, normals: Any = None, colors: Any = No
     p = Path(os.fspath(path))
     fields, cols = _vertex_columns(p, points, normals, colors, labels)
     n = len(cols["x"])
-    header = ["ply", f"format {'binary_little_endian' if binary else 'ascii'} 1.0",
-              "comment written by gridify", f"element vertex {n}"]
+    header = [
+        "ply",
+        f"format {'binary_little_endian' if binary else 'ascii'} 1.0",
+        "comment written by gridify",
+        f"element vertex {n}",
+    ]
     header += [f"property {_PLY_NAMES[t]} {nm}" for nm, t in fields]
     header.append("end_header")
     arr = np.empty(n, dtype=np.dtype(fields))

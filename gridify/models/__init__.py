@@ -1,4 +1,5 @@
 """Complete models: gridified classifier, segmenter and scene segmenter, registered in :data:`gridify.registry.MODELS`."""
+
 from typing import Any
 
 from torch import nn
@@ -14,4 +15,13 @@ def build_model(name: str, **kwargs: Any) -> nn.Module:
     return MODELS.build(name, **kwargs)
 
 
-__all__ = ["GridifiedModel", "GridifiedClassifier", "GridifiedSegmenter", "CLASSIFIER_PRESETS", "build_model", "GridifiedSceneSegmenter", "TemporalGridifiedClassifier", "TemporalOutput"]
+__all__ = [
+    "GridifiedModel",
+    "GridifiedClassifier",
+    "GridifiedSegmenter",
+    "CLASSIFIER_PRESETS",
+    "build_model",
+    "GridifiedSceneSegmenter",
+    "TemporalGridifiedClassifier",
+    "TemporalOutput",
+]

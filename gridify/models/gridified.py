@@ -13,6 +13,7 @@ exceed the allocation limit are refused at construction, before anything is allo
 Shapes:
     classifier: pos [N, 3], x [N, F], batch [N] -> [B, num_classes]; segmenter: -> [N, num_classes]
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Iterable, Optional, Tuple, Union
@@ -56,22 +57,55 @@ class GridifiedModel(nn.Module):
         :meth:`trunk`: pos [N, 3], x [N, F], batch [N] (or dense [B, N, 3]) -> z [B, C, R, R, R]
     """
 
-    def _build_trunk(self, *, in_channels: int, hidden_channels: int, resolution: Any, k: int, omega0: float,
-                     aggr: str, message: str, pos_embedding: str, backbone: str, depth: int, dropout: float,
-                     kernel_size: Union[int, str], backbone_kwargs: Optional[Dict[str, Any]],
-                     bounds: Tuple[Any, Any], outside: str, message_channels: Optional[int] = None,
-                     pos_hidden_channels: Optional[int] = None) -> None:
-        self.gridify = Gridification(in_channels, hidden_channels, resolution, k=k, omega0=omega0, aggr=aggr,
-                                     message=message, pos_embedding=pos_embedding, bounds=bounds,
-                                     outside=outside, hidden_channels=message_channels,
-                                     pos_hidden_channels=pos_hidden_channels)
+    def _build_trunk(
+        self,
+        *,
+        in_channels: int,
+        hidden_channels: int,
+        resolution: Any,
+        k: int,
+        omega0: float,
+        aggr: str,
+        message: str,
+        pos_embedding: str,
+        backbone: str,
+        depth: int,
+        dropout: float,
+        kernel_size: Union[int, str],
+        backbone_kwargs: Optional[Dict[str, Any]],
+        bounds: Tuple[Any, Any],
+        outside: str,
+        message_channels: Optional[int] = None,
+        pos_hidden_channels: Optional[int] = None,
+    ) -> None:
+        self.gridify = Gridification(
+            in_channels,
+            hidden_channels,
+            resolution,
+            k=k,
+            omega0=omega0,
+            aggr=aggr,
+            message=message,
+            pos_embedding=pos_embedding,
+            bounds=bounds,
+            outside=outside,
+            hidden_channels=message_channels,
+            pos_hidden_channels=pos_hidden_channels,
+        )
         self.grid_norm = ChannelLayerNorm(hidden_channels)
         kwargs = dict(backbone_kwargs or {})
         if isinstance(resolution, (tuple, list)) and len(set(resolution)) > 1:
             kwargs.setdefault("cubic", False)  # a per-axis grid: the backbone must not assume a cube
-        self.backbone = build_backbone(backbone, in_channels=hidden_channels, out_channels=hidden_channels,
-                                       hidden_channels=hidden_channels, depth=depth, dropout=dropout,
-                                       kernel_size=kernel_size, **kwargs)
+        self.backbone = build_backbone(
+            backbone,
+            in_channels=hidden_channels,
+            out_channels=hidden_channels,
+            hidden_channels=hidden_channels,
+            depth=depth,
+            dropout=dropout,
+            kernel_size=kernel_size,
+            **kwargs,
+        )
 
     @staticmethod
     def check_sizes(where: str, hidden_channels: int, depth: int, what: str, head_parameters: int) -> None:
@@ -79,13 +113,22 @@ class GridifiedModel(nn.Module):
         pointwise layers and some 15 modules (~64 KiB of Python objects, counted as 16k parameters);
         ``head_parameters`` (named by ``what``) are the model's head."""
         check_positive_int(where, hidden_channels=hidden_channels, depth=depth)
-        check_parameters(where, f"hidden_channels={hidden_channels}, depth={depth}",
-                         hidden_channels * hidden_channels * (3 * depth + 10) + 16384 * depth)
+        check_parameters(
+            where,
+            f"hidden_channels={hidden_channels}, depth={depth}",
+            hidden_channels * hidden_channels * (3 * depth + 10) + 16384 * depth,
+        )
         check_parameters(where, what, head_parameters)
 
-    def trunk(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None, *,
-              return_graph: bool = False, graph: Optional[BipartiteGraph] = None
-              ) -> Union[Tensor, Tuple[Tensor, BipartiteGraph]]:
+    def trunk(
+        self,
+        pos: Tensor,
+        x: Optional[Tensor] = None,
+        batch: Optional[Tensor] = None,
+        *,
+        return_graph: bool = False,
+        graph: Optional[BipartiteGraph] = None,
+    ) -> Union[Tensor, Tuple[Tensor, BipartiteGraph]]:
         """Backbone grid features ``[B, C, R, R, R]`` of a batch of clouds (inputs validated once,
         by the gridification); with ``return_graph`` also the bilateral kNN graph. ``graph``: these
         points' graph, built ahead by ``self.gridify.graph_builder()`` (e.g. in a DataLoader worker)."""
@@ -161,36 +204,79 @@ class GridifiedClassifier(GridifiedModel):
         pos [N, 3], x [N, F], batch [N] (or dense [B, N, 3], [B, N, F]) -> logits [B, num_classes]
     """
 
-    def __init__(self, in_channels: int, num_classes: int, *, resolution: int = 9, k: int = 9,
-                 hidden_channels: int = 128, backbone: str = "ccnn", depth: int = 3, dropout: float = 0.1,
-                 kernel_size: Union[int, str] = 9, omega0: float = 0.1, aggr: str = "mean",
-                 message: str = "product", pos_embedding: str = "rff", pool: str = "mean",
-                 backbone_kwargs: Optional[Dict[str, Any]] = None,
-                 bounds: Tuple[Any, Any] = (-1.0, 1.0), outside: str = "error",
-                 message_channels: Optional[int] = None, pos_hidden_channels: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        *,
+        resolution: int = 9,
+        k: int = 9,
+        hidden_channels: int = 128,
+        backbone: str = "ccnn",
+        depth: int = 3,
+        dropout: float = 0.1,
+        kernel_size: Union[int, str] = 9,
+        omega0: float = 0.1,
+        aggr: str = "mean",
+        message: str = "product",
+        pos_embedding: str = "rff",
+        pool: str = "mean",
+        backbone_kwargs: Optional[Dict[str, Any]] = None,
+        bounds: Tuple[Any, Any] = (-1.0, 1.0),
+        outside: str = "error",
+        message_channels: Optional[int] = None,
+        pos_hidden_channels: Optional[int] = None,
+    ) -> None:
         super().__init__()
         where = type(self).__name__
         check_positive_int(where, in_channels=in_channels, num_classes=num_classes, hidden_channels=hidden_channels)
         check_choice(where, "pool", pool, POOLS)
-        self.check_sizes(where, hidden_channels, depth, f"num_classes={num_classes} (the head)",
-                         hidden_channels * (3 * hidden_channels + num_classes))
-        self._build_trunk(in_channels=in_channels, hidden_channels=hidden_channels, resolution=resolution, k=k,
-                          omega0=omega0, aggr=aggr, message=message, pos_embedding=pos_embedding, backbone=backbone,
-                          depth=depth, dropout=dropout, kernel_size=kernel_size, backbone_kwargs=backbone_kwargs,
-                          bounds=bounds, outside=outside, message_channels=message_channels,
-                          pos_hidden_channels=pos_hidden_channels)
+        self.check_sizes(
+            where,
+            hidden_channels,
+            depth,
+            f"num_classes={num_classes} (the head)",
+            hidden_channels * (3 * hidden_channels + num_classes),
+        )
+        self._build_trunk(
+            in_channels=in_channels,
+            hidden_channels=hidden_channels,
+            resolution=resolution,
+            k=k,
+            omega0=omega0,
+            aggr=aggr,
+            message=message,
+            pos_embedding=pos_embedding,
+            backbone=backbone,
+            depth=depth,
+            dropout=dropout,
+            kernel_size=kernel_size,
+            backbone_kwargs=backbone_kwargs,
+            bounds=bounds,
+            outside=outside,
+            message_channels=message_channels,
+            pos_hidden_channels=pos_hidden_channels,
+        )
         self.pool = pool
         feat = hidden_channels * (2 if pool == "meanmax" else 1)
-        self.head = nn.Sequential(nn.LayerNorm(feat), nn.Linear(feat, hidden_channels), nn.GELU(),
-                                  nn.Dropout(dropout), nn.Linear(hidden_channels, num_classes))
+        self.head = nn.Sequential(
+            nn.LayerNorm(feat),
+            nn.Linear(feat, hidden_channels),
+            nn.GELU(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden_channels, num_classes),
+        )
         self.in_channels, self.num_classes = in_channels, num_classes
 
     def pool_grid(self, z: Tensor) -> Tensor:
         """Global pooling of backbone features ``[B, C, R, R, R] -> [B, C]`` (``[B, 2C]`` for ``meanmax``)."""
         channels = self.gridify.out_channels
         if not isinstance(z, Tensor) or z.dim() != 5 or z.size(1) != channels:
-            fail(f"{type(self).__name__}.pool_grid", f"z must be backbone features [B, {channels}, R, R, R], got "
-                                                     f"{tuple(z.shape) if isinstance(z, Tensor) else type(z).__name__}")
+            fail(
+                f"{type(self).__name__}.pool_grid",
+                f"z must be backbone features [B, {channels}, R, R, R], got "
+                f"{tuple(z.shape) if isinstance(z, Tensor) else type(z).__name__}",
+            )
         flat = z.flatten(2)
         if self.pool == "mean":
             return flat.mean(-1)
@@ -198,13 +284,25 @@ class GridifiedClassifier(GridifiedModel):
             return flat.amax(-1)
         return torch.cat([flat.mean(-1), flat.amax(-1)], 1)
 
-    def embed(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None, *,
-              graph: Optional[BipartiteGraph] = None) -> Tensor:
+    def embed(
+        self,
+        pos: Tensor,
+        x: Optional[Tensor] = None,
+        batch: Optional[Tensor] = None,
+        *,
+        graph: Optional[BipartiteGraph] = None,
+    ) -> Tensor:
         """Pooled grid features, one vector per cloud. [B, C] (or [B, 2C] for ``meanmax``)"""
         return self.pool_grid(self.trunk(pos, x, batch, graph=graph))
 
-    def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None, *,
-                graph: Optional[BipartiteGraph] = None) -> Tensor:
+    def forward(
+        self,
+        pos: Tensor,
+        x: Optional[Tensor] = None,
+        batch: Optional[Tensor] = None,
+        *,
+        graph: Optional[BipartiteGraph] = None,
+    ) -> Tensor:
         """Logits ``[B, num_classes]``; ``graph`` as in :meth:`trunk`."""
         return self.head(self.embed(pos, x, batch, graph=graph))
 
@@ -228,36 +326,89 @@ class GridifiedSegmenter(GridifiedModel):
         (dense [B, N, 3] inputs give [B, N, num_classes])
     """
 
-    def __init__(self, in_channels: int, num_classes: int, *, num_categories: int = 0, resolution: int = 13,
-                 k: int = 9, hidden_channels: int = 128, backbone: str = "ccnn", depth: int = 4,
-                 dropout: float = 0.3, kernel_size: Union[int, str] = 9, omega0: float = 1.0,
-                 aggr: str = "max", message: str = "concat", pos_embedding: str = "rff",
-                 point_channels: int = 64, backbone_kwargs: Optional[Dict[str, Any]] = None,
-                 bounds: Tuple[Any, Any] = (-1.0, 1.0), outside: str = "error") -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        *,
+        num_categories: int = 0,
+        resolution: int = 13,
+        k: int = 9,
+        hidden_channels: int = 128,
+        backbone: str = "ccnn",
+        depth: int = 4,
+        dropout: float = 0.3,
+        kernel_size: Union[int, str] = 9,
+        omega0: float = 1.0,
+        aggr: str = "max",
+        message: str = "concat",
+        pos_embedding: str = "rff",
+        point_channels: int = 64,
+        backbone_kwargs: Optional[Dict[str, Any]] = None,
+        bounds: Tuple[Any, Any] = (-1.0, 1.0),
+        outside: str = "error",
+    ) -> None:
         super().__init__()
         where = type(self).__name__
-        check_positive_int(where, in_channels=in_channels, num_classes=num_classes, hidden_channels=hidden_channels,
-                           point_channels=point_channels)
+        check_positive_int(
+            where,
+            in_channels=in_channels,
+            num_classes=num_classes,
+            hidden_channels=hidden_channels,
+            point_channels=point_channels,
+        )
         check_int(where, "num_categories", num_categories, 0)
-        self.check_sizes(where, hidden_channels, depth, f"num_classes={num_classes}, num_categories={num_categories}, "
-                                                        f"point_channels={point_channels} (the heads)",
-                         (hidden_channels + point_channels + num_categories) * hidden_channels
-                         + hidden_channels * num_classes + point_channels * (in_channels + point_channels))
-        self._build_trunk(in_channels=in_channels, hidden_channels=hidden_channels, resolution=resolution, k=k,
-                          omega0=omega0, aggr=aggr, message=message, pos_embedding=pos_embedding, backbone=backbone,
-                          depth=depth, dropout=dropout, kernel_size=kernel_size, backbone_kwargs=backbone_kwargs,
-                          bounds=bounds, outside=outside)
-        self.degridify = Degridification(hidden_channels, hidden_channels, omega0=omega0, aggr=aggr,
-                                         message=message, pos_embedding=pos_embedding)
-        self.point_mlp = nn.Sequential(nn.Linear(in_channels, point_channels), nn.GELU(),
-                                       nn.Linear(point_channels, point_channels))
+        self.check_sizes(
+            where,
+            hidden_channels,
+            depth,
+            f"num_classes={num_classes}, num_categories={num_categories}, point_channels={point_channels} (the heads)",
+            (hidden_channels + point_channels + num_categories) * hidden_channels
+            + hidden_channels * num_classes
+            + point_channels * (in_channels + point_channels),
+        )
+        self._build_trunk(
+            in_channels=in_channels,
+            hidden_channels=hidden_channels,
+            resolution=resolution,
+            k=k,
+            omega0=omega0,
+            aggr=aggr,
+            message=message,
+            pos_embedding=pos_embedding,
+            backbone=backbone,
+            depth=depth,
+            dropout=dropout,
+            kernel_size=kernel_size,
+            backbone_kwargs=backbone_kwargs,
+            bounds=bounds,
+            outside=outside,
+        )
+        self.degridify = Degridification(
+            hidden_channels, hidden_channels, omega0=omega0, aggr=aggr, message=message, pos_embedding=pos_embedding
+        )
+        self.point_mlp = nn.Sequential(
+            nn.Linear(in_channels, point_channels), nn.GELU(), nn.Linear(point_channels, point_channels)
+        )
         fused = hidden_channels + point_channels + num_categories
-        self.head = nn.Sequential(nn.Linear(fused, hidden_channels), nn.LayerNorm(hidden_channels), nn.GELU(),
-                                  nn.Dropout(dropout), nn.Linear(hidden_channels, num_classes))
+        self.head = nn.Sequential(
+            nn.Linear(fused, hidden_channels),
+            nn.LayerNorm(hidden_channels),
+            nn.GELU(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden_channels, num_classes),
+        )
         self.in_channels, self.num_classes, self.num_categories = in_channels, num_classes, num_categories
 
-    def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None,
-                category: Optional[Tensor] = None, *, graph: Optional[BipartiteGraph] = None) -> Tensor:
+    def forward(
+        self,
+        pos: Tensor,
+        x: Optional[Tensor] = None,
+        batch: Optional[Tensor] = None,
+        category: Optional[Tensor] = None,
+        *,
+        graph: Optional[BipartiteGraph] = None,
+    ) -> Tensor:
         """Per-point logits; ``graph`` as in :meth:`trunk` (flat inputs)."""
         where = type(self).__name__
         pos, x, batch, dense_shape = parse_points(where, pos, x, batch, self.in_channels, module_dtype(self))

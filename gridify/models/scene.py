@@ -27,6 +27,7 @@ Shapes:
     pos [N, 3] metres, x [N, F], batch [N] -> logits [N, num_classes]
     (dense pos [B, N, 3], x [B, N, F] -> [B, N, num_classes])
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,8 +36,16 @@ from typing import Any, Dict, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor, nn
 
-from .._checks import (check_batch, check_finite, check_number, check_points, check_positive_int, fail, is_real,
-                       trusted_inputs)
+from .._checks import (
+    check_batch,
+    check_finite,
+    check_number,
+    check_points,
+    check_positive_int,
+    fail,
+    is_real,
+    trusted_inputs,
+)
 from ..nn.connectivity import BipartiteGraph, GraphBuilder
 from ..nn.gridification import Degridification
 from ..nn.inputs import module_dtype, parse_points
@@ -60,8 +69,11 @@ def check_extent(where: str, extent: Any) -> Optional[Tuple[float, float, float]
         return None
     values = tuple(extent) if isinstance(extent, (tuple, list)) else (extent,) * 3
     if len(values) != 3:
-        fail(where, f"extent must be None, a positive number of metres or one per axis (ex, ey, ez), got "
-                    f"{len(values)} values {values!r}")
+        fail(
+            where,
+            f"extent must be None, a positive number of metres or one per axis (ex, ey, ez), got "
+            f"{len(values)} values {values!r}",
+        )
     for a, v in enumerate(values):
         if isinstance(v, bool) or not is_real(v):
             fail(where, f"extent[{a}] ({'xyz'[a]}) must be a positive finite number of metres, got {v!r}")
@@ -69,8 +81,9 @@ def check_extent(where: str, extent: Any) -> Optional[Tuple[float, float, float]
     return tuple(float(v) for v in values)  # type: ignore[return-value]
 
 
-def scene_box_coordinates(pos: Tensor, batch: Tensor, num_clouds: int,
-                          extent: Optional[Sequence[float]] = None) -> Tensor:
+def scene_box_coordinates(
+    pos: Tensor, batch: Tensor, num_clouds: int, extent: Optional[Sequence[float]] = None
+) -> Tensor:
     """The grid-box coordinates ``u [N, 3]`` in ``[-1, 1]^3`` of metric points (module docstring),
     without validation: finite ``pos [N, 3]``, sorted ``batch [N]`` of ``num_clouds`` non-empty clouds."""
     index = batch[:, None].expand(-1, 3)
@@ -139,55 +152,114 @@ class GridifiedSceneSegmenter(GridifiedModel):
         (dense pos [B, N, 3], x [B, N, F] -> [B, N, num_classes])
     """
 
-    def __init__(self, in_channels: int, num_classes: int, *,
-                 resolution: Union[int, Sequence[int]] = (32, 32, 8),
-                 extent: Optional[Union[float, Sequence[float]]] = None, k: int = 6, hidden_channels: int = 64,
-                 backbone: str = "unet", depth: int = 3, kernel_size: Union[int, str] = 3,
-                 point_channels: int = 32, dropout: float = 0.1, omega0: float = 1.0, aggr: str = "max",
-                 message: str = "concat", pos_embedding: str = "rff", message_channels: Optional[int] = 32,
-                 pos_hidden_channels: Optional[int] = 32,
-                 backbone_kwargs: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        *,
+        resolution: Union[int, Sequence[int]] = (32, 32, 8),
+        extent: Optional[Union[float, Sequence[float]]] = None,
+        k: int = 6,
+        hidden_channels: int = 64,
+        backbone: str = "unet",
+        depth: int = 3,
+        kernel_size: Union[int, str] = 3,
+        point_channels: int = 32,
+        dropout: float = 0.1,
+        omega0: float = 1.0,
+        aggr: str = "max",
+        message: str = "concat",
+        pos_embedding: str = "rff",
+        message_channels: Optional[int] = 32,
+        pos_hidden_channels: Optional[int] = 32,
+        backbone_kwargs: Optional[Dict[str, Any]] = None,
+    ) -> None:
         super().__init__()
         where = type(self).__name__
-        shape, self.extent = self._check_args(where, in_channels, num_classes, resolution, extent, backbone,
-                                              hidden_channels, depth, point_channels)
+        shape, self.extent = self._check_args(
+            where, in_channels, num_classes, resolution, extent, backbone, hidden_channels, depth, point_channels
+        )
         kwargs = dict(backbone_kwargs or {})
         if backbone in PER_AXIS_BACKBONES:
             kwargs.setdefault("cubic", False)
-        self._build_trunk(in_channels=in_channels + 3, hidden_channels=hidden_channels,
-                          resolution=resolution_value(shape), k=k, omega0=omega0, aggr=aggr, message=message,
-                          pos_embedding=pos_embedding, backbone=backbone, depth=depth, dropout=dropout,
-                          kernel_size=kernel_size, backbone_kwargs=kwargs, bounds=(-1.0, 1.0), outside="error",
-                          message_channels=message_channels, pos_hidden_channels=pos_hidden_channels)
-        self.degridify = Degridification(hidden_channels, hidden_channels, omega0=omega0, aggr=aggr,
-                                         message=message, pos_embedding=pos_embedding,
-                                         hidden_channels=message_channels, pos_hidden_channels=pos_hidden_channels)
-        self.point_mlp = nn.Sequential(nn.Linear(in_channels + 3, point_channels), nn.GELU(),
-                                       nn.Linear(point_channels, point_channels))
-        self.head = nn.Sequential(nn.Linear(hidden_channels + point_channels, hidden_channels),
-                                  nn.LayerNorm(hidden_channels), nn.GELU(), nn.Dropout(dropout),
-                                  nn.Linear(hidden_channels, num_classes))
+        self._build_trunk(
+            in_channels=in_channels + 3,
+            hidden_channels=hidden_channels,
+            resolution=resolution_value(shape),
+            k=k,
+            omega0=omega0,
+            aggr=aggr,
+            message=message,
+            pos_embedding=pos_embedding,
+            backbone=backbone,
+            depth=depth,
+            dropout=dropout,
+            kernel_size=kernel_size,
+            backbone_kwargs=kwargs,
+            bounds=(-1.0, 1.0),
+            outside="error",
+            message_channels=message_channels,
+            pos_hidden_channels=pos_hidden_channels,
+        )
+        self.degridify = Degridification(
+            hidden_channels,
+            hidden_channels,
+            omega0=omega0,
+            aggr=aggr,
+            message=message,
+            pos_embedding=pos_embedding,
+            hidden_channels=message_channels,
+            pos_hidden_channels=pos_hidden_channels,
+        )
+        self.point_mlp = nn.Sequential(
+            nn.Linear(in_channels + 3, point_channels), nn.GELU(), nn.Linear(point_channels, point_channels)
+        )
+        self.head = nn.Sequential(
+            nn.Linear(hidden_channels + point_channels, hidden_channels),
+            nn.LayerNorm(hidden_channels),
+            nn.GELU(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden_channels, num_classes),
+        )
         self.in_channels, self.num_classes = in_channels, num_classes
 
-    def _check_args(self, where: str, in_channels: Any, num_classes: Any, resolution: Any, extent: Any, backbone: Any,
-                    hidden_channels: Any, depth: Any, point_channels: Any
-                    ) -> Tuple[Tuple[int, int, int], Optional[Tuple[float, float, float]]]:
+    def _check_args(
+        self,
+        where: str,
+        in_channels: Any,
+        num_classes: Any,
+        resolution: Any,
+        extent: Any,
+        backbone: Any,
+        hidden_channels: Any,
+        depth: Any,
+        point_channels: Any,
+    ) -> Tuple[Tuple[int, int, int], Optional[Tuple[float, float, float]]]:
         """``(grid shape, extent)``: :meth:`__init__`'s arguments checked before anything is built."""
         if isinstance(in_channels, bool) or not isinstance(in_channels, int) or in_channels < 0:
             fail(where, f"in_channels must be a non-negative integer, got {in_channels!r}")
-        check_positive_int(where, num_classes=num_classes, hidden_channels=hidden_channels,
-                           point_channels=point_channels)
+        check_positive_int(
+            where, num_classes=num_classes, hidden_channels=hidden_channels, point_channels=point_channels
+        )
         shape = check_resolution(where, resolution)
         extent = check_extent(where, extent)
         if not isinstance(backbone, str):
             fail(where, f"backbone must be a registered backbone name, got {backbone!r}")
         if len(set(shape)) > 1 and backbone not in PER_AXIS_BACKBONES:
-            fail(where, f"resolution={shape} is not cubic; backbone={backbone!r} runs only on cubic grids "
-                        f"(an int resolution): use backbone='ccnn', 'resnet' or 'unet' for a per-axis resolution")
-        self.check_sizes(where, hidden_channels, depth, f"num_classes={num_classes}, point_channels={point_channels} "
-                                                        f"(the heads)",
-                         (hidden_channels + point_channels) * hidden_channels + hidden_channels * num_classes
-                         + point_channels * (in_channels + 3 + point_channels))
+            fail(
+                where,
+                f"resolution={shape} is not cubic; backbone={backbone!r} runs only on cubic grids "
+                f"(an int resolution): use backbone='ccnn', 'resnet' or 'unet' for a per-axis resolution",
+            )
+        self.check_sizes(
+            where,
+            hidden_channels,
+            depth,
+            f"num_classes={num_classes}, point_channels={point_channels} (the heads)",
+            (hidden_channels + point_channels) * hidden_channels
+            + hidden_channels * num_classes
+            + point_channels * (in_channels + 3 + point_channels),
+        )
         return shape, extent
 
     def graph_builder(self) -> SceneGraphBuilder:
@@ -202,8 +274,14 @@ class GridifiedSceneSegmenter(GridifiedModel):
         check_finite(where, "pos", pos, batch)
         return scene_box_coordinates(pos, batch, num_clouds, self.extent)
 
-    def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None, *,
-                graph: Optional[BipartiteGraph] = None) -> Tensor:
+    def forward(
+        self,
+        pos: Tensor,
+        x: Optional[Tensor] = None,
+        batch: Optional[Tensor] = None,
+        *,
+        graph: Optional[BipartiteGraph] = None,
+    ) -> Tensor:
         """Per-point logits of metric points; ``graph``: these points' graph from :meth:`graph_builder`."""
         where = type(self).__name__
         if x is None and isinstance(pos, Tensor):

@@ -10,6 +10,7 @@ sequence and frame; ``times``, ``mask``, ``lengths``) and runs the encoder and t
 Shapes:
     pos [B, T, N, 3], times [B, T], mask [B, T] -> TemporalOutput (logits [B, K], ...)
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, NamedTuple, Optional, Tuple
@@ -17,8 +18,17 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from .._checks import (check_choice, check_device, check_float, check_number, check_parameters, check_positive_int,
-                       check_tensor, fail, trusted_inputs)
+from .._checks import (
+    check_choice,
+    check_device,
+    check_float,
+    check_number,
+    check_parameters,
+    check_positive_int,
+    check_tensor,
+    fail,
+    trusted_inputs,
+)
 from ..nn.cfc import CfC, DeltaTGRU, check_padding, check_timespans
 from ..nn.inputs import module_dtype
 from ..registry import MODELS
@@ -152,18 +162,46 @@ class TemporalGridifiedClassifier(nn.Module):
     #: what a checkpoint of this model declares (``gridify.checkpoint.model_task``)
     task = "sequence_classification"
 
-    def __init__(self, in_channels: int, num_classes: int, *, rnn: str = "cfc", rnn_hidden: int = 64,
-                 cfc_mode: str = "default", cfc_backbone_units: int = 64, cfc_backbone_layers: int = 1,
-                 cfc_backbone_activation: str = "lecun_tanh", cfc_backbone_dropout: float = 0.0,
-                 time_scale: float = 1.0, first_timespan: float = 1.0, frame_readout: str = "pool",
-                 readout_channels: int = 8, frame_features: int = 64, frame_delta: bool = False,
-                 dropout: float = 0.1, **encoder_kwargs: Any) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        *,
+        rnn: str = "cfc",
+        rnn_hidden: int = 64,
+        cfc_mode: str = "default",
+        cfc_backbone_units: int = 64,
+        cfc_backbone_layers: int = 1,
+        cfc_backbone_activation: str = "lecun_tanh",
+        cfc_backbone_dropout: float = 0.0,
+        time_scale: float = 1.0,
+        first_timespan: float = 1.0,
+        frame_readout: str = "pool",
+        readout_channels: int = 8,
+        frame_features: int = 64,
+        frame_delta: bool = False,
+        dropout: float = 0.1,
+        **encoder_kwargs: Any,
+    ) -> None:
         super().__init__()
         where = type(self).__name__
-        self._check_args(where, in_channels, num_classes, rnn, rnn_hidden, frame_readout, readout_channels,
-                         frame_features, frame_delta, time_scale, first_timespan, encoder_kwargs)
-        self.encoder = GridifiedClassifier(in_channels, num_classes, dropout=dropout,
-                                           **{**ENCODER_DEFAULTS, **encoder_kwargs})
+        self._check_args(
+            where,
+            in_channels,
+            num_classes,
+            rnn,
+            rnn_hidden,
+            frame_readout,
+            readout_channels,
+            frame_features,
+            frame_delta,
+            time_scale,
+            first_timespan,
+            encoder_kwargs,
+        )
+        self.encoder = GridifiedClassifier(
+            in_channels, num_classes, dropout=dropout, **{**ENCODER_DEFAULTS, **encoder_kwargs}
+        )
         self.encoder.head = nn.Identity()  # the trunk only: embed() per frame
         self.frame_readout = frame_readout
         feat = self._build_readout(where, frame_readout, readout_channels, frame_features)
@@ -171,10 +209,15 @@ class TemporalGridifiedClassifier(nn.Module):
         self.frame_delta = frame_delta
         rnn_in = 2 * feat if frame_delta else feat
         if rnn == "cfc":
-            self.rnn: nn.Module = CfC(rnn_in, rnn_hidden, backbone_units=cfc_backbone_units,
-                                      backbone_layers=cfc_backbone_layers,
-                                      backbone_activation=cfc_backbone_activation,
-                                      backbone_dropout=cfc_backbone_dropout, mode=cfc_mode)
+            self.rnn: nn.Module = CfC(
+                rnn_in,
+                rnn_hidden,
+                backbone_units=cfc_backbone_units,
+                backbone_layers=cfc_backbone_layers,
+                backbone_activation=cfc_backbone_activation,
+                backbone_dropout=cfc_backbone_dropout,
+                mode=cfc_mode,
+            )
         else:
             self.rnn = DeltaTGRU(rnn_in, rnn_hidden)
         self.head = nn.Sequential(nn.LayerNorm(rnn_hidden), nn.Dropout(dropout), nn.Linear(rnn_hidden, num_classes))
@@ -182,20 +225,40 @@ class TemporalGridifiedClassifier(nn.Module):
         self.in_channels, self.num_classes, self.feat_channels = in_channels, num_classes, feat
 
     @staticmethod
-    def _check_args(where: str, in_channels: Any, num_classes: Any, rnn: Any, rnn_hidden: Any, frame_readout: Any,
-                    readout_channels: Any, frame_features: Any, frame_delta: Any, time_scale: Any,
-                    first_timespan: Any, encoder_kwargs: Dict[str, Any]) -> None:
+    def _check_args(
+        where: str,
+        in_channels: Any,
+        num_classes: Any,
+        rnn: Any,
+        rnn_hidden: Any,
+        frame_readout: Any,
+        readout_channels: Any,
+        frame_features: Any,
+        frame_delta: Any,
+        time_scale: Any,
+        first_timespan: Any,
+        encoder_kwargs: Dict[str, Any],
+    ) -> None:
         """:meth:`__init__`'s own arguments, checked before the encoder is built."""
-        check_positive_int(where, in_channels=in_channels, num_classes=num_classes, rnn_hidden=rnn_hidden,
-                           readout_channels=readout_channels, frame_features=frame_features)
+        check_positive_int(
+            where,
+            in_channels=in_channels,
+            num_classes=num_classes,
+            rnn_hidden=rnn_hidden,
+            readout_channels=readout_channels,
+            frame_features=frame_features,
+        )
         check_choice(where, "frame_readout", frame_readout, READOUTS)
         if not isinstance(frame_delta, bool):
             raise TypeError(f"{where}: frame_delta must be a bool, got {type(frame_delta).__name__}")
         check_choice(where, "rnn", rnn, RNNS)
         check_number(where, "time_scale", time_scale)
         check_number(where, "first_timespan", first_timespan, strict=False)
-        check_parameters(where, f"rnn_hidden={rnn_hidden}, num_classes={num_classes}",
-                         rnn_hidden * (3 * rnn_hidden + num_classes + 4))
+        check_parameters(
+            where,
+            f"rnn_hidden={rnn_hidden}, num_classes={num_classes}",
+            rnn_hidden * (3 * rnn_hidden + num_classes + 4),
+        )
         if "num_classes" in encoder_kwargs or "in_channels" in encoder_kwargs:
             raise TypeError(f"{where}: in_channels/num_classes are given once, as the first two arguments")
 
@@ -203,12 +266,18 @@ class TemporalGridifiedClassifier(nn.Module):
         """Set ``self.readout`` (None for ``"pool"``) on the encoder's grid; returns the frame embedding size."""
         hidden_channels, resolution = self.encoder.gridify.out_channels, self.encoder.resolution
         if frame_readout == "flatten":
-            check_parameters(where, f"frame_readout='flatten' with readout_channels={readout_channels}, "
-                                    f"frame_features={frame_features} at resolution={resolution}",
-                             readout_channels * resolution ** 3 * frame_features)
+            check_parameters(
+                where,
+                f"frame_readout='flatten' with readout_channels={readout_channels}, "
+                f"frame_features={frame_features} at resolution={resolution}",
+                readout_channels * resolution**3 * frame_features,
+            )
             self.readout: Optional[nn.Module] = nn.Sequential(
-                nn.Conv3d(hidden_channels, readout_channels, 1), nn.GELU(), nn.Flatten(1),
-                nn.Linear(readout_channels * resolution ** 3, frame_features))
+                nn.Conv3d(hidden_channels, readout_channels, 1),
+                nn.GELU(),
+                nn.Flatten(1),
+                nn.Linear(readout_channels * resolution**3, frame_features),
+            )
             return frame_features
         self.readout = None
         return hidden_channels * (2 if self.encoder.pool == "meanmax" else 1)
@@ -219,8 +288,14 @@ class TemporalGridifiedClassifier(nn.Module):
             return self.encoder.embed(pos, x)
         return self.readout(self.encoder.trunk(pos, x))
 
-    def forward(self, pos: Tensor, times: Optional[Tensor] = None, mask: Optional[Tensor] = None,
-                lengths: Optional[Tensor] = None, x: Optional[Tensor] = None) -> TemporalOutput:
+    def forward(
+        self,
+        pos: Tensor,
+        times: Optional[Tensor] = None,
+        mask: Optional[Tensor] = None,
+        lengths: Optional[Tensor] = None,
+        x: Optional[Tensor] = None,
+    ) -> TemporalOutput:
         where = type(self).__name__
         pos, x, mask = self._check_frames(where, pos, x, mask, lengths)
         timespans = self._timespans(where, pos, times, mask)
@@ -233,17 +308,24 @@ class TemporalGridifiedClassifier(nn.Module):
             states, last = self.rnn(seq, timespans.to(seq.dtype), mask=mask)
             return TemporalOutput(self.head(last), self.head(states), states)
 
-    def _check_frames(self, where: str, pos: Tensor, x: Optional[Tensor], mask: Optional[Tensor],
-                      lengths: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor], Tensor]:
+    def _check_frames(
+        self, where: str, pos: Tensor, x: Optional[Tensor], mask: Optional[Tensor], lengths: Optional[Tensor]
+    ) -> Tuple[Tensor, Optional[Tensor], Tensor]:
         """Validate ``pos``/``x`` (shapes, dtypes, devices, finite at valid frames) and the padding."""
         if not isinstance(pos, Tensor) or pos.dim() != 4 or pos.size(-1) != 3:
-            fail(where, f"pos must be a tensor of shape [B, T, N, 3], got "
-                        f"{tuple(pos.shape) if isinstance(pos, Tensor) else type(pos).__name__}")
+            fail(
+                where,
+                f"pos must be a tensor of shape [B, T, N, 3], got "
+                f"{tuple(pos.shape) if isinstance(pos, Tensor) else type(pos).__name__}",
+            )
         check_float(where, "pos", pos)
         b, t, n, _ = pos.shape
         if x is not None and (not isinstance(x, Tensor) or x.dim() != 4 or tuple(x.shape[:3]) != (b, t, n)):
-            fail(where, f"x must have shape [B, T, N, F] = [{b}, {t}, {n}, F], got "
-                        f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
+            fail(
+                where,
+                f"x must have shape [B, T, N, F] = [{b}, {t}, {n}, F], got "
+                f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}",
+            )
         if x is not None:
             check_device(where, "x", x, pos.device)
             if x.is_floating_point():
@@ -267,9 +349,12 @@ class TemporalGridifiedClassifier(nn.Module):
         inside = grid.contains_unchecked(pos.reshape(-1, 3)).view(pos.shape[:3]) | ~mask[:, :, None]
         if not bool(inside.all()):
             b, t, p = (~inside).nonzero()[0].tolist()
-            fail(where, f"pos has points outside the grid box {grid.lower}..{grid.upper} at valid frames "
-                        f"({int((~inside).sum())} points); first at sequence {b}, frame {t}, point {p} "
-                        f"{[round(v, 4) for v in pos[b, t, p].tolist()]}; normalize the frames into the box")
+            fail(
+                where,
+                f"pos has points outside the grid box {grid.lower}..{grid.upper} at valid frames "
+                f"({int((~inside).sum())} points); first at sequence {b}, frame {t}, point {p} "
+                f"{[round(v, 4) for v in pos[b, t, p].tolist()]}; normalize the frames into the box",
+            )
 
     def _timespans(self, where: str, pos: Tensor, times: Optional[Tensor], mask: Tensor) -> Tensor:
         """``dt`` ``[B, T]`` in float64: ``first_timespan`` at first valid frames, else scaled differences."""
@@ -278,8 +363,11 @@ class TemporalGridifiedClassifier(nn.Module):
             times = torch.arange(t, dtype=torch.float64, device=pos.device).expand(b, t)
         else:
             if not isinstance(times, Tensor) or tuple(times.shape) != (b, t):
-                fail(where, f"times must have shape [B, T] = [{b}, {t}], got "
-                            f"{tuple(times.shape) if isinstance(times, Tensor) else type(times).__name__}")
+                fail(
+                    where,
+                    f"times must have shape [B, T] = [{b}, {t}], got "
+                    f"{tuple(times.shape) if isinstance(times, Tensor) else type(times).__name__}",
+                )
             if times.dtype == torch.bool or times.is_complex():
                 fail(where, f"times must hold real numbers, got dtype {times.dtype}")
             check_device(where, "times", times, pos.device)
@@ -290,8 +378,11 @@ class TemporalGridifiedClassifier(nn.Module):
         later = mask & (torch.cumsum(mask.long(), 1) > 1)
         if bool((timespans[later] <= 0).any()):
             bi, ti = ((timespans <= 0) & later).nonzero()[0].tolist()
-            fail(where, f"times must increase strictly over the valid frames of each sequence; sequence {bi} "
-                        f"frame {ti} is at {float(times[bi, ti]):g}, not after the previous valid frame")
+            fail(
+                where,
+                f"times must increase strictly over the valid frames of each sequence; sequence {bi} "
+                f"frame {ti} is at {float(times[bi, ti]):g}, not after the previous valid frame",
+            )
         first = mask & ~later
         timespans = torch.where(first, torch.full_like(timespans, self.first_timespan), timespans * self.time_scale)
         check_timespans(where, timespans, mask, module_dtype(self))
@@ -304,5 +395,8 @@ def _check_frames_finite(where: str, name: str, value: Tensor, mask: Tensor) -> 
     if bool(bad.any()):
         b, t, p, _ = bad.nonzero()[0].tolist()
         what = "NaN" if bool(torch.isnan(value[b, t, p]).any()) else "Inf"
-        fail(where, f"{name} contains {what} values at valid frames ({int(bad.any(-1).sum())} points affected); "
-                    f"first at sequence {b}, frame {t}, point {p}")
+        fail(
+            where,
+            f"{name} contains {what} values at valid frames ({int(bad.any(-1).sum())} points affected); "
+            f"first at sequence {b}, frame {t}, point {p}",
+        )

@@ -1,4 +1,5 @@
 """Neural-network modules: the grid, bilateral kNN, (de-)gridification, fields, kernels."""
+
 from .connectivity import BipartiteGraph, GraphBuilder, bilateral_knn
 from .fields import RandomFourierField, SIRENField
 from .flexconv import SepFlexConv3d
@@ -10,7 +11,27 @@ from .gridification import BipartiteConv, Degridification, Gridification
 from .cfc import CfC, CfCCell, DeltaTGRU
 from .reparam import is_reparameterizable, reparameterize_model
 
-__all__ = ["RegularGrid", "BipartiteGraph", "GraphBuilder", "bilateral_knn", "BipartiteConv", "Gridification",
-           "Degridification", "RandomFourierField", "SIRENField", "ChannelLayerNorm", "recalibrate_batchnorm", "SepFlexConv3d", "MAGNet",
-           "SIRENKernel", "RFFKernel", "CfCCell", "CfC", "DeltaTGRU",
-           "MRConv3d", "MRConvSeparable3d", "is_reparameterizable", "reparameterize_model"]
+__all__ = [
+    "RegularGrid",
+    "BipartiteGraph",
+    "GraphBuilder",
+    "bilateral_knn",
+    "BipartiteConv",
+    "Gridification",
+    "Degridification",
+    "RandomFourierField",
+    "SIRENField",
+    "ChannelLayerNorm",
+    "recalibrate_batchnorm",
+    "SepFlexConv3d",
+    "MAGNet",
+    "SIRENKernel",
+    "RFFKernel",
+    "CfCCell",
+    "CfC",
+    "DeltaTGRU",
+    "MRConv3d",
+    "MRConvSeparable3d",
+    "is_reparameterizable",
+    "reparameterize_model",
+]

@@ -28,6 +28,7 @@ Shapes:
     CfCCell: input [B, F], hx [B, H], timespans [B] -> [B, H];
     CfC / DeltaTGRU: input [B, T, F], timespans [B, T], mask [B, T] -> ([B, T, H], [B, H])
 """
+
 from __future__ import annotations
 
 from typing import Callable, Dict, Optional, Tuple, Union
@@ -35,8 +36,20 @@ from typing import Callable, Dict, Optional, Tuple, Union
 import torch
 from torch import Tensor, nn
 
-from .._checks import (check_choice, check_device, check_finite, check_int, check_integer, check_number,
-                       check_parameters, check_positive_int, check_probability, check_tensor, fail, validating)
+from .._checks import (
+    check_choice,
+    check_device,
+    check_finite,
+    check_int,
+    check_integer,
+    check_number,
+    check_parameters,
+    check_positive_int,
+    check_probability,
+    check_tensor,
+    fail,
+    validating,
+)
 from .inputs import check_same_dtype
 
 __all__ = ["CfCCell", "CfC", "DeltaTGRU", "CFC_MODES", "CFC_ACTIVATIONS"]
@@ -52,7 +65,11 @@ class LeCunTanh(nn.Module):
 
 
 CFC_ACTIVATIONS: Dict[str, Callable[[], nn.Module]] = {
-    "lecun_tanh": LeCunTanh, "tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU, "gelu": nn.GELU,
+    "lecun_tanh": LeCunTanh,
+    "tanh": nn.Tanh,
+    "relu": nn.ReLU,
+    "silu": nn.SiLU,
+    "gelu": nn.GELU,
 }
 
 
@@ -77,9 +94,16 @@ class CfCCell(nn.Module):
         input [B, F], hx [B, H], timespans [B] (or [B, 1], or a scalar) -> [B, H]
     """
 
-    def __init__(self, input_size: int, hidden_size: int, backbone_units: int = 64, backbone_layers: int = 1,
-                 backbone_activation: str = "lecun_tanh", backbone_dropout: float = 0.0,
-                 mode: str = "default") -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        backbone_units: int = 64,
+        backbone_layers: int = 1,
+        backbone_activation: str = "lecun_tanh",
+        backbone_dropout: float = 0.0,
+        mode: str = "default",
+    ) -> None:
         super().__init__()
         where = type(self).__name__
         check_positive_int(where, input_size=input_size, hidden_size=hidden_size, backbone_units=backbone_units)
@@ -88,9 +112,11 @@ class CfCCell(nn.Module):
         check_probability(where, "backbone_dropout", backbone_dropout)
         check_choice(where, "mode", mode, CFC_MODES)
         width = input_size + hidden_size
-        check_parameters(where, f"input_size={input_size}, hidden_size={hidden_size}, backbone_units={backbone_units}",
-                         backbone_units * (width + backbone_units * backbone_layers)
-                         + 3 * hidden_size * max(width, backbone_units))
+        check_parameters(
+            where,
+            f"input_size={input_size}, hidden_size={hidden_size}, backbone_units={backbone_units}",
+            backbone_units * (width + backbone_units * backbone_layers) + 3 * hidden_size * max(width, backbone_units),
+        )
         self.input_size, self.hidden_size, self.mode = input_size, hidden_size, mode
         layers = []
         width = input_size + hidden_size
@@ -117,12 +143,16 @@ class CfCCell(nn.Module):
         z = self.backbone(torch.cat([input, hx], -1))
         return self.f(z), torch.tanh(self.g(z)), torch.tanh(self.h(z))
 
-    def forward(self, input: Tensor, hx: Optional[Tensor] = None,
-                timespans: Union[Tensor, float, None] = None) -> Tensor:
+    def forward(
+        self, input: Tensor, hx: Optional[Tensor] = None, timespans: Union[Tensor, float, None] = None
+    ) -> Tensor:
         where = type(self).__name__
         if not isinstance(input, Tensor) or input.dim() != 2 or input.size(-1) != self.input_size:
-            fail(where, f"input must be a tensor of shape [B, {self.input_size}], "
-                        f"got {tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__}")
+            fail(
+                where,
+                f"input must be a tensor of shape [B, {self.input_size}], "
+                f"got {tuple(input.shape) if isinstance(input, Tensor) else type(input).__name__}",
+            )
         if not input.is_floating_point():
             fail(where, f"input must be a floating-point tensor, got dtype {input.dtype}")
         check_same_dtype(where, "input", input, self.f.weight)
@@ -130,8 +160,11 @@ class CfCCell(nn.Module):
         if hx is None:
             hx = input.new_zeros(b, self.hidden_size)
         elif not isinstance(hx, Tensor) or tuple(hx.shape) != (b, self.hidden_size):
-            fail(where, f"hx must have shape [{b}, {self.hidden_size}], "
-                        f"got {tuple(hx.shape) if isinstance(hx, Tensor) else type(hx).__name__}")
+            fail(
+                where,
+                f"hx must have shape [{b}, {self.hidden_size}], "
+                f"got {tuple(hx.shape) if isinstance(hx, Tensor) else type(hx).__name__}",
+            )
         else:
             check_same_dtype(where, "hx", hx, self.f.weight)
         ts = _cell_timespans(where, timespans, b, input)
@@ -172,27 +205,42 @@ def _cell_timespans(where: str, timespans: Union[Tensor, float, None], b: int, r
     return timespans.to(ref.dtype).unsqueeze(-1)
 
 
-def check_padding(where: str, mask: Optional[Tensor], lengths: Optional[Tensor], b: int, t: int,
-                  device: torch.device, min_length: int = 0) -> Tensor:
+def check_padding(
+    where: str,
+    mask: Optional[Tensor],
+    lengths: Optional[Tensor],
+    b: int,
+    t: int,
+    device: torch.device,
+    min_length: int = 0,
+) -> Tensor:
     """The valid steps ``[B, T]`` (bool) from ``mask`` (bool, or 0/1 integers) or ``lengths``
     (integers in ``[min_length, T]``, a valid prefix); all steps when both are None."""
     if mask is not None and lengths is not None:
         fail(where, "pass either mask or lengths, not both")
     if lengths is not None:
         if not isinstance(lengths, Tensor) or lengths.dim() != 1 or lengths.numel() != b:
-            fail(where, f"lengths must be a 1-D tensor with one entry per sequence ({b}), got "
-                        f"{tuple(lengths.shape) if isinstance(lengths, Tensor) else type(lengths).__name__}")
+            fail(
+                where,
+                f"lengths must be a 1-D tensor with one entry per sequence ({b}), got "
+                f"{tuple(lengths.shape) if isinstance(lengths, Tensor) else type(lengths).__name__}",
+            )
         check_integer(where, "lengths", lengths)
         check_device(where, "lengths", lengths, device, "the inputs")
         if b and (int(lengths.min()) < min_length or int(lengths.max()) > t):
-            fail(where, f"lengths must lie in [{min_length}, T={t}], got min {int(lengths.min())} max "
-                        f"{int(lengths.max())}")
+            fail(
+                where,
+                f"lengths must lie in [{min_length}, T={t}], got min {int(lengths.min())} max {int(lengths.max())}",
+            )
         return torch.arange(t, device=device)[None, :] < lengths[:, None]
     if mask is None:
         return torch.ones(b, t, dtype=torch.bool, device=device)
     if not isinstance(mask, Tensor) or tuple(mask.shape) != (b, t):
-        fail(where, f"mask must have shape [B, T] = [{b}, {t}], got "
-                    f"{tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__}")
+        fail(
+            where,
+            f"mask must have shape [B, T] = [{b}, {t}], got "
+            f"{tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__}",
+        )
     check_device(where, "mask", mask, device, "the inputs")
     if mask.dtype != torch.bool:
         if mask.is_floating_point() or mask.is_complex() or not bool(((mask == 0) | (mask == 1)).all()):
@@ -201,27 +249,39 @@ def check_padding(where: str, mask: Optional[Tensor], lengths: Optional[Tensor],
     return mask
 
 
-def check_timespans(where: str, timespans: Tensor, mask: Optional[Tensor], dtype: Optional[torch.dtype] = None
-                    ) -> None:
+def check_timespans(where: str, timespans: Tensor, mask: Optional[Tensor], dtype: Optional[torch.dtype] = None) -> None:
     """Elapsed times at the valid steps: finite, non-negative and (in ``dtype``) still finite."""
     valid = timespans if mask is None else timespans[mask]
     if valid.numel() and not bool(torch.isfinite(valid).all()):
         fail(where, "timespans contains NaN/Inf at valid (unmasked) steps")
     if valid.numel() and bool((valid < 0).any()):
         if mask is None:
-            fail(where, f"timespans must be non-negative (elapsed time since the previous step); sequence "
-                        f"{int((timespans < 0).nonzero()[0])} has {float(valid.min()):.4g}")
+            fail(
+                where,
+                f"timespans must be non-negative (elapsed time since the previous step); sequence "
+                f"{int((timespans < 0).nonzero()[0])} has {float(valid.min()):.4g}",
+            )
         bad = ((timespans < 0) & mask).nonzero()[0].tolist()
-        fail(where, f"timespans must be non-negative (elapsed time since the previous step); sequence "
-                    f"{bad[0]} step {bad[1]} has {float(timespans[bad[0], bad[1]]):.4g}")
+        fail(
+            where,
+            f"timespans must be non-negative (elapsed time since the previous step); sequence "
+            f"{bad[0]} step {bad[1]} has {float(timespans[bad[0], bad[1]]):.4g}",
+        )
     if dtype is not None and valid.numel() and not bool(torch.isfinite(valid.to(dtype)).all()):
-        fail(where, f"timespans up to {float(valid.max()):.4g} overflow {dtype} (the input's dtype); rescale the "
-                    f"times")
+        fail(where, f"timespans up to {float(valid.max()):.4g} overflow {dtype} (the input's dtype); rescale the times")
 
 
-def check_sequence_inputs(where: str, input: Tensor, input_size: int, timespans: Optional[Tensor],
-                          mask: Optional[Tensor], lengths: Optional[Tensor], hx: Optional[Tensor],
-                          hidden_size: int, ref: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+def check_sequence_inputs(
+    where: str,
+    input: Tensor,
+    input_size: int,
+    timespans: Optional[Tensor],
+    mask: Optional[Tensor],
+    lengths: Optional[Tensor],
+    hx: Optional[Tensor],
+    hidden_size: int,
+    ref: Optional[Tensor] = None,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Validate ``[B, T, F]`` inputs; return ``(input, timespans [B, T] in input's dtype, mask [B, T]
     bool, hx [B, H])``, ``input`` and ``timespans`` with their padded steps set to 0 (:func:`mask_padding`).
 
@@ -244,8 +304,11 @@ def check_sequence_inputs(where: str, input: Tensor, input_size: int, timespans:
         if timespans.dim() == 3 and timespans.size(-1) == 1:
             timespans = timespans.squeeze(-1)
         if tuple(timespans.shape) != (b, t):
-            fail(where, f"timespans must have shape [B, T] = [{b}, {t}] (elapsed time since the previous "
-                        f"step), got {tuple(timespans.shape)}")
+            fail(
+                where,
+                f"timespans must have shape [B, T] = [{b}, {t}] (elapsed time since the previous "
+                f"step), got {tuple(timespans.shape)}",
+            )
         if timespans.dtype == torch.bool or timespans.is_complex():
             fail(where, f"timespans must hold real numbers, got dtype {timespans.dtype}")
         check_device(where, "timespans", timespans, input.device, "the inputs")
@@ -253,8 +316,11 @@ def check_sequence_inputs(where: str, input: Tensor, input_size: int, timespans:
     if hx is None:
         hx = input.new_zeros(b, hidden_size)
     elif not isinstance(hx, Tensor) or tuple(hx.shape) != (b, hidden_size):
-        fail(where, f"hx must have shape [B, H] = [{b}, {hidden_size}], got "
-                    f"{tuple(hx.shape) if isinstance(hx, Tensor) else type(hx).__name__}")
+        fail(
+            where,
+            f"hx must have shape [B, H] = [{b}, {hidden_size}], got "
+            f"{tuple(hx.shape) if isinstance(hx, Tensor) else type(hx).__name__}",
+        )
     else:
         check_same_dtype(where, "hx", hx, input)
     input, timespans = mask_padding(input, timespans, mask)  # padding is not data: never checked, never used
@@ -276,8 +342,9 @@ def mask_padding(input: Tensor, timespans: Tensor, mask: Tensor) -> Tuple[Tensor
     return input.masked_fill(~mask[..., None], 0), timespans.masked_fill(~mask, 0)
 
 
-def run_masked(step: Callable[[Tensor, Tensor, Tensor], Tensor], input: Tensor, timespans: Tensor,
-               mask: Tensor, hx: Tensor) -> Tuple[Tensor, Tensor]:
+def run_masked(
+    step: Callable[[Tensor, Tensor, Tensor], Tensor], input: Tensor, timespans: Tensor, mask: Tensor, hx: Tensor
+) -> Tuple[Tensor, Tensor]:
     """Unroll ``hx <- step(input_t, hx, timespans_t)`` over T; masked steps keep ``hx`` unchanged.
 
     Returns ``(states [B, T, H], last [B, H])``: ``states[:, t]`` is the state after step ``t``
@@ -311,22 +378,50 @@ class CfC(nn.Module):
         -> (states [B, T, H], last [B, H])
     """
 
-    def __init__(self, input_size: int, hidden_size: int, backbone_units: int = 64, backbone_layers: int = 1,
-                 backbone_activation: str = "lecun_tanh", backbone_dropout: float = 0.0,
-                 mode: str = "default") -> None:
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        backbone_units: int = 64,
+        backbone_layers: int = 1,
+        backbone_activation: str = "lecun_tanh",
+        backbone_dropout: float = 0.0,
+        mode: str = "default",
+    ) -> None:
         super().__init__()
-        self.cell = CfCCell(input_size, hidden_size, backbone_units=backbone_units,
-                            backbone_layers=backbone_layers, backbone_activation=backbone_activation,
-                            backbone_dropout=backbone_dropout, mode=mode)
+        self.cell = CfCCell(
+            input_size,
+            hidden_size,
+            backbone_units=backbone_units,
+            backbone_layers=backbone_layers,
+            backbone_activation=backbone_activation,
+            backbone_dropout=backbone_dropout,
+            mode=mode,
+        )
         self.input_size, self.hidden_size = input_size, hidden_size
 
     def reset_parameters(self) -> None:
         self.cell.reset_parameters()
 
-    def forward(self, input: Tensor, timespans: Optional[Tensor] = None, mask: Optional[Tensor] = None,
-                lengths: Optional[Tensor] = None, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        input, timespans, mask, hx = check_sequence_inputs(type(self).__name__, input, self.input_size, timespans,
-                                                           mask, lengths, hx, self.hidden_size, self.cell.f.weight)
+    def forward(
+        self,
+        input: Tensor,
+        timespans: Optional[Tensor] = None,
+        mask: Optional[Tensor] = None,
+        lengths: Optional[Tensor] = None,
+        hx: Optional[Tensor] = None,
+    ) -> Tuple[Tensor, Tensor]:
+        input, timespans, mask, hx = check_sequence_inputs(
+            type(self).__name__,
+            input,
+            self.input_size,
+            timespans,
+            mask,
+            lengths,
+            hx,
+            self.hidden_size,
+            self.cell.f.weight,
+        )
         cell = self.cell
 
         def step(i: Tensor, h: Tensor, dt: Tensor) -> Tensor:
@@ -351,18 +446,36 @@ class DeltaTGRU(nn.Module):
         super().__init__()
         check_positive_int(type(self).__name__, input_size=input_size, hidden_size=hidden_size)
         check_number(type(self).__name__, "time_scale", time_scale)
-        check_parameters(type(self).__name__, f"input_size={input_size}, hidden_size={hidden_size}",
-                         3 * hidden_size * (input_size + hidden_size + 3))
+        check_parameters(
+            type(self).__name__,
+            f"input_size={input_size}, hidden_size={hidden_size}",
+            3 * hidden_size * (input_size + hidden_size + 3),
+        )
         self.cell = nn.GRUCell(input_size + 1, hidden_size)
         self.input_size, self.hidden_size, self.time_scale = input_size, hidden_size, float(time_scale)
 
     def reset_parameters(self) -> None:
         self.cell.reset_parameters()
 
-    def forward(self, input: Tensor, timespans: Optional[Tensor] = None, mask: Optional[Tensor] = None,
-                lengths: Optional[Tensor] = None, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        input, timespans, mask, hx = check_sequence_inputs(type(self).__name__, input, self.input_size, timespans,
-                                                           mask, lengths, hx, self.hidden_size, self.cell.weight_ih)
+    def forward(
+        self,
+        input: Tensor,
+        timespans: Optional[Tensor] = None,
+        mask: Optional[Tensor] = None,
+        lengths: Optional[Tensor] = None,
+        hx: Optional[Tensor] = None,
+    ) -> Tuple[Tensor, Tensor]:
+        input, timespans, mask, hx = check_sequence_inputs(
+            type(self).__name__,
+            input,
+            self.input_size,
+            timespans,
+            mask,
+            lengths,
+            hx,
+            self.hidden_size,
+            self.cell.weight_ih,
+        )
         scale = self.time_scale
 
         def step(i: Tensor, h: Tensor, dt: Tensor) -> Tensor:

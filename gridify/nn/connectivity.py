@@ -11,6 +11,7 @@ validating its own inputs once. Distances are compared in the working frame of
 Shapes:
     pos [N, 3], batch [N] -> BipartiteGraph.edge_index [2, E] (point, global node)
 """
+
 from __future__ import annotations
 
 import warnings
@@ -20,8 +21,17 @@ from typing import Any, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .._checks import (check_alloc, check_batch, check_choice, check_finite, check_int, check_points, element_size,
-                       fail, is_int)
+from .._checks import (
+    check_alloc,
+    check_batch,
+    check_choice,
+    check_finite,
+    check_int,
+    check_points,
+    element_size,
+    fail,
+    is_int,
+)
 from ..ops.distance import distance_frame, working_dtype
 from ..ops.grid import box_tensors, check_grid_size, grid_knn_bytes, grid_knn_unchecked
 from ..ops.knn import BACKENDS as KNN_BACKENDS
@@ -71,8 +81,7 @@ class BipartiteGraph:
     def degree(self) -> Tuple[Tensor, Tensor]:
         """Number of edges at every point ``[N]`` and at every grid node ``[B * Rx Ry Rz]``."""
         point, node = self.edge_index
-        return (torch.bincount(point, minlength=self.num_points),
-                torch.bincount(node, minlength=self.num_nodes))
+        return (torch.bincount(point, minlength=self.num_points), torch.bincount(node, minlength=self.num_nodes))
 
 
 @dataclass(frozen=True)
@@ -93,14 +102,19 @@ class GraphBuilder:
     knn_backend: str = "auto"
     max_in_degree: Optional[int] = None
 
-    def __call__(self, pos: Tensor, batch: Optional[Tensor] = None, num_clouds: Optional[int] = None
-                 ) -> BipartiteGraph:
+    def __call__(self, pos: Tensor, batch: Optional[Tensor] = None, num_clouds: Optional[int] = None) -> BipartiteGraph:
         return bilateral_knn(pos, self.grid, self.k, batch, num_clouds, self.knn_backend, self.max_in_degree)
 
 
-def bilateral_knn(pos: Tensor, grid: RegularGrid, k: int, batch: Optional[Tensor] = None,
-                  num_clouds: Optional[int] = None, knn_backend: str = "auto",
-                  max_in_degree: Optional[int] = None) -> BipartiteGraph:
+def bilateral_knn(
+    pos: Tensor,
+    grid: RegularGrid,
+    k: int,
+    batch: Optional[Tensor] = None,
+    num_clouds: Optional[int] = None,
+    knn_backend: str = "auto",
+    max_in_degree: Optional[int] = None,
+) -> BipartiteGraph:
     r"""Bilateral kNN connectivity (thesis sec. 4.2.5).
 
         E = { (j -> i) : j in kNN_P(c_i^G) } U { (j -> i) : i in kNN_G(c_j^P) }
@@ -135,8 +149,9 @@ def bilateral_knn(pos: Tensor, grid: RegularGrid, k: int, batch: Optional[Tensor
     return bilateral_knn_unchecked(pos, grid, k, batch, counts, knn_backend, max_in_degree)
 
 
-def check_graph_size(where: str, grid: RegularGrid, k: int, num_points: int, num_clouds: int, pos: Tensor,
-                     channels: int = 0) -> None:
+def check_graph_size(
+    where: str, grid: RegularGrid, k: int, num_points: int, num_clouds: int, pos: Tensor, channels: int = 0
+) -> None:
     """Refuse a batch whose graph (and ``channels`` features per grid node) exceeds the allocation limit.
 
     Estimate: per grid node its position and cloud (``3 w + 8`` bytes, ``w`` the working dtype's
@@ -149,8 +164,11 @@ def check_graph_size(where: str, grid: RegularGrid, k: int, num_points: int, num
     check_grid_size(where, grid.shape, num_clouds)
     nodes = num_clouds * grid.num_nodes
     w = element_size(working_dtype(pos.dtype))
-    nbytes = (nodes * (3 * w + 8 + channels * pos.element_size()) + 2 * knn_bytes(nodes, num_points, k)
-              + grid_knn_bytes(num_points, min(k, grid.num_nodes)))
+    nbytes = (
+        nodes * (3 * w + 8 + channels * pos.element_size())
+        + 2 * knn_bytes(nodes, num_points, k)
+        + grid_knn_bytes(num_points, min(k, grid.num_nodes))
+    )
     check_alloc(where, f"resolution={R} with k={k} for {num_clouds} clouds ({nodes} grid nodes)", nbytes, pos.device)
 
 
@@ -170,12 +188,22 @@ def warn_small_clouds(where: str, counts: Tensor, k: int) -> None:
     small = (counts < min(k, int(counts.max()) + 1)).nonzero().flatten()  # (k may exceed int64)
     if small.numel():
         b = int(small[0])
-        warnings.warn(f"{where}: cloud {b} has {int(counts[b])} points, fewer than k={k}; its grid nodes "
-                      f"connect to all of its points ({small.numel()} such clouds)", stacklevel=4)
+        warnings.warn(
+            f"{where}: cloud {b} has {int(counts[b])} points, fewer than k={k}; its grid nodes "
+            f"connect to all of its points ({small.numel()} such clouds)",
+            stacklevel=4,
+        )
 
 
-def bilateral_knn_unchecked(pos: Tensor, grid: RegularGrid, k: int, batch: Tensor, counts: Tensor,
-                            knn_backend: str = "auto", max_in_degree: Optional[int] = None) -> BipartiteGraph:
+def bilateral_knn_unchecked(
+    pos: Tensor,
+    grid: RegularGrid,
+    k: int,
+    batch: Tensor,
+    counts: Tensor,
+    knn_backend: str = "auto",
+    max_in_degree: Optional[int] = None,
+) -> BipartiteGraph:
     """:func:`bilateral_knn` on validated inputs: finite ``pos [N, 3]``, sorted int64 ``batch [N]``,
     ``counts [B]`` points per cloud (all > 0), valid hyper-parameters."""
     B = counts.numel()
@@ -186,7 +214,7 @@ def bilateral_knn_unchecked(pos: Tensor, grid: RegularGrid, k: int, batch: Tenso
     node_batch = torch.arange(B, device=pos.device).repeat_interleave(R3)
     g2p = knn_unchecked(pos, node_pos, k, batch, node_batch, counts, knn_backend)  # (node, point)
     lo, hi = box_tensors(grid.lower, grid.upper, pos.device, work)
-    p2g = grid_knn_unchecked(pos, min(k, R3), grid.shape, lo, hi, batch)   # (point, node)
+    p2g = grid_knn_unchecked(pos, min(k, R3), grid.shape, lo, hi, batch)  # (point, node)
     n = pos.size(0)
     key_a = g2p[0] * n + g2p[1]
     key_b = p2g[1] * n + p2g[0]
@@ -197,8 +225,9 @@ def bilateral_knn_unchecked(pos: Tensor, grid: RegularGrid, k: int, batch: Tenso
     return BipartiteGraph(edge_index=edge_index, pos=pos, batch=batch, num_clouds=B, grid=grid)
 
 
-def _cap_in_degree(key_a: Tensor, key_b: Tensor, p2g: Tensor, pos: Tensor, nodes: Tensor, n: int, R3: int,
-                   B: int, cap: int) -> Tensor:
+def _cap_in_degree(
+    key_a: Tensor, key_b: Tensor, p2g: Tensor, pos: Tensor, nodes: Tensor, n: int, R3: int, B: int, cap: int
+) -> Tensor:
     """Keep the point -> node edges that fit under ``cap`` per node, plus coverage edges."""
     extra = ~torch.isin(key_b, key_a)
     point, node = p2g[0][extra], p2g[1][extra]

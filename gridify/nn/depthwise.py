@@ -29,6 +29,7 @@ Shapes:
     x [B, C, R, R, R] (channels-last or contiguous), kernel [C, 1, K, K, K] (K odd, K <= 2R - 1)
     -> [B, C, R, R, R]; per axis: x [B, C, Rx, Ry, Rz], kernel [C, 1, Kx, Ky, Kz] -> [B, C, Rx, Ry, Rz]
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
@@ -37,8 +38,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["DepthwiseConv3dFunction", "depthwise_conv3d_direct", "gemm_weight_gradient", "fft_weight_gradient",
-           "GEMM_WEIGHT_GRADIENT_MAX_RESOLUTION", "next_fast_len"]
+__all__ = [
+    "DepthwiseConv3dFunction",
+    "depthwise_conv3d_direct",
+    "gemm_weight_gradient",
+    "fft_weight_gradient",
+    "GEMM_WEIGHT_GRADIENT_MAX_RESOLUTION",
+    "next_fast_len",
+]
 
 #: Largest grid resolution whose weight gradient uses the batched matrix product (its cost grows as
 #: R^5); larger grids use FFTs. Measured (2 cores, 128 channels, 9^3 taps): GEMM 168 ms vs FFT

@@ -31,6 +31,7 @@ the backends, as :func:`gridify.nn.flexconv.use_fft_conv` does for convolutions)
 Shapes:
     h [S, H], offset [E, D], edge_src [E], edge_dst [E] (int64), scale [num_dst] or None -> [num_dst, H]
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence, Tuple, Union
@@ -83,8 +84,9 @@ def _chunks(num_edges: int, width: int) -> Sequence[Tuple[int, int]]:
     return [(s, min(s + step, num_edges)) for s in range(0, num_edges, step)]
 
 
-def _field(o: Tensor, B: Tensor, W1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor
-           ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _field(
+    o: Tensor, B: Tensor, W1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor
+) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """One chunk of the RFF field: ``(cos z, sin z, f, a, p)``. The phases ``z = B o`` and the
     Fourier features are computed in the offsets' precision, the two matrix products in ``W1``'s."""
     z = o @ B.t()
@@ -105,9 +107,23 @@ class FusedEdgeMessages(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, h: Tensor, offset: Tensor, edge_src: Tensor, edge_dst: Tensor, scale: Optional[Tensor],
-                num_dst: int, concat: bool, B: Tensor, W1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor,
-                Wo: Optional[Tensor], bo: Optional[Tensor]) -> Tensor:
+    def forward(
+        ctx: Any,
+        h: Tensor,
+        offset: Tensor,
+        edge_src: Tensor,
+        edge_dst: Tensor,
+        scale: Optional[Tensor],
+        num_dst: int,
+        concat: bool,
+        B: Tensor,
+        W1: Tensor,
+        b1: Tensor,
+        W2: Tensor,
+        b2: Tensor,
+        Wo: Optional[Tensor],
+        bo: Optional[Tensor],
+    ) -> Tensor:
         acc = torch.promote_types(h.dtype, offset.dtype)
         out = torch.zeros(num_dst, h.size(1), dtype=acc, device=h.device)
         for s, e in _chunks(edge_src.numel(), h.size(1)):
@@ -154,12 +170,35 @@ class FusedEdgeMessages(torch.autograd.Function):
             gz = gf[:, n_freq:].mul_(cz).sub_(gf[:, :n_freq].mul_(sz))
             gB.addmm_(gz.t(), o)
         cast = lambda grad, ref: None if grad is None else grad.to(ref.dtype)  # noqa: E731
-        return (cast(grad_h, h), None, None, None, None, None, None, cast(gB, B), cast(gW1, W1), cast(gb1, b1),
-                cast(gW2, W2), cast(gb2, b2), cast(gWo, Wo), cast(gbo, bo))
+        return (
+            cast(grad_h, h),
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            cast(gB, B),
+            cast(gW1, W1),
+            cast(gb1, b1),
+            cast(gW2, W2),
+            cast(gb2, b2),
+            cast(gWo, Wo),
+            cast(gbo, bo),
+        )
 
 
-def fused_edge_messages(h: Tensor, offset: Tensor, edge_src: Tensor, edge_dst: Tensor, num_dst: int, *,
-                        field: Any, aggr: str, msg_out: Optional[torch.nn.Linear] = None) -> Tensor:
+def fused_edge_messages(
+    h: Tensor,
+    offset: Tensor,
+    edge_src: Tensor,
+    edge_dst: Tensor,
+    num_dst: int,
+    *,
+    field: Any,
+    aggr: str,
+    msg_out: Optional[torch.nn.Linear] = None,
+) -> Tensor:
     """Aggregated messages ``[num_dst, H]`` through :class:`FusedEdgeMessages` (see the module docstring).
 
     ``field`` is the :class:`~gridify.nn.RandomFourierField` phi_pos, ``msg_out`` the output layer of
@@ -172,14 +211,22 @@ def fused_edge_messages(h: Tensor, offset: Tensor, edge_src: Tensor, edge_dst: T
     if aggr == "mean":
         scale = 1.0 / torch.bincount(edge_dst, minlength=num_dst).clamp_(min=1).to(acc)
     concat = msg_out is not None
-    weights = [field.lin1.weight, field.lin1.bias, field.lin2.weight, field.lin2.bias,
-               msg_out.weight if concat else None, msg_out.bias if concat else None]
+    weights = [
+        field.lin1.weight,
+        field.lin1.bias,
+        field.lin2.weight,
+        field.lin2.bias,
+        msg_out.weight if concat else None,
+        msg_out.bias if concat else None,
+    ]
     device = h.device.type
     if torch.is_autocast_enabled(device):
         low = torch.get_autocast_dtype(device)
         h, weights = h.to(low), [None if w is None else w.to(low) for w in weights]
         with torch.autocast(device, enabled=False):
-            return FusedEdgeMessages.apply(h, offset.float(), edge_src, edge_dst, scale, num_dst, concat,
-                                           field.freqs.weight.float(), *weights)
-    return FusedEdgeMessages.apply(h, offset.to(h.dtype), edge_src, edge_dst, scale, num_dst, concat,
-                                   field.freqs.weight, *weights)
+            return FusedEdgeMessages.apply(
+                h, offset.float(), edge_src, edge_dst, scale, num_dst, concat, field.freqs.weight.float(), *weights
+            )
+    return FusedEdgeMessages.apply(
+        h, offset.to(h.dtype), edge_src, edge_dst, scale, num_dst, concat, field.freqs.weight, *weights
+    )

@@ -4,6 +4,7 @@ ReLU MLPs are biased towards smooth functions; the thesis (requirement vi) asks 
 that represents high frequencies, so phi_pos is a random-Fourier-feature field (default) or a
 SIREN. Both map a relative position (offset) in R^D to an embedding in R^H.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,15 +37,20 @@ class RandomFourierField(nn.Module):
         input ``[*, D]`` -> output ``[*, H]``
     """
 
-    def __init__(self, in_features: int = 3, out_features: int = 64, hidden_features: int | None = None,
-                 omega0: float = 0.1) -> None:
+    def __init__(
+        self, in_features: int = 3, out_features: int = 64, hidden_features: int | None = None, omega0: float = 0.1
+    ) -> None:
         super().__init__()
         hidden_features = out_features if hidden_features is None else hidden_features
-        check_positive_int("RandomFourierField", in_features=in_features, out_features=out_features,
-                           hidden_features=hidden_features)
+        check_positive_int(
+            "RandomFourierField", in_features=in_features, out_features=out_features, hidden_features=hidden_features
+        )
         check_frequency_scale("RandomFourierField", "omega0", omega0)
-        check_parameters("RandomFourierField", f"hidden_features={hidden_features}, out_features={out_features}",
-                         hidden_features * (in_features + 2 * hidden_features + out_features + 2))
+        check_parameters(
+            "RandomFourierField",
+            f"hidden_features={hidden_features}, out_features={out_features}",
+            hidden_features * (in_features + 2 * hidden_features + out_features + 2),
+        )
         self.in_features, self.out_features, self.omega0 = in_features, out_features, float(omega0)
         n_freq = max(1, hidden_features // 2)
         self.freqs = nn.Linear(in_features, n_freq, bias=False)
@@ -124,15 +130,29 @@ class SIRENField(nn.Module):
         input ``[*, D]`` -> output ``[*, H]``
     """
 
-    def __init__(self, in_features: int = 3, out_features: int = 64, hidden_features: int | None = None,
-                 omega0: float = 0.1, num_layers: int = 2) -> None:
+    def __init__(
+        self,
+        in_features: int = 3,
+        out_features: int = 64,
+        hidden_features: int | None = None,
+        omega0: float = 0.1,
+        num_layers: int = 2,
+    ) -> None:
         super().__init__()
         hidden_features = out_features if hidden_features is None else hidden_features
-        check_positive_int("SIRENField", in_features=in_features, out_features=out_features,
-                           hidden_features=hidden_features, num_layers=num_layers)
+        check_positive_int(
+            "SIRENField",
+            in_features=in_features,
+            out_features=out_features,
+            hidden_features=hidden_features,
+            num_layers=num_layers,
+        )
         check_frequency_scale("SIRENField", "omega0", omega0)
-        check_parameters("SIRENField", f"hidden_features={hidden_features}, num_layers={num_layers}",
-                         hidden_features * (in_features + hidden_features * num_layers + out_features + 2))
+        check_parameters(
+            "SIRENField",
+            f"hidden_features={hidden_features}, num_layers={num_layers}",
+            hidden_features * (in_features + hidden_features * num_layers + out_features + 2),
+        )
         self.in_features, self.out_features, self.omega0 = in_features, out_features, float(omega0)
         layers = [_Sine(in_features, hidden_features, float(omega0), True)]
         layers += [_Sine(hidden_features, hidden_features, float(omega0), False) for _ in range(num_layers - 1)]

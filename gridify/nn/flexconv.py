@@ -6,6 +6,7 @@ offsets, followed by a pointwise (1x1x1) linear layer. Because the kernel is a f
 physical position, the same layer can be applied to grids of another resolution by sampling
 the kernel at the new spacing (resolution transfer).
 """
+
 from __future__ import annotations
 
 import math
@@ -15,8 +16,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import (check_choice, check_int, check_number, check_parameters, check_positive_int, checked_forward,
-                       fail, is_int)
+from .._checks import (
+    check_choice,
+    check_int,
+    check_number,
+    check_parameters,
+    check_positive_int,
+    checked_forward,
+    fail,
+    is_int,
+)
 from ..ops.grid import check_resolution
 from ..registry import KERNELS
 from . import kernels as _kernels  # noqa: F401  (registers "magnet", "siren", "rff")
@@ -24,9 +33,17 @@ from .depthwise import DepthwiseConv3dFunction, depthwise_conv3d_direct, next_fa
 from .inputs import check_flexconv_input, check_grid_input, check_kernel_resolution, check_pointwise_input
 from .state import all_or_nothing
 
-__all__ = ["SepFlexConv3d", "PointwiseConv3d", "check_grid_input", "fft_depthwise_conv3d", "direct_depthwise_conv3d", "use_fft_conv",
-           "next_fast_len",
-           "DEFAULT_FFT_THRESHOLD", "DEFAULT_FFT_THRESHOLD_INFERENCE"]
+__all__ = [
+    "SepFlexConv3d",
+    "PointwiseConv3d",
+    "check_grid_input",
+    "fft_depthwise_conv3d",
+    "direct_depthwise_conv3d",
+    "use_fft_conv",
+    "next_fast_len",
+    "DEFAULT_FFT_THRESHOLD",
+    "DEFAULT_FFT_THRESHOLD_INFERENCE",
+]
 
 #: Default ``fft_threshold`` per device type when ``fft_threshold=None``: the FFT path is used
 #: when the sampled kernel has at least this many taps per axis; ``None``: "auto" never picks it.
@@ -45,8 +62,9 @@ DEFAULT_FFT_THRESHOLD: Dict[str, Optional[int]] = {"cpu": None, "cuda": 11}
 DEFAULT_FFT_THRESHOLD_INFERENCE: Dict[str, Optional[int]] = {"cpu": None, "cuda": 11}
 
 
-def use_fft_conv(fft: Union[str, bool], k: int, device: torch.device, threshold: Optional[int],
-                 needs_grad: bool) -> bool:
+def use_fft_conv(
+    fft: Union[str, bool], k: int, device: torch.device, threshold: Optional[int], needs_grad: bool
+) -> bool:
     """Whether a depthwise convolution with ``k`` taps per axis should run through the FFT.
 
     ``fft=True``/``False`` force the choice; ``"auto"`` compares ``k`` with ``threshold`` or, when
@@ -61,8 +79,6 @@ def use_fft_conv(fft: Union[str, bool], k: int, device: torch.device, threshold:
         table = DEFAULT_FFT_THRESHOLD if needs_grad else DEFAULT_FFT_THRESHOLD_INFERENCE
         threshold = table.get(device.type, table["cuda"])
     return threshold is not None and k >= threshold
-
-
 
 
 def direct_depthwise_conv3d(x: Tensor, kernel: Tensor) -> Tensor:
@@ -108,7 +124,7 @@ def fft_depthwise_conv3d(x: Tensor, kernel: Tensor) -> Tensor:
     kf = torch.fft.rfftn(torch.flip(kernel[:, 0].to(work), dims=dims), s=size, dim=dims)
     z = torch.fft.irfftn(xf * kf, s=size, dim=dims)
     (px, py, pz), (rx, ry, rz) = ps, rs
-    return z[..., px:px + rx, py:py + ry, pz:pz + rz].to(dtype)
+    return z[..., px : px + rx, py : py + ry, pz : pz + rz].to(dtype)
 
 
 class PointwiseConv3d(nn.Conv3d):
@@ -133,8 +149,9 @@ class PointwiseConv3d(nn.Conv3d):
     @checked_forward(check_pointwise_input)
     def forward(self, x: Tensor) -> Tensor:
         if x.dim() != 5 or x.shape[1] != self.in_channels:
-            raise ValueError(f"{type(self).__name__}: expected input [B, {self.in_channels}, R, R, R], "
-                             f"got {tuple(x.shape)}")
+            raise ValueError(
+                f"{type(self).__name__}: expected input [B, {self.in_channels}, R, R, R], got {tuple(x.shape)}"
+            )
         w = self.weight.view(self.out_channels, self.in_channels)
         return F.linear(x.movedim(1, -1), w, self.bias).movedim(-1, 1)
 
@@ -245,12 +262,26 @@ class SepFlexConv3d(nn.Module):
         with ``cubic=False``: ``[B, C_in, Rx, Ry, Rz]`` -> ``[B, C_out, Rx, Ry, Rz]`` (each ``R_a >= 2``)
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: Union[int, str] = 9,
-                 kernel_net: str = "magnet", kernel_hidden: int = 32, kernel_layers: int = 3,
-                 omega0: float = 3.0, mask: bool = True, mask_init: float = 0.5,
-                 fft: Union[str, bool] = "auto", fft_threshold: Optional[int] = None,
-                 base_resolution: Optional[int] = None, bias: bool = True, kernel_init: str = "ccnn",
-                 gain: float = 1.0, quadrature: str = "trapezoid", cubic: bool = True) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: Union[int, str] = 9,
+        kernel_net: str = "magnet",
+        kernel_hidden: int = 32,
+        kernel_layers: int = 3,
+        omega0: float = 3.0,
+        mask: bool = True,
+        mask_init: float = 0.5,
+        fft: Union[str, bool] = "auto",
+        fft_threshold: Optional[int] = None,
+        base_resolution: Optional[int] = None,
+        bias: bool = True,
+        kernel_init: str = "ccnn",
+        gain: float = 1.0,
+        quadrature: str = "trapezoid",
+        cubic: bool = True,
+    ) -> None:
         super().__init__()
         where = "SepFlexConv3d"
         check_positive_int(where, in_channels=in_channels, out_channels=out_channels)
@@ -279,8 +310,14 @@ class SepFlexConv3d(nn.Module):
         self.gain = float(gain)
         self.quadrature = quadrature
 
-        self.kernel_net = KERNELS.build(kernel_net, out_channels=in_channels, hidden_channels=kernel_hidden,
-                                        num_layers=kernel_layers, omega0=float(omega0), dim=3)
+        self.kernel_net = KERNELS.build(
+            kernel_net,
+            out_channels=in_channels,
+            hidden_channels=kernel_hidden,
+            num_layers=kernel_layers,
+            omega0=float(omega0),
+            dim=3,
+        )
         if self.use_mask:
             self.mask_log_sigma = nn.Parameter(torch.empty(3))
         else:
@@ -304,8 +341,10 @@ class SepFlexConv3d(nn.Module):
         if self.kernel_size == "global":
             r0 = self.base_resolution
             if r0 is None:
-                raise RuntimeError("SepFlexConv3d: kernel_size='global' needs the base resolution; pass "
-                                   "base_resolution=... or run a forward pass first")
+                raise RuntimeError(
+                    "SepFlexConv3d: kernel_size='global' needs the base resolution; pass "
+                    "base_resolution=... or run a forward pass first"
+                )
             return r0 - 1
         return (int(self.kernel_size) - 1) // 2
 
@@ -337,10 +376,11 @@ class SepFlexConv3d(nn.Module):
         spacing_ratio = (r0 - 1) / (resolution - 1)  # h / h0
         p = int(math.floor(p0 / spacing_ratio + 0.5))  # nearest odd K' = 2p + 1
         p = max(0, min(p, resolution - 1))
-        return p, spacing_ratio / p0, spacing_ratio ** 3
+        return p, spacing_ratio / p0, spacing_ratio**3
 
-    def _lattice(self, resolution: Optional[Union[int, Sequence[int]]], device: torch.device, dtype: torch.dtype
-                 ) -> Tuple[Tensor, Tensor, Any, float]:
+    def _lattice(
+        self, resolution: Optional[Union[int, Sequence[int]]], device: torch.device, dtype: torch.dtype
+    ) -> Tuple[Tensor, Tensor, Any, float]:
         p, step, scale = self.kernel_geometry(resolution)
         key = (p, step, str(device), dtype)
         hit = self._lattice_cache.get(key)
@@ -364,8 +404,9 @@ class SepFlexConv3d(nn.Module):
             q[0] = q[-1] = 0.5
         return q
 
-    def _node_weights_3d(self, resolution: Union[int, Tuple[int, int, int]], device: torch.device,
-                         dtype: torch.dtype) -> Tensor:
+    def _node_weights_3d(
+        self, resolution: Union[int, Tuple[int, int, int]], device: torch.device, dtype: torch.dtype
+    ) -> Tensor:
         key = (resolution, str(device), dtype)
         hit = self._weight_cache.get(key)
         if hit is None:
@@ -433,7 +474,7 @@ class SepFlexConv3d(nn.Module):
             raise RuntimeError("SepFlexConv3d.effective_fan_in: the base resolution is not known yet")
         p, _, _ = self.kernel_geometry(r0)
         q2 = self.node_weights(r0).square()
-        w1 = torch.stack([q2[max(0, j):r0 + min(0, j)].sum() / r0 for j in range(-p, p + 1)])
+        w1 = torch.stack([q2[max(0, j) : r0 + min(0, j)].sum() / r0 for j in range(-p, p + 1)])
         return w1[:, None, None] * w1[None, :, None] * w1[None, None, :]
 
     @torch.no_grad()
@@ -457,8 +498,13 @@ class SepFlexConv3d(nn.Module):
         in-place update of the weights invalidates it.
         """
         ref = self.pointwise.weight
-        key = (r, ref.device, ref.dtype, tuple(p._version for p in self.parameters()),
-               tuple(b._version for b in self.buffers()))
+        key = (
+            r,
+            ref.device,
+            ref.dtype,
+            tuple(p._version for p in self.parameters()),
+            tuple(b._version for b in self.buffers()),
+        )
         cache = getattr(self, "_kernel_cache", None)
         if cache is None or cache[0] != key:
             cache = (key, self.kernel(r))
@@ -499,8 +545,10 @@ class SepFlexConv3d(nn.Module):
         if x.dtype in (torch.float16, torch.bfloat16) and kernel.dtype in (torch.float32, torch.float64):
             x = x.to(kernel.dtype)
         if kernel.dtype != x.dtype:
-            raise ValueError(f"SepFlexConv3d: input dtype {x.dtype} does not match the layer's dtype "
-                             f"{kernel.dtype}; convert the module with .to(dtype)")
+            raise ValueError(
+                f"SepFlexConv3d: input dtype {x.dtype} does not match the layer's dtype "
+                f"{kernel.dtype}; convert the module with .to(dtype)"
+            )
         if self.quadrature == "trapezoid":
             x = x * self._node_weights_3d(r, x.device, x.dtype)
         k = max(kernel.shape[-3:])
@@ -517,7 +565,9 @@ class SepFlexConv3d(nn.Module):
         return self.kernel(self.base_resolution).square().sum()
 
     def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"kernel_net={self.kernel_net_name!r}, mask={self.use_mask}, fft={self.fft!r}, "
-                f"base_resolution={self.base_resolution}, kernel_init={self.kernel_init!r}, "
-                f"quadrature={self.quadrature!r}")
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"kernel_net={self.kernel_net_name!r}, mask={self.use_mask}, fft={self.fft!r}, "
+            f"base_resolution={self.base_resolution}, kernel_init={self.kernel_init!r}, "
+            f"quadrature={self.quadrature!r}"
+        )

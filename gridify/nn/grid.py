@@ -4,6 +4,7 @@ per-axis ``(Rx, Ry, Rz)`` (a flat room or LiDAR scan), flattened ``a * Ry * Rz +
 Shapes:
     positions: [Rx Ry Rz, 3]; to_dense: [B Rx Ry Rz, C] -> [B, C, Rx, Ry, Rz]; from_dense: the inverse.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,8 +15,15 @@ from torch import Tensor
 
 from .._checks import check_float, check_int, check_number, check_tensor, fail
 from ..ops.distance import working_dtype
-from ..ops.grid import (Resolution, box_tensors, check_box, check_resolution, grid_positions, grid_positions_unchecked,
-                        resolution_value)
+from ..ops.grid import (
+    Resolution,
+    box_tensors,
+    check_box,
+    check_resolution,
+    grid_positions,
+    grid_positions_unchecked,
+    resolution_value,
+)
 
 Bound = Union[float, Sequence[float]]
 
@@ -101,8 +109,10 @@ class RegularGrid:
         check_tensor("RegularGrid.to_dense", "x", x)
         num_clouds = check_int("RegularGrid.to_dense", "num_clouds", num_clouds, 0)
         if x.dim() != 2 or x.size(0) != num_clouds * self.num_nodes:
-            raise ValueError(f"RegularGrid.to_dense: expected [{num_clouds} * {self.describe()}, C] node features, "
-                             f"got {tuple(x.shape)}")
+            raise ValueError(
+                f"RegularGrid.to_dense: expected [{num_clouds} * {self.describe()}, C] node features, "
+                f"got {tuple(x.shape)}"
+            )
         return self.to_dense_unchecked(x, num_clouds)
 
     def to_dense_unchecked(self, x: Tensor, num_clouds: int) -> Tensor:
@@ -114,8 +124,10 @@ class RegularGrid:
     def from_dense(self, x: Tensor) -> Tensor:
         check_tensor("RegularGrid.from_dense", "x", x)
         if x.dim() != 5 or tuple(x.shape[2:]) != self.shape:
-            raise ValueError(f"RegularGrid.from_dense: expected [B, C, {', '.join(str(r) for r in self.shape)}], "
-                             f"got {tuple(x.shape)}")
+            raise ValueError(
+                f"RegularGrid.from_dense: expected [B, C, {', '.join(str(r) for r in self.shape)}], "
+                f"got {tuple(x.shape)}"
+            )
         return self.from_dense_unchecked(x)
 
     def from_dense_unchecked(self, x: Tensor) -> Tensor:
@@ -123,8 +135,12 @@ class RegularGrid:
         return x.permute(0, 2, 3, 4, 1).reshape(-1, x.size(1))
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, RegularGrid) and self.shape == other.shape
-                and self.lower == other.lower and self.upper == other.upper)
+        return (
+            isinstance(other, RegularGrid)
+            and self.shape == other.shape
+            and self.lower == other.lower
+            and self.upper == other.upper
+        )
 
     def __setstate__(self, state: dict) -> None:  # a grid pickled before per-axis resolutions
         if "shape" not in state and "resolution" in state:

@@ -17,6 +17,7 @@ Shapes:
     Gridification: pos [N, 3], x [N, F], batch [N] -> [B, C, Rx, Ry, Rz] ([B, C, R, R, R] for an int R);
     Degridification: grid [B, C, Rx, Ry, Rz], graph -> [N, C_out]
 """
+
 from __future__ import annotations
 
 import math
@@ -25,16 +26,35 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor, nn
 
-from .._checks import (check_alloc, check_batch, check_choice, check_finite, check_float, check_index,
-                       check_parameters, check_points, check_positive_int, check_tensor, checked_forward, fail,
-                       trusted_inputs, validating)
+from .._checks import (
+    check_alloc,
+    check_batch,
+    check_choice,
+    check_finite,
+    check_float,
+    check_index,
+    check_parameters,
+    check_points,
+    check_positive_int,
+    check_tensor,
+    checked_forward,
+    fail,
+    trusted_inputs,
+    validating,
+)
 from ..ops.grid import grid_shape, resolution_value
 from ..ops.scatter import accumulation_dtype, scatter_unchecked
 from ..ops.knn import check_knn_backend
 from ..registry import POS_EMBEDDINGS
 from .edge_messages import fused_edge_messages, use_fused_messages
-from .connectivity import (BipartiteGraph, GraphBuilder, bilateral_knn_unchecked, check_connectivity_args,
-                           check_graph_size, warn_small_clouds)
+from .connectivity import (
+    BipartiteGraph,
+    GraphBuilder,
+    bilateral_knn_unchecked,
+    check_connectivity_args,
+    check_graph_size,
+    warn_small_clouds,
+)
 from .inputs import check_message_passing_inputs, module_dtype, parse_points
 from .grid import RegularGrid
 
@@ -79,10 +99,19 @@ class BipartiteConv(nn.Module):
         x_src: [S, F], edge_src/edge_dst: [E], offset: [E, D] -> [num_dst, C]
     """
 
-    def __init__(self, in_channels: int, out_channels: int, hidden_channels: int, pos_dim: int = 3,
-                 pos_embedding: str = "rff", omega0: float = 0.1, message: str = "product",
-                 aggr: str = "mean", fused_messages: Union[str, bool] = "auto",
-                 pos_hidden_channels: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        hidden_channels: int,
+        pos_dim: int = 3,
+        pos_embedding: str = "rff",
+        omega0: float = 0.1,
+        message: str = "product",
+        aggr: str = "mean",
+        fused_messages: Union[str, bool] = "auto",
+        pos_hidden_channels: Optional[int] = None,
+    ) -> None:
         super().__init__()
         where = type(self).__name__
         check_positive_int(where, in_channels=in_channels, out_channels=out_channels, hidden_channels=hidden_channels)
@@ -91,16 +120,19 @@ class BipartiteConv(nn.Module):
         check_choice(where, "message", message, MESSAGES)
         check_choice(where, "aggr", aggr, AGGREGATIONS)
         check_choice(where, "fused_messages", fused_messages, ("auto", True, False))
-        check_parameters(where, f"in_channels={in_channels}, hidden_channels={hidden_channels}, out_channels="
-                                f"{out_channels}",
-                         hidden_channels * (in_channels + 6 * hidden_channels + out_channels + 8))
+        check_parameters(
+            where,
+            f"in_channels={in_channels}, hidden_channels={hidden_channels}, out_channels={out_channels}",
+            hidden_channels * (in_channels + 6 * hidden_channels + out_channels + 8),
+        )
         self.fused_messages = fused_messages
         self.in_channels, self.out_channels, self.hidden_channels = in_channels, out_channels, hidden_channels
         self.message, self.aggr = message, aggr
         H = hidden_channels
         self.phi_node = _MLP(in_channels, H, H)
-        self.phi_pos = POS_EMBEDDINGS.build(pos_embedding, in_features=pos_dim, out_features=H, omega0=omega0,
-                                            hidden_features=pos_hidden_channels)
+        self.phi_pos = POS_EMBEDDINGS.build(
+            pos_embedding, in_features=pos_dim, out_features=H, omega0=omega0, hidden_features=pos_hidden_channels
+        )
         if message == "concat":
             self.msg_node = nn.Linear(H, H)  # A (per source node); B lives in phi_pos's last layer
             self.msg_out = nn.Linear(H, H)
@@ -146,21 +178,32 @@ class BipartiteConv(nn.Module):
         E = edge_src.numel()
         chunk = self.edge_chunk_size
         if torch.is_grad_enabled():
-            if use_fused_messages(self.fused_messages, field=self.phi_pos, aggr=self.aggr, needs_grad=True,
-                                  offset=offset):
-                agg = fused_edge_messages(h, offset, edge_src, edge_dst, num_dst, field=self.phi_pos, aggr=self.aggr,
-                                          msg_out=self.msg_out if self.message == "concat" else None)
+            if use_fused_messages(
+                self.fused_messages, field=self.phi_pos, aggr=self.aggr, needs_grad=True, offset=offset
+            ):
+                agg = fused_edge_messages(
+                    h,
+                    offset,
+                    edge_src,
+                    edge_dst,
+                    num_dst,
+                    field=self.phi_pos,
+                    aggr=self.aggr,
+                    msg_out=self.msg_out if self.message == "concat" else None,
+                )
             else:
                 agg = scatter_unchecked(self._messages(h, offset, edge_src), edge_dst, num_dst, self.aggr)
         elif E <= chunk:
-            agg = scatter_unchecked(self._messages(h, offset, edge_src, self._inference_phi_pos()), edge_dst,
-                                    num_dst, self.aggr)
+            agg = scatter_unchecked(
+                self._messages(h, offset, edge_src, self._inference_phi_pos()), edge_dst, num_dst, self.aggr
+            )
         else:
             agg = self._chunked_aggregate(h, offset, edge_src, edge_dst, num_dst, chunk)
         return self.phi_upd(agg)
 
-    def _chunked_aggregate(self, h: Tensor, offset: Tensor, edge_src: Tensor, edge_dst: Tensor, num_dst: int,
-                           chunk: int) -> Tensor:
+    def _chunked_aggregate(
+        self, h: Tensor, offset: Tensor, edge_src: Tensor, edge_dst: Tensor, num_dst: int, chunk: int
+    ) -> Tensor:
         """The same aggregation as one pass, edge chunk by edge chunk (inference only).
 
         Sums and means accumulate in float32 when the messages are bf16/fp16 (under autocast), as
@@ -174,8 +217,8 @@ class BipartiteConv(nn.Module):
             out = h.new_zeros((num_dst, H), dtype=accumulation_dtype(h.dtype))
         phi_pos = self._inference_phi_pos()
         for s in range(0, edge_src.numel(), chunk):
-            m = self._messages(h, offset[s:s + chunk], edge_src[s:s + chunk], phi_pos)
-            dst = edge_dst[s:s + chunk]
+            m = self._messages(h, offset[s : s + chunk], edge_src[s : s + chunk], phi_pos)
+            dst = edge_dst[s : s + chunk]
             if self.aggr == "max":
                 out.scatter_reduce_(0, dst[:, None].expand_as(m), m, reduce="amax", include_self=True)
             else:
@@ -204,8 +247,12 @@ def check_grid_bytes(where: str, resolution: Union[int, Sequence[int]], channels
     is allocated)."""
     shape = grid_shape(resolution)
     dims = "R, R, R" if shape[0] == shape[1] == shape[2] else "Rx, Ry, Rz"
-    check_alloc(where, f"resolution={resolution_value(shape)} with {channels} channels (one cloud's grid "
-                       f"[{channels}, {dims}] in float32)", 4 * channels * math.prod(shape))
+    check_alloc(
+        where,
+        f"resolution={resolution_value(shape)} with {channels} channels (one cloud's grid "
+        f"[{channels}, {dims}] in float32)",
+        4 * channels * math.prod(shape),
+    )
 
 
 class Gridification(nn.Module):
@@ -249,12 +296,23 @@ class Gridification(nn.Module):
         ``return_graph=True`` also the :class:`BipartiteGraph` for :class:`Degridification`.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, resolution: Union[int, Sequence[int]], k: int = 9,
-                 hidden_channels: Optional[int] = None, pos_embedding: str = "rff", omega0: float = 0.1,
-                 message: str = "product", aggr: str = "mean",
-                 bounds: Tuple[Union[float, Sequence[float]], Union[float, Sequence[float]]] = (-1.0, 1.0),
-                 outside: str = "error", knn_backend: str = "auto",
-                 max_in_degree: Optional[int] = None, pos_hidden_channels: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        resolution: Union[int, Sequence[int]],
+        k: int = 9,
+        hidden_channels: Optional[int] = None,
+        pos_embedding: str = "rff",
+        omega0: float = 0.1,
+        message: str = "product",
+        aggr: str = "mean",
+        bounds: Tuple[Union[float, Sequence[float]], Union[float, Sequence[float]]] = (-1.0, 1.0),
+        outside: str = "error",
+        knn_backend: str = "auto",
+        max_in_degree: Optional[int] = None,
+        pos_hidden_channels: Optional[int] = None,
+    ) -> None:
         super().__init__()
         where = "Gridification"
         check_choice(where, "outside", outside, ("error", "allow"))
@@ -267,8 +325,17 @@ class Gridification(nn.Module):
         check_grid_bytes(where, self.grid.shape, out_channels)
         self.k = check_connectivity_args(where, self.grid, k, knn_backend, max_in_degree)
         self.outside, self.knn_backend, self.max_in_degree = outside, knn_backend, max_in_degree
-        self.conv = BipartiteConv(in_channels, out_channels, hidden_channels, 3, pos_embedding, omega0,
-                                  message, aggr, pos_hidden_channels=pos_hidden_channels)
+        self.conv = BipartiteConv(
+            in_channels,
+            out_channels,
+            hidden_channels,
+            3,
+            pos_embedding,
+            omega0,
+            message,
+            aggr,
+            pos_hidden_channels=pos_hidden_channels,
+        )
         self.in_channels, self.out_channels = in_channels, out_channels
 
     @property
@@ -286,15 +353,15 @@ class Gridification(nn.Module):
     def reset_parameters(self) -> None:
         self.conv.reset_parameters()
 
-    def _check_cloud(self, where: str, pos: Tensor, batch: Optional[Tensor], num_clouds: Optional[int]
-                     ) -> Tuple[Tensor, Tensor]:
+    def _check_cloud(
+        self, where: str, pos: Tensor, batch: Optional[Tensor], num_clouds: Optional[int]
+    ) -> Tuple[Tensor, Tensor]:
         """Validate flat ``pos``/``batch`` once: ``(batch, counts)``. Points outside the box, NaN/Inf,
         empty clouds and bad batch vectors raise; clouds with fewer than ``k`` points warn."""
         batch, B, counts = check_batch(where, "batch", batch, pos.size(0), num_clouds, pos.device)
         if B == 0:
             fail(where, "no points: every cloud needs at least one point")
-        check_graph_size(where, self.grid, self.k, pos.size(0), B, pos,
-                         self.conv.hidden_channels + self.out_channels)
+        check_graph_size(where, self.grid, self.k, pos.size(0), B, pos, self.conv.hidden_channels + self.out_channels)
         check_knn_backend(where, self.knn_backend, pos.device, "knn_backend")
         if validating():
             check_finite(where, "pos", pos, batch)
@@ -303,13 +370,15 @@ class Gridification(nn.Module):
             inside = self.grid.contains_unchecked(pos)
             if not bool(inside.all()):
                 row = int((~inside).nonzero()[0])
-                fail(where, f"cloud {int(batch[row])} has points outside the grid box {self.grid.lower}.."
-                            f"{self.grid.upper} (e.g. row {row} at {[round(v, 4) for v in pos[row].tolist()]}); "
-                            f"normalize the cloud into the box, or pass bounds=... or outside='allow'")
+                fail(
+                    where,
+                    f"cloud {int(batch[row])} has points outside the grid box {self.grid.lower}.."
+                    f"{self.grid.upper} (e.g. row {row} at {[round(v, 4) for v in pos[row].tolist()]}); "
+                    f"normalize the cloud into the box, or pass bounds=... or outside='allow'",
+                )
         return batch, counts
 
-    def _given_graph(self, where: str, graph: object, pos: Tensor, batch: Tensor, num_clouds: int
-                     ) -> BipartiteGraph:
+    def _given_graph(self, where: str, graph: object, pos: Tensor, batch: Tensor, num_clouds: int) -> BipartiteGraph:
         """A prebuilt graph, checked against this call's points and this module's grid (the point
         positions and cloud ids compared exactly, the edges checked in range), as a fresh value
         that holds this call's ``pos``/``batch`` (on their device)."""
@@ -317,27 +386,41 @@ class Gridification(nn.Module):
             fail(where, f"graph must be a BipartiteGraph (from graph_builder()), got {type(graph).__name__}")
         grid = graph.grid
         if (grid.shape, grid.lower, grid.upper) != (self.grid.shape, self.grid.lower, self.grid.upper):
-            fail(where, f"graph was built for a grid of resolution {grid.resolution} over {grid.lower}..{grid.upper}, "
-                        f"this module's grid has resolution {self.grid.resolution} over "
-                        f"{self.grid.lower}..{self.grid.upper}")
+            fail(
+                where,
+                f"graph was built for a grid of resolution {grid.resolution} over {grid.lower}..{grid.upper}, "
+                f"this module's grid has resolution {self.grid.resolution} over "
+                f"{self.grid.lower}..{self.grid.upper}",
+            )
         if graph.num_points != pos.size(0) or graph.num_clouds != num_clouds:
-            fail(where, f"graph was built for {graph.num_points} points in {graph.num_clouds} clouds, "
-                        f"got {pos.size(0)} points in {num_clouds} clouds")
+            fail(
+                where,
+                f"graph was built for {graph.num_points} points in {graph.num_clouds} clouds, "
+                f"got {pos.size(0)} points in {num_clouds} clouds",
+            )
         edges = graph.edge_index.to(pos.device)
         if validating():
-            same = torch.equal(graph.pos.to(pos.device, pos.dtype), pos) and torch.equal(graph.batch.to(batch.device),
-                                                                                          batch)
+            same = torch.equal(graph.pos.to(pos.device, pos.dtype), pos) and torch.equal(
+                graph.batch.to(batch.device), batch
+            )
             if not same:
                 fail(where, "graph was built for other points than pos/batch (positions or cloud ids differ)")
             check_graph(where, BipartiteGraph(edges, pos, batch, num_clouds, self.grid))
             keys = edges[1] * pos.size(0) + edges[0]
             if keys.numel() > 1 and not bool((keys[1:] > keys[:-1]).all()):
-                fail(where, "graph.edge_index must be sorted by grid node, then point, without repeats "
-                            "(as graph_builder() returns it)")
+                fail(
+                    where,
+                    "graph.edge_index must be sorted by grid node, then point, without repeats "
+                    "(as graph_builder() returns it)",
+                )
         return BipartiteGraph(edge_index=edges, pos=pos, batch=batch, num_clouds=num_clouds, grid=self.grid)
 
-    def build_graph(self, pos: Tensor, batch: Optional[Tensor] = None, num_clouds: Optional[int] = None,
-                    ) -> BipartiteGraph:
+    def build_graph(
+        self,
+        pos: Tensor,
+        batch: Optional[Tensor] = None,
+        num_clouds: Optional[int] = None,
+    ) -> BipartiteGraph:
         """Bilateral kNN edges of flat ``pos [N, 3]`` to this module's grid (validated)."""
         where = type(self).__name__
         pos = check_points(where, "pos", pos)
@@ -349,9 +432,16 @@ class Gridification(nn.Module):
         worker); its graphs go back in as ``forward(..., graph=graph)``."""
         return GraphBuilder(self.grid, self.k, self.knn_backend, self.max_in_degree)
 
-    def forward(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None, *,
-                num_clouds: Optional[int] = None, return_graph: bool = False,
-                graph: Optional[BipartiteGraph] = None):
+    def forward(
+        self,
+        pos: Tensor,
+        x: Optional[Tensor] = None,
+        batch: Optional[Tensor] = None,
+        *,
+        num_clouds: Optional[int] = None,
+        return_graph: bool = False,
+        graph: Optional[BipartiteGraph] = None,
+    ):
         """``graph``: the graph of exactly these points built by :meth:`graph_builder` (e.g. in a
         DataLoader worker), used instead of building it here; checked against ``pos``/``batch``."""
         where = type(self).__name__
@@ -360,8 +450,7 @@ class Gridification(nn.Module):
         if validating():
             check_finite(where, "x", x, batch)
         if graph is None:
-            graph = bilateral_knn_unchecked(pos, self.grid, self.k, batch, counts, self.knn_backend,
-                                            self.max_in_degree)
+            graph = bilateral_knn_unchecked(pos, self.grid, self.k, batch, counts, self.knn_backend, self.max_in_degree)
         else:
             graph = self._given_graph(where, graph, pos, batch, counts.numel())
         graph.dense_shape = dense_shape
@@ -386,14 +475,31 @@ class Degridification(nn.Module):
         graph was built from dense ``[B, N, 3]`` points.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, hidden_channels: Optional[int] = None,
-                 pos_embedding: str = "rff", omega0: float = 0.1, message: str = "product",
-                 aggr: str = "mean", pos_hidden_channels: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        hidden_channels: Optional[int] = None,
+        pos_embedding: str = "rff",
+        omega0: float = 0.1,
+        message: str = "product",
+        aggr: str = "mean",
+        pos_hidden_channels: Optional[int] = None,
+    ) -> None:
         super().__init__()
         if hidden_channels is None and isinstance(in_channels, int) and isinstance(out_channels, int):
             hidden_channels = max(in_channels, out_channels + 3)
-        self.conv = BipartiteConv(in_channels, out_channels, hidden_channels, 3, pos_embedding, omega0,
-                                  message, aggr, pos_hidden_channels=pos_hidden_channels)
+        self.conv = BipartiteConv(
+            in_channels,
+            out_channels,
+            hidden_channels,
+            3,
+            pos_embedding,
+            omega0,
+            message,
+            aggr,
+            pos_hidden_channels=pos_hidden_channels,
+        )
         self.in_channels, self.out_channels = in_channels, out_channels
 
     def reset_parameters(self) -> None:
@@ -404,18 +510,26 @@ class Degridification(nn.Module):
         where = type(self).__name__
         grid = check_tensor(where, "grid", grid)
         if not isinstance(graph, BipartiteGraph):
-            fail(where, f"graph must be the BipartiteGraph returned by Gridification(..., return_graph=True), "
-                        f"got {type(graph).__name__}")
+            fail(
+                where,
+                f"graph must be the BipartiteGraph returned by Gridification(..., return_graph=True), "
+                f"got {type(graph).__name__}",
+            )
         check_float(where, "grid", grid)
         shape, B, nodes = graph.grid.shape, graph.num_clouds, graph.grid.num_nodes
         if grid.dim() == 5:
             if tuple(grid.shape) != (B, self.in_channels, *shape):
-                fail(where, f"grid must have shape [{B}, {self.in_channels}, {', '.join(str(r) for r in shape)}] to "
-                            f"match the graph and in_channels, got {tuple(grid.shape)}")
+                fail(
+                    where,
+                    f"grid must have shape [{B}, {self.in_channels}, {', '.join(str(r) for r in shape)}] to "
+                    f"match the graph and in_channels, got {tuple(grid.shape)}",
+                )
         elif grid.dim() == 2:
             if tuple(grid.shape) != (B * nodes, self.in_channels):
-                fail(where, f"flat grid features must have shape [{B * nodes}, {self.in_channels}], "
-                            f"got {tuple(grid.shape)}")
+                fail(
+                    where,
+                    f"flat grid features must have shape [{B * nodes}, {self.in_channels}], got {tuple(grid.shape)}",
+                )
         elif graph.grid.is_cubic:
             fail(where, f"grid must be [B, C, R, R, R] or [B * R^3, C], got {tuple(grid.shape)}")
         else:

@@ -14,6 +14,7 @@ Shapes:
     check_message_passing_inputs: x_src ``[S, F]``, edge_src/edge_dst ``[E]``, offset ``[E, D]``.
     check_grid_tensor: ``[B, C, R, R, R]``.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,14 +23,33 @@ from typing import Any, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from .._checks import (check_alloc, check_device, check_finite, check_float, check_index, check_int, check_tensor,
-                       fail, validating)
+from .._checks import (
+    check_alloc,
+    check_device,
+    check_finite,
+    check_float,
+    check_index,
+    check_int,
+    check_tensor,
+    fail,
+    validating,
+)
 from ..ops.grid import check_resolution
 
-__all__ = ["category_onehot", "module_dtype", "parse_points", "check_message_passing_inputs", "check_grid_tensor",
-           "check_same_dtype", "check_grid_input", "check_grid_module_input", "check_pointwise_input",
-           "check_flexconv_input",
-           "check_channel_input", "check_coordinates"]
+__all__ = [
+    "category_onehot",
+    "module_dtype",
+    "parse_points",
+    "check_message_passing_inputs",
+    "check_grid_tensor",
+    "check_same_dtype",
+    "check_grid_input",
+    "check_grid_module_input",
+    "check_pointwise_input",
+    "check_flexconv_input",
+    "check_channel_input",
+    "check_coordinates",
+]
 
 
 def module_dtype(module: nn.Module) -> torch.dtype:
@@ -37,8 +57,9 @@ def module_dtype(module: nn.Module) -> torch.dtype:
     return next(module.parameters()).dtype
 
 
-def parse_points(where: str, pos: Any, x: Any, batch: Any, in_channels: Optional[int], dtype: torch.dtype
-                 ) -> Tuple[Tensor, Tensor, Optional[Tensor], Optional[Tuple[int, int]]]:
+def parse_points(
+    where: str, pos: Any, x: Any, batch: Any, in_channels: Optional[int], dtype: torch.dtype
+) -> Tuple[Tensor, Tensor, Optional[Tensor], Optional[Tuple[int, int]]]:
     """Accept PyG-style ``pos [N,3], x [N,F], batch [N]``, a PyG ``Data``/``Batch`` object, or dense
     ``pos [B,N,3], x [B,N,F]``; return ``(pos [N,3], x [N,F], batch or None, dense_shape)``.
 
@@ -90,13 +111,22 @@ def parse_points(where: str, pos: Any, x: Any, batch: Any, in_channels: Optional
     if x.device != pos.device:
         fail(where, f"x is on {x.device} but pos is on {pos.device}")
     if in_channels is not None and x.size(-1) != in_channels:
-        fail(where, f"x has {x.size(-1)} features per point but the module was built with "
-                    f"in_channels={in_channels}" + (" (x=None uses the 3 coordinates)" if x is pos else ""))
+        fail(
+            where,
+            f"x has {x.size(-1)} features per point but the module was built with "
+            f"in_channels={in_channels}" + (" (x=None uses the 3 coordinates)" if x is pos else ""),
+        )
     return pos.to(dtype), x.to(dtype), batch, dense_shape
 
 
-def category_onehot(where: str, category, num_categories: int, num_clouds: int, dtype: torch.dtype,
-                    device: Optional[torch.device] = None) -> Optional[Tensor]:
+def category_onehot(
+    where: str,
+    category,
+    num_categories: int,
+    num_clouds: int,
+    dtype: torch.dtype,
+    device: Optional[torch.device] = None,
+) -> Optional[Tensor]:
     """One-hot ``[B, num_categories]`` of the object category (None when the model has none).
 
     ``category`` must be given exactly when ``num_categories > 0``: a 1-D integer tensor (not
@@ -104,28 +134,36 @@ def category_onehot(where: str, category, num_categories: int, num_clouds: int, 
     """
     if num_categories:
         if category is None:
-            raise ValueError(f"{where}: built with num_categories={num_categories}, so category "
-                             f"([B] object category per cloud) is required")
+            raise ValueError(
+                f"{where}: built with num_categories={num_categories}, so category "
+                f"([B] object category per cloud) is required"
+            )
         if not isinstance(category, Tensor) or category.dim() != 1 or category.numel() != num_clouds:
-            raise ValueError(f"{where}: category must be a 1-D tensor with one entry per cloud "
-                             f"({num_clouds}), got {getattr(category, 'shape', type(category))}")
+            raise ValueError(
+                f"{where}: category must be a 1-D tensor with one entry per cloud "
+                f"({num_clouds}), got {getattr(category, 'shape', type(category))}"
+            )
         if category.is_floating_point() or category.dtype == torch.bool or category.is_complex():
-            raise ValueError(f"{where}: category must hold integers in [0, {num_categories}), got dtype "
-                             f"{category.dtype}")
+            raise ValueError(
+                f"{where}: category must hold integers in [0, {num_categories}), got dtype {category.dtype}"
+            )
         if device is not None:
             check_device(where, "category", category, device)
         bad = ((category < 0) | (category >= num_categories)).nonzero().flatten()
         if bad.numel():
-            raise ValueError(f"{where}: category must hold integers in [0, {num_categories}), got "
-                             f"{int(category[bad[0]])} for cloud {int(bad[0])}")
+            raise ValueError(
+                f"{where}: category must hold integers in [0, {num_categories}), got "
+                f"{int(category[bad[0]])} for cloud {int(bad[0])}"
+            )
         return nn.functional.one_hot(category.long(), num_categories).to(dtype)
     if category is not None:
         raise ValueError(f"{where}: got category but the model was built with num_categories=0")
     return None
 
 
-def check_message_passing_inputs(conv: nn.Module, x_src: Tensor, edge_src: Tensor, edge_dst: Tensor, offset: Tensor,
-                                 num_dst: int) -> None:
+def check_message_passing_inputs(
+    conv: nn.Module, x_src: Tensor, edge_src: Tensor, edge_dst: Tensor, offset: Tensor, num_dst: int
+) -> None:
     """Validate the inputs of :class:`gridify.nn.BipartiteConv` (called at its outermost entry).
 
     ``x_src [S, in_channels]`` and ``offset [E, D]`` finite, of the module's dtype and device;
@@ -146,8 +184,12 @@ def check_message_passing_inputs(conv: nn.Module, x_src: Tensor, edge_src: Tenso
         check_same_dtype(where, name, t, ref)
     num_dst = check_int(where, "num_dst", num_dst, 0)
     edges = offset.size(0)
-    check_alloc(where, f"num_dst={num_dst} with {edges} edges ([num_dst, H] aggregates and [E, H] messages)",
-                (num_dst + edges) * conv.hidden_channels * ref.element_size() * 2, ref.device)
+    check_alloc(
+        where,
+        f"num_dst={num_dst} with {edges} edges ([num_dst, H] aggregates and [E, H] messages)",
+        (num_dst + edges) * conv.hidden_channels * ref.element_size() * 2,
+        ref.device,
+    )
     check_index(where, "edge_src", edge_src, x_src.size(0), device=ref.device, length=edges, other="x_src")
     check_index(where, "edge_dst", edge_dst, num_dst, device=ref.device, length=edges, other="x_src")
     check_finite(where, "x_src", x_src, dims=("row",))
@@ -166,25 +208,38 @@ def check_grid_input(where: str, x: Tensor, channels: int, min_resolution: int =
     if not isinstance(x, Tensor):
         raise ValueError(f"{where}: expected a tensor of shape [B, C, {dims}], got {type(x).__name__}")
     if x.dim() != 5:
-        raise ValueError(f"{where}: expected a 5-dim input [B, C, {dims}], got a {x.dim()}-dim tensor of "
-                         f"shape {tuple(x.shape)}")
+        raise ValueError(
+            f"{where}: expected a 5-dim input [B, C, {dims}], got a {x.dim()}-dim tensor of shape {tuple(x.shape)}"
+        )
     if x.shape[1] != channels:
-        raise ValueError(f"{where}: expected {channels} input channels (dim 1 of [B, C, {dims}]), got "
-                         f"{x.shape[1]} (input shape {tuple(x.shape)})")
+        raise ValueError(
+            f"{where}: expected {channels} input channels (dim 1 of [B, C, {dims}]), got "
+            f"{x.shape[1]} (input shape {tuple(x.shape)})"
+        )
     r = x.shape[2]
     if cubic and (x.shape[3] != r or x.shape[4] != r):
         raise ValueError(f"{where}: expected a cubic grid [B, C, R, R, R], got spatial shape {tuple(x.shape[2:])}")
     if min(x.shape[2:]) < min_resolution:
         what = "R" if cubic else "every axis"
-        raise ValueError(f"{where}: grid resolution {what} must be at least {min_resolution}, got "
-                         f"{'R=' + str(r) if cubic else tuple(x.shape[2:])}")
+        raise ValueError(
+            f"{where}: grid resolution {what} must be at least {min_resolution}, got "
+            f"{'R=' + str(r) if cubic else tuple(x.shape[2:])}"
+        )
     if not x.is_floating_point():
         raise ValueError(f"{where}: expected a floating-point input, got dtype {x.dtype}")
     return r
 
 
-def check_grid_tensor(where: str, name: str, x: Tensor, channels: int, ref: Optional[Tensor] = None, *,
-                      cubic: bool = True, half_ok: bool = False) -> int:
+def check_grid_tensor(
+    where: str,
+    name: str,
+    x: Tensor,
+    channels: int,
+    ref: Optional[Tensor] = None,
+    *,
+    cubic: bool = True,
+    half_ok: bool = False,
+) -> int:
     """A dense grid ``[B, channels, R, R, R]`` (any ``[B, channels, R1, R2, R3]`` without ``cubic``)
     of a supported floating dtype, on ``ref``'s device and of its dtype (float16/bfloat16 also
     accepted for a float32/float64 ``ref`` with ``half_ok``: such layers cast the input up),
@@ -208,8 +263,11 @@ def check_same_dtype(where: str, name: str, x: Tensor, ref: Tensor, half_ok: boo
     check_device(where, name, x, ref.device, "the module's parameters")
     low = x.dtype in (torch.float16, torch.bfloat16) and ref.dtype in (torch.float32, torch.float64)
     if x.dtype != ref.dtype and not (half_ok and low):
-        fail(where, f"{name} has dtype {x.dtype}, which does not match the layer's dtype {ref.dtype} (its "
-                    f"parameters); convert the module (module.to(dtype)) or the input")
+        fail(
+            where,
+            f"{name} has dtype {x.dtype}, which does not match the layer's dtype {ref.dtype} (its "
+            f"parameters); convert the module (module.to(dtype)) or the input",
+        )
 
 
 def _channels(module: nn.Module) -> int:
@@ -234,8 +292,7 @@ def check_grid_module_input(module: nn.Module, x: Tensor) -> None:
 
 def check_pointwise_input(module: nn.Module, x: Tensor) -> None:
     """As :func:`check_grid_module_input` for a 1x1x1 layer: any ``[B, C_in, R1, R2, R3]``."""
-    check_grid_tensor(type(module).__name__, "x", x, _channels(module), next(module.parameters(), None),
-                      cubic=False)
+    check_grid_tensor(type(module).__name__, "x", x, _channels(module), next(module.parameters(), None), cubic=False)
 
 
 def check_flexconv_input(module: nn.Module, x: Tensor) -> None:
@@ -245,8 +302,7 @@ def check_flexconv_input(module: nn.Module, x: Tensor) -> None:
     cubic = getattr(module, "cubic", True)
     if not cubic:
         check_grid_input(where, x, _channels(module), cubic=False)
-    r = check_grid_tensor(where, "x", x, _channels(module), next(module.parameters(), None), cubic=cubic,
-                          half_ok=True)
+    r = check_grid_tensor(where, "x", x, _channels(module), next(module.parameters(), None), cubic=cubic, half_ok=True)
     if cubic and r < 2:
         fail(where, f"grid resolution R must be at least 2, got R={r}")
     if not cubic and min(x.shape[2:]) < 2:
@@ -279,8 +335,9 @@ def check_kernel_resolution(module: nn.Module, resolution: Optional[int] = None)
     taps = math.prod(sizes)
     what = f"resolution={resolution}" if resolution is not None else f"kernel_size={module.kernel_size}"
     lattice = f"{sizes[0]}^3" if len(set(sizes)) == 1 else " x ".join(str(k) for k in sizes)
-    check_alloc(where, f"{what} (a kernel of {lattice} taps x {_channels(module)} channels)",
-                taps * (_channels(module) + 4) * 8)
+    check_alloc(
+        where, f"{what} (a kernel of {lattice} taps x {_channels(module)} channels)", taps * (_channels(module) + 4) * 8
+    )
 
 
 def check_coordinates(module: nn.Module, *args: Any, **kwargs: Any) -> None:

@@ -31,6 +31,7 @@ the allocation limit are refused at construction.
 Shapes:
     coords ``[..., D]`` -> kernel values ``[..., C]``
 """
+
 from __future__ import annotations
 
 import math
@@ -66,17 +67,21 @@ class KernelNet(nn.Module):
 
     output_linear: nn.Linear
 
-    def __init__(self, out_channels: int, hidden_channels: int, num_layers: int, omega0: float,
-                 dim: int, output_scale: float) -> None:
+    def __init__(
+        self, out_channels: int, hidden_channels: int, num_layers: int, omega0: float, dim: int, output_scale: float
+    ) -> None:
         super().__init__()
         where = type(self).__name__
-        check_positive_int(where, out_channels=out_channels, hidden_channels=hidden_channels, num_layers=num_layers,
-                           dim=dim)
+        check_positive_int(
+            where, out_channels=out_channels, hidden_channels=hidden_channels, num_layers=num_layers, dim=dim
+        )
         check_frequency_scale(where, "omega0", omega0)
         check_number(where, "output_scale", output_scale)
-        check_parameters(where, f"out_channels={out_channels}, hidden_channels={hidden_channels}, num_layers="
-                                f"{num_layers}",
-                         hidden_channels * (hidden_channels * num_layers + out_channels + 4 * dim + 2))
+        check_parameters(
+            where,
+            f"out_channels={out_channels}, hidden_channels={hidden_channels}, num_layers={num_layers}",
+            hidden_channels * (hidden_channels * num_layers + out_channels + 4 * dim + 2),
+        )
         self.out_channels = out_channels
         self.hidden_channels = hidden_channels
         self.num_layers = num_layers
@@ -119,8 +124,10 @@ class KernelNet(nn.Module):
             if factor.dim() == 0:
                 factor = factor.expand(self.out_channels)
             if factor.shape != (self.out_channels,):
-                raise ValueError(f"{type(self).__name__}.rescale_output: factor must be a scalar or have "
-                                 f"shape ({self.out_channels},), got {tuple(factor.shape)}")
+                raise ValueError(
+                    f"{type(self).__name__}.rescale_output: factor must be a scalar or have "
+                    f"shape ({self.out_channels},), got {tuple(factor.shape)}"
+                )
             if not bool(torch.isfinite(factor).all()):
                 raise ValueError(f"{type(self).__name__}.rescale_output: factor must be finite")
             w.mul_(factor[:, None])
@@ -135,12 +142,15 @@ class KernelNet(nn.Module):
 
     def _check_coords(self, coords: Tensor) -> None:
         if coords.dim() < 1 or coords.shape[-1] != self.dim:
-            raise ValueError(f"{type(self).__name__}: coordinates must have shape [..., {self.dim}], "
-                             f"got {tuple(coords.shape)}")
+            raise ValueError(
+                f"{type(self).__name__}: coordinates must have shape [..., {self.dim}], got {tuple(coords.shape)}"
+            )
 
     def extra_repr(self) -> str:
-        return (f"dim={self.dim}, out_channels={self.out_channels}, hidden_channels={self.hidden_channels}, "
-                f"num_layers={self.num_layers}, omega0={self.omega0:g}")
+        return (
+            f"dim={self.dim}, out_channels={self.out_channels}, hidden_channels={self.hidden_channels}, "
+            f"num_layers={self.num_layers}, omega0={self.omega0:g}"
+        )
 
 
 class GaborFilter(nn.Module):
@@ -158,8 +168,9 @@ class GaborFilter(nn.Module):
         input ``[..., D]`` -> output ``[..., H]``
     """
 
-    def __init__(self, dim: int, hidden_channels: int, layer_index: int, omega0: float,
-                 alpha: float, beta: float) -> None:
+    def __init__(
+        self, dim: int, hidden_channels: int, layer_index: int, omega0: float, alpha: float, beta: float
+    ) -> None:
         super().__init__()
         self.dim, self.hidden_channels, self.layer_index = dim, hidden_channels, layer_index
         self.omega0, self.alpha, self.beta = omega0, alpha, beta
@@ -215,14 +226,24 @@ class MAGNet(KernelNet):
         input ``[..., D]`` -> output ``[..., C]``
     """
 
-    def __init__(self, out_channels: int, hidden_channels: int = 32, num_layers: int = 3, omega0: float = 3.0,
-                 alpha: float = 6.0, beta: float = 1.0, dim: int = 3, output_scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        out_channels: int,
+        hidden_channels: int = 32,
+        num_layers: int = 3,
+        omega0: float = 3.0,
+        alpha: float = 6.0,
+        beta: float = 1.0,
+        dim: int = 3,
+        output_scale: float = 1.0,
+    ) -> None:
         super().__init__(out_channels, hidden_channels, num_layers, omega0, dim, output_scale)
         check_number("MAGNet", "alpha", alpha)
         check_number("MAGNet", "beta", beta)
         self.alpha, self.beta = float(alpha), float(beta)
         self.filters = nn.ModuleList(
-            GaborFilter(dim, hidden_channels, l + 1, self.omega0, self.alpha, self.beta) for l in range(num_layers))
+            GaborFilter(dim, hidden_channels, l + 1, self.omega0, self.alpha, self.beta) for l in range(num_layers)
+        )
         self.linears = nn.ModuleList(nn.Linear(hidden_channels, hidden_channels) for _ in range(num_layers - 1))
         self.output_linear = nn.Linear(hidden_channels, out_channels)
         self.reset_parameters()
@@ -258,11 +279,19 @@ class SIRENKernel(KernelNet):
         input ``[..., D]`` -> output ``[..., C]``
     """
 
-    def __init__(self, out_channels: int, hidden_channels: int = 32, num_layers: int = 3, omega0: float = 3.0,
-                 dim: int = 3, output_scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        out_channels: int,
+        hidden_channels: int = 32,
+        num_layers: int = 3,
+        omega0: float = 3.0,
+        dim: int = 3,
+        output_scale: float = 1.0,
+    ) -> None:
         super().__init__(out_channels, hidden_channels, num_layers, omega0, dim, output_scale)
         self.layers = nn.ModuleList(
-            nn.Linear(dim if l == 0 else hidden_channels, hidden_channels) for l in range(num_layers))
+            nn.Linear(dim if l == 0 else hidden_channels, hidden_channels) for l in range(num_layers)
+        )
         self.output_linear = nn.Linear(hidden_channels, out_channels)
         self.reset_parameters()
 
@@ -300,8 +329,16 @@ class RFFKernel(KernelNet):
         input ``[..., D]`` -> output ``[..., C]``
     """
 
-    def __init__(self, out_channels: int, hidden_channels: int = 32, num_layers: int = 3, omega0: float = 3.0,
-                 dim: int = 3, output_scale: float = 1.0, learnable_frequencies: bool = False) -> None:
+    def __init__(
+        self,
+        out_channels: int,
+        hidden_channels: int = 32,
+        num_layers: int = 3,
+        omega0: float = 3.0,
+        dim: int = 3,
+        output_scale: float = 1.0,
+        learnable_frequencies: bool = False,
+    ) -> None:
         super().__init__(out_channels, hidden_channels, num_layers, omega0, dim, output_scale)
         if hidden_channels % 2 != 0:
             raise ValueError(f"RFFKernel: hidden_channels must be even (cos and sin halves), got {hidden_channels}")

@@ -15,6 +15,7 @@ allocation limit is refused before anything is allocated, as are widths at const
 Shapes:
     input ``[B, C, R, R, R]`` -> output ``[B, C, R, R, R]``
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import (check_alloc, check_choice, check_fraction, check_int, check_parameters, check_positive_int,
-                       checked_forward, is_int)
+from .._checks import (
+    check_alloc,
+    check_choice,
+    check_fraction,
+    check_int,
+    check_parameters,
+    check_positive_int,
+    checked_forward,
+    is_int,
+)
 from .flexconv import DEFAULT_FFT_THRESHOLD, check_grid_input, direct_depthwise_conv3d, fft_depthwise_conv3d
 from .inputs import check_grid_module_input
 
@@ -52,7 +61,7 @@ def _pad_to(kernel: Tensor, size: int) -> Tensor:
 def _crop_to(kernel: Tensor, size: int) -> Tensor:
     """Central crop of a cubic kernel ``[..., s, s, s]`` to ``[..., size, size, size]`` (size <= s, both odd)."""
     c = (kernel.shape[-1] - size) // 2
-    return kernel[..., c:c + size, c:c + size, c:c + size] if c > 0 else kernel
+    return kernel[..., c : c + size, c : c + size, c : c + size] if c > 0 else kernel
 
 
 class MRConv3d(nn.Module):
@@ -133,26 +142,41 @@ class MRConv3d(nn.Module):
 
     reparameterized: bool
 
-    def __init__(self, channels: int, num_branches: int = 4, kernel_size: int = 3, kernel_type: str = "dilated",
-                 modes: int = 2, sparse_taps: int = 0, global_kernel: bool = True, decay: float = 0.5,
-                 resolution: Optional[int] = None, fft: Union[str, bool] = "auto",
-                 fft_threshold: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        channels: int,
+        num_branches: int = 4,
+        kernel_size: int = 3,
+        kernel_type: str = "dilated",
+        modes: int = 2,
+        sparse_taps: int = 0,
+        global_kernel: bool = True,
+        decay: float = 0.5,
+        resolution: Optional[int] = None,
+        fft: Union[str, bool] = "auto",
+        fft_threshold: Optional[int] = None,
+    ) -> None:
         super().__init__()
         where = type(self).__name__
         check_positive_int(where, channels=channels, num_branches=num_branches, modes=modes)
         check_int(where, "sparse_taps", sparse_taps, 0)
         if is_int(kernel_size):
-            check_parameters(where, f"channels={channels}, num_branches={num_branches}, kernel_size={kernel_size}, "
-                                    f"modes={modes}, sparse_taps={sparse_taps}",
-                             num_branches * channels * (kernel_size ** 3 + 2 * (2 * modes - 1) ** 2 * modes
-                                                        + sparse_taps + 6))
+            check_parameters(
+                where,
+                f"channels={channels}, num_branches={num_branches}, kernel_size={kernel_size}, "
+                f"modes={modes}, sparse_taps={sparse_taps}",
+                num_branches * channels * (kernel_size**3 + 2 * (2 * modes - 1) ** 2 * modes + sparse_taps + 6),
+            )
         if not is_int(kernel_size) or kernel_size < 3 or kernel_size % 2 == 0:
-            raise ValueError(f"{where}: kernel_size must be an odd integer >= 3 (support of the first branch), "
-                             f"got {kernel_size!r}")
+            raise ValueError(
+                f"{where}: kernel_size must be an odd integer >= 3 (support of the first branch), got {kernel_size!r}"
+            )
         check_choice(where, "kernel_type", kernel_type, KERNEL_TYPES)
         if sparse_taps and kernel_type != "fourier":
-            raise ValueError(f"{where}: sparse_taps={sparse_taps} needs kernel_type='fourier' (sparse taps are "
-                             f"added to the Fourier kernels), got kernel_type={kernel_type!r}")
+            raise ValueError(
+                f"{where}: sparse_taps={sparse_taps} needs kernel_type='fourier' (sparse taps are "
+                f"added to the Fourier kernels), got kernel_type={kernel_type!r}"
+            )
         if not isinstance(global_kernel, bool):
             raise ValueError(f"{where}: global_kernel must be a bool, got {global_kernel!r}")
         check_fraction(where, "decay", decay)
@@ -187,12 +211,12 @@ class MRConv3d(nn.Module):
         if self.reparameterized:
             raise RuntimeError(f"{type(self).__name__}: cannot reset a reparameterized (folded) layer")
         if self.kernel_type == "dilated":
-            nn.init.normal_(self.weight, 0.0, 1.0 / math.sqrt(self.kernel_size ** 3))
+            nn.init.normal_(self.weight, 0.0, 1.0 / math.sqrt(self.kernel_size**3))
         else:
             f, m = 2 * self.modes - 1, self.modes
             share = 0.5 if self.sparse_taps else 1.0
             # full-spectrum entries of a Hermitian kernel: f^3, the f3 = 0 plane counting half after symmetrization
-            var = share / (f ** 3 - 0.5 * f ** 2)
+            var = share / (f**3 - 0.5 * f**2)
             nn.init.normal_(self.spectrum, 0.0, math.sqrt(var / 2))
             with torch.no_grad():
                 self.spectrum[:, :, m - 1, m - 1, 0, 1] = 0.0  # the imaginary part of the DC term has no effect
@@ -216,12 +240,16 @@ class MRConv3d(nn.Module):
         cap = min(2 * resolution - 1, (self.kernel_size - 1) * 2 ** (self.num_branches - 1) + 1)
         if self.global_kernel:
             cap = 2 * resolution - 1
-        check_alloc(where, f"resolution={resolution} ({self.num_branches} branch kernels of up to {cap}^3 taps x "
-                           f"{self.channels} channels, float64)", 2 * self.num_branches * self.channels * cap ** 3 * 8)
+        check_alloc(
+            where,
+            f"resolution={resolution} ({self.num_branches} branch kernels of up to {cap}^3 taps x "
+            f"{self.channels} channels, float64)",
+            2 * self.num_branches * self.channels * cap**3 * 8,
+        )
         cap = 2 * resolution - 1
         out = []
         for i in range(self.num_branches):
-            s = (self.kernel_size - 1) * 2 ** i + 1
+            s = (self.kernel_size - 1) * 2**i + 1
             if self.global_kernel and i == self.num_branches - 1:
                 s = cap
             out.append(min(s, cap))
@@ -251,8 +279,11 @@ class MRConv3d(nn.Module):
         check_int(where, "support", support)
         if support % 2 == 0:
             raise ValueError(f"{where}: support must be odd (a centred kernel), got {support}")
-        check_alloc(where, f"support={support} ({support}^3 taps x {self.channels} channels)",
-                    self.channels * support ** 3 * 8 * 2)
+        check_alloc(
+            where,
+            f"support={support} ({support}^3 taps x {self.channels} channels)",
+            self.channels * support**3 * 8 * 2,
+        )
         s, c = support, self.channels
         if self.kernel_type == "dilated":
             offs, _ = self._dilated_offsets(s)
@@ -263,20 +294,28 @@ class MRConv3d(nn.Module):
             w = self.weight[index][:, keep][:, :, keep][:, :, :, keep]
             kernel = self.weight.new_zeros(c, s, s, s)
             chan = torch.arange(c, device=w.device)[:, None, None, None]
-            return kernel.index_put((chan, idx[None, :, None, None], idx[None, None, :, None],
-                                     idx[None, None, None, :]), w)
+            return kernel.index_put(
+                (chan, idx[None, :, None, None], idx[None, None, :, None], idx[None, None, None, :]), w
+            )
         m = self.modes
         spec = torch.view_as_complex(self.spectrum[index])  # [C, 2m-1, 2m-1, m]
         plane = spec[..., 0]
         plane = 0.5 * (plane + plane.flip(-2, -1).conj())  # Hermitian f3 = 0 plane: a real kernel
         spec = torch.cat([plane[..., None], spec[..., 1:]], dim=-1)
         keep = min(m - 1, (s - 1) // 2)  # frequencies above the branch's Nyquist limit are dropped
-        spec = spec[:, m - 1 - keep:m + keep, m - 1 - keep:m + keep, :keep + 1]
+        spec = spec[:, m - 1 - keep : m + keep, m - 1 - keep : m + keep, : keep + 1]
         dev = spec.device
         full = spec.new_zeros(c, s, s, s // 2 + 1)
         f = torch.arange(-keep, keep + 1, device=dev) % s
-        full = full.index_put((torch.arange(c, device=dev)[:, None, None, None], f[None, :, None, None],
-                               f[None, None, :, None], torch.arange(keep + 1, device=dev)[None, None, None, :]), spec)
+        full = full.index_put(
+            (
+                torch.arange(c, device=dev)[:, None, None, None],
+                f[None, :, None, None],
+                f[None, None, :, None],
+                torch.arange(keep + 1, device=dev)[None, None, None, :],
+            ),
+            spec,
+        )
         kernel = torch.fft.irfftn(full, s=(s, s, s), dim=(-3, -2, -1), norm="ortho")
         kernel = torch.fft.fftshift(kernel, dim=(-3, -2, -1))
         if self.sparse_taps:
@@ -347,8 +386,12 @@ class MRConv3d(nn.Module):
         key = prefix + "rep_weight"
         if self.reparameterized and key in state_dict:
             incoming = state_dict[key]
-            if (isinstance(incoming, Tensor) and incoming.dim() == 5 and incoming.shape[:2] == (self.channels, 1)
-                    and incoming.shape != self.rep_weight.shape):
+            if (
+                isinstance(incoming, Tensor)
+                and incoming.dim() == 5
+                and incoming.shape[:2] == (self.channels, 1)
+                and incoming.shape != self.rep_weight.shape
+            ):
                 # the merged kernel's size depends on the resolution it was folded for
                 self.rep_weight = nn.Parameter(self.rep_weight.new_empty(incoming.shape), requires_grad=False)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
@@ -383,8 +426,11 @@ class MRConv3d(nn.Module):
         full = _pad_to(kernel[:, 0], size).reshape(self.channels, -1)
         g = torch.arange(r, device=kernel.device)
         d = g[None, :] - g[:, None] + (r - 1)  # [p, q] -> q - p + P along one axis
-        idx = (d[:, None, None, :, None, None] * size * size + d[None, :, None, None, :, None] * size
-               + d[None, None, :, None, None, :]).reshape(r ** 3, r ** 3)
+        idx = (
+            d[:, None, None, :, None, None] * size * size
+            + d[None, :, None, None, :, None] * size
+            + d[None, None, :, None, None, :]
+        ).reshape(r**3, r**3)
         with torch.no_grad():
             mat = full[:, idx]
         self._toeplitz_cache = (key, mat)
@@ -393,10 +439,14 @@ class MRConv3d(nn.Module):
     def _folded_conv(self, x: Tensor, kernel: Tensor) -> Tensor:
         b, c, r = x.shape[0], self.channels, x.shape[-1]
         k = kernel.shape[-1]
-        if (self.fft == "auto" and k >= MATMUL_MIN_TAPS and not torch.is_grad_enabled()
-                and c * r ** 6 * x.element_size() <= MATMUL_MAX_BYTES):
+        if (
+            self.fft == "auto"
+            and k >= MATMUL_MIN_TAPS
+            and not torch.is_grad_enabled()
+            and c * r**6 * x.element_size() <= MATMUL_MAX_BYTES
+        ):
             mat = self._toeplitz(kernel, r)
-            flat = x.reshape(b, c, r ** 3).permute(1, 2, 0)  # [C, R^3, B]
+            flat = x.reshape(b, c, r**3).permute(1, 2, 0)  # [C, R^3, B]
             return torch.bmm(mat, flat).permute(2, 0, 1).reshape(b, c, r, r, r)
         return self._depthwise(x, kernel)
 
@@ -405,8 +455,9 @@ class MRConv3d(nn.Module):
             _, dilation = self._dilated_offsets(support)
             if dilation:
                 pad = dilation * (self.kernel_size - 1) // 2
-                return F.conv3d(x, self.weight[index].unsqueeze(1), padding=pad, dilation=dilation,
-                                groups=self.channels)
+                return F.conv3d(
+                    x, self.weight[index].unsqueeze(1), padding=pad, dilation=dilation, groups=self.channels
+                )
         return self._depthwise(x, self.branch_kernel(index, support).unsqueeze(1))
 
     @checked_forward(check_grid_module_input)
@@ -415,13 +466,17 @@ class MRConv3d(nn.Module):
         r = check_grid_input(where, x, self.channels)
         if self.reparameterized:
             if self.training and torch.is_grad_enabled():
-                raise RuntimeError(f"{where}: this layer was reparameterized (its branches are folded into one "
-                                   f"inference-only convolution) and cannot be trained; call .eval(), or train "
-                                   f"an unfolded model")
+                raise RuntimeError(
+                    f"{where}: this layer was reparameterized (its branches are folded into one "
+                    f"inference-only convolution) and cannot be trained; call .eval(), or train "
+                    f"an unfolded model"
+                )
             if int(self.folded_resolution) == 0:
-                raise RuntimeError(f"{where}: reparameterize() ran before the layer saw any input and without "
-                                   f"a resolution, so the merged kernel is a placeholder; load folded weights, or "
-                                   f"fold with reparameterize(resolution=R)")
+                raise RuntimeError(
+                    f"{where}: reparameterize() ran before the layer saw any input and without "
+                    f"a resolution, so the merged kernel is a placeholder; load folded weights, or "
+                    f"fold with reparameterize(resolution=R)"
+                )
             kernel = _crop_to(self.rep_weight, min(self.rep_weight.shape[-1], 2 * r - 1))
             return self._folded_conv(x, kernel.to(x.dtype)) + self.rep_bias.to(x.dtype).view(1, -1, 1, 1, 1)
         with torch.no_grad():
@@ -435,11 +490,15 @@ class MRConv3d(nn.Module):
 
     def extra_repr(self) -> str:
         if self.reparameterized:
-            return (f"{self.channels}, reparameterized=True, kernel={tuple(self.rep_weight.shape[2:])}, "
-                    f"folded_resolution={int(self.folded_resolution)}")
+            return (
+                f"{self.channels}, reparameterized=True, kernel={tuple(self.rep_weight.shape[2:])}, "
+                f"folded_resolution={int(self.folded_resolution)}"
+            )
         extra = f", modes={self.modes}, sparse_taps={self.sparse_taps}" if self.kernel_type == "fourier" else ""
-        return (f"{self.channels}, num_branches={self.num_branches}, kernel_size={self.kernel_size}, "
-                f"kernel_type={self.kernel_type!r}{extra}, global_kernel={self.global_kernel}")
+        return (
+            f"{self.channels}, num_branches={self.num_branches}, kernel_size={self.kernel_size}, "
+            f"kernel_type={self.kernel_type!r}{extra}, global_kernel={self.global_kernel}"
+        )
 
 
 class MRConvSeparable3d(nn.Module):
@@ -457,8 +516,9 @@ class MRConvSeparable3d(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, bias: bool = True, **mrconv_kwargs: Any) -> None:
         super().__init__()
         check_positive_int(type(self).__name__, in_channels=in_channels, out_channels=out_channels)
-        check_parameters(type(self).__name__, f"in_channels={in_channels}, out_channels={out_channels}",
-                         in_channels * out_channels)
+        check_parameters(
+            type(self).__name__, f"in_channels={in_channels}, out_channels={out_channels}", in_channels * out_channels
+        )
         self.in_channels, self.out_channels = in_channels, out_channels
         self.depthwise = MRConv3d(in_channels, **mrconv_kwargs)
         self.pointwise = nn.Conv3d(in_channels, out_channels, kernel_size=1, bias=bias)

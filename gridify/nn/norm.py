@@ -8,6 +8,7 @@ statistic as it was).
 Shapes:
     ChannelLayerNorm: ``[B, C, ...] -> [B, C, ...]``
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Optional
@@ -45,8 +46,9 @@ class ChannelLayerNorm(nn.Module):
 
 
 @torch.no_grad()
-def recalibrate_batchnorm(model: nn.Module, batches: Iterable[Any],
-                          forward: Optional[Callable[[nn.Module, Any], Any]] = None) -> int:
+def recalibrate_batchnorm(
+    model: nn.Module, batches: Iterable[Any], forward: Optional[Callable[[nn.Module, Any], Any]] = None
+) -> int:
     """Re-estimate the running statistics of every BatchNorm in ``model`` from ``batches``.
 
     Running statistics lag behind the weights after short or fast training, and they change when

@@ -9,6 +9,7 @@ their BatchNorms and the weights ``alpha`` into one depthwise convolution
 so that the folded layer gives the branch sum's output in eval mode. :func:`reparameterize_model`
 folds every such layer of a model; ``gridify.checkpoint.export_model`` calls it.
 """
+
 from __future__ import annotations
 
 import torch

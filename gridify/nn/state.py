@@ -11,6 +11,7 @@ train/eval flag afterwards, whatever happens.
 Shapes:
     no tensors of their own; buffers and parameters keep their shapes.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,8 +40,8 @@ def all_or_nothing(module: nn.Module, *, parameters: bool = False) -> Iterator[N
     parameter values with ``parameters=True``). Costs one copy of the buffers (and parameters).
     """
     saved: List[Tuple[nn.Module, Dict[str, Any], Dict[str, Tensor], Dict[str, Tensor]]] = [
-        (m, _attributes(m), _values(m._buffers), _values(m._parameters) if parameters else {})
-        for m in module.modules()]
+        (m, _attributes(m), _values(m._buffers), _values(m._parameters) if parameters else {}) for m in module.modules()
+    ]
     try:
         yield
     except BaseException:
@@ -54,8 +55,13 @@ def all_or_nothing(module: nn.Module, *, parameters: bool = False) -> Iterator[N
                         if current is not None and current.shape == value.shape:
                             current.copy_(value)
                         else:
-                            store[name] = value if store is m._buffers else nn.Parameter(
-                                value, requires_grad=bool(current is not None and current.requires_grad))
+                            store[name] = (
+                                value
+                                if store is m._buffers
+                                else nn.Parameter(
+                                    value, requires_grad=bool(current is not None and current.requires_grad)
+                                )
+                            )
         raise
 
 

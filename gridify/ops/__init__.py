@@ -11,11 +11,27 @@ allocation bounds (``check_knn_size``, ``check_grid_knn_size``, ``check_fps_size
 ``check_radius_size``) and the backend's device (``check_knn_backend``) once.
 Each has a loop-based ``*_reference`` used by the tests.
 """
+
 from .grid import grid_knn, grid_knn_unchecked, grid_positions
 from .knn import knn, knn_reference, knn_unchecked
 from .scatter import accumulation_dtype, scatter, scatter_reference, scatter_unchecked
 from .sampling import fps, fps_reference, fps_unchecked, radius, radius_reference, radius_unchecked
 
-__all__ = ["knn", "knn_unchecked", "knn_reference", "grid_knn", "grid_knn_unchecked", "grid_positions", "scatter",
-           "scatter_unchecked", "scatter_reference", "accumulation_dtype", "fps", "fps_unchecked", "fps_reference",
-           "radius", "radius_unchecked", "radius_reference"]
+__all__ = [
+    "knn",
+    "knn_unchecked",
+    "knn_reference",
+    "grid_knn",
+    "grid_knn_unchecked",
+    "grid_positions",
+    "scatter",
+    "scatter_unchecked",
+    "scatter_reference",
+    "accumulation_dtype",
+    "fps",
+    "fps_unchecked",
+    "fps_reference",
+    "radius",
+    "radius_unchecked",
+    "radius_reference",
+]

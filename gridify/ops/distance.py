@@ -18,6 +18,7 @@ no square can overflow or underflow (:data:`SAFE_EXPONENTS`) the scale is 1 (no 
 Shapes:
     distance_frame: tensors of any shapes -> the same shapes in the working dtype, and the scale
 """
+
 from __future__ import annotations
 
 import math

@@ -21,6 +21,7 @@ Shapes:
     edge_index[1] = global node index ``batch * Rx Ry Rz + local``;
     grid_positions: -> [Rx Ry Rz, 3].
 """
+
 from __future__ import annotations
 
 import math
@@ -56,10 +57,15 @@ def check_resolution(where: str, resolution: object, minimum: int = 2) -> Tuple[
     returns ``(Rx, Ry, Rz)``. Messages name ``resolution`` (and the axis)."""
     if isinstance(resolution, (tuple, list)):
         if len(resolution) != 3:
-            fail(where, f"resolution must be an integer >= {minimum} or one per axis (Rx, Ry, Rz), got "
-                        f"{len(resolution)} values {tuple(resolution)!r}")
-        return tuple(check_int(where, f"resolution[{a}] ({'xyz'[a]})", r, minimum)  # type: ignore[return-value]
-                     for a, r in enumerate(resolution))
+            fail(
+                where,
+                f"resolution must be an integer >= {minimum} or one per axis (Rx, Ry, Rz), got "
+                f"{len(resolution)} values {tuple(resolution)!r}",
+            )
+        return tuple(
+            check_int(where, f"resolution[{a}] ({'xyz'[a]})", r, minimum)  # type: ignore[return-value]
+            for a, r in enumerate(resolution)
+        )
     r = check_int(where, "resolution", resolution, minimum)
     return (r, r, r)
 
@@ -106,9 +112,12 @@ def check_box(where: str, lower: Bound, upper: Bound) -> Tuple[Tensor, Tensor]:
 def check_grid_size(where: str, resolution: Resolution, num_clouds: int) -> None:
     """Refuse grids whose global node numbers ``cloud * Rx Ry Rz + local`` would overflow int64."""
     shape = grid_shape(resolution)
-    if num_clouds * math.prod(shape) >= 2 ** 62:
-        fail(where, f"resolution={resolution_value(shape)} with {num_clouds} clouds numbers {num_clouds} x "
-                    f"{describe_resolution(shape)} grid nodes, beyond int64 node indices")
+    if num_clouds * math.prod(shape) >= 2**62:
+        fail(
+            where,
+            f"resolution={resolution_value(shape)} with {num_clouds} clouds numbers {num_clouds} x "
+            f"{describe_resolution(shape)} grid nodes, beyond int64 node indices",
+        )
 
 
 def _initial_half_width(k: int) -> int:
@@ -141,8 +150,9 @@ def _rank_triples(L: Tuple[int, int, int], k: int, device) -> Tuple[Tensor, Tens
     return hit
 
 
-def grid_knn(pos: Tensor, k: int, resolution: Resolution, lower: Bound = -1.0, upper: Bound = 1.0,
-             batch: Optional[Tensor] = None) -> Tensor:
+def grid_knn(
+    pos: Tensor, k: int, resolution: Resolution, lower: Bound = -1.0, upper: Bound = 1.0, batch: Optional[Tensor] = None
+) -> Tensor:
     """The ``k`` nearest grid nodes of every point (exact), as ``[2, N*k]`` (point, global node).
 
     ``resolution``: ``R`` or ``(Rx, Ry, Rz)`` nodes per axis. Validates its arguments, then runs
@@ -162,8 +172,7 @@ def grid_knn(pos: Tensor, k: int, resolution: Resolution, lower: Bound = -1.0, u
     check_finite(where, "pos", pos, batch)
     check_grid_knn_size(where, pos.size(0), k, pos.device)
     work = working_dtype(pos.dtype)
-    return grid_knn_unchecked(pos, k, resolution_value(shape), lo.to(pos.device, work), hi.to(pos.device, work),
-                              batch)
+    return grid_knn_unchecked(pos, k, resolution_value(shape), lo.to(pos.device, work), hi.to(pos.device, work), batch)
 
 
 def grid_knn_bytes(num_points: int, k: int) -> int:
@@ -178,8 +187,9 @@ def check_grid_knn_size(where: str, num_points: int, k: int, device: Optional[to
     check_alloc(where, f"k={k} for {num_points} points", grid_knn_bytes(num_points, k), device)
 
 
-def grid_knn_unchecked(pos: Tensor, k: int, resolution: Resolution, lower: Tensor, upper: Tensor,
-                       batch: Tensor) -> Tensor:
+def grid_knn_unchecked(
+    pos: Tensor, k: int, resolution: Resolution, lower: Tensor, upper: Tensor, batch: Tensor
+) -> Tensor:
     """:func:`grid_knn` without validation: finite ``pos [N, 3]``, sorted int64 ``batch [N]``,
     ``1 <= k <= Rx Ry Rz``, box corners ``lower < upper`` as ``[3]`` tensors on ``pos``'s device
     (in the working dtype of ``pos``, :func:`gridify.ops.distance.working_dtype`, to stay exact),
@@ -206,15 +216,16 @@ def grid_knn_unchecked(pos: Tensor, k: int, resolution: Resolution, lower: Tenso
     return torch.stack([row, out.reshape(-1)])
 
 
-def _window_knn(pos: Tensor, base: Tensor, lo: Tensor, h: Tensor, R: Tuple[int, int, int],
-                L: Tuple[int, int, int], m: int, k: int) -> Tuple[Tensor, Tensor]:
+def _window_knn(
+    pos: Tensor, base: Tensor, lo: Tensor, h: Tensor, R: Tuple[int, int, int], L: Tuple[int, int, int], m: int, k: int
+) -> Tuple[Tensor, Tensor]:
     """One round of :func:`grid_knn_unchecked`: the ``k`` nearest nodes ``[n, k]`` (local indices)
     within each point's window of ``L_a`` nodes per axis, and whether they are exact ``[n]``."""
     dists, idxs = [], []
     for a in range(3):
         start = (base[:, a] - m + 1).clamp(min=0, max=R[a] - L[a])  # [n]
         idx = start[:, None] + torch.arange(L[a], device=pos.device)  # [n, L_a] node indices on axis a
-        d = (lo[a] + idx.to(pos.dtype) * h[a] - pos[:, a:a + 1]).pow(2)
+        d = (lo[a] + idx.to(pos.dtype) * h[a] - pos[:, a : a + 1]).pow(2)
         # squared distance = dx[a] + dy[b] + dz[c]. With each axis sorted, a combination of ranks
         # (p, q, r) has at least (p+1)(q+1)(r+1) combinations no farther than itself, so only the
         # rank triples with (p+1)(q+1)(r+1) <= k can be among the k nearest
@@ -235,8 +246,9 @@ def _window_knn(pos: Tensor, base: Tensor, lo: Tensor, h: Tensor, R: Tuple[int, 
     return val[:, -1] <= bound * bound * (1 + 1e-6), node
 
 
-def grid_positions(resolution: Resolution, lower: Bound = -1.0, upper: Bound = 1.0, device=None,
-                   dtype=torch.float32) -> Tensor:
+def grid_positions(
+    resolution: Resolution, lower: Bound = -1.0, upper: Bound = 1.0, device=None, dtype=torch.float32
+) -> Tensor:
     """Coordinates of the ``Rx Ry Rz`` grid nodes in flattened order ``a * Ry * Rz + b * Rz + c``
     (``a * R^2 + b * R + c`` for an int ``R``). [Rx Ry Rz, 3]
 
@@ -250,13 +262,22 @@ def grid_positions(resolution: Resolution, lower: Bound = -1.0, upper: Bound = 1
     check_float(where, "dtype", torch.empty(0, dtype=dtype))
     lo, hi = check_box(where, lower, upper)
     what = "R^3" if shape[0] == shape[1] == shape[2] else "Rx Ry Rz"
-    check_alloc(where, f"resolution={resolution_value(shape)} ([{what}, 3] node positions in {dtype})",
-                3 * math.prod(shape) * max(element_size(dtype), 8), device)
+    check_alloc(
+        where,
+        f"resolution={resolution_value(shape)} ([{what}, 3] node positions in {dtype})",
+        3 * math.prod(shape) * max(element_size(dtype), 8),
+        device,
+    )
     return grid_positions_unchecked(shape, tuple(float(v) for v in lo), tuple(float(v) for v in hi), device, dtype)
 
 
-def grid_positions_unchecked(shape: Tuple[int, int, int], lower: Tuple[float, float, float],
-                             upper: Tuple[float, float, float], device=None, dtype=torch.float32) -> Tensor:
+def grid_positions_unchecked(
+    shape: Tuple[int, int, int],
+    lower: Tuple[float, float, float],
+    upper: Tuple[float, float, float],
+    device=None,
+    dtype=torch.float32,
+) -> Tensor:
     """:func:`grid_positions` of a validated ``shape`` triple and box corners (per-axis floats),
     a floating ``dtype`` and a table within the allocation limit (checked by the caller)."""
     axes = [torch.linspace(lower[i], upper[i], shape[i], device=device, dtype=torch.float64) for i in range(3)]

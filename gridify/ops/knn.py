@@ -28,6 +28,7 @@ Shapes:
     x: [N, D], y: [M, D], batch_x: [N] (sorted), batch_y: [M] (sorted) -> edge_index: [2, E],
     E <= M * k
 """
+
 from __future__ import annotations
 
 from typing import Optional, Tuple
@@ -49,9 +50,16 @@ CHUNK_ELEMENTS = 1 << 24
 TIE_QUERY_MAX = 1 << 10
 
 
-def check_knn_inputs(x: object, y: object, k: object, batch_x: Optional[Tensor], batch_y: Optional[Tensor],
-                     backend: str = "auto", where: str = "knn", names: Tuple[str, str] = ("x", "y")
-                     ) -> Tuple[Tensor, Tensor, int, Tensor, Tensor, Tensor]:
+def check_knn_inputs(
+    x: object,
+    y: object,
+    k: object,
+    batch_x: Optional[Tensor],
+    batch_y: Optional[Tensor],
+    backend: str = "auto",
+    where: str = "knn",
+    names: Tuple[str, str] = ("x", "y"),
+) -> Tuple[Tensor, Tensor, int, Tensor, Tensor, Tensor]:
     """Validate the arguments of a kNN search once: ``(x, y, k, batch_x, batch_y, counts of x)``.
 
     ``names`` are the caller's names of ``x`` and ``y`` (used in the messages).
@@ -80,16 +88,23 @@ def knn_bytes(num_queries: int, num_points: int, k: int) -> int:
 
 def check_knn_size(where: str, num_queries: int, num_points: int, k: int, device: Optional[torch.device]) -> None:
     """Refuse a search whose result (``knn_bytes``) would exceed the allocation limit."""
-    check_alloc(where, f"k={k} for {num_queries} queries among {num_points} points",
-                knn_bytes(num_queries, num_points, k), device)
+    check_alloc(
+        where,
+        f"k={k} for {num_queries} queries among {num_points} points",
+        knn_bytes(num_queries, num_points, k),
+        device,
+    )
 
 
 def check_knn_backend(where: str, backend: str, device: torch.device, name: str = "backend") -> None:
     """Refuse a backend that cannot run here: ``torch_cluster`` when it is not installed, the
     KD-tree on another device than the CPU (``backend`` itself already one of ``BACKENDS``)."""
     if backend == "torch_cluster" and not _optional.WITH_TORCH_CLUSTER:
-        fail(where, f"{name}='torch_cluster' requested but torch_cluster is not installed "
-                    "(pip install --no-build-isolation torch-cluster)")
+        fail(
+            where,
+            f"{name}='torch_cluster' requested but torch_cluster is not installed "
+            "(pip install --no-build-isolation torch-cluster)",
+        )
     if backend == "kdtree" and device.type != "cpu":
         fail(where, f"{name}='kdtree' runs on the CPU only; inputs are on {device}")
 
@@ -106,8 +121,14 @@ def choose_knn_backend(backend: str, x: Tensor, y: Tensor) -> str:
     return "torch"
 
 
-def knn(x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor] = None, batch_y: Optional[Tensor] = None,
-        backend: str = "auto") -> Tensor:
+def knn(
+    x: Tensor,
+    y: Tensor,
+    k: int,
+    batch_x: Optional[Tensor] = None,
+    batch_y: Optional[Tensor] = None,
+    backend: str = "auto",
+) -> Tensor:
     """The ``k`` nearest rows of ``x`` (same cloud) for every row of ``y``; see module docstring.
 
     Validates its arguments (ValueError naming the problem), then runs :func:`knn_unchecked`.
@@ -116,8 +137,9 @@ def knn(x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor] = None, batch_y:
     return knn_unchecked(x, y, k, bx, by, counts, backend)
 
 
-def knn_unchecked(x: Tensor, y: Tensor, k: int, batch_x: Tensor, batch_y: Tensor, counts: Tensor,
-                  backend: str = "auto") -> Tensor:
+def knn_unchecked(
+    x: Tensor, y: Tensor, k: int, batch_x: Tensor, batch_y: Tensor, counts: Tensor, backend: str = "auto"
+) -> Tensor:
     """:func:`knn` without validation, for callers that have validated their inputs already.
 
     ``batch_x``/``batch_y`` are sorted int64 vectors, ``counts`` the number of points of ``x`` per
@@ -275,13 +297,11 @@ def _knn_kdtree(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Te
     valid &= bxn[idx_safe] == byn[:, None]
     rows = np.broadcast_to(np.arange(y.size(0))[:, None], idx.shape)[valid]
     cols = idx_safe[valid]
-    return (torch.from_numpy(np.ascontiguousarray(rows)).long(),
-            torch.from_numpy(np.ascontiguousarray(cols)).long())
+    return (torch.from_numpy(np.ascontiguousarray(rows)).long(), torch.from_numpy(np.ascontiguousarray(cols)).long())
 
 
 #: Odd 64-bit multipliers of the coordinate hash that finds duplicated points.
-_HASH = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93],
-                 dtype=np.uint64)
+_HASH = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93], dtype=np.uint64)
 
 
 def _duplicate_groups(xn: np.ndarray) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -311,9 +331,18 @@ def _duplicate_groups(xn: np.ndarray) -> Optional[Tuple[np.ndarray, np.ndarray, 
     return order, starts, np.diff(np.append(starts, order.size))
 
 
-def _knn_distinct(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Tensor, xn: np.ndarray,
-                  yn: np.ndarray, kk: int, groups: Tuple[np.ndarray, np.ndarray, np.ndarray]
-                  ) -> Tuple[np.ndarray, np.ndarray]:
+def _knn_distinct(
+    x: Tensor,
+    y: Tensor,
+    k: int,
+    bx: Tensor,
+    by: Tensor,
+    counts: Tensor,
+    xn: np.ndarray,
+    yn: np.ndarray,
+    kk: int,
+    groups: Tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> Tuple[np.ndarray, np.ndarray]:
     """kNN among points with duplicates: ``(dist, idx) [M, kk]`` ordered by (distance, index).
 
     The tree holds one copy of every distinct point; a query's distinct neighbours are taken until
@@ -353,8 +382,9 @@ def _knn_distinct(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: 
     return dist, idx
 
 
-def _first_copies(d: np.ndarray, u: np.ndarray, copies: np.ndarray, groups: Tuple[np.ndarray, np.ndarray, np.ndarray],
-                  kk: int) -> Tuple[np.ndarray, np.ndarray]:
+def _first_copies(
+    d: np.ndarray, u: np.ndarray, copies: np.ndarray, groups: Tuple[np.ndarray, np.ndarray, np.ndarray], kk: int
+) -> Tuple[np.ndarray, np.ndarray]:
     """The first ``kk`` copies of distinct neighbours ``u [r, w]`` (at strictly increasing distances,
     ``copies`` of each counted), in that order, a run's copies in ascending index: ``(dist, idx)``."""
     order, starts, _ = groups
@@ -365,9 +395,16 @@ def _first_copies(d: np.ndarray, u: np.ndarray, copies: np.ndarray, groups: Tupl
     return np.take_along_axis(d, j, 1), order[starts[np.take_along_axis(u, j, 1)] + slot - before]
 
 
-def _hand_out_copies(rows: np.ndarray, d: np.ndarray, u: np.ndarray, near: np.ndarray,
-                     groups: Tuple[np.ndarray, np.ndarray, np.ndarray], kk: int, dist: np.ndarray,
-                     idx: np.ndarray) -> None:
+def _hand_out_copies(
+    rows: np.ndarray,
+    d: np.ndarray,
+    u: np.ndarray,
+    near: np.ndarray,
+    groups: Tuple[np.ndarray, np.ndarray, np.ndarray],
+    kk: int,
+    dist: np.ndarray,
+    idx: np.ndarray,
+) -> None:
     """Rows ``rows`` of ``(dist, idx)``: the first ``kk`` copies of the distinct neighbours ``u``
     marked ``near``, by (distance, index). Fills ``dist`` and ``idx`` in place."""
     order, starts, mult = groups
@@ -386,8 +423,19 @@ def _hand_out_copies(rows: np.ndarray, d: np.ndarray, u: np.ndarray, near: np.nd
     idx[rows[rep_r[keep]], rank[keep]] = orig[keep]
 
 
-def _resolve_kdtree_ties(tree, x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Tensor,
-                         yn: np.ndarray, tied: np.ndarray, dist: np.ndarray, idx: np.ndarray) -> None:
+def _resolve_kdtree_ties(
+    tree,
+    x: Tensor,
+    y: Tensor,
+    k: int,
+    bx: Tensor,
+    by: Tensor,
+    counts: Tensor,
+    yn: np.ndarray,
+    tied: np.ndarray,
+    dist: np.ndarray,
+    idx: np.ndarray,
+) -> None:
     """Rows ``tied`` of ``(dist, idx) [M, kk]`` had an entry equal to their ``kk``-th distance left
     out: re-query them with a doubled ``k`` until every entry at that distance is in (the last one
     returned lies farther), then keep the ``kk`` smallest by (distance, index). Fills ``dist`` and
@@ -416,8 +464,17 @@ def _resolve_kdtree_ties(tree, x: Tensor, y: Tensor, k: int, bx: Tensor, by: Ten
         rows, kth, want = rows[~done], kth[~done], 2 * want
 
 
-def _brute_force_rows(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, counts: Tensor, rows: np.ndarray,
-                      dist: np.ndarray, idx: np.ndarray) -> None:
+def _brute_force_rows(
+    x: Tensor,
+    y: Tensor,
+    k: int,
+    bx: Tensor,
+    by: Tensor,
+    counts: Tensor,
+    rows: np.ndarray,
+    dist: np.ndarray,
+    idx: np.ndarray,
+) -> None:
     """Rows ``rows`` of ``(dist, idx)`` by the brute force (ties broken by index), in place."""
     kk = idx.shape[1]
     sub = torch.from_numpy(rows)
@@ -428,8 +485,9 @@ def _brute_force_rows(x: Tensor, y: Tensor, k: int, bx: Tensor, by: Tensor, coun
     idx[rows], dist[rows] = fixed, np.arange(kk)  # already ordered: the later tie sort keeps it
 
 
-def knn_reference(x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor] = None,
-                  batch_y: Optional[Tensor] = None) -> Tensor:
+def knn_reference(
+    x: Tensor, y: Tensor, k: int, batch_x: Optional[Tensor] = None, batch_y: Optional[Tensor] = None
+) -> Tensor:
     """Loop-over-queries brute force, the obviously-correct reference for tests.
 
     Distances in float64, in the working frame (exactly scaled, so extreme coordinates of any

@@ -36,6 +36,7 @@ Shapes:
     radius: x [N, D], y [M, D], batch_x [N], batch_y [M] -> edge_index [2, E],
     E <= M * max_num_neighbors
 """
+
 from __future__ import annotations
 
 import math
@@ -45,8 +46,22 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import (check_alloc, check_batch, check_choice, check_device, check_finite, check_float, check_fraction,
-                       check_int, check_integer, check_number, check_point_pair, check_tensor, element_size, fail)
+from .._checks import (
+    check_alloc,
+    check_batch,
+    check_choice,
+    check_device,
+    check_finite,
+    check_float,
+    check_fraction,
+    check_int,
+    check_integer,
+    check_number,
+    check_point_pair,
+    check_tensor,
+    element_size,
+    fail,
+)
 from .distance import distance_frame, working_dtype
 
 __all__ = ["fps", "fps_unchecked", "fps_reference", "radius", "radius_unchecked", "radius_reference"]
@@ -64,8 +79,14 @@ def _ptr(counts: Tensor) -> Tensor:
     return ptr
 
 
-def fps(pos: Tensor, batch: Optional[Tensor] = None, ratio: float = 0.5, random_start: bool = True,
-        generator: Optional[torch.Generator] = None, start: Optional[Tensor] = None) -> Tensor:
+def fps(
+    pos: Tensor,
+    batch: Optional[Tensor] = None,
+    ratio: float = 0.5,
+    random_start: bool = True,
+    generator: Optional[torch.Generator] = None,
+    start: Optional[Tensor] = None,
+) -> Tensor:
     """Farthest point sampling of ``ceil(ratio * n_b)`` points per cloud (see module docstring).
 
     Args:
@@ -98,15 +119,21 @@ def fps(pos: Tensor, batch: Optional[Tensor] = None, ratio: float = 0.5, random_
     if start is not None:
         start = check_tensor(where, "start", start)
         if start.dim() != 1 or start.numel() != nclouds:
-            fail(where, f"start must be a 1-D integer tensor with one entry per cloud ({nclouds}), "
-                        f"got shape {tuple(start.shape)} and dtype {start.dtype}")
+            fail(
+                where,
+                f"start must be a 1-D integer tensor with one entry per cloud ({nclouds}), "
+                f"got shape {tuple(start.shape)} and dtype {start.dtype}",
+            )
         check_integer(where, "start", start)
         check_device(where, "start", start, pos.device)
         start = start.long()
         if bool(((start < 0) | (start >= counts)).any()):
             b = int(((start < 0) | (start >= counts)).nonzero()[0])
-            fail(where, f"start holds an index outside its cloud: cloud {b} has {int(counts[b])} points, "
-                        f"start[{b}] = {int(start[b])}")
+            fail(
+                where,
+                f"start holds an index outside its cloud: cloud {b} has {int(counts[b])} points, "
+                f"start[{b}] = {int(start[b])}",
+            )
     check_fps_size(where, pos, counts)
     return fps_unchecked(pos, bx, counts, ratio, random_start, generator, start)
 
@@ -115,12 +142,23 @@ def check_fps_size(where: str, pos: Tensor, counts: Tensor) -> None:
     """Refuse a batch whose padded ``[B, max n_b]`` tables would exceed the allocation limit."""
     nclouds, nmax = counts.numel(), int(counts.max())
     item = element_size(working_dtype(pos.dtype))
-    check_alloc(where, f"batch (padded to {nclouds} clouds x {nmax} points, the largest cloud)",
-                nclouds * nmax * ((pos.size(1) + 3) * item + 9), pos.device)
+    check_alloc(
+        where,
+        f"batch (padded to {nclouds} clouds x {nmax} points, the largest cloud)",
+        nclouds * nmax * ((pos.size(1) + 3) * item + 9),
+        pos.device,
+    )
 
 
-def fps_unchecked(pos: Tensor, batch: Tensor, counts: Tensor, ratio: float = 0.5, random_start: bool = True,
-                  generator: Optional[torch.Generator] = None, start: Optional[Tensor] = None) -> Tensor:
+def fps_unchecked(
+    pos: Tensor,
+    batch: Tensor,
+    counts: Tensor,
+    ratio: float = 0.5,
+    random_start: bool = True,
+    generator: Optional[torch.Generator] = None,
+    start: Optional[Tensor] = None,
+) -> Tensor:
     """:func:`fps` without validation: finite ``pos [N, D]``, sorted int64 ``batch``, ``counts [B]`` > 0,
     ``0 < ratio <= 1``, ``start`` (if given) int64 local indices inside each cloud."""
     bx, nclouds = batch, counts.numel()
@@ -166,8 +204,9 @@ def fps_unchecked(pos: Tensor, batch: Tensor, counts: Tensor, ratio: float = 0.5
     return (out + ptr[:-1].unsqueeze(1))[keep]
 
 
-def fps_reference(pos: Tensor, batch: Optional[Tensor] = None, ratio: float = 0.5,
-                  start: Optional[Tensor] = None) -> Tensor:
+def fps_reference(
+    pos: Tensor, batch: Optional[Tensor] = None, ratio: float = 0.5, start: Optional[Tensor] = None
+) -> Tensor:
     """Loop-over-clouds greedy farthest point sampling, the obviously-correct reference for tests.
 
     ``start`` holds each cloud's first sample as an index local to the cloud (default 0).
@@ -191,12 +230,19 @@ def fps_reference(pos: Tensor, batch: Optional[Tensor] = None, ratio: float = 0.
 
 
 def _is_batch_vector(b: object, rows: int) -> bool:
-    return (isinstance(b, Tensor) and b.dim() == 1 and b.numel() == rows and not b.is_floating_point()
-            and not b.is_complex() and b.dtype != torch.bool)
+    return (
+        isinstance(b, Tensor)
+        and b.dim() == 1
+        and b.numel() == rows
+        and not b.is_floating_point()
+        and not b.is_complex()
+        and b.dtype != torch.bool
+    )
 
 
-def _compact_cloud_ids(batch_x: Optional[Tensor], batch_y: Optional[Tensor], x: Tensor, y: Tensor, where: str
-                       ) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+def _compact_cloud_ids(
+    batch_x: Optional[Tensor], batch_y: Optional[Tensor], x: Tensor, y: Tensor, where: str
+) -> Tuple[Optional[Tensor], Optional[Tensor]]:
     """Sparse cloud ids renumbered ``0 .. K-1`` (K the distinct ids of both vectors, order kept), so the
     per-cloud tables are bounded by the points, not by the largest id (ids up to 5e7 would otherwise
     make tables of 5e7 counts); vectors that are dense, or that check_batch will refuse, pass unchanged."""
@@ -223,8 +269,11 @@ def _validate_radius(x, y, r, batch_x, batch_y, max_num_neighbors, backend, wher
         fail(where, "x holds no points")
     batch_x, batch_y = _compact_cloud_ids(batch_x, batch_y, x, y, where)
     bx, nx, cx = check_batch(where, "batch_x", batch_x, x.size(0), device=x.device, allow_empty=True)
-    by, ny = ((check_batch(where, "batch_y", batch_y, y.size(0), device=y.device, allow_empty=True)[:2])
-              if y.size(0) else (torch.zeros(0, dtype=torch.long, device=y.device), 0))
+    by, ny = (
+        (check_batch(where, "batch_y", batch_y, y.size(0), device=y.device, allow_empty=True)[:2])
+        if y.size(0)
+        else (torch.zeros(0, dtype=torch.long, device=y.device), 0)
+    )
     if ny > nx:
         fail(where, f"batch_y refers to cloud {ny - 1} but x has points for only {nx} clouds")
     check_finite(where, "x", x, bx)
@@ -238,13 +287,23 @@ def _validate_radius(x, y, r, batch_x, batch_y, max_num_neighbors, backend, wher
 def check_radius_size(where: str, num_queries: int, num_points: int, max_num_neighbors: int) -> None:
     """Refuse a ball query whose result tables (the KD-tree's ``[M, min(max_num_neighbors, N)]``
     distances and indices; the brute force holds fewer) would exceed the allocation limit."""
-    check_alloc(where, f"max_num_neighbors={max_num_neighbors} for {num_queries} queries (the KD-tree's "
-                       f"[M, min(max_num_neighbors, N)] result tables)",
-                24 * num_queries * min(max_num_neighbors, max(num_points, 1)))
+    check_alloc(
+        where,
+        f"max_num_neighbors={max_num_neighbors} for {num_queries} queries (the KD-tree's "
+        f"[M, min(max_num_neighbors, N)] result tables)",
+        24 * num_queries * min(max_num_neighbors, max(num_points, 1)),
+    )
 
 
-def radius(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor] = None, batch_y: Optional[Tensor] = None,
-           max_num_neighbors: int = 64, backend: str = "auto") -> Tensor:
+def radius(
+    x: Tensor,
+    y: Tensor,
+    r: float,
+    batch_x: Optional[Tensor] = None,
+    batch_y: Optional[Tensor] = None,
+    max_num_neighbors: int = 64,
+    backend: str = "auto",
+) -> Tensor:
     """Rows of ``x`` within distance ``r`` of every row of ``y`` (same cloud); see module docstring.
 
     Validates its arguments, then runs :func:`radius_unchecked`.
@@ -253,8 +312,16 @@ def radius(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor] = None, bat
     return radius_unchecked(x, y, r, bx, by, counts, kmax, backend)
 
 
-def radius_unchecked(x: Tensor, y: Tensor, r: float, batch_x: Tensor, batch_y: Tensor, counts: Tensor,
-                     max_num_neighbors: int = 64, backend: str = "auto") -> Tensor:
+def radius_unchecked(
+    x: Tensor,
+    y: Tensor,
+    r: float,
+    batch_x: Tensor,
+    batch_y: Tensor,
+    counts: Tensor,
+    max_num_neighbors: int = 64,
+    backend: str = "auto",
+) -> Tensor:
     """:func:`radius` without validation: finite points, sorted int64 batch vectors, ``counts`` the
     points of ``x`` per cloud (``[B]``), ``r > 0``, ``max_num_neighbors >= 1``, a backend that runs
     on the inputs' device and tables within the allocation limit (:func:`check_radius_size`)."""
@@ -324,8 +391,9 @@ def _radius_kdtree(x: Tensor, y: Tensor, r: float, bx: Tensor, by: Tensor, count
     idx = np.asarray(idx).reshape(y.size(0), kk)
     valid = idx < x.size(0)
     idx_safe = np.where(valid, idx, 0)
-    rows = torch.from_numpy(np.ascontiguousarray(
-        np.broadcast_to(np.arange(y.size(0))[:, None], idx.shape)[valid])).long()
+    rows = torch.from_numpy(
+        np.ascontiguousarray(np.broadcast_to(np.arange(y.size(0))[:, None], idx.shape)[valid])
+    ).long()
     cols = torch.from_numpy(np.ascontiguousarray(idx_safe[valid])).long()
     # exact test in the working frame, same formula as the torch path
     d = (y[rows] - x[cols]).pow(2).sum(-1)
@@ -333,8 +401,14 @@ def _radius_kdtree(x: Tensor, y: Tensor, r: float, bx: Tensor, by: Tensor, count
     return torch.stack([rows[keep], cols[keep]])
 
 
-def radius_reference(x: Tensor, y: Tensor, r: float, batch_x: Optional[Tensor] = None,
-                     batch_y: Optional[Tensor] = None, max_num_neighbors: int = 64) -> Tensor:
+def radius_reference(
+    x: Tensor,
+    y: Tensor,
+    r: float,
+    batch_x: Optional[Tensor] = None,
+    batch_y: Optional[Tensor] = None,
+    max_num_neighbors: int = 64,
+) -> Tensor:
     """Loop-over-queries ball query, the obviously-correct reference for tests (float64, in the
     exactly scaled working frame)."""
     bx = torch.zeros(x.size(0), dtype=torch.long) if batch_x is None else batch_x

@@ -16,6 +16,7 @@ whose output fits the allocation limit of :func:`gridify._checks.check_alloc`), 
 Shapes:
     src: [E, *], index: [E] (int64), output: [dim_size, *]
 """
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,17 @@ import torch
 from torch import Tensor
 
 from .. import _optional
-from .._checks import (INTEGER_DTYPES, check_alloc, check_choice, check_finite, check_float, check_index, check_int,
-                       check_tensor, fail)
+from .._checks import (
+    INTEGER_DTYPES,
+    check_alloc,
+    check_choice,
+    check_finite,
+    check_float,
+    check_index,
+    check_int,
+    check_tensor,
+    fail,
+)
 
 REDUCTIONS = ("sum", "mean", "max", "min")
 BACKENDS = ("auto", "torch_scatter", "torch")
@@ -67,13 +77,17 @@ def _check(src: Tensor, index: Tensor, dim_size: Optional[int], reduce: str, bac
         dim_size = check_int(where, "dim_size", dim_size, 0)
         check_index(where, "index", index, dim_size)
     row = math.prod(src.shape[1:]) * src.element_size()
-    check_alloc(where, f"dim_size={dim_size} (an output of [{dim_size}, {', '.join(map(str, src.shape[1:])) or '-'}] "
-                       f"{src.dtype})", dim_size * (row + 8))
+    check_alloc(
+        where,
+        f"dim_size={dim_size} (an output of [{dim_size}, {', '.join(map(str, src.shape[1:])) or '-'}] {src.dtype})",
+        dim_size * (row + 8),
+    )
     return dim_size
 
 
-def scatter(src: Tensor, index: Tensor, dim_size: Optional[int] = None, reduce: str = "sum",
-            backend: str = "auto") -> Tensor:
+def scatter(
+    src: Tensor, index: Tensor, dim_size: Optional[int] = None, reduce: str = "sum", backend: str = "auto"
+) -> Tensor:
     """Reduce rows of ``src`` (dim 0) into ``dim_size`` buckets given by ``index``.
 
     ``dim_size=None`` uses ``max(index) + 1``. Validates its arguments, then runs
@@ -108,8 +122,9 @@ def _scatter_native(src: Tensor, index: Tensor, dim_size: int, reduce: str) -> T
             out = out / count.view((-1,) + (1,) * (src.dim() - 1))
         return out
     idx = index.view((-1,) + (1,) * (src.dim() - 1)).expand_as(src)
-    out = src.new_zeros(shape).scatter_reduce_(0, idx, src, reduce="amax" if reduce == "max" else "amin",
-                                               include_self=False)
+    out = src.new_zeros(shape).scatter_reduce_(
+        0, idx, src, reduce="amax" if reduce == "max" else "amin", include_self=False
+    )
     return out
 
 

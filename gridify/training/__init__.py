@@ -41,6 +41,7 @@ metrics, plots, report and cli modules) does not import Lightning: the Lightning
 (:class:`PointCloudTask`, :func:`run`, :func:`atomic_checkpoint_io`, ...) are loaded on first
 access. ``scripts/train.py`` is a thin wrapper around :func:`main`.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -48,44 +49,139 @@ from typing import Any, Dict, List
 
 # names the former single-module gridify.training imported from the library, still importable from here
 from gridify.checkpoint import CheckpointError, atomic_torch_save, export_model, load_checkpoint, plain  # noqa: F401
-from gridify.datasets import (DatasetNotFoundError, DownloadError, ModelNet, ProceduralShapes,  # noqa: F401
-                              ShapeNetPart, collate_points)
+from gridify.datasets import (  # noqa: F401
+    DatasetNotFoundError,  # noqa: F401
+    DownloadError,  # noqa: F401
+    ModelNet,  # noqa: F401
+    ProceduralShapes,  # noqa: F401
+    ShapeNetPart,  # noqa: F401
+    collate_points,  # noqa: F401
+)
 from gridify.metrics import MeanClassAccuracy, OverallAccuracy, ShapeNetPartIoU  # noqa: F401
 from gridify.models import build_model  # noqa: F401
 from gridify.transforms import FixedPoints, RandomJitter, RandomRotate, RandomRotateZ, RandomScale  # noqa: F401
 
 from .cli import build_parser, config_from_args, error_line, main, program_name
-from .config import (AUGMENTATIONS, BASE_KEY, CLOSED_SECTIONS, CONFIG_DIR, DATA_LOADER_KEYS, DATASET_ALIASES, DATASETS,
-                     DEFAULTS, PRIMARY_METRIC, SECTIONS, TASKS, ConfigError, apply_override, check_config, dataset_names,
-                     deep_merge, find_config, load_config_file, load_yaml, parse_augmentations, parse_override,
-                     resolve_config, shipped_configs, yaml_value)
-from .data import (REPO_ROOT, EpochAugment, EpochDataLoader, ShardSampler, build_dataset, config_archives, dataset_info,
-                   dataset_kwargs, eval_subset, fill_model_kwargs, fit_box, inference_info, make_model,
-                   resolve_root, set_train_epoch)
+from .config import (
+    AUGMENTATIONS,
+    BASE_KEY,
+    CLOSED_SECTIONS,
+    CONFIG_DIR,
+    DATA_LOADER_KEYS,
+    DATASET_ALIASES,
+    DATASETS,
+    DEFAULTS,
+    PRIMARY_METRIC,
+    SECTIONS,
+    TASKS,
+    ConfigError,
+    apply_override,
+    check_config,
+    dataset_names,
+    deep_merge,
+    find_config,
+    load_config_file,
+    load_yaml,
+    parse_augmentations,
+    parse_override,
+    resolve_config,
+    shipped_configs,
+    yaml_value,
+)
+from .data import (
+    REPO_ROOT,
+    EpochAugment,
+    EpochDataLoader,
+    ShardSampler,
+    build_dataset,
+    config_archives,
+    dataset_info,
+    dataset_kwargs,
+    eval_subset,
+    fill_model_kwargs,
+    fit_box,
+    inference_info,
+    make_model,
+    resolve_root,
+    set_train_epoch,
+)
 from .metrics import compute_metrics, evaluate_model, format_metrics, forward_batch, make_metrics, update_metrics
 from .plots import confusion_figure, metrics_figure, plot_confusion, plot_curves, read_metric_logs
 from .schedule import steps_per_epoch, warmup_cosine, world_size_guess
 
 #: Lightning-dependent names -> the submodule defining them (imported on first access, PEP 562)
 _LAZY: Dict[str, str] = {
-    "PointCloudTask": "module", "PointCloudData": "module", "lightning_classes": "module",
-    "StopAfterEpochs": "callbacks", "AtomicCheckpointIO": "callbacks", "atomic_checkpoint_io": "callbacks",
-    "checkpoint_callbacks": "callbacks", "make_loggers": "callbacks", "LineProgress": "callbacks",
+    "PointCloudTask": "module",
+    "PointCloudData": "module",
+    "lightning_classes": "module",
+    "StopAfterEpochs": "callbacks",
+    "AtomicCheckpointIO": "callbacks",
+    "atomic_checkpoint_io": "callbacks",
+    "checkpoint_callbacks": "callbacks",
+    "make_loggers": "callbacks",
+    "LineProgress": "callbacks",
     "run": "runner",
 }
 
 __all__ = [
-    "AUGMENTATIONS", "BASE_KEY", "CLOSED_SECTIONS", "CONFIG_DIR", "DATA_LOADER_KEYS", "DATASET_ALIASES", "DATASETS",
-    "DEFAULTS", "PRIMARY_METRIC", "SECTIONS", "TASKS", "ConfigError", "apply_override", "check_config",
-    "dataset_names", "deep_merge", "find_config", "load_config_file", "load_yaml", "parse_augmentations",
-    "parse_override", "resolve_config", "shipped_configs", "yaml_value",
-    "REPO_ROOT", "EpochAugment", "EpochDataLoader", "ShardSampler", "build_dataset", "config_archives", "dataset_info",
-    "dataset_kwargs", "eval_subset", "fill_model_kwargs", "fit_box", "inference_info", "make_model", "resolve_root",
+    "AUGMENTATIONS",
+    "BASE_KEY",
+    "CLOSED_SECTIONS",
+    "CONFIG_DIR",
+    "DATA_LOADER_KEYS",
+    "DATASET_ALIASES",
+    "DATASETS",
+    "DEFAULTS",
+    "PRIMARY_METRIC",
+    "SECTIONS",
+    "TASKS",
+    "ConfigError",
+    "apply_override",
+    "check_config",
+    "dataset_names",
+    "deep_merge",
+    "find_config",
+    "load_config_file",
+    "load_yaml",
+    "parse_augmentations",
+    "parse_override",
+    "resolve_config",
+    "shipped_configs",
+    "yaml_value",
+    "REPO_ROOT",
+    "EpochAugment",
+    "EpochDataLoader",
+    "ShardSampler",
+    "build_dataset",
+    "config_archives",
+    "dataset_info",
+    "dataset_kwargs",
+    "eval_subset",
+    "fill_model_kwargs",
+    "fit_box",
+    "inference_info",
+    "make_model",
+    "resolve_root",
     "set_train_epoch",
-    "steps_per_epoch", "warmup_cosine", "world_size_guess",
-    "compute_metrics", "evaluate_model", "format_metrics", "forward_batch", "make_metrics", "update_metrics",
-    "confusion_figure", "metrics_figure", "plot_confusion", "plot_curves", "read_metric_logs",
-    "build_parser", "config_from_args", "error_line", "main", "program_name",
+    "steps_per_epoch",
+    "warmup_cosine",
+    "world_size_guess",
+    "compute_metrics",
+    "evaluate_model",
+    "format_metrics",
+    "forward_batch",
+    "make_metrics",
+    "update_metrics",
+    "confusion_figure",
+    "metrics_figure",
+    "plot_confusion",
+    "plot_curves",
+    "read_metric_logs",
+    "build_parser",
+    "config_from_args",
+    "error_line",
+    "main",
+    "program_name",
     *_LAZY,
 ]
 

@@ -11,6 +11,7 @@
   a pipe): one line every ``every`` training steps and one per epoch, instead of progress bars
   redrawn with carriage returns (:func:`progress_callbacks` picks it).
 """
+
 from __future__ import annotations
 
 import sys
@@ -26,8 +27,19 @@ from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 
 from gridify.checkpoint import atomic_torch_save
 
-__all__ = ["StopAfterEpochs", "NamedCheckpoint", "AtomicCheckpointIO", "atomic_checkpoint_io", "best_checkpoint", "last_checkpoints",
-           "checkpoint_callbacks", "make_loggers", "LineProgress", "interactive", "progress_callbacks"]
+__all__ = [
+    "StopAfterEpochs",
+    "NamedCheckpoint",
+    "AtomicCheckpointIO",
+    "atomic_checkpoint_io",
+    "best_checkpoint",
+    "last_checkpoints",
+    "checkpoint_callbacks",
+    "make_loggers",
+    "LineProgress",
+    "interactive",
+    "progress_callbacks",
+]
 
 
 class StopAfterEpochs(pl.Callback):
@@ -49,12 +61,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise TypeError("AtomicCheckpointIO.save_checkpoint does not take storage_options")
         atomic_torch_save(checkpoint, path)
 
-    def load_checkpoint(self, path: Any, map_location: Optional[Any] = None,
-                        weights_only: Optional[bool] = None) -> Dict[str, Any]:
+    def load_checkpoint(
+        self, path: Any, map_location: Optional[Any] = None, weights_only: Optional[bool] = None
+    ) -> Dict[str, Any]:
         if not Path(path).is_file():
             raise FileNotFoundError(f"Checkpoint file not found: {path}")
-        return torch.load(path, map_location=map_location if map_location is not None else "cpu",
-                          weights_only=True)
+        return torch.load(path, map_location=map_location if map_location is not None else "cpu", weights_only=True)
 
 
 def atomic_checkpoint_io() -> AtomicCheckpointIO:
@@ -78,15 +90,26 @@ class NamedCheckpoint(ModelCheckpoint):
 
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(monitor=self.monitor, mode=self.mode, filename=self.filename,
-                                        every_n_train_steps=self._every_n_train_steps,
-                                        every_n_epochs=self._every_n_epochs)
+        return self._generate_state_key(
+            monitor=self.monitor,
+            mode=self.mode,
+            filename=self.filename,
+            every_n_train_steps=self._every_n_train_steps,
+            every_n_epochs=self._every_n_epochs,
+        )
 
 
 def best_checkpoint(ckpt_dir: Path, monitor: str) -> ModelCheckpoint:
     """Keeps ``best-epoch<NNN>.ckpt``: the epoch with the highest ``monitor``."""
-    return ModelCheckpoint(dirpath=ckpt_dir, filename="best-epoch{epoch:03d}", monitor=monitor, mode="max",
-                           save_top_k=1, auto_insert_metric_name=False, save_last=False)
+    return ModelCheckpoint(
+        dirpath=ckpt_dir,
+        filename="best-epoch{epoch:03d}",
+        monitor=monitor,
+        mode="max",
+        save_top_k=1,
+        auto_insert_metric_name=False,
+        save_last=False,
+    )
 
 
 def last_checkpoints(ckpt_dir: Path, ck: Dict[str, Any]) -> List[ModelCheckpoint]:
@@ -96,20 +119,44 @@ def last_checkpoints(ckpt_dir: Path, ck: Dict[str, Any]) -> List[ModelCheckpoint
     every_steps = int(ck.get("every_n_train_steps") or 0)
     callbacks = []
     if every_epochs or not every_steps:
-        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1, monitor=None,
-                                         every_n_epochs=max(1, every_epochs), enable_version_counter=False))
+        callbacks.append(
+            ModelCheckpoint(
+                dirpath=ckpt_dir,
+                filename="last",
+                save_top_k=1,
+                monitor=None,
+                every_n_epochs=max(1, every_epochs),
+                enable_version_counter=False,
+            )
+        )
     if every_steps:
-        callbacks.append(ModelCheckpoint(dirpath=ckpt_dir, filename="last", save_top_k=1, monitor=None,
-                                         every_n_train_steps=every_steps, enable_version_counter=False))
+        callbacks.append(
+            ModelCheckpoint(
+                dirpath=ckpt_dir,
+                filename="last",
+                save_top_k=1,
+                monitor=None,
+                every_n_train_steps=every_steps,
+                enable_version_counter=False,
+            )
+        )
     if ck.get("keep_all"):
-        callbacks.append(NamedCheckpoint(dirpath=ckpt_dir, filename="epoch{epoch:03d}-step{step:07d}",
-                                         save_top_k=-1, monitor=None, every_n_epochs=max(1, every_epochs),
-                                         auto_insert_metric_name=False))
+        callbacks.append(
+            NamedCheckpoint(
+                dirpath=ckpt_dir,
+                filename="epoch{epoch:03d}-step{step:07d}",
+                save_top_k=-1,
+                monitor=None,
+                every_n_epochs=max(1, every_epochs),
+                auto_insert_metric_name=False,
+            )
+        )
     return callbacks
 
 
-def checkpoint_callbacks(tr: Dict[str, Any], ckpt_dir: Path,
-                         monitor: Optional[str]) -> Tuple[List[pl.Callback], Optional[ModelCheckpoint]]:
+def checkpoint_callbacks(
+    tr: Dict[str, Any], ckpt_dir: Path, monitor: Optional[str]
+) -> Tuple[List[pl.Callback], Optional[ModelCheckpoint]]:
     """Every callback of a run for the ``trainer`` section ``tr``, and the best-checkpoint one.
 
     Without ``monitor`` (no validation) there is no best checkpoint. The best-checkpoint callback
@@ -181,8 +228,10 @@ class LineProgress(ProgressBar):
             return
         metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith(("train_loss_epoch", "val_"))}
         parts = [f"{k} {_number(v)}" for k, v in sorted(metrics.items())]
-        self._line(f"epoch {self._epoch(trainer)} done in {time.time() - self._started:.1f} s"
-                   + "".join(f" | {p}" for p in parts))
+        self._line(
+            f"epoch {self._epoch(trainer)} done in {time.time() - self._started:.1f} s"
+            + "".join(f" | {p}" for p in parts)
+        )
 
 
 def interactive() -> bool:

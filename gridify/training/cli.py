@@ -21,6 +21,7 @@ Errors are printed as one line, ``<program>: config error: ...`` / ``<program>: 
 where the program is the name the command was started as (:func:`program_name`). Parsing the
 arguments needs no Lightning; it is imported when the run starts.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,24 +58,39 @@ def program_name(script: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``train`` argument parser (its program name from :func:`program_name`)."""
-    p = argparse.ArgumentParser(prog=program_name("train.py"), description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="Overrides: section.key=value, e.g. model.resolution=7 trainer.max_epochs=2")
-    p.add_argument("--config", help="a shipped config by name (procedural, modelnet10, folder_classification, ...) "
-                                    "or a YAML file (sections: " + ", ".join(SECTIONS) + ")")
+    p = argparse.ArgumentParser(
+        prog=program_name("train.py"),
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Overrides: section.key=value, e.g. model.resolution=7 trainer.max_epochs=2",
+    )
+    p.add_argument(
+        "--config",
+        help="a shipped config by name (procedural, modelnet10, folder_classification, ...) "
+        "or a YAML file (sections: " + ", ".join(SECTIONS) + ")",
+    )
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides (YAML values)")
     p.add_argument("--output-dir", type=types.output_dir, help="shorthand for output_dir=...")
-    p.add_argument("--data-root", help="shorthand for data.root=...: the data root (or your own folder); "
-                                       "default $GRIDIFY_DATA, else the repository's datasets/")
+    p.add_argument(
+        "--data-root",
+        help="shorthand for data.root=...: the data root (or your own folder); "
+        "default $GRIDIFY_DATA, else the repository's datasets/",
+    )
     p.add_argument("--accelerator", help="shorthand for trainer.accelerator (cpu, gpu, auto)")
     p.add_argument("--devices", help="shorthand for trainer.devices (a count, a list or auto)")
     p.add_argument("--strategy", help="shorthand for trainer.strategy (auto, ddp, ddp_spawn, ...)")
     p.add_argument("--precision", help="shorthand for trainer.precision (32-true, 16-mixed, bf16-mixed)")
     p.add_argument("--max-epochs", type=int, help="shorthand for trainer.max_epochs")
-    p.add_argument("--resume", metavar="PATH|auto",
-                   help="continue from a Lightning checkpoint; 'auto' = <output_dir>/checkpoints/last.ckpt if present")
-    p.add_argument("--overwrite", action="store_true",
-                   help="start afresh in an output_dir that already holds checkpoints/logs (deletes them)")
+    p.add_argument(
+        "--resume",
+        metavar="PATH|auto",
+        help="continue from a Lightning checkpoint; 'auto' = <output_dir>/checkpoints/last.ckpt if present",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start afresh in an output_dir that already holds checkpoints/logs (deletes them)",
+    )
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     return p
 
@@ -82,9 +98,15 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> Dict[str, Any]:
     """The resolved config: ``--config`` <- positional overrides <- the shorthand flags."""
     overrides = list(args.overrides)
-    for flag, key in (("output_dir", "output_dir"), ("data_root", "data.root"), ("accelerator", "trainer.accelerator"),
-                      ("devices", "trainer.devices"), ("strategy", "trainer.strategy"),
-                      ("precision", "trainer.precision"), ("max_epochs", "trainer.max_epochs")):
+    for flag, key in (
+        ("output_dir", "output_dir"),
+        ("data_root", "data.root"),
+        ("accelerator", "trainer.accelerator"),
+        ("devices", "trainer.devices"),
+        ("strategy", "trainer.strategy"),
+        ("precision", "trainer.precision"),
+        ("max_epochs", "trainer.max_epochs"),
+    ):
         value = getattr(args, flag)
         if value is not None:
             # strings are quoted so a path like "a: b" stays a string; devices may be a list or int
@@ -101,8 +123,11 @@ def error_line(exc: BaseException) -> str:
     message is joined onto one line.
     """
     if isinstance(exc, DatasetNotFoundError):
-        fetch = f"get it with 'gridify download {exc.archive}{f' --root {exc.root}' if exc.root else ''}' or " \
-            if getattr(exc, "archive", None) else ""
+        fetch = (
+            f"get it with 'gridify download {exc.archive}{f' --root {exc.root}' if exc.root else ''}' or "
+            if getattr(exc, "archive", None)
+            else ""
+        )
         return f"{exc.summary} ({fetch}point --data-root at it)"
     if isinstance(exc, DownloadError):
         return f"{exc.summary} ('gridify download NAME --instructions' says where to put the archive by hand)"

@@ -18,6 +18,7 @@ config or base path that is a folder or a FIFO (said as such; a FIFO is never op
 ``data.augmentations`` is parsed here too (:func:`parse_augmentations`): the entries are checked
 by building each transform once. No Lightning import.
 """
+
 from __future__ import annotations
 
 import copy
@@ -33,13 +34,45 @@ from gridify.registry import DATASETS
 from gridify.tasks import get_task, task_names
 from gridify.transforms import RandomJitter, RandomPointDropout, RandomRotate, RandomRotateZ, RandomScale
 
-from .schema import (DATASET_ALIASES, DEFAULTS, SCHEMA, TASKS, ConfigError, check_dataset_section,
-                     check_model_section, check_values, dataset_names)
+from .schema import (
+    DATASET_ALIASES,
+    DEFAULTS,
+    SCHEMA,
+    TASKS,
+    ConfigError,
+    check_dataset_section,
+    check_model_section,
+    check_values,
+    dataset_names,
+)
 
-__all__ = ["ConfigError", "DEFAULTS", "SECTIONS", "TASKS", "DATASETS", "DATASET_ALIASES", "DATA_LOADER_KEYS",
-           "CLOSED_SECTIONS", "PRIMARY_METRIC", "AUGMENTATIONS", "CONFIG_DIR", "BASE_KEY", "yaml_value", "load_yaml",
-           "shipped_configs", "find_config", "load_config_file", "deep_merge", "merge_configs", "parse_override", "apply_override",
-           "parse_augmentations", "dataset_names", "check_config", "resolve_config"]
+__all__ = [
+    "ConfigError",
+    "DEFAULTS",
+    "SECTIONS",
+    "TASKS",
+    "DATASETS",
+    "DATASET_ALIASES",
+    "DATA_LOADER_KEYS",
+    "CLOSED_SECTIONS",
+    "PRIMARY_METRIC",
+    "AUGMENTATIONS",
+    "CONFIG_DIR",
+    "BASE_KEY",
+    "yaml_value",
+    "load_yaml",
+    "shipped_configs",
+    "find_config",
+    "load_config_file",
+    "deep_merge",
+    "merge_configs",
+    "parse_override",
+    "apply_override",
+    "parse_augmentations",
+    "dataset_names",
+    "check_config",
+    "resolve_config",
+]
 
 
 SECTIONS = tuple(DEFAULTS)
@@ -48,16 +81,30 @@ CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 #: the key of a config file that names the configs it starts from
 BASE_KEY = "_base_"
 #: keys of ``data`` that configure loading rather than the dataset constructor
-DATA_LOADER_KEYS = ("name", "batch_size", "eval_batch_size", "num_workers", "drop_last", "prefetch_graph",
-                    "augmentations", "train", "val", "test")
+DATA_LOADER_KEYS = (
+    "name",
+    "batch_size",
+    "eval_batch_size",
+    "num_workers",
+    "drop_last",
+    "prefetch_graph",
+    "augmentations",
+    "train",
+    "val",
+    "test",
+)
 #: sections whose keys are checked against the defaults (the others are free-form kwargs)
 CLOSED_SECTIONS = ("optim", "trainer")
 #: task -> its primary validation metric (:attr:`gridify.tasks.Task.primary_metric`; a view of the tasks)
 PRIMARY_METRIC = {name: get_task(name).primary_metric for name in task_names()}
 #: the training augmentations ``data.augmentations`` may name, with their transforms
 AUGMENTATIONS: Dict[str, Callable[..., Any]] = {
-    "rotate_z": RandomRotateZ, "rotate": RandomRotate, "scale": RandomScale, "jitter": RandomJitter,
-    "point_dropout": RandomPointDropout}
+    "rotate_z": RandomRotateZ,
+    "rotate": RandomRotate,
+    "scale": RandomScale,
+    "jitter": RandomJitter,
+    "point_dropout": RandomPointDropout,
+}
 
 
 class _Loader(yaml.SafeLoader):
@@ -66,12 +113,16 @@ class _Loader(yaml.SafeLoader):
 
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
                    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
                    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
                    |[-+]?\.(?:inf|Inf|INF)
-                   |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."))
+                   |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
 
 
 def yaml_value(text: str) -> Any:
@@ -95,8 +146,12 @@ def _not_a_file(path: Path) -> Optional[str]:
         return None
     if stat.S_ISDIR(mode):
         return "is a folder, not a config file"
-    kinds = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"))
+    kinds = (
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
     kind = next((name for test, name in kinds if test(mode)), "something else")
     return f"is not a regular file but {kind}, not a config file"
 
@@ -147,8 +202,10 @@ def find_config(name: os.PathLike | str, relative_to: Optional[Path] = None) -> 
                 others.append(f"{cand} {what}")
     if others:
         raise ConfigError(f"config {text!r}: {others[0]}")
-    raise ConfigError(f"config {text!r} not found: no such file, and no shipped config of that name "
-                      f"(shipped: {', '.join(shipped_configs())})")
+    raise ConfigError(
+        f"config {text!r} not found: no such file, and no shipped config of that name "
+        f"(shipped: {', '.join(shipped_configs())})"
+    )
 
 
 def _base_names(data: Dict[str, Any], path: Path) -> List[str]:
@@ -162,8 +219,9 @@ def _base_names(data: Dict[str, Any], path: Path) -> List[str]:
     return bases
 
 
-def load_config_file(name: os.PathLike | str, relative_to: Optional[Path] = None,
-                     _chain: Tuple[Path, ...] = ()) -> Dict[str, Any]:
+def load_config_file(
+    name: os.PathLike | str, relative_to: Optional[Path] = None, _chain: Tuple[Path, ...] = ()
+) -> Dict[str, Any]:
     """The mapping of config ``name`` (see :func:`find_config`) with its ``_base_`` configs merged in:
     the bases in order, then the file itself. ``_chain`` holds the files that include it (cycle check)."""
     try:
@@ -174,7 +232,7 @@ def load_config_file(name: os.PathLike | str, relative_to: Optional[Path] = None
         raise ConfigError(f"{_chain[-1]}: {BASE_KEY} {os.fspath(name)!r}: {exc}") from None
     key = path.resolve()
     if key in _chain:
-        cycle = " -> ".join(p.name for p in (*_chain[_chain.index(key):], key))
+        cycle = " -> ".join(p.name for p in (*_chain[_chain.index(key) :], key))
         raise ConfigError(f"{_chain[-1]}: {BASE_KEY} cycle: {cycle}")
     data = load_yaml(path)
     merged: Dict[str, Any] = {}
@@ -189,8 +247,13 @@ def merge_configs(base: Dict[str, Any], update: Dict[str, Any]) -> Dict[str, Any
     from a scene recipe and swap in a peer model)."""
     out = deep_merge(base, update)
     new, old = update.get("model"), base.get("model")
-    if (isinstance(new, dict) and isinstance(old, dict) and "name" in new and "name" in old
-            and new["name"] != old["name"]):
+    if (
+        isinstance(new, dict)
+        and isinstance(old, dict)
+        and "name" in new
+        and "name" in old
+        and new["name"] != old["name"]
+    ):
         out["model"] = copy.deepcopy(new)
     return out
 
@@ -214,8 +277,9 @@ def parse_override(text: str) -> Tuple[List[str], Any]:
     key = key.strip()
     parts = key.split(".")
     if not key or any(not p or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", p) for p in parts):
-        raise ConfigError(f"malformed override {text!r}: the key {key!r} must be dot-separated names "
-                          f"(e.g. model.resolution=13)")
+        raise ConfigError(
+            f"malformed override {text!r}: the key {key!r} must be dot-separated names (e.g. model.resolution=13)"
+        )
     try:
         value = yaml_value(raw)
     except yaml.YAMLError as exc:
@@ -297,8 +361,9 @@ def check_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
     return cfg
 
 
-def resolve_config(config_path: Optional[str], overrides: Sequence[str] = (),
-                   base: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def resolve_config(
+    config_path: Optional[str], overrides: Sequence[str] = (), base: Optional[Dict[str, Any]] = None
+) -> Dict[str, Any]:
     """Defaults (or ``base``) <- config (a path or a shipped name, with its ``_base_`` configs) <- overrides,
     validated."""
     cfg = copy.deepcopy(DEFAULTS if base is None else base)
@@ -306,8 +371,9 @@ def resolve_config(config_path: Optional[str], overrides: Sequence[str] = (),
         file_cfg = load_config_file(config_path)
         unknown = [k for k in file_cfg if k not in SECTIONS]
         if unknown:
-            raise ConfigError(f"{config_path}: unknown config section(s) {unknown}; known sections: "
-                              f"{', '.join(SECTIONS)}")
+            raise ConfigError(
+                f"{config_path}: unknown config section(s) {unknown}; known sections: {', '.join(SECTIONS)}"
+            )
         cfg = merge_configs(cfg, file_cfg)
     for text in overrides:
         apply_override(cfg, text)

@@ -14,6 +14,7 @@ fraction ``L <= 1``) instead of the first ``L`` batches of a split sorted by cla
 Shapes:
     a batch: pos ``[sum N_i, 3]``, x ``[sum N_i, F]``, batch ``[sum N_i]``, y ``[B]`` or ``[sum N_i]``.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,9 +36,27 @@ from gridify.transforms import FixedPoints, SceneSampler
 from .config import AUGMENTATIONS, DATA_LOADER_KEYS, DATASET_ALIASES, ConfigError
 from .schema import constructor_keys, model_error
 
-__all__ = ["REPO_ROOT", "fit_box", "EpochAugment", "resolve_root", "dataset_kwargs", "build_dataset", "dataset_info",
-           "inference_info", "train_class_weights", "fill_model_kwargs", "make_model", "config_archives", "eval_subset", "ShardSampler",
-           "EpochDataLoader", "set_train_epoch", "GraphCollate", "ModelGraphBuilder", "graph_builder_of"]
+__all__ = [
+    "REPO_ROOT",
+    "fit_box",
+    "EpochAugment",
+    "resolve_root",
+    "dataset_kwargs",
+    "build_dataset",
+    "dataset_info",
+    "inference_info",
+    "train_class_weights",
+    "fill_model_kwargs",
+    "make_model",
+    "config_archives",
+    "eval_subset",
+    "ShardSampler",
+    "EpochDataLoader",
+    "set_train_epoch",
+    "GraphCollate",
+    "ModelGraphBuilder",
+    "graph_builder_of",
+]
 
 #: the repository (or source tree) root: relative data roots are also looked up here
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -114,8 +133,10 @@ def build_dataset(cfg: Dict[str, Any], split: str, augment: Optional[EpochAugmen
     cls = DATASETS.get(name)
     if augment is not None:
         if "transform" not in constructor_keys(cls)[0]:
-            raise ConfigError(f"data.augmentations: the dataset {name} takes no augmentations (it has no "
-                              f"transform); set data.augmentations: []")
+            raise ConfigError(
+                f"data.augmentations: the dataset {name} takes no augmentations (it has no "
+                f"transform); set data.augmentations: []"
+            )
         kwargs["transform"] = augment
     holds = task_of_dataset(name, cls)
     if holds is not None and cfg["task"] != holds:
@@ -175,8 +196,10 @@ def train_class_weights(ds: Any, mode: str) -> Optional[List[float]]:
     if mode == "none":
         return None
     if not callable(getattr(ds, "label_counts", None)):
-        raise ConfigError(f"optim.class_weights={mode} needs the training labels' counts, which "
-                          f"{type(ds).__name__} does not give (label_counts(): the scene datasets)")
+        raise ConfigError(
+            f"optim.class_weights={mode} needs the training labels' counts, which "
+            f"{type(ds).__name__} does not give (label_counts(): the scene datasets)"
+        )
     try:
         weights = class_weights(ds.label_counts(), mode, where="optim.class_weights")
     except ValueError as exc:
@@ -193,8 +216,10 @@ def inference_info(cfg: Dict[str, Any]) -> Dict[str, Any]:
     data, task = cfg["data"], get_task(cfg["task"])
     test_section = data.get("test") or {}
     normalized = data.get("normalize", task.normalized) and task.predictor  # sequences: the frames as they are
-    out = {"num_points": test_section.get("num_points", data.get("num_points")),
-           "normalization": {"center": "mean", "scale": "unit_sphere"} if normalized else None}
+    out = {
+        "num_points": test_section.get("num_points", data.get("num_points")),
+        "normalization": {"center": "mean", "scale": "unit_sphere"} if normalized else None,
+    }
     if not task.normalized:  # scenes: the subsampling and point budget of whole-scene inference
         train = data.get("train") or {}
         scene = {k: data.get(k, train.get(k)) for k in ("voxel_size", "max_points")}
@@ -237,8 +262,17 @@ class ShardSampler(Sampler):
     instead of ``range(size)``.
     """
 
-    def __init__(self, size: int, *, shuffle: bool, seed: int = 0, rank: int = 0, world_size: int = 1,
-                 pad: bool = False, indices: Optional[List[int]] = None) -> None:
+    def __init__(
+        self,
+        size: int,
+        *,
+        shuffle: bool,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        pad: bool = False,
+        indices: Optional[List[int]] = None,
+    ) -> None:
         self.size, self.shuffle, self.seed = int(size), bool(shuffle), int(seed)
         self.rank, self.world_size, self.pad = int(rank), int(world_size), bool(pad)
         self.indices = None if indices is None else [int(i) for i in indices]
@@ -269,7 +303,7 @@ class ShardSampler(Sampler):
         if self.pad and self.world_size > 1 and self.size % self.world_size:
             total = math.ceil(self.size / self.world_size) * self.world_size
             order = (order * math.ceil(total / max(self.size, 1)))[:total]
-        order = order[self.rank::self.world_size]
+        order = order[self.rank :: self.world_size]
         return order if self.indices is None else [self.indices[i] for i in order]
 
     def __iter__(self) -> Iterator[int]:
@@ -296,9 +330,14 @@ class EpochDataLoader(DataLoader):
     resumed from a mid-epoch checkpoint sees exactly the batches an uninterrupted run would.
     """
 
-    def __init__(self, *args: Any, epoch_fn: Optional[Callable[[], int]] = None,
-                 on_epoch: Optional[Callable[[int], None]] = None,
-                 progress_fn: Optional[Callable[[], int]] = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        epoch_fn: Optional[Callable[[], int]] = None,
+        on_epoch: Optional[Callable[[int], None]] = None,
+        progress_fn: Optional[Callable[[], int]] = None,
+        **kwargs: Any,
+    ) -> None:
         self.epoch_fn, self.on_epoch, self.progress_fn = epoch_fn, on_epoch, progress_fn
         self._resume_at: Optional[Tuple[int, int]] = None
         super().__init__(*args, **kwargs)

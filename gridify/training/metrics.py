@@ -11,6 +11,7 @@ objects, so under DDP they are reduced over all processes. No Lightning import.
 Shapes:
     logits ``[B, classes]`` (classification) or ``[sum N_i, classes]`` (per point); y alike.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
@@ -19,8 +20,17 @@ import torch
 
 from gridify.tasks import VOTE_SCALE, Task, get_task
 
-__all__ = ["forward_batch", "vote_logits", "make_metrics", "update_metrics", "compute_metrics", "evaluate_model",
-           "format_metrics", "eval_settings", "VOTE_SCALE"]
+__all__ = [
+    "forward_batch",
+    "vote_logits",
+    "make_metrics",
+    "update_metrics",
+    "compute_metrics",
+    "evaluate_model",
+    "format_metrics",
+    "eval_settings",
+    "VOTE_SCALE",
+]
 
 TaskLike = Any  # a task name or a gridify.tasks.Task
 
@@ -30,8 +40,9 @@ def forward_batch(model: torch.nn.Module, batch: Dict[str, Any], task: TaskLike)
     return get_task(task).forward_batch(model, batch)
 
 
-def vote_logits(model: torch.nn.Module, batch: Dict[str, Any], task: TaskLike, votes: int, seed: int = 0,
-                **settings: Any) -> torch.Tensor:
+def vote_logits(
+    model: torch.nn.Module, batch: Dict[str, Any], task: TaskLike, votes: int, seed: int = 0, **settings: Any
+) -> torch.Tensor:
     r"""Test-time voting: log of the mean softmax over ``votes`` views of every cloud.
 
         p(y | P) = 1/V sum_v softmax(f(fit(S_v P))),    S_0 = I,  S_v = diag(s),  s ~ U(0.85, 1.15)^3
@@ -50,14 +61,16 @@ def make_metrics(task: TaskLike, info: Dict[str, Any], confusion: bool = False) 
     return get_task(task).make_metrics(info, confusion=confusion)
 
 
-def update_metrics(metrics: torch.nn.ModuleDict, task: TaskLike, logits: torch.Tensor, batch: Dict[str, Any],
-                   loss: torch.Tensor) -> None:
+def update_metrics(
+    metrics: torch.nn.ModuleDict, task: TaskLike, logits: torch.Tensor, batch: Dict[str, Any], loss: torch.Tensor
+) -> None:
     """Add one batch (its logits and mean loss) to ``metrics``."""
     get_task(task).update_metrics(metrics, logits, batch, loss)
 
 
-def compute_metrics(metrics: torch.nn.ModuleDict, task: TaskLike, category_names: Optional[Sequence[str]] = None
-                    ) -> Tuple[Dict[str, float], Dict[str, Any]]:
+def compute_metrics(
+    metrics: torch.nn.ModuleDict, task: TaskLike, category_names: Optional[Sequence[str]] = None
+) -> Tuple[Dict[str, float], Dict[str, Any]]:
     """(scalar metrics, extras such as the confusion matrix / per-category IoU); resets the metrics.
 
     ``per_category_iou`` (segmentation) / ``per_class_iou`` (scenes) map each name
@@ -73,9 +86,16 @@ def eval_settings(info: Dict[str, Any]) -> Dict[str, Any]:
 
 
 @torch.no_grad()
-def evaluate_model(model: torch.nn.Module, loader: Iterable[Dict[str, Any]], task: TaskLike, info: Dict[str, Any],
-                   device: torch.device | str = "cpu", progress: bool = False, votes: int = 1,
-                   settings: Optional[Dict[str, Any]] = None) -> Tuple[Dict[str, float], Dict[str, Any]]:
+def evaluate_model(
+    model: torch.nn.Module,
+    loader: Iterable[Dict[str, Any]],
+    task: TaskLike,
+    info: Dict[str, Any],
+    device: torch.device | str = "cpu",
+    progress: bool = False,
+    votes: int = 1,
+    settings: Optional[Dict[str, Any]] = None,
+) -> Tuple[Dict[str, float], Dict[str, Any]]:
     """Plain evaluation loop (no Lightning): the metrics of ``model`` over ``loader`` (with
     ``votes`` test-time views per cloud, see :func:`vote_logits`; ``settings``: a scene task's
     ``voxel_size`` / ``max_points``, by default :func:`eval_settings` of ``info``)."""

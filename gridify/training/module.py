@@ -39,6 +39,7 @@ Shapes:
 
 Both classes live at module level, so they pickle (multiprocessing, Lightning's spawn-based launchers).
 """
+
 from __future__ import annotations
 
 import functools
@@ -54,8 +55,16 @@ from gridify.nn import recalibrate_batchnorm
 from gridify.tasks import get_task
 
 from .callbacks import StopAfterEpochs
-from .data import (EpochAugment, EpochDataLoader, GraphCollate, ShardSampler, build_dataset, eval_subset, make_model,
-                   set_train_epoch)
+from .data import (
+    EpochAugment,
+    EpochDataLoader,
+    GraphCollate,
+    ShardSampler,
+    build_dataset,
+    eval_subset,
+    make_model,
+    set_train_epoch,
+)
 from .metrics import eval_settings
 from .schedule import OneCycle, warmup_cosine
 from .schema import optimizer_error
@@ -67,8 +76,12 @@ def build_optimizer(params: Any, optim: Dict[str, Any]) -> torch.optim.Optimizer
     """``AdamW(lr, weight_decay, betas)`` of the ``optim`` section; a value torch refuses is a
     :class:`~.schema.ConfigError` naming its key (``optim.betas: Invalid beta parameter ...``)."""
     try:
-        return torch.optim.AdamW(params, lr=float(optim["lr"]), weight_decay=float(optim["weight_decay"]),
-                                 betas=tuple(float(b) for b in optim.get("betas", (0.9, 0.999))))
+        return torch.optim.AdamW(
+            params,
+            lr=float(optim["lr"]),
+            weight_decay=float(optim["weight_decay"]),
+            betas=tuple(float(b) for b in optim.get("betas", (0.9, 0.999))),
+        )
     except (TypeError, ValueError) as exc:
         raise optimizer_error(exc) from None
 
@@ -76,9 +89,18 @@ def build_optimizer(params: Any, optim: Dict[str, Any]) -> torch.optim.Optimizer
 class PointCloudTask(pl.LightningModule):
     """Wraps a gridify model: the task's loss and metrics (:mod:`gridify.tasks`), AdamW + warm-up/cosine."""
 
-    def __init__(self, model_name: str, model_kwargs: Dict[str, Any], task: str, optim: Dict[str, Any],
-                 info: Dict[str, Any], config: Dict[str, Any], seed: int = 0,
-                 steps_per_epoch: int = 1, gridify_version: str = "") -> None:
+    def __init__(
+        self,
+        model_name: str,
+        model_kwargs: Dict[str, Any],
+        task: str,
+        optim: Dict[str, Any],
+        info: Dict[str, Any],
+        config: Dict[str, Any],
+        seed: int = 0,
+        steps_per_epoch: int = 1,
+        gridify_version: str = "",
+    ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.task = task
@@ -88,8 +110,9 @@ class PointCloudTask(pl.LightningModule):
         self.val_metrics = self.task_def.make_metrics(info)
         self.test_metrics = self.task_def.make_metrics(info, confusion=self.task_def.test_confusion)
         weights = info.get("class_weights")
-        self.register_buffer("class_weights", None if weights is None else torch.tensor(weights, dtype=torch.float32),
-                             persistent=False)
+        self.register_buffer(
+            "class_weights", None if weights is None else torch.tensor(weights, dtype=torch.float32), persistent=False
+        )
         self.test_results: Dict[str, Any] = {}
 
     def forward(self, batch: Dict[str, Any]) -> torch.Tensor:
@@ -97,8 +120,9 @@ class PointCloudTask(pl.LightningModule):
 
     def _eval_logits(self, batch: Dict[str, Any], votes: int = 1) -> torch.Tensor:
         """The evaluation logits: the task's views (whole scenes for a scene task)."""
-        return self.task_def.eval_logits(self.model, batch, votes=votes, seed=int(self.hparams.seed),
-                                         **eval_settings(self.hparams.info))
+        return self.task_def.eval_logits(
+            self.model, batch, votes=votes, seed=int(self.hparams.seed), **eval_settings(self.hparams.info)
+        )
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         # dropout randomness as a function of (seed, step, rank): identical after a resume
@@ -190,8 +214,14 @@ class PointCloudTask(pl.LightningModule):
 class PointCloudData(pl.LightningDataModule):
     """Train/val/test loaders with epoch-seeded, rank-sharded samplers (no Lightning sampler injection)."""
 
-    def __init__(self, cfg: Dict[str, Any], train_set: Any, val_set: Any, augment: Optional[EpochAugment],
-                 graph_builder: Optional[Any] = None) -> None:
+    def __init__(
+        self,
+        cfg: Dict[str, Any],
+        train_set: Any,
+        val_set: Any,
+        augment: Optional[EpochAugment],
+        graph_builder: Optional[Any] = None,
+    ) -> None:
         super().__init__()
         self.cfg, self.train_set, self.val_set, self.augment = cfg, train_set, val_set, augment
         #: builds the training batches' graphs in the loader's workers (:class:`~.data.GraphCollate`)
@@ -205,13 +235,17 @@ class PointCloudData(pl.LightningDataModule):
         if stage not in self.subsets:
             d, key = self.cfg["data"], f"limit_{stage}_batches"
             limit = self.cfg["trainer"][key]
-            sub = eval_subset(ds, limit, int(d.get("eval_batch_size") or d["batch_size"]), self.trainer.world_size,
-                              self.cfg["seed"])
+            sub = eval_subset(
+                ds, limit, int(d.get("eval_batch_size") or d["batch_size"]), self.trainer.world_size, self.cfg["seed"]
+            )
             self.subsets[stage] = None if sub is None else dict(sub, limit=f"trainer.{key}={limit}")
             if sub is not None and self.trainer.is_global_zero:
                 how = "class-stratified" if sub["stratified"] else "random"
-                print(f"[train] {stage}: a seeded, {how} subset of {sub['size']} of {sub['of']} samples "
-                      f"(trainer.{key}={limit})", flush=True)
+                print(
+                    f"[train] {stage}: a seeded, {how} subset of {sub['size']} of {sub['of']} samples "
+                    f"(trainer.{key}={limit})",
+                    flush=True,
+                )
         return self.subsets[stage]
 
     def _loader(self, ds: Any, train: bool, stage: str = "train") -> DataLoader:
@@ -219,31 +253,46 @@ class PointCloudData(pl.LightningDataModule):
         world, rank = self.trainer.world_size, self.trainer.global_rank
         seed = self.cfg["seed"]
         sub = None if train else self._subset(ds, stage)
-        sampler = ShardSampler(len(ds) if sub is None else sub["size"], shuffle=train, seed=seed, rank=rank,
-                               world_size=world, pad=train, indices=None if sub is None else sub["indices"])
+        sampler = ShardSampler(
+            len(ds) if sub is None else sub["size"],
+            shuffle=train,
+            seed=seed,
+            rank=rank,
+            world_size=world,
+            pad=train,
+            indices=None if sub is None else sub["indices"],
+        )
         nw = int(d["num_workers"])
         collate = get_task(self.cfg["task"]).collate  # the task's batches (sequences: padded)
-        common = dict(collate_fn=collate, num_workers=nw, pin_memory=False,
-                      persistent_workers=False)
+        common = dict(collate_fn=collate, num_workers=nw, pin_memory=False, persistent_workers=False)
         if train:
             if self.graph_builder is not None and nw > 0:  # graphs built ahead, overlapping the step
                 common["collate_fn"] = GraphCollate(collate, self.graph_builder)
             fit_loop = self.trainer.fit_loop
             return EpochDataLoader(
-                ds, batch_size=int(d["batch_size"]), sampler=sampler, drop_last=bool(d.get("drop_last")),
+                ds,
+                batch_size=int(d["batch_size"]),
+                sampler=sampler,
+                drop_last=bool(d.get("drop_last")),
                 epoch_fn=lambda: fit_loop.epoch_progress.current.processed,
                 on_epoch=lambda e: set_train_epoch(ds, self.augment, seed, e),
-                progress_fn=lambda: fit_loop.epoch_loop.batch_progress.current.processed, **common)
-        return DataLoader(ds, batch_size=int(d.get("eval_batch_size") or d["batch_size"]), sampler=sampler,
-                          **common)
+                progress_fn=lambda: fit_loop.epoch_loop.batch_progress.current.processed,
+                **common,
+            )
+        return DataLoader(ds, batch_size=int(d.get("eval_batch_size") or d["batch_size"]), sampler=sampler, **common)
 
     def recalibration_loader(self) -> Optional[DataLoader]:
         """The training split in order, in evaluation batches (``trainer.recalibrate_bn``); None without one."""
         if self.train_set is None or len(self.train_set) == 0:
             return None
         d = self.cfg["data"]
-        return DataLoader(self.train_set, batch_size=int(d.get("eval_batch_size") or d["batch_size"]), shuffle=False,
-                          collate_fn=get_task(self.cfg["task"]).collate, num_workers=int(d["num_workers"]))
+        return DataLoader(
+            self.train_set,
+            batch_size=int(d.get("eval_batch_size") or d["batch_size"]),
+            shuffle=False,
+            collate_fn=get_task(self.cfg["task"]).collate,
+            num_workers=int(d["num_workers"]),
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, True)

@@ -10,6 +10,7 @@ matrix is row-normalized: cell ``(i, j)`` is ``C_ij / sum_j C_ij``.
 Shapes:
     confusion matrix ``[classes, classes]`` (rows: true class, columns: predicted class).
 """
+
 from __future__ import annotations
 
 import csv
@@ -141,8 +142,15 @@ def confusion_figure(matrix: List[List[int]], names: Sequence[str], title: str =
         for i in range(n):
             for j in range(n):
                 if cm[i, j]:
-                    ax.text(j, i, int(cm[i, j]), ha="center", va="center", fontsize=8,
-                            color="white" if norm[i, j] > 0.5 else "black")
+                    ax.text(
+                        j,
+                        i,
+                        int(cm[i, j]),
+                        ha="center",
+                        va="center",
+                        fontsize=8,
+                        color="white" if norm[i, j] > 0.5 else "black",
+                    )
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
     ax.set_title(title or "confusion matrix (rows normalized)")

@@ -10,6 +10,7 @@ import: :func:`write_tensorboard` takes the TensorBoard writer as an argument.
 ``trainer.limit_test_batches`` chose a subset, else null), the confusion matrix
 (``[classes, classes]``, classification) or ``per_category_iou`` (``{category name: IoU}``).
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,15 @@ from gridify.checkpoint import export_model, plain
 from .metrics import format_metrics
 from .plots import confusion_figure, plot_confusion, plot_curves, read_metric_logs
 
-__all__ = ["RunRecord", "write_json", "write_run_files", "test_report", "write_test_outputs", "flat_config",
-           "write_tensorboard"]
+__all__ = [
+    "RunRecord",
+    "write_json",
+    "write_run_files",
+    "test_report",
+    "write_test_outputs",
+    "flat_config",
+    "write_tensorboard",
+]
 
 
 @dataclass
@@ -75,20 +83,35 @@ def write_run_files(record: RunRecord) -> None:
     write_json(record.out / "run_info.json", info)
 
 
-def test_report(record: RunRecord, results: Dict[str, Any], *, num_samples: Optional[int], checkpoint: Optional[str],
-                epoch: int, global_step: int, train_seconds: float,
-                subset: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def test_report(
+    record: RunRecord,
+    results: Dict[str, Any],
+    *,
+    num_samples: Optional[int],
+    checkpoint: Optional[str],
+    epoch: int,
+    global_step: int,
+    train_seconds: float,
+    subset: Optional[Dict[str, Any]] = None,
+) -> Dict[str, Any]:
     """The content of ``test_metrics.json``: the test results and where they come from (``subset``: the
     part of the test split scored, see :func:`~.data.eval_subset`)."""
     cfg, info = record.cfg, record.info
     report = {
-        "task": cfg["task"], "split": "test", "metrics": results.get("metrics", {}),
-        "num_samples": num_samples, "subset": None if subset is None else {
-            k: subset[k] for k in ("size", "of", "stratified", "limit") if k in subset},
-        "checkpoint": checkpoint or "final weights", "epoch": epoch,
+        "task": cfg["task"],
+        "split": "test",
+        "metrics": results.get("metrics", {}),
+        "num_samples": num_samples,
+        "subset": None
+        if subset is None
+        else {k: subset[k] for k in ("size", "of", "stratified", "limit") if k in subset},
+        "checkpoint": checkpoint or "final weights",
+        "epoch": epoch,
         "global_step": global_step,
-        "dataset": cfg["data"]["name"], "source_format": info["source_format"],
-        "gridify_version": __version__, "num_parameters": record.num_params,
+        "dataset": cfg["data"]["name"],
+        "source_format": info["source_format"],
+        "gridify_version": __version__,
+        "num_parameters": record.num_params,
         "train_seconds": round(train_seconds, 1),
         "votes": int(cfg.get("trainer", {}).get("test_votes", 1)),  # views averaged per test cloud
     }
@@ -103,8 +126,12 @@ def _write_plots(record: RunRecord, report: Dict[str, Any]) -> None:
     try:
         plot_curves(read_metric_logs(record.out / "csv"), plots, task)
         if "confusion_matrix" in report:
-            plot_confusion(report["confusion_matrix"], record.info["class_names"], plots / "confusion_matrix.png",
-                           title=f"test confusion ({format_metrics(task, report['metrics'])})")
+            plot_confusion(
+                report["confusion_matrix"],
+                record.info["class_names"],
+                plots / "confusion_matrix.png",
+                title=f"test confusion ({format_metrics(task, report['metrics'])})",
+            )
     except Exception as exc:  # noqa: BLE001 - plotting never fails a finished run
         warnings.warn(f"plotting failed: {exc}")
 
@@ -114,26 +141,51 @@ def write_test_outputs(record: RunRecord, report: Dict[str, Any], model: torch.n
     and, when ``trainer.plots`` is on, the plots; then one summary line on the console."""
     out, cfg, info = record.out, record.cfg, record.info
     write_json(out / "test_metrics.json", report)
-    export_model(out / "checkpoints" / "model.pt", model, {
-        "model_name": record.model_name, "model_kwargs": record.model_kwargs, "class_names": info["class_names"],
-        "gridify_version": __version__, "task": cfg["task"], "info": info, "config": cfg,
-        "source_format": info["source_format"], "num_parameters": record.num_params,
-        "checkpoint": report["checkpoint"]})
-    record.run_info.update(train_seconds=round(train_seconds, 1), test_metrics=report["metrics"],
-                           finished=time.strftime("%Y-%m-%d %H:%M:%S"))
+    export_model(
+        out / "checkpoints" / "model.pt",
+        model,
+        {
+            "model_name": record.model_name,
+            "model_kwargs": record.model_kwargs,
+            "class_names": info["class_names"],
+            "gridify_version": __version__,
+            "task": cfg["task"],
+            "info": info,
+            "config": cfg,
+            "source_format": info["source_format"],
+            "num_parameters": record.num_params,
+            "checkpoint": report["checkpoint"],
+        },
+    )
+    record.run_info.update(
+        train_seconds=round(train_seconds, 1),
+        test_metrics=report["metrics"],
+        finished=time.strftime("%Y-%m-%d %H:%M:%S"),
+    )
     write_json(out / "run_info.json", record.run_info)
     if cfg["trainer"]["plots"]:
         _write_plots(record, report)
     subset = report.get("subset")
-    part = "" if not subset else (f", a seeded {'class-stratified' if subset['stratified'] else 'random'} subset: "
-                                  f"{subset.get('limit', '')}")
+    part = (
+        ""
+        if not subset
+        else (
+            f", a seeded {'class-stratified' if subset['stratified'] else 'random'} subset: {subset.get('limit', '')}"
+        )
+    )
     if not report["metrics"]:  # trainer.limit_test_batches: 0 (no test split, e.g. ModelNet40's held-out test)
-        print(f"[train] not tested (trainer.limit_test_batches: 0); weights of {report['checkpoint']} in "
-              f"{out / 'checkpoints' / 'model.pt'} | trained {train_seconds:.0f} s", flush=True)
+        print(
+            f"[train] not tested (trainer.limit_test_batches: 0); weights of {report['checkpoint']} in "
+            f"{out / 'checkpoints' / 'model.pt'} | trained {train_seconds:.0f} s",
+            flush=True,
+        )
         return
-    print(f"[train] test ({report.get('num_scored')} of {report['num_samples']} samples{part}, {report['checkpoint']}): "
-          f"{format_metrics(cfg['task'], report['metrics'])} | trained {train_seconds:.0f} s | "
-          f"{out / 'test_metrics.json'}", flush=True)
+    print(
+        f"[train] test ({report.get('num_scored')} of {report['num_samples']} samples{part}, {report['checkpoint']}): "
+        f"{format_metrics(cfg['task'], report['metrics'])} | trained {train_seconds:.0f} s | "
+        f"{out / 'test_metrics.json'}",
+        flush=True,
+    )
 
 
 def flat_config(cfg: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
@@ -156,8 +208,11 @@ def write_tensorboard(writer: Any, record: RunRecord, report: Dict[str, Any], st
     if "confusion_matrix" in report:
         import matplotlib.pyplot as plt
 
-        fig = confusion_figure(report["confusion_matrix"], record.info["class_names"],
-                               f"test confusion ({format_metrics(record.cfg['task'], report['metrics'])})")
+        fig = confusion_figure(
+            report["confusion_matrix"],
+            record.info["class_names"],
+            f"test confusion ({format_metrics(record.cfg['task'], report['metrics'])})",
+        )
         writer.add_figure("test/confusion_matrix", fig, global_step=step, close=False)
         plt.close(fig)
     writer.flush()

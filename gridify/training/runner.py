@@ -22,6 +22,7 @@ fails at once; :func:`gridify._paths.folder_lock`), then runs it in this process
 ``trainer.strategy: ddp_spawn``, in one process per device started by :func:`spawn_run` (see there
 why Lightning's own ``ddp_spawn`` is not used).
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,17 +48,37 @@ from gridify.tasks import get_task
 
 from .callbacks import atomic_checkpoint_io, checkpoint_callbacks, interactive, make_loggers, progress_callbacks
 from .config import ConfigError, parse_augmentations
-from .data import (EpochAugment, build_dataset, dataset_info, fill_model_kwargs, graph_builder_of, inference_info,
-                   train_class_weights)
+from .data import (
+    EpochAugment,
+    build_dataset,
+    dataset_info,
+    fill_model_kwargs,
+    graph_builder_of,
+    inference_info,
+    train_class_weights,
+)
 from .module import PointCloudData, PointCloudTask
 from .report import RunRecord, test_report, write_run_files, write_tensorboard, write_test_outputs
 from .schedule import steps_per_epoch, world_size_guess
 from .schema import trainer_error
 
-__all__ = ["RUN_ERRORS", "run", "run_process", "spawn_run", "is_spawn_strategy", "setup_process", "resume_checkpoint",
-           "check_resume_fits",
-           "prepare_fresh_start", "build_data", "build_module", "build_trainer", "fit", "test_checkpoint",
-           "test_and_report"]
+__all__ = [
+    "RUN_ERRORS",
+    "run",
+    "run_process",
+    "spawn_run",
+    "is_spawn_strategy",
+    "setup_process",
+    "resume_checkpoint",
+    "check_resume_fits",
+    "prepare_fresh_start",
+    "build_data",
+    "build_module",
+    "build_trainer",
+    "fit",
+    "test_checkpoint",
+    "test_and_report",
+]
 
 #: the errors a run reports as a one-line message (bad config, checkpoint or data), not a traceback
 RUN_ERRORS = (ConfigError, CheckpointError, DatasetNotFoundError, DownloadError, DatasetError, PathError)
@@ -124,19 +145,24 @@ def resume_checkpoint(resume: Optional[str], ckpt_dir: Path, rank0: bool) -> Opt
         check_input_file(resume, "--resume")  # a folder, a FIFO, an unreadable file: said as such
         ckpt_path = resume
     if ckpt_path and load_checkpoint(ckpt_path)["kind"] != "lightning":  # fail early on a bad file
-        raise CheckpointError(f"--resume {ckpt_path}: this is an exported model (model.pt: the weights and "
-                              f"inference settings, without the optimizer, scheduler and epoch of a Lightning "
-                              f"checkpoint), so a run cannot continue from it; resume from "
-                              f"<output_dir>/checkpoints/last.ckpt, or use the model.pt with gridify "
-                              f"evaluate/predict")
+        raise CheckpointError(
+            f"--resume {ckpt_path}: this is an exported model (model.pt: the weights and "
+            f"inference settings, without the optimizer, scheduler and epoch of a Lightning "
+            f"checkpoint), so a run cannot continue from it; resume from "
+            f"<output_dir>/checkpoints/last.ckpt, or use the model.pt with gridify "
+            f"evaluate/predict"
+        )
     return ckpt_path
 
 
 def _differences(theirs: Dict[str, Any], ours: Dict[str, Any]) -> List[str]:
     """``key: checkpoint X, this run Y`` for every hyper-parameter that differs."""
     keys = sorted(set(theirs) | set(ours))
-    return [f"{k}: checkpoint {theirs.get(k, '(unset)')!r}, this run {ours.get(k, '(unset)')!r}" for k in keys
-            if plain(theirs.get(k)) != plain(ours.get(k))]
+    return [
+        f"{k}: checkpoint {theirs.get(k, '(unset)')!r}, this run {ours.get(k, '(unset)')!r}"
+        for k in keys
+        if plain(theirs.get(k)) != plain(ours.get(k))
+    ]
 
 
 def check_resume_fits(ckpt_path: Optional[str], module: PointCloudTask, record: RunRecord) -> None:
@@ -149,31 +175,42 @@ def check_resume_fits(ckpt_path: Optional[str], module: PointCloudTask, record: 
     ours, theirs = dict(module.model.state_dict()), payload["state_dict"]
     problems = []
     if payload["task"] != record.cfg["task"] or payload["model_name"] != record.model_name:
-        problems.append(f"it holds a {payload['task']} model {payload['model_name']!r}, this run trains a "
-                        f"{record.cfg['task']} model {record.model_name!r}")
+        problems.append(
+            f"it holds a {payload['task']} model {payload['model_name']!r}, this run trains a "
+            f"{record.cfg['task']} model {record.model_name!r}"
+        )
     missing, extra = [k for k in ours if k not in theirs], [k for k in theirs if k not in ours]
-    shapes = [f"{k} {tuple(theirs[k].shape)} vs {tuple(v.shape)}" for k, v in ours.items()
-              if k in theirs and tuple(theirs[k].shape) != tuple(v.shape) and not k.endswith("rep_weight")]
+    shapes = [
+        f"{k} {tuple(theirs[k].shape)} vs {tuple(v.shape)}"
+        for k, v in ours.items()
+        if k in theirs and tuple(theirs[k].shape) != tuple(v.shape) and not k.endswith("rep_weight")
+    ]
     if missing or extra or shapes:
         hparams = _differences(dict(payload["model_kwargs"]), dict(record.model_kwargs))
-        for words, keys, shown in (("hyper-parameter(s) differ", hparams, 6),
-                                   ("weight(s) missing from the checkpoint", missing, 2),
-                                   ("weight(s) not in this run's model", extra, 2),
-                                   ("weight(s) of another shape (checkpoint vs this run)", shapes, 2)):
+        for words, keys, shown in (
+            ("hyper-parameter(s) differ", hparams, 6),
+            ("weight(s) missing from the checkpoint", missing, 2),
+            ("weight(s) not in this run's model", extra, 2),
+            ("weight(s) of another shape (checkpoint vs this run)", shapes, 2),
+        ):
             if keys:
                 problems.append(f"{len(keys)} {words}: {', '.join(keys[:shown])}{' ...' if len(keys) > shown else ''}")
     if problems:
-        raise CheckpointError(f"--resume {ckpt_path} is a checkpoint of another model: {'; '.join(problems)}. "
-                              f"Resume with the config it was trained with (its config.yaml), or start afresh "
-                              f"without --resume")
+        raise CheckpointError(
+            f"--resume {ckpt_path} is a checkpoint of another model: {'; '.join(problems)}. "
+            f"Resume with the config it was trained with (its config.yaml), or start afresh "
+            f"without --resume"
+        )
 
 
 def prepare_fresh_start(out: Path, overwrite: bool) -> None:
     """Refuse to start afresh over an earlier run in ``out``; with ``overwrite``, delete its outputs."""
     existing = [d for d in ("checkpoints", "csv", "tensorboard", "plots") if (out / d).exists()]
     if existing and (out / "checkpoints" / "last.ckpt").exists() and not overwrite:
-        raise ConfigError(f"output_dir {out} already holds a run ({', '.join(existing)}); pass --resume auto "
-                          f"to continue it, --overwrite to replace it, or choose another output_dir")
+        raise ConfigError(
+            f"output_dir {out} already holds a run ({', '.join(existing)}); pass --resume auto "
+            f"to continue it, --overwrite to replace it, or choose another output_dir"
+        )
     if overwrite:
         for d in existing:
             shutil.rmtree(out / d)
@@ -194,26 +231,43 @@ def build_data(cfg: Dict[str, Any]) -> Tuple[Any, Any, Optional[EpochAugment], D
     return train_set, val_set, augment, info
 
 
-def build_module(cfg: Dict[str, Any], info: Dict[str, Any], num_train: int,
-                 world: int) -> Tuple[PointCloudTask, RunRecord]:
+def build_module(
+    cfg: Dict[str, Any], info: Dict[str, Any], num_train: int, world: int
+) -> Tuple[PointCloudTask, RunRecord]:
     """The task module, its LR schedule sized for ``num_train`` samples over ``world`` processes, and
     the run's record. The model kwargs filled from the data are written back into ``cfg["model"]``."""
     tr, data = cfg["trainer"], cfg["data"]
     model_name, model_kwargs = fill_model_kwargs(cfg, info)
     cfg["model"] = {"name": model_name, **model_kwargs}
-    spe = steps_per_epoch(num_train, int(data["batch_size"]), world, bool(data.get("drop_last")),
-                          tr["limit_train_batches"], int(tr["accumulate_grad_batches"]))
-    module = PointCloudTask(model_name=model_name, model_kwargs=plain(model_kwargs), task=cfg["task"],
-                            optim=plain(cfg["optim"]), info=plain(info), config=plain(cfg), seed=cfg["seed"],
-                            steps_per_epoch=spe, gridify_version=__version__)
+    spe = steps_per_epoch(
+        num_train,
+        int(data["batch_size"]),
+        world,
+        bool(data.get("drop_last")),
+        tr["limit_train_batches"],
+        int(tr["accumulate_grad_batches"]),
+    )
+    module = PointCloudTask(
+        model_name=model_name,
+        model_kwargs=plain(model_kwargs),
+        task=cfg["task"],
+        optim=plain(cfg["optim"]),
+        info=plain(info),
+        config=plain(cfg),
+        seed=cfg["seed"],
+        steps_per_epoch=spe,
+        gridify_version=__version__,
+    )
     model = module.model
-    num_params = model.num_parameters() if hasattr(model, "num_parameters") else sum(
-        p.numel() for p in model.parameters())
+    num_params = (
+        model.num_parameters() if hasattr(model, "num_parameters") else sum(p.numel() for p in model.parameters())
+    )
     return module, RunRecord(cfg, info, model_name, model_kwargs, int(num_params))
 
 
-def _run_info(record: RunRecord, num_train: int, num_val: int, spe: int, ckpt_path: Optional[str],
-              argv: Sequence[str]) -> Dict[str, Any]:
+def _run_info(
+    record: RunRecord, num_train: int, num_val: int, spe: int, ckpt_path: Optional[str], argv: Sequence[str]
+) -> Dict[str, Any]:
     """The content of ``run_info.json`` at the start of a run."""
     cfg = record.cfg
     return {
@@ -246,20 +300,36 @@ def build_trainer(tr: Dict[str, Any], out: Path, callbacks: List[pl.Callback], r
     Validation and test limits other than 0 are subsets chosen by the data module, not passed on.
     A value Lightning refuses (an accelerator this machine lacks, ...) is a ``ConfigError`` naming it.
     """
-    limits = {k: tr[k] for k in ("limit_train_batches", "limit_val_batches", "limit_test_batches")
-              if tr[k] is not None and (k == "limit_train_batches" or tr[k] == 0)}
+    limits = {
+        k: tr[k]
+        for k in ("limit_train_batches", "limit_val_batches", "limit_test_batches")
+        if tr[k] is not None and (k == "limit_train_batches" or tr[k] == 0)
+    }
     strategy = tr["strategy"].replace("ddp_spawn", "ddp", 1) if is_spawn_strategy(tr["strategy"]) else tr["strategy"]
     try:
         return pl.Trainer(
-            accelerator=tr["accelerator"], devices=tr["devices"], num_nodes=int(tr["num_nodes"]), strategy=strategy,
-            precision=tr["precision"], max_epochs=int(tr["max_epochs"]), max_steps=int(tr["max_steps"]),
-            log_every_n_steps=int(tr["log_every_n_steps"]), check_val_every_n_epoch=int(tr["check_val_every_n_epoch"]),
-            num_sanity_val_steps=int(tr["num_sanity_val_steps"]), gradient_clip_val=tr["gradient_clip_val"],
-            accumulate_grad_batches=int(tr["accumulate_grad_batches"]), deterministic=tr["deterministic"],
+            accelerator=tr["accelerator"],
+            devices=tr["devices"],
+            num_nodes=int(tr["num_nodes"]),
+            strategy=strategy,
+            precision=tr["precision"],
+            max_epochs=int(tr["max_epochs"]),
+            max_steps=int(tr["max_steps"]),
+            log_every_n_steps=int(tr["log_every_n_steps"]),
+            check_val_every_n_epoch=int(tr["check_val_every_n_epoch"]),
+            num_sanity_val_steps=int(tr["num_sanity_val_steps"]),
+            gradient_clip_val=tr["gradient_clip_val"],
+            accumulate_grad_batches=int(tr["accumulate_grad_batches"]),
+            deterministic=tr["deterministic"],
             enable_progress_bar=bool(tr["progress_bar"]),
             enable_model_summary=rank0 and bool(tr["progress_bar"]) and interactive(),
-            callbacks=callbacks + progress_callbacks(tr), logger=make_loggers(out), use_distributed_sampler=False,
-            default_root_dir=str(out), plugins=[atomic_checkpoint_io()], **limits)
+            callbacks=callbacks + progress_callbacks(tr),
+            logger=make_loggers(out),
+            use_distributed_sampler=False,
+            default_root_dir=str(out),
+            plugins=[atomic_checkpoint_io()],
+            **limits,
+        )
     except (MisconfigurationException, ValueError, TypeError, ImportError) as exc:  # no GPU, no deepspeed, ...
         raise trainer_error(tr, exc) from None
 
@@ -280,16 +350,28 @@ def test_checkpoint(tr: Dict[str, Any], best: Optional[Any], ckpt_dir: Path) -> 
     return str(last) if last.is_file() else None
 
 
-def test_and_report(trainer: pl.Trainer, module: PointCloudTask, datamodule: PointCloudData, record: RunRecord,
-                    test_ckpt: Optional[str], train_seconds: float) -> Dict[str, Any]:
+def test_and_report(
+    trainer: pl.Trainer,
+    module: PointCloudTask,
+    datamodule: PointCloudData,
+    record: RunRecord,
+    test_ckpt: Optional[str],
+    train_seconds: float,
+) -> Dict[str, Any]:
     """Test ``test_ckpt``; rank 0 writes the test outputs. Returns the report (empty on other ranks)."""
     trainer.test(module, datamodule=datamodule, ckpt_path=test_ckpt, verbose=False)
     if not trainer.is_global_zero:
         return {}
-    report = test_report(record, dict(module.test_results), checkpoint=test_ckpt, epoch=trainer.current_epoch,
-                         global_step=trainer.global_step, train_seconds=train_seconds,
-                         num_samples=len(datamodule.test_set) if datamodule.test_set is not None else None,
-                         subset=datamodule.subsets.get("test"))
+    report = test_report(
+        record,
+        dict(module.test_results),
+        checkpoint=test_ckpt,
+        epoch=trainer.current_epoch,
+        global_step=trainer.global_step,
+        train_seconds=train_seconds,
+        num_samples=len(datamodule.test_set) if datamodule.test_set is not None else None,
+        subset=datamodule.subsets.get("test"),
+    )
     write_test_outputs(record, report, module.model, train_seconds)
     for logger in trainer.loggers:
         if isinstance(logger, pl.loggers.TensorBoardLogger):
@@ -297,8 +379,9 @@ def test_and_report(trainer: pl.Trainer, module: PointCloudTask, datamodule: Poi
     return report
 
 
-def run_process(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool = False,
-                argv: Sequence[str] = ()) -> Dict[str, Any]:
+def run_process(
+    cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool = False, argv: Sequence[str] = ()
+) -> Dict[str, Any]:
     """This process's part of the run (all of it, or one DDP rank); returns ``{"config", "output_dir",
     "train_seconds"}`` plus, on rank 0, the test report."""
     tr = cfg["trainer"]
@@ -315,35 +398,41 @@ def run_process(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bo
     world = world_size_guess(tr["devices"], tr["num_nodes"], tr["accelerator"])
     module, record = build_module(cfg, info, len(train_set), world)
     check_resume_fits(ckpt_path, module, record)
-    record.run_info = _run_info(record, len(train_set), len(val_set), int(module.hparams.steps_per_epoch),
-                                ckpt_path, argv)
-    datamodule = PointCloudData(cfg, train_set, val_set, augment,
-                                graph_builder_of(module.model, cfg))
+    record.run_info = _run_info(
+        record, len(train_set), len(val_set), int(module.hparams.steps_per_epoch), ckpt_path, argv
+    )
+    datamodule = PointCloudData(cfg, train_set, val_set, augment, graph_builder_of(module.model, cfg))
     if tr["limit_test_batches"] != 0:  # a missing or broken test split fails now, not after training
         datamodule.test_set = build_dataset(cfg, "test")
     if rank0:
         write_run_files(record)
-        print(f"[train] gridify {__version__} | {cfg['data']['name']} ({info['source_format']}): "
-              f"{len(train_set)} train / {len(val_set)} val | {record.model_name}: {record.num_params:,} parameters | "
-              f"output {out}")
+        print(
+            f"[train] gridify {__version__} | {cfg['data']['name']} ({info['source_format']}): "
+            f"{len(train_set)} train / {len(val_set)} val | {record.model_name}: {record.num_params:,} parameters | "
+            f"output {out}"
+        )
 
     validate = tr["limit_val_batches"] != 0 and len(val_set) > 0
     monitor = f"val_{get_task(cfg['task']).primary_metric}" if validate else None
     callbacks, best = checkpoint_callbacks(tr, ckpt_dir, monitor)
     trainer = build_trainer(tr, out, callbacks, rank0)
     if trainer.world_size != world and rank0:
-        warnings.warn(f"steps per epoch were computed for {world} processes but the trainer runs "
-                      f"{trainer.world_size}; the LR schedule length may be off")
+        warnings.warn(
+            f"steps per epoch were computed for {world} processes but the trainer runs "
+            f"{trainer.world_size}; the LR schedule length may be off"
+        )
     train_seconds = fit(trainer, module, datamodule, ckpt_path)
     report = test_and_report(trainer, module, datamodule, record, test_checkpoint(tr, best, ckpt_dir), train_seconds)
     return {"config": cfg, "output_dir": str(out), "train_seconds": train_seconds, **report}
 
 
-def _spawned_process(local_rank: int, cfg: Dict[str, Any], resume: Optional[str], argv: Sequence[str], port: str,
-                     results: Any) -> None:
+def _spawned_process(
+    local_rank: int, cfg: Dict[str, Any], resume: Optional[str], argv: Sequence[str], port: str, results: Any
+) -> None:
     """Process ``local_rank`` of :func:`spawn_run`: a DDP rank, found by Lightning as under its ``ddp`` launcher."""
-    os.environ.update(MASTER_ADDR=os.environ.get("MASTER_ADDR", "127.0.0.1"), MASTER_PORT=port,
-                      LOCAL_RANK=str(local_rank))
+    os.environ.update(
+        MASTER_ADDR=os.environ.get("MASTER_ADDR", "127.0.0.1"), MASTER_PORT=port, LOCAL_RANK=str(local_rank)
+    )
     try:
         summary: Any = run_process(cfg, resume=resume, argv=argv)
     except RUN_ERRORS as exc:  # the same on every rank: raised again, as itself, by spawn_run
@@ -352,8 +441,9 @@ def _spawned_process(local_rank: int, cfg: Dict[str, Any], resume: Optional[str]
         results.put(summary)
 
 
-def spawn_run(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool = False,
-              argv: Sequence[str] = ()) -> Dict[str, Any]:
+def spawn_run(
+    cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool = False, argv: Sequence[str] = ()
+) -> Dict[str, Any]:
     """``trainer.strategy: ddp_spawn``: start one process per device with ``torch.multiprocessing``
     (spawn) and run :func:`run_process` in each, as a DDP rank; returns the summary of rank 0.
 
@@ -371,8 +461,13 @@ def spawn_run(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool
         prepare_fresh_start(out, overwrite)
     port = os.environ.get("MASTER_PORT") or str(find_free_network_port())
     results = mp.get_context("spawn").SimpleQueue()
-    procs = mp.start_processes(_spawned_process, args=(cfg, ckpt_path, argv, port, results), join=False,
-                               nprocs=world_size_guess(tr["devices"], 1, tr["accelerator"]), start_method="spawn")
+    procs = mp.start_processes(
+        _spawned_process,
+        args=(cfg, ckpt_path, argv, port, results),
+        join=False,
+        nprocs=world_size_guess(tr["devices"], 1, tr["accelerator"]),
+        start_method="spawn",
+    )
     summary = None
     while not procs.join(timeout=1.0):  # raises when a process fails; rank 0 may be waiting to hand its summary
         if summary is None and not results.empty():
@@ -383,8 +478,9 @@ def spawn_run(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool
     return summary
 
 
-def run(cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool = False,
-        argv: Sequence[str] = ()) -> Dict[str, Any]:
+def run(
+    cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool = False, argv: Sequence[str] = ()
+) -> Dict[str, Any]:
     """Train and test as ``cfg`` says (``resume``: a checkpoint path or ``auto``; ``overwrite``: replace
     an earlier run in the output folder); returns ``{"config", "output_dir", "train_seconds"}`` plus,
     on rank 0, the test report.

@@ -7,6 +7,7 @@ is known before the trainer exists: :func:`steps_per_epoch` counts the optimizer
 epoch the way Lightning counts batches, for the number of processes :func:`world_size_guess`
 expects. No Lightning import.
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,8 +19,9 @@ import torch
 __all__ = ["steps_per_epoch", "world_size_guess", "warmup_cosine", "one_cycle", "OneCycle"]
 
 
-def steps_per_epoch(num_samples: int, batch_size: int, world_size: int, drop_last: bool,
-                    limit: Any, accumulate: int) -> int:
+def steps_per_epoch(
+    num_samples: int, batch_size: int, world_size: int, drop_last: bool, limit: Any, accumulate: int
+) -> int:
     """Optimizer steps per epoch, computed the way Lightning counts batches."""
     per_rank = math.ceil(num_samples / world_size)
     batches = per_rank // batch_size if drop_last else math.ceil(per_rank / batch_size)
@@ -70,8 +72,15 @@ def _one_cycle_phase(step: int, warmup: float, total: int) -> Tuple[int, float]:
     return 1, min(1.0, (step - rise_end) / span) if span > 0 else 1.0
 
 
-def one_cycle(step: int, *, warmup: float, total: int, div: float = 25.0, final_div: float = 1e4,
-              momentum: Tuple[float, float] = (0.85, 0.95)) -> Tuple[float, float]:
+def one_cycle(
+    step: int,
+    *,
+    warmup: float,
+    total: int,
+    div: float = 25.0,
+    final_div: float = 1e4,
+    momentum: Tuple[float, float] = (0.85, 0.95),
+) -> Tuple[float, float]:
     r"""``(LR factor, beta1)`` of torch's ``OneCycleLR`` (two phases, cosine annealing) at ``step``, with
     ``pct_start * total_steps = warmup``:
 
@@ -102,12 +111,30 @@ class OneCycle(torch.optim.lr_scheduler.LambdaLR):
     and steps past ``total`` stay at the end instead of raising.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, *, warmup: float, total: int, div: float = 25.0,
-                 final_div: float = 1e4, momentum: Tuple[float, float] = (0.85, 0.95)) -> None:
-        self.cycle = functools.partial(one_cycle, warmup=float(warmup), total=int(total), div=float(div),
-                                       final_div=float(final_div), momentum=tuple(momentum))
-        super().__init__(optimizer, functools.partial(_one_cycle_lr, warmup=float(warmup), total=int(total),
-                                                      div=float(div), final_div=float(final_div)))
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        *,
+        warmup: float,
+        total: int,
+        div: float = 25.0,
+        final_div: float = 1e4,
+        momentum: Tuple[float, float] = (0.85, 0.95),
+    ) -> None:
+        self.cycle = functools.partial(
+            one_cycle,
+            warmup=float(warmup),
+            total=int(total),
+            div=float(div),
+            final_div=float(final_div),
+            momentum=tuple(momentum),
+        )
+        super().__init__(
+            optimizer,
+            functools.partial(
+                _one_cycle_lr, warmup=float(warmup), total=int(total), div=float(div), final_div=float(final_div)
+            ),
+        )
 
     def get_lr(self) -> List[float]:
         beta1 = self.cycle(self.last_epoch)[1]

@@ -18,6 +18,7 @@ and :func:`annotated_yaml` (a resolved config with each key's rule as a comment)
 constructor (:func:`model_error`), of the optimizer (:func:`optimizer_error`) and of the trainer
 (:func:`trainer_error`) become :class:`ConfigError` naming the config key. No Lightning import.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -42,14 +43,50 @@ from gridify.datasets.scene_layouts import LAYOUTS
 from gridify.registry import BACKBONES, DATASETS, KERNELS, MODELS, POS_EMBEDDINGS
 from gridify.tasks import CLASS_WEIGHTS, task_names
 
-__all__ = ["ConfigError", "Spec", "Int", "Num", "Bool", "Choice", "Str", "ListOf", "AnyOf", "PerAxis", "Mapping",
-           "Devices", "DEFAULTS", "TASKS", "DATASET_ALIASES", "SCHEMA", "DATASET_KEYS", "RUN_DATA_KEYS", "MODEL_KEYS",
-           "FORWARDED_KWARGS", "PRECISIONS", "STRATEGIES", "ACCELERATORS", "SCHEDULES", "INT64_MAX", "dataset_names",
-           "check_values", "constructor_keys", "model_keys", "dataset_keys", "check_model_section",
-           "check_dataset_section", "model_error", "optimizer_error", "trainer_error", "declared_keys", "key_rows",
-           "markdown_table", "annotated_yaml", "main"]
+__all__ = [
+    "ConfigError",
+    "Spec",
+    "Int",
+    "Num",
+    "Bool",
+    "Choice",
+    "Str",
+    "ListOf",
+    "AnyOf",
+    "PerAxis",
+    "Mapping",
+    "Devices",
+    "DEFAULTS",
+    "TASKS",
+    "DATASET_ALIASES",
+    "SCHEMA",
+    "DATASET_KEYS",
+    "RUN_DATA_KEYS",
+    "MODEL_KEYS",
+    "FORWARDED_KWARGS",
+    "PRECISIONS",
+    "STRATEGIES",
+    "ACCELERATORS",
+    "SCHEDULES",
+    "INT64_MAX",
+    "dataset_names",
+    "check_values",
+    "constructor_keys",
+    "model_keys",
+    "dataset_keys",
+    "check_model_section",
+    "check_dataset_section",
+    "model_error",
+    "optimizer_error",
+    "trainer_error",
+    "declared_keys",
+    "key_rows",
+    "markdown_table",
+    "annotated_yaml",
+    "main",
+]
 
-INT64_MAX = 2 ** 63 - 1
+INT64_MAX = 2**63 - 1
 
 
 class ConfigError(ValueError):
@@ -95,8 +132,14 @@ class Spec:
 class Int(Spec):
     """An ``int`` (not a bool, not ``2.0``) in ``[min, max]``; ``odd``: odd only; ``also``: extra accepted values."""
 
-    def __init__(self, min: Optional[int] = None, max: Optional[int] = None, odd: bool = False,
-                 also: Sequence[int] = (), **kw: Any) -> None:
+    def __init__(
+        self,
+        min: Optional[int] = None,
+        max: Optional[int] = None,
+        odd: bool = False,
+        also: Sequence[int] = (),
+        **kw: Any,
+    ) -> None:
         super().__init__(**kw)
         self.min, self.max, self.odd, self.also = min, max, odd, tuple(also)
 
@@ -105,8 +148,11 @@ class Int(Spec):
             return False
         if value in self.also:
             return True
-        return ((self.min is None or value >= self.min) and value <= (INT64_MAX if self.max is None else self.max)
-                and (not self.odd or value % 2 == 1))
+        return (
+            (self.min is None or value >= self.min)
+            and value <= (INT64_MAX if self.max is None else self.max)
+            and (not self.odd or value % 2 == 1)
+        )
 
     def describe(self) -> str:
         what = "an odd integer" if self.odd else "an integer"
@@ -133,8 +179,14 @@ class Int(Spec):
 class Num(Spec):
     """A finite ``int`` or ``float`` (not a bool, not NaN/Inf) within the bounds (``*_open``: bound excluded)."""
 
-    def __init__(self, min: Optional[float] = None, max: Optional[float] = None, min_open: bool = False,
-                 max_open: bool = False, **kw: Any) -> None:
+    def __init__(
+        self,
+        min: Optional[float] = None,
+        max: Optional[float] = None,
+        min_open: bool = False,
+        max_open: bool = False,
+        **kw: Any,
+    ) -> None:
         super().__init__(**kw)
         self.min, self.max, self.min_open, self.max_open = min, max, min_open, max_open
 
@@ -147,8 +199,9 @@ class Num(Spec):
 
     def describe(self) -> str:
         if self.min is not None and self.max is not None:
-            return (f"a number in {'(' if self.min_open else '['}{self.min:g}, {self.max:g}"
-                    f"{')' if self.max_open else ']'}")
+            return (
+                f"a number in {'(' if self.min_open else '['}{self.min:g}, {self.max:g}{')' if self.max_open else ']'}"
+            )
         if self.min is not None:
             return f"a finite number {'>' if self.min_open else '>='} {self.min:g}"
         if self.max is not None:
@@ -156,8 +209,13 @@ class Num(Spec):
         return "a finite number"
 
     def samples(self) -> List[Tuple[str, Any]]:
-        out: List[Tuple[str, Any]] = [("type", "0.5"), ("type", True), ("range", math.nan), ("range", math.inf),
-                                      ("range", -math.inf)]
+        out: List[Tuple[str, Any]] = [
+            ("type", "0.5"),
+            ("type", True),
+            ("range", math.nan),
+            ("range", math.inf),
+            ("range", -math.inf),
+        ]
         if self.min is not None:
             out.append(("range", self.min if self.min_open else self.min - 1))
         if self.max is not None:
@@ -315,20 +373,36 @@ class Devices(Spec):
         if isinstance(value, int):
             return value >= 1 or value == -1
         if isinstance(value, (list, tuple)):
-            return (len(value) > 0 and len(set(value)) == len(value)
-                    and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value))
+            return (
+                len(value) > 0
+                and len(set(value)) == len(value)
+                and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+            )
         if isinstance(value, str):
             text = value.strip()
-            return text in ("auto", "-1") or bool(re.fullmatch(r"[0-9]+(\s*,\s*[0-9]+)*\s*,?", text)) and (
-                "," in text or int(text) >= 1)
+            return (
+                text in ("auto", "-1")
+                or bool(re.fullmatch(r"[0-9]+(\s*,\s*[0-9]+)*\s*,?", text))
+                and ("," in text or int(text) >= 1)
+            )
         return False
 
     def describe(self) -> str:
         return "a positive count, -1 (all), 'auto', a list of device indices or a string such as '0,1'"
 
     def samples(self) -> List[Tuple[str, Any]]:
-        return [("type", 2.5), ("type", True), ("type", {"a": 1}), ("range", 0), ("range", -2), ("range", "0"),
-                ("range", "gpu7"), ("range", []), ("range", [0, 0]), ("range", [-1])]
+        return [
+            ("type", 2.5),
+            ("type", True),
+            ("type", {"a": 1}),
+            ("range", 0),
+            ("range", -2),
+            ("range", "0"),
+            ("range", "gpu7"),
+            ("range", []),
+            ("range", [0, 0]),
+            ("range", [-1]),
+        ]
 
 
 #: the defaults every config starts from; files and overrides are merged on top
@@ -393,14 +467,41 @@ TASKS = tuple(task_names())
 #: ``data.name`` spellings that are not registry names: the dataset they mean
 DATASET_ALIASES: Dict[str, str] = {"modelnet10": "modelnet", "modelnet40": "modelnet"}
 #: ``trainer.precision`` values Lightning accepts (with the legacy spellings 32, 16, 64, "bf16")
-PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true", 32, 16, 64, "32", "16", "64",
-              "bf16")
+PRECISIONS = (
+    "32-true",
+    "16-mixed",
+    "bf16-mixed",
+    "16-true",
+    "bf16-true",
+    "64-true",
+    32,
+    16,
+    64,
+    "32",
+    "16",
+    "64",
+    "bf16",
+)
 #: ``trainer.strategy`` values (Lightning's registry names a config may use; ``auto`` picks one)
-STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_fork", "ddp_notebook", "ddp_find_unused_parameters_true",
-              "ddp_find_unused_parameters_false", "ddp_spawn_find_unused_parameters_true",
-              "ddp_spawn_find_unused_parameters_false", "ddp_fork_find_unused_parameters_true",
-              "ddp_fork_find_unused_parameters_false", "fsdp", "fsdp_cpu_offload", "deepspeed", "deepspeed_stage_1",
-              "deepspeed_stage_2", "deepspeed_stage_3")
+STRATEGIES = (
+    "auto",
+    "ddp",
+    "ddp_spawn",
+    "ddp_fork",
+    "ddp_notebook",
+    "ddp_find_unused_parameters_true",
+    "ddp_find_unused_parameters_false",
+    "ddp_spawn_find_unused_parameters_true",
+    "ddp_spawn_find_unused_parameters_false",
+    "ddp_fork_find_unused_parameters_true",
+    "ddp_fork_find_unused_parameters_false",
+    "fsdp",
+    "fsdp_cpu_offload",
+    "deepspeed",
+    "deepspeed_stage_1",
+    "deepspeed_stage_2",
+    "deepspeed_stage_3",
+)
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
 #: ``optim.schedule`` values (:mod:`gridify.training.schedule`)
 SCHEDULES = ("warmup_cosine", "one_cycle")
@@ -411,17 +512,24 @@ def dataset_names() -> List[str]:
     return sorted(set(DATASETS.names()) | set(DATASET_ALIASES))
 
 
-_LIMIT = AnyOf(Int(min=0), Num(min=0.0, max=1.0), nullable=True,
-               text="null, a number of batches (integer >= 0) or a fraction in [0, 1]",
-               doc="batches per epoch (validation / test: a seeded, class-stratified subset of that many batches)")
+_LIMIT = AnyOf(
+    Int(min=0),
+    Num(min=0.0, max=1.0),
+    nullable=True,
+    text="null, a number of batches (integer >= 0) or a fraction in [0, 1]",
+    doc="batches per epoch (validation / test: a seeded, class-stratified subset of that many batches)",
+)
 
 #: the declared keys of the top level and of the sections data (its loader keys), optim and trainer
 SCHEMA: Dict[str, Any] = {
-    "seed": Int(min=0, max=2 ** 32 - 1, text="an integer in [0, 2**32 - 1]", doc="seed of everything random"),
-    "task": Choice(task_names, doc="what the model predicts (gridify/tasks.py): one label per cloud "
-                   "(classification), per point of a shape (segmentation), per point of a scene in metres "
-                   "(scene_segmentation) or per sequence of clouds observed at (irregular) times "
-                   "(sequence_classification)"),
+    "seed": Int(min=0, max=2**32 - 1, text="an integer in [0, 2**32 - 1]", doc="seed of everything random"),
+    "task": Choice(
+        task_names,
+        doc="what the model predicts (gridify/tasks.py): one label per cloud "
+        "(classification), per point of a shape (segmentation), per point of a scene in metres "
+        "(scene_segmentation) or per sequence of clouds observed at (irregular) times "
+        "(sequence_classification)",
+    ),
     "output_dir": Str(doc="the run folder (checkpoints, logs, metrics, plots)"),
     "data": {
         "name": Choice(dataset_names, doc="the dataset (a registry name or modelnet10 / modelnet40)"),
@@ -429,11 +537,18 @@ SCHEMA: Dict[str, Any] = {
         "eval_batch_size": Int(min=1, nullable=True, doc="clouds per validation / test batch (null: batch_size)"),
         "num_workers": Int(min=0, doc="DataLoader worker processes"),
         "drop_last": Bool(doc="drop the last incomplete training batch"),
-        "prefetch_graph": Bool(also=("auto",), doc="build a gridified model's training graphs in the DataLoader "
-                               "workers (num_workers > 0), overlapping the step; auto: when training on a GPU"),
-        "augmentations": ListOf(AnyOf(Str(), Mapping()), nullable=True, text="a list of augmentations (names or "
-                                "mappings with 'name')", doc="training augmentations: rotate_z, rotate, scale, "
-                                "jitter, point_dropout, each a name or {name: ..., arguments}"),
+        "prefetch_graph": Bool(
+            also=("auto",),
+            doc="build a gridified model's training graphs in the DataLoader "
+            "workers (num_workers > 0), overlapping the step; auto: when training on a GPU",
+        ),
+        "augmentations": ListOf(
+            AnyOf(Str(), Mapping()),
+            nullable=True,
+            text="a list of augmentations (names or mappings with 'name')",
+            doc="training augmentations: rotate_z, rotate, scale, "
+            "jitter, point_dropout, each a name or {name: ..., arguments}",
+        ),
         "train": Mapping(nullable=True, doc="dataset arguments for the train split only"),
         "val": Mapping(nullable=True, doc="dataset arguments for the validation split only"),
         "test": Mapping(nullable=True, doc="dataset arguments for the test split only"),
@@ -446,13 +561,19 @@ SCHEMA: Dict[str, Any] = {
         "min_lr": Num(min=0.0, doc="learning rate at the end of the cosine (<= lr)"),
         "kernel_l2": Num(min=0.0, doc="weight of the kernel L2 penalty"),
         "label_smoothing": Num(min=0.0, max=1.0, max_open=True, doc="label smoothing of the cross-entropy"),
-        "class_weights": Choice(CLASS_WEIGHTS, doc="class weights of the cross-entropy from the training labels' "
-                                "counts n_c (datasets with label_counts(): scenes): inverse 1/n_c, inverse_sqrt "
-                                "1/sqrt(n_c), normalized to mean 1 over the classes with points (0 for the others)"),
-        "schedule": Choice(SCHEDULES, doc="the learning-rate schedule per step: warmup_cosine (linear warm-up over "
-                           "warmup_epochs, cosine down to min_lr) or one_cycle (torch's OneCycleLR: cosine from lr/25 "
-                           "up to lr over warmup_epochs, then down to lr/25e4; AdamW's beta1 cycles 0.95 -> 0.85 -> "
-                           "0.95; min_lr unused)"),
+        "class_weights": Choice(
+            CLASS_WEIGHTS,
+            doc="class weights of the cross-entropy from the training labels' "
+            "counts n_c (datasets with label_counts(): scenes): inverse 1/n_c, inverse_sqrt "
+            "1/sqrt(n_c), normalized to mean 1 over the classes with points (0 for the others)",
+        ),
+        "schedule": Choice(
+            SCHEDULES,
+            doc="the learning-rate schedule per step: warmup_cosine (linear warm-up over "
+            "warmup_epochs, cosine down to min_lr) or one_cycle (torch's OneCycleLR: cosine from lr/25 "
+            "up to lr over warmup_epochs, then down to lr/25e4; AdamW's beta1 cycles 0.95 -> 0.85 -> "
+            "0.95; min_lr unused)",
+        ),
     },
     "trainer": {
         "max_epochs": Int(min=1, doc="epochs to train"),
@@ -482,9 +603,11 @@ SCHEMA: Dict[str, Any] = {
         "test_votes": Int(min=1, doc="test-time views averaged per cloud"),
         "stop_after_epochs": Int(min=1, nullable=True, doc="stop this process after that many epochs (resumable)"),
         "plots": Bool(doc="write plots/*.png"),
-        "recalibrate_bn": Bool(doc="re-estimate the BatchNorm running statistics on the training data (no "
-                               "gradient) before each validation and the test, so eval mode uses statistics of the "
-                               "current weights (those of the saved checkpoints too)"),
+        "recalibrate_bn": Bool(
+            doc="re-estimate the BatchNorm running statistics on the training data (no "
+            "gradient) before each validation and the test, so eval mode uses statistics of the "
+            "current weights (those of the saved checkpoints too)"
+        ),
     },
 }
 
@@ -492,21 +615,27 @@ _PROB = dict(min=0.0, max=1.0, max_open=True)
 #: the declared dataset arguments (``data.<key>`` and ``data.<split>.<key>``) of the registered datasets
 DATASET_KEYS: Dict[str, Spec] = {
     "root": Str(nullable=True, doc="data root (default: --data-root, $GRIDIFY_DATA, datasets/)"),
-    "seed": Int(min=0, max=2 ** 32 - 1, text="an integer in [0, 2**32 - 1]", doc="dataset seed (default: seed)"),
+    "seed": Int(min=0, max=2**32 - 1, text="an integer in [0, 2**32 - 1]", doc="dataset seed (default: seed)"),
     "version": Choice(("10", "40", 10, 40), doc="modelnet: 10 or 40 (modelnet10 / modelnet40 set it)"),
     "source": Str(doc="which release of the dataset to read (see the dataset)"),
     "num_points": Int(min=1, nullable=True, doc="points per cloud (null: every point)"),
     "use_normals": Bool(doc="features x = xyz + normals"),
     "normalize": Bool(doc="centre and scale each cloud into the unit sphere"),
     "val_fraction": Num(min=0.0, max=1.0, max_open=True, doc="share of each class of train held out for validation"),
-    "test_fraction": Num(min=0.0, max=1.0, min_open=True, max_open=True, nullable=True,
-                         doc="folder: share carved out as the test split"),
+    "test_fraction": Num(
+        min=0.0, max=1.0, min_open=True, max_open=True, nullable=True, doc="folder: share carved out as the test split"
+    ),
     "columns": ListOf(Str(), min_len=1, nullable=True, doc="folder: column names of text / npy files"),
     "num_classes": Int(min=1, nullable=True, doc="folder: number of classes / parts"),
     "mesh_samples": Int(min=1, doc="points sampled from each mesh"),
     "num_samples_per_class": Int(min=1, doc="procedural: shapes per class; dynamic_shapes: sequences per class"),
-    "classes": ListOf(Str(), min_len=1, nullable=True, doc="procedural: the shape classes (null: all); "
-                      "dynamic_shapes: the motion classes (null: all); scenes: the class names (null: the layout's)"),
+    "classes": ListOf(
+        Str(),
+        min_len=1,
+        nullable=True,
+        doc="procedural: the shape classes (null: all); "
+        "dynamic_shapes: the motion classes (null: all); scenes: the class names (null: the layout's)",
+    ),
     "categories": ListOf(Str(), min_len=1, nullable=True, doc="shapenet: the categories (null: all)"),
     "noise_std": Num(min=0.0, doc="procedural: Gaussian noise on the points"),
     "cache": Bool(doc="modelnet: cache sampled meshes; scenes: keep the scenes read in memory"),
@@ -515,36 +644,60 @@ DATASET_KEYS: Dict[str, Spec] = {
     "download": Bool(doc="fetch the archive when missing"),
     "skip_missing": Bool(doc="skip files listed but missing"),
     "layout": Choice(lambda: sorted(LAYOUTS), doc="scene: the folder layout of the scenes"),
-    "features": AnyOf(Choice(lambda: list(SCENE_FEATURES)), ListOf(Choice(lambda: list(SCENE_FEATURES))),
-                      nullable=True, text=f"null, a feature name or a list of them ({', '.join(SCENE_FEATURES)})",
-                      doc="scenes: the columns of x (null: the dataset's own)"),
+    "features": AnyOf(
+        Choice(lambda: list(SCENE_FEATURES)),
+        ListOf(Choice(lambda: list(SCENE_FEATURES))),
+        nullable=True,
+        text=f"null, a feature name or a list of them ({', '.join(SCENE_FEATURES)})",
+        doc="scenes: the columns of x (null: the dataset's own)",
+    ),
     "scenes": ListOf(Str(), min_len=1, nullable=True, doc="scenes: read only these scene names (null: all)"),
-    "sequences": ListOf(AnyOf(Str(), Int(min=0), text="a name or a number"), min_len=1, nullable=True,
-                        doc="semantickitti: the sequences to read instead of the split's official ones"),
+    "sequences": ListOf(
+        AnyOf(Str(), Int(min=0), text="a name or a number"),
+        min_len=1,
+        nullable=True,
+        doc="semantickitti: the sequences to read instead of the split's official ones",
+    ),
     "test_area": Int(min=1, max=6, doc="s3dis: the Area held out for val / test"),
     "unknown": Str(doc="s3dis: what another class becomes (ignore, error or a class name)"),
-    "voxel_size": Num(min=0.0, min_open=True, nullable=True, doc="scenes: grid subsampling voxel edge in metres "
-                      "before cropping (train; null: none); whole-scene evaluation uses it too"),
-    "max_points": Int(min=1, nullable=True, doc="scenes: points of a training crop around a random centre (null: "
-                      "the whole scene); whole-scene evaluation cuts larger fragments into crops of it"),
+    "voxel_size": Num(
+        min=0.0,
+        min_open=True,
+        nullable=True,
+        doc="scenes: grid subsampling voxel edge in metres "
+        "before cropping (train; null: none); whole-scene evaluation uses it too",
+    ),
+    "max_points": Int(
+        min=1,
+        nullable=True,
+        doc="scenes: points of a training crop around a random centre (null: "
+        "the whole scene); whole-scene evaluation cuts larger fragments into crops of it",
+    ),
     "num_scenes": Int(min=1, doc="scene_procedural: scenes in the split"),
     "kind": Choice(("indoor", "outdoor"), doc="scene_procedural: rooms or LiDAR scans"),
     "beams": Int(min=1, doc="scene_procedural: beams of the outdoor sensor"),
     "max_range": Num(min=0.0, min_open=True, doc="scene_procedural: range of the outdoor sensor (metres)"),
     "num_frames": Int(min=1, doc="dynamic_shapes: frames of a regular sequence (the most of an irregular one)"),
-    "sampling": Choice(SAMPLINGS, doc="dynamic_shapes: observation times: regular, irregular (jittered, frames "
-                       "dropped) or mixed (one of the two per sequence)"),
+    "sampling": Choice(
+        SAMPLINGS,
+        doc="dynamic_shapes: observation times: regular, irregular (jittered, frames "
+        "dropped) or mixed (one of the two per sequence)",
+    ),
     "frame_interval": Num(min=0.0, min_open=True, doc="dynamic_shapes: time between regular frames"),
-    "jitter": Num(min=0.0, max=0.5, max_open=True, doc="dynamic_shapes: irregular times move by up to jitter * "
-                  "frame_interval"),
+    "jitter": Num(
+        min=0.0, max=0.5, max_open=True, doc="dynamic_shapes: irregular times move by up to jitter * frame_interval"
+    ),
     "drop_prob": Num(**_PROB, doc="dynamic_shapes: probability that an irregular frame is dropped"),
     "min_frames": Int(min=1, doc="dynamic_shapes: frames an irregular sequence keeps at least"),
     "noise": Num(min=0.0, max=0.02, doc="dynamic_shapes: Gaussian noise on the points"),
     "resample": Bool(doc="dynamic_shapes: fresh surface points in every frame (false: one set moves with the object)"),
 }
 #: dataset arguments the run sets itself, with what to do instead
-RUN_DATA_KEYS = {"split": "the run reads each split itself (set per-split arguments in data.train/val/test)",
-                 "task": "it follows the top-level task", "transform": "use data.augmentations"}
+RUN_DATA_KEYS = {
+    "split": "the run reads each split itself (set per-split arguments in data.train/val/test)",
+    "task": "it follows the top-level task",
+    "transform": "use data.augmentations",
+}
 
 #: the declared model arguments (``model.<key>``) of the registered models
 MODEL_KEYS: Dict[str, Spec] = {
@@ -552,23 +705,32 @@ MODEL_KEYS: Dict[str, Spec] = {
     "num_classes": Int(min=1, doc="classes / parts (default: from the data)"),
     "num_categories": Int(min=0, doc="object categories of a segmenter (default: from the data)"),
     "resolution": PerAxis(Int(min=2), doc="grid resolution R (R^3 nodes; scene segmenter: also per axis)"),
-    "extent": ListOf(Num(min=0.0, min_open=True), length=3, nullable=True,
-                     doc="scene segmenter: per-axis grid box size in metres (null: fit each cloud's box)"),
+    "extent": ListOf(
+        Num(min=0.0, min_open=True),
+        length=3,
+        nullable=True,
+        doc="scene segmenter: per-axis grid box size in metres (null: fit each cloud's box)",
+    ),
     "k": Int(min=1, doc="neighbours per grid node / point"),
     "hidden_channels": Int(min=1, doc="width C"),
     "backbone": Choice(BACKBONES.names, doc="grid backbone"),
     "depth": Int(min=1, doc="blocks"),
     "dropout": Num(**_PROB, doc="dropout probability"),
-    "kernel_size": AnyOf(Int(min=1, odd=True), Choice(("global",)), text="an odd positive integer or 'global'",
-                         doc="backbone kernel size"),
+    "kernel_size": AnyOf(
+        Int(min=1, odd=True),
+        Choice(("global",)),
+        text="an odd positive integer or 'global'",
+        doc="backbone kernel size",
+    ),
     "omega0": Num(min=0.0, max=1e4, min_open=True, doc="frequency scale of the positional field / kernels"),
     "aggr": Choice(AGGREGATIONS, doc="gridification aggregation"),
     "message": Choice(MESSAGES, doc="gridification message"),
     "pos_embedding": Choice(POS_EMBEDDINGS.names, doc="positional field"),
     "pool": Choice(POOLS, doc="global pooling over the grid"),
     "backbone_kwargs": Mapping(nullable=True, doc="extra backbone arguments"),
-    "bounds": ListOf(AnyOf(Num(), ListOf(Num(), length=3), text="a number or 3 numbers"), length=2,
-                     doc="grid box (lower, upper)"),
+    "bounds": ListOf(
+        AnyOf(Num(), ListOf(Num(), length=3), text="a number or 3 numbers"), length=2, doc="grid box (lower, upper)"
+    ),
     "outside": Choice(("error", "allow"), doc="points outside the grid box"),
     "message_channels": Int(min=1, nullable=True, doc="width of the per-edge messages"),
     "pos_hidden_channels": Int(min=1, nullable=True, doc="hidden width of the positional field"),
@@ -590,8 +752,7 @@ MODEL_KEYS: Dict[str, Spec] = {
     "cfc_mode": Choice(CFC_MODES, doc="temporal: CfC mode"),
     "cfc_backbone_units": Int(min=1, doc="temporal: CfC backbone width"),
     "cfc_backbone_layers": Int(min=0, doc="temporal: CfC backbone layers"),
-    "cfc_backbone_activation": Choice(lambda: sorted(CFC_ACTIVATIONS),
-                                      doc="temporal: CfC backbone activation"),
+    "cfc_backbone_activation": Choice(lambda: sorted(CFC_ACTIVATIONS), doc="temporal: CfC backbone activation"),
     "cfc_backbone_dropout": Num(**_PROB, doc="temporal: CfC backbone dropout"),
     "time_scale": Num(min=0.0, min_open=True, doc="temporal: multiplies the elapsed times"),
     "first_timespan": Num(min=0.0, doc="temporal: elapsed time of the first frame"),
@@ -610,8 +771,7 @@ def check_values(prefix: str, values: Dict[str, Any], specs: Dict[str, Any]) -> 
     for key, value in values.items():
         name = f"{prefix}.{key}" if prefix else key
         if key not in specs:
-            raise ConfigError(f"unknown key {name}; known keys of {prefix or 'the config'}: "
-                              f"{', '.join(sorted(specs))}")
+            raise ConfigError(f"unknown key {name}; known keys of {prefix or 'the config'}: {', '.join(sorted(specs))}")
         spec = specs[key]
         if isinstance(spec, dict):
             if not isinstance(value, dict):
@@ -673,8 +833,10 @@ def check_dataset_section(data: Dict[str, Any], loader_keys: Sequence[str]) -> N
             if key in RUN_DATA_KEYS:
                 raise ConfigError(f"{prefix}.{key} is set by the run: {RUN_DATA_KEYS[key]}")
             if key not in known:
-                raise ConfigError(f"unknown key {prefix}.{key} for dataset {name}; its keys: "
-                                  f"{', '.join(sorted(set(known) - set(RUN_DATA_KEYS)))}")
+                raise ConfigError(
+                    f"unknown key {prefix}.{key} for dataset {name}; its keys: "
+                    f"{', '.join(sorted(set(known) - set(RUN_DATA_KEYS)))}"
+                )
             if key in DATASET_KEYS:
                 DATASET_KEYS[key].check(f"{prefix}.{key}", value)
 
@@ -691,8 +853,9 @@ def _named_key(message: str, keys: Iterable[str]) -> Optional[str]:
     return None
 
 
-def model_error(name: str, kwargs: Dict[str, Any], exc: BaseException,
-                build: Optional[Callable[[Dict[str, Any]], Any]] = None) -> ConfigError:
+def model_error(
+    name: str, kwargs: Dict[str, Any], exc: BaseException, build: Optional[Callable[[Dict[str, Any]], Any]] = None
+) -> ConfigError:
     """A model constructor's ValueError/TypeError as a :class:`ConfigError` naming ``model.<key>``.
 
     The key is the one the message names (``Gridification: k must be ...``); when it names none
@@ -721,8 +884,7 @@ def _culprit(kwargs: Dict[str, Any], message: str, build: Callable[[Dict[str, An
     return None
 
 
-_OPTIMIZER_WORDS = (("learning rate", "lr"), ("beta", "betas"), ("weight_decay", "weight_decay"),
-                    ("eps", "eps"))
+_OPTIMIZER_WORDS = (("learning rate", "lr"), ("beta", "betas"), ("weight_decay", "weight_decay"), ("eps", "eps"))
 
 
 def optimizer_error(exc: BaseException) -> ConfigError:
@@ -796,16 +958,23 @@ def key_rows() -> List[Tuple[str, str, str, str]]:
 def markdown_table() -> str:
     """``docs/config_keys.md``: every config key, its type and range, default and meaning."""
     esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
-    lines = ["# Config keys", "",
-             "Generated from `gridify/training/schema.py` by `python -m gridify.training.schema --markdown`",
-             "(a test checks that it is up to date). Every value is checked before a run starts: numbers are",
-             "finite, booleans are `true`/`false` (not strings), integers are integers. `data.*` arguments are",
-             "checked against the chosen dataset's constructor and `model.*` arguments against the chosen",
-             "model's (an argument of neither is an error); the model, optimizer and trainer are built inside",
-             "the run's one-line error path.", "",
-             "| key | type and range | default | meaning |", "|---|---|---|---|"]
-    lines += [f"| `{k}` | {esc(r)} | {'`' + esc(d) + '`' if d and not d.startswith('(') else esc(d)} | {esc(m)} |"
-              for k, r, d, m in key_rows()]
+    lines = [
+        "# Config keys",
+        "",
+        "Generated from `gridify/training/schema.py` by `python -m gridify.training.schema --markdown`",
+        "(a test checks that it is up to date). Every value is checked before a run starts: numbers are",
+        "finite, booleans are `true`/`false` (not strings), integers are integers. `data.*` arguments are",
+        "checked against the chosen dataset's constructor and `model.*` arguments against the chosen",
+        "model's (an argument of neither is an error); the model, optimizer and trainer are built inside",
+        "the run's one-line error path.",
+        "",
+        "| key | type and range | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| `{k}` | {esc(r)} | {'`' + esc(d) + '`' if d and not d.startswith('(') else esc(d)} | {esc(m)} |"
+        for k, r, d, m in key_rows()
+    ]
     return "\n".join(lines) + "\n"
 
 
