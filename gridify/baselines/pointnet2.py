@@ -79,9 +79,10 @@ def prepare_points(
 
 def check_point_module_input(
     module: nn.Module, x: Tensor, pos: Tensor, batch: Tensor, num_clouds: object = None
-) -> None:
+) -> Tensor:
     """Inputs of a PointNet++ module called directly: ``x [N, F]`` and ``pos [N, 3]`` finite, of the
-    module's dtype, and a valid sorted ``batch [N]`` (the number of clouds, when given, may be larger)."""
+    module's dtype, and a valid sorted ``batch [N]`` (the number of clouds, when given, may be larger).
+    Returns the points per cloud."""
     where = type(module).__name__
     pos = check_points(where, "pos", pos)
     x = check_tensor(where, "x", x)
@@ -93,10 +94,17 @@ def check_point_module_input(
     batch, _, counts = check_batch(where, "batch", batch, pos.size(0), num_clouds, pos.device)
     check_finite(where, "pos", pos, batch)
     check_finite(where, "x", x, batch)
-    if isinstance(module, SAModule):  # sizes of its searches: the sampling, the ball query
-        if counts.numel():
-            check_fps_size(where, pos, counts)
-        check_knn_size(where, pos.size(0), pos.size(0), module.max_num_neighbors, pos.device)
+    return counts
+
+
+def check_sa_input(module: nn.Module, x: Tensor, pos: Tensor, batch: Tensor, num_clouds: object = None) -> None:
+    """Inputs of :class:`SAModule` called directly, as :func:`check_point_module_input`, and the sizes of
+    its searches (the sampling's padded tables, the ball query's result)."""
+    counts = check_point_module_input(module, x, pos, batch, num_clouds)
+    where = type(module).__name__
+    if counts.numel():
+        check_fps_size(where, pos, counts)
+    check_knn_size(where, pos.size(0), pos.size(0), module.max_num_neighbors, pos.device)
 
 
 def check_fp_input(
@@ -162,7 +170,7 @@ class SAModule(nn.Module):
         self.ratio, self.r, self.max_num_neighbors = float(ratio), float(r), int(max_num_neighbors)
         self.conv = PointNetConv(local_nn, add_self_loops=False)
 
-    @checked_forward(check_point_module_input)
+    @checked_forward(check_sa_input)
     def forward(self, x: Tensor, pos: Tensor, batch: Tensor, num_clouds: int) -> Tuple[Tensor, Tensor, Tensor]:
         """Inputs as the model passes them (validated once at the model's entry: finite ``pos``,
         sorted int64 ``batch`` with every cloud non-empty); validated here when called directly."""
