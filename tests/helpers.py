@@ -19,6 +19,39 @@ def shared_data_root() -> Path | None:
     return root if root.is_dir() else None
 
 
+def shared_path(root: Path, relative: str) -> Path:
+    """``root / relative`` in the shared data (from the ``shared_data`` fixture); skips the test when it is absent."""
+    path = root / relative
+    if not path.exists():
+        import pytest
+
+        pytest.skip(f"{relative.split('/')[0]} not in the shared data")
+    return path
+
+
+#: ``gridify train`` arguments of a one-epoch part-segmentation run on three procedural shapes (seconds)
+TINY_SEG_RUN = [
+    "--config",
+    str(ROOT / "configs" / "procedural_seg.yaml"),
+    "data.num_points=96",
+    "data.num_samples_per_class=1",
+    "data.classes=[chair, lamp, box]",
+    "data.val={num_samples_per_class: 1}",
+    "data.test={num_samples_per_class: 1}",
+    "data.batch_size=3",
+    "model.resolution=4",
+    "model.k=4",
+    "model.hidden_channels=8",
+    "model.depth=1",
+    "model.kernel_size=3",
+    "model.point_channels=8",
+    "trainer.max_epochs=1",
+    "trainer.num_threads=1",
+    "trainer.progress_bar=false",
+    "trainer.plots=false",
+]
+
+
 def ragged_batch(sizes, seed=0, scale=1.0):
     """Points of len(sizes) clouds in [-scale, scale]^3, with a sorted batch vector."""
     g = torch.Generator().manual_seed(seed)

@@ -30,7 +30,7 @@ import gridify
 from gridify import cli
 from gridify.api import canonical_order
 from gridify.io import read_points
-from tests.helpers import shared_data_root
+from tests.helpers import shared_path
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxscript")
@@ -53,26 +53,16 @@ def deployed(tmp_path_factory):
     return session, gridify.load("modelnet10")
 
 
-def data_folder(*parts):
-    root = shared_data_root()
-    if root is None:
-        pytest.skip("real data not available (../shared/data or $GRIDIFY_SHARED_DATA)")
-    folder = root.joinpath(*parts)
-    if not folder.is_dir():
-        pytest.skip(f"{parts[0]} not in the shared data")
-    return folder
-
-
-def modelnet10_test_clouds():
+def modelnet10_test_clouds(root):
     """The first test shape of each class in CLASSES: ``{class: [1024, 3] float64}`` (centred, mesh units)."""
-    base = data_folder("modelnet10_pcd", "ModelNet10", "pcd")
+    base = shared_path(root, "modelnet10_pcd/ModelNet10/pcd")
     return {c: read_points(sorted((base / c / "test").glob("*.pcd"))[0]).points.astype(np.float64) for c in CLASSES}
 
 
-def resampled_clouds():
+def resampled_clouds(root):
     """The first ``modelnet40_normal_resampled`` shape of each class in CLASSES (10,000 points), y/z swapped
     so z is up like the ModelNet10 clouds (as ModelNet(align_up_axis=True) reads them)."""
-    base = data_folder("modelnet40_normal_resampled_sample", "data", "modelnet40_normal_resampled")
+    base = shared_path(root, "modelnet40_normal_resampled_sample/data/modelnet40_normal_resampled")
     clouds = {}
     for c in CLASSES:
         cloud = read_points(sorted((base / c).glob("*.txt"))[0], columns=("x", "y", "z", "nx", "ny", "nz"))
@@ -97,9 +87,9 @@ def test_the_file_takes_points_and_gives_logits(deployed):
     assert predictor.task == "classification" and predictor.num_points == 1024 and predictor.in_channels == 3
 
 
-def test_one_vote_at_the_training_size_is_the_same_computation(deployed):
+def test_one_vote_at_the_training_size_is_the_same_computation(deployed, shared_data):
     session, predictor = deployed
-    clouds = modelnet10_test_clouds()
+    clouds = modelnet10_test_clouds(shared_data)
     for name, pts in clouds.items():
         assert len(pts) == predictor.num_points, name
         pts = pts[canonical_order(pts)]  # the order the Predictor runs the network on
@@ -109,9 +99,9 @@ def test_one_vote_at_the_training_size_is_the_same_computation(deployed):
 
 
 @pytest.mark.parametrize("n", [600, 3000])
-def test_other_sizes_with_default_votes_agree_within_the_guides_bounds(deployed, n):
+def test_other_sizes_with_default_votes_agree_within_the_guides_bounds(deployed, shared_data, n):
     session, predictor = deployed
-    clouds = modelnet10_test_clouds() if n < predictor.num_points else resampled_clouds()
+    clouds = modelnet10_test_clouds(shared_data) if n < predictor.num_points else resampled_clouds(shared_data)
     diffs = {}
     for seed, (name, pts) in enumerate(clouds.items()):
         pts = subsample(pts, n, seed)

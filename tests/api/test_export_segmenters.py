@@ -16,7 +16,7 @@ from gridify.models import GridifiedSceneSegmenter, GridifiedSegmenter
 from gridify.nn import RegularGrid
 from gridify.ops import grid_knn, knn
 from gridify.scene_inference import predict_scene
-from tests.helpers import shared_data_root
+from tests.helpers import shared_path
 
 HAVE_ONNX = all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxscript", "onnxruntime"))
 needs_onnx = pytest.mark.skipif(not HAVE_ONNX, reason="needs the export extra: pip install 'gridify[export]'")
@@ -245,15 +245,10 @@ def test_whole_scene_through_the_file_equals_predict_scene(tmp_path):
 
 @needs_onnx
 @pytest.mark.slow  # a trace and onnxruntime runs: about a minute each
-def test_real_scan_crop_labels_equal_pytorch(tmp_path):
-    root = shared_data_root()
-    scan = (
-        None
-        if root is None
-        else root / "scans/mmdet3d_real_scans/tests/data/semantickitti/sequences/00/velodyne/000000.bin"
+def test_real_scan_crop_labels_equal_pytorch(tmp_path, shared_data):
+    scan = shared_path(
+        shared_data, "scans/mmdet3d_real_scans/tests/data/semantickitti/sequences/00/velodyne/000000.bin"
     )
-    if scan is None or not scan.is_file():
-        pytest.skip("real data not available (../shared/data)")
     raw = np.fromfile(scan, dtype=np.float32).reshape(-1, 4)
     crop = raw[np.argsort(np.linalg.norm(raw[:, :2] - raw[0, :2], axis=1), kind="stable")[:3000]]
     model, wrapper = scene_model(extent=(40.0, 40.0, 8.0))

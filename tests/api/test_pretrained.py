@@ -12,6 +12,7 @@ import gridify
 from gridify import cli
 from gridify.api import PRETRAINED, pretrained_path
 from gridify.io import read_points
+from tests.helpers import shared_path
 
 CLASSES = ["bathtub", "bed", "chair", "desk", "dresser", "monitor", "night_stand", "sofa", "table", "toilet"]
 
@@ -53,9 +54,7 @@ def test_the_modelnet40_classifier_is_shipped_with_its_validation_provenance():
 
 
 def test_modelnet40_model_names_a_training_shape(shared_data):
-    root = shared_data / "modelnet40_train_fp16" / "ModelNet40" / "airplane" / "train"
-    if not root.is_dir():
-        pytest.skip("modelnet40_train_fp16 not in the shared data")
+    root = shared_path(shared_data, "modelnet40_train_fp16/ModelNet40/airplane/train")
     pred = gridify.load("modelnet40").predict(np.load(root / "airplane_0001.npy", allow_pickle=False).astype("float32"))
     assert pred.names == "airplane"
 
@@ -88,9 +87,7 @@ def test_a_file_of_that_name_wins_over_the_shipped_model(tmp_path, monkeypatch):
 def test_shipped_model_on_real_test_shapes(shared_data):
     """Five test shapes of every class, spread over the split (50 shapes, not seen in training):
     at least 44 right (the model scores 93.7 % on all 908; these 50 give 47)."""
-    root = shared_data / "modelnet10_pcd" / "ModelNet10" / "pcd"
-    if not root.is_dir():
-        pytest.skip("modelnet10_pcd not in the shared data")
+    root = shared_path(shared_data, "modelnet10_pcd/ModelNet10/pcd")
     model = gridify.load("modelnet10")
     right = 0
     for label, name in enumerate(CLASSES):

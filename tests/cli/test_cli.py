@@ -13,32 +13,13 @@ import pytest
 from gridify import cli
 from gridify.datasets import ProceduralShapes
 from gridify.io import read_points, write_ply
+from tests.helpers import TINY_SEG_RUN
 
 pytest.importorskip("lightning")
 pytest.importorskip("yaml")
 
 ROOT = Path(__file__).resolve().parents[2]
-SEG = [
-    "--config",
-    str(ROOT / "configs" / "procedural_seg.yaml"),
-    "data.num_points=96",
-    "data.num_samples_per_class=1",
-    "data.classes=[chair, lamp, box]",
-    "data.val={num_samples_per_class: 1}",
-    "data.test={num_samples_per_class: 1}",
-    "data.batch_size=3",
-    "model.resolution=4",
-    "model.k=4",
-    "model.hidden_channels=8",
-    "model.depth=1",
-    "model.kernel_size=3",
-    "model.point_channels=8",
-    "trainer.max_epochs=1",
-    "trainer.num_threads=1",
-    "trainer.progress_bar=false",
-    "trainer.plots=false",
-    "trainer.log_every_n_steps=1",
-]
+SEG = [*TINY_SEG_RUN, "trainer.log_every_n_steps=1"]
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ SCRIPTS = ROOT / "scripts"
 
 from gridify import evaluation as E  # noqa: E402
 from gridify import training as T  # noqa: E402
+from tests.helpers import TINY_SEG_RUN  # noqa: E402
 
 #: four classes x 2 shapes of 96 points, batch 4: two optimizer steps per epoch
 TINY = [
@@ -366,29 +367,7 @@ def test_exact_resume(trained, tmp_path):
 
 
 def test_segmentation_run_and_export(tmp_path):
-    T.main(
-        [
-            "--config",
-            str(ROOT / "configs" / "procedural_seg.yaml"),
-            f"output_dir={tmp_path}",
-            "data.num_points=96",
-            "data.num_samples_per_class=1",
-            "data.classes=[chair, lamp, box]",
-            "data.val={num_samples_per_class: 1}",
-            "data.test={num_samples_per_class: 1}",
-            "data.batch_size=3",
-            "model.resolution=4",
-            "model.k=4",
-            "model.hidden_channels=8",
-            "model.depth=1",
-            "model.kernel_size=3",
-            "model.point_channels=8",
-            "trainer.max_epochs=1",
-            "trainer.num_threads=1",
-            "trainer.progress_bar=false",
-            "trainer.plots=false",
-        ]
-    )
+    T.main([*TINY_SEG_RUN, f"output_dir={tmp_path}"])
     report = json.loads((tmp_path / "test_metrics.json").read_text())
     assert set(report["metrics"]) >= {"instance_miou", "class_miou"}
     assert 0.0 <= report["metrics"]["instance_miou"] <= 1.0 and list(report["per_category_iou"]) == [
