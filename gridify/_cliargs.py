@@ -27,6 +27,7 @@ __all__ = [
     "input_file",
     "output_file",
     "output_dir",
+    "up_axis",
     "MAX_THREADS",
     "MAX_WORKERS",
 ]
@@ -60,6 +61,19 @@ positive_int = int_range(1)
 nonnegative_int = int_range(0)
 threads = int_range(1, MAX_THREADS)
 workers = int_range(0, MAX_WORKERS)
+
+
+#: ``--up-axis`` values: :data:`gridify.transforms.UP_AXES` (kept here so that parsing imports no numpy or torch;
+#: a test holds the two equal)
+UP_AXES = ("z", "y", "x", "-z", "-y", "-x")
+
+
+def up_axis(text: str) -> str:
+    """A cloud's up direction: one of :data:`UP_AXES` (case ignored)."""
+    value = text.strip().lower()
+    if value not in UP_AXES:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(UP_AXES)}, got {text!r}")
+    return value
 
 
 def positive_float(text: str) -> float:

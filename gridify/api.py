@@ -65,7 +65,7 @@ from .io import PointCloud, read_points, reader_takes
 from .nn.state import all_or_nothing, evaluating
 from .registry import TASKS
 from .tasks import get_task, task_names
-from .transforms import centre_and_scale
+from .transforms import centre_and_scale, check_up_axis, to_z_up
 
 __all__ = [
     "load",
@@ -383,11 +383,15 @@ class Predictor(nn.Module):
         normals: Any = None,
         *,
         estimate_normals: bool = False,
+        up_axis: str = "z",
         where: str = "Predictor.prepare",
     ) -> Dict[str, Any]:
-        """Validate and normalize one cloud: a dict with ``pos`` ``[N, 3]`` (normalized), ``x``
-        ``[N, F]`` (model features), ``center`` ``[3]``, ``scale``, ``normals`` and ``source``."""
+        """Validate and normalize one cloud: a dict with ``pos`` ``[N, 3]`` (normalized, z up), ``x``
+        ``[N, F]`` (model features), ``center`` ``[3]``, ``scale``, ``normals`` and ``source``.
+        ``up_axis``: the cloud's up direction (:data:`gridify.transforms.UP_AXES`), rotated to z first."""
+        up_axis = check_up_axis(where, up_axis)
         pos, nrm, source = _read_cloud(points, normals, where)
+        pos, nrm = to_z_up(pos, up_axis, nrm)
         if self.use_normals and nrm is None:
             if not estimate_normals:
                 raise ValueError(
@@ -457,6 +461,7 @@ class Predictor(nn.Module):
         estimate_normals: bool = False,
         features: Any = None,
         progress: Optional[Callable[[int, int], None]] = None,
+        up_axis: str = "z",
     ) -> Prediction:
         """Labels and probabilities for one cloud of any size (see the module docstring).
 
@@ -474,6 +479,10 @@ class Predictor(nn.Module):
             features: scene segmenters only: the model's per-point features ``[N, F]`` (the columns
                 of its training ``features``), instead of building them from the file.
             progress: scene segmenters only: ``progress(crops_done, crops_total)`` after every pass.
+            up_axis: the cloud's up direction, ``"z"`` (default; what the shipped models expect),
+                ``"y"`` (e.g. ``modelnet40_normal_resampled``, glTF), ``"x"`` or their negatives: the
+                points (and normals) are rotated to z up before anything else (a proper rotation,
+                :func:`gridify.transforms.up_axis_rotation`); labels keep the input order.
 
         Returns:
             A :class:`Prediction`.
@@ -483,6 +492,7 @@ class Predictor(nn.Module):
                 category. TypeError: unsupported input type.
         """
         where = f"{type(self).__name__}.predict"
+        up_axis = check_up_axis(where, up_axis)
         if self.whole_scenes:
             return self._predict_scene(
                 points,
@@ -495,13 +505,14 @@ class Predictor(nn.Module):
                 features,
                 progress,
                 where,
+                up_axis,
             )
         if features is not None or progress is not None:
             fail(where, f"features= and progress= are for scene segmenters; this is a {self.task} model")
         num_votes = 4 if num_votes is None else num_votes
         self._check_run(where, num_votes, batch_size, seed, estimate_normals)
         cat = self._category(category, where)
-        cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=where)
+        cloud = self.prepare(points, normals, estimate_normals=estimate_normals, up_axis=up_axis, where=where)
         return self._predict_cloud(cloud, cat, num_votes, seed, batch_size, where)
 
     def _predict_cloud(
@@ -611,6 +622,7 @@ class Predictor(nn.Module):
         features: Any,
         progress: Any,
         where: str,
+        up_axis: str = "z",
     ) -> Prediction:
         from .scene_inference import predict_scene  # noqa: PLC0415
 
@@ -622,6 +634,7 @@ class Predictor(nn.Module):
         points = _read_scene(points)
         cloud = points if isinstance(points, PointCloud) else PointCloud(points=_to_numpy(points, "points", where))
         pos, nrm, source = _read_cloud(cloud, normals, where)
+        pos, nrm = to_z_up(pos, up_axis, nrm)
         if nrm is not None:
             cloud = PointCloud(
                 points=cloud.points, normals=nrm, colors=cloud.colors, fields=cloud.fields, source=cloud.source
@@ -810,8 +823,10 @@ class Predictor(nn.Module):
         *,
         seed: int = 0,
         estimate_normals: bool = False,
+        up_axis: str = "z",
     ) -> Dict[str, Any]:
-        """Everything :func:`gridify.vis.show` draws, in the normalized frame.
+        """Everything :func:`gridify.vis.show` draws, in the normalized frame (z up: ``up_axis`` as in
+        :meth:`predict`).
 
         Returns a dict: ``pos`` ``[N, 3]`` (all points, normalized), ``prediction``
         (:class:`Prediction`), ``grid`` ``[C, R, R, R]`` (the *gridification* output, i.e. the
@@ -822,10 +837,14 @@ class Predictor(nn.Module):
         """
         where = f"{type(self).__name__}.inspect"
         self._check_run(where, 1, 1, seed, estimate_normals)
+        up_axis = check_up_axis(where, up_axis)
         if self.whole_scenes:  # metric points, every one labelled; no single grid frame to draw
             points = _read_scene(points)  # read once, with the fields the features may need
-            pred = self.predict(points, normals, category, seed=seed, estimate_normals=estimate_normals)
+            pred = self.predict(
+                points, normals, category, seed=seed, estimate_normals=estimate_normals, up_axis=up_axis
+            )
             pos, _, _ = _read_cloud(points, normals, where)
+            pos, _ = to_z_up(pos, up_axis)
             return {
                 "pos": pos.astype(np.float32),
                 "prediction": pred,
@@ -838,7 +857,7 @@ class Predictor(nn.Module):
         if not callable(getattr(self.model, "gridify", None)):
             fail(where, f"the model ({type(self.model).__name__}) has no gridification to inspect")
         cat = self._category(category, where)
-        cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=where)  # read once
+        cloud = self.prepare(points, normals, estimate_normals=estimate_normals, up_axis=up_axis, where=where)
         pred = self._predict_cloud(cloud, cat, 4, seed, 8, where)  # predict's default votes and batch size
         sub = (
             self._chunks(cloud, seed)[0]

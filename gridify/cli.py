@@ -94,6 +94,13 @@ def _add_common_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--num-samples", type=types.positive_int, default=10_000, help="points sampled from a mesh file (default 10000)"
     )
+    p.add_argument(
+        "--up-axis",
+        default="z",
+        type=types.up_axis,
+        help="the file's up direction: z (default, what the shipped models expect), y (e.g. "
+        "modelnet40_normal_resampled, glTF), x, -z, -y or -x; rotated to z up before the model",
+    )
 
 
 def _add_show_parser(sub: Any) -> None:
@@ -421,7 +428,12 @@ def _progress_bar(what: str, enabled: bool):
 def _predict(model: Any, cloud: Any, args: argparse.Namespace, **kw: Any):
     try:
         return model.predict(
-            cloud, category=args.category, seed=args.seed, estimate_normals=args.estimate_normals, **kw
+            cloud,
+            category=args.category,
+            seed=args.seed,
+            estimate_normals=args.estimate_normals,
+            up_axis=args.up_axis,
+            **kw,
         )
     except (ValueError, TypeError) as exc:
         raise SystemExit(f"gridify {args.command}: error: {exc}")
@@ -539,7 +551,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         if model is not None:
             try:
                 res = model.inspect(
-                    cloud, category=args.category, seed=args.seed, estimate_normals=args.estimate_normals
+                    cloud,
+                    category=args.category,
+                    seed=args.seed,
+                    estimate_normals=args.estimate_normals,
+                    up_axis=args.up_axis,
                 )
             except (ValueError, TypeError) as exc:
                 raise SystemExit(f"gridify show: error: {exc}")

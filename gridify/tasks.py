@@ -21,7 +21,8 @@ Tasks:
 
       L = sum_i w_{y_i} CE(z_i, y_i) / sum_i w_{y_i}      over the points i with y_i != -1
 
-  (``w = 1`` without class weights, :func:`class_weights`); metrics from
+  (``w = 1`` without class weights, :func:`class_weights`), plus ``lovasz`` times the Lovász-softmax
+  loss (:func:`lovasz_softmax`, ``optim.lovasz_weight``) when it is above 0; metrics from
   :class:`gridify.metrics.SegmentationIoU`: mIoU, OA, mAcc over the classes present in the
   target, per-class IoU and the confusion matrix; primary ``miou``. Validation and test score
   whole scenes (:meth:`SceneSegmentationTask.eval_logits`, through
@@ -67,6 +68,8 @@ __all__ = [
     "SequenceClassificationTask",
     "get_task",
     "task_names",
+    "lovasz_softmax",
+    "lovasz_softmax_reference",
     "task_of_dataset",
     "class_weights",
     "class_weights_reference",
@@ -384,14 +387,20 @@ class SceneSegmentationTask(Task):
         *,
         label_smoothing: float = 0.0,
         weight: Optional[torch.Tensor] = None,
+        lovasz: float = 0.0,
     ) -> torch.Tensor:
-        """Cross-entropy over the points whose label is not -1 (0 with the graph kept when there are none)."""
-        if not bool((y != SCENE_IGNORE).any()):
+        """Cross-entropy over the points whose label is not -1 (0 with the graph kept when there are none),
+        plus ``lovasz`` times :func:`lovasz_softmax` of the same points."""
+        keep = y != SCENE_IGNORE
+        if not bool(keep.any()):
             return logits.float().sum() * 0.0
         w = None if weight is None else weight.to(device=logits.device, dtype=torch.float32)
-        return F.cross_entropy(
+        loss = F.cross_entropy(
             logits.float(), y, weight=w, ignore_index=SCENE_IGNORE, label_smoothing=float(label_smoothing)
         )
+        if lovasz > 0:
+            loss = loss + float(lovasz) * lovasz_softmax(logits[keep].float().softmax(-1), y[keep])
+        return loss
 
     def eval_logits(
         self,
@@ -553,6 +562,53 @@ def task_of_dataset(dataset_name: str, dataset_cls: Any = None) -> Optional[str]
     if isinstance(declared, str) and declared in TASKS:
         return declared
     return next((n for n in task_names() if dataset_name in _task(n).datasets), None)
+
+
+def lovasz_softmax(probs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    r"""The Lovász-softmax loss (Berman et al., 2018): a convex surrogate of ``1 - IoU`` per class,
+    averaged over the classes present in ``labels``.
+
+    For class ``c`` with errors ``e_i = |[y_i = c] - p_ic|`` sorted in decreasing order (``pi``), the
+    loss is ``sum_k e_pi(k) * g_k`` with ``g`` the discrete gradient of the Jaccard loss along that
+    order, ``J_k = 1 - (|G| - F_k) / (|G| + k - F_k)`` (``G``: the points of class ``c``; ``F_k``: those
+    among the first ``k``),
+    ``g_1 = J_1``, ``g_k = J_k - J_{k-1}``. :func:`lovasz_softmax_reference` is the same in a loop.
+
+    Shapes:
+        probs [N, K] (softmax probabilities), labels [N] in ``0..K-1`` -> scalar
+    """
+    losses = []
+    for c in torch.unique(labels).tolist():
+        fg = (labels == c).to(probs.dtype)
+        errors = (fg - probs[:, c]).abs()
+        errors, order = torch.sort(errors, descending=True)
+        fg = fg[order]
+        gts = fg.sum()
+        inter = gts - fg.cumsum(0)
+        union = gts + (1.0 - fg).cumsum(0)
+        jaccard = 1.0 - inter / union
+        grad = torch.cat([jaccard[:1], jaccard[1:] - jaccard[:-1]])
+        losses.append(torch.dot(errors, grad))
+    if not losses:
+        return probs.sum() * 0.0
+    return torch.stack(losses).mean()
+
+
+def lovasz_softmax_reference(probs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """:func:`lovasz_softmax` by its definition, one point at a time (for tests)."""
+    total, classes = probs.new_zeros(()), 0
+    for c in sorted(set(labels.tolist())):
+        fg = [1.0 if int(v) == c else 0.0 for v in labels]
+        errs = [abs(f - float(p)) for f, p in zip(fg, probs[:, c].detach())]
+        order = sorted(range(len(errs)), key=lambda i: -errs[i])
+        gts, prev, acc, seen_fg = sum(fg), 0.0, probs.new_zeros(()), 0.0
+        for k, i in enumerate(order, 1):
+            seen_fg += fg[i]
+            j = 1.0 - (gts - seen_fg) / (gts + k - seen_fg)
+            acc = acc + (fg[i] - probs[i, c]).abs() * (j - prev)
+            prev = j
+        total, classes = total + acc, classes + 1
+    return total / max(classes, 1)
 
 
 def class_weights(counts: Any, mode: str = "inverse", where: str = "class_weights") -> Optional[torch.Tensor]:

@@ -70,6 +70,10 @@ __all__ = [
     "RandomTransform",
     "point_keys",
     "rotation_matrix",
+    "UP_AXES",
+    "check_up_axis",
+    "up_axis_rotation",
+    "to_z_up",
     "centre_and_scale",
     "GridSample",
     "SceneCrop",
@@ -466,16 +470,18 @@ class FixedPoints(RandomTransform):
         return f"FixedPoints(n={self.n}, replace={self.replace}, deterministic={self.deterministic}, seed={self.seed})"
 
 
-def content_rng(seed: Optional[int], pos: Any, num: int) -> np.random.Generator:
-    """A generator seeded from ``(seed, crc32 of the bytes of pos, num)``: the same cloud always draws
-    the same numbers, however many clouds were drawn before (the deterministic mode of the samplers)."""
+def content_rng(seed: Optional[int], pos: Any, num: int, salt: int = 0) -> np.random.Generator:
+    """A generator seeded from ``(seed, crc32 of the bytes of pos, num)`` (and ``salt`` when not 0: another
+    stream for the same cloud): the same cloud always draws the same numbers, however many clouds were
+    drawn before (the deterministic mode of the samplers)."""
     # raw bytes (a uint8 view: bfloat16 has no numpy dtype)
     buf = (
         pos.detach().cpu().contiguous().view(torch.uint8).numpy()
         if isinstance(pos, torch.Tensor)
         else np.ascontiguousarray(pos)
     ).tobytes()
-    return np.random.default_rng([0 if seed is None else int(seed), zlib.crc32(buf), int(num)])
+    key = [0 if seed is None else int(seed), zlib.crc32(buf), int(num)]
+    return np.random.default_rng(key + [int(salt)] if salt else key)
 
 
 def _take(sample: Sample, idx: np.ndarray) -> Sample:
@@ -689,10 +695,12 @@ class SceneSampler(RandomTransform):
         self.crop = None if max_points is None else SceneCrop(max_points)
         self.num_points = check_int(where, "num_points", num_points, allow_none=True)
         self.deterministic = check_bool(where, "deterministic", deterministic)
+        #: another deterministic stream for the same scene (its copies in an epoch: ``crops_per_scene``)
+        self.salt = 0
 
     def __call__(self, sample: Sample) -> Sample:
         num = _check_sample(sample, "SceneSampler")
-        rng = content_rng(self.seed, sample["pos"], num) if self.deterministic else self.rng
+        rng = content_rng(self.seed, sample["pos"], num, getattr(self, "salt", 0)) if self.deterministic else self.rng
         if self.grid is not None:
             sample = _take(sample, self.grid._indices(sample, rng))
             num = int(sample["pos"].shape[0])
@@ -708,6 +716,50 @@ class SceneSampler(RandomTransform):
             f"max_points={getattr(self.crop, 'max_points', None)}, num_points={self.num_points}, "
             f"deterministic={self.deterministic}, seed={self.seed})"
         )
+
+
+#: the up axes a cloud may have (``--up-axis``, ``up_axis=``): its "up" direction in its own coordinates
+UP_AXES = ("z", "y", "x", "-z", "-y", "-x")
+
+#: up axis -> the proper rotation (det +1, no mirror) taking that direction onto +z
+_UP_ROTATIONS = {
+    "z": ((1, 0, 0), (0, 1, 0), (0, 0, 1)),
+    "-z": ((1, 0, 0), (0, -1, 0), (0, 0, -1)),  # 180 degrees about x
+    "y": ((1, 0, 0), (0, 0, -1), (0, 1, 0)),  # +90 degrees about x: (x, y, z) -> (x, -z, y)
+    "-y": ((1, 0, 0), (0, 0, 1), (0, -1, 0)),  # -90 degrees about x: (x, y, z) -> (x, z, -y)
+    "x": ((0, 0, -1), (0, 1, 0), (1, 0, 0)),  # -90 degrees about y: (x, y, z) -> (-z, y, x)
+    "-x": ((0, 0, 1), (0, 1, 0), (-1, 0, 0)),  # +90 degrees about y: (x, y, z) -> (z, y, -x)
+}
+
+
+def check_up_axis(where: str, up_axis: Any) -> str:
+    """``up_axis`` as one of :data:`UP_AXES` (case and surrounding spaces ignored), else a ValueError naming it."""
+    value = up_axis.strip().lower() if isinstance(up_axis, str) else up_axis
+    if value not in UP_AXES:
+        raise ValueError(
+            f"{where}: up_axis must be one of {', '.join(UP_AXES)} (the cloud's up direction), got {up_axis!r}"
+        )
+    return value
+
+
+def up_axis_rotation(up_axis: str) -> np.ndarray:
+    """The ``3 x 3`` proper rotation that takes a cloud whose up direction is ``up_axis`` to z up
+    (``p_z_up = R p``); the identity for ``"z"``. A y-up cloud (glTF, ``modelnet40_normal_resampled``)
+    becomes ``(x, -z, y)``: a rotation of +90 degrees about x, not a swap of y and z (a mirror)."""
+    return np.array(_UP_ROTATIONS[check_up_axis("up_axis_rotation", up_axis)], dtype=np.float64)
+
+
+def to_z_up(points: np.ndarray, up_axis: str, normals: Optional[np.ndarray] = None) -> Tuple[Any, Any]:
+    """``points`` (and ``normals``) ``[N, 3]`` rotated from ``up_axis`` up to z up (:func:`up_axis_rotation`),
+    in their own dtype; unchanged (the same arrays) for ``"z"``."""
+    if check_up_axis("to_z_up", up_axis) == "z":
+        return points, normals
+    r = up_axis_rotation(up_axis)
+
+    def rot(a: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        return None if a is None else (np.asarray(a, np.float64) @ r.T).astype(np.asarray(a).dtype, copy=False)
+
+    return rot(points), rot(normals)
 
 
 def rotation_matrix(axis: int, angle: float) -> np.ndarray:

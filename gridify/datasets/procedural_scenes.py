@@ -540,7 +540,7 @@ class ProceduralScenes(SceneDatasetBase):
     def __init__(self, split: str = "train", num_scenes: int = 16, num_points: int = 50_000, kind: str = "indoor",
                  seed: int = 0, *, beams: int = 64, max_range: float = 80.0,
                  features: Optional[Sequence[str]] = None, voxel_size: Optional[float] = None,
-                 max_points: Optional[int] = None, transform: Optional[Transform] = None,
+                 max_points: Optional[int] = None, crops_per_scene: int = 1, transform: Optional[Transform] = None,
                  normalize: bool = False, cache: bool = True) -> None:
         where = "ProceduralScenes"
         check_split(where, split, ("train", "val", "test"))
@@ -552,11 +552,12 @@ class ProceduralScenes(SceneDatasetBase):
         # the generator gives exactly num_points: no FixedPoints step
         super().__init__(split=split, class_names=INDOOR_CLASSES if kind == "indoor" else OUTDOOR_CLASSES,
                          features=feats, num_points=None, transform=transform, seed=seed, normalize=normalize,
-                         cache=cache, voxel_size=voxel_size, max_points=max_points)
+                         cache=cache, voxel_size=voxel_size, max_points=max_points,
+                         crops_per_scene=crops_per_scene)
         self.num_scenes, self.points, self.kind = int(num_scenes), int(num_points), kind
         self.beams, self.max_range = int(beams), float(max_range)
 
-    def __len__(self) -> int:
+    def scene_count(self) -> int:
         return self.num_scenes
 
     def scene_name(self, index: int) -> str:

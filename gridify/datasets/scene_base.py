@@ -84,6 +84,9 @@ class SceneDatasetBase(PointCloudDataset):
         voxel_size: grid subsampling voxel edge (metres) before cropping, at ``train`` only; None: none.
         max_points: the point budget of a ``train`` item (a random crop around a random centre
             point); None: the whole scene. Other splits always give the whole scene.
+        crops_per_scene: at ``train`` with a crop or subsampling, every scene appears this many
+            times per epoch, each copy its own crop (``len = scenes x crops_per_scene``; item ``i``
+            is scene ``i mod scenes``); ignored at the other splits (one whole scene per item).
 
     Attributes:
         class_names, num_classes, ignore_index, features, in_channels (width of ``x``), voxel_size,
@@ -92,8 +95,10 @@ class SceneDatasetBase(PointCloudDataset):
 
     def __init__(self, *, split: str, class_names: Sequence[str], features: Sequence[str],
                  num_points: Optional[int], transform: Optional[Transform], seed: int, normalize: bool,
-                 cache: bool, voxel_size: Optional[float] = None, max_points: Optional[int] = None) -> None:
+                 cache: bool, voxel_size: Optional[float] = None, max_points: Optional[int] = None,
+                 crops_per_scene: int = 1) -> None:
         where = type(self).__name__
+        check_int(where, "crops_per_scene", crops_per_scene, 1)
         features = check_features(where, features)
         self.voxel_size = check_number(where, "voxel_size", voxel_size, allow_none=True)
         self.max_points = check_int(where, "max_points", max_points, allow_none=True)
@@ -104,6 +109,8 @@ class SceneDatasetBase(PointCloudDataset):
                          normalize=normalize)
         if split == "train" and (self.voxel_size is not None or self.max_points is not None):
             self.sampler = SceneSampler(self.voxel_size, self.max_points, self.num_points, seed=self.seed)
+        #: copies of every scene per epoch (train crops only; 1 elsewhere)
+        self.crops_per_scene = int(crops_per_scene) if isinstance(self.sampler, SceneSampler) else 1
         self._label_counts: Optional[np.ndarray] = None
         self.class_names = list(class_names)
         self.features = tuple(features)
@@ -119,6 +126,27 @@ class SceneDatasetBase(PointCloudDataset):
     def in_channels(self) -> int:
         return sum(SCENE_FEATURES[f] for f in self.features) or 3
 
+    def scene_count(self) -> int:  # pragma: no cover - abstract
+        """The number of scenes (items per epoch: this times :attr:`crops_per_scene`)."""
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return self.scene_count() * self.crops_per_scene
+
+    def __getitem__(self, index: int) -> Dict[str, Tensor]:
+        """Item ``index``: scene ``index mod scene_count()``; copy ``index // scene_count()`` draws its own crop."""
+        n, scenes = len(self), self.scene_count()
+        if not (isinstance(index, (int, np.integer)) and not isinstance(index, bool)) or not -n <= int(index) < n:
+            raise IndexError(f"{type(self).__name__}: index {index!r} out of range for {n} items")
+        index = int(index) % n
+        if self.crops_per_scene == 1:
+            return super().__getitem__(index)
+        self.sampler.salt = index // scenes
+        try:
+            return super().__getitem__(index % scenes)
+        finally:
+            self.sampler.salt = 0
+
     def label_counts(self) -> np.ndarray:
         """The number of points of every class over the scenes of this split (ignored points left
         out; every scene is read once, the result is kept).
@@ -128,7 +156,7 @@ class SceneDatasetBase(PointCloudDataset):
         """
         if self._label_counts is None:
             counts = np.zeros(self.num_classes, dtype=np.int64)
-            for i in range(len(self)):
+            for i in range(self.scene_count()):
                 seg = np.asarray(self.scene(i)["segment"]).reshape(-1).astype(np.int64)
                 seg = seg[seg != self.ignore_index]
                 if seg.size and (seg.min() < 0 or seg.max() >= self.num_classes):

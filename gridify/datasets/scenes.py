@@ -80,7 +80,7 @@ class SceneDataset(SceneDatasetBase):
 
     def __init__(self, root: Optional[PathLike] = None, layout: str = "pointcept", split: str = "train", *,
                  features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
-                 voxel_size: Optional[float] = None, max_points: Optional[int] = None,
+                 voxel_size: Optional[float] = None, max_points: Optional[int] = None, crops_per_scene: int = 1,
                  scenes: Optional[Sequence[str]] = None, sequences: Optional[Sequence[str]] = None,
                  test_area: int = S3DIS_TEST_AREA, classes: Optional[Sequence[str]] = None, unknown: str = "ignore",
                  transform: Optional[Transform] = None, seed: int = 0, normalize: bool = False,
@@ -112,7 +112,7 @@ class SceneDataset(SceneDatasetBase):
             feats = tuple(f for f in ("color", "strength") if (refs[0].path / f"{f}.npy").is_file())
         super().__init__(split=split, class_names=names, features=feats, num_points=num_points,
                          transform=transform, seed=seed, normalize=normalize, cache=cache, voxel_size=voxel_size,
-                         max_points=max_points)
+                         max_points=max_points, crops_per_scene=crops_per_scene)
 
     @staticmethod
     def default_root(layout: str) -> Path:
@@ -126,7 +126,7 @@ class SceneDataset(SceneDatasetBase):
         f = self.root / "classes.txt"
         return [c for c in f.read_text().splitlines() if c.strip()] if f.is_file() else []
 
-    def __len__(self) -> int:
+    def scene_count(self) -> int:
         return len(self.refs)
 
     def scene_name(self, index: int) -> str:
@@ -153,13 +153,13 @@ class S3DIS(SceneDataset):
 
     def __init__(self, root: Optional[PathLike] = None, split: str = "train", *,
                  features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
-                 voxel_size: Optional[float] = None, max_points: Optional[int] = None,
+                 voxel_size: Optional[float] = None, max_points: Optional[int] = None, crops_per_scene: int = 1,
                  scenes: Optional[Sequence[str]] = None, test_area: int = S3DIS_TEST_AREA,
                  classes: Optional[Sequence[str]] = None, unknown: str = "ignore",
                  transform: Optional[Transform] = None, seed: int = 0, normalize: bool = False,
                  cache: bool = False) -> None:
         super().__init__(root, "s3dis", split, features=features, num_points=num_points, voxel_size=voxel_size,
-                         max_points=max_points, scenes=scenes, test_area=test_area, classes=classes,
+                         max_points=max_points, crops_per_scene=crops_per_scene, scenes=scenes, test_area=test_area, classes=classes,
                          unknown=unknown, transform=transform, seed=seed, normalize=normalize, cache=cache)
 
 
@@ -172,11 +172,11 @@ class ScanNet(SceneDataset):
 
     def __init__(self, root: Optional[PathLike] = None, split: str = "train", *,
                  features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
-                 voxel_size: Optional[float] = None, max_points: Optional[int] = None,
+                 voxel_size: Optional[float] = None, max_points: Optional[int] = None, crops_per_scene: int = 1,
                  scenes: Optional[Sequence[str]] = None, transform: Optional[Transform] = None, seed: int = 0,
                  normalize: bool = False, cache: bool = False) -> None:
         super().__init__(root, "scannet", split, features=features, num_points=num_points, voxel_size=voxel_size,
-                         max_points=max_points, scenes=scenes, transform=transform, seed=seed,
+                         max_points=max_points, crops_per_scene=crops_per_scene, scenes=scenes, transform=transform, seed=seed,
                          normalize=normalize, cache=cache)
 
 
@@ -189,12 +189,12 @@ class SemanticKITTI(SceneDataset):
 
     def __init__(self, root: Optional[PathLike] = None, split: str = "train", *,
                  features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
-                 voxel_size: Optional[float] = None, max_points: Optional[int] = None,
+                 voxel_size: Optional[float] = None, max_points: Optional[int] = None, crops_per_scene: int = 1,
                  scenes: Optional[Sequence[str]] = None, sequences: Optional[Sequence[str]] = None,
                  transform: Optional[Transform] = None, seed: int = 0, normalize: bool = False,
                  cache: bool = False) -> None:
         super().__init__(root, "semantickitti", split, features=features, num_points=num_points,
-                         voxel_size=voxel_size, max_points=max_points, scenes=scenes, sequences=sequences,
+                         voxel_size=voxel_size, max_points=max_points, crops_per_scene=crops_per_scene, scenes=scenes, sequences=sequences,
                          transform=transform, seed=seed, normalize=normalize, cache=cache)
 
 

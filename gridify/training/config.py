@@ -22,6 +22,7 @@ by building each transform once. No Lightning import.
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 import re
 import stat
@@ -358,6 +359,11 @@ def check_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
     optim = cfg["optim"]
     if optim.get("min_lr", 0.0) > optim.get("lr", DEFAULTS["optim"]["lr"]):
         raise ConfigError(f"optim.min_lr must be at most optim.lr ({optim['lr']!r}), got {optim['min_lr']!r}")
+    if optim.get("lovasz_weight", 0.0) > 0 and "lovasz" not in inspect.signature(get_task(cfg["task"]).loss).parameters:
+        raise ConfigError(
+            f"optim.lovasz_weight: the Lovász-softmax loss is for scene_segmentation, not task {cfg['task']}; "
+            f"set optim.lovasz_weight: 0"
+        )
     return cfg
 
 

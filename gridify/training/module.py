@@ -132,7 +132,11 @@ class PointCloudTask(pl.LightningModule):
     def training_step(self, batch: Dict[str, Any], batch_idx: int) -> torch.Tensor:
         logits = self(batch)
         smoothing = float(self.hparams.optim.get("label_smoothing", 0.0))
-        ce = self.task_def.loss(logits, batch["y"], label_smoothing=smoothing, weight=self.class_weights)
+        extra = {}
+        lovasz = float(self.hparams.optim.get("lovasz_weight", 0.0))
+        if lovasz > 0:  # refused for tasks without it when the config is checked
+            extra["lovasz"] = lovasz
+        ce = self.task_def.loss(logits, batch["y"], label_smoothing=smoothing, weight=self.class_weights, **extra)
         loss = ce
         weight = float(self.hparams.optim.get("kernel_l2", 0.0))
         if weight > 0:

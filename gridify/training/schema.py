@@ -431,6 +431,7 @@ DEFAULTS: Dict[str, Any] = {
         "min_lr": 0.0,
         "kernel_l2": 0.0,
         "label_smoothing": 0.0,
+        "lovasz_weight": 0.0,
         "class_weights": "none",
         "schedule": "warmup_cosine",
     },
@@ -561,6 +562,11 @@ SCHEMA: Dict[str, Any] = {
         "min_lr": Num(min=0.0, doc="learning rate at the end of the cosine (<= lr)"),
         "kernel_l2": Num(min=0.0, doc="weight of the kernel L2 penalty"),
         "label_smoothing": Num(min=0.0, max=1.0, max_open=True, doc="label smoothing of the cross-entropy"),
+        "lovasz_weight": Num(
+            min=0.0,
+            max=1e6,
+            doc="weight of the Lovász-softmax loss added to the cross-entropy (scene_segmentation only; 0: none)",
+        ),
         "class_weights": Choice(
             CLASS_WEIGHTS,
             doc="class weights of the cross-entropy from the training labels' "

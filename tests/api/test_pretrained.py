@@ -124,3 +124,25 @@ def test_cli_model_and_ckpt_are_exclusive(tmp_path):
         cwd=tmp_path,
     )
     assert res.returncode == 2 and "invalid choice: 'modelnet99'" in res.stderr
+
+
+def test_up_axis_reads_a_y_up_cloud_of_the_normal_resampled_release(shared_data, tmp_path, capsys):
+    """modelnet40_normal_resampled is y up: read as z up, an airplane is not one; with up_axis="y" it is,
+    through Predictor.predict and gridify predict --up-axis alike."""
+    folder = shared_path(shared_data, "modelnet40_normal_resampled_sample/data/modelnet40_normal_resampled/airplane")
+    path = sorted(folder.glob("*.txt"))[0]
+    model = gridify.load("modelnet40")
+    pts = np.loadtxt(path, delimiter=",")[:, :3]
+    as_z = model.predict(pts)
+    as_y = model.predict(pts, up_axis="y")
+    assert as_y.names == "airplane" and as_z.names != "airplane"
+    assert np.isclose(model.predict(pts[:, [0, 2, 1]] * [1, -1, 1]).probabilities, as_y.probabilities).all()
+    with pytest.raises(ValueError, match="up_axis must be one of"):
+        model.predict(pts, up_axis="w")
+    xyz = tmp_path / "cloud.xyz"
+    np.savetxt(xyz, pts[:2048])
+    assert cli.main(["predict", str(xyz), "--model", "modelnet40", "--up-axis", "y"]) == 0
+    assert "airplane" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="2"):
+        cli.main(["predict", str(xyz), "--model", "modelnet40", "--up-axis", "up"])
+    assert "--up-axis: must be one of z, y, x, -z, -y, -x, got 'up'" in capsys.readouterr().err

@@ -130,3 +130,30 @@ def test_procedural_scenes_dataset_items_splits_and_registry():
         ProceduralScenes(num_points=0)
     with pytest.raises(ValueError, match="num_points=10000000000000"):
         ProceduralScenes(num_points=10 ** 13)
+
+
+def test_crops_per_scene_gives_each_copy_its_own_crop_and_keeps_the_scene_count():
+    from gridify.training.data import set_train_epoch
+
+    ds = ProceduralScenes("train", num_scenes=2, num_points=3_000, kind="outdoor", seed=1, max_points=500,
+                          crops_per_scene=3)
+    assert len(ds) == 6 and ds.scene_count() == 2
+    set_train_epoch(ds, None, seed=0, epoch=0)  # the deterministic per-(seed, epoch, scene) crops training uses
+    items = [ds[i] for i in range(6)]
+    assert [int(it["index"]) for it in items] == [0, 1, 0, 1, 0, 1]
+    # copies of one scene are different crops; each copy is reproducible
+    assert not torch.equal(items[0]["pos"], items[2]["pos"]) and not torch.equal(items[2]["pos"], items[4]["pos"])
+    assert torch.equal(ds[2]["pos"], items[2]["pos"])
+    # copy 0 is the crop a run without copies draws (crops_per_scene=1 unchanged)
+    one = ProceduralScenes("train", num_scenes=2, num_points=3_000, kind="outdoor", seed=1, max_points=500)
+    set_train_epoch(one, None, seed=0, epoch=0)
+    assert len(one) == 2 and torch.equal(one[1]["pos"], items[1]["pos"])
+    # the label counts are per scene, not per copy
+    assert ds.label_counts().sum() == one.label_counts().sum()
+    with pytest.raises(IndexError, match="out of range for 6 items"):
+        ds[6]
+    # other splits hold whole scenes, once each
+    val = ProceduralScenes("val", num_scenes=2, num_points=3_000, kind="outdoor", seed=1, crops_per_scene=3)
+    assert len(val) == 2
+    with pytest.raises(ValueError, match="crops_per_scene"):
+        ProceduralScenes("train", num_scenes=2, num_points=3_000, max_points=500, crops_per_scene=0)

@@ -122,6 +122,45 @@ def test_the_scene_loss_ignores_label_minus_one_and_weighs_classes():
     assert torch.equal(logits.grad, torch.zeros_like(logits))
 
 
+def test_lovasz_softmax_matches_its_loop_reference_with_gradients():
+    g = torch.Generator().manual_seed(3)
+    for n, k in ((1, 2), (7, 3), (40, 5)):
+        logits = torch.randn(n, k, generator=g, dtype=torch.float64, requires_grad=True)
+        y = torch.randint(0, k, (n,), generator=g)
+        fast = TK.lovasz_softmax(logits.softmax(-1), y)
+        (gf,) = torch.autograd.grad(fast, logits)
+        ref = TK.lovasz_softmax_reference(logits.softmax(-1), y)
+        (gr,) = torch.autograd.grad(ref, logits)
+        assert torch.allclose(fast, ref) and torch.allclose(gf, gr)
+    # perfect one-hot predictions: zero loss; all mass on a wrong class: the loss is 1 (IoU 0 per class)
+    y = torch.tensor([0, 1, 1, 2])
+    assert float(TK.lovasz_softmax(F.one_hot(y, 3).double(), y)) == 0.0
+    assert float(TK.lovasz_softmax(F.one_hot((y + 1) % 3, 3).double(), y)) == pytest.approx(1.0)
+
+
+def test_the_scene_loss_adds_lovasz_on_the_labelled_points():
+    t = TK.get_task("scene_segmentation")
+    g = torch.Generator().manual_seed(2)
+    logits = torch.randn(9, 4, generator=g, requires_grad=True)
+    y = torch.tensor([0, 1, -1, 2, -1, 1, 0, 3, 3])
+    keep = y != -1
+    expected = F.cross_entropy(logits[keep], y[keep]) + 0.5 * TK.lovasz_softmax(logits[keep].softmax(-1), y[keep])
+    assert torch.allclose(t.loss(logits, y, lovasz=0.5), expected)
+    assert float(t.loss(logits, torch.full((9,), -1), lovasz=1.0).detach()) == 0.0
+
+
+def test_lovasz_weight_is_a_scene_key():
+    pytest.importorskip("yaml")
+    from gridify.training import config as C
+
+    cfg = C.resolve_config(None, ["task=scene_segmentation", "data.name=scene_procedural", "optim.lovasz_weight=1"])
+    assert cfg["optim"]["lovasz_weight"] == 1
+    with pytest.raises(C.ConfigError, match="optim.lovasz_weight: the Lovász-softmax loss is for scene_segmentation"):
+        C.resolve_config(None, ["optim.lovasz_weight=1"])
+    with pytest.raises(C.ConfigError, match="optim.lovasz_weight must be"):
+        C.resolve_config(None, ["task=scene_segmentation", "data.name=scene_procedural", "optim.lovasz_weight=-1"])
+
+
 @needs_scene_metric
 def test_scene_metrics_keys_per_class_iou_and_confusion():
     t = TK.get_task("scene_segmentation")
