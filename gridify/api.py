@@ -563,52 +563,40 @@ class Predictor(nn.Module):
         return tuple([names] if isinstance(names, str) else names)
 
     def _scene_x(self, cloud: PointCloud, pos: np.ndarray, estimate_normals: bool, where: str) -> np.ndarray:
-        """The model's features of a metric scene, from the names of :attr:`scene_features`."""
-        from .datasets.scene_base import SCENE_FEATURES  # noqa: PLC0415 (datasets sit beside api's layer)
+        """The model's features of a metric scene (:attr:`scene_features`), built by the datasets' own
+        :func:`gridify.datasets.scene_base.build_scene_features` from what the cloud has."""
+        from .datasets._common import DatasetError  # noqa: PLC0415 (datasets sit beside api's layer)
+        from .datasets.scene_base import build_scene_features  # noqa: PLC0415
 
-        cols: List[np.ndarray] = []
+        names = self.scene_features
+        what = cloud.source or "the cloud"
         fields = {k.lower(): v for k, v in (cloud.fields or {}).items()}
-        for name in self.scene_features:
-            if name == "xyz":
-                cols.append(pos)
-            elif name == "height":
-                cols.append((pos[:, 2:3] - pos[:, 2].min()))
-            elif name == "color":
-                if cloud.colors is None:
-                    fail(
-                        where,
-                        f"the model was trained with colours (features {list(self.scene_features)}) but "
-                        f"{cloud.source or 'the cloud'} has none",
-                    )
-                cols.append(np.asarray(cloud.colors, np.float32))
-            elif name == "normal":
-                nrm = cloud.normals
-                if nrm is None:
-                    if not estimate_normals:
-                        fail(
-                            where,
-                            f"the model was trained with normals (features {list(self.scene_features)}) but "
-                            f"{cloud.source or 'the cloud'} has none; pass estimate_normals=True "
-                            f"(--estimate-normals)",
-                        )
-                    nrm = _estimate_normals(pos)
-                cols.append(np.asarray(nrm, np.float32))
-            elif name in ("strength", "intensity"):
-                key = next((k for k in ("intensity", "strength", "remission", "reflectance") if k in fields), None)
-                if key is None:
-                    fail(
-                        where,
-                        f"the model was trained with LiDAR intensity (features {list(self.scene_features)}) "
-                        f"but {cloud.source or 'the cloud'} has no intensity field (fields: "
-                        f"{sorted(fields) or 'none'}); read a file that has one (.bin, .las, .ply/.pcd "
-                        f"with an intensity property) or pass features=",
-                    )
-                cols.append(np.asarray(fields[key], np.float32).reshape(-1, 1))
-            else:  # pragma: no cover - checked when the dataset was built
-                fail(where, f"unknown scene feature {name!r}; known: {list(SCENE_FEATURES)}")
-        if not cols:
-            return np.zeros((len(pos), 0), np.float32)
-        return np.concatenate(cols, 1).astype(np.float32)
+        if "color" in names and cloud.colors is None:
+            fail(where, f"the model was trained with colours (features {list(names)}) but {what} has none")
+        nrm = cloud.normals
+        if "normal" in names and nrm is None:
+            if not estimate_normals:
+                fail(
+                    where,
+                    f"the model was trained with normals (features {list(names)}) but {what} has none; pass "
+                    f"estimate_normals=True (--estimate-normals)",
+                )
+            nrm = _estimate_normals(pos)
+        strength = None
+        if {"strength", "intensity"} & set(names):
+            key = next((k for k in ("intensity", "strength", "remission", "reflectance") if k in fields), None)
+            if key is None:
+                fail(
+                    where,
+                    f"the model was trained with LiDAR intensity (features {list(names)}) but {what} has no "
+                    f"intensity field (fields: {sorted(fields) or 'none'}); read a file that has one (.bin, .las, "
+                    f".ply/.pcd with an intensity property) or pass features=",
+                )
+            strength = fields[key]
+        try:
+            return build_scene_features(names, pos, color=cloud.colors, normal=nrm, strength=strength, where=what)
+        except DatasetError as exc:
+            fail(where, str(exc))
 
     def _predict_scene(
         self,

@@ -1790,10 +1790,32 @@ class OnnxSceneModel:
             start = end
         return torch.cat(out).to(pos.device)
 
+    def features(self, cloud: Any) -> Tensor:
+        """The file's per-point input ``x [N, F]`` of a scan (a path or a :class:`gridify.io.PointCloud`),
+        built from the feature names in its metadata by the same function as the datasets and
+        :meth:`gridify.Predictor.predict` (:func:`gridify.datasets.scene_base.build_scene_features`)."""
+        from .datasets.scene_base import build_scene_features  # noqa: PLC0415
+        from .io import PointCloud, read_points  # noqa: PLC0415
+
+        if not isinstance(cloud, PointCloud):
+            cloud = read_points(cloud, fields="all")
+        fields = {k.lower(): v for k, v in (cloud.fields or {}).items()}
+        strength = next((fields[k] for k in ("intensity", "strength", "remission", "reflectance") if k in fields), None)
+        x = build_scene_features(
+            list(self.features or []),
+            cloud.points,
+            color=cloud.colors,
+            normal=cloud.normals,
+            strength=strength,
+            where=cloud.source or "OnnxSceneModel.features",
+        )
+        return torch.from_numpy(x if self.features else x[:, :0])
+
     def predict(
         self, pos: Tensor, x: Optional[Tensor] = None, *, votes: int = 1, seed: int = 0, progress: Optional[Any] = None
     ) -> Tensor:
-        """Class probabilities ``[N, K]`` of every point of a scene, covered with the file's crops."""
+        """Class probabilities ``[N, K]`` of every point of a scene, covered with the file's crops
+        (``x``: :meth:`features` of the scan)."""
         from .scene_inference import predict_scene  # noqa: PLC0415
 
         return predict_scene(

@@ -82,11 +82,13 @@ def export_scene_model(tmp_path, features=("strength", "height"), voxel_size=0.5
     import torch
 
     from gridify.checkpoint import export_model
+    from gridify.datasets.scene_base import SCENE_FEATURES
     from gridify.models import GridifiedSceneSegmenter
 
     torch.manual_seed(0)
-    model = GridifiedSceneSegmenter(len(features), len(SCENE_CLASSES), **SCENE_SMALL).eval()
-    kwargs = dict(in_channels=len(features), num_classes=len(SCENE_CLASSES), **SCENE_SMALL)
+    width = sum(SCENE_FEATURES[f] for f in features)
+    model = GridifiedSceneSegmenter(width, len(SCENE_CLASSES), **SCENE_SMALL).eval()
+    kwargs = dict(in_channels=width, num_classes=len(SCENE_CLASSES), **SCENE_SMALL)
     info = {
         "class_names": SCENE_CLASSES,
         "features": list(features),
@@ -94,7 +96,7 @@ def export_scene_model(tmp_path, features=("strength", "height"), voxel_size=0.5
         "max_points": max_points,
         "num_points": max_points,
         "normalization": None,
-        "in_channels": len(features),
+        "in_channels": width,
     }
     path = tmp_path / "scene.pt"
     export_model(

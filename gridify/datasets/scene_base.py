@@ -30,7 +30,8 @@ from ..transforms import SceneSampler
 from ._common import SAMPLE_BYTES_PER_POINT, DatasetError, PointCloudDataset, Transform
 from .scene_layouts import IGNORE_INDEX
 
-__all__ = ["SCENE_FEATURES", "SceneDatasetBase", "scene_features", "check_features"]
+__all__ = ["SCENE_FEATURES", "SceneDatasetBase", "scene_features", "build_scene_features", "scale_unit",
+           "check_features"]
 #: feature name -> its width in ``x``
 SCENE_FEATURES: Dict[str, int] = {"xyz": 3, "color": 3, "normal": 3, "strength": 1, "intensity": 1, "height": 1}
 #: keys of a raw scene sample that travel with the points (subsampled, transformed alike)
@@ -46,34 +47,69 @@ def check_features(where: str, features: Any) -> Tuple[str, ...]:
     return tuple(features)
 
 
-def scene_features(sample: Dict[str, Any], features: Sequence[str], where: str) -> Tensor:
-    """``x`` of a scene sample: the ``features`` concatenated in order (``[N, F]`` float32).
+def scale_unit(values: Any, what: str, where: str) -> np.ndarray:
+    """Colours or intensities as float32 on their unit scale: an integer array is divided by its dtype's
+    maximum (``uint8`` 255, ``uint16`` 65535: LAS intensity, PLY colours), a float array is taken as
+    already scaled (``.bin`` remission and :class:`gridify.io.PointCloud` colours lie in ``[0, 1]``)."""
+    a = np.asarray(values)
+    if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        raise DatasetError(f"{where}: {what} must be numbers, got dtype {a.dtype}")
+    if np.issubdtype(a.dtype, np.integer):
+        return (a.astype(np.float64) / float(np.iinfo(a.dtype).max)).astype(np.float32)
+    return a.astype(np.float32, copy=False)
 
-    ``xyz`` is ``pos``; ``color`` is divided by 255; ``intensity`` is ``strength``; ``height`` is
-    ``z - min z`` (``sample["height"]`` when present: the whole scene's, which a dataset computes
-    before cropping so that training crops and whole-scene evaluation agree). No features: ``x = pos``. A feature the scene lacks raises a DatasetError
-    naming ``where`` (the scene).
+
+def build_scene_features(names: Sequence[str], pos: Any, *, color: Any = None, normal: Any = None,
+                         strength: Any = None, height: Any = None, where: str = "scene") -> np.ndarray:
+    """The model input ``x [N, F]`` (float32) of a scene from its feature ``names`` (:data:`SCENE_FEATURES`):
+    the one builder of the datasets, :meth:`gridify.Predictor.predict` and the exported scene runner
+    (:meth:`gridify.export.OnnxSceneModel.features`), so that training and prediction see the same columns.
+
+    ``xyz`` = ``pos``; ``color`` in ``[0, 1]`` and ``strength`` (alias ``intensity``) on its unit scale
+    (integer arrays divided by their dtype's maximum: :func:`scale_unit`); ``normal`` as given;
+    ``height`` = ``z - min z`` of ``pos`` unless ``height`` (the whole scene's, computed before a crop)
+    is given. No names: ``x = pos``. A feature the scene lacks raises a DatasetError naming ``where``.
+
+    Shapes:
+        pos ``[N, 3]``, color / normal ``[N, 3]``, strength / height ``[N]`` or ``[N, 1]`` -> ``[N, F]``
     """
-    pos = torch.as_tensor(np.asarray(sample["pos"]) if not isinstance(sample["pos"], Tensor) else sample["pos"])
-    pos = pos.float()
-    cols: List[Tensor] = []
-    for f in features:
+    p = np.asarray(pos, dtype=np.float32)
+    n = len(p)
+    given = {"color": color, "normal": normal, "strength": strength}
+    cols: List[np.ndarray] = []
+    for f in names:
         key = "strength" if f == "intensity" else f
         if key == "xyz":
-            cols.append(pos)
+            cols.append(p)
         elif key == "height":
-            if sample.get("height") is not None:  # the whole scene's z - min z, carried through crops
-                cols.append(torch.as_tensor(np.asarray(sample["height"])).float().reshape(len(pos), 1))
-            else:
-                cols.append((pos[:, 2:3] - pos[:, 2:3].min()) if len(pos) else pos[:, 2:3])
+            h = np.asarray(height, np.float32) if height is not None else (p[:, 2] - p[:, 2].min() if n else p[:, 2])
+            cols.append(h.reshape(n, 1))
+        elif key in given:
+            if given[key] is None:
+                have = sorted(k for k, v in given.items() if v is not None)
+                raise DatasetError(f"{where}: feature {f!r} requested but the scene has no {key} (it has: {have})")
+            v = given[key] if key == "normal" else scale_unit(given[key], key, where)
+            cols.append(np.asarray(v, np.float32).reshape(n, -1))
         else:
-            if sample.get(key) is None:
-                raise DatasetError(f"{where}: feature {f!r} requested but the scene has no {key} "
-                                   f"(it has: {sorted(k for k in sample if k in _POINT_KEYS)})")
-            v = torch.as_tensor(np.asarray(sample[key]) if not isinstance(sample[key], Tensor) else sample[key])
-            v = v.float().reshape(len(pos), -1)
-            cols.append(v / 255.0 if key == "color" else v)
-    return torch.cat(cols, dim=1) if cols else pos.clone()
+            raise DatasetError(f"{where}: unknown scene feature {f!r}; known: {list(SCENE_FEATURES)}")
+    return np.concatenate(cols, 1).astype(np.float32, copy=False) if cols else p.copy()
+
+
+def scene_features(sample: Dict[str, Any], features: Sequence[str], where: str) -> Tensor:
+    """``x`` of a scene sample (a dataset's, colours 0-255): :func:`build_scene_features` of its entries,
+    as a tensor. ``height`` is ``sample["height"]`` when present (the whole scene's ``z - min z``, which a
+    dataset computes before cropping so that training crops and whole-scene evaluation agree)."""
+
+    def arr(key: str) -> Any:
+        v = sample.get(key)
+        return v.detach().cpu().numpy() if isinstance(v, Tensor) else v
+
+    color = arr("color")
+    if color is not None:  # the layouts' 0-255 colours (float or integer) on the unit scale
+        color = np.asarray(color, np.float32) / 255.0
+    x = build_scene_features(features, arr("pos"), color=color, normal=arr("normal"), strength=arr("strength"),
+                             height=arr("height"), where=where)
+    return torch.from_numpy(x)
 
 
 class SceneDatasetBase(PointCloudDataset):

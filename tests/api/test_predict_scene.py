@@ -61,3 +61,38 @@ def test_inspect_scene_labels_every_metric_point_without_a_grid(tmp_path):
     np.testing.assert_allclose(res["pos"], rows[:, :3])  # metres, not normalized
     assert res["grid"] is None and res["graph"] is None
     np.testing.assert_array_equal(res["prediction"].labels, m.predict(tmp_path / "scan.bin").labels)
+
+
+@pytest.mark.parametrize("features", [("strength", "height"), ("xyz", "intensity", "height")])
+def test_a_scan_reaches_the_model_with_the_same_inputs_from_the_dataset_and_from_predict(tmp_path, monkeypatch, features):
+    """One builder (build_scene_features): the SemanticKITTI dataset's whole-scan item, Predictor.predict on
+    the .bin and the exported runner's features() give the model identical points and features."""
+    import gridify.scene_inference as SI
+    from gridify.datasets import SemanticKITTI
+    from gridify.datasets.scene_base import build_scene_features
+
+    seq = tmp_path / "sequences" / "00"
+    (seq / "velodyne").mkdir(parents=True)
+    (seq / "labels").mkdir()
+    rows = _scan(seq / "velodyne" / "000000.bin", n=500, seed=4)
+    np.full(500, 40, np.uint32).tofile(seq / "labels" / "000000.label")  # road
+    item = SemanticKITTI(tmp_path, "val", sequences=["00"], features=list(features))[0]
+    path, _ = _export(tmp_path, features=features)
+    seen = {}
+    real = SI.predict_scene
+
+    def spy(model, pos, x, **kw):
+        seen["pos"], seen["x"] = pos.clone(), x.clone()
+        return real(model, pos, x, **kw)
+
+    monkeypatch.setattr(SI, "predict_scene", spy)
+    load(path).predict(seq / "velodyne" / "000000.bin")
+    assert torch.equal(seen["pos"], item["pos"]) and torch.equal(seen["x"], item["x"])
+    # the runner of an exported file builds them with the same function (its metadata's names)
+    runner = type("R", (), {"features": list(features)})()
+    from gridify.export import OnnxSceneModel
+
+    assert torch.equal(OnnxSceneModel.features(runner, seq / "velodyne" / "000000.bin"), item["x"])
+    # integer intensities (LAS uint16) are put on the unit scale, as .bin remission is
+    x16 = build_scene_features(["strength"], rows[:, :3], strength=np.array([0, 65535] * 250, np.uint16))
+    assert x16.dtype == np.float32 and x16.min() == 0.0 and x16.max() == 1.0
