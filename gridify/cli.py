@@ -119,6 +119,13 @@ def _add_show_parser(sub: Any) -> None:
     s.add_argument("file", help="point cloud or mesh file")
     s.add_argument("--ckpt", help="model whose predictions colour the points")
     s.add_argument(
+        "--labels",
+        default="auto",
+        help="ground truth drawn beside a segmentation model's prediction: a .label/.npy/.txt file, 'auto' "
+        "(default: SemanticKITTI labels/<stem>.label or segment.npy beside the scan, else the file's label "
+        "field) or 'none'",
+    )
+    s.add_argument(
         "--model", choices=sorted(PRETRAINED), help="a shipped model instead of --ckpt (modelnet10, modelnet40)"
     )
     s.add_argument("--out", type=types.output_file(), help="PNG path: render headless instead of opening a window")
@@ -564,6 +571,12 @@ def cmd_show(args: argparse.Namespace) -> int:
             if layers is None:
                 layers = ["points"] if args.out or res["grid"] is None else list(vis.LAYERS)
             pos, labels = res["pos"], pred.point_labels
+            truth = _ground_truth(args, cloud, model) if pred.dense else None
+            if truth is not None:
+                img = _show_truth_beside(args, pos, truth, labels, pred.class_names, options)
+                if args.out:
+                    print(f"wrote {args.out} ({img.shape[1]}x{img.shape[0]}: ground truth | prediction)")
+                return 0
             if getattr(model, "whole_scenes", False):
                 pos, labels = _hide_classes(args, pos, labels, pred.class_names)
             elif args.hide is not None:
@@ -596,6 +609,36 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.out:
         print(f"wrote {args.out} ({img.shape[1]}x{img.shape[0]}, layers {', '.join(layers)})")
     return 0
+
+
+def _ground_truth(args: argparse.Namespace, cloud: Any, model: Any) -> Optional[np.ndarray]:
+    """The training ids of ``--labels`` (a file, or found beside the scan / in the file with ``auto``), or None."""
+    from .datasets import DatasetError
+    from .datasets.scene_layouts import read_scan_labels, scan_label_path
+
+    if args.labels.strip().lower() == "none":
+        return None
+    auto = args.labels.strip().lower() == "auto"
+    path = scan_label_path(args.file) if auto else Path(args.labels)
+    if path is None:
+        return None if cloud.labels is None else np.asarray(cloud.labels, np.int64)
+    if not path.is_file():
+        raise SystemExit(f"gridify show: error: --labels {args.labels}: no such file")
+    try:
+        return read_scan_labels(path, len(cloud.points), list(model.class_names))
+    except DatasetError as exc:
+        raise SystemExit(f"gridify show: error: {exc}")
+
+
+def _show_truth_beside(args: argparse.Namespace, pos: Any, truth: Any, labels: Any, names: List[str], options: dict):
+    """Ground truth and prediction side by side (:func:`gridify.vis.show_comparison`)."""
+    from . import vis
+
+    keep = {k: options[k] for k in ("view", "up", "azimuth", "elevation", "width", "height", "point_size")}
+    try:
+        return vis.show_comparison(pos, truth, labels, names, out=args.out, title=Path(args.file).name, **keep)
+    except (vis.RenderError, ValueError) as exc:
+        raise SystemExit(f"gridify show: error: {exc}")
 
 
 def _hide_classes(args: argparse.Namespace, pos: Any, labels: Any, class_names: List[str]):

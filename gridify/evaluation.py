@@ -56,7 +56,21 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--ckpt", required=True, help="Lightning .ckpt or exported model.pt")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--ckpt", help="Lightning .ckpt or exported model.pt")
+    which.add_argument("--model", help="a shipped model by name (with --scan), e.g. semantickitti")
+    p.add_argument(
+        "--scan",
+        nargs="+",
+        metavar="PATH",
+        help="score these scans (files, or folders of scan files) against their ground truth instead of a "
+        "dataset split: per-class IoU over all their points (segmentation models)",
+    )
+    p.add_argument(
+        "--labels",
+        help="with one --scan file: its ground truth (.label, .npy or .txt; default: found beside the scan, "
+        "SemanticKITTI labels/<stem>.label or Pointcept segment.npy, else the file's own label field)",
+    )
     p.add_argument(
         "--config", help="config (a shipped name or a YAML file) whose sections update the one stored in the checkpoint"
     )
@@ -124,6 +138,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     parser = build_parser()
     args = parser.parse_intermixed_args(argv)
     with one_line_errors(parser.prog):
+        if args.scan is not None or args.model is not None:
+            return evaluate_scans(args, parser.prog)
+        if args.labels is not None:
+            parser.error("--labels goes with --scan")
         if Path(args.ckpt).exists():  # a folder or a FIFO is named as one (a missing file: load_checkpoint)
             check_input_file(args.ckpt, "--ckpt")
         check_output_file(
@@ -281,6 +299,99 @@ def evaluate(
         f"[evaluate] {args.ckpt} on {cfg['data']['name']} {args.split} ({extra['num_scored']} samples): "
         f"{format_metrics(cfg['task'], metrics)} -> {out}"
     )
+    return report
+
+
+def _scan_files(paths: Sequence[str], prog: str) -> list:
+    """The scan files of ``--scan``: files as given, folders' readable point files (sorted, not recursive)."""
+    from gridify.io import SUPPORTED_EXTENSIONS
+
+    files = []
+    for text in paths:
+        p = Path(text)
+        if p.is_dir():
+            found = sorted(q for q in p.iterdir() if q.is_file() and q.suffix.lower() in SUPPORTED_EXTENSIONS)
+            if not found:
+                raise SystemExit(f"{prog}: error: --scan {text}: no point-cloud files in this folder")
+            files.extend(found)
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise SystemExit(f"{prog}: error: --scan {text}: no such file or folder")
+    return files
+
+
+def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
+    """``gridify evaluate --scan``: a segmentation model on scan files with ground truth; prints per-class IoU
+    (over all points of all scans, :class:`gridify.metrics.SegmentationIoU`) and each scan's mIoU."""
+    import numpy as np
+
+    from gridify.api import load, pretrained_path
+    from gridify.datasets.scene_layouts import read_scan_labels, scan_label_path
+    from gridify.io import read_points
+    from gridify.metrics import SegmentationIoU
+
+    if args.scan is None:
+        raise SystemExit(f"{prog}: error: --model takes a shipped model to --scan files; give --scan PATH")
+    if args.labels is not None and len(args.scan) != 1:
+        raise SystemExit(f"{prog}: error: --labels goes with a single --scan file")
+    if args.output:
+        check_output_file(Path(args.output), "--output")
+    files = _scan_files(args.scan, prog)
+    if args.labels is not None and (len(files) != 1 or not Path(args.labels).is_file()):
+        raise SystemExit(f"{prog}: error: --labels {args.labels}: give one existing label file for one scan file")
+    try:
+        model = load(args.ckpt if args.ckpt else pretrained_path(args.model), device="cpu")
+    except (CheckpointError, ValueError) as exc:
+        raise SystemExit(f"{prog}: error: {exc}")
+    if not model.dense or model.num_categories:
+        raise SystemExit(f"{prog}: error: --scan scores per-point labels of a scene or segmentation model without "
+                         f"categories; this is a {model.task} model")
+    names = list(model.class_names)
+    metric = SegmentationIoU(len(names))
+    rows = []
+    for path in files:
+        try:
+            cloud = read_points(path, fields="all") if model.whole_scenes else read_points(path)
+            label_file = Path(args.labels) if args.labels else scan_label_path(path)
+            if label_file is not None:
+                target = read_scan_labels(label_file, len(cloud.points), names)
+            elif cloud.labels is not None:
+                target = np.asarray(cloud.labels, np.int64)
+                label_file = path
+            else:
+                raise SystemExit(f"{prog}: error: {path}: no ground truth found (no labels/{path.stem}.label, "
+                                 f"{path.stem}.label or label field); pass --labels")
+            pred = model.predict(cloud, num_votes=args.votes)
+        except (DatasetError, ValueError, OSError) as exc:
+            raise SystemExit(f"{prog}: error: {error_line(exc)}")
+        one = SegmentationIoU(len(names))
+        for m in (metric, one):
+            m.update(torch.from_numpy(pred.labels), torch.from_numpy(target))
+        scan_miou = float(one.compute()["miou"])
+        rows.append({"scan": str(path), "labels": str(label_file), "points": len(target), "miou": scan_miou})
+        print(f"[evaluate] {path}: mIoU {100 * scan_miou:.2f} % ({len(target)} points, labels {label_file})")
+    res = metric.compute()
+    ious = {n: (None if np.isnan(v) else float(v)) for n, v in zip(names, res["iou"].tolist())}
+    width = max(len(n) for n in names)
+    for n, v in ious.items():
+        print(f"  {n:<{width}}  {'  absent' if v is None else f'{100 * v:6.2f} %'}")
+    print(f"[evaluate] {len(files)} scan(s): mIoU {100 * float(res['miou']):.2f} % over the {sum(v is not None for v in ious.values())} "
+          f"classes present, OA {100 * float(res['oa']):.2f} %, mAcc {100 * float(res['macc']):.2f} %")
+    report = {
+        "task": model.task,
+        "scans": rows,
+        "metrics": {"miou": float(res["miou"]), "oa": float(res["oa"]), "macc": float(res["macc"])},
+        "iou": ious,
+        "confusion": res["confusion"].tolist(),
+        "class_names": names,
+        "checkpoint": str(args.ckpt or args.model),
+        "votes": args.votes,
+        "gridify_version": __version__,
+    }
+    if args.output:
+        write_json(Path(args.output), report)
+        print(f"[evaluate] metrics written to {args.output}")
     return report
 
 

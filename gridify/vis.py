@@ -90,6 +90,7 @@ from .ops.sampling import fps_unchecked
 
 __all__ = [
     "show",
+    "show_comparison",
     "render",
     "palette",
     "edge_palette",
@@ -964,6 +965,71 @@ def show(
     opts = _check_layer_options(where, grid_color, grid_nodes, edge_nodes, max_edges, seed, grid_bounds)
     scene = _build_scene(where, points, labels, colors, class_names, num_classes, grid, edges, opts, camera)
     return _present(where, scene, layers, legend, title, out, style)
+
+
+def show_comparison(
+    points: Any,
+    truth: Any,
+    prediction: Any,
+    class_names: Optional[Sequence[str]] = None,
+    *,
+    out: Union[str, os.PathLike, None] = None,
+    title: Optional[str] = None,
+    view: Any = "pca",
+    up: Any = None,
+    azimuth: float = 0.0,
+    elevation: float = 0.0,
+    width: int = 800,
+    height: int = 600,
+    point_size: float = 3.0,
+) -> Optional[np.ndarray]:
+    """Ground truth and prediction of one labelled cloud, side by side, with one palette and legend.
+
+    With ``out`` (a PNG): two renders from the same camera, ground truth on the left and prediction on
+    the right (``2 * width x height``), each titled, the legend listing the classes of each panel.
+    Without: one window with the prediction's copy of the cloud shifted along its longest axis by 1.1
+    times that extent (the title says which copy is which). Points whose ground truth is ``-1``
+    (ignored) are drawn grey as ``unlabelled``.
+
+    Shapes:
+        points ``[N, 3]``, truth ``[N]`` (ids ``-1..K-1``), prediction ``[N]`` -> ``[H, 2W, 3]`` uint8 (``out``)
+    """
+    where = "show_comparison"
+    if out is not None:
+        check_output_file(out, f"{where}: out")
+    pos = _check_cloud(where, _to_numpy(points))
+    truth = np.asarray(_to_numpy(truth)).reshape(-1)
+    pred = np.asarray(_to_numpy(prediction)).reshape(-1)
+    for name, lab in (("truth", truth), ("prediction", pred)):
+        if len(lab) != len(pos) or not np.issubdtype(lab.dtype, np.integer):
+            fail(where, f"{name} must hold one integer label per point ({len(pos)}), got {lab.dtype} {lab.shape}")
+    k = int(max(len(class_names) if class_names is not None else 0, truth.max(initial=-1) + 1, pred.max(initial=-1) + 1))
+    names = list(class_names) if class_names is not None else [str(i) for i in range(k)]
+    names = names + [f"class {i}" for i in range(len(names), k)] + ["unlabelled"]
+    if (truth < -1).any() or (pred < 0).any():
+        fail(where, "labels must be class ids >= 0 (the truth also -1: unlabelled)")
+    truth = np.where(truth < 0, k, truth)
+    common = dict(class_names=names, num_classes=k + 1, view=view, up=up, azimuth=azimuth, elevation=elevation,
+                  width=width, height=height, point_size=point_size)
+    if out is None:
+        ext = pos.max(0) - pos.min(0)
+        axis = int(np.argmax(ext))
+        shift = np.zeros(3)
+        shift[axis] = 1.1 * float(ext[axis]) or 1.0
+        both = np.concatenate([pos, pos + shift])
+        caption = f"ground truth | prediction (shifted {shift[axis]:.3g} along {'xyz'[axis]})"
+        return show(both, np.concatenate([truth, pred]), **common, title=f"{title}: {caption}" if title else caption)
+    style = _check_style(where, width, height, point_size, 6.0, 1.0)
+    camera = _check_camera(where, view, up, azimuth, elevation)
+    opts = _check_layer_options(where, "norm", "touched", DEFAULT_EDGE_NODES, DEFAULT_MAX_EDGES, 0, (-1.0, 1.0))
+    panels = []
+    for lab, caption in ((truth, "ground truth"), (pred, "prediction")):
+        scene = _build_scene(where, pos, lab, None, names, k + 1, None, None, opts, camera)
+        img = _render(scene.data, style, scene.direction, scene.up)
+        panels.append(_draw_legend(img, scene.label_entries, [], f"{title}: {caption}" if title else caption))
+    img = np.concatenate(panels, axis=1)
+    _write_png(Path(os.fspath(out)), img)
+    return img
 
 
 @dataclass

@@ -56,7 +56,7 @@ __all__ = [
     "SEMANTICKITTI_CLASSES", "SEMANTICKITTI_LEARNING_MAP", "SEMANTICKITTI_SPLITS", "LAYOUTS", "LayoutInfo",
     "SceneRef", "find_scenes", "read_scene", "read_s3dis_room", "read_scannet_scene", "read_ply_vertices",
     "read_semantickitti_scan", "read_pointcept_scene", "read_mmdet3d_scene", "map_nyu40_to_scannet20",
-    "map_semantickitti_labels", "POINTCEPT_FILES",
+    "map_semantickitti_labels", "POINTCEPT_FILES", "scan_label_path", "read_scan_labels",
 ]
 
 #: label of ignored / unlabelled points in every layout's training ids
@@ -643,3 +643,56 @@ def read_scene(ref: SceneRef, *, classes: Optional[Sequence[str]] = None, unknow
     if ref.layout == "pointcept":
         return read_pointcept_scene(ref.path)
     return read_mmdet3d_scene(ref)
+
+
+# --------------------------------------------------------------------------------------
+# ground truth of a single scan (gridify evaluate --scan, gridify show --labels)
+# --------------------------------------------------------------------------------------
+def scan_label_path(scan: PathLike) -> Optional[Path]:
+    """The ground-truth file of one scan where the layouts put it, or None: a SemanticKITTI
+    ``labels/<stem>.label`` beside the scan's ``velodyne/`` folder (or ``<stem>.label`` beside the scan),
+    a Pointcept ``segment.npy`` beside ``coord.npy`` (the scan given as that folder or its ``coord.npy``)."""
+    p = Path(scan)
+    if p.is_dir():
+        return p / "segment.npy" if (p / "segment.npy").is_file() else None
+    candidates = [p.parent.parent / "labels" / f"{p.stem}.label", p.with_suffix(".label")]
+    if p.name == "coord.npy":
+        candidates.append(p.parent / "segment.npy")
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def read_scan_labels(path: PathLike, num_points: int, class_names: Sequence[str]) -> np.ndarray:
+    """Training ids ``[N]`` (``-1`` = ignore) of one scan's ground truth for a model with ``class_names``.
+
+    ``.label`` (SemanticKITTI uint32): mapped to the 19 classes (:func:`map_semantickitti_labels`) when the
+    model's classes are SemanticKITTI's, else the low 16 bits taken as ids; ``.npy`` / ``.txt`` (one
+    integer per point, e.g. Pointcept ``segment.npy``): ids as they are. A count other than the scan's
+    ``num_points``, a non-integer value or an id outside ``-1..K-1`` raises a :class:`DatasetError` naming the file.
+    """
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix == ".label":
+        raw = _binary_rows(p, np.dtype("<u4"), 1)[:, 0]
+        kitti = tuple(c.lower() for c in class_names) == SEMANTICKITTI_CLASSES
+        ids = map_semantickitti_labels(raw) if kitti else (raw & 0xFFFF).astype(np.int64)
+    elif suffix in (".npy", ".txt"):
+        try:
+            values = _load_npy(p) if suffix == ".npy" else np.loadtxt(p, ndmin=1)
+        except (OSError, ValueError) as exc:
+            raise _fail(p, f"cannot read the labels ({exc})") from None
+        values = np.asarray(values).reshape(-1)
+        if not np.issubdtype(values.dtype, np.number) or values.dtype == np.bool_:
+            raise _fail(p, f"labels must be integers, got dtype {values.dtype}")
+        if not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
+            bad = int(np.flatnonzero(~np.isfinite(values) | (values != np.round(values)))[0])
+            raise _fail(p, f"labels must be integers, row {bad} holds {values[bad]!r}")
+        ids = values.astype(np.int64)
+    else:
+        raise _fail(p, f"unknown label file type {suffix!r}; use a SemanticKITTI .label, a .npy or a .txt")
+    if len(ids) != int(num_points):
+        raise _fail(p, f"{len(ids)} labels for a scan of {int(num_points)} points")
+    bad = np.flatnonzero((ids < IGNORE_INDEX) | (ids >= len(class_names)))
+    if bad.size:
+        raise _fail(p, f"label {int(ids[bad[0]])} (row {int(bad[0])}) outside -1..{len(class_names) - 1} "
+                       f"({len(class_names)} classes of the model)")
+    return ids
