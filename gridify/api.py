@@ -60,6 +60,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import check_alloc, check_batch, check_int, check_positive_int, fail
+from ._pretrained import PRETRAINED, pretrained_file
 from .checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
 from .io import PointCloud, read_points, reader_takes
 from .nn.state import all_or_nothing, evaluating
@@ -879,14 +880,9 @@ def _num_points_of(config: Dict[str, Any]) -> Optional[int]:
 
 #: Models shipped with the package (``gridify/pretrained/<file>``), loadable by name.
 #: shipped model name -> its file in ``gridify/pretrained/`` (model cards: docs/guides/prediction.md)
-PRETRAINED = {"modelnet10": "modelnet10.pt", "modelnet40": "modelnet40.pt"}
-
-
 def pretrained_path(name: str) -> Path:
     """The file of the shipped model ``name`` (see :data:`PRETRAINED`)."""
-    if name not in PRETRAINED:
-        raise ValueError(f"unknown pretrained model {name!r}; shipped: {sorted(PRETRAINED)}")
-    path = Path(__file__).resolve().parent / "pretrained" / PRETRAINED[name]
+    path = pretrained_file(name)
     if not path.is_file():
         raise CheckpointError(f"the pretrained model {name!r} is missing from this installation ({path})")
     return path

@@ -26,13 +26,14 @@ import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from . import _cliargs as types
 from ._paths import check_input_file, check_output_dir, one_line_errors
-from .api import PRETRAINED, pretrained_path
+from ._pretrained import PRETRAINED
+
+if TYPE_CHECKING:  # numpy and torch are imported by the commands that run, never while parsing
+    import numpy as np
 
 DELEGATED = {
     "train": ("gridify.training", "train and test a model from a YAML config (Lightning)"),
@@ -61,9 +62,18 @@ def _prog(name: str):
             os.environ["GRIDIFY_PROG"] = saved
 
 
+#: the delegated commands whose arguments are parsed before their module (and PyTorch) is imported
+LIGHT_PARSERS = {"train": "train_parser", "evaluate": "evaluate_parser"}
+
+
 def _delegate(name: str, argv: List[str]) -> int:
     import importlib
 
+    if name in LIGHT_PARSERS:  # --help and argument errors answer before anything heavy is imported
+        from . import _commands
+
+        with _prog(name):
+            getattr(_commands, LIGHT_PARSERS[name])().parse_intermixed_args(argv)
     module_name = DELEGATED[name][0]
     try:
         module = importlib.import_module(module_name)
@@ -163,7 +173,7 @@ def _add_show_parser(sub: Any) -> None:
 
 def _add_show_edge_arguments(s: argparse.ArgumentParser) -> None:
     """The ``show`` options choosing the grid nodes and the kNN edges drawn."""
-    from .vis import DEFAULT_EDGE_NODES, DEFAULT_MAX_EDGES, GRID_NODES
+    from ._clinames import DEFAULT_EDGE_NODES, DEFAULT_MAX_EDGES, GRID_NODES
 
     s.add_argument(
         "--grid-nodes",
@@ -235,13 +245,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_predict_parser(sub: Any) -> None:
     """The ``predict`` sub-command."""
-    from .io import supported_extensions
+    from ._clinames import SUPPORTED_EXTENSIONS
 
     q = sub.add_parser(
         "predict",
         help="label the points of a file with a trained model",
         description="Classify a cloud, or segment every point of it, with a trained model. Any "
-        f"file gridify.io.read_points reads ({' '.join(supported_extensions())}; meshes "
+        f"file gridify.io.read_points reads ({' '.join(SUPPORTED_EXTENSIONS)}; meshes "
         "are surface-sampled) and any number of points.",
     )
     q.add_argument("file", help="point cloud or mesh file")
@@ -273,8 +283,7 @@ def _add_predict_parser(sub: Any) -> None:
 
 def _add_export_parser(sub: Any) -> None:
     """The ``export`` sub-command."""
-    from .export import EXPORT_FORMATS
-    from .export import INSTALL_HINT as EXPORT_HINT
+    from ._clinames import EXPORT_FORMATS, EXPORT_HINT
 
     e = sub.add_parser(
         "export",
@@ -327,7 +336,7 @@ def _add_download_parser(sub: Any) -> None:
 
 
 def _add_convert_parser(sub: Any) -> None:
-    from .datasets.scene_layouts import LAYOUTS, S3DIS_TEST_AREA
+    from ._clinames import LAYOUTS, S3DIS_TEST_AREA
 
     c = sub.add_parser(
         "convert",
@@ -379,7 +388,7 @@ def _add_convert_parser(sub: Any) -> None:
 def _load(args: argparse.Namespace):
     import torch
 
-    from .api import load
+    from .api import load, pretrained_path
     from .checkpoint import CheckpointError
 
     if args.threads:
@@ -448,6 +457,8 @@ def _predict(model: Any, cloud: Any, args: argparse.Namespace, **kw: Any):
 
 def write_labels(path: Path, cloud: Any, pred: Any) -> Path:
     """Write a :class:`~gridify.api.Prediction` as .txt, .npy, .ply or .json (by extension)."""
+    import numpy as np
+
     from ._files import atomic_write, atomic_write_text
     from .io import write_ply
     from .vis import label_colors
@@ -613,6 +624,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _ground_truth(args: argparse.Namespace, cloud: Any, model: Any) -> Optional[np.ndarray]:
     """The training ids of ``--labels`` (a file, or found beside the scan / in the file with ``auto``), or None."""
+    import numpy as np
+
     from .datasets import DatasetError
     from .datasets.scene_layouts import read_scan_labels, scan_label_path
 
@@ -644,6 +657,8 @@ def _show_truth_beside(args: argparse.Namespace, pos: Any, truth: Any, labels: A
 def _hide_classes(args: argparse.Namespace, pos: Any, labels: Any, class_names: List[str]):
     """The points and labels of a labelled scene without the classes of ``--hide`` (default: the
     ceiling, when the model has one: a room seen from any side above is hidden by its ceiling)."""
+    import numpy as np
+
     lower = [c.lower() for c in class_names]
     if args.hide is None:
         names = ["ceiling"] if "ceiling" in lower else []
@@ -669,6 +684,7 @@ def _hide_classes(args: argparse.Namespace, pos: Any, labels: Any, class_names: 
 def cmd_export(args: argparse.Namespace) -> int:
     import torch
 
+    from .api import pretrained_path
     from .checkpoint import CheckpointError
     from .export import ExportError, export_onnx
 

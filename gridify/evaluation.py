@@ -34,7 +34,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import torch
 from torch.utils.data import DataLoader
 
-from gridify import _cliargs as types
+from gridify._commands import evaluate_parser
 from gridify._paths import check_input_file, check_output_file, one_line_errors
 from gridify._version import __version__
 from gridify.checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
@@ -42,81 +42,14 @@ from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError
 from gridify.precision import PRECISIONS, autocast, resolve_precision
 from gridify.scene_inference import evaluate_scenes
 from gridify.tasks import get_task
-from gridify.training.cli import error_line, program_name
+from gridify.training.cli import error_line
 from gridify.training.config import DEFAULTS, ConfigError, check_config, deep_merge, resolve_config
 from gridify.training.data import build_dataset
 from gridify.training.metrics import evaluate_model, format_metrics
 from gridify.training.report import write_json
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``evaluate`` argument parser (its program name from :func:`~gridify.training.cli.program_name`)."""
-    p = argparse.ArgumentParser(
-        prog=program_name("evaluate.py"),
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--ckpt", help="Lightning .ckpt or exported model.pt")
-    which.add_argument("--model", help="a shipped model by name (with --scan), e.g. semantickitti")
-    p.add_argument(
-        "--scan",
-        nargs="+",
-        metavar="PATH",
-        help="score these scans (files, or folders of scan files) against their ground truth instead of a "
-        "dataset split: per-class IoU over all their points (segmentation models)",
-    )
-    p.add_argument(
-        "--labels",
-        help="with one --scan file: its ground truth (.label, .npy or .txt; default: found beside the scan, "
-        "SemanticKITTI labels/<stem>.label or Pointcept segment.npy, else the file's own label field)",
-    )
-    p.add_argument(
-        "--config", help="config (a shipped name or a YAML file) whose sections update the one stored in the checkpoint"
-    )
-    p.add_argument("--data-root", help="shorthand for data.root=... (where the dataset is)")
-    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides (YAML values)")
-    p.add_argument("--split", default="test", choices=("test", "val", "train"), help="split to evaluate")
-    p.add_argument(
-        "--device", default="auto", type=types.device_or_auto, help="cpu, cuda, cuda:1, ... (auto: cuda when available)"
-    )
-    p.add_argument("--batch-size", type=types.positive_int, help="evaluation batch size (default: the config's)")
-    p.add_argument("--num-workers", type=types.workers, help="DataLoader workers (default: the config's)")
-    p.add_argument("--threads", type=types.threads, help="torch CPU threads")
-    p.add_argument(
-        "--output",
-        type=types.output_file(),
-        help="metrics JSON path (default: <ckpt>.test_metrics.json beside the checkpoint)",
-    )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument(
-        "--precision",
-        default="fp32",
-        choices=PRECISIONS,
-        help="fp32, or bf16/fp16 autocast (a device that cannot run it natively falls back to fp32 "
-        "with a warning; gridify.precision)",
-    )
-    p.add_argument(
-        "--votes",
-        type=types.positive_int,
-        default=1,
-        help="test-time voting: average the softmax over this many views of every cloud (the first "
-        "as it is, the others with random per-axis scales in [0.85, 1.15]; scene_segmentation: rotated "
-        "about the vertical axis; default 1 = none)",
-    )
-    p.add_argument(
-        "--voxel-size",
-        type=types.positive_float,
-        default=None,
-        help="scene_segmentation: the fragments' voxel edge in metres (default: the run's data.voxel_size)",
-    )
-    p.add_argument(
-        "--max-points",
-        type=types.positive_int,
-        default=None,
-        help="scene_segmentation: the largest crop (default: the run's data.max_points)",
-    )
-    return p
+build_parser = evaluate_parser  # the parser lives in gridify._commands (no torch while parsing)
 
 
 #: a keyword argument of :func:`evaluate` left to the config (and the command line)

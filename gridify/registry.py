@@ -37,8 +37,27 @@ class UnknownNameError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
+#: the modules whose import registers the built-in components (imported by :func:`load_components`)
+COMPONENT_MODULES = ("gridify.nn", "gridify.backbones", "gridify.models", "gridify.baselines", "gridify.datasets")
+_LOADING: Dict[str, bool] = {"started": False}
+
+
+def load_components() -> None:
+    """Import the modules that register the built-in components (once; ``import gridify`` is lazy, so a
+    registry read before them would miss e.g. the baseline models). Re-entrant calls while they import
+    return at once."""
+    if _LOADING["started"]:
+        return
+    _LOADING["started"] = True
+    import importlib
+
+    for name in COMPONENT_MODULES:
+        importlib.import_module(name)
+
+
 class Registry(Generic[T]):
-    """A named mapping from string keys to classes (or factories) of one kind."""
+    """A named mapping from string keys to classes (or factories) of one kind; reading it first
+    registers the built-in components (:func:`load_components`)."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -64,6 +83,7 @@ class Registry(Generic[T]):
         """The component registered under ``name`` (case-insensitive); :class:`UnknownNameError` if none."""
         if not isinstance(name, str):
             raise TypeError(f"{self.kind} name must be a string, got {type(name).__name__}")
+        load_components()
         key = name.lower()
         if key not in self._entries:
             known = ", ".join(sorted(self._entries)) or "(none registered)"
@@ -75,19 +95,23 @@ class Registry(Generic[T]):
         return self.get(name)(**kwargs)  # type: ignore[operator]
 
     def names(self) -> list[str]:
+        load_components()
         return sorted(self._entries)
 
     def registered(self) -> list[str]:
         """The names in the order they were registered (:meth:`names` sorts them)."""
+        load_components()
         return list(self._entries)
 
     def __contains__(self, name: object) -> bool:
+        load_components()
         return isinstance(name, str) and name.lower() in self._entries
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
     def __len__(self) -> int:
+        load_components()
         return len(self._entries)
 
     def __repr__(self) -> str:

@@ -31,7 +31,7 @@ import sys
 from typing import Any, Dict, Optional, Sequence
 
 
-from gridify import _cliargs as types
+from gridify._commands import program_name, train_parser
 from gridify._paths import one_line_errors
 from gridify.datasets import DatasetNotFoundError, DownloadError
 
@@ -41,58 +41,7 @@ from .schema import annotated_yaml
 __all__ = ["program_name", "build_parser", "config_from_args", "error_line", "main"]
 
 
-def program_name(script: str) -> str:
-    """The name this command was started as, for usage lines and error prefixes.
-
-    ``gridify train`` through the ``gridify`` console script (it names the sub-command in the
-    environment variable ``GRIDIFY_PROG``, so ``sys.argv`` stays runnable for launchers that
-    re-execute it, such as DDP), ``script`` itself (e.g. ``train.py``) when that script was run,
-    and ``script`` as well when the command is called from Python (tests, notebooks).
-    """
-    given = os.environ.get("GRIDIFY_PROG", "")
-    if given.startswith("gridify "):
-        return given
-    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
-    return name if name == script else script
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``train`` argument parser (its program name from :func:`program_name`)."""
-    p = argparse.ArgumentParser(
-        prog=program_name("train.py"),
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Overrides: section.key=value, e.g. model.resolution=7 trainer.max_epochs=2",
-    )
-    p.add_argument(
-        "--config",
-        help="a shipped config by name (procedural, modelnet10, folder_classification, ...) "
-        "or a YAML file (sections: " + ", ".join(SECTIONS) + ")",
-    )
-    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides (YAML values)")
-    p.add_argument("--output-dir", type=types.output_dir, help="shorthand for output_dir=...")
-    p.add_argument(
-        "--data-root",
-        help="shorthand for data.root=...: the data root (or your own folder); "
-        "default $GRIDIFY_DATA, else the repository's datasets/",
-    )
-    p.add_argument("--accelerator", help="shorthand for trainer.accelerator (cpu, gpu, auto)")
-    p.add_argument("--devices", help="shorthand for trainer.devices (a count, a list or auto)")
-    p.add_argument("--strategy", help="shorthand for trainer.strategy (auto, ddp, ddp_spawn, ...)")
-    p.add_argument("--precision", help="shorthand for trainer.precision (32-true, 16-mixed, bf16-mixed)")
-    p.add_argument("--max-epochs", type=int, help="shorthand for trainer.max_epochs")
-    p.add_argument(
-        "--resume",
-        metavar="PATH|auto",
-        help="continue from a Lightning checkpoint; 'auto' = <output_dir>/checkpoints/last.ckpt if present",
-    )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="start afresh in an output_dir that already holds checkpoints/logs (deletes them)",
-    )
-    p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
-    return p
+build_parser = train_parser  # the parser lives in gridify._commands (no torch while parsing)
 
 
 def config_from_args(args: argparse.Namespace) -> Dict[str, Any]:

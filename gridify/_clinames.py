@@ -1,0 +1,26 @@
+"""The values the ``gridify`` command line's parser shows and checks, as plain literals.
+
+The parser is built before anything heavy is imported (``gridify --help``, ``--version`` and
+argument errors answer in well under a second, without PyTorch); each value here mirrors the
+library's own, and ``tests/cli/test_startup.py`` holds every pair equal.
+"""
+
+from __future__ import annotations
+
+#: :func:`gridify.io.supported_extensions` (the readers' registry, in its order)
+SUPPORTED_EXTENSIONS = (
+    ".pcd", ".ply", ".npy", ".npz", ".xyz", ".txt", ".pts", ".csv", ".xyzn", ".xyzrgb",
+    ".las", ".laz", ".bin", ".off", ".obj", ".stl", ".glb", ".gltf",
+)  # fmt: skip
+#: :data:`gridify.export.EXPORT_FORMATS` and :data:`gridify.export.INSTALL_HINT`
+EXPORT_FORMATS = ("onnx",)
+EXPORT_HINT = "pip install 'gridify[export]'  (onnx, onnxscript, onnxruntime)"
+#: :data:`gridify.vis.DEFAULT_EDGE_NODES`, :data:`~gridify.vis.DEFAULT_MAX_EDGES`, :data:`~gridify.vis.GRID_NODES`
+DEFAULT_EDGE_NODES = 8
+DEFAULT_MAX_EDGES = 1000
+GRID_NODES = ("touched", "all")
+#: the keys of :data:`gridify.datasets.scene_layouts.LAYOUTS` and its ``S3DIS_TEST_AREA``
+LAYOUTS = (
+    "pointcept", "s3dis", "scannet", "semantickitti", "mmdet3d_scannet", "mmdet3d_scannet_instance", "mmdet3d_s3dis",
+)  # fmt: skip
+S3DIS_TEST_AREA = 5
