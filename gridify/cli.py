@@ -240,7 +240,60 @@ def build_parser() -> argparse.ArgumentParser:
     _add_export_parser(sub)
     _add_download_parser(sub)
     _add_convert_parser(sub)
+    _add_list_parser(sub)
     return p
+
+
+LIST_KINDS = ("configs", "models", "datasets")
+
+
+def _add_list_parser(sub: Any) -> None:
+    """The ``list`` sub-command."""
+    li = sub.add_parser(
+        "list",
+        help="list the shipped configs, the shipped and registered models and the datasets",
+        description="List what gridify ships and knows by name: the training configs (gridify train --config "
+        "NAME), the shipped models (--model NAME, gridify.load(NAME)) and the model architectures of the "
+        "registry (model.name), the datasets (data.name). Generated from the package's registries.",
+    )
+    li.add_argument("what", nargs="?", choices=(*LIST_KINDS, "all"), default="all", help="what to list (default all)")
+    li.set_defaults(func=cmd_list)
+
+
+def _config_summary(path: Path) -> str:
+    """The first line of a config file's header comment (its one-line description), or ''."""
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        text = line.strip()
+        if text.startswith("#"):
+            return text.lstrip("# ").rstrip(":")
+        if text:
+            return ""
+    return ""
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    kinds = LIST_KINDS if args.what == "all" else (args.what,)
+    if "configs" in kinds:
+        from .training.config import CONFIG_DIR, shipped_configs
+
+        print("configs (gridify train --config NAME):")
+        for name in shipped_configs():
+            print(f"  {name:34s} {_config_summary(CONFIG_DIR / f'{name}.yaml')[:90]}")
+    if "models" in kinds:
+        from ._pretrained import PRETRAINED
+        from .registry import MODELS
+
+        print("shipped models (--model NAME, gridify.load(NAME); model cards: docs/guides/prediction.md):")
+        for name in sorted(PRETRAINED):
+            print(f"  {name}")
+        print(f"model architectures (model.name): {', '.join(MODELS.names())}")
+    if "datasets" in kinds:
+        from .training.schema import DATASET_ALIASES
+        from .registry import DATASETS
+
+        names = sorted(set(DATASETS.names()) | set(DATASET_ALIASES))
+        print(f"datasets (data.name): {', '.join(names)}")
+    return 0
 
 
 def _add_predict_parser(sub: Any) -> None:

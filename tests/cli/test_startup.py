@@ -73,3 +73,18 @@ def test_import_gridify_is_lazy_and_the_registries_fill_on_first_read():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
     assert out.stdout.split() == ["PointNet2Classifier", "True", "gridify.api", "True"], out.stderr[-800:]
+
+
+def test_gridify_list_names_every_shipped_config_model_and_dataset(capsys):
+    from gridify.cli import main
+    from gridify._pretrained import PRETRAINED
+    from gridify.registry import DATASETS, MODELS
+    from gridify.training.config import shipped_configs
+
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in [*shipped_configs(), *PRETRAINED, *MODELS.names(), *DATASETS.names()]:
+        assert name in out
+    assert "modelnet40_fast" in out and "semantickitti_mini" in out and "temporal/dynamic_shapes" in out
+    assert main(["list", "models"]) == 0
+    assert "configs" not in capsys.readouterr().out
