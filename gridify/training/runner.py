@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import sys
 import time
 import warnings
@@ -39,10 +40,11 @@ import torch
 import torch.multiprocessing as mp
 from lightning.fabric.plugins.environments.lightning import find_free_network_port
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.trainer.states import TrainerStatus
 
 from gridify._paths import LOCK_NAME, PathError, check_input_file, check_output_dir, folder_lock
 from gridify._version import __version__
-from gridify.checkpoint import CheckpointError, load_checkpoint, plain
+from gridify.checkpoint import CheckpointError, export_model, load_checkpoint, plain
 from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError
 from gridify.tasks import get_task
 
@@ -334,11 +336,71 @@ def build_trainer(tr: Dict[str, Any], out: Path, callbacks: List[pl.Callback], r
         raise trainer_error(tr, exc) from None
 
 
-def fit(trainer: pl.Trainer, module: PointCloudTask, datamodule: PointCloudData, ckpt_path: Optional[str]) -> float:
-    """Train (from ``ckpt_path`` when resuming); returns the wall-clock seconds."""
+class TrainingInterrupted(SystemExit):
+    """Ctrl-C during ``trainer.fit``: the message says what was written and how to continue."""
+
+
+def fit(
+    trainer: pl.Trainer,
+    module: PointCloudTask,
+    datamodule: PointCloudData,
+    ckpt_path: Optional[str],
+    record: Optional[RunRecord] = None,
+) -> float:
+    """Train (from ``ckpt_path`` when resuming); returns the wall-clock seconds.
+
+    Ctrl-C (Lightning stops gracefully, then exits): rank 0 saves the state reached as
+    ``checkpoints/last.ckpt`` (mid-epoch: a resumed run skips the batches already seen) and the current
+    weights as ``checkpoints/model.pt`` (usable with ``gridify predict``), then ends with
+    :class:`TrainingInterrupted`, whose message names both and the ``--resume auto`` to continue."""
     t0 = time.time()
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    except SystemExit:
+        if trainer.state.status != TrainerStatus.INTERRUPTED or record is None:
+            raise
+        raise TrainingInterrupted(_save_interrupted(trainer, module, record, time.time() - t0)) from None
+    finally:
+        signal.signal(signal.SIGINT, handler)  # Lightning ignores Ctrl-C while it shuts down; give it back
     return time.time() - t0
+
+
+def _save_interrupted(trainer: pl.Trainer, module: PointCloudTask, record: RunRecord, seconds: float) -> str:
+    """Write what an interrupted run can (rank 0): ``last.ckpt`` of the state reached and ``model.pt`` of
+    the current weights; returns the one-line message."""
+    out = record.out
+    epoch, step = trainer.current_epoch, trainer.global_step
+    written = []
+    if trainer.is_global_zero and step > 0:
+        last = out / "checkpoints" / "last.ckpt"
+        try:
+            trainer.save_checkpoint(last)
+            written.append(str(last))
+        except Exception as exc:  # noqa: BLE001 - the epoch's own last.ckpt is still there
+            warnings.warn(f"could not save the interrupted state ({type(exc).__name__}: {exc})")
+        export_model(
+            out / "checkpoints" / "model.pt",
+            module.model,
+            {
+                "model_name": record.model_name,
+                "model_kwargs": record.model_kwargs,
+                "class_names": record.info["class_names"],
+                "gridify_version": __version__,
+                "task": record.cfg["task"],
+                "info": record.info,
+                "config": record.cfg,
+                "source_format": record.info["source_format"],
+                "num_parameters": record.num_params,
+                "checkpoint": f"interrupted at epoch {epoch + 1}, step {step} (current weights, not tested)",
+            },
+        )
+        written.append(str(out / "checkpoints" / "model.pt"))
+    saved = f"wrote {' and '.join(written)}; " if written else ""
+    return (
+        f"interrupted at epoch {epoch + 1}, step {step} after {seconds:.0f} s; {saved}continue with the same "
+        f"command and --resume auto (or --resume {out / 'checkpoints' / 'last.ckpt'})"
+    )
 
 
 def test_checkpoint(tr: Dict[str, Any], best: Optional[Any], ckpt_dir: Path) -> Optional[str]:
@@ -421,7 +483,7 @@ def run_process(
             f"steps per epoch were computed for {world} processes but the trainer runs "
             f"{trainer.world_size}; the LR schedule length may be off"
         )
-    train_seconds = fit(trainer, module, datamodule, ckpt_path)
+    train_seconds = fit(trainer, module, datamodule, ckpt_path, record if rank0 else None)
     report = test_and_report(trainer, module, datamodule, record, test_checkpoint(tr, best, ckpt_dir), train_seconds)
     return {"config": cfg, "output_dir": str(out), "train_seconds": train_seconds, **report}
 

@@ -705,3 +705,34 @@ def test_a_run_without_test_batches_ends_cleanly_with_its_model(tmp_path, capsys
     assert "not tested (trainer.limit_test_batches: 0)" in capsys.readouterr().out
     assert (tmp_path / "checkpoints" / "model.pt").is_file()
     assert json.loads((tmp_path / "test_metrics.json").read_text())["metrics"] == {}
+
+
+def test_ctrl_c_writes_the_state_and_the_weights_and_says_how_to_resume(tmp_path, monkeypatch):
+    """A KeyboardInterrupt in the third step (mid-epoch 2): last.ckpt of the state reached, model.pt of the
+    current weights, one message with --resume auto; the resumed run ends where an uninterrupted one does."""
+    import signal
+
+    from gridify import load
+    from gridify.training.module import PointCloudTask
+
+    real = PointCloudTask.training_step
+    calls = {"n": 0}
+
+    def step(self, batch, batch_idx):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(self, batch, batch_idx)
+
+    monkeypatch.setattr(PointCloudTask, "training_step", step)
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(SystemExit, match=r"interrupted at epoch 2, step 2 .*last.ckpt and .*model.pt; continue "
+                                         r"with the same command and --resume auto"):
+        T.main(tiny(tmp_path, "trainer.plots=false"))
+    assert signal.getsignal(signal.SIGINT) is before  # Ctrl-C works again afterwards
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
+    pts = np.random.default_rng(0).normal(size=(96, 3))
+    assert load(tmp_path / "checkpoints" / "model.pt").predict(pts, pts / np.linalg.norm(pts, axis=1, keepdims=True)).dense is False
+    monkeypatch.setattr(PointCloudTask, "training_step", real)
+    T.main(tiny(tmp_path, "trainer.plots=false", "--resume", "auto"))
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
