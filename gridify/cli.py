@@ -756,7 +756,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         torch.set_num_threads(int(args.threads))
     try:
         report = export_onnx(
-            args.model, args.out, num_points=args.num_points, batch_size=args.batch, verify=not args.no_verify
+            args.model,
+            args.out,
+            num_points=args.num_points,
+            batch_size=args.batch,
+            verify=not args.no_verify,
+            progress=lambda line: print(f"[export] {line}", file=sys.stderr, flush=True),
         )
     except (CheckpointError, ExportError, ImportError, ValueError) as exc:
         raise SystemExit(f"gridify export: error: {exc}")

@@ -70,7 +70,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, NoReturn, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, NoReturn, Optional, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -1005,6 +1005,7 @@ def export_onnx(
     atol: float = 1e-4,
     opset: Optional[int] = None,
     seed: int = 0,
+    progress: Optional[Callable[[str], None]] = None,
 ) -> ExportReport:
     """Export a trained gridified classifier or segmenter to a self-contained ONNX file (runs without gridify).
 
@@ -1044,6 +1045,8 @@ def export_onnx(
             torch's exporter converts to in the supported environment); None (default):
             :data:`DEFAULT_OPSET` (20). The file declares exactly this opset; others are refused.
         seed: seed of the example / check clouds.
+        progress: called with a line before each stage (tracing, checking in onnxruntime, writing), e.g.
+            ``print``; ``gridify export`` shows them (an export takes a minute or two).
 
     Raises:
         ExportError: a model or option that is not exportable (the message names it; e.g. an
@@ -1056,15 +1059,22 @@ def export_onnx(
     target, num_points, batch_size, atol, opset = _check_export_args(
         where, path, num_points, batch_size, normalize, verify, atol, opset, seed
     )
+    if progress is not None and not callable(progress):
+        fail(where, f"progress must be None or callable as progress(line), got {type(progress).__name__}")
+    say = progress or (lambda line: None)
     net, stored_normalize, class_names, train_points = _resolve(model, where)
     check_exportable(net, where)
     n = _export_num_points(net, num_points, batch_size, train_points, where)
     require_export_dependencies(where, verify)
     wrapper = _folded_wrapper(net, (stored_normalize is not False) if normalize is None else normalize, where)
     example = _example_inputs(wrapper, batch_size or 2, n, seed)
+    say(f"tracing {type(wrapper).__name__} ({n} points per cloud) to ONNX opset {opset}")
     proto, names = _onnx_model(model, net, wrapper, example, class_names, batch_size, num_points, opset, where)
     data = proto.SerializeToString()
+    if verify:
+        say("checking the file against PyTorch in onnxruntime (random and degenerate clouds, other sizes)")
     diff = _checked(wrapper, data, example, batch_size, num_points, n, seed, atol, where) if verify else None
+    say(f"writing {target}")
     return _write_export(target, data, proto, wrapper, names, diff, net, where)
 
 

@@ -372,8 +372,11 @@ def test_cli_export_round_trip(tmp_path, capsys):
         cli.main(["export", str(ckpt), "--format", "onnx", "--num-points", "80", "--batch", "2", "--out", str(out)])
         == 0
     )
-    text = capsys.readouterr().out
+    cap = capsys.readouterr()
+    text = cap.out
     assert f"wrote {out} (onnx" in text and "points [2, 80, 3], normals [2, 80, 3] -> logits [2, 4]" in text
+    stages = [line for line in cap.err.splitlines() if line.startswith("[export] ")]  # a line per stage
+    assert [s.split()[1] for s in stages] == ["tracing", "checking", "writing"], cap.err
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     g = torch.Generator().manual_seed(0)
     pts = torch.randn(2, 80, 3, generator=g) + 2
