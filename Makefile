@@ -35,7 +35,7 @@ lint: setup
 	$(PY) -m ruff format --check gridify tests scripts
 
 docs: setup
-	$(PY) -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
+	$(PY) -m sphinx -W --keep-going -n -b html docs docs/_build/html
 
 clean:
 	rm -rf outputs .pytest_cache

@@ -329,8 +329,41 @@ def _archive_kind(path: Path) -> str:
     raise ValueError(f"{path}: unknown archive type (expected .zip, .tar, .tar.gz, .tgz, .tar.bz2, .tar.xz)")
 
 
+#: the largest expansion (uncompressed size / archive size) extracted: a real dataset archive expands a few times,
+#: a decompression bomb hundreds or thousands of times (a 4.7 MB zip of 1 GiB is 218x)
+MAX_EXPANSION_RATIO = 100.0
+#: the largest total size extracted, in bytes, unless ``$GRIDIFY_MAX_EXTRACT_BYTES`` says otherwise
+MAX_EXTRACT_BYTES_ENV = "GRIDIFY_MAX_EXTRACT_BYTES"
+DEFAULT_MAX_EXTRACT_BYTES = 256 << 30
+
+
+def _check_expanded_size(archive: Path, dest: Path, total: int) -> None:
+    """Refuse an archive whose members add up to more than the extraction limit, expand more than
+    :data:`MAX_EXPANSION_RATIO` times, or need more than the free space at ``dest`` (before anything is written)."""
+    from .._checks import format_bytes
+
+    env = os.environ.get(MAX_EXTRACT_BYTES_ENV, "").strip()
+    try:
+        limit = int(float(env)) if env else DEFAULT_MAX_EXTRACT_BYTES
+    except ValueError:
+        raise ValueError(f"{MAX_EXTRACT_BYTES_ENV} must be a number of bytes, got {env!r}") from None
+    size = max(archive.stat().st_size, 1)
+    if total > limit:
+        raise ValueError(f"{archive}: expands to {format_bytes(total)}, more than the extraction limit of "
+                         f"{format_bytes(limit)} (set {MAX_EXTRACT_BYTES_ENV} to allow it); refusing to extract")
+    if total > 1 << 20 and total / size > MAX_EXPANSION_RATIO:
+        raise ValueError(f"{archive}: {format_bytes(size)} that expand to {format_bytes(total)} ({total / size:.0f}x, "
+                         f"more than {MAX_EXPANSION_RATIO:.0f}x: a decompression bomb or a corrupt archive); "
+                         f"refusing to extract")
+    free = shutil.disk_usage(dest).free
+    if total > free:
+        raise ValueError(f"{archive}: expands to {format_bytes(total)} but {dest} has {format_bytes(free)} free; "
+                         f"refusing to extract")
+
+
 def extract_archive(archive: PathLike, dest: PathLike) -> Path:
-    """Extract a zip or tar archive into the folder ``dest`` after checking every member.
+    """Extract a zip or tar archive into the folder ``dest`` after checking every member and the
+    total expanded size (:func:`_check_expanded_size`: the limit, the expansion ratio, the free space).
 
     Raises:
         ValueError: unknown or corrupt archive, or an unsafe member (absolute path, ``..``,
@@ -356,6 +389,7 @@ def extract_archive(archive: PathLike, dest: PathLike) -> Path:
                         _check_link_target(pp, target, archive, hard=False)
                 _check_collisions([(_check_member_name(i.filename, archive), i.is_dir()) for i in infos],
                                   archive, dest)
+                _check_expanded_size(archive, dest, sum(i.file_size for i in infos))
                 bad = zf.testzip()
                 if bad is not None:
                     raise ValueError(f"{archive}: corrupt archive (CRC error in member {bad!r})")
@@ -372,6 +406,7 @@ def extract_archive(archive: PathLike, dest: PathLike) -> Path:
                                          f"other special file); refusing to extract")
                 _check_collisions([(_check_member_name(m.name, archive), m.isdir()) for m in members],
                                   archive, dest)
+                _check_expanded_size(archive, dest, sum(m.size for m in members if m.isfile()))
                 if hasattr(tarfile, "data_filter"):  # defence in depth (Python >= 3.11.4)
                     tf.extractall(dest, members=members, filter="data")
                 else:  # pragma: no cover

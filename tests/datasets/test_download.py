@@ -335,3 +335,30 @@ def test_partial_part_file_with_wrong_bytes_is_restarted(tmp_path):
     (dest.parent / "src.bin.part").write_bytes(os.urandom(5_000))
     download_file(src.as_uri(), dest, sha256=hashlib.sha256(data).hexdigest(), progress=False)
     assert dest.read_bytes() == data
+
+
+def test_extraction_refuses_a_decompression_bomb_and_archives_over_the_limit(tmp_path, monkeypatch):
+    import io
+    import tarfile
+    import zipfile
+
+    from gridify.datasets.download import extract_archive
+
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("data/zeros.bin", b"\0" * (32 << 20))  # 32 MiB of zeros in ~32 KB
+    with pytest.raises(ValueError, match=r"bomb.zip: .* that expand to 32.0 MiB \(\d+x, more than 100x: a decompression bomb"):
+        extract_archive(bomb, tmp_path / "out")
+    assert not any((tmp_path / "out").rglob("*.bin"))  # nothing was written
+    ok = tmp_path / "ok.tar"
+    with tarfile.open(ok, "w") as tf:
+        data = os.urandom(2 << 20)
+        info = tarfile.TarInfo("d/a.bin")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    monkeypatch.setenv("GRIDIFY_MAX_EXTRACT_BYTES", str(1 << 20))
+    with pytest.raises(ValueError, match=r"ok.tar: expands to 2.0 MiB, more than the extraction limit of 1.0 MiB "
+                                         r"\(set GRIDIFY_MAX_EXTRACT_BYTES"):
+        extract_archive(ok, tmp_path / "out2")
+    monkeypatch.delenv("GRIDIFY_MAX_EXTRACT_BYTES")
+    assert (extract_archive(ok, tmp_path / "out2") / "d" / "a.bin").stat().st_size == 2 << 20
