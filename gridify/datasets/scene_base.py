@@ -19,6 +19,7 @@ Shapes:
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -110,6 +111,41 @@ def scene_features(sample: Dict[str, Any], features: Sequence[str], where: str) 
     x = build_scene_features(features, arr("pos"), color=color, normal=arr("normal"), strength=arr("strength"),
                              height=arr("height"), where=where)
     return torch.from_numpy(x)
+
+
+#: per-point entries of a scene (common vocabulary) whose NaN/Inf rows are dropped with the points
+_ROW_KEYS = ("coord", "color", "normal", "strength", "segment", "instance")
+
+
+def drop_nonfinite_rows(scene: Dict[str, np.ndarray], where: str) -> Dict[str, np.ndarray]:
+    """``scene`` without the points whose coordinates or features (colour, normal, strength) hold NaN/Inf,
+    with a warning naming ``where`` (the scene) and the count, as :func:`gridify.io.read_points` does for
+    files; every per-point entry loses the same rows. All points invalid: a DatasetError.
+
+    Shapes:
+        every per-point entry ``[N, ...]`` -> ``[M, ...]``, ``M <= N``
+    """
+    coord = np.asarray(scene["coord"])
+    n = len(coord)
+    ok = np.ones(n, dtype=bool)
+    for key in ("coord", "color", "normal", "strength"):
+        v = scene.get(key)
+        if v is not None and np.issubdtype(np.asarray(v).dtype, np.floating):
+            ok &= np.isfinite(np.asarray(v).reshape(n, -1)).all(1)
+    if ok.all():
+        return scene
+    bad = int((~ok).sum())
+    if bad == n:
+        raise DatasetError(f"{where}: all {n} points have NaN/Inf coordinates or features")
+    first = int(np.flatnonzero(~ok)[0])
+    warnings.warn(f"{where}: dropped {bad} of {n} points with NaN/Inf coordinates or features (first: row {first})",
+                  stacklevel=3)
+    out = dict(scene)
+    for key in _ROW_KEYS:
+        v = scene.get(key)
+        if v is not None and len(np.asarray(v)) == n:
+            out[key] = np.asarray(v)[ok]
+    return out
 
 
 class SceneDatasetBase(PointCloudDataset):
@@ -220,6 +256,7 @@ class SceneDatasetBase(PointCloudDataset):
                 scene = self.load_scene(index)
             except DatasetError as exc:  # the reader named the file (and line): name the scene too
                 raise DatasetError(f"{self.describe(index)}: {exc}") from None
+            scene = drop_nonfinite_rows(scene, self.describe(index))
             if self.cache:
                 self._cache[index] = scene
         return scene

@@ -218,6 +218,19 @@ def prepare_fresh_start(out: Path, overwrite: bool) -> None:
             shutil.rmtree(out / d)
 
 
+def _check_labelled(ds: Any, split: str, used: bool) -> None:
+    """A scene split without one labelled point (label files missing, every class outside the class list)
+    would train on nothing and score NaN: a DatasetError naming the split and what to look for."""
+    if not used or not callable(getattr(ds, "label_counts", None)) or len(ds) == 0:
+        return
+    if int(ds.label_counts().sum()) == 0:
+        raise DatasetError(
+            f"the {split} split ({type(ds).__name__}, {getattr(ds, 'scene_count', lambda: len(ds))()} scenes) has no "
+            f"labelled point: are its label files there (SemanticKITTI labels/*.label, Pointcept segment.npy), and "
+            f"are its classes in the class list (data.classes)?"
+        )
+
+
 def build_data(cfg: Dict[str, Any]) -> Tuple[Any, Any, Optional[EpochAugment], Dict[str, Any]]:
     """``(train set, val set, train augmentations, dataset info)``; the info includes :func:`~.data.inference_info`."""
     specs = parse_augmentations(cfg["data"].get("augmentations"))
@@ -225,6 +238,8 @@ def build_data(cfg: Dict[str, Any]) -> Tuple[Any, Any, Optional[EpochAugment], D
     augment = EpochAugment(specs, cfg["seed"], fit=get_task(cfg["task"]).normalized) if specs else None
     train_set = build_dataset(cfg, "train", augment)
     val_set = build_dataset(cfg, "val")
+    for split, ds in (("train", train_set), ("val", val_set)):
+        _check_labelled(ds, split, cfg["trainer"]["limit_val_batches"] != 0 or split == "train")
     info = dataset_info(train_set, cfg["task"])
     info.update(inference_info(cfg))
     weights = train_class_weights(train_set, cfg["optim"].get("class_weights", "none"))

@@ -452,3 +452,27 @@ def test_scene_dataset_train_crops_val_whole_scenes():
         ProceduralScenes("train", voxel_size=-1.0, **kw)
     with pytest.raises(ValueError, match="max_points must be a positive integer or None"):
         ProceduralScenes("train", max_points=0, **kw)
+
+
+@pytest.mark.parametrize("layout", ["pointcept", "semantickitti"])
+def test_scene_readers_drop_nan_rows_with_a_count_naming_the_scene(tmp_path, layout):
+    rng = np.random.default_rng(0)
+    coord = rng.uniform(-5, 5, (50, 3)).astype(np.float32)
+    coord[[3, 7]] = np.nan
+    strength = rng.uniform(0, 1, (50, 1)).astype(np.float32)
+    strength[11] = np.inf
+    if layout == "pointcept":
+        (tmp_path / "classes.txt").write_text("a\nb\n")
+        write_pointcept_scene(tmp_path / "train" / "s", {"coord": coord, "strength": strength,
+                                                         "segment": rng.integers(0, 2, 50)})
+        ds = SceneDataset(tmp_path, "pointcept", "train", features=["strength"])
+    else:
+        seq = tmp_path / "sequences" / "00"
+        (seq / "velodyne").mkdir(parents=True)
+        (seq / "labels").mkdir()
+        np.concatenate([coord, strength], 1).astype("<f4").tofile(seq / "velodyne" / "000000.bin")
+        np.full(50, 40, np.uint32).tofile(seq / "labels" / "000000.label")
+        ds = SemanticKITTI(tmp_path, "train", sequences=["00"], features=["strength"])
+    with pytest.warns(UserWarning, match=r"dropped 3 of 50 points with NaN/Inf coordinates or features \(first: row 3\)"):
+        item = ds[0]
+    assert item["pos"].shape == (47, 3) and item["y"].shape == (47,) and torch.isfinite(item["x"]).all()

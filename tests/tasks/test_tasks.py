@@ -438,3 +438,18 @@ def test_a_scene_model_builds_its_own_graphs_in_the_loader():
         torch.testing.assert_close(model(pos, x, batch, graph=builder(pos, batch, 2)), model(pos, x, batch))
     cfg["data"]["num_workers"] = 0
     assert D.graph_builder_of(model, cfg) is None
+
+
+def test_a_scene_run_without_labels_fails_naming_the_split(tmp_path):
+    pytest.importorskip("lightning")
+    from gridify import training as T
+
+    seq = tmp_path / "data" / "sequences"
+    for s in ("00", "01"):
+        (seq / s / "velodyne").mkdir(parents=True)
+        rows = np.random.default_rng(int(s)).uniform(-5, 5, (300, 4)).astype("<f4")
+        rows.tofile(seq / s / "velodyne" / "000000.bin")  # no labels/ folder
+    with pytest.raises(SystemExit, match=r"the train split \(SemanticKITTI, 1 scenes\) has no labelled point: are its "
+                                         r"label files there"):
+        T.main(["--config", "semantickitti_mini", "--data-root", str(tmp_path / "data"), f"output_dir={tmp_path / 'o'}",
+                "data.sequences=['00']", "data.val={sequences: ['01']}", "data.test={sequences: ['01']}"])
