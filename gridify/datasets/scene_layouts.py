@@ -56,7 +56,7 @@ __all__ = [
     "SEMANTICKITTI_CLASSES", "SEMANTICKITTI_LEARNING_MAP", "SEMANTICKITTI_SPLITS", "LAYOUTS", "LayoutInfo",
     "SceneRef", "find_scenes", "read_scene", "read_s3dis_room", "read_scannet_scene", "read_ply_vertices",
     "read_semantickitti_scan", "read_pointcept_scene", "read_mmdet3d_scene", "map_nyu40_to_scannet20",
-    "map_semantickitti_labels", "POINTCEPT_FILES", "scan_label_path", "read_scan_labels",
+    "map_semantickitti_labels", "POINTCEPT_FILES", "scan_label_path", "read_scan_labels", "read_text_lines",
 ]
 
 #: label of ignored / unlabelled points in every layout's training ids
@@ -521,7 +521,7 @@ def _split_list(root: Path, split: str, layout: str) -> Optional[set]:
         return None
     for f in (root / f"scannetv2_{split}.txt", root.parent / f"scannetv2_{split}.txt"):
         if f.is_file():
-            return set(f.read_text().split())
+            return set(read_text_lines(f))
     raise _fail(root, f"{layout} split {split!r} needs the official list scannetv2_{split}.txt in this folder "
                       f"(from the ScanNet repository's Tasks/Benchmark/); use split='all' or scenes=[...] without it")
 
@@ -547,6 +547,11 @@ def _kitti_scenes(root: Path, split: str, sequences: Optional[Sequence[str]]) ->
         wanted = sorted(d.name for d in seq_root.iterdir() if (d / "velodyne").is_dir()) if seq_root.is_dir() else []
     else:
         wanted = list(SEMANTICKITTI_SPLITS[split])
+    missing = [seq for seq in wanted if not (seq_root / seq / "velodyne").is_dir()]
+    if sequences is not None and missing:  # sequences the user named: say which are not there
+        have = sorted(d.name for d in seq_root.iterdir() if (d / "velodyne").is_dir()) if seq_root.is_dir() else []
+        raise _fail(seq_root, f"sequence(s) {missing} not found (no <sequence>/velodyne/ folder); this root has "
+                              f"{have or 'none'} (data.sequences / sequences=)")
     refs = []
     for seq in wanted:
         for b in sorted((seq_root / seq / "velodyne").glob("*.bin")):
@@ -643,6 +648,24 @@ def read_scene(ref: SceneRef, *, classes: Optional[Sequence[str]] = None, unknow
     if ref.layout == "pointcept":
         return read_pointcept_scene(ref.path)
     return read_mmdet3d_scene(ref)
+
+
+def read_text_lines(path: PathLike) -> List[str]:
+    """The non-empty, stripped lines of a small text file (class or split list), decoded as every text file of
+    gridify is (:func:`gridify.io.source.decode_text`: a UTF-8 / UTF-16 BOM is not part of the first line, UTF-16
+    without a BOM is recognised, undecodable bytes are an error naming the file)."""
+    from ..io.source import decode_text
+
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise _fail(p, f"cannot read ({exc.strerror or exc})") from None
+    try:
+        text = decode_text(raw, p)
+    except ValueError as exc:
+        raise DatasetError(str(exc)) from None
+    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 # --------------------------------------------------------------------------------------

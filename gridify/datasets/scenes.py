@@ -37,7 +37,7 @@ from .procedural_scenes import (INDOOR_CLASSES, OUTDOOR_CLASSES, ProceduralScene
                                 make_outdoor_scan)
 from .scene_base import SCENE_FEATURES, SceneDatasetBase, check_features, scene_features
 from .scene_layouts import (LAYOUTS, POINTCEPT_FILES, S3DIS_TEST_AREA, SEMANTICKITTI_SPLITS,
-                            SceneRef, find_scenes, read_scene)
+                            SceneRef, find_scenes, read_scene, read_text_lines)
 
 __all__ = ["SceneDatasetBase", "SceneDataset", "S3DIS", "ScanNet", "SemanticKITTI", "SCENE_FEATURES",
            "convert_to_pointcept", "write_pointcept_scene", "scene_features", "ProceduralScenes",
@@ -105,6 +105,10 @@ class SceneDataset(SceneDatasetBase):
         self.refs: List[SceneRef] = refs
         info = LAYOUTS[layout]
         names = classes if classes is not None else (info.classes or self._pointcept_classes())
+        if not names:
+            raise DatasetError(f"{where}: no class list for {self.root} ({layout}): write its class names, one per "
+                               f"line, to {self.root / 'classes.txt'} (gridify convert does), or pass them "
+                               f"(data.classes / classes=)")
         self._read_classes = None if classes is None or layout != "s3dis" else tuple(classes)
         self.unknown = unknown
         feats = info.features if features is None else features
@@ -124,7 +128,7 @@ class SceneDataset(SceneDatasetBase):
 
     def _pointcept_classes(self) -> List[str]:
         f = self.root / "classes.txt"
-        return [c for c in f.read_text().splitlines() if c.strip()] if f.is_file() else []
+        return read_text_lines(f) if f.is_file() else []
 
     def scene_count(self) -> int:
         return len(self.refs)

@@ -476,3 +476,19 @@ def test_scene_readers_drop_nan_rows_with_a_count_naming_the_scene(tmp_path, lay
     with pytest.warns(UserWarning, match=r"dropped 3 of 50 points with NaN/Inf coordinates or features \(first: row 3\)"):
         item = ds[0]
     assert item["pos"].shape == (47, 3) and item["y"].shape == (47,) and torch.isfinite(item["x"]).all()
+
+
+def test_scene_lists_decode_boms_and_missing_things_are_named_as_such(tmp_path):
+    coord = np.random.default_rng(1).normal(size=(20, 3)).astype(np.float32)
+    write_pointcept_scene(tmp_path / "train" / "a", {"coord": coord, "segment": np.arange(20) % 2})
+    with pytest.raises(DatasetError, match=r"no class list for .*classes.txt \(gridify convert does\), or pass them"):
+        SceneDataset(tmp_path, "pointcept", "train")
+    (tmp_path / "classes.txt").write_bytes("\ufeffceiling\nfloor\n".encode("utf-8"))
+    assert SceneDataset(tmp_path, "pointcept", "train").class_names == ["ceiling", "floor"]
+    (tmp_path / "classes.txt").write_bytes("ceiling\r\nfloor\r\n".encode("utf-16"))
+    assert SceneDataset(tmp_path, "pointcept", "train").class_names == ["ceiling", "floor"]
+    seq = tmp_path / "k" / "sequences" / "00" / "velodyne"
+    seq.mkdir(parents=True)
+    np.zeros((5, 4), "<f4").tofile(seq / "000000.bin")
+    with pytest.raises(DatasetError, match=r"sequence\(s\) \['07'\] not found .*this root has \['00'\]"):
+        SemanticKITTI(tmp_path / "k", "train", sequences=["7"])
