@@ -1784,19 +1784,37 @@ class OnnxSceneModel:
         self.voxel_size = json.loads(meta.get("voxel_size", "null"))
         self.max_points = json.loads(meta.get("max_points", "null"))
         self.in_channels = int(meta["in_channels"])
+        self.k = int(meta.get("k", 1))
+        shape = self.session.get_inputs()[0].shape  # [B, N, 3]: N an int for a fixed-size export
+        self.fixed_points = shape[1] if isinstance(shape[1], int) else None
 
     def __call__(self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None) -> Tensor:
+        """Logits of every cloud of the flat batch. A cloud of fewer than ``k`` points runs padded with copies
+        of its own points (cyclically) and its own rows are returned: the PyTorch model takes such a cloud as it
+        is (its searches hold all ``N < k`` points, as the padded one does), the file's searches need ``k``. A
+        fixed-size export (``--num-points N``) takes exactly ``N`` points: another size is an error naming both
+        (padding a cloud of ``k`` or more points would change which points its nodes see)."""
         n = pos.size(0)
         batch = torch.zeros(n, dtype=torch.long) if batch is None else batch.cpu()
         ends = torch.cumsum(torch.bincount(batch), 0).tolist()
         out, start = [], 0
+        if "features" in self.inputs and (x is None or x.dim() != 2 or x.size(1) != self.in_channels):
+            fail("OnnxSceneModel", f"x must hold the {self.in_channels} features {self.features} per point")
         for end in ends:
-            feeds = {"points": pos[start:end].detach().cpu().float().numpy()[None]}
+            m = end - start
+            want = max(m, self.k)
+            if self.fixed_points is not None and want != self.fixed_points:
+                fail(
+                    "OnnxSceneModel",
+                    f"a crop of {m} points, but the file was exported for exactly {self.fixed_points} points per "
+                    f"cloud (gridify export --num-points); export it with a dynamic size (no --num-points) to cover "
+                    f"scans, whose crops vary in size",
+                )
+            rows = torch.arange(want) % max(m, 1) + start  # the cloud's own rows, repeated to the size the file takes
+            feeds = {"points": pos[rows].detach().cpu().float().numpy()[None]}
             if "features" in self.inputs:
-                if x is None or x.dim() != 2 or x.size(1) != self.in_channels:
-                    fail("OnnxSceneModel", f"x must hold the {self.in_channels} features {self.features} per point")
-                feeds["features"] = x[start:end].detach().cpu().float().numpy()[None]
-            out.append(torch.from_numpy(self.session.run(["logits"], feeds)[0][0]))
+                feeds["features"] = x[rows].detach().cpu().float().numpy()[None]
+            out.append(torch.from_numpy(self.session.run(["logits"], feeds)[0][0][:m]))
             start = end
         return torch.cat(out).to(pos.device)
 

@@ -277,3 +277,28 @@ def test_cli_export_takes_a_shipped_name(tmp_path, monkeypatch):
     assert seen["model"].endswith("modelnet10.pt")
     with pytest.raises(SystemExit, match="checkpoint not found: nosuchmodel .*shipped model: modelnet10"):
         cli.main(["export", "nosuchmodel", "--out", str(tmp_path / "m.onnx")])
+
+
+@needs_onnx
+def test_the_scene_runner_takes_clouds_below_k_and_below_a_fixed_size(tmp_path):
+    from tests.helpers import SCENE_SMALL, export_scene_model
+
+    path, model = export_scene_model(tmp_path)
+    k = SCENE_SMALL.get("k", 6)
+    E.export_onnx(path, tmp_path / "dyn.onnx", verify=False)
+    E.export_onnx(path, tmp_path / "fixed.onnx", num_points=k, verify=False)
+    for m in model.modules():
+        if hasattr(m, "knn_backend"):
+            m.knn_backend = "torch"
+    g = torch.Generator().manual_seed(0)
+    for name, n in (("dyn.onnx", k - 2), ("dyn.onnx", 1), ("fixed.onnx", k), ("fixed.onnx", k - 1)):
+        runner = E.OnnxSceneModel(tmp_path / name, threads=1)
+        pos = torch.rand(n, 3, generator=g) * 10
+        x = torch.rand(n, 2, generator=g)
+        with torch.no_grad():
+            want = model(pos, x)
+        got = runner(pos, x)
+        assert got.shape == want.shape and (got - want).abs().max() < 1e-4, (name, n)
+    runner = E.OnnxSceneModel(tmp_path / "fixed.onnx")
+    with pytest.raises(ValueError, match=rf"a crop of {k + 4} points, but the file was exported for exactly {k} "):
+        runner(torch.rand(k + 4, 3), torch.rand(k + 4, 2))
