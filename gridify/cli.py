@@ -362,6 +362,13 @@ def _add_export_parser(sub: Any) -> None:
     )
     e.add_argument("--batch", type=types.positive_int, help="fixed clouds per batch B (default: a dynamic axis)")
     e.add_argument("--no-verify", action="store_true", help="skip the onnxruntime check against PyTorch")
+    e.add_argument(
+        "--up-axis",
+        default="z",
+        type=types.up_axis,
+        help="the up direction of the clouds the file will get: z (default, what the shipped models expect), "
+        "y, x, -z, -y or -x; rotated to z up inside the file",
+    )
     e.add_argument("--threads", type=types.threads, help="torch CPU threads")
     e.set_defaults(func=cmd_export)
 
@@ -762,6 +769,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             batch_size=args.batch,
             verify=not args.no_verify,
             progress=lambda line: print(f"[export] {line}", file=sys.stderr, flush=True),
+            up_axis=args.up_axis,
         )
     except (CheckpointError, ExportError, ImportError, ValueError) as exc:
         raise SystemExit(f"gridify export: error: {exc}")

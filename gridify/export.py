@@ -101,6 +101,7 @@ from .ops.grid import box_tensors, grid_knn
 from .ops.knn import smallest_by_index
 from .registry import TASKS
 from .tasks import get_task
+from .transforms import check_up_axis, up_axis_rotation
 
 __all__ = [
     "DepthwiseConv3dAs2d",
@@ -413,6 +414,18 @@ def _normalize_points(points: Tensor) -> Tensor:
     return (q / s.view(-1, 1, 1)).to(points.dtype)
 
 
+def _up_rotation(up_axis: str, dtype: torch.dtype) -> Optional[Tensor]:
+    """The ``3 x 3`` rotation to z up of ``up_axis`` (None for ``"z"``: nothing in the graph)."""
+    return None if up_axis == "z" else torch.as_tensor(up_axis_rotation(up_axis), dtype=dtype)
+
+
+def _to_z_up(rotation: Optional[Tensor], inputs: Tuple[Tensor, ...], names: List[str]) -> Tuple[Tensor, ...]:
+    """``points`` (and ``normals``) of the inputs rotated to z up (``p @ R^T``); the others as they are."""
+    if rotation is None:
+        return inputs
+    return tuple(t @ rotation.T if name in ("points", "normals") else t for t, name in zip(inputs, names))
+
+
 class OnnxClassifier(nn.Module):
     """A :class:`gridify.models.GridifiedClassifier` on fixed-shape inputs, ready for ``torch.onnx.export``.
 
@@ -430,7 +443,7 @@ class OnnxClassifier(nn.Module):
         points ``[B, N, 3]``, normals ``[B, N, 3]`` -> logits ``[B, num_classes]``
     """
 
-    def __init__(self, model: GridifiedClassifier, normalize: bool = True) -> None:
+    def __init__(self, model: GridifiedClassifier, normalize: bool = True, up_axis: str = "z") -> None:
         super().__init__()
         check_exportable(model, type(self).__name__)
         if not isinstance(normalize, bool):
@@ -438,15 +451,21 @@ class OnnxClassifier(nn.Module):
         self.model = model
         self.normalize = normalize
         self.use_normals = model.in_channels == 6
-        nodes, axis = grid_tables(model.gridify.grid, dtype=next(model.parameters()).dtype)
+        self.up_axis = check_up_axis(type(self).__name__, up_axis)
+        dtype = next(model.parameters()).dtype
+        nodes, axis = grid_tables(model.gridify.grid, dtype=dtype)
         self.register_buffer("nodes", nodes, persistent=False)
         self.register_buffer("axis", axis, persistent=False)
+        self.register_buffer("up_rotation", _up_rotation(self.up_axis, dtype), persistent=False)
 
     @property
     def input_names(self) -> List[str]:
         return ["points", "normals"] if self.use_normals else ["points"]
 
     def _features(self, points: Tensor, normals: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        if self.up_rotation is not None:  # the file's clouds have another up axis: rotated to z up first
+            points = points @ self.up_rotation.T
+            normals = None if normals is None else normals @ self.up_rotation.T
         pos = _normalize_points(points) if self.normalize else points
         return pos, (torch.cat([pos, normals], -1) if self.use_normals else pos)
 
@@ -1006,6 +1025,7 @@ def export_onnx(
     opset: Optional[int] = None,
     seed: int = 0,
     progress: Optional[Callable[[str], None]] = None,
+    up_axis: str = "z",
 ) -> ExportReport:
     """Export a trained gridified classifier or segmenter to a self-contained ONNX file (runs without gridify).
 
@@ -1045,6 +1065,9 @@ def export_onnx(
             torch's exporter converts to in the supported environment); None (default):
             :data:`DEFAULT_OPSET` (20). The file declares exactly this opset; others are refused.
         seed: seed of the example / check clouds.
+        up_axis: the up direction of the clouds the file will be given (:data:`gridify.transforms.UP_AXES`):
+            anything but ``"z"`` rotates ``points`` (and ``normals``) to z up inside the graph, as
+            ``gridify predict --up-axis`` does; recorded in the metadata (``up_axis``).
         progress: called with a line before each stage (tracing, checking in onnxruntime, writing), e.g.
             ``print``; ``gridify export`` shows them (an export takes a minute or two).
 
@@ -1061,12 +1084,13 @@ def export_onnx(
     )
     if progress is not None and not callable(progress):
         fail(where, f"progress must be None or callable as progress(line), got {type(progress).__name__}")
+    up_axis = check_up_axis(where, up_axis)
     say = progress or (lambda line: None)
     net, stored_normalize, class_names, train_points = _resolve(model, where)
     check_exportable(net, where)
     n = _export_num_points(net, num_points, batch_size, train_points, where)
     require_export_dependencies(where, verify)
-    wrapper = _folded_wrapper(net, (stored_normalize is not False) if normalize is None else normalize, where)
+    wrapper = _folded_wrapper(net, (stored_normalize is not False) if normalize is None else normalize, where, up_axis)
     example = _example_inputs(wrapper, batch_size or 2, n, seed)
     say(f"tracing {type(wrapper).__name__} ({n} points per cloud) to ONNX opset {opset}")
     proto, names = _onnx_model(model, net, wrapper, example, class_names, batch_size, num_points, opset, where)
@@ -1217,7 +1241,9 @@ def _check_export_args(
     return target, num_points, batch_size, atol, opset
 
 
-def _folded_wrapper(net: nn.Module, normalize: bool, where: str) -> Union["OnnxClassifier", "OnnxSegmenter"]:
+def _folded_wrapper(
+    net: nn.Module, normalize: bool, where: str, up_axis: str = "z"
+) -> Union["OnnxClassifier", "OnnxSegmenter"]:
     """The :class:`OnnxClassifier` of ``net``, on a folded copy when ``net`` has unfolded
     multi-branch layers (they cannot be traced); placeholder kernels raise :class:`ExportError`."""
     _check_folded_layers(net, where, before=True)
@@ -1226,8 +1252,8 @@ def _folded_wrapper(net: nn.Module, normalize: bool, where: str) -> Union["OnnxC
         reparameterize_model(net)
         _check_folded_layers(net, where, before=False)
     if isinstance(net, GridifiedClassifier):
-        return OnnxClassifier(net, normalize=normalize)
-    return OnnxSegmenter(net, normalize=normalize)
+        return OnnxClassifier(net, normalize=normalize, up_axis=up_axis)
+    return OnnxSegmenter(net, normalize=normalize, up_axis=up_axis)
 
 
 def _first_run(wrapper: "OnnxClassifier", example: Tuple[Tensor, ...], where: str) -> None:
@@ -1359,6 +1385,7 @@ def _set_metadata(
         "inputs": json.dumps(wrapper.input_names),
         "k": str(net.gridify.k),
         "resolution": json.dumps(net.gridify.resolution),
+        "up_axis": wrapper.up_axis,
     }
     if isinstance(net, GridifiedSceneSegmenter):
         props["extent"] = json.dumps(net.extent)
@@ -1583,12 +1610,15 @@ class OnnxSegmenter(nn.Module):
         -> logits ``[B, N, num_classes]``
     """
 
-    def __init__(self, model: nn.Module, normalize: bool = True, node_chunk: int = NODE_CHUNK) -> None:
+    def __init__(
+        self, model: nn.Module, normalize: bool = True, node_chunk: int = NODE_CHUNK, up_axis: str = "z"
+    ) -> None:
         super().__init__()
         check_exportable(model, type(self).__name__)
         if not isinstance(normalize, bool):
             fail(type(self).__name__, f"normalize must be True or False, got {normalize!r}")
         self.node_chunk = check_int(type(self).__name__, "node_chunk", node_chunk, 1)
+        self.up_axis = check_up_axis(type(self).__name__, up_axis)
         self.model = model
         self.scene = isinstance(model, GridifiedSceneSegmenter)
         self.normalize = False if self.scene else normalize
@@ -1597,6 +1627,7 @@ class OnnxSegmenter(nn.Module):
         self.num_categories = 0 if self.scene else int(model.num_categories)
         dtype = next(model.parameters()).dtype
         grid = model.gridify.grid
+        self.register_buffer("up_rotation", _up_rotation(self.up_axis, dtype), persistent=False)
         self.register_buffer("nodes", grid.positions(dtype=dtype), persistent=False)
         for name, ax in zip(("axis_x", "axis_y", "axis_z"), grid_axes(grid, dtype=dtype)):
             self.register_buffer(name, ax, persistent=False)
@@ -1677,7 +1708,7 @@ class OnnxSegmenter(nn.Module):
 
     def _forward(self, *inputs: Tensor) -> Tensor:
         m = self.model
-        u, x = self._features(inputs)
+        u, x = self._features(_to_z_up(self.up_rotation, inputs, self.input_names))
         graph = dense_grid_knn_unchecked(u, m.gridify.k, self.nodes, self.axes, self.node_chunk)
         z = m.backbone(m.grid_norm(gridify_dense_graph(m.gridify, u, x, self.nodes, graph)))
         voxel = degridify_dense_graph(m.degridify, z, u, self.nodes, graph)
@@ -1693,6 +1724,7 @@ class OnnxSegmenter(nn.Module):
         """The same logits through the model's own forward (bilateral kNN graph): the reference path."""
         if validating():
             self.check_inputs(*inputs, where=f"{type(self).__name__}.reference")
+        inputs = _to_z_up(self.up_rotation, inputs, self.input_names)
         if self.scene:
             return self.model(inputs[0], inputs[1] if self.num_features else None)
         u, x = self._features(inputs)

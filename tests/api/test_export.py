@@ -888,3 +888,26 @@ def test_node_ties_of_degenerate_clouds_are_told_apart_from_real_differences():
     _, point_nodes, _ = E.dense_bilateral_knn(pos, model.gridify.grid, model.gridify.k)
     # the centre node 62, then five of its six face neighbours (at h^2), the lowest indices first
     assert point_nodes[0, 0].tolist() == [62, 37, 57, 61, 63, 67]
+
+
+@needs_onnx
+def test_export_up_axis_rotates_inside_the_file(tmp_path):
+    """--up-axis y: the file given a y-up cloud answers as the model does on that cloud rotated to z up."""
+    import onnx
+    import onnxruntime as ort
+
+    from gridify.transforms import up_axis_rotation
+
+    model, kwargs = tiny_classifier(6)
+    ckpt = write_checkpoint(tmp_path / "model.pt", model, kwargs)
+    out = tmp_path / "y.onnx"
+    assert cli.main(["export", str(ckpt), "--out", str(out), "--up-axis", "y"]) == 0
+    meta = {p.key: p.value for p in onnx.load(str(out)).metadata_props}
+    assert meta["up_axis"] == "y"
+    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    g = torch.Generator().manual_seed(1)
+    pts = torch.randn(2, 70, 3, generator=g)
+    nrm = torch.nn.functional.normalize(torch.randn(2, 70, 3, generator=g), dim=-1)
+    r = torch.as_tensor(up_axis_rotation("y"), dtype=torch.float32)
+    want = E.OnnxClassifier(gridify.load(ckpt).model, normalize=True).reference(pts @ r.T, nrm @ r.T)
+    assert (run_onnx(session, pts, nrm) - want).abs().max() <= 1e-4
