@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from gridify._files import atomic_write_bytes, atomic_write_text
+from gridify._paths import PathError, check_output_dir
 from gridify.evaluation import main as evaluate
 
 
@@ -54,18 +55,66 @@ def every_nth(ckpts: List[Path], every: int) -> List[Path]:
     """Every ``every``-th checkpoint by epoch (epochs every, 2 every, ...), and always the last."""
     if every <= 1 or not ckpts:
         return ckpts
-    keep = [c for c in ckpts if (int(re.search(r"epoch(\d+)", c.name).group(1)) + 1) % every == 0]
+    keep = [c for c in ckpts if (_epoch(c) + 1) % every == 0]
     return keep + [ckpts[-1]] if ckpts[-1] not in keep else keep
+
+
+#: per-epoch checkpoint names: gridify's ``epochNNN-stepNNNNNNN.ckpt`` and Lightning's default ``epoch=N-step=M.ckpt``
+EPOCH_CKPT = re.compile(r"^epoch=?(\d+)-step=?(\d+)(?:-v\d+)?\.ckpt$")
+
+
+def epoch_checkpoints(run: Path) -> List[Path]:
+    """The run's per-epoch checkpoints, by epoch (gridify's names and Lightning's default pattern)."""
+    found = [c for c in (run / "checkpoints").glob("epoch*.ckpt") if EPOCH_CKPT.match(c.name)]
+    return sorted(found, key=lambda c: tuple(int(g) for g in EPOCH_CKPT.match(c.name).groups()))
+
+
+def _epoch(ckpt: Path) -> int:
+    return int(EPOCH_CKPT.match(ckpt.name).group(1))
+
+
+def check_runs(prog: str, runs: List[str]) -> List[Path]:
+    """Every run folder exists, is a folder, holds ``run_info.json`` and per-epoch checkpoints (checked before
+    anything is evaluated); SystemExit naming the first that does not."""
+    out = []
+    for text in runs:
+        run = Path(text)
+        if not run.exists():
+            raise SystemExit(f"{prog}: error: {text}: no such run folder")
+        if not run.is_dir():
+            raise SystemExit(f"{prog}: error: {text}: not a folder (give a run's output_dir)")
+        if not (run / "run_info.json").is_file():
+            raise SystemExit(f"{prog}: error: {text}: no run_info.json: not the output_dir of gridify train")
+        if not epoch_checkpoints(run):
+            raise SystemExit(
+                f"{prog}: error: {text}: no per-epoch checkpoints (checkpoints/epochNNN-stepNNNNNNN.ckpt); "
+                f"train with trainer.checkpoint.keep_all: true"
+            )
+        out.append(run)
+    return out
+
+
+def line_value(prog: str, flag: str, text: str) -> float | None:
+    """``--target`` / ``--minutes``: a finite number, or none/null/'' for no line."""
+    if text.strip().lower() in ("none", "null", ""):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise SystemExit(f"{prog}: error: {flag} must be a number or 'none', got {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise SystemExit(f"{prog}: error: {flag} must be a finite number or 'none', got {text!r}")
+    return value
 
 
 def run_points(
     run: Path, votes: int, data_root: str | None, split: str = "test", metric: str | None = None, every: int = 1
 ) -> List[Dict[str, Any]]:
-    ckpts = sorted((run / "checkpoints").glob("epoch*-step*.ckpt"))
+    ckpts = epoch_checkpoints(run)
     minutes = training_minutes(run, ckpts)
     points = []
     for ckpt in every_nth(ckpts, every):
-        epoch = int(re.search(r"epoch(\d+)", ckpt.name).group(1))
+        epoch = _epoch(ckpt)
         out = run / "time_to_accuracy" / f"{ckpt.stem}.{split}.votes{votes}.json"
         if out.is_file() and out.stat().st_mtime >= ckpt.stat().st_mtime:  # scored before: reuse
             report = json.loads(out.read_text())
@@ -124,8 +173,8 @@ def plot(
     atomic_write_bytes(path, buf.getvalue())
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: List[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="time_to_accuracy.py", description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", help="output_dir of training runs with per-epoch checkpoints")
     p.add_argument("--votes", type=int, default=1, help="test-time voting views per cloud (default 1)")
     p.add_argument("--data-root", help="data root (default: the runs' own)")
@@ -138,20 +187,26 @@ def main() -> None:
         "--every", type=int, default=1, help="score every N-th epoch's checkpoint and the last (default 1: all)"
     )
     p.add_argument("--out", default="outputs/time_to_accuracy")
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    prog = p.prog
     if args.every < 1:
         p.error(f"--every must be >= 1, got {args.every}")
-    points = [
-        pt
-        for run in args.runs
-        for pt in run_points(Path(run), args.votes, args.data_root, args.split, args.metric, args.every)
-    ]
+    if args.votes < 1:
+        p.error(f"--votes must be >= 1, got {args.votes}")
+    target = line_value(prog, "--target", args.target)  # checked before anything is evaluated
+    minutes = line_value(prog, "--minutes", args.minutes)
+    out = Path(args.out)
+    try:
+        check_output_dir(out, "--out")
+    except PathError as exc:
+        raise SystemExit(f"{prog}: error: {exc}") from None
+    runs = check_runs(prog, args.runs)
+    points = [pt for run in runs for pt in run_points(run, args.votes, args.data_root, args.split, args.metric, args.every)]
     if not points:
         raise SystemExit(
             "time_to_accuracy: no per-epoch checkpoints (checkpoints/epochNNN-stepNNNNNNN.ckpt) in "
             f"{args.runs}; train with trainer.checkpoint.keep_all: true"
         )
-    out = Path(args.out)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(points[0]))
     w.writeheader()
@@ -159,12 +214,11 @@ def main() -> None:
     atomic_write_text(out / "time_to_accuracy.csv", buf.getvalue())
     atomic_write_text(out / "time_to_accuracy.json", json.dumps(points, indent=1))
     key = points[0]["metric"]
-    none = ("none", "null", "")
     plot(
         points,
         out / "time_to_accuracy.png",
-        None if args.target.lower() in none else float(args.target),
-        None if args.minutes.lower() in none else float(args.minutes),
+        target,
+        minutes,
         args.label or ("ModelNet10 test OA [%]" if key == "oa" and args.split == "test" else f"{args.split} {key} [%]"),
     )
     for pt in points:
@@ -209,4 +263,7 @@ def reach_summary(points: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    main()
+    from gridify._paths import one_line_errors
+
+    with one_line_errors("time_to_accuracy.py"):
+        main()
