@@ -927,6 +927,42 @@ def load(
     return _predictor_from_payload(path, payload, model).to(device)
 
 
+def _check_scene_entries(path: Any, info: Dict[str, Any], data: Dict[str, Any], payload: Dict[str, Any], width: int) -> None:
+    """A scene segmenter's inference entries (``voxel_size``, ``max_points``, ``features``) of the right type,
+    checked when the file is loaded: a CheckpointError naming the file and the entry, never a failure later."""
+    if not get_task(str(payload.get("task"))).whole_scenes:
+        return
+    from .datasets.scene_base import SCENE_FEATURES  # noqa: PLC0415 (datasets sit beside api's layer)
+
+    for key in ("voxel_size", "max_points"):
+        v = info.get(key, data.get(key))
+        ok = v is None or (
+            not isinstance(v, bool)
+            and isinstance(v, (int, float))
+            and math.isfinite(v)
+            and v > 0
+            and (key == "voxel_size" or float(v).is_integer())
+        )
+        if not ok:
+            kind = "a positive number of metres" if key == "voxel_size" else "a positive integer"
+            raise CheckpointError(f"{path}: entry info['{key}'] must be null or {kind}, got {v!r}")
+    names = info.get("features", data.get("features"))
+    if names is None:
+        return
+    if isinstance(names, str):
+        names = [names]
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) and n in SCENE_FEATURES for n in names):
+        raise CheckpointError(
+            f"{path}: entry info['features'] must be a list of the scene feature names {list(SCENE_FEATURES)}, "
+            f"got {names!r}"
+        )
+    if sum(SCENE_FEATURES[n] for n in names) != width:
+        raise CheckpointError(
+            f"{path}: entry info['features'] {list(names)} gives {sum(SCENE_FEATURES[n] for n in names)} columns but "
+            f"the model takes {width}"
+        )
+
+
 def _predictor_from_payload(path: Any, payload: Dict[str, Any], model: nn.Module) -> Predictor:
     """A :class:`Predictor` for ``model`` from its checkpoint's metadata (checked, errors naming ``path``)."""
     info = payload.get("info") or {}
@@ -961,6 +997,7 @@ def _predictor_from_payload(path: Any, payload: Dict[str, Any], model: nn.Module
         raise CheckpointError(
             f"{path}: entry info['category_to_parts'] names parts beyond the {len(class_names)} classes"
         )
+    _check_scene_entries(path, info, data, payload, in_channels)
     normalize = (info["normalization"] is not None) if "normalization" in info else bool(data.get("normalize", True))
     return Predictor(
         model,

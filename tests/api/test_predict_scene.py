@@ -96,3 +96,24 @@ def test_a_scan_reaches_the_model_with_the_same_inputs_from_the_dataset_and_from
     # integer intensities (LAS uint16) are put on the unit scale, as .bin remission is
     x16 = build_scene_features(["strength"], rows[:, :3], strength=np.array([0, 65535] * 250, np.uint16))
     assert x16.dtype == np.float32 and x16.min() == 0.0 and x16.max() == 1.0
+
+
+@pytest.mark.parametrize(
+    "entry,value,message",
+    [
+        ("voxel_size", "0.1", r"entry info\['voxel_size'\] must be null or a positive number of metres, got '0.1'"),
+        ("max_points", 2.5, r"entry info\['max_points'\] must be null or a positive integer, got 2.5"),
+        ("features", 3, r"entry info\['features'\] must be a list of the scene feature names"),
+        ("features", ["strength", "colour"], r"entry info\['features'\] must be a list of the scene feature names"),
+        ("features", ["strength"], r"entry info\['features'\] \['strength'\] gives 1 columns but the model takes 2"),
+    ],
+)
+def test_scene_checkpoint_entries_of_the_wrong_type_are_named_at_load(tmp_path, entry, value, message):
+    from gridify.checkpoint import CheckpointError
+
+    path, _ = _export(tmp_path)
+    payload = torch.load(path, weights_only=True)
+    payload["info"][entry] = value
+    torch.save(payload, tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError, match=rf"bad.pt: {message}"):
+        load(tmp_path / "bad.pt")
