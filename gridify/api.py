@@ -573,7 +573,12 @@ class Predictor(nn.Module):
         what = cloud.source or "the cloud"
         fields = {k.lower(): v for k, v in (cloud.fields or {}).items()}
         if "color" in names and cloud.colors is None:
-            fail(where, f"the model was trained with colours (features {list(names)}) but {what} has none")
+            fail(
+                where,
+                f"the model was trained with colours (features {list(names)}) but {what} has none; use a model "
+                f"trained without them (data.features without color: the shipped scene_pointcept recipe trains on "
+                f"height only) or pass features=",
+            )
         nrm = cloud.normals
         if "normal" in names and nrm is None:
             if not estimate_normals:

@@ -88,7 +88,9 @@ def build_scene_features(names: Sequence[str], pos: Any, *, color: Any = None, n
         elif key in given:
             if given[key] is None:
                 have = sorted(k for k, v in given.items() if v is not None)
-                raise DatasetError(f"{where}: feature {f!r} requested but the scene has no {key} (it has: {have})")
+                raise DatasetError(f"{where}: feature {f!r} requested but the scene has no {key} (it has: {have}); "
+                                   f"set data.features without it (e.g. [height]: the scene_pointcept recipe) or "
+                                   f"use scenes that have it")
             v = given[key] if key == "normal" else scale_unit(given[key], key, where)
             cols.append(np.asarray(v, np.float32).reshape(n, -1))
         else:
