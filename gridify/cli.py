@@ -898,18 +898,38 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_line_warnings(prog: str) -> None:
+    """Show warnings as ``<prog>: warning: <message> (<Category>)``: the source line Python prints by default
+    (``data.py:145: UserWarning ... return cls(**kwargs)``) means nothing to a user of the command."""
+    import warnings
+
+    def fmt(message: Any, category: Any, filename: str, lineno: int, line: Optional[str] = None) -> str:
+        text = " ".join(str(message).split())
+        return f"{prog}: warning: {text} ({category.__name__})\n"
+
+    warnings.formatwarning = fmt
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``gridify`` console script. Returns the exit status."""
+    import warnings
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in DELEGATED:
-        return _delegate(argv[0], argv[1:])
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
-    with one_line_errors(f"gridify {args.command}"):
-        return int(args.func(args) or 0)
+    saved = warnings.formatwarning
+    if argv and not argv[0].startswith("-"):
+        _one_line_warnings(f"gridify {argv[0]}")
+    try:
+        if argv and argv[0] in DELEGATED:
+            return _delegate(argv[0], argv[1:])
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        with one_line_errors(f"gridify {args.command}"):
+            return int(args.func(args) or 0)
+    finally:
+        warnings.formatwarning = saved  # called from Python (tests, notebooks): leave the process as it was
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -88,3 +88,14 @@ def test_gridify_list_names_every_shipped_config_model_and_dataset(capsys):
     assert "modelnet40_fast" in out and "semantickitti_mini" in out and "temporal/dynamic_shapes" in out
     assert main(["list", "models"]) == 0
     assert "configs" not in capsys.readouterr().out
+
+
+def test_warnings_of_a_command_are_one_line_without_source_lines():
+    probe = (
+        "import warnings, sys\n"
+        "from gridify import cli\n"
+        "cli._one_line_warnings('gridify predict')\n"
+        "warnings.warn('a cloud has 2 points,\\n fewer than k=3')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert out.stderr.strip() == "gridify predict: warning: a cloud has 2 points, fewer than k=3 (UserWarning)"
