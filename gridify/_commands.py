@@ -77,7 +77,6 @@ def train_parser() -> argparse.ArgumentParser:
     return p
 
 
-
 def evaluate_parser() -> argparse.ArgumentParser:
     """The ``evaluate`` argument parser (its program name from :func:`~gridify.training.cli.program_name`)."""
     p = argparse.ArgumentParser(

@@ -932,7 +932,9 @@ def load(
     return _predictor_from_payload(path, payload, model).to(device)
 
 
-def _check_scene_entries(path: Any, info: Dict[str, Any], data: Dict[str, Any], payload: Dict[str, Any], width: int) -> None:
+def _check_scene_entries(
+    path: Any, info: Dict[str, Any], data: Dict[str, Any], payload: Dict[str, Any], width: int
+) -> None:
     """A scene segmenter's inference entries (``voxel_size``, ``max_points``, ``features``) of the right type,
     checked when the file is loaded: a CheckpointError naming the file and the entry, never a failure later."""
     if not get_task(str(payload.get("task"))).whole_scenes:

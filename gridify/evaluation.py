@@ -39,7 +39,7 @@ from gridify._paths import check_input_file, check_output_file, one_line_errors
 from gridify._version import __version__
 from gridify.checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
 from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError
-from gridify.precision import PRECISIONS, autocast, resolve_precision
+from gridify.precision import autocast, resolve_precision
 from gridify.scene_inference import evaluate_scenes
 from gridify.tasks import get_task
 from gridify.training.cli import error_line
@@ -278,8 +278,10 @@ def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
     except (CheckpointError, ValueError) as exc:
         raise SystemExit(f"{prog}: error: {exc}")
     if not model.dense or model.num_categories:
-        raise SystemExit(f"{prog}: error: --scan scores per-point labels of a scene or segmentation model without "
-                         f"categories; this is a {model.task} model")
+        raise SystemExit(
+            f"{prog}: error: --scan scores per-point labels of a scene or segmentation model without "
+            f"categories; this is a {model.task} model"
+        )
     names = list(model.class_names)
     metric = SegmentationIoU(len(names))
     rows = []
@@ -293,8 +295,10 @@ def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
                 target = np.asarray(cloud.labels, np.int64)
                 label_file = path
             else:
-                raise SystemExit(f"{prog}: error: {path}: no ground truth found (no labels/{path.stem}.label, "
-                                 f"{path.stem}.label or label field); pass --labels")
+                raise SystemExit(
+                    f"{prog}: error: {path}: no ground truth found (no labels/{path.stem}.label, "
+                    f"{path.stem}.label or label field); pass --labels"
+                )
             pred = model.predict(cloud, num_votes=args.votes)
         except (DatasetError, ValueError, OSError) as exc:
             raise SystemExit(f"{prog}: error: {error_line(exc)}")
@@ -309,8 +313,10 @@ def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
     width = max(len(n) for n in names)
     for n, v in ious.items():
         print(f"  {n:<{width}}  {'  absent' if v is None else f'{100 * v:6.2f} %'}")
-    print(f"[evaluate] {len(files)} scan(s): mIoU {100 * float(res['miou']):.2f} % over the {sum(v is not None for v in ious.values())} "
-          f"classes present, OA {100 * float(res['oa']):.2f} %, mAcc {100 * float(res['macc']):.2f} %")
+    print(
+        f"[evaluate] {len(files)} scan(s): mIoU {100 * float(res['miou']):.2f} % over the {sum(v is not None for v in ious.values())} "
+        f"classes present, OA {100 * float(res['oa']):.2f} %, mAcc {100 * float(res['macc']):.2f} %"
+    )
     report = {
         "task": model.task,
         "scans": rows,

@@ -1003,14 +1003,25 @@ def show_comparison(
     for name, lab in (("truth", truth), ("prediction", pred)):
         if len(lab) != len(pos) or not np.issubdtype(lab.dtype, np.integer):
             fail(where, f"{name} must hold one integer label per point ({len(pos)}), got {lab.dtype} {lab.shape}")
-    k = int(max(len(class_names) if class_names is not None else 0, truth.max(initial=-1) + 1, pred.max(initial=-1) + 1))
+    k = int(
+        max(len(class_names) if class_names is not None else 0, truth.max(initial=-1) + 1, pred.max(initial=-1) + 1)
+    )
     names = list(class_names) if class_names is not None else [str(i) for i in range(k)]
     names = names + [f"class {i}" for i in range(len(names), k)] + ["unlabelled"]
     if (truth < -1).any() or (pred < 0).any():
         fail(where, "labels must be class ids >= 0 (the truth also -1: unlabelled)")
     truth = np.where(truth < 0, k, truth)
-    common = dict(class_names=names, num_classes=k + 1, view=view, up=up, azimuth=azimuth, elevation=elevation,
-                  width=width, height=height, point_size=point_size)
+    common = dict(
+        class_names=names,
+        num_classes=k + 1,
+        view=view,
+        up=up,
+        azimuth=azimuth,
+        elevation=elevation,
+        width=width,
+        height=height,
+        point_size=point_size,
+    )
     if out is None:
         ext = pos.max(0) - pos.min(0)
         axis = int(np.argmax(ext))

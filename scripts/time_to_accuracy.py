@@ -201,7 +201,9 @@ def main(argv: List[str] | None = None) -> None:
     except PathError as exc:
         raise SystemExit(f"{prog}: error: {exc}") from None
     runs = check_runs(prog, args.runs)
-    points = [pt for run in runs for pt in run_points(run, args.votes, args.data_root, args.split, args.metric, args.every)]
+    points = [
+        pt for run in runs for pt in run_points(run, args.votes, args.data_root, args.split, args.metric, args.every)
+    ]
     if not points:
         raise SystemExit(
             "time_to_accuracy: no per-epoch checkpoints (checkpoints/epochNNN-stepNNNNNNN.ckpt) in "

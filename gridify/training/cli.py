@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any, Dict, Optional, Sequence
 
@@ -35,7 +34,7 @@ from gridify._commands import program_name, train_parser
 from gridify._paths import one_line_errors
 from gridify.datasets import DatasetNotFoundError, DownloadError
 
-from .config import SECTIONS, ConfigError, resolve_config
+from .config import ConfigError, resolve_config
 from .schema import annotated_yaml
 
 __all__ = ["program_name", "build_parser", "config_from_args", "error_line", "main"]

@@ -64,7 +64,9 @@ def test_inspect_scene_labels_every_metric_point_without_a_grid(tmp_path):
 
 
 @pytest.mark.parametrize("features", [("strength", "height"), ("xyz", "intensity", "height")])
-def test_a_scan_reaches_the_model_with_the_same_inputs_from_the_dataset_and_from_predict(tmp_path, monkeypatch, features):
+def test_a_scan_reaches_the_model_with_the_same_inputs_from_the_dataset_and_from_predict(
+    tmp_path, monkeypatch, features
+):
     """One builder (build_scene_features): the SemanticKITTI dataset's whole-scan item, Predictor.predict on
     the .bin and the exported runner's features() give the model identical points and features."""
     import gridify.scene_inference as SI

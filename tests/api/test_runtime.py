@@ -50,8 +50,10 @@ def test_tuned_allocator_reuses_freed_memory():
     """)
     faults = {}
     for mode in ("default", "tuned"):  # the fewest of three processes: now and then (ASLR) one step's heap grows once
-        runs = [subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, check=True)
-                for _ in range(3)]
+        runs = [
+            subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, check=True)
+            for _ in range(3)
+        ]
         faults[mode] = min(int(out.stdout.strip()) for out in runs)
     assert faults["default"] >= 10 * 4096, faults  # 10 steps x 16k pages expected; at least a quarter
     assert faults["tuned"] * 10 < faults["default"], faults

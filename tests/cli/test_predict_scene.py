@@ -60,10 +60,14 @@ def test_evaluate_scan_prints_per_class_iou_against_the_labels_beside_it(tmp_pat
     truth = np.random.default_rng(0).integers(-1, 3, 700)
     np.save(tmp_path / "truth.npy", truth)
     for name in ("000000", "000001"):  # low 16 bits: the model's ids (classes other than SemanticKITTI's)
-        np.roll(np.where(truth < 0, 0, truth), int(name)).astype(np.uint32).tofile(tmp_path / "labels" / f"{name}.label")
+        np.roll(np.where(truth < 0, 0, truth), int(name)).astype(np.uint32).tofile(
+            tmp_path / "labels" / f"{name}.label"
+        )
     path, _ = _export(tmp_path)
     out = tmp_path / "m.json"
-    assert gridify_main(["evaluate", "--ckpt", str(path), "--scan", str(tmp_path / "velodyne"), "--output", str(out)]) == 0
+    assert (
+        gridify_main(["evaluate", "--ckpt", str(path), "--scan", str(tmp_path / "velodyne"), "--output", str(out)]) == 0
+    )
     text = capsys.readouterr().out
     assert "2 scan(s): mIoU" in text and all(c in text for c in CLASSES)
     report = json.loads(out.read_text())
@@ -76,16 +80,46 @@ def test_evaluate_scan_prints_per_class_iou_against_the_labels_beside_it(tmp_pat
     assert report["metrics"]["miou"] == pytest.approx(float(metric.compute()["miou"]))
     assert [r["points"] for r in report["scans"]] == [700, 700]
     # one scan with an explicit label file; errors name the file
-    assert gridify_main(["evaluate", "--ckpt", str(path), "--scan", str(tmp_path / "velodyne" / "000000.bin"),
-                         "--labels", str(tmp_path / "truth.npy")]) == 0
+    assert (
+        gridify_main(
+            [
+                "evaluate",
+                "--ckpt",
+                str(path),
+                "--scan",
+                str(tmp_path / "velodyne" / "000000.bin"),
+                "--labels",
+                str(tmp_path / "truth.npy"),
+            ]
+        )
+        == 0
+    )
     np.save(tmp_path / "short.npy", truth[:10])
     with pytest.raises(SystemExit, match=r"short.npy: 10 labels for a scan of 700 points"):
-        gridify_main(["evaluate", "--ckpt", str(path), "--scan", str(tmp_path / "velodyne" / "000000.bin"),
-                      "--labels", str(tmp_path / "short.npy")])
+        gridify_main(
+            [
+                "evaluate",
+                "--ckpt",
+                str(path),
+                "--scan",
+                str(tmp_path / "velodyne" / "000000.bin"),
+                "--labels",
+                str(tmp_path / "short.npy"),
+            ]
+        )
     np.save(tmp_path / "big.npy", np.full(700, 7))
     with pytest.raises(SystemExit, match=r"big.npy: label 7 \(row 0\) outside -1..2"):
-        gridify_main(["evaluate", "--ckpt", str(path), "--scan", str(tmp_path / "velodyne" / "000000.bin"),
-                      "--labels", str(tmp_path / "big.npy")])
+        gridify_main(
+            [
+                "evaluate",
+                "--ckpt",
+                str(path),
+                "--scan",
+                str(tmp_path / "velodyne" / "000000.bin"),
+                "--labels",
+                str(tmp_path / "big.npy"),
+            ]
+        )
     (tmp_path / "alone").mkdir()
     _scan(tmp_path / "alone" / "x.bin")
     with pytest.raises(SystemExit, match="no ground truth found"):
@@ -101,8 +135,18 @@ def test_show_draws_the_ground_truth_beside_the_prediction(tmp_path, capsys):
     np.arange(700, dtype=np.uint32).__mod__(3).tofile(tmp_path / "labels" / "000000.label")
     path, _ = _export(tmp_path)
     png = tmp_path / "side.png"
-    args = ["show", str(tmp_path / "velodyne" / "000000.bin"), "--ckpt", str(path), "--out", str(png),
-            "--width", "200", "--height", "150"]
+    args = [
+        "show",
+        str(tmp_path / "velodyne" / "000000.bin"),
+        "--ckpt",
+        str(path),
+        "--out",
+        str(png),
+        "--width",
+        "200",
+        "--height",
+        "150",
+    ]
     try:
         assert gridify_main(args) == 0
     except SystemExit as exc:

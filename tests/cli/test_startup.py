@@ -58,7 +58,11 @@ def test_the_parsers_literals_equal_the_library_values():
 
     assert N.SUPPORTED_EXTENSIONS == tuple(supported_extensions())
     assert (N.EXPORT_FORMATS, N.EXPORT_HINT) == (tuple(EXPORT_FORMATS), INSTALL_HINT)
-    assert (N.DEFAULT_EDGE_NODES, N.DEFAULT_MAX_EDGES, N.GRID_NODES) == (DEFAULT_EDGE_NODES, DEFAULT_MAX_EDGES, GRID_NODES)
+    assert (N.DEFAULT_EDGE_NODES, N.DEFAULT_MAX_EDGES, N.GRID_NODES) == (
+        DEFAULT_EDGE_NODES,
+        DEFAULT_MAX_EDGES,
+        GRID_NODES,
+    )
     assert N.LAYOUTS == tuple(LAYOUTS) and N.S3DIS_TEST_AREA == S3DIS_TEST_AREA
     assert C.CONFIG_SECTIONS == tuple(SECTIONS) and C.EVAL_PRECISIONS == tuple(PRECISIONS)
     assert PRETRAINED is API_PRETRAINED

@@ -20,7 +20,9 @@ from tests.helpers import ROOT
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 DOCS = [p for p in DOCS if "_build" not in p.parts]
-FENCE = re.compile(r"(?:<!-- docs-test: (?P<marker>[^>]*?) -->\s*\n)?```(?P<lang>python|bash)\n(?P<code>.*?)\n```", re.S)
+FENCE = re.compile(
+    r"(?:<!-- docs-test: (?P<marker>[^>]*?) -->\s*\n)?```(?P<lang>python|bash)\n(?P<code>.*?)\n```", re.S
+)
 
 
 def _blocks():
@@ -58,8 +60,9 @@ def doc_files(tmp_path_factory):
         clf,
         {
             "model_name": "gridified_classifier",
-            "model_kwargs": dict(in_channels=3, num_classes=4, resolution=4, k=4, hidden_channels=16, depth=1,
-                                 kernel_size=3),
+            "model_kwargs": dict(
+                in_channels=3, num_classes=4, resolution=4, k=4, hidden_channels=16, depth=1, kernel_size=3
+            ),
             "task": "classification",
             "info": {"class_names": ["a", "b", "c", "d"], "num_points": 256, "in_channels": 3},
         },

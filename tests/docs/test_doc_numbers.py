@@ -7,8 +7,11 @@ import torch
 from gridify._pretrained import PRETRAINED, pretrained_file
 from tests.helpers import ROOT
 
-DOCS = {"README.md": ROOT / "README.md", "model cards": ROOT / "docs" / "guides" / "prediction.md",
-        "results": ROOT / "docs" / "results.md"}
+DOCS = {
+    "README.md": ROOT / "README.md",
+    "model cards": ROOT / "docs" / "guides" / "prediction.md",
+    "results": ROOT / "docs" / "results.md",
+}
 
 
 def _pct(x):

@@ -449,7 +449,20 @@ def test_a_scene_run_without_labels_fails_naming_the_split(tmp_path):
         (seq / s / "velodyne").mkdir(parents=True)
         rows = np.random.default_rng(int(s)).uniform(-5, 5, (300, 4)).astype("<f4")
         rows.tofile(seq / s / "velodyne" / "000000.bin")  # no labels/ folder
-    with pytest.raises(SystemExit, match=r"the train split \(SemanticKITTI, 1 scenes\) has no labelled point: are its "
-                                         r"label files there"):
-        T.main(["--config", "semantickitti_mini", "--data-root", str(tmp_path / "data"), f"output_dir={tmp_path / 'o'}",
-                "data.sequences=['00']", "data.val={sequences: ['01']}", "data.test={sequences: ['01']}"])
+    with pytest.raises(
+        SystemExit,
+        match=r"the train split \(SemanticKITTI, 1 scenes\) has no labelled point: are its "
+        r"label files there",
+    ):
+        T.main(
+            [
+                "--config",
+                "semantickitti_mini",
+                "--data-root",
+                str(tmp_path / "data"),
+                f"output_dir={tmp_path / 'o'}",
+                "data.sequences=['00']",
+                "data.val={sequences: ['01']}",
+                "data.test={sequences: ['01']}",
+            ]
+        )

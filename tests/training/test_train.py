@@ -726,13 +726,19 @@ def test_ctrl_c_writes_the_state_and_the_weights_and_says_how_to_resume(tmp_path
 
     monkeypatch.setattr(PointCloudTask, "training_step", step)
     before = signal.getsignal(signal.SIGINT)
-    with pytest.raises(SystemExit, match=r"interrupted at epoch 2, step 2 .*last.ckpt and .*model.pt; continue "
-                                         r"with the same command and --resume auto"):
+    with pytest.raises(
+        SystemExit,
+        match=r"interrupted at epoch 2, step 2 .*last.ckpt and .*model.pt; continue "
+        r"with the same command and --resume auto",
+    ):
         T.main(tiny(tmp_path, "trainer.plots=false"))
     assert signal.getsignal(signal.SIGINT) is before  # Ctrl-C works again afterwards
     assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
     pts = np.random.default_rng(0).normal(size=(96, 3))
-    assert load(tmp_path / "checkpoints" / "model.pt").predict(pts, pts / np.linalg.norm(pts, axis=1, keepdims=True)).dense is False
+    assert (
+        load(tmp_path / "checkpoints" / "model.pt").predict(pts, pts / np.linalg.norm(pts, axis=1, keepdims=True)).dense
+        is False
+    )
     monkeypatch.setattr(PointCloudTask, "training_step", real)
     T.main(tiny(tmp_path, "trainer.plots=false", "--resume", "auto"))
     assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
