@@ -1056,20 +1056,15 @@ def export_onnx(
         normalize: centre and scale every cloud into the unit sphere inside the graph (default:
             as the checkpoint / Predictor says, True for a bare model). Without it the points
             must already lie in the grid box.
-        verify: run the file with onnxruntime on seeded clouds (the traced shape and, for
-            dynamic axes, other sizes and ``N = k``), random and degenerate ones (identical
-            points, two points repeated, collinear, coplanar), and compare with the model's
-            own PyTorch forward; a difference above ``atol`` (a NaN or Inf on one side only
-            counts as infinite) raises, naming the check clouds, and nothing is written.
-        opset: the ONNX opset of the file, an int in :data:`ONNX_OPSETS` (18 to 25: what
-            torch's exporter converts to in the supported environment); None (default):
-            :data:`DEFAULT_OPSET` (20). The file declares exactly this opset; others are refused.
+        verify: run the file with onnxruntime on seeded clouds (the traced shape, other sizes and
+            ``N = k`` for dynamic axes; random and degenerate: identical, repeated, collinear, coplanar)
+            against the model's PyTorch forward; a difference above ``atol`` (NaN/Inf on one side only:
+            infinite) raises, naming the check clouds, and nothing is written.
+        opset: the file's ONNX opset, in :data:`ONNX_OPSETS` (18 to 25); None: :data:`DEFAULT_OPSET` (20).
         seed: seed of the example / check clouds.
-        up_axis: the up direction of the clouds the file will be given (:data:`gridify.transforms.UP_AXES`):
-            anything but ``"z"`` rotates ``points`` (and ``normals``) to z up inside the graph, as
-            ``gridify predict --up-axis`` does; recorded in the metadata (``up_axis``).
-        progress: called with a line before each stage (tracing, checking in onnxruntime, writing), e.g.
-            ``print``; ``gridify export`` shows them (an export takes a minute or two).
+        up_axis: the clouds' up direction (:data:`gridify.transforms.UP_AXES`): not ``"z"``: rotated to z up
+            inside the graph, as ``predict --up-axis`` does; in the metadata (``up_axis``).
+        progress: called with a line before each stage (tracing, checking, writing), e.g. ``print``.
 
     Raises:
         ExportError: a model or option that is not exportable (the message names it; e.g. an
@@ -1082,10 +1077,8 @@ def export_onnx(
     target, num_points, batch_size, atol, opset = _check_export_args(
         where, path, num_points, batch_size, normalize, verify, atol, opset, seed
     )
-    if progress is not None and not callable(progress):
-        fail(where, f"progress must be None or callable as progress(line), got {type(progress).__name__}")
+    say = _progress(where, progress)
     up_axis = check_up_axis(where, up_axis)
-    say = progress or (lambda line: None)
     net, stored_normalize, class_names, train_points = _resolve(model, where)
     check_exportable(net, where)
     n = _export_num_points(net, num_points, batch_size, train_points, where)
@@ -1095,11 +1088,19 @@ def export_onnx(
     say(f"tracing {type(wrapper).__name__} ({n} points per cloud) to ONNX opset {opset}")
     proto, names = _onnx_model(model, net, wrapper, example, class_names, batch_size, num_points, opset, where)
     data = proto.SerializeToString()
+    diff = None
     if verify:
         say("checking the file against PyTorch in onnxruntime (random and degenerate clouds, other sizes)")
-    diff = _checked(wrapper, data, example, batch_size, num_points, n, seed, atol, where) if verify else None
+        diff = _checked(wrapper, data, example, batch_size, num_points, n, seed, atol, where)
     say(f"writing {target}")
     return _write_export(target, data, proto, wrapper, names, diff, net, where)
+
+
+def _progress(where: str, progress: Any) -> Callable[[str], None]:
+    """``progress`` checked (None or a callable taking a line), or a callable that does nothing."""
+    if progress is not None and not callable(progress):
+        fail(where, f"progress must be None or callable as progress(line), got {type(progress).__name__}")
+    return progress or (lambda line: None)
 
 
 def _export_num_points(
