@@ -1036,10 +1036,9 @@ def export_onnx(
     + ``features [B, N, F]`` for scene segmenters with per-point features); a scene segmenter's
     cloud is one crop, and :class:`OnnxSceneModel` covers a whole scan with crops as
     :meth:`gridify.Predictor.predict` does. The metadata records the class names, the
-    normalization, ``k``, ``R``, the gridify version (and a scene segmenter's extent, feature
-    names, voxel size and crop size). Building the graph costs time ``O(B N R^3)`` (brute-force
-    distances) and memory ``O(B N R^3)`` for a classifier, ``O(B N`` :data:`NODE_CHUNK` ``)`` for a
-    segmenter (its node search runs in blocks of nodes).
+    normalization, ``k``, ``R``, the gridify version (a scene segmenter's extent, features, voxel size,
+    crop size). The graph costs time ``O(B N R^3)`` (brute-force distances), memory ``O(B N R^3)``
+    (classifier) or ``O(B N`` :data:`NODE_CHUNK` ``)`` (segmenter: its node search runs in blocks).
 
     Args:
         model: a checkpoint path (``model.pt`` / ``.ckpt``, folded for inference), a
