@@ -919,17 +919,40 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv and not argv[0].startswith("-"):
         _one_line_warnings(f"gridify {argv[0]}")
     try:
-        if argv and argv[0] in DELEGATED:
-            return _delegate(argv[0], argv[1:])
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        if args.command is None:
-            parser.print_help()
-            return 2
-        with one_line_errors(f"gridify {args.command}"):
-            return int(args.func(args) or 0)
+        with _last_resort(f"gridify {argv[0]}" if argv else "gridify"):
+            if argv and argv[0] in DELEGATED:
+                return _delegate(argv[0], argv[1:])
+            parser = build_parser()
+            args = parser.parse_args(argv)
+            if args.command is None:
+                parser.print_help()
+                return 2
+            with one_line_errors(f"gridify {args.command}"):
+                return int(args.func(args) or 0)
     finally:
         warnings.formatwarning = saved  # called from Python (tests, notebooks): leave the process as it was
+
+
+#: set to see the traceback of an error the command did not expect (instead of its one line)
+TRACEBACK_ENV = "GRIDIFY_TRACEBACK"
+
+
+@contextmanager
+def _last_resort(prog: str):
+    """Every sub-command ends in one line, whatever stage an error comes from: an exception none of the
+    command's own checks turned into a message (a value deep inside torch, a library bug) becomes
+    ``<prog>: error: <Type>: <message>`` with the hint to set ``GRIDIFY_TRACEBACK=1`` for the traceback."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - the last resort of the command line, never of the library
+        if os.environ.get(TRACEBACK_ENV, "").strip() not in ("", "0"):
+            raise
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        text = "; ".join(lines[-1:] if any(ln.startswith("Original Traceback") for ln in lines) else lines[:3])
+        raise SystemExit(
+            f"{prog}: error: {type(exc).__name__}: {text or 'no message'} (an unexpected error: set "
+            f"{TRACEBACK_ENV}=1 to see where it came from, and please report it)"
+        ) from None
 
 
 if __name__ == "__main__":  # pragma: no cover

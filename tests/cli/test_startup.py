@@ -103,3 +103,24 @@ def test_warnings_of_a_command_are_one_line_without_source_lines():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
     assert out.stderr.strip() == "gridify predict: warning: a cloud has 2 points, fewer than k=3 (UserWarning)"
+
+
+def test_an_unexpected_error_at_any_stage_ends_in_one_line(monkeypatch, capsys):
+    from gridify import cli
+
+    def boom(args):
+        raise RuntimeError("shape '[-1, 3]' is invalid for input of size 1e300\nsecond line")
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "cmd_list", boom)
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    parser._subparsers._group_actions[0].choices["list"].set_defaults(func=boom)
+    with pytest.raises(
+        SystemExit,
+        match=r"^gridify list: error: RuntimeError: shape .*; second line \(an unexpected "
+        r"error: set GRIDIFY_TRACEBACK=1",
+    ):
+        cli.main(["list"])
+    monkeypatch.setenv("GRIDIFY_TRACEBACK", "1")
+    with pytest.raises(RuntimeError):
+        cli.main(["list"])
