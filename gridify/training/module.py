@@ -42,6 +42,8 @@ Both classes live at module level, so they pickle (multiprocessing, Lightning's 
 
 from __future__ import annotations
 
+import time
+
 import functools
 from typing import Any, Dict, Optional, Tuple, Type
 
@@ -189,8 +191,16 @@ class PointCloudTask(pl.LightningModule):
 
     def test_step(self, batch: Dict[str, Any], batch_idx: int) -> None:
         votes = int(self.hparams.config.get("trainer", {}).get("test_votes", 1))
+        t0 = time.time()
         logits = self._eval_logits(batch, votes)
         self.task_def.update_metrics(self.test_metrics, logits, batch, self.task_def.loss(logits, batch["y"]))
+        if self.task_def.whole_scenes and self.trainer.is_global_zero:  # minutes of silence otherwise
+            total = self.trainer.num_test_batches[0] if self.trainer.num_test_batches else "?"
+            print(
+                f"[test] batch {batch_idx + 1}/{total}: {int(batch['y'].numel()):,} points of whole scenes scored "
+                f"in {time.time() - t0:.1f} s",
+                flush=True,
+            )
 
     def on_test_epoch_end(self) -> None:
         values, extra = self.task_def.compute_metrics(self.test_metrics, self.task_def.result_names(self.hparams.info))

@@ -360,7 +360,7 @@ def test_predictor_says_whether_it_is_dense():
 
 # --------------------------------------------------------------------------- end to end
 @needs_scene_metric
-def test_a_tiny_scene_run_logs_val_miou(tmp_path):
+def test_a_tiny_scene_run_logs_val_miou(tmp_path, capsys):
     pytest.importorskip("lightning")
     pytest.importorskip("yaml")
     from gridify import training as T
@@ -399,6 +399,7 @@ def test_a_tiny_scene_run_logs_val_miou(tmp_path):
             f"output_dir={out}",
         ]
     )
+    assert "[test] batch 1/1: " in capsys.readouterr().out  # the whole-scene test says what it scored
     rows = (out / "csv").rglob("metrics.csv")
     text = "".join(p.read_text() for p in rows)
     assert "val_miou" in text and "val_oa" in text
