@@ -1850,7 +1850,7 @@ class OnnxSceneModel:
             start = end
         return torch.cat(out).to(pos.device)
 
-    def features(self, cloud: Any) -> Tensor:
+    def features_of(self, cloud: Any) -> Tensor:
         """The file's per-point input ``x [N, F]`` of a scan (a path or a :class:`gridify.io.PointCloud`),
         built from the feature names in its metadata by the same function as the datasets and
         :meth:`gridify.Predictor.predict` (:func:`gridify.datasets.scene_base.build_scene_features`)."""
@@ -1875,7 +1875,7 @@ class OnnxSceneModel:
         self, pos: Tensor, x: Optional[Tensor] = None, *, votes: int = 1, seed: int = 0, progress: Optional[Any] = None
     ) -> Tensor:
         """Class probabilities ``[N, K]`` of every point of a scene, covered with the file's crops
-        (``x``: :meth:`features` of the scan)."""
+        (``x``: :meth:`features_of` the scan)."""
         from .scene_inference import predict_scene  # noqa: PLC0415
 
         return predict_scene(

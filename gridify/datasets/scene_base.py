@@ -64,7 +64,7 @@ def build_scene_features(names: Sequence[str], pos: Any, *, color: Any = None, n
                          strength: Any = None, height: Any = None, where: str = "scene") -> np.ndarray:
     """The model input ``x [N, F]`` (float32) of a scene from its feature ``names`` (:data:`SCENE_FEATURES`):
     the one builder of the datasets, :meth:`gridify.Predictor.predict` and the exported scene runner
-    (:meth:`gridify.export.OnnxSceneModel.features`), so that training and prediction see the same columns.
+    (:meth:`gridify.export.OnnxSceneModel.features_of`), so that training and prediction see the same columns.
 
     ``xyz`` = ``pos``; ``color`` in ``[0, 1]`` and ``strength`` (alias ``intensity``) on its unit scale
     (integer arrays divided by their dtype's maximum: :func:`scale_unit`); ``normal`` as given;

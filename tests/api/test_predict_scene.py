@@ -94,7 +94,7 @@ def test_a_scan_reaches_the_model_with_the_same_inputs_from_the_dataset_and_from
     runner = type("R", (), {"features": list(features)})()
     from gridify.export import OnnxSceneModel
 
-    assert torch.equal(OnnxSceneModel.features(runner, seq / "velodyne" / "000000.bin"), item["x"])
+    assert torch.equal(OnnxSceneModel.features_of(runner, seq / "velodyne" / "000000.bin"), item["x"])
     # integer intensities (LAS uint16) are put on the unit scale, as .bin remission is
     x16 = build_scene_features(["strength"], rows[:, :3], strength=np.array([0, 65535] * 250, np.uint16))
     assert x16.dtype == np.float32 and x16.min() == 0.0 and x16.max() == 1.0
