@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -234,12 +234,22 @@ def _vote_crops(
     max_fragments: Optional[int] = None,
 ) -> List[Tuple[Tensor, List[Tensor]]]:
     """``(view pos, its crops)`` of every vote; vote ``v`` draws from ``default_rng([seed, v])``."""
-    out = []
+    return list(_iter_vote_crops(pos, voxel_size, max_points, votes, seed, max_fragments))
+
+
+def _iter_vote_crops(
+    pos: Tensor,
+    voxel_size: Optional[float],
+    max_points: Optional[int],
+    votes: int,
+    seed: int,
+    max_fragments: Optional[int] = None,
+) -> Iterator[Tuple[Tensor, List[Tensor]]]:
+    """:func:`_vote_crops` one view at a time: the memory of one view's crop indices, whatever ``votes``."""
     for v in range(votes):
         rng = np.random.default_rng([seed, v])
         view = _view(pos, v, rng)
-        out.append((view, scene_fragments_unchecked(view, voxel_size, max_points, rng, max_fragments)))
-    return out
+        yield view, scene_fragments_unchecked(view, voxel_size, max_points, rng, max_fragments)
 
 
 def _fill_uncovered(pos: Tensor, voxel_size: Optional[float], total: Tensor, count: Tensor) -> Tensor:
@@ -286,8 +296,10 @@ def predict_scene_unchecked(
 ) -> Tensor:
     """:func:`predict_scene` on validated inputs."""
     n = pos.size(0)
-    views = _vote_crops(pos, voxel_size, max_points, votes, seed, max_fragments)
-    todo, done = sum(len(crops) for _, crops in views), 0
+    # one view's crops at a time (memory O(N) whatever votes); the total is known after the first view
+    # (every view has about as many crops) and exact once the last one is built
+    views = _iter_vote_crops(pos, voxel_size, max_points, votes, seed, max_fragments)
+    todo, done, built = 0, 0, 0
     total: Optional[Tensor] = None
     count = torch.zeros(n, dtype=torch.float32, device=pos.device)
     training = bool(getattr(model, "training", False))
@@ -296,6 +308,8 @@ def predict_scene_unchecked(
     try:
         with torch.no_grad():
             for view, crops in views:
+                built += 1
+                todo = done + len(crops) * (votes - built + 1) if built < votes else done + len(crops)
                 for b in range(0, len(crops), batch_size):
                     group = crops[b : b + batch_size]
                     idx = torch.cat(group)

@@ -196,3 +196,42 @@ def test_evaluate_scenes_real_semantickitti_scan(shared_data):
     assert extra["num_scored_points"] == int((scene["segment"] != -1).sum())
     assert max(model.sizes) <= 40_000
     assert 0.0 <= values["miou"] <= 1.0 and 0.0 <= values["oa"] <= 1.0
+
+
+def test_votes_build_one_view_of_crops_at_a_time_and_progress_ends_exact(monkeypatch):
+    """Many votes hold the crops of one view at a time (not every view at once), with the same result."""
+    import gridify.scene_inference as SI
+
+    g = torch.Generator().manual_seed(0)
+    pos = torch.rand(600, 3, generator=g) * torch.tensor([20.0, 20.0, 2.0])
+    x = torch.rand(600, 1, generator=g)
+
+    def model(p, f, b):
+        return torch.stack([p[:, 0], p[:, 1], f[:, 0]], 1)
+
+    live, peak = {"n": 0}, {"n": 0}
+    real = SI.scene_fragments_unchecked
+
+    def counted(*a, **k):
+        live["n"] += 1
+        peak["n"] = max(peak["n"], live["n"])
+        return real(*a, **k)
+
+    calls = []
+    monkeypatch.setattr(SI, "scene_fragments_unchecked", counted)
+    orig_iter = SI._iter_vote_crops
+
+    def iter_views(*a, **k):
+        for item in orig_iter(*a, **k):
+            yield item
+            live["n"] -= 1
+
+    monkeypatch.setattr(SI, "_iter_vote_crops", iter_views)
+    got = SI.predict_scene(
+        model, pos, x, voxel_size=0.5, max_points=100, votes=5, progress=lambda d, t: calls.append((d, t))
+    )
+    assert peak["n"] == 1  # one view's crops alive at a time
+    assert calls[-1][0] == calls[-1][1] and all(d <= t for d, t in calls)
+    monkeypatch.setattr(SI, "_iter_vote_crops", orig_iter)
+    want = SI.predict_scene_reference(model, pos, x, voxel_size=0.5, max_points=100, votes=5)
+    assert torch.allclose(got, want, atol=1e-6)
