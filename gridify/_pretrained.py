@@ -11,7 +11,7 @@ from pathlib import Path
 __all__ = ["PRETRAINED", "pretrained_file"]
 
 #: shipped model name -> its file under ``gridify/pretrained/``
-PRETRAINED = {"modelnet10": "modelnet10.pt", "modelnet40": "modelnet40.pt"}
+PRETRAINED = {"modelnet10": "modelnet10.pt", "modelnet40": "modelnet40.pt", "semantickitti": "semantickitti.pt"}
 
 
 def pretrained_file(name: str) -> Path:

@@ -136,7 +136,7 @@ def _add_show_parser(sub: Any) -> None:
         "field) or 'none'",
     )
     s.add_argument(
-        "--model", choices=sorted(PRETRAINED), help="a shipped model instead of --ckpt (modelnet10, modelnet40)"
+        "--model", choices=sorted(PRETRAINED), help="a shipped model instead of --ckpt (gridify list models)"
     )
     s.add_argument("--out", type=types.output_file(), help="PNG path: render headless instead of opening a window")
     s.add_argument(
@@ -313,8 +313,8 @@ def _add_predict_parser(sub: Any) -> None:
     which.add_argument(
         "--model",
         choices=sorted(PRETRAINED),
-        help="a model shipped with gridify (modelnet10, modelnet40: the ModelNet classifiers of the model "
-        "cards in docs/guides/prediction.md)",
+        help="a model shipped with gridify (modelnet10, modelnet40: ModelNet classifiers; semantickitti: a LiDAR "
+        "scene segmenter; model cards in docs/guides/prediction.md)",
     )
     q.add_argument(
         "--out",

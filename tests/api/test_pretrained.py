@@ -146,3 +146,25 @@ def test_up_axis_reads_a_y_up_cloud_of_the_normal_resampled_release(shared_data,
     with pytest.raises(SystemExit, match="2"):
         cli.main(["predict", str(xyz), "--model", "modelnet40", "--up-axis", "up"])
     assert "--up-axis: must be one of z, y, x, -z, -y, -x, got 'up'" in capsys.readouterr().err
+
+
+def test_the_semantickitti_segmenter_is_shipped_with_its_validation_provenance():
+    path = pretrained_path("semantickitti")
+    assert path.stat().st_size < 10_000_000
+    payload = torch.load(path, weights_only=True)
+    assert not [s for s in _strings({k: v for k, v in payload.items() if k != "state_dict"}) if s.startswith("/")]
+    card = payload["info"]["pretrained"]
+    assert card["name"] == "semantickitti" and "test_metrics" not in card and card["val_metrics"]["val_miou"] > 0.13
+    model = gridify.load("semantickitti")
+    assert model.whole_scenes and len(model.class_names) == 19 and model.class_names[:2] == ["car", "bicycle"]
+    assert model.scene_features == ("strength", "height")
+
+
+@pytest.mark.slow  # a whole 127k-point scan on the CPU: about a minute
+def test_the_shipped_scene_model_labels_a_real_scan_with_several_classes(shared_data, tmp_path, capsys):
+    scan = shared_path(shared_data, "semantickitti_mini/dataset/sequences/05/velodyne/000000.bin")
+    out = tmp_path / "labels.npy"
+    assert cli.main(["predict", str(scan), "--model", "semantickitti", "--out", str(out), "--no-progress"]) == 0
+    labels = np.load(out)
+    counts = np.bincount(labels, minlength=19)
+    assert len(labels) == 126_956 and (counts > 0.01 * len(labels)).sum() >= 4  # not one class for everything
