@@ -886,7 +886,7 @@ def _num_points_of(config: Dict[str, Any]) -> Optional[int]:
 #: Models shipped with the package (``gridify/pretrained/<file>``), loadable by name.
 #: shipped model name -> its file in ``gridify/pretrained/`` (model cards: docs/guides/prediction.md)
 def pretrained_path(name: str) -> Path:
-    """The file of the shipped model ``name`` (see :data:`PRETRAINED`)."""
+    """The file of the shipped model ``name`` (see ``gridify.api.PRETRAINED``)."""
     path = pretrained_file(name)
     if not path.is_file():
         raise CheckpointError(f"the pretrained model {name!r} is missing from this installation ({path})")
@@ -904,7 +904,7 @@ def load(
 
     Args:
         path: the checkpoint file, or the name of a model shipped with the package
-            (:data:`PRETRAINED`: ``"modelnet10"``, ``"modelnet40"``) when no file of that name exists.
+            (``gridify.api.PRETRAINED``: ``"modelnet10"``, ``"modelnet40"``) when no file of that name exists.
         device: where to put the model (``"cpu"``, ``"cuda"``, ...).
         reparameterize: fold reparameterizable layers into their inference form (faster, same
             outputs up to float rounding).

@@ -363,7 +363,7 @@ def _check_expanded_size(archive: Path, dest: Path, total: int) -> None:
 
 def extract_archive(archive: PathLike, dest: PathLike) -> Path:
     """Extract a zip or tar archive into the folder ``dest`` after checking every member and the
-    total expanded size (:func:`_check_expanded_size`: the limit, the expansion ratio, the free space).
+    total expanded size (``_check_expanded_size``: the limit, the expansion ratio, the free space).
 
     Raises:
         ValueError: unknown or corrupt archive, or an unsafe member (absolute path, ``..``,
