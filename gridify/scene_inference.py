@@ -225,18 +225,6 @@ def predict_scene(
     )
 
 
-def _vote_crops(
-    pos: Tensor,
-    voxel_size: Optional[float],
-    max_points: Optional[int],
-    votes: int,
-    seed: int,
-    max_fragments: Optional[int] = None,
-) -> List[Tuple[Tensor, List[Tensor]]]:
-    """``(view pos, its crops)`` of every vote; vote ``v`` draws from ``default_rng([seed, v])``."""
-    return list(_iter_vote_crops(pos, voxel_size, max_points, votes, seed, max_fragments))
-
-
 def _iter_vote_crops(
     pos: Tensor,
     voxel_size: Optional[float],
@@ -245,7 +233,8 @@ def _iter_vote_crops(
     seed: int,
     max_fragments: Optional[int] = None,
 ) -> Iterator[Tuple[Tensor, List[Tensor]]]:
-    """:func:`_vote_crops` one view at a time: the memory of one view's crop indices, whatever ``votes``."""
+    """``(view pos, its crops)`` of every vote, one view at a time (the memory of one view's crop indices,
+    whatever ``votes``); vote ``v`` draws from ``default_rng([seed, v])``."""
     for v in range(votes):
         rng = np.random.default_rng([seed, v])
         view = _view(pos, v, rng)
@@ -359,7 +348,7 @@ def predict_scene_reference(
     if isinstance(model, torch.nn.Module):
         model.eval()
     with torch.no_grad():
-        for view, crops in _vote_crops(pos, voxel_size, max_points, votes, seed, max_fragments):
+        for view, crops in _iter_vote_crops(pos, voxel_size, max_points, votes, seed, max_fragments):
             for crop in crops:
                 logits = model(view[crop], x[crop], torch.zeros(len(crop), dtype=torch.long, device=pos.device))
                 prob = torch.softmax(logits.float(), dim=1)

@@ -79,47 +79,19 @@ def test_evaluate_scan_prints_per_class_iou_against_the_labels_beside_it(tmp_pat
         metric.update(__import__("torch").from_numpy(pred.labels), __import__("torch").from_numpy(raw & 0xFFFF))
     assert report["metrics"]["miou"] == pytest.approx(float(metric.compute()["miou"]))
     assert [r["points"] for r in report["scans"]] == [700, 700]
+
     # one scan with an explicit label file; errors name the file
-    assert (
-        gridify_main(
-            [
-                "evaluate",
-                "--ckpt",
-                str(path),
-                "--scan",
-                str(tmp_path / "velodyne" / "000000.bin"),
-                "--labels",
-                str(tmp_path / "truth.npy"),
-            ]
-        )
-        == 0
-    )
+    def one_scan(labels):
+        scan = str(tmp_path / "velodyne" / "000000.bin")
+        return gridify_main(["evaluate", "--ckpt", str(path), "--scan", scan, "--labels", str(tmp_path / labels)])
+
+    assert one_scan("truth.npy") == 0
     np.save(tmp_path / "short.npy", truth[:10])
     with pytest.raises(SystemExit, match=r"short.npy: 10 labels for a scan of 700 points"):
-        gridify_main(
-            [
-                "evaluate",
-                "--ckpt",
-                str(path),
-                "--scan",
-                str(tmp_path / "velodyne" / "000000.bin"),
-                "--labels",
-                str(tmp_path / "short.npy"),
-            ]
-        )
+        one_scan("short.npy")
     np.save(tmp_path / "big.npy", np.full(700, 7))
     with pytest.raises(SystemExit, match=r"big.npy: label 7 \(row 0\) outside -1..2"):
-        gridify_main(
-            [
-                "evaluate",
-                "--ckpt",
-                str(path),
-                "--scan",
-                str(tmp_path / "velodyne" / "000000.bin"),
-                "--labels",
-                str(tmp_path / "big.npy"),
-            ]
-        )
+        one_scan("big.npy")
     (tmp_path / "alone").mkdir()
     _scan(tmp_path / "alone" / "x.bin")
     with pytest.raises(SystemExit, match="no ground truth found"):
