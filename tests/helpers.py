@@ -3,9 +3,11 @@
 Fixtures live in ``tests/conftest.py``; plain functions live here.
 """
 
+import json
 import os
 from pathlib import Path
 
+import numpy as np
 import torch
 
 #: the repository root (the folder holding ``gridify/``, ``scripts/`` and ``tests/``)
@@ -105,3 +107,35 @@ def export_scene_model(tmp_path, features=("strength", "height"), voxel_size=0.5
         {"model_name": "scene_segmenter", "model_kwargs": kwargs, "task": "scene_segmentation", "info": info},
     )
     return path, model
+
+
+def make_fake_shapenet(root: Path, n_per_split=2):
+    """ShapeNet-Part's normal_txt + v0_points layouts under ``root`` with Chair (12-15) and Mug (36-37) shapes."""
+    from gridify.datasets import SHAPENET_CATEGORY_TO_PARTS, SHAPENET_SYNSETS
+
+    r = np.random.default_rng(2)
+    normal_dir = root / "shapenetcore_partanno_segmentation_benchmark_v0_normal"
+    v0_dir = root / "shapenetcore_partanno_v0"
+    lists = {"train": [], "val": [], "test": []}
+    for cat, cid in (("Chair", 4), ("Mug", 11)):
+        syn = SHAPENET_SYNSETS[cat]
+        parts = SHAPENET_CATEGORY_TO_PARTS[cid]
+        (normal_dir / syn).mkdir(parents=True, exist_ok=True)
+        (v0_dir / syn / "points").mkdir(parents=True, exist_ok=True)
+        (v0_dir / syn / "points_label").mkdir(parents=True, exist_ok=True)
+        for split in lists:
+            for k in range(n_per_split):
+                sid = f"{cat.lower()}{split}{k}"
+                n = int(r.integers(40, 60))
+                pts = r.normal(size=(n, 3))
+                nrm = pts / np.linalg.norm(pts, axis=1, keepdims=True)
+                lab = r.choice(parts, size=n)
+                np.savetxt(normal_dir / syn / f"{sid}.txt", np.hstack([pts, nrm, lab[:, None]]), fmt="%.6f")
+                np.savetxt(v0_dir / syn / "points" / f"{sid}.pts", pts, fmt="%.5f")
+                np.savetxt(v0_dir / syn / "points_label" / f"{sid}.seg", lab - parts[0] + 1, fmt="%d")
+                lists[split].append(f"shape_data/{syn}/{sid}")
+    for d in (normal_dir, v0_dir):
+        (d / "train_test_split").mkdir()
+        for split, items in lists.items():
+            (d / "train_test_split" / f"shuffled_{split}_file_list.json").write_text(json.dumps(items))
+    return root

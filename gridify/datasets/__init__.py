@@ -28,8 +28,8 @@ from .modelnet import MODELNET10_CLASSES, MODELNET40_CLASSES, ModelNet
 from .procedural import (PROCEDURAL_CATEGORY_TO_PARTS, PROCEDURAL_CLASSES, PROCEDURAL_PARTS,
                          ProceduralShapes, make_shape)
 from .scenes import ProceduralScenes, S3DIS, SceneDataset, ScanNet, SemanticKITTI, convert_to_pointcept  # noqa: F401
-from .shapenet import (SHAPENET_CATEGORIES, SHAPENET_CATEGORY_TO_PARTS, SHAPENET_NUM_PARTS,
-                       SHAPENET_SYNSETS, ShapeNetPart)
+from .shapenet import (SHAPENET_CATEGORIES, SHAPENET_CATEGORY_TO_PARTS, SHAPENET_NUM_PARTS, SHAPENET_PART_NAMES,
+                       SHAPENET_PARTS, SHAPENET_SYNSETS, ShapeNetPart)
 
 __all__ = [
     "ModelNet", "ShapeNetPart", "ProceduralShapes", "PointFolder", "PointCloudDataset", "collate_points",
@@ -38,6 +38,7 @@ __all__ = [
     "DatasetError", "ARCHIVES",
     "MODELNET10_CLASSES", "MODELNET40_CLASSES",
     "SHAPENET_CATEGORIES", "SHAPENET_SYNSETS", "SHAPENET_CATEGORY_TO_PARTS", "SHAPENET_NUM_PARTS",
+    "SHAPENET_PARTS", "SHAPENET_PART_NAMES",
     "PROCEDURAL_CLASSES", "PROCEDURAL_PARTS", "PROCEDURAL_CATEGORY_TO_PARTS",
     "DynamicShapes", "DYNAMIC_CLASSES", "collate_sequences", "PointCloudSequence", "read_sequence",
 ]

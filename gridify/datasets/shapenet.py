@@ -10,11 +10,15 @@ Source formats (``source=``), with the layout expected under ``root``:
     ``hdf5_data/ply_data_{train,val,test}N.h5`` (``data`` ``[B, 2048, 3]``, ``label`` ``[B, 1]``
     category, ``pid`` ``[B, 2048]`` global part ids, optionally ``normal``).
 ``"v0_points"``
-    ``shapenetcore_partanno_v0/<synset>/points/<id>.pts`` + ``points_label/<id>.seg`` with LOCAL
-    part ids starting at 1 (mapped to global ids here) and the same split JSONs in
+    ``shapenetcore_partanno_segmentation_benchmark_v0/`` (the v0 benchmark release; also found as
+    ``shapenetcore_partanno_v0/``) with ``<synset>/points/<id>.pts`` + ``<synset>/points_label/<id>.seg``
+    (LOCAL part ids starting at 1, mapped to global ids here) and the same split JSONs in
     ``train_test_split/``.
 
 The split JSONs list entries like ``shape_data/<synset>/<id>``; ``"trainval"`` is train + val.
+Part ``i`` is named :data:`~gridify.datasets.SHAPENET_PART_NAMES` ``[i]`` (``"Airplane/body"`` ...
+``"Table/drawer"``).
+Guide: ``docs/guides/shapenet-part.md``.
 Shapes keep ShapeNet's y-up orientation (rotate about ``axis=1`` for augmentation).
 
 The official evaluation protocol scores every point of every test shape: use
@@ -39,8 +43,8 @@ from ._common import (PathLike, PointCloudDataset, Transform, align_labels, chec
                       h5_dataset, read_labels)
 from .download import DatasetNotFoundError, download_archive, manual_instructions
 
-__all__ = ["ShapeNetPart", "SHAPENET_CATEGORIES", "SHAPENET_SYNSETS", "SHAPENET_NUM_PARTS",
-           "SHAPENET_CATEGORY_TO_PARTS", "SHAPENET_PART_TO_CATEGORY"]
+__all__ = ["ShapeNetPart", "SHAPENET_CATEGORIES", "SHAPENET_SYNSETS", "SHAPENET_NUM_PARTS", "SHAPENET_PARTS",
+           "SHAPENET_PART_NAMES", "SHAPENET_CATEGORY_TO_PARTS", "SHAPENET_PART_TO_CATEGORY"]
 
 #: the 16 categories, in the order of their ids 0-15
 SHAPENET_CATEGORIES: List[str] = [
@@ -52,8 +56,32 @@ SHAPENET_SYNSETS: Dict[str, str] = {
     "Chair": "03001627", "Earphone": "03261776", "Guitar": "03467517", "Knife": "03624134",
     "Lamp": "03636649", "Laptop": "03642806", "Motorbike": "03790512", "Mug": "03797390",
     "Pistol": "03948459", "Rocket": "04099429", "Skateboard": "04225987", "Table": "04379243"}
-_PART_COUNTS = [4, 2, 2, 4, 4, 3, 3, 2, 4, 2, 6, 2, 3, 3, 3, 3]
+#: category -> names of its parts, in the order of the release's part ids (local ids 1, 2, ... of the
+#: v0 ``.seg`` files; global ids 0-49 in this order over the categories): the part labels usually listed
+#: for the release, shortened ("leg or support" -> "leg", "belt for foot" -> "foot strap"); the order is
+#: checked against the labelled points of real shapes (tests/datasets/test_datasets.py)
+SHAPENET_PARTS: Dict[str, List[str]] = {
+    "Airplane": ["body", "wing", "tail", "engine"],
+    "Bag": ["handle", "body"],
+    "Cap": ["crown", "visor"],
+    "Car": ["roof", "hood", "wheel", "body"],
+    "Chair": ["back", "seat", "leg", "arm"],
+    "Earphone": ["earcup", "headband", "cord"],
+    "Guitar": ["head", "neck", "body"],
+    "Knife": ["blade", "handle"],
+    "Lamp": ["base", "shade", "canopy", "tube"],
+    "Laptop": ["keyboard", "screen"],
+    "Motorbike": ["gas tank", "seat", "wheel", "handlebar", "light", "frame"],
+    "Mug": ["handle", "body"],
+    "Pistol": ["barrel", "grip", "trigger"],
+    "Rocket": ["body", "fin", "nose"],
+    "Skateboard": ["wheel", "deck", "foot strap"],
+    "Table": ["top", "leg", "drawer"]}
+_PART_COUNTS = [len(SHAPENET_PARTS[c]) for c in SHAPENET_CATEGORIES]  # 4, 2, 2, 4, 4, 3, 3, 2, 4, 2, 6, 2, 3, 3, 3, 3
 SHAPENET_NUM_PARTS = sum(_PART_COUNTS)  # 50
+#: global part id -> ``"<Category>/<part>"`` (``"Airplane/body"`` ... ``"Table/drawer"``): the class names of
+#: a model trained on ShapeNet-Part (predictions, ``gridify show`` legends, ONNX metadata)
+SHAPENET_PART_NAMES: List[str] = [f"{c}/{p}" for c in SHAPENET_CATEGORIES for p in SHAPENET_PARTS[c]]
 _OFFSETS = np.concatenate([[0], np.cumsum(_PART_COUNTS)[:-1]]).tolist()
 #: category id -> its global part ids (Airplane 0-3, Bag 4-5, ..., Table 47-49)
 SHAPENET_CATEGORY_TO_PARTS: List[List[int]] = [
@@ -93,12 +121,14 @@ class ShapeNetPart(PointCloudDataset):
         ``y`` ``[N]`` global part ids (0-49), ``category`` (0-d, 0-15), ``index`` (0-d).
 
     Attributes:
-        category_names, category_to_parts, num_parts, source_format, data_dir, files.
+        category_names, category_to_parts, part_names (``"Airplane/body"``, ...:
+        :data:`~gridify.datasets.SHAPENET_PART_NAMES`), num_parts, source_format, data_dir, files.
     """
 
     category_names = SHAPENET_CATEGORIES
     group_attribute = "category_ids"
     category_to_parts = SHAPENET_CATEGORY_TO_PARTS
+    part_names = SHAPENET_PART_NAMES
     num_parts = SHAPENET_NUM_PARTS
     num_categories = len(SHAPENET_CATEGORIES)
 
@@ -109,7 +139,7 @@ class ShapeNetPart(PointCloudDataset):
         check_split("ShapeNetPart", split)
         check_choice("ShapeNetPart", "source", source, list(SOURCES))
         if source == "v0_points" and use_normals:
-            raise ValueError("ShapeNetPart: source='v0_points' has no normals; pass use_normals=False")
+            raise ValueError("ShapeNetPart: source='v0_points' has no normals; set use_normals=False")
         super().__init__(split=split, num_points=num_points, use_normals=use_normals, transform=transform,
                          seed=seed, normalize=normalize)
         self.root = Path(root) if root is not None else default_root()
@@ -119,7 +149,8 @@ class ShapeNetPart(PointCloudDataset):
             lookup = {c.lower(): c for c in SHAPENET_CATEGORIES}
             bad = [c for c in categories if str(c).lower() not in lookup]
             if bad:
-                raise ValueError(f"ShapeNetPart: unknown categories {bad}; known: {SHAPENET_CATEGORIES}")
+                raise ValueError(f"ShapeNetPart: categories must be ShapeNet-Part categories (any case), "
+                                 f"{', '.join(SHAPENET_CATEGORIES)}; unknown: {', '.join(map(str, bad))}")
             self.categories = [lookup[str(c).lower()] for c in categories]
         else:
             self.categories = list(SHAPENET_CATEGORIES)
@@ -131,8 +162,8 @@ class ShapeNetPart(PointCloudDataset):
         self.entries = [entries[i] for i in keep]
         self.category_ids = np.asarray([cats[i] for i in keep], dtype=np.int64)
         if not self.entries:
-            raise ValueError(f"ShapeNetPart ({source}): no shapes for split {split!r} and categories "
-                             f"{self.categories} under {self.data_dir}")
+            raise ValueError(f"ShapeNetPart ({source}): the {split} split has no shapes of "
+                             f"categories={self.categories} under {self.data_dir}")
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -152,7 +183,8 @@ class ShapeNetPart(PointCloudDataset):
             return [r / "shapenetcore_partanno_segmentation_benchmark_v0_normal", r]
         if self.source_format == "hdf5":
             return [r / "hdf5_data", r / "shapenet_part_seg_hdf5_data", r]
-        return [r / "shapenetcore_partanno_v0", r / "PartAnnotation", r]
+        return [r / "shapenetcore_partanno_segmentation_benchmark_v0", r / "shapenetcore_partanno_v0",
+                r / "PartAnnotation", r]
 
     def _looks_right(self, d: Path) -> bool:
         if not d.is_dir():
@@ -192,7 +224,9 @@ class ShapeNetPart(PointCloudDataset):
         for part in _SPLIT_FILES[split]:
             f = self.data_dir / "train_test_split" / f"shuffled_{part}_file_list.json"
             if not f.is_file():
-                raise DatasetNotFoundError(f"{f}: split file missing")
+                raise DatasetNotFoundError(
+                    f"ShapeNetPart ({self.source_format}): the {part} split list {f} is missing (the official "
+                    f"release ships train_test_split/shuffled_{{train,val,test}}_file_list.json)", root=self.root)
             try:
                 items = json.loads(read_text_file(f))
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -239,7 +273,7 @@ class ShapeNetPart(PointCloudDataset):
                             raise ValueError(f"{f}: HDF5 file lacks datasets {missing} (has {list(h)})")
                         if self.use_normals and "normal" not in h:
                             raise ValueError(f"{f}: use_normals=True but the file has no 'normal' dataset; "
-                                             f"pass use_normals=False")
+                                             f"set use_normals=False")
                         data, pid = (h5_dataset(f, h, k, "ShapeNetPart") for k in ("data", "pid"))
                         label = h5_dataset(f, h, "label", "ShapeNetPart")
                         if label.size != data.shape[0] or pid.shape[:2] != data.shape[:2]:
@@ -276,7 +310,7 @@ class ShapeNetPart(PointCloudDataset):
             msg = (f"ShapeNetPart: {len(missing)} of {len(listed)} shapes listed in the {split} split are "
                    f"missing under {d} (first: {missing[0]})")
             if not self.skip_missing:
-                raise ValueError(msg + "; the release is incomplete (pass skip_missing=True to use what is there)")
+                raise ValueError(msg + "; the release is incomplete (set skip_missing=True to use what is there)")
             warnings.warn(msg + "; skipped", stacklevel=3)
         return entries, cats
 

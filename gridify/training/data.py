@@ -27,14 +27,14 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from gridify.datasets import DatasetError, fit_box, stratified_subset
+from gridify.datasets import DatasetError, DatasetNotFoundError, fit_box, stratified_subset
 from gridify.models import build_model
 from gridify.registry import DATASETS, MODELS, UnknownNameError
 from gridify.tasks import class_weights, get_task, task_of_dataset
 from gridify.transforms import FixedPoints, SceneSampler
 
 from .config import AUGMENTATIONS, DATA_LOADER_KEYS, DATASET_ALIASES, ConfigError
-from .schema import constructor_keys, model_error
+from .schema import constructor_keys, dataset_message, model_error
 
 __all__ = [
     "REPO_ROOT",
@@ -141,14 +141,16 @@ def build_dataset(cfg: Dict[str, Any], split: str, augment: Optional[EpochAugmen
     holds = task_of_dataset(name, cls)
     if holds is not None and cfg["task"] != holds:
         raise ConfigError(f"data.name={name} is a {holds} dataset; set task: {holds}")
+    keys, per_split = constructor_keys(cls)[0], list(cfg["data"].get(split) or {})
     try:
         return cls(**kwargs)
     except TypeError as exc:
         raise ConfigError(f"data ({name}, split {split!r}): bad dataset arguments {sorted(kwargs)}: {exc}") from None
-    except DatasetError:
+    except (DatasetError, DatasetNotFoundError) as exc:  # the files: the same error, its advice in config keys
+        exc.args = (dataset_message(name, split, keys, exc, per_split, where=False), *exc.args[1:])
         raise
-    except ValueError as exc:  # an argument the dataset refuses (a bad source, fraction, class list, ...)
-        raise ConfigError(f"data ({name}, split {split!r}): {exc}") from None
+    except ValueError as exc:  # an argument the dataset refuses (a bad source, category, class list, ...)
+        raise ConfigError(dataset_message(name, split, keys, exc, per_split)) from None
 
 
 def config_archives(cfg: Dict[str, Any]) -> List[str]:

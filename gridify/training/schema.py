@@ -16,11 +16,14 @@ From the same table: :func:`key_rows` (the key listing, ``python -m gridify.trai
 :func:`markdown_table` (``docs/config_keys.md``, ``python -m gridify.training.schema --markdown``)
 and :func:`annotated_yaml` (a resolved config with each key's rule as a comment). Errors of a model
 constructor (:func:`model_error`), of the optimizer (:func:`optimizer_error`) and of the trainer
-(:func:`trainer_error`) become :class:`ConfigError` naming the config key. No Lightning import.
+(:func:`trainer_error`) become :class:`ConfigError` naming the config key; a dataset's message names the
+keys a user sets (:func:`dataset_message`: ``use_normals=False`` reads ``data.use_normals=false``). No
+Lightning import.
 """
 
 from __future__ import annotations
 
+import ast
 import inspect
 import math
 import re
@@ -77,6 +80,7 @@ __all__ = [
     "check_model_section",
     "check_dataset_section",
     "model_error",
+    "dataset_message",
     "optimizer_error",
     "trainer_error",
     "declared_keys",
@@ -873,6 +877,54 @@ def model_error(
         key = _culprit(kwargs, message, build)
     where = f"model.{key}" if key is not None else f"model ({name})"
     return ConfigError(f"{where}: {message}")
+
+
+#: a Python value as a dataset's message writes it after ``key=``: a literal, a quoted string or a list
+_PY_VALUE = r"True|False|None|'[^']*'|\"[^\"]*\"|\[[^\]]*\]|[\w.+-]+"
+
+
+def _yaml_spelling(text: str) -> str:
+    """``text``, a Python literal (``False``, ``'v0_points'``, ``['Mug']``), as the command line's YAML writes it
+    (``false``, ``v0_points``, ``[Mug]``); anything else as it is."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+    def spell(v: Any) -> str:
+        if isinstance(v, bool) or v is None:
+            return {True: "true", False: "false", None: "null"}[v]
+        if isinstance(v, str):
+            return v if re.fullmatch(r"[\w./-]+", v) else repr(v)
+        if isinstance(v, (list, tuple)):
+            return "[" + ", ".join(spell(x) for x in v) + "]"
+        return str(v)
+
+    return spell(value)
+
+
+def dataset_message(
+    name: str, split: str, keys: Iterable[str], exc: BaseException, per_split: Sequence[str] = (), where: bool = True
+) -> str:
+    """A dataset constructor's message in the words of the config.
+
+    Every ``key=value`` of one of the dataset's arguments ``keys`` reads ``data.key=value`` in YAML spelling
+    (``data.<split>.key`` when ``per_split``, the split's own section, set it); ``root=`` is ``--data-root``.
+    With ``where``, a message about one argument (``ShapeNetPart: categories must ...``) starts with its key
+    (``data.categories: ...``), any other with ``data (<name>, split '<split>'): ``."""
+    message = str(exc)
+    keys = [k for k in keys if k not in ("split", "transform")]
+
+    def key_of(k: str) -> str:
+        return "--data-root" if k == "root" else (f"data.{split}.{k}" if k in per_split else f"data.{k}")
+
+    for key in sorted(keys, key=len, reverse=True):
+        pattern = rf"(?<![\w.]){re.escape(key)}=({_PY_VALUE})"
+        message = re.sub(pattern, lambda m, k=key: f"{key_of(k)}={_yaml_spelling(m.group(1))}", message)
+    if not where:
+        return message
+    m = re.match(r"^[\w.]+(?: \([^)]*\))?: (\w+) must\b", message)
+    return f"{key_of(m.group(1)) if m and m.group(1) in keys else f'data ({name}, split {split!r})'}: {message}"
 
 
 def _culprit(kwargs: Dict[str, Any], message: str, build: Callable[[Dict[str, Any]], Any]) -> Optional[str]:

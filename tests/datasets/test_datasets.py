@@ -1,5 +1,4 @@
 """Datasets of gridify.datasets on real sample data (skipped when absent) and generated layouts."""
-import json
 import time
 import warnings
 from pathlib import Path
@@ -9,12 +8,14 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from gridify.datasets import (MODELNET10_CLASSES, PROCEDURAL_CATEGORY_TO_PARTS, SHAPENET_CATEGORY_TO_PARTS,
-                              SHAPENET_SYNSETS, DatasetNotFoundError, ModelNet, ProceduralShapes, ShapeNetPart,
+from gridify.datasets import (MODELNET10_CLASSES, PROCEDURAL_CATEGORY_TO_PARTS, SHAPENET_CATEGORIES,
+                              SHAPENET_CATEGORY_TO_PARTS, SHAPENET_PART_NAMES, SHAPENET_PARTS, SHAPENET_SYNSETS,
+                              DatasetNotFoundError, ModelNet, ProceduralShapes, ShapeNetPart,
                               collate_points, stratified_split, stratified_subset)
 from gridify.datasets.dynamic import read_sequence
 from gridify.io import write_ply
 from gridify.transforms import RandomRotateZ
+from tests.helpers import make_fake_shapenet
 
 
 # --------------------------------------------------------------------------------------
@@ -73,36 +74,6 @@ def make_fake_h5(path: Path, n, points, labels, extra):
         h["normal"] = (data / np.linalg.norm(data, axis=2, keepdims=True)).astype(np.float32)
         for k, v in extra.items():
             h[k] = v
-
-
-def make_fake_shapenet(root: Path, n_per_split=2):
-    """normal_txt + v0_points layouts with Chair (12-15) and Mug (36-37) shapes."""
-    r = np.random.default_rng(2)
-    normal_dir = root / "shapenetcore_partanno_segmentation_benchmark_v0_normal"
-    v0_dir = root / "shapenetcore_partanno_v0"
-    lists = {"train": [], "val": [], "test": []}
-    for cat, cid in (("Chair", 4), ("Mug", 11)):
-        syn = SHAPENET_SYNSETS[cat]
-        parts = SHAPENET_CATEGORY_TO_PARTS[cid]
-        (normal_dir / syn).mkdir(parents=True, exist_ok=True)
-        (v0_dir / syn / "points").mkdir(parents=True, exist_ok=True)
-        (v0_dir / syn / "points_label").mkdir(parents=True, exist_ok=True)
-        for split in lists:
-            for k in range(n_per_split):
-                sid = f"{cat.lower()}{split}{k}"
-                n = int(r.integers(40, 60))
-                pts = r.normal(size=(n, 3))
-                nrm = pts / np.linalg.norm(pts, axis=1, keepdims=True)
-                lab = r.choice(parts, size=n)
-                np.savetxt(normal_dir / syn / f"{sid}.txt", np.hstack([pts, nrm, lab[:, None]]), fmt="%.6f")
-                np.savetxt(v0_dir / syn / "points" / f"{sid}.pts", pts, fmt="%.5f")
-                np.savetxt(v0_dir / syn / "points_label" / f"{sid}.seg", lab - parts[0] + 1, fmt="%d")
-                lists[split].append(f"shape_data/{syn}/{sid}")
-    for d in (normal_dir, v0_dir):
-        (d / "train_test_split").mkdir()
-        for split, items in lists.items():
-            (d / "train_test_split" / f"shuffled_{split}_file_list.json").write_text(json.dumps(items))
-    return root
 
 
 # --------------------------------------------------------------------------------------
@@ -286,6 +257,14 @@ def test_shapenet_generated_normal_txt_and_v0(tmp_path):
         torch.testing.assert_close(v0[i]["pos"], txt[i]["pos"], atol=1e-5, rtol=0)
 
 
+def test_shapenet_v0_benchmark_folder_is_found(tmp_path):
+    """The v0 benchmark archive unpacks to shapenetcore_partanno_segmentation_benchmark_v0/: found as is."""
+    root = make_fake_shapenet(tmp_path)
+    (root / "shapenetcore_partanno_v0").rename(root / "shapenetcore_partanno_segmentation_benchmark_v0")
+    ds = ShapeNetPart(root, split="val", source="v0_points", use_normals=False)
+    assert ds.data_dir == root / "shapenetcore_partanno_segmentation_benchmark_v0" and len(ds) == 4
+
+
 def test_shapenet_hdf5_generated(tmp_path):
     d = tmp_path / "hdf5_data"
     d.mkdir()
@@ -301,8 +280,12 @@ def test_shapenet_errors(tmp_path):
     with pytest.raises(DatasetNotFoundError, match=r"(?s)ShapeNetPart \(normal_txt\).*v0_normal\.zip"):
         ShapeNetPart(tmp_path)
     root = make_fake_shapenet(tmp_path / "s")
-    with pytest.raises(ValueError, match="unknown categories"):
-        ShapeNetPart(root, categories=["Spaceship"])
+    with pytest.raises(ValueError, match=r"categories must be ShapeNet-Part categories .*; unknown: Spaceship$"):
+        ShapeNetPart(root, categories=["Spaceship", "mug"])
+    with pytest.raises(ValueError, match=r"the test split has no shapes of categories=\['Airplane'\]"):
+        ShapeNetPart(root, split="test", categories=["airplane"])
+    with pytest.raises(ValueError, match=r"source='v0_points' has no normals; set use_normals=False"):
+        ShapeNetPart(root, source="v0_points")
     labels_dir = root / "shapenetcore_partanno_v0" / SHAPENET_SYNSETS["Chair"] / "points_label"
     (labels_dir / "chairtrain0.seg").write_text("1\n2\n")
     n = len(np.loadtxt(labels_dir / "chairtrain1.seg"))
@@ -319,6 +302,18 @@ def test_shapenet_errors(tmp_path):
         ShapeNetPart(root, split="val")
 
 
+def test_shapenet_part_names_follow_the_global_part_ids():
+    """Real part names (not ``part45``): ``"<Category>/<part>"`` in the order of the global ids 0-49."""
+    assert len(SHAPENET_PART_NAMES) == len(set(SHAPENET_PART_NAMES)) == 50
+    assert list(SHAPENET_PARTS) == SHAPENET_CATEGORIES
+    for cat, parts in zip(SHAPENET_CATEGORIES, SHAPENET_CATEGORY_TO_PARTS):
+        assert [SHAPENET_PART_NAMES[i] for i in parts] == [f"{cat}/{p}" for p in SHAPENET_PARTS[cat]]
+    assert SHAPENET_PART_NAMES[:4] == ["Airplane/body", "Airplane/wing", "Airplane/tail", "Airplane/engine"]
+    assert SHAPENET_PART_NAMES[12:16] == ["Chair/back", "Chair/seat", "Chair/leg", "Chair/arm"]
+    assert SHAPENET_PART_NAMES[47:] == ["Table/top", "Table/leg", "Table/drawer"]
+    assert ShapeNetPart.part_names is SHAPENET_PART_NAMES
+
+
 def test_shapenet_v0_points_real(shared_data):
     root = shared_data / "shapenetpart_sample" / "v0_points"
     ds = ShapeNetPart(root, split="train", source="v0_points", use_normals=False, num_points=None, normalize=False)
@@ -330,6 +325,36 @@ def test_shapenet_v0_points_real(shared_data):
         local = np.loadtxt(ds.entries[i][1], dtype=np.int64)
         np.testing.assert_array_equal(it["y"].numpy(), local - 1 + SHAPENET_CATEGORY_TO_PARTS[cat][0])
         assert set(it["y"].tolist()) <= set(SHAPENET_CATEGORY_TO_PARTS[cat])
+
+
+def test_shapenet_part_names_match_the_real_shapes(shared_data):
+    """The names sit where the sample's labelled points are (y up): a lamp's base under its tube under its
+    shade, a chair's legs under its seat under its back, a guitar's body under its neck under its head, an
+    airplane's wings wider than its body."""
+    ds = ShapeNetPart(
+        shared_data / "shapenetpart_sample" / "v0_points",
+        split="train",
+        source="v0_points",
+        use_normals=False,
+        num_points=None,
+        normalize=False,
+    )
+    shapes = {SHAPENET_CATEGORIES[int(ds[i]["category"])]: ds[i] for i in range(len(ds))}
+
+    def part(cat, name):
+        it = shapes[cat]
+        return it["pos"][it["y"] == SHAPENET_PART_NAMES.index(f"{cat}/{name}")]
+
+    for cat, low_to_high in (
+        ("Lamp", ["base", "tube", "shade"]),
+        ("Chair", ["leg", "seat", "back"]),
+        ("Guitar", ["body", "neck", "head"]),
+        ("Table", ["leg", "top"]),
+    ):
+        heights = [float(part(cat, name)[:, 1].mean()) for name in low_to_high]
+        assert heights == sorted(heights), (cat, low_to_high, heights)
+    span = {name: float(np.ptp(part("Airplane", name)[:, 2].numpy())) for name in ("body", "wing")}
+    assert span["wing"] > 3 * span["body"]
 
 
 def test_shapenet_normal_txt_real(shared_data):

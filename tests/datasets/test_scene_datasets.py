@@ -242,7 +242,9 @@ def test_pointcept_generated_folders_missing_labels_and_bad_files(tmp_path):
     assert a["x"].shape == (20, 10) and torch.allclose(a["x"][:, 3:6], torch.ones(20, 3))
     assert b["x"].shape == (7, 4) and b["x"][:, 3].min() == 0
     assert a["y"].tolist() == (np.arange(20) % 4).tolist() and b["y"].tolist() == [-1] * 7
-    with pytest.raises(DatasetError, match=r"scene 'b'.*feature 'color'"):
+    # an xyz-only scene under a recipe with colours: the fix is the config key and the colourless recipe
+    with pytest.raises(DatasetError, match=r"scene 'b' \(.*train/b\): feature 'color' .* has no color .*set "
+                       r"data\.features without it \(e\.g\. \[height\]: the scene_pointcept recipe\)"):
         SceneDataset(tmp_path, "pointcept", "train", features=("color",))[1]
     batch = collate_points([a, SceneDataset(tmp_path, "pointcept", "train", features=("xyz", "color", "normal",
                                                                                       "height"))[0]])

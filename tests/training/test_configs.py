@@ -1,5 +1,6 @@
 """Configs that work anywhere: shipped in the package and found by name, _base_ inheritance, data roots from
---data-root / $GRIDIFY_DATA, ModelNet's source auto, and what `gridify download` knows about them."""
+--data-root / $GRIDIFY_DATA, ModelNet's source auto, the ShapeNet route's errors and part names, and what
+`gridify download` knows about them."""
 
 import urllib.error
 import urllib.request
@@ -10,9 +11,11 @@ import pytest
 pytest.importorskip("yaml")
 
 from gridify import cli  # noqa: E402
-from gridify.datasets import ModelNet, default_root, resolve_archive  # noqa: E402
+from gridify.datasets import DatasetNotFoundError, ModelNet, default_root, resolve_archive  # noqa: E402
 from gridify.training import config as C  # noqa: E402
-from gridify.training.data import build_dataset, config_archives  # noqa: E402
+from gridify.training.cli import error_line  # noqa: E402
+from gridify.training.data import build_dataset, config_archives, dataset_info  # noqa: E402
+from tests.helpers import make_fake_shapenet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -171,6 +174,51 @@ def test_modelnet10_configs_find_the_pcd_release(shared_data):
         cfg = C.resolve_config(name, [f"data.root={root}"])
         ds = build_dataset(cfg, "test")
         assert ds.source_format == "pcd" and len(ds) == 908 and ds.sample_groups().tolist() == ds.labels.tolist()
+
+
+def test_shapenet_route_speaks_the_config_keys_and_names_the_parts(tmp_path):
+    """The ShapeNet configs' errors name the keys a user types (data.use_normals=false, not use_normals=False),
+    and a model trained on ShapeNet-Part gets the parts' names as its class names (not part45)."""
+    root = make_fake_shapenet(tmp_path)
+
+    def build(*overrides, split="train"):
+        return build_dataset(C.resolve_config("shapenet_ccnn", [f"data.root={root}", *overrides]), split)
+
+    ds = build("data.num_points=32")
+    info = dataset_info(ds, "segmentation")
+    assert info["class_names"][12:16] == ["Chair/back", "Chair/seat", "Chair/leg", "Chair/arm"]
+    assert info["class_names"][36:38] == ["Mug/handle", "Mug/body"] and len(info["class_names"]) == 50
+    with pytest.raises(
+        C.ConfigError,
+        match=r"^data \(shapenet, split 'train'\): ShapeNetPart: data\.source=v0_points "
+        r"has no normals; set data\.use_normals=false$",
+    ):
+        build("data.source=v0_points")
+    with pytest.raises(
+        C.ConfigError, match=r"^data\.categories: ShapeNetPart: categories must be .*unknown: Spaceship$"
+    ):
+        build("data.categories=[Spaceship, chair]")
+    with pytest.raises(
+        C.ConfigError, match=r"the test split has no shapes of data\.test\.categories=\[Airplane\] under"
+    ):
+        build("data.test.categories=[Airplane]", split="test")
+    lists = root / "shapenetcore_partanno_segmentation_benchmark_v0_normal" / "train_test_split"
+    (lists / "shuffled_val_file_list.json").unlink()
+    with pytest.raises(DatasetNotFoundError) as exc:
+        build(split="val")
+    assert error_line(exc.value) == (
+        f"ShapeNetPart (normal_txt): the val split list {lists / 'shuffled_val_file_list.json'} is missing (the "
+        f"official release ships train_test_split/shuffled_{{train,val,test}}_file_list.json) (point --data-root at it)"
+    )
+    next((root / "shapenetcore_partanno_segmentation_benchmark_v0_normal").glob("*/chairtrain0.txt")).unlink()
+    with pytest.raises(
+        C.ConfigError,
+        match=r"1 of 4 shapes listed in the train split are missing .*set "
+        r"data\.skip_missing=true to use what is there",
+    ):
+        build()
+    with pytest.warns(UserWarning, match="skipped"):
+        assert len(build("data.skip_missing=true")) == 3
 
 
 # --------------------------------------------------------------------------------------
