@@ -38,8 +38,10 @@ inference form), xyz or xyz + normals features, float32 on the CPU. It needs the
 ``pip install 'gridify[export]'`` (onnx, onnxscript, onnxruntime); this module imports without it.
 
 Segmenters (:class:`OnnxSegmenter`) use the same edge set on any grid ``(Rx, Ry, Rz)``
-(:func:`dense_grid_knn_unchecked`: ``A`` in blocks of :data:`NODE_CHUNK` nodes, ``P`` among the
-nearest coordinates of every axis), gridify over it (:func:`gridify_dense_graph`), run the
+(:func:`dense_grid_knn_unchecked`: ``A`` in blocks of :data:`NODE_CHUNK` nodes, by brute force or,
+for scene models, in the nearest buckets of a kd split of the points with an exactness check and
+a brute-force fallback, :func:`node_points_bucketed`; ``P`` among the nearest coordinates of every
+axis), gridify over it (:func:`gridify_dense_graph`), run the
 backbone, and de-gridify over the transposed edges (:func:`degridify_dense_graph`)
 
     x_j^P = phi_upd( AGG( {phi_msg(phi_node(g_i), phi_pos(c_j - c_i^G)) : j in A_i}
@@ -53,6 +55,7 @@ Shapes:
     dense_bilateral_knn: pos ``[B, N, 3]`` -> node_points ``[B, R^3, k]``, point_nodes ``[B, N, k']``,
     keep ``[B, N, k']`` (bool).
     gridify_dense: pos ``[B, N, 3]``, x ``[B, N, F]`` -> ``[B, C, R, R, R]``.
+    node_points_bucketed: pos ``[B, N, 3]``, nodes ``[R, 3]`` -> node_points ``[B, R, k]``.
     OnnxClassifier: points ``[B, N, 3]`` (+ normals ``[B, N, 3]`` for 6-feature models) -> logits ``[B, K]``.
     OnnxSegmenter: points ``[B, N, 3]`` (+ features / normals ``[B, N, F]``, category ``[B]``) -> logits ``[B, N, K]``.
 """
@@ -113,6 +116,9 @@ __all__ = [
     "NODE_CHUNK",
     "grid_axes",
     "dense_grid_knn_unchecked",
+    "node_points_bucketed",
+    "point_buckets",
+    "SEARCHES",
     "gridify_dense_graph",
     "degridify_dense_graph",
     "scene_box_dense",
@@ -1433,6 +1439,125 @@ def _set_metadata(
 NODE_CHUNK = 1024
 
 
+#: The node -> points searches of the segmenter graph (:class:`OnnxSegmenter` ``search``): ``"brute"``
+#: forms every node-point distance (in blocks of ``node_chunk`` nodes); ``"bucketed"``
+#: (:func:`node_points_bucketed`) looks in the nearest buckets of a kd split of the points and
+#: falls back to every point only for the nodes it cannot prove exact. Both give the same neighbours.
+SEARCHES = ("brute", "bucketed")
+#: ``2 ** BUCKET_LEVELS`` point buckets (equal sizes, kd splits) in the bucketed search
+BUCKET_LEVELS = 9
+#: buckets a node looks in before its exactness check
+BUCKETS_SEARCHED = 8
+#: points per bucket at least (a smaller cloud is padded with points at infinity)
+BUCKET_MIN_POINTS = 8
+
+
+def _gather_rows(table: Tensor, idx: Tensor) -> Tensor:
+    """``table[b, idx[b, ...]]`` for ``table [B, T, ...]`` and ``idx [B, ...]`` (one flat gather)."""
+    B, T = table.shape[:2]
+    offset = (torch.arange(B, device=idx.device) * T).view(B, *([1] * (idx.dim() - 1)))
+    return table.reshape(B * T, *table.shape[2:])[idx + offset]
+
+
+def _finite_bounds(pts: Tensor, dim: int) -> Tuple[Tensor, Tensor]:
+    """Per-axis min and max of the finite rows of ``pts [..., 3]`` along ``dim`` (inf / -inf: none)."""
+    finite = torch.isfinite(pts[..., :1])
+    lo = torch.where(finite, pts, torch.full_like(pts, float("inf"))).amin(dim)
+    hi = torch.where(finite, pts, torch.full_like(pts, float("-inf"))).amax(dim)
+    return lo, hi
+
+
+def point_buckets(pos: Tensor, levels: int, min_points: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """A kd split of every cloud of ``pos [B, N, 3]`` into ``G = 2 ** levels`` buckets of equal size ``M``:
+    ``levels`` times, every bucket is sorted along its widest axis and cut in half. The clouds are
+    padded to ``Np = G M >= max(N, G min_points)`` points with points at infinity (last, never
+    anyone's neighbour). Returns the padded points ``[B, Np, 3]``, the members ``[B, G, M]`` (point
+    indices) and every bucket's box ``lo, hi [B, G, 3]`` (of its finite points; ``inf, -inf`` when none).
+    Traceable: the sizes follow ``N`` symbolically."""
+    B, N = pos.shape[:2]
+    G = 2**levels
+    Np = torch.sym_max(N, G * min_points)
+    Np = (Np + G - 1) // G * G
+    pad = torch.full((B, Np - N, 3), float("inf"), dtype=pos.dtype, device=pos.device)
+    padded = torch.cat([pos, pad], 1)
+    idx = torch.arange(Np, device=pos.device).expand(B, Np)
+    for level in range(levels):
+        seg = idx.reshape(B, 2**level, -1)
+        pts = _gather_rows(padded, seg)  # [B, 2^l, S, 3]
+        lo, hi = _finite_bounds(pts, 2)
+        spread = hi - lo
+        axis = torch.where(torch.isfinite(spread), spread, torch.zeros_like(spread)).argmax(-1)
+        key = torch.gather(pts, 3, axis[:, :, None, None].expand(-1, -1, pts.size(2), 1)).squeeze(-1)
+        idx = torch.gather(seg, 2, torch.argsort(key, dim=2)).reshape(B, Np)
+    members = idx.reshape(B, G, -1)
+    lo, hi = _finite_bounds(_gather_rows(padded, members), 2)
+    return padded, members, lo, hi
+
+
+def _squared_distances(c: Tensor, p: Tensor) -> Tensor:
+    """``|c - p|^2`` summed x, y, z in that order (as :func:`gridify.ops.knn`'s torch backend), ``c [..., 3]``
+    broadcast against ``p [..., 3]``."""
+    d = (c[..., 0] - p[..., 0]).pow(2)
+    d = d + (c[..., 1] - p[..., 1]).pow(2)
+    return d + (c[..., 2] - p[..., 2]).pow(2)
+
+
+def _bucket_bounds(lo: Tensor, hi: Tensor, axes: Tuple[Tensor, Tensor, Tensor]) -> Tensor:
+    """``lb [B, R, G]``: the squared distance from every grid node to every bucket box ``lo, hi [B, G, 3]``,
+    per axis on the node coordinates ``axes`` and summed x, y, z (node ``(a Ry + b) Rz + c``). Every
+    term is at most the point's own (rounding is monotone), so ``lb`` never exceeds a member's distance."""
+    gaps = []
+    for a, ax in enumerate(axes):  # [B, R_a, G]
+        lo_a, hi_a, c = lo[:, None, :, a], hi[:, None, :, a], ax[None, :, None]
+        gaps.append(((lo_a - c).clamp(min=0) + (c - hi_a).clamp(min=0)).pow(2))
+    lb = gaps[0][:, :, None, None] + gaps[1][:, None, :, None]
+    return (lb + gaps[2][:, None, None, :]).reshape(lo.size(0), -1, lo.size(1))
+
+
+def node_points_bucketed(
+    pos: Tensor,
+    k: int,
+    nodes: Tensor,
+    axes: Tuple[Tensor, Tensor, Tensor],
+    node_chunk: int = NODE_CHUNK,
+    levels: int = BUCKET_LEVELS,
+    searched: int = BUCKETS_SEARCHED,
+    min_points: int = BUCKET_MIN_POINTS,
+) -> Tensor:
+    r"""``A`` of :func:`dense_grid_knn_unchecked` (node -> its ``k`` nearest points, ties to the lower
+    point) without forming every node-point distance, exactly.
+
+    The points are split into buckets (:func:`point_buckets`). A node ``c`` looks at the points of
+    the ``t`` buckets whose boxes are nearest (:func:`_bucket_bounds`) and takes the ``k + 1``
+    nearest of them (same distances). Every point outside those buckets is at least
+    ``lb_{(t+1)}(c)`` away, the ``(t+1)``-th smallest bound: where the ``k``-th distance found is
+    below it and the ``k + 1`` distances are all different, no other point and no other order can
+    be the answer, and it is the exact one. The other nodes (few: a node far from every point, tied
+    distances) search every point with the brute force's tie rule. Node blocks of ``node_chunk``
+    bound the memory.
+
+    Shapes:
+        pos ``[B, N, 3]`` (finite, ``N >= k``), nodes ``[R, 3]`` (the lattice of ``axes``) -> node_points ``[B, R, k]``
+    """
+    B, N = pos.shape[:2]
+    t = min(searched, 2**levels - 1)
+    padded, members, lo, hi = point_buckets(pos, levels, max(min_points, -(-(k + 1) // t)))  # t M > k candidates
+    bounds, nearest = torch.topk(_bucket_bounds(lo, hi, axes), t + 1, dim=2, largest=False, sorted=True)
+    blocks = []
+    for s in range(0, nodes.size(0), node_chunk):
+        c = nodes[s : s + node_chunk]
+        cand = _gather_rows(members, nearest[:, s : s + node_chunk, :t]).reshape(B, c.size(0), -1)  # [B, C, t M]
+        d = _squared_distances(c[None, :, None], _gather_rows(padded, cand))
+        dist, local = torch.topk(d, k + 1, dim=2, largest=False, sorted=True)
+        found = torch.gather(cand, 2, local[..., :k])
+        tied = (dist[..., 1:] == dist[..., :-1]).any(-1)
+        unproven = ((dist[..., k - 1] >= bounds[:, s : s + node_chunk, t]) | tied).nonzero()  # [F, 2]
+        brute = _squared_distances(c[unproven[:, 1]].unsqueeze(1), pos[unproven[:, 0]])  # [F, N]
+        found = found.index_put((unproven[:, 0], unproven[:, 1]), _smallest(brute.unsqueeze(0), k).squeeze(0))
+        blocks.append(found)
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks, 1)
+
+
 def grid_axes(
     grid: RegularGrid, device: Optional[torch.device] = None, dtype: torch.dtype = torch.float32
 ) -> Tuple[Tensor, Tensor, Tensor]:
@@ -1448,13 +1573,19 @@ def grid_axes(
 
 
 def dense_grid_knn_unchecked(
-    pos: Tensor, k: int, nodes: Tensor, axes: Tuple[Tensor, Tensor, Tensor], node_chunk: int = NODE_CHUNK
+    pos: Tensor,
+    k: int,
+    nodes: Tensor,
+    axes: Tuple[Tensor, Tensor, Tensor],
+    node_chunk: int = NODE_CHUNK,
+    search: str = "brute",
 ) -> Tuple[Tensor, Tensor, Tensor]:
     r"""The fixed-shape bilateral kNN graph of :func:`dense_bilateral_knn_unchecked` on any grid
     ``(Rx, Ry, Rz)``, in bounded memory (traceable with static ``k``).
 
     ``A`` (node -> its ``k`` nearest points) runs block by block over ``node_chunk`` nodes
-    (``[B, node_chunk, N]`` distances at a time). ``P`` (point -> its ``k' = min(k, R^3)`` nearest
+    (``[B, node_chunk, N]`` distances at a time), or, with ``search="bucketed"``, through
+    :func:`node_points_bucketed` (the same neighbours from far fewer distances). ``P`` (point -> its ``k' = min(k, R^3)`` nearest
     nodes) looks only at the ``m_a = min(k', R_a)`` nearest coordinates of every axis: a node whose
     ``x`` coordinate is not among them has ``m_a >= k'`` nodes (same ``y, z``) that are nearer, or
     as near and of lower index, so the ``k'`` nearest lie among the ``m_x m_y m_z`` candidates;
@@ -1464,14 +1595,13 @@ def dense_grid_knn_unchecked(
     """
     B, N = pos.shape[:2]
     R3 = nodes.size(0)
-    blocks = []
-    for s in range(0, R3, node_chunk):
-        c = nodes[s : s + node_chunk]
-        d = (c[None, :, None, 0] - pos[:, None, :, 0]).pow(2)
-        d = d + (c[None, :, None, 1] - pos[:, None, :, 1]).pow(2)
-        d = d + (c[None, :, None, 2] - pos[:, None, :, 2]).pow(2)  # [B, chunk, N], as knn's torch backend
-        blocks.append(_smallest(d, k))
-    node_points = blocks[0] if len(blocks) == 1 else torch.cat(blocks, 1)
+    if search == "bucketed":
+        node_points = node_points_bucketed(pos, k, nodes, axes, node_chunk)
+    else:
+        blocks = []
+        for s in range(0, R3, node_chunk):  # [B, chunk, N] distances, as knn's torch backend
+            blocks.append(_smallest(_squared_distances(nodes[None, s : s + node_chunk, None], pos[:, None]), k))
+        node_points = blocks[0] if len(blocks) == 1 else torch.cat(blocks, 1)
     kk = min(k, R3)
     shape = [a.size(0) for a in axes]
     dists, idxs = [], []
@@ -1611,16 +1741,26 @@ class OnnxSegmenter(nn.Module):
     """
 
     def __init__(
-        self, model: nn.Module, normalize: bool = True, node_chunk: int = NODE_CHUNK, up_axis: str = "z"
+        self,
+        model: nn.Module,
+        normalize: bool = True,
+        node_chunk: int = NODE_CHUNK,
+        up_axis: str = "z",
+        search: Optional[str] = None,
     ) -> None:
         super().__init__()
-        check_exportable(model, type(self).__name__)
+        where = type(self).__name__
+        check_exportable(model, where)
         if not isinstance(normalize, bool):
-            fail(type(self).__name__, f"normalize must be True or False, got {normalize!r}")
-        self.node_chunk = check_int(type(self).__name__, "node_chunk", node_chunk, 1)
-        self.up_axis = check_up_axis(type(self).__name__, up_axis)
+            fail(where, f"normalize must be True or False, got {normalize!r}")
+        if search is not None and search not in SEARCHES:
+            fail(where, f"search must be one of {', '.join(SEARCHES)} (or None: by model), got {search!r}")
+        self.node_chunk = check_int(where, "node_chunk", node_chunk, 1)
+        self.up_axis = check_up_axis(where, up_axis)
         self.model = model
         self.scene = isinstance(model, GridifiedSceneSegmenter)
+        # a scene grid holds thousands of nodes over a crop of thousands of points: search by bucket
+        self.search = search or ("bucketed" if self.scene else "brute")
         self.normalize = False if self.scene else normalize
         self.use_normals = not self.scene and model.in_channels == 6
         self.num_features = model.in_channels if self.scene else 0
@@ -1709,7 +1849,7 @@ class OnnxSegmenter(nn.Module):
     def _forward(self, *inputs: Tensor) -> Tensor:
         m = self.model
         u, x = self._features(_to_z_up(self.up_rotation, inputs, self.input_names))
-        graph = dense_grid_knn_unchecked(u, m.gridify.k, self.nodes, self.axes, self.node_chunk)
+        graph = dense_grid_knn_unchecked(u, m.gridify.k, self.nodes, self.axes, self.node_chunk, self.search)
         z = m.backbone(m.grid_norm(gridify_dense_graph(m.gridify, u, x, self.nodes, graph)))
         voxel = degridify_dense_graph(m.degridify, z, u, self.nodes, graph)
         B, N = u.shape[:2]
@@ -1732,7 +1872,7 @@ class OnnxSegmenter(nn.Module):
 
     def point_nodes(self, u: Tensor) -> Tensor:
         """``P`` of the fixed-shape graph of grid-box points ``u [B, N, 3]``."""
-        return dense_grid_knn_unchecked(u, self.model.gridify.k, self.nodes, self.axes, self.node_chunk)[1]
+        return dense_grid_knn_unchecked(u, self.model.gridify.k, self.nodes, self.axes, self.node_chunk, self.search)[1]
 
     def example_inputs(self, batch: int, n: int, seed: int) -> Tuple[Tensor, ...]:
         """Seeded random clouds ``[batch, n, 3]`` (+ their other inputs), as :meth:`place` places them."""

@@ -71,6 +71,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import platform
 import signal
 import statistics
@@ -301,10 +302,12 @@ def cell_sweep(spec: Dict[str, Any]) -> Dict[str, Any]:
     n, mode = int(spec["n"]), spec["mode"]
     pts, inten, source = base_scan(spec["source"], Path(spec["data_root"]), spec["quick"])
     p, x = scene_cloud(pts, inten, n)
-    pos, feats = torch.from_numpy(p), torch.from_numpy(x)
-    batch = torch.zeros(n, dtype=torch.long)
-    y = torch.randint(0, NUM_CLASSES, (n,), generator=torch.Generator().manual_seed(0))
-    model = _build(spec["model"], 2)
+    device = torch.device(spec.get("device") or "cpu")
+    pos, feats = torch.from_numpy(p).to(device), torch.from_numpy(x).to(device)
+    batch = torch.zeros(n, dtype=torch.long, device=device)
+    y = torch.randint(0, NUM_CLASSES, (n,), generator=torch.Generator().manual_seed(0)).to(device)
+    model = _build(spec["model"], 2).to(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     if mode == "train":
         model.train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -313,12 +316,14 @@ def cell_sweep(spec: Dict[str, Any]) -> Dict[str, Any]:
             opt.zero_grad(set_to_none=True)
             F.cross_entropy(model(pos, feats, batch), y).backward()
             opt.step()
+            sync()
     else:
         model.eval()
 
         def step() -> None:
             with torch.no_grad():
                 model(pos, feats, batch)
+            sync()
 
     baseline = peak_mib()
     first = _timed_first(step, float(spec["max_step_seconds"]))
@@ -339,6 +344,8 @@ def cell_sweep(spec: Dict[str, Any]) -> Dict[str, Any]:
         "points": n,
         "source": source,
         "parameters": sum(q.numel() for q in model.parameters()),
+        "device": str(device),
+        "device_peak_mib": torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else None,
     }
 
 
@@ -509,6 +516,7 @@ def run_child(spec: Dict[str, Any], timeout: float) -> Dict[str, Any]:
 def _common(args: argparse.Namespace) -> Dict[str, Any]:
     return {
         "threads": args.threads,
+        "device": args.device,
         "memory_limit_gb": args.limit_gb,
         "quick": args.quick,
         "data_root": str(args.data_root),
@@ -1057,6 +1065,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         "--repeats", type=int, default=None, help="timed steps per cell after the warm-up (default 3; --quick: 1)"
     )
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads in every child")
+    p.add_argument("--device", default="cpu", help="the sweep's device (cpu, cuda): a GPU's times beside the CPU's")
     p.add_argument(
         "--memory-limit-gb",
         type=float,
@@ -1130,6 +1139,13 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         if not v > 0:
             p.error(f"{flag} must be > 0, got {v}")
     args.num_points = sorted(set(args.num_points))
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
+        p.error(f"--device must be cpu or cuda[:N], got {args.device!r}")
+    if args.device != "cpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            p.error(f"--device {args.device}: torch sees no CUDA device here")
     args.data_root = args.data_root.expanduser().resolve()  # the children run in the repository root
     if args.ckpt is not None:
         args.ckpt = args.ckpt.expanduser().resolve()
@@ -1161,13 +1177,14 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
+        "device": args.device if args.device == "cpu" else f"{args.device} ({torch.cuda.get_device_name(args.device)})",
         "mem_total_gib": total,
         "memory_limit_gib": args.limit_gb,
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
     }
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731 - progress on stderr, tables on stdout
     print(
-        f"CPU: {env['cpu']} ({env['cpu_count']} logical cores) | torch {env['torch']} | "
+        f"CPU: {env['cpu']} ({env['cpu_count']} logical cores) | device {env['device']} | torch {env['torch']} | "
         f"torch.get_num_threads() = {env['threads']} | memory limit {args.limit_gb:.1f} GiB",
         flush=True,
     )

@@ -94,6 +94,58 @@ def test_dense_grid_knn_is_the_bilateral_knn(shape, cloud):
     assert torch.equal(keep, ~(held == torch.arange(N).view(1, N, 1, 1)).any(-1))
 
 
+def _cloud(kind, B, N, g):
+    pos = torch.rand(B, N, 3, generator=g) * 2 - 1
+    if kind == "duplicates":  # ties everywhere: every point twice
+        pos[:, N - N // 2 :] = pos[:, : N // 2]
+    elif kind == "identical":  # one location: every node's distances tie
+        pos[:] = torch.tensor([0.3, -0.2, 0.1])
+    elif kind == "plane":  # a LiDAR ground: most nodes far above every point
+        pos[..., 2] = -0.9
+    elif kind == "clusters":  # dense blobs and empty space
+        pos = (pos * 0.05 + torch.randint(-1, 2, (B, N, 3), generator=g).float() * 0.7).clamp(-1, 1)
+    elif kind == "grid":  # points on a lattice: exact ties of distance in every direction
+        pos = (torch.randint(0, 5, (B, N, 3), generator=g).float() / 2 - 1).contiguous()
+    return pos
+
+
+@pytest.mark.parametrize("kind", ["random", "duplicates", "identical", "plane", "clusters", "grid"])
+@pytest.mark.parametrize("shape,N", [((5, 5, 5), 60), ((6, 4, 3), 9), ((16, 16, 4), 2500)])
+def test_bucketed_search_is_the_brute_force(kind, shape, N):
+    """The bucketed node -> points search gives exactly the brute force's graph (ties included)."""
+    g = torch.Generator().manual_seed(N)
+    pos = _cloud(kind, 2, N, g)
+    grid = RegularGrid(shape)
+    args = (pos, 6, grid.positions(), E.grid_axes(grid), 97)
+    brute = E.dense_grid_knn_unchecked(*args, search="brute")
+    bucketed = E.dense_grid_knn_unchecked(*args, search="bucketed")
+    for a, b in zip(brute, bucketed):
+        assert torch.equal(a, b)
+    alone = E.node_points_bucketed(pos[1:], 6, grid.positions(), E.grid_axes(grid), 97)  # batch composition
+    assert torch.equal(alone[0], bucketed[0][1])
+
+
+def test_point_buckets_partition_the_cloud():
+    pos = torch.rand(2, 300, 3) * 2 - 1
+    padded, members, lo, hi = E.point_buckets(pos, levels=4, min_points=8)
+    assert padded.shape == (2, 304, 3) and members.shape == (2, 16, 19)  # 300 padded to 16 buckets of 19
+    assert torch.equal(members.reshape(2, -1).sort(-1).values, torch.arange(304).expand(2, -1))
+    pts = torch.stack([padded[b][members[b]] for b in range(2)])  # [2, 16, 19, 3]
+    real = torch.isfinite(pts[..., 0])
+    assert int(real.sum()) == 600 and torch.isinf(padded[:, 300:]).all()
+    inside = (pts >= lo.unsqueeze(2)) & (pts <= hi.unsqueeze(2))
+    assert inside.all(-1)[real].all()
+    small = E.point_buckets(pos[:, :5], levels=4, min_points=8)[1]  # a tiny cloud: padded to 8 per bucket
+    assert small.shape == (2, 16, 8)
+
+
+def test_segmenter_search_is_checked():
+    model, _ = scene_model()
+    assert E.OnnxSegmenter(model).search == "bucketed" and part_model()[1].search == "brute"
+    with pytest.raises(ValueError, match="search must be one of brute, bucketed"):
+        E.OnnxSegmenter(model, search="kdtree")
+
+
 def test_dense_grid_knn_agrees_with_the_cubic_export_graph():
     pos = torch.rand(3, 40, 3) * 2 - 1
     grid = RegularGrid(5)

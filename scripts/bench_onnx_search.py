@@ -1,0 +1,172 @@
+"""The node -> points search inside an exported scene file: brute force against buckets.
+
+Exports one scene segmenter twice (``OnnxSegmenter.search`` ``"brute"``, every node-point distance;
+``"bucketed"``, :func:`gridify.export.node_points_bucketed`), runs both files and the PyTorch model
+on crops of a real LiDAR scan, and reports per-crop times (median of ``--repeats``), whether the
+files' labels equal PyTorch's, and a whole scan through the bucketed file and through PyTorch.
+Prints a table and writes JSON.
+
+    python scripts/bench_onnx_search.py --model semantickitti --scan path/to/000000.bin --out onnx_search.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+from unittest import mock
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SCAN = (
+    ROOT.parent / "shared/data/scans/mmdet3d_real_scans/tests/data/semantickitti/sequences/00/velodyne/000000.bin"
+)
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform  # noqa: PLC0415
+
+    return platform.processor() or "unknown CPU"
+
+
+def median_time(fn: Callable[[], Any], repeats: int) -> float:
+    fn()  # warm-up (onnxruntime allocates on its first run)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def export(model: Any, path: Path, search: str) -> float:
+    """Export ``model`` with the given search (the bucketed one is the default for scene models)."""
+    from gridify import export as E  # noqa: PLC0415
+
+    made = E._folded_wrapper
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        w = made(*args, **kwargs)
+        w.search = search
+        return w
+
+    t0 = time.perf_counter()
+    with mock.patch.object(E, "_folded_wrapper", wrapper):
+        E.export_onnx(model, path, verify=False)
+    return time.perf_counter() - t0
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="semantickitti", help="a shipped scene model name or a checkpoint path")
+    p.add_argument("--scan", type=Path, default=DEFAULT_SCAN, help="a LiDAR scan (.bin, .ply, ...)")
+    p.add_argument("--threads", type=int, default=2, help="torch and onnxruntime threads")
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per crop (median)")
+    p.add_argument("--whole-scan", action="store_true", help="also time a whole scan (bucketed file, PyTorch)")
+    p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    args = p.parse_args(argv)
+    if not args.scan.is_file():
+        p.error(f"--scan: no file {args.scan}")
+    if args.threads < 1 or args.repeats < 1:
+        p.error("--threads and --repeats must be at least 1")
+    return args
+
+
+def crop_of(pos: torch.Tensor, n: int) -> torch.Tensor:
+    """The ``n`` points nearest (horizontally) to the scan's first point: one dense crop."""
+    d = (pos[:, :2] - pos[0, :2]).norm(dim=1)
+    return torch.sort(d, stable=True).indices[:n]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    import gridify  # noqa: PLC0415
+    from gridify import export as E  # noqa: PLC0415
+
+    from gridify._pretrained import PRETRAINED, pretrained_file  # noqa: PLC0415
+
+    checkpoint = pretrained_file(args.model) if args.model in PRETRAINED else Path(args.model)
+    predictor = gridify.load(checkpoint)
+    model = predictor.model.eval()
+    searches = [m for m in model.modules() if hasattr(m, "knn_backend")]
+    default_backends = [m.knn_backend for m in searches]
+
+    def set_backends(torch_knn: bool) -> None:
+        """The torch knn backend (the float arithmetic the files reproduce) or the model's own (timed)."""
+        for m, own in zip(searches, default_backends):
+            m.knn_backend = "torch" if torch_knn else own
+
+    results: Dict[str, Any] = {"cpu": cpu_name(), "threads": args.threads, "model": args.model, "scan": str(args.scan)}
+    rows: List[Dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {}
+        for search in ("brute", "bucketed"):
+            path = Path(tmp) / f"{search}.onnx"
+            results[f"export_s_{search}"] = export(checkpoint, path, search)
+            files[search] = E.OnnxSceneModel(path, threads=args.threads)
+        runner = files["bucketed"]
+        cloud = gridify.io.read_points(args.scan, fields="all")
+        pos = torch.from_numpy(cloud.points).float()
+        x = runner.features_of(cloud).float()
+        sizes = [s for s in (4096, 16384) if s <= len(pos)]
+        for n in sizes:
+            rows_n = crop_of(pos, n)
+            p, f = pos[rows_n], x[rows_n]
+            with torch.no_grad():
+                set_backends(torch_knn=True)
+                want = model(p, f if f.size(1) else None)
+                set_backends(torch_knn=False)
+                t_torch = median_time(lambda: model(p, f if f.size(1) else None), args.repeats)
+            row = {"points": n, "torch_s": t_torch}
+            for search, file in files.items():
+                got = file(p, f)
+                row[f"{search}_s"] = median_time(lambda: file(p, f), args.repeats)
+                row[f"{search}_labels_equal"] = bool(torch.equal(got.argmax(1), want.argmax(1)))
+                row[f"{search}_max_abs_diff"] = float((got - want).abs().max())
+            rows.append(row)
+        results["crops"] = rows
+        if args.whole_scan:
+            t0 = time.perf_counter()
+            probs_file = runner.predict(pos, x)
+            results["scan_file_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            probs_torch = predictor.predict(cloud).probabilities
+            results["scan_torch_s"] = time.perf_counter() - t0
+            results["scan_points"] = len(pos)
+            results["scan_labels_equal_share"] = float((probs_file.argmax(1) == probs_torch.argmax(1)).double().mean())
+    print(f"# {results['cpu']}, {args.threads} thread(s), model {args.model}, scan {args.scan.name}")
+    print(
+        "| points | PyTorch s | file brute s | file bucketed s | bucketed / PyTorch | brute / bucketed | labels equal |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        print(
+            f"| {r['points']} | {r['torch_s']:.3f} | {r['brute_s']:.3f} | {r['bucketed_s']:.3f} | "
+            f"{r['bucketed_s'] / r['torch_s']:.2f}x | {r['brute_s'] / r['bucketed_s']:.1f}x | "
+            f"{r['brute_labels_equal'] and r['bucketed_labels_equal']} |"
+        )
+    if args.whole_scan:
+        print(
+            f"whole scan ({results['scan_points']} points): file {results['scan_file_s']:.2f} s, PyTorch "
+            f"{results['scan_torch_s']:.2f} s, labels equal on {100 * results['scan_labels_equal_share']:.2f} %"
+        )
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)
