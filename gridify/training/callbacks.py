@@ -190,7 +190,8 @@ class LineProgress(ProgressBar):
         super().__init__()
         self.every = max(1, int(every))
         self._enabled = True
-        self._started = 0.0
+        self._started = time.time()
+        self._partial = True  # the epoch's start was not seen (a resume inside it)
 
     def disable(self) -> None:
         self._enabled = False
@@ -210,8 +211,12 @@ class LineProgress(ProgressBar):
         """``2/8`` (``2/?`` when the run is bounded by steps)."""
         return f"{trainer.current_epoch + 1}/{trainer.max_epochs if (trainer.max_epochs or 0) > 0 else '?'}"
 
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        # a run resumed in the middle of an epoch gets no on_train_epoch_start for it: time it from here
+        self._started, self._partial = time.time(), True
+
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        self._started = time.time()
+        self._started, self._partial = time.time(), False
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         total = self.total_train_batches
@@ -230,6 +235,7 @@ class LineProgress(ProgressBar):
         parts = [f"{k} {_number(v)}" for k, v in sorted(metrics.items())]
         self._line(
             f"epoch {self._epoch(trainer)} done in {time.time() - self._started:.1f} s"
+            + (" (since the resume)" if self._partial else "")
             + "".join(f" | {p}" for p in parts)
         )
 

@@ -458,3 +458,22 @@ def test_error_line_reduces_a_data_loader_worker_error_to_its_message():
         wrapped.reraise()
     assert "Original Traceback" in str(exc.value) and error_line(exc.value) == "/data/a.ply: truncated PLY"
     assert error_line(ValueError("first\n  second\n")) == "first; second"
+
+
+def test_epoch_line_of_a_run_resumed_inside_an_epoch_times_the_resumed_part(capsys):
+    """Lightning starts a run resumed mid-epoch without on_train_epoch_start: the epoch line times the
+    part since the resume (it once printed the seconds since 1970) and says so."""
+    pytest.importorskip("lightning")
+    from types import SimpleNamespace
+
+    from gridify.training.callbacks import LineProgress
+
+    bar = LineProgress(every=5)
+    trainer = SimpleNamespace(current_epoch=2, max_epochs=12, callback_metrics={})
+    bar.on_train_start(trainer, None)
+    bar.on_train_epoch_end(trainer, None)
+    bar.on_train_epoch_start(trainer, None)
+    bar.on_train_epoch_end(trainer, None)
+    resumed, whole = capsys.readouterr().out.splitlines()
+    assert resumed.startswith("[train] epoch 3/12 done in 0.") and resumed.endswith("s (since the resume)")
+    assert whole.startswith("[train] epoch 3/12 done in 0.") and whole.endswith(" s")
