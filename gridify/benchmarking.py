@@ -77,12 +77,12 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
+from ._commands import bench_parser
 from .runtime import cpu_model  # noqa: F401 (public here too)
-from . import _cliargs as types
 from ._files import atomic_write_text
 from ._paths import one_line_errors
 from .models.gridified import CLASSIFIER_PRESETS
-from .precision import PRECISIONS, autocast, resolve_precision
+from .precision import autocast, resolve_precision
 from .runtime import tune_cpu_allocator
 
 __all__ = [
@@ -670,72 +670,7 @@ def plot(rows: List[Dict[str, Any]], out: Path, *, memory_lower_bound: bool = Fa
 
 
 # ----------------------------------------------------------------------------- CLI
-def build_parser() -> argparse.ArgumentParser:
-    # "gridify bench" through the console script (which names the sub-command in GRIDIFY_PROG)
-    p = argparse.ArgumentParser(
-        prog=os.environ.get("GRIDIFY_PROG") or None,
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--models", nargs="+", default=None, help=f"models (default: {' '.join(DEFAULT_MODELS)})")
-    p.add_argument("--num-points", nargs="+", type=int, default=None, help="N values of the N sweep")
-    p.add_argument("--k", nargs="*", type=int, default=None, help="k values of the k sweep (none: no k sweep)")
-    p.add_argument("--k-num-points", type=int, default=1024, help="N of the k sweep")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--time-budget", type=float, default=20.0, help="seconds per measurement")
-    p.add_argument("--max-points-per-batch", type=int, default=1 << 20)
-    p.add_argument("--threads", type=types.threads, default=None, help="torch threads (default: torch's)")
-    p.add_argument("--device", default="auto", type=types.device_or_auto, help="auto, cpu, cuda, cuda:1, ...")
-    p.add_argument("--train-step", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        default="fp32",
-        help="fp32, or bf16/fp16 autocast for every model alike (a CPU without native bf16 falls back "
-        "to fp32 with a warning)",
-    )
-    p.add_argument(
-        "--reference", default=None, help="model the ratio columns compare with (default: the first gridified model)"
-    )
-    p.add_argument(
-        "--flops", action=argparse.BooleanOptionalAction, default=True, help="count the gridified forward's FLOPs"
-    )
-    p.add_argument(
-        "--isolation",
-        choices=("subprocess", "inprocess"),
-        default="subprocess",
-        help="fresh process per measurement (honest CPU peak memory) or all in this process",
-    )
-    p.add_argument("--matmul-size", type=int, default=2048, help="matrix size of the matmul-peak measurement")
-    p.add_argument(
-        "--malloc",
-        choices=("default", "tuned"),
-        default="default",
-        help="CPU allocator settings of the measuring processes: glibc's defaults, or "
-        "gridify.runtime.tune_cpu_allocator() (freed memory is reused: no page faults "
-        "for every new temporary); applies to every model alike. Tuned peak-memory "
-        "figures are lower bounds (memory freed during warm-up is reused)",
-    )
-    p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--out", default="outputs/benchmark", type=types.output_dir)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="smoke test: N in {512, 1024}, k in {8, 16}, batch 4, 2 repeats, 5 s budget",
-    )
-    p.add_argument(
-        "--recipe",
-        default=None,
-        metavar="NAME",
-        help="instead of the synthetic sweep, time real training steps of a training recipe on real "
-        "data (data loading, graph building, forward, backward, optimizer, cores used): "
-        "--recipe modelnet10_fast --data-root DIR [--steps 200]; see --recipe NAME --help",
-    )
-    p.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
-    return p
+build_parser = bench_parser  # the parser lives in gridify._commands (no torch while parsing)
 
 
 def _check_args(args: argparse.Namespace) -> Tuple[List[str], List[int], List[int]]:

@@ -63,17 +63,19 @@ def _prog(name: str):
 
 
 #: the delegated commands whose arguments are parsed before their module (and PyTorch) is imported
-LIGHT_PARSERS = {"train": "train_parser", "evaluate": "evaluate_parser"}
+LIGHT_PARSERS = {"train": "train_parser", "evaluate": "evaluate_parser", "bench": "bench_parser"}
 
 
 def _delegate(name: str, argv: List[str]) -> int:
     import importlib
 
-    if name in LIGHT_PARSERS:  # --help and argument errors answer before anything heavy is imported
+    recipe = name == "bench" and any(a == "--recipe" or a.startswith("--recipe=") for a in argv)  # its own parser
+    if name in LIGHT_PARSERS and not recipe:  # --help and argument errors answer before anything heavy is imported
         from . import _commands
 
         with _prog(name):
-            getattr(_commands, LIGHT_PARSERS[name])().parse_intermixed_args(argv)
+            parser = getattr(_commands, LIGHT_PARSERS[name])()
+            parser.parse_args(argv) if name == "bench" else parser.parse_intermixed_args(argv)
     module_name = DELEGATED[name][0]
     try:
         module = importlib.import_module(module_name)

@@ -35,6 +35,8 @@ print("HEAVY", heavy)
         ["evaluate", "--help"],
         ["evaluate", "--ckpt", "m.pt", "--votes", "0"],
         ["predict", "x.ply", "--model", "modelnet10", "--up-axis", "w"],
+        ["bench", "--help"],
+        ["bench", "--threads", "0"],
     ],
 )
 def test_help_version_and_argument_errors_import_no_torch(argv):
@@ -66,6 +68,10 @@ def test_the_parsers_literals_equal_the_library_values():
     assert N.LAYOUTS == tuple(LAYOUTS) and N.S3DIS_TEST_AREA == S3DIS_TEST_AREA
     assert C.CONFIG_SECTIONS == tuple(SECTIONS) and C.EVAL_PRECISIONS == tuple(PRECISIONS)
     assert PRETRAINED is API_PRETRAINED
+    from gridify import benchmarking
+
+    assert C.BENCH_MODELS == tuple(benchmarking.DEFAULT_MODELS)
+    assert C.BENCH_DESCRIPTION == benchmarking.__doc__.split("\n\n")[0]
 
 
 def test_import_gridify_is_lazy_and_the_registries_fill_on_first_read():
