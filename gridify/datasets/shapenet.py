@@ -109,7 +109,8 @@ class ShapeNetPart(PointCloudDataset):
         check_split("ShapeNetPart", split)
         check_choice("ShapeNetPart", "source", source, list(SOURCES))
         if source == "v0_points" and use_normals:
-            raise ValueError("ShapeNetPart: source='v0_points' has no normals; pass use_normals=False")
+            raise ValueError("ShapeNetPart: source='v0_points' has no normals; set data.use_normals: false "
+                             "(use_normals=False)")
         super().__init__(split=split, num_points=num_points, use_normals=use_normals, transform=transform,
                          seed=seed, normalize=normalize)
         self.root = Path(root) if root is not None else default_root()
@@ -239,7 +240,7 @@ class ShapeNetPart(PointCloudDataset):
                             raise ValueError(f"{f}: HDF5 file lacks datasets {missing} (has {list(h)})")
                         if self.use_normals and "normal" not in h:
                             raise ValueError(f"{f}: use_normals=True but the file has no 'normal' dataset; "
-                                             f"pass use_normals=False")
+                                             f"set data.use_normals: false (use_normals=False)")
                         data, pid = (h5_dataset(f, h, k, "ShapeNetPart") for k in ("data", "pid"))
                         label = h5_dataset(f, h, "label", "ShapeNetPart")
                         if label.size != data.shape[0] or pid.shape[:2] != data.shape[:2]:
@@ -276,7 +277,8 @@ class ShapeNetPart(PointCloudDataset):
             msg = (f"ShapeNetPart: {len(missing)} of {len(listed)} shapes listed in the {split} split are "
                    f"missing under {d} (first: {missing[0]})")
             if not self.skip_missing:
-                raise ValueError(msg + "; the release is incomplete (pass skip_missing=True to use what is there)")
+                raise ValueError(msg + "; the release is incomplete (set data.skip_missing: true, "
+                                       "skip_missing=True, to use what is there)")
             warnings.warn(msg + "; skipped", stacklevel=3)
         return entries, cats
 
