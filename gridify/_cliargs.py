@@ -22,6 +22,7 @@ __all__ = [
     "threads",
     "workers",
     "positive_float",
+    "voxel_size",
     "device",
     "device_or_auto",
     "input_file",
@@ -84,6 +85,16 @@ def positive_float(text: str) -> float:
         value = float("nan")
     if not (value > 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def voxel_size(text: str) -> float:
+    """A voxel edge in metres: a finite number >= :data:`gridify._clinames.MIN_VOXEL_SIZE` (as ``data.voxel_size``)."""
+    from ._clinames import MIN_VOXEL_SIZE
+
+    value = positive_float(text)
+    if value < MIN_VOXEL_SIZE:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_VOXEL_SIZE:g} (a micrometre), got {text!r}")
     return value
 
 

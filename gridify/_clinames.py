@@ -24,3 +24,6 @@ LAYOUTS = (
     "pointcept", "s3dis", "scannet", "semantickitti", "mmdet3d_scannet", "mmdet3d_scannet_instance", "mmdet3d_s3dis",
 )  # fmt: skip
 S3DIS_TEST_AREA = 5
+#: the finest voxel edge (metres) of the scene settings (``data.voxel_size``, ``gridify evaluate --voxel-size``):
+#: finer voxels overflow the integer voxel coordinates of a scene (this is the value; the schema reads it)
+MIN_VOXEL_SIZE = 1e-6

@@ -147,7 +147,7 @@ def evaluate_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--voxel-size",
-        type=types.positive_float,
+        type=types.voxel_size,
         default=None,
         help="scene_segmentation: the fragments' voxel edge in metres (default: the run's data.voxel_size)",
     )

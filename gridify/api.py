@@ -24,8 +24,10 @@ What :meth:`Predictor.predict` does to a cloud of ``N`` points (any ``N >= 1``):
      ``ceil(N / n)`` chunks of nearly equal size (at most ``n`` points each; one chunk when
      ``N <= n``), each chunk is segmented as one cloud of the batch, and the per-point
      labels/probabilities are scattered back to the input order.
-   * scene segmentation (``scene_segmenter`` checkpoints, clouds in metres): nothing is normalized;
-     the features the model was trained with (``xyz``, ``color``, ``normal``, ``strength`` =
+   * scene segmentation (``scene_segmenter`` checkpoints, clouds in metres): nothing is normalized
+     (large-offset coordinates, UTM metres, are only moved in float64 so that their bounding box is
+     centred on the origin, :func:`gridify.io.centre_large_offset`, as the datasets move them); the
+     features the model was trained with (``xyz``, ``color``, ``normal``, ``strength`` =
      the file's ``intensity``, ``height`` = ``z - min z``) are built from the file (or passed as
      ``features=``), and :func:`gridify.scene_inference.predict_scene` scores every point through
      fragments and crops of the training ``voxel_size`` and ``max_points`` (memory bounded by one
@@ -62,7 +64,7 @@ from torch import Tensor, nn
 from ._checks import check_alloc, check_batch, check_int, check_positive_int, fail
 from ._pretrained import PRETRAINED, pretrained_file
 from .checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
-from .io import PointCloud, read_points, reader_takes
+from .io import PointCloud, centre_large_offset, read_points, reader_takes
 from .nn.state import all_or_nothing, evaluating
 from .registry import TASKS
 from .tasks import get_task, task_names
@@ -427,8 +429,8 @@ class Predictor(nn.Module):
         names = self.category_names or [str(i) for i in range(self.num_categories)]
         if category is None:
             raise ValueError(
-                f"{where}: this segmentation model needs the object category: pass category= one of "
-                f"{names} (or its index)"
+                f"{where}: this segmentation model needs the object category: pass category= (gridify "
+                f"predict / show: --category) one of {names} (or its index)"
             )
         if isinstance(category, str):
             low = [n.lower() for n in names]
@@ -559,7 +561,8 @@ class Predictor(nn.Module):
             fail(
                 "Predictor",
                 f"the checkpoint does not record the scene features of its x ({self.in_channels} "
-                f"columns); pass features=[N, {self.in_channels}] to predict",
+                f"columns, data.features); in Python, pass features=[N, {self.in_channels}] to predict (gridify "
+                f"predict builds them from the recorded names only)",
             )
         return tuple([names] if isinstance(names, str) else names)
 
@@ -577,7 +580,7 @@ class Predictor(nn.Module):
                 where,
                 f"the model was trained with colours (features {list(names)}) but {what} has none; use a model "
                 f"trained without them (data.features without color: the shipped scene_pointcept recipe trains on "
-                f"height only) or pass features=",
+                f"height only), read a file with colours, or in Python pass features=",
             )
         nrm = cloud.normals
         if "normal" in names and nrm is None:
@@ -596,7 +599,7 @@ class Predictor(nn.Module):
                     where,
                     f"the model was trained with LiDAR intensity (features {list(names)}) but {what} has no "
                     f"intensity field (fields: {sorted(fields) or 'none'}); read a file that has one (.bin, .las, "
-                    f".ply/.pcd with an intensity property) or pass features=",
+                    f".ply/.pcd with an intensity property) or in Python pass features=",
                 )
             strength = fields[key]
         try:
@@ -622,7 +625,7 @@ class Predictor(nn.Module):
 
         self._check_run(where, num_votes, batch_size, seed, estimate_normals)
         if category is not None:
-            fail(where, "category is only used by part segmenters; a scene segmenter takes none")
+            fail(where, "category (--category) is only used by part segmenters; a scene segmenter takes none")
         if progress is not None and not callable(progress):
             fail(where, f"progress must be None or callable as progress(done, total), got {type(progress).__name__}")
         points = _read_scene(points)
@@ -633,7 +636,7 @@ class Predictor(nn.Module):
             cloud = PointCloud(
                 points=cloud.points, normals=nrm, colors=cloud.colors, fields=cloud.fields, source=cloud.source
             )
-        pos = _as_float32(pos, "points", where)
+        pos = _as_float32(centre_large_offset(pos)[0], "points", where)  # UTM metres: centred in float64 first
         x = self._scene_point_features(cloud, pos, features, estimate_normals, source, where)
         info = self.meta.get("info") or {}
         dev = self.device
@@ -840,7 +843,7 @@ class Predictor(nn.Module):
             pos, _, _ = _read_cloud(points, normals, where)
             pos, _ = to_z_up(pos, up_axis)
             return {
-                "pos": pos.astype(np.float32),
+                "pos": centre_large_offset(pos)[0].astype(np.float32),
                 "prediction": pred,
                 "grid": None,
                 "graph": None,

@@ -51,7 +51,8 @@ Models (``--models``, comma- or space-separated): ``gridified`` (the recipe's ow
 benchmark builds them, ``in_channels`` and ``num_classes`` from the recipe's data, and the recipe's
 optimizer settings), or any registered model name (built with its defaults). Outputs in ``--out``:
 ``benchmark_recipe.json`` (machine, settings, resolved config, rows) and ``benchmark_recipe.csv``
-(:data:`RECIPE_COLUMNS`), plus the printed table.
+(:data:`RECIPE_COLUMNS`), plus the printed table. A model that fails is a row with its error; a run in
+which no model could be measured ends with a non-zero status and one line naming the first error.
 """
 
 from __future__ import annotations
@@ -785,4 +786,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "forward and backward exclude it; train/infer = (graph + forward + backward + optim) / infer"
     )
     print(f"wrote {out / 'benchmark_recipe.json'} and {out / 'benchmark_recipe.csv'}")
+    _check_measured(prog, result["rows"], out)
     return 0
+
+
+def _check_measured(prog: str, rows: List[Dict[str, Any]], out: Path) -> None:
+    """A run that measured no model ends non-zero with one line naming the first failure (the table and the
+    files still hold every row)."""
+    failed = [r for r in rows if r.get("status") != "ok"]
+    if rows and len(failed) == len(rows):
+        first = failed[0]
+        why = str(first.get("status", "")).removeprefix("error: ")
+        more = f" (and {len(failed) - 1} other model(s): see the table)" if len(failed) > 1 else ""
+        raise SystemExit(
+            f"{prog}: error: no model could be measured: {first['model']}: {why}{more}; rows in "
+            f"{out / 'benchmark_recipe.json'}"
+        )

@@ -87,8 +87,8 @@ def _delegate(name: str, argv: List[str]) -> int:
             f"pip install 'gridify[scripts]'"
         )
     with _prog(name), one_line_errors(f"gridify {name}"):
-        module.main(argv)
-    return 0
+        status = module.main(argv)
+    return status if isinstance(status, int) and not isinstance(status, bool) else 0  # evaluate returns its report
 
 
 def _add_common_model_args(p: argparse.ArgumentParser) -> None:
@@ -406,7 +406,9 @@ def _add_convert_parser(sub: Any) -> None:
         description="Convert S3DIS, ScanNet v2, SemanticKITTI or mmdetection3d scene folders into "
         "<out>/<split>/<scene>/{coord,color,normal,strength,segment,instance}.npy plus "
         "<out>/classes.txt, read back with data.name: scene, layout: pointcept. An "
-        "interrupted run resumes: scenes already written are kept unless --overwrite.",
+        "interrupted run resumes: scenes already written are kept unless --overwrite. A run with other "
+        "classes, --unknown or --layout than the scenes already in --out is refused (they would keep "
+        "their old labels): --overwrite rewrites them.",
     )
     c.add_argument("root", help="the raw dataset's root folder")
     c.add_argument("--layout", required=True, choices=sorted(set(LAYOUTS) - {"pointcept"}), help="source layout")
@@ -625,8 +627,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         raise SystemExit(f"gridify show: error: unknown layer(s) {bad}; layers are {list(vis.LAYERS)}")
     options = _show_options(args)
     model = _load(args) if (args.ckpt or args.model) else None
-    cloud = _read(args, model)
     want = set(layers or ())
+    if getattr(model, "whole_scenes", False) and want & {"grid", "edges"}:  # each crop has a grid of its own
+        raise SystemExit("gridify show: error: --layers: a scene model has no single grid or edges to draw; use points")
+    cloud = _read(args, model)
     try:
         if model is not None:
             try:

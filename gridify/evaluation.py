@@ -37,7 +37,7 @@ from torch.utils.data import DataLoader
 from gridify._commands import evaluate_parser
 from gridify._paths import check_input_file, check_output_file, one_line_errors
 from gridify._version import __version__
-from gridify.checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
+from gridify.checkpoint import CheckpointError, build_model_from_checkpoint, inference_settings, load_checkpoint
 from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError
 from gridify.precision import autocast, resolve_precision
 from gridify.scene_inference import evaluate_scenes
@@ -167,6 +167,25 @@ def _evaluation_loader(ds: Any, cfg: Dict[str, Any]) -> DataLoader:
     )
 
 
+def _check_input_width(ds: Any, payload: Dict[str, Any], scenes: bool, prog: str) -> None:
+    """The dataset's columns per point against the model's ``in_channels``, before anything runs (a
+    ``data.features`` override of another width failed inside the model's first forward pass)."""
+    want, have = inference_settings(payload)["in_channels"], getattr(ds, "in_channels", None)
+    if not isinstance(have, int) or have == want:
+        return
+    if scenes:
+        trained = (payload.get("info") or {}).get("features")
+        raise SystemExit(
+            f"{prog}: config error: data.features: {list(getattr(ds, 'features', ()))} give {have} column(s) per "
+            f"point but the model takes {want}"
+            + (f"; evaluate with the features it was trained with (data.features={list(trained)})" if trained else "")
+        )
+    raise SystemExit(
+        f"{prog}: config error: data: the dataset gives {have} input channel(s) per point (data.use_normals, "
+        f"data.columns) but the model takes {want}"
+    )
+
+
 def evaluate(
     args: argparse.Namespace, prog: str, *, voxel_size: Any = FROM_CONFIG, max_points: Any = FROM_CONFIG
 ) -> Dict[str, Any]:
@@ -192,6 +211,7 @@ def evaluate(
 
     scenes = cfg["task"] == SCENE_TASK
     ds = _evaluation_dataset(cfg, args.split, scenes, prog)
+    _check_input_width(ds, payload, scenes, prog)
     info = payload["info"]
     loader = _evaluation_loader(ds, cfg)
     precision = resolve_precision(args.precision, device, where=prog)
@@ -261,7 +281,7 @@ def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
 
     from gridify.api import load, pretrained_path
     from gridify.datasets.scene_layouts import read_scan_labels, scan_label_path
-    from gridify.io import read_points
+    from gridify.io import read_points, reader_takes
     from gridify.metrics import SegmentationIoU
 
     if args.scan is None:
@@ -287,7 +307,8 @@ def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
     rows = []
     for path in files:
         try:
-            cloud = read_points(path, fields="all") if model.whole_scenes else read_points(path)
+            fields = model.whole_scenes and reader_takes(path, "fields")  # intensity, where the format has fields
+            cloud = read_points(path, fields="all") if fields else read_points(path)
             label_file = Path(args.labels) if args.labels else scan_label_path(path)
             if label_file is not None:
                 target = read_scan_labels(label_file, len(cloud.points), names)

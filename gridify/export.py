@@ -1995,10 +1995,10 @@ class OnnxSceneModel:
         built from the feature names in its metadata by the same function as the datasets and
         :meth:`gridify.Predictor.predict` (:func:`gridify.datasets.scene_base.build_scene_features`)."""
         from .datasets.scene_base import build_scene_features  # noqa: PLC0415
-        from .io import PointCloud, read_points  # noqa: PLC0415
+        from .io import PointCloud, read_points, reader_takes  # noqa: PLC0415
 
         if not isinstance(cloud, PointCloud):
-            cloud = read_points(cloud, fields="all")
+            cloud = read_points(cloud, fields="all") if reader_takes(cloud, "fields") else read_points(cloud)
         fields = {k.lower(): v for k, v in (cloud.fields or {}).items()}
         strength = next((fields[k] for k in ("intensity", "strength", "remission", "reflectance") if k in fields), None)
         x = build_scene_features(

@@ -38,6 +38,10 @@ restored afterwards). :func:`predict_scene_reference` is the plain loop (one cro
 point at a time) the tests compare against; :func:`evaluate_scenes` scores every original
 point of every scene of a dataset with :class:`~gridify.metrics.SegmentationIoU`.
 
+float64 ``pos`` whose coordinates have a large offset (UTM metres) is first moved in float64 so that its
+bounding box is centred on the origin (:func:`gridify.io.centre_large_offset`): the crops keep their
+millimetres whatever dtype the model runs in (the fragments then follow the moved grid).
+
 Shapes:
     pos ``[N, 3]`` (metres), x ``[N, F]`` -> probabilities ``[N, C]`` float32 (rows sum to 1);
     a crop: pos ``[n, 3]``, x ``[n, F]``, batch ``[n]`` -> logits ``[n, C]``, ``n <= max_points``.
@@ -54,6 +58,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_finite, check_int, check_number, check_points, check_tensor, fail
+from .io.cloud import centre_large_offset
 from .metrics import SegmentationIoU
 from .transforms import SceneSampler, crop_xy_unchecked, rotation_matrix, voxel_ids, voxel_order
 
@@ -80,6 +85,7 @@ def _check_scene(where: str, model: Any, pos: Any, x: Any) -> Tuple[Tensor, Tens
     if pos.size(0) == 0:
         fail(where, "pos has no points (an empty scene has nothing to predict)")
     check_finite(where, "pos", pos)
+    pos = _centred(pos)
     if x is None:
         return pos, pos
     x = check_tensor(where, "x", x)
@@ -91,6 +97,16 @@ def _check_scene(where: str, model: Any, pos: Any, x: Any) -> Tuple[Tensor, Tens
         fail(where, f"x must be a floating-point tensor, got dtype {x.dtype}")
     check_finite(where, "x", x)
     return pos, x
+
+
+def _centred(pos: Tensor) -> Tensor:
+    """float64 ``pos`` with a large offset (UTM metres) moved in float64 so that its bounding box is centred on
+    the origin (:func:`gridify.io.centre_large_offset`): the crops a model gets in float32 keep their
+    millimetres. Any other ``pos`` as given."""
+    if pos.dtype != torch.float64:
+        return pos
+    moved, offset = centre_large_offset(pos.detach().cpu().numpy())
+    return torch.from_numpy(moved).to(pos.device) if offset.any() else pos
 
 
 def _check_settings(where: str, voxel_size: Any, max_points: Any, seed: Any) -> Tuple[Optional[float], Optional[int]]:
@@ -341,6 +357,7 @@ def predict_scene_reference(
     Shapes:
         pos ``[N, 3]``, x ``[N, F]`` -> ``[N, C]`` float32.
     """
+    pos = _centred(pos)
     x = pos if x is None else x
     sums: Dict[int, Tensor] = {}
     counts: Dict[int, int] = {}

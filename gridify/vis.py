@@ -1109,7 +1109,11 @@ def _visible_layers(where: str, layers: Optional[Sequence[str]], data: Dict[str,
         fail(where, f"unknown layer(s) {bad}; layers are {list(LAYERS)}")
     missing = [name for name in (layers or ()) if name not in data]
     if missing:
-        fail(where, f"layer(s) {missing} requested but not given (pass grid= / edges=)")
+        fail(
+            where,
+            f"layer(s) {missing} requested but not given (pass grid= / edges=; gridify show: a model with a "
+            f"grid, --layers points otherwise)",
+        )
     return list(layers) if layers is not None else list(data)
 
 

@@ -364,9 +364,9 @@ def _load_scan(spec: Dict[str, Any]) -> Tuple[np.ndarray, np.ndarray, str]:
         x = rows[:, 3:6] / 255.0
         what = "features r, g, b / 255"
     else:
-        from gridify.io import read_points
+        from gridify.io import centre_large_offset, read_points
 
-        pts = np.asarray(read_points(path).points, np.float32)
+        pts = centre_large_offset(read_points(path).points)[0].astype(np.float32)  # UTM: centred in float64 first
         x = (pts[:, 2] - pts[:, 2].min())[:, None]
         what = "feature height"
     if spec["quick"] and len(pts) > QUICK_SCAN_POINTS:
@@ -419,7 +419,7 @@ def cell_scan(spec: Dict[str, Any]) -> Dict[str, Any]:
 def cell_e2e(spec: Dict[str, Any]) -> Dict[str, Any]:
     import gridify
     from gridify.cli import write_labels
-    from gridify.io import read_points
+    from gridify.io import read_points, reader_takes
 
     predictor = gridify.load(spec["ckpt"])
     rng = np.random.default_rng(0)  # warm-up (lazy initialisation, allocator) on a small generated cloud
@@ -431,7 +431,9 @@ def cell_e2e(spec: Dict[str, Any]) -> Dict[str, Any]:
     warmup = time.perf_counter() - w0
     baseline = peak_mib()
     t0 = time.perf_counter()
-    cloud = read_points(spec["path"], fields="all")
+    cloud = (
+        read_points(spec["path"], fields="all") if reader_takes(spec["path"], "fields") else read_points(spec["path"])
+    )
     t1 = time.perf_counter()
     pred = predictor.predict(cloud, batch_size=int(spec["batch_size"]))
     t2 = time.perf_counter()

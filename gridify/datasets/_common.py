@@ -346,7 +346,8 @@ class PointCloudDataset(torch.utils.data.Dataset):
             item["normal"] = item["normal"].float()
         if self.use_normals:
             if "normal" not in item:
-                raise DatasetError(f"{self.describe(index)}: use_normals=True but the sample has no normals")
+                raise DatasetError(f"{self.describe(index)}: use_normals=True (data.use_normals) but the sample "
+                                   f"has no normals")
             item["x"] = torch.cat([item["pos"], item["normal"]], dim=1)
         else:
             item.pop("normal", None)

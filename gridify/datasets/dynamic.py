@@ -56,7 +56,7 @@ from ..transforms import rotation_matrix
 from ._common import check_num_points, check_split
 
 __all__ = ["DynamicShapes", "DYNAMIC_CLASSES", "collate_sequences", "PointCloudSequence", "read_sequence",
-           "TIMESTAMP_FILES"]
+           "TIMESTAMP_FILES", "FRAME_INTERVAL_RANGE"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -64,6 +64,9 @@ PathLike = Union[str, "os.PathLike[str]"]
 DYNAMIC_CLASSES: List[str] = ["rot_z_slow", "rot_z_fast", "rot_x", "rot_y", "sway_slow", "sway_fast",
                               "pulsate", "hinge"]
 SAMPLINGS = ("regular", "irregular", "mixed")
+#: the accepted ``frame_interval``: the times are float32, where 1e-300 is 0 (no frame after another) and 1e300
+#: overflows
+FRAME_INTERVAL_RANGE = (1e-6, 1e6)
 #: file names :func:`read_sequence` looks for in a frame folder when no timestamps are given
 TIMESTAMP_FILES = ("timestamps.txt", "times.txt")
 
@@ -167,7 +170,7 @@ class DynamicShapes(torch.utils.data.Dataset):
         num_frames: frames of a regular sequence (the maximum length of an irregular one).
         num_points: points per frame.
         sampling: ``"regular"``, ``"irregular"`` or ``"mixed"``.
-        frame_interval: time between regular frames.
+        frame_interval: time between regular frames, in :data:`FRAME_INTERVAL_RANGE`.
         jitter: irregular times move by up to ``jitter * frame_interval`` (``0 <= jitter < 0.5``,
             so times stay strictly increasing).
         drop_prob: irregular frames are dropped with this probability.
@@ -202,7 +205,10 @@ class DynamicShapes(torch.utils.data.Dataset):
         if min_frames > num_frames:
             raise ValueError(f"{where}: min_frames ({min_frames}) must not exceed num_frames ({num_frames})")
         check_choice(where, "sampling", sampling, SAMPLINGS)
-        check_number(where, "frame_interval", frame_interval)
+        interval = check_number(where, "frame_interval", frame_interval)
+        if not FRAME_INTERVAL_RANGE[0] <= interval <= FRAME_INTERVAL_RANGE[1]:
+            raise ValueError(f"{where}: frame_interval must be in [{FRAME_INTERVAL_RANGE[0]:g}, "
+                             f"{FRAME_INTERVAL_RANGE[1]:g}] (the times are float32), got {frame_interval!r}")
         if not isinstance(jitter, (int, float)) or not 0.0 <= jitter < 0.5:
             raise ValueError(f"{where}: jitter must be in [0, 0.5) (fraction of frame_interval), got {jitter!r}")
         if not isinstance(drop_prob, (int, float)) or not 0.0 <= drop_prob < 1.0:
@@ -324,7 +330,8 @@ def collate_sequences(items: Sequence[Dict[str, Any]]) -> Dict[str, Tensor]:
             raise ValueError(f"{where}: item {i} has no frames")
         if pos.size(1) != items[0]["pos"].size(1):
             raise ValueError(f"{where}: item {i} has {pos.size(1)} points per frame but item 0 has "
-                             f"{items[0]['pos'].size(1)}; resample frames to a fixed count (num_points=...)")
+                             f"{items[0]['pos'].size(1)}; resample frames to a fixed count (num_points=, "
+                             f"data.num_points)")
     lengths = torch.tensor([int(it["pos"].size(0)) for it in items], dtype=torch.long)
     b, t_max, n = len(items), int(lengths.max()), int(items[0]["pos"].size(1))
     mask = torch.arange(t_max)[None, :] < lengths[:, None]

@@ -52,7 +52,7 @@ from typing import Any, Dict, List, NoReturn, Optional, Sequence, Set, Tuple
 import numpy as np
 
 from .._checks import check_alloc, check_choice, check_int, check_probability
-from ..io import PointCloud, read_points, supported_extensions
+from ..io import PointCloud, read_points, reader_takes, supported_extensions
 from ..io.source import read_text_file
 from ..registry import DATASETS
 from ._common import (DatasetError, PathLike, PointCloudDataset, Transform, align_labels, check_split,
@@ -341,7 +341,9 @@ class PointFolder(PointCloudDataset):
         rel = path.relative_to(self.root).as_posix() if path.is_relative_to(self.root) else str(path)
         seed = int(np.random.SeedSequence([self.seed, zlib.crc32(rel.encode())]).generate_state(1)[0])
         try:
-            return read_points(path, num_samples=self.mesh_samples, seed=seed, columns=self.columns)
+            # data.columns names the columns of the text / npy files; the other formats name their own
+            columns = self.columns if reader_takes(path, "columns") else None
+            return read_points(path, num_samples=self.mesh_samples, seed=seed, columns=columns)
         except (ValueError, OSError) as exc:
             _fail(str(exc) if str(path) in str(exc) else f"{path}: {exc}")
 
@@ -399,7 +401,7 @@ class PointFolder(PointCloudDataset):
         if top >= max(MAX_PARTS, total):
             _fail(f"{where}: label id {top} would number {top + 1} parts (part0 .. part{top}) for the {total} "
                   f"labelled points of {self.root}; ids must be 0 .. K-1: write {self.root / CLASSES_FILE} "
-                  f"or pass num_classes")
+                  f"or set the count (data.num_classes / num_classes=)")
         return top
 
     def raw(self, index: int) -> Dict[str, Any]:

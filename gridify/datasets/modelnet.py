@@ -165,7 +165,7 @@ class ModelNet(PointCloudDataset):
                 self.cache_dir = target
             else:
                 warnings.warn(f"ModelNet: cache folder {target} is not writable; sampled meshes will not "
-                              f"be cached (pass cache_dir= to a writable folder)", stacklevel=2)
+                              f"be cached (data.cache_dir / cache_dir=: a writable folder)", stacklevel=2)
                 self.cache = False
 
     # ----------------------------------------------------------------------------------
@@ -197,7 +197,7 @@ class ModelNet(PointCloudDataset):
     @staticmethod
     def _check_source(source: str, name: str, use_normals: bool) -> None:
         if source == "pcd" and use_normals:
-            raise ValueError("ModelNet: source='pcd' has no normals; pass use_normals=False")
+            raise ValueError("ModelNet: source='pcd' has no normals; set use_normals=False")
         if source == "hdf5" and name == "10":
             raise ValueError("ModelNet: the hdf5 release (modelnet40_ply_hdf5_2048) only exists for ModelNet40")
 
@@ -337,8 +337,7 @@ class ModelNet(PointCloudDataset):
             msg = (f"{split_file}: {len(missing)} of {len(shapes)} listed shapes are missing "
                    f"(first: {missing[0]})")
             if not self.skip_missing:
-                raise ValueError(msg + "; the release is incomplete (pass skip_missing=True to use "
-                                       "what is there)")
+                raise ValueError(msg + "; the release is incomplete (set skip_missing=True to use what is there)")
             warnings.warn(msg + "; skipped", stacklevel=3)
         return entries, labels
 
@@ -370,7 +369,7 @@ class ModelNet(PointCloudDataset):
                     lab = np.asarray(label).reshape(-1).astype(np.int64)
                     if self.use_normals and "normal" not in h:
                         raise ValueError(f"{f}: use_normals=True but the file has no 'normal' dataset; "
-                                         f"pass use_normals=False")
+                                         f"set use_normals=False")
             except OSError as exc:
                 raise ValueError(f"{f}: cannot read HDF5 file ({exc})") from None
             if len(lab) != n:

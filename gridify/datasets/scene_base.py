@@ -1,6 +1,8 @@
 """The item format every scene dataset shares: :class:`SceneDatasetBase` and :func:`scene_features`.
 
-An item holds ``pos`` in metres (unless ``normalize``), ``x`` = the chosen ``features``
+An item holds ``pos`` in metres (unless ``normalize``; large-offset coordinates, UTM metres read as
+float64, are first moved in float64 so that the scene's bounding box is centred on the origin:
+:func:`gridify.io.centre_large_offset`), ``x`` = the chosen ``features``
 (:data:`SCENE_FEATURES`: ``xyz``, ``color`` scaled to ``[0, 1]``, ``normal``, ``strength``
 (alias ``intensity``), ``height`` = z - min z; none: ``x = pos``), ``y`` the per-point training ids
 with -1 for ignored points, the raw ``color`` / ``normal`` / ``strength`` the scene has, ``index``
@@ -27,6 +29,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_alloc, check_choice, check_int, check_number
+from ..io.cloud import centre_large_offset
 from ..transforms import SceneSampler
 from ._common import SAMPLE_BYTES_PER_POINT, DatasetError, PointCloudDataset, Transform
 from .scene_layouts import IGNORE_INDEX
@@ -69,12 +72,14 @@ def build_scene_features(names: Sequence[str], pos: Any, *, color: Any = None, n
     ``xyz`` = ``pos``; ``color`` in ``[0, 1]`` and ``strength`` (alias ``intensity``) on its unit scale
     (integer arrays divided by their dtype's maximum: :func:`scale_unit`); ``normal`` as given;
     ``height`` = ``z - min z`` of ``pos`` unless ``height`` (the whole scene's, computed before a crop)
-    is given. No names: ``x = pos``. A feature the scene lacks raises a DatasetError naming ``where``.
+    is given. No names: ``x = pos``. Large-offset float64 ``pos`` is centred in float64 before the cast
+    (:func:`gridify.io.centre_large_offset`), as the datasets and ``predict`` centre it. A feature the scene
+    lacks raises a DatasetError naming ``where``.
 
     Shapes:
         pos ``[N, 3]``, color / normal ``[N, 3]``, strength / height ``[N]`` or ``[N, 1]`` -> ``[N, F]``
     """
-    p = np.asarray(pos, dtype=np.float32)
+    p = centre_large_offset(np.asarray(pos))[0].astype(np.float32, copy=False)  # float64 UTM: centred first
     n = len(p)
     given = {"color": color, "normal": normal, "strength": strength}
     cols: List[np.ndarray] = []
@@ -265,12 +270,14 @@ class SceneDatasetBase(PointCloudDataset):
 
     def raw(self, index: int) -> Dict[str, Any]:
         scene = self.scene(index)
-        sample: Dict[str, Any] = {"pos": scene["coord"], "y": scene["segment"]}
+        # large-offset (UTM) coordinates arrive float64: centred in float64, then float32 (see module docstring)
+        pos = centre_large_offset(np.asarray(scene["coord"]))[0].astype(np.float32, copy=False)
+        sample: Dict[str, Any] = {"pos": pos, "y": scene["segment"]}
         for k in _POINT_KEYS:
             if scene.get(k) is not None:
                 sample[k] = scene[k]
         if "height" in self.features:  # scene-relative, before any crop (see scene_features)
-            z = np.asarray(scene["coord"])[:, 2].astype(np.float32)
+            z = pos[:, 2]
             sample["height"] = z - z.min() if len(z) else z
         return sample
 

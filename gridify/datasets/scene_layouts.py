@@ -2,7 +2,9 @@
 
 Every reader returns a *scene*: a dict of numpy arrays in the common (Pointcept) vocabulary,
 
-* ``coord`` ``[N, 3]`` float32 (metres), always;
+* ``coord`` ``[N, 3]`` float32 (metres), always; float64 when the file's float64 coordinates have a large
+  offset (UTM metres: the rule of :mod:`gridify.io.cloud`), which the datasets centre in float64 before
+  the cast (:func:`gridify.io.centre_large_offset`);
 * ``color`` ``[N, 3]`` float32 in ``[0, 255]``, ``normal`` ``[N, 3]`` float32, ``strength``
   ``[N, 1]`` float32 (LiDAR remission), when the layout has them;
 * ``segment`` ``[N]`` int64: the official training ids ``0..C-1``, :data:`IGNORE_INDEX` (-1)
@@ -32,11 +34,13 @@ Layouts (:data:`LAYOUTS`; :func:`find_scenes` lists a split's scenes, :func:`rea
 
 Every split also accepts ``"all"`` (every scene found). Errors are :class:`DatasetError` naming the
 file (and line, for S3DIS text) or the scene; sizes are checked against the file sizes before
-anything is allocated (a ``.label`` whose count differs from its ``.bin``'s names both files).
+anything is allocated (a ``.label`` whose count differs from its ``.bin``'s names both files, a
+PLY vertex count below its data names both counts); label values go through one check,
+:func:`integer_labels` (a fractional label is refused naming the file and the row, in every layout).
 
 Shapes:
-    coord ``[N, 3]`` float32, color / normal ``[N, 3]`` float32, strength ``[N, 1]`` float32,
-    segment ``[N]`` int64.
+    coord ``[N, 3]`` float32 (float64 for large offsets), color / normal ``[N, 3]`` float32, strength
+    ``[N, 1]`` float32, segment ``[N]`` int64.
 """
 from __future__ import annotations
 
@@ -49,6 +53,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..io.cloud import coordinate_dtype
 from ._common import DatasetError, PathLike
 
 __all__ = [
@@ -57,6 +62,7 @@ __all__ = [
     "SceneRef", "find_scenes", "read_scene", "read_s3dis_room", "read_scannet_scene", "read_ply_vertices",
     "read_semantickitti_scan", "read_pointcept_scene", "read_mmdet3d_scene", "map_nyu40_to_scannet20",
     "map_semantickitti_labels", "POINTCEPT_FILES", "scan_label_path", "read_scan_labels", "read_text_lines",
+    "integer_labels", "s3dis_room_classes", "check_unknown",
 ]
 
 #: label of ignored / unlabelled points in every layout's training ids
@@ -135,6 +141,37 @@ class SceneRef:
 
 def _fail(where: object, msg: str) -> DatasetError:
     return DatasetError(f"{where}: {msg}")
+
+
+def _coord(xyz: np.ndarray) -> np.ndarray:
+    """Coordinates ``[N, 3]`` as float32, or float64 when float32 would round away their detail (a large offset,
+    :func:`gridify.io.cloud.coordinate_dtype`): never cast before they are centred."""
+    return np.ascontiguousarray(xyz, dtype=coordinate_dtype(np.asarray(xyz)))
+
+
+def integer_labels(path: PathLike, values: np.ndarray) -> np.ndarray:
+    """Per-point label values ``[N]`` (ids or raw class codes) as int64, the one check of every layout and of
+    :func:`read_scan_labels`: integers, or floats holding whole numbers (a text file, a float ``.npy`` or PLY
+    property); anything else (a fractional value, NaN/Inf, a bool or non-numeric array) raises a
+    :class:`DatasetError` naming the file and the first bad row, never truncated to an id.
+
+    Shapes:
+        ``[N]`` (or ``[N, 1]``) -> ``[N]`` int64.
+    """
+    a = np.asarray(values).reshape(-1)
+    if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        raise _fail(path, f"labels must be integers, got dtype {a.dtype}")
+    if np.issubdtype(a.dtype, np.floating):
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(a) | (a != np.round(a)) | (np.abs(a) >= 2.0 ** 63)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise _fail(path, f"labels must be integers, row {row} holds {float(a[row])!r} (a {a.dtype} file: "
+                              f"non-integer labels are refused, not truncated)")
+    elif a.dtype == np.uint64 and a.size and int(a.max()) >= 2 ** 63:
+        row = int(np.argmax(a))
+        raise _fail(path, f"label {int(a[row])} (row {row}) does not fit an int64")
+    return a.astype(np.int64)
 
 
 # --------------------------------------------------------------------------------------
@@ -235,6 +272,20 @@ def _s3dis_class(p: Path, classes: Sequence[str], unknown: str) -> int:
     return list(classes).index(unknown)
 
 
+def check_unknown(where: str, unknown: str, classes: Sequence[str]) -> None:
+    """``unknown`` (what an S3DIS file of another class becomes) must be ``"ignore"``, ``"error"`` or one of
+    ``classes``: a ValueError naming it (and its config key and flag) otherwise, before any room is read."""
+    if unknown not in ("ignore", "error") and unknown not in classes:
+        raise ValueError(f"{where}: unknown={unknown!r} (data.unknown; gridify convert --unknown) must be 'ignore', "
+                         f"'error' or one of the classes {list(classes)}")
+
+
+def s3dis_room_classes(room: PathLike) -> List[str]:
+    """The class names of an S3DIS room's annotation files (``Annotations/<class>_<i>.txt``), sorted, unique."""
+    files = Path(room, "Annotations").glob("*.txt")
+    return sorted({f.stem.rsplit("_", 1)[0] if "_" in f.stem else f.stem for f in files})
+
+
 def read_s3dis_room(room: PathLike, classes: Sequence[str] = S3DIS_CLASSES, unknown: str = "ignore"
                     ) -> Dict[str, np.ndarray]:
     """One S3DIS room from ``<room>/Annotations/<class>_<i>.txt`` (the class is the file-name prefix).
@@ -250,8 +301,7 @@ def read_s3dis_room(room: PathLike, classes: Sequence[str] = S3DIS_CLASSES, unkn
         a scene (see the module docstring) with ``coord``, ``color``, ``segment`` and ``instance``.
     """
     room = Path(room)
-    if unknown not in ("ignore", "error") and unknown not in classes:
-        raise ValueError(f"read_s3dis_room: unknown={unknown!r} must be 'ignore', 'error' or one of {list(classes)}")
+    check_unknown("read_s3dis_room", unknown, classes)
     files = sorted((room / "Annotations").glob("*.txt"))
     if not files:
         raise _fail(room, "no Annotations/<class>_<i>.txt files (S3DIS raw layout)")
@@ -262,7 +312,7 @@ def read_s3dis_room(room: PathLike, classes: Sequence[str] = S3DIS_CLASSES, unkn
         seg.append(np.full(len(block), _s3dis_class(f, classes, unknown), dtype=np.int64))
         inst.append(np.full(len(block), i, dtype=np.int64))
     data = np.concatenate(rows)
-    return {"coord": data[:, :3].astype(np.float32), "color": data[:, 3:6].astype(np.float32),
+    return {"coord": _coord(data[:, :3]), "color": data[:, 3:6].astype(np.float32),
             "segment": np.concatenate(seg), "instance": np.concatenate(inst)}
 
 
@@ -274,13 +324,14 @@ _PLY_TYPES = {"char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short":
               "float": "f4", "float32": "f4", "double": "f8", "float64": "f8"}
 
 
-def _ply_vertex_header(p: Path, head: bytes) -> Tuple[str, int, List[Tuple[str, str]], int]:
-    """``(format, vertex count, [(property, numpy type)], data offset)`` of a PLY whose first element is ``vertex``."""
+def _ply_vertex_header(p: Path, head: bytes) -> Tuple[str, int, List[Tuple[str, str]], int, int]:
+    """``(format, vertex count, [(property, numpy type)], data offset, items of the later elements)`` of a PLY
+    whose first element is ``vertex`` (the later elements, a mesh's faces, are counted, not read)."""
     end = head.find(b"end_header")
     if not head.startswith(b"ply") or end < 0:
         raise _fail(p, "not a PLY file (no 'ply' magic or no 'end_header' in the first 64 KiB)")
     offset = head.index(b"\n", end) + 1 if b"\n" in head[end:] else len(head)
-    fmt, count, props, element = "", -1, [], None
+    fmt, count, props, element, later = "", -1, [], None, 0
     for line in head[:end].decode("ascii", "replace").splitlines():
         parts = line.split()
         if not parts:
@@ -288,8 +339,10 @@ def _ply_vertex_header(p: Path, head: bytes) -> Tuple[str, int, List[Tuple[str, 
         if parts[0] == "format" and len(parts) > 1:
             fmt = parts[1]
         elif parts[0] == "element" and len(parts) == 3:
-            if element == "vertex":
-                break  # the vertex element is complete; later elements (faces) are not read
+            if element is not None:  # a later element (faces): only its count matters here
+                element = parts[1]
+                later += int(parts[2]) if parts[2].isdigit() else 0
+                continue
             element = parts[1]
             if element != "vertex":
                 raise _fail(p, f"the first PLY element is {element!r}, not 'vertex'")
@@ -300,7 +353,14 @@ def _ply_vertex_header(p: Path, head: bytes) -> Tuple[str, int, List[Tuple[str, 
             props.append((parts[2], _PLY_TYPES[parts[1]]))
     if fmt not in ("ascii", "binary_little_endian", "binary_big_endian") or count < 0 or not props:
         raise _fail(p, f"unsupported PLY header (format {fmt!r}, vertex count {count})")
-    return fmt, count, props, offset
+    return fmt, count, props, offset, later
+
+
+def _ply_surplus(p: Path, count: int, lines: int, what: str) -> DatasetError:
+    """A vertex count below the data (the rule of :mod:`gridify.io.ply`: refused naming both counts, never read
+    partially)."""
+    return _fail(p, f"PLY header declares {count} vertices but the data holds {lines} {what}; refusing rather "
+                    f"than reading {count} of them (fix the element count)")
 
 
 def read_ply_vertices(path: PathLike) -> Dict[str, np.ndarray]:
@@ -308,7 +368,9 @@ def read_ply_vertices(path: PathLike) -> Dict[str, np.ndarray]:
 
     Later elements (a mesh's faces) are not read: ScanNet's ``*_vh_clean_2.ply`` meshes are
     scanned vertices, which are the points. The vertex count is checked against the file size
-    before anything is allocated.
+    before anything is allocated, and a count below the data (more data lines, or whole vertex
+    records, than the header's elements declare) is refused naming the file and both counts, as
+    :func:`gridify.io.read_points` refuses it, instead of reading the first vertices only.
 
     Shapes:
         property name -> ``[V]``.
@@ -320,14 +382,16 @@ def read_ply_vertices(path: PathLike) -> Dict[str, np.ndarray]:
             head = fh.read(65536)
     except OSError as exc:
         raise _fail(p, f"cannot read ({exc.strerror or exc})") from None
-    fmt, count, props, offset = _ply_vertex_header(p, head)
+    fmt, count, props, offset, later = _ply_vertex_header(p, head)
     if fmt == "ascii":
         if 2 * count * len(props) - 1 > size - offset:
             raise _fail(p, f"truncated PLY: {count} vertices of {len(props)} values cannot fit in {size} bytes")
-        text = p.read_bytes()[offset:]
-        lines = text.split(b"\n", count)[:count]
+        rows = [line for line in p.read_bytes()[offset:].split(b"\n") if line.strip()]
+        if len(rows) > count + later:  # every item of an ascii PLY is one line
+            raise _ply_surplus(p, count, len(rows) - later, "data lines" + (f" besides {later} later items"
+                                                                           if later else ""))
         try:
-            vals = np.array(b" ".join(lines).split(), dtype=np.float64).reshape(count, len(props))
+            vals = np.array(b" ".join(rows[:count]).split(), dtype=np.float64).reshape(count, len(props))
         except ValueError:
             raise _fail(p, "malformed ascii PLY vertex rows") from None
         return {name: vals[:, i].astype(t) for i, (name, t) in enumerate(props)}
@@ -336,6 +400,8 @@ def read_ply_vertices(path: PathLike) -> Dict[str, np.ndarray]:
     if count * dtype.itemsize > size - offset:
         raise _fail(p, f"truncated PLY: {count} vertices of {dtype.itemsize} bytes need "
                        f"{count * dtype.itemsize} bytes, the file has {size - offset} after its header")
+    if not later and size - offset >= (count + 1) * dtype.itemsize:  # vertices only: whole records beyond them
+        raise _ply_surplus(p, count, (size - offset) // dtype.itemsize, f"records of {dtype.itemsize} bytes")
     arr = np.fromfile(p, dtype=dtype, count=count, offset=offset)
     return {name: arr[name].astype(arr[name].dtype.newbyteorder("=")) for name, _ in props}
 
@@ -343,7 +409,7 @@ def read_ply_vertices(path: PathLike) -> Dict[str, np.ndarray]:
 def _ply_xyz(p: Path, verts: Mapping[str, np.ndarray]) -> np.ndarray:
     if not {"x", "y", "z"} <= set(verts):
         raise _fail(p, "PLY vertices have no x y z properties")
-    return np.stack([verts["x"], verts["y"], verts["z"]], 1).astype(np.float32)
+    return _coord(np.stack([verts["x"], verts["y"], verts["z"]], 1))
 
 
 def read_scannet_scene(scene_dir: PathLike, name: Optional[str] = None) -> Dict[str, np.ndarray]:
@@ -369,7 +435,7 @@ def read_scannet_scene(scene_dir: PathLike, name: Optional[str] = None) -> Dict[
             raise _fail(labels, "PLY vertices have no 'label' property (NYU40 ids)")
         if len(lv["label"]) != len(coord):
             raise _fail(labels, f"{len(lv['label'])} labelled vertices but {mesh} has {len(coord)}")
-        segment = map_nyu40_to_scannet20(lv["label"])
+        segment = map_nyu40_to_scannet20(integer_labels(labels, lv["label"]))
     scene["segment"] = segment
     return scene
 
@@ -445,7 +511,7 @@ def read_pointcept_scene(scene_dir: PathLike) -> Dict[str, np.ndarray]:
             raise _fail(f, f"expected a numeric array, got {a.dtype}")
         if width is None:
             a = a.reshape(-1) if a.ndim == 2 and a.shape[1] == 1 else a
-            ok = a.ndim == 1 and a.dtype.kind in "iub"
+            ok = a.ndim == 1
         else:
             a = a.reshape(-1, 1) if width == 1 and a.ndim == 1 else a
             ok = a.ndim == 2 and a.shape[1] == width
@@ -453,7 +519,7 @@ def read_pointcept_scene(scene_dir: PathLike) -> Dict[str, np.ndarray]:
         if not ok or len(a) != n:
             want = f"[{n}]" if width is None else f"[{n}, {width}]"
             raise _fail(f, f"expected {want} {'integers' if width is None else 'values'}, got {a.dtype} {a.shape}")
-        scene[key] = a.astype(np.int64) if width is None else a.astype(np.float32)
+        scene[key] = integer_labels(f, a) if width is None else (_coord(a) if key == "coord" else a.astype(np.float32))
     scene.setdefault("segment", np.full(len(scene["coord"]), IGNORE_INDEX, dtype=np.int64))
     return scene
 
@@ -464,7 +530,7 @@ def read_mmdet3d_scene(ref: SceneRef) -> Dict[str, np.ndarray]:
         pts = _load_npy(ref.path)
         if pts.ndim != 2 or pts.shape[1] < 6:
             raise _fail(ref.path, f"expected [N, 6] x y z r g b, got {pts.shape}")
-        labels = _load_npy(ref.label_path) if ref.label_path is not None else None
+        labels = integer_labels(ref.label_path, _load_npy(ref.label_path)) if ref.label_path is not None else None
     else:
         pts = _binary_rows(ref.path, np.dtype("<f4"), 6)
         labels = None
@@ -473,7 +539,7 @@ def read_mmdet3d_scene(ref: SceneRef) -> Dict[str, np.ndarray]:
                 raise _fail(ref.label_path, f"{ref.label_path.stat().st_size} bytes, but {ref.path} holds "
                                             f"{len(pts)} points (int64 labels: {8 * len(pts)} bytes)")
             labels = np.fromfile(ref.label_path, dtype="<i8")
-    scene = {"coord": pts[:, :3].astype(np.float32), "color": pts[:, 3:6].astype(np.float32)}
+    scene = {"coord": _coord(pts[:, :3]), "color": pts[:, 3:6].astype(np.float32)}
     if labels is None:
         scene["segment"] = np.full(len(pts), IGNORE_INDEX, dtype=np.int64)
     elif labels.reshape(-1).shape[0] != len(pts):
@@ -523,7 +589,8 @@ def _split_list(root: Path, split: str, layout: str) -> Optional[set]:
         if f.is_file():
             return set(read_text_lines(f))
     raise _fail(root, f"{layout} split {split!r} needs the official list scannetv2_{split}.txt in this folder "
-                      f"(from the ScanNet repository's Tasks/Benchmark/); use split='all' or scenes=[...] without it")
+                      f"(from the ScanNet repository's Tasks/Benchmark/); use split='all' or scenes=[...] without it "
+                      f"(in a config: data.<split>.scenes)")
 
 
 def _scannet_scenes(root: Path, split: str) -> List[SceneRef]:
@@ -703,13 +770,7 @@ def read_scan_labels(path: PathLike, num_points: int, class_names: Sequence[str]
             values = _load_npy(p) if suffix == ".npy" else np.loadtxt(p, ndmin=1)
         except (OSError, ValueError) as exc:
             raise _fail(p, f"cannot read the labels ({exc})") from None
-        values = np.asarray(values).reshape(-1)
-        if not np.issubdtype(values.dtype, np.number) or values.dtype == np.bool_:
-            raise _fail(p, f"labels must be integers, got dtype {values.dtype}")
-        if not np.all(np.isfinite(values)) or np.any(values != np.round(values)):
-            bad = int(np.flatnonzero(~np.isfinite(values) | (values != np.round(values)))[0])
-            raise _fail(p, f"labels must be integers, row {bad} holds {values[bad]!r}")
-        ids = values.astype(np.int64)
+        ids = integer_labels(p, values)
     else:
         raise _fail(p, f"unknown label file type {suffix!r}; use a SemanticKITTI .label, a .npy or a .txt")
     if len(ids) != int(num_points):

@@ -9,8 +9,10 @@
   its class list and its default root under the data root.
 * :func:`convert_to_pointcept`: a raw layout -> ``<out>/<split>/<scene>/{coord,color,normal,
   strength,segment,instance}.npy`` (S3DIS rooms go to ``<out>/Area_N/<room>``, SemanticKITTI scans
-  to the official split of their sequence), plus ``<out>/classes.txt``; read back with
-  ``SceneDataset(out, layout="pointcept")``. :func:`write_pointcept_scene` writes one scene.
+  to the official split of their sequence), plus ``<out>/classes.txt`` and ``<out>/conversion.json`` (the
+  settings the labels depend on: a later run with other classes into the same ``out`` is refused
+  rather than mixed); read back with ``SceneDataset(out, layout="pointcept")``.
+  :func:`write_pointcept_scene` writes one scene.
 
 Scenes are not normalized by default (``normalize=False``: coordinates stay in metres). At ``train``,
 ``voxel_size`` grid-subsamples a scene and ``max_points`` crops it to a budget around a random centre
@@ -24,6 +26,8 @@ Shapes:
 """
 from __future__ import annotations
 
+import json
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -31,13 +35,15 @@ import numpy as np
 
 from .._checks import check_choice
 from .._files import atomic_write, atomic_write_text
+from ..io.cloud import coordinate_dtype
 from ..registry import DATASETS
 from ._common import DatasetError, PathLike, Transform, default_root
 from .procedural_scenes import (INDOOR_CLASSES, OUTDOOR_CLASSES, ProceduralScenes, make_indoor_scene,
                                 make_outdoor_scan)
 from .scene_base import SCENE_FEATURES, SceneDatasetBase, check_features, scene_features
-from .scene_layouts import (LAYOUTS, POINTCEPT_FILES, S3DIS_TEST_AREA, SEMANTICKITTI_SPLITS,
-                            SceneRef, find_scenes, read_scene, read_text_lines)
+from .scene_layouts import (IGNORE_INDEX, LAYOUTS, POINTCEPT_FILES, S3DIS_TEST_AREA, SEMANTICKITTI_SPLITS,
+                            SceneRef, check_unknown, find_scenes, read_scene, read_text_lines,
+                            s3dis_room_classes)
 
 __all__ = ["SceneDatasetBase", "SceneDataset", "S3DIS", "ScanNet", "SemanticKITTI", "SCENE_FEATURES",
            "convert_to_pointcept", "write_pointcept_scene", "scene_features", "ProceduralScenes",
@@ -109,6 +115,8 @@ class SceneDataset(SceneDatasetBase):
             raise DatasetError(f"{where}: no class list for {self.root} ({layout}): write its class names, one per "
                                f"line, to {self.root / 'classes.txt'} (gridify convert does), or pass them "
                                f"(data.classes / classes=)")
+        if layout == "s3dis":
+            check_unknown(where, unknown, names)
         self._read_classes = None if classes is None or layout != "s3dis" else tuple(classes)
         self.unknown = unknown
         feats = info.features if features is None else features
@@ -208,8 +216,9 @@ class SemanticKITTI(SceneDataset):
 def write_pointcept_scene(folder: PathLike, scene: Dict[str, np.ndarray]) -> Path:
     """Write a scene (common vocabulary) as ``folder/{coord,color,normal,strength,segment,instance}.npy``.
 
-    ``coord`` float32, ``color`` uint8 when its values are integers in 0..255 (else float32),
-    ``normal`` / ``strength`` float32, ``segment`` / ``instance`` int16 when they fit (else int32),
+    ``coord`` float32 (float64 when its float64 values have a large offset, which float32 would round:
+    :func:`gridify.io.cloud.coordinate_dtype`), ``color`` uint8 when its values are integers in 0..255
+    (else float32), ``normal`` / ``strength`` float32, ``segment`` / ``instance`` int16 when they fit (else int32),
     as Pointcept stores them. Each file is written atomically, ``coord.npy`` last (a folder with a
     ``coord.npy`` is complete).
     """
@@ -226,6 +235,8 @@ def write_pointcept_scene(folder: PathLike, scene: Dict[str, np.ndarray]) -> Pat
             a = a.astype(np.int16 if small else np.int32)
         elif key == "color" and a.size and a.min() >= 0 and a.max() <= 255 and np.all(a == np.round(a)):
             a = a.astype(np.uint8)
+        elif key == "coord":
+            a = a.astype(coordinate_dtype(a))
         else:
             a = a.astype(np.float32)
         atomic_write(d / f"{key}.npy", lambda fh, a=a: np.save(fh, np.ascontiguousarray(a)))
@@ -244,6 +255,85 @@ def _out_split(ref: SceneRef, split: str) -> Tuple[str, str]:
     return split, ref.name
 
 
+#: the record of a conversion beside ``classes.txt``: the settings its labels depend on
+CONVERSION_FILE = "conversion.json"
+#: share of the converted points set to ignore (classes outside the list) above which the conversion warns
+IGNORED_SHARE_WARNING = 0.2
+
+
+def _conversion_settings(layout: str, names: Sequence[str], unknown: str) -> Dict[str, Any]:
+    """What the labels of a conversion depend on (recorded in :data:`CONVERSION_FILE`)."""
+    return {"layout": layout, "classes": list(names), "unknown": unknown if layout == "s3dis" else None}
+
+
+def _previous_conversion(out: Path) -> Optional[Dict[str, Any]]:
+    """The settings of the conversion already in ``out``: its record, else (older gridify) the ``classes.txt``."""
+    record = out / CONVERSION_FILE
+    if record.is_file():
+        try:
+            data = json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise DatasetError(f"convert_to_pointcept: {record}: unreadable conversion record ({exc}); delete it "
+                               f"and convert again with overwrite=True (gridify convert --overwrite)") from None
+        return data if isinstance(data, dict) else None
+    if (out / "classes.txt").is_file():
+        return {"classes": read_text_lines(out / "classes.txt")}
+    return None
+
+
+def _check_previous_conversion(out: Path, settings: Dict[str, Any], targets: Sequence[Path],
+                               overwrite: bool) -> bool:
+    """Refuse to mix scenes of two conversions whose labels differ in one ``out``; True when this run rewrites
+    scenes of another conversion (the record then says so until the run completes)."""
+    previous = _previous_conversion(out)
+    if previous is None:
+        return False
+    existing = sorted(d for d in out.glob("*/*") if (d / "coord.npy").is_file())
+    changed = [k for k in settings if k in previous and previous[k] != settings[k]]
+    if previous.get("rewriting") and not overwrite:
+        raise DatasetError(f"convert_to_pointcept: an overwrite of {out} with other settings was interrupted; "
+                           f"its scenes mix two conversions: run it again with overwrite=True (gridify convert "
+                           f"--overwrite)")
+    if not existing or not changed:
+        return bool(previous.get("rewriting"))
+    said = "; ".join(f"{k} {previous[k]!r} there, {settings[k]!r} now" for k in changed)
+    if not overwrite:
+        raise DatasetError(f"convert_to_pointcept: {out} holds {len(existing)} scene(s) of a conversion with other "
+                           f"settings ({said}); kept, they would read back with the wrong labels: rewrite them with "
+                           f"overwrite=True (gridify convert --overwrite) or write to another out (--out)")
+    stale = [d for d in existing if d not in set(targets)]
+    if stale:
+        names = ", ".join(d.relative_to(out).as_posix() for d in stale[:3]) + (", ..." if len(stale) > 3 else "")
+        raise DatasetError(f"convert_to_pointcept: overwrite rewrites the scenes of this run only, but {out} also "
+                           f"holds {len(stale)} scene(s) of the conversion with other settings ({said}) that this "
+                           f"run does not cover ({names}): convert them too (splits 'all', gridify convert "
+                           f"--splits all) or write to another out (--out)")
+    return True
+
+
+def _warn_ignored(layout: str, found: set, ignored: int, total: int, names: Sequence[str]) -> None:
+    """One warning when a large share of the converted S3DIS points fell outside the class list (``found``: the
+    class names of the rooms' files)."""
+    if layout != "s3dis" or total == 0 or ignored < IGNORED_SHARE_WARNING * total:
+        return
+    unknown = sorted(c for c in found if c not in names)
+    warnings.warn(f"convert_to_pointcept: {100 * ignored / total:.0f} % of the {total} points converted ({ignored}) "
+                  f"were set to ignore: their classes {unknown} are not in the class list {list(names)}; give the "
+                  f"scenes' own classes (gridify convert --classes {' '.join(sorted(found))}; classes=[...]), or "
+                  f"map them to a class (--unknown NAME; unknown=)", stacklevel=3)
+
+
+def _convert_one(ref: SceneRef, d: Path, classes: Optional[Sequence[str]], unknown: str,
+                 found: set) -> Tuple[int, int]:
+    """Read ``ref``, write it to ``d``; ``(ignored points, points)``, adding its S3DIS file classes to ``found``."""
+    scene = read_scene(ref, classes=classes if ref.layout == "s3dis" else None, unknown=unknown)
+    write_pointcept_scene(d, scene)
+    if ref.layout == "s3dis":
+        found.update(s3dis_room_classes(ref.path))
+    seg = np.asarray(scene["segment"])
+    return int((seg == IGNORE_INDEX).sum()), int(seg.size)
+
+
 def convert_to_pointcept(root: PathLike, layout: str, out: PathLike, splits: Sequence[str] = ("all",), *,
                          test_area: int = S3DIS_TEST_AREA, sequences: Optional[Sequence[str]] = None,
                          classes: Optional[Sequence[str]] = None, unknown: str = "ignore",
@@ -260,6 +350,12 @@ def convert_to_pointcept(root: PathLike, layout: str, out: PathLike, splits: Seq
             interrupted conversion resumes).
         progress: optional callable ``progress(done, total, name)``.
 
+    The settings the labels depend on (layout, class list, ``unknown``) are recorded in
+    ``out/conversion.json``. A run whose settings differ from those of the scenes already in ``out``
+    is refused (kept, those scenes would read back with the wrong labels), and so is an ``overwrite``
+    that would leave scenes of the other conversion behind. An S3DIS conversion that sets at least
+    :data:`IGNORED_SHARE_WARNING` of its points to ignore warns once, naming the classes outside the list.
+
     Returns:
         the scene folders written (or kept), in order.
     """
@@ -272,16 +368,24 @@ def convert_to_pointcept(root: PathLike, layout: str, out: PathLike, splits: Seq
     if not refs:
         raise DatasetError(f"convert_to_pointcept: no {layout} scenes under {root} for splits {list(splits)}")
     names = list(classes) if classes is not None else list(LAYOUTS[layout].classes or ())
+    if layout == "s3dis":
+        check_unknown("convert_to_pointcept", unknown, names)
+    targets = [out.joinpath(*_out_split(ref, split)) for ref, split in refs]
+    settings = _conversion_settings(layout, names, unknown)
+    rewriting = _check_previous_conversion(out, settings, targets, overwrite)
+    record = out / CONVERSION_FILE
+    atomic_write_text(record, json.dumps({**settings, "rewriting": rewriting}, indent=1) + "\n")
     if names:
         atomic_write_text(out / "classes.txt", "\n".join(names) + "\n")
-    done: List[Path] = []
-    for i, (ref, split) in enumerate(refs):
-        folder_split, scene_name = _out_split(ref, split)
-        d = out / folder_split / scene_name
+    found: set = set()
+    ignored = total = 0
+    for i, ((ref, _), d) in enumerate(zip(refs, targets)):
         if overwrite or not (d / "coord.npy").is_file():
-            scene = read_scene(ref, classes=classes if layout == "s3dis" else None, unknown=unknown)
-            write_pointcept_scene(d, scene)
-        done.append(d)
+            a, b = _convert_one(ref, d, classes, unknown, found)
+            ignored, total = ignored + a, total + b
         if progress is not None:
             progress(i + 1, len(refs), ref.name)
-    return done
+    if rewriting:
+        atomic_write_text(record, json.dumps({**settings, "rewriting": False}, indent=1) + "\n")
+    _warn_ignored(layout, found, ignored, total, names)
+    return targets

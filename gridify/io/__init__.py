@@ -48,7 +48,7 @@ from __future__ import annotations
 from typing import List, Tuple
 
 from . import builtin  # noqa: F401  (registers the built-in formats)
-from .cloud import LARGE_OFFSET, PointCloud
+from .cloud import LARGE_OFFSET, PointCloud, centre_large_offset
 from .mesh import read_mesh, register_mesh_reader, sample_mesh
 from .normals import repair_normals
 from .pcd import lzf_decompress
@@ -71,6 +71,7 @@ from .writer import write_ply
 __all__ = [
     "PointCloud",
     "LARGE_OFFSET",
+    "centre_large_offset",
     "MAX_SAMPLES",
     "read_points",
     "read_mesh",

@@ -13,8 +13,10 @@ wide-integer ``.npy``/``.npz``, text, LAS/LAZ scaled integers), float32 cannot h
 exactly, ``extent > 0`` and ``offset > LARGE_OFFSET * extent`` (``LARGE_OFFSET = 1000``: a
 float32 of magnitude ``offset`` is spaced ``offset * 2**-23 > 1.2e-4 * extent`` apart, so
 float32 would keep less than about ``1e-4`` of the extent); otherwise they are **float32**.
-Consumers centre a float64 cloud in float64 before casting to float32; a cloud whose points all
-coincide (extent 0) has no shape to keep (centred, it is all zeros), so it is float32.
+Consumers centre a float64 cloud in float64 before casting to float32 (the metric scene paths, which do
+not normalize, through :func:`centre_large_offset`: the datasets, ``predict`` and the ONNX scene runner);
+a cloud whose points all coincide (extent 0) has no shape to keep (centred, it is all zeros), so it is
+float32.
 
 Shapes:
     points ``[N, 3]`` float32 (float64 by the rule above); normals ``[N, 3]`` float32 or None;
@@ -25,11 +27,11 @@ Shapes:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["PointCloud", "LARGE_OFFSET", "FLOAT32_MAX", "coordinate_dtype", "representable_rows"]
+__all__ = ["PointCloud", "LARGE_OFFSET", "FLOAT32_MAX", "coordinate_dtype", "representable_rows", "centre_large_offset"]
 
 #: points keep float64 when max|p| > LARGE_OFFSET x the extent (and float32 is not exact)
 LARGE_OFFSET = 1000.0
@@ -56,6 +58,27 @@ def coordinate_dtype(points: np.ndarray) -> np.dtype:
     extent = float((hi - lo).max())
     offset = float(np.maximum(np.abs(lo), np.abs(hi)).max())
     return np.dtype(np.float64 if 0 < extent and offset > LARGE_OFFSET * extent else np.float32)
+
+
+def centre_large_offset(points: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """``(points - offset, offset)``: coordinates with a large offset (:func:`coordinate_dtype` float64, UTM
+    metres) moved, in float64, so that their bounding box is centred on the origin, and that centre ``[3]``
+    (float64); any other coordinates as given, with a zero offset. Cast the result to float32 afterwards: its
+    rounding is then relative to the extent (micrometres for a 100 m tile), not to the offset (0.25 m at
+    4e6 m). A translation only: metric scenes keep their metres, and ``points - offset + offset`` is the
+    input to float64 rounding.
+
+    Shapes:
+        points ``[N, 3]`` -> ``[N, 3]`` (float64 when moved, else as given), offset ``[3]``.
+    """
+    a = np.asarray(points)
+    if a.ndim != 2 or coordinate_dtype(a) != np.float64:
+        return a, np.zeros(3)
+    p64 = a.astype(np.float64, copy=False)
+    keep = representable_rows(p64)
+    rows = p64 if keep.all() else p64[keep]
+    offset = (rows.min(axis=0) + rows.max(axis=0)) / 2.0
+    return p64 - offset, offset
 
 
 @dataclass

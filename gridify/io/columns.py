@@ -139,6 +139,8 @@ def table_to_cloud(table: np.ndarray, p: Path, columns: Optional[Sequence[str]] 
     elif c > 3:
         ignored["labels"] = f"{c} columns: only x y z (the first 3) are used without columns="
         warnings.warn(
-            f"{p}: {c} columns; only x y z (the first 3) are used; pass columns= to name the others", stacklevel=4
+            f"{p}: {c} columns; only x y z (the first 3) are used; name the others with read_points(columns=...) "
+            f"(a folder dataset: data.columns)",
+            stacklevel=4,
         )
     return PointCloud(pts, normals, colors, labels, str(p), ignored=ignored)

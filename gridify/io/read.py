@@ -25,8 +25,10 @@ from .cloud import PointCloud, representable_rows
 from .registry import find_format, formats, supported_extensions
 from .source import ReferencedFileNotFoundError, check_file
 
-__all__ = ["read_points", "finalize", "check_read_options", "run_reader", "MAX_SAMPLES"]
+__all__ = ["read_points", "finalize", "check_read_options", "check_format_options", "run_reader", "MAX_SAMPLES"]
 
+#: options of the mesh readers (surface sampling); a point file has no surface, so they do not apply
+MESH_OPTIONS = ("num_samples", "seed")
 #: the most points read_points samples on a mesh (about 130 bytes of temporaries per sample: ~2 GB)
 MAX_SAMPLES = 1 << 24
 
@@ -53,7 +55,9 @@ def read_points(
         seed: seed of the mesh surface sampling; the same seed gives the same points.
         columns: for text and ``.npy`` files, the meaning of each column, e.g.
             ``("x", "y", "z", "r", "g", "b", "label")``; names are ``x y z nx ny nz r g b
-            label`` and ``_`` (ignored). ``None`` infers it from the column count.
+            label`` and ``_`` (ignored). ``None`` infers it from the column count. A format that
+            cannot honour ``columns``, ``fields`` or ``labels_from`` (``columns=`` on a ``.bin``)
+            refuses it with a ValueError instead of ignoring it.
         drop_invalid: drop points whose coordinates are NaN/Inf or beyond the float32 range
             (organised PCD scans mark missing returns that way) with a warning; when False such
             a file raises.
@@ -93,15 +97,32 @@ def read_points(
         raise ValueError(
             f"{p}: unsupported file extension {p.suffix!r}; supported: {', '.join(supported_extensions())}"
         )
-    for name in ("fields", "labels_from"):
-        if options[name] is not None and name not in fmt.options:
-            takers = " ".join(e for f in formats() if name in f.options for e in f.extensions)
-            raise ValueError(
-                f"{p}: read_points option {name}= does not apply to {ext} files "
-                f"(formats with named per-point fields: {takers})"
-            )
+    check_format_options(p, fmt, options)
     cloud = run_reader(p, fmt.reader, **{k: options[k] for k in fmt.options})
     return finalize(cloud, p, drop_invalid)
+
+
+#: what each option of read_points is for, said when a format cannot honour it
+_OPTION_USE = {
+    "columns": "formats whose columns are unnamed",
+    "fields": "formats with named per-point fields",
+    "labels_from": "formats with named per-point fields",
+}
+
+
+def check_format_options(p: Path, fmt: Any, options: Dict[str, Any]) -> None:
+    """Refuse an option that was given but that ``fmt``'s reader cannot honour (``columns=`` on a ``.bin``,
+    ``fields=`` on a ``.xyz``): every option of :data:`~gridify.io.registry.READ_OPTIONS` the format does not
+    declare, except ``num_samples`` / ``seed`` (they always have a value; a point file has no surface to
+    sample, as read_points documents)."""
+    for name, value in options.items():
+        if value is None or name in fmt.options or name in MESH_OPTIONS:
+            continue
+        takers = " ".join(e for f in formats() if name in f.options for e in f.extensions)
+        raise ValueError(
+            f"{p}: read_points option {name}= does not apply to {p.suffix.lower()} files "
+            f"({_OPTION_USE.get(name, 'formats that take it')}: {takers or 'none registered'})"
+        )
 
 
 def run_reader(p: Path, reader: Callable[..., T], **options: Any) -> T:

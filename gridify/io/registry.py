@@ -13,9 +13,9 @@ registered with :func:`register_reader` is read, listed and documented like a bu
 A reader is called as ``reader(path, **options)``: ``path`` is an existing, non-empty
 :class:`~pathlib.Path`, ``options`` the declared subset of :data:`READ_OPTIONS` (``num_samples``
 is an ``int`` in ``[1, MAX_SAMPLES]``, ``fields`` None, ``"all"`` or a tuple of names,
-``labels_from`` None or a name; read_points refuses ``fields`` / ``labels_from`` for a format
-that does not declare them). It returns a :class:`~gridify.io.PointCloud` and raises ValueError naming
-the file for bad input; read_points wraps any other exception into such a ValueError (a
+``labels_from`` None or a name; read_points refuses ``columns`` / ``fields`` / ``labels_from`` for a
+format that does not declare them, and hands a reader no option it did not declare). It returns a
+:class:`~gridify.io.PointCloud` and raises ValueError naming the file for bad input; read_points wraps any other exception into such a ValueError (a
 FileNotFoundError for another file it opens into a ReferencedFileNotFoundError, also one). A
 ``mesh_reader(path)`` returns the raw mesh, as :func:`~gridify.io.read_mesh` does.
 

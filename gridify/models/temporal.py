@@ -34,7 +34,11 @@ from ..nn.inputs import module_dtype
 from ..registry import MODELS
 from .gridified import GridifiedClassifier
 
-__all__ = ["TemporalGridifiedClassifier", "TemporalOutput", "timespans_from_times"]
+__all__ = ["TemporalGridifiedClassifier", "TemporalOutput", "timespans_from_times", "TIME_SCALE_RANGE"]
+
+#: the accepted ``time_scale`` (and, its upper end, the largest ``first_timespan``): the scaled elapsed times are
+#: float32, where a scale of 1e-300 makes every step 0 and 1e300 (or 1e38 on times of 10) overflows
+TIME_SCALE_RANGE = (1e-12, 1e12)
 
 RNNS = ("cfc", "gru")
 READOUTS = ("pool", "flatten")
@@ -144,8 +148,9 @@ class TemporalGridifiedClassifier(nn.Module):
         cfc_mode, cfc_backbone_units, cfc_backbone_layers, cfc_backbone_activation,
             cfc_backbone_dropout: of :class:`gridify.nn.CfCCell` (ignored for the GRU).
         time_scale: multiplies the elapsed times before the RNN (choose it so typical frame
-            intervals are about 1).
-        first_timespan: elapsed time assigned to each sequence's first frame (after scaling).
+            intervals are about 1), in :data:`TIME_SCALE_RANGE`.
+        first_timespan: elapsed time assigned to each sequence's first frame (after scaling), at
+            most ``TIME_SCALE_RANGE[1]``.
         dropout: of the encoder's backbone and of the head.
         encoder_kwargs: every other keyword argument of :class:`GridifiedClassifier` (``resolution``,
             ``k``, ``hidden_channels``, ``backbone``, ``depth``, ``kernel_size``, ``omega0``, ``aggr``,
@@ -252,8 +257,18 @@ class TemporalGridifiedClassifier(nn.Module):
         if not isinstance(frame_delta, bool):
             raise TypeError(f"{where}: frame_delta must be a bool, got {type(frame_delta).__name__}")
         check_choice(where, "rnn", rnn, RNNS)
-        check_number(where, "time_scale", time_scale)
-        check_number(where, "first_timespan", first_timespan, strict=False)
+        low, high = TIME_SCALE_RANGE
+        if not low <= check_number(where, "time_scale", time_scale) <= high:
+            fail(
+                where,
+                f"time_scale must be in [{low:g}, {high:g}] (the scaled elapsed times are float32), got {time_scale!r}",
+            )
+        if check_number(where, "first_timespan", first_timespan, strict=False) > high:
+            fail(
+                where,
+                f"first_timespan must be at most {high:g} (the scaled elapsed times are float32), "
+                f"got {first_timespan!r}",
+            )
         check_parameters(
             where,
             f"rnn_hidden={rnn_hidden}, num_classes={num_classes}",

@@ -4,7 +4,9 @@ A config is a mapping of the sections in :data:`DEFAULTS`. :func:`resolve_config
 defaults, merges a YAML file on top (:func:`deep_merge`), applies command-line overrides
 (:func:`apply_override`, values parsed as YAML) and validates the result (:func:`check_config`) against
 the declared type and range of every key (:mod:`.schema`: defaults, types, ranges, the dataset and model
-arguments), raising :class:`ConfigError` with a message that names the offending key. Merging is
+arguments) and the rules between keys (``optim.min_lr <= optim.lr``, the Lovász weight for scene tasks only,
+the columns of every split's ``data.features`` and ``model.in_channels`` alike), raising :class:`ConfigError`
+with a message that names the offending key. Merging is
 ``merge(a, b)[k] = merge(a[k], b[k])`` when both are mappings, else ``b[k]`` (lists replace); a
 ``model`` section that names another model than the one below it replaces that section whole.
 
@@ -31,6 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
+from gridify.datasets.scene_base import SCENE_FEATURES
 from gridify.registry import DATASETS
 from gridify.tasks import get_task, task_names
 from gridify.transforms import RandomJitter, RandomPointDropout, RandomRotate, RandomRotateZ, RandomScale
@@ -44,6 +47,7 @@ from .schema import (
     check_dataset_section,
     check_model_section,
     check_values,
+    dataset_keys,
     dataset_names,
 )
 
@@ -72,6 +76,7 @@ __all__ = [
     "parse_augmentations",
     "dataset_names",
     "check_config",
+    "feature_width",
     "resolve_config",
 ]
 
@@ -341,6 +346,38 @@ def _check_data(data: Dict[str, Any]) -> None:
     check_dataset_section(data, DATA_LOADER_KEYS)
 
 
+def feature_width(features: Any) -> int:
+    """The columns of ``x`` that scene ``features`` (a name or a list of names) give: their widths, or the
+    3 of ``xyz`` when there are none (the scene datasets' ``in_channels``)."""
+    names = [features] if isinstance(features, str) else list(features)
+    return sum(SCENE_FEATURES[f] for f in names) or 3
+
+
+def _check_feature_widths(cfg: Dict[str, Any]) -> None:
+    """``data.features`` of every split and ``model.in_channels`` must give the model the same number of
+    columns (a mismatch failed at the first forward pass of validation or test, inside the model)."""
+    data = cfg["data"]
+    if "features" not in dataset_keys(data["name"]):
+        return
+    split_features = {s: (data.get(s) or {}).get("features", data.get("features")) for s in ("train", "val", "test")}
+    key = {s: f"data.{s}.features" if "features" in (data.get(s) or {}) else "data.features" for s in split_features}
+    known = {s: f for s, f in split_features.items() if f is not None}
+    widths = {s: feature_width(f) for s, f in known.items()}
+    for s in known:
+        if s != "train" and "train" in known and widths[s] != widths["train"]:
+            raise ConfigError(
+                f"{key[s]}: {known[s]} gives {widths[s]} column(s) per point but {key['train']} {known['train']} "
+                f"gives the model {widths['train']} (train); every split must give the model the same columns"
+            )
+    given = cfg["model"].get("in_channels")
+    if given is not None and "train" in known and given != widths["train"]:
+        raise ConfigError(
+            f"{key['train']}: {known['train']} gives {widths['train']} column(s) per point but model.in_channels is "
+            f"{given}: give the features the model takes (a trained model's: its checkpoint's data.features), or "
+            f"leave model.in_channels out when training (it follows the data)"
+        )
+
+
 def check_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
     """Validate a merged config against :data:`~.schema.SCHEMA` (every key's type and range, the dataset and
     model arguments against their constructors); raises :class:`ConfigError` naming the offending key."""
@@ -354,6 +391,7 @@ def check_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
         SCHEMA[key].check(key, cfg.get(key))
     _check_data(cfg["data"])
     check_model_section(cfg["model"])
+    _check_feature_widths(cfg)
     for sec in CLOSED_SECTIONS:
         check_values(sec, cfg[sec], SCHEMA[sec])
     optim = cfg["optim"]

@@ -232,7 +232,13 @@ def inference_info(cfg: Dict[str, Any]) -> Dict[str, Any]:
 def fill_model_kwargs(cfg: Dict[str, Any], info: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
     """Model name and constructor kwargs, with in_channels/num_classes/num_categories from the data."""
     kwargs = {k: v for k, v in cfg["model"].items() if k != "name"}
-    kwargs.setdefault("in_channels", info["in_channels"])
+    given = kwargs.setdefault("in_channels", info["in_channels"])
+    if given != info["in_channels"]:  # what the config check could not know: the dataset's own features
+        raise ConfigError(
+            f"model.in_channels: {given}, but the data give {info['in_channels']} column(s) per point "
+            f"({'data.features' if get_task(cfg['task']).whole_scenes else 'data.use_normals / data.columns'}); "
+            f"leave model.in_channels out (it follows the data) or change the data's features"
+        )
     kwargs.setdefault("num_classes", info["num_outputs"])
     for key, value in get_task(cfg["task"]).model_kwargs(info).items():
         kwargs.setdefault(key, value)

@@ -36,11 +36,12 @@ import gridify.baselines  # noqa: F401  (registers the baseline models)
 import gridify.datasets  # noqa: F401  (registers the datasets data.name may name)
 import gridify.models  # noqa: F401  (registers the models model.name may name)
 from gridify._checks import is_real
+from gridify._clinames import MIN_VOXEL_SIZE
 from gridify.models.gridified import POOLS
-from gridify.models.temporal import READOUTS, RNNS
+from gridify.models.temporal import READOUTS, RNNS, TIME_SCALE_RANGE
 from gridify.nn.cfc import CFC_ACTIVATIONS, CFC_MODES
 from gridify.nn.gridification import AGGREGATIONS, MESSAGES
-from gridify.datasets.dynamic import SAMPLINGS
+from gridify.datasets.dynamic import FRAME_INTERVAL_RANGE, SAMPLINGS
 from gridify.datasets.scene_base import SCENE_FEATURES
 from gridify.datasets.scene_layouts import LAYOUTS
 from gridify.registry import BACKBONES, DATASETS, KERNELS, MODELS, POS_EMBEDDINGS
@@ -671,11 +672,11 @@ DATASET_KEYS: Dict[str, Spec] = {
     "test_area": Int(min=1, max=6, doc="s3dis: the Area held out for val / test"),
     "unknown": Str(doc="s3dis: what another class becomes (ignore, error or a class name)"),
     "voxel_size": Num(
-        min=0.0,
-        min_open=True,
+        min=MIN_VOXEL_SIZE,
         nullable=True,
         doc="scenes: grid subsampling voxel edge in metres "
-        "before cropping (train; null: none); whole-scene evaluation uses it too",
+        "before cropping (train; null: none); whole-scene evaluation uses it too; at least 1e-6 (a micrometre: "
+        "finer voxels overflow the voxel coordinates of a scene)",
     ),
     "max_points": Int(
         min=1,
@@ -693,7 +694,12 @@ DATASET_KEYS: Dict[str, Spec] = {
         doc="dynamic_shapes: observation times: regular, irregular (jittered, frames "
         "dropped) or mixed (one of the two per sequence)",
     ),
-    "frame_interval": Num(min=0.0, min_open=True, doc="dynamic_shapes: time between regular frames"),
+    "frame_interval": Num(
+        min=FRAME_INTERVAL_RANGE[0],
+        max=FRAME_INTERVAL_RANGE[1],
+        doc="dynamic_shapes: time between regular frames (1e-6 to 1e6: the times are float32, where a "
+        "finer or coarser interval underflows to 0 or overflows)",
+    ),
     "jitter": Num(
         min=0.0, max=0.5, max_open=True, doc="dynamic_shapes: irregular times move by up to jitter * frame_interval"
     ),
@@ -764,8 +770,14 @@ MODEL_KEYS: Dict[str, Spec] = {
     "cfc_backbone_layers": Int(min=0, doc="temporal: CfC backbone layers"),
     "cfc_backbone_activation": Choice(lambda: sorted(CFC_ACTIVATIONS), doc="temporal: CfC backbone activation"),
     "cfc_backbone_dropout": Num(**_PROB, doc="temporal: CfC backbone dropout"),
-    "time_scale": Num(min=0.0, min_open=True, doc="temporal: multiplies the elapsed times"),
-    "first_timespan": Num(min=0.0, doc="temporal: elapsed time of the first frame"),
+    "time_scale": Num(
+        min=TIME_SCALE_RANGE[0],
+        max=TIME_SCALE_RANGE[1],
+        doc="temporal: multiplies the elapsed times (1e-12 to 1e12: the scaled times are float32)",
+    ),
+    "first_timespan": Num(
+        min=0.0, max=TIME_SCALE_RANGE[1], doc="temporal: elapsed time of the first frame (float32: at most 1e12)"
+    ),
     "frame_readout": Choice(READOUTS, doc="temporal: per-frame readout"),
     "readout_channels": Int(min=1, doc="temporal: channels of the flatten readout"),
     "frame_features": Int(min=1, doc="temporal: frame embedding size"),

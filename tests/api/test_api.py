@@ -188,7 +188,9 @@ def test_bad_inputs_give_clear_errors(trained, tmp_path):
         cls.predict(pos, nrm, num_votes=0)
     with pytest.raises(ValueError, match="this model does not take one"):
         cls.predict(pos, nrm, category="chair")
-    with pytest.raises(ValueError, match=r"needs the object category: pass category= one of \["):
+    with pytest.raises(
+        ValueError, match=r"needs the object category: pass category= \(gridify predict / show: --category\) one of \["
+    ):
         seg.predict(pos, nrm)
     with pytest.raises(ValueError, match="unknown category 'plane'"):
         seg.predict(pos, nrm, category="plane")

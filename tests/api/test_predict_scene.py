@@ -44,7 +44,7 @@ def test_predict_scene_errors_name_the_missing_feature(tmp_path):
         bad = np.zeros((10, 2))
         bad[4, 1] = np.nan
         m.predict(np.zeros((10, 3), np.float32), features=bad)
-    with pytest.raises(ValueError, match="category is only used by part segmenters"):
+    with pytest.raises(ValueError, match=r"category \(--category\) is only used by part segmenters"):
         m.predict(tmp_path / "scan.bin", category="chair")
     with pytest.raises(ValueError, match="progress must be None or callable"):
         m.predict(tmp_path / "scan.bin", progress=3)
@@ -119,3 +119,47 @@ def test_scene_checkpoint_entries_of_the_wrong_type_are_named_at_load(tmp_path, 
     torch.save(payload, tmp_path / "bad.pt")
     with pytest.raises(CheckpointError, match=rf"bad.pt: {message}"):
         load(tmp_path / "bad.pt")
+
+
+def test_utm_scans_reach_the_model_with_their_millimetres(tmp_path, monkeypatch):
+    """A float64 cloud in UTM metres (x ~ 5e5, y ~ 4.2e6: float32 keeps 0.5 m there) is centred in float64 before
+    any float32 cast: by Predictor.predict / inspect on a file, and by predict_scene on a float64 tensor (the
+    exported runner's crops are cast to float32 one by one)."""
+    import gridify.scene_inference as SI
+
+    rng = np.random.default_rng(3)
+    utm = np.stack([5e5 + rng.uniform(0, 40, 400), 4.2e6 + rng.uniform(0, 40, 400), 90 + rng.uniform(0, 3, 400)], 1)
+
+    def err(pos):
+        p = np.asarray(pos, np.float64)
+        return float(np.abs((p - p[0]) - (utm - utm[0])).max())
+
+    np.save(tmp_path / "tile.npy", utm)  # float64 rows: read back as float64 (a large offset)
+    path, model = _export(tmp_path, features=("height",))
+    seen = {}
+    real = SI.predict_scene
+
+    def spy(model, pos, x, **kw):
+        seen["pos"], seen["x"] = pos.clone(), x.clone()
+        return real(model, pos, x, **kw)
+
+    monkeypatch.setattr(SI, "predict_scene", spy)
+    m = load(path)
+    m.predict(tmp_path / "tile.npy")
+    assert seen["pos"].dtype == torch.float32 and err(seen["pos"]) < 1e-3
+    np.testing.assert_allclose(seen["x"][:, 0].numpy(), utm[:, 2] - utm[:, 2].min(), atol=1e-4)
+    assert err(m.inspect(tmp_path / "tile.npy")["pos"]) < 1e-3
+    from gridify.export import OnnxSceneModel  # the exported runner's features of the same file (no fields in .npy)
+
+    runner = type("R", (), {"features": ["xyz", "height"]})()
+    x = OnnxSceneModel.features_of(runner, tmp_path / "tile.npy")
+    assert err(x[:, :3]) < 1e-3 and float(x[:, :3].abs().max()) < 50
+    crops = []
+
+    def runner(pos, x, batch):  # as the ONNX scene runner: each crop cast to float32
+        crops.append((pos.float().double() - pos.double()).abs().max().item())
+        return torch.zeros(pos.size(0), 3)
+
+    monkeypatch.setattr(SI, "predict_scene", real)
+    real(runner, torch.from_numpy(utm), voxel_size=0.5, max_points=200)
+    assert crops and max(crops) < 1e-4

@@ -155,3 +155,23 @@ def test_missing_dataset_under_an_existing_root_names_data_root(tmp_path, capsys
         capsys, ["--recipe", "modelnet10_fast", "--data-root", str(tmp_path), "--out", str(tmp_path / "out")]
     )
     assert "--data-root" in line and "\n" not in line
+
+
+def test_no_model_measured_exits_non_zero_with_one_line(tmp_path, monkeypatch, capsys):
+    """Every model failing used to end `gridify bench --recipe` with status 0 and a table of errors."""
+    from gridify import benchmark_recipe, cli
+
+    def fail(name, *a, **kw):
+        raise RuntimeError(f"{name} does not fit\nsecond line")
+
+    monkeypatch.setattr(benchmark_recipe, "_measure_model", fail)
+    argv = ["bench", "--recipe", "procedural", *TINY, "--models", "gridified,pointnet2", "--steps", "1"]
+    with pytest.raises(SystemExit) as exc:
+        cli.main([*argv, "--threads", "1", "--out", str(tmp_path / "b")])
+    msg = str(exc.value.code)
+    assert msg.startswith(
+        "gridify bench: error: no model could be measured: gridified: RuntimeError: gridified "
+        "does not fit (and 1 other model(s)"
+    ), msg
+    assert "\n" not in msg and "Traceback" not in capsys.readouterr().err
+    assert json.loads((tmp_path / "b" / "benchmark_recipe.json").read_text())["rows"][1]["model"] == "pointnet2"

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gridify.cli import main
-from gridify.datasets import SceneDataset
+from gridify.datasets import SceneDataset, convert_to_pointcept
 
 KITTI = Path(__file__).resolve().parents[3] / "shared" / "data" / "semantickitti_mini" / "dataset"
 
@@ -81,3 +83,66 @@ def test_convert_empty_tree_and_bad_layout(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["convert", str(tmp_path / "empty"), "--layout", "nope", "--out", str(tmp_path / "o")])
     assert "invalid choice: 'nope'" in capsys.readouterr().err
+
+
+def _convert(raw, out, *extra):
+    return main(["convert", str(raw), "--layout", "s3dis", "--out", str(out), "--quiet", *extra])
+
+
+def _labels_of(out, area="Area_1"):
+    ds = SceneDataset(out, layout="pointcept", split=area)
+    return sorted({ds.class_names[i] for i in ds[0]["y"].tolist() if i >= 0})
+
+
+@pytest.mark.filterwarnings("ignore:convert_to_pointcept")
+def test_a_second_conversion_with_other_classes_is_refused_or_rewritten_never_mixed(tmp_path, capsys):
+    """Re-running convert with another class list kept the old scenes (ids of the old list read with the new
+    names: chair points read back as ceiling); now it is refused, --overwrite rewrites every scene, and an
+    --overwrite that would leave scenes of the old conversion behind is refused too."""
+    raw, out = _s3dis_tree(tmp_path / "raw"), tmp_path / "pc"
+    assert _convert(raw, out) == 0 and _labels_of(out) == ["chair", "floor", "wall"]
+    with pytest.raises(SystemExit) as exc:
+        _convert(raw, out, "--classes", "chair", "floor")
+    msg = str(exc.value)
+    assert msg.startswith("gridify convert: error: ") and "\n" not in msg, msg
+    assert "holds 2 scene(s) of a conversion with other settings" in msg and "--overwrite" in msg, msg
+    assert "'chair', 'floor']" in msg and _labels_of(out) == ["chair", "floor", "wall"]  # nothing rewritten
+    with pytest.raises(SystemExit) as exc:  # rewrites the train areas only: Area_5 would keep the old ids
+        _convert(raw, out, "--classes", "chair", "floor", "--overwrite", "--splits", "train")
+    assert "does not cover (Area_5/hallway_1)" in str(exc.value) and "--splits all" in str(exc.value)
+    assert _convert(raw, out, "--classes", "chair", "floor", "--overwrite") == 0
+    assert _labels_of(out) == ["chair", "floor"] and _labels_of(out, "Area_5") == ["chair", "floor"]
+    assert _convert(raw, out, "--classes", "chair", "floor") == 0  # the same settings: a resume
+    record = json.loads((out / "conversion.json").read_text())
+    assert record == {"layout": "s3dis", "classes": ["chair", "floor"], "unknown": "ignore", "rewriting": False}
+    (out / "conversion.json").write_text(json.dumps({**record, "rewriting": True}))  # an interrupted overwrite
+    with pytest.raises(SystemExit, match="was interrupted; its scenes mix two conversions"):
+        _convert(raw, out, "--classes", "chair", "floor")
+
+
+def test_a_conversion_that_ignores_most_points_says_so_in_one_warning(tmp_path):
+    """The default S3DIS classes set the forest plot's tree and ground (92 % of its points) to ignore without a
+    word; a conversion that ignores a large share warns once, naming the share, the classes and --classes."""
+    raw = tmp_path / "raw" / "Area_1" / "Park_2" / "Annotations"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    for name, n in (("tree_1", 50), ("ground_1", 40), ("clutter_1", 10)):
+        np.savetxt(raw / f"{name}.txt", np.hstack([rng.uniform(0, 9, (n, 3)), rng.integers(0, 256, (n, 3))]))
+    with pytest.warns(UserWarning) as record:
+        convert_to_pointcept(tmp_path / "raw", "s3dis", tmp_path / "pc")
+    (w,) = [w for w in record if "set to ignore" in str(w.message)]
+    text = str(w.message)
+    assert "90 % of the 100 points converted (90) were set to ignore" in text and "['ground', 'tree']" in text
+    assert "--classes clutter ground tree" in text and "\n" not in text
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the scenes' own classes: nothing to say
+        convert_to_pointcept(tmp_path / "raw", "s3dis", tmp_path / "own", classes=["tree", "ground", "clutter"])
+
+
+FOREST = KITTI.parents[1] / "forest_s3dis_layout" / "Stanford3dDataset_v1.2_Aligned_Version"
+
+
+@pytest.mark.skipif(not FOREST.is_dir(), reason="../shared/data/forest_s3dis_layout not present")
+def test_real_forest_plot_with_the_default_classes_warns(tmp_path):
+    with pytest.warns(UserWarning, match=r"92 % of the 387109 points converted .*\['ground', 'tree'\]"):
+        convert_to_pointcept(FOREST, "s3dis", tmp_path / "forest")

@@ -1,11 +1,14 @@
 """The command line's error contract, for every sub-command: a bad path, number or file ends the
 command with a non-zero exit status and ONE short line (no traceback) naming the flag or the file.
 
-A table runs ``train``, ``evaluate``, ``predict``, ``show``, ``export``, ``bench`` and ``download``
-through bad output paths (a file where a folder goes, a folder where a file goes, a path below a
+A table runs ``train``, ``evaluate``, ``predict``, ``show``, ``export``, ``bench``, ``download`` and
+``convert`` through bad output paths (a file where a folder goes, a folder where a file goes, a path below a
 file), bad numbers (threads, workers, counts), unknown devices and names, and bad files to read
-(a folder, a FIFO, an exported model or another architecture given to ``--resume``). Every case
-fails before the command works (no training, rendering or measuring), so the file runs in seconds.
+(a folder, a FIFO, an exported model or another architecture given to ``--resume``); the scene
+subcommands with a scene model (predict / show / evaluate --scan / export of the shipped
+``semantickitti``, convert) through bad scans, label files, layers, config values the run cannot use
+and a second conversion with other classes; a second table runs the scripts of ``scripts/`` (in a
+subprocess each). Every case fails before the command works (no training, rendering or measuring).
 Also here: the shared mechanisms themselves (:mod:`gridify._paths`, :mod:`gridify._cliargs`), an
 OS error while writing (``ulimit -f``) as one line, and the lock of a run's output folder.
 """
@@ -24,6 +27,7 @@ import torch
 
 from gridify import _cliargs, _paths, cli
 from gridify.api import pretrained_path
+from gridify.datasets import convert_to_pointcept
 
 pytest.importorskip("lightning")
 pytest.importorskip("yaml")
@@ -74,7 +78,25 @@ def t(tmp_path_factory):
     )
     (d / "run_with_file").mkdir()
     (d / "run_with_file" / "checkpoints").write_text("a file where the run writes a folder")
+    _scene_files(d)
     return d
+
+
+def _scene_files(d: Path) -> None:
+    """The scene layer's files: scan.bin (a KITTI scan of 600 points), bad.bin (7 bytes), short.label (10 labels),
+    kitti.pt (the shipped scene model), raw/ (an S3DIS room) and pc/ (its conversion, the 13 S3DIS classes)."""
+    rng = np.random.default_rng(0)
+    np.concatenate([rng.uniform(-20, 20, (600, 3)), rng.uniform(0, 1, (600, 1))], 1).astype("<f4").tofile(
+        d / "scan.bin"
+    )
+    (d / "bad.bin").write_bytes(b"\0" * 7)
+    np.arange(10, dtype="<u4").tofile(d / "short.label")
+    (d / "kitti.pt").write_bytes(Path(pretrained_path("semantickitti")).read_bytes())
+    ann = d / "raw" / "Area_1" / "office_1" / "Annotations"
+    ann.mkdir(parents=True)
+    for name in ("floor_1", "chair_1"):
+        np.savetxt(ann / f"{name}.txt", np.hstack([rng.uniform(0, 3, (20, 3)), rng.integers(0, 256, (20, 3))]))
+    convert_to_pointcept(d / "raw", "s3dis", d / "pc")
 
 
 def run_cli(argv, capsys):
@@ -148,6 +170,42 @@ CASES = [
     (["export", f"{P}/fifo", "--out", f"{P}/m.onnx"], ["fifo", "FIFO"]),
     (["download", "--config", f"{P}/adir"], ["adir"]),
     (["download", "no_such_archive"], ["no_such_archive"]),
+    # --- the scene subcommands: a scene model (the shipped semantickitti) on bad scans, labels, layers, configs
+    (["predict", f"{P}/bad.bin", "--model", "semantickitti"], ["bad.bin", "7 bytes"]),
+    (["predict", f"{P}/scan.bin", "--model", "semantickitti", "--category", "car"], ["--category", "scene"]),
+    (["predict", f"{P}/cloud.npy", "--model", "semantickitti"], ["cloud.npy", "no intensity field"]),
+    (["predict", f"{P}/scan.bin", "--model", "semantickitti", "--out", f"{P}/adir"], ["--out", "adir", "folder"]),
+    (["predict", f"{P}/scan.bin", "--ckpt", f"{P}/kitti.pt", "--votes", "0"], ["--votes"]),
+    (["show", f"{P}/scan.bin", "--model", "semantickitti", "--layers", "grid", "--out", f"{P}/v.png"], ["--layers"]),
+    (["show", f"{P}/bad.bin", "--ckpt", f"{P}/kitti.pt", "--out", f"{P}/v.png"], ["bad.bin"]),
+    (["evaluate", "--model", "semantickitti", "--scan", f"{P}/nope.bin"], ["--scan", "nope.bin", "no such file"]),
+    (["evaluate", "--model", "semantickitti", "--scan", f"{P}/adir"], ["--scan", "no point-cloud files"]),
+    (
+        ["evaluate", "--model", "semantickitti", "--scan", f"{P}/scan.bin", "--labels", f"{P}/short.label"],
+        ["short.label", "10 labels for a scan of 600 points"],
+    ),
+    (
+        ["evaluate", "--ckpt", f"{P}/kitti.pt", "data.features=[height]"],
+        ["config error", "data.features", "in_channels"],
+    ),
+    (["evaluate", "--ckpt", f"{P}/kitti.pt", "data.voxel_size=1e-300"], ["data.voxel_size", "1e-300"]),
+    (["evaluate", "--ckpt", f"{P}/kitti.pt", "--voxel-size", "1e-300"], ["--voxel-size", "at least 1e-06"]),
+    (["evaluate", "--ckpt", f"{P}/kitti.pt", "--scan", f"{P}/bad.bin"], ["bad.bin"]),
+    (  # a scan format without named fields is read (not refused for fields=), then its labels are checked
+        ["evaluate", "--model", "semantickitti", "--scan", f"{P}/cloud.npy", "--labels", f"{P}/short.label"],
+        ["short.label", "10 labels for a scan of 600 points"],
+    ),
+    (["export", "semantickitti", "--out", f"{P}/afile/k.onnx"], ["afile"]),
+    (["export", f"{P}/kitti.pt", "--out", f"{P}/k.onnx", "--num-points", "-4"], ["--num-points"]),
+    (["convert", f"{P}/nope", "--layout", "s3dis", "--out", f"{P}/o"], ["nope", "does not exist"]),
+    (["convert", f"{P}/raw", "--layout", "s3dis", "--out", f"{P}/afile"], ["--out", "afile", "is a file"]),
+    (["convert", f"{P}/raw", "--layout", "s3dis", "--out", f"{P}/o", "--test-area", "9"], ["--test-area"]),
+    (["convert", f"{P}/raw", "--layout", "s3dis", "--out", f"{P}/o", "--unknown", "sofa2"], ["--unknown", "sofa2"]),
+    (["convert", f"{P}/raw", "--layout", "s3dis", "--out", f"{P}/pc", "--classes", "chair"], ["pc", "--overwrite"]),
+    (["convert", f"{P}/raw", "--layout", "kitti", "--out", f"{P}/o"], ["--layout", "'kitti'"]),
+    (["bench", "--recipe", "no_such_recipe", "--out", f"{P}/b"], ["--recipe", "no_such_recipe"]),
+    (["train", "--config", "scene_procedural", "data.voxel_size=1e-300"], ["data.voxel_size"]),
+    (["train", "--config", "temporal/dynamic_shapes", "model.time_scale=1e300"], ["model.time_scale"]),
 ]
 
 
@@ -165,6 +223,38 @@ def test_every_subcommand_fails_with_one_line(argv, named, t, capsys):
     for text in named:
         assert text in error_lines[0], (text, err)
     assert sorted(p.name for p in t.iterdir()) == before  # nothing written, no empty run folder left
+
+
+SCRIPT_CASES = [
+    (["convert_scenes.py", f"{P}/raw", "--layout", "s3dis", "--out", f"{P}/pc", "--classes", "chair"], ["--overwrite"]),
+    (["time_to_accuracy.py", f"{P}/adir", "--out", f"{P}/tta"], ["adir"]),
+    (["evaluate.py", "--model", "semantickitti", "--scan", f"{P}/bad.bin"], ["bad.bin"]),
+    (["train.py", "--config", "scene_procedural", "data.voxel_size=1e-300"], ["data.voxel_size"]),
+]
+
+
+@pytest.mark.parametrize("argv, named", SCRIPT_CASES, ids=[f"{i}-{c[0][0]}" for i, c in enumerate(SCRIPT_CASES)])
+def test_every_script_fails_with_one_line(argv, named, t):
+    """The scripts of scripts/ under the same contract: non-zero status, one line naming the file or key, no
+    traceback, nothing written."""
+    argv = [a.replace(P, str(t)) for a in argv]
+    before = sorted(p.name for p in t.iterdir())
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop("GRIDIFY_TRACEBACK", None)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / argv[0]), *argv[1:]],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    err = proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in err, err
+    lines = [ln for ln in err.strip().splitlines() if ln.strip() and ": warning: " not in ln]
+    assert len([ln for ln in lines if "error" in ln]) == 1 and "error" in lines[-1], err
+    for text in named:
+        assert text in lines[-1], (text, err)
+    assert sorted(p.name for p in t.iterdir()) == before
 
 
 def test_output_paths_are_checked_before_any_work(t, capsys, monkeypatch):

@@ -172,7 +172,7 @@ def test_modelnet_hdf5_generated(tmp_path):
 def test_modelnet_errors(tmp_path):
     with pytest.raises(DatasetNotFoundError, match=r"(?s)ModelNet40 \(off\) not found.*ModelNet40\.zip.*put it at"):
         ModelNet(tmp_path, name="40", source="off")
-    with pytest.raises(ValueError, match="has no normals; pass use_normals=False"):
+    with pytest.raises(ValueError, match=r"has no normals; set use_normals=False"):
         ModelNet(tmp_path, name="10", source="pcd")
     with pytest.raises(ValueError, match="source must be one of"):
         ModelNet(tmp_path, source="ply")

@@ -323,7 +323,8 @@ def test_convert_s3dis_scannet_kitti_round_trip(tmp_path):
     calls = []
     convert_to_pointcept(tmp_path / "kitti", "semantickitti", tmp_path / "pc_kitti",
                          progress=lambda *a: calls.append(a))
-    assert sorted(p.name for p in (tmp_path / "pc_kitti").iterdir()) == ["classes.txt", "test", "train", "val"]
+    assert sorted(p.name for p in (tmp_path / "pc_kitti").iterdir()) == ["classes.txt", "conversion.json", "test",
+                                                                        "train", "val"]
     assert len(calls) == 8 and calls[-1][:2] == (8, 8)
     for split in ("train", "val", "test"):
         _same_scenes(SemanticKITTI(tmp_path / "kitti", split), tmp_path / "pc_kitti", split)
@@ -494,3 +495,114 @@ def test_scene_lists_decode_boms_and_missing_things_are_named_as_such(tmp_path):
     np.zeros((5, 4), "<f4").tofile(seq / "000000.bin")
     with pytest.raises(DatasetError, match=r"sequence\(s\) \['07'\] not found .*this root has \['00'\]"):
         SemanticKITTI(tmp_path / "k", "train", sequences=["7"])
+
+
+# --------------------------------------------------------------------------------------
+# counts and dtypes that lie: a PLY count below its data, float labels (one check for every layout)
+# --------------------------------------------------------------------------------------
+def test_ply_vertex_count_below_the_data_is_refused_naming_both_counts(tmp_path):
+    head = "ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nproperty float y\nproperty float z\n"
+    f = tmp_path / "short.ply"
+    f.write_text(head + "end_header\n" + "".join(f"{i} 0 0\n" for i in range(5)))
+    with pytest.raises(DatasetError, match=r"short\.ply: PLY header declares 3 vertices but the data holds 5 data "
+                                           r"lines"):
+        read_ply_vertices(f)
+    faces = tmp_path / "mesh.ply"  # the lines of a later element (faces) are not vertices
+    faces.write_text(head + "element face 1\nproperty list uchar int vertex_indices\nend_header\n"
+                     + "".join(f"{i} 0 0\n" for i in range(3)) + "3 0 1 2\n")
+    assert read_ply_vertices(faces)["x"].tolist() == [0, 1, 2]
+    faces.write_text(faces.read_text() + "7 7 7\n")
+    with pytest.raises(DatasetError, match=r"declares 3 vertices but the data holds 4 data lines besides 1"):
+        read_ply_vertices(faces)
+    binary = tmp_path / "short_bin.ply"
+    binary.write_bytes(b"ply\nformat binary_little_endian 1.0\nelement vertex 2\nproperty float x\nproperty float y\n"
+                       b"property float z\nend_header\n" + np.arange(12, dtype="<f4").tobytes())
+    with pytest.raises(DatasetError, match=r"declares 2 vertices but the data holds 4 records of 12 bytes"):
+        read_ply_vertices(binary)
+
+
+def _float_label_scene(tmp_path: Path, layout: str, labels: np.ndarray):
+    """A one-scene tree of ``layout`` whose label file holds ``labels`` as float32; its dataset's first item."""
+    xyz = RNG.uniform(0, 3, (len(labels), 3)).astype(np.float32)
+    if layout == "pointcept":
+        (tmp_path / "train" / "s").mkdir(parents=True)
+        (tmp_path / "classes.txt").write_text("\n".join(f"c{i}" for i in range(20)) + "\n")
+        np.save(tmp_path / "train" / "s" / "segment.npy", labels)
+        np.save(tmp_path / "train" / "s" / "coord.npy", xyz)
+        return SceneDataset(tmp_path, "pointcept", "train", features=())[0]
+    if layout == "mmdet3d_scannet_instance":
+        d = tmp_path / "scannet_train_instance_data"
+        d.mkdir(parents=True)
+        np.save(d / "scene0000_00_vert.npy", np.hstack([xyz, np.zeros_like(xyz)]))
+        np.save(d / "scene0000_00_sem_label.npy", labels)
+        return SceneDataset(tmp_path, layout, "all", features=())[0]
+    d = tmp_path / "scans" / "scene0000_00"  # scannet: a float 'label' property in the labels PLY
+    d.mkdir(parents=True)
+    (d / "scene0000_00_vh_clean_2.ply").write_bytes(_scannet_mesh_bytes(xyz, np.zeros((len(xyz), 3), int), []))
+    head = (f"ply\nformat ascii 1.0\nelement vertex {len(xyz)}\nproperty float x\nproperty float y\n"
+            f"property float z\nproperty float label\nend_header\n")
+    rows = "".join(f"{a} {b} {c} {lab}\n" for (a, b, c), lab in zip(xyz.tolist(), labels.tolist()))
+    (d / "scene0000_00_vh_clean_2.labels.ply").write_text(head + rows)
+    return ScanNet(tmp_path, "all", features=())[0]
+
+
+@pytest.mark.parametrize("layout", ["pointcept", "mmdet3d_scannet_instance", "scannet"])
+def test_float_labels_are_refused_alike_in_every_layout(tmp_path, layout):
+    """A fractional label is refused naming the file and the row (it was truncated to an id in two layouts while
+    Pointcept refused every float file); whole numbers stored as floats read as their ids everywhere."""
+    item = _float_label_scene(tmp_path / "ok", layout, np.array([1, 2, 5, 1], np.float32))
+    assert item["y"].tolist() == ([1, 2, 5, 1] if layout == "pointcept" else [0, 1, 4, 0])
+    with pytest.raises(DatasetError, match=r"(segment\.npy|sem_label\.npy|labels\.ply): labels must be integers, "
+                                           r"row 2 holds 2\.5"):
+        _float_label_scene(tmp_path / "bad", layout, np.array([1, 2, 2.5, 1], np.float32))
+
+
+def test_scan_labels_use_the_same_check(tmp_path):
+    from gridify.datasets.scene_layouts import read_scan_labels
+
+    np.save(tmp_path / "t.npy", np.array([0.0, 1.0, np.nan]))
+    with pytest.raises(DatasetError, match=r"t\.npy: labels must be integers, row 2 holds nan"):
+        read_scan_labels(tmp_path / "t.npy", 3, ["a", "b"])
+    np.save(tmp_path / "t.npy", np.array([True, False, True]))
+    with pytest.raises(DatasetError, match=r"t\.npy: labels must be integers, got dtype bool"):
+        read_scan_labels(tmp_path / "t.npy", 3, ["a", "b"])
+
+
+# --------------------------------------------------------------------------------------
+# float64 coordinates with a large offset (UTM metres) keep their millimetres on every scene path
+# --------------------------------------------------------------------------------------
+def _utm_rows(n=300, seed=5):
+    rng = np.random.default_rng(seed)
+    xyz = np.stack([5e5 + rng.uniform(0, 50, n), 4.2e6 + rng.uniform(0, 50, n), 100 + rng.uniform(0, 5, n)], 1)
+    return np.hstack([xyz.round(4), rng.integers(0, 256, (n, 3))])
+
+
+def _shape_error(pos, truth) -> float:
+    """Largest error (metres) of the positions relative to the first point: what a translation keeps."""
+    p = np.asarray(pos, np.float64)
+    return float(np.abs((p - p[0]) - (truth - truth[0])).max())
+
+
+def test_utm_coordinates_keep_their_millimetres_through_reading_converting_and_items(tmp_path):
+    """float32 holds 4.2e6 to 0.5 m: every scene path keeps float64 until the scene is centred (read_s3dis_room,
+    the S3DIS dataset's items, gridify convert's coord.npy and its read-back), as the own-data guide promises."""
+    rows = _utm_rows()
+    ann = tmp_path / "raw" / "Area_1" / "plot_1" / "Annotations"
+    ann.mkdir(parents=True)
+    np.savetxt(ann / "floor_1.txt", rows[:150], fmt="%.4f %.4f %.4f %d %d %d")
+    np.savetxt(ann / "wall_1.txt", rows[150:], fmt="%.4f %.4f %.4f %d %d %d")
+    scene = read_s3dis_room(tmp_path / "raw" / "Area_1" / "plot_1")
+    assert scene["coord"].dtype == np.float64 and _shape_error(scene["coord"], rows[:, :3]) < 1e-9
+    assert _shape_error(rows[:, :3].astype(np.float32), rows[:, :3]) > 0.1  # what a cast before centring loses
+    item = S3DIS(tmp_path / "raw", "train", features=("xyz", "height"))[0]
+    assert item["pos"].dtype == torch.float32 and _shape_error(item["pos"], rows[:, :3]) < 1e-3
+    assert float(item["pos"].abs().max()) < 60 and _shape_error(item["x"][:, :3], rows[:, :3]) < 1e-3
+    torch.testing.assert_close(item["x"][:, 3], torch.from_numpy(rows[:, 2] - rows[:, 2].min()).float())
+    convert_to_pointcept(tmp_path / "raw", "s3dis", tmp_path / "pc", classes=["floor", "wall"])
+    coord = np.load(tmp_path / "pc" / "Area_1" / "plot_1" / "coord.npy")
+    assert coord.dtype == np.float64 and _shape_error(coord, rows[:, :3]) < 1e-9
+    back = SceneDataset(tmp_path / "pc", "pointcept", "Area_1", features=())[0]
+    assert _shape_error(back["pos"], rows[:, :3]) < 1e-3
+    small = _rows(20)  # coordinates float32 holds well stay float32, where they are
+    write_pointcept_scene(tmp_path / "pc2" / "train" / "s", {"coord": small[:, :3], "segment": np.zeros(20)})
+    assert np.load(tmp_path / "pc2" / "train" / "s" / "coord.npy").dtype == np.float32

@@ -98,3 +98,20 @@ def test_gridify_evaluate_scene_checkpoint_scores_whole_scenes(tmp_path, monkeyp
         ]
     )
     assert report["num_points"] == 6000 and report["max_points"] == 500 and max(model.sizes) <= 500
+
+
+def test_a_dataset_whose_columns_are_not_the_model_s_is_refused_before_evaluating():
+    """The dataset's own features (data.features null) of another width than the model's in_channels: one config
+    error naming data.features and the features the model was trained with, before any forward pass."""
+    pytest.importorskip("lightning")
+    from gridify.evaluation import _check_input_width
+
+    ds = ProceduralScenes("test", kind="outdoor", num_scenes=1, num_points=50, features=["strength"])
+    payload = {"model_kwargs": {"in_channels": 2}, "info": {"features": ["strength", "height"]}}
+    with pytest.raises(SystemExit) as exc:
+        _check_input_width(ds, payload, True, "gridify evaluate")
+    assert str(exc.value) == (
+        "gridify evaluate: config error: data.features: ['strength'] give 1 column(s) per point but the model takes "
+        "2; evaluate with the features it was trained with (data.features=['strength', 'height'])"
+    )
+    _check_input_width(ds, {"model_kwargs": {"in_channels": 1}}, True, "gridify evaluate")  # the same width: fine

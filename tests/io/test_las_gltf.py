@@ -339,3 +339,28 @@ def test_las_scale_zero_is_refused_not_collapsed(tmp_path, scale):
     f.write_bytes(bytes(data))
     with pytest.raises(ValueError, match=r"tile\.las: corrupt LAS header: y scale"):
         read_points(f)
+
+
+@pytest.mark.parametrize(
+    "name, body, option, takers",
+    [
+        ("scan.bin", np.zeros((4, 4), np.float32).tobytes(), {"columns": ("x", "y", "z", "_")}, r"\.npy .*\.xyz"),
+        ("cloud.xyz", b"1 2 3\n4 5 6\n", {"fields": "all"}, r"\.pcd \.ply"),
+        ("cloud.npy", None, {"labels_from": "label"}, r"\.las"),
+    ],
+    ids=["columns-bin", "fields-xyz", "labels_from-npy"],
+)
+def test_an_option_the_format_cannot_honour_is_refused(tmp_path, name, body, option, takers):
+    """read_points' dispatch refuses every option a format's reader does not take, instead of dropping it
+    (columns= on a headerless .bin scan was ignored); num_samples / seed stay mesh-only, as documented."""
+    f = tmp_path / name
+    if body is None:
+        np.save(f, np.zeros((4, 3), np.float32))
+    else:
+        f.write_bytes(body)
+    (key,) = option
+    with pytest.raises(
+        ValueError, match=rf"{name}: read_points option {key}= does not apply to \.\w+ files \(.*{takers}"
+    ):
+        read_points(f, **option)
+    assert len(read_points(f, num_samples=7, seed=3)) == (2 if name == "cloud.xyz" else 4)

@@ -136,8 +136,12 @@ def test_a_reader_gets_only_its_options_and_its_errors_name_the_file(tmp_path):
     try:
         for ext in (".aa", ".bb", ".cc"):
             (tmp_path / f"t{ext}").write_text("x")
-        with pytest.raises(ValueError, match=r"t\.aa: could not read \.aa file \(KeyError: 'no such field'\)"):
+        # an option the reader does not take is refused before it runs, never dropped
+        with pytest.raises(ValueError, match=r"t\.aa: read_points option columns= does not apply to \.aa files"):
             read_points(tmp_path / "t.aa", columns=("x", "y", "z"))
+        assert seen == []
+        with pytest.raises(ValueError, match=r"t\.aa: could not read \.aa file \(KeyError: 'no such field'\)"):
+            read_points(tmp_path / "t.aa")
         assert seen == [tmp_path / "t.aa"]
         with pytest.raises(ValueError, match=r"t\.cc: file contains no points"):
             read_points(tmp_path / "t.cc", num_samples=7.0, seed=3)

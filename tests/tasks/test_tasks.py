@@ -247,7 +247,7 @@ def test_a_scene_config_validates_and_mismatches_are_named():
         C.resolve_config(None, ["optim.class_weights=balanced"])
     with pytest.raises(C.ConfigError, match="task must be one of"):
         C.resolve_config(None, ["task=detection"])
-    with pytest.raises(C.ConfigError, match=r"data.voxel_size must be null or a finite number > 0"):
+    with pytest.raises(C.ConfigError, match=r"data.voxel_size must be null or a finite number >= 1e-06"):
         C.resolve_config(None, ["task=scene_segmentation", "data.name=scene_procedural", "data.voxel_size=0"])
     with pytest.raises(C.ConfigError, match=r"model.resolution must be a list of 3 items"):
         C.resolve_config(None, ["model.resolution=[4, 4]"])

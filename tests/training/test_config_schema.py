@@ -371,3 +371,49 @@ def test_config_with_an_unknown_model_or_backbone_names_it():
         make_model("nope", {})
     with pytest.raises(ConfigError, match="model 'gridified_classifier': unknown backbone 'zzz'"):
         make_model("gridified_classifier", dict(in_channels=3, num_classes=4, backbone="zzz"))
+
+
+VALUES_THE_RUN_CANNOT_USE = [
+    ("scene_procedural", ["data.voxel_size=1e-300"], "data.voxel_size must be null or a finite number >= 1e-06"),
+    (
+        "temporal/dynamic_shapes",
+        ["data.frame_interval=1e300"],
+        "data.frame_interval must be a number in [1e-06, 1e+06]",
+    ),
+    ("temporal/dynamic_shapes", ["data.frame_interval=1e-300"], "data.frame_interval must be a number in [1e-06"),
+    ("temporal/dynamic_shapes", ["model.time_scale=1e300"], "model.time_scale must be a number in [1e-12, 1e+12]"),
+    ("temporal/dynamic_shapes", ["model.time_scale=1e38"], "model.time_scale must be a number in [1e-12, 1e+12]"),
+    ("temporal/dynamic_shapes", ["model.first_timespan=1e300"], "model.first_timespan must be a number in [0, 1e+12]"),
+    (
+        "scene_procedural",
+        ["data.features=[color]", "model.in_channels=4"],
+        "data.features: ['color'] gives 3 column(s) per point but model.in_channels is 4",
+    ),
+    (
+        "scene_procedural",
+        ["data.features=[color, height]", "data.test.features=[height]"],
+        "data.test.features: ['height'] gives 1 column(s) per point but data.features ['color', 'height'] gives the "
+        "model 4 (train)",
+    ),
+]
+
+
+@pytest.mark.parametrize("config, overrides, message", VALUES_THE_RUN_CANNOT_USE, ids=lambda v: str(v)[:40])
+def test_values_the_run_cannot_use_are_refused_before_it_naming_the_key(config, overrides, message):
+    """A voxel size of 1e-300, frame intervals and time scales that float32 cannot hold, features whose width is not
+    the model's: accepted by the check and failing mid-run inside the model before, refused by it now."""
+    with pytest.raises(C.ConfigError) as err:
+        C.resolve_config(config, overrides)
+    assert str(err.value).startswith(message), str(err.value)
+    if config == "scene_procedural":  # the same width under other names is fine
+        C.resolve_config(config, ["data.features=[color, height]", "data.test.features=[normal, height]"])
+
+
+def test_model_in_channels_against_the_dataset_own_features():
+    """data.features null (the dataset's own) cannot be judged by the config check: the run refuses an explicit
+    model.in_channels of another width before it builds the model."""
+    from gridify.training.data import fill_model_kwargs
+
+    cfg = C.resolve_config("scene_procedural", ["model.in_channels=5"])
+    with pytest.raises(C.ConfigError, match=r"model.in_channels: 5, but the data give 4 column\(s\) per point"):
+        fill_model_kwargs(cfg, {"in_channels": 4, "num_outputs": 3})

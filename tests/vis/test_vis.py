@@ -308,7 +308,11 @@ def test_bad_options_say_what_is_wrong(tmp_path, cloud_graph):
             vis.show(pts, **{"out": out, **kw})
 
     bad("show: unknown layer(s) ['nodes']; layers are ['points', 'grid', 'edges']", layers=["nodes"])
-    bad("show: layer(s) ['grid'] requested but not given (pass grid= / edges=)", layers=["points", "grid"])
+    bad(
+        "show: layer(s) ['grid'] requested but not given (pass grid= / edges=; gridify show: a model with a grid, "
+        "--layers points otherwise)",
+        layers=["points", "grid"],
+    )
     bad("show: labels must have shape [500] (one per point), got (10,)", labels=np.zeros(10, int))
     bad("show: grid_color must be one of ('norm', 'pca'), got 'hsv'", grid_color="hsv")
     bad("show: grid_nodes must be one of ('touched', 'all'), got 'some'", grid_nodes="some")
