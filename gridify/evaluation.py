@@ -274,14 +274,38 @@ def _scan_files(paths: Sequence[str], prog: str) -> list:
     return files
 
 
+def _read_scan(
+    path: Path, args: argparse.Namespace, model: Any, names: Sequence[str], prog: str
+) -> Tuple[Any, Any, Path]:
+    """``(cloud, target labels, label file)`` of one ``--scan`` file; a bad file or label ends the command
+    naming it."""
+    import numpy as np
+
+    from gridify.datasets.scene_layouts import read_scan_labels, scan_label_path
+    from gridify.io import read_points, reader_takes
+
+    try:
+        fields = model.whole_scenes and reader_takes(path, "fields")  # intensity, where the format has fields
+        cloud = read_points(path, fields="all") if fields else read_points(path)
+        label_file = Path(args.labels) if args.labels else scan_label_path(path)
+        if label_file is not None:
+            return cloud, read_scan_labels(label_file, len(cloud.points), list(names)), label_file
+        if cloud.labels is not None:
+            return cloud, np.asarray(cloud.labels, np.int64), path
+    except (DatasetError, ValueError, OSError) as exc:
+        raise SystemExit(f"{prog}: error: {error_line(exc)}")
+    raise SystemExit(
+        f"{prog}: error: {path}: no ground truth found (no labels/{path.stem}.label, "
+        f"{path.stem}.label or label field); pass --labels"
+    )
+
+
 def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
     """``gridify evaluate --scan``: a segmentation model on scan files with ground truth; prints per-class IoU
     (over all points of all scans, :class:`gridify.metrics.SegmentationIoU`) and each scan's mIoU."""
     import numpy as np
 
     from gridify.api import load, pretrained_path
-    from gridify.datasets.scene_layouts import read_scan_labels, scan_label_path
-    from gridify.io import read_points, reader_takes
     from gridify.metrics import SegmentationIoU
 
     if args.scan is None:
@@ -303,23 +327,15 @@ def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
             f"categories; this is a {model.task} model"
         )
     names = list(model.class_names)
+
+    if len(files) > 1:  # every scan and its labels are read (and refused) before the first prediction
+        for path in files:
+            _read_scan(path, args, model, names, prog)
     metric = SegmentationIoU(len(names))
     rows = []
     for path in files:
+        cloud, target, label_file = _read_scan(path, args, model, names, prog)
         try:
-            fields = model.whole_scenes and reader_takes(path, "fields")  # intensity, where the format has fields
-            cloud = read_points(path, fields="all") if fields else read_points(path)
-            label_file = Path(args.labels) if args.labels else scan_label_path(path)
-            if label_file is not None:
-                target = read_scan_labels(label_file, len(cloud.points), names)
-            elif cloud.labels is not None:
-                target = np.asarray(cloud.labels, np.int64)
-                label_file = path
-            else:
-                raise SystemExit(
-                    f"{prog}: error: {path}: no ground truth found (no labels/{path.stem}.label, "
-                    f"{path.stem}.label or label field); pass --labels"
-                )
             pred = model.predict(cloud, num_votes=args.votes)
         except (DatasetError, ValueError, OSError) as exc:
             raise SystemExit(f"{prog}: error: {error_line(exc)}")

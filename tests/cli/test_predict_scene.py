@@ -96,6 +96,12 @@ def test_evaluate_scan_prints_per_class_iou_against_the_labels_beside_it(tmp_pat
     _scan(tmp_path / "alone" / "x.bin")
     with pytest.raises(SystemExit, match="no ground truth found"):
         gridify_main(["evaluate", "--ckpt", str(path), "--scan", str(tmp_path / "alone" / "x.bin")])
+    # a bad later scan is refused before any scan is predicted
+    np.arange(10, dtype=np.uint32).tofile(tmp_path / "labels" / "000001.label")
+    capsys.readouterr()
+    with pytest.raises(SystemExit, match=r"000001.label: 10 labels for a scan of 700 points"):
+        gridify_main(["evaluate", "--ckpt", str(path), "--scan", str(tmp_path / "velodyne")])
+    assert "mIoU" not in capsys.readouterr().out
 
 
 def test_show_draws_the_ground_truth_beside_the_prediction(tmp_path, capsys):
