@@ -792,6 +792,26 @@ def _example_inputs(wrapper: OnnxClassifier, batch: int, n: int, seed: int) -> T
     return out
 
 
+def _scatter_reduce_rows(self: Any, dim: int, index: Any, src: Any, reduce: str, include_self: bool = True) -> Any:
+    """The ONNX of ``aten.scatter_reduce.two`` in the exported graphs: ``ScatterND`` on whole rows.
+
+    torch's exporter writes ``ScatterElements``, which onnxruntime runs element by element (252 ms
+    for 98,304 x 64 values on one thread, AMD EPYC, against 5.9 ms for ``ScatterND``: the max
+    aggregation of a 16k-point crop's (de-)gridification). The exported models scatter only along
+    ``dim=0`` with an index repeated along the rows (``_aggregate_dense``: ``dst[:, None].expand(-1, H)``),
+    so its first column is the row index ``ScatterND`` takes."""
+    from onnxscript import opset18 as op  # noqa: PLC0415 - an export dependency, imported when exporting
+
+    if dim != 0 or not include_self or reduce not in _ND_REDUCTIONS:
+        raise NotImplementedError(f"scatter_reduce(dim={dim}, reduce={reduce!r}, include_self={include_self})")
+    rows = op.Slice(index, op.Constant(value_ints=[0]), op.Constant(value_ints=[1]), op.Constant(value_ints=[1]))
+    return op.ScatterND(self, rows, src, reduction=_ND_REDUCTIONS[reduce])
+
+
+#: ``scatter_reduce``'s reductions and ``ScatterND``'s names for them
+_ND_REDUCTIONS = {"amax": "max", "amin": "min", "sum": "add", "prod": "mul"}
+
+
 def _trace(
     wrapper: OnnxClassifier,
     example: Tuple[Tensor, ...],
@@ -824,6 +844,7 @@ def _trace(
                 input_names=wrapper.input_names,
                 output_names=["logits"],
                 dynamic_shapes=shapes,
+                custom_translation_table={torch.ops.aten.scatter_reduce.two: _scatter_reduce_rows},
                 opset_version=opset,
                 verbose=False,
             )
@@ -1632,7 +1653,9 @@ def _aggregate_dense(
 ) -> Tensor:
     """``phi_upd(AGG)`` over the two edge kinds of the fixed-shape graph: ``dense [D, t, H]`` (the
     ``t`` edges every target ``d < D`` has, ``dense_keep [D, t]`` masking duplicates, None: all)
-    and ``scat [E, H]`` scattered to the targets ``scat_dst [E]`` (``scat_keep [E]``, None: all)."""
+    and ``scat [E, H]`` scattered to the targets ``scat_dst [E]`` (``scat_keep [E]``, None: all).
+    The max scatters whole rows (its index repeated along them): exported, it is ``ScatterND``
+    (:func:`_scatter_reduce_rows`)."""
     H = dense.size(-1)
     if conv.aggr == "max":
         d = dense if dense_keep is None else dense.masked_fill(~dense_keep.unsqueeze(-1), float("-inf"))
