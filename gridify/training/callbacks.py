@@ -114,7 +114,11 @@ def best_checkpoint(ckpt_dir: Path, monitor: str) -> ModelCheckpoint:
 
 def last_checkpoints(ckpt_dir: Path, ck: Dict[str, Any]) -> List[ModelCheckpoint]:
     """``last.ckpt`` every ``ck["every_n_epochs"]`` epochs and/or ``ck["every_n_train_steps"]`` steps
-    (every epoch when neither is set), plus one kept file per epoch with ``ck["keep_all"]``."""
+    (every epoch when neither is set), plus one kept file per epoch with ``ck["keep_all"]``.
+
+    The epoch checkpoints are written at the end of each training epoch, not after validation:
+    Lightning's default waits for a validation, so a run validating every 4th epoch
+    (``trainer.check_val_every_n_epoch``) would lose up to 3 epochs to a crash."""
     every_epochs = int(ck.get("every_n_epochs") or 0)
     every_steps = int(ck.get("every_n_train_steps") or 0)
     callbacks = []
@@ -127,6 +131,7 @@ def last_checkpoints(ckpt_dir: Path, ck: Dict[str, Any]) -> List[ModelCheckpoint
                 monitor=None,
                 every_n_epochs=max(1, every_epochs),
                 enable_version_counter=False,
+                save_on_train_epoch_end=True,
             )
         )
     if every_steps:
@@ -149,6 +154,7 @@ def last_checkpoints(ckpt_dir: Path, ck: Dict[str, Any]) -> List[ModelCheckpoint
                 monitor=None,
                 every_n_epochs=max(1, every_epochs),
                 auto_insert_metric_name=False,
+                save_on_train_epoch_end=True,
             )
         )
     return callbacks

@@ -676,6 +676,23 @@ def test_keep_all_keeps_one_checkpoint_per_epoch_beside_last_and_best(tmp_path):
     assert "last.ckpt" in names and any(n.startswith("best-") for n in names)
 
 
+def test_epochs_without_validation_still_write_their_checkpoints(tmp_path):
+    """trainer.check_val_every_n_epoch=2: epoch 1 has no validation, and its last.ckpt / kept file are
+    written anyway (Lightning's default waits for a validation: a crash lost those epochs)."""
+    T.main(
+        tiny(
+            tmp_path,
+            "trainer.check_val_every_n_epoch=2",
+            "trainer.stop_after_epochs=1",
+            "trainer.checkpoint.keep_all=true",
+            "trainer.plots=false",
+        )
+    )
+    names = sorted(p.name for p in (tmp_path / "checkpoints").glob("*.ckpt"))
+    assert "last.ckpt" in names and "epoch000-step0000002.ckpt" in names, names
+    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
+
+
 def test_a_run_without_test_batches_ends_cleanly_with_its_model(tmp_path, capsys):
     """trainer.limit_test_batches=0 (a recipe without a test split, e.g. ModelNet40 carved from train): the run
     writes model.pt and says it was not tested, instead of failing on the empty metrics after training."""
