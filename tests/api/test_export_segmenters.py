@@ -235,6 +235,10 @@ def test_scene_segmenter_file_labels_every_point_like_pytorch(tmp_path):
     assert report.model == "scene_segmenter" and report.max_abs_diff <= 1e-4
     assert report.outputs["logits"] == ["batch", "num_points", 4]
     assert "maps every crop" in report.summary()
+    import onnx
+
+    ops = {n.op_type for n in onnx.load(str(tmp_path / "scene.onnx")).graph.node}
+    assert "ScatterND" in ops and "ScatterElements" not in ops  # the max aggregation scatters whole rows
     for n in (4, 37, 900):  # any N >= k
         points, features = wrapper.example_inputs(2, n, n)
         got, meta = _run(tmp_path / "scene.onnx", {"points": points, "features": features})
