@@ -100,7 +100,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
 
     checkpoint = pretrained_file(args.model) if args.model in PRETRAINED else Path(args.model)
     predictor = gridify.load(checkpoint)
-    model = predictor.model.eval()
+    model = predictor.model
+    model.train(False)  # inference mode
     searches = [m for m in model.modules() if hasattr(m, "knn_backend")]
     default_backends = [m.knn_backend for m in searches]
 
