@@ -89,7 +89,7 @@ def positive_float(text: str) -> float:
 
 
 def voxel_size(text: str) -> float:
-    """A voxel edge in metres: a finite number >= :data:`gridify._clinames.MIN_VOXEL_SIZE` (as ``data.voxel_size``)."""
+    """A voxel edge in metres: a finite number >= ``gridify._clinames.MIN_VOXEL_SIZE`` (as ``data.voxel_size``)."""
     from ._clinames import MIN_VOXEL_SIZE
 
     value = positive_float(text)

@@ -1549,7 +1549,7 @@ def node_points_bucketed(
     point) without forming every node-point distance, exactly.
 
     The points are split into buckets (:func:`point_buckets`). A node ``c`` looks at the points of
-    the ``t`` buckets whose boxes are nearest (:func:`_bucket_bounds`) and takes the ``k + 1``
+    the ``t`` buckets whose boxes are nearest (``_bucket_bounds``) and takes the ``k + 1``
     nearest of them (same distances). Every point outside those buckets is at least
     ``lb_{(t+1)}(c)`` away, the ``(t+1)``-th smallest bound: where the ``k``-th distance found is
     below it and the ``k + 1`` distances are all different, no other point and no other order can

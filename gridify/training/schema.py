@@ -923,7 +923,7 @@ def dataset_message(
     Every ``key=value`` of one of the dataset's arguments ``keys`` reads ``data.key=value`` in YAML spelling
     (``data.<split>.key`` when ``per_split``, the split's own section, set it); ``root=`` is ``--data-root``.
     With ``where``, a message about one argument (``ShapeNetPart: categories must ...``) starts with its key
-    (``data.categories: ...``), any other with ``data (<name>, split '<split>'): ``."""
+    (``data.categories: ...``), any other with ``data (<name>, split '<split>'):`` and a space."""
     message = str(exc)
     keys = [k for k in keys if k not in ("split", "transform")]
 
