@@ -4,7 +4,7 @@ An item holds ``pos`` in metres (unless ``normalize``; large-offset coordinates,
 float64, are first moved in float64 so that the scene's bounding box is centred on the origin:
 :func:`gridify.io.centre_large_offset`), ``x`` = the chosen ``features``
 (:data:`SCENE_FEATURES`: ``xyz``, ``color`` scaled to ``[0, 1]``, ``normal``, ``strength``
-(alias ``intensity``), ``height`` = z - min z; none: ``x = pos``), ``y`` the per-point training ids
+(alias ``intensity``), ``height`` = z - the scene's 1st percentile of z (:func:`scene_height`); none: ``x = pos``), ``y`` the per-point training ids
 with -1 for ignored points, the raw ``color`` / ``normal`` / ``strength`` the scene has, ``index``
 and the ``scene`` name. The pipeline is :class:`~gridify.datasets.PointCloudDataset`'s, with its
 sampling step at split ``train`` replaced by :class:`~gridify.transforms.SceneSampler` when
@@ -35,9 +35,29 @@ from ._common import SAMPLE_BYTES_PER_POINT, DatasetError, PointCloudDataset, Tr
 from .scene_layouts import IGNORE_INDEX
 
 __all__ = ["SCENE_FEATURES", "SceneDatasetBase", "scene_features", "build_scene_features", "scale_unit",
-           "check_features"]
+           "check_features", "scene_height", "HEIGHT_FLOOR_PERCENTILE"]
 #: feature name -> its width in ``x``
 SCENE_FEATURES: Dict[str, int] = {"xyz": 3, "color": 3, "normal": 3, "strength": 1, "intensity": 1, "height": 1}
+
+#: ``height`` is measured from this percentile of the scene's z, not from its minimum: a LiDAR scan holds
+#: stray returns metres below the ground (multipath: SemanticKITTI's minima lie 2.7 to 28.7 m below the
+#: sensor while the ground lies about 1.7-3 m below), which would shift one scan's heights by tens of metres
+#: against another's
+HEIGHT_FLOOR_PERCENTILE = 1.0
+
+
+def scene_height(z: Any) -> np.ndarray:
+    """The ``height`` feature of a whole scene: ``z - floor``, ``floor`` the :data:`HEIGHT_FLOOR_PERCENTILE`-th
+    percentile of ``z`` (robust to stray points below the floor or ground; the lowest 1 % get small negative
+    heights). Computed on the whole scene, before any crop, so that crops and whole-scene prediction agree.
+
+    Shapes:
+        z ``[N]`` -> ``[N]`` float32 (empty stays empty)
+    """
+    z = np.asarray(z, np.float32)
+    if z.size == 0:
+        return z.copy()
+    return (z - np.float32(np.percentile(z, HEIGHT_FLOOR_PERCENTILE))).astype(np.float32, copy=False)
 #: keys of a raw scene sample that travel with the points (subsampled, transformed alike)
 _POINT_KEYS = ("color", "normal", "strength")
 
@@ -71,7 +91,7 @@ def build_scene_features(names: Sequence[str], pos: Any, *, color: Any = None, n
 
     ``xyz`` = ``pos``; ``color`` in ``[0, 1]`` and ``strength`` (alias ``intensity``) on its unit scale
     (integer arrays divided by their dtype's maximum: :func:`scale_unit`); ``normal`` as given;
-    ``height`` = ``z - min z`` of ``pos`` unless ``height`` (the whole scene's, computed before a crop)
+    ``height`` = :func:`scene_height` of ``pos``'s z unless ``height`` (the whole scene's, computed before a crop)
     is given. No names: ``x = pos``. Large-offset float64 ``pos`` is centred in float64 before the cast
     (:func:`gridify.io.centre_large_offset`), as the datasets and ``predict`` centre it. A feature the scene
     lacks raises a DatasetError naming ``where``.
@@ -88,7 +108,7 @@ def build_scene_features(names: Sequence[str], pos: Any, *, color: Any = None, n
         if key == "xyz":
             cols.append(p)
         elif key == "height":
-            h = np.asarray(height, np.float32) if height is not None else (p[:, 2] - p[:, 2].min() if n else p[:, 2])
+            h = np.asarray(height, np.float32) if height is not None else scene_height(p[:, 2])
             cols.append(h.reshape(n, 1))
         elif key in given:
             if given[key] is None:
@@ -105,7 +125,7 @@ def build_scene_features(names: Sequence[str], pos: Any, *, color: Any = None, n
 
 def scene_features(sample: Dict[str, Any], features: Sequence[str], where: str) -> Tensor:
     """``x`` of a scene sample (a dataset's, colours 0-255): :func:`build_scene_features` of its entries,
-    as a tensor. ``height`` is ``sample["height"]`` when present (the whole scene's ``z - min z``, which a
+    as a tensor. ``height`` is ``sample["height"]`` when present (the whole scene's :func:`scene_height`, which a
     dataset computes before cropping so that training crops and whole-scene evaluation agree)."""
 
     def arr(key: str) -> Any:
@@ -277,8 +297,7 @@ class SceneDatasetBase(PointCloudDataset):
             if scene.get(k) is not None:
                 sample[k] = scene[k]
         if "height" in self.features:  # scene-relative, before any crop (see scene_features)
-            z = pos[:, 2]
-            sample["height"] = z - z.min() if len(z) else z
+            sample["height"] = scene_height(pos[:, 2])
         return sample
 
     def to_item(self, sample: Dict[str, Any], index: int) -> Dict[str, Any]:

@@ -19,6 +19,7 @@ from gridify.datasets.scene_layouts import (IGNORE_INDEX, S3DIS_CLASSES, SCANNET
                                             map_nyu40_to_scannet20, map_semantickitti_labels, read_ply_vertices,
                                             read_s3dis_room, read_scene, read_semantickitti_scan)
 from gridify.datasets.scenes import S3DIS, ScanNet, SemanticKITTI, write_pointcept_scene
+from gridify.datasets.scene_base import build_scene_features, scene_height
 from gridify.io import write_ply
 from gridify.registry import DATASETS
 
@@ -240,7 +241,9 @@ def test_pointcept_generated_folders_missing_labels_and_bad_files(tmp_path):
     assert ds.class_names == ["a", "b", "c", "d"] and ds.in_channels == 10
     a, b = ds[0], SceneDataset(tmp_path, "pointcept", "train", features=("xyz", "height"))[1]
     assert a["x"].shape == (20, 10) and torch.allclose(a["x"][:, 3:6], torch.ones(20, 3))
-    assert b["x"].shape == (7, 4) and b["x"][:, 3].min() == 0
+    z7 = b["pos"][:, 2].numpy()
+    assert b["x"].shape == (7, 4)
+    torch.testing.assert_close(b["x"][:, 3], torch.from_numpy(z7 - np.float32(np.percentile(z7, 1.0))))
     assert a["y"].tolist() == (np.arange(20) % 4).tolist() and b["y"].tolist() == [-1] * 7
     # an xyz-only scene under a recipe with colours: the fix is the config key and the colourless recipe
     with pytest.raises(DatasetError, match=r"scene 'b' \(.*train/b\): feature 'color' .* has no color .*set "
@@ -421,13 +424,31 @@ def test_height_feature_is_scene_relative_in_training_crops():
     kw = dict(num_scenes=1, num_points=6000, kind="indoor", seed=1, features=("height",))
     train = ProceduralScenes("train", voxel_size=0.1, max_points=600, **kw)
     full = train.scene(0)
-    zmin = float(full["coord"][:, 2].min())
+    floor = float(np.percentile(full["coord"][:, 2].astype(np.float32), 1.0))
     item = train[0]
-    # the crop's own lowest point need not be the floor's lowest: height is z - the scene's min z
-    torch.testing.assert_close(item["x"][:, 0], item["pos"][:, 2] - zmin)
+    # the crop's own lowest point need not be the floor's lowest: height is z - the whole scene's floor
+    torch.testing.assert_close(item["x"][:, 0], item["pos"][:, 2] - floor)
     assert "height" not in item
     whole = ProceduralScenes("val", voxel_size=0.1, max_points=600, **kw)[0]
-    torch.testing.assert_close(whole["x"][:, 0], whole["pos"][:, 2] - whole["pos"][:, 2].min())
+    z = whole["pos"][:, 2].numpy()
+    torch.testing.assert_close(whole["x"][:, 0], torch.from_numpy(z - np.float32(np.percentile(z, 1.0))))
+
+
+def test_height_ignores_stray_returns_below_the_ground():
+    # a LiDAR scan's multipath returns lie metres under the road: they must not shift the heights
+    rng = np.random.default_rng(0)
+    ground = np.c_[rng.uniform(-20, 20, (2000, 2)), rng.normal(-1.7, 0.02, 2000)]
+    pole = np.c_[np.zeros((200, 2)), np.linspace(-1.7, 3.0, 200)]
+    clean = np.concatenate([ground, pole]).astype(np.float32)
+    noisy = np.concatenate([clean, [[5.0, 5.0, -28.0], [6.0, 1.0, -12.0]]]).astype(np.float32)
+    h_clean = scene_height(clean[:, 2])
+    h_noisy = scene_height(noisy[:, 2])[: len(clean)]
+    assert abs(float(np.median(h_clean[:2000]))) < 0.1  # the ground sits near height 0
+    np.testing.assert_allclose(h_noisy, h_clean, atol=0.02)  # two stray points move nothing
+    assert h_clean.max() == pytest.approx(4.7, abs=0.1)  # the pole's top above the ground
+    x = build_scene_features(["height"], noisy)
+    np.testing.assert_array_equal(x[:, 0], scene_height(noisy[:, 2]))
+    assert scene_height(np.zeros(0, np.float32)).shape == (0,)
 
 
 def test_scene_dataset_train_crops_val_whole_scenes():
@@ -597,7 +618,8 @@ def test_utm_coordinates_keep_their_millimetres_through_reading_converting_and_i
     item = S3DIS(tmp_path / "raw", "train", features=("xyz", "height"))[0]
     assert item["pos"].dtype == torch.float32 and _shape_error(item["pos"], rows[:, :3]) < 1e-3
     assert float(item["pos"].abs().max()) < 60 and _shape_error(item["x"][:, :3], rows[:, :3]) < 1e-3
-    torch.testing.assert_close(item["x"][:, 3], torch.from_numpy(rows[:, 2] - rows[:, 2].min()).float())
+    z = item["pos"][:, 2].numpy()
+    torch.testing.assert_close(item["x"][:, 3], torch.from_numpy(z - np.float32(np.percentile(z, 1.0))))
     convert_to_pointcept(tmp_path / "raw", "s3dis", tmp_path / "pc", classes=["floor", "wall"])
     coord = np.load(tmp_path / "pc" / "Area_1" / "plot_1" / "coord.npy")
     assert coord.dtype == np.float64 and _shape_error(coord, rows[:, :3]) < 1e-9
