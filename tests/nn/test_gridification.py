@@ -1,3 +1,4 @@
+import importlib
 import warnings
 
 import pytest
@@ -509,3 +510,48 @@ def test_batch_and_cloud_counts_are_checked_before_allocating():
         Gridification(3, 4, 3, k=2)(pos, batch=torch.tensor([0, 0, 0, 10**12 - 1]))
     with pytest.raises(ValueError, match=r"batch_y with 1000000000001 clouds .* would need"):
         knn(torch.rand(2, 3), torch.rand(2, 3), 1, batch_y=torch.tensor([0, 10**12]))
+
+
+def test_max_aggregation_row_path_equals_scatter_reduce_in_both_directions(monkeypatch):
+    # training with max aggregation runs ops.scatter's ScatterExtreme in gridification and
+    # de-gridification: values and every gradient equal scatter_reduce's autograd (float64)
+    S = importlib.import_module("gridify.ops.scatter")
+    used = []
+    real = S.ScatterExtreme.apply
+    monkeypatch.setattr(S.ScatterExtreme, "apply", lambda *a: used.append(1) or real(*a))
+
+    def run(fast):
+        if not fast:
+            monkeypatch.setattr(S, "use_row_extreme", lambda *a: False)
+        torch.manual_seed(0)
+        grid_net = Gridification(4, 8, resolution=4, k=3, hidden_channels=16, aggr="max").double()
+        degrid = Degridification(8, 3, hidden_channels=16, aggr="max").double()
+        g = torch.Generator().manual_seed(1)
+        pos = torch.rand(2, 40, 3, generator=g, dtype=torch.float64) * 2 - 1
+        pos[:, 1] = pos[:, 0]  # duplicated points: tied messages
+        x = torch.randn(2, 40, 4, generator=g, dtype=torch.float64)
+        x[:, 1] = x[:, 0]
+        x.requires_grad_()
+        grid, graph = grid_net(pos, x, return_graph=True)
+        out = degrid(grid, graph)
+        (out * torch.randn(out.shape, generator=g, dtype=torch.float64)).sum().backward()
+        grads = [p.grad.clone() for p in list(grid_net.parameters()) + list(degrid.parameters())]
+        return out.detach(), x.grad.clone(), grads
+
+    out_a, gx_a, grads_a = run(True)
+    assert len(used) == 2  # gridification and de-gridification
+    out_b, gx_b, grads_b = run(False)
+    assert len(used) == 2
+    torch.testing.assert_close(out_a, out_b)
+    torch.testing.assert_close(gx_a, gx_b)
+    for a, b in zip(grads_a, grads_b):
+        torch.testing.assert_close(a, b)
+    monkeypatch.undo()
+    used.clear()
+    monkeypatch.setattr(S.ScatterExtreme, "apply", lambda *a: used.append(1) or real(*a))
+    net = Gridification(4, 8, resolution=4, k=3, hidden_channels=16, aggr="max")
+    with torch.no_grad():  # inference keeps the plain scatter_reduce
+        Degridification(8, 3, hidden_channels=16, aggr="max")(
+            *net(torch.rand(1, 30, 3), torch.randn(1, 30, 4), return_graph=True)
+        )
+    assert used == []

@@ -80,3 +80,63 @@ def test_scatter_index_and_size_arguments(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         scatter(**args)
+
+
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("order", ["sorted", "shuffled"])
+def test_max_min_with_gradient_row_path_matches_reference_and_scatter_reduce(reduce, order):
+    # ScatterExtreme (a gradient is needed) against the loop reference and scatter_reduce's autograd,
+    # with ties (equal rows in one bucket share the gradient), signed upstream gradients, empty buckets
+    from gridify.ops.scatter import ScatterExtreme, _scatter_native, use_row_extreme
+
+    g = torch.Generator().manual_seed(0)
+    index = torch.tensor([0, 0, 0, 2, 2, 3, 5, 5, 5, 5])
+    src = torch.randn(10, 4, 2, generator=g, dtype=torch.float64)
+    src[1] = src[0]  # a tie in bucket 0
+    src[7, 2] = src[6, 2]
+    if order == "shuffled":
+        perm = torch.randperm(10, generator=g)
+        index, src = index[perm], src[perm]
+    a = src.clone().requires_grad_()
+    assert use_row_extreme(a, reduce)
+    out = _scatter_native(a, index, 7, reduce)
+    assert isinstance(out.grad_fn, torch.autograd.function.BackwardCFunction)
+    assert out.grad_fn._forward_cls is ScatterExtreme
+    torch.testing.assert_close(out, scatter_reference(src, index, 7, reduce))
+    w = torch.randn(7, 4, 2, generator=g, dtype=torch.float64)
+    (out * w).sum().backward()
+    b = src.clone().requires_grad_()
+    ref = b.new_zeros(7, 4, 2).scatter_reduce(
+        0, index[:, None, None].expand(-1, 4, 2), b, "amax" if reduce == "max" else "amin", include_self=False
+    )
+    (ref * w).sum().backward()
+    torch.testing.assert_close(a.grad, b.grad)
+    first = (index == 0).nonzero().flatten()[:2]
+    if reduce == "max" and bool((src[first[0]] >= src[index == 0]).all()):
+        assert torch.equal(a.grad[first[0]], a.grad[first[1]])  # the tied rows share it
+    # not taken: no gradient, sum, under an exporter's trace
+    assert not use_row_extreme(src, reduce)
+    assert not use_row_extreme(a, "sum")
+    with torch.no_grad():
+        assert not use_row_extreme(a, reduce)
+
+
+def test_row_path_gradient_in_float32_matches_scatter_reduce_at_scale():
+    from gridify.ops.scatter import _scatter_native
+
+    g = torch.Generator().manual_seed(1)
+    index = torch.randint(0, 500, (20000,), generator=g)
+    src = torch.randn(20000, 16, generator=g)
+    src[::7] = src[3::7].repeat(2, 1)[: src[::7].shape[0]]  # many duplicated rows (ties)
+    index[::7] = index[3::7].repeat(2)[: index[::7].shape[0]]  # in the same buckets
+    w = torch.randn(600, 16, generator=g)
+    grads = []
+    for fast in (True, False):
+        x = src.clone().requires_grad_()
+        if fast:
+            out = _scatter_native(x, index, 600, "max")
+        else:
+            out = x.new_zeros(600, 16).scatter_reduce(0, index[:, None].expand(-1, 16), x, "amax", include_self=False)
+        (out * w).sum().backward()
+        grads.append(x.grad)
+    torch.testing.assert_close(grads[0], grads[1])
