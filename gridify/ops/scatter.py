@@ -5,8 +5,9 @@
 Buckets that receive nothing are 0 for every reduction. A max/min whose gradient is needed runs
 through :class:`ScatterExtreme`: ``scatter_reduce`` forward and a backward pass over whole rows
 (``index_select`` / ``index_add_`` instead of ``scatter_reduce``'s element-wise gathers and scatters),
-with the same gradient, ties sharing it equally (measured 1.6x faster forward + backward than
-``scatter_reduce``'s autograd, 786k x 32 rows on one core of an AMD EPYC). ``torch_scatter`` is used when it is
+with the same gradient, ties sharing it equally. Measured on one core of an AMD EPYC, a 65,536-point
+training step of the scene segmenter (torch profiler): the backward of its two max aggregations 242 ms
+against 784 ms for ``scatter_reduce``'s autograd; the whole step 1.25x faster (median of 3 interleaved runs). ``torch_scatter`` is used when it is
 installed (and ``backend="auto"``); otherwise native ``Tensor.index_add_`` /
 ``Tensor.scatter_reduce_`` do the same, with gradients. Sums and means of float16/bfloat16
 rows are accumulated in float32 and rounded once at the end (a float16 sum overflows beyond
@@ -140,8 +141,8 @@ class ScatterExtreme(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> Tuple[Optional[Tensor], None, None, None]:
         src, index, out = ctx.saved_tensors
-        winner = src == out.index_select(0, index)
-        count = torch.zeros_like(out).index_add_(0, index, winner.to(out.dtype)).clamp_(min=1)
+        winner = out.index_select(0, index).eq_(src)  # 1.0 / 0.0 in src's dtype: no bool -> float pass
+        count = torch.zeros_like(out).index_add_(0, index, winner).clamp_(min=1)
         grad = (grad_out / count).index_select(0, index).mul_(winner)
         return grad, None, None, None
 
