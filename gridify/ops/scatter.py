@@ -3,7 +3,7 @@
     out[i] = REDUCE_{e : index[e] = i} src[e]          REDUCE in {sum, mean, max, min}
 
 Buckets that receive nothing are 0 for every reduction. A max/min whose gradient is needed runs
-through :class:`ScatterExtreme`: ``scatter_reduce`` forward and a backward pass over whole rows
+through ``ScatterExtreme``: ``scatter_reduce`` forward and a backward pass over whole rows
 (``index_select`` / ``index_add_`` instead of ``scatter_reduce``'s element-wise gathers and scatters),
 with the same gradient, ties sharing it equally. Measured on one core of an AMD EPYC, a 65,536-point
 training step of the scene segmenter (torch profiler): the backward of its two max aggregations 242 ms
@@ -148,7 +148,7 @@ class ScatterExtreme(torch.autograd.Function):
 
 
 def use_row_extreme(src: Tensor, reduce: str) -> bool:
-    """Whether a native max/min scatter runs through :class:`ScatterExtreme`: a gradient is needed and
+    """Whether a native max/min scatter runs through ``ScatterExtreme``: a gradient is needed and
     no exporter is tracing (the custom function has no ONNX form; the exporter traces without one)."""
     if reduce not in ("max", "min") or not (src.requires_grad and torch.is_grad_enabled()):
         return False
