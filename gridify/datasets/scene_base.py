@@ -58,6 +58,8 @@ def scene_height(z: Any) -> np.ndarray:
     if z.size == 0:
         return z.copy()
     return (z - np.float32(np.percentile(z, HEIGHT_FLOOR_PERCENTILE))).astype(np.float32, copy=False)
+
+
 #: keys of a raw scene sample that travel with the points (subsampled, transformed alike)
 _POINT_KEYS = ("color", "normal", "strength")
 

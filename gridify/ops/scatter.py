@@ -131,10 +131,7 @@ class ScatterExtreme(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, src: Tensor, index: Tensor, dim_size: int, reduce: str) -> Tensor:
-        idx = index.view((-1,) + (1,) * (src.dim() - 1)).expand_as(src)
-        out = src.new_zeros((dim_size,) + tuple(src.shape[1:])).scatter_reduce_(
-            0, idx, src, reduce="amax" if reduce == "max" else "amin", include_self=False
-        )
+        out = _extreme_native(src, index, dim_size, reduce)
         ctx.save_for_backward(src, index, out)
         return out
 
@@ -156,20 +153,23 @@ def use_row_extreme(src: Tensor, reduce: str) -> bool:
 
 
 def _scatter_native(src: Tensor, index: Tensor, dim_size: int, reduce: str) -> Tensor:
-    shape = (dim_size,) + tuple(src.shape[1:])
     if use_row_extreme(src, reduce):
         return ScatterExtreme.apply(src, index, dim_size, reduce)
     if reduce in ("sum", "mean"):
-        out = src.new_zeros(shape).index_add_(0, index, src)
+        out = src.new_zeros((dim_size,) + tuple(src.shape[1:])).index_add_(0, index, src)
         if reduce == "mean":
             count = torch.bincount(index, minlength=dim_size).clamp_(min=1).to(src.dtype)
             out = out / count.view((-1,) + (1,) * (src.dim() - 1))
         return out
+    return _extreme_native(src, index, dim_size, reduce)
+
+
+def _extreme_native(src: Tensor, index: Tensor, dim_size: int, reduce: str) -> Tensor:
+    """max/min of the rows of ``src`` per bucket with ``scatter_reduce_`` (empty buckets 0)."""
     idx = index.view((-1,) + (1,) * (src.dim() - 1)).expand_as(src)
-    out = src.new_zeros(shape).scatter_reduce_(
+    return src.new_zeros((dim_size,) + tuple(src.shape[1:])).scatter_reduce_(
         0, idx, src, reduce="amax" if reduce == "max" else "amin", include_self=False
     )
-    return out
 
 
 def scatter_reference(src: Tensor, index: Tensor, dim_size: int, reduce: str = "sum") -> Tensor:
