@@ -45,15 +45,20 @@ Shapes:
 from __future__ import annotations
 
 import re
-import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ..io.cloud import coordinate_dtype
+from ..io.kitti import read_kitti_labels, read_kitti_rows
+from ..io.npy import read_npy_array
+from ..io.ply import read_ply_vertices as io_read_ply_vertices
+from ..io.raw import read_raw_rows
+from ..io.source import read_text_file
+from ..io.text import read_text_rows
 from ._common import DatasetError, PathLike
 
 __all__ = [
@@ -143,6 +148,15 @@ def _fail(where: object, msg: str) -> DatasetError:
     return DatasetError(f"{where}: {msg}")
 
 
+def _read(reader: Callable[..., Any], path: Path, *args: Any) -> Any:
+    """``reader(path, *args)``, a reader of :mod:`gridify.io` (which owns the file formats), its error as a
+    :class:`DatasetError` with the same message (naming the file, and the line where it has one)."""
+    try:
+        return reader(path, *args)
+    except (ValueError, OSError) as exc:
+        raise DatasetError(str(exc)) from None
+
+
 def _coord(xyz: np.ndarray) -> np.ndarray:
     """Coordinates ``[N, 3]`` as float32, or float64 when float32 would round away their detail (a large offset,
     :func:`gridify.io.cloud.coordinate_dtype`): never cast before they are centred."""
@@ -219,48 +233,6 @@ def map_nyu40_to_scannet20(ids: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------
 # S3DIS raw text
 # --------------------------------------------------------------------------------------
-def _first_bad_line(p: Path, body: bytes, width: int) -> DatasetError:
-    for lineno, line in enumerate(body.split(b"\n"), 1):
-        tokens = line.split()
-        if not tokens:
-            continue
-        if len(tokens) != width:
-            return _fail(f"{p}:{lineno}", f"expected {width} numbers (x y z r g b), got {len(tokens)}: "
-                                          f"{line.strip()[:80]!r}")
-        for tok in tokens:
-            try:
-                float(tok)
-            except ValueError:
-                return _fail(f"{p}:{lineno}", f"not a number: {tok[:40]!r} in {line.strip()[:80]!r}")
-    return _fail(p, "unreadable S3DIS annotation text")
-
-
-def read_s3dis_text(path: PathLike, width: int = 6) -> np.ndarray:
-    """The rows of one S3DIS text file (``x y z r g b``), as ``[N, width]`` float64.
-
-    A malformed line (wrong number of values, a value that is not a number, e.g. the stray
-    ``\\x10`` of the raw release's ``Area_5/hallway_6``) raises a :class:`DatasetError` naming the
-    file and the line.
-    """
-    p = Path(path)
-    try:
-        body = p.read_bytes()
-    except OSError as exc:
-        raise _fail(p, f"cannot read ({exc.strerror or exc})") from None
-    lines = sum(1 for line in body.split(b"\n") if line.strip())
-    if lines == 0:
-        raise _fail(p, "empty annotation file (no points)")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            vals = np.fromstring(body, dtype=np.float64, sep=" ")
-    except (ValueError, DeprecationWarning):
-        vals = None
-    if vals is None or vals.size != lines * width:
-        raise _first_bad_line(p, body, width)
-    return vals.reshape(lines, width)
-
-
 def _s3dis_class(p: Path, classes: Sequence[str], unknown: str) -> int:
     name = p.stem.rsplit("_", 1)[0] if "_" in p.stem else p.stem
     if name in classes:
@@ -307,7 +279,7 @@ def read_s3dis_room(room: PathLike, classes: Sequence[str] = S3DIS_CLASSES, unkn
         raise _fail(room, "no Annotations/<class>_<i>.txt files (S3DIS raw layout)")
     rows, seg, inst = [], [], []
     for i, f in enumerate(files):
-        block = read_s3dis_text(f)
+        block = _read(read_text_rows, f, 6, "x y z r g b")
         rows.append(block)
         seg.append(np.full(len(block), _s3dis_class(f, classes, unknown), dtype=np.int64))
         inst.append(np.full(len(block), i, dtype=np.int64))
@@ -319,91 +291,15 @@ def read_s3dis_room(room: PathLike, classes: Sequence[str] = S3DIS_CLASSES, unkn
 # --------------------------------------------------------------------------------------
 # PLY vertices (ScanNet meshes: the vertices are the points)
 # --------------------------------------------------------------------------------------
-_PLY_TYPES = {"char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2", "int16": "i2",
-              "ushort": "u2", "uint16": "u2", "int": "i4", "int32": "i4", "uint": "u4", "uint32": "u4",
-              "float": "f4", "float32": "f4", "double": "f8", "float64": "f8"}
-
-
-def _ply_vertex_header(p: Path, head: bytes) -> Tuple[str, int, List[Tuple[str, str]], int, int]:
-    """``(format, vertex count, [(property, numpy type)], data offset, items of the later elements)`` of a PLY
-    whose first element is ``vertex`` (the later elements, a mesh's faces, are counted, not read)."""
-    end = head.find(b"end_header")
-    if not head.startswith(b"ply") or end < 0:
-        raise _fail(p, "not a PLY file (no 'ply' magic or no 'end_header' in the first 64 KiB)")
-    offset = head.index(b"\n", end) + 1 if b"\n" in head[end:] else len(head)
-    fmt, count, props, element, later = "", -1, [], None, 0
-    for line in head[:end].decode("ascii", "replace").splitlines():
-        parts = line.split()
-        if not parts:
-            continue
-        if parts[0] == "format" and len(parts) > 1:
-            fmt = parts[1]
-        elif parts[0] == "element" and len(parts) == 3:
-            if element is not None:  # a later element (faces): only its count matters here
-                element = parts[1]
-                later += int(parts[2]) if parts[2].isdigit() else 0
-                continue
-            element = parts[1]
-            if element != "vertex":
-                raise _fail(p, f"the first PLY element is {element!r}, not 'vertex'")
-            count = int(parts[2]) if parts[2].isdigit() else -1
-        elif parts[0] == "property" and element == "vertex":
-            if len(parts) != 3 or parts[1] not in _PLY_TYPES:
-                raise _fail(p, f"unsupported PLY vertex property line {line!r}")
-            props.append((parts[2], _PLY_TYPES[parts[1]]))
-    if fmt not in ("ascii", "binary_little_endian", "binary_big_endian") or count < 0 or not props:
-        raise _fail(p, f"unsupported PLY header (format {fmt!r}, vertex count {count})")
-    return fmt, count, props, offset, later
-
-
-def _ply_surplus(p: Path, count: int, lines: int, what: str) -> DatasetError:
-    """A vertex count below the data (the rule of :mod:`gridify.io.ply`: refused naming both counts, never read
-    partially)."""
-    return _fail(p, f"PLY header declares {count} vertices but the data holds {lines} {what}; refusing rather "
-                    f"than reading {count} of them (fix the element count)")
-
-
 def read_ply_vertices(path: PathLike) -> Dict[str, np.ndarray]:
-    """The scalar properties of the ``vertex`` element of a PLY file (the first element), by name.
-
-    Later elements (a mesh's faces) are not read: ScanNet's ``*_vh_clean_2.ply`` meshes are
-    scanned vertices, which are the points. The vertex count is checked against the file size
-    before anything is allocated, and a count below the data (more data lines, or whole vertex
-    records, than the header's elements declare) is refused naming the file and both counts, as
-    :func:`gridify.io.read_points` refuses it, instead of reading the first vertices only.
+    """The scalar properties of the ``vertex`` element of a PLY file (the first element), by name: ScanNet's
+    ``*_vh_clean_2.ply`` meshes are scanned vertices, which are the points (:func:`gridify.io.ply.read_ply_vertices`;
+    a truncated file or a vertex count below the data is a :class:`DatasetError` naming the file and both counts).
 
     Shapes:
         property name -> ``[V]``.
     """
-    p = Path(path)
-    try:
-        size = p.stat().st_size
-        with open(p, "rb") as fh:
-            head = fh.read(65536)
-    except OSError as exc:
-        raise _fail(p, f"cannot read ({exc.strerror or exc})") from None
-    fmt, count, props, offset, later = _ply_vertex_header(p, head)
-    if fmt == "ascii":
-        if 2 * count * len(props) - 1 > size - offset:
-            raise _fail(p, f"truncated PLY: {count} vertices of {len(props)} values cannot fit in {size} bytes")
-        rows = [line for line in p.read_bytes()[offset:].split(b"\n") if line.strip()]
-        if len(rows) > count + later:  # every item of an ascii PLY is one line
-            raise _ply_surplus(p, count, len(rows) - later, "data lines" + (f" besides {later} later items"
-                                                                           if later else ""))
-        try:
-            vals = np.array(b" ".join(rows[:count]).split(), dtype=np.float64).reshape(count, len(props))
-        except ValueError:
-            raise _fail(p, "malformed ascii PLY vertex rows") from None
-        return {name: vals[:, i].astype(t) for i, (name, t) in enumerate(props)}
-    endian = "<" if fmt == "binary_little_endian" else ">"
-    dtype = np.dtype([(name, endian + t) for name, t in props])
-    if count * dtype.itemsize > size - offset:
-        raise _fail(p, f"truncated PLY: {count} vertices of {dtype.itemsize} bytes need "
-                       f"{count * dtype.itemsize} bytes, the file has {size - offset} after its header")
-    if not later and size - offset >= (count + 1) * dtype.itemsize:  # vertices only: whole records beyond them
-        raise _ply_surplus(p, count, (size - offset) // dtype.itemsize, f"records of {dtype.itemsize} bytes")
-    arr = np.fromfile(p, dtype=dtype, count=count, offset=offset)
-    return {name: arr[name].astype(arr[name].dtype.newbyteorder("=")) for name, _ in props}
+    return _read(io_read_ply_vertices, Path(path))
 
 
 def _ply_xyz(p: Path, verts: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -443,19 +339,6 @@ def read_scannet_scene(scene_dir: PathLike, name: Optional[str] = None) -> Dict[
 # --------------------------------------------------------------------------------------
 # SemanticKITTI, Pointcept, mmdetection3d binaries
 # --------------------------------------------------------------------------------------
-def _binary_rows(p: Path, dtype: np.dtype, width: int) -> np.ndarray:
-    """``[size / (itemsize * width), width]`` values of a raw binary file; its size must divide evenly."""
-    try:
-        size = p.stat().st_size
-    except OSError as exc:
-        raise _fail(p, f"cannot read ({exc.strerror or exc})") from None
-    row = np.dtype(dtype).itemsize * width
-    if size == 0 or size % row:
-        raise _fail(p, f"{size} bytes is not a whole number of {width}-value rows of {np.dtype(dtype).name} "
-                       f"({row} bytes each)")
-    return np.fromfile(p, dtype=dtype).reshape(-1, width)
-
-
 def read_semantickitti_scan(bin_path: PathLike, label_path: Optional[PathLike] = None) -> Dict[str, np.ndarray]:
     """One scan: ``.bin`` (float32 x y z remission) and its ``.label`` (uint32), mapped to 19 classes.
 
@@ -469,24 +352,21 @@ def read_semantickitti_scan(bin_path: PathLike, label_path: Optional[PathLike] =
         nb, nl = b.stat().st_size, lab.stat().st_size
         if nb % 16 == 0 and nl % 4 == 0 and nb // 16 != nl // 4:
             raise _fail(lab, f"{nl // 4} labels but {b} holds {nb // 16} points")
-    scan = _binary_rows(b, np.dtype("<f4"), 4)
+    scan = _read(read_kitti_rows, b)
     scene = {"coord": np.ascontiguousarray(scan[:, :3]), "strength": np.ascontiguousarray(scan[:, 3:4])}
     if lab is not None and lab.is_file():
-        raw = _binary_rows(lab, np.dtype("<u4"), 1)[:, 0]
-        scene["segment"] = map_semantickitti_labels(raw)
+        scene["segment"] = map_semantickitti_labels(_read(read_kitti_labels, lab))
     else:
         scene["segment"] = np.full(len(scan), IGNORE_INDEX, dtype=np.int64)
     return scene
 
 
 def _load_npy(p: Path) -> np.ndarray:
-    """A ``.npy`` array, never unpickled; memory-mapped first, so a header that promises more data than the
-    file holds fails before anything is allocated."""
+    """A ``.npy`` array (:func:`gridify.io.npy.read_npy_array`: never unpickled, sizes checked first)."""
     try:
-        mapped = np.load(p, allow_pickle=False, mmap_mode="r")
-        return np.array(mapped)
-    except (ValueError, OSError, EOFError) as exc:
-        raise _fail(p, f"not a readable .npy array ({exc})") from None
+        return read_npy_array(p)
+    except (ValueError, OSError) as exc:
+        raise _fail(p, f"not a readable .npy array ({str(exc).removeprefix(f'{p}: ')})") from None
 
 
 def read_pointcept_scene(scene_dir: PathLike) -> Dict[str, np.ndarray]:
@@ -532,13 +412,13 @@ def read_mmdet3d_scene(ref: SceneRef) -> Dict[str, np.ndarray]:
             raise _fail(ref.path, f"expected [N, 6] x y z r g b, got {pts.shape}")
         labels = integer_labels(ref.label_path, _load_npy(ref.label_path)) if ref.label_path is not None else None
     else:
-        pts = _binary_rows(ref.path, np.dtype("<f4"), 6)
+        pts = _read(read_raw_rows, ref.path, "<f4", 6)
         labels = None
         if ref.label_path is not None:
             if ref.label_path.stat().st_size != 8 * len(pts):
                 raise _fail(ref.label_path, f"{ref.label_path.stat().st_size} bytes, but {ref.path} holds "
                                             f"{len(pts)} points (int64 labels: {8 * len(pts)} bytes)")
-            labels = np.fromfile(ref.label_path, dtype="<i8")
+            labels = _read(read_raw_rows, ref.label_path, "<i8", 1)[:, 0]
     scene = {"coord": _coord(pts[:, :3]), "color": pts[:, 3:6].astype(np.float32)}
     if labels is None:
         scene["segment"] = np.full(len(pts), IGNORE_INDEX, dtype=np.int64)
@@ -721,17 +601,7 @@ def read_text_lines(path: PathLike) -> List[str]:
     """The non-empty, stripped lines of a small text file (class or split list), decoded as every text file of
     gridify is (:func:`gridify.io.source.decode_text`: a UTF-8 / UTF-16 BOM is not part of the first line, UTF-16
     without a BOM is recognised, undecodable bytes are an error naming the file)."""
-    from ..io.source import decode_text
-
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise _fail(p, f"cannot read ({exc.strerror or exc})") from None
-    try:
-        text = decode_text(raw, p)
-    except ValueError as exc:
-        raise DatasetError(str(exc)) from None
+    text = _read(read_text_file, Path(path))
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
@@ -762,14 +632,11 @@ def read_scan_labels(path: PathLike, num_points: int, class_names: Sequence[str]
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix == ".label":
-        raw = _binary_rows(p, np.dtype("<u4"), 1)[:, 0]
+        raw = _read(read_kitti_labels, p)
         kitti = tuple(c.lower() for c in class_names) == SEMANTICKITTI_CLASSES
         ids = map_semantickitti_labels(raw) if kitti else (raw & 0xFFFF).astype(np.int64)
     elif suffix in (".npy", ".txt"):
-        try:
-            values = _load_npy(p) if suffix == ".npy" else np.loadtxt(p, ndmin=1)
-        except (OSError, ValueError) as exc:
-            raise _fail(p, f"cannot read the labels ({exc})") from None
+        values = _load_npy(p) if suffix == ".npy" else _read(read_text_rows, p, 1, "one label per line")
         ids = integer_labels(p, values)
     else:
         raise _fail(p, f"unknown label file type {suffix!r}; use a SemanticKITTI .label, a .npy or a .txt")

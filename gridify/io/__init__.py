@@ -33,10 +33,17 @@ Modules: :mod:`~gridify.io.read` (read_points), :mod:`~gridify.io.registry` (the
 registry), :mod:`~gridify.io.builtin` (the built-in formats), one module per format family
 (:mod:`~gridify.io.text`, :mod:`~gridify.io.npy`, :mod:`~gridify.io.pcd`,
 :mod:`~gridify.io.ply`, :mod:`~gridify.io.las`, :mod:`~gridify.io.mesh`,
-:mod:`~gridify.io.trimesh_formats`), :mod:`~gridify.io.source` (opening files),
+:mod:`~gridify.io.trimesh_formats`, :mod:`~gridify.io.kitti`, :mod:`~gridify.io.raw` for headerless
+binary tables), :mod:`~gridify.io.source` (opening files),
 :mod:`~gridify.io.tokens` (ascii numbers), :mod:`~gridify.io.columns` (column
 interpretation), :mod:`~gridify.io.fields` (named fields), :mod:`~gridify.io.normals`,
 :mod:`~gridify.io.writer` and :mod:`~gridify.io.cloud` (:class:`PointCloud`).
+
+The scene datasets (:mod:`gridify.datasets.scene_layouts`) read their files here too, through small
+readers of the format modules: :func:`~gridify.io.kitti.read_kitti_rows` / ``read_kitti_labels``,
+:func:`~gridify.io.raw.read_raw_rows`, :func:`~gridify.io.text.read_text_rows` (S3DIS annotation text),
+:func:`~gridify.io.ply.read_ply_vertices` (a PLY's vertex properties, a label included) and
+:func:`~gridify.io.npy.read_npy_array`; the layouts only discover the files and map the labels.
 
 Shapes:
     points ``[N, 3]`` float32 (float64 for large-offset coordinates); normals/colors ``[N, 3]``

@@ -32,11 +32,12 @@ from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .._files import PathLike
 from .cloud import PointCloud
 from .columns import table_to_cloud
 from .source import read_file_bytes
 
-__all__ = ["read_npy", "read_npz", "parse_npy", "NPZ_MAX_EXPANSION"]
+__all__ = ["read_npy", "read_npz", "read_npy_array", "parse_npy", "NPZ_MAX_EXPANSION"]
 
 #: an .npz member may decompress to at most this many times the archive's size
 NPZ_MAX_EXPANSION = 100
@@ -98,6 +99,14 @@ def parse_npy(p: Path, what: str, data: bytes) -> np.ndarray:
         )
     flat = np.frombuffer(data, dtype=dtype, count=count, offset=fp.tell())
     return flat.reshape(shape, order="F" if fortran else "C")
+
+
+def read_npy_array(path: PathLike) -> np.ndarray:
+    """The array of the ``.npy`` file ``path`` as it is stored (any shape and dtype; a writable copy), never
+    unpickled, its header's sizes checked before anything is allocated (:func:`parse_npy`); errors name the
+    file."""
+    p = Path(path)
+    return np.array(parse_npy(p, "", read_file_bytes(p)))
 
 
 def _structured(p: Path, arr: np.ndarray) -> PointCloud:

@@ -15,9 +15,14 @@ file; every list length is checked against the bytes or values left before it is
 beyond the declared elements (ascii values, or binary bytes of at least one record of the last
 element that are not padding) is refused: reading the declared items would drop the rest silently.
 
+:func:`read_ply_vertices` reads the scalar properties of a PLY whose first element is ``vertex`` by name, in
+their declared types (a label property included), without reading the later elements (a scanned mesh's
+faces, e.g. ScanNet's ``*_vh_clean_2.ply``: the vertices are the points); a vertex count below the data (more
+data lines, or whole vertex records, than the elements declare) is refused naming both counts.
+
 Shapes:
     points ``[N, 3]``, normals/colors ``[N, 3]``, labels ``[N]``, fields ``[N]`` each; as a
-    mesh: vertices ``[V, 3]`` float64, faces ``[F, 3]`` int64.
+    mesh: vertices ``[V, 3]`` float64, faces ``[F, 3]`` int64; :func:`read_ply_vertices`: name -> ``[V]``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .._files import PathLike
 from .cloud import PointCloud
 from .columns import color_scale
 from .fields import pick_fields
@@ -36,7 +42,7 @@ from .mesh import polygons_to_triangles, surface_cloud
 from .source import read_file_bytes
 from .tokens import Ragged, ascii_floats, gather_lists, min_ascii_bytes
 
-__all__ = ["read_ply", "read_ply_mesh"]
+__all__ = ["read_ply", "read_ply_mesh", "read_ply_vertices"]
 
 _PLY_TYPES = {
     "char": "i1",
@@ -488,3 +494,69 @@ def read_ply(
             with np.errstate(invalid="ignore"):
                 labels = verts[lk].astype(np.int64)
     return PointCloud(pts, normals, _ply_colors(verts), labels, str(p), extra)
+
+
+# --------------------------------------------------------------------------------------
+# the vertex element alone (scanned meshes: the vertices are the points)
+# --------------------------------------------------------------------------------------
+def _vertex_surplus(p: Path, count: int, found: int, what: str) -> ValueError:
+    return ValueError(
+        f"{p}: PLY header declares {count} vertices but the data holds {found} {what}; refusing rather "
+        f"than reading {count} of them (fix the element count)"
+    )
+
+
+def _ascii_vertices(p: Path, raw: bytes, hdr: _PlyHeader, later: int) -> Dict[str, np.ndarray]:
+    """The vertex rows of an ascii PLY: one line per item, the vertices first."""
+    vertex = hdr.elements[0]
+    count, k = vertex.count, len(vertex.props)
+    rows = [line for line in raw[hdr.data_start :].split(b"\n") if line.strip()]
+    if len(rows) > count + later:  # every item of an ascii PLY is one line
+        extra = f" besides {later} later items" if later else ""
+        raise _vertex_surplus(p, count, len(rows) - later, "data lines" + extra)
+    try:
+        vals = np.array(b" ".join(rows[:count]).split(), dtype=np.float64).reshape(count, k)
+    except ValueError:
+        raise ValueError(f"{p}: malformed ascii PLY vertex rows") from None
+    return {pr.name: vals[:, i].astype(pr.dtype) for i, pr in enumerate(vertex.props)}
+
+
+def _binary_vertices(p: Path, raw: bytes, hdr: _PlyHeader, later: int) -> Dict[str, np.ndarray]:
+    """The vertex records of a binary PLY (native byte order), the vertices first."""
+    vertex = hdr.elements[0]
+    endian = "<" if hdr.format == "binary_little_endian" else ">"
+    dtype = np.dtype([(pr.name, endian + pr.dtype) for pr in vertex.props])
+    rest = len(raw) - hdr.data_start
+    if not later and rest >= (vertex.count + 1) * dtype.itemsize:  # vertices only: whole records beyond them
+        raise _vertex_surplus(p, vertex.count, rest // dtype.itemsize, f"records of {dtype.itemsize} bytes")
+    arr = np.frombuffer(raw, dtype=dtype, count=vertex.count, offset=hdr.data_start)
+    return {pr.name: arr[pr.name].astype(arr[pr.name].dtype.newbyteorder("=")) for pr in vertex.props}
+
+
+def read_ply_vertices(path: PathLike) -> Dict[str, np.ndarray]:
+    """The scalar properties of the ``vertex`` element (the first element) of the PLY file ``path``, by name,
+    in their declared types (see the module docstring).
+
+    The element sizes are checked against the file before anything is parsed; later elements (a mesh's faces)
+    are counted, not read.
+
+    Raises:
+        ValueError: not a PLY, a first element other than ``vertex`` or one with a list property, a truncated
+            file or a vertex count below the data, naming the file.
+
+    Shapes:
+        property name -> ``[V]``.
+    """
+    p = Path(path)
+    raw = read_file_bytes(p)
+    hdr = _parse_ply_header(p, raw)
+    if not hdr.elements or hdr.elements[0].name != "vertex":
+        first = hdr.elements[0].name if hdr.elements else None
+        raise ValueError(f"{p}: the first PLY element is {first!r}, not 'vertex'")
+    vertex = hdr.elements[0]
+    if not vertex.props or any(pr.count_dtype is not None for pr in vertex.props):
+        raise ValueError(f"{p}: unsupported PLY vertex element (it needs scalar properties and no list)")
+    _check_ply_sizes(p, hdr, len(raw) - hdr.data_start)
+    later = sum(el.count for el in hdr.elements[1:])
+    read = _ascii_vertices if hdr.format == "ascii" else _binary_vertices
+    return read(p, raw, hdr, later)

@@ -7,9 +7,15 @@ line holding only an integer (the ``.pts`` point count) is skipped. The columns 
 by :func:`~gridify.io.columns.table_to_cloud`; ``.xyzn`` defaults to ``x y z nx ny nz`` and
 ``.xyzrgb`` to ``x y z r g b``.
 
+:func:`read_text_rows` reads a strict numeric table of a known width (S3DIS ``Annotations/*.txt``:
+``x y z r g b``; a label file: one integer per line): whitespace-separated values only, blank lines
+skipped; a line with another number of values, or a value that is not a number (e.g. the stray
+``\\x10`` of the raw S3DIS release's ``Area_5/hallway_6``), is refused naming the file and the line
+(``<file>:<line>: ...``).
+
 Shapes:
     a file of ``N`` lines of ``C`` columns -> points ``[N, 3]`` (normals/colors ``[N, 3]``,
-    labels ``[N]`` as the columns say).
+    labels ``[N]`` as the columns say); :func:`read_text_rows`: ``[N, width]`` float64.
 """
 
 from __future__ import annotations
@@ -22,11 +28,12 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .._files import PathLike
 from .cloud import PointCloud
 from .columns import table_to_cloud
 from .source import decode_text, read_file_bytes, text_encoding
 
-__all__ = ["read_text"]
+__all__ = ["read_text", "read_text_rows"]
 
 
 def _split(s: str, comma: bool) -> List[str]:
@@ -130,3 +137,48 @@ def read_text(p: Path, columns: Optional[Sequence[str]] = None) -> PointCloud:
     except (ValueError, UserWarning):
         pass
     return table_to_cloud(_careful_table(p, text, skip, ncol, comma), p, columns)
+
+
+def _first_bad_row(p: Path, body: bytes, width: int, what: str) -> ValueError:
+    """The error naming the first line of ``body`` that is not ``width`` numbers."""
+    for lineno, line in enumerate(body.split(b"\n"), 1):
+        tokens = line.split()
+        if not tokens:
+            continue
+        if len(tokens) != width:
+            return ValueError(f"{p}:{lineno}: expected {width} numbers{what}, got {len(tokens)}: {line.strip()[:80]!r}")
+        for tok in tokens:
+            try:
+                float(tok)
+            except ValueError:
+                return ValueError(f"{p}:{lineno}: not a number: {tok[:40]!r} in {line.strip()[:80]!r}")
+    return ValueError(f"{p}: unreadable text table{what}")
+
+
+def read_text_rows(path: PathLike, width: int, names: str = "") -> np.ndarray:
+    """The rows of the whitespace-separated numeric table ``path``, each of ``width`` values, as
+    ``[N, width]`` float64 (see the module docstring).
+
+    Args:
+        path: the text file.
+        width: the number of values on every non-blank line.
+        names: the columns' names for the messages (``"x y z r g b"``).
+
+    Raises:
+        ValueError: an empty file, or a malformed line, naming the file and the line (``<file>:<line>: ...``).
+    """
+    p = Path(path)
+    what = f" ({names})" if names else ""
+    body = read_file_bytes(p)
+    lines = sum(1 for line in body.split(b"\n") if line.strip())
+    if lines == 0:
+        raise ValueError(f"{p}: empty file (no rows{f' of {names}' if names else ''})")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            vals = np.fromstring(body, dtype=np.float64, sep=" ")
+    except (ValueError, DeprecationWarning):
+        vals = None
+    if vals is None or vals.size != lines * width:
+        raise _first_bad_row(p, body, width, what)
+    return vals.reshape(lines, width)
