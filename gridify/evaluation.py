@@ -12,7 +12,8 @@ the file; the dataset comes from the config stored there too, updated by ``--con
 config's name or a YAML file), ``--data-root`` and ``section.key=value`` overrides.
 
 The metrics (OA and mAcc for classification; instance and class mIoU for segmentation, with the
-IoU of every category by name; for ``task: scene_segmentation`` mIoU, OA and mAcc over EVERY
+IoU of every category by name; for a task whose clouds are whole scenes
+(:attr:`gridify.tasks.Task.whole_scenes`, ``task: scene_segmentation``) mIoU, OA and mAcc over EVERY
 original point of every scene of the split, by :func:`gridify.scene_inference.evaluate_scenes`
 with the run's ``data.voxel_size`` / ``data.max_points`` (``--voxel-size`` / ``--max-points`` or
 the keyword arguments of :func:`evaluate` override them), with the IoU of every class by name and
@@ -54,7 +55,6 @@ build_parser = evaluate_parser  # the parser lives in gridify._commands (no torc
 
 #: a keyword argument of :func:`evaluate` left to the config (and the command line)
 FROM_CONFIG: Any = object()
-SCENE_TASK = "scene_segmentation"
 
 
 def output_path(args: argparse.Namespace) -> Path:
@@ -209,7 +209,7 @@ def evaluate(
     except CheckpointError as exc:
         raise SystemExit(f"{prog}: error: {args.ckpt}: {exc}")
 
-    scenes = cfg["task"] == SCENE_TASK
+    scenes = get_task(cfg["task"]).whole_scenes  # scored whole (every original point), not item by item
     ds = _evaluation_dataset(cfg, args.split, scenes, prog)
     _check_input_width(ds, payload, scenes, prog)
     info = payload["info"]
