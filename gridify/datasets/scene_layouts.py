@@ -1,5 +1,11 @@
 """Scene data in the field's layouts: official class lists, label maps, splits and one reader per layout.
 
+The layouts only discover files (which files make a scene, the splits) and map labels: every file format is
+read by :mod:`gridify.io` (:func:`gridify.io.kitti.read_kitti_rows` / :func:`~gridify.io.kitti.read_kitti_labels`,
+:func:`gridify.io.text.read_text_rows`, :func:`gridify.io.ply.read_ply_vertices`,
+:func:`gridify.io.raw.read_raw_rows`, :func:`gridify.io.npy.read_npy_array`), whose errors become
+:class:`DatasetError` with the same message.
+
 Every reader returns a *scene*: a dict of numpy arrays in the common (Pointcept) vocabulary,
 
 * ``coord`` ``[N, 3]`` float32 (metres), always; float64 when the file's float64 coordinates have a large
