@@ -161,7 +161,7 @@ def read_text_rows(path: PathLike, width: int, names: str = "") -> np.ndarray:
 
     Args:
         path: the text file.
-        width: the number of values on every non-blank line.
+        width: the number of values on every line that is neither blank nor a ``#`` comment.
         names: the columns' names for the messages (``"x y z r g b"``).
 
     Raises:
@@ -170,6 +170,8 @@ def read_text_rows(path: PathLike, width: int, names: str = "") -> np.ndarray:
     p = Path(path)
     what = f" ({names})" if names else ""
     body = read_file_bytes(p)
+    if b"#" in body:  # comment lines (np.savetxt's header) are blank lines: the line numbers stay the file's
+        body = b"\n".join(b"" if line.lstrip().startswith(b"#") else line for line in body.split(b"\n"))
     lines = sum(1 for line in body.split(b"\n") if line.strip())
     if lines == 0:
         raise ValueError(f"{p}: empty file (no rows{f' of {names}' if names else ''})")

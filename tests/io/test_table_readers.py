@@ -64,6 +64,15 @@ def test_text_rows_name_the_file_and_line(tmp_path):
         read_text_rows(f, 6, "x y z r g b")
 
 
+def test_text_rows_skip_comment_lines_keeping_line_numbers(tmp_path):
+    f = tmp_path / "labels.txt"
+    np.savetxt(f, np.array([0, 2, 1]), fmt="%d", header="one label per point")  # '# one label per point'
+    np.testing.assert_array_equal(read_text_rows(f, 1), [[0], [2], [1]])
+    f.write_text("# x y z\n1 2 3\n  # a note\n4 5\n")
+    with pytest.raises(ValueError, match=r"labels\.txt:4: expected 3 numbers, got 2"):
+        read_text_rows(f, 3)
+
+
 _HEAD = "ply\nformat {fmt} 1.0\nelement vertex {n}\nproperty float x\nproperty float y\nproperty float z\n"
 
 
