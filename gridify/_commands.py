@@ -166,7 +166,7 @@ def evaluate_parser() -> argparse.ArgumentParser:
 
 
 def bench_parser() -> argparse.ArgumentParser:
-    """The parser of ``gridify bench`` (the synthetic sweep of :mod:`gridify.bench.synthetic`; ``--recipe``: :func:`bench_recipe_parser`)."""
+    """The parser of ``gridify bench`` (the synthetic sweep of :mod:`gridify.bench.synthetic`; ``--recipe``: ``bench_recipe_parser``)."""
     # "gridify bench" through the console script (which names the sub-command in GRIDIFY_PROG)
     p = argparse.ArgumentParser(
         prog=os.environ.get("GRIDIFY_PROG") or None,

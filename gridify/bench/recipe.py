@@ -135,7 +135,7 @@ PRECISIONS = {"32-true": None, "32": None, 32: None, "bf16-mixed": torch.bfloat1
 
 
 # ----------------------------------------------------------------------------- command line
-#: the parser of ``gridify bench --recipe`` (it lives in :mod:`gridify._commands`: no torch while parsing)
+#: the parser of ``gridify bench --recipe`` (it lives in ``gridify._commands``: no torch while parsing)
 build_parser = bench_recipe_parser
 
 
