@@ -1,4 +1,5 @@
-"""The argument parsers of ``gridify train``, ``gridify evaluate`` and ``gridify bench``, importable without PyTorch.
+"""The argument parsers of ``gridify train``, ``gridify evaluate`` and ``gridify bench`` (``--recipe`` too), importable
+without PyTorch.
 
 ``gridify train --help``, ``gridify evaluate --help``, ``gridify bench --help`` and their argument errors answer before
 anything heavy is imported: :func:`gridify.cli.main` parses with these first, then hands the
@@ -20,20 +21,24 @@ __all__ = [
     "train_parser",
     "evaluate_parser",
     "bench_parser",
+    "bench_recipe_parser",
     "CONFIG_SECTIONS",
     "EVAL_PRECISIONS",
     "BENCH_MODELS",
     "BENCH_DESCRIPTION",
+    "BENCH_RECIPE_DESCRIPTION",
 ]
 
 #: :data:`gridify.training.config.SECTIONS` (the top-level keys of a config)
 CONFIG_SECTIONS = ("seed", "task", "output_dir", "data", "model", "optim", "trainer")
 #: :data:`gridify.precision.PRECISIONS`
 EVAL_PRECISIONS = ("fp32", "bf16", "fp16")
-#: :data:`gridify.benchmarking.DEFAULT_MODELS`
+#: :data:`gridify.bench.synthetic.DEFAULT_MODELS` (and :data:`gridify.bench.recipe.DEFAULT_MODELS`)
 BENCH_MODELS = ("gridified", "pointnet2", "point_ckconv")
-#: the first paragraph of :mod:`gridify.benchmarking`'s docstring
+#: the first paragraph of :mod:`gridify.bench.synthetic`'s docstring
 BENCH_DESCRIPTION = "Speed and memory benchmark: gridified classifier vs native point-cloud baselines."
+#: the first paragraph of :mod:`gridify.bench.recipe`'s docstring
+BENCH_RECIPE_DESCRIPTION = "Real training steps of a named recipe on real data: ``gridify bench --recipe NAME``."
 
 
 def program_name(script: str) -> str:
@@ -161,7 +166,7 @@ def evaluate_parser() -> argparse.ArgumentParser:
 
 
 def bench_parser() -> argparse.ArgumentParser:
-    """The parser of ``gridify bench`` (the synthetic sweep of :mod:`gridify.benchmarking`; ``--recipe`` has its own)."""
+    """The parser of ``gridify bench`` (the synthetic sweep of :mod:`gridify.bench.synthetic`; ``--recipe``: ``bench_recipe_parser``)."""
     # "gridify bench" through the console script (which names the sub-command in GRIDIFY_PROG)
     p = argparse.ArgumentParser(
         prog=os.environ.get("GRIDIFY_PROG") or None,
@@ -226,4 +231,51 @@ def bench_parser() -> argparse.ArgumentParser:
         "--recipe modelnet10_fast --data-root DIR [--steps 200]; see --recipe NAME --help",
     )
     p.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def bench_recipe_parser() -> argparse.ArgumentParser:
+    """The parser of ``gridify bench --recipe`` (real training steps of a recipe, :mod:`gridify.bench.recipe`)."""
+    prog = os.environ.get("GRIDIFY_PROG") or None
+    p = argparse.ArgumentParser(
+        prog=prog, description=BENCH_RECIPE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--recipe",
+        required=True,
+        help="a training config by name (modelnet10_fast, procedural, ...) or a YAML path, as gridify train --config",
+    )
+    p.add_argument("--data-root", default=None, help="the data root, as gridify train --data-root")
+    p.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="section.key=value",
+        help="config override as in gridify train (repeatable): --override data.batch_size=8",
+    )
+    p.add_argument("--steps", type=types.positive_int, default=200, help="timed training steps per model")
+    p.add_argument("--warmup", type=types.nonnegative_int, default=5, help="untimed training steps before them")
+    p.add_argument(
+        "--infer-steps",
+        type=types.nonnegative_int,
+        default=None,
+        help="timed inference batches (default min(steps, 50))",
+    )
+    p.add_argument(
+        "--synthetic-steps", type=types.nonnegative_int, default=10, help="timed steps on synthetic clouds (0: skip)"
+    )
+    p.add_argument(
+        "--models",
+        nargs="+",
+        default=None,
+        help=f"models, comma- or space-separated (default {','.join(BENCH_MODELS)})",
+    )
+    p.add_argument(
+        "--threads",
+        type=types.threads,
+        default=None,
+        help="torch threads (default: the recipe's trainer.num_threads, else torch's)",
+    )
+    p.add_argument("--device", type=types.device_or_auto, default="cpu", help="cpu, cuda, cuda:N or auto")
+    p.add_argument("--out", default="outputs/benchmark_recipe", help="output folder")
     return p

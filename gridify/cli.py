@@ -70,11 +70,11 @@ def _delegate(name: str, argv: List[str]) -> int:
     import importlib
 
     recipe = name == "bench" and any(a == "--recipe" or a.startswith("--recipe=") for a in argv)  # its own parser
-    if name in LIGHT_PARSERS and not recipe:  # --help and argument errors answer before anything heavy is imported
+    if name in LIGHT_PARSERS:  # --help and argument errors answer before anything heavy is imported
         from . import _commands
 
         with _prog(name):
-            parser = getattr(_commands, LIGHT_PARSERS[name])()
+            parser = getattr(_commands, "bench_recipe_parser" if recipe else LIGHT_PARSERS[name])()
             parser.parse_args(argv) if name == "bench" else parser.parse_intermixed_args(argv)
     module_name = DELEGATED[name][0]
     try:

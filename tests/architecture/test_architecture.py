@@ -23,8 +23,8 @@ LAYERS = [
     ["checkpoint"],
     ["api", "export"],
     ["training"],
-    ["benchmark_recipe"],  # under benchmarking, which hands `gridify bench --recipe` to it
-    ["evaluation", "benchmarking"],
+    ["bench"],  # the benchmarks and their harness (gridify/bench/)
+    ["evaluation", "benchmarking", "benchmark_recipe"],  # benchmarking, benchmark_recipe: re-export gridify.bench
     ["cli"],
 ]
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}

@@ -159,12 +159,13 @@ def test_missing_dataset_under_an_existing_root_names_data_root(tmp_path, capsys
 
 def test_no_model_measured_exits_non_zero_with_one_line(tmp_path, monkeypatch, capsys):
     """Every model failing used to end `gridify bench --recipe` with status 0 and a table of errors."""
-    from gridify import benchmark_recipe, cli
+    from gridify import cli
+    from gridify.bench import recipe
 
     def fail(name, *a, **kw):
         raise RuntimeError(f"{name} does not fit\nsecond line")
 
-    monkeypatch.setattr(benchmark_recipe, "_measure_model", fail)
+    monkeypatch.setattr(recipe, "_measure_model", fail)
     argv = ["bench", "--recipe", "procedural", *TINY, "--models", "gridified,pointnet2", "--steps", "1"]
     with pytest.raises(SystemExit) as exc:
         cli.main([*argv, "--threads", "1", "--out", str(tmp_path / "b")])

@@ -20,6 +20,7 @@ REACHED = [
     *sorted((ROOT / "datasets").glob("*.py")),
     *sorted((ROOT / "io").glob("*.py")),
     *sorted((ROOT / "training").glob("*.py")),
+    *sorted((ROOT / "bench").glob("*.py")),
     *(
         ROOT / f"{name}.py"
         for name in ("api", "vis", "evaluation", "scene_inference", "export", "cli", "benchmarking", "benchmark_recipe")

@@ -37,6 +37,8 @@ print("HEAVY", heavy)
         ["predict", "x.ply", "--model", "modelnet10", "--up-axis", "w"],
         ["bench", "--help"],
         ["bench", "--threads", "0"],
+        ["bench", "--recipe", "procedural", "--help"],
+        ["bench", "--recipe", "procedural", "--steps", "0"],
     ],
 )
 def test_help_version_and_argument_errors_import_no_torch(argv):
@@ -68,10 +70,11 @@ def test_the_parsers_literals_equal_the_library_values():
     assert N.LAYOUTS == tuple(LAYOUTS) and N.S3DIS_TEST_AREA == S3DIS_TEST_AREA
     assert C.CONFIG_SECTIONS == tuple(SECTIONS) and C.EVAL_PRECISIONS == tuple(PRECISIONS)
     assert PRETRAINED is API_PRETRAINED
-    from gridify import benchmarking
+    from gridify.bench import recipe, synthetic
 
-    assert C.BENCH_MODELS == tuple(benchmarking.DEFAULT_MODELS)
-    assert C.BENCH_DESCRIPTION == benchmarking.__doc__.split("\n\n")[0]
+    assert C.BENCH_MODELS == tuple(synthetic.DEFAULT_MODELS) == tuple(recipe.DEFAULT_MODELS)
+    assert C.BENCH_DESCRIPTION == synthetic.__doc__.split("\n\n")[0]
+    assert C.BENCH_RECIPE_DESCRIPTION == recipe.__doc__.split("\n\n")[0]
 
 
 def test_import_gridify_is_lazy_and_the_registries_fill_on_first_read():

@@ -144,13 +144,9 @@ def _check_commands(code, tmp_path, monkeypatch):
         elif command in ("evaluate",):
             _commands.evaluate_parser().parse_intermixed_args(argv)
         elif command == "bench" and any(a == "--recipe" or a.startswith("--recipe=") for a in argv):
-            from gridify.benchmark_recipe import build_parser as recipe_parser
-
-            recipe_parser().parse_args(argv)
+            _commands.bench_recipe_parser().parse_args(argv)
         elif command == "bench":
-            from gridify.benchmarking import build_parser as bench_parser
-
-            bench_parser().parse_args(argv)
+            _commands.bench_parser().parse_args(argv)
         else:
             build_parser().parse_args([command, *argv])
 

@@ -1,0 +1,696 @@
+"""Real training steps of a named recipe on real data: ``gridify bench --recipe NAME``.
+
+The synthetic sweep of :mod:`gridify.bench.synthetic` times random ellipsoid clouds without data
+loading, augmentation or duplicate points. This mode times what ``gridify train --config NAME``
+actually runs, step by step::
+
+    gridify bench --recipe modelnet10_fast --data-root ../shared/data/modelnet10_pcd --steps 200 \\
+        --models gridified,pointnet2,point_ckconv --threads 2 --out outputs/benchmark_recipe
+
+Everything is built by :mod:`gridify.training` itself, not re-implemented: the config (shipped
+name or path, ``_base_`` files, ``--override section.key=value`` as in ``gridify train``,
+``--data-root``), the datasets and augmentations (:func:`gridify.training.runner.build_data`), the
+model, loss and optimizer (:func:`gridify.training.runner.build_module`: the
+:class:`~gridify.training.module.PointCloudTask` with its ``training_step`` loss and its
+``configure_optimizers`` AdamW + warm-up/cosine schedule) and the training DataLoader
+(:meth:`~gridify.training.module.PointCloudData.train_dataloader`: same sampler, batch size,
+collate, ``num_workers`` and epoch seeding). Lightning's ``Trainer`` is not run: a small stand-in
+tells the data module and the task what they read of it (one process, the epoch, the schedule's
+length), and a plain loop runs ``--warmup`` untimed steps, then ``--steps`` timed ones.
+
+Per timed step (means over the steps, ms; on CUDA the clock waits for the device at every
+boundary, around each neighbour search too, which takes a little GPU/CPU overlap away):
+
+* ``data``: waiting for the next batch from the loader (reading, augmentation, collation, in this
+  process or the workers; the move to the device included);
+* ``graph``: the neighbour search inside the forward pass, timed by wrapping the functions the
+  models call for the duration of the benchmark: the bilateral kNN graph
+  (``bilateral_knn_unchecked`` as called by :class:`gridify.nn.Gridification`) for gridified
+  models, FPS + ball query (and kNN interpolation) for PointNet2, the kNN neighbourhoods for
+  PointCKConvNet; neighbour searches that a model re-runs in its backward pass (gradient
+  checkpointing) count here too, not in ``backward``;
+* ``forward``: ``PointCloudTask.training_step`` (forward + loss) minus ``graph``;
+* ``backward``: ``loss.backward()`` minus ``graph``;
+* ``optimizer``: gradient clipping (when the recipe sets it), ``optimizer.step()``, the LR
+  scheduler's step and ``zero_grad``;
+* ``step``: the wall time from asking for the batch to the end of the optimizer step (the parts
+  plus a few microseconds of bookkeeping);
+* ``inference``: ``model.eval()``, ``torch.no_grad()``, the forward pass alone on the first
+  ``--infer-steps`` of the same (already loaded) batches; ``train/infer`` = (graph + forward +
+  backward + optimizer) / inference, both without data loading;
+* ``cores``: CPU time of the process and its DataLoader workers (user + system, from ``os.times``
+  and ``/proc/<pid>/stat`` of the live children) over the wall time of the timed steps;
+* ``ms/cloud``: ``step`` divided by the clouds in a batch;
+* ``synthetic``: the same model, loss and optimizer on synthetic clouds of the same batch size
+  and points per cloud (ellipsoid surfaces as in :mod:`gridify.bench.synthetic`, no data loading,
+  ``--synthetic-steps``), and ``real/synth`` = ``step`` / ``synthetic``.
+
+Models (``--models``, comma- or space-separated): ``gridified`` (the recipe's own model),
+``pointnet2`` and ``point_ckconv`` (the peers :mod:`gridify.baselines` registers as
+``pointnet2_classifier`` / ``point_ckconv_classifier``, with their default sizes as the synthetic
+benchmark builds them, ``in_channels`` and ``num_classes`` from the recipe's data, and the recipe's
+optimizer settings), or any registered model name (built with its defaults). Outputs in ``--out``:
+``benchmark_recipe.json`` (machine, settings, resolved config, rows) and ``benchmark_recipe.csv``
+(:data:`RECIPE_COLUMNS`), plus the printed table. A model that fails is a row with its error; a run in
+which no model could be measured ends with a non-zero status and one line naming the first error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import functools
+import json
+import os
+import time
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+
+from .._commands import bench_recipe_parser
+from .._paths import PathError, check_output_dir, one_line_errors
+from ..tasks import get_task
+from . import harness
+from .harness import Clock, cpu_seconds, fmt_value
+
+__all__ = [
+    "main",
+    "build_parser",
+    "RECIPE_COLUMNS",
+    "PEERS",
+    "peer_registry_name",
+    "cpu_seconds",
+    "graph_timer",
+    "time_training",
+    "time_inference",
+]
+
+#: columns of ``benchmark_recipe.csv`` (and keys of every row in the JSON)
+RECIPE_COLUMNS = [
+    "model",
+    "registry_name",
+    "params",
+    "batch",
+    "points_per_cloud",
+    "steps",
+    "data_ms",
+    "graph_ms",
+    "forward_ms",
+    "backward_ms",
+    "optimizer_ms",
+    "step_ms",
+    "parts_ms",
+    "inference_ms",
+    "infer_graph_ms",
+    "train_over_inference",
+    "cores_used",
+    "ms_per_cloud",
+    "infer_ms_per_cloud",
+    "synthetic_step_ms",
+    "real_over_synthetic",
+    "graph_what",
+    "status",
+]
+#: ``--models`` spellings of the peers -> their model family (registry name without the task suffix)
+PEERS = {
+    "pointnet2": "pointnet2",
+    "pointnet++": "pointnet2",
+    "point_ckconv": "point_ckconv",
+    "pointckconv": "point_ckconv",
+    "ckconv": "point_ckconv",
+    "pointckconvnet": "point_ckconv",
+}
+#: what the ``graph`` column times, per model family
+GRAPH_WHAT = {
+    "gridified": "bilateral kNN (Gridification)",
+    "pointnet2": "FPS + ball query (+ kNN interp.)",
+    "point_ckconv": "kNN neighbourhoods",
+}
+DEFAULT_MODELS = ["gridified", "pointnet2", "point_ckconv"]
+PRECISIONS = {"32-true": None, "32": None, 32: None, "bf16-mixed": torch.bfloat16}
+
+
+# ----------------------------------------------------------------------------- command line
+#: the parser of ``gridify bench --recipe`` (it lives in ``gridify._commands``: no torch while parsing)
+build_parser = bench_recipe_parser
+
+
+def _model_names(prog: str, given: Optional[List[str]]) -> List[str]:
+    from ..registry import MODELS
+
+    names = [n.strip() for item in (given or DEFAULT_MODELS) for n in item.split(",") if n.strip()]
+    if not names:
+        raise SystemExit(f"{prog}: error: --models names no model")
+    for n in names:
+        if n.lower() != "gridified" and n.lower() not in PEERS and n not in MODELS:
+            raise SystemExit(
+                f"{prog}: error: --models: unknown model {n!r}; expected gridified, pointnet2, "
+                f"point_ckconv or a registered model ({', '.join(MODELS.names())})"
+            )
+    return names
+
+
+def _load_config(prog: str, args: argparse.Namespace) -> Dict[str, Any]:
+    """The resolved recipe config; each problem is one line naming the flag it comes from."""
+    from ..training.cli import error_line
+    from ..training.config import ConfigError, load_config_file, resolve_config
+
+    try:
+        load_config_file(args.recipe)
+    except ConfigError as exc:
+        raise SystemExit(f"{prog}: error: --recipe: {error_line(exc)}") from None
+    overrides = list(args.override)
+    if args.data_root is not None:
+        if not Path(args.data_root).expanduser().is_dir():
+            raise SystemExit(f"{prog}: error: --data-root: no such folder: {args.data_root}")
+        overrides.append(f"data.root={json.dumps(str(args.data_root))}")
+    try:
+        return resolve_config(args.recipe, overrides)
+    except ConfigError as exc:
+        flag = "--override" if args.override else "--recipe"
+        raise SystemExit(f"{prog}: error: {flag}: {error_line(exc)}") from None
+
+
+# ----------------------------------------------------------------------------- measuring
+def _hook_points() -> List[Tuple[Any, str]]:
+    """``(module, function name)`` of every neighbour search a model calls, found by module global."""
+    from ..baselines import point_ckconv, pointnet2
+    from ..nn import gridification
+
+    return [
+        (gridification, "bilateral_knn_unchecked"),
+        (pointnet2, "fps_unchecked"),
+        (pointnet2, "radius_unchecked"),
+        (pointnet2, "knn_unchecked"),
+        (point_ckconv, "knn_neighbourhoods_unchecked"),
+    ]
+
+
+@contextlib.contextmanager
+def graph_timer(clock: Callable[[], float]) -> Iterator[List[float]]:
+    """Wrap the models' neighbour searches; yields ``[seconds spent in them so far]`` (nested calls once)."""
+    spent = [0.0]
+    depth = [0]
+    saved = []
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def timed(*a: Any, **kw: Any) -> Any:
+            depth[0] += 1
+            t0 = clock() if depth[0] == 1 else 0.0
+            try:
+                return fn(*a, **kw)
+            finally:
+                if depth[0] == 1:
+                    spent[0] += clock() - t0
+                depth[0] -= 1
+
+        return timed
+
+    for module, name in _hook_points():
+        fn = getattr(module, name)
+        saved.append((module, name, fn))
+        setattr(module, name, wrap(fn))
+    try:
+        yield spent
+    finally:
+        for module, name, fn in saved:
+            setattr(module, name, fn)
+
+
+class _TrainerStandIn:
+    """What :class:`PointCloudData` and :class:`PointCloudTask` read of a Lightning trainer: one process,
+    the epoch and batch counters of the fit loop, the schedule's length."""
+
+    world_size, global_rank, is_global_zero, global_step = 1, 0, True, 0
+
+    def __init__(self, max_epochs: int, max_steps: int) -> None:
+        self.max_epochs, self.max_steps = max_epochs, max_steps
+        current = SimpleNamespace(processed=0)
+        self.fit_loop = SimpleNamespace(
+            epoch_progress=SimpleNamespace(current=current),
+            epoch_loop=SimpleNamespace(batch_progress=SimpleNamespace(current=SimpleNamespace(processed=0))),
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        self.fit_loop.epoch_progress.current.processed = epoch
+
+
+class _Batches:
+    """The recipe's training batches, epoch after epoch, moved to the device."""
+
+    def __init__(self, datamodule: Any, stand_in: _TrainerStandIn, device: torch.device) -> None:
+        self.loader = datamodule.train_dataloader()
+        self.stand_in, self.device, self.epoch = stand_in, device, 0
+        self.it: Optional[Iterator[Any]] = None
+
+    def next(self) -> Dict[str, Any]:
+        while True:
+            if self.it is None:
+                self.stand_in.set_epoch(self.epoch)
+                self.it = iter(self.loader)
+            try:
+                batch = next(self.it)
+                break
+            except StopIteration:
+                self.it, self.epoch = None, self.epoch + 1
+        return {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+    def close(self) -> None:
+        self.it = None  # ends the workers of a multi-process loader
+
+
+def _autocast(device: torch.device, dtype: Optional[torch.dtype]) -> Any:
+    return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
+
+
+def _train_step(
+    task: Any,
+    opt: Any,
+    sched: Any,
+    batch: Dict[str, Any],
+    step: int,
+    clip: Optional[float],
+    clock: Callable[[], float],
+    graph: List[float],
+    amp: Optional[torch.dtype],
+) -> Dict[str, float]:
+    """One training step as Lightning runs it; ``{forward, backward, optimizer, graph}`` seconds (graph taken out)."""
+    device = batch["pos"].device
+    g0, t0 = graph[0], clock()
+    task.on_train_batch_start(batch, step)
+    with _autocast(device, amp):
+        loss = task.training_step(batch, step)
+    g1, t1 = graph[0], clock()
+    loss.backward()
+    g2, t2 = graph[0], clock()
+    if clip:
+        torch.nn.utils.clip_grad_norm_(task.parameters(), float(clip))
+    opt.step()
+    sched.step()
+    opt.zero_grad(set_to_none=True)
+    t3 = clock()
+    return {"forward": (t1 - t0) - (g1 - g0), "backward": (t2 - t1) - (g2 - g1), "optimizer": t3 - t2, "graph": g2 - g0}
+
+
+def time_training(
+    task: Any,
+    optim: Tuple[Any, Any],
+    batches: Any,
+    steps: int,
+    warmup: int,
+    clock: Callable[[], float],
+    graph: List[float],
+    clip: Optional[float] = None,
+    amp: Optional[torch.dtype] = None,
+    keep: int = 0,
+) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:
+    """``warmup`` untimed, then ``steps`` timed training steps over ``batches.next()`` with ``optim``
+    = ``(optimizer, per-step LR scheduler)``.
+
+    Returns the mean seconds per step of every part (``data``, ``graph``, ``forward``, ``backward``,
+    ``optimizer``, ``step``), ``cores`` (CPU seconds / wall seconds over the timed steps),
+    ``batch`` and ``points`` (mean clouds per batch and points per cloud), and the first ``keep``
+    timed batches (for the inference timing on the same batches).
+    """
+    opt, sched = optim
+    task.train()
+    for i in range(warmup):
+        _train_step(task, opt, sched, batches.next(), i, clip, clock, graph, amp)
+    sums = dict.fromkeys(("data", "graph", "forward", "backward", "optimizer", "step"), 0.0)
+    kept: List[Dict[str, Any]] = []
+    clouds = points = 0
+    cpu0, wall0 = cpu_seconds(), clock()
+    for i in range(steps):
+        t0 = clock()
+        batch = batches.next()
+        t1 = clock()
+        parts = _train_step(task, opt, sched, batch, warmup + i, clip, clock, graph, amp)
+        sums["step"] += clock() - t0
+        sums["data"] += t1 - t0
+        for k, v in parts.items():
+            sums[k] += v
+        n = int(batch["batch"].max()) + 1 if get_task(task.task).dense else int(batch["y"].numel())
+        clouds, points = clouds + n, points + int(batch["pos"].size(0))
+        if len(kept) < keep:
+            kept.append(batch)
+    wall, cpu = clock() - wall0, cpu_seconds() - cpu0
+    means = {k: v / steps for k, v in sums.items()}
+    means.update(cores=cpu / wall if wall > 0 else 0.0, batch=clouds / steps, points=points / max(clouds, 1))
+    return means, kept
+
+
+def optimizer_of(task: Any, stand_in: Any) -> Tuple[Any, Any]:
+    """The recipe's optimizer and per-step LR scheduler, from ``PointCloudTask.configure_optimizers``
+    (which reads the schedule's length from the trainer, here ``stand_in``)."""
+    task._trainer = stand_in
+    try:
+        conf = task.configure_optimizers()
+    finally:
+        task._trainer = None  # training_step's self.log calls are then no-ops: nothing records them
+    return conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+
+
+def time_inference(
+    task: Any,
+    batches: Sequence[Dict[str, Any]],
+    clock: Callable[[], float],
+    graph: List[float],
+    amp: Optional[torch.dtype] = None,
+) -> Dict[str, float]:
+    """Mean seconds per batch of the eval-mode, no-grad forward pass over ``batches`` (one untimed first)."""
+    from ..training.metrics import forward_batch
+
+    model = task.model
+    model.eval()
+    total = spent = 0.0
+    # inference builds its own graph: a graph the loader's workers built ahead is left out
+    batches = [{k: v for k, v in b.items() if k != "graph"} for b in batches]
+    with torch.no_grad(), _autocast(batches[0]["pos"].device, amp):
+        forward_batch(model, batches[0], task.task)
+        for batch in batches:
+            g0, t0 = graph[0], clock()
+            forward_batch(model, batch, task.task)
+            total, spent = total + clock() - t0, spent + graph[0] - g0
+    model.train()
+    return {"inference": total / len(batches), "infer_graph": spent / len(batches)}
+
+
+class _SyntheticBatches:
+    """Clouds on random ellipsoids (as the synthetic benchmark's) of the recipe's batch and cloud size."""
+
+    def __init__(
+        self, like: Dict[str, Any], task: str, clouds: int, points: int, in_channels: int, seed: int = 0
+    ) -> None:
+        g = torch.Generator().manual_seed(seed)
+        d = torch.randn(clouds, points, 3, generator=g)
+        d = d / d.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        pos = (d * (0.45 + 0.45 * torch.rand(clouds, 1, 3, generator=g))).reshape(-1, 3)
+        # features: xyz, then the unit directions as normals, zero-padded to in_channels
+        x = torch.cat([pos, d.reshape(-1, 3), torch.zeros(pos.size(0), max(0, in_channels - 6))], 1)[:, :in_channels]
+        device, labels = like["pos"].device, clouds * points if get_task(task).dense else clouds
+        self.batch = dict(
+            like,
+            graph=None,
+            pos=pos.to(device),
+            x=x.to(device),
+            batch=torch.arange(clouds).repeat_interleave(points).to(device),
+            y=torch.zeros(labels, dtype=like["y"].dtype, device=device),
+        )
+        if isinstance(like.get("category"), torch.Tensor):
+            self.batch["category"] = torch.zeros(clouds, dtype=like["category"].dtype, device=device)
+
+    def next(self) -> Dict[str, Any]:
+        return self.batch
+
+
+# ----------------------------------------------------------------------------- models
+def peer_registry_name(name: str, task: str) -> Tuple[str, str]:
+    """``(family, registry name)`` of a ``--models`` entry: ``pointnet2`` -> ``pointnet2_classifier``."""
+    key = name.lower()
+    suffix = "segmenter" if get_task(task).dense else "classifier"
+    if key == "gridified":
+        return "gridified", ""
+    if key in PEERS:
+        return PEERS[key], f"{PEERS[key]}_{suffix}"
+    family = next((f for f in GRAPH_WHAT if name.startswith(f)), name)
+    return family, name
+
+
+def _build_task(cfg: Dict[str, Any], info: Dict[str, Any], num_train: int, name: str) -> Tuple[Any, Dict[str, Any]]:
+    """``(PointCloudTask, config)`` for model ``name``: the recipe's own model, or a peer with its defaults."""
+    from ..training.runner import build_module
+
+    cfg = copy.deepcopy(cfg)
+    family, registry = peer_registry_name(name, cfg["task"])
+    if family != "gridified" or registry:
+        cfg["model"] = {"name": registry}
+    task, record = build_module(cfg, info, num_train, 1)
+    return task, {
+        "family": family if registry else "gridified",
+        "registry_name": record.model_name,
+        "params": record.num_params,
+    }
+
+
+def _row(
+    name: str,
+    meta: Dict[str, Any],
+    train: Dict[str, float],
+    infer: Optional[Dict[str, float]],
+    synth: Optional[float],
+    steps: int,
+) -> Dict[str, Any]:
+    ms = {k: 1e3 * v for k, v in train.items() if k not in ("cores", "batch", "points")}
+    compute = ms["graph"] + ms["forward"] + ms["backward"] + ms["optimizer"]
+    row = {
+        "model": name,
+        "registry_name": meta["registry_name"],
+        "params": meta["params"],
+        "batch": train["batch"],
+        "points_per_cloud": train["points"],
+        "steps": steps,
+        **{f"{k}_ms": v for k, v in ms.items()},
+        "parts_ms": compute + ms["data"],
+        "cores_used": train["cores"],
+        "ms_per_cloud": ms["step"] / train["batch"],
+        "graph_what": GRAPH_WHAT.get(meta["family"], "-"),
+        "status": "ok",
+    }
+    if infer is not None:
+        row.update(
+            inference_ms=1e3 * infer["inference"],
+            infer_graph_ms=1e3 * infer["infer_graph"],
+            train_over_inference=compute / (1e3 * infer["inference"]),
+            infer_ms_per_cloud=1e3 * infer["inference"] / train["batch"],
+        )
+    if synth is not None:
+        row.update(synthetic_step_ms=1e3 * synth, real_over_synthetic=ms["step"] / (1e3 * synth))
+    if meta["family"] not in GRAPH_WHAT:
+        row["graph_ms"], row["graph_what"] = None, "-"
+    return row
+
+
+def _measure_model(
+    name: str,
+    cfg: Dict[str, Any],
+    data: Tuple[Any, Any, Any, Dict[str, Any]],
+    settings: Dict[str, Any],
+    device: torch.device,
+) -> Dict[str, Any]:
+    """Train, infer and (optionally) the synthetic step of one model; its row."""
+    from ..training.data import graph_builder_of
+    from ..training.module import PointCloudData
+
+    train_set, val_set, augment, info = data
+    torch.manual_seed(int(cfg["seed"]))
+    task, meta = _build_task(cfg, info, len(train_set), name)
+    task.to(device)
+    tr = cfg["trainer"]
+    stand_in = _TrainerStandIn(int(tr["max_epochs"]), int(tr["max_steps"]))
+    optim = optimizer_of(task, stand_in)
+    # as gridify train: with DataLoader workers, a gridified model's graphs are built in them
+    datamodule = PointCloudData(cfg, train_set, val_set, augment, graph_builder_of(task.model, cfg))
+    datamodule.trainer = stand_in
+    clock, amp, clip = Clock(device), PRECISIONS[tr["precision"]], tr["gradient_clip_val"]
+    batches = _Batches(datamodule, stand_in, device)
+    with graph_timer(clock) as graph, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*self\.log.*")
+        try:
+            train, kept = time_training(
+                task,
+                optim,
+                batches,
+                settings["steps"],
+                settings["warmup"],
+                clock,
+                graph,
+                clip,
+                amp,
+                keep=max(1, settings["infer_steps"]),
+            )
+        finally:
+            batches.close()
+        infer = (
+            time_inference(task, kept[: settings["infer_steps"]], clock, graph, amp)
+            if settings["infer_steps"]
+            else None
+        )
+        synth = None
+        if settings["synthetic_steps"]:
+            fake = _SyntheticBatches(
+                kept[0],
+                cfg["task"],
+                int(cfg["data"]["batch_size"]),
+                int(round(train["points"])),
+                int(info["in_channels"]),
+                int(cfg["seed"]),
+            )
+            parts, _ = time_training(task, optim, fake, settings["synthetic_steps"], 1, clock, graph, clip, amp)
+            synth = parts["step"] - parts["data"]
+    return _row(name, meta, train, infer, synth, settings["steps"])
+
+
+# ----------------------------------------------------------------------------- report
+TABLE = [
+    ("model", "model"),
+    ("data_ms", "data"),
+    ("graph_ms", "graph"),
+    ("forward_ms", "forward"),
+    ("backward_ms", "backward"),
+    ("optimizer_ms", "optim"),
+    ("step_ms", "step"),
+    ("inference_ms", "infer"),
+    ("train_over_inference", "train/infer"),
+    ("cores_used", "cores"),
+    ("ms_per_cloud", "ms/cloud"),
+    ("synthetic_step_ms", "synth step"),
+    ("real_over_synthetic", "real/synth"),
+    ("graph_what", "graph is"),
+    ("status", "status"),
+]
+
+
+def format_table(rows: List[Dict[str, Any]]) -> str:
+    """The printed table: one row per model, times in ms per training step (batch) unless named per cloud."""
+    return harness.format_table(rows, TABLE, fixed_from=100, width=70)
+
+
+def machine_facts(cfg: Dict[str, Any], device: torch.device) -> Dict[str, Any]:
+    """CPU, cores available, torch, threads, workers, batch size, device."""
+    facts = harness.machine_facts(device)
+    facts.update(
+        num_workers=int(cfg["data"]["num_workers"]),
+        batch_size=int(cfg["data"]["batch_size"]),
+        precision=str(cfg["trainer"]["precision"]),
+    )
+    if hasattr(os, "sched_getaffinity"):
+        facts["cores_available"] = len(os.sched_getaffinity(0))
+    if hasattr(os, "getloadavg"):  # other processes competing for the cores lower "cores" and raise the times
+        facts["load_average_1min_at_start"] = os.getloadavg()[0]
+    return facts
+
+
+def write_outputs(out: Path, result: Dict[str, Any]) -> None:
+    """``benchmark_recipe.json`` (everything) and ``benchmark_recipe.csv`` (:data:`RECIPE_COLUMNS`)."""
+    harness.write_json(out / "benchmark_recipe.json", result)
+    harness.write_csv(out / "benchmark_recipe.csv", result["rows"], RECIPE_COLUMNS)
+
+
+# ----------------------------------------------------------------------------- main
+def _settings(args: argparse.Namespace) -> Dict[str, Any]:
+    infer = min(args.steps, 50) if args.infer_steps is None else min(args.infer_steps, args.steps)
+    return {
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "infer_steps": infer,
+        "synthetic_steps": args.synthetic_steps,
+        "threads": args.threads,
+    }
+
+
+def _prepare(
+    prog: str, args: argparse.Namespace
+) -> Tuple[Dict[str, Any], Dict[str, Any], List[str], torch.device, Path]:
+    """Validate everything before anything slow: ``(config, settings, models, device, out)``."""
+    settings = _settings(args)
+    models = _model_names(prog, args.models)
+    device = torch.device(
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else ("cpu" if args.device == "auto" else args.device)
+    )
+    try:
+        out = check_output_dir(args.out, "--out", files=("benchmark_recipe.json", "benchmark_recipe.csv"))
+    except PathError as exc:
+        raise SystemExit(f"{prog}: error: {exc}") from None
+    cfg = _load_config(prog, args)
+    if cfg["trainer"]["precision"] not in PRECISIONS:
+        raise SystemExit(
+            f"{prog}: error: --recipe: trainer.precision {cfg['trainer']['precision']!r} is not "
+            f"timed by bench --recipe (32-true or bf16-mixed)"
+        )
+    return cfg, settings, models, device, out
+
+
+def _build_data(prog: str, cfg: Dict[str, Any]) -> Tuple[Any, Any, Any, Dict[str, Any]]:
+    from ..training.cli import error_line
+    from ..training.runner import RUN_ERRORS, build_data
+
+    try:
+        return build_data(cfg)
+    except RUN_ERRORS as exc:
+        flag = "--data-root" if cfg["data"].get("root") is not None else "--recipe"
+        raise SystemExit(f"{prog}: error: {flag}: {error_line(exc)}") from None
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``gridify bench --recipe NAME ...``: time real training steps; prints the table, writes JSON and CSV."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    prog = parser.prog
+    cfg, settings, models, device, out = _prepare(prog, args)
+    threads = settings["threads"] or cfg["trainer"]["num_threads"]
+    if threads:
+        torch.set_num_threads(int(threads))
+    data = _build_data(prog, cfg)
+    facts = machine_facts(cfg, device)
+    print(
+        f"bench --recipe {args.recipe}: {cfg['data']['name']} ({data[3]['source_format']}), {len(data[0])} "
+        f"training clouds, batch {facts['batch_size']}, {facts['num_workers']} workers | {facts['cpu']}, "
+        f"{facts['threads']} threads, torch {facts['torch']}, {device}",
+        flush=True,
+    )
+    result = {
+        "machine": facts,
+        "recipe": args.recipe,
+        "settings": {**settings, "models": models, "overrides": args.override},
+        "units": "ms per training step (one batch) unless named per cloud",
+        "config": cfg,
+        "rows": [],
+    }
+    for name in models:
+        started = time.perf_counter()
+        try:
+            row = _measure_model(name, cfg, data, settings, device)
+        except (RuntimeError, ValueError, MemoryError) as exc:  # one model failing leaves the others measured
+            row = {"model": name, "status": f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+        result["rows"].append(row)
+        if hasattr(os, "getloadavg"):
+            row["load_average_1min_after"] = os.getloadavg()[0]
+        print(
+            f"[{name}] {row['status']}: "
+            + " ".join(f"{h} {fmt_value(row.get(c), fixed_from=100)}" for c, h in TABLE[1:-2])
+            + f" ({time.perf_counter() - started:.0f} s)",
+            flush=True,
+        )
+        with one_line_errors(prog):  # after every model: a long run that is stopped keeps what it measured
+            out.mkdir(parents=True, exist_ok=True)
+            write_outputs(out, result)
+    print()
+    print(format_table(result["rows"]))
+    print(
+        "ms per training step (batch); graph = the neighbour search inside the forward pass (see 'graph is'), "
+        "forward and backward exclude it; train/infer = (graph + forward + backward + optim) / infer"
+    )
+    print(f"wrote {out / 'benchmark_recipe.json'} and {out / 'benchmark_recipe.csv'}")
+    _check_measured(prog, result["rows"], out)
+    return 0
+
+
+def _check_measured(prog: str, rows: List[Dict[str, Any]], out: Path) -> None:
+    """A run that measured no model ends non-zero with one line naming the first failure (the table and the
+    files still hold every row)."""
+    failed = [r for r in rows if r.get("status") != "ok"]
+    if rows and len(failed) == len(rows):
+        first = failed[0]
+        why = str(first.get("status", "")).removeprefix("error: ")
+        more = f" (and {len(failed) - 1} other model(s): see the table)" if len(failed) > 1 else ""
+        raise SystemExit(
+            f"{prog}: error: no model could be measured: {first['model']}: {why}{more}; rows in "
+            f"{out / 'benchmark_recipe.json'}"
+        )
