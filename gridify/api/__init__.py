@@ -59,7 +59,8 @@ from __future__ import annotations
 
 from .._pretrained import PRETRAINED
 from .functional import gridify
-from .inputs import PointsLike, canonical_order, estimate_normals, normalize_cloud
+from .inputs import PointsLike as PointsLike  # importable here as before (documented in api.inputs)
+from .inputs import canonical_order, estimate_normals, normalize_cloud
 from .loading import DEFAULT_NUM_POINTS, load, pretrained_path
 from .prediction import Prediction
 from .predictor import Predictor
@@ -78,7 +79,6 @@ __all__ = [
     "DEFAULT_NUM_POINTS",
     "canonical_order",
     "estimate_normals",
-    "PointsLike",
     "PREDICTORS",
     "TaskPredictor",
     "predictor_for",

@@ -30,6 +30,7 @@ __all__ = [
     "estimate_normals",
 ]
 
+#: what a cloud may be given as: an ``[N, 3]`` array or tensor, a :class:`gridify.io.PointCloud` or a file path
 PointsLike = Union[np.ndarray, Tensor, PointCloud, str, "os.PathLike[str]"]
 
 
