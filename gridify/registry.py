@@ -79,6 +79,13 @@ class Registry(Generic[T]):
             return _add(obj)
         return _add
 
+    def unregister(self, name: str) -> T:
+        """Remove and return the component registered under ``name`` (a plugin's, or a test's, cleanup);
+        :class:`UnknownNameError` if none."""
+        target = self.get(name)
+        del self._entries[name.lower()]
+        return target
+
     def get(self, name: str) -> T:
         """The component registered under ``name`` (case-insensitive); :class:`UnknownNameError` if none."""
         if not isinstance(name, str):

@@ -101,6 +101,10 @@ class Task:
             (:mod:`gridify.scene_inference`; ``Predictor.predict`` builds the training features).
         predictor: ``gridify.load`` (the :class:`gridify.Predictor`, one cloud in, labels out) serves
             its models.
+        predicted_by: the name of the predictor that runs its models in ``Predictor.predict`` (the
+            registry ``gridify.api.PREDICTORS``: ``classification``, ``segmentation``,
+            ``scene_segmentation``); empty: the task's own name. A new task that predicts like an
+            existing one names that one here; one with a way of its own registers a predictor under its name.
     """
 
     name: str = ""
@@ -116,6 +120,7 @@ class Task:
     whole_scenes: bool = False
     test_confusion: bool = False
     predictor: bool = True
+    predicted_by: str = ""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, dense={self.dense}, primary_metric={self.primary_metric!r})"
@@ -537,8 +542,8 @@ class SequenceClassificationTask(ClassificationTask):
 
 
 @functools.lru_cache(maxsize=None)
-def _task(name: str) -> Task:
-    return TASKS.get(name)()
+def _task(cls: type) -> Task:
+    return cls()
 
 
 def get_task(name: Any) -> Task:
@@ -546,8 +551,7 @@ def get_task(name: Any) -> Task:
     :class:`~gridify.registry.UnknownNameError` listing the registered tasks."""
     if isinstance(name, Task):
         return name
-    TASKS.get(name)  # the registry's error names the choices (and a non-string)
-    return _task(name.lower())
+    return _task(TASKS.get(name))  # the registry's error names the choices (and a non-string)
 
 
 def task_names() -> list:
@@ -561,7 +565,7 @@ def task_of_dataset(dataset_name: str, dataset_cls: Any = None) -> Optional[str]
     declared = getattr(dataset_cls, "task", None)
     if isinstance(declared, str) and declared in TASKS:
         return declared
-    return next((n for n in task_names() if dataset_name in _task(n).datasets), None)
+    return next((n for n in task_names() if dataset_name in get_task(n).datasets), None)
 
 
 def lovasz_softmax(probs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -82,13 +82,13 @@ def test_a_scan_reaches_the_model_with_the_same_inputs_from_the_dataset_and_from
     item = SemanticKITTI(tmp_path, "val", sequences=["00"], features=list(features))[0]
     path, _ = _export(tmp_path, features=features)
     seen = {}
-    real = SI.predict_scene
+    real_unchecked = SI.predict_scene_unchecked  # Predictor.predict validates once, then calls it
 
-    def spy(model, pos, x, **kw):
+    def spy(model, pos, x, *args, **kw):
         seen["pos"], seen["x"] = pos.clone(), x.clone()
-        return real(model, pos, x, **kw)
+        return real_unchecked(model, pos, x, *args, **kw)
 
-    monkeypatch.setattr(SI, "predict_scene", spy)
+    monkeypatch.setattr(SI, "predict_scene_unchecked", spy)
     load(path).predict(seq / "velodyne" / "000000.bin")
     assert torch.equal(seen["pos"], item["pos"]) and torch.equal(seen["x"], item["x"])
     # the runner of an exported file builds them with the same function (its metadata's names)
@@ -138,13 +138,13 @@ def test_utm_scans_reach_the_model_with_their_millimetres(tmp_path, monkeypatch)
     np.save(tmp_path / "tile.npy", utm)  # float64 rows: read back as float64 (a large offset)
     path, model = _export(tmp_path, features=("height",))
     seen = {}
-    real = SI.predict_scene
+    real_unchecked = SI.predict_scene_unchecked  # Predictor.predict validates once, then calls it
 
-    def spy(model, pos, x, **kw):
+    def spy(model, pos, x, *args, **kw):
         seen["pos"], seen["x"] = pos.clone(), x.clone()
-        return real(model, pos, x, **kw)
+        return real_unchecked(model, pos, x, *args, **kw)
 
-    monkeypatch.setattr(SI, "predict_scene", spy)
+    monkeypatch.setattr(SI, "predict_scene_unchecked", spy)
     m = load(path)
     m.predict(tmp_path / "tile.npy")
     assert seen["pos"].dtype == torch.float32 and err(seen["pos"]) < 1e-3
@@ -161,6 +161,6 @@ def test_utm_scans_reach_the_model_with_their_millimetres(tmp_path, monkeypatch)
         crops.append((pos.float().double() - pos.double()).abs().max().item())
         return torch.zeros(pos.size(0), 3)
 
-    monkeypatch.setattr(SI, "predict_scene", real)
-    real(runner, torch.from_numpy(utm), voxel_size=0.5, max_points=200)
+    monkeypatch.setattr(SI, "predict_scene_unchecked", real_unchecked)
+    SI.predict_scene(runner, torch.from_numpy(utm), voxel_size=0.5, max_points=200)
     assert crops and max(crops) < 1e-4

@@ -1,0 +1,312 @@
+"""The :class:`Predictor`: a trained model plus what is needed to run it on new clouds.
+
+What :meth:`Predictor.predict` does depends on the task: it hands the cloud to the task's predictor
+(:mod:`gridify.api.task_predictors`, found through the task by
+:func:`gridify.api.task_predictors.predictor_for`); the procedures are in the :mod:`gridify.api`
+docstring. :meth:`Predictor.prepare` (reading, checking and normalizing one cloud) and
+:meth:`Predictor.embed` are the same for every task.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from .._checks import check_int, fail
+from ..nn.state import all_or_nothing, evaluating
+from ..tasks import get_task
+from ..transforms import check_up_axis, to_z_up
+from .inputs import PointsLike, as_float32, normalize_cloud, read_cloud
+from .inputs import estimate_normals as estimate_unit_normals
+from .prediction import Prediction
+from .task_predictors import (
+    TaskPredictor,
+    check_batch_sizes,
+    check_run,
+    chunks,
+    is_served,
+    pooled,
+    predictor_for,
+    served_tasks,
+)
+
+__all__ = ["Predictor"]
+
+
+class Predictor(nn.Module):
+    """A trained gridified model plus what is needed to run it on new clouds.
+
+    Build it with :func:`load`. ``forward`` is the bare model's forward (normalized, PyG-style
+    inputs); :meth:`predict` and :meth:`embed` take raw clouds of any size (see the module
+    docstring for the exact procedure).
+
+    Attributes:
+        model: the network (eval mode). task: a registered task (:mod:`gridify.tasks`); ``dense``:
+            it labels every point (segmentation, scene_segmentation) rather than the cloud.
+        class_names: names of the outputs (classes, or parts for segmentation).
+        category_names / category_to_parts: object categories of a segmentation model (or None).
+        num_points: points per training cloud ``n``. normalize: whether clouds are normalized.
+        in_channels / use_normals: point features the model takes (6 = xyz + normals).
+        gridify_version: the version that trained the model. meta: the checkpoint's info/config.
+
+    Shapes:
+        forward: pos ``[N, 3]``, x ``[N, F]``, batch ``[N]`` -> logits ``[B, K]`` or ``[N, K]``.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        task: str,
+        class_names: Sequence[str],
+        num_points: Optional[int],
+        in_channels: int,
+        normalize: bool = True,
+        category_names: Optional[Sequence[str]] = None,
+        category_to_parts: Optional[Sequence[Sequence[int]]] = None,
+        gridify_version: Optional[str] = None,
+        meta: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(model, nn.Module):
+            raise ValueError(f"Predictor: model must be a torch.nn.Module, got {type(model).__name__}")
+        if not is_served(task):
+            raise ValueError(f"Predictor: task must be one of {served_tasks()}, got {task!r}")
+        task_predictor = predictor_for(task)
+        check_int("Predictor", "num_points", num_points, 1, allow_none=True)
+        # a scene segmenter may take no features beside its coordinates (in_channels=0)
+        check_int("Predictor", "in_channels", in_channels, task_predictor.min_in_channels)
+        if isinstance(class_names, str) or not class_names:
+            raise ValueError(f"Predictor: class_names must be a non-empty list of names, got {class_names!r}")
+        self.model = model.eval()
+        self.task = task
+        self.task_predictor: TaskPredictor = task_predictor
+        self.class_names = [str(c) for c in class_names]
+        self.num_points = None if num_points is None else int(num_points)
+        self.in_channels = int(in_channels)
+        self.use_normals = self.in_channels == 6
+        self.normalize = bool(normalize)
+        self.category_names = None if category_names is None else [str(c) for c in category_names]
+        self.category_to_parts = None if category_to_parts is None else [list(map(int, p)) for p in category_to_parts]
+        self.num_categories = int(getattr(model, "num_categories", 0) or 0)
+        self.gridify_version = gridify_version
+        self.meta = dict(meta or {})
+        self.eval()
+
+    # ---- plumbing ----------------------------------------------------------------------
+    @property
+    def dense(self) -> bool:
+        """Whether :meth:`predict` labels every point (``labels`` ``[N]``) rather than the cloud (``[]``):
+        the task's :attr:`gridify.tasks.Task.dense`."""
+        return get_task(self.task).dense
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def resolution(self) -> Union[int, Tuple[int, ...]]:
+        """The model's grid resolution ``R`` (a per-axis tuple for a scene segmenter's grid)."""
+        r = self.model.resolution
+        return tuple(int(v) for v in r) if isinstance(r, (tuple, list)) else int(r)
+
+    def forward(
+        self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None, category: Optional[Tensor] = None
+    ) -> Tensor:
+        if self.num_categories or category is not None:  # a part segmenter trained with object categories
+            return self.model(pos, x, batch, category=category)
+        return self.model(pos, x, batch)
+
+    def extra_repr(self) -> str:
+        return (
+            f"task={self.task}, classes={len(self.class_names)}, num_points={self.num_points}, "
+            f"in_channels={self.in_channels}, normalize={self.normalize}, version={self.gridify_version}"
+        )
+
+    def prepare(
+        self,
+        points: PointsLike,
+        normals: Any = None,
+        *,
+        estimate_normals: bool = False,
+        up_axis: str = "z",
+        where: str = "Predictor.prepare",
+    ) -> Dict[str, Any]:
+        """Validate and normalize one cloud: a dict with ``pos`` ``[N, 3]`` (normalized, z up), ``x``
+        ``[N, F]`` (model features), ``center`` ``[3]``, ``scale``, ``normals`` and ``source``.
+        ``up_axis``: the cloud's up direction (:data:`gridify.transforms.UP_AXES`), rotated to z first."""
+        up_axis = check_up_axis(where, up_axis)
+        pos, nrm, source = read_cloud(points, normals, where)
+        pos, nrm = to_z_up(pos, up_axis, nrm)
+        if self.use_normals and nrm is None:
+            if not estimate_normals:
+                raise ValueError(
+                    f"{where}: the model was trained with normals (in_channels=6) but the cloud has "
+                    f"none; pass normals=..., a file with normals (or a mesh), or estimate them (estimate_normals=True; "
+                    f"gridify predict/show: --estimate-normals)"
+                )
+            nrm = estimate_unit_normals(pos)
+        center, scale = np.zeros(3), 1.0
+        if self.normalize:
+            try:
+                pos, center, scale = normalize_cloud(pos)
+            except ValueError as exc:
+                raise ValueError(f"{where}: {exc}") from None
+        else:
+            pos = as_float32(pos, "points", where)
+        x = np.concatenate([pos, nrm], 1) if self.use_normals else pos
+        if x.shape[1] != self.in_channels:
+            raise ValueError(
+                f"{where}: the model takes {self.in_channels} features per point, but the cloud gives {x.shape[1]}"
+            )
+        return {"pos": pos, "x": x, "normals": nrm, "center": center, "scale": scale, "source": source}
+
+    # ---- prediction ----------------------------------------------------------------------
+    @torch.no_grad()
+    def predict(
+        self,
+        points: PointsLike,
+        normals: Any = None,
+        category: Any = None,
+        *,
+        num_votes: Optional[int] = None,
+        seed: int = 0,
+        batch_size: int = 8,
+        estimate_normals: bool = False,
+        features: Any = None,
+        progress: Optional[Callable[[int, int], None]] = None,
+        up_axis: str = "z",
+    ) -> Prediction:
+        """Labels and probabilities for one cloud of any size (see the module docstring).
+
+        Args:
+            points: ``[N, 3]`` numpy array or tensor, a :class:`gridify.io.PointCloud`, or a file
+                path (read with :func:`gridify.io.read_points`; its normals are used).
+            normals: ``[N, 3]`` normals (required when the model was trained with normals,
+                unless the file/PointCloud has them or ``estimate_normals=True``).
+            category: object category (name or index) for segmentation models that need one.
+            num_votes: random subsets averaged by a classifier when ``N != num_points`` (default 4);
+                views (rotations about z) averaged by a scene segmenter (default 1).
+            seed: seed of the subsets / chunks (the result is a function of the cloud and seed).
+            batch_size: subsets, chunks or scene crops per forward pass (bounds the memory).
+            estimate_normals: estimate missing normals with Open3D (see :func:`estimate_normals`).
+            features: scene segmenters only: the model's per-point features ``[N, F]`` (the columns
+                of its training ``features``), instead of building them from the file.
+            progress: scene segmenters only: ``progress(crops_done, crops_total)`` after every pass.
+            up_axis: the cloud's up direction, ``"z"`` (default; what the shipped models expect),
+                ``"y"`` (e.g. ``modelnet40_normal_resampled``, glTF), ``"x"`` or their negatives: the
+                points (and normals) are rotated to z up before anything else (a proper rotation,
+                :func:`gridify.transforms.up_axis_rotation`); labels keep the input order.
+
+        Returns:
+            A :class:`Prediction`.
+
+        Raises:
+            ValueError: empty cloud, wrong shapes, NaN/Inf, missing normals, missing/unknown
+                category. TypeError: unsupported input type.
+        """
+        where = f"{type(self).__name__}.predict"
+        up_axis = check_up_axis(where, up_axis)
+        return self.task_predictor.predict(
+            self,
+            points,
+            normals,
+            category,
+            num_votes=num_votes,
+            seed=seed,
+            batch_size=batch_size,
+            estimate_normals=estimate_normals,
+            features=features,
+            progress=progress,
+            up_axis=up_axis,
+            where=where,
+        )
+
+    @property
+    def whole_scenes(self) -> bool:
+        """Whether the model labels metric scenes (:attr:`gridify.tasks.Task.whole_scenes`)."""
+        return get_task(self.task).whole_scenes
+
+    @property
+    def scene_features(self) -> Tuple[str, ...]:
+        """The names of the per-point features a scene segmenter was trained with (``x``'s columns)."""
+        info = self.meta.get("info") or {}
+        names = info.get("features")
+        if names is None:
+            names = ((self.meta.get("config") or {}).get("data") or {}).get("features")
+        if names is None:
+            names = () if self.in_channels == 0 else None
+        if names is None:
+            fail(
+                "Predictor",
+                f"the checkpoint does not record the scene features of its x ({self.in_channels} "
+                f"columns, data.features); in Python, pass features=[N, {self.in_channels}] to predict (gridify "
+                f"predict builds them from the recorded names only)",
+            )
+        return tuple([names] if isinstance(names, str) else names)
+
+    # ---- features ----------------------------------------------------------------------
+    def _embed_dense(self, pos: Tensor, x: Tensor) -> Tensor:
+        embed = getattr(self.model, "embed", None)
+        if callable(embed):
+            return embed(pos, x)
+        return self.model.trunk(pos, x).flatten(2).mean(-1)
+
+    @torch.no_grad()
+    def embed(
+        self,
+        points: PointsLike,
+        normals: Any = None,
+        *,
+        num_votes: int = 4,
+        seed: int = 0,
+        batch_size: int = 8,
+        estimate_normals: bool = False,
+    ) -> np.ndarray:
+        """One descriptor per cloud: the pooled backbone grid features ``[C]``.
+
+        For a classifier this is ``model.embed`` (the input of its MLP head, ``[2C]`` with
+        ``pool="meanmax"``); for a segmenter the mean of its backbone grid. Subsets are drawn
+        and averaged exactly as :meth:`predict` does for a classifier.
+        """
+        where = f"{type(self).__name__}.embed"
+        check_run(where, num_votes, batch_size, seed, estimate_normals)
+        cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=where)
+        with evaluating(self.model), all_or_nothing(self.model):
+            check_batch_sizes(self, where, len(cloud["pos"]), num_votes, batch_size, count=num_votes)
+            return pooled(self, cloud, num_votes, seed, batch_size, self._embed_dense)
+
+    @torch.no_grad()
+    def inspect(
+        self,
+        points: PointsLike,
+        normals: Any = None,
+        category: Any = None,
+        *,
+        seed: int = 0,
+        estimate_normals: bool = False,
+        up_axis: str = "z",
+    ) -> Dict[str, Any]:
+        """Everything :func:`gridify.vis.show` draws, in the normalized frame (z up: ``up_axis`` as in
+        :meth:`predict`).
+
+        Returns a dict: ``pos`` ``[N, 3]`` (all points, normalized), ``prediction``
+        (:class:`Prediction`), ``grid`` ``[C, R, R, R]`` (the *gridification* output, i.e. the
+        learned grid before the backbone) and ``graph`` (its :class:`BipartiteGraph`), both for
+        one canonical subset/chunk of ``num_points`` points (the whole cloud when smaller).
+        A scene segmenter: ``pos`` in metres, every point labelled, ``grid`` and ``graph`` None
+        (each crop has its own grid box).
+        """
+        where = f"{type(self).__name__}.inspect"
+        check_run(where, 1, 1, seed, estimate_normals)
+        up_axis = check_up_axis(where, up_axis)
+        return self.task_predictor.inspect(
+            self, points, normals, category, seed=seed, estimate_normals=estimate_normals, up_axis=up_axis, where=where
+        )
+
+    def _chunks(self, cloud: Dict[str, Any], seed: int) -> Any:
+        """The chunks a part segmenter labels (:func:`gridify.api.task_predictors.chunks`)."""
+        return chunks(self.num_points, cloud, seed)

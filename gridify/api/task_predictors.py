@@ -1,0 +1,640 @@
+r"""How :meth:`gridify.api.Predictor.predict` runs the models of each task: one :class:`TaskPredictor` per task.
+
+A task (:mod:`gridify.tasks`) names its predictor: :data:`PREDICTORS` holds them by name, and the
+Predictor runs ``PREDICTORS[task.predicted_by or task.name]`` (:func:`predictor_for`), so a new task
+that predicts like an existing one sets ``predicted_by`` in ``gridify/tasks.py`` and nothing else, and
+one with a way of its own registers a :class:`TaskPredictor` under its name (beside the task, in the
+api layer or in the plugin that adds both)::
+
+    @PREDICTORS.register("my_task")
+    class MyTaskPredictor(TaskPredictor):
+        def predict(self, predictor, points, normals=None, category=None, **options):
+            ...  # a gridify.api.Prediction
+
+Built-in predictors (the procedures in detail: the :mod:`gridify.api` docstring):
+
+* ``classification`` (:class:`ClassificationPredictor`): one label per cloud, the softmax averaged
+  over ``num_votes`` seeded subsets of the training ``num_points`` ``n`` (one pass when ``N == n``).
+* ``segmentation`` (:class:`PartSegmentationPredictor`): a label per point; the cloud split into
+  ``ceil(N / n)`` seeded chunks, the argmax restricted to the parts of a ``category``.
+* ``scene_segmentation`` (:class:`ScenePredictor`): a label per point of a metric scene, through
+  fragments and crops (:func:`gridify.scene_inference.predict_scene_unchecked`, after one validation).
+
+Shapes:
+    a cloud of ``N`` points -> labels ``[]`` / ``[N]`` and probabilities ``[K]`` / ``[N, K]``
+    (:class:`gridify.api.Prediction`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .._checks import check_alloc, check_int, check_positive_int, fail
+from ..checkpoint import CheckpointError
+from ..io import PointCloud, centre_large_offset
+from ..nn.state import all_or_nothing, evaluating
+from ..registry import TASKS, Registry
+from ..tasks import get_task, task_names
+from ..transforms import to_z_up
+from .inputs import as_float32, canonical_order, read_cloud, read_scene, to_numpy
+from .inputs import estimate_normals as estimate_unit_normals
+from .prediction import Prediction
+
+__all__ = [
+    "PREDICTORS",
+    "TaskPredictor",
+    "CloudPredictor",
+    "ClassificationPredictor",
+    "PartSegmentationPredictor",
+    "ScenePredictor",
+    "predictor_for",
+    "served_tasks",
+    "is_served",
+    "check_run",
+    "check_batch_sizes",
+    "category_index",
+    "vote_subsets",
+    "chunks",
+    "pooled",
+]
+
+#: Predictors by name (a task's ``predicted_by``, else its name): :class:`TaskPredictor` subclasses.
+PREDICTORS: Registry[Callable[..., Any]] = Registry("predictor")
+
+
+@functools.lru_cache(maxsize=None)
+def _instance(cls: type) -> "TaskPredictor":
+    return cls()
+
+
+def _predictor_name(task: str) -> str:
+    return get_task(task).predicted_by or task.lower()
+
+
+def served_tasks() -> List[str]:
+    """The registered tasks whose models ``gridify.load`` serves: :attr:`gridify.tasks.Task.predictor`
+    set and a predictor registered in :data:`PREDICTORS`."""
+    return [n for n in task_names() if get_task(n).predictor and _predictor_name(n) in PREDICTORS]
+
+
+def is_served(task: Any) -> bool:
+    """Whether ``task`` (a name) is one of :func:`served_tasks` (case-insensitive, as the registry)."""
+    return isinstance(task, str) and task in TASKS and task.lower() in served_tasks()
+
+
+def predictor_for(task: str) -> "TaskPredictor":
+    """The predictor of the task named ``task`` (one shared instance per predictor class); a ValueError
+    naming the served tasks when there is none."""
+    if not is_served(task):
+        raise ValueError(f"no predictor serves the task {task!r}; served tasks: {served_tasks()}")
+    return _instance(PREDICTORS.get(_predictor_name(task)))
+
+
+# --------------------------------------------------------------------------------------
+# shared checks and sampling
+# --------------------------------------------------------------------------------------
+def check_run(where: str, num_votes: Any, batch_size: Any, seed: Any, estimate_normals: Any = False) -> None:
+    """The scalar arguments of ``predict`` / ``embed`` / ``inspect``."""
+    check_positive_int(where, num_votes=num_votes, batch_size=batch_size)
+    check_int(where, "seed", seed, 0)
+    if not isinstance(estimate_normals, bool):
+        fail(where, f"estimate_normals must be a bool, got {estimate_normals!r}")
+
+
+def check_batch_sizes(predictor: Any, where: str, n_in: int, num_votes: int, batch_size: int, count: int) -> None:
+    """Refuse vote tables and forward batches beyond the allocation limit, before allocating.
+
+    Votes: one int64 index per point of each of the ``count`` subsets (chunks); a forward:
+    ``min(batch_size, count)`` clouds of ``n`` points, each with a grid of ``R^3 x C`` features and
+    its activations (an estimate: 16 grid-sized float32 tensors per cloud).
+    """
+    n = predictor.num_points or n_in
+    check_alloc(where, f"num_votes={num_votes} (subsets of {n} points)", 8 * n * count)
+    model = predictor.model
+    R = getattr(model, "resolution", 0) or 0
+    nodes = math.prod(int(r) for r in R) if isinstance(R, (tuple, list)) else int(R) ** 3  # per-axis grids too
+    C = int(getattr(getattr(model, "gridify", None), "out_channels", 0) or 0)
+    per_cloud = n * (4 * predictor.in_channels + 64) + 16 * 4 * C * nodes
+    check_alloc(
+        where,
+        f"batch_size={batch_size} (up to {min(batch_size, count)} clouds of {n} points per forward pass)",
+        min(batch_size, count) * per_cloud,
+    )
+
+
+def category_index(predictor: Any, category: Any, where: str) -> Optional[int]:
+    """The index of ``category`` (a name, case-insensitive, or an index) for a part segmenter trained with
+    object categories; None for other models (which refuse a category)."""
+    num = predictor.num_categories
+    if num == 0:  # only part segmenters trained with object categories have some
+        if category is not None:
+            raise ValueError(
+                f"{where}: category is only used by segmentation models trained with object "
+                f"categories; this model does not take one"
+            )
+        return None
+    names = predictor.category_names or [str(i) for i in range(num)]
+    if category is None:
+        raise ValueError(
+            f"{where}: this segmentation model needs the object category: pass category= (gridify "
+            f"predict / show: --category) one of {names} (or its index)"
+        )
+    if isinstance(category, str):
+        low = [n.lower() for n in names]
+        if category.lower() in low:
+            return low.index(category.lower())
+        if category.isascii() and category.isdigit():  # "²".isdigit() is True but int() refuses it
+            category = int(category)
+        else:
+            raise ValueError(f"{where}: unknown category {category!r}; known: {names}")
+    if isinstance(category, bool) or not isinstance(category, (int, np.integer)) or not 0 <= int(category) < num:
+        raise ValueError(f"{where}: category must be a name or an index in [0, {num}), got {category!r}")
+    return int(category)
+
+
+def vote_subsets(n: Optional[int], order: np.ndarray, num_votes: int, seed: int) -> List[np.ndarray]:
+    """``num_votes`` seeded subsets of ``n`` of the points ``order`` (without replacement when there are
+    more; all of them and ``n - N`` repeated when fewer); ``[order]`` when ``n`` is None or ``N == n``."""
+    n_in = len(order)
+    if n is None or n_in == n:
+        return [order]
+    rng = np.random.default_rng(int(seed))
+    out = []
+    for _ in range(num_votes):
+        if n_in > n:
+            idx = np.sort(rng.choice(n_in, size=n, replace=False))
+        else:
+            idx = np.concatenate([np.arange(n_in), rng.integers(0, n_in, size=n - n_in)])
+        out.append(order[idx])
+    return out
+
+
+def chunks(n: Optional[int], cloud: Dict[str, Any], seed: int) -> List[np.ndarray]:
+    """The prepared ``cloud`` split by a seeded permutation into ``ceil(N / n)`` chunks of nearly equal
+    size (one chunk, in canonical order, when ``N <= n`` or ``n`` is None)."""
+    n_in = len(cloud["pos"])
+    order = canonical_order(cloud["pos"], cloud["normals"])
+    if n is None or n_in <= n:
+        return [order]
+    perm = order[np.random.default_rng(int(seed)).permutation(n_in)]
+    return np.array_split(perm, math.ceil(n_in / n))
+
+
+def pooled(
+    predictor: Any,
+    cloud: Dict[str, Any],
+    num_votes: int,
+    seed: int,
+    batch_size: int,
+    fn: Callable[[Tensor, Tensor], Tensor],
+) -> np.ndarray:
+    """The mean of ``fn(pos [V, n, 3], x [V, n, F]) -> [V, D]`` over the :func:`vote_subsets` of the
+    prepared ``cloud`` (``batch_size`` subsets per call), as a ``[D]`` array."""
+    order = canonical_order(cloud["pos"], cloud["normals"])
+    subsets = vote_subsets(predictor.num_points, order, num_votes, seed)
+    dev = predictor.device
+    pos_all = torch.from_numpy(cloud["pos"]).to(dev)
+    x_all = torch.from_numpy(np.ascontiguousarray(cloud["x"])).to(dev)
+    outs = []
+    for s in range(0, len(subsets), batch_size):
+        idx = torch.from_numpy(np.stack(subsets[s : s + batch_size])).to(dev)  # [V, n]
+        outs.append(fn(pos_all[idx], x_all[idx]).float())
+    return torch.cat(outs).mean(0).cpu().numpy()
+
+
+# --------------------------------------------------------------------------------------
+# predictors
+# --------------------------------------------------------------------------------------
+class TaskPredictor:
+    """How :meth:`gridify.api.Predictor.predict` (and ``inspect``) run the models of a task.
+
+    Subclasses implement :meth:`predict` (and :meth:`inspect`); they are registered in
+    :data:`PREDICTORS` and found through the task (:func:`predictor_for`). One instance serves every
+    Predictor of its task: the state lives on the Predictor passed in.
+
+    Attributes:
+        min_in_channels: the fewest input features per point a model of the task takes.
+    """
+
+    min_in_channels: int = 1
+
+    def check_entries(self, path: Any, info: Dict[str, Any], data: Dict[str, Any], width: int) -> None:
+        """Check the task's own checkpoint entries when the file is loaded (a
+        :class:`gridify.checkpoint.CheckpointError` naming ``path`` and the entry); none by default."""
+
+    def predict(
+        self,
+        predictor: Any,
+        points: Any,
+        normals: Any = None,
+        category: Any = None,
+        *,
+        num_votes: Optional[int] = None,
+        seed: int = 0,
+        batch_size: int = 8,
+        estimate_normals: bool = False,
+        features: Any = None,
+        progress: Optional[Callable[[int, int], None]] = None,
+        up_axis: str = "z",
+        where: str = "Predictor.predict",
+    ) -> Prediction:
+        """:meth:`gridify.api.Predictor.predict` of ``predictor``'s model on one cloud (``up_axis`` checked)."""
+        raise NotImplementedError
+
+    def inspect(
+        self,
+        predictor: Any,
+        points: Any,
+        normals: Any = None,
+        category: Any = None,
+        *,
+        seed: int = 0,
+        estimate_normals: bool = False,
+        up_axis: str = "z",
+        where: str = "Predictor.inspect",
+    ) -> Dict[str, Any]:
+        """:meth:`gridify.api.Predictor.inspect` (its arguments checked)."""
+        fail(where, f"the {type(self).__name__} of this {predictor.task} model has nothing to inspect")
+
+
+class CloudPredictor(TaskPredictor):
+    """Clouds normalized as in training (:meth:`gridify.api.Predictor.prepare`) and run in subsets or
+    chunks of the training ``num_points``: subclasses give :meth:`probabilities`, :meth:`check_sizes`
+    and :meth:`first_subset`."""
+
+    #: votes of ``predict`` when ``num_votes`` is None (and of ``inspect``'s prediction)
+    default_votes: int = 4
+
+    def predict(
+        self,
+        predictor: Any,
+        points: Any,
+        normals: Any = None,
+        category: Any = None,
+        *,
+        num_votes: Optional[int] = None,
+        seed: int = 0,
+        batch_size: int = 8,
+        estimate_normals: bool = False,
+        features: Any = None,
+        progress: Optional[Callable[[int, int], None]] = None,
+        up_axis: str = "z",
+        where: str = "Predictor.predict",
+    ) -> Prediction:
+        if features is not None or progress is not None:
+            fail(where, f"features= and progress= are for scene segmenters; this is a {predictor.task} model")
+        num_votes = self.default_votes if num_votes is None else num_votes
+        check_run(where, num_votes, batch_size, seed, estimate_normals)
+        cat = category_index(predictor, category, where)
+        cloud = predictor.prepare(points, normals, estimate_normals=estimate_normals, up_axis=up_axis, where=where)
+        return self.predict_cloud(predictor, cloud, cat, num_votes, seed, batch_size, where)
+
+    def predict_cloud(
+        self,
+        predictor: Any,
+        cloud: Dict[str, Any],
+        cat: Optional[int],
+        num_votes: int,
+        seed: int,
+        batch_size: int,
+        where: str,
+    ) -> Prediction:
+        """``predict`` of a cloud already read and normalized (``prepare``) and a checked category."""
+        model = predictor.model
+        with evaluating(model), all_or_nothing(model):
+            self.check_sizes(predictor, where, len(cloud["pos"]), num_votes, batch_size)
+            probs = self.probabilities(predictor, cloud, cat, num_votes, seed, batch_size)
+        labels = probs.argmax(-1).astype(np.int64)
+        cat_name = None
+        if cat is not None:
+            cat_name = (predictor.category_names or [str(i) for i in range(predictor.num_categories)])[cat]
+        return Prediction(
+            labels=np.asarray(labels),
+            probabilities=probs,
+            class_names=list(predictor.class_names),
+            task=predictor.task,
+            num_points=int(len(cloud["pos"])),
+            category=cat_name,
+            source=cloud["source"],
+        )
+
+    def check_sizes(self, predictor: Any, where: str, n_in: int, num_votes: int, batch_size: int) -> None:
+        """:func:`check_batch_sizes` for the forward passes :meth:`probabilities` will run."""
+        raise NotImplementedError
+
+    def probabilities(
+        self, predictor: Any, cloud: Dict[str, Any], cat: Optional[int], num_votes: int, seed: int, batch_size: int
+    ) -> np.ndarray:
+        """Class probabilities ``[K]`` of the cloud, or ``[N, K]`` of its points."""
+        raise NotImplementedError
+
+    def first_subset(self, predictor: Any, cloud: Dict[str, Any], seed: int) -> np.ndarray:
+        """The indices of the first subset / chunk of ``num_points`` points (what ``inspect`` draws)."""
+        raise NotImplementedError
+
+    def inspect(
+        self,
+        predictor: Any,
+        points: Any,
+        normals: Any = None,
+        category: Any = None,
+        *,
+        seed: int = 0,
+        estimate_normals: bool = False,
+        up_axis: str = "z",
+        where: str = "Predictor.inspect",
+    ) -> Dict[str, Any]:
+        model = predictor.model
+        if not callable(getattr(model, "gridify", None)):
+            fail(where, f"the model ({type(model).__name__}) has no gridification to inspect")
+        cat = category_index(predictor, category, where)
+        cloud = predictor.prepare(points, normals, estimate_normals=estimate_normals, up_axis=up_axis, where=where)
+        pred = self.predict_cloud(predictor, cloud, cat, self.default_votes, seed, 8, where)  # predict's defaults
+        sub = self.first_subset(predictor, cloud, seed)
+        dev = predictor.device
+        pos = torch.from_numpy(cloud["pos"][sub]).to(dev)
+        x = torch.from_numpy(np.ascontiguousarray(cloud["x"][sub])).to(dev)
+        with evaluating(model), all_or_nothing(model):
+            grid, graph = model.gridify(pos, x, return_graph=True)
+        return {
+            "pos": cloud["pos"],
+            "prediction": pred,
+            "grid": grid[0].cpu(),
+            "graph": graph,
+            "subset": sub,
+            "center": cloud["center"],
+            "scale": cloud["scale"],
+        }
+
+
+@PREDICTORS.register("classification")
+class ClassificationPredictor(CloudPredictor):
+    """One label per cloud: the softmax averaged over ``num_votes`` seeded subsets of ``num_points``."""
+
+    def check_sizes(self, predictor: Any, where: str, n_in: int, num_votes: int, batch_size: int) -> None:
+        check_batch_sizes(predictor, where, n_in, num_votes, batch_size, count=num_votes)
+
+    def probabilities(
+        self, predictor: Any, cloud: Dict[str, Any], cat: Optional[int], num_votes: int, seed: int, batch_size: int
+    ) -> np.ndarray:
+        model = predictor.model
+        return pooled(
+            predictor, cloud, num_votes, seed, batch_size, lambda pos, x: torch.softmax(model(pos, x).float(), -1)
+        )
+
+    def first_subset(self, predictor: Any, cloud: Dict[str, Any], seed: int) -> np.ndarray:
+        order = canonical_order(cloud["pos"], cloud["normals"])
+        return vote_subsets(predictor.num_points, order, 1, seed)[0]
+
+
+@PREDICTORS.register("segmentation")
+class PartSegmentationPredictor(CloudPredictor):
+    """A label per point: the cloud in seeded chunks of at most ``num_points``, each segmented as one
+    cloud of a batch; with a ``category``, the argmax restricted to its parts."""
+
+    def check_sizes(self, predictor: Any, where: str, n_in: int, num_votes: int, batch_size: int) -> None:
+        n = predictor.num_points or n_in
+        check_batch_sizes(predictor, where, n_in, 1, batch_size, count=math.ceil(n_in / n))
+
+    def probabilities(
+        self, predictor: Any, cloud: Dict[str, Any], cat: Optional[int], num_votes: int, seed: int, batch_size: int
+    ) -> np.ndarray:
+        groups = chunks(predictor.num_points, cloud, seed)
+        dev = predictor.device
+        pos_all = torch.from_numpy(cloud["pos"]).to(dev)
+        x_all = torch.from_numpy(np.ascontiguousarray(cloud["x"])).to(dev)
+        K = len(predictor.class_names)
+        probs = torch.zeros(len(pos_all), K)
+        mask = None
+        if cat is not None and predictor.category_to_parts is not None:
+            mask = torch.full((K,), float("-inf"))
+            mask[predictor.category_to_parts[cat]] = 0.0
+        for s in range(0, len(groups), batch_size):
+            group = groups[s : s + batch_size]
+            idx = torch.from_numpy(np.concatenate(group)).to(dev)
+            batch = torch.repeat_interleave(
+                torch.arange(len(group), device=dev), torch.tensor([len(g) for g in group], device=dev)
+            )
+            category = None if cat is None else torch.full((len(group),), cat, dtype=torch.long, device=dev)
+            logits = predictor(pos_all[idx], x_all[idx], batch, category).float().cpu()
+            if mask is not None:
+                logits = logits + mask
+            probs[idx.cpu()] = torch.softmax(logits, -1)
+        return probs.numpy()
+
+    def first_subset(self, predictor: Any, cloud: Dict[str, Any], seed: int) -> np.ndarray:
+        return chunks(predictor.num_points, cloud, seed)[0]
+
+
+@PREDICTORS.register("scene_segmentation")
+class ScenePredictor(TaskPredictor):
+    """A label per point of a metric scene: nothing normalized (a large offset only centred in float64),
+    the training features built from the file (or given), every point scored through fragments and
+    crops of the training ``voxel_size`` / ``max_points``
+    (:func:`gridify.scene_inference.predict_scene_unchecked`, after one validation here)."""
+
+    min_in_channels = 0  # a scene segmenter may take no features beside its coordinates
+
+    def check_entries(self, path: Any, info: Dict[str, Any], data: Dict[str, Any], width: int) -> None:
+        """The inference entries (``voxel_size``, ``max_points``, ``features``) of the right type, checked
+        when the file is loaded: a CheckpointError naming the file and the entry, never a failure later."""
+        from ..datasets.scene_base import SCENE_FEATURES  # noqa: PLC0415 (datasets sit beside api's layer)
+
+        for key in ("voxel_size", "max_points"):
+            v = info.get(key, data.get(key))
+            ok = v is None or (
+                not isinstance(v, bool)
+                and isinstance(v, (int, float))
+                and math.isfinite(v)
+                and v > 0
+                and (key == "voxel_size" or float(v).is_integer())
+            )
+            if not ok:
+                kind = "a positive number of metres" if key == "voxel_size" else "a positive integer"
+                raise CheckpointError(f"{path}: entry info['{key}'] must be null or {kind}, got {v!r}")
+        names = info.get("features", data.get("features"))
+        if names is None:
+            return
+        if isinstance(names, str):
+            names = [names]
+        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) and n in SCENE_FEATURES for n in names):
+            raise CheckpointError(
+                f"{path}: entry info['features'] must be a list of the scene feature names {list(SCENE_FEATURES)}, "
+                f"got {names!r}"
+            )
+        if sum(SCENE_FEATURES[n] for n in names) != width:
+            raise CheckpointError(
+                f"{path}: entry info['features'] {list(names)} gives {sum(SCENE_FEATURES[n] for n in names)} columns "
+                f"but the model takes {width}"
+            )
+
+    def predict(
+        self,
+        predictor: Any,
+        points: Any,
+        normals: Any = None,
+        category: Any = None,
+        *,
+        num_votes: Optional[int] = None,
+        seed: int = 0,
+        batch_size: int = 8,
+        estimate_normals: bool = False,
+        features: Any = None,
+        progress: Optional[Callable[[int, int], None]] = None,
+        up_axis: str = "z",
+        where: str = "Predictor.predict",
+    ) -> Prediction:
+        from ..scene_inference import MAX_FRAGMENTS, predict_scene_unchecked  # noqa: PLC0415
+
+        num_votes = 1 if num_votes is None else num_votes
+        check_run(where, num_votes, batch_size, seed, estimate_normals)
+        if category is not None:
+            fail(where, "category (--category) is only used by part segmenters; a scene segmenter takes none")
+        if progress is not None and not callable(progress):
+            fail(where, f"progress must be None or callable as progress(done, total), got {type(progress).__name__}")
+        points = read_scene(points)
+        cloud = points if isinstance(points, PointCloud) else PointCloud(points=to_numpy(points, "points", where))
+        pos, nrm, source = read_cloud(cloud, normals, where)  # finite, non-empty [N, 3]
+        pos, nrm = to_z_up(pos, up_axis, nrm)
+        if nrm is not None:
+            cloud = PointCloud(
+                points=cloud.points, normals=nrm, colors=cloud.colors, fields=cloud.fields, source=cloud.source
+            )
+        pos = as_float32(centre_large_offset(pos)[0], "points", where)  # UTM metres: centred in float64 first
+        x = self.point_features(predictor, cloud, pos, features, estimate_normals, source, where)  # finite [N, F]
+        info = predictor.meta.get("info") or {}  # voxel_size / max_points checked at load (check_entries)
+        voxel_size, max_points = info.get("voxel_size"), info.get("max_points")
+        model, dev = predictor.model, predictor.device
+        with evaluating(model), all_or_nothing(model):
+            probs = predict_scene_unchecked(
+                model,
+                torch.from_numpy(pos).to(dev),
+                torch.from_numpy(x).to(dev),
+                None if voxel_size is None else float(voxel_size),
+                None if max_points is None else int(max_points),
+                int(num_votes),
+                int(seed),
+                int(batch_size),
+                MAX_FRAGMENTS,
+                progress,
+            )
+        probs_np = probs.float().cpu().numpy()
+        return Prediction(
+            labels=probs_np.argmax(-1).astype(np.int64),
+            probabilities=probs_np,
+            class_names=list(predictor.class_names),
+            task=predictor.task,
+            num_points=int(len(pos)),
+            source=source,
+        )
+
+    def point_features(
+        self,
+        predictor: Any,
+        cloud: PointCloud,
+        pos: np.ndarray,
+        features: Any,
+        estimate_normals: bool,
+        source: str,
+        where: str,
+    ) -> np.ndarray:
+        """The model's float32 input features ``[N, F]``: ``features`` as given or built from the cloud."""
+        width = predictor.in_channels
+        if features is not None:
+            x = to_numpy(features, "features", where)
+            if x.ndim != 2 or x.shape[0] != len(pos) or x.shape[1] != width:
+                fail(
+                    where,
+                    f"features must have shape [N, F] = [{len(pos)}, {width}] (one row per point, "
+                    f"the model's in_channels), got {tuple(x.shape)}",
+                )
+            if not np.isfinite(x).all():
+                bad = int(np.flatnonzero(~np.isfinite(x).all(1))[0])
+                fail(where, f"features contain NaN/Inf values (row {bad})")
+            return as_float32(x, "features", where)
+        names = predictor.scene_features
+        x = self.built_features(names, cloud, pos, estimate_normals, where)
+        if x.shape[1] != width:
+            fail(where, f"the scene features {list(names)} give {x.shape[1]} columns but the model takes {width}")
+        if not np.isfinite(x).all():
+            bad = int(np.flatnonzero(~np.isfinite(x).all(1))[0])
+            fail(where, f"the features {list(names)} of {source or 'the cloud'} hold NaN/Inf (row {bad})")
+        return x
+
+    def built_features(
+        self, names: Any, cloud: PointCloud, pos: np.ndarray, estimate_normals: bool, where: str
+    ) -> np.ndarray:
+        """The features ``names`` (the model's :attr:`gridify.api.Predictor.scene_features`) of a metric scene,
+        built by the datasets' own :func:`gridify.datasets.scene_base.build_scene_features` from what the
+        cloud has."""
+        from ..datasets._common import DatasetError  # noqa: PLC0415 (datasets sit beside api's layer)
+        from ..datasets.scene_base import build_scene_features  # noqa: PLC0415
+
+        what = cloud.source or "the cloud"
+        fields = {k.lower(): v for k, v in (cloud.fields or {}).items()}
+        if "color" in names and cloud.colors is None:
+            fail(
+                where,
+                f"the model was trained with colours (features {list(names)}) but {what} has none; use a model "
+                f"trained without them (data.features without color: the shipped scene_pointcept recipe trains on "
+                f"height only), read a file with colours, or in Python pass features=",
+            )
+        nrm = cloud.normals
+        if "normal" in names and nrm is None:
+            if not estimate_normals:
+                fail(
+                    where,
+                    f"the model was trained with normals (features {list(names)}) but {what} has none; pass "
+                    f"estimate_normals=True (--estimate-normals)",
+                )
+            nrm = estimate_unit_normals(pos)
+        strength = None
+        if {"strength", "intensity"} & set(names):
+            key = next((k for k in ("intensity", "strength", "remission", "reflectance") if k in fields), None)
+            if key is None:
+                fail(
+                    where,
+                    f"the model was trained with LiDAR intensity (features {list(names)}) but {what} has no "
+                    f"intensity field (fields: {sorted(fields) or 'none'}); read a file that has one (.bin, .las, "
+                    f".ply/.pcd with an intensity property) or in Python pass features=",
+                )
+            strength = fields[key]
+        try:
+            return build_scene_features(names, pos, color=cloud.colors, normal=nrm, strength=strength, where=what)
+        except DatasetError as exc:
+            fail(where, str(exc))
+
+    def inspect(
+        self,
+        predictor: Any,
+        points: Any,
+        normals: Any = None,
+        category: Any = None,
+        *,
+        seed: int = 0,
+        estimate_normals: bool = False,
+        up_axis: str = "z",
+        where: str = "Predictor.inspect",
+    ) -> Dict[str, Any]:
+        """Metric points, every one labelled; no single grid frame to draw (each crop has its own box)."""
+        points = read_scene(points)  # read once, with the fields the features may need
+        pred = predictor.predict(
+            points, normals, category, seed=seed, estimate_normals=estimate_normals, up_axis=up_axis
+        )
+        pos, _, _ = read_cloud(points, normals, where)
+        pos, _ = to_z_up(pos, up_axis)
+        return {
+            "pos": centre_large_offset(pos)[0].astype(np.float32),
+            "prediction": pred,
+            "grid": None,
+            "graph": None,
+            "subset": None,
+            "center": np.zeros(3),
+            "scale": 1.0,
+        }
