@@ -389,7 +389,7 @@ def export_onnx(
     scene segmenter's file computes :class:`OnnxSegmenter`: per-point ``logits [B, N, K]`` of
     ``points [B, N, 3]`` (+ ``normals`` / ``category [B]`` for part segmenters trained with them,
     + ``features [B, N, F]`` for scene segmenters with per-point features); a scene segmenter's
-    cloud is one crop, and :class:`OnnxSceneModel` covers a whole scan with crops as
+    cloud is one crop, and :class:`gridify.export.OnnxSceneModel` covers a whole scan with crops as
     :meth:`gridify.Predictor.predict` does. The metadata records the class names, the
     normalization, ``k``, ``R``, the gridify version (a scene segmenter's extent, features, voxel size,
     crop size). The graph costs time ``O(B N R^3)`` (brute-force distances), memory ``O(B N R^3)``

@@ -26,7 +26,7 @@ __all__ = ["OnnxSceneModel"]
 
 
 class OnnxSceneModel:
-    """An exported scene segmenter (an ONNX file of :func:`export_onnx`) as the ``model(pos, x, batch)
+    """An exported scene segmenter (an ONNX file of :func:`gridify.export.export_onnx`) as the ``model(pos, x, batch)
     -> logits`` callable that :func:`gridify.scene_inference.predict_scene` covers a whole scan with.
 
     ``__call__`` runs the file once per cloud of the flat batch (``pos [n, 3]`` metres, ``x [n, F]``

@@ -140,7 +140,7 @@ class OnnxClassifier(nn.Module):
     ``forward(points [B, N, 3], normals [B, N, 3])`` (``normals`` only for models with
     ``in_channels == 6``) -> logits ``[B, K]``: optional normalization (:func:`normalize_points`),
     point features ``x = points'`` (3 features) or ``[points', normals]`` (6, as
-    :class:`gridify.Predictor` builds them), :func:`gridify_dense`, then the model's
+    :class:`gridify.Predictor` builds them), :func:`gridify.nn.dense.gridify_dense`, then the model's
     ``grid_norm``, ``backbone``, ``pool_grid`` and ``head``. The wrapped model is the given one
     (shared weights); put it in eval mode. Called eagerly, ``forward`` and :meth:`reference`
     check their inputs (finite tensors of the model's dtype and device, ``[B, N, 3]`` with
