@@ -53,7 +53,7 @@ def median_time(fn: Callable[[], Any], repeats: int) -> float:
 
 def export(model: Any, path: Path, search: str) -> float:
     """Export ``model`` with the given search (the bucketed one is the default for scene models)."""
-    from gridify import export as E  # noqa: PLC0415
+    from gridify.export import exporter as E  # noqa: PLC0415 - export_onnx looks _folded_wrapper up here
 
     made = E._folded_wrapper
 

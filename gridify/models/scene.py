@@ -53,7 +53,7 @@ from ..ops.grid import check_resolution, resolution_value
 from ..registry import MODELS
 from .gridified import GridifiedModel
 
-__all__ = ["GridifiedSceneSegmenter", "SceneGraphBuilder", "scene_box_coordinates"]
+__all__ = ["GridifiedSceneSegmenter", "SceneGraphBuilder", "scene_box_coordinates", "scene_box_dense"]
 
 #: Backbones that run on a per-axis (non-cubic) grid.
 PER_AXIS_BACKBONES = ("ccnn", "resnet", "unet")
@@ -81,6 +81,16 @@ def check_extent(where: str, extent: Any) -> Optional[Tuple[float, float, float]
     return tuple(float(v) for v in values)  # type: ignore[return-value]
 
 
+def _box_scale(lo: Tensor, hi: Tensor, extent: Optional[Sequence[float]]) -> Tuple[Tensor, Tensor]:
+    """``(c, s)`` of the module docstring from every cloud's bounds ``lo, hi [..., 3]`` (the arithmetic
+    that :func:`scene_box_coordinates` and :func:`scene_box_dense` share)."""
+    centre = (lo + hi) / 2
+    if extent is None:
+        half = (hi - lo) / 2
+        return centre, torch.where(half > FLAT_TOLERANCE * (1 + centre.abs()), half, torch.ones_like(half))
+    return centre, torch.tensor(extent, dtype=lo.dtype, device=lo.device).expand_as(lo) / 2
+
+
 def scene_box_coordinates(
     pos: Tensor, batch: Tensor, num_clouds: int, extent: Optional[Sequence[float]] = None
 ) -> Tensor:
@@ -90,13 +100,21 @@ def scene_box_coordinates(
     p = pos.detach()
     lo = p.new_full((num_clouds, 3), float("inf")).scatter_reduce_(0, index, p, "amin")
     hi = p.new_full((num_clouds, 3), float("-inf")).scatter_reduce_(0, index, p, "amax")
-    centre = (lo + hi) / 2
-    if extent is None:
-        half = (hi - lo) / 2
-        half = torch.where(half > FLAT_TOLERANCE * (1 + centre.abs()), half, torch.ones_like(half))
-    else:
-        half = torch.tensor(extent, dtype=pos.dtype, device=pos.device).expand(num_clouds, 3) / 2
+    centre, half = _box_scale(lo, hi, extent)
     return ((pos - centre[batch]) / half[batch]).clamp(-1.0, 1.0)
+
+
+def scene_box_dense(points: Tensor, extent: Optional[Sequence[float]]) -> Tensor:
+    """:func:`scene_box_coordinates` of equally sized clouds ``points [B, N, 3]`` (the same float
+    arithmetic, traceable: what the exported scene segmenter computes): every cloud centred on its
+    bounding-box centre, divided by half the fixed ``extent`` (or its own half extent, 1 on a flat
+    axis), clamped into ``[-1, 1]``. No validation (finite points, ``N >= 1``).
+
+    Shapes:
+        points ``[B, N, 3]`` metres -> ``[B, N, 3]`` in ``[-1, 1]^3``
+    """
+    centre, half = _box_scale(points.amin(1, keepdim=True), points.amax(1, keepdim=True), extent)
+    return ((points - centre) / half).clamp(-1.0, 1.0)
 
 
 @dataclass(frozen=True)

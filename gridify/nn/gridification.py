@@ -154,16 +154,34 @@ class BipartiteConv(nn.Module):
         """Edges per chunk in the no-gradient path (``edge_chunk_elements / hidden_channels``)."""
         return max(256, self.edge_chunk_elements // self.hidden_channels)
 
+    def node_embedding(self, x_src: Tensor) -> Tensor:
+        """``h = phi_node(x_src)`` (times ``A`` for concat messages): the half of every message that
+        depends on its source node only, computed once per source node. ``[S, F] -> [S, H]``."""
+        h = self.phi_node(x_src)
+        return self.msg_node(h) if self.message == "concat" else h
+
+    def edge_message(self, h_src: Tensor, offset: Tensor) -> Tensor:
+        """``phi_msg(h_src, phi_pos(offset))``: the messages of edges whose sources have the
+        :meth:`node_embedding` ``h_src [..., H]`` and the offsets ``offset [..., D]`` (target minus
+        source); ``"product"``: ``h_src * phi_pos``, ``"concat"``: ``W_2 GELU(h_src + phi_pos)``.
+        The autograd path of :meth:`forward` and the fixed-shape (exported) path
+        (:mod:`gridify.nn.dense`) both compute their messages here. ``-> [..., H]``."""
+        p = self.phi_pos(offset)
+        if self.message == "product":
+            return h_src * p
+        return self.msg_out(nn.functional.gelu(h_src + p))
+
+    def update(self, agg: Tensor) -> Tensor:
+        """``phi_upd(agg)``: the target features of the aggregated messages ``[T, H] -> [T, C]``."""
+        return self.phi_upd(agg)
+
     def _messages(self, h: Tensor, offset: Tensor, edge_src: Tensor, phi_pos=None) -> Tensor:
-        if not torch.is_grad_enabled():  # same values, fewer temporaries and passes over memory
+        if not torch.is_grad_enabled():  # same values as edge_message, fewer temporaries and passes over memory
             p = (phi_pos or self.phi_pos)(offset)
             if self.message == "product":
                 return p.mul_(torch.index_select(h, 0, edge_src))
             return self.msg_out(torch.ops.aten.gelu_(p.add_(torch.index_select(h, 0, edge_src))))
-        p = self.phi_pos(offset)
-        if self.message == "product":
-            return h[edge_src] * p
-        return self.msg_out(nn.functional.gelu(h[edge_src] + p))
+        return self.edge_message(h[edge_src], offset)
 
     def _inference_phi_pos(self):
         """phi_pos for the no-gradient path: the field's fused ``inference_fn()`` when it has one."""
@@ -172,9 +190,7 @@ class BipartiteConv(nn.Module):
 
     @checked_forward(check_message_passing_inputs)
     def forward(self, x_src: Tensor, edge_src: Tensor, edge_dst: Tensor, offset: Tensor, num_dst: int) -> Tensor:
-        h = self.phi_node(x_src)
-        if self.message == "concat":
-            h = self.msg_node(h)  # A phi_node, once per source node
+        h = self.node_embedding(x_src)  # A phi_node for concat messages, once per source node
         E = edge_src.numel()
         chunk = self.edge_chunk_size
         if torch.is_grad_enabled():
@@ -199,7 +215,7 @@ class BipartiteConv(nn.Module):
             )
         else:
             agg = self._chunked_aggregate(h, offset, edge_src, edge_dst, num_dst, chunk)
-        return self.phi_upd(agg)
+        return self.update(agg)
 
     def _chunked_aggregate(
         self, h: Tensor, offset: Tensor, edge_src: Tensor, edge_dst: Tensor, num_dst: int, chunk: int

@@ -25,6 +25,9 @@ import torch.nn.functional as F
 import gridify
 from gridify import cli
 from gridify import export as E
+from gridify.export import exporter as X  # the exporter's private steps (monkeypatch targets)
+from gridify.export import wrappers as W
+from gridify.nn import dense as D
 from gridify.checkpoint import export_model, load_checkpoint
 from gridify.io import read_points
 from gridify.models import GridifiedClassifier, GridifiedSegmenter
@@ -533,7 +536,7 @@ def no_tracing(monkeypatch):
     def traced(*args, **kwargs):
         raise AssertionError("export_onnx traced the model before refusing its arguments")
 
-    monkeypatch.setattr(E, "_trace", traced)
+    monkeypatch.setattr(X, "_trace", traced)
 
 
 @pytest.mark.parametrize("opset", [7, 17, 26, 99])
@@ -625,7 +628,7 @@ def test_mrconv_placeholder_kernels_are_an_export_error(tmp_path, monkeypatch, n
             if isinstance(m, MRConv3d):
                 m.reparameterize()
 
-    monkeypatch.setattr(E, "reparameterize_model", fold_without_resolution)
+    monkeypatch.setattr(X, "reparameterize_model", fold_without_resolution)
     with pytest.raises(
         E.ExportError,
         match=r"MRConv layers \(.*\) have never seen an input, so folding them .* "
@@ -661,7 +664,7 @@ def test_onnxruntime_and_write_failures_are_export_errors(tmp_path, monkeypatch)
     def full_disk(path, data):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(E, "atomic_write_bytes", full_disk)
+    monkeypatch.setattr(X, "atomic_write_bytes", full_disk)
     with pytest.raises(E.ExportError, match=r"could not write path='.*m.onnx' \(No space left on device\)"):
         E.export_onnx(model, tmp_path / "m.onnx", num_points=20, batch_size=1, verify=False)
     assert not list(tmp_path.iterdir())
@@ -718,8 +721,9 @@ def test_the_checks_stay_out_of_the_traced_graph(monkeypatch):
         raise AssertionError("a check ran while tracing")
 
     monkeypatch.setattr(E.OnnxClassifier, "check_inputs", no_checks)
-    monkeypatch.setattr(E, "_check_clouds", no_checks)
-    monkeypatch.setattr(E, "_check_gridify_dense", no_checks)
+    monkeypatch.setattr(D, "check_dense_clouds", no_checks)
+    monkeypatch.setattr(W, "check_dense_clouds", no_checks)
+    monkeypatch.setattr(D, "_check_gridify_dense", no_checks)
     with E.tracing_mode(wrapper), torch.no_grad():
         assert torch.equal(wrapper(pts), want)
 
@@ -839,7 +843,7 @@ def test_the_export_parity_check_covers_degenerate_clouds(tmp_path, monkeypatch,
     """The check before writing runs degenerate clouds too (and counts a NaN on one side as a
     difference): a graph that is NaN only on identical points is refused, naming those clouds."""
     model, _ = tiny_classifier()
-    monkeypatch.setattr(E, "_normalize_points", old_normalize_points)
+    monkeypatch.setattr(W, "_normalize_points", old_normalize_points)
     with pytest.raises(
         E.ExportError,
         match=r"differ from PyTorch's by inf > atol=0.0001 on the check clouds "
@@ -849,8 +853,8 @@ def test_the_export_parity_check_covers_degenerate_clouds(tmp_path, monkeypatch,
     assert not list(tmp_path.iterdir())
     model, _ = tiny_classifier()
     wrapper = E.OnnxClassifier(model)
-    example = E._example_inputs(wrapper, 2, 40, 0)
-    labels = [name for name, _ in E._check_inputs(wrapper, example, None, None, 40, 0)]
+    example = wrapper.example_inputs(2, 40, 0)
+    labels = [name for name, _ in X._check_inputs(wrapper, example, None, None, 40, 0)]
     for kind in ("identical points", "two points repeated", "collinear points", "coplanar points"):
         assert f"{kind} (N=40)" in labels and f"{kind} (N=6)" in labels  # the traced N and N = k
     assert "random clouds (N=k=6)" in labels
@@ -862,8 +866,8 @@ def test_no_constant_in_the_traced_code_underflows_float32():
     import ast
 
     tiny = torch.finfo(torch.float32).tiny
-    files = [ROOT / "gridify" / "export.py", ROOT / "gridify" / "models" / "gridified.py"]
-    for package in ("nn", "backbones", "ops"):
+    files = [ROOT / "gridify" / "models" / "gridified.py", ROOT / "gridify" / "models" / "scene.py"]
+    for package in ("export", "nn", "backbones", "ops"):
         files += sorted((ROOT / "gridify" / package).glob("*.py"))
     bad = [
         f"{f.relative_to(ROOT)}:{node.lineno}: {node.value!r}"
@@ -880,10 +884,10 @@ def test_node_ties_of_degenerate_clouds_are_told_apart_from_real_differences():
     correct). The parity check then compares over the file's graph; not for untied clouds."""
     model, _ = tiny_classifier(6, pos_embedding="siren", aggr="max", message="concat", pool="meanmax")  # R = 5
     wrapper = E.OnnxClassifier(model, normalize=True)
-    checks = dict(E._check_inputs(wrapper, E._example_inputs(wrapper, 2, 70, 0), 2, 70, 70, 0))
-    assert E._node_ties_only(wrapper, checks["identical points (N=70)"])
+    checks = dict(X._check_inputs(wrapper, wrapper.example_inputs(2, 70, 0), 2, 70, 70, 0))
+    assert X._node_ties_only(wrapper, checks["identical points (N=70)"])
     for name in ("random clouds (N=70)", "collinear points (N=70)", "coplanar points (N=70)"):
-        assert not E._node_ties_only(wrapper, checks[name]), name
+        assert not X._node_ties_only(wrapper, checks[name]), name
     pos = E.normalize_points(checks["identical points (N=70)"][0])
     _, point_nodes, _ = E.dense_bilateral_knn(pos, model.gridify.grid, model.gridify.k)
     # the centre node 62, then five of its six face neighbours (at h^2), the lowest indices first

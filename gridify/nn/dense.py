@@ -1,0 +1,574 @@
+r"""Fixed-shape (traceable) forms of the bilateral kNN graph and of the (de-)gridification.
+
+:class:`gridify.nn.Gridification` builds its graph with data-dependent code (a KD-tree,
+``torch.unique``, chunked loops), which no exporter can trace. The functions here compute the same
+layers on equally sized clouds ``[B, N, 3]`` with fixed-shape tensors (what the ONNX export,
+:mod:`gridify.export`, traces), with the bilateral kNN graph built by brute force, per cloud ``b``:
+
+    A_{b,i} = topk_k { ||c_i^G - c_j||^2 : j < N }              (grid node i <- its k nearest points)
+    P_{b,j} = topk_k' { ||c_i^G - c_j||^2 : i < R^3 }           (point j -> its k' = min(k, R^3) nearest nodes)
+    keep_{b,j,t} = [ j not in A_{b, P_{b,j,t}} ]                 (the point -> node edges A does not hold)
+
+so ``E = {(j, i) : j in A_i} U {(j, i) : i in P_j, keep}`` is the deduplicated union without
+``torch.unique``: ``R^3 k + N k'`` candidate edges, the duplicates masked out, so a mean counts
+every edge once. The distances use the same float arithmetic as :func:`gridify.ops.knn` (torch
+backend) for ``A`` and as :func:`gridify.ops.grid_knn` for ``P``, so ``E`` is
+:func:`gridify.nn.bilateral_knn`'s edge set. Exact ties are broken by the lower index: for
+equidistant points (duplicates) this is what the brute-force and KD-tree searches do too; a point
+lying exactly on a symmetry plane of the lattice may keep a different but equally near node at
+its k-th place than :func:`gridify.ops.grid_knn` (identical points, which normalize onto the
+centre of the lattice, do; the parity check of :func:`gridify.export.export_onnx` tells such ties
+apart). The gridification is then
+
+    x_i^G = phi_upd( AGG( {phi_msg(phi_node(x_j), phi_pos(c_i^G - c_j)) : j in A_i}
+                          U {... : i in P_j, keep_{j,i}} ) )
+
+with the layer's own :class:`~gridify.nn.gridification.BipartiteConv` methods (``node_embedding``
+for ``phi_node``, ``edge_message`` for ``phi_msg``, ``update`` for ``phi_upd``: the methods its
+sparse autograd path calls); only the aggregation over the two edge kinds is written here.
+
+On any grid ``(Rx, Ry, Rz)`` (:func:`dense_grid_knn_unchecked`) ``A`` runs in blocks of
+:data:`NODE_CHUNK` nodes, by brute force or in the nearest buckets of a kd split of the points
+with an exactness check and a brute-force fallback (:func:`node_points_bucketed`), and ``P``
+among the nearest coordinates of every axis; :func:`gridify_dense_graph` gridifies over it and
+:func:`degridify_dense_graph` de-gridifies over the transposed edges
+
+    x_j^P = phi_upd( AGG( {phi_msg(phi_node(g_i), phi_pos(c_j - c_i^G)) : j in A_i}
+                          U {... : i in P_j, keep_{j,i}} ) )
+
+Shapes:
+    dense_bilateral_knn: pos ``[B, N, 3]`` -> node_points ``[B, R^3, k]``, point_nodes ``[B, N, k']``,
+    keep ``[B, N, k']`` (bool).
+    gridify_dense: pos ``[B, N, 3]``, x ``[B, N, F]`` -> ``[B, C, R, R, R]``.
+    gridify_dense_graph: pos ``[B, N, 3]``, x ``[B, N, F]``, graph -> ``[B, C, Rx, Ry, Rz]``.
+    degridify_dense_graph: z ``[B, C, Rx, Ry, Rz]``, pos ``[B, N, 3]``, graph -> ``[B, N, C_out]``.
+    node_points_bucketed: pos ``[B, N, 3]``, nodes ``[R, 3]`` -> node_points ``[B, R, k]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from .._checks import (
+    check_alloc,
+    check_finite,
+    check_float,
+    check_int,
+    check_tensor,
+    element_size,
+    fail,
+    validating,
+)
+from ..ops.grid import box_tensors
+from ..ops.knn import smallest_by_index
+from .grid import RegularGrid
+from .gridification import Degridification, Gridification
+
+__all__ = [
+    "NODE_CHUNK",
+    "SEARCHES",
+    "BUCKET_LEVELS",
+    "BUCKETS_SEARCHED",
+    "BUCKET_MIN_POINTS",
+    "check_dense_clouds",
+    "check_dense_size",
+    "dense_bilateral_knn",
+    "dense_bilateral_knn_unchecked",
+    "dense_edge_index",
+    "dense_grid_knn_unchecked",
+    "degridify_dense_graph",
+    "grid_axes",
+    "grid_tables",
+    "gridify_dense",
+    "gridify_dense_graph",
+    "gridify_dense_unchecked",
+    "node_points_bucketed",
+    "point_buckets",
+]
+
+
+def check_dense_clouds(
+    where: str,
+    pos: Any,
+    name: str,
+    k: int = 1,
+    dtype: Optional[torch.dtype] = None,
+    device: Optional[torch.device] = None,
+) -> Tensor:
+    """``pos``: a finite floating tensor ``[B, N, 3]``, ``B >= 1``, ``N >= k`` (of ``dtype`` / on
+    ``device`` when given); messages name ``name`` and, for a NaN / Inf, the cloud and row."""
+    pos = check_tensor(where, name, pos)
+    if pos.dim() != 3 or pos.size(-1) != 3 or pos.size(0) == 0:
+        fail(where, f"{name} must have shape [B, N, 3] with B >= 1, got {tuple(pos.shape)}")
+    check_float(where, name, pos)
+    if dtype is not None and pos.dtype != dtype:
+        fail(
+            where,
+            f"{name} must be {str(dtype).replace('torch.', '')} (the model's dtype), got {pos.dtype}; "
+            f"convert it with .to({dtype})",
+        )
+    if device is not None and pos.device != device:
+        fail(where, f"{name} is on {pos.device} but the model is on {device}")
+    if pos.size(1) < k:
+        fail(
+            where,
+            f"every cloud needs at least k={k} points, got N={pos.size(1)}"
+            if k > 1
+            else f"every cloud needs at least one point, got N={pos.size(1)}",
+        )
+    check_finite(where, name, pos.reshape(-1, 3), torch.arange(pos.size(0)).repeat_interleave(pos.size(1)))
+    return pos
+
+
+def check_dense_size(where: str, what: str, batch: int, num_points: int, num_nodes: int, dtype: torch.dtype) -> None:
+    """Refuse (before allocating) a fixed-shape graph whose ``[B, R^3, N]`` distance matrix alone
+    exceeds the allocation limit; ``what`` names the arguments that decide the size."""
+    nbytes = batch * num_points * num_nodes * element_size(dtype)
+    check_alloc(
+        where, f"{what} (a [B, R^3, N] = [{batch}, {num_nodes}, {num_points}] {str(dtype)[6:]} distance matrix)", nbytes
+    )
+
+
+def dense_bilateral_knn(pos: Tensor, grid: RegularGrid, k: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """Bilateral kNN edges of equally sized clouds ``pos [B, N, 3]`` as fixed-shape index tensors.
+
+    Returns ``(node_points [B, R^3, k], point_nodes [B, N, k'], keep [B, N, k'])`` (see the module
+    docstring; ``k' = min(k, R^3)``). Validates its arguments, then runs
+    :func:`dense_bilateral_knn_unchecked`. :func:`dense_edge_index` turns the result into the
+    ``edge_index`` of :func:`gridify.nn.bilateral_knn`.
+    """
+    where = "dense_bilateral_knn"
+    if not isinstance(grid, RegularGrid):
+        fail(where, f"grid must be a RegularGrid, got {type(grid).__name__}")
+    k = check_int(where, "k", k)
+    pos = check_dense_clouds(where, pos, "pos", k)
+    check_dense_size(where, f"pos {tuple(pos.shape)}", pos.size(0), pos.size(1), grid.num_nodes, pos.dtype)
+    return dense_bilateral_knn_unchecked(pos, k, *grid_tables(grid, pos.device, pos.dtype))
+
+
+def grid_tables(
+    grid: RegularGrid, device: Optional[torch.device] = None, dtype: torch.dtype = torch.float32
+) -> Tuple[Tensor, Tensor]:
+    """The constants of the traced graph: node positions ``[R^3, 3]`` (``linspace`` per axis, as
+    the node -> points search uses) and per-axis node coordinates ``lo + a h`` ``[3, R]`` (as
+    :func:`gridify.ops.grid_knn` computes them; the two may differ in the last bit)."""
+    if not isinstance(grid, RegularGrid):
+        fail("grid_tables", f"grid must be a RegularGrid, got {type(grid).__name__}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        fail("grid_tables", f"dtype must be a floating torch.dtype, got {dtype!r}")
+    lo, hi = box_tensors(grid.lower, grid.upper, device, dtype)
+    h = (hi - lo) / (grid.resolution - 1)
+    axis = lo[:, None] + torch.arange(grid.resolution, device=device).to(dtype) * h[:, None]
+    return grid.positions(device, dtype), axis
+
+
+def _smallest(d: Tensor, k: int) -> Tensor:
+    """Columns of the ``k`` smallest entries of every row of ``d [B, M, N]``, ties to the lower column
+    as :func:`gridify.ops.knn` breaks them: in the exported graph ONNX ``TopK`` does that by
+    definition; run eagerly, ``torch.topk`` does not promise it, so :func:`smallest_by_index` runs."""
+    if torch.compiler.is_compiling() or torch.compiler.is_exporting():
+        return torch.topk(d, k, dim=2, largest=False, sorted=True).indices
+    return smallest_by_index(d.reshape(-1, d.size(2)), k)[1].view(d.size(0), d.size(1), k)
+
+
+def dense_bilateral_knn_unchecked(pos: Tensor, k: int, nodes: Tensor, axis: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """:func:`dense_bilateral_knn` on validated inputs (finite ``[B, N, 3]``, ``N >= k``) and the
+    grid's :func:`grid_tables` ``nodes [R^3, 3]``, ``axis [3, R]``; traceable with static ``k``."""
+    B, N = pos.shape[:2]
+    R = axis.size(1)
+    R3 = nodes.size(0)
+    d = (nodes[None, :, None, 0] - pos[:, None, :, 0]).pow(2)
+    d = d + (nodes[None, :, None, 1] - pos[:, None, :, 1]).pow(2)
+    d = d + (nodes[None, :, None, 2] - pos[:, None, :, 2]).pow(2)  # [B, R^3, N], as knn's torch backend
+    node_points = _smallest(d, k)
+    da = (axis - pos[..., None]).pow(2)  # [B, N, 3, R], as grid_knn
+    dist = da[:, :, 0, :, None, None] + da[:, :, 1, None, :, None]
+    dist = dist + da[:, :, 2, None, None, :]  # [B, N, R, R, R]: node a R^2 + b R + c
+    kk = min(k, R3)
+    point_nodes = _smallest(dist.reshape(B, N, R**3), kk)  # ties to the lower node, eagerly as in the graph
+    chosen = torch.gather(node_points, 1, point_nodes.reshape(B, N * kk, 1).expand(-1, -1, k))
+    own = torch.arange(N, device=pos.device).view(1, N, 1, 1)
+    keep = ~(chosen.view(B, N, kk, k) == own).any(-1)
+    return node_points, point_nodes, keep
+
+
+def dense_edge_index(node_points: Tensor, point_nodes: Tensor, keep: Tensor) -> Tensor:
+    """The edges of :func:`dense_bilateral_knn` as a :class:`gridify.nn.BipartiteGraph` ``edge_index``.
+
+    ``[2, E]``: global point index ``b N + j`` and global node index ``b R^3 + i``, sorted by
+    node, then point (the layout of :func:`gridify.nn.bilateral_knn`).
+    """
+    where = "dense_edge_index"
+    for name, t in (("node_points", node_points), ("point_nodes", point_nodes), ("keep", keep)):
+        check_tensor(where, name, t)
+        if t.dim() != 3:
+            fail(where, f"{name} must have 3 dimensions, got shape {tuple(t.shape)}")
+        if name != "keep" and (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool):
+            fail(where, f"{name} must be an integer tensor, got dtype {t.dtype}")
+    if keep.dtype != torch.bool:
+        fail(where, f"keep must be a bool tensor, got dtype {keep.dtype}")
+    if point_nodes.shape != keep.shape or point_nodes.size(0) != node_points.size(0):
+        fail(
+            where,
+            f"node_points [B, R^3, k], point_nodes [B, N, k'] and keep [B, N, k'] do not fit together: "
+            f"{tuple(node_points.shape)}, {tuple(point_nodes.shape)}, {tuple(keep.shape)}",
+        )
+    for name, t, size in (
+        ("node_points", node_points, point_nodes.size(1)),
+        ("point_nodes", point_nodes, node_points.size(1)),
+    ):
+        if t.numel() and (int(t.min()) < 0 or int(t.max()) >= size):
+            fail(where, f"{name} must hold indices in [0, {size}), got values in [{int(t.min())}, {int(t.max())}]")
+    B, R3, k = node_points.shape
+    N = point_nodes.size(1)
+    cloud_pt = torch.arange(B).view(B, 1, 1) * N
+    cloud_nd = torch.arange(B).view(B, 1, 1) * R3
+    a_point = (node_points + cloud_pt).reshape(-1)
+    a_node = (torch.arange(R3).view(1, R3, 1) + cloud_nd).expand(B, R3, k).reshape(-1)
+    b_point = (torch.arange(N).view(1, N, 1) + cloud_pt).expand_as(point_nodes)[keep]
+    b_node = (point_nodes + cloud_nd)[keep]
+    point = torch.cat([a_point, b_point])
+    node = torch.cat([a_node, b_node])
+    order = torch.argsort(node * (B * N) + point)
+    return torch.stack([point[order], node[order]])
+
+
+def gridify_dense(
+    module: Gridification, pos: Tensor, x: Tensor, tables: Optional[Tuple[Tensor, Tensor]] = None
+) -> Tensor:
+    r"""The forward of a :class:`gridify.nn.Gridification` on fixed-shape tensors (traceable).
+
+    ``pos [B, N, 3]`` (finite, ``N >= k``) and ``x [B, N, F]`` -> ``[B, C, R, R, R]``: the same
+    result as ``module(pos, x)`` (to float rounding) over the edges of
+    :func:`dense_bilateral_knn_unchecked`; points outside the grid box connect to their nearest
+    nodes (``outside="allow"``). Aggregations ``mean``, ``sum`` and ``max``. ``tables``: the grid's
+    :func:`grid_tables` (computed here when None; pass them when tracing). Validates its
+    arguments (outside a trace), then runs the unchecked implementation that the export traces.
+    """
+    if validating():
+        _check_gridify_dense(module, pos, x, tables)
+    return gridify_dense_unchecked(module, pos, x, tables)
+
+
+def _check_gridify_dense(module: Any, pos: Any, x: Any, tables: Any) -> None:
+    where = "gridify_dense"
+    if not isinstance(module, Gridification):
+        fail(where, f"module must be a gridify.nn.Gridification, got {type(module).__name__}")
+    if module.max_in_degree is not None:
+        fail(
+            where,
+            f"the module caps the in-degree (max_in_degree={module.max_in_degree}); gridify_dense builds "
+            f"the uncapped bilateral kNN graph",
+        )
+    p = next(module.parameters())
+    pos = check_dense_clouds(where, pos, "pos", module.k, p.dtype, p.device)
+    x = check_tensor(where, "x", x)
+    if x.dim() != 3 or x.shape[:2] != pos.shape[:2] or x.size(2) != module.in_channels:
+        fail(
+            where,
+            f"x must have shape [B, N, F] = [{pos.size(0)}, {pos.size(1)}, {module.in_channels}] (pos' B and "
+            f"N, the module's in_channels), got {tuple(x.shape)}",
+        )
+    if x.dtype != pos.dtype or x.device != pos.device:
+        fail(where, f"x must have pos' dtype and device ({pos.dtype} on {pos.device}), got {x.dtype} on {x.device}")
+    check_finite(where, "x", x.reshape(-1, x.size(2)), torch.arange(x.size(0)).repeat_interleave(x.size(1)))
+    if tables is not None:
+        R = module.grid.resolution
+        ok = (
+            isinstance(tables, (tuple, list))
+            and len(tables) == 2
+            and all(isinstance(t, Tensor) for t in tables)
+            and tuple(tables[0].shape) == (R**3, 3)
+            and tuple(tables[1].shape) == (3, R)
+            and all(t.dtype == pos.dtype and t.device == pos.device for t in tables)
+        )
+        if not ok:
+            fail(
+                where,
+                f"tables must be None or the grid's grid_tables(grid, device, dtype): (nodes [{R**3}, 3], "
+                f"axis [3, {R}]) of pos' dtype and device",
+            )
+    check_dense_size(where, f"pos {tuple(pos.shape)}", pos.size(0), pos.size(1), module.grid.num_nodes, pos.dtype)
+
+
+def gridify_dense_unchecked(
+    module: Gridification, pos: Tensor, x: Tensor, tables: Optional[Tuple[Tensor, Tensor]] = None
+) -> Tensor:
+    """:func:`gridify_dense` on validated inputs (what the export traces): :func:`gridify_dense_graph`
+    over :func:`dense_bilateral_knn_unchecked`'s graph."""
+    nodes, axis = grid_tables(module.grid, pos.device, pos.dtype) if tables is None else tables
+    return gridify_dense_graph(module, pos, x, nodes, dense_bilateral_knn_unchecked(pos, module.k, nodes, axis))
+
+
+# --------------------------------------------------------------------------------------
+# any grid (Rx, Ry, Rz): node chunks, the bucketed search, the de-gridification over the transposed edges
+# --------------------------------------------------------------------------------------
+#: Grid nodes per block of the node -> points search of the segmenter graph: its distance block is
+#: ``[B, NODE_CHUNK, N]`` (a 16,384-point crop: 64 MiB), so a scene grid of 8,192 nodes never holds
+#: the whole ``[B, R^3, N]`` matrix.
+NODE_CHUNK = 1024
+
+
+#: The node -> points searches of the segmenter graph (:class:`gridify.export.OnnxSegmenter` ``search``): ``"brute"``
+#: forms every node-point distance (in blocks of ``node_chunk`` nodes); ``"bucketed"``
+#: (:func:`node_points_bucketed`) looks in the nearest buckets of a kd split of the points and
+#: falls back to every point only for the nodes it cannot prove exact. Both give the same neighbours.
+SEARCHES = ("brute", "bucketed")
+#: ``2 ** BUCKET_LEVELS`` point buckets (equal sizes, kd splits) in the bucketed search
+BUCKET_LEVELS = 9
+#: buckets a node looks in before its exactness check
+BUCKETS_SEARCHED = 8
+#: points per bucket at least (a smaller cloud is padded with points at infinity)
+BUCKET_MIN_POINTS = 8
+
+
+def _gather_rows(table: Tensor, idx: Tensor) -> Tensor:
+    """``table[b, idx[b, ...]]`` for ``table [B, T, ...]`` and ``idx [B, ...]`` (one flat gather)."""
+    B, T = table.shape[:2]
+    offset = (torch.arange(B, device=idx.device) * T).view(B, *([1] * (idx.dim() - 1)))
+    return table.reshape(B * T, *table.shape[2:])[idx + offset]
+
+
+def _finite_bounds(pts: Tensor, dim: int) -> Tuple[Tensor, Tensor]:
+    """Per-axis min and max of the finite rows of ``pts [..., 3]`` along ``dim`` (inf / -inf: none)."""
+    finite = torch.isfinite(pts[..., :1])
+    lo = torch.where(finite, pts, torch.full_like(pts, float("inf"))).amin(dim)
+    hi = torch.where(finite, pts, torch.full_like(pts, float("-inf"))).amax(dim)
+    return lo, hi
+
+
+def point_buckets(pos: Tensor, levels: int, min_points: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """A kd split of every cloud of ``pos [B, N, 3]`` into ``G = 2 ** levels`` buckets of equal size ``M``:
+    ``levels`` times, every bucket is sorted along its widest axis and cut in half. The clouds are
+    padded to ``Np = G M >= max(N, G min_points)`` points with points at infinity (last, never
+    anyone's neighbour). Returns the padded points ``[B, Np, 3]``, the members ``[B, G, M]`` (point
+    indices) and every bucket's box ``lo, hi [B, G, 3]`` (of its finite points; ``inf, -inf`` when none).
+    Traceable: the sizes follow ``N`` symbolically."""
+    B, N = pos.shape[:2]
+    G = 2**levels
+    Np = torch.sym_max(N, G * min_points)
+    Np = (Np + G - 1) // G * G
+    pad = torch.full((B, Np - N, 3), float("inf"), dtype=pos.dtype, device=pos.device)
+    padded = torch.cat([pos, pad], 1)
+    idx = torch.arange(Np, device=pos.device).expand(B, Np)
+    for level in range(levels):
+        seg = idx.reshape(B, 2**level, -1)
+        pts = _gather_rows(padded, seg)  # [B, 2^l, S, 3]
+        lo, hi = _finite_bounds(pts, 2)
+        spread = hi - lo
+        axis = torch.where(torch.isfinite(spread), spread, torch.zeros_like(spread)).argmax(-1)
+        key = torch.gather(pts, 3, axis[:, :, None, None].expand(-1, -1, pts.size(2), 1)).squeeze(-1)
+        idx = torch.gather(seg, 2, torch.argsort(key, dim=2)).reshape(B, Np)
+    members = idx.reshape(B, G, -1)
+    lo, hi = _finite_bounds(_gather_rows(padded, members), 2)
+    return padded, members, lo, hi
+
+
+def _squared_distances(c: Tensor, p: Tensor) -> Tensor:
+    """``|c - p|^2`` summed x, y, z in that order (as :func:`gridify.ops.knn`'s torch backend), ``c [..., 3]``
+    broadcast against ``p [..., 3]``."""
+    d = (c[..., 0] - p[..., 0]).pow(2)
+    d = d + (c[..., 1] - p[..., 1]).pow(2)
+    return d + (c[..., 2] - p[..., 2]).pow(2)
+
+
+def _bucket_bounds(lo: Tensor, hi: Tensor, axes: Tuple[Tensor, Tensor, Tensor]) -> Tensor:
+    """``lb [B, R, G]``: the squared distance from every grid node to every bucket box ``lo, hi [B, G, 3]``,
+    per axis on the node coordinates ``axes`` and summed x, y, z (node ``(a Ry + b) Rz + c``). Every
+    term is at most the point's own (rounding is monotone), so ``lb`` never exceeds a member's distance."""
+    gaps = []
+    for a, ax in enumerate(axes):  # [B, R_a, G]
+        lo_a, hi_a, c = lo[:, None, :, a], hi[:, None, :, a], ax[None, :, None]
+        gaps.append(((lo_a - c).clamp(min=0) + (c - hi_a).clamp(min=0)).pow(2))
+    lb = gaps[0][:, :, None, None] + gaps[1][:, None, :, None]
+    return (lb + gaps[2][:, None, None, :]).reshape(lo.size(0), -1, lo.size(1))
+
+
+def node_points_bucketed(
+    pos: Tensor,
+    k: int,
+    nodes: Tensor,
+    axes: Tuple[Tensor, Tensor, Tensor],
+    node_chunk: int = NODE_CHUNK,
+    levels: int = BUCKET_LEVELS,
+    searched: int = BUCKETS_SEARCHED,
+    min_points: int = BUCKET_MIN_POINTS,
+) -> Tensor:
+    r"""``A`` of :func:`dense_grid_knn_unchecked` (node -> its ``k`` nearest points, ties to the lower
+    point) without forming every node-point distance, exactly.
+
+    The points are split into buckets (:func:`point_buckets`). A node ``c`` looks at the points of
+    the ``t`` buckets whose boxes are nearest (``_bucket_bounds``) and takes the ``k + 1``
+    nearest of them (same distances). Every point outside those buckets is at least
+    ``lb_{(t+1)}(c)`` away, the ``(t+1)``-th smallest bound: where the ``k``-th distance found is
+    below it and the ``k + 1`` distances are all different, no other point and no other order can
+    be the answer, and it is the exact one. The other nodes (few: a node far from every point, tied
+    distances) search every point with the brute force's tie rule. Node blocks of ``node_chunk``
+    bound the memory.
+
+    Shapes:
+        pos ``[B, N, 3]`` (finite, ``N >= k``), nodes ``[R, 3]`` (the lattice of ``axes``) -> node_points ``[B, R, k]``
+    """
+    B, N = pos.shape[:2]
+    t = min(searched, 2**levels - 1)
+    padded, members, lo, hi = point_buckets(pos, levels, max(min_points, -(-(k + 1) // t)))  # t M > k candidates
+    bounds, nearest = torch.topk(_bucket_bounds(lo, hi, axes), t + 1, dim=2, largest=False, sorted=True)
+    blocks = []
+    for s in range(0, nodes.size(0), node_chunk):
+        c = nodes[s : s + node_chunk]
+        cand = _gather_rows(members, nearest[:, s : s + node_chunk, :t]).reshape(B, c.size(0), -1)  # [B, C, t M]
+        d = _squared_distances(c[None, :, None], _gather_rows(padded, cand))
+        dist, local = torch.topk(d, k + 1, dim=2, largest=False, sorted=True)
+        found = torch.gather(cand, 2, local[..., :k])
+        tied = (dist[..., 1:] == dist[..., :-1]).any(-1)
+        unproven = ((dist[..., k - 1] >= bounds[:, s : s + node_chunk, t]) | tied).nonzero()  # [F, 2]
+        brute = _squared_distances(c[unproven[:, 1]].unsqueeze(1), pos[unproven[:, 0]])  # [F, N]
+        found = found.index_put((unproven[:, 0], unproven[:, 1]), _smallest(brute.unsqueeze(0), k).squeeze(0))
+        blocks.append(found)
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks, 1)
+
+
+def grid_axes(
+    grid: RegularGrid, device: Optional[torch.device] = None, dtype: torch.dtype = torch.float32
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """The node coordinates of every axis ``lo_a + t h_a`` (``[Rx]``, ``[Ry]``, ``[Rz]``), as
+    :func:`gridify.ops.grid_knn` computes them (a per-axis :func:`grid_tables` ``axis``)."""
+    if not isinstance(grid, RegularGrid):
+        fail("grid_axes", f"grid must be a RegularGrid, got {type(grid).__name__}")
+    lo, hi = box_tensors(grid.lower, grid.upper, device, dtype)
+    return tuple(
+        lo[a] + torch.arange(r, device=device).to(dtype) * ((hi[a] - lo[a]) / (r - 1))  # type: ignore
+        for a, r in enumerate(grid.shape)
+    )
+
+
+def dense_grid_knn_unchecked(
+    pos: Tensor,
+    k: int,
+    nodes: Tensor,
+    axes: Tuple[Tensor, Tensor, Tensor],
+    node_chunk: int = NODE_CHUNK,
+    search: str = "brute",
+) -> Tuple[Tensor, Tensor, Tensor]:
+    r"""The fixed-shape bilateral kNN graph of :func:`dense_bilateral_knn_unchecked` on any grid
+    ``(Rx, Ry, Rz)``, in bounded memory (traceable with static ``k``).
+
+    ``A`` (node -> its ``k`` nearest points) runs block by block over ``node_chunk`` nodes
+    (``[B, node_chunk, N]`` distances at a time), or, with ``search="bucketed"``, through
+    :func:`node_points_bucketed` (the same neighbours from far fewer distances). ``P`` (point -> its ``k' = min(k, R^3)`` nearest
+    nodes) looks only at the ``m_a = min(k', R_a)`` nearest coordinates of every axis: a node whose
+    ``x`` coordinate is not among them has ``m_a >= k'`` nodes (same ``y, z``) that are nearer, or
+    as near and of lower index, so the ``k'`` nearest lie among the ``m_x m_y m_z`` candidates;
+    these are listed in increasing node index, so ties go to the lower node as in
+    :func:`dense_bilateral_knn_unchecked`. Same outputs (``node_points [B, R^3, k]``,
+    ``point_nodes [B, N, k']``, ``keep [B, N, k']``) and float arithmetic.
+    """
+    B, N = pos.shape[:2]
+    R3 = nodes.size(0)
+    if search == "bucketed":
+        node_points = node_points_bucketed(pos, k, nodes, axes, node_chunk)
+    else:
+        blocks = []
+        for s in range(0, R3, node_chunk):  # [B, chunk, N] distances, as knn's torch backend
+            blocks.append(_smallest(_squared_distances(nodes[None, s : s + node_chunk, None], pos[:, None]), k))
+        node_points = blocks[0] if len(blocks) == 1 else torch.cat(blocks, 1)
+    kk = min(k, R3)
+    shape = [a.size(0) for a in axes]
+    dists, idxs = [], []
+    for a, ax in enumerate(axes):
+        da = (ax - pos[..., a : a + 1]).pow(2)  # [B, N, R_a], as grid_knn
+        idx = _smallest(da, min(kk, shape[a])).sort(-1).values  # the nearest coordinates, in index order
+        dists.append(torch.gather(da, 2, idx))
+        idxs.append(idx)
+    dist = dists[0][..., :, None, None] + dists[1][..., None, :, None]
+    dist = (dist + dists[2][..., None, None, :]).reshape(B, N, -1)
+    flat = (idxs[0][..., :, None, None] * shape[1] + idxs[1][..., None, :, None]) * shape[2] + idxs[2][
+        ..., None, None, :
+    ]
+    point_nodes = torch.gather(flat.reshape(B, N, -1), 2, _smallest(dist, kk))
+    chosen = torch.gather(node_points, 1, point_nodes.reshape(B, N * kk, 1).expand(-1, -1, k))
+    own = torch.arange(N, device=pos.device).view(1, N, 1, 1)
+    keep = ~(chosen.view(B, N, kk, k) == own).any(-1)
+    return node_points, point_nodes, keep
+
+
+def _aggregate_dense(
+    aggr: str,
+    dense: Tensor,
+    dense_keep: Optional[Tensor],
+    scat: Tensor,
+    scat_dst: Tensor,
+    scat_keep: Optional[Tensor],
+) -> Tensor:
+    """``AGG`` (a :class:`~gridify.nn.gridification.BipartiteConv` ``aggr``) over the two edge kinds of the
+    fixed-shape graph: ``dense [D, t, H]`` (the ``t`` edges every target ``d < D`` has, ``dense_keep [D, t]``
+    masking duplicates, None: all) and ``scat [E, H]`` scattered to the targets ``scat_dst [E]``
+    (``scat_keep [E]``, None: all). The max scatters whole rows (its index repeated along them):
+    exported, it is ``ScatterND`` (``gridify.export.tracing.scatter_reduce_rows``)."""
+    H = dense.size(-1)
+    if aggr == "max":
+        d = dense if dense_keep is None else dense.masked_fill(~dense_keep.unsqueeze(-1), float("-inf"))
+        s = scat if scat_keep is None else scat.masked_fill(~scat_keep.unsqueeze(-1), float("-inf"))
+        return d.amax(1).scatter_reduce(0, scat_dst.unsqueeze(-1).expand(-1, H), s, "amax")
+    dk = (
+        torch.ones(dense.shape[:2], dtype=dense.dtype, device=dense.device)
+        if dense_keep is None
+        else dense_keep.to(dense.dtype)
+    )
+    sk = (
+        torch.ones(scat.size(0), dtype=scat.dtype, device=scat.device)
+        if scat_keep is None
+        else scat_keep.to(scat.dtype)
+    )
+    agg = (dense * dk.unsqueeze(-1)).sum(1).index_add(0, scat_dst, scat * sk.unsqueeze(-1))
+    if aggr == "mean":
+        agg = agg / dk.sum(1).index_add(0, scat_dst, sk).unsqueeze(-1)
+    return agg
+
+
+def gridify_dense_graph(
+    module: Gridification, pos: Tensor, x: Tensor, nodes: Tensor, graph: Tuple[Tensor, Tensor, Tensor]
+) -> Tensor:
+    """The gridification ``[B, C, Rx, Ry, Rz]`` of ``pos [B, N, 3]`` / ``x [B, N, F]`` over the
+    fixed-shape ``graph`` of :func:`dense_grid_knn_unchecked` (no checks: what the export traces)."""
+    node_points, point_nodes, keep = graph
+    conv, grid = module.conv, module.grid
+    B, N = pos.shape[:2]
+    R3, k = nodes.size(0), node_points.size(2)
+    h = conv.node_embedding(x)
+    H = h.size(-1)
+    cloud = torch.arange(B, device=pos.device)
+    src = (node_points + (cloud * N).view(B, 1, 1)).reshape(-1)  # A: node <- its k points, [B R^3 k]
+    dst = (point_nodes + (cloud * R3).view(B, 1, 1)).reshape(-1)  # P: point -> its k' nodes, [B N k']
+    m_a = conv.edge_message(h.reshape(-1, H)[src], nodes.repeat(B, 1).repeat_interleave(k, 0) - pos.reshape(-1, 3)[src])
+    m_b = conv.edge_message(h.unsqueeze(2), nodes[point_nodes] - pos.unsqueeze(2)).reshape(-1, H)
+    out = conv.update(_aggregate_dense(conv.aggr, m_a.view(B * R3, k, H), None, m_b, dst, keep.reshape(-1)))
+    return grid.to_dense_unchecked(out, B)
+
+
+def degridify_dense_graph(
+    module: Degridification, z: Tensor, pos: Tensor, nodes: Tensor, graph: Tuple[Tensor, Tensor, Tensor]
+) -> Tensor:
+    r"""The de-gridification ``[B, N, C_out]`` of grid features ``z [B, C, Rx, Ry, Rz]`` at the points
+    ``pos [B, N, 3]`` over the transposed edges of the fixed-shape ``graph``: node ``i`` sends to
+    every point of ``A_i`` and to every point ``j`` whose ``P_j`` holds it (``keep``), with
+    offsets ``c_j - c_i^G`` (no checks: what the export traces)."""
+    node_points, point_nodes, keep = graph
+    conv = module.conv
+    B, N = pos.shape[:2]
+    R3, k, kk = nodes.size(0), node_points.size(2), point_nodes.size(2)
+    h = conv.node_embedding(z.permute(0, 2, 3, 4, 1).reshape(B * R3, -1))
+    H = h.size(-1)
+    cloud = torch.arange(B, device=pos.device)
+    dst = (node_points + (cloud * N).view(B, 1, 1)).reshape(-1)  # A edges: node -> point, [B R^3 k]
+    pos_flat = pos.reshape(-1, 3)
+    m_a = conv.edge_message(h.repeat_interleave(k, 0), pos_flat[dst] - nodes.repeat(B, 1).repeat_interleave(k, 0))
+    src = (point_nodes + (cloud * R3).view(B, 1, 1)).reshape(-1)  # P edges: point <- node, [B N k']
+    m_b = conv.edge_message(
+        h[src], pos.unsqueeze(2).expand(-1, -1, kk, -1).reshape(-1, 3) - nodes[point_nodes].reshape(-1, 3)
+    )
+    out = conv.update(_aggregate_dense(conv.aggr, m_b.view(B * N, kk, H), keep.reshape(B * N, kk), m_a, dst, None))
+    return out.view(B, N, -1)
