@@ -22,9 +22,10 @@ REACHED = [
     *sorted((ROOT / "training").glob("*.py")),
     *sorted((ROOT / "bench").glob("*.py")),
     *sorted((ROOT / "api").glob("*.py")),
+    *sorted((ROOT / "export").glob("*.py")),
     *(
         ROOT / f"{name}.py"
-        for name in ("vis", "evaluation", "scene_inference", "export", "cli", "benchmarking", "benchmark_recipe")
+        for name in ("vis", "evaluation", "scene_inference", "cli", "benchmarking", "benchmark_recipe")
     ),
 ]
 #: a Python keyword given as advice: "pass category=", "skip_missing=True"
