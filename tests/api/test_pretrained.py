@@ -154,7 +154,7 @@ def test_the_semantickitti_segmenter_is_shipped_with_its_validation_provenance()
     payload = torch.load(path, weights_only=True)
     assert not [s for s in _strings({k: v for k, v in payload.items() if k != "state_dict"}) if s.startswith("/")]
     card = payload["info"]["pretrained"]
-    assert card["name"] == "semantickitti" and "test_metrics" not in card and card["val_metrics"]["val_miou"] > 0.13
+    assert card["name"] == "semantickitti" and "test_metrics" not in card and card["val_metrics"]["val_miou"] > 0.2
     model = gridify.load("semantickitti")
     assert model.whole_scenes and len(model.class_names) == 19 and model.class_names[:2] == ["car", "bicycle"]
     assert model.scene_features == ("strength", "height")
