@@ -32,6 +32,7 @@ from .registry import TASKS as TASKS_REGISTRY
 from .tasks import get_task, task_names
 
 __all__ = [
+    "load_weights",
     "plain",
     "atomic_torch_save",
     "export_model",
@@ -464,6 +465,28 @@ def _check_weights(state: Mapping[str, torch.Tensor], model: torch.nn.Module, na
                 f"the checkpoint's entry state_dict[{key!r}] holds NaN/Inf values (a diverged "
                 f"training run?); refusing to load it"
             )
+
+
+def load_weights(model: torch.nn.Module, payload: Dict[str, Any], source: str) -> None:
+    """Copy the weights of a :func:`load_checkpoint` payload into ``model`` (built by the caller), all
+    checked first (names, shapes, kinds, finite values): fine-tuning starts from them. Folded
+    (reparameterized) weights are refused: they are an inference form, not a trainable one.
+    Errors (:class:`CheckpointError`) start with ``source``."""
+    if payload.get("reparameterized"):
+        raise CheckpointError(
+            f"{source}: the file holds folded (reparameterized) weights, an inference form that cannot be "
+            f"trained; start from the run's checkpoints/last.ckpt or a model.pt saved without folding"
+        )
+    name, kwargs = payload["model_name"], dict(payload["model_kwargs"])
+    try:
+        _check_weights(payload["state_dict"], model, name, kwargs)
+        model.load_state_dict(payload["state_dict"], strict=True)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{source}: {exc}") from None
+    except RuntimeError as exc:
+        raise CheckpointError(
+            f"{source}: the weights do not fit this run's model: {str(exc).splitlines()[0]}"
+        ) from None
 
 
 def build_model_from_checkpoint(payload: Dict[str, Any], *, reparameterize: bool = False) -> torch.nn.Module:

@@ -387,7 +387,7 @@ def check_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
     for sec in ("data", "model", "optim", "trainer"):
         if not isinstance(cfg.get(sec), dict):
             raise ConfigError(f"config section {sec!r} must be a mapping, got {cfg.get(sec)!r}")
-    for key in ("seed", "task", "output_dir"):
+    for key in ("seed", "task", "output_dir", "init_weights"):
         SCHEMA[key].check(key, cfg.get(key))
     _check_data(cfg["data"])
     check_model_section(cfg["model"])

@@ -44,7 +44,8 @@ from lightning.pytorch.trainer.states import TrainerStatus
 
 from gridify._paths import LOCK_NAME, PathError, check_input_file, check_output_dir, folder_lock
 from gridify._version import __version__
-from gridify.checkpoint import CheckpointError, export_model, load_checkpoint, plain
+from gridify._pretrained import PRETRAINED, pretrained_file
+from gridify.checkpoint import CheckpointError, export_model, load_checkpoint, load_weights, plain
 from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError
 from gridify.tasks import get_task
 
@@ -73,6 +74,7 @@ __all__ = [
     "setup_process",
     "resume_checkpoint",
     "check_resume_fits",
+    "apply_init_weights",
     "prepare_fresh_start",
     "build_data",
     "build_module",
@@ -203,6 +205,31 @@ def check_resume_fits(ckpt_path: Optional[str], module: PointCloudTask, record: 
             f"Resume with the config it was trained with (its config.yaml), or start afresh "
             f"without --resume"
         )
+
+
+def apply_init_weights(source: Optional[str], module: PointCloudTask, record: RunRecord) -> Optional[str]:
+    """``init_weights``: start a fresh run from trained weights (fine-tuning), a shipped model's name
+    (``gridify list models``) or a ``model.pt`` / ``.ckpt`` file of the same model with the same
+    arguments; returns the file read (None without ``init_weights``). Only the model's weights are taken:
+    the optimizer, the schedule and the epoch count start afresh. Anything that does not fit raises
+    :class:`CheckpointError` naming ``init_weights`` before training starts."""
+    if not source:
+        return None
+    path = pretrained_file(source) if source in PRETRAINED else Path(source)
+    where = f"init_weights {source}"
+    if not path.exists():
+        raise CheckpointError(
+            f"{where}: no such file and not a shipped model (shipped: {', '.join(sorted(PRETRAINED))})"
+        )
+    check_input_file(str(path), "init_weights")
+    payload = load_checkpoint(path)
+    if payload["model_name"] != record.model_name:
+        raise CheckpointError(
+            f"{where} holds a {payload['model_name']!r} model but this run builds {record.model_name!r}; "
+            f"set model.name (and its arguments) to the file's"
+        )
+    load_weights(module.model, payload, where)
+    return str(path)
 
 
 def prepare_fresh_start(out: Path, overwrite: bool) -> None:
@@ -475,9 +502,11 @@ def run_process(
     world = world_size_guess(tr["devices"], tr["num_nodes"], tr["accelerator"])
     module, record = build_module(cfg, info, len(train_set), world)
     check_resume_fits(ckpt_path, module, record)
+    init_path = None if ckpt_path else apply_init_weights(cfg.get("init_weights"), module, record)
     record.run_info = _run_info(
         record, len(train_set), len(val_set), int(module.hparams.steps_per_epoch), ckpt_path, argv
     )
+    record.run_info["init_weights"] = init_path
     datamodule = PointCloudData(cfg, train_set, val_set, augment, graph_builder_of(module.model, cfg))
     if tr["limit_test_batches"] != 0:  # a missing or broken test split fails now, not after training
         datamodule.test_set = build_dataset(cfg, "test")

@@ -415,6 +415,7 @@ DEFAULTS: Dict[str, Any] = {
     "seed": 0,
     "task": "classification",
     "output_dir": "outputs/run",
+    "init_weights": None,
     "data": {
         "name": "procedural",
         "batch_size": 16,
@@ -537,6 +538,11 @@ SCHEMA: Dict[str, Any] = {
         "(sequence_classification)",
     ),
     "output_dir": Str(doc="the run folder (checkpoints, logs, metrics, plots)"),
+    "init_weights": Str(
+        nullable=True,
+        doc="start from trained weights (fine-tuning): a shipped model's name or a model.pt / .ckpt file of the "
+        "same model and arguments; only the weights are taken (null: random initialization)",
+    ),
     "data": {
         "name": Choice(dataset_names, doc="the dataset (a registry name or modelnet10 / modelnet40)"),
         "batch_size": Int(min=1, doc="clouds per training batch (per process)"),
