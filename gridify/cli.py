@@ -631,6 +631,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     if getattr(model, "whole_scenes", False) and want & {"grid", "edges"}:  # each crop has a grid of its own
         raise SystemExit("gridify show: error: --layers: a scene model has no single grid or edges to draw; use points")
     cloud = _read(args, model)
+    # a bad --labels file fails now, not after the model has labelled every point (minutes for a scan)
+    truth = _ground_truth(args, cloud, model) if model is not None and model.dense else None
     try:
         if model is not None:
             try:
@@ -648,7 +650,6 @@ def cmd_show(args: argparse.Namespace) -> int:
             if layers is None:
                 layers = ["points"] if args.out or res["grid"] is None else list(vis.LAYERS)
             pos, labels = res["pos"], pred.point_labels
-            truth = _ground_truth(args, cloud, model) if pred.dense else None
             if truth is not None:
                 img = _show_truth_beside(args, pos, truth, labels, pred.class_names, options)
                 if args.out:

@@ -138,3 +138,9 @@ def test_show_draws_the_ground_truth_beside_the_prediction(tmp_path, capsys):
     assert Image.open(png).size == (200, 150)
     with pytest.raises(SystemExit, match="no such file"):
         gridify_main(args + ["--labels", str(tmp_path / "missing.label")])
+    # a label file of the wrong length is refused before the model labels the scan
+    np.arange(10, dtype=np.uint32).tofile(tmp_path / "short.label")
+    capsys.readouterr()
+    with pytest.raises(SystemExit, match=r"short.label: 10 labels for a scan of 700 points"):
+        gridify_main(args + ["--labels", str(tmp_path / "short.label")])
+    assert "700 points" not in capsys.readouterr().out  # no prediction summary was printed
