@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 #: :data:`gridify.training.config.SECTIONS` (the top-level keys of a config)
-CONFIG_SECTIONS = ("seed", "task", "output_dir", "data", "model", "optim", "trainer")
+CONFIG_SECTIONS = ("seed", "task", "output_dir", "init_weights", "data", "model", "optim", "trainer")
 #: :data:`gridify.precision.PRECISIONS`
 EVAL_PRECISIONS = ("fp32", "bf16", "fp16")
 #: :data:`gridify.bench.synthetic.DEFAULT_MODELS` (and :data:`gridify.bench.recipe.DEFAULT_MODELS`)

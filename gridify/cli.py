@@ -21,7 +21,6 @@ every error, an ``OSError`` while writing included, with one line naming the fla
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from contextlib import contextmanager
@@ -40,7 +39,6 @@ DELEGATED = {
     "evaluate": ("gridify.evaluation", "evaluate a checkpoint on a dataset split"),
     "bench": ("gridify.benchmarking", "speed / memory benchmarks"),
 }
-PRED_FORMATS = (".txt", ".npy", ".ply", ".json")
 
 
 @contextmanager
@@ -519,46 +517,11 @@ def _predict(model: Any, cloud: Any, args: argparse.Namespace, **kw: Any):
         raise SystemExit(f"gridify {args.command}: error: {exc}")
 
 
-def write_labels(path: Path, cloud: Any, pred: Any) -> Path:
-    """Write a :class:`~gridify.api.Prediction` as .txt, .npy, .ply or .json (by extension)."""
-    import numpy as np
-
-    from ._files import atomic_write, atomic_write_text
-    from .io import write_ply
-    from .vis import label_colors
-
-    ext = path.suffix.lower()
-    if ext not in PRED_FORMATS:
-        raise ValueError(f"--out {path}: unsupported extension {ext!r}; use one of {list(PRED_FORMATS)}")
-    labels = pred.point_labels
-    if ext == ".txt":
-        rows = labels[:, None] if pred.dense else labels[:1, None]
-        atomic_write(path, lambda fh: np.savetxt(fh, rows, fmt="%d"))
-    elif ext == ".npy":
-        atomic_write(path, lambda fh: np.save(fh, labels if pred.dense else np.asarray(pred.labels)))
-    elif ext == ".ply":
-        write_ply(
-            path,
-            cloud.points,
-            normals=cloud.normals,
-            colors=label_colors(labels, len(pred.class_names)).astype(np.float32),
-            labels=labels,
-        )
-    else:
-        payload = {
-            "task": pred.task,
-            "class_names": pred.class_names,
-            "category": pred.category,
-            "labels": np.asarray(pred.labels).tolist(),
-            "probabilities": np.round(pred.probabilities, 6).tolist(),
-        }
-        atomic_write_text(path, json.dumps(payload))
-    return path
-
-
 def cmd_predict(args: argparse.Namespace) -> int:
-    if args.out and Path(args.out).suffix.lower() not in PRED_FORMATS:
-        raise SystemExit(f"gridify predict: error: --out {args.out}: use one of {list(PRED_FORMATS)}")
+    from .api.prediction import PREDICTION_FORMATS, write_prediction
+
+    if args.out and Path(args.out).suffix.lower() not in PREDICTION_FORMATS:
+        raise SystemExit(f"gridify predict: error: --out {args.out}: use one of {list(PREDICTION_FORMATS)}")
     model = _load(args)
     cloud = _read(args, model)
     kw: Dict[str, Any] = {"num_votes": args.votes}
@@ -567,7 +530,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     pred = _predict(model, cloud, args, **kw)
     print(pred.summary())
     if args.out:
-        path = write_labels(Path(args.out), cloud, pred)
+        path = write_prediction(args.out, cloud, pred)
         print(f"labels written to {path}")
     return 0
 

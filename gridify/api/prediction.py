@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
@@ -10,7 +12,10 @@ import numpy as np
 from ..registry import TASKS
 from ..tasks import get_task
 
-__all__ = ["Prediction"]
+__all__ = ["Prediction", "write_prediction", "PREDICTION_FORMATS"]
+
+#: the files :func:`write_prediction` writes, by extension
+PREDICTION_FORMATS = (".txt", ".npy", ".ply", ".json")
 
 
 @dataclass
@@ -71,3 +76,38 @@ class Prediction:
         parts = ", ".join(f"{self.class_names[i]} {counts[i]}" for i in np.flatnonzero(counts))
         cat = f" [{self.category}]" if self.category else ""
         return f"{src}{self.num_points} points{cat}: {parts}"
+
+
+def write_prediction(path: Union[str, Path], cloud: Any, prediction: Prediction) -> Path:
+    """Write ``prediction`` of ``cloud`` (a :class:`gridify.io.PointCloud`: its points and normals) by the
+    extension of ``path`` (``gridify predict --out``): ``.txt`` one label per line (per point for dense tasks,
+    the cloud's label otherwise), ``.npy`` the labels, ``.ply`` the points coloured by label with a ``label``
+    property, ``.json`` task, class names, category, labels and probabilities. Written atomically (a failed
+    write leaves no partial file). Returns the path; another extension raises ``ValueError``."""
+    from .._files import atomic_write, atomic_write_text
+    from ..io import write_ply
+    from ..vis import label_colors
+
+    path = Path(path)
+    ext = path.suffix.lower()
+    if ext not in PREDICTION_FORMATS:
+        raise ValueError(f"--out {path}: unsupported extension {ext!r}; use one of {list(PREDICTION_FORMATS)}")
+    labels = prediction.point_labels
+    if ext == ".txt":
+        rows = labels[:, None] if prediction.dense else labels[:1, None]
+        atomic_write(path, lambda fh: np.savetxt(fh, rows, fmt="%d"))
+    elif ext == ".npy":
+        atomic_write(path, lambda fh: np.save(fh, labels if prediction.dense else np.asarray(prediction.labels)))
+    elif ext == ".ply":
+        colors = label_colors(labels, len(prediction.class_names)).astype(np.float32)
+        write_ply(path, cloud.points, normals=cloud.normals, colors=colors, labels=labels)
+    else:
+        payload = {
+            "task": prediction.task,
+            "class_names": prediction.class_names,
+            "category": prediction.category,
+            "labels": np.asarray(prediction.labels).tolist(),
+            "probabilities": np.round(prediction.probabilities, 6).tolist(),
+        }
+        atomic_write_text(path, json.dumps(payload))
+    return path

@@ -303,21 +303,10 @@ def cell_scan(spec: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-def _write_labelled_ply(path: Path, cloud: Any, pred: Any) -> Path:
-    """The labelled PLY ``gridify predict --out x.ply`` writes (``gridify.cli.write_labels``, which sits above
-    this layer): points, normals, label colours and labels."""
-    from ..io import write_ply
-    from ..vis import label_colors
-
-    labels = pred.point_labels
-    colors = label_colors(labels, len(pred.class_names)).astype(np.float32)
-    write_ply(path, cloud.points, normals=cloud.normals, colors=colors, labels=labels)
-    return path
-
-
 def cell_e2e(spec: Dict[str, Any]) -> Dict[str, Any]:
     """Read a scene file, ``Predictor.predict`` it and write the labelled PLY (after a warm-up on a small cloud)."""
     from ..api import load
+    from ..api.prediction import write_prediction
     from ..io import read_points, reader_takes
 
     predictor = load(spec["ckpt"])
@@ -336,7 +325,7 @@ def cell_e2e(spec: Dict[str, Any]) -> Dict[str, Any]:
     t1 = time.perf_counter()
     pred = predictor.predict(cloud, batch_size=int(spec["batch_size"]))
     t2 = time.perf_counter()
-    out = _write_labelled_ply(Path(spec["out"]), cloud, pred)
+    out = write_prediction(Path(spec["out"]), cloud, pred)
     t3 = time.perf_counter()
     n = len(cloud.points)
     size = out.stat().st_size
