@@ -90,7 +90,10 @@ def test_override_values_are_yaml():
         ("=3", "malformed override"),
         ("model..k=3", "must be dot-separated names"),
         ("model.k=[1, 2", "not valid YAML"),
-        ("bogus.x=1", "unknown section 'bogus'; known sections: seed, task, output_dir, init_weights, data, model, optim, trainer"),
+        (
+            "bogus.x=1",
+            "unknown section 'bogus'; known sections: seed, task, output_dir, init_weights, data, model, optim, trainer",
+        ),
         ("seed.x=1", "seed is a int"),
         ("trainer.max_epoch=3", "unknown key trainer.max_epoch"),
         ("trainer.checkpoint.every=3", "unknown key trainer.checkpoint.every"),
