@@ -477,15 +477,22 @@ def load_weights(model: torch.nn.Module, payload: Dict[str, Any], source: str) -
             f"{source}: the file holds folded (reparameterized) weights, an inference form that cannot be "
             f"trained; start from the run's checkpoints/last.ckpt or a model.pt saved without folding"
         )
-    name, kwargs = payload["model_name"], dict(payload["model_kwargs"])
     try:
-        _check_weights(payload["state_dict"], model, name, kwargs)
-        model.load_state_dict(payload["state_dict"], strict=True)
+        _copy_weights(model, payload)
     except CheckpointError as exc:
         raise CheckpointError(f"{source}: {exc}") from None
+
+
+def _copy_weights(model: torch.nn.Module, payload: Dict[str, Any]) -> None:
+    """Check the payload's weights against ``model`` (:func:`_check_weights`, before anything is copied), then
+    load them strictly; a mismatch is a :class:`CheckpointError` naming the payload's model and arguments."""
+    name, kwargs = payload["model_name"], dict(payload["model_kwargs"])
+    _check_weights(payload["state_dict"], model, name, kwargs)
+    try:
+        model.load_state_dict(payload["state_dict"], strict=True)
     except RuntimeError as exc:
         raise CheckpointError(
-            f"{source}: the weights do not fit this run's model: {str(exc).splitlines()[0]}"
+            f"the checkpoint's weights do not fit {name!r} {kwargs}: {str(exc).splitlines()[0]}"
         ) from None
 
 
@@ -514,13 +521,7 @@ def build_model_from_checkpoint(payload: Dict[str, Any], *, reparameterize: bool
     folded = bool(payload.get("reparameterized", False))
     if folded:
         reparameterize_model(model)
-    _check_weights(payload["state_dict"], model, name, kwargs)  # before anything is copied into the model
-    try:
-        model.load_state_dict(payload["state_dict"], strict=True)
-    except RuntimeError as exc:
-        raise CheckpointError(
-            f"the checkpoint's weights do not fit {name!r} {kwargs}: {str(exc).splitlines()[0]}"
-        ) from None
+    _copy_weights(model, payload)
     if reparameterize and not folded:
         reparameterize_model(model)
     return model.eval()
