@@ -115,6 +115,7 @@ _LAZY: Dict[str, str] = {
     "PointCloudData": "module",
     "lightning_classes": "module",
     "StopAfterEpochs": "callbacks",
+    "TrainingClock": "callbacks",
     "AtomicCheckpointIO": "callbacks",
     "atomic_checkpoint_io": "callbacks",
     "checkpoint_callbacks": "callbacks",

@@ -7,6 +7,8 @@
   ``weights_only=True`` (:class:`AtomicCheckpointIO`).
 * :func:`make_loggers`: CSV and TensorBoard logs under the output folder.
 * :class:`StopAfterEpochs`: stop as an interruption would, to be continued with ``--resume``.
+* :class:`TrainingClock`: logs ``train_seconds``, the training time so far without validation,
+  at the end of every epoch (kept in checkpoints, so a resumed run goes on counting).
 * :class:`LineProgress`: progress as plain lines when the output is not a terminal (a log file,
   a pipe): one line every ``every`` training steps and one per epoch, instead of progress bars
   redrawn with carriage returns (:func:`progress_callbacks` picks it).
@@ -29,6 +31,7 @@ from gridify.checkpoint import atomic_torch_save
 
 __all__ = [
     "StopAfterEpochs",
+    "TrainingClock",
     "NamedCheckpoint",
     "AtomicCheckpointIO",
     "atomic_checkpoint_io",
@@ -51,6 +54,53 @@ class StopAfterEpochs(pl.Callback):
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         if trainer.current_epoch + 1 >= self.n:
             trainer.should_stop = True
+
+
+class TrainingClock(pl.Callback):
+    """Logs ``train_seconds`` at the end of every training epoch: the wall-clock seconds spent training
+    since the run's start, validation (at the end of an epoch or inside it) and time stopped excluded.
+
+    The total is part of the callback's state in every checkpoint, so a run resumed with ``--resume``
+    goes on from the checkpoint's total (work after that checkpoint was lost and is redone, so it counts
+    once). It is what ``scripts/time_to_accuracy.py --logged`` puts on the time axis.
+    """
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self._started: Optional[float] = None
+        self._paused = 0.0
+        self._val_started: Optional[float] = None
+
+    def _start(self) -> None:
+        self._started, self._paused, self._val_started = time.perf_counter(), 0.0, None
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self._start()  # a run resumed inside an epoch gets no on_train_epoch_start for it
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self._start()
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        if self._started is not None and not trainer.sanity_checking:
+            self._val_started = time.perf_counter()
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._val_started is not None:
+            self._paused += time.perf_counter() - self._val_started
+            self._val_started = None
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._started is None:
+            return
+        self.total += max(0.0, time.perf_counter() - self._started - self._paused)
+        self._started = None
+        pl_module.log("train_seconds", self.total, on_step=False, on_epoch=True, sync_dist=False)
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"total": float(self.total)}
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        self.total = float(state_dict.get("total", 0.0))
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -172,6 +222,7 @@ def checkpoint_callbacks(
     callbacks: List[pl.Callback] = [best] if best is not None else []
     callbacks += last_checkpoints(ckpt_dir, tr["checkpoint"])
     callbacks.append(LearningRateMonitor(logging_interval="step"))
+    callbacks.append(TrainingClock())
     if tr["stop_after_epochs"]:
         callbacks.append(StopAfterEpochs(int(tr["stop_after_epochs"])))
     return callbacks, best
