@@ -13,6 +13,11 @@ stopped. ``--split`` picks the split (``val`` for runs selected on nothing else,
 held-out sequence is the validation split) and ``--metric`` the score (``oa``, ``macc``, ``miou``, ...;
 default: ``oa`` for classifiers, ``miou`` for scene segmenters). Writes ``time_to_accuracy.csv``,
 ``.json`` and ``.png`` (one curve per run, the ``--target`` line) under ``--out``.
+
+With ``--logged`` nothing is evaluated: the points are the validation scores the run logged while it trained
+(``val_<metric>`` in ``csv/version_*/metrics.csv``, every ``trainer.check_val_every_n_epoch`` epochs) and their
+time is the training time the run logged beside them (``train_seconds``: validation and time stopped excluded).
+No per-epoch checkpoints are needed, and ``--split`` must be ``val``.
 """
 
 from __future__ import annotations
@@ -73,9 +78,10 @@ def _epoch(ckpt: Path) -> int:
     return int(EPOCH_CKPT.match(ckpt.name).group(1))
 
 
-def check_runs(prog: str, runs: List[str]) -> List[Path]:
-    """Every run folder exists, is a folder, holds ``run_info.json`` and per-epoch checkpoints (checked before
-    anything is evaluated); SystemExit naming the first that does not."""
+def check_runs(prog: str, runs: List[str], logged: bool = False) -> List[Path]:
+    """Every run folder exists, is a folder, holds ``run_info.json`` and per-epoch checkpoints (with ``logged``:
+    logged validation scores and training times instead), checked before anything is evaluated; SystemExit
+    naming the first that does not."""
     out = []
     for text in runs:
         run = Path(text)
@@ -85,13 +91,58 @@ def check_runs(prog: str, runs: List[str]) -> List[Path]:
             raise SystemExit(f"{prog}: error: {text}: not a folder (give a run's output_dir)")
         if not (run / "run_info.json").is_file():
             raise SystemExit(f"{prog}: error: {text}: no run_info.json: not the output_dir of gridify train")
-        if not epoch_checkpoints(run):
+        if logged:
+            logged_rows(prog, run)
+        elif not epoch_checkpoints(run):
             raise SystemExit(
                 f"{prog}: error: {text}: no per-epoch checkpoints (checkpoints/epochNNN-stepNNNNNNN.ckpt); "
                 f"train with trainer.checkpoint.keep_all: true"
             )
         out.append(run)
     return out
+
+
+def logged_rows(prog: str, run: Path) -> Dict[int, Dict[str, float]]:
+    """The run's logged metrics by epoch (0-based; a resumed run's later rows replace earlier ones), keeping
+    the epochs with both a validation score and ``train_seconds``; SystemExit when there are none."""
+    from gridify.training import read_metric_logs
+
+    by_epoch: Dict[int, Dict[str, float]] = {}
+    for row in read_metric_logs(run / "csv"):
+        if "epoch" in row:
+            by_epoch.setdefault(int(row["epoch"]), {}).update(row)
+    if not any("train_seconds" in r for r in by_epoch.values()):
+        raise SystemExit(
+            f"{prog}: error: {run}: no train_seconds in its logs (csv/version_*/metrics.csv): trained by a gridify "
+            "that did not log its training time; score per-epoch checkpoints instead (without --logged)"
+        )
+    kept = {e: r for e, r in by_epoch.items() if "train_seconds" in r and any(k.startswith("val_") for k in r)}
+    if not kept:
+        raise SystemExit(f"{prog}: error: {run}: no logged validation (val_* in csv/version_*/metrics.csv)")
+    return kept
+
+
+def logged_points(prog: str, run: Path, metric: str | None = None) -> List[Dict[str, Any]]:
+    """One point per logged validation of ``run``: its score and the training time logged with it."""
+    points = []
+    for epoch, row in sorted(logged_rows(prog, run).items()):
+        values = {k[4:]: v for k, v in row.items() if k.startswith("val_")}
+        key = metric or ("miou" if "miou" in values else "oa")
+        if key not in values:
+            raise SystemExit(f"{prog}: error: {run}: no logged val_{key}; it logged {sorted(values)}")
+        points.append(
+            {
+                "run": run.name,
+                "epoch": epoch + 1,
+                "minutes": row["train_seconds"] / 60,
+                "split": "val",
+                "metric": key,
+                "value": values[key],
+                **{f"val_{k}": v for k, v in values.items()},
+                "votes": 1,
+            }
+        )
+    return points
 
 
 def line_value(prog: str, flag: str, text: str) -> float | None:
@@ -178,7 +229,9 @@ def main(argv: List[str] | None = None) -> None:
     p.add_argument("runs", nargs="+", help="output_dir of training runs with per-epoch checkpoints")
     p.add_argument("--votes", type=int, default=1, help="test-time voting views per cloud (default 1)")
     p.add_argument("--data-root", help="data root (default: the runs' own)")
-    p.add_argument("--split", default="test", choices=("test", "val", "train"), help="split scored (default test)")
+    p.add_argument(
+        "--split", default=None, choices=("test", "val", "train"), help="split scored (default test; val with --logged)"
+    )
     p.add_argument("--metric", help="metric plotted (default: oa, or miou for scene segmenters)")
     p.add_argument("--target", default="93", help="a horizontal line at this value in %% ('none': no line)")
     p.add_argument("--minutes", default="45", help="a vertical line at this training time ('none': no line)")
@@ -186,9 +239,19 @@ def main(argv: List[str] | None = None) -> None:
     p.add_argument(
         "--every", type=int, default=1, help="score every N-th epoch's checkpoint and the last (default 1: all)"
     )
+    p.add_argument(
+        "--logged",
+        action="store_true",
+        help="plot the validation scores logged during training against the logged training time (no evaluation)",
+    )
     p.add_argument("--out", default="outputs/time_to_accuracy")
     args = p.parse_args(argv)
     prog = p.prog
+    args.split = args.split or ("val" if args.logged else "test")
+    if args.logged and args.split != "val":
+        p.error(f"--logged plots the logged validation: give --split val (or leave it out), not {args.split!r}")
+    if args.logged and args.votes != 1:
+        p.error("--logged plots the logged validation as it ran: --votes does not apply")
     if args.every < 1:
         p.error(f"--every must be >= 1, got {args.every}")
     if args.votes < 1:
@@ -200,10 +263,15 @@ def main(argv: List[str] | None = None) -> None:
         check_output_dir(out, "--out")
     except PathError as exc:
         raise SystemExit(f"{prog}: error: {exc}") from None
-    runs = check_runs(prog, args.runs)
-    points = [
-        pt for run in runs for pt in run_points(run, args.votes, args.data_root, args.split, args.metric, args.every)
-    ]
+    runs = check_runs(prog, args.runs, args.logged)
+    if args.logged:
+        points = [pt for run in runs for pt in logged_points(prog, run, args.metric)]
+    else:
+        points = [
+            pt
+            for run in runs
+            for pt in run_points(run, args.votes, args.data_root, args.split, args.metric, args.every)
+        ]
     if not points:
         raise SystemExit(
             "time_to_accuracy: no per-epoch checkpoints (checkpoints/epochNNN-stepNNNNNNN.ckpt) in "

@@ -46,3 +46,65 @@ def test_bad_runs_and_values_are_named_before_any_evaluation(tmp_path, monkeypat
         "epoch=1-step=20.ckpt",
         "epoch=2-step=30-v1.ckpt",
     ]
+
+
+def _logged_run(root, rows, name="run"):
+    run = root / name
+    (run / "csv" / "version_0").mkdir(parents=True)
+    (run / "run_info.json").write_text(json.dumps({"started": "2026-11-27 10:00:00"}))
+    keys = sorted({k for r in rows for k in r})
+    lines = [",".join(keys)] + [",".join(str(r.get(k, "")) for k in keys) for r in rows]
+    (run / "csv" / "version_0" / "metrics.csv").write_text("\n".join(lines) + "\n")
+    return run
+
+
+def test_logged_curve_reads_validation_and_training_time_without_evaluating(tmp_path, monkeypatch):
+    tta = _script()
+    monkeypatch.setattr(tta, "evaluate", lambda argv: pytest.fail("--logged must not evaluate"))
+    rows = [
+        {"epoch": 0, "step": 3, "train_seconds": 60.0},
+        {"epoch": 1, "step": 7, "val_miou": 0.1, "val_oa": 0.5},
+        {"epoch": 1, "step": 7, "train_seconds": 125.0},
+        {"epoch": 2, "step": 11, "train_seconds": 180.0},
+        {"epoch": 3, "step": 15, "val_miou": 0.25, "val_oa": 0.6},
+        {"epoch": 3, "step": 15, "train_seconds": 240.0},
+    ]
+    grid = _logged_run(tmp_path, rows, "grid")
+    peer = _logged_run(tmp_path, [{"epoch": 1, "step": 7, "val_miou": 0.2, "train_seconds": 600.0}], "peer")
+    out = tmp_path / "out"
+    tta.main([str(grid), str(peer), "--logged", "--target", "none", "--out", str(out)])
+    points = json.loads((out / "time_to_accuracy.json").read_text())
+    assert [(p["run"], p["epoch"], p["minutes"], p["value"]) for p in points] == [
+        ("grid", 2, 125.0 / 60, 0.1),
+        ("grid", 4, 4.0, 0.25),
+        ("peer", 2, 10.0, 0.2),
+    ]
+    assert points[0]["split"] == "val" and points[0]["metric"] == "miou" and points[0]["val_oa"] == 0.5
+    summary = json.loads((out / "time_to_accuracy_summary.json").read_text())
+    grid_vs_peer = next(s for s in summary if s["run"] == "grid")
+    assert grid_vs_peer["minutes"] == 4.0 and grid_vs_peer["ratio"] == pytest.approx(0.4)
+    assert (out / "time_to_accuracy.png").stat().st_size > 1000
+
+
+def test_logged_curve_refuses_runs_without_logged_time_or_validation(tmp_path, capsys):
+    tta = _script()
+    old = _logged_run(tmp_path, [{"epoch": 0, "step": 3, "val_miou": 0.1}], "old")
+    blind = _logged_run(tmp_path, [{"epoch": 0, "step": 3, "train_seconds": 5.0}], "blind")
+    cases = [
+        ([str(old), "--logged"], "old: no train_seconds in its logs"),
+        ([str(blind), "--logged"], r"blind: no logged validation \(val_\*"),
+        ([str(blind), "--logged", "--metric", "oa"], r"blind: no logged validation"),
+    ]
+    for argv, message in cases:
+        with pytest.raises(SystemExit, match=message):
+            tta.main(argv + ["--out", str(tmp_path / "out")])
+    for argv, message in [
+        (["--split", "test"], "--logged plots the logged validation: give --split val"),
+        (["--votes", "3"], "--votes does not apply"),
+    ]:
+        with pytest.raises(SystemExit):
+            tta.main([str(old), "--logged", *argv])
+        assert message in capsys.readouterr().err
+    good = _logged_run(tmp_path, [{"epoch": 0, "step": 3, "val_oa": 0.5, "train_seconds": 5.0}], "good")
+    with pytest.raises(SystemExit, match=r"good: no logged val_miou; it logged \['oa'\]"):
+        tta.main([str(good), "--logged", "--metric", "miou", "--out", str(tmp_path / "out")])

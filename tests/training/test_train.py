@@ -271,6 +271,16 @@ def test_learning_rate_curve_and_tensorboard(trained):
     assert "hparams" in hp.PluginTagToContent("hparams") or hp.PluginTagToContent("hparams")
 
 
+def test_training_time_is_logged_every_epoch(trained):
+    """train_seconds (training without validation) is logged at the end of each epoch, grows, and is kept in the
+    checkpoints, so a resumed run goes on counting (test_exact_resume)."""
+    out, _ = trained
+    logged = [(r["epoch"], r["train_seconds"]) for r in T.read_metric_logs(out / "csv") if "train_seconds" in r]
+    assert [e for e, _ in logged] == [0.0, 1.0] and 0 < logged[0][1] < logged[1][1]
+    state = torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["callbacks"]["TrainingClock"]
+    assert state["total"] == pytest.approx(logged[1][1], rel=1e-5)
+
+
 def test_evaluate_reproduces_the_test_metrics(trained, tmp_path):
     out, _ = trained
     report = json.loads((out / "test_metrics.json").read_text())
@@ -354,6 +364,7 @@ def test_exact_resume(trained, tmp_path):
     with pytest.raises(SystemExit, match="already holds a run"):
         T.main(tiny(tmp_path, "trainer.plots=false"))
     first_started = json.loads((tmp_path / "run_info.json").read_text())["started"]
+    first_clock = first["callbacks"]["TrainingClock"]["total"]
     T.main(tiny(tmp_path, "trainer.plots=false", "--resume", "auto"))
     sessions = json.loads((tmp_path / "run_info.json").read_text())["sessions"]  # both sessions on record
     assert [s["started"] for s in sessions][:1] == [first_started] and len(sessions) == 2
@@ -367,6 +378,8 @@ def test_exact_resume(trained, tmp_path):
     for sa, sb in zip(a["optimizer_states"][0]["state"].values(), b["optimizer_states"][0]["state"].values()):
         torch.testing.assert_close(sa["exp_avg_sq"], sb["exp_avg_sq"], rtol=1e-5, atol=1e-9)
     assert a["lr_schedulers"][0]["last_epoch"] == b["lr_schedulers"][0]["last_epoch"] == 4
+    logged = {r["epoch"]: r["train_seconds"] for r in T.read_metric_logs(tmp_path / "csv") if "train_seconds" in r}
+    assert logged[0.0] == pytest.approx(first_clock, rel=1e-5) and logged[1.0] > first_clock  # counting went on
 
 
 def test_segmentation_run_and_export(tmp_path):
