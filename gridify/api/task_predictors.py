@@ -498,6 +498,7 @@ class ScenePredictor(TaskPredictor):
             fail(where, "category (--category) is only used by part segmenters; a scene segmenter takes none")
         if progress is not None and not callable(progress):
             fail(where, f"progress must be None or callable as progress(done, total), got {type(progress).__name__}")
+        self.check_normals_used(predictor, normals, estimate_normals, features, where)
         points = read_scene(points)
         cloud = points if isinstance(points, PointCloud) else PointCloud(points=to_numpy(points, "points", where))
         pos, nrm, source = read_cloud(cloud, normals, where)  # finite, non-empty [N, 3]
@@ -533,6 +534,23 @@ class ScenePredictor(TaskPredictor):
             num_points=int(len(pos)),
             source=source,
         )
+
+    @staticmethod
+    def check_normals_used(predictor: Any, normals: Any, estimate_normals: bool, features: Any, where: str) -> None:
+        """``normals=`` / ``estimate_normals=True`` only for a scene model that takes normals and no given
+        ``features=`` (which are the model's whole input): ValueError otherwise, rather than ignoring them."""
+        if normals is None and not estimate_normals:
+            return
+        what = "normals=" if normals is not None else "estimate_normals=True (--estimate-normals)"
+        if features is not None:
+            fail(where, f"{what} is not used when features= is given (features= is the model's whole input)")
+        names = predictor.scene_features
+        if "normal" not in names:
+            fail(
+                where,
+                f"{what} is not used by this model: it was trained with the scene features {list(names)}, without "
+                f"normals; leave it out",
+            )
 
     def point_features(
         self,

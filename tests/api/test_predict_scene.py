@@ -49,6 +49,13 @@ def test_predict_scene_errors_name_the_missing_feature(tmp_path):
         m.predict(tmp_path / "scan.bin", category="chair")
     with pytest.raises(ValueError, match="progress must be None or callable"):
         m.predict(tmp_path / "scan.bin", progress=3)
+    # normals a model does not take are refused, not ignored
+    with pytest.raises(ValueError, match=r"normals= is not used by this model: .*\['strength', 'height'\], without"):
+        m.predict(tmp_path / "scan.bin", normals=np.zeros((700, 3)))
+    with pytest.raises(ValueError, match=r"estimate_normals=True \(--estimate-normals\) is not used by this model"):
+        m.inspect(tmp_path / "scan.bin", estimate_normals=True)
+    with pytest.raises(ValueError, match=r"normals= is not used when features= is given"):
+        m.predict(np.zeros((10, 3), np.float32), normals=np.zeros((10, 3)), features=np.zeros((10, 2)))
     path2, _ = _export(tmp_path, features=("color",))
     with pytest.raises(ValueError, match=r"trained with colours .* has none"):
         load(path2).predict(tmp_path / "scan.bin")
