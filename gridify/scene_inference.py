@@ -60,7 +60,7 @@ from torch import Tensor
 from ._checks import check_finite, check_int, check_number, check_points, check_tensor, fail
 from .io.cloud import centre_large_offset
 from .metrics import SegmentationIoU
-from .transforms import SceneSampler, crop_xy_unchecked, rotation_matrix, voxel_ids, voxel_order
+from .transforms import MAX_VOXEL_COORD, SceneSampler, crop_xy_unchecked, rotation_matrix, voxel_ids, voxel_order
 
 __all__ = [
     "MAX_FRAGMENTS",
@@ -116,6 +116,22 @@ def _check_settings(where: str, voxel_size: Any, max_points: Any, seed: Any) -> 
     return voxel_size, max_points
 
 
+def check_voxel_range(where: str, pos: Any, voxel_size: Optional[float]) -> None:
+    """A scene whose fragments' grid of ``voxel_size`` metres has more than 2^52 voxels along an axis (coordinates
+    far too large for the unit, e.g. not metres) is refused naming ``where``, the extent and the voxel size,
+    rather than by the voxel step deep inside."""
+    if voxel_size is None or len(pos) == 0:
+        return
+    p = pos.detach().abs().max() if isinstance(pos, Tensor) else np.abs(np.asarray(pos)).max()
+    reach = float(p)
+    if not math.isfinite(reach / voxel_size) or reach / voxel_size >= MAX_VOXEL_COORD:
+        fail(
+            where,
+            f"coordinates up to {reach:.3g} m are too large for voxel_size={voxel_size:g} m (the scene's "
+            f"fragments; more than 2^52 voxels along an axis): are they in metres?",
+        )
+
+
 def scene_fragments(
     pos: Tensor,
     voxel_size: Optional[float] = None,
@@ -135,6 +151,7 @@ def scene_fragments(
     check_finite(where, "pos", pos)
     voxel_size, max_points = _check_settings(where, voxel_size, max_points, seed)
     max_fragments = check_int(where, "max_fragments", max_fragments, allow_none=True)
+    check_voxel_range(where, pos, voxel_size)
     return scene_fragments_unchecked(pos, voxel_size, max_points, np.random.default_rng([int(seed)]), max_fragments)
 
 
@@ -231,6 +248,7 @@ def predict_scene(
     where = "predict_scene"
     pos, x = _check_scene(where, model, pos, x)
     voxel_size, max_points = _check_settings(where, voxel_size, max_points, seed)
+    check_voxel_range(where, pos, voxel_size)
     votes = check_int(where, "votes", votes)
     batch_size = check_int(where, "batch_size", batch_size)
     max_fragments = check_int(where, "max_fragments", max_fragments, allow_none=True)

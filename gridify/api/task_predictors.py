@@ -490,7 +490,7 @@ class ScenePredictor(TaskPredictor):
         up_axis: str = "z",
         where: str = "Predictor.predict",
     ) -> Prediction:
-        from ..scene_inference import MAX_FRAGMENTS, predict_scene_unchecked  # noqa: PLC0415
+        from ..scene_inference import MAX_FRAGMENTS, check_voxel_range, predict_scene_unchecked  # noqa: PLC0415
 
         num_votes = 1 if num_votes is None else num_votes
         check_run(where, num_votes, batch_size, seed, estimate_normals)
@@ -511,6 +511,7 @@ class ScenePredictor(TaskPredictor):
         x = self.point_features(predictor, cloud, pos, features, estimate_normals, source, where)  # finite [N, F]
         info = predictor.meta.get("info") or {}  # voxel_size / max_points checked at load (check_entries)
         voxel_size, max_points = info.get("voxel_size"), info.get("max_points")
+        check_voxel_range(where, pos, None if voxel_size is None else float(voxel_size))
         model, dev = predictor.model, predictor.device
         with evaluating(model), all_or_nothing(model):
             probs = predict_scene_unchecked(

@@ -49,6 +49,12 @@ def test_predict_scene_errors_name_the_missing_feature(tmp_path):
         m.predict(tmp_path / "scan.bin", category="chair")
     with pytest.raises(ValueError, match="progress must be None or callable"):
         m.predict(tmp_path / "scan.bin", progress=3)
+    # coordinates far beyond metres: named at the entry, not by the voxel step inside
+    far = np.random.default_rng(0).normal(size=(10, 3)) * 1e18
+    with pytest.raises(ValueError, match=r"^Predictor.predict: coordinates up to .* are too large for voxel_size=0.5"):
+        m.predict(far, features=np.zeros((10, 2)))
+    with pytest.raises(ValueError, match=r"^predict_scene: coordinates up to .* too large for voxel_size=0.5"):
+        predict_scene(m.model, torch.from_numpy(far), voxel_size=0.5)
     # normals a model does not take are refused, not ignored
     with pytest.raises(ValueError, match=r"normals= is not used by this model: .*\['strength', 'height'\], without"):
         m.predict(tmp_path / "scan.bin", normals=np.zeros((700, 3)))
