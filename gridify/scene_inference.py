@@ -64,6 +64,7 @@ from .transforms import MAX_VOXEL_COORD, SceneSampler, crop_xy_unchecked, rotati
 
 __all__ = [
     "MAX_FRAGMENTS",
+    "check_voxel_range",
     "predict_scene",
     "predict_scene_unchecked",
     "predict_scene_reference",

@@ -32,7 +32,7 @@ The package, one concern per module:
     plots       loss/metric curves and the confusion matrix (matplotlib)
     report      the files a run writes about itself
     module      the Lightning modules (PointCloudTask, PointCloudData)
-    callbacks   checkpoints, atomic checkpoint I/O, loggers, StopAfterEpochs
+    callbacks   checkpoints, atomic checkpoint I/O, loggers, StopAfterEpochs, TrainingClock
     runner      run(): one run, step by step
     cli         the command line (main)
 
