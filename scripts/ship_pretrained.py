@@ -4,7 +4,8 @@
     python scripts/ship_pretrained.py outputs/modelnet10_fast/checkpoints/model.pt --name modelnet10
 
 Reads an exported ``model.pt`` (as ``gridify train`` writes it), drops what only made sense on the
-machine that trained it (absolute paths: the output folder, the data root, the source checkpoint)
+machine that trained it (absolute paths: the output folder, the data root, the source checkpoint; an
+``init_weights`` file is kept as ``<run>/checkpoints/<file>``)
 and records where the weights came from (``info["pretrained"]``: the run's name, epoch, seed and
 test metrics when ``test_metrics.json`` sits beside the run). The result loads with
 ``gridify.load("<name>")`` and ``gridify predict FILE --model <name>``.
@@ -33,10 +34,16 @@ def scrub(payload: Dict[str, Any], name: str, run: Path) -> Dict[str, Any]:
     config["output_dir"] = f"outputs/{name}"
     if isinstance(config.get("data"), dict):
         config["data"]["root"] = None  # found again by name (--data-root, GRIDIFY_DATA, ./data)
+    init = config.get("init_weights")
+    if isinstance(init, str) and Path(init).name != init:  # a file of this machine: keep the run-relative part
+        parts = Path(init).parts
+        config["init_weights"] = "/".join(parts[-3:] if len(parts) >= 3 and parts[-2] == "checkpoints" else parts[-1:])
     out["config"] = config
     source = Path(str(out.get("checkpoint") or "model.pt")).name
     out["checkpoint"] = source
     provenance: Dict[str, Any] = {"name": name, "run": run.name, "from_checkpoint": source, "seed": config.get("seed")}
+    if config.get("init_weights") is not None:
+        provenance["init_weights"] = config["init_weights"]  # trained on from these weights (init_weights)
     val = _val_metrics(run, source)
     if val:
         provenance["val_metrics"] = val
