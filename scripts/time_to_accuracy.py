@@ -130,19 +130,25 @@ def logged_points(prog: str, run: Path, metric: str | None = None) -> List[Dict[
         key = metric or ("miou" if "miou" in values else "oa")
         if key not in values:
             raise SystemExit(f"{prog}: error: {run}: no logged val_{key}; it logged {sorted(values)}")
-        points.append(
-            {
-                "run": run.name,
-                "epoch": epoch + 1,
-                "minutes": row["train_seconds"] / 60,
-                "split": "val",
-                "metric": key,
-                "value": values[key],
-                **{f"val_{k}": v for k, v in values.items()},
-                "votes": 1,
-            }
-        )
+        points.append(curve_point(run, epoch, row["train_seconds"] / 60, "val", key, values, 1))
     return points
+
+
+def curve_point(
+    run: Path, epoch: int, minutes: float, split: str, key: str, values: Dict[str, Any], votes: int
+) -> Dict[str, Any]:
+    """One row of the curve: ``run``'s score ``key`` of ``values`` (the split's metrics) after ``minutes`` of
+    training, at the end of (0-based) ``epoch``."""
+    return {
+        "run": run.name,
+        "epoch": epoch + 1,
+        "minutes": minutes,
+        "split": split,
+        "metric": key,
+        "value": values[key],
+        **{f"{split}_{k}": v for k, v in values.items() if isinstance(v, (int, float))},
+        "votes": votes,
+    }
 
 
 def line_value(prog: str, flag: str, text: str) -> float | None:
@@ -176,18 +182,7 @@ def run_points(
         key = metric or ("miou" if "miou" in values else "oa")
         if key not in values:
             raise SystemExit(f"time_to_accuracy: {ckpt}: no metric {key!r}; it reports {sorted(values)}")
-        points.append(
-            {
-                "run": run.name,
-                "epoch": epoch + 1,
-                "minutes": minutes[ckpt],
-                "split": split,
-                "metric": key,
-                "value": values[key],
-                **{f"{split}_{k}": v for k, v in values.items() if isinstance(v, (int, float))},
-                "votes": votes,
-            }
-        )
+        points.append(curve_point(run, epoch, minutes[ckpt], split, key, values, votes))
     return points
 
 
