@@ -325,19 +325,25 @@ BUCKETS_SEARCHED = 8
 BUCKET_MIN_POINTS = 8
 
 
+def _rows(table: Tensor, idx: Tensor) -> Tensor:
+    """``table[idx]`` for ``table [T, ...]`` and integer ``idx`` of any shape: one ``index_select`` of the
+    flattened index (exported as ONNX ``Gather``, which onnxruntime runs faster than the ``GatherND`` of
+    advanced indexing)."""
+    return table.index_select(0, idx.reshape(-1)).view(*idx.shape, *table.shape[1:])
+
+
 def _gather_rows(table: Tensor, idx: Tensor) -> Tensor:
     """``table[b, idx[b, ...]]`` for ``table [B, T, ...]`` and ``idx [B, ...]`` (one flat gather)."""
     B, T = table.shape[:2]
     offset = (torch.arange(B, device=idx.device) * T).view(B, *([1] * (idx.dim() - 1)))
-    return table.reshape(B * T, *table.shape[2:])[idx + offset]
+    return _rows(table.reshape(B * T, *table.shape[2:]), idx + offset)
 
 
-def _finite_bounds(pts: Tensor, dim: int) -> Tuple[Tensor, Tensor]:
-    """Per-axis min and max of the finite rows of ``pts [..., 3]`` along ``dim`` (inf / -inf: none)."""
-    finite = torch.isfinite(pts[..., :1])
-    lo = torch.where(finite, pts, torch.full_like(pts, float("inf"))).amin(dim)
-    hi = torch.where(finite, pts, torch.full_like(pts, float("-inf"))).amax(dim)
-    return lo, hi
+def _bucket_box(padded: Tensor, negated: Tensor, idx: Tensor) -> Tuple[Tensor, Tensor]:
+    """Per-axis min and max ``[B, G, 3]`` of the finite points of the buckets ``idx [B, G, S]``: ``padded``
+    holds the points padded with ``+inf``, ``negated`` their negatives padded with ``+inf``, so padding never
+    wins a minimum and ``hi = -min(-p)`` (exact) ignores it too (``inf, -inf`` for a bucket of padding only)."""
+    return _gather_rows(padded, idx).amin(2), -_gather_rows(negated, idx).amin(2)
 
 
 def point_buckets(pos: Tensor, levels: int, min_points: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -352,18 +358,18 @@ def point_buckets(pos: Tensor, levels: int, min_points: int) -> Tuple[Tensor, Te
     Np = torch.sym_max(N, G * min_points)
     Np = (Np + G - 1) // G * G
     pad = torch.full((B, Np - N, 3), float("inf"), dtype=pos.dtype, device=pos.device)
-    padded = torch.cat([pos, pad], 1)
+    padded, negated = torch.cat([pos, pad], 1), torch.cat([-pos, pad], 1)
+    columns = padded.transpose(1, 2).reshape(B, 3 * Np)  # axis a of point j at a Np + j
     idx = torch.arange(Np, device=pos.device).expand(B, Np)
     for level in range(levels):
         seg = idx.reshape(B, 2**level, -1)
-        pts = _gather_rows(padded, seg)  # [B, 2^l, S, 3]
-        lo, hi = _finite_bounds(pts, 2)
+        lo, hi = _bucket_box(padded, negated, seg)  # [B, 2^l, 3]
         spread = hi - lo
-        axis = torch.where(torch.isfinite(spread), spread, torch.zeros_like(spread)).argmax(-1)
-        key = torch.gather(pts, 3, axis[:, :, None, None].expand(-1, -1, pts.size(2), 1)).squeeze(-1)
+        axis = torch.where(torch.isfinite(spread), spread, torch.zeros_like(spread)).argmax(-1)  # [B, 2^l]
+        key = _gather_rows(columns, axis.unsqueeze(-1) * Np + seg)  # [B, 2^l, S]: the points along that axis
         idx = torch.gather(seg, 2, torch.argsort(key, dim=2)).reshape(B, Np)
     members = idx.reshape(B, G, -1)
-    lo, hi = _finite_bounds(_gather_rows(padded, members), 2)
+    lo, hi = _bucket_box(padded, negated, members)
     return padded, members, lo, hi
 
 
@@ -425,7 +431,7 @@ def node_points_bucketed(
         found = torch.gather(cand, 2, local[..., :k])
         tied = (dist[..., 1:] == dist[..., :-1]).any(-1)
         unproven = ((dist[..., k - 1] >= bounds[:, s : s + node_chunk, t]) | tied).nonzero()  # [F, 2]
-        brute = _squared_distances(c[unproven[:, 1]].unsqueeze(1), pos[unproven[:, 0]])  # [F, N]
+        brute = _squared_distances(_rows(c, unproven[:, 1]).unsqueeze(1), _rows(pos, unproven[:, 0]))  # [F, N]
         found = found.index_put((unproven[:, 0], unproven[:, 1]), _smallest(brute.unsqueeze(0), k).squeeze(0))
         blocks.append(found)
     return blocks[0] if len(blocks) == 1 else torch.cat(blocks, 1)
@@ -484,11 +490,12 @@ def dense_grid_knn_unchecked(
         dists.append(torch.gather(da, 2, idx))
         idxs.append(idx)
     dist = dists[0][..., :, None, None] + dists[1][..., None, :, None]
-    dist = (dist + dists[2][..., None, None, :]).reshape(B, N, -1)
-    flat = (idxs[0][..., :, None, None] * shape[1] + idxs[1][..., None, :, None]) * shape[2] + idxs[2][
-        ..., None, None, :
-    ]
-    point_nodes = torch.gather(flat.reshape(B, N, -1), 2, _smallest(dist, kk))
+    dist = (dist + dists[2][..., None, None, :]).reshape(B, N, -1)  # candidate (x, y, z) at (x m_y + y) m_z + z
+    local = _smallest(dist, kk)  # [B, N, k']: the candidates in node order, so ties go to the lower node
+    m_y, m_z = idxs[1].size(-1), idxs[2].size(-1)
+    ix = torch.gather(idxs[0], 2, local // (m_y * m_z))
+    iy = torch.gather(idxs[1], 2, local // m_z % m_y)
+    point_nodes = (ix * shape[1] + iy) * shape[2] + torch.gather(idxs[2], 2, local % m_z)
     chosen = torch.gather(node_points, 1, point_nodes.reshape(B, N * kk, 1).expand(-1, -1, k))
     own = torch.arange(N, device=pos.device).view(1, N, 1, 1)
     keep = ~(chosen.view(B, N, kk, k) == own).any(-1)
@@ -506,13 +513,13 @@ def _aggregate_dense(
     """``AGG`` (a :class:`~gridify.nn.gridification.BipartiteConv` ``aggr``) over the two edge kinds of the
     fixed-shape graph: ``dense [D, t, H]`` (the ``t`` edges every target ``d < D`` has, ``dense_keep [D, t]``
     masking duplicates, None: all) and ``scat [E, H]`` scattered to the targets ``scat_dst [E]``
-    (``scat_keep [E]``, None: all). The max scatters whole rows (its index repeated along them):
-    exported, it is ``ScatterND`` (``gridify.export.tracing.scatter_reduce_rows``)."""
+    (``scat_keep [E]``, None: all). The max needs no mask: a duplicate edge carries the same message
+    as the edge it repeats (same features, same offset), and a maximum counts it once whatever the masks
+    say. It scatters whole rows (its index repeated along them): exported, it is ``ScatterND``
+    (``gridify.export.tracing.scatter_reduce_rows``)."""
     H = dense.size(-1)
     if aggr == "max":
-        d = dense if dense_keep is None else dense.masked_fill(~dense_keep.unsqueeze(-1), float("-inf"))
-        s = scat if scat_keep is None else scat.masked_fill(~scat_keep.unsqueeze(-1), float("-inf"))
-        return d.amax(1).scatter_reduce(0, scat_dst.unsqueeze(-1).expand(-1, H), s, "amax")
+        return dense.amax(1).scatter_reduce(0, scat_dst.unsqueeze(-1).expand(-1, H), scat, "amax")
     dk = (
         torch.ones(dense.shape[:2], dtype=dense.dtype, device=dense.device)
         if dense_keep is None
@@ -543,8 +550,10 @@ def gridify_dense_graph(
     cloud = torch.arange(B, device=pos.device)
     src = (node_points + (cloud * N).view(B, 1, 1)).reshape(-1)  # A: node <- its k points, [B R^3 k]
     dst = (point_nodes + (cloud * R3).view(B, 1, 1)).reshape(-1)  # P: point -> its k' nodes, [B N k']
-    m_a = conv.edge_message(h.reshape(-1, H)[src], nodes.repeat(B, 1).repeat_interleave(k, 0) - pos.reshape(-1, 3)[src])
-    m_b = conv.edge_message(h.unsqueeze(2), nodes[point_nodes] - pos.unsqueeze(2)).reshape(-1, H)
+    m_a = conv.edge_message(
+        _rows(h.reshape(-1, H), src), nodes.repeat(B, 1).repeat_interleave(k, 0) - _rows(pos.reshape(-1, 3), src)
+    )
+    m_b = conv.edge_message(h.unsqueeze(2), _rows(nodes, point_nodes) - pos.unsqueeze(2)).reshape(-1, H)
     out = conv.update(_aggregate_dense(conv.aggr, m_a.view(B * R3, k, H), None, m_b, dst, keep.reshape(-1)))
     return grid.to_dense_unchecked(out, B)
 
@@ -565,10 +574,12 @@ def degridify_dense_graph(
     cloud = torch.arange(B, device=pos.device)
     dst = (node_points + (cloud * N).view(B, 1, 1)).reshape(-1)  # A edges: node -> point, [B R^3 k]
     pos_flat = pos.reshape(-1, 3)
-    m_a = conv.edge_message(h.repeat_interleave(k, 0), pos_flat[dst] - nodes.repeat(B, 1).repeat_interleave(k, 0))
+    m_a = conv.edge_message(
+        h.repeat_interleave(k, 0), _rows(pos_flat, dst) - nodes.repeat(B, 1).repeat_interleave(k, 0)
+    )
     src = (point_nodes + (cloud * R3).view(B, 1, 1)).reshape(-1)  # P edges: point <- node, [B N k']
     m_b = conv.edge_message(
-        h[src], pos.unsqueeze(2).expand(-1, -1, kk, -1).reshape(-1, 3) - nodes[point_nodes].reshape(-1, 3)
+        _rows(h, src), pos.unsqueeze(2).expand(-1, -1, kk, -1).reshape(-1, 3) - _rows(nodes, point_nodes).reshape(-1, 3)
     )
     out = conv.update(_aggregate_dense(conv.aggr, m_b.view(B * N, kk, H), keep.reshape(B * N, kk), m_a, dst, None))
     return out.view(B, N, -1)
