@@ -513,9 +513,9 @@ def _aggregate_dense(
     """``AGG`` (a :class:`~gridify.nn.gridification.BipartiteConv` ``aggr``) over the two edge kinds of the
     fixed-shape graph: ``dense [D, t, H]`` (the ``t`` edges every target ``d < D`` has, ``dense_keep [D, t]``
     masking duplicates, None: all) and ``scat [E, H]`` scattered to the targets ``scat_dst [E]``
-    (``scat_keep [E]``, None: all). The max needs no mask: a duplicate edge carries the same message
-    as the edge it repeats (same features, same offset), and a maximum counts it once whatever the masks
-    say. It scatters whole rows (its index repeated along them): exported, it is ``ScatterND``
+    (``scat_keep [E]``, None: all). The max needs no mask: a duplicate edge carries the message of the
+    edge it repeats (same features, same offset; the same value up to the rounding of the two evaluations),
+    and a maximum counts it once. It scatters whole rows (its index repeated along them): exported, it is ``ScatterND``
     (``gridify.export.tracing.scatter_reduce_rows``)."""
     H = dense.size(-1)
     if aggr == "max":

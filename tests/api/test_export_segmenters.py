@@ -181,6 +181,21 @@ def test_scene_wrapper_equals_the_model(overrides):
     assert (moved - got[:, perm]).abs().max() < 1e-4
 
 
+@pytest.mark.parametrize("aggr", ["max", "mean"])
+def test_scene_wrapper_counts_duplicate_edges_once(aggr):
+    """Duplicated points make point -> node edges that the node's own list already holds: the mean masks
+    them, the max takes them unmasked (the same message twice); both equal the model's deduplicated graph."""
+    model, wrapper = scene_model(aggr=aggr)
+    points, features = wrapper.example_inputs(2, 200, 4)
+    points[:, 100:], features[:, 100:] = points[:, :100], features[:, :100]  # every point twice
+    graph = E.dense_grid_knn_unchecked(points, model.gridify.k, wrapper.nodes, wrapper.axes, 64, wrapper.search)
+    assert not graph[2].all()  # there are duplicate edges to mask
+    with torch.no_grad():
+        got, want = wrapper(points, features), wrapper.reference(points, features)
+    assert (got - want).abs().max() < 1e-4
+    assert torch.equal(got[:, 100:], got[:, :100])  # a point and its copy get the same logits
+
+
 def test_part_wrapper_equals_the_model():
     model, wrapper = part_model()
     inputs = wrapper.example_inputs(2, 120, 5)
