@@ -478,31 +478,6 @@ def _read(args: argparse.Namespace, model: Any = None):
         raise SystemExit(f"gridify {args.command}: error: {exc}")
 
 
-def _progress_bar(what: str, enabled: bool):
-    """A ``progress(done, total)`` callback drawing a bar on stderr (a line per 10 % when stderr is no
-    terminal), or None when disabled."""
-    if not enabled:
-        return None
-    tty = sys.stderr.isatty()
-    state = {"shown": -1}
-
-    def progress(done: int, total: int) -> None:
-        frac = done / max(total, 1)
-        if tty:
-            bar = "#" * int(30 * frac)
-            print(
-                f"\r[{what}] [{bar:<30}] {done}/{total} crops",
-                end="\n" if done >= total else "",
-                file=sys.stderr,
-                flush=True,
-            )
-        elif int(10 * frac) > state["shown"]:
-            state["shown"] = int(10 * frac)
-            print(f"[{what}] {done}/{total} crops ({100 * frac:.0f} %)", file=sys.stderr, flush=True)
-
-    return progress
-
-
 def _predict(model: Any, cloud: Any, args: argparse.Namespace, **kw: Any):
     try:
         return model.predict(
@@ -526,7 +501,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     cloud = _read(args, model)
     kw: Dict[str, Any] = {"num_votes": args.votes}
     if getattr(model, "whole_scenes", False):
-        kw["progress"] = _progress_bar("predict", not args.no_progress)
+        kw["progress"] = not args.no_progress
     pred = _predict(model, cloud, args, **kw)
     print(pred.summary())
     if args.out:

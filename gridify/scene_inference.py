@@ -58,6 +58,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_finite, check_int, check_number, check_points, check_tensor, fail
+from ._progress import resolve_progress
 from .io.cloud import centre_large_offset
 from .metrics import SegmentationIoU
 from .transforms import MAX_VOXEL_COORD, SceneSampler, crop_xy_unchecked, rotation_matrix, voxel_ids, voxel_order
@@ -223,7 +224,7 @@ def predict_scene(
     seed: int = 0,
     batch_size: int = 1,
     max_fragments: Optional[int] = MAX_FRAGMENTS,
-    progress: Optional[Callable[[int, int], None]] = None,
+    progress: Any = None,
 ) -> Tensor:
     """Mean softmax probabilities of every point of one scene (see the module docstring).
 
@@ -238,7 +239,8 @@ def predict_scene(
         batch_size: crops per model call.
         max_fragments: fragments per view at most (None: as many as the densest voxel has points;
             the points left out take their voxel's mean, see the module docstring).
-        progress: called as ``progress(crops_done, crops_total)`` after every model call.
+        progress: called as ``progress(crops_done, crops_total)`` after every model call; ``True``: a bar
+            on stderr; ``None`` / ``False``: silent.
 
     Memory: the scene's ``[N, C]`` sums, the crops' indices (about ``min(max_fragments, max_v n_v)``
     x ``N`` int64 per view) and one batch of crops at a time.
@@ -253,8 +255,7 @@ def predict_scene(
     votes = check_int(where, "votes", votes)
     batch_size = check_int(where, "batch_size", batch_size)
     max_fragments = check_int(where, "max_fragments", max_fragments, allow_none=True)
-    if progress is not None and not callable(progress):
-        fail(where, f"progress must be None or callable as progress(done, total), got {type(progress).__name__}")
+    progress = resolve_progress(where, progress, "predict_scene")
     return predict_scene_unchecked(
         model, pos, x, voxel_size, max_points, votes, int(seed), batch_size, max_fragments, progress
     )

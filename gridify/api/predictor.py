@@ -9,7 +9,7 @@ docstring. :meth:`Predictor.prepare` (reading, checking and normalizing one clou
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -177,7 +177,7 @@ class Predictor(nn.Module):
         batch_size: int = 8,
         estimate_normals: bool = False,
         features: Any = None,
-        progress: Optional[Callable[[int, int], None]] = None,
+        progress: Any = None,
         up_axis: str = "z",
     ) -> Prediction:
         """Labels and probabilities for one cloud of any size (see the module docstring).
@@ -195,7 +195,8 @@ class Predictor(nn.Module):
             estimate_normals: estimate missing normals with Open3D (see :func:`estimate_normals`).
             features: scene segmenters only: the model's per-point features ``[N, F]`` (the columns
                 of its training ``features``), instead of building them from the file.
-            progress: scene segmenters only: ``progress(crops_done, crops_total)`` after every pass.
+            progress: scene segmenters only: ``progress(crops_done, crops_total)`` after every pass, or
+                ``True`` for a bar on stderr (``None`` / ``False``: silent).
             up_axis: the cloud's up direction, ``"z"`` (default; what the shipped models expect),
                 ``"y"`` (e.g. ``modelnet40_normal_resampled``, glTF), ``"x"`` or their negatives: the
                 points (and normals) are rotated to z up before anything else (a proper rotation,

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_alloc, check_int, check_positive_int, fail
+from .._progress import resolve_progress
 from ..checkpoint import CheckpointError
 from ..io import PointCloud, centre_large_offset
 from ..nn.state import all_or_nothing, evaluating
@@ -240,7 +241,7 @@ class TaskPredictor:
         batch_size: int = 8,
         estimate_normals: bool = False,
         features: Any = None,
-        progress: Optional[Callable[[int, int], None]] = None,
+        progress: Any = None,
         up_axis: str = "z",
         where: str = "Predictor.predict",
     ) -> Prediction:
@@ -283,11 +284,11 @@ class CloudPredictor(TaskPredictor):
         batch_size: int = 8,
         estimate_normals: bool = False,
         features: Any = None,
-        progress: Optional[Callable[[int, int], None]] = None,
+        progress: Any = None,
         up_axis: str = "z",
         where: str = "Predictor.predict",
     ) -> Prediction:
-        if features is not None or progress is not None:
+        if features is not None or resolve_progress(where, progress) is not None:
             fail(where, f"features= and progress= are for scene segmenters; this is a {predictor.task} model")
         num_votes = self.default_votes if num_votes is None else num_votes
         check_run(where, num_votes, batch_size, seed, estimate_normals)
@@ -486,7 +487,7 @@ class ScenePredictor(TaskPredictor):
         batch_size: int = 8,
         estimate_normals: bool = False,
         features: Any = None,
-        progress: Optional[Callable[[int, int], None]] = None,
+        progress: Any = None,
         up_axis: str = "z",
         where: str = "Predictor.predict",
     ) -> Prediction:
@@ -496,8 +497,7 @@ class ScenePredictor(TaskPredictor):
         check_run(where, num_votes, batch_size, seed, estimate_normals)
         if category is not None:
             fail(where, "category (--category) is only used by part segmenters; a scene segmenter takes none")
-        if progress is not None and not callable(progress):
-            fail(where, f"progress must be None or callable as progress(done, total), got {type(progress).__name__}")
+        progress = resolve_progress(where, progress)
         self.check_normals_used(predictor, normals, estimate_normals, features, where)
         points = read_scene(points)
         cloud = points if isinstance(points, PointCloud) else PointCloud(points=to_numpy(points, "points", where))

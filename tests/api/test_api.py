@@ -200,6 +200,14 @@ def test_bad_inputs_give_clear_errors(trained, tmp_path):
         seg.predict(pos, nrm, category="²")
     with pytest.raises(FileNotFoundError):
         seg.predict(tmp_path / "nope.ply", category=0)
+    # progress=False / None: nothing to report, accepted by every model; a bar or callback is for scene models
+    np.testing.assert_array_equal(
+        cls.predict(pos, nrm, progress=False).probabilities, cls.predict(pos, nrm).probabilities
+    )
+    with pytest.raises(ValueError, match=r"features= and progress= are for scene segmenters; this is a classification"):
+        cls.predict(pos, nrm, progress=True)
+    with pytest.raises(ValueError, match=r"progress must be None, True / False or callable .*got str"):
+        cls.predict(pos, nrm, progress="bar")
 
 
 def test_canonical_order_depends_on_content_only():

@@ -33,6 +33,23 @@ def test_predict_scene_file_equals_predict_scene_on_the_training_features(tmp_pa
     np.testing.assert_allclose(again.probabilities, want.numpy(), atol=1e-5)
 
 
+def test_progress_true_draws_a_bar_on_stderr_and_false_is_silent(tmp_path, capsys):
+    _scan(tmp_path / "scan.bin")
+    path, model = _export(tmp_path)
+    m = load(path)
+    quiet = m.predict(tmp_path / "scan.bin", progress=False, batch_size=2)
+    assert capsys.readouterr().err == ""
+    shown = m.predict(tmp_path / "scan.bin", progress=True, batch_size=2)
+    err = capsys.readouterr().err  # stderr is no terminal here: a line per 10 %, the last at 100 %
+    assert err.startswith("[predict] ") and err.rstrip().endswith("crops (100 %)")
+    np.testing.assert_array_equal(quiet.labels, shown.labels)
+    pos = torch.from_numpy(np.random.default_rng(0).normal(size=(50, 3)).astype(np.float32))
+    predict_scene(model, pos, torch.zeros(50, 2), progress=True)
+    assert capsys.readouterr().err.startswith("[predict_scene] ")
+    with pytest.raises(ValueError, match=r"^predict_scene: progress must be None, True / False or callable"):
+        predict_scene(model, pos, torch.zeros(50, 2), progress="yes")
+
+
 def test_predict_scene_errors_name_the_missing_feature(tmp_path):
     _scan(tmp_path / "scan.bin")
     path, _ = _export(tmp_path)
@@ -47,7 +64,9 @@ def test_predict_scene_errors_name_the_missing_feature(tmp_path):
         m.predict(np.zeros((10, 3), np.float32), features=bad)
     with pytest.raises(ValueError, match=r"category \(--category\) is only used by part segmenters"):
         m.predict(tmp_path / "scan.bin", category="chair")
-    with pytest.raises(ValueError, match="progress must be None or callable"):
+    with pytest.raises(
+        ValueError, match=r"progress must be None, True / False or callable as progress\(done, total\), got int"
+    ):
         m.predict(tmp_path / "scan.bin", progress=3)
     # coordinates far beyond metres: named at the entry, not by the voxel step inside
     far = np.random.default_rng(0).normal(size=(10, 3)) * 1e18
