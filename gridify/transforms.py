@@ -15,6 +15,11 @@ modified in place).
   (:func:`voxel_ids`: voxel of ``p`` = ``floor(p / voxel_size)``); :class:`SceneCrop` keeps the
   ``max_points`` points nearest in xy to a random centre point (:func:`crop_xy`);
   :class:`SceneSampler` chains them (and ``num_points``) on one generator for the scene datasets.
+  :func:`mix_scenes` mixes two LiDAR scans in their sensor frames (:data:`SCENE_MIXES`): ``lasermix``
+  keeps scan ``a`` in alternate bands of inclination ``phi = atan2(z, hypot(x, y))`` (3-6 equal bands over
+  the 0.5-99.5 % range of both scans' ``phi``) and scan ``b`` in the others (LaserMix, Kong et al. 2023);
+  ``polarmix`` replaces ``a``'s points of a random half-turn of azimuth ``theta = atan2(y, x)`` by ``b``'s
+  (PolarMix's scene swap, Xiao et al. 2022).
 
 Every transform validates its parameters when built and its sample once when called: a dict
 with a floating ``pos [N, 3]`` (torch: float16/bfloat16/float32/float64) without NaN/Inf; when present,
@@ -83,6 +88,9 @@ __all__ = [
     "crop_xy",
     "crop_xy_unchecked",
     "content_rng",
+    "SCENE_MIXES",
+    "mix_scenes",
+    "mix_scenes_unchecked",
 ]
 
 #: keys never treated as per-point even when their first dimension happens to equal N
@@ -698,9 +706,16 @@ class SceneSampler(RandomTransform):
         #: another deterministic stream for the same scene (its copies in an epoch: ``crops_per_scene``)
         self.salt = 0
 
+    def generator(self, pos: Any, salt: int = 0) -> np.random.Generator:
+        """The generator a draw for the scene ``pos`` uses: :func:`content_rng` of it (another stream per
+        ``salt``) in the deterministic mode, else the sampler's own."""
+        if not self.deterministic:
+            return self.rng
+        return content_rng(self.seed, pos, len(pos), getattr(self, "salt", 0) + salt)
+
     def __call__(self, sample: Sample) -> Sample:
         num = _check_sample(sample, "SceneSampler")
-        rng = content_rng(self.seed, sample["pos"], num, getattr(self, "salt", 0)) if self.deterministic else self.rng
+        rng = self.generator(sample["pos"])
         if self.grid is not None:
             sample = _take(sample, self.grid._indices(sample, rng))
             num = int(sample["pos"].shape[0])
@@ -716,6 +731,82 @@ class SceneSampler(RandomTransform):
             f"max_points={getattr(self.crop, 'max_points', None)}, num_points={self.num_points}, "
             f"deterministic={self.deterministic}, seed={self.seed})"
         )
+
+
+#: the ways :func:`mix_scenes` mixes two scans
+SCENE_MIXES = ("lasermix", "polarmix")
+
+
+def _mix_keep(pa: np.ndarray, pb: np.ndarray, mode: str, rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray]:
+    """Which points of ``a`` and of ``b`` the mix keeps (boolean ``[N_a]``, ``[N_b]``)."""
+    if mode == "lasermix":
+        bands = int(rng.integers(3, 7))
+        phi_a = np.arctan2(pa[:, 2], np.hypot(pa[:, 0], pa[:, 1]))
+        phi_b = np.arctan2(pb[:, 2], np.hypot(pb[:, 0], pb[:, 1]))
+        lo, hi = np.percentile(np.concatenate([phi_a, phi_b]), [0.5, 99.5])
+        scale = bands / max(float(hi - lo), 1e-12)
+        first = int(rng.integers(2))
+        band_a = np.clip(np.floor((phi_a - lo) * scale), 0, bands - 1).astype(np.int64)
+        band_b = np.clip(np.floor((phi_b - lo) * scale), 0, bands - 1).astype(np.int64)
+        return band_a % 2 == first, band_b % 2 != first
+    start = rng.uniform(-math.pi, math.pi)
+    inside_a = np.mod(np.arctan2(pa[:, 1], pa[:, 0]) - start, 2 * math.pi) < math.pi
+    inside_b = np.mod(np.arctan2(pb[:, 1], pb[:, 0]) - start, 2 * math.pi) < math.pi
+    return ~inside_a, inside_b
+
+
+def mix_scenes_unchecked(a: Sample, b: Sample, mode: str, rng: np.random.Generator, pos_key: str = "pos") -> Sample:
+    """:func:`mix_scenes` without the checks: numpy arrays, the per-point keys of both scans alike."""
+    na, nb = len(a[pos_key]), len(b[pos_key])
+    keep_a, keep_b = _mix_keep(np.asarray(a[pos_key], np.float64), np.asarray(b[pos_key], np.float64), mode, rng)
+    out: Sample = {}
+    for k, v in a.items():
+        w = b.get(k)
+        per_point = isinstance(v, np.ndarray) and v.ndim and len(v) == na and k not in _NON_POINT_KEYS
+        if per_point and isinstance(w, np.ndarray) and w.ndim and len(w) == nb:
+            out[k] = np.concatenate([v[keep_a], w[keep_b].astype(v.dtype, copy=False)])
+        elif not per_point:
+            out[k] = v
+    return out
+
+
+def mix_scenes(a: Sample, b: Sample, mode: str, rng: np.random.Generator, pos_key: str = "pos") -> Sample:
+    """Two scans mixed into one (see the module docstring): the points ``a`` keeps, then those taken from ``b``.
+
+    ``a`` and ``b``: dicts of numpy arrays in the sensor frame (the origin at the scanner, z up), ``pos_key``
+    ``[N, 3]`` and the same per-point entries (an entry of ``a`` that ``b`` lacks is refused, naming it); entries
+    that are not per-point are ``a``'s. ``rng`` draws the bands or the sector.
+
+    Shapes:
+        ``a[k]`` ``[N_a, ...]``, ``b[k]`` ``[N_b, ...]`` -> ``[M, ...]``, ``M <= N_a + N_b``.
+    """
+    where = "mix_scenes"
+    mode = check_choice(where, "mode", mode, SCENE_MIXES)
+    if not isinstance(rng, np.random.Generator):
+        fail(where, f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    for name, s in (("a", a), ("b", b)):
+        if not isinstance(s, dict) or pos_key not in s:
+            fail(where, f"{name} must be a dict holding {pos_key!r}, got {type(s).__name__}")
+        p = s[pos_key]
+        if not isinstance(p, np.ndarray) or p.ndim != 2 or p.shape[1] != 3 or not np.issubdtype(p.dtype, np.floating):
+            fail(
+                where,
+                f"{name}[{pos_key!r}] must be a float numpy array [N, 3], got "
+                f"{getattr(p, 'dtype', type(p).__name__)} {getattr(p, 'shape', '')}",
+            )
+        if not np.isfinite(p).all():
+            fail(where, f"{name}[{pos_key!r}] contains NaN/Inf values")
+    na = len(a[pos_key])
+    for k, v in a.items():
+        if isinstance(v, np.ndarray) and v.ndim and len(v) == na and k not in _NON_POINT_KEYS:
+            w = b.get(k)
+            if not (isinstance(w, np.ndarray) and w.ndim and len(w) == len(b[pos_key]) and w.shape[1:] == v.shape[1:]):
+                fail(
+                    where,
+                    f"a has the per-point entry {k!r} {v.shape[1:]} but b has "
+                    f"{'none' if w is None else getattr(w, 'shape', type(w).__name__)} (both scans need it)",
+                )
+    return mix_scenes_unchecked(a, b, mode, rng, pos_key)
 
 
 #: the up axes a cloud may have (``--up-axis``, ``up_axis=``): its "up" direction in its own coordinates

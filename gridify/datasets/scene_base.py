@@ -30,7 +30,7 @@ from torch import Tensor
 
 from .._checks import check_alloc, check_choice, check_int, check_number
 from ..io.cloud import centre_large_offset
-from ..transforms import SceneSampler
+from ..transforms import SCENE_MIXES, SceneSampler, mix_scenes_unchecked
 from ._common import SAMPLE_BYTES_PER_POINT, DatasetError, PointCloudDataset, Transform
 from .scene_layouts import IGNORE_INDEX
 
@@ -62,6 +62,9 @@ def scene_height(z: Any) -> np.ndarray:
 
 #: keys of a raw scene sample that travel with the points (subsampled, transformed alike)
 _POINT_KEYS = ("color", "normal", "strength")
+
+#: the salt of the mix's draws (:meth:`SceneDatasetBase.mixed_scene`), apart from the crop's stream
+_MIX_SALT = 7919
 
 
 def check_features(where: str, features: Any) -> Tuple[str, ...]:
@@ -188,6 +191,12 @@ class SceneDatasetBase(PointCloudDataset):
         crops_per_scene: at ``train`` with a crop or subsampling, every scene appears this many
             times per epoch, each copy its own crop (``len = scenes x crops_per_scene``; item ``i``
             is scene ``i mod scenes``); ignored at the other splits (one whole scene per item).
+        mix: at ``train`` with a crop or subsampling, mix scans before the crop
+            (:func:`gridify.transforms.mix_scenes`: ``"lasermix"`` or ``"polarmix"``, for LiDAR scans in
+            their sensor frames): with probability ``mix_prob`` an item's scene is mixed with another
+            scene of the split drawn by the sampler's generator; None (default): no mixing. Ignored at the
+            other splits, which score the scenes as they are.
+        mix_prob: the share of items mixed, in ``[0, 1]``.
 
     Attributes:
         class_names, num_classes, ignore_index, features, in_channels (width of ``x``), voxel_size,
@@ -197,9 +206,13 @@ class SceneDatasetBase(PointCloudDataset):
     def __init__(self, *, split: str, class_names: Sequence[str], features: Sequence[str],
                  num_points: Optional[int], transform: Optional[Transform], seed: int, normalize: bool,
                  cache: bool, voxel_size: Optional[float] = None, max_points: Optional[int] = None,
-                 crops_per_scene: int = 1) -> None:
+                 crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5) -> None:
         where = type(self).__name__
         check_int(where, "crops_per_scene", crops_per_scene, 1)
+        mix = None if mix is None else check_choice(where, "mix", mix, SCENE_MIXES)
+        mix_prob = check_number(where, "mix_prob", mix_prob, 0.0, strict=False)
+        if mix_prob > 1:
+            raise ValueError(f"{where}: mix_prob must be a probability in [0, 1], got {mix_prob}")
         features = check_features(where, features)
         self.voxel_size = check_number(where, "voxel_size", voxel_size, allow_none=True)
         self.max_points = check_int(where, "max_points", max_points, allow_none=True)
@@ -212,6 +225,9 @@ class SceneDatasetBase(PointCloudDataset):
             self.sampler = SceneSampler(self.voxel_size, self.max_points, self.num_points, seed=self.seed)
         #: copies of every scene per epoch (train crops only; 1 elsewhere)
         self.crops_per_scene = int(crops_per_scene) if isinstance(self.sampler, SceneSampler) else 1
+        #: the scan mix of training items (None: none; always None at the other splits)
+        self.mix = mix if isinstance(self.sampler, SceneSampler) else None
+        self.mix_prob = float(mix_prob)
         self._label_counts: Optional[np.ndarray] = None
         self.class_names = list(class_names)
         self.features = tuple(features)
@@ -290,8 +306,22 @@ class SceneDatasetBase(PointCloudDataset):
                 self._cache[index] = scene
         return scene
 
-    def raw(self, index: int) -> Dict[str, Any]:
+    def mixed_scene(self, index: int) -> Dict[str, np.ndarray]:
+        """Scene ``index``, mixed with another scene of the split when :attr:`mix` is set and the sampler's
+        generator draws it (probability :attr:`mix_prob`; the partner drawn from the same generator)."""
         scene = self.scene(index)
+        count = self.scene_count()
+        if self.mix is None or count < 2:
+            return scene
+        rng = self.sampler.generator(np.asarray(scene["coord"]), salt=_MIX_SALT)
+        if rng.random() >= self.mix_prob:
+            return scene
+        other = int(rng.integers(count - 1))
+        other += other >= index
+        return mix_scenes_unchecked(scene, self.scene(other), self.mix, rng, pos_key="coord")
+
+    def raw(self, index: int) -> Dict[str, Any]:
+        scene = self.mixed_scene(index)
         # large-offset (UTM) coordinates arrive float64: centred in float64, then float32 (see module docstring)
         pos = centre_large_offset(np.asarray(scene["coord"]))[0].astype(np.float32, copy=False)
         sample: Dict[str, Any] = {"pos": pos, "y": scene["segment"]}

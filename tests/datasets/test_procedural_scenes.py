@@ -157,3 +157,33 @@ def test_crops_per_scene_gives_each_copy_its_own_crop_and_keeps_the_scene_count(
     assert len(val) == 2
     with pytest.raises(ValueError, match="crops_per_scene"):
         ProceduralScenes("train", num_scenes=2, num_points=3_000, max_points=500, crops_per_scene=0)
+
+
+def test_mix_draws_training_items_from_two_scans_and_leaves_other_splits_whole():
+    from gridify.training.data import set_train_epoch
+
+    kw = dict(num_scenes=3, num_points=3_000, kind="outdoor", seed=1, voxel_size=0.05, beams=32)  # no crop: the whole mix
+    ds = ProceduralScenes("train", mix="lasermix", mix_prob=1.0, **kw)
+    set_train_epoch(ds, None, seed=0, epoch=0)
+    scans = [ds.scene(i)["coord"] for i in range(3)]
+    rows = [{tuple(p) for p in s} for s in scans]
+    item = ds[0]
+    src = np.array([[tuple(p) in r for r in rows] for p in item["pos"].numpy()])
+    assert src.any(1).all()  # every point is a point of one of the scans (no crop offset: metres)
+    assert src[:, 0].any() and src[:, 1:].any()  # and both scan 0 and another scan contribute
+    assert torch.equal(ds[0]["pos"], item["pos"])  # the same epoch draws the same mix
+    set_train_epoch(ds, None, seed=0, epoch=1)
+    assert not torch.equal(ds[0]["pos"], item["pos"])  # another epoch another
+    # mix_prob 0 is no mix: the crops of a dataset without one
+    plain = ProceduralScenes("train", **kw)
+    off = ProceduralScenes("train", mix="polarmix", mix_prob=0.0, **kw)
+    for d in (plain, off):
+        set_train_epoch(d, None, seed=0, epoch=0)
+    assert torch.equal(plain[1]["pos"], off[1]["pos"])
+    # other splits score the scenes as they are
+    val = ProceduralScenes("val", mix="lasermix", mix_prob=1.0, **kw)
+    assert val.mix is None and len(val[0]["pos"]) == 3_000
+    with pytest.raises(ValueError, match=r"ProceduralScenes: mix must be one of .*got 'cutmix'"):
+        ProceduralScenes("train", mix="cutmix", **kw)
+    with pytest.raises(ValueError, match=r"mix_prob must be a probability in \[0, 1\], got 1.5"):
+        ProceduralScenes("train", mix="lasermix", mix_prob=1.5, **kw)

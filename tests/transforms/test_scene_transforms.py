@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gridify.transforms import GridSample, SceneCrop, SceneSampler, crop_xy, voxel_ids
+from gridify.transforms import GridSample, SceneCrop, SceneSampler, crop_xy, mix_scenes, voxel_ids
 
 
 # --------------------------------------------------------------------------------------
@@ -87,3 +87,63 @@ def test_scene_sampler_deterministic_mode_and_reseed():
     b.reseed(6)
     assert not np.array_equal(a(s)["y"], b(s)["y"])
     assert len(SceneSampler(None, 700, 256)(s)["y"]) == 256
+
+
+# --------------------------------------------------------------------------------------
+# scan mixing (LaserMix / PolarMix)
+# --------------------------------------------------------------------------------------
+def _scan(n, seed, label):
+    rng = np.random.default_rng(seed)
+    azimuth, incl = rng.uniform(-np.pi, np.pi, n), rng.uniform(-0.4, 0.05, n)
+    r = rng.uniform(3, 40, n)
+    pos = np.stack([r * np.cos(azimuth), r * np.sin(azimuth), r * np.tan(incl)], 1).astype(np.float32)
+    return {"pos": pos, "y": np.full(n, label), "strength": rng.random((n, 1)).astype(np.float32), "name": f"s{label}"}
+
+
+def test_lasermix_keeps_alternate_inclination_bands_of_each_scan():
+    a, b = _scan(3000, 0, 1), _scan(2500, 1, 2)
+    out = mix_scenes(a, b, "lasermix", np.random.default_rng(3))
+    from_a = out["y"] == 1
+    assert set(np.unique(out["y"])) == {1, 2} and out["name"] == "s1" and out["strength"].shape == (len(out["y"]), 1)
+    # every point is one of its scan's own rows, a's first, with its own entries
+    n_a = int(from_a.sum())
+    assert from_a[:n_a].all() and not from_a[n_a:].any()
+    rows_a = {tuple(p) for p in a["pos"]}
+    assert all(tuple(p) in rows_a for p in out["pos"][:n_a])
+    # the bands: sorted by inclination, the source changes only a few times (3-6 bands), and both scans are used
+    phi = np.arctan2(out["pos"][:, 2], np.hypot(out["pos"][:, 0], out["pos"][:, 1]))
+    changes = np.count_nonzero(np.diff(out["y"][np.argsort(phi, kind="stable")]))
+    assert 2 <= changes <= 5 + 2  # the 0.5 / 99.5 % tails are clipped into the outer bands
+    # within a band no scan is dropped wholesale: about half of the points of both scans remain
+    assert 0.15 < n_a / 3000 < 0.85 and 0.15 < (len(out["y"]) - n_a) / 2500 < 0.85
+    # seeded: the same generator state gives the same mix
+    again = mix_scenes(a, b, "lasermix", np.random.default_rng(3))
+    np.testing.assert_array_equal(again["pos"], out["pos"])
+
+
+def test_polarmix_swaps_a_half_turn_of_azimuth():
+    a, b = _scan(3000, 0, 1), _scan(3000, 1, 2)
+    out = mix_scenes(a, b, "polarmix", np.random.default_rng(0))
+    theta = np.arctan2(out["pos"][:, 1], out["pos"][:, 0])
+    # the points of b fill one half-turn, a's the other: their azimuths never interleave on the circle
+    start = np.random.default_rng(0).uniform(-np.pi, np.pi)
+    inside = np.mod(theta - start, 2 * np.pi) < np.pi
+    np.testing.assert_array_equal(inside, out["y"] == 2)
+    assert 0.4 < inside.mean() < 0.6
+
+
+def test_mix_scenes_refuses_bad_input_naming_it():
+    a, b = _scan(100, 0, 1), _scan(100, 1, 2)
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match=r"mix_scenes: mode must be one of .*'lasermix'.*got 'cutmix'"):
+        mix_scenes(a, b, "cutmix", rng)
+    with pytest.raises(ValueError, match=r"a has the per-point entry 'strength' .* but b has none"):
+        mix_scenes(a, {k: v for k, v in b.items() if k != "strength"}, "lasermix", rng)
+    bad = dict(b, pos=b["pos"].copy())
+    bad["pos"][5, 0] = np.nan
+    with pytest.raises(ValueError, match=r"b\['pos'\] contains NaN/Inf"):
+        mix_scenes(a, bad, "polarmix", rng)
+    with pytest.raises(ValueError, match=r"a\['pos'\] must be a float numpy array \[N, 3\]"):
+        mix_scenes(dict(a, pos=a["pos"][:, :2]), b, "polarmix", rng)
+    with pytest.raises(ValueError, match="rng must be a numpy.random.Generator"):
+        mix_scenes(a, b, "polarmix", 0)
