@@ -308,7 +308,7 @@ class SceneDatasetBase(PointCloudDataset):
 
     def mixed_scene(self, index: int) -> Dict[str, np.ndarray]:
         """Scene ``index``, mixed with another scene of the split when :attr:`mix` is set and the sampler's
-        generator draws it (probability :attr:`mix_prob`; the partner drawn from the same generator)."""
+        generator draws it (probability ``mix_prob``; the partner drawn from the same generator)."""
         scene = self.scene(index)
         count = self.scene_count()
         if self.mix is None or count < 2:
