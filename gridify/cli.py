@@ -99,7 +99,7 @@ def _add_common_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--estimate-normals",
         action="store_true",
-        help="estimate normals with Open3D when the model needs them and the file has none",
+        help="estimate normals from the points (local PCA of the 30 nearest) when the model needs them and the file has none",
     )
     p.add_argument(
         "--num-samples", type=types.positive_int, default=10_000, help="points sampled from a mesh file (default 10000)"

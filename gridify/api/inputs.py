@@ -17,6 +17,8 @@ from torch import Tensor
 
 from .._checks import check_int
 from ..io import PointCloud, read_points, reader_takes
+from ..ops.knn import check_knn_size
+from ..ops.normals import DEFAULT_NORMAL_NEIGHBOURS, estimate_normals_unchecked
 from ..transforms import centre_and_scale
 
 __all__ = [
@@ -132,8 +134,10 @@ def canonical_order(pos: np.ndarray, normals: Optional[np.ndarray] = None) -> np
     return np.lexsort(cols)  # the last key is the primary one
 
 
-def estimate_normals(pos: np.ndarray, k: int = 30) -> np.ndarray:
-    """Unit normals from the covariance of the ``k`` nearest neighbours (Open3D, imported lazily).
+def estimate_normals(pos: np.ndarray, k: int = DEFAULT_NORMAL_NEIGHBOURS) -> np.ndarray:
+    """Unit normals ``[N, 3]`` (float32) from the covariance of the ``k`` nearest neighbours: the one
+    estimator of :func:`gridify.ops.estimate_normals`, which the datasets' ``estimate_normals`` option
+    uses too, so a model trained on estimated normals sees the same ones at prediction.
 
     Normals are oriented away from the centroid (``n . (p - mean) >= 0``), which suits closed,
     roughly star-shaped objects; open scans may get some flipped normals.
@@ -142,19 +146,9 @@ def estimate_normals(pos: np.ndarray, k: int = 30) -> np.ndarray:
     pos = to_numpy(pos, "pos", "estimate_normals")
     if pos.ndim != 2 or pos.shape[1] != 3 or len(pos) == 0 or not np.isfinite(pos).all():
         raise ValueError(f"estimate_normals: pos must be a finite, non-empty [N, 3] array, got shape {pos.shape}")
-    try:
-        import open3d as o3d
-    except ImportError as exc:  # pragma: no cover - open3d is a dependency
-        raise ImportError("estimate_normals needs open3d (pip install open3d)") from exc
-    pc = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(np.asarray(pos, dtype=np.float64)))
-    pc.estimate_normals(o3d.geometry.KDTreeSearchParamKNN(int(min(k, max(len(pos) - 1, 1)))))
-    n = np.asarray(pc.normals, dtype=np.float32)
-    if n.shape != (len(pos), 3):
-        raise ValueError(f"estimate_normals: could not estimate normals for {len(pos)} points")
-    out = np.asarray(pos, dtype=np.float64) - np.asarray(pos, dtype=np.float64).mean(0)
-    flip = (n * out).sum(1) < 0
-    n[flip] *= -1
-    return n
+    p = torch.from_numpy(np.asarray(pos, dtype=np.float64))
+    check_knn_size("estimate_normals", len(p), len(p), min(int(k), len(p)), p.device)
+    return estimate_normals_unchecked(p, int(k)).numpy().astype(np.float32)
 
 
 def read_scene(points: PointsLike) -> Any:

@@ -126,7 +126,19 @@ def _predictor_from_payload(path: Any, payload: Dict[str, Any], model: nn.Module
         category_to_parts=info.get("category_to_parts"),
         gridify_version=payload.get("gridify_version"),
         meta=meta,
+        estimated_normals=_estimated_normals(path, data, in_channels),
     )
+
+
+def _estimated_normals(path: Any, data: Dict[str, Any], in_channels: int) -> Optional[int]:
+    """``data.estimate_normals`` of the training config (the neighbours of the normals the model learnt
+    from) when the model takes normals; a value that is not a positive integer names the checkpoint."""
+    k = data.get("estimate_normals")
+    if k is None or in_channels != 6:
+        return None
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise CheckpointError(f"{path}: entry config['data']['estimate_normals'] must be a positive integer, got {k!r}")
+    return k
 
 
 def _check_device(where: str, device: Any) -> torch.device:

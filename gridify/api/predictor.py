@@ -50,6 +50,9 @@ class Predictor(nn.Module):
         category_names / category_to_parts: object categories of a segmentation model (or None).
         num_points: points per training cloud ``n``. normalize: whether clouds are normalized.
         in_channels / use_normals: point features the model takes (6 = xyz + normals).
+        estimated_normals: ``k`` when the model was trained on normals estimated from the points
+            (``data.estimate_normals``): :meth:`prepare` then estimates them the same way unless
+            ``normals=`` is given, whatever the file holds; None: the file's or the given normals.
         gridify_version: the version that trained the model. meta: the checkpoint's info/config.
 
     Shapes:
@@ -69,6 +72,7 @@ class Predictor(nn.Module):
         category_to_parts: Optional[Sequence[Sequence[int]]] = None,
         gridify_version: Optional[str] = None,
         meta: Optional[Dict[str, Any]] = None,
+        estimated_normals: Optional[int] = None,
     ) -> None:
         super().__init__()
         if not isinstance(model, nn.Module):
@@ -77,6 +81,7 @@ class Predictor(nn.Module):
             raise ValueError(f"Predictor: task must be one of {served_tasks()}, got {task!r}")
         task_predictor = predictor_for(task)
         check_int("Predictor", "num_points", num_points, 1, allow_none=True)
+        check_int("Predictor", "estimated_normals", estimated_normals, 1, allow_none=True)
         # a scene segmenter may take no features beside its coordinates (in_channels=0)
         check_int("Predictor", "in_channels", in_channels, task_predictor.min_in_channels)
         if isinstance(class_names, str) or not class_names:
@@ -88,6 +93,7 @@ class Predictor(nn.Module):
         self.num_points = None if num_points is None else int(num_points)
         self.in_channels = int(in_channels)
         self.use_normals = self.in_channels == 6
+        self.estimated_normals = None if estimated_normals is None else int(estimated_normals)
         self.normalize = bool(normalize)
         self.category_names = None if category_names is None else [str(c) for c in category_names]
         self.category_to_parts = None if category_to_parts is None else [list(map(int, p)) for p in category_to_parts]
@@ -141,7 +147,9 @@ class Predictor(nn.Module):
         up_axis = check_up_axis(where, up_axis)
         pos, nrm, source = read_cloud(points, normals, where)
         pos, nrm = to_z_up(pos, up_axis, nrm)
-        if self.use_normals and nrm is None:
+        if self.use_normals and self.estimated_normals is not None and normals is None:
+            nrm = estimate_unit_normals(pos, self.estimated_normals)  # as the training data did
+        elif self.use_normals and nrm is None:
             if not estimate_normals:
                 raise ValueError(
                     f"{where}: the model was trained with normals (in_channels=6) but the cloud has "
@@ -192,7 +200,7 @@ class Predictor(nn.Module):
                 views (rotations about z) averaged by a scene segmenter (default 1).
             seed: seed of the subsets / chunks (the result is a function of the cloud and seed).
             batch_size: subsets, chunks or scene crops per forward pass (bounds the memory).
-            estimate_normals: estimate missing normals with Open3D (see :func:`estimate_normals`).
+            estimate_normals: estimate missing normals from the points (local PCA of the 30 nearest; see :func:`estimate_normals`).
             features: scene segmenters only: the model's per-point features ``[N, F]`` (the columns
                 of its training ``features``), instead of building them from the file.
             progress: scene segmenters only: ``progress(crops_done, crops_total)`` after every pass, or

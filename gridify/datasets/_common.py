@@ -35,6 +35,7 @@ from torch import Tensor
 from .._checks import check_alloc, check_choice, check_int
 from .._files import atomic_write
 from ..io.source import read_text_file
+from ..ops.normals import estimate_normals_unchecked
 from ..transforms import FixedPoints, Normalize
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -249,7 +250,9 @@ class PointCloudDataset(torch.utils.data.Dataset):
     optional ``normal`` ``[N, 3]``, ``y``: int class or ``[N]`` part labels, optional
     ``category``) and set ``self.split``.
 
-    The pipeline of ``__getitem__``: ``raw`` -> :class:`~gridify.transforms.Normalize`
+    The pipeline of ``__getitem__``: ``raw`` -> (with ``estimate_normals=k``: ``normal`` replaced by
+    :func:`gridify.ops.estimate_normals` of the points as read, ``k`` neighbours, computed once per
+    sample) -> :class:`~gridify.transforms.Normalize`
     (when ``normalize``) -> :class:`~gridify.transforms.FixedPoints` (random at ``train``,
     deterministic otherwise; skipped when ``num_points`` is None) -> ``transform`` ->
     :func:`fit_box` (when ``normalize``: whatever the transform does, e.g. a
@@ -264,12 +267,19 @@ class PointCloudDataset(torch.utils.data.Dataset):
     split: str
 
     def __init__(self, *, split: str, num_points: Optional[int], use_normals: bool,
-                 transform: Optional[Transform], seed: int, normalize: bool = True) -> None:
+                 transform: Optional[Transform], seed: int, normalize: bool = True,
+                 estimate_normals: Optional[int] = None) -> None:
         super().__init__()
         where = type(self).__name__
         self.split = split
         self.num_points = check_num_points(where, num_points)
         self.use_normals = bool(use_normals)
+        self.estimate_normals = check_int(where, "estimate_normals", estimate_normals, allow_none=True)
+        if self.estimate_normals is not None and not self.use_normals:
+            raise ValueError(f"{where}: estimate_normals={self.estimate_normals} (data.estimate_normals) but "
+                             f"use_normals=False: the estimated normals would not reach the model; set use_normals=True "
+                             f"or drop estimate_normals")
+        self._estimated: Dict[int, np.ndarray] = {}
         if transform is not None and not callable(transform):
             raise ValueError(f"{where}: transform must be callable, got {type(transform).__name__}")
         self.transform = transform
@@ -291,6 +301,8 @@ class PointCloudDataset(torch.utils.data.Dataset):
         index = int(index) % n
         try:
             sample = self.raw(index)
+            if self.estimate_normals is not None:
+                sample["normal"] = self._normals_of(index, sample["pos"])
             if self.normalize is not None:
                 sample = self.normalize(sample)
         except DatasetError:
@@ -304,6 +316,19 @@ class PointCloudDataset(torch.utils.data.Dataset):
         if self.normalize is not None:
             sample = fit_box(sample)
         return self.to_item(sample, index)
+
+    def _normals_of(self, index: int, pos: Any) -> np.ndarray:
+        """The estimated normals of sample ``index`` (:func:`gridify.ops.estimate_normals` with
+        ``estimate_normals`` neighbours, on the points as read), computed once and kept: ``raw`` reads
+        the same points every time."""
+        if index not in self._estimated:
+            p = torch.as_tensor(np.asarray(pos, dtype=np.float64))
+            if p.dim() != 2 or p.size(-1) != 3 or p.size(0) == 0 or not bool(torch.isfinite(p).all()):
+                raise DatasetError(f"{self.describe(index)}: cannot estimate normals (data.estimate_normals): the "
+                                   f"points must be a finite, non-empty [N, 3] array, got shape {tuple(p.shape)}")
+            normals = estimate_normals_unchecked(p, self.estimate_normals).numpy().astype(np.float32)
+            self._estimated[index] = normals
+        return self._estimated[index]
 
     #: the attribute that holds every sample's class or category id (read by :meth:`sample_groups`)
     group_attribute: Optional[str] = None

@@ -261,6 +261,8 @@ class PointFolder(PointCloudDataset):
         transform: applied to the sample dict after normalization and subsampling.
         seed: seed of the carved splits, the subsampling and the mesh sampling.
         normalize: centre each cloud and scale it into the unit sphere.
+        estimate_normals: ``k``: the normals estimated from the points (:func:`gridify.ops.estimate_normals`,
+            ``k`` neighbours), replacing any the files hold; ``None``: the files' own.
 
     Attributes:
         class_names (classes, or parts), num_classes, files, labels (class per file; 0 for segmentation),
@@ -275,7 +277,8 @@ class PointFolder(PointCloudDataset):
                  num_points: Optional[int] = 1024, use_normals: bool = False,
                  columns: Optional[Sequence[str]] = None, num_classes: Optional[int] = None,
                  val_fraction: float = 0.1, test_fraction: Optional[float] = None, mesh_samples: int = 10_000,
-                 transform: Optional[Transform] = None, seed: int = 0, normalize: bool = True) -> None:
+                 transform: Optional[Transform] = None, seed: int = 0, normalize: bool = True,
+                 estimate_normals: Optional[int] = None) -> None:
         where = "PointFolder"
         check_split(where, split)
         self.task = check_choice(where, "task", task, ("classification", "segmentation"))
@@ -285,7 +288,7 @@ class PointFolder(PointCloudDataset):
         self.mesh_samples = int(check_int(where, "mesh_samples", mesh_samples))
         check_int(where, "num_classes", num_classes, allow_none=True)
         super().__init__(split=split, num_points=num_points, use_normals=use_normals, transform=transform,
-                         seed=seed, normalize=normalize)
+                         seed=seed, normalize=normalize, estimate_normals=estimate_normals)
         self.root = Path(root).expanduser()
         if not self.root.is_dir():
             raise DatasetNotFoundError(f"PointFolder: data folder {self.root} not found", root=self.root)

@@ -99,6 +99,8 @@ class ModelNet(PointCloudDataset):
         download: try to download the release when it is missing.
         skip_missing: drop split-file entries whose file is missing (with a warning) instead
             of raising.
+        estimate_normals: ``k``: the normals estimated from the points (:func:`gridify.ops.estimate_normals`,
+            ``k`` neighbours; any source, ``"pcd"`` too) instead of the release's; ``None``: the release's.
 
     Items (dicts of tensors):
         ``pos`` ``[N, 3]``, ``x`` ``[N, 3 or 6]``, ``normal`` ``[N, 3]`` (when ``use_normals``),
@@ -109,24 +111,29 @@ class ModelNet(PointCloudDataset):
     """
     group_attribute = "labels"
 
+    @property
+    def _file_normals(self) -> bool:
+        """Whether the normals come from the files (``use_normals`` without ``estimate_normals``)."""
+        return self.use_normals and self.estimate_normals is None
+
     def __init__(self, root: Optional[PathLike] = None, name: str = "40", split: str = "train", *,
                  source: str = "off", num_points: Optional[int] = 1024, use_normals: bool = True,
                  transform: Optional[Transform] = None, val_fraction: float = 0.1, seed: int = 0,
                  cache: bool = True, cache_dir: Optional[PathLike] = None, mesh_samples: int = 10_000,
                  normalize: bool = True, align_up_axis: bool = True, download: bool = False,
-                 skip_missing: bool = False) -> None:
+                 skip_missing: bool = False, estimate_normals: Optional[int] = None) -> None:
         name = str(name)
         if name not in ("10", "40"):
             raise ValueError(f"ModelNet: name must be '10' or '40', got {name!r}")
         check_split("ModelNet", split)
         check_choice("ModelNet", "source", source, [*SOURCES, "auto"])
-        self._check_source(source, name, use_normals)
+        self._check_source(source, name, use_normals and estimate_normals is None)
         if not 0.0 <= val_fraction < 1.0:
             raise ValueError(f"ModelNet: val_fraction must be in [0, 1), got {val_fraction!r}")
         if int(mesh_samples) < 1:
             raise ValueError(f"ModelNet: mesh_samples must be positive, got {mesh_samples!r}")
         super().__init__(split=split, num_points=num_points, use_normals=use_normals, transform=transform,
-                         seed=seed, normalize=normalize)
+                         seed=seed, normalize=normalize, estimate_normals=estimate_normals)
         self.name = name
         self.root = Path(root) if root is not None else default_root()
         self.source_format = source
@@ -138,7 +145,7 @@ class ModelNet(PointCloudDataset):
         self._h5: Dict[str, Any] = {}
 
         self.data_dir = self._locate(download)
-        self._check_source(self.source_format, name, use_normals)
+        self._check_source(self.source_format, name, self._file_normals)
         official = "test" if split == "test" else "train"
         entries, labels = self._list(official)
         if not entries:
@@ -367,7 +374,7 @@ class ModelNet(PointCloudDataset):
                     if label.size != n:
                         raise ValueError(f"{f}: {label.size} labels for {n} shapes")
                     lab = np.asarray(label).reshape(-1).astype(np.int64)
-                    if self.use_normals and "normal" not in h:
+                    if self._file_normals and "normal" not in h:
                         raise ValueError(f"{f}: use_normals=True but the file has no 'normal' dataset; "
                                          f"set use_normals=False")
             except OSError as exc:
@@ -431,19 +438,19 @@ class ModelNet(PointCloudDataset):
         elif self.source_format == "normal_resampled":
             cloud = read_points(entry, columns=("x", "y", "z", "nx", "ny", "nz"))
             pos = cloud.points
-            if self.use_normals:
+            if self._file_normals:
                 normal = repair_normals(cloud.points, cloud.normals)
         else:
             path, row = entry
             h = self._h5_file(path)
             pos = np.asarray(h["data"][row], dtype=np.float32)
-            if self.use_normals:
+            if self._file_normals:
                 normal = np.asarray(h["normal"][row], dtype=np.float32)
         if self.align_up_axis and self.source_format in ("normal_resampled", "hdf5"):
             pos = pos[:, [0, 2, 1]]
             normal = None if normal is None else normal[:, [0, 2, 1]]
         sample: Dict[str, Any] = {"pos": np.ascontiguousarray(pos, dtype=np.float32), "y": np.int64(label)}
-        if normal is not None and self.use_normals:
+        if normal is not None and self._file_normals:
             sample["normal"] = np.ascontiguousarray(normal, dtype=np.float32)
         return sample
 

@@ -637,6 +637,12 @@ DATASET_KEYS: Dict[str, Spec] = {
     "source": Str(doc="which release of the dataset to read (see the dataset)"),
     "num_points": Int(min=1, nullable=True, doc="points per cloud (null: every point)"),
     "use_normals": Bool(doc="features x = xyz + normals"),
+    "estimate_normals": Int(
+        min=1,
+        nullable=True,
+        doc="estimate the normals from xyz with this many neighbours (local PCA, "
+        "gridify.ops.estimate_normals) instead of reading them (null: the files' own); needs use_normals",
+    ),
     "normalize": Bool(doc="centre and scale each cloud into the unit sphere"),
     "val_fraction": Num(min=0.0, max=1.0, max_open=True, doc="share of each class of train held out for validation"),
     "test_fraction": Num(

@@ -210,6 +210,33 @@ def test_bad_inputs_give_clear_errors(trained, tmp_path):
         cls.predict(pos, nrm, progress="bar")
 
 
+def test_a_model_trained_on_estimated_normals_estimates_them_at_prediction(trained, tmp_path):
+    """data.estimate_normals in the checkpoint's config: predict estimates the normals the way the training
+    data did (the same function, the same k), whatever a file holds, unless normals= is given."""
+    from gridify.ops import estimate_normals
+
+    payload = torch.load(trained["cls"] / "model.pt", weights_only=True)
+    payload["config"]["data"]["estimate_normals"] = 8
+    torch.save(payload, tmp_path / "est.pt")
+    m = gridify.load(tmp_path / "est.pt")
+    assert m.estimated_normals == 8 and gridify.load(trained["cls"] / "model.pt").estimated_normals is None
+    pos, nrm = shape("torus", 120)
+    own = estimate_normals(torch.as_tensor(pos, dtype=torch.float64), 8).numpy()
+    auto = m.predict(pos).probabilities
+    np.testing.assert_allclose(auto, m.predict(pos, own).probabilities, atol=1e-6)
+    f = write_ply(tmp_path / "torus.ply", pos, normals=-nrm)  # the file's own normals are not what it learnt from
+    np.testing.assert_allclose(m.predict(f).probabilities, auto, atol=1e-5)
+    np.testing.assert_allclose(
+        m.predict(pos, nrm).probabilities,
+        gridify.load(trained["cls"] / "model.pt").predict(pos, nrm).probabilities,
+        atol=1e-6,
+    )  # normals= given: used as given
+    payload["config"]["data"]["estimate_normals"] = "30"
+    torch.save(payload, tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError, match=r"estimate_normals'\] must be a positive integer, got '30'"):
+        gridify.load(tmp_path / "bad.pt")
+
+
 def test_canonical_order_depends_on_content_only():
     rng = np.random.default_rng(0)
     pos = rng.normal(size=(40, 3)).astype(np.float32)

@@ -385,3 +385,22 @@ def test_num_points_beyond_memory_is_refused_at_construction(tmp_path, monkeypat
     root = make_class_folder(tmp_path, n_train=2, n_test=1)
     with pytest.raises(ValueError, match=r"PointFolder: num_points=1000000000 .* would need"):
         PointFolder(root, "test", num_points=10 ** 9)
+
+
+def test_estimate_normals_replaces_the_files_normals_and_reaches_x(tmp_path):
+    from gridify.ops import estimate_normals
+
+    root = make_class_folder(tmp_path, n_train=2, n_test=1)
+    ds = PointFolder(root, "test", num_points=None, use_normals=True, estimate_normals=8)
+    item = ds[0]
+    pts = ds._read(ds.files[0]).points
+    expected = estimate_normals(torch.as_tensor(pts, dtype=torch.float64), 8).float()
+    assert item["x"].shape == (60, 6) and torch.allclose(item["x"][:, 3:], expected, atol=1e-5)
+    assert torch.equal(ds[0]["x"], item["x"])  # computed once, the same every read
+    scaled = PointFolder(root, "test", num_points=None, use_normals=True, estimate_normals=8,
+                         transform=RandomScale(0.5, 0.5))  # uniform scale: normals unchanged
+    assert torch.allclose(scaled[0]["x"][:, 3:], expected, atol=1e-5)
+    with pytest.raises(ValueError, match=r"estimate_normals=8 \(data.estimate_normals\) but use_normals=False"):
+        PointFolder(root, "test", estimate_normals=8)
+    with pytest.raises(ValueError, match="estimate_normals must be a positive integer"):
+        PointFolder(root, "test", use_normals=True, estimate_normals=0)
