@@ -125,6 +125,40 @@ def test_bucketed_search_is_the_brute_force(kind, shape, N):
     assert torch.equal(alone[0], bucketed[0][1])
 
 
+@pytest.mark.parametrize("kind", ["plane", "clusters", "duplicates"])
+@pytest.mark.parametrize("widened", [1, 8, 40, 10_000])
+def test_every_stage_of_the_bucketed_search_is_exact(kind, widened):
+    """Nodes the first look cannot prove (empty space above a plane, between clusters; ties) look in their
+    ``widened`` nearest buckets, the rest in every point: the same neighbours whichever stage proves them
+    (widened 1 / 8: the second look proves nothing new and the brute force takes them all; 10,000: every bucket)."""
+    g = torch.Generator().manual_seed(7)
+    pos = _cloud(kind, 2, 3000, g)
+    grid = RegularGrid((24, 24, 6))
+    nodes, axes = grid.positions(), E.grid_axes(grid)
+    brute = E.dense_grid_knn_unchecked(pos, 6, nodes, axes, 500, search="brute")[0]
+    got = E.node_points_bucketed(pos, 6, nodes, axes, 500, levels=6, searched=2, widened=widened)
+    assert torch.equal(got, brute)
+
+
+def test_the_first_look_leaves_nodes_in_empty_space_unproven():
+    """What the widened look is for: over a plane (a LiDAR ground), nodes high above it are not proven by
+    their nearest buckets alone (the case the second look exists for)."""
+    from gridify.nn import dense as D
+
+    pos = _cloud("plane", 1, 3000, torch.Generator().manual_seed(8))
+    grid = RegularGrid((24, 24, 6))
+    nodes, axes = grid.positions(), D.grid_axes(grid)
+    padded, members, lo, hi = D.point_buckets(pos, 6, 8)
+    bounds, nearest = torch.topk(D._bucket_bounds(lo, hi, axes), 3, dim=2, largest=False, sorted=True)
+    cand = D._gather_rows(members, nearest[..., :2]).reshape(1, nodes.size(0), -1)
+    _, proven = D._nearest_candidates(nodes[None], cand, D._gather_rows(padded, cand), bounds[..., 2], 6)
+    unproven = ~proven[0]
+    assert unproven.any()
+    b = torch.zeros(int(unproven.sum()), dtype=torch.long)
+    _, sure = D._widened_search(nodes[unproven], b, padded, members, lo, hi, 6, 40)
+    assert sure.float().mean() > 0.5  # most of them proven by the second look
+
+
 def test_point_buckets_partition_the_cloud():
     pos = torch.rand(2, 300, 3) * 2 - 1
     padded, members, lo, hi = E.point_buckets(pos, levels=4, min_points=8)
