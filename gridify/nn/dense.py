@@ -444,8 +444,8 @@ def node_points_bucketed(
     be the answer, and it is the exact one. The other nodes (a node in empty space, far from every
     point, sees many buckets at about the same distance: 8-29 % of the nodes of a 48 x 48 x 8 grid over
     a real 16k LiDAR crop) look again, the same way, in their ``widened`` nearest buckets; those still
-    unproven (tied distances, rare) search every point with the brute force's tie rule. Node blocks of
-    ``node_chunk`` bound the memory.
+    unproven (2-24 of those 18,432 nodes; tied distances) search every point with the brute force's tie
+    rule. Node blocks of ``node_chunk`` bound the memory.
 
     Shapes:
         pos ``[B, N, 3]`` (finite, ``N >= k``), nodes ``[R, 3]`` (the lattice of ``axes``) -> node_points ``[B, R, k]``
