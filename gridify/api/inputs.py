@@ -17,8 +17,8 @@ from torch import Tensor
 
 from .._checks import check_int
 from ..io import PointCloud, read_points, reader_takes
-from ..ops.knn import check_knn_size
-from ..ops.normals import DEFAULT_NORMAL_NEIGHBOURS, estimate_normals_unchecked
+from ..ops.normals import DEFAULT_NORMAL_NEIGHBOURS
+from ..ops.normals import estimate_normals as ops_estimate_normals
 from ..transforms import centre_and_scale
 
 __all__ = [
@@ -146,9 +146,7 @@ def estimate_normals(pos: np.ndarray, k: int = DEFAULT_NORMAL_NEIGHBOURS) -> np.
     pos = to_numpy(pos, "pos", "estimate_normals")
     if pos.ndim != 2 or pos.shape[1] != 3 or len(pos) == 0 or not np.isfinite(pos).all():
         raise ValueError(f"estimate_normals: pos must be a finite, non-empty [N, 3] array, got shape {pos.shape}")
-    p = torch.from_numpy(np.asarray(pos, dtype=np.float64))
-    check_knn_size("estimate_normals", len(p), len(p), min(int(k), len(p)), p.device)
-    return estimate_normals_unchecked(p, int(k)).numpy().astype(np.float32)
+    return ops_estimate_normals(torch.from_numpy(np.asarray(pos, dtype=np.float64)), int(k)).numpy().astype(np.float32)
 
 
 def read_scene(points: PointsLike) -> Any:

@@ -35,7 +35,7 @@ from torch import Tensor
 from .._checks import check_alloc, check_choice, check_int
 from .._files import atomic_write
 from ..io.source import read_text_file
-from ..ops.normals import estimate_normals_unchecked
+from ..ops.normals import estimate_normals as estimate_point_normals
 from ..transforms import FixedPoints, Normalize
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -321,13 +321,9 @@ class PointCloudDataset(torch.utils.data.Dataset):
         """The estimated normals of sample ``index`` (:func:`gridify.ops.estimate_normals` with
         ``estimate_normals`` neighbours, on the points as read), computed once and kept: ``raw`` reads
         the same points every time."""
-        if index not in self._estimated:
+        if index not in self._estimated:  # a ValueError (bad points) becomes __getitem__'s DatasetError naming the sample
             p = torch.as_tensor(np.asarray(pos, dtype=np.float64))
-            if p.dim() != 2 or p.size(-1) != 3 or p.size(0) == 0 or not bool(torch.isfinite(p).all()):
-                raise DatasetError(f"{self.describe(index)}: cannot estimate normals (data.estimate_normals): the "
-                                   f"points must be a finite, non-empty [N, 3] array, got shape {tuple(p.shape)}")
-            normals = estimate_normals_unchecked(p, self.estimate_normals).numpy().astype(np.float32)
-            self._estimated[index] = normals
+            self._estimated[index] = estimate_point_normals(p, self.estimate_normals).numpy().astype(np.float32)
         return self._estimated[index]
 
     #: the attribute that holds every sample's class or category id (read by :meth:`sample_groups`)
