@@ -1,12 +1,13 @@
 r"""Fused per-edge message passing for training: chunked forward, recomputing backward.
 
 The message passing of :class:`gridify.nn.BipartiteConv` with a random-Fourier-feature field
-(:class:`gridify.nn.RandomFourierField`) and mean or sum aggregation,
+(:class:`gridify.nn.RandomFourierField`) and mean, sum or max aggregation,
 
     z_e = B o_e,   f_e = [cos z_e, sin z_e],   a_e = W_1 f_e + b_1,   p_e = W_2 GELU(a_e) + b_2
     m_e = h_{s(e)} * p_e                                  (message="product")
     m_e = W_o GELU(h_{s(e)} + p_e) + b_o                  (message="concat", A phi_node folded into h)
     y_d = c_d sum_{e : t(e) = d} m_e                      (c_d = 1 / deg(d) for mean, 1 for sum)
+    y_dc = max_{e : t(e) = d} m_ec,  w_dc = the edge holding it      (max; targets without edges 0)
 
 is computed by :class:`FusedEdgeMessages`, a ``torch.autograd.Function`` that walks the edges in
 chunks of :data:`EDGE_CHUNK_ELEMENTS` values in the forward pass and keeps nothing per edge for the
@@ -19,6 +20,10 @@ recomputes each chunk's ``z, f, a, p`` in the backward pass, where
     dL/dW_1   += dL/da_e f_e^T,         dL/dz_e = [(W_1^T dL/da_e)_sin * cos z_e - (W_1^T dL/da_e)_cos * sin z_e]
     dL/dB     += dL/dz_e o_e^T
 
+with ``g_e = dL/dy_{t(e)} * [e = w_{t(e)}]`` for max, channel by channel: the forward pass keeps
+the winning edge ``w [num_dst, H]`` of every target channel (the last of tied edges, e.g. the
+copies of a duplicated point: one valid subgradient, where the plain path's ``ScatterExtreme``
+shares it equally among them; for tied copies of one edge the weights' gradients are the same)
 (concat: ``dL/dW_o += g_e GELU(u_e)^T``, ``dL/du_e = (W_o^T g_e) * GELU'(u_e)``, which is both
 ``dL/dh`` (scattered to the sources) and ``dL/dp_e``). Plain autograd instead stores about five
 ``E x H`` tensors for the backward pass: for a batch of 32 clouds of 1,024 points that is more than
@@ -55,7 +60,7 @@ def use_fused_messages(mode: Union[str, bool], *, field: Any, aggr: str, needs_g
 
     ``mode=True``/``False`` forces the choice (``True`` raises where the fused path cannot run);
     ``"auto"`` uses it whenever it applies: a gradient is needed, the field is a
-    :class:`~gridify.nn.RandomFourierField`, the aggregation is mean or sum, the offsets need
+    :class:`~gridify.nn.RandomFourierField` (any aggregation: mean, sum or max), the offsets need
     no gradient, and autocast is off (in mixed precision the plain path, whose stored activations
     are half the size, measured faster; ``True`` still runs the fused path there).
     """
@@ -66,8 +71,8 @@ def use_fused_messages(mode: Union[str, bool], *, field: Any, aggr: str, needs_g
     why = None
     if not isinstance(field, RandomFourierField):
         why = f"the positional field is a {type(field).__name__}, not a RandomFourierField"
-    elif aggr not in ("mean", "sum"):
-        why = f"aggr={aggr!r} (the fused path does mean and sum)"
+    elif aggr not in ("mean", "sum", "max"):
+        why = f"aggr={aggr!r} (the fused path does mean, sum and max)"
     elif offset.requires_grad:
         why = "the edge offsets require a gradient"
     if why is None and mode == "auto" and torch.is_autocast_enabled(offset.device.type):
@@ -97,6 +102,25 @@ def _field(
     return cz, sz, f, a, p
 
 
+def _messages(p: Tensor, hs: Tensor, Wo: Optional[Tensor], bo: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:
+    """One chunk's messages ``m`` from the field values ``p`` and the gathered ``hs`` (``p`` is
+    overwritten), with the concat messages' pre-activation ``u`` (None for product messages)."""
+    if Wo is None:
+        return p.mul_(hs), None
+    u = p.add_(hs)
+    return torch.addmm(bo, F.gelu(u), Wo.t()), u
+
+
+def _max_winners(out: Tensor, winner: Tensor, m: Tensor, dst: Tensor, first: int) -> None:
+    """Fold one chunk's messages ``m`` of the edges ``first, first + 1, ...`` into the running
+    maxima ``out`` and the edge ``winner`` that holds each maximum (the last of tied edges)."""
+    idx = dst[:, None].expand_as(m)
+    out.scatter_reduce_(0, idx, m, reduce="amax", include_self=True)
+    ids = torch.arange(first, first + m.size(0), device=m.device)[:, None].expand_as(m)
+    won = torch.where(out.index_select(0, dst) == m, ids, -1)
+    winner.scatter_reduce_(0, idx, won, reduce="amax", include_self=True)
+
+
 class FusedEdgeMessages(torch.autograd.Function):
     """See the module docstring. Inputs: ``h, offset, edge_src, edge_dst, scale, num_dst, concat,
     B, W1, b1, W2, b2, Wo, bo`` (``Wo``/``bo`` None for product messages).
@@ -123,23 +147,32 @@ class FusedEdgeMessages(torch.autograd.Function):
         b2: Tensor,
         Wo: Optional[Tensor],
         bo: Optional[Tensor],
+        maximum: bool = False,
     ) -> Tensor:
         acc = torch.promote_types(h.dtype, offset.dtype)
-        out = torch.zeros(num_dst, h.size(1), dtype=acc, device=h.device)
+        if maximum:
+            out = torch.full((num_dst, h.size(1)), float("-inf"), dtype=acc, device=h.device)
+            winner = torch.full(out.shape, -1, dtype=torch.long, device=h.device)
+        else:
+            out, winner = torch.zeros(num_dst, h.size(1), dtype=acc, device=h.device), None
         for s, e in _chunks(edge_src.numel(), h.size(1)):
             p = _field(offset[s:e], B, W1, b1, W2, b2)[4]
-            hs = h.index_select(0, edge_src[s:e])
-            m = torch.addmm(bo, F.gelu(p.add_(hs)), Wo.t()) if concat else p.mul_(hs)
-            out.index_add_(0, edge_dst[s:e], m.to(acc))
-        if scale is not None:
+            m = _messages(p, h.index_select(0, edge_src[s:e]), Wo, bo)[0].to(acc)
+            if maximum:
+                _max_winners(out, winner, m, edge_dst[s:e], s)
+            else:
+                out.index_add_(0, edge_dst[s:e], m)
+        if maximum:
+            out.masked_fill_(out == float("-inf"), 0.0)  # targets without edges, as scatter() gives
+        elif scale is not None:
             out.mul_(scale[:, None])
         ctx.concat = concat
-        ctx.save_for_backward(h, offset, edge_src, edge_dst, scale, B, W1, b1, W2, b2, Wo, bo)
+        ctx.save_for_backward(h, offset, edge_src, edge_dst, scale, B, W1, b1, W2, b2, Wo, bo, winner)
         return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> Tuple[Optional[Tensor], ...]:
-        h, offset, edge_src, edge_dst, scale, B, W1, b1, W2, b2, Wo, bo = ctx.saved_tensors
+        h, offset, edge_src, edge_dst, scale, B, W1, b1, W2, b2, Wo, bo, winner = ctx.saved_tensors
         g_dst = (grad_out * scale[:, None] if scale is not None else grad_out).to(h.dtype)
         acc = torch.promote_types(h.dtype, offset.dtype)
         grad_h = torch.zeros(h.shape, dtype=acc, device=h.device)
@@ -151,6 +184,9 @@ class FusedEdgeMessages(torch.autograd.Function):
             src, o = edge_src[s:e], offset[s:e]
             cz, sz, f, a, p = _field(o, B, W1, b1, W2, b2)
             g = g_dst.index_select(0, edge_dst[s:e])
+            if winner is not None:  # max: only the edge holding a target channel's maximum
+                ids = torch.arange(s, e, device=g.device)[:, None]
+                g = g.mul_(winner.index_select(0, edge_dst[s:e]) == ids)
             hs = h.index_select(0, src)
             if ctx.concat:
                 u = p.add_(hs)
@@ -170,7 +206,7 @@ class FusedEdgeMessages(torch.autograd.Function):
             gz = gf[:, n_freq:].mul_(cz).sub_(gf[:, :n_freq].mul_(sz))
             gB.addmm_(gz.t(), o)
         cast = lambda grad, ref: None if grad is None else grad.to(ref.dtype)  # noqa: E731
-        return (
+        grads = (
             cast(grad_h, h),
             None,
             None,
@@ -185,7 +221,9 @@ class FusedEdgeMessages(torch.autograd.Function):
             cast(gb2, b2),
             cast(gWo, Wo),
             cast(gbo, bo),
+            None,
         )
+        return grads[: len(ctx.needs_input_grad)]  # ``maximum`` may be left to its default
 
 
 def fused_edge_messages(
@@ -225,8 +263,17 @@ def fused_edge_messages(
         h, weights = h.to(low), [None if w is None else w.to(low) for w in weights]
         with torch.autocast(device, enabled=False):
             return FusedEdgeMessages.apply(
-                h, offset.float(), edge_src, edge_dst, scale, num_dst, concat, field.freqs.weight.float(), *weights
+                h,
+                offset.float(),
+                edge_src,
+                edge_dst,
+                scale,
+                num_dst,
+                concat,
+                field.freqs.weight.float(),
+                *weights,
+                aggr == "max",
             )
     return FusedEdgeMessages.apply(
-        h, offset.to(h.dtype), edge_src, edge_dst, scale, num_dst, concat, field.freqs.weight, *weights
+        h, offset.to(h.dtype), edge_src, edge_dst, scale, num_dst, concat, field.freqs.weight, *weights, aggr == "max"
     )

@@ -31,7 +31,7 @@ def _run(conv, fused, x, src, dst, offset, num_dst):
 
 
 @pytest.mark.parametrize("message", ["product", "concat"])
-@pytest.mark.parametrize("aggr", ["mean", "sum"])
+@pytest.mark.parametrize("aggr", ["mean", "sum", "max"])
 def test_fused_path_matches_autograd_in_float64(message, aggr, monkeypatch):
     monkeypatch.setattr(EM, "EDGE_CHUNK_ELEMENTS", 16 * 50)  # several chunks of 50 edges
     torch.manual_seed(0)
@@ -61,16 +61,39 @@ def test_fused_function_passes_gradcheck():
     assert torch.autograd.gradcheck(fn, (h, *params))
 
 
+def test_fused_max_passes_gradcheck_and_gives_tied_edges_one_share():
+    torch.manual_seed(2)
+    conv = BipartiteConv(5, 4, 6, message="concat", aggr="max").double()
+    x, src, dst, offset, nd = _graph(num_src=8, num_dst=5, edges=30, dtype=torch.float64)
+    h = torch.randn(8, 6, dtype=torch.float64, requires_grad=True)
+    f = conv.phi_pos
+    weights = (f.freqs.weight, f.lin1.weight, f.lin1.bias, f.lin2.weight, f.lin2.bias, conv.msg_out.weight)
+    params = [p.detach().clone().requires_grad_(True) for p in weights]
+    bo = conv.msg_out.bias.detach()
+    fn = lambda h, *w: EM.FusedEdgeMessages.apply(h, offset, src, dst, None, nd, True, *w, bo, True)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (h, *params))
+    # an edge repeated (a duplicated point): both copies tie for every channel of their target;
+    # the maximum and the weights' gradients are the plain path's, the gradient of h is the same in total
+    src2, dst2, off2 = torch.cat([src, src[:1]]), torch.cat([dst, dst[:1]]), torch.cat([offset, offset[:1]])
+    order = torch.argsort(dst2, stable=True)
+    data = (x, src2[order], dst2[order], off2[order], nd)
+    ref, got = _run(conv, False, *data), _run(conv, True, *data)
+    torch.testing.assert_close(got[0], ref[0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got[1], ref[1], rtol=1e-10, atol=1e-12)
+    for name in ref[2]:
+        torch.testing.assert_close(got[2][name], ref[2][name], rtol=1e-10, atol=1e-12, msg=name)
+
+
 def test_auto_uses_the_fused_path_only_where_it_applies():
     offset = torch.zeros(3, 3)
     rff = BipartiteConv(3, 4, 8).phi_pos
     siren = BipartiteConv(3, 4, 8, pos_embedding="siren").phi_pos
     assert EM.use_fused_messages("auto", field=rff, aggr="mean", needs_grad=True, offset=offset)
     assert not EM.use_fused_messages("auto", field=rff, aggr="mean", needs_grad=False, offset=offset)
-    assert not EM.use_fused_messages("auto", field=rff, aggr="max", needs_grad=True, offset=offset)
+    assert EM.use_fused_messages("auto", field=rff, aggr="max", needs_grad=True, offset=offset)
     assert not EM.use_fused_messages("auto", field=siren, aggr="mean", needs_grad=True, offset=offset)
-    with pytest.raises(ValueError, match="fused_messages=True cannot be used: aggr='max'"):
-        EM.use_fused_messages(True, field=rff, aggr="max", needs_grad=True, offset=offset)
+    with pytest.raises(ValueError, match="fused_messages=True cannot be used: the positional field is a SIRENField"):
+        EM.use_fused_messages(True, field=siren, aggr="max", needs_grad=True, offset=offset)
     with pytest.raises(ValueError, match="fused_messages must be one of"):
         BipartiteConv(3, 4, 8, fused_messages="yes")
 

@@ -512,6 +512,36 @@ def test_batch_and_cloud_counts_are_checked_before_allocating():
         knn(torch.rand(2, 3), torch.rand(2, 3), 1, batch_y=torch.tensor([0, 10**12]))
 
 
+def test_fused_max_training_equals_the_plain_path_with_duplicated_points():
+    # the fused path (the default in training) against the plain one, float64, in both directions;
+    # duplicated points tie: the fused path gives a tied channel's gradient to one copy, the plain
+    # path shares it, so x's gradient agrees summed over the copies, everything else exactly
+    def run(fused):
+        torch.manual_seed(0)
+        grid_net = Gridification(4, 8, resolution=4, k=3, hidden_channels=16, aggr="max", message="concat").double()
+        degrid = Degridification(8, 3, hidden_channels=16, aggr="max", message="concat").double()
+        grid_net.conv.fused_messages = degrid.conv.fused_messages = fused
+        g = torch.Generator().manual_seed(1)
+        pos = torch.rand(2, 40, 3, generator=g, dtype=torch.float64) * 2 - 1
+        pos[:, 1] = pos[:, 0]
+        x = torch.randn(2, 40, 4, generator=g, dtype=torch.float64)
+        x[:, 1] = x[:, 0]
+        x.requires_grad_()
+        out = degrid(*grid_net(pos, x, return_graph=True))
+        (out * torch.randn(out.shape, generator=g, dtype=torch.float64)).sum().backward()
+        grads = [p.grad.clone() for p in list(grid_net.parameters()) + list(degrid.parameters())]
+        gx = x.grad.clone()
+        gx[:, 0] += gx[:, 1]
+        return out.detach(), gx[:, [0] + list(range(2, 40))], grads
+
+    out_a, gx_a, grads_a = run(True)
+    out_b, gx_b, grads_b = run(False)
+    torch.testing.assert_close(out_a, out_b, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(gx_a, gx_b, rtol=1e-10, atol=1e-12)
+    for a, b in zip(grads_a, grads_b):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
 def test_max_aggregation_row_path_equals_scatter_reduce_in_both_directions(monkeypatch):
     # training with max aggregation runs ops.scatter's ScatterExtreme in gridification and
     # de-gridification: values and every gradient equal scatter_reduce's autograd (float64)
@@ -526,6 +556,7 @@ def test_max_aggregation_row_path_equals_scatter_reduce_in_both_directions(monke
         torch.manual_seed(0)
         grid_net = Gridification(4, 8, resolution=4, k=3, hidden_channels=16, aggr="max").double()
         degrid = Degridification(8, 3, hidden_channels=16, aggr="max").double()
+        grid_net.conv.fused_messages = degrid.conv.fused_messages = False  # the plain (autograd) path
         g = torch.Generator().manual_seed(1)
         pos = torch.rand(2, 40, 3, generator=g, dtype=torch.float64) * 2 - 1
         pos[:, 1] = pos[:, 0]  # duplicated points: tied messages
