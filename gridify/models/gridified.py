@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from .._checks import check_choice, check_int, check_parameters, check_positive_int, fail, trusted_inputs
 from ..backbones import build_backbone
+from ..backbones.blocks import MaskDropout
 from ..nn.connectivity import BipartiteGraph
 from ..nn.gridification import Degridification, Gridification
 from ..nn.inputs import category_onehot, module_dtype, parse_points
@@ -395,7 +396,7 @@ class GridifiedSegmenter(GridifiedModel):
             nn.Linear(fused, hidden_channels),
             nn.LayerNorm(hidden_channels),
             nn.GELU(),
-            nn.Dropout(dropout),
+            MaskDropout(dropout),  # per point: the mask without bernoulli_ (backbones.blocks)
             nn.Linear(hidden_channels, num_classes),
         )
         self.in_channels, self.num_classes, self.num_categories = in_channels, num_classes, num_categories

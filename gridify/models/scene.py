@@ -46,6 +46,7 @@ from .._checks import (
     is_real,
     trusted_inputs,
 )
+from ..backbones.blocks import MaskDropout
 from ..nn.connectivity import BipartiteGraph, GraphBuilder
 from ..nn.gridification import Degridification
 from ..nn.inputs import module_dtype, parse_points
@@ -236,7 +237,7 @@ class GridifiedSceneSegmenter(GridifiedModel):
             nn.Linear(hidden_channels + point_channels, hidden_channels),
             nn.LayerNorm(hidden_channels),
             nn.GELU(),
-            nn.Dropout(dropout),
+            MaskDropout(dropout),  # per point: the mask without bernoulli_ (backbones.blocks)
             nn.Linear(hidden_channels, num_classes),
         )
         self.in_channels, self.num_classes = in_channels, num_classes

@@ -111,14 +111,28 @@ def _messages(p: Tensor, hs: Tensor, Wo: Optional[Tensor], bo: Optional[Tensor])
     return torch.addmm(bo, F.gelu(u), Wo.t()), u
 
 
-def _max_winners(out: Tensor, winner: Tensor, m: Tensor, dst: Tensor, first: int) -> None:
-    """Fold one chunk's messages ``m`` of the edges ``first, first + 1, ...`` into the running
-    maxima ``out`` and the edge ``winner`` that holds each maximum (the last of tied edges)."""
-    idx = dst[:, None].expand_as(m)
-    out.scatter_reduce_(0, idx, m, reduce="amax", include_self=True)
-    ids = torch.arange(first, first + m.size(0), device=m.device)[:, None].expand_as(m)
-    won = torch.where(out.index_select(0, dst) == m, ids, -1)
-    winner.scatter_reduce_(0, idx, won, reduce="amax", include_self=True)
+class _RunningMax:
+    """The running maxima ``[num_dst, H]`` of a max aggregation fed chunk by chunk, with the edge
+    that holds each one: the last of tied edges (edge ids grow chunk by chunk). Each chunk folds its
+    values (``scatter_reduce_`` amax), then the ids of its edges that reached the new maxima. (Packing
+    value and edge into one int64 key, one scatter per chunk, measured no faster: 0.99-1.01x the step.)
+    """
+
+    def __init__(self, num_dst: int, width: int, dtype: torch.dtype, device: torch.device):
+        self.out = torch.full((num_dst, width), float("-inf"), dtype=dtype, device=device)
+        self.winner = torch.full((num_dst, width), -1, dtype=torch.int64, device=device)
+
+    def fold(self, m: Tensor, dst: Tensor, first: int) -> None:
+        """Take the messages ``m [E_c, H]`` of the edges ``first, first + 1, ...`` into targets ``dst``."""
+        idx = dst[:, None].expand_as(m)
+        self.out.scatter_reduce_(0, idx, m, reduce="amax", include_self=True)
+        ids = torch.arange(first, first + m.size(0), device=m.device)[:, None].expand_as(m)
+        won = torch.where(self.out.index_select(0, dst) == m, ids, -1)
+        self.winner.scatter_reduce_(0, idx, won, reduce="amax", include_self=True)
+
+    def result(self) -> Tuple[Tensor, Tensor]:
+        """``(maxima, winning edges)``: 0 and -1 for targets without edges (as ``scatter()`` gives)."""
+        return self.out.masked_fill_(self.out == float("-inf"), 0.0), self.winner
 
 
 class FusedEdgeMessages(torch.autograd.Function):
@@ -150,20 +164,20 @@ class FusedEdgeMessages(torch.autograd.Function):
         maximum: bool = False,
     ) -> Tensor:
         acc = torch.promote_types(h.dtype, offset.dtype)
+        width, winner = h.size(1), None
         if maximum:
-            out = torch.full((num_dst, h.size(1)), float("-inf"), dtype=acc, device=h.device)
-            winner = torch.full(out.shape, -1, dtype=torch.long, device=h.device)
+            running = _RunningMax(num_dst, width, acc, h.device)
         else:
-            out, winner = torch.zeros(num_dst, h.size(1), dtype=acc, device=h.device), None
-        for s, e in _chunks(edge_src.numel(), h.size(1)):
+            out = torch.zeros(num_dst, width, dtype=acc, device=h.device)
+        for s, e in _chunks(edge_src.numel(), width):
             p = _field(offset[s:e], B, W1, b1, W2, b2)[4]
             m = _messages(p, h.index_select(0, edge_src[s:e]), Wo, bo)[0].to(acc)
             if maximum:
-                _max_winners(out, winner, m, edge_dst[s:e], s)
+                running.fold(m, edge_dst[s:e], s)
             else:
                 out.index_add_(0, edge_dst[s:e], m)
         if maximum:
-            out.masked_fill_(out == float("-inf"), 0.0)  # targets without edges, as scatter() gives
+            out, winner = running.result()
         elif scale is not None:
             out.mul_(scale[:, None])
         ctx.concat = concat

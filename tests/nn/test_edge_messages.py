@@ -98,10 +98,45 @@ def test_auto_uses_the_fused_path_only_where_it_applies():
         BipartiteConv(3, 4, 8, fused_messages="yes")
 
 
-def test_gridification_training_step_is_the_same_on_both_paths():
+def _running_max_reference(m, dst, num_dst):
+    out = torch.zeros(num_dst, m.size(1), dtype=m.dtype)
+    winner = torch.full((num_dst, m.size(1)), -1)
+    for e in range(m.size(0)):
+        for c in range(m.size(1)):
+            d = int(dst[e])
+            if winner[d, c] < 0 or m[e, c] >= out[d, c]:
+                out[d, c], winner[d, c] = m[e, c], e
+    return out, winner
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_running_max_keeps_each_maximum_and_the_last_edge_holding_it(dtype):
+    # against a loop, with negative values, ties inside and across chunks, huge and tiny magnitudes,
+    # and targets without edges
+    g = torch.Generator().manual_seed(0)
+    E, H, num_dst = 300, 5, 40
+    m = (
+        torch.randn(E, H, generator=g, dtype=dtype)
+        * torch.logspace(-30, 30, E, dtype=dtype)[torch.randperm(E, generator=g)][:, None]
+    )
+    m[::7] = m[3::7][: m[::7].size(0)]  # ties
+    m[20:30, 1] = -1.5
+    dst = torch.randint(0, num_dst - 3, (E,), generator=g)  # the last three targets get no edge
+    running = EM._RunningMax(num_dst, H, dtype, torch.device("cpu"))
+    for s in range(0, E, 64):
+        running.fold(m[s : s + 64], dst[s : s + 64], s)
+    out, winner = running.result()
+    ref_out, ref_winner = _running_max_reference(m, dst, num_dst)
+    assert torch.equal(out, ref_out) and out.dtype == dtype
+    assert torch.equal(winner, ref_winner)
+    assert (winner[-3:] == -1).all() and (out[-3:] == 0).all()
+
+
+@pytest.mark.parametrize("aggr", ["mean", "max"])
+def test_gridification_training_step_is_the_same_on_both_paths(aggr):
     torch.manual_seed(0)
     pos = torch.rand(2, 200, 3) * 1.8 - 0.9
-    layer = Gridification(3, 16, resolution=5, k=6)
+    layer = Gridification(3, 16, resolution=5, k=6, aggr=aggr)
     outs = []
     for fused in (False, True):
         layer.conv.fused_messages = fused
