@@ -102,13 +102,12 @@ def _field(
     return cz, sz, f, a, p
 
 
-def _messages(p: Tensor, hs: Tensor, Wo: Optional[Tensor], bo: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:
-    """One chunk's messages ``m`` from the field values ``p`` and the gathered ``hs`` (``p`` is
-    overwritten), with the concat messages' pre-activation ``u`` (None for product messages)."""
+def _messages(p: Tensor, hs: Tensor, Wo: Optional[Tensor], bo: Optional[Tensor]) -> Tensor:
+    """One chunk's messages from the field values ``p`` (overwritten) and the gathered ``hs``:
+    ``p * hs`` (product, ``Wo`` None) or ``W_o GELU(p + hs) + b_o`` (concat)."""
     if Wo is None:
-        return p.mul_(hs), None
-    u = p.add_(hs)
-    return torch.addmm(bo, F.gelu(u), Wo.t()), u
+        return p.mul_(hs)
+    return torch.addmm(bo, F.gelu(p.add_(hs)), Wo.t())
 
 
 class _RunningMax:
@@ -137,7 +136,8 @@ class _RunningMax:
 
 class FusedEdgeMessages(torch.autograd.Function):
     """See the module docstring. Inputs: ``h, offset, edge_src, edge_dst, scale, num_dst, concat,
-    B, W1, b1, W2, b2, Wo, bo`` (``Wo``/``bo`` None for product messages).
+    B, W1, b1, W2, b2, Wo, bo[, maximum]`` (``Wo``/``bo`` None for product messages; ``maximum=True``
+    aggregates by max, ``scale`` then None).
 
     Mixed precision: ``h`` and the weights ``W1 .. bo`` may be bfloat16/float16 (the matrix
     products then run in that precision) while ``offset``, ``B`` and ``scale`` stay float32; the
@@ -171,7 +171,7 @@ class FusedEdgeMessages(torch.autograd.Function):
             out = torch.zeros(num_dst, width, dtype=acc, device=h.device)
         for s, e in _chunks(edge_src.numel(), width):
             p = _field(offset[s:e], B, W1, b1, W2, b2)[4]
-            m = _messages(p, h.index_select(0, edge_src[s:e]), Wo, bo)[0].to(acc)
+            m = _messages(p, h.index_select(0, edge_src[s:e]), Wo, bo).to(acc)
             if maximum:
                 running.fold(m, edge_dst[s:e], s)
             else:
@@ -254,7 +254,7 @@ def fused_edge_messages(
     """Aggregated messages ``[num_dst, H]`` through :class:`FusedEdgeMessages` (see the module docstring).
 
     ``field`` is the :class:`~gridify.nn.RandomFourierField` phi_pos, ``msg_out`` the output layer of
-    concat messages (None for product messages); ``aggr`` is ``"mean"`` or ``"sum"``. Under
+    concat messages (None for product messages); ``aggr`` is ``"mean"``, ``"sum"`` or ``"max"``. Under
     ``torch.autocast`` the matrix products run in the autocast dtype (as ``nn.Linear`` would), the
     phases ``B o`` and the sums in float32; the result is float32.
     """
