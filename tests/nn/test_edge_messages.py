@@ -90,6 +90,10 @@ def test_auto_uses_the_fused_path_only_where_it_applies():
     assert not EM.use_fused_messages("auto", field=rff, aggr="mean", needs_grad=False, offset=offset)
     assert EM.use_fused_messages("auto", field=rff, aggr="max", needs_grad=True, offset=offset)
     assert not EM.use_fused_messages("auto", field=siren, aggr="mean", needs_grad=True, offset=offset)
+    # off the CPU (a GPU; "meta" stands in for it here) auto keeps the plain path, True still forces the fused one
+    meta = torch.zeros(3, 3, device="meta")
+    assert not EM.use_fused_messages("auto", field=rff, aggr="max", needs_grad=True, offset=meta)
+    assert EM.use_fused_messages(True, field=rff, aggr="max", needs_grad=True, offset=meta)
     with pytest.raises(ValueError, match="fused_messages=True cannot be used: the positional field is a SIRENField"):
         EM.use_fused_messages(True, field=siren, aggr="max", needs_grad=True, offset=offset)
     with pytest.raises(ValueError, match="fused_messages must be one of"):
