@@ -7,7 +7,8 @@ Reads an exported ``model.pt`` (as ``gridify train`` writes it), drops what only
 machine that trained it (absolute paths: the output folder, the data root, the source checkpoint; an
 ``init_weights`` file is kept as ``<run>/checkpoints/<file>``)
 and records where the weights came from (``info["pretrained"]``: the run's name, epoch, seed and
-test metrics when ``test_metrics.json`` sits beside the run). The result loads with
+test metrics when ``test_metrics.json`` sits beside the run, unless ``--no-test-metrics``: for a recipe whose
+"test" split is its validation data, as ``semantickitti_mini``'s is). The result loads with
 ``gridify.load("<name>")`` and ``gridify predict FILE --model <name>``.
 """
 
@@ -17,7 +18,7 @@ import argparse
 import io
 import json
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Sequence
 
 import torch
 
@@ -27,8 +28,9 @@ from gridify.checkpoint import check_payload, load_checkpoint
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def scrub(payload: Dict[str, Any], name: str, run: Path) -> Dict[str, Any]:
-    """``payload`` without machine-specific paths, with its provenance in ``info["pretrained"]``."""
+def scrub(payload: Dict[str, Any], name: str, run: Path, test_metrics: bool = True) -> Dict[str, Any]:
+    """``payload`` without machine-specific paths, with its provenance in ``info["pretrained"]`` (the run's
+    ``test_metrics.json`` among it only with ``test_metrics``)."""
     out = dict(payload)
     config = json.loads(json.dumps(out.get("config") or {}))  # a deep, plain copy
     config["output_dir"] = f"outputs/{name}"
@@ -48,7 +50,7 @@ def scrub(payload: Dict[str, Any], name: str, run: Path) -> Dict[str, Any]:
     if val:
         provenance["val_metrics"] = val
     metrics = run / "test_metrics.json"
-    if metrics.is_file():
+    if test_metrics and metrics.is_file():
         report = json.loads(metrics.read_text())
         votes = report.get("votes", (config.get("trainer") or {}).get("test_votes", 1))
         provenance.update(
@@ -79,16 +81,29 @@ def _val_metrics(run: Path, source: str) -> Dict[str, float]:
     return out
 
 
-def main() -> None:
+def main(argv: Optional[Sequence[str]] = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="an exported model.pt of a finished training run")
     p.add_argument("--name", required=True, help="the shipped model's name (gridify.load(name))")
     p.add_argument("--out", help="default: gridify/pretrained/<name>.pt")
-    args = p.parse_args()
+    p.add_argument(
+        "--no-test-metrics",
+        dest="test_metrics",
+        action="store_false",
+        help="leave the run's test_metrics.json out (a 'test' split that is the validation data)",
+    )
+    args = p.parse_args(argv)
     src = Path(args.model).resolve()
-    payload = torch.load(src, map_location="cpu", weights_only=True)
+    if not src.is_file():
+        p.error(f"{args.model}: no such file")
+    try:
+        payload = torch.load(src, map_location="cpu", weights_only=True)
+    except Exception as exc:  # not a torch file, or one holding more than tensors and plain values
+        p.error(f"{args.model}: not a model file written by gridify train ({type(exc).__name__}: {exc})")
+    if not isinstance(payload, dict):
+        p.error(f"{args.model}: not a model file written by gridify train (holds a {type(payload).__name__})")
     run = src.parent.parent if src.parent.name == "checkpoints" else src.parent
-    shipped = scrub(payload, args.name, run)
+    shipped = scrub(payload, args.name, run, test_metrics=args.test_metrics)
     check_payload(shipped, str(src))
     buf = io.BytesIO()
     torch.save(shipped, buf)

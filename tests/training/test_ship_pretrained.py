@@ -1,0 +1,60 @@
+"""``scripts/ship_pretrained.py`` records a run's provenance, leaves its test metrics out on request and names a
+bad input file instead of failing inside ``torch.load``."""
+
+import importlib.util
+import json
+import re
+import shutil
+
+import pytest
+import torch
+
+from gridify.checkpoint import load_checkpoint
+from tests.helpers import ROOT
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("ship_pretrained", ROOT / "scripts" / "ship_pretrained.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def run(tmp_path):
+    run = tmp_path / "myrun"
+    (run / "checkpoints").mkdir(parents=True)
+    shutil.copy(ROOT / "gridify" / "pretrained" / "modelnet10.pt", run / "checkpoints" / "model.pt")
+    (run / "test_metrics.json").write_text(json.dumps({"metrics": {"test_oa": 0.5}, "num_samples": 7, "votes": 1}))
+    return run
+
+
+@pytest.mark.parametrize("flag, kept", [([], True), (["--no-test-metrics"], False)])
+def test_test_metrics_are_stored_unless_left_out(run, tmp_path, flag, kept):
+    out = tmp_path / "shipped.pt"
+    _script().main([str(run / "checkpoints" / "model.pt"), "--name", "mine", "--out", str(out), *flag])
+    info = torch.load(out, map_location="cpu", weights_only=True)["info"]["pretrained"]
+    assert info["name"] == "mine" and info["run"] == "myrun"
+    assert ("test_metrics" in info) is kept
+    if kept:
+        assert info["test_metrics"] == {"test_oa": 0.5} and info["num_test_samples"] == 7
+    load_checkpoint(out)
+
+
+def test_bad_model_files_are_named(tmp_path, capsys):
+    ship = _script()
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"not a checkpoint")
+    listed = tmp_path / "list.pt"
+    torch.save([1, 2], listed)
+    cases = [
+        (tmp_path / "missing.pt", "missing.pt: no such file"),
+        (junk, "junk.pt: not a model file written by gridify train"),
+        (listed, "list.pt: not a model file written by gridify train \\(holds a list\\)"),
+    ]
+    for path, message in cases:
+        with pytest.raises(SystemExit) as exc:
+            ship.main([str(path), "--name", "x", "--out", str(tmp_path / "o.pt")])
+        assert exc.value.code == 2
+        assert re.search(message, capsys.readouterr().err)
+    assert not (tmp_path / "o.pt").exists()
