@@ -48,6 +48,8 @@ import contextvars
 import functools
 import math
 import os
+import sys
+import warnings
 from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
@@ -60,6 +62,21 @@ SUPPORTED_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 #: environment variable that overrides the allocation limit of :func:`check_alloc` (bytes)
 MAX_ALLOC_ENV = "GRIDIFY_MAX_ALLOC_BYTES"
+
+
+_INTERNAL_DIRS = (
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,  # gridify
+    os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,  # torch (a module's __call__, autograd)
+)
+
+
+def warn_at_caller(message: str, category: type = UserWarning) -> None:
+    """``warnings.warn`` attributed to the user's line: the first frame outside gridify and torch, however
+    deep the call that warns (a fixed ``stacklevel`` points inside torch when a model's forward warns)."""
+    level, frame = 2, sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL_DIRS):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level if frame is not None else 2)
 
 
 def fail(where: str, msg: str) -> NoReturn:

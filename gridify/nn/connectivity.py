@@ -14,7 +14,6 @@ Shapes:
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
@@ -31,6 +30,7 @@ from .._checks import (
     element_size,
     fail,
     is_int,
+    warn_at_caller,
 )
 from ..ops.distance import distance_frame, working_dtype
 from ..ops.grid import box_tensors, check_grid_size, grid_knn_bytes, grid_knn_unchecked
@@ -188,10 +188,9 @@ def warn_small_clouds(where: str, counts: Tensor, k: int) -> None:
     small = (counts < min(k, int(counts.max()) + 1)).nonzero().flatten()  # (k may exceed int64)
     if small.numel():
         b = int(small[0])
-        warnings.warn(
+        warn_at_caller(
             f"{where}: cloud {b} has {int(counts[b])} points, fewer than k={k}; its grid nodes "
-            f"connect to all of its points ({small.numel()} such clouds)",
-            stacklevel=4,
+            f"connect to all of its points ({small.numel()} such clouds)"
         )
 
 

@@ -218,8 +218,9 @@ def test_degridification_dense_shapes_and_transposed_edges():
 def test_identical_points_and_fewer_points_than_k():
     net = _model()
     pos = torch.full((3, 3), 0.25)
-    with pytest.warns(UserWarning, match="fewer than k=6"):
+    with pytest.warns(UserWarning, match="fewer than k=6") as caught:
         grid, graph = net(pos, torch.randn(3, 4), return_graph=True)
+    assert [w.filename for w in caught] == [__file__]  # the user's line, not torch's module call
     assert torch.isfinite(grid).all()
     pdeg, ndeg = graph.degree()
     assert torch.all(ndeg >= 3) and torch.all(pdeg >= 6)
