@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional, Sequence
 import torch
 
 from gridify._files import atomic_write_bytes
-from gridify.checkpoint import check_payload, load_checkpoint
+from gridify.checkpoint import CheckpointError, check_payload, load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,14 +94,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     )
     args = p.parse_args(argv)
     src = Path(args.model).resolve()
-    if not src.is_file():
-        p.error(f"{args.model}: no such file")
-    try:
-        payload = torch.load(src, map_location="cpu", weights_only=True)
-    except Exception as exc:  # not a torch file, or one holding more than tensors and plain values
-        p.error(f"{args.model}: not a model file written by gridify train ({type(exc).__name__}: {exc})")
-    if not isinstance(payload, dict):
-        p.error(f"{args.model}: not a model file written by gridify train (holds a {type(payload).__name__})")
+    try:  # the library's safe reader names a missing, corrupt, unsafe or foreign file
+        kind = load_checkpoint(src)["kind"]
+    except CheckpointError as exc:
+        p.error(str(exc))
+    if kind != "export":
+        p.error(f"{args.model}: a Lightning checkpoint; pass the run's exported checkpoints/model.pt")
+    payload = torch.load(src, map_location="cpu", weights_only=True)
     run = src.parent.parent if src.parent.name == "checkpoints" else src.parent
     shipped = scrub(payload, args.name, run, test_metrics=args.test_metrics)
     check_payload(shipped, str(src))

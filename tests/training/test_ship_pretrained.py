@@ -47,10 +47,17 @@ def test_bad_model_files_are_named(tmp_path, capsys):
     junk.write_bytes(b"not a checkpoint")
     listed = tmp_path / "list.pt"
     torch.save([1, 2], listed)
+    raw = torch.load(ROOT / "gridify" / "pretrained" / "modelnet10.pt", weights_only=True)
+    lightning = tmp_path / "last.ckpt"  # the same model as Lightning stores it
+    hp = {k: raw[k] for k in ("model_name", "model_kwargs", "task", "info", "config")}
+    torch.save(
+        {"state_dict": {f"model.{k}": v for k, v in raw["state_dict"].items()}, "hyper_parameters": hp}, lightning
+    )
     cases = [
-        (tmp_path / "missing.pt", "missing.pt: no such file"),
-        (junk, "junk.pt: not a model file written by gridify train"),
-        (listed, "list.pt: not a model file written by gridify train \\(holds a list\\)"),
+        (tmp_path / "missing.pt", "checkpoint not found: .*missing.pt"),
+        (junk, "cannot read checkpoint .*junk.pt: the file is corrupt, truncated or not a PyTorch checkpoint"),
+        (listed, "list.pt is not a gridify checkpoint"),
+        (lightning, "last.ckpt: a Lightning checkpoint; pass the run's exported checkpoints/model.pt"),
     ]
     for path, message in cases:
         with pytest.raises(SystemExit) as exc:
