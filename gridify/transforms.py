@@ -19,7 +19,9 @@ modified in place).
   keeps scan ``a`` in alternate bands of inclination ``phi = atan2(z, hypot(x, y))`` (3-6 equal bands over
   the 0.5-99.5 % range of both scans' ``phi``, read from every 8th point) and scan ``b`` in the others (LaserMix, Kong et al. 2023);
   ``polarmix`` replaces ``a``'s points of a random half-turn of azimuth ``theta = atan2(y, x)`` by ``b``'s
-  (PolarMix's scene swap, Xiao et al. 2022).
+  (PolarMix's scene swap, Xiao et al. 2022); ``paste`` keeps all of ``a`` and adds two copies of ``b``'s points of
+  the ``paste_labels`` classes (the objects: cars, people, ...), rotated about the sensor's vertical axis by
+  ``omega_1 ~ U(0, 2 pi / 3)`` and ``omega_2 ~ U(2 pi / 3, 4 pi / 3)`` (PolarMix's instance rotate-paste).
 
 Every transform validates its parameters when built and its sample once when called: a dict
 with a floating ``pos [N, 3]`` (torch: float16/bfloat16/float32/float64) without NaN/Inf; when present,
@@ -44,7 +46,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Iterable as _IterableABC
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -734,7 +736,10 @@ class SceneSampler(RandomTransform):
 
 
 #: the ways :func:`mix_scenes` mixes two scans
-SCENE_MIXES = ("lasermix", "polarmix")
+SCENE_MIXES = ("lasermix", "polarmix", "paste")
+
+#: the classes whose points ``paste`` copies when a dataset has them (PolarMix's instance classes of SemanticKITTI)
+PASTE_CLASS_NAMES = ("car", "bicycle", "motorcycle", "truck", "other-vehicle", "person", "bicyclist", "motorcyclist")
 
 
 def _mix_keep(pa: np.ndarray, pb: np.ndarray, mode: str, rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray]:
@@ -755,30 +760,72 @@ def _mix_keep(pa: np.ndarray, pb: np.ndarray, mode: str, rng: np.random.Generato
     return ~inside_a, inside_b
 
 
-def mix_scenes_unchecked(a: Sample, b: Sample, mode: str, rng: np.random.Generator, pos_key: str = "pos") -> Sample:
+def _rotated_z(pos: np.ndarray, angle: float) -> np.ndarray:
+    """``pos`` rotated about the z axis through the origin (the sensor) by ``angle``, in ``pos``'s dtype."""
+    c, s = math.cos(angle), math.sin(angle)
+    out = pos.copy()
+    out[:, 0] = c * pos[:, 0] - s * pos[:, 1]
+    out[:, 1] = s * pos[:, 0] + c * pos[:, 1]
+    return out
+
+
+def _paste_parts(b: Sample, pos_key: str, label_key: str, paste_labels: Sequence[int], rng: np.random.Generator):
+    """``b``'s rows of the ``paste_labels`` classes and the two rotations of them ``paste`` adds."""
+    labels = np.asarray(b[label_key]).reshape(len(b[pos_key]), -1)[:, 0]
+    rows = np.flatnonzero(np.isin(labels, np.asarray(list(paste_labels), dtype=np.int64)))
+    angles = (rng.uniform(0, 2 * math.pi / 3), rng.uniform(2 * math.pi / 3, 4 * math.pi / 3))
+    return rows, angles
+
+
+def mix_scenes_unchecked(
+    a: Sample,
+    b: Sample,
+    mode: str,
+    rng: np.random.Generator,
+    pos_key: str = "pos",
+    label_key: str = "y",
+    paste_labels: Sequence[int] = (),
+) -> Sample:
     """:func:`mix_scenes` without the checks: numpy arrays, the per-point keys of both scans alike."""
     na, nb = len(a[pos_key]), len(b[pos_key])
-    keep_a, keep_b = _mix_keep(np.asarray(a[pos_key]), np.asarray(b[pos_key]), mode, rng)  # angles: float32 will do
+    if mode == "paste":
+        rows, angles = _paste_parts(b, pos_key, label_key, paste_labels, rng)
+        keep_a, takes = np.ones(na, dtype=bool), [(rows, angle) for angle in angles]
+    else:
+        keep_a, keep_b = _mix_keep(np.asarray(a[pos_key]), np.asarray(b[pos_key]), mode, rng)  # angles: float32 will do
+        takes = [(np.flatnonzero(keep_b), None)]
     out: Sample = {}
     for k, v in a.items():
         w = b.get(k)
         per_point = isinstance(v, np.ndarray) and v.ndim and len(v) == na and k not in _NON_POINT_KEYS
         if per_point and isinstance(w, np.ndarray) and w.ndim and len(w) == nb:
-            out[k] = np.concatenate([v[keep_a], w[keep_b].astype(v.dtype, copy=False)])
+            w = w.astype(v.dtype, copy=False)
+            parts = [w[r] if angle is None or k != pos_key else _rotated_z(w[r], angle) for r, angle in takes]
+            out[k] = np.concatenate([v[keep_a]] + parts)
         elif not per_point:
             out[k] = v
     return out
 
 
-def mix_scenes(a: Sample, b: Sample, mode: str, rng: np.random.Generator, pos_key: str = "pos") -> Sample:
+def mix_scenes(
+    a: Sample,
+    b: Sample,
+    mode: str,
+    rng: np.random.Generator,
+    pos_key: str = "pos",
+    label_key: str = "y",
+    paste_labels: Sequence[int] = (),
+) -> Sample:
     """Two scans mixed into one (see the module docstring): the points ``a`` keeps, then those taken from ``b``.
 
     ``a`` and ``b``: dicts of numpy arrays in the sensor frame (the origin at the scanner, z up), ``pos_key``
     ``[N, 3]`` and the same per-point entries (an entry of ``a`` that ``b`` lacks is refused, naming it); entries
-    that are not per-point are ``a``'s. ``rng`` draws the bands or the sector.
+    that are not per-point are ``a``'s. ``rng`` draws the bands, the sector or the two angles. ``paste`` reads the
+    classes of ``b``'s points from ``b[label_key]`` and copies those whose class is in ``paste_labels``.
 
     Shapes:
-        ``a[k]`` ``[N_a, ...]``, ``b[k]`` ``[N_b, ...]`` -> ``[M, ...]``, ``M <= N_a + N_b``.
+        ``a[k]`` ``[N_a, ...]``, ``b[k]`` ``[N_b, ...]`` -> ``[M, ...]``, ``M <= N_a + N_b``
+        (``paste``: ``M = N_a + 2 P``, ``P`` the pasted points of ``b``).
     """
     where = "mix_scenes"
     mode = check_choice(where, "mode", mode, SCENE_MIXES)
@@ -796,6 +843,8 @@ def mix_scenes(a: Sample, b: Sample, mode: str, rng: np.random.Generator, pos_ke
             )
         if not np.isfinite(p).all():
             fail(where, f"{name}[{pos_key!r}] contains NaN/Inf values")
+    if mode == "paste":
+        _check_paste(where, b, pos_key, label_key, paste_labels)
     na = len(a[pos_key])
     for k, v in a.items():
         if isinstance(v, np.ndarray) and v.ndim and len(v) == na and k not in _NON_POINT_KEYS:
@@ -806,7 +855,26 @@ def mix_scenes(a: Sample, b: Sample, mode: str, rng: np.random.Generator, pos_ke
                     f"a has the per-point entry {k!r} {v.shape[1:]} but b has "
                     f"{'none' if w is None else getattr(w, 'shape', type(w).__name__)} (both scans need it)",
                 )
-    return mix_scenes_unchecked(a, b, mode, rng, pos_key)
+    return mix_scenes_unchecked(a, b, mode, rng, pos_key, label_key, paste_labels)
+
+
+def _check_paste(where: str, b: Sample, pos_key: str, label_key: str, paste_labels: Sequence[int]) -> None:
+    """``paste`` needs ``b``'s labels (one per point) and at least one class to copy, given as integers."""
+    labels = b.get(label_key)
+    if not isinstance(labels, np.ndarray) or labels.ndim not in (1, 2) or len(labels) != len(b[pos_key]):
+        fail(
+            where,
+            f"mode 'paste' needs b[{label_key!r}], one label per point of b, got "
+            f"{getattr(labels, 'shape', type(labels).__name__)}",
+        )
+    if isinstance(paste_labels, (str, bytes)) or not isinstance(paste_labels, (Sequence, np.ndarray)):
+        fail(where, f"paste_labels must be a sequence of class indices, got {type(paste_labels).__name__}")
+    if len(paste_labels) == 0 or not all(
+        isinstance(c, (int, np.integer)) and not isinstance(c, bool) for c in paste_labels
+    ):
+        fail(
+            where, f"mode 'paste' needs paste_labels, a non-empty sequence of class indices, got {list(paste_labels)!r}"
+        )
 
 
 #: the up axes a cloud may have (``--up-axis``, ``up_axis=``): its "up" direction in its own coordinates

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from .._checks import check_alloc, check_choice, check_int, check_number
 from ..io.cloud import centre_large_offset
-from ..transforms import SCENE_MIXES, SceneSampler, mix_scenes_unchecked
+from ..transforms import PASTE_CLASS_NAMES, SCENE_MIXES, SceneSampler, mix_scenes_unchecked
 from ._common import SAMPLE_BYTES_PER_POINT, DatasetError, PointCloudDataset, Transform
 from .scene_layouts import IGNORE_INDEX
 
@@ -192,8 +192,9 @@ class SceneDatasetBase(PointCloudDataset):
             times per epoch, each copy its own crop (``len = scenes x crops_per_scene``; item ``i``
             is scene ``i mod scenes``); ignored at the other splits (one whole scene per item).
         mix: at ``train`` with a crop or subsampling, mix scans before the crop
-            (:func:`gridify.transforms.mix_scenes`: ``"lasermix"`` or ``"polarmix"``, for LiDAR scans in
-            their sensor frames): with probability ``mix_prob`` an item's scene is mixed with another
+            (:func:`gridify.transforms.mix_scenes`: ``"lasermix"``, ``"polarmix"`` or ``"paste"``, for LiDAR
+            scans in their sensor frames; ``"paste"`` copies the classes of
+            :data:`~gridify.transforms.PASTE_CLASS_NAMES` the dataset has): with probability ``mix_prob`` an item's scene is mixed with another
             scene of the split drawn by the sampler's generator; None (default): no mixing. Ignored at the
             other splits, which score the scenes as they are.
         mix_prob: the share of items mixed, in ``[0, 1]``.
@@ -230,6 +231,11 @@ class SceneDatasetBase(PointCloudDataset):
         self.mix_prob = float(mix_prob)
         self._label_counts: Optional[np.ndarray] = None
         self.class_names = list(class_names)
+        #: the classes ``mix="paste"`` copies (:data:`~gridify.transforms.PASTE_CLASS_NAMES` this dataset has)
+        self.paste_labels = tuple(i for i, c in enumerate(self.class_names) if c in PASTE_CLASS_NAMES)
+        if self.mix == "paste" and not self.paste_labels:
+            raise ValueError(f"{where}: mix='paste' copies the classes {', '.join(PASTE_CLASS_NAMES)}, and this "
+                             f"dataset has none of them (classes: {', '.join(self.class_names)})")
         self.features = tuple(features)
         self.ignore_index = IGNORE_INDEX
         self.cache = bool(cache)
@@ -318,7 +324,9 @@ class SceneDatasetBase(PointCloudDataset):
             return scene
         other = int(rng.integers(count - 1))
         other += other >= index
-        return mix_scenes_unchecked(scene, self.scene(other), self.mix, rng, pos_key="coord")
+        return mix_scenes_unchecked(
+            scene, self.scene(other), self.mix, rng, pos_key="coord", label_key="segment", paste_labels=self.paste_labels
+        )
 
     def raw(self, index: int) -> Dict[str, Any]:
         scene = self.mixed_scene(index)

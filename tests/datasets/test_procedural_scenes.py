@@ -183,6 +183,17 @@ def test_mix_draws_training_items_from_two_scans_and_leaves_other_splits_whole()
     # other splits score the scenes as they are
     val = ProceduralScenes("val", mix="lasermix", mix_prob=1.0, **kw)
     assert val.mix is None and len(val[0]["pos"]) == 3_000
+    # paste: the scan whole plus two rotated copies of another scan's cars and people
+    paste = ProceduralScenes("train", mix="paste", mix_prob=1.0, **kw)
+    assert [paste.class_names[i] for i in paste.paste_labels] == ["car", "person"]
+    set_train_epoch(paste, None, seed=0, epoch=0)
+    item, whole = paste[0], paste.scene(0)
+    n = len(whole["coord"])
+    np.testing.assert_array_equal(item["pos"][:n].numpy(), whole["coord"])
+    added = item["y"][n:].numpy()
+    assert len(added) > 0 and len(added) % 2 == 0 and np.isin(added, list(paste.paste_labels)).all()
+    with pytest.raises(ValueError, match=r"mix='paste' copies the classes car, .* this dataset has none of them"):
+        ProceduralScenes("train", mix="paste", num_scenes=2, num_points=3_000, kind="indoor", voxel_size=0.05)
     with pytest.raises(ValueError, match=r"ProceduralScenes: mix must be one of .*got 'cutmix'"):
         ProceduralScenes("train", mix="cutmix", **kw)
     with pytest.raises(ValueError, match=r"mix_prob must be a probability in \[0, 1\], got 1.5"):

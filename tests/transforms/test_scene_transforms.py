@@ -132,6 +132,45 @@ def test_polarmix_swaps_a_half_turn_of_azimuth():
     assert 0.4 < inside.mean() < 0.6
 
 
+def test_paste_adds_two_rotated_copies_of_the_chosen_classes():
+    a = _scan(2000, 0, 1)
+    b = _scan(1500, 1, 2)
+    b["y"] = np.random.default_rng(5).integers(0, 4, 1500)  # classes 0..3; paste 2 and 3
+    out = mix_scenes(a, b, "paste", np.random.default_rng(7), paste_labels=[2, 3])
+    chosen = np.isin(b["y"], [2, 3])
+    p = int(chosen.sum())
+    assert len(out["pos"]) == 2000 + 2 * p and out["strength"].shape == (2000 + 2 * p, 1) and out["name"] == "s1"
+    # a is kept whole and first, unchanged
+    np.testing.assert_array_equal(out["pos"][:2000], a["pos"])
+    np.testing.assert_array_equal(out["y"][:2000], a["y"])
+    # each copy: b's chosen rows with their labels and entries, rotated about z through the sensor (0, 0, 0)
+    rng = np.random.default_rng(7)
+    angles = (rng.uniform(0, 2 * np.pi / 3), rng.uniform(2 * np.pi / 3, 4 * np.pi / 3))
+    for i, angle in enumerate(angles):
+        part = slice(2000 + i * p, 2000 + (i + 1) * p)
+        np.testing.assert_array_equal(out["y"][part], b["y"][chosen])
+        np.testing.assert_array_equal(out["strength"][part], b["strength"][chosen])
+        c, s = np.cos(angle), np.sin(angle)
+        src = b["pos"][chosen].astype(np.float64)
+        want = np.stack([c * src[:, 0] - s * src[:, 1], s * src[:, 0] + c * src[:, 1], src[:, 2]], 1)
+        np.testing.assert_allclose(out["pos"][part], want, rtol=0, atol=1e-4)
+        assert out["pos"].dtype == np.float32
+    # a b without any chosen class adds nothing
+    none = mix_scenes(a, b, "paste", np.random.default_rng(7), paste_labels=[9])
+    np.testing.assert_array_equal(none["pos"], a["pos"])
+
+
+def test_paste_refuses_missing_labels_or_classes_naming_them():
+    a, b = _scan(100, 0, 1), _scan(100, 1, 2)
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match=r"mode 'paste' needs paste_labels, a non-empty sequence .* got \[\]"):
+        mix_scenes(a, b, "paste", rng)
+    with pytest.raises(ValueError, match=r"paste_labels must be a sequence of class indices, got str"):
+        mix_scenes(a, b, "paste", rng, paste_labels="car")
+    with pytest.raises(ValueError, match=r"mode 'paste' needs b\['segment'\], one label per point of b"):
+        mix_scenes(a, b, "paste", rng, label_key="segment", paste_labels=[2])
+
+
 def test_mix_scenes_refuses_bad_input_naming_it():
     a, b = _scan(100, 0, 1), _scan(100, 1, 2)
     rng = np.random.default_rng(0)
