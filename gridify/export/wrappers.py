@@ -331,7 +331,7 @@ class OnnxSegmenter(nn.Module):
     def graph_points(self, *inputs: Tensor) -> Tensor:
         """The coordinates the graph is built on (grid box), ``[B, N, 3]``."""
         if self.scene:
-            return scene_box_dense(inputs[0], self.model.extent)
+            return scene_box_dense(inputs[0], self.model.extent, getattr(self.model, "box_trim", 0.0))
         return _normalize_points(inputs[0]) if self.normalize else inputs[0]
 
     def _features(self, inputs: Tuple[Tensor, ...]) -> Tuple[Tensor, Tensor]:

@@ -10,6 +10,11 @@ its bounding-box centre ``c_b = (min_b + max_b) / 2`` and mapped into the grid b
                                            (almost) zero extent gets ``s = 1``, so a flat or
                                            single-point cloud gives finite ``u = 0`` there)
 
+With ``box_trim = t > 0`` the box leaves out ``m = floor(t n)`` of a cloud's ``n`` points at each end of
+every axis: ``min_b`` / ``max_b`` are the ``(m + 1)``-th smallest / largest coordinate (a LiDAR crop's
+stray returns metres below the ground would otherwise spend the few z nodes on empty space); the points
+left out are clamped onto the box like those beyond a fixed ``extent``.
+
 Points beyond a fixed ``extent`` are clamped onto the box for the graph (they connect to the
 nearest boundary nodes and take their labels from there). Then, as :class:`GridifiedSegmenter`:
 
@@ -92,20 +97,40 @@ def _box_scale(lo: Tensor, hi: Tensor, extent: Optional[Sequence[float]]) -> Tup
     return centre, torch.tensor(extent, dtype=lo.dtype, device=lo.device).expand_as(lo) / 2
 
 
+def trimmed_count(n: Any, trim: float) -> Any:
+    """``m = floor(trim * n)``: the points of a cloud of ``n`` left beyond each end of an axis of its box
+    (``trim`` in millionths, integer arithmetic: a symbolic ``n`` stays symbolic in an exported graph)."""
+    return n * round(trim * 1_000_000) // 1_000_000
+
+
+def _trimmed_bounds(p: Tensor, batch: Tensor, num_clouds: int, trim: float) -> Tuple[Tensor, Tensor]:
+    """Every cloud's ``(m + 1)``-th smallest and largest coordinate per axis, ``m`` = :func:`trimmed_count`."""
+    counts = torch.bincount(batch, minlength=num_clouds).tolist()
+    lo, hi = [], []
+    for cloud in torch.split(p, counts):
+        k = trimmed_count(cloud.size(0), trim) + 1
+        lo.append(cloud.kthvalue(k, 0).values)
+        hi.append(cloud.kthvalue(cloud.size(0) + 1 - k, 0).values)
+    return torch.stack(lo), torch.stack(hi)
+
+
 def scene_box_coordinates(
-    pos: Tensor, batch: Tensor, num_clouds: int, extent: Optional[Sequence[float]] = None
+    pos: Tensor, batch: Tensor, num_clouds: int, extent: Optional[Sequence[float]] = None, trim: float = 0.0
 ) -> Tensor:
     """The grid-box coordinates ``u [N, 3]`` in ``[-1, 1]^3`` of metric points (module docstring),
     without validation: finite ``pos [N, 3]``, sorted ``batch [N]`` of ``num_clouds`` non-empty clouds."""
-    index = batch[:, None].expand(-1, 3)
     p = pos.detach()
-    lo = p.new_full((num_clouds, 3), float("inf")).scatter_reduce_(0, index, p, "amin")
-    hi = p.new_full((num_clouds, 3), float("-inf")).scatter_reduce_(0, index, p, "amax")
+    if trim > 0:
+        lo, hi = _trimmed_bounds(p, batch, num_clouds, trim)
+    else:
+        index = batch[:, None].expand(-1, 3)
+        lo = p.new_full((num_clouds, 3), float("inf")).scatter_reduce_(0, index, p, "amin")
+        hi = p.new_full((num_clouds, 3), float("-inf")).scatter_reduce_(0, index, p, "amax")
     centre, half = _box_scale(lo, hi, extent)
     return ((pos - centre[batch]) / half[batch]).clamp(-1.0, 1.0)
 
 
-def scene_box_dense(points: Tensor, extent: Optional[Sequence[float]]) -> Tensor:
+def scene_box_dense(points: Tensor, extent: Optional[Sequence[float]], trim: float = 0.0) -> Tensor:
     """:func:`scene_box_coordinates` of equally sized clouds ``points [B, N, 3]`` (the same float
     arithmetic, traceable: what the exported scene segmenter computes): every cloud centred on its
     bounding-box centre, divided by half the fixed ``extent`` (or its own half extent, 1 on a flat
@@ -114,7 +139,13 @@ def scene_box_dense(points: Tensor, extent: Optional[Sequence[float]]) -> Tensor
     Shapes:
         points ``[B, N, 3]`` metres -> ``[B, N, 3]`` in ``[-1, 1]^3``
     """
-    centre, half = _box_scale(points.amin(1, keepdim=True), points.amax(1, keepdim=True), extent)
+    if trim > 0:  # the (m + 1)-th smallest and largest, as scene_box_coordinates (TopK in a traced graph)
+        k = trimmed_count(points.size(1), trim) + 1
+        lo = points.topk(k, dim=1, largest=False).values[:, k - 1 : k]
+        hi = points.topk(k, dim=1, largest=True).values[:, k - 1 : k]
+    else:
+        lo, hi = points.amin(1, keepdim=True), points.amax(1, keepdim=True)
+    centre, half = _box_scale(lo, hi, extent)
     return ((points - centre) / half).clamp(-1.0, 1.0)
 
 
@@ -130,13 +161,14 @@ class SceneGraphBuilder:
 
     builder: GraphBuilder
     extent: Optional[Tuple[float, float, float]] = None
+    trim: float = 0.0
 
     def __call__(self, pos: Tensor, batch: Optional[Tensor] = None) -> BipartiteGraph:
         where = "SceneGraphBuilder"
         pos = check_points(where, "pos", pos)
         batch, num_clouds, _ = check_batch(where, "batch", batch, pos.size(0), device=pos.device)
         check_finite(where, "pos", pos, batch)
-        return self.builder(scene_box_coordinates(pos, batch, num_clouds, self.extent), batch, num_clouds)
+        return self.builder(scene_box_coordinates(pos, batch, num_clouds, self.extent, self.trim), batch, num_clouds)
 
 
 @MODELS.register("scene_segmenter")
@@ -163,6 +195,8 @@ class GridifiedSceneSegmenter(GridifiedModel):
         message_channels, pos_hidden_channels: per-edge widths of the gridification (default:
             ``hidden_channels`` wide messages; narrower is cheaper per edge).
         backbone_kwargs: extra keyword arguments for the backbone.
+        box_trim: the share ``t`` in ``[0, 0.5)`` of a cloud's points left beyond each end of every
+            axis of its box, clamped onto it (module docstring; 0: the bounding box; read in millionths).
 
     Defaults are sized for CPU training on 16k-65k point crops (8192 nodes, C = 64, k = 6).
 
@@ -192,12 +226,21 @@ class GridifiedSceneSegmenter(GridifiedModel):
         message_channels: Optional[int] = 32,
         pos_hidden_channels: Optional[int] = 32,
         backbone_kwargs: Optional[Dict[str, Any]] = None,
+        box_trim: float = 0.0,
     ) -> None:
         super().__init__()
         where = type(self).__name__
         shape, self.extent = self._check_args(
             where, in_channels, num_classes, resolution, extent, backbone, hidden_channels, depth, point_channels
         )
+        box_trim = check_number(where, "box_trim", box_trim, 0.0, strict=False)
+        if box_trim >= 0.5:
+            fail(
+                where,
+                f"box_trim must be in [0, 0.5) (the share of a cloud's points beyond each end of an axis), got {box_trim}",
+            )
+        #: the share of a cloud's points left beyond each end of every axis of its own box (clamped onto it)
+        self.box_trim = float(box_trim)
         kwargs = dict(backbone_kwargs or {})
         if backbone in PER_AXIS_BACKBONES:
             kwargs.setdefault("cubic", False)
@@ -283,7 +326,7 @@ class GridifiedSceneSegmenter(GridifiedModel):
 
     def graph_builder(self) -> SceneGraphBuilder:
         """A picklable builder of this model's graph from metric points (see :class:`SceneGraphBuilder`)."""
-        return SceneGraphBuilder(self.gridify.graph_builder(), self.extent)
+        return SceneGraphBuilder(self.gridify.graph_builder(), self.extent, self.box_trim)
 
     def box_coordinates(self, pos: Tensor, batch: Optional[Tensor] = None) -> Tensor:
         """The grid-box coordinates ``u [N, 3]`` the model uses for metric ``pos [N, 3]`` (validated)."""
@@ -291,7 +334,7 @@ class GridifiedSceneSegmenter(GridifiedModel):
         pos, _, batch, _ = parse_points(where, pos, None, batch, None, module_dtype(self))
         batch, num_clouds, _ = check_batch(where, "batch", batch, pos.size(0), device=pos.device)
         check_finite(where, "pos", pos, batch)
-        return scene_box_coordinates(pos, batch, num_clouds, self.extent)
+        return scene_box_coordinates(pos, batch, num_clouds, self.extent, self.box_trim)
 
     def forward(
         self,
@@ -309,7 +352,7 @@ class GridifiedSceneSegmenter(GridifiedModel):
         batch, num_clouds, _ = check_batch(where, "batch", batch, pos.size(0), device=pos.device)
         check_finite(where, "pos", pos, batch)
         check_finite(where, "x", x, batch)
-        u = scene_box_coordinates(pos, batch, num_clouds, self.extent)
+        u = scene_box_coordinates(pos, batch, num_clouds, self.extent, self.box_trim)
         feats = torch.cat([u, x], -1)
         if graph is None:
             with trusted_inputs():  # checked above; the gridification checks the batch structure

@@ -739,6 +739,12 @@ MODEL_KEYS: Dict[str, Spec] = {
         nullable=True,
         doc="scene segmenter: per-axis grid box size in metres (null: fit each cloud's box)",
     ),
+    "box_trim": Num(
+        min=0.0,
+        max=0.5,
+        max_open=True,
+        doc="scene segmenter: share of a crop's points left beyond each end of every axis of its box (0: bounds)",
+    ),
     "k": Int(min=1, doc="neighbours per grid node / point"),
     "hidden_channels": Int(min=1, doc="width C"),
     "backbone": Choice(BACKBONES.names, doc="grid backbone"),

@@ -200,6 +200,7 @@ def test_dense_grid_knn_agrees_with_the_cubic_export_graph():
         dict(aggr="sum", extent=None),
         dict(in_channels=0),
         dict(backbone="ccnn", kernel_size=3),
+        dict(extent=None, box_trim=0.01),
     ],
 )
 def test_scene_wrapper_equals_the_model(overrides):

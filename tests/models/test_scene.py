@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from gridify.models import GridifiedSceneSegmenter, build_model
-from gridify.models.scene import scene_box_coordinates
+from gridify.models.scene import scene_box_coordinates, scene_box_dense
 from gridify.registry import MODELS
 
 SMALL = dict(
@@ -114,6 +114,40 @@ def test_box_per_cloud_maps_onto_the_whole_grid():
     torch.testing.assert_close(u.amax(0), torch.ones(3))
 
 
+def test_trimmed_box_leaves_stray_points_out_and_clamps_them():
+    pos, _ = _room(1000)
+    pos[7, 2] = -30.0  # a stray return far below the floor (LiDAR multipath)
+    batch = torch.zeros(1000, dtype=torch.long)
+    plain = scene_box_coordinates(pos, batch, 1)
+    trimmed = scene_box_coordinates(pos, batch, 1, None, 0.005)
+    # the bounding box spends the z axis on the stray point; the trimmed box on the room
+    assert float(plain[:, 2].std()) < 0.1 < 0.4 < float(trimmed[:, 2].std())
+    assert trimmed[7, 2] == -1.0 and float(trimmed.abs().max()) == 1.0
+    # m = floor(0.005 * 1000) = 5 points beyond each end of every axis, clamped onto it; the 6th defines the face
+    for a in range(3):
+        assert int((trimmed[:, a] <= -1 + 1e-6).sum()) == 6 and int((trimmed[:, a] >= 1 - 1e-6).sum()) == 6
+
+
+def test_trimmed_box_dense_equals_flat_and_ignores_point_order():
+    g = torch.Generator().manual_seed(3)
+    clouds = torch.randn(3, 700, 3, generator=g) * torch.tensor([10.0, 10.0, 1.0])
+    clouds[1, 9, 2] = 25.0
+    batch = torch.arange(3).repeat_interleave(700)
+    for trim in (0.0, 0.002, 0.01):
+        flat = scene_box_coordinates(clouds.reshape(-1, 3), batch, 3, None, trim)
+        torch.testing.assert_close(scene_box_dense(clouds, None, trim).reshape(-1, 3), flat, rtol=0, atol=0)
+        perm = torch.randperm(700, generator=g)
+        shuffled = scene_box_coordinates(clouds[:, perm].reshape(-1, 3), batch, 3, None, trim)
+        torch.testing.assert_close(shuffled.view(3, 700, 3)[:, torch.argsort(perm)], flat.view(3, 700, 3))
+    # the model: the same logits whatever the order of the points
+    m = _model(box_trim=0.01).eval()
+    pos, x = _room(300)
+    perm = torch.randperm(300, generator=g)
+    with torch.no_grad():
+        torch.testing.assert_close(m(pos[perm], x[perm]), m(pos, x)[perm], rtol=1e-5, atol=1e-5)
+    assert m.graph_builder().trim == 0.01
+
+
 @pytest.mark.parametrize(
     "pos",
     [
@@ -171,6 +205,8 @@ def test_tiny_overfit_lowers_the_loss():
         (dict(extent=(1.0, 2.0, float("inf"))), r"extent\[2\] \(z\)"),
         (dict(extent="big"), r"extent"),
         (dict(in_channels=-1), r"in_channels must be a non-negative integer"),
+        (dict(box_trim=0.5), r"box_trim must be in \[0, 0.5\)"),
+        (dict(box_trim=-0.1), r"box_trim"),
     ],
 )
 def test_bad_arguments_are_refused_by_name(kwargs, match):
