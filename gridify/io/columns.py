@@ -13,12 +13,12 @@ Shapes:
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
 
+from .._checks import warn_at_caller
 from .cloud import PointCloud
 
 __all__ = ["color_scale", "table_to_cloud"]
@@ -95,8 +95,8 @@ def _named_columns(table: np.ndarray, p: Path, columns: Sequence[str]) -> PointC
 def table_to_cloud(table: np.ndarray, p: Path, columns: Optional[Sequence[str]] = None) -> PointCloud:
     """Split an ``[N, C]`` numeric table into a cloud (see the module docstring).
 
-    Called by a reader that read_points calls: its warnings (``stacklevel=4``) point at the
-    caller of read_points.
+    Its warnings point at the user's line, however deep the reader that calls it
+    (:func:`gridify._checks.warn_at_caller`).
     """
     if table.ndim == 1 and table.size in (3, 4, 6, 7):  # a single row
         table = table.reshape(1, -1)
@@ -124,13 +124,13 @@ def table_to_cloud(table: np.ndarray, p: Path, columns: Optional[Sequence[str]] 
                 colors = block / scale
             else:
                 ignored["normals"] = ignored["colors"] = "columns 4-6 are neither unit normals nor colours"
-                warnings.warn(f"{p}: columns 4-6 are neither unit normals nor colours; ignored", stacklevel=4)
+                warn_at_caller(f"{p}: columns 4-6 are neither unit normals nor colours; ignored")
         if c == 7:
             if _is_integral(extra[:, 3]):
                 labels = extra[:, 3].astype(np.int64)
             else:
                 ignored["labels"] = _not_integral(extra[:, 3], 7)
-                warnings.warn(f"{p}: column 7 is not an integer label; ignored", stacklevel=4)
+                warn_at_caller(f"{p}: column 7 is not an integer label; ignored")
     elif c == 4:
         if _is_integral(extra[:, 0]):
             labels = extra[:, 0].astype(np.int64)
@@ -138,9 +138,8 @@ def table_to_cloud(table: np.ndarray, p: Path, columns: Optional[Sequence[str]] 
             ignored["labels"] = _not_integral(extra[:, 0], 4)
     elif c > 3:
         ignored["labels"] = f"{c} columns: only x y z (the first 3) are used without columns="
-        warnings.warn(
+        warn_at_caller(
             f"{p}: {c} columns; only x y z (the first 3) are used; name the others with read_points(columns=...) "
-            f"(a folder dataset: data.columns)",
-            stacklevel=4,
+            f"(a folder dataset: data.columns)"
         )
     return PointCloud(pts, normals, colors, labels, str(p), ignored=ignored)

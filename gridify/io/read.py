@@ -13,13 +13,12 @@ Shapes:
 from __future__ import annotations
 
 import math
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 
-from .._checks import check_bool, check_int, fail, is_int
+from .._checks import check_bool, check_int, fail, is_int, warn_at_caller
 from .._files import PathLike
 from .cloud import PointCloud, representable_rows
 from .registry import find_format, formats, supported_extensions
@@ -232,10 +231,9 @@ def finalize(cloud: PointCloud, p: Path, drop_invalid: bool) -> PointCloud:
             raise ValueError(f"{p}: all {len(cloud)} points have NaN/Inf coordinates")
         rows = np.flatnonzero(bad).astype(np.int64)
         shown = ", ".join(str(int(r)) for r in rows[:5]) + (", ..." if len(rows) > 5 else "")
-        warnings.warn(
+        warn_at_caller(
             f"{p}: dropped {len(rows)} of {len(cloud)} points with NaN/Inf coordinates "
-            f"(row{'s' if len(rows) > 1 else ''} {shown}, 0-based)",
-            stacklevel=3,
+            f"(row{'s' if len(rows) > 1 else ''} {shown}, 0-based)"
         )
         cloud = cloud.select(~bad)
         cloud.source = str(p)

@@ -7,6 +7,7 @@ header declares (tracemalloc's peak stays under 2 MB; NumPy's allocations are tr
 
 import io
 import os
+import re
 import signal
 import socket
 import struct
@@ -445,6 +446,22 @@ def test_dropped_rows_are_recorded_on_the_cloud(tmp_path):
         cloud = read_points(f)
     assert cloud.dropped.tolist() == [1] and cloud.rows_in_file == 4 and len(cloud) == 3
     assert "read_points dropped 1 of its 4 rows" in cloud.dropped_note()
+
+
+@pytest.mark.parametrize(
+    "name, text, match",
+    [
+        ("scan.xyz", "0 0 0\nnan 1 1\n1 1 1\n", r"dropped 1 of 3 points"),
+        ("five.txt", "0 0 0 1 2\n1 1 1 3 4\n", r"5 columns; only x y z"),
+        ("seven.txt", "0 0 0 0 0 1 0.5\n1 1 1 1 0 0 1.5\n", r"column 7 is not an integer label"),
+    ],
+)
+def test_reader_warnings_point_at_the_callers_line(tmp_path, name, text, match):
+    f = tmp_path / name
+    f.write_text(text)
+    with pytest.warns(UserWarning, match=match) as record:
+        read_points(f)
+    assert [w.filename for w in record if re.search(match, str(w.message))] == [__file__]
 
 
 def test_obj_with_a_nan_vertex_names_the_vertex_not_zero_area(tmp_path):
