@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import check_alloc, check_choice, check_int, check_number
+from .._checks import check_alloc, check_choice, check_int, check_number, warn_at_caller
 from ..io.cloud import centre_large_offset
 from ..transforms import PASTE_CLASS_NAMES, SCENE_MIXES, SceneSampler, mix_scenes_unchecked
 from ._common import SAMPLE_BYTES_PER_POINT, DatasetError, PointCloudDataset, Transform
@@ -170,8 +170,7 @@ def drop_nonfinite_rows(scene: Dict[str, np.ndarray], where: str) -> Dict[str, n
     if bad == n:
         raise DatasetError(f"{where}: all {n} points have NaN/Inf coordinates or features")
     first = int(np.flatnonzero(~ok)[0])
-    warnings.warn(f"{where}: dropped {bad} of {n} points with NaN/Inf coordinates or features (first: row {first})",
-                  stacklevel=3)
+    warn_at_caller(f"{where}: dropped {bad} of {n} points with NaN/Inf coordinates or features (first: row {first})")
     out = dict(scene)
     for key in _ROW_KEYS:
         v = scene.get(key)

@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._checks import check_choice
+from .._checks import check_choice, warn_at_caller
 from .._files import atomic_write, atomic_write_text
 from ..io.cloud import coordinate_dtype
 from ..registry import DATASETS
@@ -318,10 +318,10 @@ def _warn_ignored(layout: str, found: set, ignored: int, total: int, names: Sequ
     if layout != "s3dis" or total == 0 or ignored < IGNORED_SHARE_WARNING * total:
         return
     unknown = sorted(c for c in found if c not in names)
-    warnings.warn(f"convert_to_pointcept: {100 * ignored / total:.0f} % of the {total} points converted ({ignored}) "
+    warn_at_caller(f"convert_to_pointcept: {100 * ignored / total:.0f} % of the {total} points converted ({ignored}) "
                   f"were set to ignore: their classes {unknown} are not in the class list {list(names)}; give the "
                   f"scenes' own classes (gridify convert --classes {' '.join(sorted(found))}; classes=[...]), or "
-                  f"map them to a class (--unknown NAME; unknown=)", stacklevel=3)
+                   f"map them to a class (--unknown NAME; unknown=)")
 
 
 def _convert_one(ref: SceneRef, d: Path, classes: Optional[Sequence[str]], unknown: str,

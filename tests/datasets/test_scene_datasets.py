@@ -497,9 +497,10 @@ def test_scene_readers_drop_nan_rows_with_a_count_naming_the_scene(tmp_path, lay
         np.concatenate([coord, strength], 1).astype("<f4").tofile(seq / "velodyne" / "000000.bin")
         np.full(50, 40, np.uint32).tofile(seq / "labels" / "000000.label")
         ds = SemanticKITTI(tmp_path, "train", sequences=["00"], features=["strength"])
-    with pytest.warns(UserWarning, match=r"dropped 3 of 50 points with NaN/Inf coordinates or features \(first: row 3\)"):
+    with pytest.warns(UserWarning, match=r"dropped 3 of 50 points with NaN/Inf coordinates or features \(first: row 3\)") as rec:
         item = ds[0]
     assert item["pos"].shape == (47, 3) and item["y"].shape == (47,) and torch.isfinite(item["x"]).all()
+    assert [w.filename for w in rec if "dropped 3" in str(w.message)] == [__file__]  # the user's line
 
 
 def test_scene_lists_decode_boms_and_missing_things_are_named_as_such(tmp_path):
