@@ -769,7 +769,9 @@ def _rotated_z(pos: np.ndarray, angle: float) -> np.ndarray:
     return out
 
 
-def _paste_parts(b: Sample, pos_key: str, label_key: str, paste_labels: Sequence[int], rng: np.random.Generator):
+def _paste_parts(
+    b: Sample, pos_key: str, label_key: str, paste_labels: Sequence[int], rng: np.random.Generator
+) -> Tuple[np.ndarray, Tuple[float, float]]:
     """``b``'s rows of the ``paste_labels`` classes and the two rotations of them ``paste`` adds."""
     labels = np.asarray(b[label_key]).reshape(len(b[pos_key]), -1)[:, 0]
     rows = np.flatnonzero(np.isin(labels, np.asarray(list(paste_labels), dtype=np.int64)))
