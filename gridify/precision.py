@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import warnings
 from typing import Iterator, Union
 
 import torch
 
-from ._checks import check_choice
+from ._checks import check_choice, warn_at_caller
 
 __all__ = ["PRECISIONS", "cpu_has_native_bf16", "resolve_precision", "autocast", "LOW_PRECISION_DTYPES"]
 
@@ -49,22 +48,20 @@ def resolve_precision(precision: str, device: Union[str, torch.device], where: s
         return precision
     if dev.type == "cpu":
         if precision == "fp16":
-            warnings.warn(
+            warn_at_caller(
                 f"{where}: fp16 autocast is not supported for CPU training here; running in fp32 "
-                f"(use bf16 on a CPU with AVX512-BF16 or AMX)",
-                stacklevel=2,
+                f"(use bf16 on a CPU with AVX512-BF16 or AMX)"
             )
             return "fp32"
         if not cpu_has_native_bf16():
-            warnings.warn(
+            warn_at_caller(
                 f"{where}: this CPU has no native bfloat16 (AVX512-BF16 or AMX), so bf16 would be "
-                f"emulated and slower than fp32; running in fp32",
-                stacklevel=2,
+                f"emulated and slower than fp32; running in fp32"
             )
             return "fp32"
         return precision
     if dev.type == "cuda" and precision == "bf16" and not torch.cuda.is_bf16_supported():
-        warnings.warn(f"{where}: this GPU does not support bfloat16; running in fp16 autocast instead", stacklevel=2)
+        warn_at_caller(f"{where}: this GPU does not support bfloat16; running in fp16 autocast instead")
         return "fp16"
     return precision
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -32,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import check_alloc, check_choice, check_int
+from .._checks import check_alloc, check_choice, check_int, warn_at_caller
 from .._files import atomic_write
 from ..io.source import read_text_file
 from ..ops.normals import estimate_normals as estimate_point_normals
@@ -239,7 +238,7 @@ def load_npz(path: Path) -> Optional[Dict[str, np.ndarray]]:
         with np.load(path, allow_pickle=False) as data:
             return {k: data[k] for k in data.files}
     except Exception as exc:  # a corrupt cache entry is regenerated, never fatal
-        warnings.warn(f"ignoring unreadable cache file {path} ({exc})", stacklevel=3)
+        warn_at_caller(f"ignoring unreadable cache file {path} ({exc})")
         return None
 
 

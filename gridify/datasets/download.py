@@ -25,12 +25,13 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-import warnings
 import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from .._checks import warn_at_caller
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -512,8 +513,8 @@ def download_and_extract(name: str, root: PathLike, urls: Sequence[str], sha256:
     _extract_into_place(archive, root, name, dest, {"name": name, "archive": filename, "sha256": digest,
                                                     "verified": sha256 is not None})
     if sha256 is None:
-        warnings.warn(f"{archive}: no reference sha256 to verify against; its sha256 is {digest} "
-                      f"(recorded in {dest / COMPLETE_MARKER})", stacklevel=2)
+        warn_at_caller(f"{archive}: no reference sha256 to verify against; its sha256 is {digest} "
+                      f"(recorded in {dest / COMPLETE_MARKER})")
     if not keep_archive:
         archive.unlink(missing_ok=True)
     return dest
@@ -531,7 +532,7 @@ def _set_aside_mismatch(archive: Path, sha256: Optional[str]) -> Tuple[Optional[
                 f"truncated, corrupt or a different version")
     bad_copy = archive.with_name(archive.name + ".corrupt")
     os.replace(archive, bad_copy)
-    warnings.warn(f"{mismatch}; moved it to {bad_copy} and re-fetching it", stacklevel=3)
+    warn_at_caller(f"{mismatch}; moved it to {bad_copy} and re-fetching it")
     return bad_copy, mismatch
 
 

@@ -35,14 +35,13 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 import zlib
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .._checks import check_choice
+from .._checks import check_choice, warn_at_caller
 from ..io import read_mesh, read_points, repair_normals, sample_mesh
 from ..io.source import read_text_file
 from ..registry import DATASETS
@@ -171,8 +170,8 @@ class ModelNet(PointCloudDataset):
             if writable_dir(target):
                 self.cache_dir = target
             else:
-                warnings.warn(f"ModelNet: cache folder {target} is not writable; sampled meshes will not "
-                              f"be cached (data.cache_dir / cache_dir=: a writable folder)", stacklevel=2)
+                warn_at_caller(f"ModelNet: cache folder {target} is not writable; sampled meshes will not "
+                              f"be cached (data.cache_dir / cache_dir=: a writable folder)")
                 self.cache = False
 
     # ----------------------------------------------------------------------------------
@@ -309,8 +308,8 @@ class ModelNet(PointCloudDataset):
                              f"(wrong name= or wrong folder?)")
         if len(present) < len(self.class_names):
             missing = [c for c in self.class_names if c not in present]
-            warnings.warn(f"ModelNet{self.name}: only {len(present)} of {len(self.class_names)} class "
-                          f"folders found under {d} (missing: {missing[:5]}...)", stacklevel=3)
+            warn_at_caller(f"ModelNet{self.name}: only {len(present)} of {len(self.class_names)} class "
+                          f"folders found under {d} (missing: {missing[:5]}...)")
         for c in present:
             for f in sorted((d / c / official).glob(ext), key=lambda p: p.name):
                 entries.append(str(f))
@@ -345,7 +344,7 @@ class ModelNet(PointCloudDataset):
                    f"(first: {missing[0]})")
             if not self.skip_missing:
                 raise ValueError(msg + "; the release is incomplete (set skip_missing=True to use what is there)")
-            warnings.warn(msg + "; skipped", stacklevel=3)
+            warn_at_caller(msg + "; skipped")
         return entries, labels
 
     def _list_hdf5(self, official: str) -> Tuple[List[Any], List[int]]:
@@ -408,7 +407,7 @@ class ModelNet(PointCloudDataset):
             try:
                 save_npz_atomic(cache_file, pos=pts, normal=nrm, src_size=np.int64(path.stat().st_size))
             except OSError as exc:
-                warnings.warn(f"ModelNet: could not write cache file {cache_file} ({exc})", stacklevel=2)
+                warn_at_caller(f"ModelNet: could not write cache file {cache_file} ({exc})")
         return pts, nrm
 
     def _h5_file(self, path: str) -> Any:

@@ -21,7 +21,6 @@ Shapes:
 """
 from __future__ import annotations
 
-import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np

@@ -29,13 +29,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._checks import check_choice
+from .._checks import check_choice, warn_at_caller
 from ..io import read_points, repair_normals
 from ..io.source import read_text_file
 from ..registry import DATASETS
@@ -244,8 +243,7 @@ class ShapeNetPart(PointCloudDataset):
                 seen.add(key)
                 out.append(key)
         if dups:
-            warnings.warn(f"ShapeNetPart: {dups} duplicate entries in the {split} split lists were dropped",
-                          stacklevel=4)
+            warn_at_caller(f"ShapeNetPart: {dups} duplicate entries in the {split} split lists were dropped")
         return out
 
     def _list(self, split: str) -> Tuple[List[Tuple[str, Any]], List[int]]:
@@ -311,7 +309,7 @@ class ShapeNetPart(PointCloudDataset):
                    f"missing under {d} (first: {missing[0]})")
             if not self.skip_missing:
                 raise ValueError(msg + "; the release is incomplete (set skip_missing=True to use what is there)")
-            warnings.warn(msg + "; skipped", stacklevel=3)
+            warn_at_caller(msg + "; skipped")
         return entries, cats
 
     # ----------------------------------------------------------------------------------
