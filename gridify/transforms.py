@@ -760,15 +760,6 @@ def _mix_keep(pa: np.ndarray, pb: np.ndarray, mode: str, rng: np.random.Generato
     return ~inside_a, inside_b
 
 
-def _rotated_z(pos: np.ndarray, angle: float) -> np.ndarray:
-    """``pos`` rotated about the z axis through the origin (the sensor) by ``angle``, in ``pos``'s dtype."""
-    c, s = math.cos(angle), math.sin(angle)
-    out = pos.copy()
-    out[:, 0] = c * pos[:, 0] - s * pos[:, 1]
-    out[:, 1] = s * pos[:, 0] + c * pos[:, 1]
-    return out
-
-
 def _paste_parts(
     b: Sample, pos_key: str, label_key: str, paste_labels: Sequence[int], rng: np.random.Generator
 ) -> Tuple[np.ndarray, Tuple[float, float]]:
@@ -802,7 +793,10 @@ def mix_scenes_unchecked(
         per_point = isinstance(v, np.ndarray) and v.ndim and len(v) == na and k not in _NON_POINT_KEYS
         if per_point and isinstance(w, np.ndarray) and w.ndim and len(w) == nb:
             w = w.astype(v.dtype, copy=False)
-            parts = [w[r] if angle is None or k != pos_key else _rotated_z(w[r], angle) for r, angle in takes]
+            parts = [  # the positions of a pasted copy turned about z through the origin (the sensor)
+                w[r] if angle is None or k != pos_key else (w[r] @ rotation_matrix(2, angle).T).astype(w.dtype)
+                for r, angle in takes
+            ]
             out[k] = np.concatenate([v[keep_a]] + parts)
         elif not per_point:
             out[k] = v
