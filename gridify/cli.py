@@ -105,6 +105,13 @@ def _add_common_model_args(p: argparse.ArgumentParser) -> None:
         "--num-samples", type=types.positive_int, default=10_000, help="points sampled from a mesh file (default 10000)"
     )
     p.add_argument(
+        "--columns",
+        nargs="+",
+        metavar="NAME",
+        help="the meaning of each column of a text or .npy file, e.g. --columns x y z intensity (names: x y z nx "
+        "ny nz r g b label intensity, _ to skip one; default: inferred from the column count)",
+    )
+    p.add_argument(
         "--up-axis",
         default="z",
         type=types.up_axis,
@@ -470,7 +477,9 @@ def _read(args: argparse.Namespace, model: Any = None):
     from .io import read_points, reader_takes
 
     kw: Dict[str, Any] = {"num_samples": args.num_samples}
-    if getattr(model, "whole_scenes", False) and reader_takes(args.file, "fields"):
+    if getattr(args, "columns", None):
+        kw["columns"] = args.columns  # a format without columns refuses them (read_points)
+    elif getattr(model, "whole_scenes", False) and reader_takes(args.file, "fields"):
         kw["fields"] = "all"
     try:
         return read_points(args.file, **kw)

@@ -25,6 +25,7 @@ __all__ = [
     "PointsLike",
     "to_numpy",
     "as_float32",
+    "check_xyz",
     "read_cloud",
     "read_scene",
     "normalize_cloud",
@@ -78,6 +79,23 @@ def as_float32(a: np.ndarray, name: str, where: str) -> np.ndarray:
     return out
 
 
+def check_xyz(pos: np.ndarray, where: str, scene: bool = False) -> np.ndarray:
+    """``pos`` when it is ``[N, 3]`` (x, y, z); ValueError naming ``where`` and the shape otherwise, with where the
+    extra columns of an ``[N, 3 + C]`` array go (normals, or a scene's intensity and other fields)."""
+    if pos.ndim == 2 and pos.shape[-1] == 3:
+        return pos
+    hint = ""
+    if pos.ndim == 2 and pos.shape[-1] > 3 and scene:
+        hint = (
+            "; a scan's extra columns (e.g. intensity) go beside the coordinates, by name: "
+            "gridify.io.PointCloud(points=a[:, :3], fields={'intensity': a[:, 3]}), or read the file itself "
+            "(gridify.io.read_points(path, fields='all'), or pass the path)"
+        )
+    elif pos.ndim == 2 and pos.shape[-1] == 6:
+        hint = " (pass normals separately: normals=...)"
+    raise ValueError(f"{where}: points must have shape [N, 3] (x, y, z), got {tuple(pos.shape)}{hint}")
+
+
 def read_cloud(points: PointsLike, normals: Any, where: str) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
     """``(points [N, 3] float64, normals [N, 3] float32 or None, source)`` from any supported input.
 
@@ -91,10 +109,7 @@ def read_cloud(points: PointsLike, normals: Any, where: str) -> Tuple[np.ndarray
         if normals is None:
             normals = points.normals
         points = points.points
-    pos = to_numpy(points, "points", where)
-    if pos.ndim != 2 or pos.shape[-1] != 3:
-        hint = " (pass normals separately: normals=...)" if pos.ndim == 2 and pos.shape[-1] == 6 else ""
-        raise ValueError(f"{where}: points must have shape [N, 3], got {tuple(pos.shape)}{hint}")
+    pos = check_xyz(to_numpy(points, "points", where), where)
     if pos.shape[0] == 0:
         raise ValueError(f"{where}: the cloud is empty (0 points)")
     pos = pos.astype(np.float64)

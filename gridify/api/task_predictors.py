@@ -43,7 +43,7 @@ from ..nn.state import all_or_nothing, evaluating
 from ..registry import TASKS, Registry
 from ..tasks import get_task, task_names
 from ..transforms import to_z_up
-from .inputs import as_float32, canonical_order, read_cloud, read_scene, to_numpy
+from .inputs import as_float32, canonical_order, check_xyz, read_cloud, read_scene, to_numpy
 from .inputs import estimate_normals as estimate_unit_normals
 from .prediction import Prediction
 
@@ -500,7 +500,9 @@ class ScenePredictor(TaskPredictor):
         progress = resolve_progress(where, progress)
         self.check_normals_used(predictor, normals, estimate_normals, features, where)
         points = read_scene(points)
-        cloud = points if isinstance(points, PointCloud) else PointCloud(points=to_numpy(points, "points", where))
+        if not isinstance(points, PointCloud):
+            points = PointCloud(points=check_xyz(to_numpy(points, "points", where), where, scene=True))
+        cloud = points
         pos, nrm, source = read_cloud(cloud, normals, where)  # finite, non-empty [N, 3]
         pos, nrm = to_z_up(pos, up_axis, nrm)
         if nrm is not None:
@@ -621,7 +623,8 @@ class ScenePredictor(TaskPredictor):
                     where,
                     f"the model was trained with LiDAR intensity (features {list(names)}) but {what} has no "
                     f"intensity field (fields: {sorted(fields) or 'none'}); read a file that has one (.bin, .las, "
-                    f".ply/.pcd with an intensity property) or in Python pass features=",
+                    f".ply/.pcd with an intensity property; a text or .npy table: name its column, --columns x y z "
+                    f"intensity, in Python read_points(path, columns=[...])) or in Python pass features=",
                 )
             strength = fields[key]
         try:

@@ -4,11 +4,13 @@
 interpreted by count unless ``columns=`` names them: 3 = xyz; 4 = xyz + label (when the 4th
 column is integral, otherwise ignored, e.g. LiDAR intensity); 6 = xyz + normals (when the extra
 columns have unit norm) or xyz + colours (values in [0, 1] or [0, 255]); 7 = the same plus a
-label column. Names are ``x y z nx ny nz r g b label`` and ``_`` (ignored).
+label column. Names are ``x y z nx ny nz r g b label``, ``_`` (ignored) and the LiDAR return strength
+``intensity`` (or ``remission``, ``reflectance``, ``strength``), which is kept in :attr:`PointCloud.fields` under
+its name (what a scene segmenter trained on intensity reads).
 
 Shapes:
     table ``[N, C]`` (or one row ``[C]``) -> points ``[N, 3]``, normals/colors ``[N, 3]``,
-    labels ``[N]``.
+    labels ``[N]``, fields name -> ``[N]``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from .cloud import PointCloud
 
 __all__ = ["color_scale", "table_to_cloud"]
 
-_COLUMN_NAMES = {"x", "y", "z", "nx", "ny", "nz", "r", "g", "b", "label", "_"}
+#: named columns kept as per-point scalar fields (:attr:`PointCloud.fields`) under their own name
+FIELD_COLUMNS = ("intensity", "remission", "reflectance", "strength")
+_COLUMN_NAMES = {"x", "y", "z", "nx", "ny", "nz", "r", "g", "b", "label", "_", *FIELD_COLUMNS}
 
 
 def _is_integral(col: np.ndarray) -> bool:
@@ -72,6 +76,9 @@ def _named_columns(table: np.ndarray, p: Path, columns: Sequence[str]) -> PointC
         raise ValueError(f"{p}: unknown column names {unknown}; use {sorted(_COLUMN_NAMES)}")
     if len(names) != c:
         raise ValueError(f"{p}: columns= names {len(names)} columns but the file has {c}")
+    twice = sorted({nm for nm in names if nm != "_" and names.count(nm) > 1})
+    if twice:
+        raise ValueError(f"{p}: columns= names {twice} more than once")
     idx = {nm: i for i, nm in enumerate(names) if nm != "_"}
     if not {"x", "y", "z"} <= idx.keys():
         raise ValueError(f"{p}: columns= must include x, y and z")
@@ -89,6 +96,7 @@ def _named_columns(table: np.ndarray, p: Path, columns: Sequence[str]) -> PointC
         colors,
         None if labels is None else labels.astype(np.int64),
         str(p),
+        fields={nm: table[:, idx[nm]].astype(np.float32) for nm in FIELD_COLUMNS if nm in idx},
     )
 
 

@@ -54,7 +54,8 @@ def read_points(
         seed: seed of the mesh surface sampling; the same seed gives the same points.
         columns: for text and ``.npy`` files, the meaning of each column, e.g.
             ``("x", "y", "z", "r", "g", "b", "label")``; names are ``x y z nx ny nz r g b
-            label`` and ``_`` (ignored). ``None`` infers it from the column count. A format that
+            label``, ``_`` (ignored) and ``intensity`` (or ``remission``, ``reflectance``, ``strength``: kept
+            in :attr:`PointCloud.fields`, what a scene segmenter reads). ``None`` infers it from the column count. A format that
             cannot honour ``columns``, ``fields`` or ``labels_from`` (``columns=`` on a ``.bin``)
             refuses it with a ValueError instead of ignoring it.
         drop_invalid: drop points whose coordinates are NaN/Inf or beyond the float32 range

@@ -160,6 +160,35 @@ def test_the_semantickitti_segmenter_is_shipped_with_its_validation_provenance()
     assert model.scene_features == ("strength", "height")
 
 
+def _small_scan(n=1500):
+    rng = np.random.default_rng(3)
+    xyz = (rng.normal(size=(n, 3)) * [8.0, 8.0, 0.8]).astype(np.float32)
+    return xyz, rng.uniform(0.0, 0.9, n).astype(np.float32)
+
+
+def test_a_scan_array_with_intensity_is_refused_by_name_and_its_fields_route_works(tmp_path, capsys):
+    model = gridify.load("semantickitti")
+    xyz, strength = _small_scan()
+    table = np.hstack([xyz, strength[:, None]])
+    with pytest.raises(
+        ValueError, match=r"Predictor\.predict: points must have shape \[N, 3\].*got \(1500, 4\).*fields="
+    ):
+        model.predict(table)
+    with pytest.raises(ValueError, match=r"Predictor\.predict: points must have shape \[N, 3\].*got \(1500,\)"):
+        model.predict(xyz[:, 0])
+    want = model.predict(gridify.io.PointCloud(points=xyz, fields={"intensity": strength})).labels
+    # the same scan as a KITTI .bin (intensity read by the format) and as a named .npy table: the same labels
+    table.astype(np.float32).tofile(tmp_path / "scan.bin")
+    np.testing.assert_array_equal(model.predict(tmp_path / "scan.bin").labels, want)
+    np.save(tmp_path / "scan.npy", table)
+    out = tmp_path / "labels.npy"
+    argv = ["predict", str(tmp_path / "scan.npy"), "--model", "semantickitti", "--no-progress", "--out", str(out)]
+    assert cli.main([*argv, "--columns", "x", "y", "z", "intensity"]) == 0
+    np.testing.assert_array_equal(np.load(out), want)
+    with pytest.raises(SystemExit, match=r"no intensity field.*--columns x y z intensity"):
+        cli.main(argv)  # unnamed, the 4th column is not guessed: the error says how to name it
+
+
 @pytest.mark.slow  # a whole 127k-point scan on the CPU: about a minute
 def test_the_shipped_scene_model_labels_a_real_scan_with_several_classes(shared_data, tmp_path, capsys):
     scan = shared_path(shared_data, "semantickitti_mini/dataset/sequences/05/velodyne/000000.bin")

@@ -275,6 +275,22 @@ def test_text_colours_count_header_and_columns(tmp_path):
     assert c2.colors is None
 
 
+@pytest.mark.parametrize("suffix", [".txt", ".npy"])
+def test_named_intensity_column_becomes_a_field(tmp_path, suffix):
+    pts, _ = _rand_cloud(12)
+    strength = np.linspace(0.0, 0.99, 12)
+    table = np.hstack([strength[:, None], pts])  # intensity first: the names, not the position, decide
+    f = tmp_path / f"scan{suffix}"
+    np.save(f, table) if suffix == ".npy" else np.savetxt(f, table)
+    cloud = read_points(f, columns=("intensity", "x", "y", "z"))
+    np.testing.assert_allclose(cloud.points, pts, atol=1e-6)
+    np.testing.assert_allclose(cloud.fields["intensity"], strength, atol=1e-6)
+    assert cloud.labels is None and set(cloud.fields) == {"intensity"}
+    assert read_points(f).fields == {}  # without names a 4th non-integer column is not guessed
+    with pytest.raises(ValueError, match=r"columns= names \['x'\] more than once"):
+        read_points(f, columns=("x", "x", "y", "z"))
+
+
 def test_npy_and_npz_variants(tmp_path):
     pts, nrm = _rand_cloud(30)
     np.save(tmp_path / "a.npy", pts)
