@@ -353,14 +353,24 @@ def _add_export_parser(sub: Any) -> None:
         "[B, K]; a part segmenter: points (+ normals, + category [B]) -> per-point logits "
         "[B, N, K]; a scene segmenter: one crop's points [B, N, 3] in metres (+ features "
         "[B, N, F]) -> per-point logits [B, N, K]. The bilateral kNN graph is built inside "
-        "the file by brute force; clouds are normalized inside it as gridify predict does "
+        "the file (the same neighbours as in PyTorch); clouds are normalized inside it as gridify predict does "
         "(unless the checkpoint says otherwise). The file runs the network once on exactly "
         "the points given (gridify predict resamples a classifier's cloud to the training "
         "size and averages votes, and covers a scene with crops). The file is checked with "
         f"onnxruntime against PyTorch before it is written. Needs: {EXPORT_HINT}.",
     )
     e.add_argument(
-        "model", help="exported model.pt or Lightning .ckpt, or the name of a shipped model (e.g. modelnet10)"
+        "model",
+        nargs="?",
+        help="exported model.pt or Lightning .ckpt, or the name of a shipped model (e.g. modelnet10); or give it "
+        "as --ckpt / --model, as predict and show take it",
+    )
+    e.add_argument("--ckpt", help="exported model.pt or Lightning .ckpt (instead of the positional model)")
+    e.add_argument(
+        "--model",
+        dest="shipped",
+        choices=sorted(PRETRAINED),
+        help="a model shipped with gridify, by name (instead of the positional model)",
     )
     e.add_argument("--format", choices=EXPORT_FORMATS, default="onnx", help="export format (default onnx)")
     e.add_argument("--out", required=True, help="file to write, e.g. model.onnx")
@@ -702,6 +712,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .checkpoint import CheckpointError
     from .export import ExportError, export_onnx
 
+    given = [v for v in (args.model, args.ckpt, args.shipped) if v]
+    if len(given) != 1:
+        raise SystemExit(
+            "gridify export: error: give the model once: a model.pt / .ckpt file or a shipped model's name "
+            f"(positional, or --ckpt FILE / --model NAME); got {len(given)}"
+        )
+    args.model = given[0]
     if not Path(args.model).exists() and args.model in PRETRAINED:  # a shipped model by name, as --model takes it
         try:
             args.model = str(pretrained_path(args.model))

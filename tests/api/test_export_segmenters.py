@@ -383,6 +383,16 @@ def test_cli_export_takes_a_shipped_name(tmp_path, monkeypatch):
     assert seen["model"].endswith("modelnet10.pt")
     with pytest.raises(SystemExit, match="checkpoint not found: nosuchmodel .*shipped model: modelnet10"):
         cli.main(["export", "nosuchmodel", "--out", str(tmp_path / "m.onnx")])
+    # as predict and show take it: --model NAME, --ckpt FILE; exactly one way
+    with pytest.raises(SystemExit, match="stop here"):
+        cli.main(["export", "--model", "semantickitti", "--out", str(tmp_path / "m.onnx")])
+    assert seen["model"].endswith("semantickitti.pt")
+    with pytest.raises(SystemExit, match="stop here"):
+        cli.main(["export", "--ckpt", seen["model"], "--out", str(tmp_path / "m.onnx")])
+    assert seen["model"].endswith("semantickitti.pt")
+    for argv in (["--model", "modelnet10", "modelnet40"], [], ["--ckpt", seen["model"], "--model", "modelnet10"]):
+        with pytest.raises(SystemExit, match="give the model once"):
+            cli.main(["export", *argv, "--out", str(tmp_path / "m.onnx")])
 
 
 @needs_onnx
