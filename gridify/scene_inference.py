@@ -67,6 +67,7 @@ __all__ = [
     "MAX_FRAGMENTS",
     "check_voxel_range",
     "predict_scene",
+    "predict_scene_checked",
     "predict_scene_unchecked",
     "predict_scene_reference",
     "scene_fragments",
@@ -248,7 +249,26 @@ def predict_scene(
     Shapes:
         pos ``[N, 3]``, x ``[N, F]`` -> ``[N, C]`` float32 on ``pos``'s device.
     """
-    where = "predict_scene"
+    return predict_scene_checked(
+        "predict_scene", model, pos, x, voxel_size, max_points, votes, seed, batch_size, max_fragments, progress
+    )
+
+
+def predict_scene_checked(
+    where: str,
+    model: Model,
+    pos: Any,
+    x: Any,
+    voxel_size: Any,
+    max_points: Any,
+    votes: Any,
+    seed: Any,
+    batch_size: Any,
+    max_fragments: Any,
+    progress: Any,
+) -> Tensor:
+    """:func:`predict_scene` for a public entry named ``where`` (e.g. ``OnnxSceneModel.predict``): every argument
+    checked with that name in the messages, then :func:`predict_scene_unchecked`."""
     pos, x = _check_scene(where, model, pos, x)
     voxel_size, max_points = _check_settings(where, voxel_size, max_points, seed)
     check_voxel_range(where, pos, voxel_size)

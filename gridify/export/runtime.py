@@ -16,10 +16,11 @@ import json
 import os
 from typing import Any, Optional, Union
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import check_int, fail
+from .._checks import check_batch, check_int, check_points, fail
 from .exporter import require_export_dependencies
 
 __all__ = ["OnnxSceneModel"]
@@ -81,12 +82,21 @@ class OnnxSceneModel:
         is (its searches hold all ``N < k`` points, as the padded one does), the file's searches need ``k``. A
         fixed-size export (``--num-points N``) takes exactly ``N`` points: another size is an error naming both
         (padding a cloud of ``k`` or more points would change which points its nodes see)."""
+        where = "OnnxSceneModel"
+        pos = check_points(where, "pos", _as_tensor(pos))
         n = pos.size(0)
-        batch = torch.zeros(n, dtype=torch.long) if batch is None else batch.cpu()
-        ends = torch.cumsum(torch.bincount(batch), 0).tolist()
+        batch, _, _ = check_batch(where, "batch", None if batch is None else _as_tensor(batch), n, device=pos.device)
+        ends = torch.cumsum(torch.bincount(batch.cpu()), 0).tolist()
         out, start = [], 0
-        if "features" in self.inputs and (x is None or x.dim() != 2 or x.size(1) != self.in_channels):
-            fail("OnnxSceneModel", f"x must hold the {self.in_channels} features {self.features} per point")
+        if "features" in self.inputs:
+            x = None if x is None else _as_tensor(x)
+            if x is None or x.dim() != 2 or x.size(0) != n or x.size(1) != self.in_channels:
+                got = "none" if x is None else f"shape {tuple(x.shape)}"
+                fail(
+                    where,
+                    f"x must hold the {self.in_channels} features {self.features} of every point: shape "
+                    f"[{n}, {self.in_channels}], got {got}",
+                )
         for end in ends:
             m = end - start
             want = max(m, self.k)
@@ -112,6 +122,12 @@ class OnnxSceneModel:
         from ..datasets.scene_base import build_scene_features  # noqa: PLC0415
         from ..io import PointCloud, read_points, reader_takes  # noqa: PLC0415
 
+        if not isinstance(cloud, (PointCloud, str, os.PathLike)):
+            fail(
+                "OnnxSceneModel.features_of",
+                f"cloud must be a file path or a gridify.io.PointCloud (an array has no named intensity: "
+                f"PointCloud(points=a[:, :3], fields={{'intensity': a[:, 3]}})), got {type(cloud).__name__}",
+            )
         if not isinstance(cloud, PointCloud):
             cloud = read_points(cloud, fields="all") if reader_takes(cloud, "fields") else read_points(cloud)
         fields = {k.lower(): v for k, v in (cloud.fields or {}).items()}
@@ -130,17 +146,28 @@ class OnnxSceneModel:
         self, pos: Tensor, x: Optional[Tensor] = None, *, votes: int = 1, seed: int = 0, progress: Optional[Any] = None
     ) -> Tensor:
         """Class probabilities ``[N, K]`` of every point of a scene, covered with the file's crops
-        (``x``: :meth:`features_of` the scan)."""
-        from ..scene_inference import predict_scene  # noqa: PLC0415
+        (``pos``, ``x``: tensors or numpy arrays; ``x``: :meth:`features_of` the scan, none for a file without
+        features)."""
+        from ..scene_inference import MAX_FRAGMENTS, predict_scene_checked  # noqa: PLC0415
 
-        return predict_scene(
-            self,
-            pos,
-            x if x is not None else pos.new_zeros(pos.size(0), 0),
-            voxel_size=self.voxel_size,
-            max_points=self.max_points,
-            votes=votes,
-            seed=seed,
-            batch_size=1,
-            progress=progress,
+        where = "OnnxSceneModel.predict"
+        pos = check_points(where, "pos", _as_tensor(pos))
+        if x is None:
+            if "features" in self.inputs:
+                fail(where, f"x must hold the {self.in_channels} features {self.features} of every point (features_of)")
+            x = pos.new_zeros(pos.size(0), 0)
+        x = _as_tensor(x)
+        if "features" in self.inputs and isinstance(x, Tensor) and x.dim() == 2 and x.size(1) != self.in_channels:
+            fail(
+                where,
+                f"x must hold the {self.in_channels} features {self.features} of every point, got {x.size(1)} "
+                f"columns (features_of builds them from a scan)",
+            )
+        return predict_scene_checked(
+            where, self, pos, x, self.voxel_size, self.max_points, votes, seed, 1, MAX_FRAGMENTS, progress
         )
+
+
+def _as_tensor(a: Any) -> Any:
+    """A numpy array as a tensor (sharing its memory); anything else as given, for the checks to name."""
+    return torch.from_numpy(a) if isinstance(a, np.ndarray) else a

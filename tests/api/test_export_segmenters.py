@@ -418,3 +418,38 @@ def test_the_scene_runner_takes_clouds_below_k_and_below_a_fixed_size(tmp_path):
     runner = E.OnnxSceneModel(tmp_path / "fixed.onnx")
     with pytest.raises(ValueError, match=rf"a crop of {k + 4} points, but the file was exported for exactly {k} "):
         runner(torch.rand(k + 4, 3), torch.rand(k + 4, 2))
+
+
+@needs_onnx
+def test_the_scene_runner_refuses_bad_input_by_name_and_takes_numpy(tmp_path):
+    from tests.helpers import export_scene_model
+
+    path, _ = export_scene_model(tmp_path)
+    E.export_onnx(path, tmp_path / "dyn.onnx", verify=False)
+    runner = E.OnnxSceneModel(tmp_path / "dyn.onnx", threads=1)
+    g = torch.Generator().manual_seed(1)
+    pos, x = torch.rand(40, 3, generator=g) * 10, torch.rand(40, 2, generator=g)
+    want = runner.predict(pos, x)
+    assert torch.equal(runner.predict(pos.numpy(), x.numpy()), want)  # arrays as tensors
+    bad_pos = pos.clone()
+    bad_pos[7, 1] = float("nan")
+    cases = [
+        (lambda: runner.predict(pos), r"OnnxSceneModel\.predict: x must hold the 2 features"),
+        (lambda: runner.predict(pos, x[:, :1]), r"OnnxSceneModel\.predict: x must hold the 2 features.*got 1 columns"),
+        (lambda: runner.predict(pos, x[:5]), r"OnnxSceneModel\.predict: x must have shape \[N, F\] with N=40"),
+        (lambda: runner.predict(torch.cat([pos, x[:, :1]], 1), x), r"OnnxSceneModel\.predict: pos must have shape"),
+        (lambda: runner.predict(bad_pos, x), r"OnnxSceneModel\.predict: pos contains NaN.*row 7"),
+        (lambda: runner.predict(pos[:0], x[:0]), r"OnnxSceneModel\.predict: pos has no points"),
+        (lambda: runner.predict(pos, x, votes=0), r"OnnxSceneModel\.predict: votes must be a positive integer"),
+        (lambda: runner(pos[:, 0], x), r"OnnxSceneModel: pos must have shape \[N, 3\]"),
+        (lambda: runner(pos, x[:5]), r"OnnxSceneModel: x must hold .* shape \[40, 2\], got shape \(5, 2\)"),
+        (lambda: runner(pos, x, torch.tensor([1, 0] * 20)), r"OnnxSceneModel: batch must be sorted"),
+        (lambda: runner(pos, x, torch.zeros(5, dtype=torch.long)), r"OnnxSceneModel: batch must be a 1-D tensor"),
+        (
+            lambda: runner.features_of(pos.numpy()),
+            r"features_of: cloud must be a file path or a gridify\.io\.PointCloud",
+        ),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
