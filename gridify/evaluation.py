@@ -328,13 +328,19 @@ def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
         )
     names = list(model.class_names)
 
+    labelled = None
     if len(files) > 1:  # every scan and its labels are read (and refused) before the first prediction
-        for path in files:
-            _read_scan(path, args, model, names, prog)
+        labelled = sum(int((_read_scan(path, args, model, names, prog)[1] >= 0).sum()) for path in files)
     metric = SegmentationIoU(len(names))
     rows = []
     for path in files:
         cloud, target, label_file = _read_scan(path, args, model, names, prog)
+        if (int((target >= 0).sum()) if labelled is None else labelled) == 0:
+            what = f"{label_file}: every point" if labelled is None else f"every point of the {len(files)} scans"
+            raise SystemExit(
+                f"{prog}: error: {what} is unlabelled (-1, the ignore index; SemanticKITTI's unlabeled and outlier "
+                f"classes map to it): nothing to score"
+            )
         try:
             pred = model.predict(cloud, num_votes=args.votes)
         except (DatasetError, ValueError, OSError) as exc:

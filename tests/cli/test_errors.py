@@ -84,6 +84,7 @@ def t(tmp_path_factory):
 
 def _scene_files(d: Path) -> None:
     """The scene layer's files: scan.bin (a KITTI scan of 600 points), bad.bin (7 bytes), short.label (10 labels),
+    unlabelled.label (600 points, all unlabeled), two_columns.npy (600 x 2 labels),
     kitti.pt (the shipped scene model), raw/ (an S3DIS room) and pc/ (its conversion, the 13 S3DIS classes)."""
     rng = np.random.default_rng(0)
     np.concatenate([rng.uniform(-20, 20, (600, 3)), rng.uniform(0, 1, (600, 1))], 1).astype("<f4").tofile(
@@ -91,6 +92,8 @@ def _scene_files(d: Path) -> None:
     )
     (d / "bad.bin").write_bytes(b"\0" * 7)
     np.arange(10, dtype="<u4").tofile(d / "short.label")
+    np.zeros(600, dtype="<u4").tofile(d / "unlabelled.label")  # SemanticKITTI 0 = unlabeled: every point ignored
+    np.save(d / "two_columns.npy", np.zeros((600, 2), dtype=np.int64))
     (d / "kitti.pt").write_bytes(Path(pretrained_path("semantickitti")).read_bytes())
     ann = d / "raw" / "Area_1" / "office_1" / "Annotations"
     ann.mkdir(parents=True)
@@ -194,6 +197,14 @@ CASES = [
     (  # a scan format without named fields is read (not refused for fields=), then its labels are checked
         ["evaluate", "--model", "semantickitti", "--scan", f"{P}/cloud.npy", "--labels", f"{P}/short.label"],
         ["short.label", "10 labels for a scan of 600 points"],
+    ),
+    (
+        ["evaluate", "--model", "semantickitti", "--scan", f"{P}/scan.bin", "--labels", f"{P}/unlabelled.label"],
+        ["unlabelled.label", "every point is unlabelled", "nothing to score"],
+    ),
+    (
+        ["evaluate", "--model", "semantickitti", "--scan", f"{P}/scan.bin", "--labels", f"{P}/two_columns.npy"],
+        ["two_columns.npy", "one value per point", "(600, 2)"],
     ),
     (["export", "semantickitti", "--out", f"{P}/afile/k.onnx"], ["afile"]),
     (["export", f"{P}/kitti.pt", "--out", f"{P}/k.onnx", "--num-points", "-4"], ["--num-points"]),
