@@ -47,7 +47,7 @@ Shapes:
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -327,6 +327,11 @@ BUCKETS_SEARCHED = 8
 BUCKETS_WIDENED = 64
 #: points per bucket at least (a smaller cloud is padded with points at infinity)
 BUCKET_MIN_POINTS = 8
+#: ``2 ** BUCKET_GROUP_LEVELS`` buckets per group (a kd cell a few levels up) in the first look: a node ranks the
+#: groups, then only the buckets of its ``BUCKET_GROUPS_SEARCHED`` nearest groups (not every bucket)
+BUCKET_GROUP_LEVELS = 3
+#: groups whose buckets a node ranks in its first look
+BUCKET_GROUPS_SEARCHED = 6
 
 
 def _rows(table: Tensor, idx: Tensor) -> Tensor:
@@ -385,16 +390,81 @@ def _squared_distances(c: Tensor, p: Tensor) -> Tensor:
     return d + (c[..., 2] - p[..., 2]).pow(2)
 
 
-def _bucket_bounds(lo: Tensor, hi: Tensor, axes: Tuple[Tensor, Tensor, Tensor]) -> Tensor:
-    """``lb [B, R, G]``: the squared distance from every grid node to every bucket box ``lo, hi [B, G, 3]``,
-    per axis on the node coordinates ``axes`` and summed x, y, z (node ``(a Ry + b) Rz + c``). Every
-    term is at most the point's own (rounding is monotone), so ``lb`` never exceeds a member's distance."""
+#: per axis, the lowest and highest coordinate ``[R_a]`` the nodes of each lattice index take
+Spans = Tuple[Tuple[Tensor, Tensor], Tuple[Tensor, Tensor], Tuple[Tensor, Tensor]]
+
+
+def _node_spans(nodes: Tensor, axes: Tuple[Tensor, Tensor, Tensor]) -> Spans:
+    """Per axis ``a`` and lattice index ``i``, the smallest and largest coordinate ``a`` of the nodes ``[R, 3]`` (node
+    ``(i Ry + j) Rz + l``) of that index. The nodes' coordinates may differ from the per-axis ``axes`` by a
+    rounding (a grid's positions and its axes are computed apart), and the bounds must hold for the
+    coordinates the distances use."""
+    shape = [a.size(0) for a in axes]
+    lattice = nodes.view(*shape, 3)
+    spans = []
+    for a in range(3):
+        others = tuple(i for i in range(3) if i != a)
+        spans.append((lattice[..., a].amin(others), lattice[..., a].amax(others)))
+    return tuple(spans)  # type: ignore[return-value]
+
+
+def _axis_gaps(lo: Tensor, hi: Tensor, spans: Spans) -> List[Tensor]:
+    """Per axis ``a``, ``[B, R_a, G]``: the squared gap between the nodes of each lattice index (coordinates
+    within ``spans``) and every box ``lo, hi [B, G, 3]`` along ``a``. Rounding is monotone, so it is at most
+    ``(c_a - p_a)^2`` as computed for any node ``c`` of that index and point ``p`` in the box."""
     gaps = []
-    for a, ax in enumerate(axes):  # [B, R_a, G]
-        lo_a, hi_a, c = lo[:, None, :, a], hi[:, None, :, a], ax[None, :, None]
-        gaps.append(((lo_a - c).clamp(min=0) + (c - hi_a).clamp(min=0)).pow(2))
+    for a, (c_lo, c_hi) in enumerate(spans):
+        lo_a, hi_a = lo[:, None, :, a], hi[:, None, :, a]
+        gaps.append(((lo_a - c_hi[None, :, None]).clamp(min=0) + (c_lo[None, :, None] - hi_a).clamp(min=0)).pow(2))
+    return gaps
+
+
+def _bucket_bounds(lo: Tensor, hi: Tensor, spans: Spans) -> Tensor:
+    """``lb [B, R, G]``: the squared distance from every grid node to every bucket box ``lo, hi [B, G, 3]``,
+    per axis (:func:`_axis_gaps`) and summed x, y, z as :func:`_squared_distances` sums (node ``(a Ry + b) Rz
+    + c``). Every term is at most the point's own, so ``lb`` never exceeds a member's distance."""
+    gaps = _axis_gaps(lo, hi, spans)
     lb = gaps[0][:, :, None, None] + gaps[1][:, None, :, None]
     return (lb + gaps[2][:, None, None, :]).reshape(lo.size(0), -1, lo.size(1))
+
+
+def _nearest_buckets(
+    lo: Tensor, hi: Tensor, spans: Spans, t: int, group_levels: int, groups: int
+) -> Tuple[Tensor, Tensor]:
+    """Every node's ``t`` nearest buckets among those of its nearest groups, and a lower bound of its distance to
+    every point of the other buckets: ``nearest [B, R, t]``, ``bound [B, R]``.
+
+    The buckets (``lo, hi [B, G, 3]``, in kd order) form groups of ``S = 2 ** group_levels`` consecutive ones (a
+    kd cell ``group_levels`` levels up), each with the box of its buckets. A node ranks the groups by their
+    boxes (``_bucket_bounds``, ``[B, R, G / S]``: ``S`` times fewer than the buckets), then the ``g S``
+    buckets of its ``g`` nearest groups, and keeps the ``t`` nearest. A bucket it did not keep is either in
+    one of those groups, at least the ``(t+1)``-th bucket bound away, or in another group, at least the
+    ``(g+1)``-th group bound away (a group's box holds its buckets' boxes): ``bound`` is the smaller of the two,
+    summed x, y, z as :func:`_bucket_bounds` sums them, so it never exceeds a member's distance.
+    """
+    B, G = lo.shape[:2]
+    S = 2 ** min(group_levels, max(G.bit_length() - 1, 0))
+    count = G // S
+    g = min(count, max(groups, -(-(t + 1) // S)))  # enough groups for t + 1 buckets
+    glo, ghi = lo.view(B, count, S, 3).amin(2), hi.view(B, count, S, 3).amax(2)
+    gbounds, gnear = torch.topk(_bucket_bounds(glo, ghi, spans), min(g + 1, count), dim=2, largest=False, sorted=True)
+    shape = [c_lo.size(0) for c_lo, _ in spans]
+    ids = (gnear[..., :g, None] * S + torch.arange(S, device=lo.device)).reshape(
+        B, *shape, g * S
+    )  # [B, Rx, Ry, Rz, gS]
+    lb = None
+    for a, table in enumerate(_axis_gaps(lo, hi, spans)):  # each bucket's gap along axis a, from that axis' table
+        row = torch.arange(shape[a], device=lo.device).view([1 if i != a else -1 for i in range(3)] + [1]) * G
+        term = _gather_rows(table.reshape(B, shape[a] * G), ids + row)
+        lb = term if lb is None else lb + term  # summed x, y, z as _bucket_bounds sums them
+    R = shape[0] * shape[1] * shape[2]
+    ids, lb = ids.reshape(B, R, g * S), lb.reshape(B, R, g * S)
+    kept = min(t + 1, g * S)
+    bounds, local = torch.topk(lb, kept, dim=2, largest=False, sorted=True)
+    inf = torch.full_like(bounds[..., 0], float("inf"))
+    inner = bounds[..., t] if kept > t else inf  # the (t+1)-th bucket of the searched groups
+    outer = gbounds[..., g] if count > g else inf  # the (g+1)-th group
+    return torch.gather(ids, 2, local[..., :t]), torch.minimum(inner, outer)
 
 
 def _nearest_candidates(c: Tensor, cand: Tensor, pts: Tensor, bound: Tensor, k: int) -> Tuple[Tensor, Tensor]:
@@ -432,14 +502,17 @@ def node_points_bucketed(
     searched: int = BUCKETS_SEARCHED,
     min_points: int = BUCKET_MIN_POINTS,
     widened: int = BUCKETS_WIDENED,
+    group_levels: int = BUCKET_GROUP_LEVELS,
+    groups: int = BUCKET_GROUPS_SEARCHED,
 ) -> Tensor:
     r"""``A`` of :func:`dense_grid_knn_unchecked` (node -> its ``k`` nearest points, ties to the lower
     point) without forming every node-point distance, exactly.
 
     The points are split into buckets (:func:`point_buckets`). A node ``c`` looks at the points of
-    the ``t`` buckets whose boxes are nearest (``_bucket_bounds``) and takes the ``k + 1``
-    nearest of them (same distances). Every point outside those buckets is at least
-    ``lb_{(t+1)}(c)`` away, the ``(t+1)``-th smallest bound: where the ``k``-th distance found is
+    the ``t`` nearest buckets of its ``groups`` nearest groups of buckets (:func:`_nearest_buckets`: ranking
+    groups first spares ranking every bucket for every node) and takes the ``k + 1`` nearest of them (same
+    distances). Every point outside those buckets is at least ``lb(c)`` away, the smaller of the ``(t+1)``-th
+    bucket bound in those groups and the next group's bound: where the ``k``-th distance found is
     below it and the ``k + 1`` distances are all different, no other point and no other order can
     be the answer, and it is the exact one. The other nodes (a node in empty space, far from every
     point, sees many buckets at about the same distance: 8-29 % of the nodes of a 48 x 48 x 8 grid over
@@ -453,15 +526,13 @@ def node_points_bucketed(
     B, N = pos.shape[:2]
     t = min(searched, 2**levels - 1)
     padded, members, lo, hi = point_buckets(pos, levels, max(min_points, -(-(k + 1) // t)))  # t M > k candidates
-    bounds, nearest = torch.topk(_bucket_bounds(lo, hi, axes), t + 1, dim=2, largest=False, sorted=True)
+    nearest, bound = _nearest_buckets(lo, hi, _node_spans(nodes, axes), t, group_levels, groups)
     wide = max(t, min(widened, 2**levels - 1))
     blocks = []
     for s in range(0, nodes.size(0), node_chunk):
         c = nodes[s : s + node_chunk]
-        cand = _gather_rows(members, nearest[:, s : s + node_chunk, :t]).reshape(B, c.size(0), -1)  # [B, C, t M]
-        found, proven = _nearest_candidates(
-            c[None], cand, _gather_rows(padded, cand), bounds[:, s : s + node_chunk, t], k
-        )
+        cand = _gather_rows(members, nearest[:, s : s + node_chunk]).reshape(B, c.size(0), -1)  # [B, C, t M]
+        found, proven = _nearest_candidates(c[None], cand, _gather_rows(padded, cand), bound[:, s : s + node_chunk], k)
         unproven = (~proven).nonzero()  # [F, 2]: (cloud, node of the block)
         cb, cn = unproven[:, 0], unproven[:, 1]
         again, sure = _widened_search(_rows(c, cn), cb, padded, members, lo, hi, k, wide)

@@ -149,7 +149,7 @@ def test_the_first_look_leaves_nodes_in_empty_space_unproven():
     grid = RegularGrid((24, 24, 6))
     nodes, axes = grid.positions(), D.grid_axes(grid)
     padded, members, lo, hi = D.point_buckets(pos, 6, 8)
-    bounds, nearest = torch.topk(D._bucket_bounds(lo, hi, axes), 3, dim=2, largest=False, sorted=True)
+    bounds, nearest = torch.topk(D._bucket_bounds(lo, hi, D._node_spans(nodes, axes)), 3, dim=2, largest=False)
     cand = D._gather_rows(members, nearest[..., :2]).reshape(1, nodes.size(0), -1)
     _, proven = D._nearest_candidates(nodes[None], cand, D._gather_rows(padded, cand), bounds[..., 2], 6)
     unproven = ~proven[0]
@@ -157,6 +157,27 @@ def test_the_first_look_leaves_nodes_in_empty_space_unproven():
     b = torch.zeros(int(unproven.sum()), dtype=torch.long)
     _, sure = D._widened_search(nodes[unproven], b, padded, members, lo, hi, 6, 40)
     assert sure.float().mean() > 0.5  # most of them proven by the second look
+
+
+@pytest.mark.parametrize("kind", ["random", "plane", "clusters"])
+@pytest.mark.parametrize("group_levels,groups", [(3, 6), (2, 1), (0, 3), (6, 1)])
+def test_the_first_look_bound_is_below_every_point_it_did_not_look_at(kind, group_levels, groups):
+    """The grouped first look (:func:`_nearest_buckets`): every point outside the buckets a node keeps is at least
+    ``bound`` away from it, whatever the group size (one bucket a group, every bucket one group)."""
+    from gridify.nn import dense as D
+
+    pos = _cloud(kind, 2, 900, torch.Generator().manual_seed(11))
+    grid = RegularGrid((12, 10, 4))
+    nodes, axes = grid.positions(), D.grid_axes(grid)
+    padded, members, lo, hi = D.point_buckets(pos, 6, 8)
+    nearest, bound = D._nearest_buckets(lo, hi, D._node_spans(nodes, axes), 4, group_levels, groups)
+    assert nearest.shape == (2, nodes.size(0), 4) and bound.shape == (2, nodes.size(0))
+    owner = torch.empty(2, padded.size(1), dtype=torch.long)
+    owner.scatter_(1, members.reshape(2, -1), torch.arange(64).repeat_interleave(members.size(2)).expand(2, -1))
+    dist = D._squared_distances(nodes[None, :, None], padded[:, None])  # [2, R, Np] (padding: inf)
+    looked = (owner[:, None, :, None] == nearest[:, :, None, :]).any(-1)  # [2, R, Np]
+    assert (dist.masked_fill(looked, float("inf")).amin(-1) >= bound).all()
+    assert torch.isfinite(bound).any()  # a bound that proves something
 
 
 def test_point_buckets_partition_the_cloud():
