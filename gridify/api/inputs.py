@@ -93,7 +93,7 @@ def check_xyz(pos: np.ndarray, where: str, scene: bool = False) -> np.ndarray:
         )
     elif pos.ndim == 2 and pos.shape[-1] == 6:
         hint = " (pass normals separately: normals=...)"
-    raise ValueError(f"{where}: points must have shape [N, 3] (x, y, z), got {tuple(pos.shape)}{hint}")
+    raise ValueError(f"{where}: points must have shape [N, 3], got {tuple(pos.shape)}{hint}")
 
 
 def read_cloud(points: PointsLike, normals: Any, where: str) -> Tuple[np.ndarray, Optional[np.ndarray], str]:
