@@ -509,7 +509,7 @@ def node_points_bucketed(
     point) without forming every node-point distance, exactly.
 
     The points are split into buckets (:func:`point_buckets`). A node ``c`` looks at the points of
-    the ``t`` nearest buckets of its ``groups`` nearest groups of buckets (:func:`_nearest_buckets`: ranking
+    the ``t`` nearest buckets of its ``groups`` nearest groups of buckets (``_nearest_buckets``: ranking
     groups first spares ranking every bucket for every node) and takes the ``k + 1`` nearest of them (same
     distances). Every point outside those buckets is at least ``lb(c)`` away, the smaller of the ``(t+1)``-th
     bucket bound in those groups and the next group's bound: where the ``k``-th distance found is
