@@ -500,9 +500,11 @@ class ScenePredictor(TaskPredictor):
         progress = resolve_progress(where, progress)
         self.check_normals_used(predictor, normals, estimate_normals, features, where)
         points = read_scene(points)
-        if not isinstance(points, PointCloud):
-            points = PointCloud(points=check_xyz(to_numpy(points, "points", where), where, scene=True))
-        cloud = points
+        cloud = (
+            points
+            if isinstance(points, PointCloud)
+            else PointCloud(points=check_xyz(to_numpy(points, "points", where), where, scene=True))
+        )
         pos, nrm, source = read_cloud(cloud, normals, where)  # finite, non-empty [N, 3]
         pos, nrm = to_z_up(pos, up_axis, nrm)
         if nrm is not None:

@@ -178,7 +178,10 @@ def integer_labels(path: PathLike, values: np.ndarray) -> np.ndarray:
     Shapes:
         ``[N]`` (or ``[N, 1]``) -> ``[N]`` int64.
     """
-    a = np.asarray(values).reshape(-1)
+    a = np.asarray(values)
+    if a.ndim > 2 or (a.ndim == 2 and a.shape[1] != 1):
+        raise _fail(path, f"labels must hold one value per point ([N] or [N, 1]), got shape {a.shape}")
+    a = a.reshape(-1)
     if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
         raise _fail(path, f"labels must be integers, got dtype {a.dtype}")
     if np.issubdtype(a.dtype, np.floating):
@@ -643,8 +646,6 @@ def read_scan_labels(path: PathLike, num_points: int, class_names: Sequence[str]
         ids = map_semantickitti_labels(raw) if kitti else (raw & 0xFFFF).astype(np.int64)
     elif suffix in (".npy", ".txt"):
         values = _load_npy(p) if suffix == ".npy" else _read(read_text_rows, p, 1, "one label per line")
-        if np.ndim(values) > 1 and not (np.ndim(values) == 2 and np.shape(values)[1] == 1):
-            raise _fail(p, f"labels must hold one value per point ([N] or [N, 1]), got shape {np.shape(values)}")
         ids = integer_labels(p, values)
     else:
         raise _fail(p, f"unknown label file type {suffix!r}; use a SemanticKITTI .label, a .npy or a .txt")

@@ -629,3 +629,13 @@ def test_utm_coordinates_keep_their_millimetres_through_reading_converting_and_i
     small = _rows(20)  # coordinates float32 holds well stay float32, where they are
     write_pointcept_scene(tmp_path / "pc2" / "train" / "s", {"coord": small[:, :3], "segment": np.zeros(20)})
     assert np.load(tmp_path / "pc2" / "train" / "s" / "coord.npy").dtype == np.float32
+
+
+def test_label_values_of_one_column_only():
+    """Every layout's labels go through one check: ``[N]`` or ``[N, 1]``; a table of two columns is named by its
+    shape (it used to be flattened into twice as many labels)."""
+    from gridify.datasets.scene_layouts import integer_labels
+
+    assert integer_labels("a.npy", np.arange(4).reshape(4, 1)).tolist() == [0, 1, 2, 3]
+    with pytest.raises(DatasetError, match=r"segment\.npy.*one value per point.*\(5, 2\)"):
+        integer_labels("segment.npy", np.zeros((5, 2), np.int64))
