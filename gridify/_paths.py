@@ -146,6 +146,16 @@ def check_input_file(path: PathLike, what: str = "") -> Path:
     return p
 
 
+def check_checkpoint_flag(path: Optional[PathLike], flag: str = "--ckpt") -> None:
+    """A checkpoint given by ``flag`` exists as a readable file; else :class:`PathError` naming the flag
+    (``--ckpt: checkpoint not found: PATH``, or what the path is instead). ``None``: nothing to check."""
+    if path is None:
+        return
+    if not Path(os.fspath(path)).exists():
+        raise PathError(f"{flag}: checkpoint not found: {os.fspath(path)}")
+    check_input_file(path, flag)
+
+
 @_checked
 def check_output_file(path: PathLike, what: str = "", *, suffixes: Optional[Sequence[str]] = None) -> Path:
     """``path`` as a :class:`~pathlib.Path` when a file can be written there (the parent folders

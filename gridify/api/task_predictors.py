@@ -587,7 +587,13 @@ class ScenePredictor(TaskPredictor):
             fail(where, f"the scene features {list(names)} give {x.shape[1]} columns but the model takes {width}")
         if not np.isfinite(x).all():
             bad = int(np.flatnonzero(~np.isfinite(x).all(1))[0])
-            fail(where, f"the features {list(names)} of {source or 'the cloud'} hold NaN/Inf (row {bad})")
+            culprits = [
+                f"its field {name!r} holds NaN/Inf (row {int(np.flatnonzero(~np.isfinite(v))[0])})"
+                for name, v in cloud.fields.items()
+                if v.dtype.kind == "f" and not np.isfinite(v).all()
+            ]
+            why = f"; {', '.join(culprits)}: drop or fill those rows" if culprits else ""
+            fail(where, f"the features {list(names)} of {source or 'the cloud'} hold NaN/Inf (row {bad}){why}")
         return x
 
     def built_features(

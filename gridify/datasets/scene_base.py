@@ -178,6 +178,17 @@ def drop_nonfinite_rows(scene: Dict[str, np.ndarray], where: str) -> Dict[str, n
     return out
 
 
+def _warn_unlabelled(scene: Dict[str, np.ndarray], split: str, where: str) -> None:
+    """Warn when a scene of a labelled split (train, val) has no labelled point: it adds nothing to the loss
+    or the metrics, which is a missing label file or labels outside the class map more often than intent."""
+    segment = scene.get("segment")
+    if split in ("train", "val") and segment is not None and len(segment) and not (np.asarray(segment) >= 0).any():
+        warn_at_caller(
+            f"{where}: none of its {len(segment)} points is labelled (a missing label file, or label values "
+            f"outside the dataset's class map): the scene adds nothing to the {split} loss or metrics"
+        )
+
+
 class SceneDatasetBase(PointCloudDataset):
     """The item format of scene datasets (see the module docstring); subclasses implement
     :meth:`load_scene` (index -> scene dict in the common vocabulary), :meth:`scene_name`, ``__len__``.
@@ -306,6 +317,7 @@ class SceneDatasetBase(PointCloudDataset):
             except DatasetError as exc:  # the reader named the file (and line): name the scene too
                 raise DatasetError(f"{self.describe(index)}: {exc}") from None
             scene = drop_nonfinite_rows(scene, self.describe(index))
+            _warn_unlabelled(scene, self.split, self.describe(index))
             if self.cache:
                 self._cache[index] = scene
         return scene

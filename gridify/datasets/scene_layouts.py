@@ -58,7 +58,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..io.cloud import coordinate_dtype
+from ..io.cloud import coordinate_dtype, label_values_problem
 from ..io.kitti import read_kitti_labels, read_kitti_rows
 from ..io.npy import read_npy_array
 from ..io.ply import read_ply_vertices as io_read_ply_vertices
@@ -182,18 +182,9 @@ def integer_labels(path: PathLike, values: np.ndarray) -> np.ndarray:
     if a.ndim > 2 or (a.ndim == 2 and a.shape[1] != 1):
         raise _fail(path, f"labels must hold one value per point ([N] or [N, 1]), got shape {a.shape}")
     a = a.reshape(-1)
-    if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
-        raise _fail(path, f"labels must be integers, got dtype {a.dtype}")
-    if np.issubdtype(a.dtype, np.floating):
-        with np.errstate(invalid="ignore"):
-            bad = ~np.isfinite(a) | (a != np.round(a)) | (np.abs(a) >= 2.0 ** 63)
-        if bad.any():
-            row = int(np.flatnonzero(bad)[0])
-            raise _fail(path, f"labels must be integers, row {row} holds {float(a[row])!r} (a {a.dtype} file: "
-                              f"non-integer labels are refused, not truncated)")
-    elif a.dtype == np.uint64 and a.size and int(a.max()) >= 2 ** 63:
-        row = int(np.argmax(a))
-        raise _fail(path, f"label {int(a[row])} (row {row}) does not fit an int64")
+    problem = label_values_problem(a)
+    if problem:
+        raise _fail(path, problem)
     return a.astype(np.int64)
 
 

@@ -31,7 +31,15 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-__all__ = ["PointCloud", "LARGE_OFFSET", "FLOAT32_MAX", "coordinate_dtype", "representable_rows", "centre_large_offset"]
+__all__ = [
+    "PointCloud",
+    "LARGE_OFFSET",
+    "FLOAT32_MAX",
+    "coordinate_dtype",
+    "representable_rows",
+    "centre_large_offset",
+    "label_values_problem",
+]
 
 #: points keep float64 when max|p| > LARGE_OFFSET x the extent (and float32 is not exact)
 LARGE_OFFSET = 1000.0
@@ -58,6 +66,38 @@ def coordinate_dtype(points: np.ndarray) -> np.dtype:
     extent = float((hi - lo).max())
     offset = float(np.maximum(np.abs(lo), np.abs(hi)).max())
     return np.dtype(np.float64 if 0 < extent and offset > LARGE_OFFSET * extent else np.float32)
+
+
+def label_values_problem(values: np.ndarray, what: str = "file") -> str:
+    """Why ``values`` (one label per point, flat) are not integer labels, in words after the culprit's name
+    (``"labels must be integers, got dtype bool"``), or ``""``: integers, or floats holding whole numbers
+    (a text file, a float ``.npy`` or PLY property); a fractional value, NaN/Inf, a bool or non-numeric
+    array is named with its first row, never truncated to an id. ``what``: the kind of the culprit
+    (``"file"``, ``"array"``) in the message about float values."""
+    a = np.asarray(values)
+    if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        return f"labels must be integers, got dtype {a.dtype}"
+    if np.issubdtype(a.dtype, np.floating):
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(a) | (a != np.round(a)) | (np.abs(a) >= 2.0**63)
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            return (
+                f"labels must be integers, row {row} holds {float(a[row])!r} (a {a.dtype} {what}: "
+                f"non-integer labels are refused, not truncated)"
+            )
+    elif a.dtype == np.uint64 and a.size and int(a.max()) >= 2**63:
+        row = int(np.argmax(a))
+        return f"label {int(a[row])} (row {row}) does not fit an int64"
+    return ""
+
+
+def _real_numbers(where: str, name: str, arr: np.ndarray, bools: bool = False) -> None:
+    """Refuse an array that does not hold real numbers (strings, objects, complex; bools unless ``bools``),
+    naming ``name`` and its dtype, before numpy's cast raises or silently makes 0/1 coordinates."""
+    kinds = "iuf" + ("b" if bools else "")
+    if arr.dtype.kind not in kinds:
+        raise ValueError(f"{where}: {name} must hold real numbers, got dtype {arr.dtype}")
 
 
 def centre_large_offset(points: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -118,6 +158,7 @@ class PointCloud:
         pts = np.asarray(self.points)
         if pts.ndim != 2 or pts.shape[1] != 3:
             raise ValueError(f"{where}: points must have shape [N, 3], got {pts.shape}")
+        _real_numbers(where, "points", pts)
         with np.errstate(over="ignore"):  # beyond float32 becomes Inf, which the readers drop/refuse
             self.points = np.ascontiguousarray(pts, dtype=coordinate_dtype(pts))
         n = len(self.points)
@@ -128,12 +169,16 @@ class PointCloud:
             arr = np.asarray(arr)
             if arr.shape != (n, 3):
                 raise ValueError(f"{where}: {name} must have shape [{n}, 3], got {arr.shape}")
+            _real_numbers(where, name, arr)
             with np.errstate(over="ignore"):
                 setattr(self, name, np.ascontiguousarray(arr, dtype=np.float32))
         if self.labels is not None:
             lab = np.asarray(self.labels).reshape(-1)
             if lab.shape != (n,):
                 raise ValueError(f"{where}: labels must have shape [{n}], got {lab.shape}")
+            problem = label_values_problem(lab, "array")
+            if problem:
+                raise ValueError(f"{where}: {problem}")
             self.labels = lab.astype(np.int64)
         if self.dropped is not None:
             self.dropped = np.asarray(self.dropped, dtype=np.int64).reshape(-1)
@@ -143,6 +188,7 @@ class PointCloud:
             arr = np.asarray(arr)
             if arr.shape != (n,):
                 raise ValueError(f"{where}: field {name!r} must have shape [{n}], got {arr.shape}")
+            _real_numbers(where, f"field {name!r}", arr, bools=True)
             extra[str(name)] = arr
         self.fields = extra
 

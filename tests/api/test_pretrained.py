@@ -187,6 +187,10 @@ def test_a_scan_array_with_intensity_is_refused_by_name_and_its_fields_route_wor
     np.testing.assert_array_equal(np.load(out), want)
     with pytest.raises(SystemExit, match=r"no intensity field.*--columns x y z intensity"):
         cli.main(argv)  # unnamed, the 4th column is not guessed: the error says how to name it
+    bad = strength.copy()
+    bad[7] = np.nan  # the features are built from the field: the message names the field and its row
+    with pytest.raises(ValueError, match=r"hold NaN/Inf \(row 7\); its field 'intensity' holds NaN/Inf \(row 7\)"):
+        model.predict(gridify.io.PointCloud(points=xyz, fields={"intensity": bad}))
 
 
 @pytest.mark.slow  # a whole 127k-point scan on the CPU: about a minute

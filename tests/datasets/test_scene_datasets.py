@@ -6,7 +6,9 @@ in ../shared/data (30 SemanticKITTI scans, the forest plot in the S3DIS layout, 
 ScanNet/S3DIS/SemanticKITTI test data) are read when present and skipped otherwise.
 """
 import struct
+import warnings
 from pathlib import Path
+
 
 import numpy as np
 import pytest
@@ -227,6 +229,21 @@ def test_semantickitti_size_mismatch_names_both_files(tmp_path):
         SemanticKITTI(tmp_path, "train")[0]
 
 
+def test_a_labelled_split_warns_of_a_scene_without_a_labelled_point(tmp_path):
+    make_kitti(tmp_path, sequences=("00",), frames=2)
+    (tmp_path / "sequences/00/labels/000001.label").unlink()  # a label file lost
+    labels = tmp_path / "sequences/00/labels/000000.label"
+    np.full(15, 77777, np.uint32).tofile(labels)  # codes outside the learning map (e.g. ids of another map)
+    ds = SemanticKITTI(tmp_path, "train")
+    for i, name in enumerate(["00_000000", "00_000001"]):
+        with pytest.warns(UserWarning, match=rf"scene '{name}'.*none of its 15 points is labelled.*train loss"):
+            assert set(ds.scene(i)["segment"].tolist()) == {-1}
+    make_kitti(tmp_path, sequences=("11",), frames=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the test split has no labels by design: no warning
+        assert set(SemanticKITTI(tmp_path, "test").scene(0)["segment"].tolist()) == {-1}
+
+
 # --------------------------------------------------------------------------------------
 # Pointcept (the common layout) and mmdetection3d's layout
 # --------------------------------------------------------------------------------------
@@ -239,7 +256,8 @@ def test_pointcept_generated_folders_missing_labels_and_bad_files(tmp_path):
     (tmp_path / "classes.txt").write_text("a\nb\nc\nd\n")
     ds = SceneDataset(tmp_path, "pointcept", "train", features=("xyz", "color", "normal", "height"))
     assert ds.class_names == ["a", "b", "c", "d"] and ds.in_channels == 10
-    a, b = ds[0], SceneDataset(tmp_path, "pointcept", "train", features=("xyz", "height"))[1]
+    with pytest.warns(UserWarning, match=r"scene 'b' .*none of its 7 points is labelled"):
+        a, b = ds[0], SceneDataset(tmp_path, "pointcept", "train", features=("xyz", "height"))[1]
     assert a["x"].shape == (20, 10) and torch.allclose(a["x"][:, 3:6], torch.ones(20, 3))
     z7 = b["pos"][:, 2].numpy()
     assert b["x"].shape == (7, 4)

@@ -357,6 +357,25 @@ def test_pointcloud_validation():
         PointCloud(np.zeros((4, 2)))
     with pytest.raises(ValueError, match="normals must have shape"):
         PointCloud(np.zeros((4, 3)), normals=np.zeros((3, 3)))
+    # what numpy would cast silently (bools to 0/1, fractional labels truncated) or fail on deep inside
+    with pytest.raises(ValueError, match=r"^PointCloud: points must hold real numbers, got dtype bool$"):
+        PointCloud(np.ones((4, 3), dtype=bool))
+    with pytest.raises(ValueError, match=r"^PointCloud: points must hold real numbers, got dtype <U1$"):
+        PointCloud(np.array([["1", "2", "3"]]))
+    with pytest.raises(ValueError, match=r"^scan\.txt: colors must hold real numbers, got dtype complex128$"):
+        PointCloud(np.zeros((2, 3)), colors=np.zeros((2, 3), complex), source="scan.txt")
+    with pytest.raises(ValueError, match=r"field 'intensity' must hold real numbers, got dtype object"):
+        PointCloud(np.zeros((2, 3)), fields={"intensity": np.array([None, 1.0], dtype=object)})
+    with pytest.raises(
+        ValueError, match=r"labels must be integers, row 1 holds 0\.5 \(a float64 array: .*not truncated"
+    ):
+        PointCloud(np.zeros((3, 3)), labels=np.array([1.0, 0.5, 2.0]))
+    with pytest.raises(ValueError, match=r"labels must be integers, got dtype bool"):
+        PointCloud(np.zeros((2, 3)), labels=np.array([True, False]))
+    kept = PointCloud(
+        np.zeros((3, 3)), labels=np.array([1.0, 0.0, 7.0]), fields={"flag": np.array([True, False, True])}
+    )
+    assert kept.labels.dtype == np.int64 and kept.labels.tolist() == [1, 0, 7] and kept.fields["flag"].dtype == bool
 
 
 def test_nan_points_dropped_or_refused(tmp_path):

@@ -361,7 +361,7 @@ ERROR_PATHS = [
         ["train", "--config", "folder_classification", "--data-root", "{t}/notest/a"],  # before any training
         "gridify train: error: {t}/notest/a: no test files (add test folders or a test.txt list, or set test_fraction",
     ),
-    (["evaluate", "--ckpt", "{t}/gone.pt"], "gridify evaluate: error: checkpoint not found: {t}/gone.pt"),
+    (["evaluate", "--ckpt", "{t}/gone.pt"], "gridify evaluate: error: --ckpt: checkpoint not found: {t}/gone.pt"),
     (["evaluate", "--ckpt", "{t}/corrupt.ckpt"], "gridify evaluate: error: cannot read checkpoint {t}/corrupt.ckpt"),
     (["download", "modelnet99"], "gridify download: error: unknown archive 'modelnet99'; known: ModelNet40, "),
     (["download", "--config", "{t}/bad.yaml"], "gridify download: config error: {t}/bad.yaml: not valid YAML"),
