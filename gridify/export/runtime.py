@@ -26,6 +26,15 @@ from .exporter import require_export_dependencies
 __all__ = ["OnnxSceneModel"]
 
 
+def _read_scan(cloud: Any) -> Any:
+    """A :class:`gridify.io.PointCloud` as given, or read from a path with every per-point field (intensity)."""
+    from ..io import PointCloud, read_points, reader_takes  # noqa: PLC0415
+
+    if isinstance(cloud, PointCloud):
+        return cloud
+    return read_points(cloud, fields="all") if reader_takes(cloud, "fields") else read_points(cloud)
+
+
 class OnnxSceneModel:
     """An exported scene segmenter (an ONNX file of :func:`gridify.export.export_onnx`) as the ``model(pos, x, batch)
     -> logits`` callable that :func:`gridify.scene_inference.predict_scene` covers a whole scan with.
@@ -37,7 +46,7 @@ class OnnxSceneModel:
 
     Shapes:
         __call__: pos ``[n, 3]``, x ``[n, F]``, batch ``[n]`` -> logits ``[n, K]``;
-        predict: pos ``[N, 3]``, x ``[N, F]`` -> probabilities ``[N, K]``
+        predict: pos ``[N, 3]``, x ``[N, F]`` (or a scan's path or PointCloud) -> probabilities ``[N, K]``
     """
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], threads: Optional[int] = None) -> None:
@@ -120,7 +129,7 @@ class OnnxSceneModel:
         built from the feature names in its metadata by the same function as the datasets and
         :meth:`gridify.Predictor.predict` (:func:`gridify.datasets.scene_base.build_scene_features`)."""
         from ..datasets.scene_base import build_scene_features  # noqa: PLC0415
-        from ..io import PointCloud, read_points, reader_takes  # noqa: PLC0415
+        from ..io import PointCloud  # noqa: PLC0415
 
         if not isinstance(cloud, (PointCloud, str, os.PathLike)):
             fail(
@@ -128,8 +137,7 @@ class OnnxSceneModel:
                 f"cloud must be a file path or a gridify.io.PointCloud (an array has no named intensity: "
                 f"PointCloud(points=a[:, :3], fields={{'intensity': a[:, 3]}})), got {type(cloud).__name__}",
             )
-        if not isinstance(cloud, PointCloud):
-            cloud = read_points(cloud, fields="all") if reader_takes(cloud, "fields") else read_points(cloud)
+        cloud = _read_scan(cloud)
         fields = {k.lower(): v for k, v in (cloud.fields or {}).items()}
         strength = next((fields[k] for k in ("intensity", "strength", "remission", "reflectance") if k in fields), None)
         x = build_scene_features(
@@ -143,14 +151,22 @@ class OnnxSceneModel:
         return torch.from_numpy(x if self.features else x[:, :0])
 
     def predict(
-        self, pos: Tensor, x: Optional[Tensor] = None, *, votes: int = 1, seed: int = 0, progress: Optional[Any] = None
+        self, pos: Any, x: Optional[Tensor] = None, *, votes: int = 1, seed: int = 0, progress: Optional[Any] = None
     ) -> Tensor:
-        """Class probabilities ``[N, K]`` of every point of a scene, covered with the file's crops
-        (``pos``, ``x``: tensors or numpy arrays; ``x``: :meth:`features_of` the scan, none for a file without
-        features)."""
+        """Class probabilities ``[N, K]`` of every point of a scene, covered with the file's crops.
+
+        ``pos``: the scan as a file path or a :class:`gridify.io.PointCloud` (its features then built by
+        :meth:`features_of`, ``x`` not given), or its coordinates as a tensor or numpy array with ``x`` the
+        features (:meth:`features_of` the scan; none for a file without features)."""
+        from ..io import PointCloud  # noqa: PLC0415
         from ..scene_inference import MAX_FRAGMENTS, predict_scene_checked  # noqa: PLC0415
 
         where = "OnnxSceneModel.predict"
+        if isinstance(pos, (PointCloud, str, os.PathLike)):
+            if x is not None:
+                fail(where, "x is built from the scan when pos is a file or a PointCloud: give x only with coordinates")
+            cloud = _read_scan(pos)
+            pos, x = torch.from_numpy(cloud.points), self.features_of(cloud)
         pos = check_points(where, "pos", _as_tensor(pos))
         if x is None:
             if "features" in self.inputs:

@@ -12,6 +12,7 @@ import torch
 from gridify import cli
 from gridify import export as E
 from gridify.checkpoint import export_model
+from gridify.io import PointCloud
 from gridify.models import GridifiedSceneSegmenter, GridifiedSegmenter
 from gridify.nn import RegularGrid
 from gridify.ops import grid_knn, knn
@@ -474,3 +475,24 @@ def test_the_scene_runner_refuses_bad_input_by_name_and_takes_numpy(tmp_path):
     for call, message in cases:
         with pytest.raises(ValueError, match=message):
             call()
+
+
+def test_the_scene_runner_predicts_a_scan_file_or_cloud_as_its_features_and_coordinates(tmp_path):
+    from tests.helpers import export_scene_model
+
+    path, _ = export_scene_model(tmp_path)
+    E.export_onnx(path, tmp_path / "dyn.onnx", verify=False)
+    runner = E.OnnxSceneModel(tmp_path / "dyn.onnx", threads=1)
+    rng = np.random.default_rng(3)
+    scan = np.c_[rng.random((300, 3)) * 20, rng.random(300)].astype(np.float32)
+    scan.tofile(tmp_path / "scan.bin")
+    want = runner.predict(torch.from_numpy(scan[:, :3].copy()), runner.features_of(tmp_path / "scan.bin"))
+    assert want.shape == (300, len(runner.class_names))
+    torch.testing.assert_close(runner.predict(tmp_path / "scan.bin"), want, rtol=0, atol=1e-6)
+    torch.testing.assert_close(runner.predict(str(tmp_path / "scan.bin")), want, rtol=0, atol=1e-6)
+    cloud = PointCloud(points=scan[:, :3], fields={"intensity": scan[:, 3]})
+    torch.testing.assert_close(runner.predict(cloud), want, rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match=r"OnnxSceneModel\.predict: x is built from the scan when pos is a file"):
+        runner.predict(tmp_path / "scan.bin", torch.zeros(300, 2))
+    with pytest.raises(ValueError, match=r"feature 'strength' requested but the scene has no strength"):
+        runner.predict(PointCloud(points=scan[:, :3]))
