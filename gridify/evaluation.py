@@ -342,7 +342,8 @@ def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
                 f"classes map to it): nothing to score"
             )
         try:
-            pred = model.predict(cloud, num_votes=args.votes)
+            kw = {"progress": not args.no_progress} if getattr(model, "whole_scenes", False) else {}
+            pred = model.predict(cloud, num_votes=args.votes, **kw)  # a scene model's crops: a progress bar
         except (DatasetError, ValueError, OSError) as exc:
             raise SystemExit(f"{prog}: error: {error_line(exc)}")
         one = SegmentationIoU(len(names))

@@ -68,8 +68,12 @@ def test_evaluate_scan_prints_per_class_iou_against_the_labels_beside_it(tmp_pat
     assert (
         gridify_main(["evaluate", "--ckpt", str(path), "--scan", str(tmp_path / "velodyne"), "--output", str(out)]) == 0
     )
-    text = capsys.readouterr().out
+    cap = capsys.readouterr()
+    text = cap.out
     assert "2 scan(s): mIoU" in text and all(c in text for c in CLASSES)
+    assert "crops (100 %)" in cap.err  # each scan's crops show progress, as predict's do (--no-progress: none)
+    assert gridify_main(["evaluate", "--ckpt", str(path), "--scan", str(tmp_path / "velodyne"), "--no-progress"]) == 0
+    assert "crops" not in capsys.readouterr().err
     report = json.loads(out.read_text())
     # the same numbers as the metric over both scans' predictions
     model, metric = load(path), SegmentationIoU(3)
