@@ -145,7 +145,9 @@ def _add_show_parser(sub: Any) -> None:
     s.add_argument(
         "--model", choices=sorted(PRETRAINED), help="a shipped model instead of --ckpt (gridify list models)"
     )
-    s.add_argument("--out", type=types.output_file(), help="PNG path: render headless instead of opening a window")
+    s.add_argument(
+        "--out", type=types.output_file([".png"]), help="PNG path: render headless instead of opening a window"
+    )
     s.add_argument(
         "--layers",
         default=None,

@@ -959,7 +959,7 @@ def show(
     """
     where = "show"
     if out is not None:  # before the scene is built and rendered
-        check_output_file(out, f"{where}: out")
+        check_output_file(out, f"{where}: out", suffixes=[".png"])
     style = _check_style(where, width, height, point_size, grid_point_size, line_width)
     camera = _check_camera(where, view, up, azimuth, elevation)
     opts = _check_layer_options(where, grid_color, grid_nodes, edge_nodes, max_edges, seed, grid_bounds)
@@ -996,7 +996,7 @@ def show_comparison(
     """
     where = "show_comparison"
     if out is not None:
-        check_output_file(out, f"{where}: out")
+        check_output_file(out, f"{where}: out", suffixes=[".png"])
     pos = _check_cloud(where, _to_numpy(points))
     truth = np.asarray(_to_numpy(truth)).reshape(-1)
     pred = np.asarray(_to_numpy(prediction)).reshape(-1)

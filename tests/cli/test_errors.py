@@ -125,6 +125,7 @@ CASES = [
     (["predict", f"{P}/cloud.npy", "--model", "modelnet10", "--out", f"{P}/afile/x/l.txt"], ["--out", "below"]),
     (["predict", f"{P}/cloud.npy", "--model", "modelnet10", "--out", f"{P}/fifo"], ["--out", "FIFO"]),
     (["show", f"{P}/cloud.npy", "--out", f"{P}/afile/v.png"], ["--out", "afile", "not a folder"]),
+    (["show", f"{P}/cloud.npy", "--out", f"{P}/v.txt"], ["--out", "v.txt", "unsupported extension '.txt'", ".png"]),
     (["show", f"{P}/cloud.npy", "--out", f"{P}/adir"], ["--out", "adir", "folder"]),
     (["export", f"{P}/model.pt", "--out", f"{P}/afile/m.onnx"], ["afile"]),
     (["bench", "--out", f"{P}/afile"], ["--out", "afile", "is a file"]),

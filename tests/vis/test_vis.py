@@ -308,6 +308,14 @@ def test_bad_options_say_what_is_wrong(tmp_path, cloud_graph):
             vis.show(pts, **{"out": out, **kw})
 
     bad("show: unknown layer(s) ['nodes']; layers are ['points', 'grid', 'edges']", layers=["nodes"])
+    # the image is a PNG: another extension is refused before anything is rendered, not written as PNG bytes
+    bad(
+        "show: out " + str(tmp_path / "x.jpg") + ": unsupported extension '.jpg'; use one of ['.png']",
+        out=tmp_path / "x.jpg",
+    )
+    with pytest.raises(ValueError, match=r"show_comparison: out .*x\.txt: unsupported extension '\.txt'"):
+        vis.show_comparison(pts, np.zeros(len(pts), int), np.zeros(len(pts), int), out=tmp_path / "x.txt")
+    assert not (tmp_path / "x.jpg").exists() and not (tmp_path / "x.txt").exists()
     bad(
         "show: layer(s) ['grid'] requested but not given (pass grid= / edges=; gridify show: a model with a grid, "
         "--layers points otherwise)",
