@@ -100,6 +100,28 @@ def _real_numbers(where: str, name: str, arr: np.ndarray, bools: bool = False) -
         raise ValueError(f"{where}: {name} must hold real numbers, got dtype {arr.dtype}")
 
 
+def _unit_colors(where: str, colors: np.ndarray) -> np.ndarray:
+    """``colors`` on the unit scale :class:`PointCloud` holds them in: integers (8-bit 0-255, or 16-bit up to 65535,
+    as LAS stores them) divided by 255 or 65535; floats must already lie in ``[0, 1]``: 0-255 floats would reach a
+    model trained on ``[0, 1]`` colours 255 times too bright, so they are refused, naming the largest value."""
+    if colors.size == 0:
+        return colors
+    if colors.dtype.kind in "iu":
+        lo, hi = int(colors.min()), int(colors.max())
+        if lo < 0 or hi > 65535:
+            raise ValueError(f"{where}: integer colors must lie in 0..255 or 0..65535, got {lo}..{hi}")
+        return colors.astype(np.float64) / (255.0 if hi <= 255 else 65535.0)
+    with np.errstate(invalid="ignore"):
+        bad = (colors < 0) | (colors > 1.0 + 1e-6)
+    if bad.any():
+        row = int(np.flatnonzero(bad.any(axis=1))[0])
+        raise ValueError(
+            f"{where}: float colors must lie in [0, 1], got {float(colors[bad][0])!r} (row {row}, values up to "
+            f"{float(np.nanmax(colors)):g}): divide 0-255 colours by 255, or pass them as uint8"
+        )
+    return colors
+
+
 def centre_large_offset(points: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """``(points - offset, offset)``: coordinates with a large offset (:func:`coordinate_dtype` float64, UTM
     metres) moved, in float64, so that their bounding box is centred on the origin, and that centre ``[3]``
@@ -134,7 +156,8 @@ class PointCloud:
     Shapes:
         points: ``[N, 3]`` float32 or float64.
         normals: ``[N, 3]`` float32 or None.
-        colors: ``[N, 3]`` float32 in ``[0, 1]`` or None.
+        colors: ``[N, 3]`` float32 in ``[0, 1]`` or None (integer colours given are divided by 255, or 65535
+            when a value exceeds 255; float colours outside ``[0, 1]`` are refused).
         labels: ``[N]`` int64 or None.
         fields: name -> ``[N]`` array.
         dropped: ``[D]`` int64, the rows of the file (0-based, in file order) that read_points
@@ -170,6 +193,8 @@ class PointCloud:
             if arr.shape != (n, 3):
                 raise ValueError(f"{where}: {name} must have shape [{n}, 3], got {arr.shape}")
             _real_numbers(where, name, arr)
+            if name == "colors":
+                arr = _unit_colors(where, arr)
             with np.errstate(over="ignore"):
                 setattr(self, name, np.ascontiguousarray(arr, dtype=np.float32))
         if self.labels is not None:

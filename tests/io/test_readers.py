@@ -372,6 +372,14 @@ def test_pointcloud_validation():
         PointCloud(np.zeros((3, 3)), labels=np.array([1.0, 0.5, 2.0]))
     with pytest.raises(ValueError, match=r"labels must be integers, got dtype bool"):
         PointCloud(np.zeros((2, 3)), labels=np.array([True, False]))
+    # colours on the unit scale: integers scaled (8-bit, or 16-bit above 255), 0-255 floats refused (not 255x too bright)
+    rgb8 = np.array([[255, 0, 51], [0, 0, 0]], np.uint8)
+    np.testing.assert_allclose(PointCloud(np.zeros((2, 3)), colors=rgb8).colors, rgb8 / 255.0, rtol=1e-6)
+    np.testing.assert_allclose(PointCloud(np.zeros((1, 3)), colors=[[65535, 0, 257]]).colors, [[1, 0, 257 / 65535]])
+    with pytest.raises(ValueError, match=r"^PointCloud: float colors must lie in \[0, 1\], got 255\.0 \(row 0.*by 255"):
+        PointCloud(np.zeros((2, 3)), colors=rgb8.astype(np.float32))
+    with pytest.raises(ValueError, match=r"integer colors must lie in 0\.\.255 or 0\.\.65535, got -1\.\.0"):
+        PointCloud(np.zeros((1, 3)), colors=[[-1, 0, 0]])
     kept = PointCloud(
         np.zeros((3, 3)), labels=np.array([1.0, 0.0, 7.0]), fields={"flag": np.array([True, False, True])}
     )
