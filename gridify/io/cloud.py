@@ -39,6 +39,7 @@ __all__ = [
     "representable_rows",
     "centre_large_offset",
     "label_values_problem",
+    "clip_unit_colors",
 ]
 
 #: points keep float64 when max|p| > LARGE_OFFSET x the extent (and float32 is not exact)
@@ -98,6 +99,13 @@ def _real_numbers(where: str, name: str, arr: np.ndarray, bools: bool = False) -
     kinds = "iuf" + ("b" if bools else "")
     if arr.dtype.kind not in kinds:
         raise ValueError(f"{where}: {name} must hold real numbers, got dtype {arr.dtype}")
+
+
+def clip_unit_colors(colors: np.ndarray) -> np.ndarray:
+    """A reader's colours ``[N, 3]`` (already divided by their scale) put into ``[0, 1]`` whatever the file holds:
+    NaN 0, above 1 (or +Inf) 1, below 0 0. Readers call it before building the :class:`PointCloud`, which
+    refuses float colours outside ``[0, 1]`` (a hand-built cloud's 0-255 floats are a mistake, a file's are data)."""
+    return np.clip(np.nan_to_num(colors, nan=0.0, posinf=1.0, neginf=0.0), 0.0, 1.0)
 
 
 def _unit_colors(where: str, colors: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .._checks import warn_at_caller
-from .cloud import PointCloud
+from .cloud import PointCloud, clip_unit_colors
 
 __all__ = ["color_scale", "table_to_cloud"]
 
@@ -86,7 +86,7 @@ def _named_columns(table: np.ndarray, p: Path, columns: Sequence[str]) -> PointC
     colors = pick(("r", "g", "b"))
     if colors is not None:
         scale = color_scale(colors) or 255.0
-        colors = np.clip(colors / scale, 0.0, 1.0)
+        colors = clip_unit_colors(colors / scale)
     labels = table[:, idx["label"]] if "label" in idx else None
     if labels is not None and not _is_integral(labels):
         raise ValueError(f"{p}: the label column holds non-integer values")

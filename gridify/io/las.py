@@ -169,8 +169,8 @@ def _check_scales(p: Path, header: Any) -> None:
 def _colors(las: Any, names: Sequence[str]) -> Optional[np.ndarray]:
     if not {"red", "green", "blue"} <= set(names):
         return None
-    block = np.stack([np.asarray(las[c]) for c in ("red", "green", "blue")], 1).astype(np.float64)
-    return block / (255.0 if block.size and block.max() <= 255 else 65535.0)
+    # integers: PointCloud puts them on the unit scale (by 255, or by 65535 when a value exceeds 255)
+    return np.stack([np.asarray(las[c]) for c in ("red", "green", "blue")], 1)
 
 
 def read_las(p: Path, fields: Union[None, str, Sequence[str]] = None, labels_from: Optional[str] = None) -> PointCloud:

@@ -33,7 +33,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from .._files import PathLike
-from .cloud import PointCloud
+from .cloud import PointCloud, clip_unit_colors
 from .columns import table_to_cloud
 from .source import read_file_bytes
 
@@ -208,7 +208,7 @@ def read_npz(p: Path) -> PointCloud:
     if colors is not None:
         colors = colors.astype(np.float64)
         colors = colors / (255.0 if colors.size and np.nanmax(colors, initial=0.0) > 1.0 else 1.0)
-        colors = np.clip(np.nan_to_num(colors, nan=0.0, posinf=1.0, neginf=0.0), 0.0, 1.0)  # as read_points does
+        colors = clip_unit_colors(colors)
     if labels is not None and labels.reshape(-1).shape[0] != n:
         labels = None  # e.g. one class label per file, not per point
     return PointCloud(pts[:, :3], normals, colors, labels, str(p))

@@ -31,7 +31,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .cloud import PointCloud
+from .cloud import PointCloud, clip_unit_colors
 from .columns import color_scale
 from .fields import pick_fields
 from .source import read_file_bytes
@@ -328,7 +328,7 @@ def _pcd_colors(arr: np.ndarray) -> Optional[np.ndarray]:
             return np.stack([(packed >> 16) & 255, (packed >> 8) & 255, packed & 255], 1) / 255.0
     if {"r", "g", "b"} <= names:
         block = np.stack([arr["r"], arr["g"], arr["b"]], 1).astype(np.float64)
-        return block / (color_scale(block) or 255.0)
+        return clip_unit_colors(block / (color_scale(block) or 255.0))
     return None
 
 

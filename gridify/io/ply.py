@@ -35,7 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .._files import PathLike
-from .cloud import PointCloud
+from .cloud import PointCloud, clip_unit_colors
 from .columns import color_scale
 from .fields import pick_fields
 from .mesh import polygons_to_triangles, surface_cloud
@@ -436,7 +436,7 @@ def _ply_colors(verts: Dict[str, np.ndarray]) -> Optional[np.ndarray]:
         if set(trio) <= verts.keys():
             block = np.stack([verts[k] for k in trio], 1)
             scale = 255.0 if block.dtype.kind in "ui" else (color_scale(block.astype(np.float64)) or 255.0)
-            return np.clip(block.astype(np.float64) / scale, 0.0, 1.0)
+            return clip_unit_colors(block.astype(np.float64) / scale)
     return None
 
 

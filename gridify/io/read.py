@@ -212,7 +212,8 @@ def check_read_options(
 
 
 def finalize(cloud: PointCloud, p: Path, drop_invalid: bool) -> PointCloud:
-    """Check what a reader returned: at least one point, colours in ``[0, 1]``, invalid points dropped.
+    """Check what a reader returned: at least one point (colours in ``[0, 1]``: the readers clip theirs,
+    :func:`gridify.io.cloud.clip_unit_colors`), invalid points dropped.
 
     A point is invalid when a coordinate is NaN, Inf or beyond the float32 range; the rows dropped
     are recorded in ``cloud.dropped`` (with a warning), so a caller pairing the rows with data of
@@ -222,8 +223,6 @@ def finalize(cloud: PointCloud, p: Path, drop_invalid: bool) -> PointCloud:
     cloud.source = str(p)
     if len(cloud) == 0:
         raise ValueError(f"{p}: file contains no points")
-    if cloud.colors is not None:  # the documented range, whatever the file holds
-        cloud.colors = np.clip(np.nan_to_num(cloud.colors, nan=0.0, posinf=1.0, neginf=0.0), 0.0, 1.0)
     bad = ~representable_rows(cloud.points)
     if bad.any():
         if not drop_invalid:

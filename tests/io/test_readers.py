@@ -563,3 +563,18 @@ def test_truncated_dataset_files_name_the_file(tmp_path):
     npy.write_bytes(npy.read_bytes()[:-20])
     with pytest.raises(ValueError, match=rf"{npy}: "):
         read_points(npy)
+
+
+def test_a_files_colours_off_the_unit_scale_are_clipped_by_every_reader_not_refused(tmp_path):
+    """A hand-built PointCloud refuses 0-255 floats; a file's odd colours are data: each reader clips them first."""
+    table = np.array([[0, 0, 0, -5.0, 300.0, np.nan], [1, 1, 1, 10.0, 20.0, 255.0]], np.float32)
+    pcd = tmp_path / "odd.pcd"
+    pcd.write_bytes(_pcd_header(list("xyzrgb"), [4] * 6, ["F"] * 6, 2, "binary") + table.astype("<f4").tobytes())
+    np.savez(tmp_path / "odd.npz", pos=table[:, :3], color=table[:, 3:])
+    np.savetxt(tmp_path / "odd.txt", np.nan_to_num(table, nan=7.0))
+    for path in (pcd, tmp_path / "odd.npz", tmp_path / "odd.txt"):
+        colors = read_points(path, columns=list("xyzrgb")) if path.suffix == ".txt" else read_points(path)
+        colors = colors.colors
+        assert colors is not None and np.isfinite(colors).all(), path
+        assert colors.min() >= 0.0 and colors.max() <= 1.0, path
+        assert colors[0, 0] == 0.0 and colors[0, 1] == 1.0, path  # -5 -> 0, 300 -> 1 (clipped, not refused)
