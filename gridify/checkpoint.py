@@ -327,9 +327,9 @@ def _lightning_payload(raw: Dict[str, Any], path: Path) -> Dict[str, Any]:
     missing = [k for k in _NEED if k not in hp]
     if missing:
         raise CheckpointError(f"{path}: Lightning checkpoint without the gridify hyper-parameters {missing}")
-    state = {
-        k[len("model.") :]: v for k, v in raw["state_dict"].items() if isinstance(k, str) and k.startswith("model.")
-    }
+    # a run with optim.ema_decay > 0 keeps its model, the weights' moving average, under ema.*
+    prefix = "ema." if any(isinstance(k, str) and k.startswith("ema.") for k in raw["state_dict"]) else "model."
+    state = {k[len(prefix) :]: v for k, v in raw["state_dict"].items() if isinstance(k, str) and k.startswith(prefix)}
     out = {"kind": "lightning", "state_dict": state, "epoch": raw.get("epoch"), "global_step": raw.get("global_step")}
     out.update({k: hp[k] for k in _NEED})
     info = hp["info"]

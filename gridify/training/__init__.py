@@ -28,6 +28,7 @@ The package, one concern per module:
     config      shipped configs by name, _base_ inheritance, overrides, validation (ConfigError)
     data        datasets, augmentations, samplers and loaders, the model from the config
     schedule    steps per epoch and the warm-up + cosine learning-rate factor
+    ema         the exponential moving average of the weights (optim.ema_decay)
     metrics     forward pass, metrics, a plain evaluation loop
     plots       loss/metric curves and the confusion matrix (matplotlib)
     report      the files a run writes about itself

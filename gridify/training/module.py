@@ -16,6 +16,9 @@
   ``OneCycleLR`` over the same ``T`` steps with ``pct_start = warmup_epochs * steps_per_epoch / T``
   (:class:`~.schedule.OneCycle`: cosine from ``lr / 25`` up to ``lr``, then down to ``lr / 25e4``;
   AdamW's beta1 cycles 0.95 -> 0.85 -> 0.95).
+* ``optim.ema_decay = d > 0``: an exponential moving average of the weights (:mod:`.ema`) updated after
+  every optimizer step validates and tests in the model's place and is the run's model (``model.pt``;
+  the ``ema.*`` entries of a checkpoint); the live weights go on training (``model.*``).
 * ``trainer.recalibrate_bn``: before each validation and the test, the BatchNorm running statistics
   are re-estimated on the training split with the current weights (:func:`gridify.nn.recalibrate_batchnorm`,
   no gradient, dropout seeded from (seed, global step)), so eval mode and the saved checkpoints use
@@ -42,9 +45,10 @@ Both classes live at module level, so they pickle (multiprocessing, Lightning's 
 
 from __future__ import annotations
 
+import copy
+import functools
 import time
 
-import functools
 from typing import Any, Dict, Optional, Tuple, Type
 
 import lightning.pytorch as pl
@@ -67,6 +71,7 @@ from .data import (
     make_model,
     set_train_epoch,
 )
+from .ema import ema_decay_at, update_ema
 from .metrics import eval_settings
 from .schedule import OneCycle, warmup_cosine
 from .schema import optimizer_error
@@ -108,6 +113,11 @@ class PointCloudTask(pl.LightningModule):
         self.task = task
         self.task_def = get_task(task)
         self.model = make_model(model_name, model_kwargs)
+        self.ema_decay = float(optim.get("ema_decay", 0.0))
+        # the averaged weights (a submodule: checkpointed under ema.*, moved with the module); None when off
+        self.ema = copy.deepcopy(self.model).requires_grad_(False) if self.ema_decay > 0 else None
+        self._ema_step = 0  # the optimizer step the average last took in
+        self._ema_restored = False  # set when a checkpoint brought the average
         self.train_loss = MeanMetric()
         self.val_metrics = self.task_def.make_metrics(info)
         self.test_metrics = self.task_def.make_metrics(info, confusion=self.task_def.test_confusion)
@@ -117,14 +127,43 @@ class PointCloudTask(pl.LightningModule):
         )
         self.test_results: Dict[str, Any] = {}
 
+    @property
+    def eval_model(self) -> torch.nn.Module:
+        """The model that validates, tests and is saved as the run's model: the weights' moving
+        average when ``optim.ema_decay > 0``, else the trained model itself."""
+        return self.model if self.ema is None else self.ema
+
     def forward(self, batch: Dict[str, Any]) -> torch.Tensor:
         return self.task_def.forward_batch(self.model, batch)
 
     def _eval_logits(self, batch: Dict[str, Any], votes: int = 1) -> torch.Tensor:
         """The evaluation logits: the task's views (whole scenes for a scene task)."""
         return self.task_def.eval_logits(
-            self.model, batch, votes=votes, seed=int(self.hparams.seed), **eval_settings(self.hparams.info)
+            self.eval_model, batch, votes=votes, seed=int(self.hparams.seed), **eval_settings(self.hparams.info)
         )
+
+    def on_fit_start(self) -> None:
+        # a fresh run's average starts at the weights training starts from (init_weights included)
+        if self.ema is not None and not self._ema_restored:
+            self.ema.load_state_dict(self.model.state_dict())
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        step = int(self.global_step)  # optimizer steps taken; unchanged on an accumulation batch
+        if self.ema is not None and step != self._ema_step:
+            self._ema_step = step
+            update_ema(self.ema, self.model, ema_decay_at(self.ema_decay, step))
+
+    def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
+        """A checkpoint of a run without the average resumed with ``optim.ema_decay > 0`` starts the
+        average at its weights; one with an average resumed without keeps the live weights only."""
+        state = checkpoint.get("state_dict", {})
+        has = any(k.startswith("ema.") for k in state)
+        if self.ema is not None and not has:
+            state.update({"ema." + k[len("model.") :]: v for k, v in list(state.items()) if k.startswith("model.")})
+        elif self.ema is None and has:
+            for k in [k for k in state if k.startswith("ema.")]:
+                del state[k]
+        self._ema_restored = self.ema is not None
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         # dropout randomness as a function of (seed, step, rank): identical after a resume
@@ -180,7 +219,7 @@ class PointCloudTask(pl.LightningModule):
         device = self.device
         batches = ({k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in b.items()} for b in loader)
         with torch.inference_mode(False), torch.no_grad():  # Lightning evaluates in inference mode
-            return recalibrate_batchnorm(self.model, batches, forward=self.task_def.forward_batch)
+            return recalibrate_batchnorm(self.eval_model, batches, forward=self.task_def.forward_batch)
 
     def on_validation_epoch_end(self) -> None:
         values, _ = self.task_def.compute_metrics(self.val_metrics)
@@ -210,7 +249,7 @@ class PointCloudTask(pl.LightningModule):
 
     def configure_optimizers(self) -> Dict[str, Any]:
         o = self.hparams.optim
-        opt = build_optimizer(self.parameters(), o)
+        opt = build_optimizer(self.model.parameters(), o)  # not the average's copy
         spe = int(self.hparams.steps_per_epoch)
         max_steps = self.trainer.max_steps
         total = max_steps if max_steps and max_steps > 0 else spe * int(self.trainer.max_epochs)

@@ -423,7 +423,7 @@ def _save_interrupted(trainer: pl.Trainer, module: PointCloudTask, record: RunRe
             warnings.warn(f"could not save the interrupted state ({type(exc).__name__}: {exc})")
         export_model(
             out / "checkpoints" / "model.pt",
-            module.model,
+            module.eval_model,
             {
                 "model_name": record.model_name,
                 "model_kwargs": record.model_kwargs,
@@ -476,7 +476,7 @@ def test_and_report(
         num_samples=len(datamodule.test_set) if datamodule.test_set is not None else None,
         subset=datamodule.subsets.get("test"),
     )
-    write_test_outputs(record, report, module.model, train_seconds)
+    write_test_outputs(record, report, module.eval_model, train_seconds)
     for logger in trainer.loggers:
         if isinstance(logger, pl.loggers.TensorBoardLogger):
             write_tensorboard(logger.experiment, record, report, trainer.global_step)

@@ -438,6 +438,7 @@ DEFAULTS: Dict[str, Any] = {
         "kernel_l2": 0.0,
         "label_smoothing": 0.0,
         "lovasz_weight": 0.0,
+        "ema_decay": 0.0,
         "class_weights": "none",
         "schedule": "warmup_cosine",
     },
@@ -577,6 +578,14 @@ SCHEMA: Dict[str, Any] = {
             min=0.0,
             max=1e6,
             doc="weight of the Lovász-softmax loss added to the cross-entropy (scene_segmentation only; 0: none)",
+        ),
+        "ema_decay": Num(
+            min=0.0,
+            max=1.0,
+            max_open=True,
+            doc="decay d of an exponential moving average of the weights (0: none): after step s, "
+            "ema <- d_s * ema + (1 - d_s) * weights with d_s = min(d, (1 + s) / (10 + s)); the average "
+            "validates, tests and is the run's model.pt",
         ),
         "class_weights": Choice(
             CLASS_WEIGHTS,
