@@ -64,7 +64,10 @@ def atomic_write(path: PathLike, write: Callable[[IO[bytes]], Any]) -> Path:
     """
     target = Path(os.fspath(path))
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
+    except OSError as exc:  # named by the target, not by the temporary file that could not be made
+        raise OSError(exc.errno, exc.strerror, str(target)) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             write(fh)

@@ -87,6 +87,9 @@ def _folder_problem(folder: Path) -> Optional[str]:
     """Why nothing can be written into the existing ``folder`` (None: it can)."""
     if not folder.is_dir():
         return f"{folder} is a file, not a folder"
+    top = folder.resolve().parts[1:2]
+    if sys.platform.startswith("linux") and top in (("proc",), ("sys",)):
+        return f"{folder} lies on the kernel's /{top[0]} pseudo file system, where files cannot be created"
     try:
         if os.statvfs(folder).f_flag & os.ST_RDONLY:
             return f"{folder} is on a read-only file system"

@@ -663,7 +663,7 @@ def _ground_truth(args: argparse.Namespace, cloud: Any, model: Any) -> Optional[
     if not path.is_file():
         raise SystemExit(f"gridify show: error: --labels {args.labels}: no such file")
     try:
-        return read_scan_labels(path, len(cloud.points), list(model.class_names))
+        return read_scan_labels(path, cloud, list(model.class_names))
     except DatasetError as exc:
         raise SystemExit(f"gridify show: error: {exc}")
 

@@ -255,13 +255,16 @@ def evaluate(
 
 
 def _scan_files(paths: Sequence[str], prog: str) -> list:
-    """The scan files of ``--scan``: files as given, folders' readable point files (sorted, not recursive)."""
+    """The scan files of ``--scan``: files as given, folders' readable point files (sorted, not recursive); a
+    Pointcept scene folder (with ``coord.npy``) is one scan, its ``coord.npy``."""
     from gridify.io import SUPPORTED_EXTENSIONS
 
     files = []
     for text in paths:
         p = Path(text)
-        if p.is_dir():
+        if p.is_dir() and (p / "coord.npy").is_file():  # a Pointcept scene folder: one scan, segment.npy beside
+            files.append(p / "coord.npy")
+        elif p.is_dir():
             found = sorted(q for q in p.iterdir() if q.is_file() and q.suffix.lower() in SUPPORTED_EXTENSIONS)
             if not found:
                 raise SystemExit(f"{prog}: error: --scan {text}: no point-cloud files in this folder")
@@ -288,7 +291,7 @@ def _read_scan(
         cloud = read_points(path, fields="all") if fields else read_points(path)
         label_file = Path(args.labels) if args.labels else scan_label_path(path)
         if label_file is not None:
-            return cloud, read_scan_labels(label_file, len(cloud.points), list(names)), label_file
+            return cloud, read_scan_labels(label_file, cloud, list(names)), label_file
         if cloud.labels is not None:
             return cloud, np.asarray(cloud.labels, np.int64), path
     except (DatasetError, ValueError, OSError) as exc:

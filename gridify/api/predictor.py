@@ -122,8 +122,13 @@ class Predictor(nn.Module):
     def forward(
         self, pos: Tensor, x: Optional[Tensor] = None, batch: Optional[Tensor] = None, category: Optional[Tensor] = None
     ) -> Tensor:
-        if self.num_categories or category is not None:  # a part segmenter trained with object categories
+        if self.num_categories:  # a part segmenter trained with object categories
             return self.model(pos, x, batch, category=category)
+        if category is not None:
+            raise ValueError(
+                f"Predictor.forward: category is only used by part segmenters trained with object categories; "
+                f"this {self.task} model takes none"
+            )
         return self.model(pos, x, batch)
 
     def extra_repr(self) -> str:

@@ -531,6 +531,16 @@ class ScenePredictor(TaskPredictor):
                 progress,
             )
         probs_np = probs.float().cpu().numpy()
+        finite = np.isfinite(probs_np).all(1)
+        if not finite.all():  # an input far outside the training range overflowed inside the model
+            span = ", ".join(f"{float(np.abs(c).max()):.3g}" for c in x.T) if x.shape[1] else "none"
+            fail(
+                where,
+                f"the model's output is NaN/Inf for {int((~finite).sum())} of {len(finite)} points of "
+                f"{source or 'the cloud'} (first: row {int(np.flatnonzero(~finite)[0])}): its input lies outside "
+                f"the range the model was trained on (largest |feature| per column of {list(predictor.scene_features)}: "
+                f"{span}; coordinates up to {float(np.abs(pos).max()):.3g} m)",
+            )
         return Prediction(
             labels=probs_np.argmax(-1).astype(np.int64),
             probabilities=probs_np,
@@ -587,13 +597,15 @@ class ScenePredictor(TaskPredictor):
             fail(where, f"the scene features {list(names)} give {x.shape[1]} columns but the model takes {width}")
         if not np.isfinite(x).all():
             bad = int(np.flatnonzero(~np.isfinite(x).all(1))[0])
+            file_rows = cloud.dropped is not None and len(cloud.dropped) > 0  # rows of the file, as it is read
+            row = (lambda i: f"row {cloud.file_row(i)} of the file") if file_rows else (lambda i: f"row {i}")
             culprits = [
-                f"its field {name!r} holds NaN/Inf (row {int(np.flatnonzero(~np.isfinite(v))[0])})"
+                f"its field {name!r} holds NaN/Inf ({row(int(np.flatnonzero(~np.isfinite(v))[0]))})"
                 for name, v in cloud.fields.items()
                 if v.dtype.kind == "f" and not np.isfinite(v).all()
             ]
             why = f"; {', '.join(culprits)}: drop or fill those rows" if culprits else ""
-            fail(where, f"the features {list(names)} of {source or 'the cloud'} hold NaN/Inf (row {bad}){why}")
+            fail(where, f"the features {list(names)} of {source or 'the cloud'} hold NaN/Inf ({row(bad)}){why}")
         return x
 
     def built_features(
@@ -603,7 +615,7 @@ class ScenePredictor(TaskPredictor):
         built by the datasets' own :func:`gridify.datasets.scene_base.build_scene_features` from what the
         cloud has."""
         from ..datasets._common import DatasetError  # noqa: PLC0415 (datasets sit beside api's layer)
-        from ..datasets.scene_base import build_scene_features  # noqa: PLC0415
+        from ..datasets.scene_base import build_scene_features, warn_off_unit_scale  # noqa: PLC0415
 
         what = cloud.source or "the cloud"
         fields = {k.lower(): v for k, v in (cloud.fields or {}).items()}
@@ -635,6 +647,7 @@ class ScenePredictor(TaskPredictor):
                     f"intensity, in Python read_points(path, columns=[...])) or in Python pass features=",
                 )
             strength = fields[key]
+            warn_off_unit_scale(strength, "strength", f"{what}: its field {key!r}")
         try:
             return build_scene_features(names, pos, color=cloud.colors, normal=nrm, strength=strength, where=what)
         except DatasetError as exc:

@@ -87,6 +87,25 @@ def scale_unit(values: Any, what: str, where: str) -> np.ndarray:
     return a.astype(np.float32, copy=False)
 
 
+def warn_off_unit_scale(values: Any, what: str, where: str) -> None:
+    """Warn, naming ``where``, the row and the value, when float ``values`` (colours, intensity) lie outside
+    ``[0, 1]``: a model trained on that scale (SemanticKITTI remission, the readers' colours) sees 0-255 floats
+    as they are and labels them wrongly without a sign. Integers are scaled (:func:`scale_unit`); NaN/Inf are
+    the callers' to name."""
+    a = np.asarray(values)
+    if a.dtype.kind != "f" or a.size == 0:
+        return
+    with np.errstate(invalid="ignore"):
+        off = np.isfinite(a) & ((a < 0) | (a > 1.0 + 1e-6))
+    if off.any():
+        row = int(np.flatnonzero(off.reshape(len(a), -1).any(1))[0])
+        name = "intensity" if what == "strength" else what
+        warn_at_caller(f"{where}: {int(off.sum())} {name} value(s) outside [0, 1], the scale the shipped models "
+                       f"were trained on (first: {float(a[off].reshape(-1)[0]):g} at row {row}): divide 8-bit "
+                       f"values by 255 and 16-bit ones by 65535 (or give them as uint8 / uint16, which are scaled), "
+                       f"unless the model was trained on this scale")
+
+
 def build_scene_features(names: Sequence[str], pos: Any, *, color: Any = None, normal: Any = None,
                          strength: Any = None, height: Any = None, where: str = "scene") -> np.ndarray:
     """The model input ``x [N, F]`` (float32) of a scene from its feature ``names`` (:data:`SCENE_FEATURES`):
@@ -176,6 +195,23 @@ def drop_nonfinite_rows(scene: Dict[str, np.ndarray], where: str) -> Dict[str, n
         if v is not None and len(np.asarray(v)) == n:
             out[key] = np.asarray(v)[ok]
     return out
+
+
+def _check_label_range(scene: Dict[str, np.ndarray], num_classes: int, ignore: int, where: str) -> None:
+    """A DatasetError naming ``where``, the row and the value when a label is neither a class id
+    ``0..num_classes - 1`` nor ``ignore`` (such labels reached the items, the loss and the metrics as they were)."""
+    seg = scene.get("segment")
+    if seg is None:
+        return
+    seg = np.asarray(seg).reshape(-1)
+    bad = (seg != ignore) & ((seg < 0) | (seg >= num_classes))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise DatasetError(
+            f"{where}: label {int(seg[row])} (row {row}) outside 0..{num_classes - 1} ({num_classes} classes) and "
+            f"not the ignore label {ignore}; {int(bad.sum())} such label(s): map unlabelled points "
+            f"(e.g. 255) to {ignore}, or give the dataset all its classes (classes.txt / data.classes)"
+        )
 
 
 def _warn_unlabelled(scene: Dict[str, np.ndarray], split: str, where: str) -> None:
@@ -290,11 +326,7 @@ class SceneDatasetBase(PointCloudDataset):
             counts = np.zeros(self.num_classes, dtype=np.int64)
             for i in range(self.scene_count()):
                 seg = np.asarray(self.scene(i)["segment"]).reshape(-1).astype(np.int64)
-                seg = seg[seg != self.ignore_index]
-                if seg.size and (seg.min() < 0 or seg.max() >= self.num_classes):
-                    bad = int(seg[(seg < 0) | (seg >= self.num_classes)][0])
-                    raise DatasetError(f"{self.describe(i)}: label {bad} outside 0..{self.num_classes - 1} "
-                                       f"({self.num_classes} classes)")
+                seg = seg[seg != self.ignore_index]  # in -1..num_classes - 1: checked as the scene was read
                 counts += np.bincount(seg, minlength=self.num_classes)
             self._label_counts = counts
         return self._label_counts.copy()
@@ -317,6 +349,7 @@ class SceneDatasetBase(PointCloudDataset):
             except DatasetError as exc:  # the reader named the file (and line): name the scene too
                 raise DatasetError(f"{self.describe(index)}: {exc}") from None
             scene = drop_nonfinite_rows(scene, self.describe(index))
+            _check_label_range(scene, self.num_classes, self.ignore_index, self.describe(index))
             _warn_unlabelled(scene, self.split, self.describe(index))
             if self.cache:
                 self._cache[index] = scene

@@ -65,7 +65,7 @@ from ..io.ply import read_ply_vertices as io_read_ply_vertices
 from ..io.raw import read_raw_rows
 from ..io.source import read_text_file
 from ..io.text import read_text_rows
-from ._common import DatasetError, PathLike
+from ._common import DatasetError, PathLike, align_labels
 
 __all__ = [
     "IGNORE_INDEX", "S3DIS_CLASSES", "S3DIS_TEST_AREA", "SCANNET20_CLASSES", "SCANNET20_NYU40_IDS",
@@ -396,9 +396,13 @@ def read_pointcept_scene(scene_dir: PathLike) -> Dict[str, np.ndarray]:
             a = a.reshape(-1, 1) if width == 1 and a.ndim == 1 else a
             ok = a.ndim == 2 and a.shape[1] == width
         n = len(scene["coord"]) if scene else len(a)
+        if key == "coord" and ok and n == 0:
+            raise _fail(f, "holds no point (shape [0, 3]): a scene needs at least one")
         if not ok or len(a) != n:
             want = f"[{n}]" if width is None else f"[{n}, {width}]"
             raise _fail(f, f"expected {want} {'integers' if width is None else 'values'}, got {a.dtype} {a.shape}")
+        if key == "color" and a.dtype.kind in "iu" and a.size and int(a.max()) > 255:  # 16-bit colours
+            a = a.astype(np.float64) * (255.0 / 65535.0)  # onto the layouts' 0-255 scale, as PointCloud's rule
         scene[key] = integer_labels(f, a) if width is None else (_coord(a) if key == "coord" else a.astype(np.float32))
     scene.setdefault("segment", np.full(len(scene["coord"]), IGNORE_INDEX, dtype=np.int64))
     return scene
@@ -550,6 +554,25 @@ def _pointcept_scenes(root: Path, split: str, test_area: int) -> List[SceneRef]:
     return refs
 
 
+def check_scene_selection(where: str, *, test_area: Any = S3DIS_TEST_AREA, sequences: Any = None,
+                          scenes: Any = None) -> None:
+    """Refuse, naming the argument, a ``test_area`` that is not an integer Area 1-6 (``"5"`` or None put the
+    held-out Area into the training split), and ``sequences`` / ``scenes`` that are not lists of names (a
+    string would be read character by character: ``sequences="05"`` as sequences 0 and 5)."""
+    if isinstance(test_area, bool) or not isinstance(test_area, (int, np.integer)) or not 1 <= int(test_area) <= 6:
+        raise DatasetError(f"{where}: test_area must be an integer Area 1..6 (the S3DIS Area held out), "
+                           f"got {test_area!r}")
+    for name, value in (("sequences", sequences), ("scenes", scenes)):
+        if value is None:
+            continue
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            example = "['08']" if name == "sequences" else "['08_000000']"
+            raise DatasetError(f"{where}: {name} must be a list of names, e.g. {example}, got {value!r}")
+        odd = [v for v in value if isinstance(v, bool) or not isinstance(v, (str, int, np.integer))]
+        if odd:
+            raise DatasetError(f"{where}: {name} must hold names (strings or integers), got {odd[0]!r}")
+
+
 def find_scenes(root: PathLike, layout: str, split: str = "train", *, test_area: int = S3DIS_TEST_AREA,
                 sequences: Optional[Sequence[str]] = None) -> List[SceneRef]:
     """The scenes of ``split`` under ``root`` in ``layout`` (see the module docstring), sorted by name.
@@ -562,6 +585,7 @@ def find_scenes(root: PathLike, layout: str, split: str = "train", *, test_area:
         sequences: SemanticKITTI sequences to read instead of the split's official ones.
     """
     root = Path(root)
+    check_scene_selection("find_scenes", test_area=test_area, sequences=sequences)
     if layout not in LAYOUTS:
         raise ValueError(f"find_scenes: unknown layout {layout!r}; known: {sorted(LAYOUTS)}")
     if layout != "pointcept" and split not in ("train", "val", "test", "all"):
@@ -621,13 +645,15 @@ def scan_label_path(scan: PathLike) -> Optional[Path]:
     return next((c for c in candidates if c.is_file()), None)
 
 
-def read_scan_labels(path: PathLike, num_points: int, class_names: Sequence[str]) -> np.ndarray:
+def read_scan_labels(path: PathLike, num_points: Any, class_names: Sequence[str]) -> np.ndarray:
     """Training ids ``[N]`` (``-1`` = ignore) of one scan's ground truth for a model with ``class_names``.
 
     ``.label`` (SemanticKITTI uint32): mapped to the 19 classes (:func:`map_semantickitti_labels`) when the
     model's classes are SemanticKITTI's, else the low 16 bits taken as ids; ``.npy`` / ``.txt`` (one
-    integer per point, e.g. Pointcept ``segment.npy``): ids as they are. A count other than the scan's
-    ``num_points``, a non-integer value or an id outside ``-1..K-1`` raises a :class:`DatasetError` naming the file.
+    integer per point, e.g. Pointcept ``segment.npy``): ids as they are. ``num_points``: the scan's point count,
+    or the :class:`gridify.io.PointCloud` read from it, whose rows dropped by the reader (NaN/Inf coordinates)
+    lose their labels too (:func:`~._common.align_labels`). Another count, a non-integer value or an id outside
+    ``-1..K-1`` raises a :class:`DatasetError` naming the file.
     """
     p = Path(path)
     suffix = p.suffix.lower()
@@ -640,8 +666,14 @@ def read_scan_labels(path: PathLike, num_points: int, class_names: Sequence[str]
         ids = integer_labels(p, values)
     else:
         raise _fail(p, f"unknown label file type {suffix!r}; use a SemanticKITTI .label, a .npy or a .txt")
-    if len(ids) != int(num_points):
-        raise _fail(p, f"{len(ids)} labels for a scan of {int(num_points)} points")
+    cloud = None if isinstance(num_points, (int, np.integer)) else num_points  # or the cloud read from the scan
+    n = int(num_points) if cloud is None else len(cloud)
+    note = "" if cloud is None else cloud.dropped_note()
+    if note and len(ids) != n and len(ids) == cloud.rows_in_file:  # one label per row of the file
+        ids = align_labels(ids, p, cloud, Path(cloud.source or "the scan"))
+    elif len(ids) != n:
+        rows = f" ({note}: the file has {cloud.rows_in_file} rows)" if note else ""
+        raise _fail(p, f"{len(ids)} labels for a scan of {n} points{rows}")
     bad = np.flatnonzero((ids < IGNORE_INDEX) | (ids >= len(class_names)))
     if bad.size:
         raise _fail(p, f"label {int(ids[bad[0]])} (row {int(bad[0])}) outside -1..{len(class_names) - 1} "

@@ -41,7 +41,7 @@ from .procedural_scenes import (INDOOR_CLASSES, OUTDOOR_CLASSES, ProceduralScene
                                 make_outdoor_scan)
 from .scene_base import SCENE_FEATURES, SceneDatasetBase, check_features, scene_features
 from .scene_layouts import (IGNORE_INDEX, LAYOUTS, POINTCEPT_FILES, S3DIS_TEST_AREA, SEMANTICKITTI_SPLITS,
-                            SceneRef, check_unknown, find_scenes, read_scene, read_text_lines,
+                            SceneRef, check_scene_selection, check_unknown, find_scenes, read_scene, read_text_lines,
                             s3dis_room_classes)
 
 __all__ = ["SceneDatasetBase", "SceneDataset", "S3DIS", "ScanNet", "SemanticKITTI", "SCENE_FEATURES",
@@ -93,6 +93,7 @@ class SceneDataset(SceneDatasetBase):
                  cache: bool = False) -> None:
         where = type(self).__name__
         _check_layout_split(where, layout, split)
+        check_scene_selection(where, test_area=test_area, sequences=sequences, scenes=scenes)
         if features is not None:
             features = check_features(where, features)
         self.root = Path(root) if root is not None else self.default_root(layout)

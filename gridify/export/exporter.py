@@ -668,6 +668,11 @@ def _check_output_path(where: str, path: Any) -> Path:
             f"path={raw!r} exists and is not a regular file (a device, socket, pipe or broken link); "
             f"it would be replaced",
         )
+    if target.suffix.lower() != ".onnx":  # onnxruntime reads any name; another extension is a slip of the hand
+        fail(
+            where,
+            f"path={raw!r} must end in .onnx (an ONNX file is written), e.g. {str(target.with_suffix('.onnx'))!r}",
+        )
     ancestor = target.absolute().parent
     while not os.path.lexists(ancestor) and ancestor != ancestor.parent:
         ancestor = ancestor.parent

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import check_batch, check_int, check_points, fail
+from .._checks import check_batch, check_finite, check_float, check_int, check_points, check_tensor, fail
 from .exporter import require_export_dependencies
 
 __all__ = ["OnnxSceneModel"]
@@ -94,11 +94,14 @@ class OnnxSceneModel:
         where = "OnnxSceneModel"
         pos = check_points(where, "pos", _as_tensor(pos))
         n = pos.size(0)
+        if n == 0:
+            fail(where, "pos holds no point (shape [0, 3]): give at least one")
         batch, _, _ = check_batch(where, "batch", None if batch is None else _as_tensor(batch), n, device=pos.device)
+        check_finite(where, "pos", pos, batch)
         ends = torch.cumsum(torch.bincount(batch.cpu()), 0).tolist()
         out, start = [], 0
         if "features" in self.inputs:
-            x = None if x is None else _as_tensor(x)
+            x = None if x is None else check_tensor(where, "x", _as_tensor(x))
             if x is None or x.dim() != 2 or x.size(0) != n or x.size(1) != self.in_channels:
                 got = "none" if x is None else f"shape {tuple(x.shape)}"
                 fail(
@@ -106,6 +109,8 @@ class OnnxSceneModel:
                     f"x must hold the {self.in_channels} features {self.features} of every point: shape "
                     f"[{n}, {self.in_channels}], got {got}",
                 )
+            check_float(where, "x", x)
+            check_finite(where, "x", x, batch)
         for end in ends:
             m = end - start
             want = max(m, self.k)
@@ -128,7 +133,7 @@ class OnnxSceneModel:
         """The file's per-point input ``x [N, F]`` of a scan (a path or a :class:`gridify.io.PointCloud`),
         built from the feature names in its metadata by the same function as the datasets and
         :meth:`gridify.Predictor.predict` (:func:`gridify.datasets.scene_base.build_scene_features`)."""
-        from ..datasets.scene_base import build_scene_features  # noqa: PLC0415
+        from ..datasets.scene_base import build_scene_features, warn_off_unit_scale  # noqa: PLC0415
         from ..io import PointCloud  # noqa: PLC0415
 
         if not isinstance(cloud, (PointCloud, str, os.PathLike)):
@@ -140,6 +145,24 @@ class OnnxSceneModel:
         cloud = _read_scan(cloud)
         fields = {k.lower(): v for k, v in (cloud.fields or {}).items()}
         strength = next((fields[k] for k in ("intensity", "strength", "remission", "reflectance") if k in fields), None)
+        names = list(self.features or [])
+        have = {"strength": strength, "intensity": strength, "color": cloud.colors, "normal": cloud.normals}
+        lacking = [f for f in names if f in have and have[f] is None]
+        if lacking:
+            how = {
+                "strength": "an intensity field (a .bin, .las, or .ply/.pcd with an intensity property; a text or "
+                ".npy table read with read_points(path, columns=['x', 'y', 'z', 'intensity']))",
+                "color": "colours (a file with colours, or PointCloud(colors=...))",
+                "normal": "normals (PointCloud(normals=...))",
+            }
+            fail(
+                "OnnxSceneModel.features_of",
+                f"the file's model takes the features {names} but {cloud.source or 'the cloud'} has no "
+                f"{'intensity' if lacking[0] == 'strength' else lacking[0]}: give a scan with "
+                f"{how['strength' if lacking[0] == 'intensity' else lacking[0]]}",
+            )
+        if strength is not None and {"strength", "intensity"} & set(names):
+            warn_off_unit_scale(strength, "strength", f"{cloud.source or 'the cloud'}: its intensity")
         x = build_scene_features(
             list(self.features or []),
             cloud.points,

@@ -27,7 +27,7 @@ Shapes:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -217,6 +217,11 @@ class PointCloud:
             self.dropped = np.asarray(self.dropped, dtype=np.int64).reshape(-1)
         self.ignored = {str(k): str(v) for k, v in dict(self.ignored or {}).items()}
         extra = {}
+        if self.fields is not None and not isinstance(self.fields, Mapping):
+            raise ValueError(
+                f"{where}: fields must be a dict of name -> [N] array (e.g. {{'intensity': a[:, 3]}}), "
+                f"got {type(self.fields).__name__}"
+            )
         for name, arr in dict(self.fields or {}).items():
             arr = np.asarray(arr)
             if arr.shape != (n,):
@@ -232,6 +237,12 @@ class PointCloud:
     def rows_in_file(self) -> int:
         """The data rows of the file: the points plus the rows read_points dropped."""
         return len(self) + (0 if self.dropped is None else len(self.dropped))
+
+    def file_row(self, index: int) -> int:
+        """The row of the file that point ``index`` was read from (rows read_points dropped counted)."""
+        if self.dropped is None or not len(self.dropped):
+            return int(index)
+        return int(np.delete(np.arange(self.rows_in_file), self.dropped)[int(index)])
 
     def dropped_note(self) -> str:
         """``""``, or what read_points dropped in words: ``"read_points dropped 1 row with NaN/Inf

@@ -169,12 +169,11 @@ def read_file_bytes(p: Path, limit: Optional[int] = None) -> bytes:
         fd = os.open(p, flags)
     except OSError as exc:
         raise access_error(str(p), exc) from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # before open(): Python refuses a folder's descriptor with "Is a directory: <fd>"
+        os.close(fd)
+        raise ValueError(f"{p}: not a regular file (it is {describe_mode(mode)}); read_points reads regular files only")
     with open(fd, "rb", closefd=True) as fh:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise ValueError(
-                f"{p}: not a regular file (it is {describe_mode(mode)}); read_points reads regular files only"
-            )
         try:
             return fh.read() if limit is None else fh.read(limit)
         except OSError as exc:

@@ -582,6 +582,7 @@ def test_bad_paths_are_refused_before_tracing(tmp_path, no_tracing):
         (b"m.onnx", "path must be a str or os.PathLike .*, got bytes"),
         ("", "path is empty"),
         (str(tmp_path / "a\0b.onnx"), "path contains a NUL character"),
+        (tmp_path / "model.txt", r"must end in .onnx \(an ONNX file is written\), e.g. '.*model.onnx'"),
     ]
     if Path("/dev/null").exists():
         cases.append(("/dev/null", "exists and is not a regular file"))

@@ -471,6 +471,16 @@ def test_the_scene_runner_refuses_bad_input_by_name_and_takes_numpy(tmp_path):
             lambda: runner.features_of(pos.numpy()),
             r"features_of: cloud must be a file path or a gridify\.io\.PointCloud",
         ),
+        # the flat call checks values too (NaN logits, a list, no point came back as torch errors or silently)
+        (lambda: runner(bad_pos, x), r"OnnxSceneModel: pos contains NaN values .* at row 7"),
+        (lambda: runner(pos, x.masked_fill(torch.arange(40)[:, None] == 3, float("inf"))), r"x contains Inf.*row 3"),
+        (lambda: runner(pos, x.tolist()), r"OnnxSceneModel: x must be a torch\.Tensor, got list"),
+        (lambda: runner(pos[:0], x[:0]), r"OnnxSceneModel: pos holds no point"),
+        (
+            lambda: runner.features_of(PointCloud(points=pos.numpy())),
+            r"features_of: the file's model takes the features \['strength', 'height'\] but the cloud has no "
+            r"intensity: give a scan with an intensity field .*columns=",
+        ),
     ]
     for call, message in cases:
         with pytest.raises(ValueError, match=message):

@@ -191,6 +191,37 @@ def test_a_scan_array_with_intensity_is_refused_by_name_and_its_fields_route_wor
     bad[7] = np.nan  # the features are built from the field: the message names the field and its row
     with pytest.raises(ValueError, match=r"hold NaN/Inf \(row 7\); its field 'intensity' holds NaN/Inf \(row 7\)"):
         model.predict(gridify.io.PointCloud(points=xyz, fields={"intensity": bad}))
+    # a row the reader dropped (NaN coordinate at row 5) does not shift the row named: row 8 of the file
+    rows = table.astype(np.float32)
+    rows[5, 0], rows[8, 3] = np.nan, np.inf
+    rows.tofile(tmp_path / "holes.bin")
+    with pytest.warns(UserWarning, match="dropped 1"):
+        with pytest.raises(ValueError, match=r"holds NaN/Inf \(row 8 of the file\)"):
+            model.predict(tmp_path / "holes.bin")
+
+
+def test_an_intensity_off_the_unit_scale_warns_and_an_overflowing_input_is_refused():
+    """0-255 floats reach a model trained on [0, 1] remission as they are: a warning naming the field, the row and
+    the fix; a value so large that the model's output overflows (1e30) is an error, never NaN labels."""
+    model = gridify.load("semantickitti")
+    xyz, strength = _small_scan(400)
+    with pytest.warns(
+        UserWarning,
+        match=r"its field 'intensity': 400 intensity value\(s\) outside \[0, 1\].*"
+        r"at row 0\): divide 8-bit values by 255",
+    ):
+        model.predict(gridify.io.PointCloud(points=xyz, fields={"intensity": strength * 255 + 1}))
+    huge = strength.copy()
+    huge[7] = 1e30
+    with (
+        pytest.warns(UserWarning, match="outside"),
+        pytest.raises(
+            ValueError, match=r"Predictor\.predict: the model's output is NaN/Inf for \d+ of 400 points.*1e\+30"
+        ),
+    ):
+        model.predict(gridify.io.PointCloud(points=xyz, fields={"intensity": huge}))
+    with pytest.raises(ValueError, match=r"Predictor\.forward: category is only used by part segmenters"):
+        model(torch.from_numpy(xyz), torch.zeros(400, 2), torch.zeros(400, dtype=torch.long), category=torch.zeros(1))
 
 
 @pytest.mark.slow  # a whole 127k-point scan on the CPU: about a minute

@@ -214,6 +214,12 @@ CASES = [
     ),
     (["export", "semantickitti", "--out", f"{P}/afile/k.onnx"], ["afile"]),
     (["export", f"{P}/kitti.pt", "--out", f"{P}/k.onnx", "--num-points", "-4"], ["--num-points"]),
+    (["export", "semantickitti", "--out", f"{P}/model.txt"], ["model.txt", "must end in .onnx"]),
+    (["predict", f"{P}/scan.bin", "--ckpt", f"{P}/kitti.pt", "--out", "/proc/l.ply"], ["--out", "/proc pseudo file"]),
+    (
+        ["evaluate", "--ckpt", f"{P}/kitti.pt", "--scan", f"{P}/scan.bin", "--output", "/proc/m.json"],
+        ["--output", "/proc pseudo file"],
+    ),
     (["convert", f"{P}/nope", "--layout", "s3dis", "--out", f"{P}/o"], ["nope", "does not exist"]),
     (["convert", f"{P}/raw", "--layout", "s3dis", "--out", f"{P}/afile"], ["--out", "afile", "is a file"]),
     (["convert", f"{P}/raw", "--layout", "s3dis", "--out", f"{P}/o", "--test-area", "9"], ["--test-area"]),
@@ -386,6 +392,10 @@ def test_atomic_write_names_the_file_of_a_failed_write(tmp_path):
     with pytest.raises(OSError, match="File too large") as exc:
         atomic_write(tmp_path / "m.pt", fail)
     assert exc.value.filename == str(tmp_path / "m.pt") and list(tmp_path.iterdir()) == []
+    if Path("/proc/self").is_dir():  # no temporary file can be made there: the target is named, not the temp
+        with pytest.raises(OSError) as exc:
+            atomic_write(Path("/proc/m.json"), lambda fh: fh.write(b"{}"))
+        assert exc.value.filename == "/proc/m.json"
 
 
 def errno_efbig():
@@ -499,3 +509,34 @@ def test_second_run_on_one_output_dir_fails_at_once_and_a_killed_run_leaves_no_l
         with pytest.raises(_paths.FolderInUseError, match=f"pid {os.getpid()}"):
             with _paths.folder_lock(out, "output_dir"):
                 pass
+
+
+def test_evaluate_scan_drops_the_labels_of_dropped_rows_and_takes_a_pointcept_scene_folder(tmp_path, capsys):
+    """A scan row with a NaN coordinate is dropped by the reader, and its label with it (the label file has one
+    per row of the file); a Pointcept scene folder given to --scan is one scan (coord.npy, segment.npy beside)."""
+    import json
+
+    from tests.helpers import export_scene_model
+
+    ckpt, _ = export_scene_model(tmp_path, features=("height",))
+    rng = np.random.default_rng(0)
+    rows = np.concatenate([rng.uniform(-5, 5, (300, 3)), rng.uniform(0, 1, (300, 1))], 1).astype("<f4")
+    rows[5, 0] = np.nan
+    (tmp_path / "seq" / "velodyne").mkdir(parents=True)
+    (tmp_path / "seq" / "labels").mkdir()
+    rows.tofile(tmp_path / "seq" / "velodyne" / "000000.bin")
+    rng.integers(0, 3, 300).astype("<u4").tofile(tmp_path / "seq" / "labels" / "000000.label")
+    out = tmp_path / "m.json"
+    argv = ["evaluate", "--ckpt", str(ckpt), "--no-progress", "--output", str(out), "--scan"]
+    with pytest.warns(UserWarning, match="dropped 1"):
+        status, err = run_cli([*argv, str(tmp_path / "seq" / "velodyne")], capsys)
+    assert status in (0, None), err
+    assert sum(map(sum, json.loads(out.read_text())["confusion"])) == 299
+    scene = tmp_path / "pc" / "train" / "s1"
+    scene.mkdir(parents=True)
+    np.save(scene / "coord.npy", rows[6:, :3])
+    np.save(scene / "segment.npy", rng.integers(0, 3, 294))
+    status, err = run_cli([*argv, str(scene)], capsys)
+    assert status in (0, None), err
+    report = json.loads(out.read_text())
+    assert sum(map(sum, report["confusion"])) == 294

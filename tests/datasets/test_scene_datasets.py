@@ -657,3 +657,42 @@ def test_label_values_of_one_column_only():
     assert integer_labels("a.npy", np.arange(4).reshape(4, 1)).tolist() == [0, 1, 2, 3]
     with pytest.raises(DatasetError, match=r"segment\.npy.*one value per point.*\(5, 2\)"):
         integer_labels("segment.npy", np.zeros((5, 2), np.int64))
+
+
+def test_scene_selection_labels_and_files_are_checked_by_name(tmp_path):
+    """A string of sequences or scenes is not read character by character, a test_area that is not an Area
+    integer never moves the held-out Area into training, labels outside the classes never reach the items,
+    16-bit colours land on the 0-255 scale, an empty coord.npy and a folder named .bin are named as such."""
+    make_kitti(tmp_path / "kitti", sequences=("00", "05"), frames=1)
+    for bad in ("05", 5):
+        with pytest.raises(DatasetError, match=rf"SemanticKITTI: sequences must be a list of names.*got {bad!r}"):
+            SemanticKITTI(tmp_path / "kitti", sequences=bad)
+    with pytest.raises(DatasetError, match=r"scenes must be a list of names.*got '05_000000'"):
+        SemanticKITTI(tmp_path / "kitti", split="all", scenes="05_000000")
+    assert [r.name for r in SemanticKITTI(tmp_path / "kitti", sequences=["05"]).refs] == ["05_000000"]
+    make_s3dis(tmp_path / "s3dis")
+    for bad in ("5", None, 7, True):
+        with pytest.raises(DatasetError, match=rf"S3DIS: test_area must be an integer Area 1\.\.6.*got {bad!r}"):
+            S3DIS(tmp_path / "s3dis", "train", test_area=bad)
+    root = tmp_path / "pc"
+    (root / "classes.txt").parent.mkdir()
+    (root / "classes.txt").write_text("a\nb\nc\n")
+    coord = RNG.normal(size=(10, 3)).astype(np.float32)
+    for name, seg in (("s7", np.full(10, 7)), ("s255", np.where(np.arange(10) > 3, 255, 1))):
+        write_pointcept_scene(root / "train" / name, {"coord": coord, "segment": seg})
+    with pytest.raises(DatasetError, match=r"scene 's255' .*label 255 \(row 4\) outside 0\.\.2 \(3 classes\).*6 such"):
+        SceneDataset(root, "pointcept", "train", features=(), scenes=["s255"])[0]
+    with pytest.raises(DatasetError, match=r"scene 's7' .*label 7 \(row 0\)"):
+        SceneDataset(root, "pointcept", "train", features=(), scenes=["s7"]).label_counts()
+    write_pointcept_scene(root / "val" / "c16", {"coord": coord, "segment": np.zeros(10, np.int64)})
+    np.save(root / "val" / "c16" / "color.npy", np.tile(np.array([[0, 32768, 65535]], np.uint16), (10, 1)))
+    x = SceneDataset(root, "pointcept", "val", features=("color",))[0]["x"]
+    torch.testing.assert_close(x[0], torch.tensor([0.0, 32768 / 65535, 1.0]))  # not 128.5 and 257
+    np.save(root / "val" / "c16" / "coord.npy", np.zeros((0, 3), np.float32))
+    with pytest.raises(DatasetError, match=r"c16/coord\.npy: holds no point"):
+        SceneDataset(root, "pointcept", "val", features=())[0]
+    scan = tmp_path / "kitti" / "sequences" / "00" / "velodyne" / "000000.bin"
+    scan.unlink()
+    scan.mkdir()
+    with pytest.raises(DatasetError, match=r"000000\.bin: not a regular file \(it is a (directory|folder)\)"):
+        SemanticKITTI(tmp_path / "kitti", sequences=["00"])[0]

@@ -366,6 +366,10 @@ def test_pointcloud_validation():
         PointCloud(np.zeros((2, 3)), colors=np.zeros((2, 3), complex), source="scan.txt")
     with pytest.raises(ValueError, match=r"field 'intensity' must hold real numbers, got dtype object"):
         PointCloud(np.zeros((2, 3)), fields={"intensity": np.array([None, 1.0], dtype=object)})
+    with pytest.raises(ValueError, match=r"^PointCloud: fields must be a dict of name -> \[N\] array .*got list$"):
+        PointCloud(np.zeros((2, 3)), fields=[1, 2])
+    cloud = PointCloud(np.zeros((3, 3)), dropped=np.array([0, 2]))  # rows 0 and 2 of a 5-row file were dropped
+    assert [cloud.file_row(i) for i in range(3)] == [1, 3, 4] and PointCloud(np.zeros((2, 3))).file_row(1) == 1
     with pytest.raises(
         ValueError, match=r"labels must be integers, row 1 holds 0\.5 \(a float64 array: .*not truncated"
     ):
