@@ -504,5 +504,5 @@ def test_the_scene_runner_predicts_a_scan_file_or_cloud_as_its_features_and_coor
     torch.testing.assert_close(runner.predict(cloud), want, rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match=r"OnnxSceneModel\.predict: x is built from the scan when pos is a file"):
         runner.predict(tmp_path / "scan.bin", torch.zeros(300, 2))
-    with pytest.raises(ValueError, match=r"feature 'strength' requested but the scene has no strength"):
+    with pytest.raises(ValueError, match=r"takes the features \['strength', 'height'\] but the cloud has no intensity"):
         runner.predict(PointCloud(points=scan[:, :3]))
