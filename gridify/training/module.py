@@ -16,7 +16,7 @@
   ``OneCycleLR`` over the same ``T`` steps with ``pct_start = warmup_epochs * steps_per_epoch / T``
   (:class:`~.schedule.OneCycle`: cosine from ``lr / 25`` up to ``lr``, then down to ``lr / 25e4``;
   AdamW's beta1 cycles 0.95 -> 0.85 -> 0.95).
-* ``optim.ema_decay = d > 0``: an exponential moving average of the weights (:mod:`.ema`) updated after
+* ``optim.ema_decay = d > 0``: an exponential moving average of the weights (``gridify.training.ema``) updated after
   every optimizer step validates and tests in the model's place and is the run's model (``model.pt``;
   the ``ema.*`` entries of a checkpoint); the live weights go on training (``model.*``).
 * ``trainer.recalibrate_bn``: before each validation and the test, the BatchNorm running statistics
