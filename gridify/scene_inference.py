@@ -66,6 +66,7 @@ from .transforms import MAX_VOXEL_COORD, SceneSampler, crop_xy_unchecked, rotati
 __all__ = [
     "MAX_FRAGMENTS",
     "check_voxel_range",
+    "check_scene_output",
     "predict_scene",
     "predict_scene_checked",
     "predict_scene_unchecked",
@@ -276,8 +277,33 @@ def predict_scene_checked(
     batch_size = check_int(where, "batch_size", batch_size)
     max_fragments = check_int(where, "max_fragments", max_fragments, allow_none=True)
     progress = resolve_progress(where, progress, "predict_scene")
-    return predict_scene_unchecked(
+    probs = predict_scene_unchecked(
         model, pos, x, voxel_size, max_points, votes, int(seed), batch_size, max_fragments, progress
+    )
+    check_scene_output(where, probs, pos, x)
+    return probs
+
+
+def check_scene_output(
+    where: str, probs: Any, pos: Any, x: Any, features: Optional[List[str]] = None, source: Optional[str] = None
+) -> None:
+    """Refuse, naming ``where``, the count and the first row, probabilities ``[N, C]`` holding NaN/Inf: an input
+    far outside the training range overflowed inside the model, and argmax would label those points silently.
+    The message gives the largest ``|feature|`` per column of ``x [N, F]`` (named by ``features``) and of ``pos``."""
+    p = probs.detach().float().cpu().numpy() if isinstance(probs, Tensor) else np.asarray(probs, np.float32)
+    finite = np.isfinite(p).all(1)
+    if finite.all():
+        return
+    xs = x.detach().cpu().numpy() if isinstance(x, Tensor) else np.asarray(x)
+    ps = pos.detach().cpu().numpy() if isinstance(pos, Tensor) else np.asarray(pos)
+    span = ", ".join(f"{float(np.abs(c).max()):.3g}" for c in xs.T) if xs.ndim == 2 and xs.shape[1] else "none"
+    named = f" of {list(features)}" if features else ""
+    fail(
+        where,
+        f"the model's output is NaN/Inf for {int((~finite).sum())} of {len(finite)} points of "
+        f"{source or 'the cloud'} (first: row {int(np.flatnonzero(~finite)[0])}): its input lies outside "
+        f"the range the model was trained on (largest |feature| per column{named}: "
+        f"{span}; coordinates up to {float(np.abs(ps).max()):.3g} m)",
     )
 
 

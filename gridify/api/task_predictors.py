@@ -491,7 +491,12 @@ class ScenePredictor(TaskPredictor):
         up_axis: str = "z",
         where: str = "Predictor.predict",
     ) -> Prediction:
-        from ..scene_inference import MAX_FRAGMENTS, check_voxel_range, predict_scene_unchecked  # noqa: PLC0415
+        from ..scene_inference import (  # noqa: PLC0415
+            MAX_FRAGMENTS,
+            check_scene_output,
+            check_voxel_range,
+            predict_scene_unchecked,
+        )
 
         num_votes = 1 if num_votes is None else num_votes
         check_run(where, num_votes, batch_size, seed, estimate_normals)
@@ -530,17 +535,8 @@ class ScenePredictor(TaskPredictor):
                 MAX_FRAGMENTS,
                 progress,
             )
+        check_scene_output(where, probs, pos, x, list(predictor.scene_features), source)
         probs_np = probs.float().cpu().numpy()
-        finite = np.isfinite(probs_np).all(1)
-        if not finite.all():  # an input far outside the training range overflowed inside the model
-            span = ", ".join(f"{float(np.abs(c).max()):.3g}" for c in x.T) if x.shape[1] else "none"
-            fail(
-                where,
-                f"the model's output is NaN/Inf for {int((~finite).sum())} of {len(finite)} points of "
-                f"{source or 'the cloud'} (first: row {int(np.flatnonzero(~finite)[0])}): its input lies outside "
-                f"the range the model was trained on (largest |feature| per column of {list(predictor.scene_features)}: "
-                f"{span}; coordinates up to {float(np.abs(pos).max()):.3g} m)",
-            )
         return Prediction(
             labels=probs_np.argmax(-1).astype(np.int64),
             probabilities=probs_np,
@@ -612,44 +608,16 @@ class ScenePredictor(TaskPredictor):
         self, names: Any, cloud: PointCloud, pos: np.ndarray, estimate_normals: bool, where: str
     ) -> np.ndarray:
         """The features ``names`` (the model's :attr:`gridify.api.Predictor.scene_features`) of a metric scene,
-        built by the datasets' own :func:`gridify.datasets.scene_base.build_scene_features` from what the
-        cloud has."""
+        read from the cloud by the datasets' own :func:`gridify.datasets.scene_base.cloud_scene_features` (normals
+        estimated first when asked and the cloud has none)."""
         from ..datasets._common import DatasetError  # noqa: PLC0415 (datasets sit beside api's layer)
-        from ..datasets.scene_base import build_scene_features, warn_off_unit_scale  # noqa: PLC0415
+        from ..datasets.scene_base import cloud_scene_features  # noqa: PLC0415
 
-        what = cloud.source or "the cloud"
-        fields = {k.lower(): v for k, v in (cloud.fields or {}).items()}
-        if "color" in names and cloud.colors is None:
-            fail(
-                where,
-                f"the model was trained with colours (features {list(names)}) but {what} has none; use a model "
-                f"trained without them (data.features without color: the shipped scene_pointcept recipe trains on "
-                f"height only), read a file with colours, or in Python pass features=",
-            )
         nrm = cloud.normals
-        if "normal" in names and nrm is None:
-            if not estimate_normals:
-                fail(
-                    where,
-                    f"the model was trained with normals (features {list(names)}) but {what} has none; pass "
-                    f"estimate_normals=True (--estimate-normals)",
-                )
+        if "normal" in names and nrm is None and estimate_normals:
             nrm = estimate_unit_normals(pos)
-        strength = None
-        if {"strength", "intensity"} & set(names):
-            key = next((k for k in ("intensity", "strength", "remission", "reflectance") if k in fields), None)
-            if key is None:
-                fail(
-                    where,
-                    f"the model was trained with LiDAR intensity (features {list(names)}) but {what} has no "
-                    f"intensity field (fields: {sorted(fields) or 'none'}); read a file that has one (.bin, .las, "
-                    f".ply/.pcd with an intensity property; a text or .npy table: name its column, --columns x y z "
-                    f"intensity, in Python read_points(path, columns=[...])) or in Python pass features=",
-                )
-            strength = fields[key]
-            warn_off_unit_scale(strength, "strength", f"{what}: its field {key!r}")
         try:
-            return build_scene_features(names, pos, color=cloud.colors, normal=nrm, strength=strength, where=what)
+            return cloud_scene_features(names, cloud, pos=pos, normal=nrm, instead="in Python pass features=")
         except DatasetError as exc:
             fail(where, str(exc))
 

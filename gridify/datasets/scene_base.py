@@ -33,7 +33,8 @@ from ..transforms import PASTE_CLASS_NAMES, SCENE_MIXES, SceneSampler, mix_scene
 from ._common import SAMPLE_BYTES_PER_POINT, DatasetError, PointCloudDataset, Transform
 from .scene_layouts import IGNORE_INDEX
 
-__all__ = ["SCENE_FEATURES", "SceneDatasetBase", "scene_features", "build_scene_features", "scale_unit",
+__all__ = ["SCENE_FEATURES", "SceneDatasetBase", "scene_features", "build_scene_features", "cloud_scene_features",
+           "INTENSITY_FIELDS", "scale_unit",
            "check_features", "scene_height", "HEIGHT_FLOOR_PERCENTILE"]
 #: feature name -> its width in ``x``
 SCENE_FEATURES: Dict[str, int] = {"xyz": 3, "color": 3, "normal": 3, "strength": 1, "intensity": 1, "height": 1}
@@ -110,7 +111,8 @@ def build_scene_features(names: Sequence[str], pos: Any, *, color: Any = None, n
                          strength: Any = None, height: Any = None, where: str = "scene") -> np.ndarray:
     """The model input ``x [N, F]`` (float32) of a scene from its feature ``names`` (:data:`SCENE_FEATURES`):
     the one builder of the datasets, :meth:`gridify.Predictor.predict` and the exported scene runner
-    (:meth:`gridify.export.OnnxSceneModel.features_of`), so that training and prediction see the same columns.
+    (:meth:`gridify.export.OnnxSceneModel.features_of`; both read a scan's fields with
+    :func:`cloud_scene_features`), so that training and prediction see the same columns.
 
     ``xyz`` = ``pos``; ``color`` in ``[0, 1]`` and ``strength`` (alias ``intensity``) on its unit scale
     (integer arrays divided by their dtype's maximum: :func:`scale_unit`); ``normal`` as given;
@@ -144,6 +146,51 @@ def build_scene_features(names: Sequence[str], pos: Any, *, color: Any = None, n
         else:
             raise DatasetError(f"{where}: unknown scene feature {f!r}; known: {list(SCENE_FEATURES)}")
     return np.concatenate(cols, 1).astype(np.float32, copy=False) if cols else p.copy()
+
+
+#: the per-point field names read as LiDAR intensity (``strength``), first found first
+INTENSITY_FIELDS = ("intensity", "strength", "remission", "reflectance")
+
+
+def cloud_scene_features(names: Sequence[str], cloud: Any, *, pos: Any = None, normal: Any = None,
+                         instead: str = "") -> np.ndarray:
+    """The model input ``x [N, F]`` of a read scan (a :class:`gridify.io.PointCloud`) from the feature ``names``:
+    :func:`build_scene_features` of its coordinates (or ``pos``, the same rows as given: z-up, metric), colours,
+    ``normal`` (else the cloud's) and intensity (the first field of :data:`INTENSITY_FIELDS`, warned when off the
+    unit scale: :func:`warn_off_unit_scale`). The one reader of a scan's features for
+    :meth:`gridify.Predictor.predict` and :meth:`gridify.export.OnnxSceneModel.features_of`.
+
+    A feature the cloud lacks raises a DatasetError naming the cloud, the features and where to get it, ending
+    with ``instead`` (the caller's other way to give features, e.g. ``"in Python pass features="``).
+
+    Shapes:
+        cloud.points ``[N, 3]`` -> ``[N, F]``
+    """
+    what = getattr(cloud, "source", None) or "the cloud"
+    fields = {str(k).lower(): v for k, v in (getattr(cloud, "fields", None) or {}).items()}
+    normal = cloud.normals if normal is None else normal
+    alt = f" or {instead}" if instead else ""
+    if "color" in names and cloud.colors is None:
+        raise DatasetError(f"the model was trained with colours (features {list(names)}) but {what} has none; use a "
+                           f"model trained without them (data.features without color: the shipped scene_pointcept "
+                           f"recipe trains on height only), read a file with colours{alt}")
+    if "normal" in names and normal is None:
+        raise DatasetError(f"the model was trained with normals (features {list(names)}) but {what} has none; pass "
+                           f"estimate_normals=True (--estimate-normals) to Predictor.predict, or give normals "
+                           f"(PointCloud(normals=...)){alt}")
+    strength = None
+    if {"strength", "intensity"} & set(names):
+        key = next((k for k in INTENSITY_FIELDS if k in fields), None)
+        if key is None:
+            raise DatasetError(
+                f"the model was trained with LiDAR intensity (features {list(names)}) but {what} has no intensity "
+                f"field (fields: {sorted(fields) or 'none'}); read a file that has one (.bin, .las, .ply/.pcd with "
+                f"an intensity property; a text or .npy table: name its column, --columns x y z intensity, in "
+                f"Python read_points(path, columns=['x', 'y', 'z', 'intensity'])){alt}")
+        strength = fields[key]
+        warn_off_unit_scale(strength, "strength", f"{what}: its field {key!r}")
+    return build_scene_features(names, cloud.points if pos is None else pos, color=cloud.colors, normal=normal,
+                                strength=strength, where=what)
 
 
 def scene_features(sample: Dict[str, Any], features: Sequence[str], where: str) -> Tensor:

@@ -132,8 +132,9 @@ class OnnxSceneModel:
     def features_of(self, cloud: Any) -> Tensor:
         """The file's per-point input ``x [N, F]`` of a scan (a path or a :class:`gridify.io.PointCloud`),
         built from the feature names in its metadata by the same function as the datasets and
-        :meth:`gridify.Predictor.predict` (:func:`gridify.datasets.scene_base.build_scene_features`)."""
-        from ..datasets.scene_base import build_scene_features, warn_off_unit_scale  # noqa: PLC0415
+        :meth:`gridify.Predictor.predict` (:func:`gridify.datasets.scene_base.cloud_scene_features`)."""
+        from ..datasets._common import DatasetError  # noqa: PLC0415
+        from ..datasets.scene_base import cloud_scene_features  # noqa: PLC0415
         from ..io import PointCloud  # noqa: PLC0415
 
         if not isinstance(cloud, (PointCloud, str, os.PathLike)):
@@ -143,34 +144,12 @@ class OnnxSceneModel:
                 f"PointCloud(points=a[:, :3], fields={{'intensity': a[:, 3]}})), got {type(cloud).__name__}",
             )
         cloud = _read_scan(cloud)
-        fields = {k.lower(): v for k, v in (cloud.fields or {}).items()}
-        strength = next((fields[k] for k in ("intensity", "strength", "remission", "reflectance") if k in fields), None)
-        names = list(self.features or [])
-        have = {"strength": strength, "intensity": strength, "color": cloud.colors, "normal": cloud.normals}
-        lacking = [f for f in names if f in have and have[f] is None]
-        if lacking:
-            how = {
-                "strength": "an intensity field (a .bin, .las, or .ply/.pcd with an intensity property; a text or "
-                ".npy table read with read_points(path, columns=['x', 'y', 'z', 'intensity']))",
-                "color": "colours (a file with colours, or PointCloud(colors=...))",
-                "normal": "normals (PointCloud(normals=...))",
-            }
-            fail(
-                "OnnxSceneModel.features_of",
-                f"the file's model takes the features {names} but {cloud.source or 'the cloud'} has no "
-                f"{'intensity' if lacking[0] == 'strength' else lacking[0]}: give a scan with "
-                f"{how['strength' if lacking[0] == 'intensity' else lacking[0]]}",
+        try:
+            x = cloud_scene_features(
+                list(self.features or []), cloud, instead="give predict(coordinates, x) the features yourself"
             )
-        if strength is not None and {"strength", "intensity"} & set(names):
-            warn_off_unit_scale(strength, "strength", f"{cloud.source or 'the cloud'}: its intensity")
-        x = build_scene_features(
-            list(self.features or []),
-            cloud.points,
-            color=cloud.colors,
-            normal=cloud.normals,
-            strength=strength,
-            where=cloud.source or "OnnxSceneModel.features",
-        )
+        except DatasetError as exc:
+            fail("OnnxSceneModel.features_of", str(exc))
         return torch.from_numpy(x if self.features else x[:, :0])
 
     def predict(

@@ -478,8 +478,9 @@ def test_the_scene_runner_refuses_bad_input_by_name_and_takes_numpy(tmp_path):
         (lambda: runner(pos[:0], x[:0]), r"OnnxSceneModel: pos holds no point"),
         (
             lambda: runner.features_of(PointCloud(points=pos.numpy())),
-            r"features_of: the file's model takes the features \['strength', 'height'\] but the cloud has no "
-            r"intensity: give a scan with an intensity field .*columns=",
+            r"features_of: the model was trained with LiDAR intensity \(features \['strength', 'height'\]\) but the "
+            r"cloud has no intensity field \(fields: none\); read a file that has one .*columns=.* or give "
+            r"predict\(coordinates, x\) the features yourself$",
         ),
     ]
     for call, message in cases:
@@ -504,5 +505,27 @@ def test_the_scene_runner_predicts_a_scan_file_or_cloud_as_its_features_and_coor
     torch.testing.assert_close(runner.predict(cloud), want, rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match=r"OnnxSceneModel\.predict: x is built from the scan when pos is a file"):
         runner.predict(tmp_path / "scan.bin", torch.zeros(300, 2))
-    with pytest.raises(ValueError, match=r"takes the features \['strength', 'height'\] but the cloud has no intensity"):
+    with pytest.raises(ValueError, match=r"features \['strength', 'height'\]\) but the cloud has no intensity field"):
         runner.predict(PointCloud(points=scan[:, :3]))
+
+
+def test_the_scene_runner_and_the_predictor_read_a_scan_the_same_way(tmp_path):
+    """One reader of a scan's features (cloud_scene_features): equal inputs, and the same missing-feature message."""
+    from gridify import load
+    from gridify.api.task_predictors import ScenePredictor
+    from tests.helpers import export_scene_model
+
+    path, _ = export_scene_model(tmp_path)
+    E.export_onnx(path, tmp_path / "dyn.onnx", verify=False)
+    runner = E.OnnxSceneModel(tmp_path / "dyn.onnx", threads=1)
+    rng = np.random.default_rng(4)
+    cloud = PointCloud(points=(rng.random((64, 3)) * 20).astype(np.float32), fields={"Remission": rng.random(64)})
+    want = ScenePredictor().built_features(list(runner.features), cloud, cloud.points, False, "t")
+    np.testing.assert_array_equal(runner.features_of(cloud).numpy(), want)
+    bare = PointCloud(points=cloud.points)
+    with pytest.raises(ValueError) as onnx_error:
+        runner.features_of(bare)
+    with pytest.raises(ValueError) as predictor_error:
+        load(path).predict(bare)
+    core = "but the cloud has no intensity field (fields: none); read a file that has one"
+    assert core in str(onnx_error.value) and core in str(predictor_error.value)

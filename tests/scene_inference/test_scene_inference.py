@@ -149,6 +149,13 @@ def test_predict_scene_errors():
     with pytest.raises(ValueError, match="pos contains NaN"):
         predict_scene(model, bad, x)
 
+    # a model that overflows on some points is refused by name, never argmax'ed into labels
+    def overflow(p, f, b):
+        return model(p, f, b).masked_fill(p[:, :1] > 0, float("inf"))
+
+    with pytest.raises(ValueError, match=r"^predict_scene: the model's output is NaN/Inf for \d+ of 100 points .*row"):
+        predict_scene(overflow, pos, x)
+
 
 # --------------------------------------------------------------------------------------
 # evaluate_scenes
