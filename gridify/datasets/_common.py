@@ -242,6 +242,19 @@ def load_npz(path: Path) -> Optional[Dict[str, np.ndarray]]:
         return None
 
 
+def item_index(where: str, index: Any, n: int, what: str = "items") -> int:
+    """``index`` of a dataset of ``n`` items as a non-negative int: a Python / numpy integer (or a 0-d integer
+    tensor), negative counting from the end; a string or a float is a TypeError, one outside ``-n..n-1`` an
+    IndexError, both naming ``where``."""
+    if isinstance(index, Tensor) and index.dim() == 0 and not index.is_floating_point() and index.dtype != torch.bool:
+        index = int(index)
+    if not isinstance(index, (int, np.integer)) or isinstance(index, (bool, np.bool_)):
+        raise TypeError(f"{where}: index must be an integer, got {type(index).__name__} {index!r}")
+    if not -n <= int(index) < n:
+        raise IndexError(f"{where}: index {index} out of range for {n} {what}")
+    return int(index) % n
+
+
 class PointCloudDataset(torch.utils.data.Dataset):
     """Base class: loads a raw sample, normalizes, subsamples, transforms, builds tensors.
 
@@ -294,10 +307,7 @@ class PointCloudDataset(torch.utils.data.Dataset):
         raise NotImplementedError
 
     def __getitem__(self, index: int) -> Dict[str, Tensor]:
-        n = len(self)
-        if not -n <= int(index) < n:
-            raise IndexError(f"{type(self).__name__}: index {index} out of range for {n} samples")
-        index = int(index) % n
+        index = item_index(type(self).__name__, index, len(self), "samples")
         try:
             sample = self.raw(index)
             if self.estimate_normals is not None:

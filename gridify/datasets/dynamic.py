@@ -53,7 +53,7 @@ from ..io.source import read_text_file
 from ..registry import DATASETS
 from ..transforms import FixedPoints
 from ..transforms import rotation_matrix
-from ._common import check_num_points, check_split
+from ._common import check_num_points, check_split, item_index
 
 __all__ = ["DynamicShapes", "DYNAMIC_CLASSES", "collate_sequences", "PointCloudSequence", "read_sequence",
            "TIMESTAMP_FILES", "FRAME_INTERVAL_RANGE"]
@@ -273,10 +273,7 @@ class DynamicShapes(torch.utils.data.Dataset):
         return t[keep]
 
     def __getitem__(self, index: int) -> Dict[str, Tensor]:
-        n = len(self)
-        if not -n <= int(index) < n:
-            raise IndexError(f"{type(self).__name__}: index {index} out of range for {n} samples")
-        index = int(index) % n
+        index = item_index(type(self).__name__, index, len(self), "samples")
         label = self.label(index)
         r = np.random.default_rng(self._key(index, 0))
         shape, motion = _Shape(r), _Motion(self.classes[label], r)

@@ -27,10 +27,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import check_alloc, check_choice, check_int, check_number, warn_at_caller
+from .._checks import check_alloc, check_choice, check_int, check_number, fail, warn_at_caller
 from ..io.cloud import centre_large_offset
 from ..transforms import PASTE_CLASS_NAMES, SCENE_MIXES, SceneSampler, mix_scenes_unchecked
-from ._common import SAMPLE_BYTES_PER_POINT, DatasetError, PointCloudDataset, Transform
+from ._common import SAMPLE_BYTES_PER_POINT, DatasetError, PointCloudDataset, Transform, item_index
 from .scene_layouts import IGNORE_INDEX
 
 __all__ = ["SCENE_FEATURES", "SceneDatasetBase", "scene_features", "build_scene_features", "cloud_scene_features",
@@ -68,11 +68,20 @@ _MIX_SALT = 7919
 
 
 def check_features(where: str, features: Any) -> Tuple[str, ...]:
-    """``features`` as a tuple of names of :data:`SCENE_FEATURES` (a single name is accepted)."""
+    """``features`` as a tuple of names of :data:`SCENE_FEATURES` (a single name is accepted); a name given
+    twice (``intensity`` is ``strength``'s alias) is refused: it would add the same column twice."""
     if isinstance(features, str):
         features = (features,)
+    if not isinstance(features, (list, tuple)):
+        fail(where, f"features must be a list of names from {list(SCENE_FEATURES)}, got {type(features).__name__}")
+    seen: Dict[str, str] = {}
     for f in features:
         check_choice(where, "features", f, list(SCENE_FEATURES))
+        key = "strength" if f == "intensity" else f
+        if key in seen:
+            same = "is listed twice" if seen[key] == f else f"and {seen[key]!r} are the same feature"
+            fail(where, f"features={list(features)}: {f!r} {same}; give each feature once")
+        seen[key] = f
     return tuple(features)
 
 
@@ -350,10 +359,7 @@ class SceneDatasetBase(PointCloudDataset):
 
     def __getitem__(self, index: int) -> Dict[str, Tensor]:
         """Item ``index``: scene ``index mod scene_count()``; copy ``index // scene_count()`` draws its own crop."""
-        n, scenes = len(self), self.scene_count()
-        if not (isinstance(index, (int, np.integer)) and not isinstance(index, bool)) or not -n <= int(index) < n:
-            raise IndexError(f"{type(self).__name__}: index {index!r} out of range for {n} items")
-        index = int(index) % n
+        index, scenes = item_index(type(self).__name__, index, len(self)), self.scene_count()
         if self.crops_per_scene == 1:
             return super().__getitem__(index)
         self.sampler.salt = index // scenes

@@ -591,7 +591,41 @@ def find_scenes(root: PathLike, layout: str, split: str = "train", *, test_area:
     if layout != "pointcept" and split not in ("train", "val", "test", "all"):
         raise ValueError(f"find_scenes: split must be 'train', 'val', 'test' or 'all', got {split!r}")
     if not root.is_dir():
-        raise _fail(root, f"no such folder (the {layout} root)")
+        raise _fail(root, f"{'is a file, not a folder' if root.exists() else 'no such folder'} (the {layout} root)")
+    try:
+        return _layout_scenes(root, layout, split, test_area, sequences)
+    except DatasetError as exc:
+        hint = nested_root_hint(root, layout, split, test_area=test_area, sequences=sequences)
+        if hint:
+            raise DatasetError(f"{exc}; {hint}") from None
+        raise
+
+
+def nested_root_hint(root: PathLike, layout: str, split: str, *, test_area: int = S3DIS_TEST_AREA,
+                     sequences: Optional[Sequence[str]] = None) -> str:
+    """When ``root`` has no scenes of ``split`` but one of its subfolders has (``semantickitti_mini`` given for
+    ``semantickitti_mini/dataset``), the sentence naming that folder as the root to give; else ``""``."""
+    root = Path(root)
+    try:
+        children = sorted(c for c in root.iterdir() if c.is_dir())[:_HINT_FOLDERS]
+    except OSError:
+        return ""
+    for child in children:
+        try:
+            if _layout_scenes(child, layout, split, test_area, sequences):
+                return f"its subfolder {child.name!r} holds them: give root={str(child)!r} (--data-root)"
+        except (DatasetError, OSError, ValueError):
+            continue
+    return ""
+
+
+#: subfolders of a root without scenes that :func:`nested_root_hint` looks into
+_HINT_FOLDERS = 16
+
+
+def _layout_scenes(root: Path, layout: str, split: str, test_area: int,
+                   sequences: Optional[Sequence[str]]) -> List[SceneRef]:
+    """:func:`find_scenes` of a checked, existing ``root``."""
     if layout == "s3dis":
         return _s3dis_scenes(root, split, test_area)
     if layout == "scannet":

@@ -42,7 +42,7 @@ from .procedural_scenes import (INDOOR_CLASSES, OUTDOOR_CLASSES, ProceduralScene
 from .scene_base import SCENE_FEATURES, SceneDatasetBase, check_features, scene_features
 from .scene_layouts import (IGNORE_INDEX, LAYOUTS, POINTCEPT_FILES, S3DIS_TEST_AREA, SEMANTICKITTI_SPLITS,
                             SceneRef, check_scene_selection, check_unknown, find_scenes, read_scene, read_text_lines,
-                            s3dis_room_classes)
+                            nested_root_hint, s3dis_room_classes)
 
 __all__ = ["SceneDatasetBase", "SceneDataset", "S3DIS", "ScanNet", "SemanticKITTI", "SCENE_FEATURES",
            "convert_to_pointcept", "write_pointcept_scene", "scene_features", "ProceduralScenes",
@@ -107,8 +107,10 @@ class SceneDataset(SceneDatasetBase):
                                    f"({layout}, split {split!r})")
             refs = [r for r in refs if r.name in set(wanted)]
         if not refs:
+            hint = nested_root_hint(self.root, layout, split, test_area=test_area, sequences=sequences)
             raise DatasetError(f"{where}: no {layout} scenes for split {split!r} under {self.root} "
-                               f"(expected: {LAYOUTS[layout].splits}; see datasets/README.md)")
+                               f"(expected: {LAYOUTS[layout].splits}; see datasets/README.md)"
+                               + (f"; {hint}" if hint else ""))
         self.refs: List[SceneRef] = refs
         info = LAYOUTS[layout]
         names = classes if classes is not None else (info.classes or self._pointcept_classes())

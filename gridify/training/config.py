@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from gridify.datasets.scene_base import SCENE_FEATURES
+from gridify.datasets.scene_base import SCENE_FEATURES, check_features
 from gridify.registry import DATASETS
 from gridify.tasks import get_task, task_names
 from gridify.transforms import RandomJitter, RandomPointDropout, RandomRotate, RandomRotateZ, RandomScale
@@ -362,6 +362,11 @@ def _check_feature_widths(cfg: Dict[str, Any]) -> None:
     split_features = {s: (data.get(s) or {}).get("features", data.get("features")) for s in ("train", "val", "test")}
     key = {s: f"data.{s}.features" if "features" in (data.get(s) or {}) else "data.features" for s in split_features}
     known = {s: f for s, f in split_features.items() if f is not None}
+    for s, f in known.items():  # a name given twice (or with its alias) would add the same column twice
+        try:
+            check_features(key[s], f)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     widths = {s: feature_width(f) for s, f in known.items()}
     for s in known:
         if s != "train" and "train" in known and widths[s] != widths["train"]:

@@ -495,3 +495,25 @@ def test_truncated_file_inside_a_dataset_names_the_file(tmp_path):
     with pytest.raises(ValueError, match=r"chair_0001\.off.*truncated OFF file"):
         for i in range(len(ds)):
             ds[i]
+
+
+def test_an_index_that_is_not_an_integer_is_refused_by_name_for_every_kind_of_dataset():
+    """A string or a float index was int()-ed (``ds["3"]`` read item 3, ``ds[2.7]`` item 2) or failed inside
+    int(); numpy and 0-d tensor integers still index, negative ones from the end."""
+    from gridify.datasets import DynamicShapes, ProceduralScenes
+
+    datasets = [
+        ProceduralShapes("train", num_points=64, num_samples_per_class=1, seed=0),
+        ProceduralScenes("train", num_scenes=2, num_points=500, seed=0),
+        DynamicShapes("train", num_points=32, num_samples_per_class=1, num_frames=3, seed=0),
+    ]
+    for ds in datasets:
+        name = type(ds).__name__
+        for bad in ("1", 1.0, 2.7, True, None):
+            with pytest.raises(TypeError, match=rf"^{name}: index must be an integer, got {type(bad).__name__}"):
+                ds[bad]
+        with pytest.raises(IndexError, match=rf"^{name}: index {len(ds)} out of range for {len(ds)} "):
+            ds[len(ds)]
+        want = ds[1]["pos"]
+        for same in (np.int64(1), torch.tensor(1), 1 - len(ds)):
+            assert torch.equal(ds[same]["pos"], want)

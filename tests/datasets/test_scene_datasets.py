@@ -696,3 +696,33 @@ def test_scene_selection_labels_and_files_are_checked_by_name(tmp_path):
     scan.mkdir()
     with pytest.raises(DatasetError, match=r"000000\.bin: not a regular file \(it is a (directory|folder)\)"):
         SemanticKITTI(tmp_path / "kitti", sequences=["00"])[0]
+
+
+def test_a_root_one_level_too_high_a_file_root_repeated_features_and_a_text_index_are_named(tmp_path):
+    """The root above the layout (``semantickitti_mini`` for ``semantickitti_mini/dataset``) is named with the
+    subfolder to give; a file given as the root, a feature listed twice (or with its alias) and an index that is
+    not an integer are refused by name, not read as an empty root, a doubled column or an index out of range."""
+    make_kitti(tmp_path / "kitti" / "dataset", sequences=("00", "05"), frames=1)
+    hint = r"its subfolder 'dataset' holds them: give root='.*kitti/dataset' \(--data-root\)"
+    with pytest.raises(DatasetError, match=rf"SemanticKITTI: no semantickitti scenes for split 'all' .*; {hint}"):
+        SemanticKITTI(tmp_path / "kitti", split="all")
+    with pytest.raises(DatasetError, match=rf"sequence\(s\) \['05'\] not found .*; {hint}"):
+        SemanticKITTI(tmp_path / "kitti", sequences=["05"])
+    with pytest.raises(DatasetError, match=r"no semantickitti scenes for split 'all' under .*README\.md\)$"):
+        SemanticKITTI(tmp_path / "kitti" / "dataset" / "sequences" / "00", split="all")  # no hint without scenes below
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(DatasetError, match=r"file: is a file, not a folder \(the semantickitti root\)"):
+        SemanticKITTI(tmp_path / "file")
+    root = tmp_path / "kitti" / "dataset"
+    with pytest.raises(ValueError, match=r"SemanticKITTI: features=\['strength', 'strength'\]: 'strength' is listed"):
+        SemanticKITTI(root, sequences=["00"], features=["strength", "strength"])
+    with pytest.raises(ValueError, match=r"'intensity' and 'strength' are the same feature"):
+        SemanticKITTI(root, sequences=["00"], features=("strength", "intensity"))
+    with pytest.raises(ValueError, match=r"features must be a list of names from .*, got set"):
+        SemanticKITTI(root, sequences=["00"], features={"strength"})
+    ds = SemanticKITTI(root, sequences=["00"], features=["strength", "height"])
+    assert ds[0]["x"].shape == (15, 2)
+    with pytest.raises(TypeError, match=r"SemanticKITTI: index must be an integer, got str '0'"):
+        ds["0"]
+    with pytest.raises(IndexError, match=r"index 1 out of range for 1 items"):
+        ds[1]

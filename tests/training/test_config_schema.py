@@ -395,6 +395,12 @@ VALUES_THE_RUN_CANNOT_USE = [
         "data.test.features: ['height'] gives 1 column(s) per point but data.features ['color', 'height'] gives the "
         "model 4 (train)",
     ),
+    (
+        "semantickitti_mini",
+        ["data.features=[strength, intensity, height]"],
+        "data.features: features=['strength', 'intensity', 'height']: 'intensity' and 'strength' are the same feature",
+    ),
+    ("scene_procedural", ["data.val.features=[height, height]"], "data.val.features: features=['height', 'height']"),
 ]
 
 
