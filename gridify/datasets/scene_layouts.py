@@ -613,7 +613,7 @@ def nested_root_hint(root: PathLike, layout: str, split: str, *, test_area: int 
     for child in children:
         try:
             if _layout_scenes(child, layout, split, test_area, sequences):
-                return f"its subfolder {child.name!r} holds them: give root={str(child)!r} (--data-root)"
+                return f"its subfolder {child.name!r} holds them: give root={str(child)!r}"
         except (DatasetError, OSError, ValueError):
             continue
     return ""

@@ -540,3 +540,15 @@ def test_evaluate_scan_drops_the_labels_of_dropped_rows_and_takes_a_pointcept_sc
     assert status in (0, None), err
     report = json.loads(out.read_text())
     assert sum(map(sum, report["confusion"])) == 294
+
+
+def test_train_on_a_scene_root_one_folder_too_high_names_the_data_root_to_give(tmp_path, capsys):
+    """``--data-root semantickitti_mini`` for ``semantickitti_mini/dataset``: one line naming the folder to give."""
+    from tests.datasets.test_scene_datasets import make_kitti
+
+    make_kitti(tmp_path / "kitti" / "dataset", sequences=("00", "05"), frames=1)
+    argv = ["train", "--config", "semantickitti_mini", "--data-root", str(tmp_path / "kitti"), "data.sequences=[0]"]
+    status, err = run_cli([*argv, f"output_dir={tmp_path / 'out'}"], capsys)
+    assert status == 1 and "Traceback" not in err and err.count("\n") <= 1, err
+    assert f"its subfolder 'dataset' holds them: give --data-root={tmp_path / 'kitti' / 'dataset'}" in err, err
+    assert not (tmp_path / "out" / "checkpoints").exists()
