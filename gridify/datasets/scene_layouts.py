@@ -65,6 +65,7 @@ from ..io.ply import read_ply_vertices as io_read_ply_vertices
 from ..io.raw import read_raw_rows
 from ..io.source import read_text_file
 from ..io.text import read_text_rows
+from .._checks import warn_at_caller
 from ._common import DatasetError, PathLike, align_labels
 
 __all__ = [
@@ -208,13 +209,27 @@ def _nyu_lut() -> np.ndarray:
     return lut
 
 
-def map_semantickitti_labels(raw: np.ndarray) -> np.ndarray:
+def map_semantickitti_labels(raw: np.ndarray, where: Optional[str] = None) -> np.ndarray:
     """SemanticKITTI ``.label`` values (uint32, semantic id in the low 16 bits) -> training ids 0..18 / -1.
+
+    A semantic id outside the learning map (:data:`SEMANTICKITTI_LEARNING_MAP`) becomes -1 as the official
+    tools do; with ``where`` (the file) that is warned, naming the count, the first row and value: ids 0-18
+    written to a ``.label`` file (training ids, not raw ones) would otherwise be scored as mostly unlabelled.
 
     Shapes:
         ``[N]`` -> ``[N]`` int64.
     """
-    return _kitti_lut()[np.asarray(raw).astype(np.uint32) & 0xFFFF]
+    sem = np.asarray(raw).astype(np.uint32) & 0xFFFF
+    if where is not None and sem.size:
+        unknown = ~np.isin(sem, np.fromiter(SEMANTICKITTI_LEARNING_MAP, np.uint32))
+        if unknown.any():
+            row = int(np.flatnonzero(unknown)[0])
+            warn_at_caller(
+                f"{where}: {int(unknown.sum())} of {sem.size} labels hold semantic ids that SemanticKITTI does not "
+                f"define (first: {int(sem[row])} at row {row}; defined: {sorted(SEMANTICKITTI_LEARNING_MAP)}): "
+                f"read as unlabelled (-1). Training ids 0-18 are not .label values: save them as .npy or .txt"
+            )
+    return _kitti_lut()[sem]
 
 
 def map_nyu40_to_scannet20(ids: np.ndarray) -> np.ndarray:
@@ -355,7 +370,7 @@ def read_semantickitti_scan(bin_path: PathLike, label_path: Optional[PathLike] =
     scan = _read(read_kitti_rows, b)
     scene = {"coord": np.ascontiguousarray(scan[:, :3]), "strength": np.ascontiguousarray(scan[:, 3:4])}
     if lab is not None and lab.is_file():
-        scene["segment"] = map_semantickitti_labels(_read(read_kitti_labels, lab))
+        scene["segment"] = map_semantickitti_labels(_read(read_kitti_labels, lab), str(lab))
     else:
         scene["segment"] = np.full(len(scan), IGNORE_INDEX, dtype=np.int64)
     return scene
@@ -694,7 +709,7 @@ def read_scan_labels(path: PathLike, num_points: Any, class_names: Sequence[str]
     if suffix == ".label":
         raw = _read(read_kitti_labels, p)
         kitti = tuple(c.lower() for c in class_names) == SEMANTICKITTI_CLASSES
-        ids = map_semantickitti_labels(raw) if kitti else (raw & 0xFFFF).astype(np.int64)
+        ids = map_semantickitti_labels(raw, str(p)) if kitti else (raw & 0xFFFF).astype(np.int64)
     elif suffix in (".npy", ".txt"):
         values = _load_npy(p) if suffix == ".npy" else _read(read_text_rows, p, 1, "one label per line")
         ids = integer_labels(p, values)

@@ -726,3 +726,24 @@ def test_a_root_one_level_too_high_a_file_root_repeated_features_and_a_text_inde
         ds["0"]
     with pytest.raises(IndexError, match=r"index 1 out of range for 1 items"):
         ds[1]
+
+
+def test_semantickitti_ids_the_learning_map_does_not_define_are_warned_not_silently_ignored(tmp_path):
+    """Training ids 0-18 written to a .label file map mostly to -1 (2-9, 12, 14, 17 are not SemanticKITTI ids):
+    the reader warns naming the file, the count, the first row and value; defined ids read silently."""
+    import warnings
+
+    from gridify.datasets.scene_layouts import SEMANTICKITTI_CLASSES, read_scan_labels
+
+    train_ids = np.arange(19, dtype=np.uint32)
+    train_ids.tofile(tmp_path / "train_ids.label")
+    with pytest.warns(UserWarning, match=r"train_ids\.label: 11 of 19 labels hold semantic ids that SemanticKITTI "
+                                         r"does not define \(first: 2 at row 2;.*save them as \.npy"):
+        ids = read_scan_labels(tmp_path / "train_ids.label", 19, SEMANTICKITTI_CLASSES)
+    assert (ids == -1).sum() == 11 + 2  # the 11 undefined, and 0 / 1 (unlabeled, outlier) as the map says
+    raw = np.array([0, 1, 10, 40, 252, 259, 10 | (7 << 16)], np.uint32)  # instance ids in the high bits
+    raw.tofile(tmp_path / "ok.label")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ids = read_scan_labels(tmp_path / "ok.label", 7, SEMANTICKITTI_CLASSES)
+    assert ids.tolist()[2] == ids.tolist()[6] == 0 and ids.tolist()[:2] == [-1, -1]
