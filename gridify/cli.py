@@ -173,8 +173,8 @@ def _add_show_parser(sub: Any) -> None:
         "--hide",
         default=None,
         metavar="CLASS,...",
-        help="with a scene model: leave out the points predicted as these classes (default: ceiling, "
-        "so a room is seen from above; 'none' hides nothing)",
+        help="with a scene model: leave out the points predicted as these classes, from both panels when the "
+        "ground truth is drawn beside (default: ceiling, so a room is seen from above; 'none' hides nothing)",
     )
     _add_common_model_args(s)
     s.set_defaults(func=cmd_show)
@@ -588,6 +588,10 @@ def cmd_show(args: argparse.Namespace) -> int:
     want = set(layers or ())
     if getattr(model, "whole_scenes", False) and want & {"grid", "edges"}:  # each crop has a grid of its own
         raise SystemExit("gridify show: error: --layers: a scene model has no single grid or edges to draw; use points")
+    if model is not None and not getattr(model, "whole_scenes", False) and args.hide is not None:
+        raise SystemExit("gridify show: error: --hide is for scene models (the points of a class are left out)")
+    if model is not None and getattr(model, "whole_scenes", False):
+        _hide_names(args, list(model.class_names))  # an unknown class fails now, not after the scan is labelled
     cloud = _read(args, model)
     # a bad --labels file fails now, not after the model has labelled every point (minutes for a scan)
     truth = _ground_truth(args, cloud, model) if model is not None and model.dense else None
@@ -608,15 +612,13 @@ def cmd_show(args: argparse.Namespace) -> int:
             if layers is None:
                 layers = ["points"] if args.out or res["grid"] is None else list(vis.LAYERS)
             pos, labels = res["pos"], pred.point_labels
+            if getattr(model, "whole_scenes", False):  # both panels lose the points predicted as a hidden class
+                pos, labels, truth = _hide_classes(args, pos, labels, pred.class_names, truth)
             if truth is not None:
                 img = _show_truth_beside(args, pos, truth, labels, pred.class_names, options)
                 if args.out:
                     print(f"wrote {args.out} ({img.shape[1]}x{img.shape[0]}: ground truth | prediction)")
                 return 0
-            if getattr(model, "whole_scenes", False):
-                pos, labels = _hide_classes(args, pos, labels, pred.class_names)
-            elif args.hide is not None:
-                raise SystemExit("gridify show: error: --hide is for scene models (the points of a class are left out)")
             kw = dict(
                 points=pos,
                 labels=labels,
@@ -679,31 +681,37 @@ def _show_truth_beside(args: argparse.Namespace, pos: Any, truth: Any, labels: A
         raise SystemExit(f"gridify show: error: {exc}")
 
 
-def _hide_classes(args: argparse.Namespace, pos: Any, labels: Any, class_names: List[str]):
-    """The points and labels of a labelled scene without the classes of ``--hide`` (default: the
-    ceiling, when the model has one: a room seen from any side above is hidden by its ceiling)."""
-    import numpy as np
-
+def _hide_names(args: argparse.Namespace, class_names: List[str]) -> List[str]:
+    """The lower-case classes ``--hide`` names (default: the ceiling, when the model has one: a room seen from
+    any side above is hidden by its ceiling); an unknown class exits naming the model's classes."""
     lower = [c.lower() for c in class_names]
     if args.hide is None:
-        names = ["ceiling"] if "ceiling" in lower else []
-    elif args.hide.strip().lower() == "none":
-        names = []
-    else:
-        names = [n.strip().lower() for n in args.hide.split(",") if n.strip()]
-        unknown = [n for n in names if n not in lower]
-        if unknown:
-            raise SystemExit(
-                f"gridify show: error: --hide: unknown class(es) {unknown}; the model's classes: "
-                f"{', '.join(class_names)}"
-            )
+        return ["ceiling"] if "ceiling" in lower else []
+    if args.hide.strip().lower() == "none":
+        return []
+    names = [n.strip().lower() for n in args.hide.split(",") if n.strip()]
+    unknown = [n for n in names if n not in lower]
+    if unknown:
+        raise SystemExit(
+            f"gridify show: error: --hide: unknown class(es) {unknown}; the model's classes: {', '.join(class_names)}"
+        )
+    return names
+
+
+def _hide_classes(args: argparse.Namespace, pos: Any, labels: Any, class_names: List[str], truth: Any = None):
+    """The points, predicted labels and ground truth (when drawn beside) of a labelled scene without the points
+    predicted as the classes of ``--hide`` (:func:`_hide_names`)."""
+    import numpy as np
+
+    names = _hide_names(args, class_names)
     if not names:
-        return pos, labels
+        return pos, labels, truth
+    lower = [c.lower() for c in class_names]
     keep = ~np.isin(labels, [lower.index(n) for n in names])
     if not keep.any():
         raise SystemExit(f"gridify show: error: --hide {','.join(names)} leaves no point to draw")
     print(f"hidden: {int((~keep).sum())} points predicted as {', '.join(names)} (--hide none shows them)")
-    return pos[keep], labels[keep]
+    return pos[keep], labels[keep], None if truth is None else np.asarray(truth)[keep]
 
 
 def cmd_export(args: argparse.Namespace) -> int:

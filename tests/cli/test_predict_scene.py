@@ -34,17 +34,37 @@ def test_show_hides_the_ceiling_of_a_room_by_default_and_named_classes_on_reques
     names = ["floor", "wall", "ceiling", "chair"]
     pos = np.arange(18, dtype=np.float32).reshape(6, 3)
     labels = np.array([0, 2, 1, 2, 3, 0])
-    p, lab = _hide_classes(argparse.Namespace(hide=None), pos, labels, names)
+    p, lab, _ = _hide_classes(argparse.Namespace(hide=None), pos, labels, names)
     assert lab.tolist() == [0, 1, 3, 0] and np.array_equal(p, pos[[0, 2, 4, 5]])
-    p, lab = _hide_classes(argparse.Namespace(hide="none"), pos, labels, names)
+    p, lab, _ = _hide_classes(argparse.Namespace(hide="none"), pos, labels, names)
     assert lab.tolist() == labels.tolist()
-    p, lab = _hide_classes(argparse.Namespace(hide="Floor, chair"), pos, labels, names)
+    p, lab, _ = _hide_classes(argparse.Namespace(hide="Floor, chair"), pos, labels, names)
     assert lab.tolist() == [2, 1, 2]
     assert _hide_classes(argparse.Namespace(hide=None), pos, labels, ["road", "car"])[1].tolist() == labels.tolist()
+    # ground truth drawn beside loses the same points (those predicted as a hidden class)
+    truth = np.array([0, 0, 1, 2, 3, -1])
+    p, lab, t = _hide_classes(argparse.Namespace(hide="chair,floor"), pos, labels, names, truth)
+    assert lab.tolist() == [2, 1, 2] and t.tolist() == [0, 1, 2] and len(p) == 3
     with pytest.raises(SystemExit, match=r"--hide: unknown class\(es\) \['sky'\]; the model's classes: floor, "):
         _hide_classes(argparse.Namespace(hide="sky"), pos, labels, names)
     with pytest.raises(SystemExit, match="leaves no point to draw"):
         _hide_classes(argparse.Namespace(hide="floor,wall,ceiling,chair"), pos, labels, names)
+
+
+def test_show_checks_hide_before_labelling_the_scan_and_applies_it_beside_the_ground_truth(tmp_path, capsys):
+    """--hide with --labels was ignored (an unknown class too); now checked first and applied to both panels."""
+    pytest.importorskip("open3d")
+    _scan(tmp_path / "scan.bin")
+    np.save(tmp_path / "truth.npy", np.random.default_rng(0).integers(0, 3, 700))
+    path, _ = _export(tmp_path)
+    base = ["show", str(tmp_path / "scan.bin"), "--ckpt", str(path), "--labels", str(tmp_path / "truth.npy")]
+    with pytest.raises(SystemExit, match=r"--hide: unknown class\(es\) \['sky'\]"):
+        gridify_main([*base, "--hide", "sky", "--out", str(tmp_path / "a.png")])
+    assert "points:" not in capsys.readouterr().out  # refused before the scan was labelled
+    first = CLASSES[1]  # the tiny model labels most points as the first class
+    assert gridify_main([*base, "--hide", first, "--out", str(tmp_path / "b.png")]) == 0
+    out = capsys.readouterr().out
+    assert f"points predicted as {first.lower()}" in out and "ground truth | prediction" in out
 
 
 def test_evaluate_scan_prints_per_class_iou_against_the_labels_beside_it(tmp_path, capsys):
