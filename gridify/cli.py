@@ -440,7 +440,7 @@ def _add_convert_parser(sub: Any) -> None:
     c.add_argument(
         "--test-area",
         type=types.int_range(1, 6, "S3DIS area"),
-        default=S3DIS_TEST_AREA,
+        default=None,
         help=f"S3DIS: the Area held out as test (default {S3DIS_TEST_AREA})",
     )
     c.add_argument(
@@ -456,7 +456,9 @@ def _add_convert_parser(sub: Any) -> None:
         help="S3DIS layout: class names (file-name prefixes) instead of the 13 S3DIS classes",
     )
     c.add_argument(
-        "--unknown", default="ignore", help="S3DIS layout: what another class becomes: ignore, error or a class name"
+        "--unknown",
+        default=None,
+        help="S3DIS layout: what another class becomes: ignore (default), error or a class name",
     )
     c.add_argument("--overwrite", action="store_true", help="rewrite scenes already converted")
     c.add_argument("--quiet", action="store_true", help="no line per scene")
@@ -845,7 +847,28 @@ def cmd_download(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the ``gridify convert`` flags each layout reads (a flag given for another layout was ignored silently)
+_CONVERT_FLAGS = {
+    "--test-area": ("test_area", ("s3dis", "mmdet3d_s3dis")),
+    "--sequences": ("sequences", ("semantickitti",)),
+    "--classes": ("classes", ("s3dis",)),
+    "--unknown": ("unknown", ("s3dis",)),
+}
+
+
+def _check_convert_flags(args: argparse.Namespace) -> None:
+    """Exit naming a flag given for a layout that does not read it (``--classes a b`` with SemanticKITTI wrote a
+    two-class ``classes.txt`` over its 19-class labels; ``--test-area`` / ``--unknown`` did nothing)."""
+    for flag, (attr, layouts) in _CONVERT_FLAGS.items():
+        if getattr(args, attr) is not None and args.layout not in layouts:
+            raise SystemExit(
+                f"gridify convert: error: {flag} is only read for --layout {' / '.join(layouts)}, not "
+                f"{args.layout} (its classes and splits are the layout's own); leave it out"
+            )
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
+    from ._clinames import S3DIS_TEST_AREA
     from .datasets import DatasetError, convert_to_pointcept
 
     if not Path(args.root).is_dir():
@@ -855,6 +878,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
         raise SystemExit(
             f"gridify convert: error: --out {args.out} is the source folder; write the common layout to another folder"
         )
+
+    _check_convert_flags(args)
 
     def progress(done: int, total: int, name: str) -> None:
         if not args.quiet:
@@ -866,10 +891,10 @@ def cmd_convert(args: argparse.Namespace) -> int:
             args.layout,
             args.out,
             args.splits,
-            test_area=args.test_area,
+            test_area=S3DIS_TEST_AREA if args.test_area is None else args.test_area,
             sequences=args.sequences,
             classes=args.classes,
-            unknown=args.unknown,
+            unknown="ignore" if args.unknown is None else args.unknown,
             overwrite=args.overwrite,
             progress=progress,
         )

@@ -146,3 +146,29 @@ FOREST = KITTI.parents[1] / "forest_s3dis_layout" / "Stanford3dDataset_v1.2_Alig
 def test_real_forest_plot_with_the_default_classes_warns(tmp_path):
     with pytest.warns(UserWarning, match=r"92 % of the 387109 points converted .*\['ground', 'tree'\]"):
         convert_to_pointcept(FOREST, "s3dis", tmp_path / "forest")
+
+
+@pytest.mark.parametrize(
+    "layout, flags, message",
+    [
+        ("semantickitti", ["--classes", "a", "b"], "--classes is only read for --layout s3dis, not semantickitti"),
+        ("semantickitti", ["--test-area", "3"], "--test-area is only read for --layout s3dis / mmdet3d_s3dis"),
+        ("semantickitti", ["--unknown", "error"], "--unknown is only read for --layout s3dis, not semantickitti"),
+        ("s3dis", ["--sequences", "00"], "--sequences is only read for --layout semantickitti, not s3dis"),
+        ("scannet", ["--test-area", "2"], "--test-area is only read for --layout s3dis / mmdet3d_s3dis, not scannet"),
+    ],
+)
+def test_convert_refuses_a_flag_the_layout_does_not_read(tmp_path, layout, flags, message):
+    """``--classes a b`` with SemanticKITTI wrote a two-class classes.txt over 19-class labels; the others were
+    ignored. Each is refused before anything is written."""
+    raw = _s3dis_tree(tmp_path / "raw")
+    with pytest.raises(SystemExit, match=message):
+        main(["convert", str(raw), "--layout", layout, "--out", str(tmp_path / "o"), "--quiet", *flags])
+    assert not (tmp_path / "o").exists()
+    if layout == "s3dis":  # the flags the layout reads still work
+        assert (
+            _convert(
+                raw, tmp_path / "ok", "--test-area", "1", "--unknown", "error", "--classes", "floor", "wall", "chair"
+            )
+            == 0
+        )
