@@ -363,6 +363,13 @@ def convert_to_pointcept(root: PathLike, layout: str, out: PathLike, splits: Seq
         the scene folders written (or kept), in order.
     """
     check_choice("convert_to_pointcept", "layout", layout, sorted(set(LAYOUTS) - {"pointcept"}))
+    names = list(classes) if classes is not None else list(LAYOUTS[layout].classes or ())
+    if layout == "s3dis":
+        check_unknown("convert_to_pointcept", unknown, names)
+    elif classes is not None and len(names) != len(LAYOUTS[layout].classes or names):
+        raise DatasetError(f"convert_to_pointcept: classes names {len(names)} classes, but {layout}'s labels are "
+                           f"the {len(LAYOUTS[layout].classes)} ids of its own classes (classes renames them only): "
+                           f"leave classes out")
     out = Path(out)
     refs: List[Tuple[SceneRef, str]] = []
     for split in splits:
@@ -370,9 +377,6 @@ def convert_to_pointcept(root: PathLike, layout: str, out: PathLike, splits: Seq
         refs += [(r, split) for r in find_scenes(root, layout, split, test_area=test_area, sequences=sequences)]
     if not refs:
         raise DatasetError(f"convert_to_pointcept: no {layout} scenes under {root} for splits {list(splits)}")
-    names = list(classes) if classes is not None else list(LAYOUTS[layout].classes or ())
-    if layout == "s3dis":
-        check_unknown("convert_to_pointcept", unknown, names)
     targets = [out.joinpath(*_out_split(ref, split)) for ref, split in refs]
     settings = _conversion_settings(layout, names, unknown)
     rewriting = _check_previous_conversion(out, settings, targets, overwrite)

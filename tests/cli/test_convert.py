@@ -172,3 +172,8 @@ def test_convert_refuses_a_flag_the_layout_does_not_read(tmp_path, layout, flags
             )
             == 0
         )
+
+
+def test_convert_in_python_refuses_a_class_list_that_does_not_fit_the_layout_labels(tmp_path):
+    with pytest.raises(ValueError, match=r"classes names 2 classes, but scannet's labels are the 20 ids"):
+        convert_to_pointcept(tmp_path, "scannet", tmp_path / "o", classes=["a", "b"])
