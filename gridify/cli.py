@@ -590,7 +590,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     want = set(layers or ())
     if getattr(model, "whole_scenes", False) and want & {"grid", "edges"}:  # each crop has a grid of its own
         raise SystemExit("gridify show: error: --layers: a scene model has no single grid or edges to draw; use points")
-    if model is not None and not getattr(model, "whole_scenes", False) and args.hide is not None:
+    if not getattr(model, "whole_scenes", False) and args.hide is not None:  # no model, or not a scene model
         raise SystemExit("gridify show: error: --hide is for scene models (the points of a class are left out)")
     if model is not None and getattr(model, "whole_scenes", False):
         _hide_names(args, list(model.class_names))  # an unknown class fails now, not after the scan is labelled

@@ -61,6 +61,8 @@ def test_show_checks_hide_before_labelling_the_scan_and_applies_it_beside_the_gr
     with pytest.raises(SystemExit, match=r"--hide: unknown class\(es\) \['sky'\]"):
         gridify_main([*base, "--hide", "sky", "--out", str(tmp_path / "a.png")])
     assert "points:" not in capsys.readouterr().out  # refused before the scan was labelled
+    with pytest.raises(SystemExit, match=r"--hide is for scene models"):  # without a model it was ignored
+        gridify_main(["show", str(tmp_path / "scan.bin"), "--hide", "car", "--out", str(tmp_path / "c.png")])
     first = CLASSES[1]  # the tiny model labels most points as the first class
     assert gridify_main([*base, "--hide", first, "--out", str(tmp_path / "b.png")]) == 0
     out = capsys.readouterr().out
