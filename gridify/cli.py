@@ -868,6 +868,8 @@ def _check_convert_flags(args: argparse.Namespace) -> None:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
+    import re
+
     from ._clinames import S3DIS_TEST_AREA
     from .datasets import DatasetError, convert_to_pointcept
 
@@ -898,8 +900,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
             progress=progress,
         )
-    except (DatasetError, ValueError) as exc:
-        raise SystemExit(f"gridify convert: error: {exc}")
+    except (DatasetError, ValueError) as exc:  # the library's keyword names in the words of this command
+        text = re.sub(r"give root=('[^']*'|\S+)", r"give \1 as the root", str(exc))
+        raise SystemExit(f"gridify convert: error: {text.replace('(data.sequences / sequences=)', '(--sequences)')}")
     print(f"{len(written)} scenes in {args.out} (read back with data.name: scene, layout: pointcept, root: {args.out})")
     return 0
 

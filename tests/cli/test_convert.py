@@ -177,3 +177,15 @@ def test_convert_refuses_a_flag_the_layout_does_not_read(tmp_path, layout, flags
 def test_convert_in_python_refuses_a_class_list_that_does_not_fit_the_layout_labels(tmp_path):
     with pytest.raises(ValueError, match=r"classes names 2 classes, but scannet's labels are the 20 ids"):
         convert_to_pointcept(tmp_path, "scannet", tmp_path / "o", classes=["a", "b"])
+
+
+def test_convert_names_a_root_one_folder_too_high_in_its_own_words(tmp_path):
+    from tests.datasets.test_scene_datasets import make_kitti
+
+    make_kitti(tmp_path / "kitti" / "dataset", sequences=("00",), frames=1)
+    argv = ["convert", str(tmp_path / "kitti"), "--layout", "semantickitti", "--out", str(tmp_path / "o")]
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--sequences", "0", "--quiet"])
+    text = str(exc.value)
+    assert "(--sequences); its subfolder 'dataset' holds them: give '" in text, text
+    assert text.endswith("kitti/dataset' as the root") and "root=" not in text and "sequences=" not in text, text
