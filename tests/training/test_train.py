@@ -499,13 +499,16 @@ def test_ddp_spawn_two_cpu_processes(tmp_path, capfd):
     """ddp_spawn from Python (no script to re-run): the whole run happens in two spawned DDP ranks."""
     args = ["data.batch_size=2", "trainer.max_epochs=1", "trainer.plots=false", "--accelerator", "cpu"]
     args += ["--devices", "2", "--strategy", "ddp_spawn"]
-    try:
-        summary = T.main(tiny(tmp_path, *args))
-    except torch.multiprocessing.ProcessExitedException:  # a rank aborted inside gloo (seen once in ~10 CI runs)
-        tmp_path = tmp_path / "again"
-        tmp_path.mkdir()
-        capfd.readouterr()
-        summary = T.main(tiny(tmp_path, *args))
+    for attempt in range(3):  # a rank may abort in gloo's teardown ("terminate called without an active
+        try:  # exception"): seen once in ~10 CI runs, twice in a row once; the run itself is not at fault
+            summary = T.main(tiny(tmp_path, *args))
+            break
+        except torch.multiprocessing.ProcessExitedException:
+            if attempt == 2:
+                raise
+            tmp_path = tmp_path / "again"
+            tmp_path.mkdir()
+            capfd.readouterr()
     assert "Starting with 2 processes" in "".join(capfd.readouterr())
     report = json.loads((tmp_path / "test_metrics.json").read_text())
     assert summary["metrics"] == report["metrics"] and summary["config"]["trainer"]["strategy"] == "ddp_spawn"
