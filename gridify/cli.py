@@ -176,6 +176,7 @@ def _add_show_parser(sub: Any) -> None:
         help="with a scene model: leave out the points predicted as these classes, from both panels when the "
         "ground truth is drawn beside (default: ceiling, so a room is seen from above; 'none' hides nothing)",
     )
+    s.add_argument("--no-progress", action="store_true", help="no progress bar (scene segmenters)")
     _add_common_model_args(s)
     s.set_defaults(func=cmd_show)
 
@@ -577,6 +578,15 @@ def _show_options(args: argparse.Namespace) -> dict:
     )
 
 
+def _show_progress(args: argparse.Namespace, model: Any) -> Any:
+    """A bar labelled ``show`` while a scene model labels the scan (minutes for a large one); None otherwise."""
+    if args.no_progress or not getattr(model, "whole_scenes", False):
+        return None
+    from ._progress import stderr_bar
+
+    return stderr_bar("show")
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from . import vis
     from .api import gridify as gridify_fn
@@ -606,6 +616,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                     seed=args.seed,
                     estimate_normals=args.estimate_normals,
                     up_axis=args.up_axis,
+                    progress=_show_progress(args, model),
                 )
             except (ValueError, TypeError) as exc:
                 raise SystemExit(f"gridify show: error: {exc}")
@@ -932,7 +943,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if argv and argv[0] in DELEGATED:
                 return _delegate(argv[0], argv[1:])
             parser = build_parser()
-            args = parser.parse_args(argv)
+            args, extras = parser.parse_known_args(argv)
+            if extras:  # named by the sub-command's parser (its usage), not by the top-level one
+                _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(extras)}")
             if args.command is None:
                 parser.print_help()
                 return 2
@@ -940,6 +953,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 return int(args.func(args) or 0)
     finally:
         warnings.formatwarning = saved  # called from Python (tests, notebooks): leave the process as it was
+
+
+def _command_parser(parser: argparse.ArgumentParser, command: Optional[str]) -> argparse.ArgumentParser:
+    """The parser of sub-command ``command`` (``parser`` itself when there is none)."""
+    for action in parser._actions:  # noqa: SLF001 - argparse keeps its sub-parsers only there
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:  # noqa: SLF001
+            return action.choices[command]
+    return parser
 
 
 #: set to see the traceback of an error the command did not expect (instead of its one line)

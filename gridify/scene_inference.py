@@ -57,7 +57,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._checks import check_finite, check_int, check_number, check_points, check_tensor, fail
+from ._checks import check_finite, check_int, check_number, check_points, check_tensor, fail, warn_at_caller
 from ._progress import resolve_progress
 from .io.cloud import centre_large_offset
 from .metrics import SegmentationIoU
@@ -120,7 +120,7 @@ def _check_settings(where: str, voxel_size: Any, max_points: Any, seed: Any) -> 
     return voxel_size, max_points
 
 
-def check_voxel_range(where: str, pos: Any, voxel_size: Optional[float]) -> None:
+def check_voxel_range(where: str, pos: Any, voxel_size: Optional[float], what: str = "the scene") -> None:
     """A scene whose fragments' grid of ``voxel_size`` metres has more than 2^52 voxels along an axis (coordinates
     far too large for the unit, e.g. not metres) is refused naming ``where``, the extent and the voxel size,
     rather than by the voxel step deep inside."""
@@ -134,6 +134,37 @@ def check_voxel_range(where: str, pos: Any, voxel_size: Optional[float]) -> None
             f"coordinates up to {reach:.3g} m are too large for voxel_size={voxel_size:g} m (the scene's "
             f"fragments; more than 2^52 voxels along an axis): are they in metres?",
         )
+    warn_off_metric_scale(where, pos, voxel_size, what)
+
+
+#: a scene wider than this many voxels along an axis is most likely not in metres (10 km at 0.1 m voxels; a
+#: 160 m LiDAR scan in millimetres spans 1.6 million voxels of 0.1 m, in centimetres 160,000)
+MAX_PLAUSIBLE_VOXELS = 100_000
+
+
+def warn_off_metric_scale(where: str, pos: Any, voxel_size: Optional[float], what: str = "the scene") -> None:
+    """Warn, naming ``where`` and ``what`` (the scan's file), the extent and the unit to try, when a scene spans more than
+    :data:`MAX_PLAUSIBLE_VOXELS` voxels of ``voxel_size`` along an axis: a scan in millimetres or centimetres
+    given to a model trained in metres is labelled without any other sign (its crops hold a few points of a
+    huge area). The extent is max - min, so a large offset (UTM metres) does not count."""
+    if voxel_size is None or len(pos) < 2:
+        return
+    if isinstance(pos, Tensor):
+        p = pos.detach()
+        span = (p.amax(0) - p.amin(0)).double().cpu().numpy()
+    else:
+        p = np.asarray(pos)
+        span = p.max(0).astype(np.float64) - p.min(0)
+    widest = float(span.max())
+    if widest / voxel_size <= MAX_PLAUSIBLE_VOXELS:
+        return
+    axis = "xyz"[int(span.argmax())]
+    warn_at_caller(
+        f"{where}: {what} spans {widest:.4g} along {axis}, {widest / voxel_size:.3g} voxels of the model's "
+        f"voxel_size={voxel_size:g} m: scene models take metres; if the coordinates are millimetres or "
+        f"centimetres, divide them by 1000 or 100 first (the crops of a scan in the wrong unit hold a few points "
+        f"of a huge area and come out mislabelled)"
+    )
 
 
 def scene_fragments(

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import check_int, fail
+from .._progress import resolve_progress
 from ..nn.state import all_or_nothing, evaluating
 from ..tasks import get_task
 from ..transforms import check_up_axis, to_z_up
@@ -303,9 +304,10 @@ class Predictor(nn.Module):
         seed: int = 0,
         estimate_normals: bool = False,
         up_axis: str = "z",
+        progress: Any = None,
     ) -> Dict[str, Any]:
         """Everything :func:`gridify.vis.show` draws, in the normalized frame (z up: ``up_axis`` as in
-        :meth:`predict`).
+        :meth:`predict`; ``progress`` as in :meth:`predict`, scene segmenters only).
 
         Returns a dict: ``pos`` ``[N, 3]`` (all points, normalized), ``prediction``
         (:class:`Prediction`), ``grid`` ``[C, R, R, R]`` (the *gridification* output, i.e. the
@@ -317,8 +319,17 @@ class Predictor(nn.Module):
         where = f"{type(self).__name__}.inspect"
         check_run(where, 1, 1, seed, estimate_normals)
         up_axis = check_up_axis(where, up_axis)
+        progress = resolve_progress(where, progress, "inspect")
         return self.task_predictor.inspect(
-            self, points, normals, category, seed=seed, estimate_normals=estimate_normals, up_axis=up_axis, where=where
+            self,
+            points,
+            normals,
+            category,
+            seed=seed,
+            estimate_normals=estimate_normals,
+            up_axis=up_axis,
+            progress=progress,
+            where=where,
         )
 
     def _chunks(self, cloud: Dict[str, Any], seed: int) -> Any:

@@ -258,6 +258,7 @@ class TaskPredictor:
         seed: int = 0,
         estimate_normals: bool = False,
         up_axis: str = "z",
+        progress: Any = None,
         where: str = "Predictor.inspect",
     ) -> Dict[str, Any]:
         """:meth:`gridify.api.Predictor.inspect` (its arguments checked)."""
@@ -349,8 +350,11 @@ class CloudPredictor(TaskPredictor):
         seed: int = 0,
         estimate_normals: bool = False,
         up_axis: str = "z",
+        progress: Any = None,
         where: str = "Predictor.inspect",
     ) -> Dict[str, Any]:
+        if resolve_progress(where, progress) is not None:
+            fail(where, f"progress= is for scene segmenters; this is a {predictor.task} model")
         model = predictor.model
         if not callable(getattr(model, "gridify", None)):
             fail(where, f"the model ({type(model).__name__}) has no gridification to inspect")
@@ -520,7 +524,7 @@ class ScenePredictor(TaskPredictor):
         x = self.point_features(predictor, cloud, pos, features, estimate_normals, source, where)  # finite [N, F]
         info = predictor.meta.get("info") or {}  # voxel_size / max_points checked at load (check_entries)
         voxel_size, max_points = info.get("voxel_size"), info.get("max_points")
-        check_voxel_range(where, pos, None if voxel_size is None else float(voxel_size))
+        check_voxel_range(where, pos, None if voxel_size is None else float(voxel_size), source or "the scene")
         model, dev = predictor.model, predictor.device
         with evaluating(model), all_or_nothing(model):
             probs = predict_scene_unchecked(
@@ -631,12 +635,13 @@ class ScenePredictor(TaskPredictor):
         seed: int = 0,
         estimate_normals: bool = False,
         up_axis: str = "z",
+        progress: Any = None,
         where: str = "Predictor.inspect",
     ) -> Dict[str, Any]:
         """Metric points, every one labelled; no single grid frame to draw (each crop has its own box)."""
         points = read_scene(points)  # read once, with the fields the features may need
         pred = predictor.predict(
-            points, normals, category, seed=seed, estimate_normals=estimate_normals, up_axis=up_axis
+            points, normals, category, seed=seed, estimate_normals=estimate_normals, up_axis=up_axis, progress=progress
         )
         pos, _, _ = read_cloud(points, normals, where)
         pos, _ = to_z_up(pos, up_axis)

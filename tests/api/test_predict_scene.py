@@ -94,6 +94,17 @@ def test_inspect_scene_labels_every_metric_point_without_a_grid(tmp_path):
     np.testing.assert_allclose(res["pos"], rows[:, :3])  # metres, not normalized
     assert res["grid"] is None and res["graph"] is None
     np.testing.assert_array_equal(res["prediction"].labels, m.predict(tmp_path / "scan.bin").labels)
+    calls = []
+    m.inspect(tmp_path / "scan.bin", progress=lambda done, total: calls.append((done, total)))
+    assert calls and calls[-1][0] == calls[-1][1]  # progress as in predict: after every model call
+    with pytest.raises(ValueError, match=r"Predictor\.inspect: progress must be None, True / False or callable"):
+        m.inspect(tmp_path / "scan.bin", progress="yes")
+
+
+def test_inspect_refuses_progress_for_a_classifier():
+    model = load("modelnet10")
+    with pytest.raises(ValueError, match=r"Predictor\.inspect: progress= is for scene segmenters"):
+        model.inspect(np.random.default_rng(0).normal(size=(300, 3)).astype(np.float32), progress=True)
 
 
 @pytest.mark.parametrize("features", [("strength", "height"), ("xyz", "intensity", "height")])

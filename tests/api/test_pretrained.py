@@ -224,6 +224,28 @@ def test_an_intensity_off_the_unit_scale_warns_and_an_overflowing_input_is_refus
         model(torch.from_numpy(xyz), torch.zeros(400, 2), torch.zeros(400, dtype=torch.long), category=torch.zeros(1))
 
 
+def test_a_scan_in_millimetres_warns_naming_the_file_and_the_unit(tmp_path):
+    """A scan in millimetres (or centimetres) reads as a huge, sparse scene and is labelled without another sign:
+    a warning naming the file, the extent and the fix. A scan in metres, even with a UTM offset, does not warn."""
+    import warnings
+
+    model = gridify.load("semantickitti")
+    xyz, strength = _small_scan(400)
+    rows = np.c_[xyz * 1000, strength].astype(np.float32)
+    rows.tofile(tmp_path / "mm.bin")
+    with pytest.warns(
+        UserWarning,
+        match=r"mm\.bin spans [\d.e+]+ along ., [\d.e+]+ voxels of the model's "
+        r"voxel_size=0\.1 m: .*divide them by 1000 or 100",
+    ):
+        model.predict(tmp_path / "mm.bin")
+    utm = xyz.astype(np.float64) + [5e5, 4e6, 100.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.predict(gridify.io.PointCloud(points=xyz, fields={"intensity": strength}))
+        model.predict(gridify.io.PointCloud(points=utm, fields={"intensity": strength}))
+
+
 @pytest.mark.slow  # a whole 127k-point scan on the CPU: about a minute
 def test_the_shipped_scene_model_labels_a_real_scan_with_several_classes(shared_data, tmp_path, capsys):
     scan = shared_path(shared_data, "semantickitti_mini/dataset/sequences/05/velodyne/000000.bin")

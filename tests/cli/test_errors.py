@@ -482,6 +482,32 @@ def test_argument_types():
             _cliargs.device("cuda:99")
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["list", "--no-such-flag"],
+        ["predict", "x.ply", "--model", "modelnet40", "--no-such-flag"],
+        ["show", "x.ply", "--no-such-flag"],
+        ["show", "x.ply", "--hide", "car", "bogus"],  # one --hide value is a comma-separated list
+        ["export", "--model", "modelnet40", "--out", "m.onnx", "--no-such-flag"],
+        ["download", "modelnet10", "--no-such-flag"],
+        ["convert", "in", "--layout", "s3dis", "--out", "o", "--no-such-flag"],
+        ["train", "--config", "modelnet10_fast", "--no-such-flag"],
+        ["evaluate", "--ckpt", "m.pt", "--no-such-flag"],
+    ],
+    ids=lambda a: a[0] if a[-1] != "bogus" else "show-hide",
+)
+def test_an_unknown_argument_is_named_by_its_subcommand(argv, capsys):
+    """``gridify show x.ply --no-such-flag`` answers with show's usage and ``gridify show: error: ...``, not the
+    top-level ``usage: gridify ... command`` (a newcomer sees which command's flags to read)."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"usage: gridify {argv[0]} " in err and "usage: gridify [-h]" not in err
+    assert f"gridify {argv[0]}: error: unrecognized arguments: {argv[-1]}" in err
+
+
 # ----------------------------------------------------------------------------- the run folder's lock
 HOLDER = textwrap.dedent("""
     import sys, time

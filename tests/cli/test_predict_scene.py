@@ -1,6 +1,8 @@
 """``gridify predict scan.bin --ckpt model.pt --out labeled.ply`` (with progress) and the classes
 ``gridify show`` hides on scenes."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -157,11 +159,14 @@ def test_show_draws_the_ground_truth_beside_the_prediction(tmp_path, capsys):
         if "offscreen renderer could not start" in str(exc):
             pytest.skip(str(exc))
         raise
-    assert "ground truth | prediction" in capsys.readouterr().out
+    cap = capsys.readouterr()
+    assert "ground truth | prediction" in cap.out
+    assert re.search(r"\[show\] (\d+)/\1 crops \(100 %\)", cap.err)  # labelling a scan is long work: a bar
     assert Image.open(png).size == (400, 150)
-    # --labels none: the prediction alone, as before
-    assert gridify_main(args[:-4] + ["--labels", "none", "--width", "200", "--height", "150"]) == 0
+    # --labels none: the prediction alone, as before; --no-progress: no bar
+    assert gridify_main(args[:-4] + ["--labels", "none", "--width", "200", "--height", "150", "--no-progress"]) == 0
     assert Image.open(png).size == (200, 150)
+    assert "crops" not in capsys.readouterr().err
     with pytest.raises(SystemExit, match="no such file"):
         gridify_main(args + ["--labels", str(tmp_path / "missing.label")])
     # a label file of the wrong length is refused before the model labels the scan

@@ -242,3 +242,19 @@ def test_votes_build_one_view_of_crops_at_a_time_and_progress_ends_exact(monkeyp
     monkeypatch.setattr(SI, "_iter_vote_crops", orig_iter)
     want = SI.predict_scene_reference(model, pos, x, voxel_size=0.5, max_points=100, votes=5)
     assert torch.allclose(got, want, atol=1e-6)
+
+
+def test_a_scene_far_wider_than_the_voxel_grid_warns_about_its_unit():
+    """More than 100,000 voxels across (a scan in millimetres given with a voxel size in metres) warns with the
+    extent and the unit; the same scene in metres is silent."""
+    import warnings
+
+    pos, x = _scene(400)
+    model = PerPoint()
+    with pytest.warns(
+        UserWarning, match=r"predict_scene: the scene spans 9\.9\d+e\+04 along [xy], 9\.9\de\+05 voxels.*millimetres"
+    ):
+        predict_scene(model, pos * 10_000, x, voxel_size=0.1, max_points=300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        predict_scene(model, pos, x, voxel_size=0.1, max_points=300)
