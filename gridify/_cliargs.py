@@ -11,11 +11,15 @@ traceback after the model has loaded. Path types only look at the path
 from __future__ import annotations
 
 import argparse
-from typing import Callable, Optional, Sequence
+import difflib
+import re
+from typing import Callable, List, NoReturn, Optional, Sequence
 
 from ._paths import PathError, check_input_file, check_output_dir, check_output_file
 
 __all__ = [
+    "Parser",
+    "did_you_mean",
     "int_range",
     "positive_int",
     "nonnegative_int",
@@ -38,6 +42,34 @@ MAX_THREADS = 4096
 MAX_WORKERS = 1024
 
 DEVICE_HINT = "cpu, cuda, cuda:N or mps"
+
+
+_INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)")
+
+
+def did_you_mean(message: str, options: Sequence[str]) -> str:
+    """``message`` of an argparse error with the closest spellings appended: for an unrecognized ``--flag``
+    among ``options`` (the parser's flags), for an invalid choice among the choices the message lists."""
+    hints: List[str] = []
+    m = _INVALID_CHOICE.search(message)
+    if m:
+        hints = difflib.get_close_matches(m[1], re.findall(r"'([^']*)'", m[2]), n=1)
+    elif message.startswith("unrecognized arguments: "):
+        for word in message.split(": ", 1)[1].split():
+            flag = word.split("=", 1)[0]
+            if flag.startswith("--"):
+                hints += [h for h in difflib.get_close_matches(flag, options, n=1) if h not in hints]
+    return f"{message}; did you mean {' or '.join(hints)}?" if hints else message
+
+
+class Parser(argparse.ArgumentParser):
+    """The parser class of every ``gridify`` command and sub-command: argparse's, with the closest spelling
+    named in an error (``unrecognized arguments: --no-progres; did you mean --no-progress?``,
+    ``invalid choice: 'predit' (choose from ...); did you mean predict?``)."""
+
+    def error(self, message: str) -> NoReturn:
+        flags = [o for o in self._option_string_actions if o.startswith("--")]
+        super().error(did_you_mean(message, flags))
 
 
 def int_range(low: int, high: Optional[int] = None, name: str = "integer") -> Callable[[str], int]:

@@ -58,7 +58,7 @@ def program_name(script: str) -> str:
 
 def train_parser() -> argparse.ArgumentParser:
     """The ``train`` argument parser (its program name from :func:`program_name`)."""
-    p = argparse.ArgumentParser(
+    p = types.Parser(
         prog=program_name("train.py"),
         description="Train and test a gridified network from a YAML config, with PyTorch Lightning.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -97,7 +97,7 @@ def train_parser() -> argparse.ArgumentParser:
 
 def evaluate_parser() -> argparse.ArgumentParser:
     """The ``evaluate`` argument parser (its program name from :func:`~gridify.training.cli.program_name`)."""
-    p = argparse.ArgumentParser(
+    p = types.Parser(
         prog=program_name("evaluate.py"),
         description="Evaluate a trained gridified network on a dataset split, or on scan files with --scan.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -168,7 +168,7 @@ def evaluate_parser() -> argparse.ArgumentParser:
 def bench_parser() -> argparse.ArgumentParser:
     """The parser of ``gridify bench`` (the synthetic sweep of :mod:`gridify.bench.synthetic`; ``--recipe``: ``bench_recipe_parser``)."""
     # "gridify bench" through the console script (which names the sub-command in GRIDIFY_PROG)
-    p = argparse.ArgumentParser(
+    p = types.Parser(
         prog=os.environ.get("GRIDIFY_PROG") or None,
         description=BENCH_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -237,7 +237,7 @@ def bench_parser() -> argparse.ArgumentParser:
 def bench_recipe_parser() -> argparse.ArgumentParser:
     """The parser of ``gridify bench --recipe`` (real training steps of a recipe, :mod:`gridify.bench.recipe`)."""
     prog = os.environ.get("GRIDIFY_PROG") or None
-    p = argparse.ArgumentParser(
+    p = types.Parser(
         prog=prog, description=BENCH_RECIPE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument(

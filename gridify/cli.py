@@ -235,7 +235,7 @@ def _add_show_view_arguments(s: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from ._version import __version__
 
-    p = argparse.ArgumentParser(
+    p = types.Parser(
         prog="gridify",
         description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,

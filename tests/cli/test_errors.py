@@ -508,6 +508,23 @@ def test_an_unknown_argument_is_named_by_its_subcommand(argv, capsys):
     assert f"gridify {argv[0]}: error: unrecognized arguments: {argv[-1]}" in err
 
 
+@pytest.mark.parametrize(
+    "argv, hint",
+    [
+        (["predit", "x.ply"], "did you mean predict?"),
+        (["train", "--confg", "modelnet10_fast"], "unrecognized arguments: --confg; did you mean --config?"),
+        (["predict", "x.ply", "--model", "modelnet4"], "did you mean modelnet40?"),
+        (["convert", "in", "--layout", "s3di", "--out", "o"], "did you mean s3dis?"),
+        (["show", "x.ply", "--heigth=3"], "unrecognized arguments: --heigth=3; did you mean --height?"),
+    ],
+)
+def test_a_misspelt_command_flag_or_choice_names_the_closest_spelling(argv, hint, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2 and hint in capsys.readouterr().err
+    assert _cliargs.did_you_mean("unrecognized arguments: --zzzz", ["--config"]) == "unrecognized arguments: --zzzz"
+
+
 # ----------------------------------------------------------------------------- the run folder's lock
 HOLDER = textwrap.dedent("""
     import sys, time
