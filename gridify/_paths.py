@@ -155,7 +155,9 @@ def check_checkpoint_flag(path: Optional[PathLike], flag: str = "--ckpt") -> Non
     if path is None:
         return
     if not Path(os.fspath(path)).exists():
-        raise PathError(f"{flag}: checkpoint not found: {os.fspath(path)}")
+        from ._pretrained import not_found_hint  # noqa: PLC0415 - names only, no torch
+
+        raise PathError(f"{flag}: checkpoint not found: {os.fspath(path)}{not_found_hint(os.fspath(path), flag)}")
     check_input_file(path, flag)
 
 

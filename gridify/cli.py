@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from . import _cliargs as types
 from ._paths import check_checkpoint_flag, check_input_file, check_output_dir, one_line_errors
-from ._pretrained import PRETRAINED
+from ._pretrained import PRETRAINED, closest_shipped
 
 if TYPE_CHECKING:  # numpy and torch are imported by the commands that run, never while parsing
     import numpy as np
@@ -751,6 +751,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise SystemExit(
             f"gridify export: error: checkpoint not found: {args.model} (give a model.pt / .ckpt file or "
             f"the name of a shipped model: {', '.join(sorted(PRETRAINED))})"
+            + (f"; did you mean {closest_shipped(args.model)}?" if closest_shipped(args.model) else "")
         )
     check_input_file(args.model)  # a folder or a FIFO is said to be one
     if args.threads:

@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Union
 import torch
 from torch import nn
 
-from .._pretrained import PRETRAINED, pretrained_file
+from .._pretrained import PRETRAINED, not_found_hint, pretrained_file
 from ..checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
 from .predictor import Predictor
 from .task_predictors import is_served, predictor_for, served_tasks
@@ -54,7 +54,8 @@ def load(
 
     Args:
         path: the checkpoint file, or the name of a model shipped with the package
-            (``gridify.api.PRETRAINED``: ``"modelnet10"``, ``"modelnet40"``) when no file of that name exists.
+            (``gridify.api.PRETRAINED``: ``"modelnet10"``, ``"modelnet40"``, ``"semantickitti"``) when no file
+            of that name exists; a bare name that is neither is refused naming the shipped ones.
         device: where to put the model (``"cpu"``, ``"cuda"``, ...).
         reparameterize: fold reparameterizable layers into their inference form (faster, same
             outputs up to float rounding).
@@ -67,6 +68,8 @@ def load(
         raise ValueError(f"gridify.load: path must be a str or os.PathLike, got {type(path).__name__}")
     if isinstance(path, str) and path in PRETRAINED and not Path(path).exists():
         path = pretrained_path(path)
+    elif isinstance(path, str) and not Path(path).exists() and not_found_hint(path):
+        raise CheckpointError(f"checkpoint not found: {path}{not_found_hint(path)}")
     device = _check_device("gridify.load", device)
     if not isinstance(reparameterize, bool):
         raise ValueError(f"gridify.load: reparameterize must be a bool, got {reparameterize!r}")

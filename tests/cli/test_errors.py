@@ -525,6 +525,28 @@ def test_a_misspelt_command_flag_or_choice_names_the_closest_spelling(argv, hint
     assert _cliargs.did_you_mean("unrecognized arguments: --zzzz", ["--config"]) == "unrecognized arguments: --zzzz"
 
 
+def test_a_bare_name_that_is_no_file_names_the_shipped_models(capsys):
+    """``gridify.load("modelnet4")`` / ``--ckpt modelnet40``: a name, not a path, said with the shipped names."""
+    import gridify
+    from gridify.checkpoint import CheckpointError
+
+    with pytest.raises(
+        CheckpointError,
+        match=r"modelnet4; it is not the name of a shipped model either \(modelnet10, "
+        r"modelnet40, semantickitti\); did you mean 'modelnet40'\?",
+    ):
+        gridify.load("modelnet4")
+    with pytest.raises(CheckpointError, match=r"checkpoint not found: runs/model\.pt$"):
+        gridify.load("runs/model.pt")
+    for argv, said in (
+        (["predict", "x.ply", "--ckpt", "modelnet40"], "(a shipped model is given by name: --model modelnet40)"),
+        (["predict", "x.ply", "--ckpt", "SemanticKITTI"], "did you mean --model semantickitti?"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            cli.main(argv)
+        assert said in str(exc.value) + capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------- the run folder's lock
 HOLDER = textwrap.dedent("""
     import sys, time
