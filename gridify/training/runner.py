@@ -337,6 +337,31 @@ def is_spawn_strategy(strategy: Any) -> bool:
     return isinstance(strategy, str) and strategy.startswith("ddp_spawn")
 
 
+#: ``trainer.precision`` values that autocast to bf16 (the weights stay float32)
+BF16_MIXED = ("bf16-mixed", "bf16")
+
+
+def cpu_precision(tr: Dict[str, Any]) -> Any:
+    """``trainer.precision`` as the run uses it: bf16 autocast on a CPU without native bf16 arithmetic (no
+    ``avx512_bf16`` / ``amx_bf16``: oneDNN emulates it, slower than fp32) falls back to ``32-true`` with a
+    warning, as :func:`gridify.precision.resolve_precision` does for inference. Anything else as given."""
+    from gridify.precision import cpu_has_native_bf16  # noqa: PLC0415
+
+    precision, accelerator = tr["precision"], str(tr["accelerator"]).lower()
+    on_cpu = accelerator == "cpu" or (
+        accelerator == "auto" and not torch.cuda.is_available() and not torch.backends.mps.is_available()
+    )
+    if str(precision) not in BF16_MIXED or not on_cpu or cpu_has_native_bf16():
+        return precision
+    warnings.warn(
+        f"trainer.precision={precision}: this CPU has no native bf16 arithmetic (no avx512_bf16 / amx_bf16 "
+        f"flag), where bf16 autocast runs emulated and slower than fp32; training in fp32 (32-true) instead",
+        UserWarning,
+        stacklevel=2,
+    )
+    return "32-true"
+
+
 def build_trainer(tr: Dict[str, Any], out: Path, callbacks: List[pl.Callback], rank0: bool) -> pl.Trainer:
     """The Lightning trainer of the ``trainer`` section ``tr`` (atomic checkpoints, CSV + TensorBoard logs).
 
@@ -356,7 +381,7 @@ def build_trainer(tr: Dict[str, Any], out: Path, callbacks: List[pl.Callback], r
             devices=tr["devices"],
             num_nodes=int(tr["num_nodes"]),
             strategy=strategy,
-            precision=tr["precision"],
+            precision=cpu_precision(tr),
             max_epochs=int(tr["max_epochs"]),
             max_steps=int(tr["max_steps"]),
             log_every_n_steps=int(tr["log_every_n_steps"]),

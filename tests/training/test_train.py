@@ -396,6 +396,21 @@ def test_segmentation_run_and_export(tmp_path):
     assert res["per_category_iou"] == pytest.approx(report["per_category_iou"], abs=1e-6)
 
 
+def test_bf16_autocast_on_a_cpu_without_native_bf16_trains_in_fp32_with_a_warning(monkeypatch):
+    """Emulated bf16 is slower than fp32: the run warns and trains in fp32, as inference's resolve_precision does."""
+    from gridify.training.runner import cpu_precision
+
+    tr = {"precision": "bf16-mixed", "accelerator": "cpu"}
+    monkeypatch.setattr("gridify.precision.cpu_has_native_bf16", lambda: False)
+    with pytest.warns(UserWarning, match=r"trainer\.precision=bf16-mixed: this CPU has no native bf16.*32-true"):
+        assert cpu_precision(tr) == "32-true"
+    assert cpu_precision({**tr, "precision": "bf16-true"}) == "bf16-true"  # bf16 weights: asked for, kept
+    assert cpu_precision({**tr, "precision": "32-true"}) == "32-true"
+    monkeypatch.setattr("gridify.precision.cpu_has_native_bf16", lambda: True)
+    assert cpu_precision(tr) == "bf16-mixed"
+    assert cpu_precision({**tr, "accelerator": "gpu"}) == "bf16-mixed"
+
+
 def test_bf16_mixed_precision_run(tmp_path, monkeypatch):
     """SepFlexConv3d handles autocast itself: a bf16-mixed CPU run trains and tests with the layers
     called inside the autocast region (nothing wraps them to turn it off)."""
@@ -409,6 +424,7 @@ def test_bf16_mixed_precision_run(tmp_path, monkeypatch):
         return forward(self, x)
 
     monkeypatch.setattr(SepFlexConv3d, "forward", spy)
+    monkeypatch.setattr("gridify.precision.cpu_has_native_bf16", lambda: True)  # whatever this CPU has
     summary = T.main(
         tiny(
             tmp_path, "trainer.max_epochs=1", "trainer.plots=false", "--accelerator", "cpu", "--precision", "bf16-mixed"
