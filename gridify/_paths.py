@@ -149,15 +149,14 @@ def check_input_file(path: PathLike, what: str = "") -> Path:
     return p
 
 
-def check_checkpoint_flag(path: Optional[PathLike], flag: str = "--ckpt") -> None:
+def check_checkpoint_flag(path: Optional[PathLike], flag: str = "--ckpt", hint: str = "") -> None:
     """A checkpoint given by ``flag`` exists as a readable file; else :class:`PathError` naming the flag
-    (``--ckpt: checkpoint not found: PATH``, or what the path is instead). ``None``: nothing to check."""
+    (``--ckpt: checkpoint not found: PATH``, then ``hint``, or what the path is instead). ``None``: nothing to
+    check."""
     if path is None:
         return
     if not Path(os.fspath(path)).exists():
-        from ._pretrained import not_found_hint  # noqa: PLC0415 - names only, no torch
-
-        raise PathError(f"{flag}: checkpoint not found: {os.fspath(path)}{not_found_hint(os.fspath(path), flag)}")
+        raise PathError(f"{flag}: checkpoint not found: {os.fspath(path)}{hint}")
     check_input_file(path, flag)
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from . import _cliargs as types
 from ._paths import check_checkpoint_flag, check_input_file, check_output_dir, one_line_errors
-from ._pretrained import PRETRAINED, closest_shipped
+from ._pretrained import PRETRAINED, ckpt_hint, closest_shipped
 
 if TYPE_CHECKING:  # numpy and torch are imported by the commands that run, never while parsing
     import numpy as np
@@ -479,7 +479,7 @@ def _load(args: argparse.Namespace):
         torch.set_num_threads(int(args.threads))
     if getattr(args, "model", None) and args.ckpt:
         raise SystemExit(f"gridify {args.command}: error: give --ckpt or --model, not both")
-    check_checkpoint_flag(args.ckpt)  # missing, a folder or a FIFO: named with the flag
+    check_checkpoint_flag(args.ckpt, hint=ckpt_hint(args.ckpt))  # missing, a folder or a FIFO: named with the flag
     try:
         return load(args.ckpt if args.ckpt else pretrained_path(args.model), device=args.device)
     except (CheckpointError, ValueError) as exc:
@@ -740,7 +740,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             "gridify export: error: give the model once: a model.pt / .ckpt file or a shipped model's name "
             f"(positional, or --ckpt FILE / --model NAME); got {len(given)}"
         )
-    check_checkpoint_flag(args.ckpt)  # missing, a folder or a FIFO: named with the flag
+    check_checkpoint_flag(args.ckpt, hint=ckpt_hint(args.ckpt))  # missing, a folder or a FIFO: named with the flag
     args.model = given[0]
     if not Path(args.model).exists() and args.model in PRETRAINED:  # a shipped model by name, as --model takes it
         try:

@@ -123,7 +123,8 @@ def _check_settings(where: str, voxel_size: Any, max_points: Any, seed: Any) -> 
 def check_voxel_range(where: str, pos: Any, voxel_size: Optional[float], what: str = "the scene") -> None:
     """A scene whose fragments' grid of ``voxel_size`` metres has more than 2^52 voxels along an axis (coordinates
     far too large for the unit, e.g. not metres) is refused naming ``where``, the extent and the voxel size,
-    rather than by the voxel step deep inside."""
+    rather than by the voxel step deep inside; one wider than ``MAX_PLAUSIBLE_VOXELS`` (100,000) voxels along an
+    axis is labelled with a warning about its unit (``warn_off_metric_scale``)."""
     if voxel_size is None or len(pos) == 0:
         return
     p = pos.detach().abs().max() if isinstance(pos, Tensor) else np.abs(np.asarray(pos)).max()
@@ -151,7 +152,7 @@ def warn_off_metric_scale(where: str, pos: Any, voxel_size: Optional[float], wha
         return
     if isinstance(pos, Tensor):
         p = pos.detach()
-        span = (p.amax(0) - p.amin(0)).double().cpu().numpy()
+        span = (p.amax(0).double() - p.amin(0).double()).cpu().numpy()  # float16 millimetres overflow a difference
     else:
         p = np.asarray(pos)
         span = p.max(0).astype(np.float64) - p.min(0)
