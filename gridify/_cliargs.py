@@ -15,11 +15,13 @@ import difflib
 import re
 from typing import Callable, List, NoReturn, Optional, Sequence
 
-from ._paths import PathError, check_input_file, check_output_dir, check_output_file
+from ._paths import PathError, check_checkpoint_flag, check_input_file, check_output_dir, check_output_file
+from ._pretrained import not_found_hint
 
 __all__ = [
     "Parser",
     "did_you_mean",
+    "check_ckpt",
     "int_range",
     "positive_int",
     "nonnegative_int",
@@ -70,6 +72,12 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         flags = [o for o in self._option_string_actions if o.startswith("--")]
         super().error(did_you_mean(message, flags))
+
+
+def check_ckpt(path: Optional[str]) -> None:
+    """``--ckpt PATH`` of any command: ``gridify._paths.check_checkpoint_flag``, and for a missing bare name
+    the shipped models (``--model modelnet40`` loads a shipped one). ``None``: nothing to check."""
+    check_checkpoint_flag(path, "--ckpt", hint="" if path is None else not_found_hint(str(path), "--ckpt"))
 
 
 def int_range(low: int, high: Optional[int] = None, name: str = "integer") -> Callable[[str], int]:

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["PRETRAINED", "pretrained_file", "not_found_hint", "closest_shipped", "ckpt_hint"]
+__all__ = ["PRETRAINED", "pretrained_file", "not_found_hint", "closest_shipped"]
 
 #: shipped model name -> its file under ``gridify/pretrained/``
 PRETRAINED = {"modelnet10": "modelnet10.pt", "modelnet40": "modelnet40.pt", "semantickitti": "semantickitti.pt"}
@@ -43,8 +43,3 @@ def closest_shipped(text: str) -> Optional[str]:
     """The shipped model's name closest to ``text`` (any case), or None when none is close."""
     close = difflib.get_close_matches(text.lower(), list(PRETRAINED), n=1, cutoff=0.6)
     return close[0] if close else None
-
-
-def ckpt_hint(path: object) -> str:
-    """:func:`not_found_hint` of a ``--ckpt`` value (``''`` for None or a path)."""
-    return "" if path is None else not_found_hint(os.fspath(path), "--ckpt")  # type: ignore[arg-type]

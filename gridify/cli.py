@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from . import _cliargs as types
-from ._paths import check_checkpoint_flag, check_input_file, check_output_dir, one_line_errors
-from ._pretrained import PRETRAINED, ckpt_hint, closest_shipped
+from ._paths import check_input_file, check_output_dir, one_line_errors
+from ._pretrained import PRETRAINED, closest_shipped
 
 if TYPE_CHECKING:  # numpy and torch are imported by the commands that run, never while parsing
     import numpy as np
@@ -479,7 +479,7 @@ def _load(args: argparse.Namespace):
         torch.set_num_threads(int(args.threads))
     if getattr(args, "model", None) and args.ckpt:
         raise SystemExit(f"gridify {args.command}: error: give --ckpt or --model, not both")
-    check_checkpoint_flag(args.ckpt, hint=ckpt_hint(args.ckpt))  # missing, a folder or a FIFO: named with the flag
+    types.check_ckpt(args.ckpt)  # missing, a folder or a FIFO: named with the flag
     try:
         return load(args.ckpt if args.ckpt else pretrained_path(args.model), device=args.device)
     except (CheckpointError, ValueError) as exc:
@@ -740,7 +740,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             "gridify export: error: give the model once: a model.pt / .ckpt file or a shipped model's name "
             f"(positional, or --ckpt FILE / --model NAME); got {len(given)}"
         )
-    check_checkpoint_flag(args.ckpt, hint=ckpt_hint(args.ckpt))  # missing, a folder or a FIFO: named with the flag
+    types.check_ckpt(args.ckpt)  # missing, a folder or a FIFO: named with the flag
     args.model = given[0]
     if not Path(args.model).exists() and args.model in PRETRAINED:  # a shipped model by name, as --model takes it
         try:
@@ -748,10 +748,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         except CheckpointError as exc:
             raise SystemExit(f"gridify export: error: {exc}")
     if not Path(args.model).exists():
+        close = closest_shipped(args.model)
         raise SystemExit(
             f"gridify export: error: checkpoint not found: {args.model} (give a model.pt / .ckpt file or "
             f"the name of a shipped model: {', '.join(sorted(PRETRAINED))})"
-            + (f"; did you mean {closest_shipped(args.model)}?" if closest_shipped(args.model) else "")
+            + (f"; did you mean {close}?" if close else "")
         )
     check_input_file(args.model)  # a folder or a FIFO is said to be one
     if args.threads:

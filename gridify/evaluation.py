@@ -36,8 +36,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from gridify._commands import evaluate_parser
-from gridify._paths import check_checkpoint_flag, check_output_file, one_line_errors
-from gridify._pretrained import ckpt_hint
+from gridify._paths import check_output_file, one_line_errors
+from gridify._cliargs import check_ckpt
 from gridify._version import __version__
 from gridify.checkpoint import CheckpointError, build_model_from_checkpoint, inference_settings, load_checkpoint
 from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError
@@ -76,7 +76,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
             return evaluate_scans(args, parser.prog)
         if args.labels is not None:
             parser.error("--labels goes with --scan")
-        check_checkpoint_flag(args.ckpt, hint=ckpt_hint(args.ckpt))  # missing, a folder or a FIFO: named with the flag
+        check_ckpt(args.ckpt)  # missing, a folder or a FIFO: named with the flag
         check_output_file(
             output_path(args), "--output" if args.output else "metrics file (pass --output to choose another)"
         )
@@ -320,7 +320,7 @@ def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
     files = _scan_files(args.scan, prog)
     if args.labels is not None and (len(files) != 1 or not Path(args.labels).is_file()):
         raise SystemExit(f"{prog}: error: --labels {args.labels}: give one existing label file for one scan file")
-    check_checkpoint_flag(args.ckpt, hint=ckpt_hint(args.ckpt))
+    check_ckpt(args.ckpt)
     try:
         model = load(args.ckpt if args.ckpt else pretrained_path(args.model), device="cpu")
     except (CheckpointError, ValueError) as exc:

@@ -68,8 +68,10 @@ def load(
         raise ValueError(f"gridify.load: path must be a str or os.PathLike, got {type(path).__name__}")
     if isinstance(path, str) and path in PRETRAINED and not Path(path).exists():
         path = pretrained_path(path)
-    elif isinstance(path, str) and not Path(path).exists() and not_found_hint(path):
-        raise CheckpointError(f"checkpoint not found: {path}{not_found_hint(path)}")
+    elif isinstance(path, str) and not Path(path).exists():
+        hint = not_found_hint(path)  # a bare name: the shipped models' names (a path: load_checkpoint says it)
+        if hint:
+            raise CheckpointError(f"checkpoint not found: {path}{hint}")
     device = _check_device("gridify.load", device)
     if not isinstance(reparameterize, bool):
         raise ValueError(f"gridify.load: reparameterize must be a bool, got {reparameterize!r}")
