@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from torch import Tensor, nn
 
 from .._checks import check_int, check_number, fail, is_int, trusted_inputs
 from .._files import atomic_write_bytes
+from .._progress import elapsed_words, heartbeat
 from .._version import __version__
 from ..checkpoint import build_model_from_checkpoint, inference_settings, load_checkpoint
 from ..models import GridifiedClassifier, GridifiedSceneSegmenter, GridifiedSegmenter
@@ -59,6 +61,8 @@ __all__ = [
 
 EXPORT_FORMATS = ("onnx",)
 #: What to run when the optional export dependencies are missing.
+#: seconds between the ``still running`` lines of ``progress`` while a stage runs
+HEARTBEAT_SECONDS = 30.0
 INSTALL_HINT = "pip install 'gridify[export]'  (onnx, onnxscript, onnxruntime)"
 #: The ONNX opsets (default ``ai.onnx`` domain) :func:`export_onnx` writes, both ends included.
 #: torch's dynamo exporter builds the graph at opset 18 at least (its torchlib) and converts it with
@@ -418,7 +422,10 @@ def export_onnx(
         seed: seed of the example / check clouds.
         up_axis: the clouds' up direction (:data:`gridify.transforms.UP_AXES`): not ``"z"``: rotated to z up
             inside the graph, as ``predict --up-axis`` does; in the metadata (``up_axis``).
-        progress: called with a line before each stage (tracing, checking, writing), e.g. ``print``.
+        progress: called with a line before each stage (tracing, checking, writing: each says how long the
+            one before took), e.g. ``print``, and every ``HEARTBEAT_SECONDS`` (30 s) while tracing or checking
+            runs (``tracing: still running (2 min 30 s)``; a scene segmenter traces for minutes on a CPU),
+            those calls from a timer thread.
 
     Raises:
         ExportError: a model or option that is not exportable (the message names it; e.g. an
@@ -440,13 +447,19 @@ def export_onnx(
     wrapper = _folded_wrapper(net, (stored_normalize is not False) if normalize is None else normalize, where, up_axis)
     example = wrapper.example_inputs(batch_size or 2, n, seed)
     say(f"tracing {type(wrapper).__name__} ({n} points per cloud) to ONNX opset {opset}")
-    proto, names = _onnx_model(model, net, wrapper, example, class_names, batch_size, num_points, opset, where)
+    start = time.monotonic()
+    with heartbeat(say, "tracing", HEARTBEAT_SECONDS):
+        proto, names = _onnx_model(model, net, wrapper, example, class_names, batch_size, num_points, opset, where)
     data = proto.SerializeToString()
+    took = f"the trace took {elapsed_words(time.monotonic() - start)}"
     diff = None
     if verify:
-        say("checking the file against PyTorch in onnxruntime (random and degenerate clouds, other sizes)")
-        diff = _checked(wrapper, data, example, batch_size, num_points, n, seed, atol, where)
-    say(f"writing {target}")
+        say(f"checking the file against PyTorch in onnxruntime (random and degenerate clouds, other sizes; {took})")
+        start = time.monotonic()
+        with heartbeat(say, "checking", HEARTBEAT_SECONDS):
+            diff = _checked(wrapper, data, example, batch_size, num_points, n, seed, atol, where)
+        took = f"the check took {elapsed_words(time.monotonic() - start)}"
+    say(f"writing {target} ({took})")
     return _write_export(target, data, proto, wrapper, names, diff, net, where)
 
 

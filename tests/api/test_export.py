@@ -378,8 +378,10 @@ def test_cli_export_round_trip(tmp_path, capsys):
     cap = capsys.readouterr()
     text = cap.out
     assert f"wrote {out} (onnx" in text and "points [2, 80, 3], normals [2, 80, 3] -> logits [2, 4]" in text
-    stages = [line for line in cap.err.splitlines() if line.startswith("[export] ")]  # a line per stage
+    lines = [line for line in cap.err.splitlines() if line.startswith("[export] ")]
+    stages = [line for line in lines if "still running" not in line]  # a line per stage (and heartbeats)
     assert [s.split()[1] for s in stages] == ["tracing", "checking", "writing"], cap.err
+    assert "the trace took " in stages[1] and "the check took " in stages[2], cap.err  # how long each stage ran
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     g = torch.Generator().manual_seed(0)
     pts = torch.randn(2, 80, 3, generator=g) + 2

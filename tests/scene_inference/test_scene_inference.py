@@ -258,3 +258,25 @@ def test_a_scene_far_wider_than_the_voxel_grid_warns_about_its_unit():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         predict_scene(model, pos, x, voxel_size=0.1, max_points=300)
+
+
+def test_heartbeat_reports_long_work_and_stops_with_it():
+    """Work that cannot count its units says it is still running, with the time so far, and falls silent after."""
+    import time
+
+    from gridify._progress import elapsed_words, heartbeat
+
+    lines = []
+    with heartbeat(lines.append, "tracing", every=0.05):
+        time.sleep(0.32)
+    seen = len(lines)
+    assert seen >= 3 and all(line.startswith("tracing: still running (") for line in lines), lines
+    time.sleep(0.15)
+    assert len(lines) == seen  # no line after the block
+    with pytest.raises(KeyError):  # the block's own exception passes through
+        with heartbeat(lines.append, "checking", every=10):
+            raise KeyError("x")
+    with pytest.raises(ValueError, match="every must be a positive number of seconds"):
+        with heartbeat(lines.append, "x", every=0):
+            pass
+    assert [elapsed_words(s) for s in (4.4, 150, 3600 * 2 + 300)] == ["4 s", "2 min 30 s", "2 h 05 min"]
