@@ -42,15 +42,15 @@ DELEGATED = {
 
 
 @contextmanager
-def _prog(name: str):
-    """Make the delegated command print ``gridify <name>`` as its program name.
+def _prog(name: str, label: Optional[str] = None):
+    """Make the delegated command print ``label`` (default ``gridify <name>``) as its program name.
 
     Through the environment variable ``GRIDIFY_PROG`` (read by
     :func:`gridify.training.cli.program_name` and the benchmark), not by rewriting ``sys.argv[0]``:
     launchers that re-execute ``sys.argv`` (Lightning's DDP) must still find the program.
     """
     saved = os.environ.get("GRIDIFY_PROG")
-    os.environ["GRIDIFY_PROG"] = f"gridify {name}"
+    os.environ["GRIDIFY_PROG"] = label or f"gridify {name}"
     try:
         yield
     finally:
@@ -64,14 +64,18 @@ def _prog(name: str):
 LIGHT_PARSERS = {"train": "train_parser", "evaluate": "evaluate_parser", "bench": "bench_parser"}
 
 
-def _delegate(name: str, argv: List[str]) -> int:
+def _delegate(name: str, argv: List[str], label: Optional[str] = None) -> int:
+    """Run the delegated command ``name`` (its module's ``main(argv)``) under the program name ``label``
+    (default ``gridify <name>``): ``--help`` and argument errors answer from the light parser first."""
     import importlib
+
+    label = label or f"gridify {name}"
 
     recipe = name == "bench" and any(a == "--recipe" or a.startswith("--recipe=") for a in argv)  # its own parser
     if name in LIGHT_PARSERS:  # --help and argument errors answer before anything heavy is imported
         from . import _commands
 
-        with _prog(name):
+        with _prog(name, label):
             parser = getattr(_commands, "bench_recipe_parser" if recipe else LIGHT_PARSERS[name])()
             parser.parse_args(argv) if name == "bench" else parser.parse_intermixed_args(argv)
     module_name = DELEGATED[name][0]
@@ -79,14 +83,22 @@ def _delegate(name: str, argv: List[str]) -> int:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name == module_name:
-            raise SystemExit(f"gridify {name}: {module_name} is not available in this installation of gridify")
+            raise SystemExit(f"{label}: {module_name} is not available in this installation of gridify")
         raise SystemExit(
-            f"gridify {name}: missing dependency {exc.name!r}; install the script extras: "
-            f"pip install 'gridify[scripts]'"
+            f"{label}: missing dependency {exc.name!r}; install the script extras: pip install 'gridify[scripts]'"
         )
-    with _prog(name), one_line_errors(f"gridify {name}"):
+    with _prog(name, label), one_line_errors(label):
         status = module.main(argv)
     return status if isinstance(status, int) and not isinstance(status, bool) else 0  # evaluate returns its report
+
+
+def script_main(name: str, prog: str, argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``scripts/<prog>`` (``train.py``, ``evaluate.py``, ``benchmark.py``): the command ``gridify
+    <name>`` under the script's own program name, with its ``--help`` and argument errors answered before
+    PyTorch is imported. Returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    with _last_resort(prog):
+        return _delegate(name, argv, prog)
 
 
 def _add_common_model_args(p: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@
 
 import sys
 
-from gridify.benchmarking import main
+from gridify.cli import script_main  # light: --help and argument errors answer before torch is imported
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(script_main("bench", "benchmark.py"))

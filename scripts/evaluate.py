@@ -6,7 +6,9 @@
 Same as ``gridify evaluate``.
 """
 
-from gridify.evaluation import main
+import sys
+
+from gridify.cli import script_main  # light: --help and argument errors answer before torch is imported
 
 if __name__ == "__main__":
-    main()
+    sys.exit(script_main("evaluate", "evaluate.py"))

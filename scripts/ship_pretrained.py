@@ -20,10 +20,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
-import torch
-
 from gridify._files import atomic_write_bytes
-from gridify.checkpoint import CheckpointError, check_payload, load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,6 +90,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         help="leave the run's test_metrics.json out (a 'test' split that is the validation data)",
     )
     args = p.parse_args(argv)
+    import torch  # noqa: PLC0415 - heavy: after --help and argument errors
+
+    from gridify.checkpoint import CheckpointError, check_payload, load_checkpoint  # noqa: PLC0415
+
     src = Path(args.model).resolve()
     try:  # the library's safe reader names a missing, corrupt, unsafe or foreign file
         kind = load_checkpoint(src)["kind"]

@@ -33,7 +33,13 @@ from typing import Any, Dict, List
 
 from gridify._files import atomic_write_bytes, atomic_write_text
 from gridify._paths import PathError, check_output_dir
-from gridify.evaluation import main as evaluate
+
+
+def evaluate(argv: List[str]) -> Dict[str, Any]:
+    """``gridify.evaluation.main(argv)``, imported on first use: it imports PyTorch, and ``--help`` should not wait."""
+    from gridify.evaluation import main  # noqa: PLC0415
+
+    return main(argv)
 
 
 def training_minutes(run: Path, ckpts: List[Path]) -> Dict[Path, float]:

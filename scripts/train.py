@@ -8,7 +8,9 @@
 Same as ``gridify train``; kept so the commands in the README and configs work from a checkout.
 """
 
-from gridify.training import main
+import sys
+
+from gridify.cli import script_main  # light: --help and argument errors answer before torch is imported
 
 if __name__ == "__main__":
-    main()
+    sys.exit(script_main("train", "train.py"))
