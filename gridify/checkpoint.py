@@ -27,6 +27,7 @@ import torch
 
 from ._checks import check_choice, fail, is_int
 from ._files import atomic_write
+from ._pretrained import PRETRAINED, not_found_hint, pretrained_file
 from .nn.reparam import is_reparameterizable, reparameterize_model
 from .registry import TASKS as TASKS_REGISTRY
 from .tasks import get_task, task_names
@@ -43,6 +44,8 @@ __all__ = [
     "task_served",
     "check_task",
     "CheckpointError",
+    "checkpoint_file",
+    "pretrained_path",
     "load_checkpoint",
     "reparameterize_model",
     "build_model_from_checkpoint",
@@ -276,6 +279,29 @@ def inference_settings(payload: Dict[str, Any]) -> Dict[str, Any]:
 
 class CheckpointError(RuntimeError):
     pass
+
+
+def pretrained_path(name: str) -> Path:
+    """The file of the shipped model ``name`` (``gridify.api.PRETRAINED``); CheckpointError when this
+    installation lacks it, ValueError for an unknown name."""
+    path = pretrained_file(name)
+    if not path.is_file():
+        raise CheckpointError(f"the pretrained model {name!r} is missing from this installation ({path})")
+    return path
+
+
+def checkpoint_file(path: Any) -> Any:
+    """What a model argument names: ``path`` itself, or the shipped model's file when ``path`` is a shipped
+    model's name (``"modelnet40"``) and no file of that name exists. A bare name that is neither (no folder,
+    no extension: ``"modelnet4"``) raises CheckpointError naming the shipped models and the closest one;
+    anything else is returned for :func:`load_checkpoint` to read (or to name as not found)."""
+    if isinstance(path, str) and not Path(path).exists():
+        if path in PRETRAINED:
+            return pretrained_path(path)
+        hint = not_found_hint(path)  # a bare name: the shipped models' names (a path: load_checkpoint says it)
+        if hint:
+            raise CheckpointError(f"checkpoint not found: {path}{hint}")
+    return path
 
 
 def load_checkpoint(path: os.PathLike | str) -> Dict[str, Any]:

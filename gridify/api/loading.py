@@ -9,14 +9,13 @@ normalization, and the task's predictor checks the entries of its own
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Dict, Optional, Union
 
 import torch
 from torch import nn
 
-from .._pretrained import PRETRAINED, not_found_hint, pretrained_file
-from ..checkpoint import CheckpointError, build_model_from_checkpoint, load_checkpoint
+from .._pretrained import PRETRAINED
+from ..checkpoint import CheckpointError, build_model_from_checkpoint, checkpoint_file, load_checkpoint, pretrained_path
 from .predictor import Predictor
 from .task_predictors import is_served, predictor_for, served_tasks
 
@@ -33,14 +32,6 @@ def _num_points_of(config: Dict[str, Any]) -> Optional[int]:
             v = section["num_points"]
             return None if v is None else int(v)
     return DEFAULT_NUM_POINTS.get(str(data.get("name", "procedural")), 1024)
-
-
-def pretrained_path(name: str) -> Path:
-    """The file of the shipped model ``name`` (see ``gridify.api.PRETRAINED``)."""
-    path = pretrained_file(name)
-    if not path.is_file():
-        raise CheckpointError(f"the pretrained model {name!r} is missing from this installation ({path})")
-    return path
 
 
 def load(
@@ -66,12 +57,7 @@ def load(
     """
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"gridify.load: path must be a str or os.PathLike, got {type(path).__name__}")
-    if isinstance(path, str) and path in PRETRAINED and not Path(path).exists():
-        path = pretrained_path(path)
-    elif isinstance(path, str) and not Path(path).exists():
-        hint = not_found_hint(path)  # a bare name: the shipped models' names (a path: load_checkpoint says it)
-        if hint:
-            raise CheckpointError(f"checkpoint not found: {path}{hint}")
+    path = checkpoint_file(path)
     device = _check_device("gridify.load", device)
     if not isinstance(reparameterize, bool):
         raise ValueError(f"gridify.load: reparameterize must be a bool, got {reparameterize!r}")

@@ -12,6 +12,12 @@ and writes the file atomically. The parity check's difference is
 
 The file's ONNX opset is the requested one, 18 to 25 (:data:`ONNX_OPSETS`; default 20); every
 argument is checked before anything is traced.
+
+The traced graph is optimized by :func:`optimize_graph`: torch's own optimization without onnxscript's
+pattern rewriter (constant folding, dead-node removal, shared initializers, common subexpressions), which
+took more than half of a scene segmenter's export (4.4 of 7.8 minutes on a 2-core AMD EPYC) for a file
+that onnxruntime runs as fast (its own graph optimizations run when a session loads the file) and that
+gives the same logits.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from .._checks import check_int, check_number, fail, is_int, trusted_inputs
 from .._files import atomic_write_bytes
 from .._progress import elapsed_words, heartbeat
 from .._version import __version__
-from ..checkpoint import build_model_from_checkpoint, inference_settings, load_checkpoint
+from ..checkpoint import build_model_from_checkpoint, checkpoint_file, inference_settings, load_checkpoint
 from ..models import GridifiedClassifier, GridifiedSceneSegmenter, GridifiedSegmenter
 from ..nn.dense import NODE_CHUNK, check_dense_size
 from ..nn.reparam import is_reparameterizable, reparameterize_model
@@ -60,9 +66,9 @@ __all__ = [
 ]
 
 EXPORT_FORMATS = ("onnx",)
-#: What to run when the optional export dependencies are missing.
 #: seconds between the ``still running`` lines of ``progress`` while a stage runs
 HEARTBEAT_SECONDS = 30.0
+#: What to run when the optional export dependencies are missing.
 INSTALL_HINT = "pip install 'gridify[export]'  (onnx, onnxscript, onnxruntime)"
 #: The ONNX opsets (default ``ai.onnx`` domain) :func:`export_onnx` writes, both ends included.
 #: torch's dynamo exporter builds the graph at opset 18 at least (its torchlib) and converts it with
@@ -147,7 +153,7 @@ def _resolve(model: Any, where: str) -> Tuple[nn.Module, Optional[bool], Optiona
     """``(network, normalize, class_names, num_points)`` of a path, a Predictor or a bare model
     (None where a bare model does not say)."""
     if isinstance(model, (str, os.PathLike)):
-        payload = load_checkpoint(model)
+        payload = load_checkpoint(checkpoint_file(model))
         settings = inference_settings(payload)
         net = build_model_from_checkpoint(payload, reparameterize=True)
         check_task_exportable(payload.get("task"), net, where)
@@ -201,7 +207,9 @@ def _trace(
                 custom_translation_table={torch.ops.aten.scatter_reduce.two: scatter_reduce_rows},
                 opset_version=opset,
                 verbose=False,
+                optimize=False,  # optimize_graph below: the same passes but the slow pattern rewriter
             )
+            optimize_graph(program.model)
         except Exception as exc:  # noqa: BLE001 - an exporter failure becomes one clear message
             while exc.__cause__ is not None or exc.__context__ is not None:  # the root cause says most
                 exc = exc.__cause__ or exc.__context__
@@ -210,6 +218,40 @@ def _trace(
     if problem is not None:
         fail_export(where, f"torch.onnx could not trace the model ({problem})")
     return program.model_proto
+
+
+def optimize_graph(model: Any) -> None:
+    """Optimize an exported ``onnx_ir.Model`` in place: the passes of torch's ``optimize=True``
+    (``onnxscript.optimizer.optimize_ir``) without its pattern rewriter and fusions.
+
+    Functions inlined; constants folded and unused nodes, functions and opsets removed (twice, or until
+    nothing changes); constants lifted to initializers, duplicate initializers shared; common subexpressions
+    eliminated; output and value names fixed. Measured on the shipped ``semantickitti`` model (a 16,384-point
+    crop, one onnxruntime thread, AMD EPYC): the export 3 min 18 s instead of 7 min 49 s, a file of 3,989
+    nodes instead of 3,529 whose logits are bit for bit the same and whose run time is the same within the
+    noise of three rounds (1.30-1.53 s against 1.32-1.47 s).
+    """
+    import onnx_ir as ir  # noqa: PLC0415 - the export extra
+    from onnx_ir.passes import common  # noqa: PLC0415
+    from onnxscript.optimizer import _constant_folding as folding  # noqa: PLC0415
+
+    fold = folding.FoldConstantsPass(
+        shape_inference=True,
+        input_size_limit=folding.DEFAULT_CONSTANT_FOLD_INPUT_SIZE_LIMIT,
+        output_size_limit=folding.DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT,
+    )
+    cleanup = [common.RemoveUnusedNodesPass(), common.RemoveUnusedFunctionsPass(), common.RemoveUnusedOpsetsPass()]
+    ir.passes.Sequential(
+        common.InlinePass(),
+        ir.passes.PassManager([fold, *cleanup], steps=2, early_stop=True),
+        common.RemoveUnusedNodesPass(),
+        common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
+        common.LiftSubgraphInitializersToMainGraphPass(),
+        common.DeduplicateInitializersPass(),
+        common.CommonSubexpressionEliminationPass(),
+        common.OutputFixPass(),
+        common.NameFixPass(),
+    )(model)
 
 
 @contextlib.contextmanager
@@ -400,8 +442,8 @@ def export_onnx(
     (classifier) or ``O(B N`` :data:`NODE_CHUNK` ``)`` (segmenter: its node search runs in blocks).
 
     Args:
-        model: a checkpoint path (``model.pt`` / ``.ckpt``, folded for inference), a
-            :class:`gridify.Predictor` or a :class:`gridify.models.GridifiedClassifier`,
+        model: a checkpoint path (``model.pt`` / ``.ckpt``, folded for inference), a shipped model's name
+            (``"semantickitti"``), a :class:`gridify.Predictor` or a :class:`gridify.models.GridifiedClassifier`,
             :class:`~gridify.models.GridifiedSegmenter` or :class:`~gridify.models.GridifiedSceneSegmenter`.
         path: the ``.onnx`` file to write, a ``str`` or ``os.PathLike`` (atomically: the file
             appears complete or not at all; missing parent folders are created). Checked
@@ -422,10 +464,8 @@ def export_onnx(
         seed: seed of the example / check clouds.
         up_axis: the clouds' up direction (:data:`gridify.transforms.UP_AXES`): not ``"z"``: rotated to z up
             inside the graph, as ``predict --up-axis`` does; in the metadata (``up_axis``).
-        progress: called with a line before each stage (tracing, checking, writing: each says how long the
-            one before took), e.g. ``print``, and every ``HEARTBEAT_SECONDS`` (30 s) while tracing or checking
-            runs (``tracing: still running (2 min 30 s)``; a scene segmenter traces for minutes on a CPU),
-            those calls from a timer thread.
+        progress: called with a line before each stage (tracing, checking, writing; each says how long the one
+            before took), e.g. ``print``, and from a timer thread every 30 s while one runs (``still running``).
 
     Raises:
         ExportError: a model or option that is not exportable (the message names it; e.g. an
@@ -435,11 +475,9 @@ def export_onnx(
             names the argument), raised before any tracing.
     """
     where = "export_onnx"
-    target, num_points, batch_size, atol, opset = _check_export_args(
-        where, path, num_points, batch_size, normalize, verify, atol, opset, seed
-    )
-    say = _progress(where, progress)
-    up_axis = check_up_axis(where, up_axis)
+    args = _check_export_args(where, path, num_points, batch_size, normalize, verify, atol, opset, seed)
+    target, num_points, batch_size, atol, opset = args
+    say, up_axis = _progress(where, progress), check_up_axis(where, up_axis)
     net, stored_normalize, class_names, train_points = _resolve(model, where)
     check_exportable(net, where)
     n = _export_num_points(net, num_points, batch_size, train_points, where)
@@ -447,20 +485,34 @@ def export_onnx(
     wrapper = _folded_wrapper(net, (stored_normalize is not False) if normalize is None else normalize, where, up_axis)
     example = wrapper.example_inputs(batch_size or 2, n, seed)
     say(f"tracing {type(wrapper).__name__} ({n} points per cloud) to ONNX opset {opset}")
-    start = time.monotonic()
-    with heartbeat(say, "tracing", HEARTBEAT_SECONDS):
+    with _stage(say, "tracing", "the trace") as took:
         proto, names = _onnx_model(model, net, wrapper, example, class_names, batch_size, num_points, opset, where)
-    data = proto.SerializeToString()
-    took = f"the trace took {elapsed_words(time.monotonic() - start)}"
-    diff = None
+    data, diff = proto.SerializeToString(), None
     if verify:
         say(f"checking the file against PyTorch in onnxruntime (random and degenerate clouds, other sizes; {took})")
-        start = time.monotonic()
-        with heartbeat(say, "checking", HEARTBEAT_SECONDS):
+        with _stage(say, "checking", "the check") as took:
             diff = _checked(wrapper, data, example, batch_size, num_points, n, seed, atol, where)
-        took = f"the check took {elapsed_words(time.monotonic() - start)}"
     say(f"writing {target} ({took})")
     return _write_export(target, data, proto, wrapper, names, diff, net, where)
+
+
+class _Took:
+    """How long a :func:`_stage` ran, as its ``str`` (``"the trace took 3 min 18 s"``) once it ended."""
+
+    def __init__(self, what: str) -> None:
+        self.what, self.text = what, ""
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@contextlib.contextmanager
+def _stage(say: Callable[[str], None], name: str, what: str) -> Iterator[_Took]:
+    """Run a long export stage with ``<name>: still running`` lines every :data:`HEARTBEAT_SECONDS`."""
+    took, start = _Took(what), time.monotonic()
+    with heartbeat(say, name, HEARTBEAT_SECONDS):
+        yield took
+    took.text = f"{what} took {elapsed_words(time.monotonic() - start)}"
 
 
 def _progress(where: str, progress: Any) -> Callable[[str], None]:

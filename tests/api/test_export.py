@@ -244,6 +244,26 @@ def test_unsupported_models_are_named(tmp_path):
     assert not (tmp_path / "m.onnx").exists()
 
 
+def test_a_shipped_model_is_exported_by_its_name(tmp_path, monkeypatch):
+    """``export_onnx("modelnet10", ...)`` takes the name as ``gridify.load`` and ``gridify export`` do; a misspelt
+    name is named with the closest shipped one, before anything is traced."""
+    from gridify.checkpoint import CheckpointError
+
+    class Traced(Exception):
+        pass
+
+    def stop(model, net, *args, **kwargs):
+        raise Traced(type(net).__name__, net.num_classes)
+
+    monkeypatch.setattr(X, "_onnx_model", stop)
+    with pytest.raises(Traced) as got:
+        E.export_onnx("modelnet10", tmp_path / "m.onnx")
+    assert got.value.args == ("GridifiedClassifier", 10)
+    with pytest.raises(CheckpointError, match="modelnet1; it is not the name of a shipped model .*'modelnet10'"):
+        E.export_onnx("modelnet1", tmp_path / "m.onnx")
+    assert not (tmp_path / "m.onnx").exists()
+
+
 def test_bad_options(tmp_path):
     model, _ = tiny_classifier()
     with pytest.raises(ValueError, match="num_points=4 is below k=6"):
