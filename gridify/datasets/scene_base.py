@@ -161,6 +161,19 @@ def build_scene_features(names: Sequence[str], pos: Any, *, color: Any = None, n
 INTENSITY_FIELDS = ("intensity", "strength", "remission", "reflectance")
 
 
+def _unread_fields_hint(source: Any) -> str:
+    """For a cloud read from a file whose format has named fields (a KITTI ``.bin``, LAS, PLY, PCD): that
+    ``read_points`` keeps a file's fields only when asked, and how to ask (``''`` for anything else)."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from ..io.registry import reader_takes  # noqa: PLC0415
+
+    if not isinstance(source, str) or not Path(source).is_file() or not reader_takes(source, "fields"):
+        return ""
+    return (f"read_points keeps a file's fields only when asked: read it with gridify.io.read_points(path, "
+            f"fields='all') (or fields=['intensity']), or give the path itself to predict; otherwise ")
+
+
 def cloud_scene_features(names: Sequence[str], cloud: Any, *, pos: Any = None, normal: Any = None,
                          instead: str = "") -> np.ndarray:
     """The model input ``x [N, F]`` of a read scan (a :class:`gridify.io.PointCloud`) from the feature ``names``:
@@ -193,9 +206,9 @@ def cloud_scene_features(names: Sequence[str], cloud: Any, *, pos: Any = None, n
         if key is None:
             raise DatasetError(
                 f"the model was trained with LiDAR intensity (features {list(names)}) but {what} has no intensity "
-                f"field (fields: {sorted(fields) or 'none'}); read a file that has one (.bin, .las, .ply/.pcd with "
-                f"an intensity property; a text or .npy table: name its column, --columns x y z intensity, in "
-                f"Python read_points(path, columns=['x', 'y', 'z', 'intensity'])){alt}")
+                f"field (fields: {sorted(fields) or 'none'}); {_unread_fields_hint(what)}read a file that has one "
+                f"(.bin, .las, .ply/.pcd with an intensity property; a text or .npy table: name its column, --columns "
+                f"x y z intensity, in Python read_points(path, columns=['x', 'y', 'z', 'intensity'])){alt}")
         strength = fields[key]
         warn_off_unit_scale(strength, "strength", f"{what}: its field {key!r}")
     return build_scene_features(names, cloud.points if pos is None else pos, color=cloud.colors, normal=normal,

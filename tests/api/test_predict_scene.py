@@ -54,8 +54,17 @@ def test_predict_scene_errors_name_the_missing_feature(tmp_path):
     _scan(tmp_path / "scan.bin")
     path, _ = _export(tmp_path)
     m = load(path)
-    with pytest.raises(ValueError, match=r"trained with LiDAR intensity .* has no intensity field"):
+    with pytest.raises(ValueError, match=r"trained with LiDAR intensity .* has no intensity field") as bare:
         m.predict(np.zeros((10, 3), np.float32))
+    assert "read_points keeps a file's fields only when asked" not in str(bare.value)  # no file behind it
+    # a .bin read without its fields (read_points' default) is told how to keep them, not to read a .bin
+    from gridify.io import read_points
+
+    with pytest.raises(ValueError, match=r"read_points keeps a file's fields only when asked: read it with "):
+        m.predict(read_points(tmp_path / "scan.bin"))
+    assert m.predict(read_points(tmp_path / "scan.bin", fields="all"), progress=False).labels.shape == (
+        read_points(tmp_path / "scan.bin").points.shape[0],
+    )
     with pytest.raises(ValueError, match=r"features must have shape \[N, F\] = \[10, 2\]"):
         m.predict(np.zeros((10, 3), np.float32), features=np.zeros((10, 3)))
     with pytest.raises(ValueError, match=r"features contain NaN/Inf values \(row 4\)"):
