@@ -6,16 +6,17 @@ import sys
 
 import pytest
 
-PROBE = """
-import sys
-from gridify.cli import main
+#: runs ``{run}`` (a command line or a script), then prints the heavy modules it imported
+_PROBE = """
+import runpy, sys
 try:
-    main({argv!r})
+    {run}
 except SystemExit:
     pass
 heavy = sorted(m for m in ("torch", "numpy", "lightning", "gridify.api", "gridify.training.config") if m in sys.modules)
 print("HEAVY", heavy)
 """
+PROBE = _PROBE.replace("{run}", "__import__('gridify.cli').cli.main({argv!r})")
 
 
 @pytest.mark.parametrize(
@@ -48,16 +49,7 @@ def test_help_version_and_argument_errors_import_no_torch(argv):
     assert "usage: gridify" in text or "gridify 0." in text
 
 
-SCRIPT_PROBE = """
-import runpy, sys
-sys.argv = {argv!r}
-try:
-    runpy.run_path(sys.argv[0], run_name="__main__")
-except SystemExit:
-    pass
-heavy = sorted(m for m in ("torch", "numpy", "lightning", "gridify.api", "gridify.training.config") if m in sys.modules)
-print("HEAVY", heavy)
-"""
+SCRIPT_PROBE = _PROBE.replace("{run}", "sys.argv = {argv!r}; runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
 @pytest.mark.parametrize(
