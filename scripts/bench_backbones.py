@@ -26,14 +26,22 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
-import torch
-
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from gridify.checkpoint import reparameterize_model  # noqa: E402
-from gridify.models import GridifiedClassifier  # noqa: E402
+torch: Any = None  # PyTorch and gridify: imported by main() after --help and argument errors
+reparameterize_model: Any = None
+GridifiedClassifier: Any = None
+
+
+def _import_heavy() -> None:
+    """Bind the heavy imports (5-7 s) once the arguments are known to be good: ``--help`` stays instant."""
+    global torch, reparameterize_model, GridifiedClassifier
+    import torch  # noqa: PLC0415
+
+    from gridify.checkpoint import reparameterize_model  # noqa: PLC0415
+    from gridify.models import GridifiedClassifier  # noqa: PLC0415
 
 
 def median_time(fn: Callable[[], Any], warmup: int, repeats: int) -> Dict[str, float]:
@@ -47,7 +55,7 @@ def median_time(fn: Callable[[], Any], warmup: int, repeats: int) -> Dict[str, f
     return {"median_ms": 1e3 * statistics.median(times), "min_ms": 1e3 * min(times), "max_ms": 1e3 * max(times)}
 
 
-def build(backbone: str, args: argparse.Namespace, **backbone_kwargs: Any) -> GridifiedClassifier:
+def build(backbone: str, args: argparse.Namespace, **backbone_kwargs: Any) -> Any:
     torch.manual_seed(args.seed)
     kernel_size = args.mrconv_kernel_size if backbone == "mrconv" else args.kernel_size
     return GridifiedClassifier(
@@ -84,6 +92,7 @@ def main(argv: List[str] | None = None) -> Dict[str, Any]:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench_backbones")
     args = p.parse_args(argv)
+    _import_heavy()
     torch.set_num_threads(args.threads)
 
     g = torch.Generator().manual_seed(args.seed)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 from unittest import mock
 
-import torch
+torch: Any = None  # imported by main() after --help and argument errors
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SCAN = (
@@ -92,6 +92,9 @@ def crop_of(pos: torch.Tensor, n: int) -> torch.Tensor:
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     args = parse_args(argv)
+    global torch
+    import torch  # noqa: PLC0415 - heavy (5-7 s): after --help and argument errors
+
     torch.set_num_threads(args.threads)
     import gridify  # noqa: PLC0415
     from gridify import export as E  # noqa: PLC0415

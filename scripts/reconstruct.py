@@ -24,9 +24,7 @@ import platform
 import sys
 import time
 from pathlib import Path
-
-import torch
-from torch import nn
+from typing import Any
 
 try:
     from tqdm.auto import tqdm
@@ -36,25 +34,38 @@ except ImportError:  # pragma: no cover - tqdm is a dev/scripts dependency
         return it
 
 
-import gridify
-from gridify.nn import Degridification, Gridification
+torch: Any = None  # PyTorch and gridify are imported by main() after --help and argument errors
+gridify: Any = None
 
 
-class Reconstructor(nn.Module):
-    """gridify -> degridify, nothing in between."""
+def _import_heavy() -> None:
+    """Bind ``torch`` and ``gridify`` (5-7 s of imports) once the arguments are known to be good."""
+    global torch, gridify
+    import torch  # noqa: PLC0415
+    import gridify  # noqa: PLC0415
 
-    def __init__(
-        self, channels: int, resolution: int, k: int, omega0: float, hidden: int | None, message: str, aggr: str
-    ) -> None:
-        super().__init__()
-        self.gridify = Gridification(
-            1, channels, resolution, k=k, hidden_channels=hidden, omega0=omega0, message=message, aggr=aggr
-        )
-        self.degridify = Degridification(channels, 1, hidden_channels=hidden, omega0=omega0, message=message, aggr=aggr)
 
-    def forward(self, pos, x):
-        grid, graph = self.gridify(pos, x, return_graph=True)
-        return self.degridify(grid, graph)
+def Reconstructor(
+    channels: int, resolution: int, k: int, omega0: float, hidden: int | None, message: str, aggr: str
+) -> Any:
+    """gridify -> degridify, nothing in between (a ``torch.nn.Module``)."""
+    from gridify.nn import Degridification, Gridification  # noqa: PLC0415
+
+    class _Reconstructor(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gridify = Gridification(
+                1, channels, resolution, k=k, hidden_channels=hidden, omega0=omega0, message=message, aggr=aggr
+            )
+            self.degridify = Degridification(
+                channels, 1, hidden_channels=hidden, omega0=omega0, message=message, aggr=aggr
+            )
+
+        def forward(self, pos, x):
+            grid, graph = self.gridify(pos, x, return_graph=True)
+            return self.degridify(grid, graph)
+
+    return _Reconstructor()
 
 
 def make_data(n_clouds: int, n_points: int, seed: int):
@@ -179,6 +190,7 @@ def main(argv=None):
         p.error("--resolutions must all be >= 2")
     if min(args.channels) < 1:
         p.error("--channels must all be >= 1")
+    _import_heavy()
     if args.threads:
         torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)

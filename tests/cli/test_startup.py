@@ -62,6 +62,14 @@ SCRIPT_PROBE = _PROBE.replace("{run}", "sys.argv = {argv!r}; runpy.run_path(sys.
         ("benchmark.py", ["--help"], "usage: benchmark.py"),
         ("time_to_accuracy.py", ["--help"], "usage: time_to_accuracy.py"),
         ("ship_pretrained.py", ["--help"], "usage: ship_pretrained.py"),
+        ("reconstruct.py", ["--help"], "usage: reconstruct.py"),
+        ("reconstruct.py", ["--epochs", "0"], "reconstruct.py: error: --epochs must be >= 1"),
+        ("bench_backbones.py", ["--help"], "usage: bench_backbones.py"),
+        ("bench_graph_ties.py", ["--help"], "usage: bench_graph_ties.py"),
+        ("bench_onnx_search.py", ["--help"], "usage: bench_onnx_search.py"),
+        ("bench_onnx_search.py", ["--scan", "no_such.bin"], "bench_onnx_search.py: error: --scan: no file"),
+        ("convert_scenes.py", ["--help"], "usage: gridify convert"),  # the command itself
+        ("fuzz.py", ["--help"], "usage: fuzz.py"),
     ],
 )
 def test_the_scripts_help_and_argument_errors_import_no_torch(script, args, shown):
