@@ -35,7 +35,7 @@ from .._checks import (
     validating,
 )
 from ..models import GridifiedClassifier, GridifiedSceneSegmenter, GridifiedSegmenter
-from ..models.scene import scene_box_dense
+from ..models.scene import scale_features, scene_box_dense, scene_box_dense_scaled
 from ..nn.dense import (
     NODE_CHUNK,
     SEARCHES,
@@ -335,9 +335,13 @@ class OnnxSegmenter(nn.Module):
         return _normalize_points(inputs[0]) if self.normalize else inputs[0]
 
     def _features(self, inputs: Tuple[Tensor, ...]) -> Tuple[Tensor, Tensor]:
-        u = self.graph_points(*inputs)
         if self.scene:
-            return u, (torch.cat([u, inputs[1]], -1) if self.num_features else u)
+            u, half = scene_box_dense_scaled(inputs[0], self.model.extent, getattr(self.model, "box_trim", 0.0))
+            parts = [u] + ([inputs[1]] if self.num_features else [])
+            if getattr(self.model, "scale_input", False):
+                parts.append(scale_features(half).expand(-1, u.size(1), -1))
+            return u, torch.cat(parts, -1) if len(parts) > 1 else u
+        u = self.graph_points(*inputs)
         return u, (torch.cat([u, inputs[1]], -1) if self.use_normals else u)
 
     def check_inputs(self, *inputs: Any, where: Optional[str] = None) -> None:

@@ -15,6 +15,13 @@ every axis: ``min_b`` / ``max_b`` are the ``(m + 1)``-th smallest / largest coor
 stray returns metres below the ground would otherwise spend the few z nodes on empty space); the points
 left out are clamped onto the box like those beyond a fixed ``extent``.
 
+Each cloud's own box hides its metric size (a crop of 12 m and one of 100 m both fill ``[-1, 1]``);
+with ``scale_input=True`` the log of the half extents in metres joins the inputs of every point,
+
+    a_j = log(s_b / 10 m)                 (3 values, the same for every point of cloud ``b``)
+
+so the gridification and the point branch take ``[u, x, a]`` instead of ``[u, x]``.
+
 Points beyond a fixed ``extent`` are clamped onto the box for the graph (they connect to the
 nearest boundary nodes and take their labels from there). Then, as :class:`GridifiedSegmenter`:
 
@@ -59,7 +66,15 @@ from ..ops.grid import check_resolution, resolution_value
 from ..registry import MODELS
 from .gridified import GridifiedModel
 
-__all__ = ["GridifiedSceneSegmenter", "SceneGraphBuilder", "scene_box_coordinates", "scene_box_dense"]
+__all__ = [
+    "GridifiedSceneSegmenter",
+    "SceneGraphBuilder",
+    "scale_features",
+    "scene_box",
+    "scene_box_coordinates",
+    "scene_box_dense",
+    "scene_box_dense_scaled",
+]
 
 #: Backbones that run on a per-axis (non-cubic) grid.
 PER_AXIS_BACKBONES = ("ccnn", "resnet", "unet")
@@ -119,6 +134,14 @@ def scene_box_coordinates(
 ) -> Tensor:
     """The grid-box coordinates ``u [N, 3]`` in ``[-1, 1]^3`` of metric points (module docstring),
     without validation: finite ``pos [N, 3]``, sorted ``batch [N]`` of ``num_clouds`` non-empty clouds."""
+    return scene_box(pos, batch, num_clouds, extent, trim)[0]
+
+
+def scene_box(
+    pos: Tensor, batch: Tensor, num_clouds: int, extent: Optional[Sequence[float]] = None, trim: float = 0.0
+) -> Tuple[Tensor, Tensor]:
+    """``(u [N, 3], s [num_clouds, 3])``: :func:`scene_box_coordinates` and every cloud's half extents
+    ``s_b`` in metres (module docstring), without validation."""
     p = pos.detach()
     if trim > 0:
         lo, hi = _trimmed_bounds(p, batch, num_clouds, trim)
@@ -127,17 +150,24 @@ def scene_box_coordinates(
         lo = p.new_full((num_clouds, 3), float("inf")).scatter_reduce_(0, index, p, "amin")
         hi = p.new_full((num_clouds, 3), float("-inf")).scatter_reduce_(0, index, p, "amax")
     centre, half = _box_scale(lo, hi, extent)
-    return ((pos - centre[batch]) / half[batch]).clamp(-1.0, 1.0)
+    return ((pos - centre[batch]) / half[batch]).clamp(-1.0, 1.0), half
 
 
 def scene_box_dense(points: Tensor, extent: Optional[Sequence[float]], trim: float = 0.0) -> Tensor:
+    """:func:`scene_box_dense_scaled` without the half extents (the grid-box coordinates only)."""
+    return scene_box_dense_scaled(points, extent, trim)[0]
+
+
+def scene_box_dense_scaled(
+    points: Tensor, extent: Optional[Sequence[float]], trim: float = 0.0
+) -> Tuple[Tensor, Tensor]:
     """:func:`scene_box_coordinates` of equally sized clouds ``points [B, N, 3]`` (the same float
     arithmetic, traceable: what the exported scene segmenter computes): every cloud centred on its
     bounding-box centre, divided by half the fixed ``extent`` (or its own half extent, 1 on a flat
     axis), clamped into ``[-1, 1]``. No validation (finite points, ``N >= 1``).
 
     Shapes:
-        points ``[B, N, 3]`` metres -> ``[B, N, 3]`` in ``[-1, 1]^3``
+        points ``[B, N, 3]`` metres -> ``[B, N, 3]`` in ``[-1, 1]^3``, half extents ``[B, 1, 3]`` metres
     """
     if trim > 0:  # the (m + 1)-th smallest and largest, as scene_box_coordinates (TopK in a traced graph)
         k = trimmed_count(points.size(1), trim) + 1
@@ -146,7 +176,16 @@ def scene_box_dense(points: Tensor, extent: Optional[Sequence[float]], trim: flo
     else:
         lo, hi = points.amin(1, keepdim=True), points.amax(1, keepdim=True)
     centre, half = _box_scale(lo, hi, extent)
-    return ((points - centre) / half).clamp(-1.0, 1.0)
+    return ((points - centre) / half).clamp(-1.0, 1.0), half
+
+
+#: the metric size ``a = log(s / SCALE_REFERENCE)`` of ``scale_input`` is measured against (metres)
+SCALE_REFERENCE = 10.0
+
+
+def scale_features(half: Tensor) -> Tensor:
+    """``a = log(s / 10 m)`` of half extents ``s`` in metres (module docstring; any shape)."""
+    return torch.log(half / SCALE_REFERENCE)
 
 
 @dataclass(frozen=True)
@@ -197,6 +236,8 @@ class GridifiedSceneSegmenter(GridifiedModel):
         backbone_kwargs: extra keyword arguments for the backbone.
         box_trim: the share ``t`` in ``[0, 0.5)`` of a cloud's points left beyond each end of every
             axis of its box, clamped onto it (module docstring; 0: the bounding box; read in millionths).
+        scale_input: give every point its cloud's box size ``a = log(s_b / 10 m)`` as 3 more inputs
+            (module docstring): each crop's own box otherwise hides how many metres it spans.
 
     Defaults are sized for CPU training on 16k-65k point crops (8192 nodes, C = 64, k = 6).
 
@@ -227,6 +268,7 @@ class GridifiedSceneSegmenter(GridifiedModel):
         pos_hidden_channels: Optional[int] = 32,
         backbone_kwargs: Optional[Dict[str, Any]] = None,
         box_trim: float = 0.0,
+        scale_input: bool = False,
     ) -> None:
         super().__init__()
         where = type(self).__name__
@@ -241,11 +283,16 @@ class GridifiedSceneSegmenter(GridifiedModel):
             )
         #: the share of a cloud's points left beyond each end of every axis of its own box (clamped onto it)
         self.box_trim = float(box_trim)
+        if not isinstance(scale_input, bool):
+            fail(where, f"scale_input must be True or False, got {scale_input!r}")
+        #: whether every point gets its cloud's box size log(s_b / 10 m) as 3 more inputs
+        self.scale_input = scale_input
+        inputs = in_channels + 3 + (3 if scale_input else 0)
         kwargs = dict(backbone_kwargs or {})
         if backbone in PER_AXIS_BACKBONES:
             kwargs.setdefault("cubic", False)
         self._build_trunk(
-            in_channels=in_channels + 3,
+            in_channels=inputs,
             hidden_channels=hidden_channels,
             resolution=resolution_value(shape),
             k=k,
@@ -274,7 +321,7 @@ class GridifiedSceneSegmenter(GridifiedModel):
             pos_hidden_channels=pos_hidden_channels,
         )
         self.point_mlp = nn.Sequential(
-            nn.Linear(in_channels + 3, point_channels), nn.GELU(), nn.Linear(point_channels, point_channels)
+            nn.Linear(inputs, point_channels), nn.GELU(), nn.Linear(point_channels, point_channels)
         )
         self.head = nn.Sequential(
             nn.Linear(hidden_channels + point_channels, hidden_channels),
@@ -320,7 +367,7 @@ class GridifiedSceneSegmenter(GridifiedModel):
             f"num_classes={num_classes}, point_channels={point_channels} (the heads)",
             (hidden_channels + point_channels) * hidden_channels
             + hidden_channels * num_classes
-            + point_channels * (in_channels + 3 + point_channels),
+            + point_channels * (in_channels + 6 + point_channels),
         )
         return shape, extent
 
@@ -352,8 +399,8 @@ class GridifiedSceneSegmenter(GridifiedModel):
         batch, num_clouds, _ = check_batch(where, "batch", batch, pos.size(0), device=pos.device)
         check_finite(where, "pos", pos, batch)
         check_finite(where, "x", x, batch)
-        u = scene_box_coordinates(pos, batch, num_clouds, self.extent, self.box_trim)
-        feats = torch.cat([u, x], -1)
+        u, half = scene_box(pos, batch, num_clouds, self.extent, self.box_trim)
+        feats = torch.cat([u, x, scale_features(half)[batch]] if self.scale_input else [u, x], -1)
         if graph is None:
             with trusted_inputs():  # checked above; the gridification checks the batch structure
                 grid, graph = self.gridify(u, feats, batch, return_graph=True)

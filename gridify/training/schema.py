@@ -754,6 +754,7 @@ MODEL_KEYS: Dict[str, Spec] = {
         max_open=True,
         doc="scene segmenter: share of a crop's points left beyond each end of every axis of its box (0: bounds)",
     ),
+    "scale_input": Bool(doc="scene segmenter: every point also gets its crop's box size log(s / 10 m) (3 inputs)"),
     "k": Int(min=1, doc="neighbours per grid node / point"),
     "hidden_channels": Int(min=1, doc="width C"),
     "backbone": Choice(BACKBONES.names, doc="grid backbone"),

@@ -223,6 +223,8 @@ def test_dense_grid_knn_agrees_with_the_cubic_export_graph():
         dict(in_channels=0),
         dict(backbone="ccnn", kernel_size=3),
         dict(extent=None, box_trim=0.01),
+        dict(extent=None, scale_input=True),
+        dict(extent=None, box_trim=0.01, scale_input=True, in_channels=0),
     ],
 )
 def test_scene_wrapper_equals_the_model(overrides):

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from gridify.models import GridifiedSceneSegmenter, build_model
-from gridify.models.scene import scene_box_coordinates, scene_box_dense
+from gridify.models.scene import scene_box, scene_box_coordinates, scene_box_dense, scene_box_dense_scaled
 from gridify.registry import MODELS
 
 SMALL = dict(
@@ -148,6 +148,42 @@ def test_trimmed_box_dense_equals_flat_and_ignores_point_order():
     assert m.graph_builder().trim == 0.01
 
 
+def test_scale_input_tells_the_model_how_many_metres_its_box_spans():
+    """Each crop's own box maps a 6 m room and the same room scaled 3x onto the same u: without
+    ``scale_input`` the model cannot tell them apart, with it the logits differ, and they still
+    follow the points (translation and point order do not change the box size)."""
+    pos, x = _room(300)
+    plain, scaled = _model(extent=None).eval(), _model(extent=None, scale_input=True).eval()
+    assert scaled.point_mlp[0].in_features == plain.point_mlp[0].in_features + 3
+    centre = pos.mean(0)
+    big = (pos - centre) * 3 + centre
+    with torch.no_grad():
+        torch.testing.assert_close(plain(big, x), plain(pos, x), rtol=1e-5, atol=1e-5)
+        assert (scaled(big, x) - scaled(pos, x)).abs().max() > 1e-3
+        perm = torch.randperm(300, generator=torch.Generator().manual_seed(1))
+        moved = pos[perm] + torch.tensor([100.0, -50.0, 3.0])
+        torch.testing.assert_close(scaled(moved, x[perm]), scaled(pos, x)[perm], rtol=1e-4, atol=1e-4)
+    # the half extents are the box's, per cloud; dense and flat agree
+    clouds = torch.stack([pos, big])
+    u, half = scene_box(clouds.reshape(-1, 3), torch.arange(2).repeat_interleave(300), 2)
+    torch.testing.assert_close(half[1], 3 * half[0])
+    torch.testing.assert_close(half[0], (pos.amax(0) - pos.amin(0)) / 2)
+    ud, hd = scene_box_dense_scaled(clouds, None)
+    torch.testing.assert_close(ud.reshape(-1, 3), u, rtol=0, atol=0)
+    torch.testing.assert_close(hd[:, 0], half)
+    with pytest.raises(ValueError, match="scale_input must be True or False"):
+        _model(scale_input=1)
+
+
+def test_scale_input_batches_like_single_clouds():
+    m = _model(extent=None, scale_input=True).eval()
+    a, xa = _room(200, seed=1)
+    b, xb = _room(300, seed=2, size=(30.0, 20.0, 4.0))
+    with torch.no_grad():
+        both = m(torch.cat([a, b]), torch.cat([xa, xb]), torch.arange(2).repeat_interleave(torch.tensor([200, 300])))
+        torch.testing.assert_close(both, torch.cat([m(a, xa), m(b, xb)]), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(
     "pos",
     [
@@ -156,8 +192,9 @@ def test_trimmed_box_dense_equals_flat_and_ignores_point_order():
         torch.tensor([[1e5, 2e5, 10.0]]),  # a single point far out
     ],
 )
-def test_degenerate_clouds_are_finite(pos):
-    m = _model(extent=None).eval()
+@pytest.mark.parametrize("scale_input", [False, True])
+def test_degenerate_clouds_are_finite(pos, scale_input):
+    m = _model(extent=None, scale_input=scale_input).eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # fewer points than k
         with torch.no_grad():
