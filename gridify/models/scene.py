@@ -188,6 +188,19 @@ def scale_features(half: Tensor) -> Tensor:
     return torch.log(half / SCALE_REFERENCE)
 
 
+def _check_box_args(where: str, box_trim: Any, scale_input: Any) -> Tuple[float, bool]:
+    """``(box_trim, scale_input)`` of :class:`GridifiedSceneSegmenter`, checked."""
+    box_trim = check_number(where, "box_trim", box_trim, 0.0, strict=False)
+    if box_trim >= 0.5:
+        fail(
+            where,
+            f"box_trim must be in [0, 0.5) (the share of a cloud's points beyond each end of an axis), got {box_trim}",
+        )
+    if not isinstance(scale_input, bool):
+        fail(where, f"scale_input must be True or False, got {scale_input!r}")
+    return float(box_trim), scale_input
+
+
 @dataclass(frozen=True)
 class SceneGraphBuilder:
     """The graph of a :class:`GridifiedSceneSegmenter`, built away from the model (a DataLoader
@@ -275,18 +288,9 @@ class GridifiedSceneSegmenter(GridifiedModel):
         shape, self.extent = self._check_args(
             where, in_channels, num_classes, resolution, extent, backbone, hidden_channels, depth, point_channels
         )
-        box_trim = check_number(where, "box_trim", box_trim, 0.0, strict=False)
-        if box_trim >= 0.5:
-            fail(
-                where,
-                f"box_trim must be in [0, 0.5) (the share of a cloud's points beyond each end of an axis), got {box_trim}",
-            )
-        #: the share of a cloud's points left beyond each end of every axis of its own box (clamped onto it)
-        self.box_trim = float(box_trim)
-        if not isinstance(scale_input, bool):
-            fail(where, f"scale_input must be True or False, got {scale_input!r}")
+        #: the share of a cloud's points left beyond each end of every axis of its own box (clamped onto it);
         #: whether every point gets its cloud's box size log(s_b / 10 m) as 3 more inputs
-        self.scale_input = scale_input
+        self.box_trim, self.scale_input = _check_box_args(where, box_trim, scale_input)
         inputs = in_channels + 3 + (3 if scale_input else 0)
         kwargs = dict(backbone_kwargs or {})
         if backbone in PER_AXIS_BACKBONES:
