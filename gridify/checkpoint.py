@@ -503,6 +503,9 @@ def load_weights(model: torch.nn.Module, payload: Dict[str, Any], source: str) -
             f"{source}: the file holds folded (reparameterized) weights, an inference form that cannot be "
             f"trained; start from the run's checkpoints/last.ckpt or a model.pt saved without folding"
         )
+    adapt = getattr(model, "adapt_init_weights", None)
+    if callable(adapt):  # e.g. a scene segmenter with scale_input from one without: the new inputs start at zero
+        payload = adapt(payload)
     try:
         _copy_weights(model, payload)
     except CheckpointError as exc:

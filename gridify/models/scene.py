@@ -375,6 +375,23 @@ class GridifiedSceneSegmenter(GridifiedModel):
         )
         return shape, extent
 
+    def adapt_init_weights(self, payload: Dict[str, Any]) -> Dict[str, Any]:
+        """Fine-tuning (``init_weights``) into this model with ``scale_input`` from a checkpoint of the same model
+        without it: the layers that read the point inputs get zero weights on the 3 new columns, so training starts
+        from exactly the checkpoint's function. Any other payload is returned as it is (checked by the caller)."""
+        kwargs = dict(payload.get("model_kwargs") or {})
+        state = payload.get("state_dict")
+        if not self.scale_input or kwargs.get("scale_input", False) or not isinstance(state, dict):
+            return payload
+        wide = self.in_channels + 6
+        state = dict(state)
+        for name, module in self.named_modules():
+            w = state.get(f"{name}.weight")
+            if isinstance(module, nn.Linear) and module.in_features == wide and isinstance(w, Tensor):
+                if w.dim() == 2 and w.shape == (module.out_features, wide - 3):
+                    state[f"{name}.weight"] = torch.cat([w, w.new_zeros(w.size(0), 3)], 1)
+        return {**payload, "state_dict": state, "model_kwargs": {**kwargs, "scale_input": True}}
+
     def graph_builder(self) -> SceneGraphBuilder:
         """A picklable builder of this model's graph from metric points (see :class:`SceneGraphBuilder`)."""
         return SceneGraphBuilder(self.gridify.graph_builder(), self.extent, self.box_trim)

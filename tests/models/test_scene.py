@@ -275,3 +275,33 @@ def test_ccnn_backbone_cubic_and_per_axis(resolution, kernel_size):
     out = m(pos, x)
     assert out.shape == (200, 5) and bool(torch.isfinite(out).all())
     out.square().mean().backward()
+
+
+def test_fine_tuning_into_scale_input_starts_from_the_same_function():
+    """``init_weights`` from a scene segmenter without ``scale_input`` into one with it: the 3 new input columns
+    start at zero (the same logits), the rest is copied; a checkpoint that differs otherwise is still refused."""
+    from gridify.checkpoint import CheckpointError, load_weights
+
+    kwargs = dict(SMALL, extent=None)
+    plain = _model(**kwargs).eval()
+    payload = {
+        "model_name": "scene_segmenter",
+        "model_kwargs": dict(kwargs, in_channels=2, num_classes=5),
+        "state_dict": {k: v.clone() for k, v in plain.state_dict().items()},
+    }
+    torch.manual_seed(7)
+    wide = GridifiedSceneSegmenter(2, 5, scale_input=True, **kwargs).eval()
+    load_weights(wide, payload, "init_weights plain.pt")
+    pos, x = _room(300)
+    with torch.no_grad():
+        torch.testing.assert_close(wide(pos, x), plain(pos, x), rtol=1e-5, atol=1e-5)
+    assert float(wide.point_mlp[0].weight.detach()[:, -3:].abs().max()) == 0.0
+    assert payload["state_dict"]["point_mlp.0.weight"].shape[1] == 5  # the caller's payload is left as it was
+    # the new columns train: a gradient reaches them
+    wide.train()
+    wide(pos, x).sum().backward()
+    assert float(wide.point_mlp[0].weight.grad[:, -3:].abs().max()) > 0
+    # another width is still a mismatch, named
+    other = GridifiedSceneSegmenter(2, 5, scale_input=True, **dict(kwargs, point_channels=12))
+    with pytest.raises(CheckpointError, match=r"init_weights plain\.pt: .*point_mlp"):
+        load_weights(other, payload, "init_weights plain.pt")
