@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 import numpy as np
 import torch
@@ -31,6 +31,7 @@ from ._pretrained import PRETRAINED, not_found_hint, pretrained_file
 from .nn.reparam import is_reparameterizable, reparameterize_model
 from .registry import TASKS as TASKS_REGISTRY
 from .tasks import get_task, task_names
+from .transforms import NORMALIZATIONS, normalization_name, normalization_of_record
 
 __all__ = [
     "load_weights",
@@ -253,18 +254,15 @@ def inference_settings(payload: Dict[str, Any]) -> Dict[str, Any]:
 
     A dict: ``class_names`` (top-level ``class_names``, else ``info["class_names"]``; None when
     neither is recorded), ``in_channels`` (``model_kwargs``, else ``info``, else 3), ``normalize``
-    (whether clouds are centred and scaled into the unit sphere: ``info["normalization"] is not
-    None`` when recorded, else the config's ``data.normalize``, default True) and ``num_points``
+    (whether clouds are centred and scaled) and ``normalization`` (how: ``"sphere"``, ``"cube"`` or None;
+    :func:`normalization_setting`) and ``num_points``
     (``info["num_points"]``, else the config's ``data.test.num_points`` / ``data.num_points``;
     None when not recorded).
     """
     info = payload.get("info") or {}
     kwargs = payload.get("model_kwargs") or {}
     data = (payload.get("config") or {}).get("data") or {}
-    if "normalization" in info:
-        normalize = info["normalization"] is not None
-    else:
-        normalize = bool(data.get("normalize", True))
+    normalization = normalization_setting(info, data) or None
     num_points = info.get("num_points")
     for section in (data.get("test") or {}, data):
         if num_points is None and section.get("num_points") is not None:
@@ -272,9 +270,20 @@ def inference_settings(payload: Dict[str, Any]) -> Dict[str, Any]:
     return {
         "class_names": payload.get("class_names") or info.get("class_names"),
         "in_channels": int(kwargs.get("in_channels", info.get("in_channels", 3))),
-        "normalize": normalize,
+        "normalize": normalization is not None,
+        "normalization": normalization,
         "num_points": num_points,
     }
+
+
+def normalization_setting(info: Dict[str, Any], data: Dict[str, Any]) -> Union[bool, str]:
+    """How a checkpoint's model expects its clouds normalized: a name of
+    :data:`gridify.transforms.NORMALIZATIONS` (``"sphere"``, ``"cube"``) or False (as given). From
+    ``info["normalization"]`` when recorded, else the config's ``data.normalize`` (default True, the
+    sphere). ValueError for a record or value no normalization has."""
+    if "normalization" in info:
+        return normalization_of_record(info["normalization"]) or False
+    return normalization_name("config['data']['normalize']", data.get("normalize", True)) or False
 
 
 class CheckpointError(RuntimeError):
@@ -404,6 +413,13 @@ def _check_info(source: str, info: Mapping[str, Any], kwargs: Mapping[str, Any])
     for key in ("in_channels", "num_classes"):
         _check_type(source, f"model_kwargs[{key!r}]", kwargs.get(key), (int,), "an integer", optional=True)
     _check_names(source, "info['class_names']", info.get("class_names"))
+    if "normalization" in info:
+        try:
+            normalization_of_record(info["normalization"])
+        except ValueError:
+            raise _entry_error(
+                source, "info['normalization']", "a normalization record or None", info["normalization"]
+            ) from None
     _check_names(source, "info['category_names']", info.get("category_names"))
     parts = info.get("category_to_parts")
     if parts is not None and not (
@@ -425,7 +441,11 @@ def _check_config(source: str, config: Any) -> None:
     _check_type(source, "config['data']['test']", data.get("test"), (Mapping,), "a dict", optional=True)
     for section, name in ((data, "config['data']"), (data.get("test") or {}, "config['data']['test']")):
         _check_type(source, f"{name}['num_points']", section.get("num_points"), (int,), "an integer", optional=True)
-    _check_type(source, "config['data']['normalize']", data.get("normalize"), (bool,), "a bool", optional=True)
+    norm = data.get("normalize")
+    if norm is not None and not isinstance(norm, bool) and not (isinstance(norm, str) and norm in NORMALIZATIONS):
+        raise _entry_error(
+            source, "config['data']['normalize']", f"a bool, one of {list(NORMALIZATIONS)} or None", norm
+        )
     _check_type(source, "config['data']['name']", data.get("name"), (str,), "a string", optional=True)
 
 

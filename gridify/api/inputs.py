@@ -19,7 +19,7 @@ from .._checks import check_int
 from ..io import PointCloud, read_points, reader_takes
 from ..ops.normals import DEFAULT_NORMAL_NEIGHBOURS
 from ..ops.normals import estimate_normals as ops_estimate_normals
-from ..transforms import centre_and_scale
+from ..transforms import NORMALIZATIONS, centre_and_scale
 
 __all__ = [
     "PointsLike",
@@ -126,16 +126,21 @@ def read_cloud(points: PointsLike, normals: Any, where: str) -> Tuple[np.ndarray
     return pos, normals, source
 
 
-def normalize_cloud(pos: np.ndarray) -> Tuple[np.ndarray, np.ndarray, float]:
-    """Centre on the centroid and scale into the unit sphere: ``(p - c) / s``.
+def normalize_cloud(pos: np.ndarray, mode: str = "sphere") -> Tuple[np.ndarray, np.ndarray, float]:
+    """Centre and scale: ``(p - c) / s``, as the named normalization ``mode`` of
+    :data:`gridify.transforms.NORMALIZATIONS` does it: ``"sphere"`` (``c`` the centroid,
+    ``s = max_j |p_j - c|``: into the unit sphere) or ``"cube"`` (``c`` the bounding-box centre,
+    ``s`` half its longest side: into ``[-1, 1]^3``).
 
-    Returns ``(normalized [N, 3] float32, c [3], s)`` with ``s = max_j |p_j - c|``; the
-    original points are ``normalized * s + c``. Computed in float64 (the input is not cast to
-    float32 first) and without overflow (:func:`gridify.transforms.centre_and_scale`). Raises
-    ValueError for a zero-extent cloud.
+    Returns ``(normalized [N, 3] float32, c [3], s)``; the original points are
+    ``normalized * s + c``. Computed in float64 (the input is not cast to float32 first) and
+    without overflow (:func:`gridify.transforms.centre_and_scale`). Raises ValueError for a
+    zero-extent cloud or an unknown ``mode``.
     """
+    if not (isinstance(mode, str) and mode in NORMALIZATIONS):
+        raise ValueError(f"normalize_cloud: mode must be one of {tuple(NORMALIZATIONS)}, got {mode!r}")
     try:
-        q, c, s = centre_and_scale(pos)
+        q, c, s = centre_and_scale(pos, *NORMALIZATIONS[mode])
     except ValueError as exc:
         raise ValueError(f"normalize_cloud: {exc}") from None
     return q.astype(np.float32), c, s

@@ -15,7 +15,14 @@ import torch
 from torch import nn
 
 from .._pretrained import PRETRAINED
-from ..checkpoint import CheckpointError, build_model_from_checkpoint, checkpoint_file, load_checkpoint, pretrained_path
+from ..checkpoint import (
+    CheckpointError,
+    build_model_from_checkpoint,
+    checkpoint_file,
+    load_checkpoint,
+    normalization_setting,
+    pretrained_path,
+)
 from .predictor import Predictor
 from .task_predictors import is_served, predictor_for, served_tasks
 
@@ -105,7 +112,10 @@ def _predictor_from_payload(path: Any, payload: Dict[str, Any], model: nn.Module
             f"{path}: entry info['category_to_parts'] names parts beyond the {len(class_names)} classes"
         )
     predictor_for(str(payload["task"])).check_entries(path, info, data, in_channels)
-    normalize = (info["normalization"] is not None) if "normalization" in info else bool(data.get("normalize", True))
+    try:
+        normalize = normalization_setting(info, data)
+    except ValueError as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
     return Predictor(
         model,
         task=str(payload["task"]),

@@ -19,7 +19,7 @@ from .._checks import check_int, fail
 from .._progress import resolve_progress
 from ..nn.state import all_or_nothing, evaluating
 from ..tasks import get_task
-from ..transforms import check_up_axis, to_z_up
+from ..transforms import check_up_axis, normalization_name, to_z_up
 from .inputs import PointsLike, as_float32, normalize_cloud, read_cloud
 from .inputs import estimate_normals as estimate_unit_normals
 from .prediction import Prediction
@@ -49,7 +49,9 @@ class Predictor(nn.Module):
             it labels every point (segmentation, scene_segmentation) rather than the cloud.
         class_names: names of the outputs (classes, or parts for segmentation).
         category_names / category_to_parts: object categories of a segmentation model (or None).
-        num_points: points per training cloud ``n``. normalize: whether clouds are normalized.
+        num_points: points per training cloud ``n``. normalize: whether clouds are normalized;
+            normalization: how (``"sphere"`` or ``"cube"``, :data:`gridify.transforms.NORMALIZATIONS`; the
+            ``normalize`` argument: True (= ``"sphere"``), False or a name; None when not normalized).
         in_channels / use_normals: point features the model takes (6 = xyz + normals).
         estimated_normals: ``k`` when the model was trained on normals estimated from the points
             (``data.estimate_normals``): :meth:`prepare` then estimates them the same way unless
@@ -68,7 +70,7 @@ class Predictor(nn.Module):
         class_names: Sequence[str],
         num_points: Optional[int],
         in_channels: int,
-        normalize: bool = True,
+        normalize: Union[bool, str] = True,
         category_names: Optional[Sequence[str]] = None,
         category_to_parts: Optional[Sequence[Sequence[int]]] = None,
         gridify_version: Optional[str] = None,
@@ -95,7 +97,9 @@ class Predictor(nn.Module):
         self.in_channels = int(in_channels)
         self.use_normals = self.in_channels == 6
         self.estimated_normals = None if estimated_normals is None else int(estimated_normals)
-        self.normalize = bool(normalize)
+        #: the named normalization of every cloud (:data:`gridify.transforms.NORMALIZATIONS`; None: as given)
+        self.normalization: Optional[str] = normalization_name("Predictor", normalize)
+        self.normalize = self.normalization is not None
         self.category_names = None if category_names is None else [str(c) for c in category_names]
         self.category_to_parts = None if category_to_parts is None else [list(map(int, p)) for p in category_to_parts]
         self.num_categories = int(getattr(model, "num_categories", 0) or 0)
@@ -135,7 +139,7 @@ class Predictor(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"task={self.task}, classes={len(self.class_names)}, num_points={self.num_points}, "
-            f"in_channels={self.in_channels}, normalize={self.normalize}, version={self.gridify_version}"
+            f"in_channels={self.in_channels}, normalize={self.normalization if self.normalization == 'cube' else self.normalize}, version={self.gridify_version}"
         )
 
     def prepare(
@@ -166,7 +170,7 @@ class Predictor(nn.Module):
         center, scale = np.zeros(3), 1.0
         if self.normalize:
             try:
-                pos, center, scale = normalize_cloud(pos)
+                pos, center, scale = normalize_cloud(pos, self.normalization)
             except ValueError as exc:
                 raise ValueError(f"{where}: {exc}") from None
         else:

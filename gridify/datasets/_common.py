@@ -35,7 +35,7 @@ from .._checks import check_alloc, check_choice, check_int, warn_at_caller
 from .._files import atomic_write
 from ..io.source import read_text_file
 from ..ops.normals import estimate_normals as estimate_point_normals
-from ..transforms import FixedPoints, Normalize
+from ..transforms import NORMALIZATIONS, FixedPoints, Normalize, normalization_name
 
 PathLike = Union[str, "os.PathLike[str]"]
 Transform = Callable[[Dict[str, Any]], Dict[str, Any]]
@@ -265,7 +265,7 @@ class PointCloudDataset(torch.utils.data.Dataset):
     The pipeline of ``__getitem__``: ``raw`` -> (with ``estimate_normals=k``: ``normal`` replaced by
     :func:`gridify.ops.estimate_normals` of the points as read, ``k`` neighbours, computed once per
     sample) -> :class:`~gridify.transforms.Normalize`
-    (when ``normalize``) -> :class:`~gridify.transforms.FixedPoints` (random at ``train``,
+    (when ``normalize``: True or "sphere", or "cube", :data:`~gridify.transforms.NORMALIZATIONS`) -> :class:`~gridify.transforms.FixedPoints` (random at ``train``,
     deterministic otherwise; skipped when ``num_points`` is None) -> ``transform`` ->
     :func:`fit_box` (when ``normalize``: whatever the transform does, e.g. a
     :class:`~gridify.transforms.RandomScale` above 1, the cloud stays in the grid box) -> tensors,
@@ -279,7 +279,7 @@ class PointCloudDataset(torch.utils.data.Dataset):
     split: str
 
     def __init__(self, *, split: str, num_points: Optional[int], use_normals: bool,
-                 transform: Optional[Transform], seed: int, normalize: bool = True,
+                 transform: Optional[Transform], seed: int, normalize: Union[bool, str] = True,
                  estimate_normals: Optional[int] = None) -> None:
         super().__init__()
         where = type(self).__name__
@@ -296,7 +296,8 @@ class PointCloudDataset(torch.utils.data.Dataset):
             raise ValueError(f"{where}: transform must be callable, got {type(transform).__name__}")
         self.transform = transform
         self.seed = int(seed)
-        self.normalize = Normalize() if normalize else None
+        mode = normalization_name(where, normalize)
+        self.normalize = None if mode is None else Normalize(*NORMALIZATIONS[mode])
         self.sampler = (None if self.num_points is None else
                         FixedPoints(self.num_points, deterministic=(split != "train"), seed=self.seed))
 

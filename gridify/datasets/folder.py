@@ -47,7 +47,7 @@ import os
 import zlib
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, List, NoReturn, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -260,7 +260,8 @@ class PointFolder(PointCloudDataset):
         mesh_samples: points sampled from a mesh file.
         transform: applied to the sample dict after normalization and subsampling.
         seed: seed of the carved splits, the subsampling and the mesh sampling.
-        normalize: centre each cloud and scale it into the unit sphere.
+        normalize: centre each cloud and scale it into the unit sphere (True or ``"sphere"``) or
+            the cube ``[-1, 1]^3`` (``"cube"``: the bounding box centred, its longest side spanning the grid box); False: as read.
         estimate_normals: ``k``: the normals estimated from the points (:func:`gridify.ops.estimate_normals`,
             ``k`` neighbours), replacing any the files hold; ``None``: the files' own.
 
@@ -277,7 +278,7 @@ class PointFolder(PointCloudDataset):
                  num_points: Optional[int] = 1024, use_normals: bool = False,
                  columns: Optional[Sequence[str]] = None, num_classes: Optional[int] = None,
                  val_fraction: float = 0.1, test_fraction: Optional[float] = None, mesh_samples: int = 10_000,
-                 transform: Optional[Transform] = None, seed: int = 0, normalize: bool = True,
+                 transform: Optional[Transform] = None, seed: int = 0, normalize: Union[bool, str] = True,
                  estimate_normals: Optional[int] = None) -> None:
         where = "PointFolder"
         check_split(where, split)

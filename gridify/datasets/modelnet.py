@@ -37,7 +37,7 @@ import os
 import re
 import zlib
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -93,7 +93,8 @@ class ModelNet(PointCloudDataset):
         cache_dir: where the cache goes (default ``<dataset folder>/.cache``); when not
             writable the cache is disabled with a warning.
         mesh_samples: surface points sampled per OFF mesh (before ``num_points`` subsampling).
-        normalize: centre each shape and scale it into the unit sphere.
+        normalize: centre each shape and scale it into the unit sphere (True or ``"sphere"``) or
+            the cube ``[-1, 1]^3`` (``"cube"``: the bounding box centred, its longest side spanning the grid box); False: as read.
         align_up_axis: swap y/z of the y-up releases (``normal_resampled``, ``hdf5``) so z is up.
         download: try to download the release when it is missing.
         skip_missing: drop split-file entries whose file is missing (with a warning) instead
@@ -119,7 +120,7 @@ class ModelNet(PointCloudDataset):
                  source: str = "off", num_points: Optional[int] = 1024, use_normals: bool = True,
                  transform: Optional[Transform] = None, val_fraction: float = 0.1, seed: int = 0,
                  cache: bool = True, cache_dir: Optional[PathLike] = None, mesh_samples: int = 10_000,
-                 normalize: bool = True, align_up_axis: bool = True, download: bool = False,
+                 normalize: Union[bool, str] = True, align_up_axis: bool = True, download: bool = False,
                  skip_missing: bool = False, estimate_normals: Optional[int] = None) -> None:
         name = str(name)
         if name not in ("10", "40"):

@@ -14,7 +14,7 @@ About 1,000 samples generate in a couple of seconds on one core.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -281,7 +281,8 @@ class ProceduralShapes(PointCloudDataset):
             order of the kept classes, i.e. they are re-indexed 0..C-1).
         use_normals: ``x`` = xyz + normals (True) or xyz.
         transform: applied to the sample dict after normalization.
-        normalize: centre each shape and scale it into the unit sphere.
+        normalize: centre each shape and scale it into the unit sphere (True or ``"sphere"``) or
+            the cube ``[-1, 1]^3`` (``"cube"``: the bounding box centred, its longest side spanning the grid box); False: as read.
         noise_std: Gaussian noise added to the sampled points (0: exact surface points).
 
     Items (dicts of tensors):
@@ -296,7 +297,7 @@ class ProceduralShapes(PointCloudDataset):
 
     def __init__(self, split: str = "train", num_points: int = 1024, num_samples_per_class: int = 50,
                  seed: int = 0, task: str = "classification", *, classes: Optional[Sequence[str]] = None,
-                 use_normals: bool = True, transform: Optional[Transform] = None, normalize: bool = True,
+                 use_normals: bool = True, transform: Optional[Transform] = None, normalize: Union[bool, str] = True,
                  noise_std: float = 0.0) -> None:
         check_split("ProceduralShapes", split, ("train", "val", "test"))
         where = "ProceduralShapes"

@@ -30,7 +30,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -110,7 +110,8 @@ class ShapeNetPart(PointCloudDataset):
         use_normals: ``x`` = xyz + normals (True) or xyz. ``"v0_points"`` has no normals.
         transform: applied to the sample dict after normalization and subsampling.
         seed: seed of the subsampling.
-        normalize: centre each shape and scale it into the unit sphere.
+        normalize: centre each shape and scale it into the unit sphere (True or ``"sphere"``) or
+            the cube ``[-1, 1]^3`` (``"cube"``: the bounding box centred, its longest side spanning the grid box); False: as read.
         download: try to download the release when it is missing.
         skip_missing: drop split entries whose files are missing (with a warning) instead
             of raising.
@@ -134,7 +135,7 @@ class ShapeNetPart(PointCloudDataset):
     def __init__(self, root: Optional[PathLike] = None, split: str = "train", *, source: str = "normal_txt",
                  num_points: Optional[int] = 2048, categories: Optional[Sequence[str]] = None,
                  use_normals: bool = True, transform: Optional[Transform] = None, seed: int = 0,
-                 normalize: bool = True, download: bool = False, skip_missing: bool = False) -> None:
+                 normalize: Union[bool, str] = True, download: bool = False, skip_missing: bool = False) -> None:
         check_split("ShapeNetPart", split)
         check_choice("ShapeNetPart", "source", source, list(SOURCES))
         if source == "v0_points" and use_normals:

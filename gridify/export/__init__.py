@@ -10,7 +10,8 @@ grid box). This package wraps, traces, checks and runs them:
 
 * :mod:`gridify.export.wrappers`: :class:`OnnxClassifier` (``points [B, N, 3]`` (+ ``normals``)
   -> ``logits [B, K]``) and :class:`OnnxSegmenter` (-> per-point ``logits [B, N, K]``), with the
-  in-graph normalization ``p' = (p - mean(p)) / max_j |p_j - mean(p)|`` (:func:`normalize_points`);
+  in-graph normalization ``p' = (p - mean(p)) / max_j |p_j - mean(p)|`` (or into ``[-1, 1]^3`` by the
+  bounding box, ``normalize="cube"``; :func:`normalize_points`);
 * :mod:`gridify.export.exporter`: :func:`export_onnx` (trace, parity check against PyTorch with
   onnxruntime on random and degenerate clouds, metadata, atomic write);
 * :mod:`gridify.export.tracing`: the model's state while traced (:func:`tracing_mode`) and the

@@ -50,7 +50,7 @@ from ..nn.reparam import is_reparameterizable, reparameterize_model
 from ..ops.grid import grid_knn
 from ..registry import TASKS
 from ..tasks import get_task
-from ..transforms import check_up_axis
+from ..transforms import NORMALIZATIONS, check_up_axis
 from .tracing import DepthwiseConv3dAs2d, eval_mode, scatter_reduce_rows, tracing_mode
 from .wrappers import ExportError, OnnxClassifier, OnnxSegmenter, check_exportable, fail_export
 
@@ -113,6 +113,7 @@ class ExportReport:
     max_abs_diff: Optional[float]
     num_bytes: int
     model: str = "gridified_classifier"
+    normalization: Optional[str] = None
 
     def summary(self) -> str:
         def shapes(d: Dict[str, List[Union[int, str]]]) -> str:
@@ -121,8 +122,12 @@ class ExportReport:
         check = "" if self.max_abs_diff is None else f"; onnxruntime vs PyTorch max |diff| {self.max_abs_diff:.2e}"
         if self.model == "scene_segmenter":
             mapping = "maps every crop (metres) into the grid box"
+        elif not self.normalize:
+            mapping = "clouds must be normalized"
+        elif self.normalization in (None, "sphere"):
+            mapping = "normalizes the clouds"
         else:
-            mapping = "normalizes the clouds" if self.normalize else "clouds must be normalized"
+            mapping = f"normalizes the clouds (into the unit {self.normalization})"
         return (
             f"{self.path} ({self.format}, {self.num_bytes / 1e6:.2f} MB): {shapes(self.inputs)} -> "
             f"{shapes(self.outputs)}; {mapping}{check}"
@@ -149,20 +154,25 @@ def check_task_exportable(task: Any, model: Any, where: str = "export_onnx") -> 
             fail_export(where, f"{type(model).__name__} is not exportable: {t.export_reason}")
 
 
-def _resolve(model: Any, where: str) -> Tuple[nn.Module, Optional[bool], Optional[List[str]], Optional[int]]:
+def _resolve(model: Any, where: str) -> Tuple[nn.Module, Union[None, bool, str], Optional[List[str]], Optional[int]]:
     """``(network, normalize, class_names, num_points)`` of a path, a Predictor or a bare model
-    (None where a bare model does not say)."""
+    (None where a bare model does not say; ``normalize``: a normalization name or False)."""
     if isinstance(model, (str, os.PathLike)):
         payload = load_checkpoint(checkpoint_file(model))
         settings = inference_settings(payload)
         net = build_model_from_checkpoint(payload, reparameterize=True)
         check_task_exportable(payload.get("task"), net, where)
-        return net, settings["normalize"], settings["class_names"], settings["num_points"]
+        return net, settings["normalization"] or False, settings["class_names"], settings["num_points"]
     inner = getattr(model, "model", None)
     if isinstance(inner, nn.Module) and hasattr(model, "normalize"):  # a gridify.Predictor
         check_task_exportable(getattr(model, "task", None), inner, where)
         names = list(getattr(model, "class_names", None) or []) or None
-        return inner, bool(model.normalize), names, getattr(model, "num_points", None)
+        return (
+            inner,
+            getattr(model, "normalization", "sphere" if model.normalize else None) or False,
+            names,
+            getattr(model, "num_points", None),
+        )
     if isinstance(model, nn.Module):
         return model, None, None, None
     fail(
@@ -420,7 +430,7 @@ def export_onnx(
     *,
     num_points: Optional[int] = None,
     batch_size: Optional[int] = None,
-    normalize: Optional[bool] = None,
+    normalize: Union[None, bool, str] = None,
     verify: bool = True,
     atol: float = 1e-4,
     opset: Optional[int] = None,
@@ -453,9 +463,10 @@ def export_onnx(
             once on the given points; the Predictor's resampling of other sizes to the training
             size (and its vote over subsets) is not part of it.
         batch_size: a fixed number of clouds; None (default): a dynamic axis.
-        normalize: centre and scale every cloud into the unit sphere inside the graph (default:
-            as the checkpoint / Predictor says, True for a bare model). Without it the points
-            must already lie in the grid box.
+        normalize: centre and scale every cloud inside the graph: True or ``"sphere"`` (into the unit
+            sphere), ``"cube"`` (its bounding box into ``[-1, 1]^3``; :data:`gridify.transforms.NORMALIZATIONS`),
+            False (the points must already lie in the grid box); default None: as the checkpoint /
+            Predictor says (how the model was trained), True for a bare model.
         verify: run the file with onnxruntime on seeded clouds (the traced shape, other sizes and
             ``N = k`` for dynamic axes; random and degenerate: identical, repeated, collinear, coplanar)
             against the model's PyTorch forward; a difference above ``atol`` (NaN/Inf on one side only:
@@ -482,7 +493,10 @@ def export_onnx(
     check_exportable(net, where)
     n = _export_num_points(net, num_points, batch_size, train_points, where)
     require_export_dependencies(where, verify)
-    wrapper = _folded_wrapper(net, (stored_normalize is not False) if normalize is None else normalize, where, up_axis)
+    # None: as trained (True for a bare model); True: normalize, as trained when the checkpoint says how
+    if normalize is None or (normalize is True and isinstance(stored_normalize, str)):
+        normalize = True if stored_normalize is None else stored_normalize
+    wrapper = _folded_wrapper(net, normalize, where, up_axis)
     example = wrapper.example_inputs(batch_size or 2, n, seed)
     say(f"tracing {type(wrapper).__name__} ({n} points per cloud) to ONNX opset {opset}")
     with _stage(say, "tracing", "the trace") as took:
@@ -577,6 +591,7 @@ def _write_export(
         inputs=_shapes(proto.graph.input),
         outputs=_shapes(proto.graph.output),
         normalize=wrapper.normalize,
+        normalization=wrapper.normalization,
         class_names=names,
         max_abs_diff=diff,
         num_bytes=len(data),
@@ -656,13 +671,20 @@ def _check_export_args(
     check_int(where, "seed", seed, 0)
     if not isinstance(verify, bool):
         fail(where, f"verify must be True or False, got {verify!r}")
-    if normalize is not None and not isinstance(normalize, bool):
-        fail(where, f"normalize must be None, True or False, got {normalize!r}")
+    if (
+        normalize is not None
+        and not isinstance(normalize, bool)
+        and not (isinstance(normalize, str) and normalize in NORMALIZATIONS)
+    ):
+        fail(
+            where,
+            f"normalize must be None, True or False, got {normalize!r} (or a normalization: {', '.join(NORMALIZATIONS)})",
+        )
     return target, num_points, batch_size, atol, opset
 
 
 def _folded_wrapper(
-    net: nn.Module, normalize: bool, where: str, up_axis: str = "z"
+    net: nn.Module, normalize: Union[bool, str], where: str, up_axis: str = "z"
 ) -> Union["OnnxClassifier", "OnnxSegmenter"]:
     """The :class:`OnnxClassifier` of ``net``, on a folded copy when ``net`` has unfolded
     multi-branch layers (they cannot be traced); placeholder kernels raise :class:`ExportError`."""
@@ -806,6 +828,7 @@ def _set_metadata(
         "model": name,
         "class_names": json.dumps(class_names),
         "normalize": json.dumps(wrapper.normalize),
+        "normalization": wrapper.normalization or "none",
         "in_channels": str(net.in_channels),
         "inputs": json.dumps(wrapper.input_names),
         "k": str(net.gridify.k),
@@ -822,7 +845,7 @@ def _set_metadata(
             + (" + normals [B, N, 3]" if wrapper.use_normals else "")
             + " -> logits [B, K]"
             + (
-                "; clouds are centred and scaled into the unit sphere inside the graph"
+                f"; clouds are centred and scaled into the unit {wrapper.normalization} inside the graph"
                 if wrapper.normalize
                 else "; clouds must already be normalized into the grid box"
             )

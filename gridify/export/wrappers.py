@@ -8,7 +8,8 @@ scene crop; the backbone, pooling, point branch and head are the model's own mod
 
     p' = (p - mean(p)) / max_j |p_j - mean(p)|
 
-(in float64, as :func:`gridify.api.normalize_cloud`). Called eagerly, the wrappers check their
+or, with ``normalize="cube"``, into the cube ``[-1, 1]^3``: ``p' = (p - c) / max_{j,d} |p_jd - c_d|``,
+``c = (min_j p_j + max_j p_j) / 2`` (in float64, as :func:`gridify.api.normalize_cloud`). Called eagerly, the wrappers check their
 inputs; traced (``torch.onnx.export`` under :func:`gridify.export.tracing.tracing_mode`) they do not.
 
 Shapes:
@@ -18,7 +19,7 @@ Shapes:
 
 from __future__ import annotations
 
-from typing import Any, List, NoReturn, Optional, Tuple
+from typing import Any, List, NoReturn, Optional, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -49,7 +50,7 @@ from ..nn.dense import (
     gridify_dense_graph,
     gridify_dense_unchecked,
 )
-from ..transforms import check_up_axis, up_axis_rotation
+from ..transforms import NORMALIZATIONS, check_up_axis, normalization_name, up_axis_rotation
 
 __all__ = [
     "ExportError",
@@ -99,27 +100,44 @@ def fail_export(where: str, msg: str) -> NoReturn:
     raise ExportError(f"{where}: {msg}")
 
 
-def normalize_points(points: Tensor) -> Tensor:
-    """Centre every cloud of ``points [B, N, 3]`` on its centroid and scale it into the unit sphere.
+def normalize_points(points: Tensor, mode: str = "sphere") -> Tensor:
+    """Centre every cloud of ``points [B, N, 3]`` and scale it: ``p' = (p - c) / s``, as the named
+    normalization ``mode`` does it (:data:`gridify.transforms.NORMALIZATIONS`): ``"sphere"``:
+    ``c = mean_j p_j``, ``s = max_j |p_j - c|`` (into the unit sphere); ``"cube"``: ``c`` the
+    bounding-box centre ``(min_j p_j + max_j p_j) / 2``, ``s = max_{j,d} |p_jd - c_d|`` (into ``[-1, 1]^3``).
 
-    ``p' = (p - c) / s``, ``c = mean_j p_j``, ``s = max_j |p_j - c|``, computed in float64 (as
-    :func:`gridify.api.normalize_cloud`) and returned in ``points``' dtype. A cloud of identical
-    points (``s = 0``) maps to the origin. ``points``: a finite floating tensor, ``B, N >= 1``.
+    Computed in float64 (as :func:`gridify.api.normalize_cloud`) and returned in ``points``' dtype. A
+    cloud of identical points (``s = 0``) maps to the origin. ``points``: a finite floating tensor,
+    ``B, N >= 1``.
     """
     if validating():
         check_dense_clouds("normalize_points", points, "points")
-    return _normalize_points(points)
+        if not (isinstance(mode, str) and mode in NORMALIZATIONS):
+            fail("normalize_points", f"mode must be one of {tuple(NORMALIZATIONS)}, got {mode!r}")
+    return _normalize_points(points, mode)
 
 
-def _normalize_points(points: Tensor) -> Tensor:
+def _normalize_points(points: Tensor, mode: str = "sphere") -> Tensor:
     """:func:`normalize_points` on validated inputs (what the export traces)."""
     p = points.to(torch.float64)
-    q = p - p.mean(1, keepdim=True)
-    s = q.pow(2).sum(-1).amax(1).sqrt()
+    if mode == "cube":
+        q = p - (p.amin(1, keepdim=True) + p.amax(1, keepdim=True)) / 2
+        s = q.abs().amax(-1).amax(1)
+    else:
+        q = p - p.mean(1, keepdim=True)
+        s = q.pow(2).sum(-1).amax(1).sqrt()
     # s = 0 only when every q is 0: divide by 1 there. No tiny clamp constant: the exporter writes
     # Python scalars through float32, where a clamp_min(1e-300) became 0.0 and the graph 0 / 0 = NaN.
     s = torch.where(s > 0, s, torch.ones_like(s))
     return (q / s.view(-1, 1, 1)).to(points.dtype)
+
+
+def check_normalize(where: str, normalize: Any) -> Optional[str]:
+    """The named normalization of a wrapper's ``normalize`` (True = ``"sphere"``, False = None, or a name
+    of :data:`gridify.transforms.NORMALIZATIONS`); anything else fails naming ``where``."""
+    if isinstance(normalize, bool) or (isinstance(normalize, str) and normalize in NORMALIZATIONS):
+        return normalization_name(where, normalize)
+    fail(where, f"normalize must be True or False, got {normalize!r} (or a normalization: {', '.join(NORMALIZATIONS)})")
 
 
 def _up_rotation(up_axis: str, dtype: torch.dtype) -> Optional[Tensor]:
@@ -151,13 +169,13 @@ class OnnxClassifier(nn.Module):
         points ``[B, N, 3]``, normals ``[B, N, 3]`` -> logits ``[B, num_classes]``
     """
 
-    def __init__(self, model: GridifiedClassifier, normalize: bool = True, up_axis: str = "z") -> None:
+    def __init__(self, model: GridifiedClassifier, normalize: Union[bool, str] = True, up_axis: str = "z") -> None:
         super().__init__()
         check_exportable(model, type(self).__name__)
-        if not isinstance(normalize, bool):
-            fail(type(self).__name__, f"normalize must be True or False, got {normalize!r}")
         self.model = model
-        self.normalize = normalize
+        #: the named normalization inside the graph (None: the clouds come normalized); normalize: whether any
+        self.normalization = check_normalize(type(self).__name__, normalize)
+        self.normalize = self.normalization is not None
         self.use_normals = model.in_channels == 6
         self.up_axis = check_up_axis(type(self).__name__, up_axis)
         dtype = next(model.parameters()).dtype
@@ -174,7 +192,7 @@ class OnnxClassifier(nn.Module):
         if self.up_rotation is not None:  # the file's clouds have another up axis: rotated to z up first
             points = points @ self.up_rotation.T
             normals = None if normals is None else normals @ self.up_rotation.T
-        pos = _normalize_points(points) if self.normalize else points
+        pos = _normalize_points(points, self.normalization) if self.normalize else points
         return pos, (torch.cat([pos, normals], -1) if self.use_normals else pos)
 
     def check_inputs(self, points: Any, normals: Any = None, where: Optional[str] = None) -> None:
@@ -223,7 +241,7 @@ class OnnxClassifier(nn.Module):
 
     def graph_points(self, points: Tensor, normals: Optional[Tensor] = None) -> Tensor:
         """The coordinates the graph is built on (normalized when the wrapper normalizes), ``[B, N, 3]``."""
-        return _normalize_points(points) if self.normalize else points
+        return _normalize_points(points, self.normalization) if self.normalize else points
 
     def point_nodes(self, u: Tensor) -> Tensor:
         """``P`` of the fixed-shape graph of grid-box points ``u [B, N, 3]``."""
@@ -289,7 +307,7 @@ class OnnxSegmenter(nn.Module):
     def __init__(
         self,
         model: nn.Module,
-        normalize: bool = True,
+        normalize: Union[bool, str] = True,
         node_chunk: int = NODE_CHUNK,
         up_axis: str = "z",
         search: Optional[str] = None,
@@ -297,8 +315,7 @@ class OnnxSegmenter(nn.Module):
         super().__init__()
         where = type(self).__name__
         check_exportable(model, where)
-        if not isinstance(normalize, bool):
-            fail(where, f"normalize must be True or False, got {normalize!r}")
+        normalization = check_normalize(where, normalize)
         if search is not None and search not in SEARCHES:
             fail(where, f"search must be one of {', '.join(SEARCHES)} (or None: by model), got {search!r}")
         self.node_chunk = check_int(where, "node_chunk", node_chunk, 1)
@@ -307,7 +324,9 @@ class OnnxSegmenter(nn.Module):
         self.scene = isinstance(model, GridifiedSceneSegmenter)
         # a scene grid holds thousands of nodes over a crop of thousands of points: search by bucket
         self.search = search or ("bucketed" if self.scene else "brute")
-        self.normalize = False if self.scene else normalize
+        #: the named normalization inside the graph (None: the clouds come normalized, and always for a scene crop)
+        self.normalization = None if self.scene else normalization
+        self.normalize = self.normalization is not None
         self.use_normals = not self.scene and model.in_channels == 6
         self.num_features = model.in_channels if self.scene else 0
         self.num_categories = 0 if self.scene else int(model.num_categories)
@@ -332,7 +351,7 @@ class OnnxSegmenter(nn.Module):
         """The coordinates the graph is built on (grid box), ``[B, N, 3]``."""
         if self.scene:
             return scene_box_dense(inputs[0], self.model.extent, getattr(self.model, "box_trim", 0.0))
-        return _normalize_points(inputs[0]) if self.normalize else inputs[0]
+        return _normalize_points(inputs[0], self.normalization) if self.normalize else inputs[0]
 
     def _features(self, inputs: Tuple[Tensor, ...]) -> Tuple[Tensor, Tensor]:
         if self.scene:

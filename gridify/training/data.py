@@ -31,7 +31,7 @@ from gridify.datasets import DatasetError, DatasetNotFoundError, fit_box, strati
 from gridify.models import build_model
 from gridify.registry import DATASETS, MODELS, UnknownNameError
 from gridify.tasks import class_weights, get_task, task_of_dataset
-from gridify.transforms import FixedPoints, SceneSampler
+from gridify.transforms import FixedPoints, SceneSampler, normalization_name, normalization_record
 
 from .config import AUGMENTATIONS, DATA_LOADER_KEYS, DATASET_ALIASES, ConfigError
 from .schema import constructor_keys, dataset_message, model_error
@@ -212,15 +212,16 @@ def train_class_weights(ds: Any, mode: str) -> Optional[List[float]]:
 def inference_info(cfg: Dict[str, Any]) -> Dict[str, Any]:
     """What inference on new clouds needs (``gridify.load`` / ``Predictor.predict``).
 
-    The training cloud size and the normalization every dataset applies (centre at the mean,
-    scale into the unit sphere).
+    The training cloud size and the normalization the datasets applied (``data.normalize``: the
+    :func:`gridify.transforms.normalization_record` of its name; None for none).
     """
     data, task = cfg["data"], get_task(cfg["task"])
     test_section = data.get("test") or {}
-    normalized = data.get("normalize", task.normalized) and task.predictor  # sequences: the frames as they are
+    mode = normalization_name("data.normalize", data.get("normalize", task.normalized))
+    normalized = mode is not None and task.predictor  # sequences: the frames as they are
     out = {
         "num_points": test_section.get("num_points", data.get("num_points")),
-        "normalization": {"center": "mean", "scale": "unit_sphere"} if normalized else None,
+        "normalization": normalization_record(mode) if normalized else None,
     }
     if not task.normalized:  # scenes: the subsampling and point budget of whole-scene inference
         train = data.get("train") or {}

@@ -652,7 +652,11 @@ DATASET_KEYS: Dict[str, Spec] = {
         doc="estimate the normals from xyz with this many neighbours (local PCA, "
         "gridify.ops.estimate_normals) instead of reading them (null: the files' own); needs use_normals",
     ),
-    "normalize": Bool(doc="centre and scale each cloud into the unit sphere"),
+    "normalize": Bool(
+        also=("sphere", "cube"),
+        doc="centre and scale each cloud: true or sphere (the centroid at 0, into the unit sphere), cube (the bounding "
+        "box centred, its longest side spanning the grid box [-1, 1]^3); false: as read",
+    ),
     "val_fraction": Num(min=0.0, max=1.0, max_open=True, doc="share of each class of train held out for validation"),
     "test_fraction": Num(
         min=0.0, max=1.0, min_open=True, max_open=True, nullable=True, doc="folder: share carved out as the test split"

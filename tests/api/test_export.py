@@ -852,7 +852,7 @@ def test_shipped_model_file_is_finite_and_equals_pytorch_on_degenerate_clouds(sh
             assert (got - want).abs().max() <= 1e-4, (name, n)
 
 
-def old_normalize_points(points):
+def old_normalize_points(points, mode="sphere"):
     """Export's normalization as it was: clamp_min(1e-300), which the exported graph holds as 0.0."""
     q = points.to(torch.float64)
     q = q - q.mean(1, keepdim=True)
