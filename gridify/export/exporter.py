@@ -463,10 +463,9 @@ def export_onnx(
             once on the given points; the Predictor's resampling of other sizes to the training
             size (and its vote over subsets) is not part of it.
         batch_size: a fixed number of clouds; None (default): a dynamic axis.
-        normalize: centre and scale every cloud inside the graph: True or ``"sphere"`` (into the unit
-            sphere), ``"cube"`` (its bounding box into ``[-1, 1]^3``; :data:`gridify.transforms.NORMALIZATIONS`),
-            False (the points must already lie in the grid box); default None: as the checkpoint /
-            Predictor says (how the model was trained), True for a bare model.
+        normalize: centre and scale every cloud inside the graph: ``"sphere"`` (True), ``"cube"`` (its bounding box
+            into ``[-1, 1]^3``; :data:`gridify.transforms.NORMALIZATIONS`), False (the points must lie in the grid
+            box); None (default): as the checkpoint / Predictor was trained, True for a bare model.
         verify: run the file with onnxruntime on seeded clouds (the traced shape, other sizes and
             ``N = k`` for dynamic axes; random and degenerate: identical, repeated, collinear, coplanar)
             against the model's PyTorch forward; a difference above ``atol`` (NaN/Inf on one side only:
@@ -493,10 +492,7 @@ def export_onnx(
     check_exportable(net, where)
     n = _export_num_points(net, num_points, batch_size, train_points, where)
     require_export_dependencies(where, verify)
-    # None: as trained (True for a bare model); True: normalize, as trained when the checkpoint says how
-    if normalize is None or (normalize is True and isinstance(stored_normalize, str)):
-        normalize = True if stored_normalize is None else stored_normalize
-    wrapper = _folded_wrapper(net, normalize, where, up_axis)
+    wrapper = _folded_wrapper(net, _graph_normalization(normalize, stored_normalize), where, up_axis)
     example = wrapper.example_inputs(batch_size or 2, n, seed)
     say(f"tracing {type(wrapper).__name__} ({n} points per cloud) to ONNX opset {opset}")
     with _stage(say, "tracing", "the trace") as took:
@@ -681,6 +677,14 @@ def _check_export_args(
             f"normalize must be None, True or False, got {normalize!r} (or a normalization: {', '.join(NORMALIZATIONS)})",
         )
     return target, num_points, batch_size, atol, opset
+
+
+def _graph_normalization(normalize: Union[None, bool, str], stored: Union[None, bool, str]) -> Union[bool, str]:
+    """The wrapper's ``normalize``: the argument, or where it is None the checkpoint's / Predictor's ``stored`` one
+    (True for a bare model: ``stored`` None); True on a model trained with a named normalization means that one."""
+    if normalize is None or (normalize is True and isinstance(stored, str)):
+        return True if stored is None else stored
+    return normalize
 
 
 def _folded_wrapper(
