@@ -92,6 +92,8 @@ __all__ = [
     "voxel_ids",
     "voxel_order",
     "crop_xy",
+    "crop_centre",
+    "CROP_CENTRES",
     "crop_xy_unchecked",
     "content_rng",
     "SCENE_MIXES",
@@ -679,13 +681,40 @@ def crop_xy_unchecked(p: np.ndarray, centre: int, max_points: int) -> np.ndarray
     return np.sort(np.concatenate([below, ties]))
 
 
+#: how :class:`SceneCrop` draws its centre point
+CROP_CENTRES = ("random", "class_balanced")
+
+
+def crop_centre(labels: Optional[np.ndarray], num: int, mode: str, rng: np.random.Generator) -> int:
+    """The centre point of a crop: ``random`` draws a point uniformly (so a crop lands where the points are
+    dense, next to a LiDAR sensor); ``class_balanced`` first draws a class uniformly among those the cloud's
+    ``labels`` hold (negative ids, ignored points, left out), then one of its points (KPConv's class-balanced
+    sampling: a rare class is the centre as often as a frequent one). Without labels, or with none kept,
+    ``class_balanced`` falls back to ``random``.
+
+    Shapes:
+        labels ``[N]`` integers or None -> an index in ``[0, N)``.
+    """
+    if mode == "class_balanced" and labels is not None:
+        y = np.asarray(labels).reshape(-1)
+        if len(y) == num:
+            present = np.unique(y[y >= 0])
+            if len(present):
+                rows = np.flatnonzero(y == present[int(rng.integers(len(present)))])
+                return int(rows[int(rng.integers(len(rows)))])
+    return int(rng.integers(num))
+
+
 class SceneCrop(RandomTransform):
-    """Keep the ``max_points`` points nearest, in xy, to a random point of the cloud (a vertical
+    """Keep the ``max_points`` points nearest, in xy, to a centre point of the cloud (a vertical
     column around it: the points budget of a scene); a cloud of at most ``max_points`` points is
     returned whole. Every per-point entry follows its points; the kept points stay in order.
+    The centre is :func:`crop_centre`'s: a random point, or (``centre="class_balanced"``) a random point of
+    a class drawn uniformly among the labels ``y`` present.
 
     Args:
         max_points: the budget (a positive integer).
+        centre: ``"random"`` (default) or ``"class_balanced"`` (:data:`CROP_CENTRES`).
         deterministic: draw from :func:`content_rng` (the same cloud always gives the same crop).
         seed, generator: see :class:`RandomTransform`.
 
@@ -697,6 +726,7 @@ class SceneCrop(RandomTransform):
         self,
         max_points: int,
         *,
+        centre: str = "random",
         deterministic: bool = False,
         seed: Optional[int] = 0,
         generator: Optional[np.random.Generator] = None,
@@ -705,6 +735,7 @@ class SceneCrop(RandomTransform):
         check_int("SceneCrop", "max_points", max_points)
         check_alloc("SceneCrop", f"max_points={max_points} (the row indices)", 8 * max_points)
         self.max_points = int(max_points)
+        self.centre = check_choice("SceneCrop", "centre", centre, CROP_CENTRES)
         self.deterministic = check_bool("SceneCrop", "deterministic", deterministic)
 
     def indices(self, sample: Sample) -> np.ndarray:
@@ -716,19 +747,20 @@ class SceneCrop(RandomTransform):
     def _indices(self, sample: Sample, num: int, rng: np.random.Generator) -> np.ndarray:
         if num <= self.max_points:
             return np.arange(num)
-        return crop_xy(sample["pos"], int(rng.integers(num)), self.max_points)
+        centre = crop_centre(sample.get("y"), num, getattr(self, "centre", "random"), rng)
+        return crop_xy(sample["pos"], centre, self.max_points)
 
     def __call__(self, sample: Sample) -> Sample:
         return _take(sample, self.indices(sample))
 
     def __repr__(self) -> str:
-        return f"SceneCrop(max_points={self.max_points}, seed={self.seed})"
+        return f"SceneCrop(max_points={self.max_points}, centre={self.centre!r}, seed={self.seed})"
 
 
 class SceneSampler(RandomTransform):
     """The training sampler of scene datasets: :class:`GridSample` (``voxel_size``, random mode), then
-    :class:`SceneCrop` (``max_points``), then :class:`FixedPoints` (``num_points``), each step
-    skipped when its argument is None, all drawing from one generator.
+    :class:`SceneCrop` (``max_points``, its centre drawn as ``crop_centre`` says), then :class:`FixedPoints`
+    (``num_points``), each step skipped when its argument is None, all drawing from one generator.
 
     Like :class:`FixedPoints` it has a ``deterministic`` mode (every draw from
     :func:`content_rng` of the scene: the same scene gives the same crop for a given ``seed``)
@@ -746,14 +778,16 @@ class SceneSampler(RandomTransform):
         max_points: Optional[int] = None,
         num_points: Optional[int] = None,
         *,
+        crop_centre: str = "random",
         deterministic: bool = False,
         seed: Optional[int] = 0,
         generator: Optional[np.random.Generator] = None,
     ) -> None:
         super().__init__(seed=seed, generator=generator)
         where = "SceneSampler"
+        crop_centre = check_choice(where, "crop_centre", crop_centre, CROP_CENTRES)
         self.grid = None if voxel_size is None else GridSample(voxel_size, "random")
-        self.crop = None if max_points is None else SceneCrop(max_points)
+        self.crop = None if max_points is None else SceneCrop(max_points, centre=crop_centre)
         self.num_points = check_int(where, "num_points", num_points, allow_none=True)
         self.deterministic = check_bool(where, "deterministic", deterministic)
         #: another deterministic stream for the same scene (its copies in an epoch: ``crops_per_scene``)
@@ -781,7 +815,8 @@ class SceneSampler(RandomTransform):
     def __repr__(self) -> str:
         return (
             f"SceneSampler(voxel_size={getattr(self.grid, 'voxel_size', None)}, "
-            f"max_points={getattr(self.crop, 'max_points', None)}, num_points={self.num_points}, "
+            f"max_points={getattr(self.crop, 'max_points', None)}, "
+            f"crop_centre={getattr(self.crop, 'centre', 'random')!r}, num_points={self.num_points}, "
             f"deterministic={self.deterministic}, seed={self.seed})"
         )
 

@@ -528,7 +528,7 @@ class ProceduralScenes(SceneDatasetBase):
         seed: base seed; the same seed gives the same scenes.
         beams, max_range: the sensor of outdoor scans.
         features: columns of ``x`` (default ``("color",)`` indoors, ``("strength",)`` outdoors).
-        voxel_size, max_points, crops_per_scene, mix, mix_prob: training grid subsampling (metres), crop
+        voxel_size, max_points, crops_per_scene, mix, mix_prob, crop_centre: training grid subsampling (metres), crop
             budget, crops per scene and epoch, scan mixing (outdoor scans: ``lasermix`` / ``polarmix``) and its
             share of items (see :class:`~gridify.datasets.scene_base.SceneDatasetBase`); other splits give
             whole scenes.
@@ -542,7 +542,7 @@ class ProceduralScenes(SceneDatasetBase):
     def __init__(self, split: str = "train", num_scenes: int = 16, num_points: int = 50_000, kind: str = "indoor",
                  seed: int = 0, *, beams: int = 64, max_range: float = 80.0,
                  features: Optional[Sequence[str]] = None, voxel_size: Optional[float] = None,
-                 max_points: Optional[int] = None, crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5, transform: Optional[Transform] = None,
+                 max_points: Optional[int] = None, crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5, crop_centre: str = "random", transform: Optional[Transform] = None,
                  normalize: bool = False, cache: bool = True) -> None:
         where = "ProceduralScenes"
         check_split(where, split, ("train", "val", "test"))
@@ -555,7 +555,7 @@ class ProceduralScenes(SceneDatasetBase):
         super().__init__(split=split, class_names=INDOOR_CLASSES if kind == "indoor" else OUTDOOR_CLASSES,
                          features=feats, num_points=None, transform=transform, seed=seed, normalize=normalize,
                          cache=cache, voxel_size=voxel_size, max_points=max_points,
-                         crops_per_scene=crops_per_scene, mix=mix, mix_prob=mix_prob)
+                         crops_per_scene=crops_per_scene, mix=mix, mix_prob=mix_prob, crop_centre=crop_centre)
         self.num_scenes, self.points, self.kind = int(num_scenes), int(num_points), kind
         self.beams, self.max_range = int(beams), float(max_range)
 

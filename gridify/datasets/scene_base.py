@@ -10,7 +10,8 @@ and the ``scene`` name. The pipeline is :class:`~gridify.datasets.PointCloudData
 sampling step at split ``train`` replaced by :class:`~gridify.transforms.SceneSampler` when
 ``voxel_size`` or ``max_points`` is given: grid subsampling (one random point per voxel of edge
 ``voxel_size``, in the units of ``pos``: metres), then a crop of the ``max_points`` points nearest
-in xy to a random centre point (a scene at or under the budget stays whole), then ``num_points``,
+in xy to a centre point (random, or ``crop_centre="class_balanced"``: a point of a class drawn uniformly
+among the scene's; a scene at or under the budget stays whole), then ``num_points``,
 all from the dataset's seeded generator. At every other split an item is the whole scene (every
 original point, so an evaluation scores all of them; ``num_points`` still subsamples when set).
 :meth:`SceneDatasetBase.label_counts` is the histogram of the split's labels (ignored points left
@@ -29,7 +30,7 @@ from torch import Tensor
 
 from .._checks import check_alloc, check_choice, check_int, check_number, fail, warn_at_caller
 from ..io.cloud import centre_large_offset
-from ..transforms import PASTE_CLASS_NAMES, SCENE_MIXES, SceneSampler, mix_scenes_unchecked
+from ..transforms import CROP_CENTRES, PASTE_CLASS_NAMES, SCENE_MIXES, SceneSampler, mix_scenes_unchecked
 from ._common import SAMPLE_BYTES_PER_POINT, DatasetError, PointCloudDataset, Transform, item_index
 from .scene_layouts import IGNORE_INDEX
 
@@ -312,6 +313,9 @@ class SceneDatasetBase(PointCloudDataset):
             scene of the split drawn by the sampler's generator; None (default): no mixing. Ignored at the
             other splits, which score the scenes as they are.
         mix_prob: the share of items mixed, in ``[0, 1]``.
+        crop_centre: how a ``train`` crop's centre point is drawn (:func:`gridify.transforms.crop_centre`):
+            ``"random"`` (default: a point drawn uniformly, so crops land where the points are dense) or
+            ``"class_balanced"`` (a class drawn uniformly among the scene's labelled ones, then one of its points).
 
     Attributes:
         class_names, num_classes, ignore_index, features, in_channels (width of ``x``), voxel_size,
@@ -321,9 +325,11 @@ class SceneDatasetBase(PointCloudDataset):
     def __init__(self, *, split: str, class_names: Sequence[str], features: Sequence[str],
                  num_points: Optional[int], transform: Optional[Transform], seed: int, normalize: bool,
                  cache: bool, voxel_size: Optional[float] = None, max_points: Optional[int] = None,
-                 crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5) -> None:
+                 crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5,
+                 crop_centre: str = "random") -> None:
         where = type(self).__name__
         check_int(where, "crops_per_scene", crops_per_scene, 1)
+        self.crop_centre = check_choice(where, "crop_centre", crop_centre, CROP_CENTRES)
         mix = None if mix is None else check_choice(where, "mix", mix, SCENE_MIXES)
         mix_prob = check_number(where, "mix_prob", mix_prob, 0.0, strict=False)
         if mix_prob > 1:
@@ -337,7 +343,8 @@ class SceneDatasetBase(PointCloudDataset):
         super().__init__(split=split, num_points=num_points, use_normals=False, transform=transform, seed=seed,
                          normalize=normalize)
         if split == "train" and (self.voxel_size is not None or self.max_points is not None):
-            self.sampler = SceneSampler(self.voxel_size, self.max_points, self.num_points, seed=self.seed)
+            self.sampler = SceneSampler(self.voxel_size, self.max_points, self.num_points, crop_centre=self.crop_centre,
+                                        seed=self.seed)
         #: copies of every scene per epoch (train crops only; 1 elsewhere)
         self.crops_per_scene = int(crops_per_scene) if isinstance(self.sampler, SceneSampler) else 1
         #: the scan mix of training items (None: none; always None at the other splits)

@@ -67,7 +67,7 @@ class SceneDataset(SceneDatasetBase):
             own features (colour indoors, remission for SemanticKITTI; ``pointcept``: ``color``
             and ``strength`` when the first scene has them).
         num_points: subsample every scene to this many points (None: every point).
-        voxel_size, max_points, crops_per_scene, mix, mix_prob: training grid subsampling, crop budget,
+        voxel_size, max_points, crops_per_scene, mix, mix_prob, crop_centre: training grid subsampling, crop budget,
             crops per scene and epoch, scan mixing (``lasermix`` / ``polarmix``) and its share of items
             (see :class:`~gridify.datasets.scene_base.SceneDatasetBase`).
         scenes: read only these scene names (as :func:`find_scenes` names them).
@@ -86,7 +86,7 @@ class SceneDataset(SceneDatasetBase):
 
     def __init__(self, root: Optional[PathLike] = None, layout: str = "pointcept", split: str = "train", *,
                  features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
-                 voxel_size: Optional[float] = None, max_points: Optional[int] = None, crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5,
+                 voxel_size: Optional[float] = None, max_points: Optional[int] = None, crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5, crop_centre: str = "random",
                  scenes: Optional[Sequence[str]] = None, sequences: Optional[Sequence[str]] = None,
                  test_area: int = S3DIS_TEST_AREA, classes: Optional[Sequence[str]] = None, unknown: str = "ignore",
                  transform: Optional[Transform] = None, seed: int = 0, normalize: bool = False,
@@ -127,7 +127,7 @@ class SceneDataset(SceneDatasetBase):
             feats = tuple(f for f in ("color", "strength") if (refs[0].path / f"{f}.npy").is_file())
         super().__init__(split=split, class_names=names, features=feats, num_points=num_points,
                          transform=transform, seed=seed, normalize=normalize, cache=cache, voxel_size=voxel_size,
-                         max_points=max_points, crops_per_scene=crops_per_scene, mix=mix, mix_prob=mix_prob)
+                         max_points=max_points, crops_per_scene=crops_per_scene, mix=mix, mix_prob=mix_prob, crop_centre=crop_centre)
 
     @staticmethod
     def default_root(layout: str) -> Path:
@@ -168,13 +168,13 @@ class S3DIS(SceneDataset):
 
     def __init__(self, root: Optional[PathLike] = None, split: str = "train", *,
                  features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
-                 voxel_size: Optional[float] = None, max_points: Optional[int] = None, crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5,
+                 voxel_size: Optional[float] = None, max_points: Optional[int] = None, crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5, crop_centre: str = "random",
                  scenes: Optional[Sequence[str]] = None, test_area: int = S3DIS_TEST_AREA,
                  classes: Optional[Sequence[str]] = None, unknown: str = "ignore",
                  transform: Optional[Transform] = None, seed: int = 0, normalize: bool = False,
                  cache: bool = False) -> None:
         super().__init__(root, "s3dis", split, features=features, num_points=num_points, voxel_size=voxel_size,
-                         max_points=max_points, crops_per_scene=crops_per_scene, mix=mix, mix_prob=mix_prob, scenes=scenes, test_area=test_area, classes=classes,
+                         max_points=max_points, crops_per_scene=crops_per_scene, mix=mix, mix_prob=mix_prob, crop_centre=crop_centre, scenes=scenes, test_area=test_area, classes=classes,
                          unknown=unknown, transform=transform, seed=seed, normalize=normalize, cache=cache)
 
 
@@ -187,11 +187,11 @@ class ScanNet(SceneDataset):
 
     def __init__(self, root: Optional[PathLike] = None, split: str = "train", *,
                  features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
-                 voxel_size: Optional[float] = None, max_points: Optional[int] = None, crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5,
+                 voxel_size: Optional[float] = None, max_points: Optional[int] = None, crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5, crop_centre: str = "random",
                  scenes: Optional[Sequence[str]] = None, transform: Optional[Transform] = None, seed: int = 0,
                  normalize: bool = False, cache: bool = False) -> None:
         super().__init__(root, "scannet", split, features=features, num_points=num_points, voxel_size=voxel_size,
-                         max_points=max_points, crops_per_scene=crops_per_scene, mix=mix, mix_prob=mix_prob, scenes=scenes, transform=transform, seed=seed,
+                         max_points=max_points, crops_per_scene=crops_per_scene, mix=mix, mix_prob=mix_prob, crop_centre=crop_centre, scenes=scenes, transform=transform, seed=seed,
                          normalize=normalize, cache=cache)
 
 
@@ -204,12 +204,12 @@ class SemanticKITTI(SceneDataset):
 
     def __init__(self, root: Optional[PathLike] = None, split: str = "train", *,
                  features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
-                 voxel_size: Optional[float] = None, max_points: Optional[int] = None, crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5,
+                 voxel_size: Optional[float] = None, max_points: Optional[int] = None, crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5, crop_centre: str = "random",
                  scenes: Optional[Sequence[str]] = None, sequences: Optional[Sequence[str]] = None,
                  transform: Optional[Transform] = None, seed: int = 0, normalize: bool = False,
                  cache: bool = False) -> None:
         super().__init__(root, "semantickitti", split, features=features, num_points=num_points,
-                         voxel_size=voxel_size, max_points=max_points, crops_per_scene=crops_per_scene, mix=mix, mix_prob=mix_prob, scenes=scenes, sequences=sequences,
+                         voxel_size=voxel_size, max_points=max_points, crops_per_scene=crops_per_scene, mix=mix, mix_prob=mix_prob, crop_centre=crop_centre, scenes=scenes, sequences=sequences,
                          transform=transform, seed=seed, normalize=normalize, cache=cache)
 
 

@@ -44,6 +44,7 @@ from gridify.nn.gridification import AGGREGATIONS, MESSAGES
 from gridify.datasets.dynamic import FRAME_INTERVAL_RANGE, SAMPLINGS
 from gridify.datasets.scene_base import SCENE_FEATURES
 from gridify.datasets.scene_layouts import LAYOUTS
+from gridify.transforms import CROP_CENTRES
 from gridify.registry import BACKBONES, DATASETS, KERNELS, MODELS, POS_EMBEDDINGS
 from gridify.tasks import CLASS_WEIGHTS, task_names
 
@@ -708,6 +709,12 @@ DATASET_KEYS: Dict[str, Spec] = {
         nullable=True,
         doc="scenes: points of a training crop around a random centre (null: "
         "the whole scene); whole-scene evaluation cuts larger fragments into crops of it",
+    ),
+    "crop_centre": Choice(
+        CROP_CENTRES,
+        doc="scenes: how a training crop's centre is drawn: random (a point drawn uniformly: crops land "
+        "where the points are dense) or class_balanced (a class drawn uniformly among the scene's, then one of "
+        "its points)",
     ),
     "num_scenes": Int(min=1, doc="scene_procedural: scenes in the split"),
     "kind": Choice(("indoor", "outdoor"), doc="scene_procedural: rooms or LiDAR scans"),

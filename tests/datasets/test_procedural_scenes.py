@@ -159,6 +159,27 @@ def test_crops_per_scene_gives_each_copy_its_own_crop_and_keeps_the_scene_count(
         ProceduralScenes("train", num_scenes=2, num_points=3_000, max_points=500, crops_per_scene=0)
 
 
+def test_class_balanced_crops_carry_less_of_the_most_frequent_class_and_stay_reproducible():
+    from gridify.training.data import set_train_epoch
+
+    shares = {}
+    for mode in ("random", "class_balanced"):
+        ds = ProceduralScenes("train", num_scenes=2, num_points=6_000, kind="outdoor", seed=1, max_points=600,
+                              crops_per_scene=20, crop_centre=mode)
+        set_train_epoch(ds, None, seed=0, epoch=0)
+        counts = np.zeros(ds.num_classes)
+        for i in range(len(ds)):
+            y = ds[i]["y"].numpy()
+            counts += np.bincount(y[y >= 0], minlength=ds.num_classes)
+        top = int(np.argmax(ds.label_counts()))  # the ground of an outdoor scan
+        shares[mode] = counts[top] / counts.sum()
+        assert torch.equal(ds[5]["y"], ds[5]["y"])  # a copy's crop is a function of (seed, epoch, scene)
+    assert shares["class_balanced"] < shares["random"] - 0.1
+    assert ProceduralScenes("val", num_scenes=1, num_points=3_000, crop_centre="class_balanced")[0]["y"].numel() == 3_000
+    with pytest.raises(ValueError, match="ProceduralScenes: crop_centre must be one of"):
+        ProceduralScenes("train", num_scenes=1, num_points=3_000, max_points=500, crop_centre="rare")
+
+
 def test_mix_draws_training_items_from_two_scans_and_leaves_other_splits_whole():
     from gridify.training.data import set_train_epoch
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gridify.transforms import GridSample, SceneCrop, SceneSampler, crop_xy, mix_scenes, voxel_ids
+from gridify.transforms import GridSample, SceneCrop, SceneSampler, crop_centre, crop_xy, mix_scenes, voxel_ids
 
 
 # --------------------------------------------------------------------------------------
@@ -87,6 +87,41 @@ def test_scene_sampler_deterministic_mode_and_reseed():
     b.reseed(6)
     assert not np.array_equal(a(s)["y"], b(s)["y"])
     assert len(SceneSampler(None, 700, 256)(s)["y"]) == 256
+
+
+def test_class_balanced_crop_centre_draws_each_present_class_equally_often():
+    # 1,000 points: class 0 holds 970, class 1 holds 25, class 2 holds 5, the rest ignored (-1)
+    y = np.zeros(1000, np.int64)
+    y[:25], y[25:30], y[30:40] = 1, 2, -1
+    rng = np.random.default_rng(0)
+    centres = np.array([crop_centre(y, len(y), "class_balanced", rng) for _ in range(3000)])
+    share = np.bincount(y[centres] + 1, minlength=4)[1:] / len(centres)
+    np.testing.assert_allclose(share, [1 / 3] * 3, atol=0.04)  # uniform over classes, not over points
+    assert (y[centres] >= 0).all()  # never an ignored point
+    picked = np.array([crop_centre(y, len(y), "random", rng) for _ in range(3000)])
+    assert (y[picked] == 0).mean() > 0.9  # random: as the points fall
+    # no labels, or none kept: a random point
+    assert 0 <= crop_centre(None, 50, "class_balanced", rng) < 50
+    assert 0 <= crop_centre(np.full(50, -1), 50, "class_balanced", rng) < 50
+
+
+def test_scene_crop_class_balanced_centres_its_crops_on_rare_classes():
+    s = _cloud()
+    s["y"] = np.where(s["pos"][:, 0] > 11.5, 1, 0)  # a thin strip of class 1 along one edge (about 4 %)
+    rare = s["y"] == 1
+
+    def strip_share(centre):
+        crop = SceneCrop(300, centre=centre, seed=1)
+        return np.mean([rare[np.isin(np.arange(len(rare)), crop.indices(s))].mean() for _ in range(200)])
+
+    assert strip_share("class_balanced") > 3 * strip_share("random")
+    out = SceneSampler(0.2, 300, crop_centre="class_balanced", seed=1)(s)
+    assert len(out["pos"]) == 300 and set(np.unique(out["y"])) <= {0, 1}
+    assert "class_balanced" in repr(SceneSampler(None, 300, crop_centre="class_balanced"))
+    with pytest.raises(ValueError, match="SceneCrop: centre must be one of"):
+        SceneCrop(300, centre="balanced")
+    with pytest.raises(ValueError, match="SceneSampler: crop_centre must be one of"):
+        SceneSampler(None, 300, crop_centre="uniform")
 
 
 # --------------------------------------------------------------------------------------
