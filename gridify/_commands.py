@@ -165,6 +165,17 @@ def evaluate_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_evaluate_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """The ``evaluate`` flags that only go together (``--model`` and ``--labels`` with ``--scan``; ``--labels``
+    with one scan), checked on the light parser's result too, so that the error comes before PyTorch loads."""
+    if args.scan is None and args.model is not None:
+        raise SystemExit(f"{parser.prog}: error: --model takes a shipped model to --scan files; give --scan PATH")
+    if args.scan is None and args.labels is not None:
+        parser.error("--labels goes with --scan")
+    if args.labels is not None and len(args.scan) != 1:
+        raise SystemExit(f"{parser.prog}: error: --labels goes with a single --scan file")
+
+
 def bench_parser() -> argparse.ArgumentParser:
     """The parser of ``gridify bench`` (the synthetic sweep of :mod:`gridify.bench.synthetic`; ``--recipe``: ``bench_recipe_parser``)."""
     # "gridify bench" through the console script (which names the sub-command in GRIDIFY_PROG)

@@ -77,7 +77,9 @@ def _delegate(name: str, argv: List[str], label: Optional[str] = None) -> int:
 
         with _prog(name, label):
             parser = getattr(_commands, "bench_recipe_parser" if recipe else LIGHT_PARSERS[name])()
-            parser.parse_args(argv) if name == "bench" else parser.parse_intermixed_args(argv)
+            parsed = parser.parse_args(argv) if name == "bench" else parser.parse_intermixed_args(argv)
+            if name == "evaluate":
+                _commands.check_evaluate_args(parsed, parser)
     module_name = DELEGATED[name][0]
     try:
         module = importlib.import_module(module_name)

@@ -35,7 +35,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import torch
 from torch.utils.data import DataLoader
 
-from gridify._commands import evaluate_parser
+from gridify._commands import check_evaluate_args, evaluate_parser
 from gridify._paths import check_output_file, one_line_errors
 from gridify._cliargs import check_ckpt
 from gridify._version import __version__
@@ -72,10 +72,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     parser = build_parser()
     args = parser.parse_intermixed_args(argv)
     with one_line_errors(parser.prog):
-        if args.scan is not None or args.model is not None:
+        check_evaluate_args(args, parser)
+        if args.scan is not None:
             return evaluate_scans(args, parser.prog)
-        if args.labels is not None:
-            parser.error("--labels goes with --scan")
         check_ckpt(args.ckpt)  # missing, a folder or a FIFO: named with the flag
         check_output_file(
             output_path(args), "--output" if args.output else "metrics file (pass --output to choose another)"
@@ -311,10 +310,6 @@ def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
     from gridify.api import load, pretrained_path
     from gridify.metrics import SegmentationIoU
 
-    if args.scan is None:
-        raise SystemExit(f"{prog}: error: --model takes a shipped model to --scan files; give --scan PATH")
-    if args.labels is not None and len(args.scan) != 1:
-        raise SystemExit(f"{prog}: error: --labels goes with a single --scan file")
     if args.output:
         check_output_file(Path(args.output), "--output")
     files = _scan_files(args.scan, prog)

@@ -49,6 +49,26 @@ def test_help_version_and_argument_errors_import_no_torch(argv):
     assert "usage: gridify" in text or "gridify 0." in text
 
 
+@pytest.mark.parametrize(
+    "argv, shown",
+    [
+        (["evaluate", "--model", "semantickitti"], "--model takes a shipped model to --scan files; give --scan PATH"),
+        (["evaluate", "--ckpt", "m.pt", "--labels", "a.label"], "--labels goes with --scan"),
+        (
+            ["evaluate", "--model", "semantickitti", "--scan", "a.bin", "b.bin", "--labels", "a.label"],
+            "--labels goes with a single --scan file",
+        ),
+    ],
+)
+def test_evaluate_flags_that_go_together_are_refused_before_torch_loads(argv, shown):
+    probe = PROBE.replace(
+        "except SystemExit:\n    pass", "except SystemExit as exc:\n    print(exc.code, file=sys.stderr)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe.format(argv=argv)], capture_output=True, text=True, check=False)
+    assert "HEAVY []" in out.stdout, (out.stdout[-500:], out.stderr[-500:])
+    assert f"gridify evaluate: error: {shown}" in out.stderr
+
+
 SCRIPT_PROBE = _PROBE.replace("{run}", "sys.argv = {argv!r}; runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
