@@ -60,7 +60,6 @@ from torch import Tensor
 from ._checks import check_finite, check_int, check_number, check_points, check_tensor, fail, warn_at_caller
 from ._progress import resolve_progress
 from .io.cloud import centre_large_offset
-from .metrics import SegmentationIoU
 from .transforms import MAX_VOXEL_COORD, SceneSampler, crop_xy_unchecked, rotation_matrix, voxel_ids, voxel_order
 
 __all__ = [
@@ -532,6 +531,8 @@ def evaluate_scenes(
             f"the dataset crops its items ({dataset.sampler!r}, split {getattr(dataset, 'split', '?')!r}); "
             f"build it without voxel_size / max_points, or at another split, to score whole scenes",
         )
+    from .metrics import SegmentationIoU  # torchmetrics (and what it imports, about 3 s): only when scoring
+
     names = [str(c) for c in getattr(dataset, "class_names", None) or range(num_classes)]
     metric = SegmentationIoU(num_classes, ignore_index=int(getattr(dataset, "ignore_index", -1)))
     device = _model_device(model)

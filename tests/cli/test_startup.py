@@ -190,3 +190,19 @@ def test_an_unexpected_error_at_any_stage_ends_in_one_line(monkeypatch, capsys):
     monkeypatch.setenv("GRIDIFY_TRACEBACK", "1")
     with pytest.raises(RuntimeError):
         cli.main(["list"])
+
+
+def test_predicting_a_scene_imports_no_metrics_or_plotting():
+    # gridify.metrics pulls torchmetrics, which imports scipy.signal and matplotlib (about 3 s on 2 cores): only
+    # evaluation needs it, not predict
+    code = (
+        "import sys, numpy as np, gridify\n"
+        "from gridify.io import PointCloud\n"
+        "rng = np.random.default_rng(0)\n"
+        "pts = (rng.random((2000, 3)) * [20, 20, 2]).astype(np.float32)\n"
+        "cloud = PointCloud(points=pts, fields={'intensity': rng.random(2000).astype(np.float32)})\n"
+        "assert gridify.load('semantickitti').predict(cloud).labels.shape == (2000,)\n"
+        "print('LOADED', sorted(m for m in ('torchmetrics', 'matplotlib', 'lightning') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert "LOADED []" in out.stdout, (out.stdout[-500:], out.stderr[-800:])
