@@ -697,11 +697,12 @@ def crop_centre(labels: Optional[np.ndarray], num: int, mode: str, rng: np.rando
     """
     if mode == "class_balanced" and labels is not None:
         y = np.asarray(labels).reshape(-1)
-        if len(y) == num:
-            present = np.unique(y[y >= 0])
-            if len(present):
-                rows = np.flatnonzero(y == present[int(rng.integers(len(present)))])
-                return int(rows[int(rng.integers(len(rows)))])
+        if len(y) != num:
+            raise ValueError(f"crop_centre: labels must hold one id per point ({num}), got {len(y)}")
+        present = np.unique(y[y >= 0])
+        if len(present):
+            rows = np.flatnonzero(y == present[int(rng.integers(len(present)))])
+            return int(rows[int(rng.integers(len(rows)))])
     return int(rng.integers(num))
 
 
@@ -747,7 +748,7 @@ class SceneCrop(RandomTransform):
     def _indices(self, sample: Sample, num: int, rng: np.random.Generator) -> np.ndarray:
         if num <= self.max_points:
             return np.arange(num)
-        centre = crop_centre(sample.get("y"), num, getattr(self, "centre", "random"), rng)
+        centre = crop_centre(sample.get("y"), num, self.centre, rng)
         return crop_xy(sample["pos"], centre, self.max_points)
 
     def __call__(self, sample: Sample) -> Sample:

@@ -103,6 +103,8 @@ def test_class_balanced_crop_centre_draws_each_present_class_equally_often():
     # no labels, or none kept: a random point
     assert 0 <= crop_centre(None, 50, "class_balanced", rng) < 50
     assert 0 <= crop_centre(np.full(50, -1), 50, "class_balanced", rng) < 50
+    with pytest.raises(ValueError, match=r"labels must hold one id per point \(50\), got 49"):
+        crop_centre(np.zeros(49), 50, "class_balanced", rng)
 
 
 def test_scene_crop_class_balanced_centres_its_crops_on_rare_classes():
