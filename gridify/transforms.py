@@ -72,6 +72,7 @@ __all__ = [
     "RandomRotateZ",
     "RandomRotate",
     "RandomScale",
+    "RandomFlip",
     "RandomJitter",
     "RandomPointDropout",
     "RandomTransform",
@@ -1178,6 +1179,60 @@ class RandomScale(RandomTransform):
 
     def __repr__(self) -> str:
         return f"RandomScale(low={self.low}, high={self.high}, anisotropic={self.anisotropic}, seed={self.seed})"
+
+
+class RandomFlip(RandomTransform):
+    """Mirror ``pos`` (and ``normal``) across coordinate planes, each axis with probability ``p``.
+
+        pos' = pos diag(s),   s_a = -1 with probability p (independently per axis in ``axes``), else 1
+
+    A mirror image is not reachable by rotations, so it adds shapes of the other handedness (the
+    LiDAR recipes of the field flip x and y with p = 0.5). Normals are mirrored the same way.
+
+    Args:
+        axes: the axes that may flip (a non-empty sequence of distinct 0, 1, 2; default x and y).
+        p: probability of each axis' flip, in ``[0, 1]``.
+        seed, generator: see :class:`RandomTransform`.
+
+    Raises:
+        ValueError: bad arguments or a bad sample (see the module docstring).
+
+    Shapes:
+        pos, normal: ``[N, 3]``.
+    """
+
+    def __init__(
+        self,
+        axes: Sequence[int] = (0, 1),
+        p: float = 0.5,
+        *,
+        seed: Optional[int] = 0,
+        generator: Optional[np.random.Generator] = None,
+    ) -> None:
+        super().__init__(seed=seed, generator=generator)
+        where = type(self).__name__
+        items = list(axes) if isinstance(axes, (list, tuple)) else None
+        if not items or any(not is_int(a) or a not in (0, 1, 2) for a in items) or len(set(items)) != len(items):
+            fail(where, f"axes must be a non-empty list of distinct axes among 0, 1, 2, got {axes!r}")
+        if not (is_real(p) and 0.0 <= float(p) <= 1.0):
+            fail(where, f"p must be a probability in [0, 1], got {p!r}")
+        self.axes, self.p = tuple(int(a) for a in items), float(p)
+
+    def __call__(self, sample: Sample) -> Sample:
+        _check_sample(sample, "RandomFlip")
+        s = np.ones(3)
+        flips = self.rng.random(len(self.axes)) < self.p
+        for a, f in zip(self.axes, flips):
+            if f:
+                s[a] = -1.0
+        out = dict(sample)
+        for key in ("pos", "normal"):
+            if sample.get(key) is not None:
+                out[key] = _apply_matrix(sample[key], np.diag(s))
+        return out
+
+    def __repr__(self) -> str:
+        return f"RandomFlip(axes={list(self.axes)}, p={self.p}, seed={self.seed})"
 
 
 class RandomJitter(RandomTransform):

@@ -36,7 +36,14 @@ import yaml
 from gridify.datasets.scene_base import SCENE_FEATURES, check_features
 from gridify.registry import DATASETS
 from gridify.tasks import get_task, task_names
-from gridify.transforms import RandomJitter, RandomPointDropout, RandomRotate, RandomRotateZ, RandomScale
+from gridify.transforms import (
+    RandomFlip,
+    RandomJitter,
+    RandomPointDropout,
+    RandomRotate,
+    RandomRotateZ,
+    RandomScale,
+)
 
 from .schema import (
     DATASET_ALIASES,
@@ -108,6 +115,7 @@ AUGMENTATIONS: Dict[str, Callable[..., Any]] = {
     "rotate_z": RandomRotateZ,
     "rotate": RandomRotate,
     "scale": RandomScale,
+    "flip": RandomFlip,
     "jitter": RandomJitter,
     "point_dropout": RandomPointDropout,
 }

@@ -560,7 +560,7 @@ SCHEMA: Dict[str, Any] = {
             AnyOf(Str(), Mapping()),
             nullable=True,
             text="a list of augmentations (names or mappings with 'name')",
-            doc="training augmentations: rotate_z, rotate, scale, "
+            doc="training augmentations: rotate_z, rotate, scale, flip, "
             "jitter, point_dropout, each a name or {name: ..., arguments}",
         ),
         "train": Mapping(nullable=True, doc="dataset arguments for the train split only"),

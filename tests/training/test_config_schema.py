@@ -423,3 +423,14 @@ def test_model_in_channels_against_the_dataset_own_features():
     cfg = C.resolve_config("scene_procedural", ["model.in_channels=5"])
     with pytest.raises(C.ConfigError, match=r"model.in_channels: 5, but the data give 4 column\(s\) per point"):
         fill_model_kwargs(cfg, {"in_channels": 4, "num_outputs": 3})
+
+
+def test_augmentation_doc_names_every_augmentation_and_a_config_builds_flip():
+    doc = S.markdown_table()
+    line = next(row for row in doc.splitlines() if row.startswith("| `data.augmentations`"))
+    for name in C.AUGMENTATIONS:
+        assert name in line, f"data.augmentations' doc does not name {name!r}"
+    specs = C.parse_augmentations(["rotate_z", {"name": "flip", "axes": [0], "p": 1.0}])
+    assert specs == [("rotate_z", {}), ("flip", {"axes": [0], "p": 1.0})]
+    with pytest.raises(C.ConfigError, match=r"flip"):
+        C.parse_augmentations([{"name": "flip", "p": 2}])

@@ -9,6 +9,7 @@ from gridify.transforms import (
     Compose,
     FixedPoints,
     Normalize,
+    RandomFlip,
     RandomJitter,
     RandomRotate,
     RandomRotateZ,
@@ -164,6 +165,44 @@ def test_jitter_clipped_and_seeded():
     g = np.random.default_rng(11)
     t = RandomJitter(0.01, generator=g)
     assert t.rng is g
+
+
+def test_flip_mirrors_the_chosen_axes_with_their_normals():
+    s = _sample(50)
+    seen = set()
+    for seed in range(40):
+        out = RandomFlip(seed=seed)(s)
+        sign = np.sign(out["pos"][0] / s["pos"][0])
+        seen.add(tuple(sign))
+        np.testing.assert_allclose(np.abs(out["pos"]), np.abs(s["pos"]))
+        np.testing.assert_allclose(out["pos"] / s["pos"], np.broadcast_to(sign, s["pos"].shape))
+        np.testing.assert_allclose(out["normal"], s["normal"] * sign)  # mirrored normals stay unit and on the surface
+        np.testing.assert_array_equal(out["y"], s["y"])
+    # z (the up axis) never flips by default; x and y each do about half the time, so all four sign pairs occur
+    assert seen == {(a, b, 1.0) for a in (-1.0, 1.0) for b in (-1.0, 1.0)}
+    assert RandomFlip(axes=[2], p=1.0, seed=0)(s)["pos"][:, 2].tolist() == (-s["pos"][:, 2]).tolist()
+    np.testing.assert_array_equal(RandomFlip(p=0.0)(s)["pos"], s["pos"])
+    t = _sample(20, torch_=True)
+    out = RandomFlip(axes=(0,), p=1.0)(t)
+    assert isinstance(out["pos"], torch.Tensor) and out["pos"].dtype == t["pos"].dtype
+    torch.testing.assert_close(out["pos"][:, 0], -t["pos"][:, 0])
+    np.testing.assert_array_equal(RandomFlip(seed=3)(s)["pos"], RandomFlip(seed=3)(s)["pos"])
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"axes": []}, "axes must be a non-empty list"),
+        ({"axes": [0, 0]}, "distinct"),
+        ({"axes": [3]}, "among 0, 1, 2"),
+        ({"axes": "xy"}, "axes must be"),
+        ({"p": 1.5}, "p must be a probability"),
+        ({"p": float("nan")}, "p must be a probability"),
+    ],
+)
+def test_flip_refuses_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        RandomFlip(**kwargs)
 
 
 def test_compose_reproducible_pipeline():
