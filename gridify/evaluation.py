@@ -110,18 +110,26 @@ def scene_dataset_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _evaluate_scenes(
-    model: torch.nn.Module, ds: Any, settings: Dict[str, Any], device: torch.device, args: argparse.Namespace
+    model: torch.nn.Module,
+    ds: Any,
+    settings: Dict[str, Any],
+    device: torch.device,
+    args: argparse.Namespace,
+    prog: str = "gridify evaluate",
 ) -> Tuple[Dict[str, float], Dict[str, Any]]:
     """Whole-scene scores of ``ds`` (every original point) with the scene settings."""
     model.eval().to(device)
-    metrics, extra = evaluate_scenes(
-        model,
-        ds,
-        voxel_size=settings["voxel_size"],
-        max_points=settings["max_points"],
-        votes=args.votes,
-        progress=not args.no_progress,
-    )
+    try:
+        metrics, extra = evaluate_scenes(
+            model,
+            ds,
+            voxel_size=settings["voxel_size"],
+            max_points=settings["max_points"],
+            votes=args.votes,
+            progress=not args.no_progress,
+        )
+    except ValueError as exc:  # a scene, its labels or a setting: named by evaluate_scenes (scene index too)
+        raise SystemExit(f"{prog}: error: {error_line(exc)}")
     extra = {**extra, "num_scored": extra["num_scenes"], **settings}
     return metrics, extra
 
@@ -219,7 +227,7 @@ def evaluate(
         with autocast(precision, device):
             if scenes:
                 settings = scene_settings(cfg, args, voxel_size, max_points)
-                metrics, extra = _evaluate_scenes(model, ds, settings, device, args)
+                metrics, extra = _evaluate_scenes(model, ds, settings, device, args, prog)
             else:
                 metrics, extra = evaluate_model(
                     model, loader, cfg["task"], info, device, progress=not args.no_progress, votes=args.votes
@@ -281,9 +289,7 @@ def _read_scan(
 ) -> Tuple[Any, Any, Path]:
     """``(cloud, target labels, label file)`` of one ``--scan`` file; a bad file or label ends the command
     naming it."""
-    import numpy as np
-
-    from gridify.datasets.scene_layouts import read_scan_labels, scan_label_path
+    from gridify.datasets.scene_layouts import check_scan_labels, read_scan_labels, scan_label_path
     from gridify.io import read_points, reader_takes
 
     try:
@@ -292,13 +298,14 @@ def _read_scan(
         label_file = Path(args.labels) if args.labels else scan_label_path(path)
         if label_file is not None:
             return cloud, read_scan_labels(label_file, cloud, list(names)), label_file
-        if cloud.labels is not None:
-            return cloud, np.asarray(cloud.labels, np.int64), path
+        if cloud.labels is not None:  # the file's own label field: ids of the model's classes too
+            return cloud, check_scan_labels(path, cloud.labels, names), path
     except (DatasetError, ValueError, OSError) as exc:
         raise SystemExit(f"{prog}: error: {error_line(exc)}")
+    why = cloud.ignored.get("labels")
     raise SystemExit(
         f"{prog}: error: {path}: no ground truth found (no labels/{path.stem}.label, "
-        f"{path.stem}.label or label field); pass --labels"
+        f"{path.stem}.label or label field{f'; its {why}' if why else ''}); pass --labels"
     )
 
 

@@ -51,13 +51,24 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from ._checks import check_finite, check_int, check_number, check_points, check_tensor, fail, warn_at_caller
+from ._checks import (
+    check_bool,
+    check_finite,
+    check_int,
+    check_integer,
+    check_number,
+    check_points,
+    check_tensor,
+    fail,
+    is_int,
+    warn_at_caller,
+)
 from ._progress import resolve_progress
 from .io.cloud import centre_large_offset
 from .transforms import MAX_VOXEL_COORD, SceneSampler, crop_xy_unchecked, rotation_matrix, voxel_ids, voxel_order
@@ -500,6 +511,57 @@ def _named(values: List[float], names: List[str]) -> Dict[str, Optional[float]]:
     return {name: (None if math.isnan(v) else float(v)) for name, v in zip(names, values)}
 
 
+def _check_evaluation(where: str, dataset: Any) -> Tuple[int, List[str], int]:
+    """``(num_classes, class names, ignore_index)`` of a dataset of whole scenes, validated: it has scenes, does
+    not crop them, its class names (if any) are one per class and its ``ignore_index`` is an integer."""
+    num_classes = check_int(where, "dataset.num_classes", getattr(dataset, "num_classes", None))
+    if isinstance(getattr(dataset, "sampler", None), SceneSampler):
+        fail(
+            where,
+            f"the dataset crops its items ({dataset.sampler!r}, split {getattr(dataset, 'split', '?')!r}); "
+            f"build it without voxel_size / max_points, or at another split, to score whole scenes",
+        )
+    try:
+        size = len(dataset)
+    except TypeError:
+        fail(where, f"dataset must be indexable with a len() (its items whole scenes), got {type(dataset).__name__}")
+    if size == 0:
+        fail(where, "the dataset has no scenes (nothing to score)")
+    class_names = getattr(dataset, "class_names", None)
+    names = [str(c) for c in class_names or range(num_classes)]
+    if len(names) != num_classes:
+        fail(where, f"dataset.class_names has {len(names)} names but dataset.num_classes={num_classes}")
+    ignore_index = getattr(dataset, "ignore_index", -1)
+    if not is_int(ignore_index):
+        fail(where, f"dataset.ignore_index must be an integer, got {ignore_index!r}")
+    return num_classes, names, int(ignore_index)
+
+
+def _scene_item(
+    where: str, item: Any, device: torch.device, num_classes: int, ignore_index: int
+) -> Tuple[Tensor, Optional[Tensor], Tensor]:
+    """``(pos, x or None, y [N] int64 on the CPU)`` of one dataset item (a whole scene), checked: a mapping with
+    tensors ``pos`` ``[N, 3]`` and ``y`` (one id in ``0..C-1`` or ``ignore_index`` per point), ``x`` optional."""
+    if not isinstance(item, Mapping) or "pos" not in item or "y" not in item:
+        got = sorted(map(str, item)) if isinstance(item, Mapping) else type(item).__name__
+        fail(where, f"dataset items must be dicts with tensors 'pos' [N, 3] and 'y' [N] (and 'x'), got {got}")
+    pos = check_points(where, "pos", item["pos"])
+    y = check_tensor(where, "y", item["y"])
+    if y.dim() > 2 or y.numel() != pos.size(0) or (y.dim() == 2 and y.size(1) != 1):
+        fail(where, f"y must have shape [N] with N={pos.size(0)} (one label per point of pos), got {tuple(y.shape)}")
+    check_integer(where, "y", y)
+    y = y.reshape(-1).long().cpu()
+    bad = (y != ignore_index) & ((y < 0) | (y >= num_classes))
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0])
+        fail(
+            where,
+            f"y holds label {int(y[row])} at row {row}, outside 0..{num_classes - 1} and ignore_index={ignore_index}",
+        )
+    x = item.get("x")
+    return pos.to(device), None if x is None else check_tensor(where, "x", x).to(device), y
+
+
 def evaluate_scenes(
     model: Model,
     dataset: Any,
@@ -524,34 +586,24 @@ def evaluate_scenes(
         [C][C] (rows = target), "num_scenes", "num_points", "num_scored_points"})``.
     """
     where = "evaluate_scenes"
-    num_classes = check_int(where, "dataset.num_classes", getattr(dataset, "num_classes", None))
-    if isinstance(getattr(dataset, "sampler", None), SceneSampler):
-        fail(
-            where,
-            f"the dataset crops its items ({dataset.sampler!r}, split {getattr(dataset, 'split', '?')!r}); "
-            f"build it without voxel_size / max_points, or at another split, to score whole scenes",
-        )
+    num_classes, names, ignore_index = _check_evaluation(where, dataset)
+    voxel_size, max_points = _check_settings(where, voxel_size, max_points, seed)
+    votes = check_int(where, "votes", votes)
+    max_fragments = check_int(where, "max_fragments", max_fragments, allow_none=True)
+    progress = check_bool(where, "progress", progress)
     from .metrics import SegmentationIoU  # torchmetrics (and what it imports, about 3 s): only when scoring
 
-    names = [str(c) for c in getattr(dataset, "class_names", None) or range(num_classes)]
-    metric = SegmentationIoU(num_classes, ignore_index=int(getattr(dataset, "ignore_index", -1)))
+    metric = SegmentationIoU(num_classes, ignore_index=ignore_index)
     device = _model_device(model)
     points = 0
     for i in range(len(dataset)):
         item = dataset[i]
-        pos = item["pos"].to(device)
-        x = item.get("x")
-        probs = predict_scene(
-            model,
-            pos,
-            None if x is None else x.to(device),
-            voxel_size=voxel_size,
-            max_points=max_points,
-            votes=votes,
-            seed=seed,
-            max_fragments=max_fragments,
-        )
-        metric.update(probs.cpu(), item["y"].reshape(-1).cpu())
+        scene = f"{where}: scene {i}" + (f" ({item['scene']})" if isinstance(item, Mapping) and "scene" in item else "")
+        pos, x, y = _scene_item(scene, item, device, num_classes, ignore_index)
+        probs = predict_scene_checked(scene, model, pos, x, voxel_size, max_points, votes, seed, 1, max_fragments, None)
+        if probs.size(1) != num_classes:
+            fail(scene, f"the model gives {probs.size(1)} classes but the dataset has num_classes={num_classes}")
+        metric.update(probs.cpu(), y)
         points += pos.size(0)
         if progress:
             print(
@@ -560,8 +612,14 @@ def evaluate_scenes(
                 flush=True,
             )
     res = metric.compute()
-    values = {k: float(res[k]) for k in ("miou", "oa", "macc")}
     conf = res["confusion"]
+    if int(conf.sum()) == 0:
+        fail(
+            where,
+            f"every point of the {len(dataset)} scene(s) is ignored (label ignore_index={ignore_index}; a split "
+            f"without ground truth?): nothing to score",
+        )
+    values = {k: float(res[k]) for k in ("miou", "oa", "macc")}
     extra = {
         "per_class_iou": _named(res["iou"].tolist(), names),
         "confusion_matrix": conf.tolist(),

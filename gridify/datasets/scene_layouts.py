@@ -73,8 +73,8 @@ __all__ = [
     "SEMANTICKITTI_CLASSES", "SEMANTICKITTI_LEARNING_MAP", "SEMANTICKITTI_SPLITS", "LAYOUTS", "LayoutInfo",
     "SceneRef", "find_scenes", "read_scene", "read_s3dis_room", "read_scannet_scene", "read_ply_vertices",
     "read_semantickitti_scan", "read_pointcept_scene", "read_mmdet3d_scene", "map_nyu40_to_scannet20",
-    "map_semantickitti_labels", "POINTCEPT_FILES", "scan_label_path", "read_scan_labels", "read_text_lines",
-    "integer_labels", "s3dis_room_classes", "check_unknown",
+    "map_semantickitti_labels", "POINTCEPT_FILES", "scan_label_path", "read_scan_labels", "check_scan_labels",
+    "read_text_lines", "integer_labels", "s3dis_room_classes", "check_unknown",
 ]
 
 #: label of ignored / unlabelled points in every layout's training ids
@@ -723,8 +723,16 @@ def read_scan_labels(path: PathLike, num_points: Any, class_names: Sequence[str]
     elif len(ids) != n:
         rows = f" ({note}: the file has {cloud.rows_in_file} rows)" if note else ""
         raise _fail(p, f"{len(ids)} labels for a scan of {n} points{rows}")
+    return check_scan_labels(p, ids, class_names)
+
+
+def check_scan_labels(path: PathLike, ids: np.ndarray, class_names: Sequence[str]) -> np.ndarray:
+    """``ids`` ``[N]`` (int64, one scan's ground truth from the file ``path``: a label file, or the scan's own
+    label field) when every one is in ``-1..K-1`` for a model with the ``K`` classes ``class_names``; else a
+    :class:`DatasetError` naming the file, the first bad label and its row."""
+    ids = np.asarray(ids, dtype=np.int64)
     bad = np.flatnonzero((ids < IGNORE_INDEX) | (ids >= len(class_names)))
     if bad.size:
-        raise _fail(p, f"label {int(ids[bad[0]])} (row {int(bad[0])}) outside -1..{len(class_names) - 1} "
-                       f"({len(class_names)} classes of the model)")
+        raise _fail(path, f"label {int(ids[bad[0]])} (row {int(bad[0])}) outside -1..{len(class_names) - 1} "
+                          f"({len(class_names)} classes of the model)")
     return ids

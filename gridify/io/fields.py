@@ -4,7 +4,10 @@
 file, the extra fields to keep in :attr:`~gridify.io.PointCloud.fields` (``fields=`` a list of
 names, or ``"all"``) and the field that becomes the labels (``labels_from=``), with errors that
 name the file, the field and the fields the file has. A name matches exactly or, failing that,
-case-insensitively. Labels must be integral: ``labels = int64(field)``.
+case-insensitively. Labels must be integral: ``labels = int64(field)``. :func:`auto_labels` takes the labels
+from a property of a conventional name (``label``, ``class``, ...) when no ``labels_from`` is given; one that
+holds non-integer values (fractions, NaN/Inf) is no label: it is ignored with a warning and the reason kept in
+:attr:`~gridify.io.PointCloud.ignored`, never truncated to ids.
 
 Shapes:
     each available field ``[N]``; labels ``[N]`` int64; kept fields ``[N]`` as stored.
@@ -17,7 +20,10 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-__all__ = ["pick_fields"]
+from .._checks import warn_at_caller
+from .cloud import label_values_problem
+
+__all__ = ["pick_fields", "auto_labels"]
 
 
 def _lookup(p: Path, available: Mapping[str, np.ndarray], name: str, option: str) -> str:
@@ -66,3 +72,22 @@ def pick_fields(
             raise ValueError(f"{p}: labels_from={labels_from!r}: the field is not numeric ({values.dtype})")
         labels = values.astype(np.int64)
     return labels, kept
+
+
+def auto_labels(
+    p: Path, available: Mapping[str, np.ndarray], names: Sequence[str]
+) -> Tuple[Optional[np.ndarray], Dict[str, str]]:
+    """``(labels [N] int64 or None, ignored)``: the first field of ``available`` named one of ``names`` (the
+    conventional label names of a format) as labels, when its values are integers (or floats holding whole
+    numbers); a field of another kind is ignored with a warning naming the file, the field and its first bad
+    row, and ``ignored`` (for :attr:`~gridify.io.PointCloud.ignored`) says why, never truncated to ids."""
+    key = next((k for k in names if k in available), None)
+    if key is None:
+        return None, {}
+    values = np.asarray(available[key]).reshape(-1)
+    problem = label_values_problem(values, "property")
+    if problem:
+        why = f"property {key!r} is not a label: {problem}"
+        warn_at_caller(f"{p}: {why}; ignored (read it with fields=[{key!r}] to keep its values)")
+        return None, {"labels": why}
+    return values.astype(np.int64), {}

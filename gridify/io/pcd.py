@@ -33,7 +33,7 @@ import numpy as np
 
 from .cloud import PointCloud, clip_unit_colors
 from .columns import color_scale
-from .fields import pick_fields
+from .fields import auto_labels, pick_fields
 from .source import read_file_bytes
 from .tokens import ascii_floats, min_ascii_bytes
 
@@ -353,11 +353,15 @@ def _pcd_to_cloud(
         labels_from,
         skip=("x", "y", "z", "normal_x", "normal_y", "normal_z", "nx", "ny", "nz", "rgb", "rgba", "r", "g", "b"),
     )
-    for lk in ("label", "labels", "class", "object", "semantic"):
-        if labels is None and labels_from is None and lk in names:
-            with np.errstate(invalid="ignore"):
-                labels = np.asarray(arr[lk]).reshape(hdr.num_points, -1)[:, 0].astype(np.int64)
-    return PointCloud(pts, normals, _pcd_colors(arr), labels, str(p), extra)
+    ignored: Dict[str, str] = {}
+    if labels_from is None:  # a non-integer 'label' / 'class' field is ignored, named, never truncated
+        found = {lk: np.asarray(arr[lk]).reshape(hdr.num_points, -1)[:, 0] for lk in _LABEL_NAMES if lk in names}
+        labels, ignored = auto_labels(p, found, _LABEL_NAMES)
+    return PointCloud(pts, normals, _pcd_colors(arr), labels, str(p), extra, ignored=ignored)
+
+
+#: the PCD fields read as labels when no ``labels_from`` is given (the first present)
+_LABEL_NAMES = ("label", "labels", "class", "object", "semantic")
 
 
 def read_pcd(p: Path, fields: Union[None, str, Sequence[str]] = None, labels_from: Optional[str] = None) -> PointCloud:

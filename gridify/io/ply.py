@@ -37,7 +37,7 @@ import numpy as np
 from .._files import PathLike
 from .cloud import PointCloud, clip_unit_colors
 from .columns import color_scale
-from .fields import pick_fields
+from .fields import auto_labels, pick_fields
 from .mesh import polygons_to_triangles, surface_cloud
 from .source import read_file_bytes
 from .tokens import Ragged, ascii_floats, gather_lists, min_ascii_bytes
@@ -489,11 +489,12 @@ def read_ply(
             normals = np.stack([verts[k] for k in trio], 1)
             break
     labels, extra = pick_fields(p, verts, fields, labels_from, skip=_NOT_FIELDS)
-    for lk in ("label", "labels", "class", "scalar_label", "semantic", "part", "segment"):
-        if labels is None and labels_from is None and lk in verts:
-            with np.errstate(invalid="ignore"):
-                labels = verts[lk].astype(np.int64)
-    return PointCloud(pts, normals, _ply_colors(verts), labels, str(p), extra)
+    ignored: Dict[str, str] = {}
+    if labels_from is None:  # a non-integer 'label' / 'class' property is ignored, named, never truncated
+        labels, ignored = auto_labels(
+            p, verts, ("label", "labels", "class", "scalar_label", "semantic", "part", "segment")
+        )
+    return PointCloud(pts, normals, _ply_colors(verts), labels, str(p), extra, ignored=ignored)
 
 
 # --------------------------------------------------------------------------------------

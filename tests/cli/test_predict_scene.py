@@ -175,3 +175,31 @@ def test_show_draws_the_ground_truth_beside_the_prediction(tmp_path, capsys):
     with pytest.raises(SystemExit, match=r"short.label: 10 labels for a scan of 700 points"):
         gridify_main(args + ["--labels", str(tmp_path / "short.label")])
     assert "700 points" not in capsys.readouterr().out  # no prediction summary was printed
+
+
+def test_evaluate_scan_checks_the_files_own_label_field(tmp_path, capsys):
+    """A PLY's own 'label' property is the ground truth when no label file is beside it: an id beyond the model's
+    classes was an unexpected SegmentationIoU error, a fractional one was truncated to an id and scored."""
+    rows = _scan(tmp_path / "scan.bin", n=120)
+    path, _ = _export(tmp_path)
+
+    def ply(name, labels, kind="int"):
+        head = "ply\nformat ascii 1.0\nelement vertex 120\n" + "".join(
+            f"property float {k}\n" for k in ("x", "y", "z", "intensity")
+        )
+        body = "".join(f"{a!r} {b!r} {c!r} {i!r} {v}\n" for (a, b, c, i), v in zip(rows.tolist(), labels))
+        (tmp_path / name).write_text(head + f"property {kind} label\nend_header\n" + body)
+        return ["evaluate", "--ckpt", str(path), "--no-progress", "--scan", str(tmp_path / name)]
+
+    assert gridify_main(ply("ok.ply", np.arange(120) % 3)) == 0
+    with pytest.raises(SystemExit, match=r"big\.ply: label 9 \(row 0\) outside -1..2 \(3 classes of the model\)"):
+        gridify_main(ply("big.ply", [9] * 120))
+    with pytest.raises(SystemExit, match=r"neg\.ply: label -5 \(row 0\) outside -1..2"):
+        gridify_main(ply("neg.ply", [-5] * 120))
+    with pytest.warns(UserWarning, match="property 'label' is not a label"):
+        with pytest.raises(
+            SystemExit,
+            match=r"frac\.ply: no ground truth found .*its property 'label' is not a label: "
+            r"labels must be integers, row 0 holds 1\.5",
+        ):
+            gridify_main(ply("frac.ply", [1.5] * 120, "float"))

@@ -211,6 +211,33 @@ def test_pcd_ascii_with_normals_rgb_label(tmp_path):
     np.testing.assert_array_equal(c.labels, [r % 3 for r, _, _ in rgb])
 
 
+@pytest.mark.parametrize("fmt", ["ply", "pcd"])
+def test_a_fractional_label_property_is_ignored_by_name_never_truncated(tmp_path, fmt):
+    """A float 'label' property holding 1.5 / NaN was cast to int64 (1, and an arbitrary id for NaN): wrong ground
+    truth without a sign. It is ignored with a warning naming the file, the property and the row, and the reason
+    is kept in PointCloud.ignored; whole numbers stored as floats still read as ids."""
+    rows = np.array([[0, 0, 0, 1.0], [1, 0, 0, 2.0], [0, 1, 0, 1.5], [0, 0, 1, np.nan]])
+
+    def write(name, values):
+        f = tmp_path / f"{name}.{fmt}"
+        data = "".join(f"{a:g} {b:g} {c:g} {float(v)!r}\n" for (a, b, c), v in zip(rows[:, :3], values))
+        if fmt == "ply":
+            head = "ply\nformat ascii 1.0\nelement vertex 4\n" + "".join(
+                f"property float {k}\n" for k in ("x", "y", "z", "label")
+            )
+            f.write_text(head + "end_header\n" + data)
+        else:
+            f.write_bytes(_pcd_header(["x", "y", "z", "label"], [4] * 4, ["F"] * 4, 4, "ascii") + data.encode())
+        return f
+
+    assert read_points(write("whole", [1.0, 2.0, 0.0, 5.0])).labels.tolist() == [1, 2, 0, 5]
+    with pytest.warns(UserWarning, match=rf"frac\.{fmt}: property 'label' is not a label: .*row 2 holds 1\.5"):
+        c = read_points(write("frac", rows[:, 3]))
+    assert c.labels is None and "row 2 holds 1.5" in c.ignored["labels"]
+    with pytest.warns(UserWarning, match=r"row 3 holds nan"):
+        assert read_points(write("nan", [1.0, 2.0, 0.0, np.nan])).labels is None
+
+
 def test_pcd_binary_and_compressed(tmp_path):
     pts, _ = _rand_cloud(40)
     f = tmp_path / "b.pcd"

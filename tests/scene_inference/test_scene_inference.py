@@ -188,6 +188,73 @@ def test_evaluate_scenes_scores_every_point_of_procedural_scenes():
         evaluate_scenes(PerPoint(3, 10), cropping, voxel_size=None, max_points=None)
 
 
+class _Scenes(list):
+    """A list of whole scenes with the attributes evaluate_scenes reads."""
+
+    num_classes, class_names = 5, list("abcde")
+
+
+def _item(n=40, seed=0, **kw):
+    pos, x = _scene(n, seed)
+    return {"pos": pos, "x": x, "y": torch.arange(n) % 5, **kw}
+
+
+@pytest.mark.parametrize(
+    "scenes, kwargs, message",
+    [
+        ([], {}, r"^evaluate_scenes: the dataset has no scenes"),  # was NaN metrics
+        (
+            [_item(), _item(y=torch.zeros(10, dtype=torch.long))],
+            {},
+            r"^evaluate_scenes: scene 1: y must have shape \[N\] "
+            r"with N=40",
+        ),
+        (
+            [_item(), _item(y=torch.full((40,), 9), scene="s9")],
+            {},
+            r"^evaluate_scenes: scene 1 \(s9\): y holds label 9 at "
+            r"row 0, outside 0..4",
+        ),
+        ([_item(y=torch.zeros(40))], {}, r"scene 0: y must be an integer tensor"),
+        ([_item(y=np.zeros(40, int))], {}, r"scene 0: y must be a torch.Tensor, got ndarray"),  # was AttributeError
+        ([_item(pos=np.zeros((40, 3)))], {}, r"scene 0: pos must be a torch.Tensor"),  # was AttributeError
+        ([{"pos": torch.zeros(4, 3)}], {}, r"scene 0: dataset items must be dicts .*got \['pos'\]"),  # was KeyError
+        ([(1, 2)], {}, r"scene 0: dataset items must be dicts .*got tuple"),  # was TypeError
+        ([_item(), _item(pos=torch.full((40, 3), float("nan")))], {}, r"^evaluate_scenes: scene 1: pos contains NaN"),
+        ([_item(y=torch.full((40,), -1))], {}, r"every point of the 1 scene\(s\) is ignored"),  # was NaN metrics
+        ([_item()], {"progress": "yes"}, r"^evaluate_scenes: progress must be True or False"),  # was accepted
+        ([_item()], {"votes": 0}, r"^evaluate_scenes: votes must be a positive integer"),  # was named predict_scene
+        ([_item()], {"voxel_size": -1}, r"^evaluate_scenes: voxel_size must be a positive finite number"),
+    ],
+)
+def test_evaluate_scenes_names_the_bad_scene_label_or_setting(scenes, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        evaluate_scenes(PerPoint(), _Scenes(scenes), **kwargs)
+
+
+def test_evaluate_scenes_refuses_datasets_whose_classes_disagree():
+    with pytest.raises(
+        ValueError,
+        match=r"^evaluate_scenes: scene 0: the model gives 3 classes but the dataset has "
+        r"num_classes=5",
+    ):
+        evaluate_scenes(PerPoint(c=3), _Scenes([_item()]))
+
+    class Short(_Scenes):  # per_class_iou was cut to the names given
+        class_names = ["a"]
+
+    with pytest.raises(ValueError, match=r"dataset.class_names has 1 names but dataset.num_classes=5"):
+        evaluate_scenes(PerPoint(), Short([_item()]))
+
+    class Fractional(_Scenes):  # was truncated to ignore_index=2 (class 2 silently dropped from the scores)
+        ignore_index = 2.5
+
+    with pytest.raises(ValueError, match=r"dataset.ignore_index must be an integer, got 2.5"):
+        evaluate_scenes(PerPoint(), Fractional([_item()]))
+    values, extra = evaluate_scenes(PerPoint(), _Scenes([_item(), _item(seed=1, y=(torch.arange(40) % 5)[:, None])]))
+    assert extra["num_points"] == 80 and 0.0 <= values["miou"] <= 1.0
+
+
 def test_evaluate_scenes_real_semantickitti_scan(shared_data):
     root = shared_data / "semantickitti_mini" / "dataset"
     if not root.is_dir():
