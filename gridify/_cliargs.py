@@ -139,6 +139,8 @@ def voxel_size(text: str) -> float:
 
 
 def _check_device(text: str) -> str:
+    if text.strip() == "cpu":  # every machine has one; a default of "cpu" is parsed without importing PyTorch
+        return "cpu"
     import torch
 
     try:

@@ -11,13 +11,20 @@ held equal to the library's by ``tests/cli/test_startup.py``.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
+from pathlib import Path
+from typing import List, Optional, Sequence
 
 from . import _cliargs as types
 
 __all__ = [
     "program_name",
+    "shipped_config_names",
+    "check_config_name",
+    "check_overrides",
     "train_parser",
     "evaluate_parser",
     "bench_parser",
@@ -39,6 +46,55 @@ BENCH_MODELS = ("gridified", "pointnet2", "point_ckconv")
 BENCH_DESCRIPTION = "Speed and memory benchmark: gridified classifier vs native point-cloud baselines."
 #: the first paragraph of :mod:`gridify.bench.recipe`'s docstring
 BENCH_RECIPE_DESCRIPTION = "Real training steps of a named recipe on real data: ``gridify bench --recipe NAME``."
+
+
+#: :data:`gridify.training.config.CONFIG_DIR`: the shipped configs (found by name)
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+#: a dotted override key's parts (:func:`gridify.training.config.parse_override`)
+_KEY_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
+
+
+def shipped_config_names() -> List[str]:
+    """:func:`gridify.training.config.shipped_configs` without importing it (no PyTorch): the names of the
+    configs in :data:`CONFIG_DIR`, then those in its sub-folders (``temporal/dynamic_shapes``)."""
+    top = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+    nested = sorted(p.relative_to(CONFIG_DIR).with_suffix("").as_posix() for p in CONFIG_DIR.glob("*/*.yaml"))
+    return top + nested
+
+
+def check_config_name(text: Optional[str], prog: str, flag: str = "--config") -> None:
+    """Exit with one line when ``text`` names neither a path (with or without ``.yaml``) nor a shipped config,
+    before PyTorch loads (:func:`gridify.training.config.find_config` says the rest: a folder, bad YAML)."""
+    if not text:
+        return
+    given = Path(text).expanduser()
+    for base in (given, CONFIG_DIR / given):
+        if any(os.path.lexists(c) for c in (base, base.with_name(base.name + ".yaml"))):
+            return
+    names = shipped_config_names()
+    close = difflib.get_close_matches(text.removesuffix(".yaml"), names, n=1)
+    raise SystemExit(
+        f"{prog}: error: {flag} {text}: no such file, and no shipped config of that name"
+        + (f"; did you mean {close[0]}?" if close else " (gridify list configs names them)")
+    )
+
+
+def check_overrides(overrides: Sequence[str], prog: str) -> None:
+    """Exit with one line on an override that is not ``section.key=value`` (the syntax only; the keys and
+    values are checked against the schema once the config loads), before PyTorch loads."""
+    for text in overrides:
+        key = text.split("=", 1)[0].strip()
+        if "=" not in text:
+            hint = " (options start with --)" if text.startswith(("[", "-")) else ""
+            raise SystemExit(
+                f"{prog}: error: malformed override {text!r}: expected section.key=value "
+                f"(e.g. trainer.max_epochs=2){hint}"
+            )
+        if not key or not all(_KEY_PART.fullmatch(part) for part in key.split(".")):
+            raise SystemExit(
+                f"{prog}: error: malformed override {text!r}: the key {key!r} must be dot-separated names "
+                "(e.g. model.resolution=13)"
+            )
 
 
 def program_name(script: str) -> str:
@@ -80,7 +136,7 @@ def train_parser() -> argparse.ArgumentParser:
     p.add_argument("--devices", help="shorthand for trainer.devices (a count, a list or auto)")
     p.add_argument("--strategy", help="shorthand for trainer.strategy (auto, ddp, ddp_spawn, ...)")
     p.add_argument("--precision", help="shorthand for trainer.precision (32-true, 16-mixed, bf16-mixed)")
-    p.add_argument("--max-epochs", type=int, help="shorthand for trainer.max_epochs")
+    p.add_argument("--max-epochs", type=types.positive_int, help="shorthand for trainer.max_epochs")
     p.add_argument(
         "--resume",
         metavar="PATH|auto",
@@ -174,6 +230,11 @@ def check_evaluate_args(args: argparse.Namespace, parser: argparse.ArgumentParse
         parser.error("--labels goes with --scan")
     if args.labels is not None and len(args.scan) != 1:
         raise SystemExit(f"{parser.prog}: error: --labels goes with a single --scan file")
+    try:
+        types.check_ckpt(args.ckpt)  # a missing checkpoint is named now, not after PyTorch has loaded
+    except ValueError as exc:
+        raise SystemExit(f"{parser.prog}: error: {exc}") from None
+    check_overrides(args.overrides, parser.prog)
 
 
 def bench_parser() -> argparse.ArgumentParser:
@@ -185,14 +246,16 @@ def bench_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--models", nargs="+", default=None, help=f"models (default: {' '.join(BENCH_MODELS)})")
-    p.add_argument("--num-points", nargs="+", type=int, default=None, help="N values of the N sweep")
-    p.add_argument("--k", nargs="*", type=int, default=None, help="k values of the k sweep (none: no k sweep)")
-    p.add_argument("--k-num-points", type=int, default=1024, help="N of the k sweep")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--time-budget", type=float, default=20.0, help="seconds per measurement")
-    p.add_argument("--max-points-per-batch", type=int, default=1 << 20)
+    p.add_argument("--num-points", nargs="+", type=types.int_range(8), default=None, help="N values of the N sweep")
+    p.add_argument(
+        "--k", nargs="*", type=types.positive_int, default=None, help="k values of the k sweep (none: no k sweep)"
+    )
+    p.add_argument("--k-num-points", type=types.positive_int, default=1024, help="N of the k sweep")
+    p.add_argument("--batch-size", type=types.positive_int, default=32, help="clouds per batch (default 32)")
+    p.add_argument("--repeats", type=types.positive_int, default=5, help="timed runs per measurement (default 5)")
+    p.add_argument("--warmup", type=types.nonnegative_int, default=1, help="untimed runs first (default 1)")
+    p.add_argument("--time-budget", type=types.positive_float, default=20.0, help="seconds per measurement")
+    p.add_argument("--max-points-per-batch", type=types.positive_int, default=1 << 20)
     p.add_argument("--threads", type=types.threads, default=None, help="torch threads (default: torch's)")
     p.add_argument("--device", default="auto", type=types.device_or_auto, help="auto, cpu, cuda, cuda:1, ...")
     p.add_argument("--train-step", action=argparse.BooleanOptionalAction, default=True)
@@ -215,7 +278,9 @@ def bench_parser() -> argparse.ArgumentParser:
         default="subprocess",
         help="fresh process per measurement (honest CPU peak memory) or all in this process",
     )
-    p.add_argument("--matmul-size", type=int, default=2048, help="matrix size of the matmul-peak measurement")
+    p.add_argument(
+        "--matmul-size", type=types.int_range(16), default=2048, help="matrix size of the matmul-peak measurement"
+    )
     p.add_argument(
         "--malloc",
         choices=("default", "tuned"),
@@ -288,5 +353,5 @@ def bench_recipe_parser() -> argparse.ArgumentParser:
         help="torch threads (default: the recipe's trainer.num_threads, else torch's)",
     )
     p.add_argument("--device", type=types.device_or_auto, default="cpu", help="cpu, cuda, cuda:N or auto")
-    p.add_argument("--out", default="outputs/benchmark_recipe", help="output folder")
+    p.add_argument("--out", default="outputs/benchmark_recipe", type=types.output_dir, help="output folder")
     return p

@@ -1,4 +1,4 @@
-"""The ``gridify`` command line: train, evaluate, predict, show, export, bench, download, convert.
+"""The gridify command line: train, evaluate, predict, show, export, bench, download, convert, list.
 
     gridify train --config procedural [section.key=value ...]
     gridify evaluate --ckpt outputs/procedural/checkpoints/model.pt
@@ -9,6 +9,7 @@
     gridify bench [...]
     gridify download modelnet10 [--root datasets]      # or --config modelnet10, or --list
     gridify convert RAW_ROOT --layout s3dis --out datasets/s3dis_pointcept   (scenes -> the common layout)
+    gridify list [configs|models|datasets]             (what gridify ships and knows by name)
 
 ``train``, ``evaluate`` and ``bench`` hand their arguments to :func:`gridify.training.main`,
 :func:`gridify.evaluation.main` and :func:`gridify.benchmarking.main` (imported only when used).
@@ -80,6 +81,12 @@ def _delegate(name: str, argv: List[str], label: Optional[str] = None) -> int:
             parsed = parser.parse_args(argv) if name == "bench" else parser.parse_intermixed_args(argv)
             if name == "evaluate":
                 _commands.check_evaluate_args(parsed, parser)
+            elif name == "train":  # a misspelt config or override is named now, not after PyTorch has loaded
+                _commands.check_config_name(parsed.config, parser.prog)
+                _commands.check_overrides(parsed.overrides, parser.prog)
+            elif recipe:
+                _commands.check_config_name(parsed.recipe, parser.prog, "--recipe")
+                _commands.check_overrides(parsed.override, parser.prog)
     module_name = DELEGATED[name][0]
     try:
         module = importlib.import_module(module_name)
@@ -297,12 +304,13 @@ def _config_summary(path: Path) -> str:
 
 def cmd_list(args: argparse.Namespace) -> int:
     kinds = LIST_KINDS if args.what == "all" else (args.what,)
-    if "configs" in kinds:
-        from .training.config import CONFIG_DIR, shipped_configs
+    if "configs" in kinds:  # read from the files alone: no PyTorch (gridify.training imports it)
+        from ._commands import CONFIG_DIR, shipped_config_names
 
         print("configs (gridify train --config NAME):")
-        for name in shipped_configs():
-            print(f"  {name:34s} {_config_summary(CONFIG_DIR / f'{name}.yaml')[:90]}")
+        for name in shipped_config_names():
+            text = _config_summary(CONFIG_DIR / f"{name}.yaml")
+            print(f"  {name:34s} {text if len(text) <= 90 else text[:87].rstrip() + '...'}")
     if "models" in kinds:
         from ._pretrained import PRETRAINED
         from .registry import MODELS
@@ -529,7 +537,15 @@ def _predict(model: Any, cloud: Any, args: argparse.Namespace, **kw: Any):
         raise SystemExit(f"gridify {args.command}: error: {exc}")
 
 
+def _check_given_files(args: argparse.Namespace) -> None:
+    """The cloud file and ``--ckpt`` exist as readable files, checked before PyTorch loads (seconds): a
+    :class:`~gridify._paths.PathError` naming them."""
+    types.check_ckpt(args.ckpt)  # missing, a folder or a FIFO: named with the flag
+    check_input_file(args.file)
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
+    _check_given_files(args)
     from .api.prediction import PREDICTION_FORMATS, write_prediction
 
     if args.out and Path(args.out).suffix.lower() not in PREDICTION_FORMATS:
@@ -602,6 +618,7 @@ def _show_progress(args: argparse.Namespace, model: Any) -> Any:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    _check_given_files(args)
     from . import vis
     from .api import gridify as gridify_fn
 
@@ -678,20 +695,18 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _ground_truth(args: argparse.Namespace, cloud: Any, model: Any) -> Optional[np.ndarray]:
     """The training ids of ``--labels`` (a file, or found beside the scan / in the file with ``auto``), or None."""
-    import numpy as np
-
     from .datasets import DatasetError
-    from .datasets.scene_layouts import read_scan_labels, scan_label_path
+    from .datasets.scene_layouts import check_scan_labels, read_scan_labels, scan_label_path
 
     if args.labels.strip().lower() == "none":
         return None
     auto = args.labels.strip().lower() == "auto"
     path = scan_label_path(args.file) if auto else Path(args.labels)
-    if path is None:
-        return None if cloud.labels is None else np.asarray(cloud.labels, np.int64)
-    if not path.is_file():
+    if path is not None and not path.is_file():
         raise SystemExit(f"gridify show: error: --labels {args.labels}: no such file")
     try:
+        if path is None:  # the file's own label field: ids of the model's classes, as a label file's are
+            return None if cloud.labels is None else check_scan_labels(args.file, cloud.labels, model.class_names)
         return read_scan_labels(path, cloud, list(model.class_names))
     except DatasetError as exc:
         raise SystemExit(f"gridify show: error: {exc}")
@@ -742,12 +757,6 @@ def _hide_classes(args: argparse.Namespace, pos: Any, labels: Any, class_names: 
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    import torch
-
-    from .api import pretrained_path
-    from .checkpoint import CheckpointError
-    from .export import ExportError, export_onnx
-
     given = [v for v in (args.model, args.ckpt, args.shipped) if v]
     if len(given) != 1:
         raise SystemExit(
@@ -756,18 +765,25 @@ def cmd_export(args: argparse.Namespace) -> int:
         )
     types.check_ckpt(args.ckpt)  # missing, a folder or a FIFO: named with the flag
     args.model = given[0]
-    if not Path(args.model).exists() and args.model in PRETRAINED:  # a shipped model by name, as --model takes it
-        try:
-            args.model = str(pretrained_path(args.model))
-        except CheckpointError as exc:
-            raise SystemExit(f"gridify export: error: {exc}")
-    if not Path(args.model).exists():
+    shipped = not Path(args.model).exists() and args.model in PRETRAINED  # by name, as --model takes it
+    if not shipped and not Path(args.model).exists():  # said before PyTorch loads
         close = closest_shipped(args.model)
         raise SystemExit(
             f"gridify export: error: checkpoint not found: {args.model} (give a model.pt / .ckpt file or "
             f"the name of a shipped model: {', '.join(sorted(PRETRAINED))})"
             + (f"; did you mean {close}?" if close else "")
         )
+    import torch
+
+    from .api import pretrained_path
+    from .checkpoint import CheckpointError
+    from .export import ExportError, export_onnx
+
+    if shipped:
+        try:
+            args.model = str(pretrained_path(args.model))
+        except CheckpointError as exc:
+            raise SystemExit(f"gridify export: error: {exc}")
     check_input_file(args.model)  # a folder or a FIFO is said to be one
     if args.threads:
         torch.set_num_threads(int(args.threads))
@@ -966,9 +982,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 parser.print_help()
                 return 2
             with one_line_errors(f"gridify {args.command}"):
-                return int(args.func(args) or 0)
+                try:
+                    return int(args.func(args) or 0)
+                except BrokenPipeError as exc:
+                    if exc.filename is not None:  # a file of the command's own: its one line
+                        raise
+                    return _stdout_closed()
     finally:
         warnings.formatwarning = saved  # called from Python (tests, notebooks): leave the process as it was
+
+
+def _stdout_closed() -> int:
+    """The reader of the output went away (``gridify list | head``): stop quietly, as other tools do, with
+    status 1 and no error line (the output is redirected to devnull so that Python's last flush says nothing)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real stdout (captured by a test, a notebook): nothing to redirect
+        pass
+    return 1
 
 
 def _command_parser(parser: argparse.ArgumentParser, command: Optional[str]) -> argparse.ArgumentParser:

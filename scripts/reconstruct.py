@@ -173,7 +173,12 @@ def main(argv=None):
     p.add_argument("--aggr", choices=["mean", "max", "sum"], default="mean")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave the default)")
-    p.add_argument("--out", type=Path, default=Path("outputs/reconstruction"))
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("outputs/reconstruction"),
+        help="output folder (default outputs/reconstruction)",
+    )
     p.add_argument(
         "--quick",
         action="store_true",

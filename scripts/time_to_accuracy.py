@@ -245,7 +245,11 @@ def main(argv: List[str] | None = None) -> None:
         action="store_true",
         help="plot the validation scores logged during training against the logged training time (no evaluation)",
     )
-    p.add_argument("--out", default="outputs/time_to_accuracy")
+    p.add_argument(
+        "--out",
+        default="outputs/time_to_accuracy",
+        help="folder for time_to_accuracy{.csv,.json,.png,_summary.json} (default outputs/time_to_accuracy)",
+    )
     args = p.parse_args(argv)
     prog = p.prog
     args.split = args.split or ("val" if args.logged else "test")

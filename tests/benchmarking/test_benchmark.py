@@ -116,11 +116,20 @@ def test_plots_are_written(tmp_path):
     assert (tmp_path / "scaling_n.png").stat().st_size > 1000
 
 
-def test_bad_arguments():
+def test_bad_arguments(capsys):
     with pytest.raises(SystemExit, match="error: --models: unknown model 'resnet50'"):  # one line, no traceback
         main(["--models", "resnet50", "--out", "/tmp/unused"])
-    with pytest.raises(SystemExit, match="--batch-size must be >= 1"):
-        main(["--batch-size", "0", "--out", "/tmp/unused"])
+    # bad numbers are argparse errors of the shared parser (status 2, the flag named), before anything runs
+    for argv, shown in (
+        (["--batch-size", "0"], "argument --batch-size: must be an integer >= 1, got '0'"),
+        (["--num-points", "4"], "argument --num-points: must be an integer >= 8, got '4'"),
+        (["--repeats", "0"], "argument --repeats: must be an integer >= 1"),
+        (["--time-budget", "0"], "argument --time-budget: must be a finite number > 0"),
+        (["--matmul-size", "8"], "argument --matmul-size: must be an integer >= 16"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            main([*argv, "--out", "/tmp/unused"])
+        assert exc.value.code == 2 and shown in capsys.readouterr().err
 
 
 @pytest.mark.slow

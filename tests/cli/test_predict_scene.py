@@ -203,3 +203,19 @@ def test_evaluate_scan_checks_the_files_own_label_field(tmp_path, capsys):
             r"labels must be integers, row 0 holds 1\.5",
         ):
             gridify_main(ply("frac.ply", [1.5] * 120, "float"))
+
+
+def test_show_checks_the_files_own_label_field(tmp_path):
+    """`show` draws a PLY's own 'label' property as the ground truth: an id beyond the model's classes is refused
+    naming the file and the row, before the model labels the scan (as `evaluate --scan` does)."""
+    rows = _scan(tmp_path / "scan.bin", n=120)
+    path, _ = _export(tmp_path)
+    head = "ply\nformat ascii 1.0\nelement vertex 120\n" + "".join(
+        f"property float {k}\n" for k in ("x", "y", "z", "intensity")
+    )
+    body = "".join(f"{a!r} {b!r} {c!r} {i!r} 9\n" for (a, b, c, i) in rows.tolist())
+    (tmp_path / "big.ply").write_text(head + "property int label\nend_header\n" + body)
+    args = ["show", str(tmp_path / "big.ply"), "--ckpt", str(path), "--out", str(tmp_path / "x.png"), "--no-progress"]
+    with pytest.raises(SystemExit, match=r"big\.ply: label 9 \(row 0\) outside -1..2 \(3 classes of the model\)"):
+        gridify_main(args)
+    assert not (tmp_path / "x.png").exists()

@@ -206,3 +206,99 @@ def test_predicting_a_scene_imports_no_metrics_or_plotting():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert "LOADED []" in out.stdout, (out.stdout[-500:], out.stderr[-800:])
+
+
+#: the probe above, printing the exit status and the message too (a command that ends with SystemExit("..."))
+EXIT_PROBE = PROBE.replace(
+    "except SystemExit:\n    pass", "except SystemExit as exc:\n    print('EXIT', exc.code, file=sys.stderr)"
+)
+
+
+@pytest.mark.parametrize(
+    "argv, shown",
+    [
+        (
+            ["train", "--config", "procedurl"],
+            "gridify train: error: --config procedurl: no such file, and no "
+            "shipped config of that name; did you mean procedural?",
+        ),
+        (["train", "--config", "nosuch_config_at_all"], "no shipped config of that name (gridify list configs"),
+        (
+            ["train", "--config", "procedural", "max_epochs"],
+            "malformed override 'max_epochs': expected section.key=value",
+        ),
+        (["train", "--config", "procedural", "[--votes"], "malformed override '[--votes'"),
+        (["train", "--config", "procedural", "model..k=3"], "the key 'model..k' must be dot-separated names"),
+        (["train", "--max-epochs", "0"], "argument --max-epochs: must be an integer >= 1, got '0'"),
+        (
+            ["evaluate", "--ckpt", "no_such_dir/m.pt"],
+            "gridify evaluate: error: --ckpt: checkpoint not found: no_such_dir/m.pt",
+        ),
+        (["evaluate", "--ckpt", "no_such_dir/m.pt", "[--votes", "8]"], "--ckpt: checkpoint not found"),
+        (["bench", "--batch-size", "0"], "gridify bench: error: argument --batch-size: must be an integer >= 1"),
+        (["bench", "--num-points", "4"], "argument --num-points: must be an integer >= 8, got '4'"),
+        (["bench", "--time-budget", "-1"], "argument --time-budget: must be a finite number > 0"),
+        (
+            ["bench", "--recipe", "procedurall"],
+            "gridify bench: error: --recipe procedurall: no such file, and no "
+            "shipped config of that name; did you mean procedural?",
+        ),
+        (["bench", "--recipe", "procedural", "--override", "steps"], "malformed override 'steps'"),
+        (
+            ["predict", "no_such_cloud.ply", "--model", "modelnet10"],
+            "gridify predict: error: no_such_cloud.ply: not found",
+        ),
+        (
+            ["predict", "no_such_cloud.ply", "--ckpt", "gone.pt"],
+            "gridify predict: error: --ckpt: checkpoint not found: gone.pt",
+        ),
+        (["show", "no_such_cloud.ply", "--out", "v.png"], "gridify show: error: no_such_cloud.ply: not found"),
+        (["export", "gone.pt", "--out", "m.onnx"], "gridify export: error: checkpoint not found: gone.pt"),
+        (["export", "modelnet11", "--out", "m.onnx"], "did you mean modelnet10?"),
+    ],
+)
+def test_missing_files_and_configs_and_malformed_overrides_are_named_before_torch_loads(argv, shown, tmp_path):
+    """A misspelt config, a missing cloud or checkpoint and a malformed override answered in 0.2 s: they took
+    10-20 s (PyTorch imported first) before the same line (issue: a newcomer's first hour); ``bench`` named its
+    bad numbers as ``benchmark: ...`` after PyTorch had loaded, without ``gridify bench: error``."""
+    out = subprocess.run(
+        [sys.executable, "-c", EXIT_PROBE.format(argv=argv)], capture_output=True, text=True, check=False, cwd=tmp_path
+    )
+    assert "HEAVY []" in out.stdout, (out.stdout[-500:], out.stderr[-500:])
+    assert shown in out.stderr, out.stderr[-800:]
+    assert "Traceback" not in out.stderr
+
+
+def test_list_configs_reads_the_files_alone_and_names_what_training_finds():
+    """``gridify list configs`` took 20 s (it imported gridify.training, hence PyTorch) to print file headers."""
+    from gridify import _commands
+    from gridify.training import config
+
+    assert _commands.CONFIG_DIR == config.CONFIG_DIR
+    assert _commands.shipped_config_names() == config.shipped_configs()
+    probe = _PROBE.replace("{run}", "__import__('gridify.cli').cli.main(['list', 'configs'])")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert "HEAVY []" in out.stdout and "procedural" in out.stdout, (out.stdout[-500:], out.stderr[-500:])
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("  ")]
+    assert lines and all(len(ln) <= 2 + 34 + 1 + 90 for ln in lines)  # a cut description ends in "..."
+    assert any(ln.endswith("...") for ln in lines)
+
+
+def test_a_closed_stdout_ends_the_command_quietly():
+    """``gridify list | head -1``: the reader went away; the command printed ``gridify list: error: Broken pipe
+    (BrokenPipeError)`` on stderr."""
+    import os
+
+    read, write = os.pipe()
+    os.close(read)  # the first write fails with EPIPE
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "gridify.cli", "list", "configs"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert out.returncode == 1 and out.stderr == "", out.stderr[-500:]

@@ -141,8 +141,9 @@ def _check_commands(code, tmp_path, monkeypatch):
             args = _commands.train_parser().parse_intermixed_args(argv)
             root = [] if args.data_root is None else [f"data.root={args.data_root!r}"]
             resolve_config(args.config, [*args.overrides, *root])
-        elif command in ("evaluate",):
-            _commands.evaluate_parser().parse_intermixed_args(argv)
+        elif command in ("evaluate",):  # its overrides as written: `[--votes 8]` was two malformed overrides
+            args = _commands.evaluate_parser().parse_intermixed_args(argv)
+            _commands.check_overrides(args.overrides, "gridify evaluate")
         elif command == "bench" and any(a == "--recipe" or a.startswith("--recipe=") for a in argv):
             _commands.bench_recipe_parser().parse_args(argv)
         elif command == "bench":
