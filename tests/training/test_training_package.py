@@ -312,7 +312,10 @@ def broken(tmp_path):
 
 
 ERROR_PATHS = [
-    (["train", "--config", "missing"], "gridify train: config error: config 'missing' not found: no such file"),
+    (  # answered before PyTorch loads (gridify._commands.check_config_name)
+        ["train", "--config", "missing"],
+        "gridify train: error: --config missing: no such file, and no shipped config of that name",
+    ),
     (
         ["train", "--config", "{t}/bad.yaml"],
         "gridify train: config error: {t}/bad.yaml: not valid YAML (line 2, column 1: expected ',' or ']'",
