@@ -48,15 +48,15 @@ BENCH_DESCRIPTION = "Speed and memory benchmark: gridified classifier vs native 
 BENCH_RECIPE_DESCRIPTION = "Real training steps of a named recipe on real data: ``gridify bench --recipe NAME``."
 
 
-#: :data:`gridify.training.config.CONFIG_DIR`: the shipped configs (found by name)
+#: the folder of the configs shipped with gridify (package data; found by name)
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 #: a dotted override key's parts (:func:`gridify.training.config.parse_override`)
-_KEY_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
+OVERRIDE_KEY_PART = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
 
 
 def shipped_config_names() -> List[str]:
-    """:func:`gridify.training.config.shipped_configs` without importing it (no PyTorch): the names of the
-    configs in :data:`CONFIG_DIR`, then those in its sub-folders (``temporal/dynamic_shapes``)."""
+    """The names of the configs in :data:`CONFIG_DIR` (read without PyTorch), then those in its sub-folders by
+    their relative name (``temporal/dynamic_shapes``); :func:`gridify.training.config.shipped_configs` too."""
     top = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
     nested = sorted(p.relative_to(CONFIG_DIR).with_suffix("").as_posix() for p in CONFIG_DIR.glob("*/*.yaml"))
     return top + nested
@@ -90,7 +90,7 @@ def check_overrides(overrides: Sequence[str], prog: str) -> None:
                 f"{prog}: error: malformed override {text!r}: expected section.key=value "
                 f"(e.g. trainer.max_epochs=2){hint}"
             )
-        if not key or not all(_KEY_PART.fullmatch(part) for part in key.split(".")):
+        if not key or not all(OVERRIDE_KEY_PART.fullmatch(part) for part in key.split(".")):
             raise SystemExit(
                 f"{prog}: error: malformed override {text!r}: the key {key!r} must be dot-separated names "
                 "(e.g. model.resolution=13)"

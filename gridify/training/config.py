@@ -33,6 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
+from gridify._commands import CONFIG_DIR, OVERRIDE_KEY_PART, shipped_config_names
 from gridify.datasets.scene_base import SCENE_FEATURES, check_features
 from gridify.registry import DATASETS
 from gridify.tasks import get_task, task_names
@@ -89,8 +90,6 @@ __all__ = [
 
 
 SECTIONS = tuple(DEFAULTS)
-#: the folder of the configs shipped with gridify (package data)
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs"
 #: the key of a config file that names the configs it starts from
 BASE_KEY = "_base_"
 #: keys of ``data`` that configure loading rather than the dataset constructor
@@ -190,11 +189,9 @@ def load_yaml(path: os.PathLike | str) -> Dict[str, Any]:
 
 
 def shipped_configs() -> List[str]:
-    """The names of the training configs shipped in :data:`CONFIG_DIR` (``procedural``, ``modelnet10``, ...,
+    """The names of the training configs shipped in ``CONFIG_DIR`` (``procedural``, ``modelnet10``, ...,
     then those in sub-folders by their relative name: ``temporal/dynamic_shapes``)."""
-    top = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
-    nested = sorted(p.relative_to(CONFIG_DIR).with_suffix("").as_posix() for p in CONFIG_DIR.glob("*/*.yaml"))
-    return top + nested
+    return shipped_config_names()
 
 
 def find_config(name: os.PathLike | str, relative_to: Optional[Path] = None) -> Path:
@@ -290,7 +287,7 @@ def parse_override(text: str) -> Tuple[List[str], Any]:
     key, raw = text.split("=", 1)
     key = key.strip()
     parts = key.split(".")
-    if not key or any(not p or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", p) for p in parts):
+    if not key or any(not OVERRIDE_KEY_PART.fullmatch(p) for p in parts):
         raise ConfigError(
             f"malformed override {text!r}: the key {key!r} must be dot-separated names (e.g. model.resolution=13)"
         )
