@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
-from typing import Callable, List, NoReturn, Optional, Sequence
+from typing import Callable, List, NoReturn, Optional, Sequence, Union
 
 from ._paths import PathError, check_checkpoint_flag, check_input_file, check_output_dir, check_output_file
 from ._pretrained import not_found_hint
@@ -35,6 +35,7 @@ __all__ = [
     "output_file",
     "output_dir",
     "up_axis",
+    "max_fragments",
     "MAX_THREADS",
     "MAX_WORKERS",
 ]
@@ -115,6 +116,23 @@ def up_axis(text: str) -> str:
     if value not in UP_AXES:
         raise argparse.ArgumentTypeError(f"must be one of {', '.join(UP_AXES)}, got {text!r}")
     return value
+
+
+def max_fragments(text: str) -> Union[int, str]:
+    """``--max-fragments``: a positive integer, or ``all`` (every point of a scan in a fragment)."""
+    if text.strip().lower() == "all":
+        return "all"
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or 'all', got {text!r}") from None
+
+
+#: ``--max-fragments`` help (predict, show, evaluate)
+MAX_FRAGMENTS_HELP = (
+    "scene segmenters: grid-subsampled fragments of the scan per view at most (default 4; 'all': every point "
+    "in a fragment; 1: about a quarter of the model calls, for a faster, slightly coarser labelling)"
+)
 
 
 def positive_float(text: str) -> float:

@@ -201,10 +201,10 @@ def evaluate_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--votes",
         type=types.positive_int,
-        default=1,
+        default=None,
         help="test-time voting: average the softmax over this many views of every cloud (the first "
         "as it is, the others with random per-axis scales in [0.85, 1.15]; scene_segmentation: rotated "
-        "about the vertical axis; default 1 = none)",
+        "about the vertical axis; default 1 = none, or what a scene checkpoint records: semantickitti 4)",
     )
     p.add_argument(
         "--voxel-size",
@@ -218,6 +218,7 @@ def evaluate_parser() -> argparse.ArgumentParser:
         default=None,
         help="scene_segmentation: the largest crop (default: the run's data.max_points)",
     )
+    p.add_argument("--max-fragments", type=types.max_fragments, default=None, help=types.MAX_FRAGMENTS_HELP)
     return p
 
 

@@ -139,6 +139,7 @@ def _add_common_model_args(p: argparse.ArgumentParser) -> None:
         help="the file's up direction: z (default, what the shipped models expect), y (e.g. "
         "modelnet40_normal_resampled, glTF), x, -z, -y or -x; rotated to z up before the model",
     )
+    p.add_argument("--max-fragments", type=types.max_fragments, default=None, help=types.MAX_FRAGMENTS_HELP)
 
 
 def _add_show_parser(sub: Any) -> None:
@@ -523,6 +524,21 @@ def _read(args: argparse.Namespace, model: Any = None):
         raise SystemExit(f"gridify {args.command}: error: {exc}")
 
 
+def _fragments(args: argparse.Namespace) -> Dict[str, Any]:
+    """``max_fragments=`` of ``--max-fragments`` when given (the library's default otherwise)."""
+    return {} if args.max_fragments is None else {"max_fragments": args.max_fragments}
+
+
+def _check_fragments_flag(args: argparse.Namespace, model: Any) -> None:
+    """``--max-fragments`` only with a scene model (a SystemExit naming the flag, before the file is read)."""
+    if args.max_fragments is not None and not getattr(model, "whole_scenes", False):
+        what = "no model" if model is None else f"a {model.task} model"
+        raise SystemExit(
+            f"gridify {args.command}: error: --max-fragments is for scene models, which cover a scan with "
+            f"fragments; this is {what}"
+        )
+
+
 def _predict(model: Any, cloud: Any, args: argparse.Namespace, **kw: Any):
     try:
         return model.predict(
@@ -531,6 +547,7 @@ def _predict(model: Any, cloud: Any, args: argparse.Namespace, **kw: Any):
             seed=args.seed,
             estimate_normals=args.estimate_normals,
             up_axis=args.up_axis,
+            **_fragments(args),
             **kw,
         )
     except (ValueError, TypeError) as exc:
@@ -551,6 +568,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.out and Path(args.out).suffix.lower() not in PREDICTION_FORMATS:
         raise SystemExit(f"gridify predict: error: --out {args.out}: use one of {list(PREDICTION_FORMATS)}")
     model = _load(args)
+    _check_fragments_flag(args, model)
     cloud = _read(args, model)
     kw: Dict[str, Any] = {"num_votes": args.votes}
     if getattr(model, "whole_scenes", False):
@@ -633,6 +651,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         raise SystemExit("gridify show: error: --layers: a scene model has no single grid or edges to draw; use points")
     if not getattr(model, "whole_scenes", False) and args.hide is not None:  # no model, or not a scene model
         raise SystemExit("gridify show: error: --hide is for scene models (the points of a class are left out)")
+    _check_fragments_flag(args, model)
     if model is not None and getattr(model, "whole_scenes", False):
         _hide_names(args, list(model.class_names))  # an unknown class fails now, not after the scan is labelled
     cloud = _read(args, model)
@@ -648,6 +667,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                     estimate_normals=args.estimate_normals,
                     up_axis=args.up_axis,
                     progress=_show_progress(args, model),
+                    **_fragments(args),
                 )
             except (ValueError, TypeError) as exc:
                 raise SystemExit(f"gridify show: error: {exc}")

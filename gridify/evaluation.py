@@ -42,7 +42,7 @@ from gridify._version import __version__
 from gridify.checkpoint import CheckpointError, build_model_from_checkpoint, inference_settings, load_checkpoint
 from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError
 from gridify.precision import autocast, resolve_precision
-from gridify.scene_inference import evaluate_scenes
+from gridify.scene_inference import check_max_fragments, evaluate_scenes, scene_defaults
 from gridify.tasks import get_task
 from gridify.training.cli import error_line
 from gridify.training.config import DEFAULTS, ConfigError, check_config, deep_merge, resolve_config
@@ -96,6 +96,40 @@ def scene_settings(
     return out
 
 
+def fragments_setting(args: argparse.Namespace) -> Dict[str, Any]:
+    """``max_fragments=`` of ``--max-fragments`` when given (an int or ``"all"``); empty: the model's default."""
+    value = getattr(args, "max_fragments", None)
+    return {} if value is None else {"max_fragments": value}
+
+
+def scene_views(args: argparse.Namespace, info: Optional[Dict[str, Any]], prog: str) -> Dict[str, Any]:
+    """``{"votes", "max_fragments"}`` of a whole-scene evaluation: ``--votes`` / ``--max-fragments`` where
+    given, else the checkpoint's recorded defaults (:func:`gridify.scene_inference.scene_defaults`)."""
+    votes, cap = scene_defaults(info)
+    given = getattr(args, "max_fragments", None)
+    return {
+        "votes": votes if getattr(args, "votes", None) is None else args.votes,
+        "max_fragments": cap if given is None else check_max_fragments(prog, given),
+    }
+
+
+def check_scene_flags(args: argparse.Namespace, task: str, prog: str) -> None:
+    """``--voxel-size``, ``--max-points`` and ``--max-fragments`` only for a task scored in whole scenes
+    (a SystemExit naming the flag; they were ignored before)."""
+    if get_task(task).whole_scenes:
+        return
+    given = [f for f, key in SCENE_FLAGS if getattr(args, key, None) is not None]
+    if given:
+        raise SystemExit(
+            f"{prog}: error: {', '.join(given)}: for scene_segmentation checkpoints (whole-scene settings); "
+            f"this is a {task} checkpoint"
+        )
+
+
+#: the ``evaluate`` flags of whole-scene scoring and their argument names
+SCENE_FLAGS = (("--voxel-size", "voxel_size"), ("--max-points", "max_points"), ("--max-fragments", "max_fragments"))
+
+
 def scene_dataset_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
     """``cfg`` with the training crop settings of the data section cleared, so that every split's items
     are whole scenes (evaluation scores every original point, the train split included)."""
@@ -125,12 +159,14 @@ def _evaluate_scenes(
             ds,
             voxel_size=settings["voxel_size"],
             max_points=settings["max_points"],
-            votes=args.votes,
+            votes=settings["votes"],
             progress=not args.no_progress,
+            max_fragments=settings["max_fragments"],
         )
     except ValueError as exc:  # a scene, its labels or a setting: named by evaluate_scenes (scene index too)
         raise SystemExit(f"{prog}: error: {error_line(exc)}")
     extra = {**extra, "num_scored": extra["num_scenes"], **settings}
+    extra["max_fragments"] = "all" if settings["max_fragments"] is None else settings["max_fragments"]
     return metrics, extra
 
 
@@ -205,6 +241,7 @@ def evaluate(
     except CheckpointError as exc:
         raise SystemExit(f"{prog}: error: {exc}")
     cfg = _evaluation_config(payload, args, prog)
+    check_scene_flags(args, cfg["task"], prog)
 
     device = torch.device(
         "cuda"
@@ -226,12 +263,14 @@ def evaluate(
     try:
         with autocast(precision, device):
             if scenes:
-                settings = scene_settings(cfg, args, voxel_size, max_points)
+                settings = {**scene_settings(cfg, args, voxel_size, max_points), **scene_views(args, info, prog)}
                 metrics, extra = _evaluate_scenes(model, ds, settings, device, args, prog)
             else:
+                votes = 1 if args.votes is None else args.votes
                 metrics, extra = evaluate_model(
-                    model, loader, cfg["task"], info, device, progress=not args.no_progress, votes=args.votes
+                    model, loader, cfg["task"], info, device, progress=not args.no_progress, votes=votes
                 )
+                extra = {**extra, "votes": votes}
     except DatasetError as exc:
         raise SystemExit(f"{prog}: error: {error_line(exc)}")
     seconds = time.time() - t0
@@ -249,7 +288,6 @@ def evaluate(
         "trained_with_gridify": payload.get("gridify_version"),
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "eval_seconds": round(seconds, 2),
-        "votes": args.votes,
         "precision": precision,
     }
     report.update(extra)
@@ -339,6 +377,10 @@ def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
         labelled = sum(int((_read_scan(path, args, model, names, prog)[1] >= 0).sum()) for path in files)
     metric = SegmentationIoU(len(names))
     rows = []
+    scenes = getattr(model, "whole_scenes", False)
+    if scenes:  # the flags, else the checkpoint's defaults (what predict uses), as the report records them
+        votes, cap = scene_views(args, model.meta.get("info"), prog).values()
+        views = {"num_votes": votes, "max_fragments": "all" if cap is None else cap}
     for path in files:
         cloud, target, label_file = _read_scan(path, args, model, names, prog)
         if (int((target >= 0).sum()) if labelled is None else labelled) == 0:
@@ -348,8 +390,9 @@ def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
                 f"classes map to it): nothing to score"
             )
         try:
-            kw = {"progress": not args.no_progress} if getattr(model, "whole_scenes", False) else {}
-            pred = model.predict(cloud, num_votes=args.votes, **kw)  # a scene model's crops: a progress bar
+            kw = {"progress": not args.no_progress, **views} if scenes else {"num_votes": args.votes or 1}
+            kw.update(fragments_setting(args))  # refused by predict for a model without fragments, naming the flag
+            pred = model.predict(cloud, **kw)  # a scene model's crops: a progress bar
         except (DatasetError, ValueError, OSError) as exc:
             raise SystemExit(f"{prog}: error: {error_line(exc)}")
         one = SegmentationIoU(len(names))
@@ -375,7 +418,8 @@ def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
         "confusion": res["confusion"].tolist(),
         "class_names": names,
         "checkpoint": str(args.ckpt or args.model),
-        "votes": args.votes,
+        "votes": views["num_votes"] if scenes else (args.votes or 1),
+        "max_fragments": views["max_fragments"] if scenes else None,
         "gridify_version": __version__,
     }
     if args.output:

@@ -197,6 +197,7 @@ class Predictor(nn.Module):
         features: Any = None,
         progress: Any = None,
         up_axis: str = "z",
+        max_fragments: Union[int, str, None] = None,
     ) -> Prediction:
         """Labels and probabilities for one cloud of any size (see the module docstring).
 
@@ -207,7 +208,8 @@ class Predictor(nn.Module):
                 unless the file/PointCloud has them or ``estimate_normals=True``).
             category: object category (name or index) for segmentation models that need one.
             num_votes: random subsets averaged by a classifier when ``N != num_points`` (default 4);
-                views (rotations about z) averaged by a scene segmenter (default 1).
+                views (rotations about z) averaged by a scene segmenter (default: the model's, 1 unless its
+                checkpoint records another).
             seed: seed of the subsets / chunks (the result is a function of the cloud and seed).
             batch_size: subsets, chunks or scene crops per forward pass (bounds the memory).
             estimate_normals: estimate missing normals from the points (local PCA of the 30 nearest; see :func:`estimate_normals`).
@@ -219,6 +221,10 @@ class Predictor(nn.Module):
                 ``"y"`` (e.g. ``modelnet40_normal_resampled``, glTF), ``"x"`` or their negatives: the
                 points (and normals) are rotated to z up before anything else (a proper rotation,
                 :func:`gridify.transforms.up_axis_rotation`); labels keep the input order.
+            max_fragments: scene segmenters only: grid-subsampled fragments of the scan per view at most
+                (``None``: the model's default, 4 unless its checkpoint records another; ``"all"``: every
+                point in a fragment; see :mod:`gridify.scene_inference`). Fewer fragments, fewer model calls:
+                1 makes about a quarter of the calls of 4 on a LiDAR scan.
 
         Returns:
             A :class:`Prediction`.
@@ -242,6 +248,7 @@ class Predictor(nn.Module):
             progress=progress,
             up_axis=up_axis,
             where=where,
+            **({} if max_fragments is None else {"max_fragments": max_fragments}),  # plugins need not take it
         )
 
     @property
@@ -309,9 +316,10 @@ class Predictor(nn.Module):
         estimate_normals: bool = False,
         up_axis: str = "z",
         progress: Any = None,
+        max_fragments: Union[int, str, None] = None,
     ) -> Dict[str, Any]:
         """Everything :func:`gridify.vis.show` draws, in the normalized frame (z up: ``up_axis`` as in
-        :meth:`predict`; ``progress`` as in :meth:`predict`, scene segmenters only).
+        :meth:`predict`; ``progress`` and ``max_fragments`` as in :meth:`predict`, scene segmenters only).
 
         Returns a dict: ``pos`` ``[N, 3]`` (all points, normalized), ``prediction``
         (:class:`Prediction`), ``grid`` ``[C, R, R, R]`` (the *gridification* output, i.e. the
@@ -334,6 +342,7 @@ class Predictor(nn.Module):
             up_axis=up_axis,
             progress=progress,
             where=where,
+            **({} if max_fragments is None else {"max_fragments": max_fragments}),  # plugins need not take it
         )
 
     def _chunks(self, cloud: Dict[str, Any], seed: int) -> Any:

@@ -35,12 +35,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import check_alloc, check_int, check_positive_int, fail
+from .._checks import check_alloc, check_int, check_positive_int, fail, is_int
 from .._progress import resolve_progress
 from ..checkpoint import CheckpointError
 from ..io import PointCloud, centre_large_offset
 from ..nn.state import all_or_nothing, evaluating
 from ..registry import TASKS, Registry
+from ..scene_inference import check_max_fragments, scene_defaults
 from ..tasks import get_task, task_names
 from ..transforms import to_z_up
 from .inputs import as_float32, canonical_order, check_xyz, read_cloud, read_scene, to_numpy
@@ -243,6 +244,7 @@ class TaskPredictor:
         features: Any = None,
         progress: Any = None,
         up_axis: str = "z",
+        max_fragments: Any = None,
         where: str = "Predictor.predict",
     ) -> Prediction:
         """:meth:`gridify.api.Predictor.predict` of ``predictor``'s model on one cloud (``up_axis`` checked)."""
@@ -259,10 +261,21 @@ class TaskPredictor:
         estimate_normals: bool = False,
         up_axis: str = "z",
         progress: Any = None,
+        max_fragments: Any = None,
         where: str = "Predictor.inspect",
     ) -> Dict[str, Any]:
         """:meth:`gridify.api.Predictor.inspect` (its arguments checked)."""
         fail(where, f"the {type(self).__name__} of this {predictor.task} model has nothing to inspect")
+
+
+def refuse_fragments(predictor: Any, max_fragments: Any, where: str) -> None:
+    """``max_fragments=`` only for a scene segmenter (ValueError naming ``where``)."""
+    if max_fragments is not None:
+        fail(
+            where,
+            f"max_fragments= (--max-fragments) is for scene segmenters, which cover a scan with fragments; "
+            f"this is a {predictor.task} model",
+        )
 
 
 class CloudPredictor(TaskPredictor):
@@ -287,10 +300,12 @@ class CloudPredictor(TaskPredictor):
         features: Any = None,
         progress: Any = None,
         up_axis: str = "z",
+        max_fragments: Any = None,
         where: str = "Predictor.predict",
     ) -> Prediction:
         if features is not None or resolve_progress(where, progress) is not None:
             fail(where, f"features= and progress= are for scene segmenters; this is a {predictor.task} model")
+        refuse_fragments(predictor, max_fragments, where)
         num_votes = self.default_votes if num_votes is None else num_votes
         check_run(where, num_votes, batch_size, seed, estimate_normals)
         cat = category_index(predictor, category, where)
@@ -351,10 +366,12 @@ class CloudPredictor(TaskPredictor):
         estimate_normals: bool = False,
         up_axis: str = "z",
         progress: Any = None,
+        max_fragments: Any = None,
         where: str = "Predictor.inspect",
     ) -> Dict[str, Any]:
         if resolve_progress(where, progress) is not None:
             fail(where, f"progress= is for scene segmenters; this is a {predictor.task} model")
+        refuse_fragments(predictor, max_fragments, where)
         model = predictor.model
         if not callable(getattr(model, "gridify", None)):
             fail(where, f"the model ({type(model).__name__}) has no gridification to inspect")
@@ -451,6 +468,11 @@ class ScenePredictor(TaskPredictor):
         when the file is loaded: a CheckpointError naming the file and the entry, never a failure later."""
         from ..datasets.scene_base import SCENE_FEATURES  # noqa: PLC0415 (datasets sit beside api's layer)
 
+        for key in ("votes", "max_fragments"):  # the inference defaults a scene checkpoint may record
+            v = info.get(key)
+            if v is not None and not (is_int(v) and v >= 1) and not (key == "max_fragments" and v == "all"):
+                what = "a positive integer" + (" or 'all'" if key == "max_fragments" else "")
+                raise CheckpointError(f"{path}: entry info['{key}'] must be null or {what}, got {v!r}")
         for key in ("voxel_size", "max_points"):
             v = info.get(key, data.get(key))
             ok = v is None or (
@@ -493,17 +515,19 @@ class ScenePredictor(TaskPredictor):
         features: Any = None,
         progress: Any = None,
         up_axis: str = "z",
+        max_fragments: Any = None,
         where: str = "Predictor.predict",
     ) -> Prediction:
         from ..scene_inference import (  # noqa: PLC0415
-            MAX_FRAGMENTS,
             check_scene_output,
             check_voxel_range,
             predict_scene_unchecked,
         )
 
-        num_votes = 1 if num_votes is None else num_votes
+        votes_default, fragments_default = scene_defaults(predictor.meta.get("info"))
+        num_votes = votes_default if num_votes is None else num_votes
         check_run(where, num_votes, batch_size, seed, estimate_normals)
+        max_fragments = fragments_default if max_fragments is None else check_max_fragments(where, max_fragments)
         if category is not None:
             fail(where, "category (--category) is only used by part segmenters; a scene segmenter takes none")
         progress = resolve_progress(where, progress)
@@ -536,7 +560,7 @@ class ScenePredictor(TaskPredictor):
                 int(num_votes),
                 int(seed),
                 int(batch_size),
-                MAX_FRAGMENTS,
+                max_fragments,
                 progress,
             )
         check_scene_output(where, probs, pos, x, list(predictor.scene_features), source)
@@ -636,12 +660,22 @@ class ScenePredictor(TaskPredictor):
         estimate_normals: bool = False,
         up_axis: str = "z",
         progress: Any = None,
+        max_fragments: Any = None,
         where: str = "Predictor.inspect",
     ) -> Dict[str, Any]:
         """Metric points, every one labelled; no single grid frame to draw (each crop has its own box)."""
+        if max_fragments is not None:
+            check_max_fragments(where, max_fragments)  # named as inspect's, before the predict below
         points = read_scene(points)  # read once, with the fields the features may need
         pred = predictor.predict(
-            points, normals, category, seed=seed, estimate_normals=estimate_normals, up_axis=up_axis, progress=progress
+            points,
+            normals,
+            category,
+            seed=seed,
+            estimate_normals=estimate_normals,
+            up_axis=up_axis,
+            progress=progress,
+            max_fragments=max_fragments,
         )
         pos, _, _ = read_cloud(points, normals, where)
         pos, _ = to_z_up(pos, up_axis)

@@ -629,7 +629,8 @@ def _checked(
 
 def _scene_settings(model: Any) -> Dict[str, Any]:
     """The crops a scene segmenter was trained on, from its checkpoint (a path) or Predictor:
-    ``features`` (names), ``voxel_size`` and ``max_points`` where recorded."""
+    ``features`` (names), ``voxel_size`` and ``max_points`` where recorded, and the whole-scan
+    defaults ``votes`` / ``max_fragments`` of :meth:`gridify.Predictor.predict` where the checkpoint has them."""
     out: Dict[str, Any] = {}
     meta = load_checkpoint(model) if isinstance(model, (str, os.PathLike)) else (getattr(model, "meta", None) or {})
     data = (meta.get("config") or {}).get("data") or {}
@@ -643,6 +644,9 @@ def _scene_settings(model: Any) -> Dict[str, Any]:
         value = info.get(key, data.get(key))
         if value is not None:
             out[key] = value
+    for key in ("votes", "max_fragments"):  # the whole-scan defaults the checkpoint records, if any
+        if info.get(key) is not None:
+            out[key] = info[key]
     return out
 
 

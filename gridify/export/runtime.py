@@ -80,6 +80,10 @@ class OnnxSceneModel:
         self.features = json.loads(meta.get("features", "null"))
         self.voxel_size = json.loads(meta.get("voxel_size", "null"))
         self.max_points = json.loads(meta.get("max_points", "null"))
+        votes, cap = json.loads(meta.get("votes", "null")), json.loads(meta.get("max_fragments", "null"))
+        #: the whole-scan defaults of :meth:`predict` (the checkpoint's, as :meth:`gridify.Predictor.predict`'s)
+        self.default_votes = 1 if votes is None else int(votes)
+        self.default_fragments = 4 if cap is None else (None if cap == "all" else int(cap))
         self.in_channels = int(meta["in_channels"])
         self.k = int(meta.get("k", 1))
         shape = self.session.get_inputs()[0].shape  # [B, N, 3]: N an int for a fixed-size export
@@ -153,15 +157,25 @@ class OnnxSceneModel:
         return torch.from_numpy(x if self.features else x[:, :0])
 
     def predict(
-        self, pos: Any, x: Optional[Tensor] = None, *, votes: int = 1, seed: int = 0, progress: Optional[Any] = None
+        self,
+        pos: Any,
+        x: Optional[Tensor] = None,
+        *,
+        votes: Optional[int] = None,
+        seed: int = 0,
+        progress: Optional[Any] = None,
+        max_fragments: Union[int, str, None] = None,
     ) -> Tensor:
         """Class probabilities ``[N, K]`` of every point of a scene, covered with the file's crops.
 
         ``pos``: the scan as a file path or a :class:`gridify.io.PointCloud` (its features then built by
         :meth:`features_of`, ``x`` not given), or its coordinates as a tensor or numpy array with ``x`` the
-        features (:meth:`features_of` the scan; none for a file without features)."""
+        features (:meth:`features_of` the scan; none for a file without features). ``votes``, ``seed``,
+        ``progress`` and ``max_fragments`` as in :meth:`gridify.Predictor.predict` (``None``: the defaults
+        recorded in the file, :attr:`default_votes` / :attr:`default_fragments`: 1 view and 4 fragments unless
+        its checkpoint recorded others; ``max_fragments="all"``: every point in a fragment)."""
         from ..io import PointCloud  # noqa: PLC0415
-        from ..scene_inference import MAX_FRAGMENTS, predict_scene_checked  # noqa: PLC0415
+        from ..scene_inference import predict_scene_checked  # noqa: PLC0415
 
         where = "OnnxSceneModel.predict"
         if isinstance(pos, (PointCloud, str, os.PathLike)):
@@ -182,7 +196,17 @@ class OnnxSceneModel:
                 f"columns (features_of builds them from a scan)",
             )
         return predict_scene_checked(
-            where, self, pos, x, self.voxel_size, self.max_points, votes, seed, 1, MAX_FRAGMENTS, progress
+            where,
+            self,
+            pos,
+            x,
+            self.voxel_size,
+            self.max_points,
+            self.default_votes if votes is None else votes,
+            seed,
+            1,
+            self.default_fragments if max_fragments is None else max_fragments,
+            progress,
         )
 
 

@@ -368,6 +368,13 @@ def test_whole_scene_through_the_file_equals_predict_scene(tmp_path):
         want = predict_scene(model, pos, x, voxel_size=0.5, max_points=400)
     got = runner.predict(pos, x)
     assert torch.equal(got.argmax(1), want.argmax(1)) and (got - want).abs().max() < 1e-4
+    for cap, given in ((1, 1), (None, "all")):  # the fragment cap, as predict_scene's
+        with torch.no_grad():
+            want = predict_scene(model, pos, x, voxel_size=0.5, max_points=400, max_fragments=cap)
+        got = runner.predict(pos, x, max_fragments=given)
+        assert torch.equal(got.argmax(1), want.argmax(1)) and (got - want).abs().max() < 1e-4, given
+    with pytest.raises(ValueError, match=r"^OnnxSceneModel\.predict: max_fragments must be a positive integer"):
+        runner.predict(pos, x, max_fragments=0)
     with pytest.raises(ValueError, match="is not a scene segmenter exported by gridify"):
         E.export_onnx(part_model()[0], tmp_path / "part.onnx", verify=False)
         E.OnnxSceneModel(tmp_path / "part.onnx")

@@ -216,3 +216,93 @@ def test_utm_scans_reach_the_model_with_their_millimetres(tmp_path, monkeypatch)
     monkeypatch.setattr(SI, "predict_scene_unchecked", real_unchecked)
     SI.predict_scene(runner, torch.from_numpy(utm), voxel_size=0.5, max_points=200)
     assert crops and max(crops) < 1e-4
+
+
+def _dense_scan(path, n=2000, seed=3):
+    """A KITTI ``.bin`` of ``n`` points in an 8 x 8 x 1 m box: several points per 0.5 m voxel, so the
+    fragment cap decides how many fragments a view has."""
+    rng = np.random.default_rng(seed)
+    rows = np.concatenate([rng.uniform(0, 8, (n, 2)), rng.uniform(0, 1, (n, 1)), rng.uniform(0, 1, (n, 1))], 1)
+    rows.astype("<f4").tofile(path)
+    return rows.astype(np.float32)
+
+
+def test_max_fragments_is_predict_scenes_cap_and_all_covers_every_point(tmp_path):
+    rows = _dense_scan(tmp_path / "scan.bin")
+    path, model = _export(tmp_path)
+    m = load(path)
+    pos = torch.from_numpy(rows[:, :3].copy())
+    x = torch.from_numpy(np.stack([rows[:, 3], scene_height(rows[:, 2])], 1))
+    calls = {}
+    for cap in (1, 4, None):
+        want = predict_scene(model, pos, x, voxel_size=0.5, max_points=200, max_fragments=cap)
+        given = "all" if cap is None else cap
+        seen = []
+        got = m.predict(tmp_path / "scan.bin", max_fragments=given, progress=lambda d, t: seen.append(t))
+        np.testing.assert_allclose(got.probabilities, want.numpy(), atol=1e-5)
+        calls[cap] = seen[-1]
+    assert calls[1] < calls[4] < calls[None]  # fewer fragments, fewer crops: the cap is what predict used
+    default = m.predict(tmp_path / "scan.bin")  # the default is 4, as predict_scene's
+    np.testing.assert_allclose(default.probabilities, m.predict(tmp_path / "scan.bin", max_fragments=4).probabilities)
+    np.testing.assert_array_equal(
+        m.predict(tmp_path / "scan.bin", max_fragments=None).labels,
+        m.predict(tmp_path / "scan.bin", max_fragments="ALL").labels,
+    )
+    res = m.inspect(tmp_path / "scan.bin", max_fragments=1)  # show labels the scan the same way
+    np.testing.assert_array_equal(res["prediction"].labels, m.predict(tmp_path / "scan.bin", max_fragments=1).labels)
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "some", "4"])
+def test_max_fragments_errors_name_the_argument(tmp_path, bad):
+    _scan(tmp_path / "scan.bin", n=100)
+    path, _ = _export(tmp_path)
+    m = load(path)
+    with pytest.raises(ValueError, match=r"^Predictor\.predict: max_fragments must be a positive integer"):
+        m.predict(tmp_path / "scan.bin", max_fragments=bad)
+    with pytest.raises(ValueError, match=r"^Predictor\.inspect: max_fragments must be a positive integer"):
+        m.inspect(tmp_path / "scan.bin", max_fragments=bad)
+    with pytest.raises(ValueError, match=r"^predict_scene: max_fragments must be a positive integer"):
+        predict_scene(m.model, torch.rand(20, 3), torch.rand(20, 2), max_fragments=bad)
+
+
+def test_max_fragments_is_refused_for_a_classifier():
+    model = load("modelnet10")
+    cloud = np.random.default_rng(0).normal(size=(300, 3)).astype(np.float32)
+    for call in (model.predict, model.inspect):
+        for cap in (1, 4, "all"):
+            with pytest.raises(ValueError, match=r"max_fragments= \(--max-fragments\) is for scene segmenters"):
+                call(cloud, max_fragments=cap)
+    assert model.predict(cloud, max_fragments=None).labels.shape == ()  # None: the default, nothing asked
+
+
+def test_a_scene_checkpoint_records_its_whole_scan_defaults(tmp_path):
+    import inspect
+
+    from gridify import Predictor
+    from gridify.checkpoint import CheckpointError, export_model, load_checkpoint
+    from gridify.export.runtime import OnnxSceneModel
+    from gridify.scene_inference import MAX_FRAGMENTS, evaluate_scenes, scene_defaults
+
+    rows = _dense_scan(tmp_path / "scan.bin")
+    path, model = _export(tmp_path)
+    assert scene_defaults(load(path).meta["info"]) == (1, MAX_FRAGMENTS)  # nothing recorded: 1 view, 4 fragments
+    payload = load_checkpoint(path)
+    meta = {k: payload[k] for k in ("model_name", "model_kwargs", "task")}
+    export_model(tmp_path / "tta.pt", model, {**meta, "info": {**payload["info"], "votes": 3, "max_fragments": 1}})
+    m = load(tmp_path / "tta.pt")
+    pos = torch.from_numpy(rows[:, :3].copy())
+    x = torch.from_numpy(np.stack([rows[:, 3], scene_height(rows[:, 2])], 1))
+    want = predict_scene(model, pos, x, voxel_size=0.5, max_points=200, votes=3, max_fragments=1)
+    np.testing.assert_allclose(m.predict(tmp_path / "scan.bin").probabilities, want.numpy(), atol=1e-5)
+    plain = predict_scene(model, pos, x, voxel_size=0.5, max_points=200)  # the caller's settings win
+    got = m.predict(tmp_path / "scan.bin", num_votes=1, max_fragments=4).probabilities
+    np.testing.assert_allclose(got, plain.numpy(), atol=1e-5)
+    for key, value in (("votes", 0), ("votes", "4"), ("max_fragments", 0), ("max_fragments", "every")):
+        export_model(tmp_path / "bad.pt", model, {**meta, "info": {**payload["info"], key: value}})
+        with pytest.raises(CheckpointError, match=rf"entry info\['{key}'\] must be null or a positive integer"):
+            load(tmp_path / "bad.pt")
+    # the public entries: None means the model's (or file's) default; the scene functions' is MAX_FRAGMENTS
+    for fn in (Predictor.predict, Predictor.inspect, OnnxSceneModel.predict):
+        assert inspect.signature(fn).parameters["max_fragments"].default is None, fn
+    for fn in (predict_scene, evaluate_scenes):
+        assert inspect.signature(fn).parameters["max_fragments"].default == MAX_FRAGMENTS, fn

@@ -219,3 +219,58 @@ def test_show_checks_the_files_own_label_field(tmp_path):
     with pytest.raises(SystemExit, match=r"big\.ply: label 9 \(row 0\) outside -1..2 \(3 classes of the model\)"):
         gridify_main(args)
     assert not (tmp_path / "x.png").exists()
+
+
+def _dense_scan(path, n=2000, seed=3):
+    """A ``.bin`` scan with several points per 0.5 m voxel (the fragment cap changes the crops)."""
+    rng = np.random.default_rng(seed)
+    rows = np.concatenate([rng.uniform(0, 8, (n, 2)), rng.uniform(0, 1, (n, 1)), rng.uniform(0, 1, (n, 1))], 1)
+    rows.astype("<f4").tofile(path)
+    return rows.astype(np.float32)
+
+
+def test_predict_and_evaluate_scan_take_max_fragments(tmp_path, capsys):
+    import json
+
+    from gridify import load
+
+    _dense_scan(tmp_path / "scan.bin")
+    path, _ = _export(tmp_path)
+    model = load(path)
+    for flag, cap in (("1", 1), ("all", None)):
+        out = tmp_path / f"p{flag}.json"
+        argv = ["predict", str(tmp_path / "scan.bin"), "--ckpt", str(path), "--max-fragments", flag, "--out", str(out)]
+        assert gridify_main(argv + ["--no-progress"]) == 0
+        want = model.predict(tmp_path / "scan.bin", max_fragments=cap)
+        assert json.loads(out.read_text())["labels"] == want.labels.tolist()
+    truth = np.random.default_rng(0).integers(0, 3, 2000)
+    np.save(tmp_path / "truth.npy", truth)
+    report = tmp_path / "m.json"
+    scan, labels = str(tmp_path / "scan.bin"), str(tmp_path / "truth.npy")
+    argv = ["evaluate", "--ckpt", str(path), "--scan", scan, "--labels", labels]
+    assert gridify_main(argv + ["--max-fragments", "1", "--output", str(report), "--no-progress"]) == 0
+    got = json.loads(report.read_text())
+    assert got["max_fragments"] == 1
+    one = model.predict(tmp_path / "scan.bin", max_fragments=1).labels
+    assert got["metrics"]["oa"] == pytest.approx(float((one == truth).mean()))
+
+
+@pytest.mark.parametrize("command", ["predict", "show"])
+def test_max_fragments_flag_errors_name_the_flag(tmp_path, command):
+    _scan(tmp_path / "scan.bin", n=100)
+    for value in ("0", "-1", "1.5", "few"):
+        with pytest.raises(SystemExit) as exc:
+            gridify_main([command, str(tmp_path / "scan.bin"), "--model", "modelnet10", "--max-fragments", value])
+        assert exc.value.code == 2  # an argparse error, before any model loads
+    with pytest.raises(SystemExit, match=rf"gridify {command}: error: --max-fragments is for scene models"):
+        gridify_main([command, str(tmp_path / "scan.bin"), "--model", "modelnet10", "--max-fragments", "1"])
+
+
+def test_evaluate_refuses_scene_flags_for_a_classifier_checkpoint():
+    from gridify._pretrained import pretrained_file
+
+    ckpt = str(pretrained_file("modelnet10"))
+    with pytest.raises(SystemExit, match=r"--max-fragments: for scene_segmentation checkpoints .* classification"):
+        gridify_main(["evaluate", "--ckpt", ckpt, "--max-fragments", "2"])
+    with pytest.raises(SystemExit, match=r"--voxel-size, --max-points: for scene_segmentation checkpoints"):
+        gridify_main(["evaluate", "--ckpt", ckpt, "--voxel-size", "0.1", "--max-points", "100"])
