@@ -172,7 +172,7 @@ class OnnxSceneModel:
         :meth:`features_of`, ``x`` not given), or its coordinates as a tensor or numpy array with ``x`` the
         features (:meth:`features_of` the scan; none for a file without features). ``votes``, ``seed``,
         ``progress`` and ``max_fragments`` as in :meth:`gridify.Predictor.predict` (``None``: the defaults
-        recorded in the file, :attr:`default_votes` / :attr:`default_fragments`: 1 view and 4 fragments unless
+        recorded in the file, ``default_votes`` / ``default_fragments``: 1 view and 4 fragments unless
         its checkpoint recorded others; ``max_fragments="all"``: every point in a fragment)."""
         from ..io import PointCloud  # noqa: PLC0415
         from ..scene_inference import predict_scene_checked  # noqa: PLC0415
