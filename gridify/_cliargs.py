@@ -130,8 +130,9 @@ def max_fragments(text: str) -> Union[int, str]:
 
 #: ``--max-fragments`` help (predict, show, evaluate)
 MAX_FRAGMENTS_HELP = (
-    "scene segmenters: grid-subsampled fragments of the scan per view at most (default 4; 'all': every point "
-    "in a fragment; 1: about a quarter of the model calls, for a faster, slightly coarser labelling)"
+    "scene segmenters: grid-subsampled fragments of the scan per view at most (default: the model's, 4 unless "
+    "its checkpoint records another, semantickitti: 1; 'all': every point in a fragment; 1 with --votes 1: about "
+    "a quarter of the model calls of 4 fragments, for a faster, slightly coarser labelling)"
 )
 
 

@@ -80,10 +80,11 @@ class OnnxSceneModel:
         self.features = json.loads(meta.get("features", "null"))
         self.voxel_size = json.loads(meta.get("voxel_size", "null"))
         self.max_points = json.loads(meta.get("max_points", "null"))
-        votes, cap = json.loads(meta.get("votes", "null")), json.loads(meta.get("max_fragments", "null"))
+        from ..scene_inference import scene_defaults  # noqa: PLC0415
+
+        recorded = {key: json.loads(meta.get(key, "null")) for key in ("votes", "max_fragments")}
         #: the whole-scan defaults of :meth:`predict` (the checkpoint's, as :meth:`gridify.Predictor.predict`'s)
-        self.default_votes = 1 if votes is None else int(votes)
-        self.default_fragments = 4 if cap is None else (None if cap == "all" else int(cap))
+        self.default_votes, self.default_fragments = scene_defaults(recorded)
         self.in_channels = int(meta["in_channels"])
         self.k = int(meta.get("k", 1))
         shape = self.session.get_inputs()[0].shape  # [B, N, 3]: N an int for a fixed-size export
