@@ -27,3 +27,9 @@ S3DIS_TEST_AREA = 5
 #: the finest voxel edge (metres) of the scene settings (``data.voxel_size``, ``gridify evaluate --voxel-size``):
 #: finer voxels overflow the integer voxel coordinates of a scene (this is the value; the schema reads it)
 MIN_VOXEL_SIZE = 1e-6
+#: the keys of :data:`gridify.datasets.download.ARCHIVES` and :data:`~gridify.datasets.download.ARCHIVE_ALIASES`
+ARCHIVE_NAMES = (
+    "ModelNet40", "ModelNet10", "modelnet40_normal_resampled", "modelnet40_ply_hdf5_2048",
+    "shapenetcore_partanno_segmentation_benchmark_v0_normal", "shapenet_part_seg_hdf5_data", "shapenetcore_partanno_v0",
+)  # fmt: skip
+ARCHIVE_ALIASES = ("shapenet", "shapenetpart", "shapenet_part")

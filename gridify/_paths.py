@@ -160,6 +160,10 @@ def check_checkpoint_flag(path: Optional[PathLike], flag: str = "--ckpt", hint: 
     check_input_file(path, flag)
 
 
+#: the label files ``gridify predict --out`` / :func:`gridify.api.write_prediction` write, by extension
+PREDICTION_FORMATS = (".txt", ".npy", ".ply", ".json")
+
+
 @_checked
 def check_output_file(path: PathLike, what: str = "", *, suffixes: Optional[Sequence[str]] = None) -> Path:
     """``path`` as a :class:`~pathlib.Path` when a file can be written there (the parent folders
@@ -169,14 +173,14 @@ def check_output_file(path: PathLike, what: str = "", *, suffixes: Optional[Sequ
     p = Path(text)
     if text.endswith(("/", os.sep)) or p.is_dir():
         raise PathError(f"{target}: is a folder, but a file is written there; give a file name")
-    if suffixes is not None and p.suffix.lower() not in suffixes:
-        raise PathError(
-            f"{target}: unsupported extension {p.suffix.lower() or '(none)'!r}; use one of {list(suffixes)}"
-        )
     if p.exists():
         special = _special_kind(p.stat().st_mode)
         if special:
             raise PathError(f"{target}: is {special}, not a regular file")
+    if suffixes is not None and p.suffix.lower() not in suffixes:
+        raise PathError(
+            f"{target}: unsupported extension {p.suffix.lower() or '(none)'!r}; use one of {list(suffixes)}"
+        )
     if p.parent.exists():
         problem = _folder_problem(p.parent)
         if problem:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from . import _cliargs as types
-from ._paths import check_input_file, check_output_dir, one_line_errors
+from ._paths import PREDICTION_FORMATS, check_input_file, check_output_dir, one_line_errors
 from ._pretrained import PRETRAINED, closest_shipped
 
 if TYPE_CHECKING:  # numpy and torch are imported by the commands that run, never while parsing
@@ -288,7 +288,14 @@ def _add_list_parser(sub: Any) -> None:
         "NAME), the shipped models (--model NAME, gridify.load(NAME)) and the model architectures of the "
         "registry (model.name), the datasets (data.name). Generated from the package's registries.",
     )
-    li.add_argument("what", nargs="?", choices=(*LIST_KINDS, "all"), default="all", help="what to list (default all)")
+    li.add_argument(
+        "what",
+        nargs="?",
+        choices=(*LIST_KINDS, "keys", "all"),
+        default="all",
+        help="what to list (default all: configs, models and datasets; keys: every config key, its type, range "
+        "and default)",
+    )
     li.set_defaults(func=cmd_list)
 
 
@@ -304,6 +311,11 @@ def _config_summary(path: Path) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    if args.what == "keys":  # the rows of docs/config_keys.md
+        from .training.schema import print_keys
+
+        print_keys()
+        return 0
     kinds = LIST_KINDS if args.what == "all" else (args.what,)
     if "configs" in kinds:  # read from the files alone: no PyTorch (gridify.training imports it)
         from ._commands import CONFIG_DIR, shipped_config_names
@@ -351,7 +363,7 @@ def _add_predict_parser(sub: Any) -> None:
     )
     q.add_argument(
         "--out",
-        type=types.output_file(),
+        type=types.output_file(PREDICTION_FORMATS),
         help="write the labels: .txt (one per line), .npy, .ply (points coloured by label, "
         "with a label property) or .json (labels, names, probabilities)",
     )
@@ -564,10 +576,8 @@ def _check_given_files(args: argparse.Namespace) -> None:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     _check_given_files(args)
-    from .api.prediction import PREDICTION_FORMATS, write_prediction
+    from .api.prediction import write_prediction
 
-    if args.out and Path(args.out).suffix.lower() not in PREDICTION_FORMATS:
-        raise SystemExit(f"gridify predict: error: --out {args.out}: use one of {list(PREDICTION_FORMATS)}")
     model = _load(args)
     _check_fragments_flag(args, model)
     cloud = _read(args, model)
@@ -875,7 +885,26 @@ def _download_keys(args: argparse.Namespace) -> List[str]:
         raise SystemExit(f"gridify download: error: {exc}")
 
 
+def _check_archive_name(name: Optional[str]) -> None:
+    """An unknown archive name as a SystemExit line before PyTorch loads (the library's
+    :func:`~gridify.datasets.download.resolve_archive` rule on the parser's literals)."""
+    import difflib
+
+    from ._clinames import ARCHIVE_ALIASES, ARCHIVE_NAMES
+
+    if name is None or str(name).lower() in {k.lower() for k in ARCHIVE_NAMES} | set(ARCHIVE_ALIASES):
+        return
+    close = difflib.get_close_matches(name.lower(), [*(k.lower() for k in ARCHIVE_NAMES), *ARCHIVE_ALIASES], n=1)
+    hint = f"; did you mean {close[0]}?" if close else "."
+    raise SystemExit(
+        f"gridify download: error: unknown archive {name!r}{hint} Known: {', '.join(ARCHIVE_NAMES)} "
+        f"(any case; also {', '.join(ARCHIVE_ALIASES)}; gridify download --list)"
+    )
+
+
 def cmd_download(args: argparse.Namespace) -> int:
+    if not args.config:
+        _check_archive_name(args.name)
     from .datasets import ARCHIVES, DownloadError, default_root
     from .datasets.download import download_archive, manual_instructions
 

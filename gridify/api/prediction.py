@@ -9,13 +9,11 @@ from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
+from .._paths import PREDICTION_FORMATS
 from ..registry import TASKS
 from ..tasks import get_task
 
 __all__ = ["Prediction", "write_prediction", "PREDICTION_FORMATS"]
-
-#: the files :func:`write_prediction` writes, by extension
-PREDICTION_FORMATS = (".txt", ".npy", ".ply", ".json")
 
 
 @dataclass

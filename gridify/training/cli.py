@@ -76,7 +76,7 @@ def error_line(exc: BaseException) -> str:
             if getattr(exc, "archive", None)
             else ""
         )
-        return f"{exc.summary} ({fetch}point --data-root at it)"
+        return f"{exc.summary.rstrip('.')} ({fetch}point --data-root at it)"
     if isinstance(exc, DownloadError):
         return f"{exc.summary} ('gridify download NAME --instructions' says where to put the archive by hand)"
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]

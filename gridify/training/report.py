@@ -183,7 +183,7 @@ def write_test_outputs(record: RunRecord, report: Dict[str, Any], model: torch.n
     print(
         f"[train] test ({report.get('num_scored')} of {report['num_samples']} samples{part}, {report['checkpoint']}): "
         f"{format_metrics(cfg['task'], report['metrics'])} | trained {train_seconds:.0f} s | "
-        f"{out / 'test_metrics.json'}",
+        f"{out / 'test_metrics.json'} | model: {out / 'checkpoints' / 'model.pt'}",
         flush=True,
     )
 

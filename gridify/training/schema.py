@@ -1103,14 +1103,19 @@ def annotated_yaml(cfg: Dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+def print_keys() -> None:
+    """Every config key, one per line: its rule, default and meaning (``gridify list keys``)."""
+    for key, rule, default, doc in key_rows():
+        print(f"{key:34} {rule}" + (f"  [default {default}]" if default else "") + (f"  - {doc}" if doc else ""))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     """``python -m gridify.training.schema [--markdown]``: list every config key (or print the docs table)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args == ["--markdown"]:
         sys.stdout.write(markdown_table())
         return
-    for key, rule, default, doc in key_rows():
-        print(f"{key:34} {rule}" + (f"  [default {default}]" if default else "") + (f"  - {doc}" if doc else ""))
+    print_keys()
 
 
 if __name__ == "__main__":

@@ -124,6 +124,10 @@ CASES = [
     (["predict", f"{P}/cloud.npy", "--model", "modelnet10", "--out", f"{P}/adir"], ["--out", "adir", "folder"]),
     (["predict", f"{P}/cloud.npy", "--model", "modelnet10", "--out", f"{P}/afile/x/l.txt"], ["--out", "below"]),
     (["predict", f"{P}/cloud.npy", "--model", "modelnet10", "--out", f"{P}/fifo"], ["--out", "FIFO"]),
+    (
+        ["predict", f"{P}/cloud.npy", "--model", "modelnet10", "--out", f"{P}/l.csv"],
+        ["--out", "l.csv", "unsupported extension '.csv'", ".txt", ".npy", ".ply", ".json"],
+    ),
     (["show", f"{P}/cloud.npy", "--out", f"{P}/afile/v.png"], ["--out", "afile", "not a folder"]),
     (["show", f"{P}/cloud.npy", "--out", f"{P}/v.txt"], ["--out", "v.txt", "unsupported extension '.txt'", ".png"]),
     (["show", f"{P}/cloud.npy", "--out", f"{P}/adir"], ["--out", "adir", "folder"]),
@@ -288,8 +292,9 @@ def test_output_paths_are_checked_before_any_work(t, capsys, monkeypatch):
         raise AssertionError("the model was loaded before the output path was checked")
 
     monkeypatch.setattr(gridify.api, "load", never)
-    status, err = run_cli(["predict", str(t / "cloud.npy"), "--model", "modelnet10", "--out", str(t / "adir")], capsys)
-    assert status == 2 and "--out" in err
+    for out in ("adir", "labels.csv"):  # a folder, an extension predict cannot write
+        status, err = run_cli(["predict", str(t / "cloud.npy"), "--model", "modelnet10", "--out", str(t / out)], capsys)
+        assert status == 2 and "--out" in err and out in err
     import gridify.evaluation as E
 
     monkeypatch.setattr(E, "load_checkpoint", never)

@@ -125,6 +125,9 @@ def test_the_parsers_literals_equal_the_library_values():
         GRID_NODES,
     )
     assert N.LAYOUTS == tuple(LAYOUTS) and N.S3DIS_TEST_AREA == S3DIS_TEST_AREA
+    from gridify.datasets.download import ARCHIVE_ALIASES, ARCHIVES
+
+    assert N.ARCHIVE_NAMES == tuple(ARCHIVES) and N.ARCHIVE_ALIASES == tuple(ARCHIVE_ALIASES)
     assert C.CONFIG_SECTIONS == tuple(SECTIONS) and C.EVAL_PRECISIONS == tuple(PRECISIONS)
     assert PRETRAINED is API_PRETRAINED
     from gridify.bench import recipe, synthetic
@@ -158,6 +161,14 @@ def test_gridify_list_names_every_shipped_config_model_and_dataset(capsys):
     assert "modelnet40_fast" in out and "semantickitti_mini" in out and "temporal/dynamic_shapes" in out
     assert main(["list", "models"]) == 0
     assert "configs" not in capsys.readouterr().out
+
+    from gridify.training.schema import declared_keys
+
+    assert main(["list", "keys"]) == 0  # every config key with its rule (the rows of docs/config_keys.md)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == [k for k, _ in declared_keys()]
+    assert any(line.startswith("optim.lr ") and "[default" in line for line in lines)
+    assert not any(line.startswith("optim.lr ") for line in out.splitlines())  # not in the default listing
 
 
 def test_warnings_of_a_command_are_one_line_without_source_lines():
@@ -255,6 +266,12 @@ EXIT_PROBE = PROBE.replace(
         (["show", "no_such_cloud.ply", "--out", "v.png"], "gridify show: error: no_such_cloud.ply: not found"),
         (["export", "gone.pt", "--out", "m.onnx"], "gridify export: error: checkpoint not found: gone.pt"),
         (["export", "modelnet11", "--out", "m.onnx"], "did you mean modelnet10?"),
+        (["download", "modelnet11"], "gridify download: error: unknown archive 'modelnet11'; did you mean modelnet10?"),
+        (["download", "nosuch"], "unknown archive 'nosuch'. Known: ModelNet40, ModelNet10"),
+        (
+            ["predict", "x.ply", "--model", "modelnet10", "--out", "labels.csv"],
+            "labels.csv: unsupported extension '.csv'; use one of ['.txt', '.npy', '.ply', '.json']",
+        ),
     ],
 )
 def test_missing_files_and_configs_and_malformed_overrides_are_named_before_torch_loads(argv, shown, tmp_path):

@@ -4,6 +4,8 @@ The end-to-end runs use a tiny procedural data set and a tiny model so the whole
 well under a minute on one core (the two-process ddp and ddp_spawn runs take about 25 s of it).
 """
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -199,19 +201,28 @@ def test_shard_sampler_orders_depend_on_seed_and_epoch_only():
 # --------------------------------------------------------------------------------------
 # end to end
 # --------------------------------------------------------------------------------------
+PRINTED = {}  # output dir -> what its run printed
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     out = tmp_path_factory.mktemp("procedural_run")
     old = os.umask(0o022)  # every file of the run must get 0644 (not mkstemp's 0600)
+    printed = io.StringIO()
     try:
-        summary = T.main(tiny(out))
+        with contextlib.redirect_stdout(printed):
+            summary = T.main(tiny(out))
     finally:
         os.umask(old)
+    PRINTED[out] = printed.getvalue()
     return out, summary
 
 
 def test_train_writes_everything(trained):
     out, summary = trained
+    # the last line says where the metrics and the usable model went
+    last = [line for line in PRINTED[out].splitlines() if line.startswith("[train] test")][-1]
+    assert str(out / "test_metrics.json") in last and f"model: {out / 'checkpoints' / 'model.pt'}" in last
     ck = out / "checkpoints"
     assert (ck / "last.ckpt").is_file() and list(ck.glob("best-epoch*.ckpt")) and (ck / "model.pt").is_file()
     report = json.loads((out / "test_metrics.json").read_text())

@@ -332,7 +332,7 @@ ERROR_PATHS = [
         ["train", "--config", "modelnet10", "--data-root", "{t}/empty"],
         "gridify train: error: ModelNet10 not found under {t}/empty: expected one of the releases normal_resampled, off, "
         "pcd (e.g. {t}/empty/ModelNet10 holding <class>/{{train,test}}/*.off, or {t}/empty/ModelNet10/pcd holding "
-        "<class>/{{train,test}}/*.pcd). (get it with 'gridify download ModelNet10 --root {t}/empty' or point "
+        "<class>/{{train,test}}/*.pcd) (get it with 'gridify download ModelNet10 --root {t}/empty' or point "
         "--data-root at it)",
     ),
     (
@@ -366,7 +366,10 @@ ERROR_PATHS = [
     ),
     (["evaluate", "--ckpt", "{t}/gone.pt"], "gridify evaluate: error: --ckpt: checkpoint not found: {t}/gone.pt"),
     (["evaluate", "--ckpt", "{t}/corrupt.ckpt"], "gridify evaluate: error: cannot read checkpoint {t}/corrupt.ckpt"),
-    (["download", "modelnet99"], "gridify download: error: unknown archive 'modelnet99'; known: ModelNet40, "),
+    (
+        ["download", "modelnet99"],
+        "gridify download: error: unknown archive 'modelnet99'; did you mean modelnet40? Known: ModelNet40, ",
+    ),
     (["download", "--config", "{t}/bad.yaml"], "gridify download: config error: {t}/bad.yaml: not valid YAML"),
 ]
 
