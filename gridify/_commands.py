@@ -204,7 +204,7 @@ def evaluate_parser() -> argparse.ArgumentParser:
         default=None,
         help="test-time voting: average the softmax over this many views of every cloud (the first "
         "as it is, the others with random per-axis scales in [0.85, 1.15]; scene_segmentation: rotated "
-        "about the vertical axis; default 1 = none, or what a scene checkpoint records: semantickitti 4)",
+        "about the vertical axis by evenly spaced angles; default 1 = none, or what a scene checkpoint records: semantickitti 4)",
     )
     p.add_argument(
         "--voxel-size",

@@ -372,7 +372,7 @@ def _add_predict_parser(sub: Any) -> None:
         type=types.positive_int,
         default=None,
         help="subsets averaged by a classifier when N differs from the training N (default 4); "
-        "views (rotations about z) averaged by a scene segmenter (default: the model's, 1 unless its checkpoint "
+        "views (evenly spaced rotations about z) averaged by a scene segmenter (default: the model's, 1 unless its checkpoint "
         "records another; semantickitti: 4)",
     )
     q.add_argument("--no-progress", action="store_true", help="no progress bar (scene segmenters)")

@@ -28,9 +28,9 @@ The crops (:func:`scene_fragments`):
   :class:`~gridify.transforms.SceneCrop`); centres are drawn (seeded) among the points no crop
   holds yet, until every point of the fragment is in a crop. Without ``max_points`` a fragment is
   one crop.
-* **Votes.** View 0 is the scene as given; view ``v > 0`` is rotated about the vertical axis
-  through the scene's xy centroid by a seeded random angle (``x`` is passed unchanged), with its
-  own fragments and crops.
+* **Votes.** View 0 is the scene as given; view ``v > 0`` of ``votes`` is rotated about the vertical
+  axis through the scene's xy centroid by ``2 pi v / votes`` (evenly spaced angles; ``x`` is passed
+  unchanged), with its own fragments and crops.
 
 Each crop goes through ``model(pos_crop, x_crop, batch_crop)`` (``batch_size`` crops per call,
 a PyG-style batch vector) under ``torch.no_grad`` with the model in eval mode (its mode is
@@ -269,13 +269,12 @@ def _split_fragment(
     return crops
 
 
-def _view(pos: Tensor, vote: int, rng: np.random.Generator) -> Tensor:
-    """View ``vote`` of the scene: as given (0), else rotated about z through the xy centroid."""
+def _view(pos: Tensor, vote: int, votes: int) -> Tensor:
+    """View ``vote`` of ``votes``: the scene as given (0), else rotated about z through the xy centroid by
+    ``2 pi vote / votes`` (evenly spaced angles)."""
     if vote == 0:
         return pos
-    m = torch.as_tensor(
-        rotation_matrix(2, float(rng.uniform(0.0, 2.0 * math.pi))), dtype=torch.float64, device=pos.device
-    )
+    m = torch.as_tensor(rotation_matrix(2, 2.0 * math.pi * vote / votes), dtype=torch.float64, device=pos.device)
     centre = pos.double().mean(0)
     centre[2] = 0.0
     return ((pos.double() - centre) @ m.T + centre).to(pos.dtype)
@@ -302,8 +301,8 @@ def predict_scene(
         pos: the scene's points (metres); x: their features (default: ``pos``).
         voxel_size: the fragments' grid (None: one fragment, the whole scene).
         max_points: the largest crop (None: a fragment is one crop).
-        votes: views (the first as given, the others rotated about z).
-        seed: seeds the fragments, crops and rotations.
+        votes: views (the first as given, view ``v`` rotated about z by ``2 pi v / votes``).
+        seed: seeds the fragments and crops.
         batch_size: crops per model call.
         max_fragments: fragments per view at most (default 4; ``None`` or ``"all"``: as many as the densest
             voxel has points; with a cap the points left out take their voxel's mean, see the module
@@ -386,7 +385,7 @@ def _iter_vote_crops(
     whatever ``votes``); vote ``v`` draws from ``default_rng([seed, v])``."""
     for v in range(votes):
         rng = np.random.default_rng([seed, v])
-        view = _view(pos, v, rng)
+        view = _view(pos, v, votes)
         yield view, scene_fragments_unchecked(view, voxel_size, max_points, rng, max_fragments)
 
 

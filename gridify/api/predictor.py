@@ -208,7 +208,7 @@ class Predictor(nn.Module):
                 unless the file/PointCloud has them or ``estimate_normals=True``).
             category: object category (name or index) for segmentation models that need one.
             num_votes: random subsets averaged by a classifier when ``N != num_points`` (default 4);
-                views (rotations about z) averaged by a scene segmenter (default: the model's, 1 unless its
+                views (evenly spaced rotations about z) averaged by a scene segmenter (default: the model's, 1 unless its
                 checkpoint records another).
             seed: seed of the subsets / chunks (the result is a function of the cloud and seed).
             batch_size: subsets, chunks or scene crops per forward pass (bounds the memory).

@@ -347,3 +347,23 @@ def test_heartbeat_reports_long_work_and_stops_with_it():
         with heartbeat(lines.append, "x", every=0):
             pass
     assert [elapsed_words(s) for s in (4.4, 150, 3600 * 2 + 300)] == ["4 s", "2 min 30 s", "2 h 05 min"]
+
+
+@pytest.mark.parametrize("votes", [2, 3, 4])
+def test_views_are_rotations_by_evenly_spaced_angles_whatever_the_seed(votes):
+    """View v of V is the scene rotated about z through its xy centroid by 2 pi v / V (view 0 as given); the seed
+    draws the crops only."""
+    from gridify import scene_inference as SI
+
+    pos = torch.tensor(np.random.default_rng(1).normal(size=(200, 3)) * [5.0, 3.0, 1.0] + [10.0, -4.0, 2.0])
+    centre = pos.mean(0)
+    for seed in (0, 7):
+        views = [view for view, _ in SI._iter_vote_crops(pos, 0.5, None, votes, seed, 1)]
+        assert len(views) == votes and torch.equal(views[0], pos)
+        for v, view in enumerate(views):
+            a = 2 * np.pi * v / votes
+            x, y = pos[:, 0] - centre[0], pos[:, 1] - centre[1]
+            expected = torch.stack(
+                [x * np.cos(a) - y * np.sin(a) + centre[0], x * np.sin(a) + y * np.cos(a) + centre[1], pos[:, 2]], 1
+            )
+            torch.testing.assert_close(view, expected, rtol=0, atol=1e-9)
