@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._checks import check_alloc, check_choice, check_int, warn_at_caller
+from .._checks import check_alloc, check_bool, check_choice, check_int, warn_at_caller
 from .._files import atomic_write
 from ..io.source import read_text_file
 from ..ops.normals import estimate_normals as estimate_point_normals
@@ -265,7 +265,8 @@ class PointCloudDataset(torch.utils.data.Dataset):
     The pipeline of ``__getitem__``: ``raw`` -> (with ``estimate_normals=k``: ``normal`` replaced by
     :func:`gridify.ops.estimate_normals` of the points as read, ``k`` neighbours, computed once per
     sample) -> :class:`~gridify.transforms.Normalize`
-    (when ``normalize``: True or "sphere", or "cube", :data:`~gridify.transforms.NORMALIZATIONS`) -> :class:`~gridify.transforms.FixedPoints` (random at ``train``,
+    (with ``keep_in_memory``: the sample up to here is kept per index after its first read and reused, as a copy,
+    by later epochs; every DataLoader worker keeps its own) (when ``normalize``: True or "sphere", or "cube", :data:`~gridify.transforms.NORMALIZATIONS`) -> :class:`~gridify.transforms.FixedPoints` (random at ``train``,
     deterministic otherwise; skipped when ``num_points`` is None) -> ``transform`` ->
     :func:`fit_box` (when ``normalize``: whatever the transform does, e.g. a
     :class:`~gridify.transforms.RandomScale` above 1, the cloud stays in the grid box) -> tensors,
@@ -280,9 +281,11 @@ class PointCloudDataset(torch.utils.data.Dataset):
 
     def __init__(self, *, split: str, num_points: Optional[int], use_normals: bool,
                  transform: Optional[Transform], seed: int, normalize: Union[bool, str] = True,
-                 estimate_normals: Optional[int] = None) -> None:
+                 estimate_normals: Optional[int] = None, keep_in_memory: bool = False) -> None:
         super().__init__()
         where = type(self).__name__
+        self.keep_in_memory = check_bool(where, "keep_in_memory", keep_in_memory)
+        self._kept: Dict[int, Dict[str, Any]] = {}
         self.split = split
         self.num_points = check_num_points(where, num_points)
         self.use_normals = bool(use_normals)
@@ -309,16 +312,7 @@ class PointCloudDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> Dict[str, Tensor]:
         index = item_index(type(self).__name__, index, len(self), "samples")
-        try:
-            sample = self.raw(index)
-            if self.estimate_normals is not None:
-                sample["normal"] = self._normals_of(index, sample["pos"])
-            if self.normalize is not None:
-                sample = self.normalize(sample)
-        except DatasetError:
-            raise
-        except (ValueError, OSError) as exc:
-            raise DatasetError(f"{self.describe(index)}: {exc}") from None
+        sample = self._read_normalized(index)
         if self.sampler is not None:
             sample = self.sampler(sample)
         if self.transform is not None:
@@ -326,6 +320,27 @@ class PointCloudDataset(torch.utils.data.Dataset):
         if self.normalize is not None:
             sample = fit_box(sample)
         return self.to_item(sample, index)
+
+    def _read_normalized(self, index: int) -> Dict[str, Any]:
+        """Sample ``index`` read, with its estimated normals, normalized (kept with ``keep_in_memory``: a copy of
+        every array is returned, so nothing downstream can change what is kept)."""
+        kept = self._kept.get(index)
+        if kept is None:
+            try:
+                kept = self.raw(index)
+                if self.estimate_normals is not None:
+                    kept["normal"] = self._normals_of(index, kept["pos"])
+                if self.normalize is not None:
+                    kept = self.normalize(kept)
+            except DatasetError:
+                raise
+            except (ValueError, OSError) as exc:
+                raise DatasetError(f"{self.describe(index)}: {exc}") from None
+            if not self.keep_in_memory:
+                return kept
+            self._kept[index] = kept
+        return {k: (v.copy() if isinstance(v, np.ndarray) else v.clone() if isinstance(v, Tensor) else v)
+                for k, v in kept.items()}
 
     def _normals_of(self, index: int, pos: Any) -> np.ndarray:
         """The estimated normals of sample ``index`` (:func:`gridify.ops.estimate_normals` with

@@ -264,6 +264,8 @@ class PointFolder(PointCloudDataset):
             the cube ``[-1, 1]^3`` (``"cube"``: the bounding box centred, its longest side spanning the grid box); False: as read.
         estimate_normals: ``k``: the normals estimated from the points (:func:`gridify.ops.estimate_normals`,
             ``k`` neighbours), replacing any the files hold; ``None``: the files' own.
+        keep_in_memory: keep every sample in memory once read and normalized (later epochs skip the files;
+            about ``N x 4 x (3 + 3)`` bytes a sample with normals).
 
     Attributes:
         class_names (classes, or parts), num_classes, files, labels (class per file; 0 for segmentation),
@@ -279,7 +281,7 @@ class PointFolder(PointCloudDataset):
                  columns: Optional[Sequence[str]] = None, num_classes: Optional[int] = None,
                  val_fraction: float = 0.1, test_fraction: Optional[float] = None, mesh_samples: int = 10_000,
                  transform: Optional[Transform] = None, seed: int = 0, normalize: Union[bool, str] = True,
-                 estimate_normals: Optional[int] = None) -> None:
+                 estimate_normals: Optional[int] = None, keep_in_memory: bool = False) -> None:
         where = "PointFolder"
         check_split(where, split)
         self.task = check_choice(where, "task", task, ("classification", "segmentation"))
@@ -289,7 +291,8 @@ class PointFolder(PointCloudDataset):
         self.mesh_samples = int(check_int(where, "mesh_samples", mesh_samples))
         check_int(where, "num_classes", num_classes, allow_none=True)
         super().__init__(split=split, num_points=num_points, use_normals=use_normals, transform=transform,
-                         seed=seed, normalize=normalize, estimate_normals=estimate_normals)
+                         seed=seed, normalize=normalize, estimate_normals=estimate_normals,
+                         keep_in_memory=keep_in_memory)
         self.root = Path(root).expanduser()
         if not self.root.is_dir():
             raise DatasetNotFoundError(f"PointFolder: data folder {self.root} not found", root=self.root)

@@ -101,6 +101,7 @@ class ModelNet(PointCloudDataset):
             of raising.
         estimate_normals: ``k``: the normals estimated from the points (:func:`gridify.ops.estimate_normals`,
             ``k`` neighbours; any source, ``"pcd"`` too) instead of the release's; ``None``: the release's.
+        keep_in_memory: keep every sample in memory once read and normalized (later epochs skip the files).
 
     Items (dicts of tensors):
         ``pos`` ``[N, 3]``, ``x`` ``[N, 3 or 6]``, ``normal`` ``[N, 3]`` (when ``use_normals``),
@@ -121,7 +122,8 @@ class ModelNet(PointCloudDataset):
                  transform: Optional[Transform] = None, val_fraction: float = 0.1, seed: int = 0,
                  cache: bool = True, cache_dir: Optional[PathLike] = None, mesh_samples: int = 10_000,
                  normalize: Union[bool, str] = True, align_up_axis: bool = True, download: bool = False,
-                 skip_missing: bool = False, estimate_normals: Optional[int] = None) -> None:
+                 skip_missing: bool = False, estimate_normals: Optional[int] = None,
+                 keep_in_memory: bool = False) -> None:
         name = str(name)
         if name not in ("10", "40"):
             raise ValueError(f"ModelNet: name must be '10' or '40', got {name!r}")
@@ -133,7 +135,8 @@ class ModelNet(PointCloudDataset):
         if int(mesh_samples) < 1:
             raise ValueError(f"ModelNet: mesh_samples must be positive, got {mesh_samples!r}")
         super().__init__(split=split, num_points=num_points, use_normals=use_normals, transform=transform,
-                         seed=seed, normalize=normalize, estimate_normals=estimate_normals)
+                         seed=seed, normalize=normalize, estimate_normals=estimate_normals,
+                         keep_in_memory=keep_in_memory)
         self.name = name
         self.root = Path(root) if root is not None else default_root()
         self.source_format = source

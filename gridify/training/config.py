@@ -41,6 +41,7 @@ from gridify.transforms import (
     RandomFlip,
     RandomJitter,
     RandomPointDropout,
+    RandomResample,
     RandomRotate,
     RandomRotateZ,
     RandomScale,
@@ -117,6 +118,7 @@ AUGMENTATIONS: Dict[str, Callable[..., Any]] = {
     "flip": RandomFlip,
     "jitter": RandomJitter,
     "point_dropout": RandomPointDropout,
+    "resample": RandomResample,
 }
 
 

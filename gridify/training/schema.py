@@ -561,7 +561,7 @@ SCHEMA: Dict[str, Any] = {
             nullable=True,
             text="a list of augmentations (names or mappings with 'name')",
             doc="training augmentations: rotate_z, rotate, scale, flip, "
-            "jitter, point_dropout, each a name or {name: ..., arguments}",
+            "jitter, point_dropout, resample, each a name or {name: ..., arguments}",
         ),
         "train": Mapping(nullable=True, doc="dataset arguments for the train split only"),
         "val": Mapping(nullable=True, doc="dataset arguments for the validation split only"),
@@ -676,6 +676,10 @@ DATASET_KEYS: Dict[str, Spec] = {
     "categories": ListOf(Str(), min_len=1, nullable=True, doc="shapenet: the categories (null: all)"),
     "noise_std": Num(min=0.0, doc="procedural: Gaussian noise on the points"),
     "cache": Bool(doc="modelnet: cache sampled meshes; scenes: keep the scenes read in memory"),
+    "keep_in_memory": Bool(
+        doc="modelnet, folder: keep every sample in memory once read and normalized (later epochs skip the files; "
+        "each DataLoader worker keeps its own)"
+    ),
     "cache_dir": Str(nullable=True, doc="modelnet: cache folder"),
     "align_up_axis": Bool(doc="modelnet: rotate so z is up"),
     "download": Bool(doc="fetch the archive when missing"),

@@ -248,6 +248,38 @@ def test_errors_and_datasets_pickle(tmp_path):
     assert isinstance(pickle.loads(pickle.dumps(DatasetError("x"))), ValueError)
 
 
+def test_samples_kept_in_memory_equal_the_files_and_cannot_be_changed_through_an_item(tmp_path, monkeypatch):
+    """keep_in_memory: every epoch gives what reading the files gives (same seeds, same draws), the files are
+    read once per sample, and an item changed in place does not change what later epochs get."""
+    from gridify.transforms import Compose, RandomJitter, RandomPointDropout
+
+    root = make_class_folder(tmp_path, n_train=3)
+
+    def build(keep):
+        aug = Compose([RandomScale(0.8, 1.2, anisotropic=True, seed=1), RandomJitter(0.01, seed=2),
+                       RandomPointDropout(0.3, seed=3)])
+        return PointFolder(root, "train", num_points=40, val_fraction=0.0, transform=aug, keep_in_memory=keep)
+
+    plain, kept = build(False), build(True)
+    reads = []
+    original = PointFolder.raw
+    monkeypatch.setattr(PointFolder, "raw", lambda self, i: reads.append(i) or original(self, i))
+    for _epoch in range(3):
+        for i in range(len(kept)):
+            a, b = plain[i], kept[i]
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+            b["pos"].add_(100.0)  # a caller writing into its item
+            b["x"].mul_(0.0)
+    assert sorted(reads.count(i) for i in range(len(kept))) == [4] * len(kept)  # plain: 3 reads, kept: 1
+    unchanged = PointFolder(root, "train", num_points=None, val_fraction=0.0, keep_in_memory=True)
+    first = unchanged[0]["pos"].clone()
+    unchanged[0]["pos"].add_(5.0)
+    unchanged[0]["x"].add_(5.0)
+    assert torch.equal(unchanged[0]["pos"], first) and torch.equal(unchanged[0]["x"], first)
+    with pytest.raises(ValueError, match="PointFolder: keep_in_memory must be True or False, got 'yes'"):
+        PointFolder(root, "train", keep_in_memory="yes")
+
+
 # --------------------------------------------------------------------------------------
 # augmentations never push points out of the grid box
 # --------------------------------------------------------------------------------------
