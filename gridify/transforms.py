@@ -1336,6 +1336,10 @@ class RandomPointDropout(RandomTransform):
         return f"RandomPointDropout(max_ratio={self.max_ratio}, seed={self.seed})"
 
 
+#: distances computed at once by :meth:`RandomResample.neighbours` (a block of query rows x every point)
+_RESAMPLE_BLOCK = 1 << 22
+
+
 class RandomResample(RandomTransform):
     """A new sampling of the same surface: every point moves toward one of its nearest neighbours.
 
@@ -1347,8 +1351,8 @@ class RandomResample(RandomTransform):
     Normals and every other per-point entry stay with their point (the displacement is smaller
     than the neighbour spacing).
 
-    The ``k`` nearest neighbours of a cloud are computed once (``O(N^2)`` distances) and kept per
-    cloud, keyed by a checksum of its coordinates, for at most ``cache_size`` clouds: put this
+    The ``k`` nearest neighbours of a cloud are computed once (``O(N^2)`` distances, in blocks of
+    ``2^22``) and kept per cloud, keyed by a checksum of its coordinates, for at most ``cache_size`` clouds: put this
     transform first in a training pipeline, where every epoch reads the same points of a shape.
 
     Args:
@@ -1388,11 +1392,15 @@ class RandomResample(RandomTransform):
         if hit is not None:
             return hit
         p = torch.as_tensor(np.asarray(pos, dtype=np.float32))
-        k = min(self.k, p.shape[0] - 1)
-        d = torch.cdist(p, p)
-        d.fill_diagonal_(float("inf"))
-        idx = torch.topk(d, k, dim=1, largest=False, sorted=True).indices.numpy()
-        idx = idx.astype(np.uint16 if p.shape[0] <= 65536 else np.int64)
+        n = p.shape[0]
+        k = min(self.k, n - 1)
+        check_alloc("RandomResample", f"k={k} neighbours of {n} points", 8 * n * k)
+        rows = max(1, min(n, _RESAMPLE_BLOCK // n))  # query rows per block: memory O(rows x N), not O(N^2)
+        idx = np.empty((n, k), dtype=np.uint16 if n <= 65536 else np.int64)
+        for start in range(0, n, rows):
+            d = torch.cdist(p[start : start + rows], p)
+            d[torch.arange(d.shape[0]), torch.arange(start, start + d.shape[0])] = float("inf")
+            idx[start : start + rows] = torch.topk(d, k, dim=1, largest=False, sorted=True).indices.numpy()
         if self.cache_size > 0:
             if len(self._cache) >= self.cache_size:
                 self._cache.pop(next(iter(self._cache)))

@@ -479,6 +479,18 @@ def test_resample_neighbours_equal_the_loop_reference():
     np.testing.assert_array_equal(RandomResample(k=100).neighbours(p[:7]), _knn_loop(p[:7].astype(np.float64), 6))
 
 
+def test_resample_neighbours_in_blocks_and_the_allocation_limit(monkeypatch):
+    import gridify.transforms as T
+
+    p, _ = _cloud(300, seed=7)
+    whole = RandomResample(k=4).neighbours(p)
+    monkeypatch.setattr(T, "_RESAMPLE_BLOCK", 300 * 7)  # 7 query rows a block, the last one short
+    np.testing.assert_array_equal(RandomResample(k=4).neighbours(p), whole)
+    monkeypatch.setenv("GRIDIFY_MAX_ALLOC_BYTES", "1000")
+    with pytest.raises(ValueError, match="RandomResample: k=4 neighbours of 300 points would need"):
+        RandomResample(k=4)({"pos": p})
+
+
 @pytest.mark.parametrize("torch_", [False, True])
 def test_resample_moves_every_point_toward_one_of_its_neighbours(torch_):
     p, n = _cloud(80, seed=5)
