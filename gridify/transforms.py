@@ -1353,8 +1353,9 @@ class RandomResample(RandomTransform):
     than the neighbour spacing).
 
     The ``k`` nearest neighbours of a cloud are computed once (``O(N^2)`` distances, in blocks of
-    ``2^22``) and kept per cloud, keyed by a 128-bit digest of its coordinates, for at most ``cache_size`` clouds: put this
-    transform first in a training pipeline, where every epoch reads the same points of a shape.
+    ``2^22``) and kept per cloud, keyed by a 128-bit digest of its coordinates, for at most
+    ``cache_size`` clouds: put this transform first in a training pipeline, where every epoch reads
+    the same points of a shape.
 
     Args:
         k: neighbours to choose from (a positive integer; clouds with ``N <= k`` use ``N - 1``).
