@@ -1397,6 +1397,7 @@ class RandomResample(RandomTransform):
         hit = self._cache.get(key)
         if hit is not None:
             return hit
+        # its own small search: transforms sit beside gridify.ops in the layers and may not import it
         p = torch.as_tensor(np.asarray(pos, dtype=np.float32))
         n = p.shape[0]
         k = min(self.k, n - 1)
