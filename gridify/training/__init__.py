@@ -38,9 +38,9 @@ The package, one concern per module:
     cli         the command line (main)
 
 ``import gridify`` never imports this package, and importing it (or its config, data, schedule,
-metrics, plots, report and cli modules) does not import Lightning: the Lightning-dependent names
-(:class:`PointCloudTask`, :func:`run`, :func:`atomic_checkpoint_io`, ...) are loaded on first
-access. ``scripts/train.py`` is a thin wrapper around :func:`main`.
+metrics, plots, report and cli modules) does not import Lightning or torchmetrics: the Lightning-dependent
+names (:class:`PointCloudTask`, :func:`run`, :func:`atomic_checkpoint_io`, ...) and the metric classes
+re-exported from :mod:`gridify.metrics` are loaded on first access. ``scripts/train.py`` is a thin wrapper around :func:`main`.
 """
 
 from __future__ import annotations
@@ -58,7 +58,6 @@ from gridify.datasets import (  # noqa: F401
     ShapeNetPart,  # noqa: F401
     collate_points,  # noqa: F401
 )
-from gridify.metrics import MeanClassAccuracy, OverallAccuracy, ShapeNetPartIoU  # noqa: F401
 from gridify.models import build_model  # noqa: F401
 from gridify.transforms import FixedPoints, RandomJitter, RandomRotate, RandomRotateZ, RandomScale  # noqa: F401
 
@@ -110,7 +109,8 @@ from .metrics import compute_metrics, evaluate_model, format_metrics, forward_ba
 from .plots import confusion_figure, metrics_figure, plot_confusion, plot_curves, read_metric_logs
 from .schedule import steps_per_epoch, warmup_cosine, world_size_guess
 
-#: Lightning-dependent names -> the submodule defining them (imported on first access, PEP 562)
+#: Lightning- or torchmetrics-dependent names -> the module defining them (a bare name: a submodule of this
+#: package), imported on first access (PEP 562)
 _LAZY: Dict[str, str] = {
     "PointCloudTask": "module",
     "PointCloudData": "module",
@@ -123,6 +123,11 @@ _LAZY: Dict[str, str] = {
     "make_loggers": "callbacks",
     "LineProgress": "callbacks",
     "run": "runner",
+    # torchmetrics (and the scipy it imports, about 3 s): only when a metric object is asked for, so that
+    # `gridify list keys` and the config checks start fast
+    "MeanClassAccuracy": "gridify.metrics",
+    "OverallAccuracy": "gridify.metrics",
+    "ShapeNetPartIoU": "gridify.metrics",
 }
 
 __all__ = [
@@ -190,7 +195,8 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        module = _LAZY[name]
+        value = getattr(importlib.import_module(module if "." in module else f".{module}", __name__), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -219,6 +219,23 @@ def test_predicting_a_scene_imports_no_metrics_or_plotting():
     assert "LOADED []" in out.stdout, (out.stdout[-500:], out.stderr[-800:])
 
 
+def test_listing_config_keys_imports_no_metrics_or_lightning():
+    # the key listing reads the schema only; the training package's metric classes load on first access
+    code = (
+        "import sys, contextlib, io\n"
+        "from gridify import cli\n"
+        "buf = io.StringIO()\n"
+        "with contextlib.redirect_stdout(buf):\n"
+        "    cli.main(['list', 'keys'])\n"
+        "assert 'model.resolution' in buf.getvalue()\n"
+        "print('LOADED', sorted(m for m in ('torchmetrics', 'scipy', 'matplotlib', 'lightning') if m in sys.modules))\n"
+        "import gridify.training as t\n"
+        "assert t.OverallAccuracy.__module__ == 'gridify.metrics'\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert "LOADED []" in out.stdout and out.returncode == 0, (out.stdout[-500:], out.stderr[-800:])
+
+
 #: the probe above, printing the exit status and the message too (a command that ends with SystemExit("..."))
 EXIT_PROBE = PROBE.replace(
     "except SystemExit:\n    pass", "except SystemExit as exc:\n    print('EXIT', exc.code, file=sys.stderr)"
