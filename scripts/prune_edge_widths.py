@@ -83,6 +83,17 @@ def prune(payload: Dict, width: int, convs: Sequence[str] = ("gridify.conv", "de
     """A ``model.pt`` payload of the same model with per-edge widths ``width``, loadable as ``init_weights``."""
     sd = {k: v.detach().clone() for k, v in payload["state_dict"].items()}
     for prefix in convs:
+        missing = [f"{prefix}.{layer}.weight" for layer in ("msg_node", "msg_out", "phi_pos.lin1", "phi_pos.freqs")]
+        missing = [key for key in missing if key not in sd]
+        if missing:
+            raise ValueError(
+                f"a {payload.get('model_name')!r} model without the layers of a gridification with concat messages "
+                f"and a Fourier field ({', '.join(missing)} not in its weights): only such scene segmenters can be "
+                f"pruned here"
+            )
+        width_now = sd[f"{prefix}.msg_out.weight"].shape[1]
+        if width > width_now:
+            raise ValueError(f"--width {width} is wider than the model's per-edge width {width_now}")
         sd = prune_conv(sd, prefix, width)
     kwargs = {**payload["model_kwargs"], "message_channels": width, "pos_hidden_channels": width}
     model = build_model(payload["model_name"], **kwargs)
@@ -103,7 +114,10 @@ def main(argv: List[str] | None = None) -> None:
         parser.error(f"--width must be an even integer >= 2, got {args.width}")
     path = pretrained_file(args.model) if args.model in PRETRAINED else Path(args.model)
     payload = load_checkpoint(path)
-    pruned = prune(payload, args.width)
+    try:
+        pruned = prune(payload, args.width)
+    except ValueError as exc:
+        parser.error(f"{path}: {exc}")
     before = sum(v.numel() for v in payload["state_dict"].values())
     after = sum(v.numel() for v in pruned["state_dict"].values())
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -104,3 +104,13 @@ def test_an_odd_width_is_refused_by_name(capsys):
     with pytest.raises(SystemExit):
         _script().main(["--model", "semantickitti", "--width", "15", "--out", "unused.pt"])
     assert "--width must be an even integer >= 2, got 15" in capsys.readouterr().err
+
+
+def test_a_model_without_concat_messages_or_a_wider_width_is_refused_by_name():
+    mod = _script()
+    _, payload = _payload()
+    with pytest.raises(ValueError, match="wider than the model's per-edge width 8"):
+        mod.prune(payload, 16)
+    payload["state_dict"] = {k: v for k, v in payload["state_dict"].items() if ".msg_node." not in k}
+    with pytest.raises(ValueError, match=r"gridify\.conv\.msg_node\.weight not in its weights"):
+        mod.prune(payload, 4)
