@@ -33,11 +33,10 @@ from typing import Dict, List, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from gridify._pretrained import PRETRAINED, pretrained_file
-from gridify.checkpoint import atomic_torch_save, load_checkpoint
+from gridify.checkpoint import CheckpointError, atomic_torch_save, checkpoint_file, load_checkpoint
 from gridify.models import build_model
 
-#: (writers: (layer, has bias), reader layer) of each hidden space of a concat-message BipartiteConv
+#: (the layers that write it, the layer that reads it) of each hidden space of a concat-message BipartiteConv
 SPACES: Tuple[Tuple[Tuple[str, ...], str], ...] = (
     (("phi_node.0",), "phi_node.2"),
     (("phi_node.2",), "msg_node"),
@@ -112,8 +111,11 @@ def main(argv: List[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.width < 2 or args.width % 2:
         parser.error(f"--width must be an even integer >= 2, got {args.width}")
-    path = pretrained_file(args.model) if args.model in PRETRAINED else Path(args.model)
-    payload = load_checkpoint(path)
+    try:  # a shipped model's name or a file, as gridify.load and init_weights take it
+        path = checkpoint_file(args.model)
+        payload = load_checkpoint(path)
+    except CheckpointError as exc:
+        parser.error(f"--model {args.model}: {exc}")
     try:
         pruned = prune(payload, args.width)
     except ValueError as exc:

@@ -40,7 +40,8 @@ The package, one concern per module:
 ``import gridify`` never imports this package, and importing it (or its config, data, schedule,
 metrics, plots, report and cli modules) does not import Lightning or torchmetrics: the Lightning-dependent
 names (:class:`PointCloudTask`, :func:`run`, :func:`atomic_checkpoint_io`, ...) and the metric classes
-re-exported from :mod:`gridify.metrics` are loaded on first access. ``scripts/train.py`` is a thin wrapper around :func:`main`.
+re-exported from :mod:`gridify.metrics` are loaded on first access. ``scripts/train.py`` is a thin wrapper
+around :func:`main`.
 """
 
 from __future__ import annotations

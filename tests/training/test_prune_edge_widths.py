@@ -106,6 +106,14 @@ def test_an_odd_width_is_refused_by_name(capsys):
     assert "--width must be an even integer >= 2, got 15" in capsys.readouterr().err
 
 
+def test_an_unknown_model_is_named_with_the_closest_shipped_one(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        _script().main(["--model", "semantickiti", "--out", str(tmp_path / "out.pt")])
+    err = capsys.readouterr().err
+    assert "--model semantickiti: checkpoint not found: semantickiti" in err and "semantickitti" in err
+    assert "Traceback" not in err and not (tmp_path / "out.pt").exists()
+
+
 def test_a_model_without_concat_messages_or_a_wider_width_is_refused_by_name():
     mod = _script()
     _, payload = _payload()
