@@ -6,7 +6,11 @@
         --target none --out outputs/tta_kitti
 
 A run trained with ``trainer.checkpoint.keep_all: true`` keeps one checkpoint per epoch
-(``checkpoints/epochNNN-stepNNNNNNN.ckpt``). Each is evaluated on the test split afterwards (so the
+(``checkpoints/epochNNN-stepNNNNNNN.ckpt``, ``NNN`` the epoch it ends, counted from 1 as the run's log counts it).
+Older runs (no ``epoch_base`` in their ``run_info.json``) named them from 0, and Lightning's default names
+(``epoch=N-step=M.ckpt``) count from 0 too: both are read as such (:mod:`gridify.training.epochs`; a run begun by an
+older gridify and resumed by a newer one is read session by session), so the ``epoch`` this script writes is
+always counted from 1. Each is evaluated on the test split afterwards (so the
 evaluation costs no training time, and nothing is selected on test); its time is the wall clock from
 the run's start (``run_info.json``) to the checkpoint's write, less any time a resumed run spent
 stopped. ``--split`` picks the split (``val`` for runs selected on nothing else, e.g. scenes whose
@@ -62,26 +66,37 @@ def training_minutes(run: Path, ckpts: List[Path]) -> Dict[Path, float]:
     return minutes
 
 
-def every_nth(ckpts: List[Path], every: int) -> List[Path]:
-    """Every ``every``-th checkpoint by epoch (epochs every, 2 every, ...), and always the last."""
+def every_nth(ckpts: List[Path], every: int, epochs: Dict[Path, int] | None = None) -> List[Path]:
+    """Every ``every``-th checkpoint by epoch (epochs ``every``, ``2 every``, ..., counted from 1), and always the
+    last; ``epochs``: each checkpoint's epoch (:func:`checkpoint_epochs`)."""
     if every <= 1 or not ckpts:
         return ckpts
-    keep = [c for c in ckpts if (_epoch(c) + 1) % every == 0]
+    epochs = epochs if epochs is not None else checkpoint_epochs(ckpts[0].parent.parent, ckpts)
+    keep = [c for c in ckpts if epochs[c] % every == 0]
     return keep + [ckpts[-1]] if ckpts[-1] not in keep else keep
 
 
-#: per-epoch checkpoint names: gridify's ``epochNNN-stepNNNNNNN.ckpt`` and Lightning's default ``epoch=N-step=M.ckpt``
-EPOCH_CKPT = re.compile(r"^epoch=?(\d+)-step=?(\d+)(?:-v\d+)?\.ckpt$")
+def _name_match(name: str) -> re.Match | None:
+    """A per-epoch checkpoint's name (gridify's ``epochNNN-stepNNNNNNN.ckpt``, Lightning's ``epoch=N-step=M.ckpt``)."""
+    from gridify.training.epochs import CHECKPOINT_EPOCH  # noqa: PLC0415 - the package imports PyTorch
+
+    found = CHECKPOINT_EPOCH.match(name)
+    return found if found and found.group("step") is not None and not name.startswith("best-") else None
 
 
 def epoch_checkpoints(run: Path) -> List[Path]:
-    """The run's per-epoch checkpoints, by epoch (gridify's names and Lightning's default pattern)."""
-    found = [c for c in (run / "checkpoints").glob("epoch*.ckpt") if EPOCH_CKPT.match(c.name)]
-    return sorted(found, key=lambda c: tuple(int(g) for g in EPOCH_CKPT.match(c.name).groups()))
+    """The run's per-epoch checkpoints in the order they were written (by step; gridify's names and Lightning's)."""
+    found = [c for c in (run / "checkpoints").glob("epoch*.ckpt") if _name_match(c.name)]
+    return sorted(found, key=lambda c: (int(_name_match(c.name).group("step")), c.name))
 
 
-def _epoch(ckpt: Path) -> int:
-    return int(EPOCH_CKPT.match(ckpt.name).group(1))
+def checkpoint_epochs(run: Path, ckpts: List[Path]) -> Dict[Path, int]:
+    """Each checkpoint's epoch, counted from 1: gridify's names read with the numbering of the session that wrote
+    them (``run_info.json``: ``epoch_base``, 0 for runs written before it was recorded), Lightning's from 0."""
+    from gridify.training.epochs import checkpoint_epoch, session_epoch_base  # noqa: PLC0415
+
+    info = json.loads((run / "run_info.json").read_text())
+    return {c: checkpoint_epoch(c.name, session_epoch_base(info, c.stat().st_mtime)) for c in ckpts}
 
 
 def check_runs(prog: str, runs: List[str], logged: bool = False) -> List[Path]:
@@ -109,8 +124,9 @@ def check_runs(prog: str, runs: List[str], logged: bool = False) -> List[Path]:
 
 
 def logged_rows(prog: str, run: Path) -> Dict[int, Dict[str, float]]:
-    """The run's logged metrics by epoch (0-based; a resumed run's later rows replace earlier ones), keeping
-    the epochs with both a validation score and ``train_seconds``; SystemExit when there are none."""
+    """The run's logged metrics by epoch (counted from 1, whichever numbering the logs were written with; a
+    resumed run's later rows replace earlier ones), keeping the epochs with both a validation score and
+    ``train_seconds``; SystemExit when there are none."""
     from gridify.training import read_metric_logs
 
     by_epoch: Dict[int, Dict[str, float]] = {}
@@ -144,10 +160,10 @@ def curve_point(
     run: Path, epoch: int, minutes: float, split: str, key: str, values: Dict[str, Any], votes: int
 ) -> Dict[str, Any]:
     """One row of the curve: ``run``'s score ``key`` of ``values`` (the split's metrics) after ``minutes`` of
-    training, at the end of (0-based) ``epoch``."""
+    training, at the end of ``epoch`` (counted from 1)."""
     return {
         "run": run.name,
-        "epoch": epoch + 1,
+        "epoch": int(epoch),
         "minutes": minutes,
         "split": split,
         "metric": key,
@@ -175,9 +191,10 @@ def run_points(
 ) -> List[Dict[str, Any]]:
     ckpts = epoch_checkpoints(run)
     minutes = training_minutes(run, ckpts)
+    epochs = checkpoint_epochs(run, ckpts)
     points = []
-    for ckpt in every_nth(ckpts, every):
-        epoch = _epoch(ckpt)
+    for ckpt in every_nth(ckpts, every, epochs):
+        epoch = epochs[ckpt]
         out = run / "time_to_accuracy" / f"{ckpt.stem}.{split}.votes{votes}.json"
         if out.is_file() and out.stat().st_mtime >= ckpt.stat().st_mtime:  # scored before: reuse
             report = json.loads(out.read_text())

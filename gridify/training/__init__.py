@@ -11,16 +11,21 @@ Everything a run produces goes to ``output_dir``::
     config.yaml            the resolved config (defaults + file + overrides + filled model kwargs)
     run_info.json          gridify version, dataset source format, parameter count, sizes, command
     checkpoints/last.ckpt  latest state (weights, optimizer, scheduler, loops) for --resume
-    checkpoints/best-*.ckpt  best epoch by the validation metric
+    checkpoints/best-epochNNN.ckpt  best epoch by the validation metric (NNN: the epoch, counted from 1 as the
+                           log counts it, everywhere: gridify.training.epochs)
     checkpoints/model.pt   plain export of the tested weights (loads with weights_only=True)
     test_metrics.json      test metrics (OA/mAcc or instance/class mIoU, IoU per category by name), the subset
                            scored when trainer.limit_test_batches chose one
     csv/version_*/metrics.csv, tensorboard/version_*/   logs (TensorBoard: curves, the test confusion
                            matrix, hparams/ with the hyper-parameters and the test metrics)
-    plots/loss.png, plots/metrics.png, plots/confusion_matrix.png (classification)
+    csv/train_steps.csv    every training step's loss and learning rate (the plots' per-step curves)
+    plots/loss.png, plots/metrics.png, plots/confusion_matrix.png (classification); an interrupted or
+                           failed run writes its curves too
 
-Every file gets the mode ``0666 & ~umask``. Without a terminal the progress is one line every
-``trainer.log_every_n_steps`` steps and one per epoch.
+Every file gets the mode ``0666 & ~umask``. A run says what it does from its start (reading the data, the
+sanity check, the plan of the training) and never stays silent for more than half a minute; in a terminal,
+progress bars; without one, a line at the first step, then every ``trainer.log_every_n_steps`` steps or 20 s,
+and one per epoch.
 
 The package, one concern per module:
 
@@ -33,7 +38,9 @@ The package, one concern per module:
     plots       loss/metric curves and the confusion matrix (matplotlib)
     report      the files a run writes about itself
     module      the Lightning modules (PointCloudTask, PointCloudData)
-    callbacks   checkpoints, atomic checkpoint I/O, loggers, StopAfterEpochs, TrainingClock
+    epochs      the one numbering of epochs (from 1) of the log, file names, reports, logs and plots
+    progress    the console: the run's voice (never a silent minute), lines or progress bars
+    callbacks   checkpoints, atomic checkpoint I/O, loggers, StopAfterEpochs, TrainingClock, StepCurves
     runner      run(): one run, step by step
     cli         the command line (main)
 
@@ -107,7 +114,7 @@ from .data import (
     set_train_epoch,
 )
 from .metrics import compute_metrics, evaluate_model, format_metrics, forward_batch, make_metrics, update_metrics
-from .plots import confusion_figure, metrics_figure, plot_confusion, plot_curves, read_metric_logs
+from .plots import confusion_figure, metrics_figure, plot_confusion, plot_curves, read_metric_logs, read_steps
 from .schedule import steps_per_epoch, warmup_cosine, world_size_guess
 
 #: Lightning- or torchmetrics-dependent names -> the module defining them (a bare name: a submodule of this
@@ -123,6 +130,8 @@ _LAZY: Dict[str, str] = {
     "checkpoint_callbacks": "callbacks",
     "make_loggers": "callbacks",
     "LineProgress": "callbacks",
+    "StepCurves": "callbacks",
+    "RunVoice": "progress",
     "run": "runner",
     # torchmetrics (and the scipy it imports, about 3 s): only when a metric object is asked for, so that
     # `gridify list keys` and the config checks start fast
@@ -185,6 +194,7 @@ __all__ = [
     "plot_confusion",
     "plot_curves",
     "read_metric_logs",
+    "read_steps",
     "build_parser",
     "config_from_args",
     "error_line",

@@ -1,37 +1,52 @@
 """The trainer's plug-ins, one small piece per concern: checkpoints, checkpoint I/O, logs, stopping.
 
-* :func:`checkpoint_callbacks`: ``best-epoch*.ckpt`` (best validation metric), ``last.ckpt``
+* :func:`checkpoint_callbacks`: ``best-epochNNN.ckpt`` (best validation metric), ``last.ckpt``
   (every ``trainer.checkpoint.every_n_epochs`` epochs and/or ``every_n_train_steps`` steps) and,
-  with ``keep_all``, one file per epoch.
+  with ``keep_all``, one file per epoch, ``epochNNN-stepNNNNNNN.ckpt``; ``NNN`` is the epoch the file
+  ends, counted from 1 as the log counts it (:mod:`.epochs`, :class:`EpochCheckpoint`). On a resume
+  (``resuming``), Lightning's "checkpoint directory exists and is not empty" is not said: the run
+  continues the files there.
 * :func:`atomic_checkpoint_io`: checkpoints are written atomically and read with
   ``weights_only=True`` (:class:`AtomicCheckpointIO`).
-* :func:`make_loggers`: CSV and TensorBoard logs under the output folder.
+* :func:`make_loggers`: CSV and TensorBoard logs under the output folder, their ``epoch`` counted from 1
+  (:func:`~.epochs.logged_epoch`; ``csv/version_*/hparams.yaml`` records ``epoch_base: 1``).
+* :class:`StepCurves`: every training step's loss and learning rate (whatever ``log_every_n_steps``),
+  kept in the checkpoints and written to ``csv/train_steps.csv`` at every epoch's end, for the plots.
 * :class:`StopAfterEpochs`: stop as an interruption would, to be continued with ``--resume``.
 * :class:`TrainingClock`: logs ``train_seconds``, the training time so far without validation,
   at the end of every epoch (kept in checkpoints, so a resumed run goes on counting).
-* :class:`LineProgress`: progress as plain lines when the output is not a terminal (a log file,
-  a pipe): one line every ``every`` training steps and one per epoch, instead of progress bars
-  redrawn with carriage returns (:func:`progress_callbacks` picks it).
+* The console (:mod:`.progress`, re-exported here): :class:`~.progress.LineProgress` (lines when the
+  output is no terminal), the progress bar of a terminal, and the run's voice that never stays silent a minute.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
+import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import lightning.pytorch as pl
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 
+from gridify._files import atomic_write_text
 from gridify.checkpoint import atomic_torch_save
+
+from .epochs import BEST_NAME, EPOCH_BASE, EPOCH_BASE_KEY, KEPT_NAME, logged_epoch, shown_epoch
+from .plots import STEP_COLUMNS, STEPS_FILE, read_steps, steps_csv
+from .progress import LineProgress, interactive, progress_callbacks
 
 __all__ = [
     "StopAfterEpochs",
     "TrainingClock",
+    "StepCurves",
+    "STEPS_FILE",
+    "read_steps",
+    "EpochCheckpoint",
     "NamedCheckpoint",
     "AtomicCheckpointIO",
     "atomic_checkpoint_io",
@@ -39,6 +54,8 @@ __all__ = [
     "last_checkpoints",
     "checkpoint_callbacks",
     "make_loggers",
+    "RunCSVLogger",
+    "RunTensorBoardLogger",
     "LineProgress",
     "interactive",
     "progress_callbacks",
@@ -46,13 +63,13 @@ __all__ = [
 
 
 class StopAfterEpochs(pl.Callback):
-    """Stop (as an interruption would) after ``n`` epochs; resume later with --resume."""
+    """Stop (as an interruption would) after epoch ``n`` (counted from 1); resume later with --resume."""
 
     def __init__(self, n: int) -> None:
         self.n = int(n)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        if trainer.current_epoch + 1 >= self.n:
+        if shown_epoch(trainer.current_epoch) >= self.n:
             trainer.should_stop = True
 
 
@@ -103,6 +120,66 @@ class TrainingClock(pl.Callback):
         self.total = float(state_dict.get("total", 0.0))
 
 
+class StepCurves(pl.Callback):
+    """Every training step's ``train_loss`` (the module's ``step_loss``) and learning rate, whatever
+    ``trainer.log_every_n_steps`` says: the plots' per-step curves (a sparse log draws a cosine as a line).
+
+    A row per training batch: ``step`` (the 0-based index of the optimizer step, the CSV log's step axis),
+    ``epoch`` (counted from 1), ``train_loss``, ``lr`` (the rate the step used). The rows are part of the
+    callback's state in every checkpoint (a resumed run keeps the curve up to its checkpoint, and the steps
+    redone after it replace the lost ones) and are written to ``path`` (``csv/train_steps.csv``) atomically at
+    the end of every epoch and by :meth:`flush`. The losses stay tensors until then (no device sync a step).
+    """
+
+    def __init__(self, path: Optional[Path] = None) -> None:
+        self.path = None if path is None else Path(path)
+        self.rows: List[Tuple[int, int, float, float]] = []
+        self._pending: List[Tuple[int, int, Any, float]] = []
+        self._start: Optional[Tuple[int, float]] = None
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else float("nan")
+        self._start = (int(trainer.global_step), float(lr))
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        loss = getattr(pl_module, "step_loss", None)
+        if self._start is None or loss is None:
+            return
+        step, lr = self._start
+        self._pending.append((step, shown_epoch(trainer.current_epoch), loss, lr))
+        self._start = None
+
+    def _settle(self) -> None:
+        """The pending losses read (one transfer for all of them)."""
+        if not self._pending:
+            return
+        losses = torch.stack([torch.as_tensor(p[2]).detach().float().reshape(()) for p in self._pending]).cpu()
+        self.rows += [(s, e, float(v), lr) for (s, e, _, lr), v in zip(self._pending, losses.tolist())]
+        self._pending = []
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.is_global_zero:
+            self.flush()
+
+    def flush(self) -> Optional[Path]:
+        """Write the rows to :attr:`path` (atomically); the path, or None without one or without rows."""
+        self._settle()
+        if self.path is None or not self.rows:
+            return None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.path, steps_csv(self.rows))
+        return self.path
+
+    def state_dict(self) -> Dict[str, Any]:
+        self._settle()
+        return {"rows": torch.tensor(self.rows, dtype=torch.float64).reshape(-1, len(STEP_COLUMNS))}
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        rows = state_dict.get("rows")
+        self.rows = [] if rows is None else [(int(s), int(e), v, lr) for s, e, v, lr in rows.tolist()]
+        self._pending = []
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Saves with :func:`~gridify.checkpoint.atomic_torch_save`; loads with ``weights_only=True`` always."""
 
@@ -130,13 +207,47 @@ def atomic_checkpoint_io() -> AtomicCheckpointIO:
     return AtomicCheckpointIO()
 
 
-class NamedCheckpoint(ModelCheckpoint):
-    """A ``ModelCheckpoint`` whose saved state is keyed by its file name pattern too.
+#: Lightning's "Checkpoint directory ... exists and is not empty": true, and expected, when a run is resumed
+_DIR_NOT_EMPTY = r"Checkpoint directory .* exists and is not empty"
+
+
+class EpochCheckpoint(ModelCheckpoint):
+    """A ``ModelCheckpoint`` whose file names count epochs as the run does (:func:`~.epochs.shown_epoch`:
+    ``best-epoch001.ckpt`` ends epoch 1, the log's ``epoch 1/25``), quiet about a non-empty folder when
+    ``resuming`` (the run continues the files there). Its saved state keeps ``ModelCheckpoint``'s key, so
+    checkpoints written before resume with their best score."""
+
+    #: the class name in :attr:`state_key` (Lightning's own for the plain checkpoints)
+    state_name = "ModelCheckpoint"
+
+    def __init__(self, *args: Any, resuming: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.resuming = bool(resuming)
+
+    def _generate_state_key(self, **kwargs: Any) -> str:
+        return f"{self.state_name}{kwargs!r}"
+
+    def format_checkpoint_name(self, metrics: Dict[str, Any], *args: Any, **kwargs: Any) -> str:
+        if "epoch" in metrics:  # Lightning's 0-based index of the epoch the checkpoint ends
+            metrics = {**metrics, "epoch": torch.tensor(shown_epoch(metrics["epoch"]))}
+        return super().format_checkpoint_name(metrics, *args, **kwargs)
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        with warnings.catch_warnings():
+            if self.resuming:
+                warnings.filterwarnings("ignore", message=_DIR_NOT_EMPTY)
+            super().setup(trainer, pl_module, stage)
+
+
+class NamedCheckpoint(EpochCheckpoint):
+    """An :class:`EpochCheckpoint` whose saved state is keyed by its file name pattern too.
 
     Lightning keys a checkpoint callback's state by its monitor and schedule only, so two
     callbacks that save on the same schedule under different names (``last.ckpt`` and one file per
     epoch) would collide ("Found more than one stateful callback of type ModelCheckpoint").
     """
+
+    state_name = "NamedCheckpoint"
 
     @property
     def state_key(self) -> str:
@@ -149,22 +260,24 @@ class NamedCheckpoint(ModelCheckpoint):
         )
 
 
-def best_checkpoint(ckpt_dir: Path, monitor: str) -> ModelCheckpoint:
-    """Keeps ``best-epoch<NNN>.ckpt``: the epoch with the highest ``monitor``."""
-    return ModelCheckpoint(
+def best_checkpoint(ckpt_dir: Path, monitor: str, resuming: bool = False) -> ModelCheckpoint:
+    """Keeps ``best-epoch<NNN>.ckpt``: the epoch (counted from 1) with the highest ``monitor``."""
+    return EpochCheckpoint(
         dirpath=ckpt_dir,
-        filename="best-epoch{epoch:03d}",
+        filename=BEST_NAME,
         monitor=monitor,
         mode="max",
         save_top_k=1,
         auto_insert_metric_name=False,
         save_last=False,
+        resuming=resuming,
     )
 
 
-def last_checkpoints(ckpt_dir: Path, ck: Dict[str, Any]) -> List[ModelCheckpoint]:
+def last_checkpoints(ckpt_dir: Path, ck: Dict[str, Any], resuming: bool = False) -> List[ModelCheckpoint]:
     """``last.ckpt`` every ``ck["every_n_epochs"]`` epochs and/or ``ck["every_n_train_steps"]`` steps
-    (every epoch when neither is set), plus one kept file per epoch with ``ck["keep_all"]``.
+    (every epoch when neither is set), plus one kept file per epoch with ``ck["keep_all"]``,
+    ``epoch<NNN>-step<NNNNNNN>.ckpt`` (the epoch it ends, counted from 1, and the optimizer steps taken).
 
     The epoch checkpoints are written at the end of each training epoch, not after validation:
     Lightning's default waits for a validation, so a run validating every 4th epoch
@@ -174,7 +287,7 @@ def last_checkpoints(ckpt_dir: Path, ck: Dict[str, Any]) -> List[ModelCheckpoint
     callbacks = []
     if every_epochs or not every_steps:
         callbacks.append(
-            ModelCheckpoint(
+            EpochCheckpoint(
                 dirpath=ckpt_dir,
                 filename="last",
                 save_top_k=1,
@@ -182,129 +295,90 @@ def last_checkpoints(ckpt_dir: Path, ck: Dict[str, Any]) -> List[ModelCheckpoint
                 every_n_epochs=max(1, every_epochs),
                 enable_version_counter=False,
                 save_on_train_epoch_end=True,
+                resuming=resuming,
             )
         )
     if every_steps:
         callbacks.append(
-            ModelCheckpoint(
+            EpochCheckpoint(
                 dirpath=ckpt_dir,
                 filename="last",
                 save_top_k=1,
                 monitor=None,
                 every_n_train_steps=every_steps,
                 enable_version_counter=False,
+                resuming=resuming,
             )
         )
     if ck.get("keep_all"):
         callbacks.append(
             NamedCheckpoint(
                 dirpath=ckpt_dir,
-                filename="epoch{epoch:03d}-step{step:07d}",
+                filename=KEPT_NAME,
                 save_top_k=-1,
                 monitor=None,
                 every_n_epochs=max(1, every_epochs),
                 auto_insert_metric_name=False,
                 save_on_train_epoch_end=True,
+                resuming=resuming,
             )
         )
     return callbacks
 
 
 def checkpoint_callbacks(
-    tr: Dict[str, Any], ckpt_dir: Path, monitor: Optional[str]
+    tr: Dict[str, Any],
+    ckpt_dir: Path,
+    monitor: Optional[str],
+    resuming: bool = False,
+    steps_file: Optional[Path] = None,
 ) -> Tuple[List[pl.Callback], Optional[ModelCheckpoint]]:
     """Every callback of a run for the ``trainer`` section ``tr``, and the best-checkpoint one.
 
     Without ``monitor`` (no validation) there is no best checkpoint. The best-checkpoint callback
-    comes first, so it is the trainer's ``checkpoint_callback``.
+    comes first, so it is the trainer's ``checkpoint_callback``. ``resuming``: the run continues the
+    checkpoints in ``ckpt_dir``; ``steps_file``: where :class:`StepCurves` writes (None: nowhere).
     """
-    best = best_checkpoint(ckpt_dir, monitor) if monitor else None
+    best = best_checkpoint(ckpt_dir, monitor, resuming) if monitor else None
     callbacks: List[pl.Callback] = [best] if best is not None else []
-    callbacks += last_checkpoints(ckpt_dir, tr["checkpoint"])
+    callbacks += last_checkpoints(ckpt_dir, tr["checkpoint"], resuming)
     callbacks.append(LearningRateMonitor(logging_interval="step"))
     callbacks.append(TrainingClock())
+    callbacks.append(StepCurves(steps_file))
     if tr["stop_after_epochs"]:
         callbacks.append(StopAfterEpochs(int(tr["stop_after_epochs"])))
     return callbacks, best
 
 
+class RunCSVLogger(CSVLogger):
+    """Lightning's CSV log with its ``epoch`` column counted from 1 (:func:`~.epochs.logged_epoch`); its
+    ``hparams.yaml`` records ``epoch_base: 1``, telling it from the logs of older runs (counted from 0)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._epoch_marked = False
+
+    def log_hyperparams(self, params: Optional[Any] = None) -> None:
+        plain = dict(vars(params) if isinstance(params, argparse.Namespace) else (params or {}))
+        super().log_hyperparams({**plain, EPOCH_BASE_KEY: EPOCH_BASE})
+        self._epoch_marked = True
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: Optional[int] = None) -> None:
+        if not self._epoch_marked:  # the mark comes before the first row, whatever Lightning logs first
+            self.log_hyperparams({})
+        super().log_metrics(logged_epoch(metrics), step)
+
+
+class RunTensorBoardLogger(TensorBoardLogger):
+    """Lightning's TensorBoard log with its ``epoch`` scalar counted from 1 (:func:`~.epochs.logged_epoch`)."""
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: Optional[int] = None) -> None:
+        super().log_metrics(logged_epoch(metrics), step)
+
+
 def make_loggers(out: Path) -> List[Logger]:
-    """``<out>/csv/version_*/metrics.csv`` and ``<out>/tensorboard/version_*/`` logs."""
-    return [CSVLogger(str(out), name="csv"), TensorBoardLogger(str(out), name="tensorboard", default_hp_metric=False)]
-
-
-def _number(value: Any) -> str:
-    v = float(value)
-    return f"{v:.3e}" if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e4) else f"{v:.4f}"
-
-
-class LineProgress(ProgressBar):
-    """Training progress as plain lines: ``[train] epoch 2/8 step 15/30 | train_loss 1.2345 | lr 4.000e-03``
-    every ``every`` steps of an epoch (and at its last step), then one line per epoch with its time and
-    the epoch metrics (``train_loss_epoch``, ``val_*``)."""
-
-    def __init__(self, every: int) -> None:
-        super().__init__()
-        self.every = max(1, int(every))
-        self._enabled = True
-        self._started = time.time()
-        self._partial = True  # the epoch's start was not seen (a resume inside it)
-
-    def disable(self) -> None:
-        self._enabled = False
-
-    def enable(self) -> None:
-        self._enabled = True
-
-    @property
-    def is_enabled(self) -> bool:
-        return self._enabled
-
-    def _line(self, text: str) -> None:
-        print(f"[train] {text}", file=sys.stdout, flush=True)
-
-    @staticmethod
-    def _epoch(trainer: Any) -> str:
-        """``2/8`` (``2/?`` when the run is bounded by steps)."""
-        return f"{trainer.current_epoch + 1}/{trainer.max_epochs if (trainer.max_epochs or 0) > 0 else '?'}"
-
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        # a run resumed in the middle of an epoch gets no on_train_epoch_start for it: time it from here
-        self._started, self._partial = time.time(), True
-
-    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        self._started, self._partial = time.time(), False
-
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        total = self.total_train_batches
-        if not self._enabled or ((batch_idx + 1) % self.every and batch_idx + 1 != total):
-            return
-        shown = {k: v for k, v in self.get_metrics(trainer, pl_module).items() if k != "v_num"}
-        lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else None
-        parts = [f"{k} {_number(v)}" for k, v in shown.items() if k.startswith("train")]
-        parts += [] if lr is None else [f"lr {_number(lr)}"]
-        self._line(f"epoch {self._epoch(trainer)} step {batch_idx + 1}/{total} | " + " | ".join(parts))
-
-    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        if not self._enabled:
-            return
-        metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith(("train_loss_epoch", "val_"))}
-        parts = [f"{k} {_number(v)}" for k, v in sorted(metrics.items())]
-        self._line(
-            f"epoch {self._epoch(trainer)} done in {time.time() - self._started:.1f} s"
-            + (" (since the resume)" if self._partial else "")
-            + "".join(f" | {p}" for p in parts)
-        )
-
-
-def interactive() -> bool:
-    """Whether the standard output is a terminal (progress bars) rather than a file or a pipe (lines)."""
-    return bool(getattr(sys.stdout, "isatty", lambda: False)())
-
-
-def progress_callbacks(tr: Dict[str, Any]) -> List[pl.Callback]:
-    """With ``trainer.progress_bar`` on and no terminal, a :class:`LineProgress` every ``log_every_n_steps``
-    steps (Lightning's own bar otherwise)."""
-    if tr["progress_bar"] and not interactive():
-        return [LineProgress(int(tr["log_every_n_steps"]))]
-    return []
+    """``<out>/csv/version_*/metrics.csv`` and ``<out>/tensorboard/version_*/`` logs (epochs counted from 1)."""
+    return [
+        RunCSVLogger(str(out), name="csv"),
+        RunTensorBoardLogger(str(out), name="tensorboard", default_hp_metric=False),
+    ]

@@ -25,7 +25,8 @@
   statistics of the weights they hold.
 * Dropout is reseeded before every step from (seed, global step, rank), so a resumed run draws
   the same masks as an uninterrupted one.
-* Logs: ``train_loss`` (per step), ``train_loss_epoch``, ``lr_epoch`` (the rate at the end of
+* Logs: ``train_loss`` (per step; every step's also in :attr:`PointCloudTask.step_loss`, which
+  :class:`~.callbacks.StepCurves` records for the plots), ``train_loss_epoch``, ``lr_epoch`` (the rate at the end of
   each epoch, so the LR curve exists even when an epoch is shorter than ``log_every_n_steps``),
   ``val_*`` and ``test_*`` (the task's metrics, :mod:`gridify.tasks`); the test results name the IoU
   of each category (scenes: of each class). A scene task validates and tests on whole scenes
@@ -126,6 +127,10 @@ class PointCloudTask(pl.LightningModule):
             "class_weights", None if weights is None else torch.tensor(weights, dtype=torch.float32), persistent=False
         )
         self.test_results: Dict[str, Any] = {}
+        #: the last step's cross-entropy (a detached tensor), read by :class:`~.callbacks.StepCurves`
+        self.step_loss: Optional[torch.Tensor] = None
+        #: Lightning's (0-based) ``epoch`` of the checkpoint loaded last (the tested one, after ``trainer.test``)
+        self.loaded_epoch: Optional[int] = None
 
     @property
     def eval_model(self) -> torch.nn.Module:
@@ -156,6 +161,7 @@ class PointCloudTask(pl.LightningModule):
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         """A checkpoint of a run without the average resumed with ``optim.ema_decay > 0`` starts the
         average at its weights; one with an average resumed without keeps the live weights only."""
+        self.loaded_epoch = None if checkpoint.get("epoch") is None else int(checkpoint["epoch"])
         state = checkpoint.get("state_dict", {})
         has = any(k.startswith("ema.") for k in state)
         if self.ema is not None and not has:
@@ -185,7 +191,8 @@ class PointCloudTask(pl.LightningModule):
             loss = loss + weight * reg
             self.log("train_kernel_l2", reg.detach(), on_step=True, on_epoch=False)
         n = int(batch["y"].numel())
-        self.log("train_loss", ce.detach(), on_step=True, on_epoch=False, prog_bar=True, batch_size=n)
+        self.step_loss = ce.detach()
+        self.log("train_loss", self.step_loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=n)
         self.train_loss.update(ce.detach(), weight=n)
         self.log("train_loss_epoch", self.train_loss, on_step=False, on_epoch=True)
         return loss

@@ -5,10 +5,15 @@ Every file is written atomically, through :func:`gridify._files.atomic_write_tex
 mid-write never leaves half a file behind, and gets the mode ``0666 & ~umask``. No Lightning
 import: :func:`write_tensorboard` takes the TensorBoard writer as an argument.
 
-``test_metrics.json`` holds the metrics, ``num_samples`` (the test split's size), ``num_scored``
-(clouds scored), ``subset`` (``{"size", "of", "stratified", "limit"}`` when
+``test_metrics.json`` holds the metrics, ``epoch`` (the tested checkpoint's epoch, counted from 1 as
+everywhere: :mod:`.epochs`), ``num_samples`` (the test split's size), ``num_scored`` (clouds scored), ``subset`` (``{"size", "of", "stratified", "limit"}`` when
 ``trainer.limit_test_batches`` chose a subset, else null), the confusion matrix
 (``[classes, classes]``, classification) or ``per_category_iou`` (``{category name: IoU}``).
+``run_info.json`` records ``epoch_base: 1`` (in each of its ``sessions`` too: the numbering of the epochs in
+the run's file names and logs) and, once tested, ``epochs_trained`` and ``tested_epoch``.
+
+:func:`write_plots` draws the curves from the logs and every step's loss and rate (``csv/train_steps.csv``):
+at the end of a run, and of one interrupted (Ctrl-C) or failed after some steps.
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ from gridify._version import __version__
 from gridify._files import atomic_write_text
 from gridify.checkpoint import export_model, plain
 
+from .epochs import EPOCH_BASE, EPOCH_BASE_KEY
 from .metrics import format_metrics
-from .plots import confusion_figure, plot_confusion, plot_curves, read_metric_logs
+from .plots import STEPS_FILE, confusion_figure, plot_confusion, plot_curves, read_metric_logs, read_steps
 
 __all__ = [
     "RunRecord",
@@ -36,6 +42,7 @@ __all__ = [
     "write_run_files",
     "test_report",
     "write_test_outputs",
+    "write_plots",
     "flat_config",
     "write_tensorboard",
 ]
@@ -70,6 +77,7 @@ def write_run_files(record: RunRecord) -> None:
     told apart from the time it spent stopped.
     """
     info = record.run_info
+    info[EPOCH_BASE_KEY] = EPOCH_BASE
     if info.get("resumed_from"):
         try:
             old = json.loads((record.out / "run_info.json").read_text())
@@ -78,7 +86,9 @@ def write_run_files(record: RunRecord) -> None:
         first = [{"started": old["started"], "resumed_from": old.get("resumed_from")}] if "started" in old else []
         info["sessions"] = list(old.get("sessions") or first)
     info.setdefault("sessions", [])
-    info["sessions"].append({"started": info["started"], "resumed_from": info.get("resumed_from")})
+    info["sessions"].append(
+        {"started": info["started"], "resumed_from": info.get("resumed_from"), EPOCH_BASE_KEY: EPOCH_BASE}
+    )
     atomic_write_text(record.out / "config.yaml", yaml.safe_dump(plain(record.cfg), sort_keys=False))
     write_json(record.out / "run_info.json", info)
 
@@ -94,8 +104,9 @@ def test_report(
     train_seconds: float,
     subset: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, Any]:
-    """The content of ``test_metrics.json``: the test results and where they come from (``subset``: the
-    part of the test split scored, see :func:`~.data.eval_subset`)."""
+    """The content of ``test_metrics.json``: the test results and where they come from (``epoch``: the
+    tested checkpoint's epoch, counted from 1; ``subset``: the part of the test split scored, see
+    :func:`~.data.eval_subset`)."""
     cfg, info = record.cfg, record.info
     report = {
         "task": cfg["task"],
@@ -119,12 +130,19 @@ def test_report(
     return report
 
 
-def _write_plots(record: RunRecord, report: Dict[str, Any]) -> None:
+def write_plots(record: RunRecord, report: Optional[Dict[str, Any]] = None) -> Optional[Path]:
+    """``plots/loss.png`` and ``plots/metrics.png`` from the run's logs and ``csv/train_steps.csv`` and, with
+    a test ``report`` holding one, ``plots/confusion_matrix.png``; the folder, or None when ``trainer.plots``
+    is off or plotting failed (a warning says why: plotting never fails a run)."""
+    if not record.cfg["trainer"]["plots"]:
+        return None
     plots = record.out / "plots"
-    plots.mkdir(exist_ok=True)
     task = record.cfg["task"]
+    report = report or {}
     try:
-        plot_curves(read_metric_logs(record.out / "csv"), plots, task)
+        plots.mkdir(exist_ok=True)
+        csv_root = record.out / "csv"
+        plot_curves(read_metric_logs(csv_root), plots, task, read_steps(csv_root / STEPS_FILE))
         if "confusion_matrix" in report:
             plot_confusion(
                 report["confusion_matrix"],
@@ -132,8 +150,10 @@ def _write_plots(record: RunRecord, report: Dict[str, Any]) -> None:
                 plots / "confusion_matrix.png",
                 title=f"test confusion ({format_metrics(task, report['metrics'])})",
             )
-    except Exception as exc:  # noqa: BLE001 - plotting never fails a finished run
+    except Exception as exc:  # noqa: BLE001 - plotting never fails a run
         warnings.warn(f"plotting failed: {exc}")
+        return None
+    return plots
 
 
 def write_test_outputs(record: RunRecord, report: Dict[str, Any], model: torch.nn.Module, train_seconds: float) -> None:
@@ -160,11 +180,11 @@ def write_test_outputs(record: RunRecord, report: Dict[str, Any], model: torch.n
     record.run_info.update(
         train_seconds=round(train_seconds, 1),
         test_metrics=report["metrics"],
+        tested_epoch=report.get("epoch"),
         finished=time.strftime("%Y-%m-%d %H:%M:%S"),
     )
     write_json(out / "run_info.json", record.run_info)
-    if cfg["trainer"]["plots"]:
-        _write_plots(record, report)
+    write_plots(record, report)
     subset = report.get("subset")
     part = (
         ""

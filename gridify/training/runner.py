@@ -49,7 +49,7 @@ from gridify.checkpoint import CheckpointError, export_model, load_checkpoint, l
 from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError
 from gridify.tasks import get_task
 
-from .callbacks import atomic_checkpoint_io, checkpoint_callbacks, interactive, make_loggers, progress_callbacks
+from .callbacks import StepCurves, atomic_checkpoint_io, checkpoint_callbacks, make_loggers
 from .config import ConfigError, parse_augmentations
 from .data import (
     EpochAugment,
@@ -60,8 +60,11 @@ from .data import (
     inference_info,
     train_class_weights,
 )
+from .epochs import shown_epoch
 from .module import PointCloudData, PointCloudTask
-from .report import RunRecord, test_report, write_run_files, write_tensorboard, write_test_outputs
+from .plots import STEPS_FILE
+from .progress import RunVoice, interactive, progress_callbacks
+from .report import RunRecord, test_report, write_plots, write_run_files, write_tensorboard, write_test_outputs
 from .schedule import steps_per_epoch, world_size_guess
 from .schema import trainer_error
 
@@ -79,6 +82,7 @@ __all__ = [
     "build_data",
     "build_module",
     "build_trainer",
+    "first_epoch_note",
     "fit",
     "test_checkpoint",
     "test_and_report",
@@ -362,8 +366,17 @@ def cpu_precision(tr: Dict[str, Any]) -> Any:
     return "32-true"
 
 
-def build_trainer(tr: Dict[str, Any], out: Path, callbacks: List[pl.Callback], rank0: bool) -> pl.Trainer:
-    """The Lightning trainer of the ``trainer`` section ``tr`` (atomic checkpoints, CSV + TensorBoard logs).
+def build_trainer(
+    tr: Dict[str, Any],
+    out: Path,
+    callbacks: List[pl.Callback],
+    rank0: bool,
+    voice: Optional[RunVoice] = None,
+    note: str = "",
+) -> pl.Trainer:
+    """The Lightning trainer of the ``trainer`` section ``tr`` (atomic checkpoints, CSV + TensorBoard logs,
+    the console's callbacks speaking through ``voice``: :func:`~.progress.progress_callbacks`, ``note``: what
+    makes the first epoch slower).
 
     ``ddp_spawn*`` strategies become ``ddp*``: the processes are already started (:func:`spawn_run`).
     Validation and test limits other than 0 are subsets chosen by the data module, not passed on.
@@ -392,7 +405,7 @@ def build_trainer(tr: Dict[str, Any], out: Path, callbacks: List[pl.Callback], r
             deterministic=tr["deterministic"],
             enable_progress_bar=bool(tr["progress_bar"]),
             enable_model_summary=rank0 and bool(tr["progress_bar"]) and interactive(),
-            callbacks=callbacks + progress_callbacks(tr),
+            callbacks=callbacks + progress_callbacks(tr, voice if voice is not None else RunVoice(enabled=rank0), note),
             logger=make_loggers(out),
             use_distributed_sampler=False,
             default_root_dir=str(out),
@@ -417,9 +430,10 @@ def fit(
     """Train (from ``ckpt_path`` when resuming); returns the wall-clock seconds.
 
     Ctrl-C (Lightning stops gracefully, then exits): rank 0 saves the state reached as
-    ``checkpoints/last.ckpt`` (mid-epoch: a resumed run skips the batches already seen) and the current
-    weights as ``checkpoints/model.pt`` (usable with ``gridify predict``), then ends with
-    :class:`TrainingInterrupted`, whose message names both and the ``--resume auto`` to continue."""
+    ``checkpoints/last.ckpt`` (mid-epoch: a resumed run skips the batches already seen), the current
+    weights as ``checkpoints/model.pt`` (usable with ``gridify predict``) and the plots of the steps taken,
+    then ends with :class:`TrainingInterrupted`, whose message names them and the ``--resume auto`` to
+    continue. A run that fails after some steps writes its plots before the error goes on."""
     t0 = time.time()
     handler = signal.getsignal(signal.SIGINT)
     try:
@@ -428,21 +442,33 @@ def fit(
         if trainer.state.status != TrainerStatus.INTERRUPTED or record is None:
             raise
         raise TrainingInterrupted(_save_interrupted(trainer, module, record, time.time() - t0)) from None
+    except Exception:
+        if record is not None and trainer.is_global_zero and trainer.global_step > 0:
+            _plot_so_far(trainer, record)
+        raise
     finally:
         signal.signal(signal.SIGINT, handler)  # Lightning ignores Ctrl-C while it shuts down; give it back
     return time.time() - t0
 
 
+def _plot_so_far(trainer: pl.Trainer, record: RunRecord) -> Optional[Path]:
+    """The plots of a run that stopped before its end (the steps recorded so far written first)."""
+    for callback in trainer.callbacks:
+        if isinstance(callback, StepCurves):
+            callback.flush()
+    return write_plots(record)
+
+
 def _save_interrupted(trainer: pl.Trainer, module: PointCloudTask, record: RunRecord, seconds: float) -> str:
-    """Write what an interrupted run can (rank 0): ``last.ckpt`` of the state reached and ``model.pt`` of
-    the current weights; returns the one-line message."""
+    """Write what an interrupted run can (rank 0): ``last.ckpt`` of the state reached, ``model.pt`` of the
+    current weights and the plots; returns the one-line message."""
     out = record.out
-    epoch, step = trainer.current_epoch, trainer.global_step
+    epoch, step = shown_epoch(trainer.current_epoch), trainer.global_step
     written = []
     if trainer.is_global_zero and step > 0:
         last = out / "checkpoints" / "last.ckpt"
         try:
-            trainer.save_checkpoint(last)
+            trainer.save_checkpoint(last, weights_only=False)  # the whole state: a resume continues it
             written.append(str(last))
         except Exception as exc:  # noqa: BLE001 - the epoch's own last.ckpt is still there
             warnings.warn(f"could not save the interrupted state ({type(exc).__name__}: {exc})")
@@ -459,13 +485,16 @@ def _save_interrupted(trainer: pl.Trainer, module: PointCloudTask, record: RunRe
                 "config": record.cfg,
                 "source_format": record.info["source_format"],
                 "num_parameters": record.num_params,
-                "checkpoint": f"interrupted at epoch {epoch + 1}, step {step} (current weights, not tested)",
+                "checkpoint": f"interrupted at epoch {epoch}, step {step} (current weights, not tested)",
             },
         )
         written.append(str(out / "checkpoints" / "model.pt"))
-    saved = f"wrote {' and '.join(written)}; " if written else ""
+        plots = _plot_so_far(trainer, record)
+        written += [f"the plots in {plots}"] if plots is not None else []
+    listed = f"{', '.join(written[:-1])} and {written[-1]}" if len(written) > 1 else "".join(written)
+    saved = f"wrote {listed}; " if listed else ""
     return (
-        f"interrupted at epoch {epoch + 1}, step {step} after {seconds:.0f} s; {saved}continue with the same "
+        f"interrupted at epoch {epoch}, step {step} after {seconds:.0f} s; {saved}continue with the same "
         f"command and --resume auto (or --resume {out / 'checkpoints' / 'last.ckpt'})"
     )
 
@@ -487,15 +516,21 @@ def test_and_report(
     test_ckpt: Optional[str],
     train_seconds: float,
 ) -> Dict[str, Any]:
-    """Test ``test_ckpt``; rank 0 writes the test outputs. Returns the report (empty on other ranks)."""
+    """Test ``test_ckpt``; rank 0 writes the test outputs. Returns the report (empty on other ranks).
+
+    The report's ``epoch`` is the tested checkpoint's (counted from 1); for the final weights, the last
+    epoch trained."""
+    trained = trainer.current_epoch  # after fit: the epochs trained, i.e. the number of the last one
+    module.loaded_epoch = None
     trainer.test(module, datamodule=datamodule, ckpt_path=test_ckpt, verbose=False)
     if not trainer.is_global_zero:
         return {}
+    record.run_info["epochs_trained"] = trained
     report = test_report(
         record,
         dict(module.test_results),
         checkpoint=test_ckpt,
-        epoch=trainer.current_epoch,
+        epoch=trained if module.loaded_epoch is None else shown_epoch(module.loaded_epoch),
         global_step=trainer.global_step,
         train_seconds=train_seconds,
         num_samples=len(datamodule.test_set) if datamodule.test_set is not None else None,
@@ -508,22 +543,31 @@ def test_and_report(
     return report
 
 
-def run_process(
-    cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool = False, argv: Sequence[str] = ()
-) -> Dict[str, Any]:
-    """This process's part of the run (all of it, or one DDP rank); returns ``{"config", "output_dir",
-    "train_seconds"}`` plus, on rank 0, the test report."""
-    tr = cfg["trainer"]
-    setup_process(tr)
-    out = Path(cfg["output_dir"])
-    ckpt_dir = out / "checkpoints"
-    rank0 = _env_rank() == 0
-    ckpt_path = resume_checkpoint(resume, ckpt_dir, rank0)
-    if ckpt_path is None and rank0:
-        prepare_fresh_start(out, overwrite)
-    pl.seed_everything(cfg["seed"], workers=True, verbose=False)
+def first_epoch_note(cfg: Dict[str, Any]) -> str:
+    """What makes the first epoch slower than the next, from the ``data`` section (said before the first step)."""
+    d = cfg["data"]
+    normals = d.get("estimate_normals")
+    estimating = f", estimates its normals ({normals} neighbours)" if normals else ""
+    if d.get("keep_in_memory"):
+        return f"the first epoch reads every sample from its file{estimating} and keeps it: slower than the next"
+    return f"every sample's normals are estimated ({normals} neighbours) as it is read" if normals else ""
 
+
+def _data_words(cfg: Dict[str, Any]) -> str:
+    """``procedural, the train and val splits`` (``from ROOT`` when the config names a root)."""
+    d = cfg["data"]
+    return f"{d['name']}, the train and val splits" + (f" from {d['root']}" if d.get("root") else "")
+
+
+def _build_run(
+    cfg: Dict[str, Any], ckpt_path: Optional[str], argv: Sequence[str], rank0: bool, voice: RunVoice
+) -> Tuple[PointCloudTask, PointCloudData, RunRecord, int]:
+    """The run's data, model and data module, and its record (its files written on rank 0), saying what it
+    reads; also the number of processes the schedule was sized for."""
+    tr, t0 = cfg["trainer"], time.time()
+    voice.doing(f"reading the data: {_data_words(cfg)}", announce=True)
     train_set, val_set, augment, info = build_data(cfg)
+    voice.doing("building the model")
     world = world_size_guess(tr["devices"], tr["num_nodes"], tr["accelerator"])
     module, record = build_module(cfg, info, len(train_set), world)
     check_resume_fits(ckpt_path, module, record)
@@ -534,26 +578,51 @@ def run_process(
     record.run_info["init_weights"] = init_path
     datamodule = PointCloudData(cfg, train_set, val_set, augment, graph_builder_of(module.model, cfg))
     if tr["limit_test_batches"] != 0:  # a missing or broken test split fails now, not after training
+        voice.doing("reading the test split")
         datamodule.test_set = build_dataset(cfg, "test")
     if rank0:
         write_run_files(record)
-        print(
-            f"[train] gridify {__version__} | {cfg['data']['name']} ({info['source_format']}): "
-            f"{len(train_set)} train / {len(val_set)} val | {record.model_name}: {record.num_params:,} parameters | "
-            f"output {out}"
+        voice.say(
+            f"gridify {__version__} | {cfg['data']['name']} ({info['source_format']}): "
+            f"{len(train_set)} train / {len(val_set)} val (read in {time.time() - t0:.1f} s) | "
+            f"{record.model_name}: {record.num_params:,} parameters | output {record.out}"
         )
+    return module, datamodule, record, world
 
-    validate = tr["limit_val_batches"] != 0 and len(val_set) > 0
-    monitor = f"val_{get_task(cfg['task']).primary_metric}" if validate else None
-    callbacks, best = checkpoint_callbacks(tr, ckpt_dir, monitor)
-    trainer = build_trainer(tr, out, callbacks, rank0)
-    if trainer.world_size != world and rank0:
-        warnings.warn(
-            f"steps per epoch were computed for {world} processes but the trainer runs "
-            f"{trainer.world_size}; the LR schedule length may be off"
-        )
-    train_seconds = fit(trainer, module, datamodule, ckpt_path, record if rank0 else None)
-    report = test_and_report(trainer, module, datamodule, record, test_checkpoint(tr, best, ckpt_dir), train_seconds)
+
+def run_process(
+    cfg: Dict[str, Any], resume: Optional[str] = None, overwrite: bool = False, argv: Sequence[str] = ()
+) -> Dict[str, Any]:
+    """This process's part of the run (all of it, or one DDP rank); returns ``{"config", "output_dir",
+    "train_seconds"}`` plus, on rank 0, the test report. Rank 0 says what it does from start to end, at
+    least every half minute (:class:`~.progress.RunVoice`)."""
+    tr = cfg["trainer"]
+    setup_process(tr)
+    out = Path(cfg["output_dir"])
+    ckpt_dir = out / "checkpoints"
+    rank0 = _env_rank() == 0
+    with RunVoice(enabled=rank0) as voice:
+        ckpt_path = resume_checkpoint(resume, ckpt_dir, rank0)
+        if ckpt_path is None and rank0:
+            prepare_fresh_start(out, overwrite)
+        pl.seed_everything(cfg["seed"], workers=True, verbose=False)
+        module, datamodule, record, world = _build_run(cfg, ckpt_path, argv, rank0, voice)
+
+        validate = tr["limit_val_batches"] != 0 and len(datamodule.val_set) > 0
+        monitor = f"val_{get_task(cfg['task']).primary_metric}" if validate else None
+        steps_file = out / "csv" / STEPS_FILE if rank0 else None
+        callbacks, best = checkpoint_callbacks(tr, ckpt_dir, monitor, ckpt_path is not None, steps_file)
+        voice.doing("starting the trainer")
+        trainer = build_trainer(tr, out, callbacks, rank0, voice, first_epoch_note(cfg))
+        if trainer.world_size != world and rank0:
+            warnings.warn(
+                f"steps per epoch were computed for {world} processes but the trainer runs "
+                f"{trainer.world_size}; the LR schedule length may be off"
+            )
+        train_seconds = fit(trainer, module, datamodule, ckpt_path, record if rank0 else None)
+        test_ckpt = test_checkpoint(tr, best, ckpt_dir)
+        voice.doing(f"testing {test_ckpt or 'the final weights'}")
+        report = test_and_report(trainer, module, datamodule, record, test_ckpt, train_seconds)
     return {"config": cfg, "output_dir": str(out), "train_seconds": train_seconds, **report}
 
 

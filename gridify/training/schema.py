@@ -610,7 +610,11 @@ SCHEMA: Dict[str, Any] = {
         "num_nodes": Int(min=1, doc="machines"),
         "strategy": Choice(STRATEGIES, doc="Lightning strategy (ddp_spawn runs the whole run in each process)"),
         "precision": Choice(PRECISIONS, doc="Lightning precision (bf16-mixed: bf16 autocast)"),
-        "log_every_n_steps": Int(min=1, doc="steps between logged training losses"),
+        "log_every_n_steps": Int(
+            min=1,
+            doc="steps between logged training losses (CSV, TensorBoard) and console lines (also every 20 s; "
+            "the plots draw every step)",
+        ),
         "limit_train_batches": _LIMIT,
         "limit_val_batches": _LIMIT,
         "limit_test_batches": _LIMIT,
@@ -619,7 +623,7 @@ SCHEMA: Dict[str, Any] = {
         "gradient_clip_val": Num(min=0.0, nullable=True, doc="gradient norm clip (null: none)"),
         "accumulate_grad_batches": Int(min=1, doc="batches per optimizer step"),
         "deterministic": Bool(also=("warn",), doc="deterministic algorithms (Lightning's deterministic)"),
-        "progress_bar": Bool(doc="progress bars in a terminal (lines otherwise)"),
+        "progress_bar": Bool(doc="progress bars in a terminal (lines otherwise; false: neither)"),
         "num_threads": Int(min=1, nullable=True, doc="torch CPU threads (null: torch's default)"),
         "checkpoint": {
             "every_n_epochs": Int(min=0, nullable=True, doc="epochs between last.ckpt saves"),

@@ -108,3 +108,67 @@ def test_logged_curve_refuses_runs_without_logged_time_or_validation(tmp_path, c
     good = _logged_run(tmp_path, [{"epoch": 0, "step": 3, "val_oa": 0.5, "train_seconds": 5.0}], "good")
     with pytest.raises(SystemExit, match=r"good: no logged val_miou; it logged \['oa'\]"):
         tta.main([str(good), "--logged", "--metric", "miou", "--out", str(tmp_path / "out")])
+
+
+def _stamp(text):
+    import time
+
+    return time.mktime(time.strptime(text, "%Y-%m-%d %H:%M:%S"))
+
+
+def test_checkpoint_names_of_new_old_and_resumed_runs_give_the_same_epochs(tmp_path, monkeypatch):
+    """A run of this gridify names the checkpoint ending epoch 1 ``epoch001-...``; a run written before named it
+    ``epoch000-...`` (run_info.json without epoch_base); a run begun before and resumed now has both, told apart
+    by the session that wrote each file; Lightning's ``epoch=N`` counts from 0. Every one is read as epoch 1, 2, 3."""
+    import os
+
+    tta = _script()
+    scored = []
+
+    def evaluate(argv):
+        scored.append(argv[1])
+        return {"metrics": {"oa": 0.5}}
+
+    monkeypatch.setattr(tta, "evaluate", evaluate)
+    first, second = "2026-11-01 10:00:00", "2026-11-02 10:00:00"
+    layouts = {
+        "new": (
+            {"epoch_base": 1},
+            [(f, first) for f in ("epoch001-step0000010", "epoch002-step0000020", "epoch003-step0000030")],
+        ),
+        "old": ({}, [(f, first) for f in ("epoch000-step0000010", "epoch001-step0000020", "epoch002-step0000030")]),
+        "resumed": (
+            {"epoch_base": 1, "sessions": [{"started": first}, {"started": second, "epoch_base": 1}]},
+            [("epoch000-step0000010", first), ("epoch001-step0000020", first), ("epoch003-step0000030", second)],
+        ),
+        "lightning": ({}, [(f, first) for f in ("epoch=0-step=10", "epoch=1-step=20", "epoch=2-step=30")]),
+    }
+    for name, (info, files) in layouts.items():
+        run = tmp_path / name
+        (run / "checkpoints").mkdir(parents=True)
+        (run / "run_info.json").write_text(json.dumps({"started": first, **info}))
+        for i, (stem, session) in enumerate(files):
+            ckpt = run / "checkpoints" / f"{stem}.ckpt"
+            ckpt.write_bytes(b"")
+            os.utime(ckpt, (_stamp(session) + 60 * (i + 1),) * 2)
+        ckpts = tta.epoch_checkpoints(run)
+        assert [c.stem for c in ckpts] == [f for f, _ in files]
+        assert list(tta.checkpoint_epochs(run, ckpts).values()) == [1, 2, 3], name
+        assert [c.stem for c in tta.every_nth(ckpts, 2)] == [files[1][0], files[2][0]]  # epoch 2, and the last
+    out = tmp_path / "out"
+    tta.main([str(tmp_path / n) for n in layouts] + ["--target", "none", "--out", str(out)])
+    points = json.loads((out / "time_to_accuracy.json").read_text())
+    assert {(p["run"], p["epoch"]) for p in points} == {(n, e) for n in layouts for e in (1, 2, 3)}
+
+
+def test_the_logged_curve_of_a_run_of_this_gridify_counts_its_epochs_as_logged(tmp_path):
+    """Its log says epoch 2 (``hparams.yaml``: epoch_base 1) where an older run's said 1: the same point."""
+    tta = _script()
+    rows = [{"epoch": 2, "step": 7, "val_oa": 0.5, "train_seconds": 60.0}]
+    run = _logged_run(tmp_path, rows, "new")
+    (run / "csv" / "version_0" / "hparams.yaml").write_text("epoch_base: 1\n")
+    old = _logged_run(tmp_path, [dict(rows[0], epoch=1)], "old")
+    out = tmp_path / "out"
+    tta.main([str(run), str(old), "--logged", "--target", "none", "--out", str(out)])
+    points = json.loads((out / "time_to_accuracy.json").read_text())
+    assert [(p["run"], p["epoch"]) for p in points] == [("new", 2), ("old", 2)]

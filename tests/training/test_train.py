@@ -287,7 +287,7 @@ def test_training_time_is_logged_every_epoch(trained):
     checkpoints, so a resumed run goes on counting (test_exact_resume)."""
     out, _ = trained
     logged = [(r["epoch"], r["train_seconds"]) for r in T.read_metric_logs(out / "csv") if "train_seconds" in r]
-    assert [e for e, _ in logged] == [0.0, 1.0] and 0 < logged[0][1] < logged[1][1]
+    assert [e for e, _ in logged] == [1.0, 2.0] and 0 < logged[0][1] < logged[1][1]  # epochs counted from 1
     state = torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["callbacks"]["TrainingClock"]
     assert state["total"] == pytest.approx(logged[1][1], rel=1e-5)
 
@@ -390,7 +390,11 @@ def test_exact_resume(trained, tmp_path):
         torch.testing.assert_close(sa["exp_avg_sq"], sb["exp_avg_sq"], rtol=1e-5, atol=1e-9)
     assert a["lr_schedulers"][0]["last_epoch"] == b["lr_schedulers"][0]["last_epoch"] == 4
     logged = {r["epoch"]: r["train_seconds"] for r in T.read_metric_logs(tmp_path / "csv") if "train_seconds" in r}
-    assert logged[0.0] == pytest.approx(first_clock, rel=1e-5) and logged[1.0] > first_clock  # counting went on
+    assert logged[1] == pytest.approx(first_clock, rel=1e-5) and logged[2] > first_clock  # counting went on
+    # every step's loss and rate: kept in the checkpoints, so the resumed curve is the uninterrupted one
+    ra, rb = a["callbacks"]["StepCurves"]["rows"], b["callbacks"]["StepCurves"]["rows"]
+    assert ra[:, :2].tolist() == rb[:, :2].tolist() == [[0, 1], [1, 1], [2, 2], [3, 2]]
+    torch.testing.assert_close(ra, rb, rtol=1e-5, atol=1e-6)
 
 
 def test_segmentation_run_and_export(tmp_path):
@@ -542,7 +546,8 @@ def test_ddp_spawn_two_cpu_processes(tmp_path, capfd):
     assert report["global_step"] == 2 and report["epoch"] == 1  # 8 samples / 2 ranks / batch 2
     assert report["num_samples"] == report["num_scored"] == 8 and sum(map(sum, report["confusion_matrix"])) == 8
     assert T.load_yaml(tmp_path / "config.yaml")["trainer"]["strategy"] == "ddp_spawn"
-    assert [p.name for p in (tmp_path / "csv").iterdir()] == ["version_0"]
+    # one log folder for the two ranks, and rank 0's record of every step
+    assert sorted(p.name for p in (tmp_path / "csv").iterdir()) == ["train_steps.csv", "version_0"]
     res = E.main(["--ckpt", str(tmp_path / "checkpoints" / "model.pt"), "--threads", "1", "--no-progress"])
     assert res["metrics"]["oa"] == pytest.approx(report["metrics"]["oa"], abs=1e-9)  # model.pt = the tested weights
     with pytest.raises(
@@ -718,7 +723,7 @@ def test_label_smoothing_and_test_votes_are_validated():
 def test_keep_all_keeps_one_checkpoint_per_epoch_beside_last_and_best(tmp_path):
     T.main(tiny(tmp_path, "trainer.checkpoint.keep_all=true", "trainer.plots=false"))
     names = sorted(p.name for p in (tmp_path / "checkpoints").glob("*.ckpt"))
-    assert [n for n in names if n.startswith("epoch")] == ["epoch000-step0000002.ckpt", "epoch001-step0000004.ckpt"]
+    assert [n for n in names if n.startswith("epoch")] == ["epoch001-step0000002.ckpt", "epoch002-step0000004.ckpt"]
     assert "last.ckpt" in names and any(n.startswith("best-") for n in names)
 
 
@@ -735,7 +740,7 @@ def test_epochs_without_validation_still_write_their_checkpoints(tmp_path):
         )
     )
     names = sorted(p.name for p in (tmp_path / "checkpoints").glob("*.ckpt"))
-    assert "last.ckpt" in names and "epoch000-step0000002.ckpt" in names, names
+    assert "last.ckpt" in names and "epoch001-step0000002.ckpt" in names, names
     assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
 
 
@@ -770,13 +775,32 @@ def test_a_run_without_test_batches_ends_cleanly_with_its_model(tmp_path, capsys
     assert json.loads((tmp_path / "test_metrics.json").read_text())["metrics"] == {}
 
 
-def test_ctrl_c_writes_the_state_and_the_weights_and_says_how_to_resume(tmp_path, monkeypatch):
+def _lightning_log():
+    """A handler recording what Lightning logs (its INFO lines go to its own handler, not to pytest's)."""
+    import logging
+
+    class Recorder(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.INFO)
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+
+    return logging.getLogger("lightning.pytorch"), Recorder()
+
+
+def test_ctrl_c_writes_the_state_the_weights_and_the_plots_and_says_how_to_resume(tmp_path, monkeypatch):
     """A KeyboardInterrupt in the third step (mid-epoch 2): last.ckpt of the state reached, model.pt of the
-    current weights, one message with --resume auto; the resumed run ends where an uninterrupted one does."""
+    current weights, the plots of the steps taken, one message with --resume auto, and no weights_only note;
+    the resumed run says nothing about the non-empty checkpoint folder it continues and ends where an
+    uninterrupted one does, its per-step curves holding every step though the log holds none of them."""
     import signal
+    import warnings
 
     from gridify import load
     from gridify.training.module import PointCloudTask
+    from gridify.training.schedule import warmup_cosine
 
     real = PointCloudTask.training_step
     calls = {"n": 0}
@@ -789,19 +813,60 @@ def test_ctrl_c_writes_the_state_and_the_weights_and_says_how_to_resume(tmp_path
 
     monkeypatch.setattr(PointCloudTask, "training_step", step)
     before = signal.getsignal(signal.SIGINT)
-    with pytest.raises(
-        SystemExit,
-        match=r"interrupted at epoch 2, step 2 .*last.ckpt and .*model.pt; continue "
-        r"with the same command and --resume auto",
-    ):
-        T.main(tiny(tmp_path, "trainer.plots=false"))
-    assert signal.getsignal(signal.SIGINT) is before  # Ctrl-C works again afterwards
-    assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
-    pts = np.random.default_rng(0).normal(size=(96, 3))
-    assert (
-        load(tmp_path / "checkpoints" / "model.pt").predict(pts, pts / np.linalg.norm(pts, axis=1, keepdims=True)).dense
-        is False
-    )
-    monkeypatch.setattr(PointCloudTask, "training_step", real)
-    T.main(tiny(tmp_path, "trainer.plots=false", "--resume", "auto"))
+    logger, recorder = _lightning_log()
+    logger.addHandler(recorder)
+    sparse = ["trainer.log_every_n_steps=50"]  # the CSV log holds no step's loss or rate
+    try:
+        with pytest.raises(
+            SystemExit,
+            match=r"interrupted at epoch 2, step 2 .*last.ckpt, .*model.pt and the plots in .*plots; continue "
+            r"with the same command and --resume auto",
+        ):
+            T.main(tiny(tmp_path, *sparse))
+        assert signal.getsignal(signal.SIGINT) is before  # Ctrl-C works again afterwards
+        assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
+        assert not [line for line in recorder.lines if "weights_only" in line], recorder.lines
+        for png in ("loss.png", "metrics.png"):
+            assert (tmp_path / "plots" / png).stat().st_size > 1000
+        assert [r["step"] for r in T.read_steps(tmp_path / "csv" / "train_steps.csv")] == [0.0, 1.0]
+        pts = np.random.default_rng(0).normal(size=(96, 3))
+        model = load(tmp_path / "checkpoints" / "model.pt")
+        assert model.predict(pts, pts / np.linalg.norm(pts, axis=1, keepdims=True)).dense is False
+        monkeypatch.setattr(PointCloudTask, "training_step", real)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            T.main(tiny(tmp_path, *sparse, "--resume", "auto"))
+    finally:
+        logger.removeHandler(recorder)
+    said = [str(w.message) for w in caught]
+    assert not [m for m in said if "exists and is not empty" in m or "weights_only" in m], said
     assert torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
+    steps = T.read_steps(tmp_path / "csv" / "train_steps.csv")
+    assert [(r["step"], r["epoch"]) for r in steps] == [(0, 1), (1, 1), (2, 2), (3, 2)]
+    # 2 steps an epoch, 2 epochs, 1 warm-up epoch: the rate each step used
+    expected = [5e-3 * warmup_cosine(s, warmup=2, total=4, floor=0.0) for s in range(4)]
+    assert [r["lr"] for r in steps] == pytest.approx(expected)
+    rows = T.read_metric_logs(tmp_path / "csv")
+    assert not [r for r in rows if "train_loss" in r or any(k.startswith("lr-") for k in r)]  # nothing per step
+    fig = T.metrics_figure(rows, "classification", steps)
+    assert list(fig.axes[1].lines[0].get_xdata()) == [0, 1, 2, 3]
+
+
+def test_a_run_that_fails_after_some_steps_still_writes_its_plots(tmp_path, monkeypatch):
+    from gridify.training.module import PointCloudTask
+
+    real = PointCloudTask.training_step
+    calls = {"n": 0}
+
+    def step(self, batch, batch_idx):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise RuntimeError("the disk vanished")
+        return real(self, batch, batch_idx)
+
+    monkeypatch.setattr(PointCloudTask, "training_step", step)
+    with pytest.raises(RuntimeError, match="the disk vanished"):
+        T.main(tiny(tmp_path))
+    assert (tmp_path / "plots" / "loss.png").stat().st_size > 1000 and (tmp_path / "plots" / "metrics.png").is_file()
+    assert [r["step"] for r in T.read_steps(tmp_path / "csv" / "train_steps.csv")] == [0.0, 1.0, 2.0]
+    assert not (tmp_path / "test_metrics.json").exists()

@@ -431,10 +431,15 @@ def test_a_redirected_run_logs_lines_not_progress_bars(tmp_path):
     lines = text.splitlines()
     steps = [ln for ln in lines if ln.startswith("[train] epoch") and " step " in ln]
     epochs = [ln for ln in lines if ln.startswith("[train] epoch") and " done in " in ln]
-    # 33 training shapes (3 held out for val) in batches of 2: 17 steps, a line at 5, 10, 15 and 17
-    assert [ln.split(" | ")[0] for ln in steps[:4]] == [f"[train] epoch 1/2 step {s}/17" for s in (5, 10, 15, 17)]
-    assert len(steps) == 8 and len(epochs) == 2 and "val_oa" in epochs[0] and "train_loss_epoch" in epochs[0]
-    assert "\r" not in text and "it/s" not in text and len(lines) < 30 and len(text) < 4000, text
+    # 33 training shapes (3 held out for val) in batches of 2: 17 steps, a line at the run's first step (at once),
+    # then at 5, 10, 15 and 17
+    assert [ln.split(" | ")[0] for ln in steps[:5]] == [f"[train] epoch 1/2 step {s}/17" for s in (1, 5, 10, 15, 17)]
+    assert len(steps) == 9 and len(epochs) == 2 and "val_oa" in epochs[0] and "train_loss_epoch" in epochs[0]
+    # before the first step: what is read, then the plan of the training
+    said = [ln for ln in lines if ln.startswith("[train] ")]
+    assert said[0].startswith("[train] reading the data: folder, the train and val splits from "), said
+    assert "[train] training epochs 1-2, 17 steps each" in said, said
+    assert "\r" not in text and "it/s" not in text and len(lines) < 30 and len(text) < 4500, text
 
 
 def test_checkpoints_honour_the_umask(tmp_path):
