@@ -29,10 +29,10 @@ import torch
 from torch import Tensor
 
 from .._checks import check_alloc, check_choice, check_int, check_number, fail, warn_at_caller
-from ..io.cloud import centre_large_offset
+from ..io.cloud import centre_large_offset, unit_scaled
 from ..transforms import CROP_CENTRES, PASTE_CLASS_NAMES, SCENE_MIXES, SceneSampler, mix_scenes_unchecked
 from ._common import SAMPLE_BYTES_PER_POINT, DatasetError, PointCloudDataset, Transform, item_index
-from .scene_layouts import IGNORE_INDEX
+from .scene_layouts import IGNORE_INDEX, integer_labels
 
 __all__ = ["SCENE_FEATURES", "SceneDatasetBase", "scene_features", "build_scene_features", "cloud_scene_features",
            "INTENSITY_FIELDS", "scale_unit",
@@ -87,14 +87,16 @@ def check_features(where: str, features: Any) -> Tuple[str, ...]:
 
 
 def scale_unit(values: Any, what: str, where: str) -> np.ndarray:
-    """Colours or intensities as float32 on their unit scale: an integer array is divided by its dtype's
-    maximum (``uint8`` 255, ``uint16`` 65535: LAS intensity, PLY colours), a float array is taken as
-    already scaled (``.bin`` remission and :class:`gridify.io.PointCloud` colours lie in ``[0, 1]``)."""
+    """Colours or intensities as float32 on their unit scale: an integer array by the readers' one rule
+    (:func:`gridify.io.cloud.unit_scaled`: divided by 255 when its values lie in 0..255, by 65535 when they lie
+    in 0..65535, whatever integer type holds them: LAS ``uint16`` intensity, a PLY ``uchar`` / ``int`` / ``uint``
+    property; values beyond 16 bits or negative by the type's maximum), a float array taken as already scaled
+    (``.bin`` remission and :class:`gridify.io.PointCloud` colours lie in ``[0, 1]``)."""
     a = np.asarray(values)
     if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
         raise DatasetError(f"{where}: {what} must be numbers, got dtype {a.dtype}")
     if np.issubdtype(a.dtype, np.integer):
-        return (a.astype(np.float64) / float(np.iinfo(a.dtype).max)).astype(np.float32)
+        return unit_scaled(a).astype(np.float32)
     return a.astype(np.float32, copy=False)
 
 
@@ -125,7 +127,7 @@ def build_scene_features(names: Sequence[str], pos: Any, *, color: Any = None, n
     :func:`cloud_scene_features`), so that training and prediction see the same columns.
 
     ``xyz`` = ``pos``; ``color`` in ``[0, 1]`` and ``strength`` (alias ``intensity``) on its unit scale
-    (integer arrays divided by their dtype's maximum: :func:`scale_unit`); ``normal`` as given;
+    (integer arrays divided by 255 or 65535, by their values: :func:`scale_unit`); ``normal`` as given;
     ``height`` = :func:`scene_height` of ``pos``'s z unless ``height`` (the whole scene's, computed before a crop)
     is given. No names: ``x = pos``. Large-offset float64 ``pos`` is centred in float64 before the cast
     (:func:`gridify.io.centre_large_offset`), as the datasets and ``predict`` centre it. A feature the scene
@@ -421,6 +423,8 @@ class SceneDatasetBase(PointCloudDataset):
                 scene = self.load_scene(index)
             except DatasetError as exc:  # the reader named the file (and line): name the scene too
                 raise DatasetError(f"{self.describe(index)}: {exc}") from None
+            if scene.get("segment") is not None:  # a subclass's own scenes too: ids never truncated
+                scene = {**scene, "segment": integer_labels(self.describe(index), scene["segment"], "array")}
             scene = drop_nonfinite_rows(scene, self.describe(index))
             _check_label_range(scene, self.num_classes, self.ignore_index, self.describe(index))
             _warn_unlabelled(scene, self.split, self.describe(index))

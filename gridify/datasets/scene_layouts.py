@@ -11,8 +11,11 @@ Every reader returns a *scene*: a dict of numpy arrays in the common (Pointcept)
 * ``coord`` ``[N, 3]`` float32 (metres), always; float64 when the file's float64 coordinates have a large
   offset (UTM metres: the rule of :mod:`gridify.io.cloud`), which the datasets centre in float64 before
   the cast (:func:`gridify.io.centre_large_offset`);
-* ``color`` ``[N, 3]`` float32 in ``[0, 255]``, ``normal`` ``[N, 3]`` float32, ``strength``
-  ``[N, 1]`` float32 (LiDAR remission), when the layout has them;
+* ``color`` ``[N, 3]`` float32 in ``[0, 255]`` (one rule for every layout, :func:`layout_colors`: the scale is
+  decided from the whole scene's values, 16-bit colours, whole numbers up to 65535, are brought to 0-255, and
+  values that are no colours are refused), ``normal`` ``[N, 3]`` float32, ``strength`` ``[N, 1]`` float32
+  (LiDAR remission; integers go to the unit scale by :func:`gridify.io.cloud.unit_scaled`), when the layout
+  has them;
 * ``segment`` ``[N]`` int64: the official training ids ``0..C-1``, :data:`IGNORE_INDEX` (-1)
   for unlabelled / ignored points (a scene without labels is all -1).
 
@@ -42,7 +45,12 @@ Every split also accepts ``"all"`` (every scene found). Errors are :class:`Datas
 file (and line, for S3DIS text) or the scene; sizes are checked against the file sizes before
 anything is allocated (a ``.label`` whose count differs from its ``.bin``'s names both files, a
 PLY vertex count below its data names both counts); label values go through one check,
-:func:`integer_labels` (a fractional label is refused naming the file and the row, in every layout).
+:func:`integer_labels` (a fractional label is refused naming the file and the row, in every layout, the datasets'
+scenes and the converter's output too). A class list given for a layout whose labels are fixed ids (every layout
+but ``s3dis`` and ``pointcept``), or beside a ``pointcept`` root's ``classes.txt``, must name exactly those ids
+(:func:`check_layout_classes`: a longer list holds a class no point can have). An official split list
+(``scannetv2_<split>.txt``) naming a scene that is not under the root is refused, naming the list, the missing
+scenes and what the root holds, unless ``skip_missing`` (``data.skip_missing``) asks to use the scenes there.
 
 Shapes:
     coord ``[N, 3]`` float32 (float64 for large offsets), color / normal ``[N, 3]`` float32, strength
@@ -50,6 +58,7 @@ Shapes:
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -58,7 +67,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..io.cloud import coordinate_dtype, label_values_problem
+from ..io.cloud import color_scale, coordinate_dtype, label_values_problem, unit_scaled
 from ..io.kitti import read_kitti_labels, read_kitti_rows
 from ..io.npy import read_npy_array
 from ..io.ply import read_ply_vertices as io_read_ply_vertices
@@ -74,7 +83,7 @@ __all__ = [
     "SceneRef", "find_scenes", "read_scene", "read_s3dis_room", "read_scannet_scene", "read_ply_vertices",
     "read_semantickitti_scan", "read_pointcept_scene", "read_mmdet3d_scene", "map_nyu40_to_scannet20",
     "map_semantickitti_labels", "POINTCEPT_FILES", "scan_label_path", "read_scan_labels", "check_scan_labels",
-    "read_text_lines", "integer_labels", "s3dis_room_classes", "check_unknown",
+    "read_text_lines", "integer_labels", "s3dis_room_classes", "check_unknown", "layout_colors", "check_layout_classes",
 ]
 
 #: label of ignored / unlabelled points in every layout's training ids
@@ -170,11 +179,12 @@ def _coord(xyz: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(xyz, dtype=coordinate_dtype(np.asarray(xyz)))
 
 
-def integer_labels(path: PathLike, values: np.ndarray) -> np.ndarray:
+def integer_labels(path: PathLike, values: np.ndarray, what: str = "file") -> np.ndarray:
     """Per-point label values ``[N]`` (ids or raw class codes) as int64, the one check of every layout and of
     :func:`read_scan_labels`: integers, or floats holding whole numbers (a text file, a float ``.npy`` or PLY
     property); anything else (a fractional value, NaN/Inf, a bool or non-numeric array) raises a
-    :class:`DatasetError` naming the file and the first bad row, never truncated to an id.
+    :class:`DatasetError` naming the file and the first bad row, never truncated to an id. ``what``: the kind
+    of ``path`` in that message (``"file"``; ``"array"`` for a scene in memory).
 
     Shapes:
         ``[N]`` (or ``[N, 1]``) -> ``[N]`` int64.
@@ -183,10 +193,36 @@ def integer_labels(path: PathLike, values: np.ndarray) -> np.ndarray:
     if a.ndim > 2 or (a.ndim == 2 and a.shape[1] != 1):
         raise _fail(path, f"labels must hold one value per point ([N] or [N, 1]), got shape {a.shape}")
     a = a.reshape(-1)
-    problem = label_values_problem(a)
+    problem = label_values_problem(a, what)
     if problem:
         raise _fail(path, problem)
     return a.astype(np.int64)
+
+
+def layout_colors(where: PathLike, values: Any) -> np.ndarray:
+    """A scene's colours ``[N, 3]`` on the layouts' 0-255 scale (float32), the one rule of every layout (S3DIS text,
+    ScanNet PLY, Pointcept ``color.npy``, mmdetection3d binaries): the scale is decided from the finite values of
+    the whole scene (:func:`gridify.io.cloud.color_scale`; the layouts' files hold 0-255 colours, so floats in
+    ``[0, 1]`` are not read as unit colours): values in ``[0, 255]`` as they are; whole numbers beyond 255 up to
+    65535 (16-bit colours) times 255/65535; anything else (a negative value, a fraction beyond 255, a value beyond
+    65535) is no colour and raises a :class:`DatasetError` naming ``where``, the row and the value. NaN/Inf stay (the
+    scene drops those rows as it is read).
+
+    Shapes:
+        ``[N, 3]`` -> ``[N, 3]`` float32.
+    """
+    a = np.asarray(values)
+    if a.dtype.kind not in "fiu":
+        raise _fail(where, f"colours must be numbers, got dtype {a.dtype}")
+    scale = color_scale(a, unit_floats=False)
+    if scale is None:
+        with np.errstate(invalid="ignore"):
+            bad = np.isfinite(a) & ((a < 0) | (a > 65535) | ((a > 255) & (a != np.round(a))))
+        row = int(np.flatnonzero(bad.reshape(len(a), -1).any(1))[0])
+        raise _fail(where, f"colour {float(a[bad][0])!r} (row {row}) is neither 8-bit (0-255) nor a 16-bit whole "
+                           f"number (0-65535): the colours of a scene are 0-255 values, or 16-bit ones (scaled to "
+                           f"0-255 when a scene holds one above 255)")
+    return (a.astype(np.float64) * (255.0 / scale)).astype(np.float32)
 
 
 # --------------------------------------------------------------------------------------
@@ -267,6 +303,56 @@ def check_unknown(where: str, unknown: str, classes: Sequence[str]) -> None:
                          f"'error' or one of the classes {list(classes)}")
 
 
+#: the layouts with an official split list (``scannetv2_<split>.txt``): the ones ``skip_missing`` applies to
+LISTED_LAYOUTS = ("scannet", "mmdet3d_scannet", "mmdet3d_scannet_instance")
+
+
+def _declared_classes(root: Path) -> Optional[Tuple[int, Path]]:
+    """``(number of ids, the file declaring them)`` of a ``pointcept`` root: the classes its conversion recorded
+    (``conversion.json``), else its ``classes.txt``; None when it has neither."""
+    record = root / "conversion.json"
+    try:
+        data = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else None
+    except (OSError, ValueError):
+        data = None  # an unreadable record: the converter names it; the list file still declares the ids
+    if isinstance(data, dict) and isinstance(data.get("classes"), list) and data["classes"]:
+        return len(data["classes"]), record
+    listed = root / "classes.txt"
+    return (len(read_text_lines(listed)), listed) if listed.is_file() else None
+
+
+def check_layout_classes(where: str, layout: str, classes: Sequence[str], root: Optional[PathLike] = None,
+                         source: str = "classes") -> None:
+    """Refuse a class list that does not name the training ids of ``layout``'s labels, naming the list, its length
+    and the ids: a name given twice (the second is never labelled); for a layout whose labels are fixed ids (every
+    layout but ``s3dis``, whose ids are positions in the list, and ``pointcept``) a list of another length than its
+    official classes; for a ``pointcept`` ``root``, one of another length than the classes its conversion recorded
+    (``conversion.json``) or its ``classes.txt`` declares. A longer list holds a class no point can have (a phantom
+    class: a zero in every count, a NaN or zero IoU in the mean); a shorter one leaves ids without a name.
+    ``source``: what the list is in messages (``"classes"``: the argument; a ``classes.txt`` path)."""
+    names = [str(c) for c in classes]
+    seen: Dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name in seen:
+            raise _fail(where, f"{source} names {name!r} twice (positions {seen[name]} and {i}): the second would "
+                               f"never be labelled (a phantom class); give each class once (data.classes)")
+        seen[name] = i
+    fixed = LAYOUTS[layout].classes if layout not in ("s3dis", "pointcept") else None
+    m = len(fixed) if fixed else None
+    said = f"{layout}'s labels are the {m} ids 0..{(m or 0) - 1} of its own classes"
+    if layout == "pointcept" and root is not None:
+        found = _declared_classes(Path(root))
+        if found is not None and str(found[1]) != source:
+            m, said = found[0], f"{found[1]} declares {found[0]} (the ids 0..{found[0] - 1} of its scenes' labels)"
+    if m is None or m == len(names):
+        return
+    why = ("a class beyond them is one no point can have (a phantom class)" if len(names) > m
+           else "ids beyond the list would have no class")
+    fix = (f"give {m} names, or leave classes out (data.classes)" if source == "classes"
+           else f"write its {m} class names there, one per line (gridify convert does)")
+    raise _fail(where, f"{source} names {len(names)} classes, but {said} (classes renames them only): {why}; {fix}")
+
+
 def s3dis_room_classes(room: PathLike) -> List[str]:
     """The class names of an S3DIS room's annotation files (``Annotations/<class>_<i>.txt``), sorted, unique."""
     files = Path(room, "Annotations").glob("*.txt")
@@ -295,11 +381,12 @@ def read_s3dis_room(room: PathLike, classes: Sequence[str] = S3DIS_CLASSES, unkn
     rows, seg, inst = [], [], []
     for i, f in enumerate(files):
         block = _read(read_text_rows, f, 6, "x y z r g b")
+        layout_colors(f, block[:, 3:6])  # a value that is no colour: named with its file and row
         rows.append(block)
         seg.append(np.full(len(block), _s3dis_class(f, classes, unknown), dtype=np.int64))
         inst.append(np.full(len(block), i, dtype=np.int64))
-    data = np.concatenate(rows)
-    return {"coord": _coord(data[:, :3]), "color": data[:, 3:6].astype(np.float32),
+    data = np.concatenate(rows)  # float64: coordinates cast only after the scene is centred (_coord)
+    return {"coord": _coord(data[:, :3]), "color": layout_colors(room, data[:, 3:6]),  # the room decides the scale
             "segment": np.concatenate(seg), "instance": np.concatenate(inst)}
 
 
@@ -338,7 +425,7 @@ def read_scannet_scene(scene_dir: PathLike, name: Optional[str] = None) -> Dict[
     coord = _ply_xyz(mesh, verts)
     scene = {"coord": coord}
     if {"red", "green", "blue"} <= set(verts):
-        scene["color"] = np.stack([verts["red"], verts["green"], verts["blue"]], 1).astype(np.float32)
+        scene["color"] = layout_colors(mesh, np.stack([verts["red"], verts["green"], verts["blue"]], 1))
     segment = np.full(len(coord), IGNORE_INDEX, dtype=np.int64)
     if labels.is_file():
         lv = read_ply_vertices(labels)
@@ -416,8 +503,10 @@ def read_pointcept_scene(scene_dir: PathLike) -> Dict[str, np.ndarray]:
         if not ok or len(a) != n:
             want = f"[{n}]" if width is None else f"[{n}, {width}]"
             raise _fail(f, f"expected {want} {'integers' if width is None else 'values'}, got {a.dtype} {a.shape}")
-        if key == "color" and a.dtype.kind in "iu" and a.size and int(a.max()) > 255:  # 16-bit colours
-            a = a.astype(np.float64) * (255.0 / 65535.0)  # onto the layouts' 0-255 scale, as PointCloud's rule
+        if key == "color":
+            a = layout_colors(f, a)  # 8-bit or 16-bit, decided by the scene's values
+        elif key == "strength":
+            a = unit_scaled(a)  # integer intensities on the unit scale, as every reader puts them
         scene[key] = integer_labels(f, a) if width is None else (_coord(a) if key == "coord" else a.astype(np.float32))
     scene.setdefault("segment", np.full(len(scene["coord"]), IGNORE_INDEX, dtype=np.int64))
     return scene
@@ -438,7 +527,7 @@ def read_mmdet3d_scene(ref: SceneRef) -> Dict[str, np.ndarray]:
                 raise _fail(ref.label_path, f"{ref.label_path.stat().st_size} bytes, but {ref.path} holds "
                                             f"{len(pts)} points (int64 labels: {8 * len(pts)} bytes)")
             labels = _read(read_raw_rows, ref.label_path, "<i8", 1)[:, 0]
-    scene = {"coord": _coord(pts[:, :3]), "color": pts[:, 3:6].astype(np.float32)}
+    scene = {"coord": _coord(pts[:, :3]), "color": layout_colors(ref.path, pts[:, 3:6])}
     if labels is None:
         scene["segment"] = np.full(len(pts), IGNORE_INDEX, dtype=np.int64)
     elif labels.reshape(-1).shape[0] != len(pts):
@@ -481,28 +570,52 @@ def _s3dis_scenes(root: Path, split: str, test_area: int) -> List[SceneRef]:
     return refs
 
 
-def _split_list(root: Path, split: str, layout: str) -> Optional[set]:
+def _split_list(root: Path, split: str, layout: str) -> Optional[Tuple[List[str], Path]]:
+    """``(the scene names, the file)`` of the official list of ``split`` (None for ``all``)."""
     if split == "all":
         return None
     for f in (root / f"scannetv2_{split}.txt", root.parent / f"scannetv2_{split}.txt"):
         if f.is_file():
-            return set(read_text_lines(f))
+            return read_text_lines(f), f
     raise _fail(root, f"{layout} split {split!r} needs the official list scannetv2_{split}.txt in this folder "
                       f"(from the ScanNet repository's Tasks/Benchmark/); use split='all' or scenes=[...] without it "
                       f"(in a config: data.<split>.scenes)")
 
 
-def _scannet_scenes(root: Path, split: str) -> List[SceneRef]:
+def _listed(listing: Optional[Tuple[List[str], Path]], present: Sequence[str], base: Path, split: str,
+            skip_missing: bool) -> Optional[set]:
+    """The scenes of an official split list (None: no list, every scene), when each one it names is among
+    ``present`` (the scenes found under ``base``); a listed scene that is not there is refused, naming the list,
+    the missing scenes and what the root holds (with ``skip_missing``: warned, and the split keeps the others)."""
+    if listing is None:
+        return None
+    names, f = listing
+    have = set(present)
+    missing = [n for n in dict.fromkeys(names) if n not in have]
+    if missing:
+        held = sorted(have)
+        holds = (f"{len(held)} scene(s): {', '.join(held[:3])}{', ...' if len(held) > 3 else ''}" if held
+                 else "no scene")
+        msg = (f"{f}: {len(missing)} of the {len(set(names))} scenes it lists for split {split!r} are not under {base} "
+               f"(first: {', '.join(missing[:5])}); that folder holds {holds}")
+        if not skip_missing:
+            raise DatasetError(f"{msg}: complete the download, or use the scenes that are there with "
+                               f"skip_missing=True (data.skip_missing: true) or split 'all' (gridify convert --splits "
+                               f"all)")
+        warn_at_caller(f"{msg}; the split holds the {len(set(names)) - len(missing)} others (skip_missing)")
+    return set(names)
+
+
+def _scannet_scenes(root: Path, split: str, skip_missing: bool = False) -> List[SceneRef]:
     if split == "test":
-        base, keep = (root / "scans_test"), None
+        base, listing = (root / "scans_test"), None
     else:
         base = root / "scans" if (root / "scans").is_dir() else root
-        keep = _split_list(root, split, "scannet")
-    refs = []
-    for d in sorted(base.iterdir()) if base.is_dir() else []:
-        if (d / f"{d.name}_vh_clean_2.ply").is_file() and (keep is None or d.name in keep):
-            refs.append(SceneRef(d.name, "scannet", d, d / f"{d.name}_vh_clean_2.labels.ply", split=split))
-    return refs
+        listing = _split_list(root, split, "scannet")
+    found = [d for d in (sorted(base.iterdir()) if base.is_dir() else []) if (d / f"{d.name}_vh_clean_2.ply").is_file()]
+    keep = _listed(listing, [d.name for d in found], base, split, skip_missing)
+    return [SceneRef(d.name, "scannet", d, d / f"{d.name}_vh_clean_2.labels.ply", split=split)
+            for d in found if keep is None or d.name in keep]
 
 
 def _kitti_scenes(root: Path, split: str, sequences: Optional[Sequence[str]]) -> List[SceneRef]:
@@ -526,12 +639,13 @@ def _kitti_scenes(root: Path, split: str, sequences: Optional[Sequence[str]]) ->
     return refs
 
 
-def _mmdet3d_scenes(root: Path, layout: str, split: str, test_area: int) -> List[SceneRef]:
+def _mmdet3d_scenes(root: Path, layout: str, split: str, test_area: int, skip_missing: bool = False
+                    ) -> List[SceneRef]:
     refs = []
     if layout == "mmdet3d_scannet_instance":
         folder = root / "scannet_train_instance_data" if (root / "scannet_train_instance_data").is_dir() else root
-        keep = _split_list(root, split, layout)
         names = sorted({f.name[:-len("_vert.npy")] for f in folder.glob("*_vert.npy")})
+        keep = _listed(_split_list(root, split, layout), names, folder, split, skip_missing)
         for n in names:
             full = (folder / f"{n}_vert_all.npy").is_file()
             suffix = "_all" if full else ""
@@ -540,8 +654,10 @@ def _mmdet3d_scenes(root: Path, layout: str, split: str, test_area: int) -> List
                 refs.append(SceneRef(n, layout, folder / f"{n}_vert{suffix}.npy", lab if lab.is_file() else None,
                                      split=split))
         return refs
-    keep = _split_list(root, split, layout) if layout == "mmdet3d_scannet" else None
-    for f in sorted((root / "points").glob("*.bin")):
+    points = sorted((root / "points").glob("*.bin"))
+    keep = (_listed(_split_list(root, split, layout), [f.stem for f in points], root / "points", split, skip_missing)
+            if layout == "mmdet3d_scannet" else None)
+    for f in points:
         n = f.stem
         if layout == "mmdet3d_s3dis" and not _area_split(_area_of(n), split, test_area):
             continue
@@ -589,7 +705,7 @@ def check_scene_selection(where: str, *, test_area: Any = S3DIS_TEST_AREA, seque
 
 
 def find_scenes(root: PathLike, layout: str, split: str = "train", *, test_area: int = S3DIS_TEST_AREA,
-                sequences: Optional[Sequence[str]] = None) -> List[SceneRef]:
+                sequences: Optional[Sequence[str]] = None, skip_missing: bool = False) -> List[SceneRef]:
     """The scenes of ``split`` under ``root`` in ``layout`` (see the module docstring), sorted by name.
 
     Args:
@@ -598,6 +714,8 @@ def find_scenes(root: PathLike, layout: str, split: str = "train", *, test_area:
         split: ``train``, ``val``, ``test`` or ``all`` (``pointcept``: also any folder name under ``root``).
         test_area: the S3DIS Area held out (``val`` and ``test`` are that Area; ``train`` the others).
         sequences: SemanticKITTI sequences to read instead of the split's official ones.
+        skip_missing: an official split list (``scannetv2_<split>.txt``) naming scenes that are not under the
+            root: use the others, with a warning (default: refuse, naming the list and the scenes).
     """
     root = Path(root)
     check_scene_selection("find_scenes", test_area=test_area, sequences=sequences)
@@ -608,7 +726,7 @@ def find_scenes(root: PathLike, layout: str, split: str = "train", *, test_area:
     if not root.is_dir():
         raise _fail(root, f"{'is a file, not a folder' if root.exists() else 'no such folder'} (the {layout} root)")
     try:
-        return _layout_scenes(root, layout, split, test_area, sequences)
+        return _layout_scenes(root, layout, split, test_area, sequences, skip_missing)
     except DatasetError as exc:
         hint = nested_root_hint(root, layout, split, test_area=test_area, sequences=sequences)
         if hint:
@@ -639,17 +757,17 @@ _HINT_FOLDERS = 16
 
 
 def _layout_scenes(root: Path, layout: str, split: str, test_area: int,
-                   sequences: Optional[Sequence[str]]) -> List[SceneRef]:
+                   sequences: Optional[Sequence[str]], skip_missing: bool = False) -> List[SceneRef]:
     """:func:`find_scenes` of a checked, existing ``root``."""
     if layout == "s3dis":
         return _s3dis_scenes(root, split, test_area)
     if layout == "scannet":
-        return _scannet_scenes(root, split)
+        return _scannet_scenes(root, split, skip_missing)
     if layout == "semantickitti":
         return _kitti_scenes(root, split, sequences)
     if layout == "pointcept":
         return _pointcept_scenes(root, split, test_area)
-    return _mmdet3d_scenes(root, layout, split, test_area)
+    return _mmdet3d_scenes(root, layout, split, test_area, skip_missing)
 
 
 def read_scene(ref: SceneRef, *, classes: Optional[Sequence[str]] = None, unknown: str = "ignore"
@@ -729,8 +847,9 @@ def read_scan_labels(path: PathLike, num_points: Any, class_names: Sequence[str]
 def check_scan_labels(path: PathLike, ids: np.ndarray, class_names: Sequence[str]) -> np.ndarray:
     """``ids`` ``[N]`` (int64, one scan's ground truth from the file ``path``: a label file, or the scan's own
     label field) when every one is in ``-1..K-1`` for a model with the ``K`` classes ``class_names``; else a
-    :class:`DatasetError` naming the file, the first bad label and its row."""
-    ids = np.asarray(ids, dtype=np.int64)
+    :class:`DatasetError` naming the file, the first bad label and its row (a fractional one too:
+    :func:`integer_labels`)."""
+    ids = integer_labels(path, ids)
     bad = np.flatnonzero((ids < IGNORE_INDEX) | (ids >= len(class_names)))
     if bad.size:
         raise _fail(path, f"label {int(ids[bad[0]])} (row {int(bad[0])}) outside -1..{len(class_names) - 1} "

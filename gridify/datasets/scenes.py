@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._checks import check_choice, warn_at_caller
+from .._checks import check_bool, check_choice, warn_at_caller
 from .._files import atomic_write, atomic_write_text
 from ..io.cloud import coordinate_dtype
 from ..registry import DATASETS
@@ -40,9 +40,10 @@ from ._common import DatasetError, PathLike, Transform, default_root
 from .procedural_scenes import (INDOOR_CLASSES, OUTDOOR_CLASSES, ProceduralScenes, make_indoor_scene,
                                 make_outdoor_scan)
 from .scene_base import SCENE_FEATURES, SceneDatasetBase, check_features, scene_features
-from .scene_layouts import (IGNORE_INDEX, LAYOUTS, POINTCEPT_FILES, S3DIS_TEST_AREA, SEMANTICKITTI_SPLITS,
-                            SceneRef, check_scene_selection, check_unknown, find_scenes, read_scene, read_text_lines,
-                            nested_root_hint, s3dis_room_classes)
+from .scene_layouts import (IGNORE_INDEX, LAYOUTS, LISTED_LAYOUTS, POINTCEPT_FILES, S3DIS_TEST_AREA,
+                            SEMANTICKITTI_SPLITS, SceneRef, check_layout_classes, check_scene_selection, check_unknown,
+                            find_scenes, integer_labels, read_scene, read_text_lines, nested_root_hint,
+                            s3dis_room_classes)
 
 __all__ = ["SceneDatasetBase", "SceneDataset", "S3DIS", "ScanNet", "SemanticKITTI", "SCENE_FEATURES",
            "convert_to_pointcept", "write_pointcept_scene", "scene_features", "ProceduralScenes",
@@ -76,7 +77,11 @@ class SceneDataset(SceneDatasetBase):
         classes: class names; the layout's official list by default (``pointcept``: the
             ``classes.txt`` a conversion wrote, if any). For the S3DIS layout, ids are positions
             in this list and ``unknown`` says what another class becomes (``ignore``, ``error``
-            or a class name).
+            or a class name); for the others it renames the layout's ids and must name as many
+            (:func:`~gridify.datasets.scene_layouts.check_layout_classes`: a longer list is refused).
+        skip_missing: the layouts with official split lists (``scannet``, ``mmdet3d_scannet``,
+            ``mmdet3d_scannet_instance``): a list naming scenes that are not under ``root`` gives the
+            others, with a warning, instead of an error naming the list and the scenes.
         transform, seed, normalize: as for every dataset (``normalize`` is off: metres).
         cache: keep scenes in memory once read.
 
@@ -90,15 +95,22 @@ class SceneDataset(SceneDatasetBase):
                  scenes: Optional[Sequence[str]] = None, sequences: Optional[Sequence[str]] = None,
                  test_area: int = S3DIS_TEST_AREA, classes: Optional[Sequence[str]] = None, unknown: str = "ignore",
                  transform: Optional[Transform] = None, seed: int = 0, normalize: bool = False,
-                 cache: bool = False) -> None:
+                 cache: bool = False, skip_missing: bool = False) -> None:
         where = type(self).__name__
         _check_layout_split(where, layout, split)
         check_scene_selection(where, test_area=test_area, sequences=sequences, scenes=scenes)
+        check_bool(where, "skip_missing", skip_missing)
+        if skip_missing and layout not in LISTED_LAYOUTS:
+            raise DatasetError(f"{where}: skip_missing (data.skip_missing) is only read for the layouts with official "
+                               f"split lists ({', '.join(LISTED_LAYOUTS)}), not {layout}: leave it out")
+        if classes is not None:  # a fixed layout's ids, names given twice: before any file is looked at
+            check_layout_classes(where, layout, classes)
         if features is not None:
             features = check_features(where, features)
         self.root = Path(root) if root is not None else self.default_root(layout)
         self.layout = layout
-        refs = find_scenes(self.root, layout, split, test_area=test_area, sequences=sequences)
+        refs = find_scenes(self.root, layout, split, test_area=test_area, sequences=sequences,
+                           skip_missing=skip_missing)
         if scenes is not None:
             wanted = [str(s) for s in scenes]
             missing = sorted(set(wanted) - {r.name for r in refs})
@@ -118,6 +130,8 @@ class SceneDataset(SceneDatasetBase):
             raise DatasetError(f"{where}: no class list for {self.root} ({layout}): write its class names, one per "
                                f"line, to {self.root / 'classes.txt'} (gridify convert does), or pass them "
                                f"(data.classes / classes=)")
+        check_layout_classes(where, layout, names, self.root,
+                             "classes" if classes is not None or info.classes else str(self.root / "classes.txt"))
         if layout == "s3dis":
             check_unknown(where, unknown, names)
         self._read_classes = None if classes is None or layout != "s3dis" else tuple(classes)
@@ -189,10 +203,10 @@ class ScanNet(SceneDataset):
                  features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
                  voxel_size: Optional[float] = None, max_points: Optional[int] = None, crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5, crop_centre: str = "random",
                  scenes: Optional[Sequence[str]] = None, transform: Optional[Transform] = None, seed: int = 0,
-                 normalize: bool = False, cache: bool = False) -> None:
+                 normalize: bool = False, cache: bool = False, skip_missing: bool = False) -> None:
         super().__init__(root, "scannet", split, features=features, num_points=num_points, voxel_size=voxel_size,
                          max_points=max_points, crops_per_scene=crops_per_scene, mix=mix, mix_prob=mix_prob, crop_centre=crop_centre, scenes=scenes, transform=transform, seed=seed,
-                         normalize=normalize, cache=cache)
+                         normalize=normalize, cache=cache, skip_missing=skip_missing)
 
 
 @DATASETS.register("semantickitti")
@@ -222,18 +236,21 @@ def write_pointcept_scene(folder: PathLike, scene: Dict[str, np.ndarray]) -> Pat
     ``coord`` float32 (float64 when its float64 values have a large offset, which float32 would round:
     :func:`gridify.io.cloud.coordinate_dtype`), ``color`` uint8 when its values are integers in 0..255
     (else float32), ``normal`` / ``strength`` float32, ``segment`` / ``instance`` int16 when they fit (else int32),
-    as Pointcept stores them. Each file is written atomically, ``coord.npy`` last (a folder with a
-    ``coord.npy`` is complete).
+    as Pointcept stores them; ids that are not whole numbers (``segment`` / ``instance`` of 1.5) are refused
+    (:func:`~gridify.datasets.scene_layouts.integer_labels`) before any file is written. Each file is written
+    atomically, ``coord.npy`` last (a folder with a ``coord.npy`` is complete).
     """
     d = Path(folder)
     if "coord" not in scene:
         raise ValueError(f"write_pointcept_scene({d}): the scene has no 'coord'")
+    arrays = {}  # every array converted (and its ids checked) before the first file is written
     for key in sorted(POINTCEPT_FILES, key=lambda k: k == "coord"):
         width, a = POINTCEPT_FILES[key], scene.get(key)
         if a is None:
             continue
         a = np.asarray(a)
-        if width is None:
+        if width is None:  # ids: whole numbers only, never truncated (the readers' one check)
+            a = integer_labels(f"write_pointcept_scene({d}): {key}", a, "array")
             small = a.size == 0 or (a.min() >= -32768 and a.max() <= 32767)
             a = a.astype(np.int16 if small else np.int32)
         elif key == "color" and a.size and a.min() >= 0 and a.max() <= 255 and np.all(a == np.round(a)):
@@ -242,6 +259,8 @@ def write_pointcept_scene(folder: PathLike, scene: Dict[str, np.ndarray]) -> Pat
             a = a.astype(coordinate_dtype(a))
         else:
             a = a.astype(np.float32)
+        arrays[key] = a
+    for key, a in arrays.items():  # coord.npy last
         atomic_write(d / f"{key}.npy", lambda fh, a=a: np.save(fh, np.ascontiguousarray(a)))
     return d
 
@@ -340,7 +359,7 @@ def _convert_one(ref: SceneRef, d: Path, classes: Optional[Sequence[str]], unkno
 def convert_to_pointcept(root: PathLike, layout: str, out: PathLike, splits: Sequence[str] = ("all",), *,
                          test_area: int = S3DIS_TEST_AREA, sequences: Optional[Sequence[str]] = None,
                          classes: Optional[Sequence[str]] = None, unknown: str = "ignore",
-                         overwrite: bool = False, progress: Any = None) -> List[Path]:
+                         overwrite: bool = False, progress: Any = None, skip_missing: bool = False) -> List[Path]:
     """Convert the scenes of ``splits`` of a raw layout under ``root`` into the common layout under ``out``.
 
     Args:
@@ -352,6 +371,8 @@ def convert_to_pointcept(root: PathLike, layout: str, out: PathLike, splits: Seq
         overwrite: rewrite scenes whose ``coord.npy`` exists (default: skip them, so an
             interrupted conversion resumes).
         progress: optional callable ``progress(done, total, name)``.
+        skip_missing: convert the scenes of an official split list that are there, with a warning,
+            when it names scenes that are not (default: refuse; see :func:`find_scenes`).
 
     The settings the labels depend on (layout, class list, ``unknown``) are recorded in
     ``out/conversion.json``. A run whose settings differ from those of the scenes already in ``out``
@@ -366,15 +387,14 @@ def convert_to_pointcept(root: PathLike, layout: str, out: PathLike, splits: Seq
     names = list(classes) if classes is not None else list(LAYOUTS[layout].classes or ())
     if layout == "s3dis":
         check_unknown("convert_to_pointcept", unknown, names)
-    elif classes is not None and len(names) != len(LAYOUTS[layout].classes or names):
-        raise DatasetError(f"convert_to_pointcept: classes names {len(names)} classes, but {layout}'s labels are "
-                           f"the {len(LAYOUTS[layout].classes)} ids of its own classes (classes renames them only): "
-                           f"leave classes out")
+    check_layout_classes("convert_to_pointcept", layout, names)
     out = Path(out)
+    check_bool("convert_to_pointcept", "skip_missing", skip_missing)
     refs: List[Tuple[SceneRef, str]] = []
     for split in splits:
         _check_layout_split("convert_to_pointcept", layout, split)
-        refs += [(r, split) for r in find_scenes(root, layout, split, test_area=test_area, sequences=sequences)]
+        refs += [(r, split) for r in find_scenes(root, layout, split, test_area=test_area, sequences=sequences,
+                                                 skip_missing=skip_missing)]
     if not refs:
         raise DatasetError(f"convert_to_pointcept: no {layout} scenes under {root} for splits {list(splits)}")
     targets = [out.joinpath(*_out_split(ref, split)) for ref, split in refs]

@@ -12,11 +12,21 @@ the points are **float64** when the coordinates came as float64 (PCD/PLY doubles
 wide-integer ``.npy``/``.npz``, text, LAS/LAZ scaled integers), float32 cannot hold them
 exactly, ``extent > 0`` and ``offset > LARGE_OFFSET * extent`` (``LARGE_OFFSET = 1000``: a
 float32 of magnitude ``offset`` is spaced ``offset * 2**-23 > 1.2e-4 * extent`` apart, so
-float32 would keep less than about ``1e-4`` of the extent); otherwise they are **float32**.
+float32 would keep less than about ``1e-4`` of the extent); otherwise they are **float32**. The rule is
+applied to the bounding box of ``P`` and, failing that, to its *bulk box* (:func:`bulk_box`: the middle
+half of the rows on every axis), so that a few stray rows (a ``(0, 0, 0)`` placeholder beside a UTM scan)
+do not decide for the rest: with the full box such a cloud's extent is the offset itself, and float32
+would round every other point to half a metre.
 Consumers centre a float64 cloud in float64 before casting to float32 (the metric scene paths, which do
-not normalize, through :func:`centre_large_offset`: the datasets, ``predict`` and the ONNX scene runner);
-a cloud whose points all coincide (extent 0) has no shape to keep (centred, it is all zeros), so it is
-float32.
+not normalize, through :func:`centre_large_offset`: the datasets, ``predict`` and the ONNX scene runner),
+on the centre of the box that decided; a cloud whose points all coincide (extent 0) has no shape to keep
+(centred, it is all zeros), so it is float32.
+
+Colours and intensities stored as integers (or as whole numbers in a text file) go to the unit scale by
+one rule, :func:`integer_scale`: divided by 255 when every value lies in 0..255 (8-bit), by 65535 when
+they lie in 0..65535 (16-bit: LAS, 16-bit PLY / PCD / S3DIS text), whatever type holds them (a PLY
+``int`` property holding 0-255 values is 8-bit data, not a fraction of 2^31); :func:`color_scale` adds the
+floats already in ``[0, 1]``.
 
 Shapes:
     points ``[N, 3]`` float32 (float64 by the rule above); normals ``[N, 3]`` float32 or None;
@@ -38,6 +48,11 @@ __all__ = [
     "coordinate_dtype",
     "representable_rows",
     "centre_large_offset",
+    "bulk_box",
+    "stray_rows",
+    "integer_scale",
+    "unit_scaled",
+    "color_scale",
     "label_values_problem",
     "clip_unit_colors",
 ]
@@ -54,19 +69,66 @@ def representable_rows(points: np.ndarray) -> np.ndarray:
         return ((points >= -FLOAT32_MAX) & (points <= FLOAT32_MAX)).all(axis=1)
 
 
-def coordinate_dtype(points: np.ndarray) -> np.dtype:
-    """float64 or float32 for the ``[N, 3]`` coordinates ``points``, by the rule of the module docstring."""
-    if points.dtype == np.float32 or points.dtype.kind not in "fiu" or points.size == 0:
-        return np.dtype(np.float32)
+#: the share of the rows at each end of every axis that the bulk box leaves out (:func:`bulk_box`)
+BULK_SHARE = 0.25
+#: the bulk box of a larger cloud is taken from this many of its rows, evenly spaced
+BULK_SAMPLE = 65536
+
+
+def bulk_box(rows: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """``(lo, hi)`` ``[3]`` each: the box of the middle rows of ``rows`` ``[N, 3]`` (finite) on every axis, from the
+    :data:`BULK_SHARE` to the ``1 - BULK_SHARE`` order statistic (the middle half; the whole box below 5 rows),
+    over at most :data:`BULK_SAMPLE` evenly spaced rows: what most of the cloud spans, whatever a few stray rows
+    hold."""
+    rows = rows[:: max(1, len(rows) // BULK_SAMPLE)]
+    n = len(rows)
+    lo_k, hi_k = int(np.floor(BULK_SHARE * (n - 1))), int(np.ceil((1 - BULK_SHARE) * (n - 1)))
+    cols = np.array(rows, dtype=np.float64).T  # [3, n], a copy: each axis contiguous for the partition
+    part = np.partition(cols, (lo_k, hi_k), axis=1) if lo_k < hi_k else cols
+    return part[:, lo_k], part[:, hi_k]
+
+
+def _large(lo: np.ndarray, hi: np.ndarray) -> bool:
+    """The rule of the module docstring on the box ``lo..hi``: ``extent > 0`` and ``offset > LARGE_OFFSET x extent``."""
+    extent = float((hi - lo).max())
+    offset = float(np.maximum(np.abs(lo), np.abs(hi)).max())
+    return 0 < extent and offset > LARGE_OFFSET * extent
+
+
+def _offset_box(points: np.ndarray) -> Optional[Tuple[np.ndarray, np.ndarray, bool]]:
+    """``(lo, hi, bulk)``: the box that gives ``points`` a large offset (the bounding box of the representable
+    rows, else their bulk box, then ``bulk`` is True), or None when float32 keeps them (see the module docstring)."""
+    if points.dtype == np.float32 or points.dtype.kind not in "fiu" or points.ndim != 2 or points.size == 0:
+        return None
     p64 = points.astype(np.float64, copy=False)
     keep = representable_rows(p64)
     rows = p64 if keep.all() else p64[keep]
     if len(rows) == 0 or np.array_equal(rows, rows.astype(np.float32)):
-        return np.dtype(np.float32)  # nothing to keep, or float32 holds every value exactly
+        return None  # nothing to keep, or float32 holds every value exactly
     lo, hi = rows.min(axis=0), rows.max(axis=0)
-    extent = float((hi - lo).max())
-    offset = float(np.maximum(np.abs(lo), np.abs(hi)).max())
-    return np.dtype(np.float64 if 0 < extent and offset > LARGE_OFFSET * extent else np.float32)
+    if _large(lo, hi):
+        return lo, hi, False
+    lo, hi = bulk_box(rows)
+    return (lo, hi, True) if _large(lo, hi) else None
+
+
+def coordinate_dtype(points: np.ndarray) -> np.dtype:
+    """float64 or float32 for the ``[N, 3]`` coordinates ``points``, by the rule of the module docstring."""
+    return np.dtype(np.float32 if _offset_box(np.asarray(points)) is None else np.float64)
+
+
+def stray_rows(points: np.ndarray) -> np.ndarray:
+    """``[S]`` int64: the rows of ``points`` ``[N, 3]`` whose large offset only the bulk box shows (see the module
+    docstring) that lie more than ``LARGE_OFFSET`` times the bulk's extent outside it (a ``(0, 0, 0)`` placeholder
+    beside a UTM scan); empty for every other cloud. The readers warn of them (:func:`gridify.io.read_points`)."""
+    box = _offset_box(np.asarray(points))
+    if box is None or not box[2]:
+        return np.zeros(0, np.int64)
+    lo, hi, _ = box
+    p64 = np.asarray(points, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        out = np.maximum(lo - p64, p64 - hi).max(axis=1)
+        return np.flatnonzero(out > LARGE_OFFSET * float((hi - lo).max())).astype(np.int64)
 
 
 def label_values_problem(values: np.ndarray, what: str = "file") -> str:
@@ -115,10 +177,11 @@ def _unit_colors(where: str, colors: np.ndarray) -> np.ndarray:
     if colors.size == 0:
         return colors
     if colors.dtype.kind in "iu":
-        lo, hi = int(colors.min()), int(colors.max())
-        if lo < 0 or hi > 65535:
+        scale = integer_scale(colors)
+        if scale is None:
+            lo, hi = int(colors.min()), int(colors.max())
             raise ValueError(f"{where}: integer colors must lie in 0..255 or 0..65535, got {lo}..{hi}")
-        return colors.astype(np.float64) / (255.0 if hi <= 255 else 65535.0)
+        return colors.astype(np.float64) / scale
     with np.errstate(invalid="ignore"):
         bad = (colors < 0) | (colors > 1.0 + 1e-6)
     if bad.any():
@@ -132,23 +195,65 @@ def _unit_colors(where: str, colors: np.ndarray) -> np.ndarray:
 
 def centre_large_offset(points: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """``(points - offset, offset)``: coordinates with a large offset (:func:`coordinate_dtype` float64, UTM
-    metres) moved, in float64, so that their bounding box is centred on the origin, and that centre ``[3]``
-    (float64); any other coordinates as given, with a zero offset. Cast the result to float32 afterwards: its
-    rounding is then relative to the extent (micrometres for a 100 m tile), not to the offset (0.25 m at
-    4e6 m). A translation only: metric scenes keep their metres, and ``points - offset + offset`` is the
-    input to float64 rounding.
+    metres) moved, in float64, so that the box that decided (their bounding box, or the bulk box when only that
+    shows the offset: a few stray rows stay where they are relative to the rest) is centred on the origin, and that
+    centre ``[3]`` (float64); any other coordinates as given, with a zero offset. Cast the result to float32
+    afterwards: its rounding is then relative to the extent (micrometres for a 100 m tile), not to the offset
+    (0.25 m at 4e6 m). A translation only: metric scenes keep their metres, and ``points - offset + offset`` is
+    the input to float64 rounding.
 
     Shapes:
         points ``[N, 3]`` -> ``[N, 3]`` (float64 when moved, else as given), offset ``[3]``.
     """
     a = np.asarray(points)
-    if a.ndim != 2 or coordinate_dtype(a) != np.float64:
+    box = _offset_box(a)
+    if box is None:
         return a, np.zeros(3)
-    p64 = a.astype(np.float64, copy=False)
-    keep = representable_rows(p64)
-    rows = p64 if keep.all() else p64[keep]
-    offset = (rows.min(axis=0) + rows.max(axis=0)) / 2.0
-    return p64 - offset, offset
+    offset = (box[0] + box[1]) / 2.0
+    return a.astype(np.float64, copy=False) - offset, offset
+
+
+def integer_scale(values: np.ndarray) -> Optional[float]:
+    """The divisor that puts whole-number colours or intensities on the unit scale, the one rule of every reader,
+    the scene layouts and the scene features: 255 when the finite ``values`` lie in 0..255 (8-bit), 65535 when
+    they lie in 0..65535 (16-bit), whatever type holds them (``uint8``, ``uint16``, a PLY ``int`` / ``uint``
+    property, ``int64``, a text file's numbers); None when they do not (a negative or fractional value, or one
+    beyond 16 bits). No finite value: 255."""
+    a = np.asarray(values)
+    if a.dtype.kind == "f":
+        a = a[np.isfinite(a)]
+    if a.size == 0:
+        return 255.0
+    lo, hi = a.min(), a.max()
+    if lo < 0 or hi > 65535 or (a.dtype.kind == "f" and not np.array_equal(a, np.round(a))):
+        return None
+    return 255.0 if hi <= 255 else 65535.0
+
+
+def unit_scaled(values: np.ndarray) -> np.ndarray:
+    """Intensities (or any per-point magnitude) on the unit scale, float64: an integer array divided by
+    :func:`integer_scale` (255 for 8-bit values, 65535 for 16-bit ones; values beyond 16 bits or negative by their
+    type's maximum), a float array as it is (already scaled: KITTI remission lies in ``[0, 1]``)."""
+    a = np.asarray(values)
+    if a.dtype.kind in "iu":
+        return a.astype(np.float64) / (integer_scale(a) or float(np.iinfo(a.dtype).max))
+    return a.astype(np.float64, copy=False)
+
+
+def color_scale(values: np.ndarray, unit_floats: bool = True) -> Optional[float]:
+    """The divisor that puts colours (``[N, 3]``, any numeric type) on the unit scale, decided from the finite values
+    of the whole cloud or scene: 1 for floats already in ``[0, 1]`` (with ``unit_floats``), else
+    :func:`integer_scale` (255 for 8-bit values, 65535 for 16-bit ones), or 255 for fractional values in
+    ``[0, 255]``; None when the values are no colours (negative, fractional beyond 255, beyond 65535)."""
+    a = np.asarray(values)
+    if a.dtype.kind == "f":
+        a = a[np.isfinite(a)]
+        if a.size and unit_floats and a.min() >= 0 and a.max() <= 1.0:
+            return 1.0
+    scale = integer_scale(a)
+    if scale is None and a.dtype.kind == "f" and a.min() >= 0 and a.max() <= 255.0:
+        return 255.0
+    return scale
 
 
 @dataclass
@@ -156,8 +261,9 @@ class PointCloud:
     """One point cloud read from a file.
 
     ``points`` are float32, or float64 when the file's float64 coordinates have a large offset
-    relative to the cloud's extent (``max |p| > 1000 x`` the longest side of the bounding box,
-    which is not 0, and float32 cannot hold them exactly; see :mod:`gridify.io.cloud`). ``fields`` holds extra
+    relative to the cloud's extent (``max |p| > 1000 x`` the longest side of the bounding box, or of the box of
+    its middle half when a few stray rows widen the first, which is not 0, and float32 cannot hold them exactly;
+    see :mod:`gridify.io.cloud`). ``fields`` holds extra
     per-point scalar fields a reader was asked to keep (``read_points(..., fields=...)``, e.g.
     LiDAR ``intensity``, ``return_number``), by name, as stored in the file.
 

@@ -3,7 +3,8 @@
 :func:`table_to_cloud` splits a numeric table into a :class:`PointCloud`. Columns are
 interpreted by count unless ``columns=`` names them: 3 = xyz; 4 = xyz + label (when the 4th
 column is integral, otherwise ignored, e.g. LiDAR intensity); 6 = xyz + normals (when the extra
-columns have unit norm) or xyz + colours (values in [0, 1] or [0, 255]); 7 = the same plus a
+columns have unit norm) or xyz + colours (values in [0, 1], 0-255, or whole numbers in 0-65535: 16-bit colours;
+the scale decided from the whole file, :func:`gridify.io.cloud.color_scale`); 7 = the same plus a
 label column. Names are ``x y z nx ny nz r g b label``, ``_`` (ignored) and the LiDAR return strength
 ``intensity`` (or ``remission``, ``reflectance``, ``strength``), which is kept in :attr:`PointCloud.fields` under
 its name (what a scene segmenter trained on intensity reads).
@@ -21,7 +22,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .._checks import warn_at_caller
-from .cloud import PointCloud, clip_unit_colors
+from .cloud import PointCloud, clip_unit_colors, color_scale
 
 __all__ = ["color_scale", "table_to_cloud"]
 
@@ -51,20 +52,6 @@ def _looks_like_normals(block: np.ndarray) -> bool:
         return False
     # the official normal_resampled files mark a few rows with (1, 1, 1): use the median
     return bool(np.median(np.abs(norms[ok] - 1.0)) < 0.05)
-
-
-def color_scale(block: np.ndarray) -> Optional[float]:
-    """1.0 or 255.0 when ``block`` looks like colours, else None."""
-    if block.size == 0:
-        return 1.0
-    if not np.all(np.isfinite(block)) or block.min() < 0:
-        return None
-    top = float(block.max())
-    if top <= 1.0:
-        return 1.0
-    if top <= 255.0:
-        return 255.0
-    return None
 
 
 def _named_columns(table: np.ndarray, p: Path, columns: Sequence[str]) -> PointCloud:
@@ -127,7 +114,7 @@ def table_to_cloud(table: np.ndarray, p: Path, columns: Optional[Sequence[str]] 
         if _looks_like_normals(block):
             normals = block
         else:
-            scale = color_scale(block)
+            scale = color_scale(block) if np.isfinite(block).all() else None
             if scale is not None:
                 colors = block / scale
             else:

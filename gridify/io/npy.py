@@ -33,7 +33,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from .._files import PathLike
-from .cloud import PointCloud, clip_unit_colors
+from .cloud import PointCloud, clip_unit_colors, color_scale
 from .columns import table_to_cloud
 from .source import read_file_bytes
 
@@ -206,9 +206,7 @@ def read_npz(p: Path) -> PointCloud:
         normals, colors = base.normals, base.colors
         labels = labels if labels is not None else base.labels
     if colors is not None:
-        colors = colors.astype(np.float64)
-        colors = colors / (255.0 if colors.size and np.nanmax(colors, initial=0.0) > 1.0 else 1.0)
-        colors = clip_unit_colors(colors)
+        colors = clip_unit_colors(colors.astype(np.float64) / (color_scale(colors) or 255.0))
     if labels is not None and labels.reshape(-1).shape[0] != n:
         labels = None  # e.g. one class label per file, not per point
     return PointCloud(pts[:, :3], normals, colors, labels, str(p))

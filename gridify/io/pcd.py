@@ -31,8 +31,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .cloud import PointCloud, clip_unit_colors
-from .columns import color_scale
+from .cloud import PointCloud, clip_unit_colors, color_scale
 from .fields import auto_labels, pick_fields
 from .source import read_file_bytes
 from .tokens import ascii_floats, min_ascii_bytes
@@ -327,8 +326,8 @@ def _pcd_colors(arr: np.ndarray) -> Optional[np.ndarray]:
             packed = packed.view(np.uint32) if packed.dtype.itemsize == 4 else packed.astype(np.uint32)
             return np.stack([(packed >> 16) & 255, (packed >> 8) & 255, packed & 255], 1) / 255.0
     if {"r", "g", "b"} <= names:
-        block = np.stack([arr["r"], arr["g"], arr["b"]], 1).astype(np.float64)
-        return clip_unit_colors(block / (color_scale(block) or 255.0))
+        block = np.stack([arr["r"], arr["g"], arr["b"]], 1)
+        return clip_unit_colors(block.astype(np.float64) / (color_scale(block) or 255.0))
     return None
 
 

@@ -35,8 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .._files import PathLike
-from .cloud import PointCloud, clip_unit_colors
-from .columns import color_scale
+from .cloud import PointCloud, clip_unit_colors, color_scale
 from .fields import auto_labels, pick_fields
 from .mesh import polygons_to_triangles, surface_cloud
 from .source import read_file_bytes
@@ -435,8 +434,7 @@ def _ply_colors(verts: Dict[str, np.ndarray]) -> Optional[np.ndarray]:
     for trio in (("red", "green", "blue"), ("r", "g", "b"), ("diffuse_red", "diffuse_green", "diffuse_blue")):
         if set(trio) <= verts.keys():
             block = np.stack([verts[k] for k in trio], 1)
-            scale = 255.0 if block.dtype.kind in "ui" else (color_scale(block.astype(np.float64)) or 255.0)
-            return clip_unit_colors(block.astype(np.float64) / scale)
+            return clip_unit_colors(block.astype(np.float64) / (color_scale(block) or 255.0))
     return None
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from .._checks import check_bool, check_int, fail, is_int, warn_at_caller
 from .._files import PathLike
-from .cloud import PointCloud, representable_rows
+from .cloud import PointCloud, bulk_box, representable_rows, stray_rows
 from .registry import find_format, formats, supported_extensions
 from .source import ReferencedFileNotFoundError, check_file
 
@@ -238,4 +238,24 @@ def finalize(cloud: PointCloud, p: Path, drop_invalid: bool) -> PointCloud:
         cloud = cloud.select(~bad)
         cloud.source = str(p)
         cloud.dropped = rows
+    _warn_stray_rows(cloud, p)
     return cloud
+
+
+def _warn_stray_rows(cloud: PointCloud, p: Path) -> None:
+    """Warn, naming the file, the count and the first row (the file's), of rows far outside the rest of a cloud
+    with a large offset (:func:`gridify.io.cloud.stray_rows`: a ``(0, 0, 0)`` placeholder beside a UTM scan),
+    which are kept: the coordinates stay float64 and are centred on the others, not cast to float32."""
+    stray = stray_rows(cloud.points)
+    if not len(stray):
+        return
+    lo, hi = bulk_box(np.asarray(cloud.points, dtype=np.float64))
+    first = cloud.points[int(stray[0])]
+    at = ", ".join(f"{float(v):.10g}" for v in first)
+    centre = ", ".join(f"{float(v):.10g}" for v in (lo + hi) / 2)
+    warn_at_caller(
+        f"{p}: {len(stray)} of {len(cloud)} rows lie far from the rest of the cloud (first: row "
+        f"{cloud.file_row(int(stray[0]))} at ({at}); half the points lie in a box of side "
+        f"{float((hi - lo).max()):.4g} around ({centre})): kept, with the coordinates in float64 and centred on the rest; a placeholder row such as "
+        f"(0, 0, 0) beside UTM coordinates is better dropped from the file"
+    )

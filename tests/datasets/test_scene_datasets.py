@@ -747,3 +747,189 @@ def test_semantickitti_ids_the_learning_map_does_not_define_are_warned_not_silen
         warnings.simplefilter("error")
         ids = read_scan_labels(tmp_path / "ok.label", 7, SEMANTICKITTI_CLASSES)
     assert ids.tolist()[2] == ids.tolist()[6] == 0 and ids.tolist()[:2] == [-1, -1]
+
+
+# --------------------------------------------------------------------------------------
+# hardening, round five: phantom classes, 16-bit colours, UTM rooms, float ids, split lists, integer intensities
+# --------------------------------------------------------------------------------------
+def test_a_class_list_other_than_the_layouts_ids_is_refused_naming_it(tmp_path):
+    """A layout whose labels are fixed ids (ScanNet's 20, SemanticKITTI's 19, mmdetection3d's S3DIS 13) given a
+    longer class list got a class no point can have (a zero in every count, a NaN IoU); so did a converted Pointcept
+    root whose classes.txt (or classes=) outgrew its conversion's record, and a name given twice."""
+    make_scannet(tmp_path / "sn")
+    names = list(SCANNET20_CLASSES)
+    with pytest.raises(DatasetError, match=r"SceneDataset: classes names 21 classes, but scannet's labels are the 20 ids "
+                                           r"0\.\.19 .*phantom class.*give 20 names"):
+        SceneDataset(tmp_path / "sn", "scannet", "train", classes=names + ["extra"])
+    with pytest.raises(DatasetError, match=r"classes names 20 classes, but semantickitti's labels are the 19 ids"):
+        SceneDataset(tmp_path / "nowhere", "semantickitti", "train", classes=[f"c{i}" for i in range(20)])
+    with pytest.raises(DatasetError, match=r"classes names 14 classes, but mmdet3d_s3dis's labels are the 13 ids"):
+        SceneDataset(tmp_path / "nowhere", "mmdet3d_s3dis", "train", classes=list(S3DIS_CLASSES) + ["stairs"])
+    with pytest.raises(DatasetError, match=r"classes names 'chair' twice \(positions 0 and 2\)"):
+        S3DIS(tmp_path / "nowhere", "train", classes=["chair", "table", "chair"])
+    renamed = SceneDataset(tmp_path / "sn", "scannet", "train", classes=[n.upper() for n in names])
+    assert renamed.class_names[0] == "WALL"  # the same number of ids: a renaming
+    convert_to_pointcept(tmp_path / "sn", "scannet", tmp_path / "pc", ["train"])
+    with pytest.raises(DatasetError, match=r"SceneDataset: classes names 21 classes, but .*conversion\.json declares "
+                                           r"20 \(the ids 0\.\.19"):
+        SceneDataset(tmp_path / "pc", "pointcept", "train", classes=names + ["extra"])
+    (tmp_path / "pc" / "classes.txt").write_text("\n".join(names + ["extra"]) + "\n")
+    with pytest.raises(DatasetError, match=r"pc/classes\.txt names 21 classes, but .*conversion\.json declares 20.*"
+                                           r"write its 20 class names there"):
+        SceneDataset(tmp_path / "pc", "pointcept", "train")
+    with pytest.raises(DatasetError, match=r"convert_to_pointcept: classes names 'a' twice"):
+        convert_to_pointcept(tmp_path / "nowhere", "s3dis", tmp_path / "o", classes=["a", "b", "a"])
+
+
+def _s3dis_room(root: Path, files: dict, area: str = "Area_1", room: str = "office_1") -> Path:
+    ann = root / area / room / "Annotations"
+    ann.mkdir(parents=True)
+    for name, rows in files.items():
+        np.savetxt(ann / f"{name}.txt", rows, fmt="%.4f %.4f %.4f %d %d %d")
+    return ann.parent
+
+
+def test_16_bit_colours_are_scaled_per_scene_in_every_layout(tmp_path):
+    """S3DIS text, ScanNet PLY (ushort) and mmdetection3d binaries with 16-bit colours reached colour features of
+    up to 257; the scene's values decide the scale (one rule, layout_colors), and what is no colour is refused."""
+    rng = np.random.default_rng(7)
+    xyz = rng.uniform(0, 4, (30, 3))
+    dark = rng.integers(0, 200, (10, 3))  # a dark object of a 16-bit room: still 16-bit, the room decides
+    bright = rng.integers(0, 65536, (20, 3))
+    room = _s3dis_room(tmp_path / "s3", {"chair_1": np.c_[xyz[:10], dark], "table_1": np.c_[xyz[10:], bright]})
+    item = S3DIS(tmp_path / "s3", "all", features=("color",))[0]
+    want = np.vstack([dark, bright]) / 65535.0  # files in sorted order: chair, table
+    np.testing.assert_allclose(item["x"].numpy(), want, atol=1e-6)
+    assert float(item["x"].max()) <= 1.0 and read_s3dis_room(room)["color"].max() <= 255.0
+    rgb8 = rng.integers(0, 256, (30, 3))  # 8-bit rooms as before
+    _s3dis_room(tmp_path / "s8", {"chair_1": np.c_[xyz, rgb8]})
+    np.testing.assert_allclose(S3DIS(tmp_path / "s8", "all", features=("color",))[0]["x"].numpy(), rgb8 / 255.0,
+                               atol=1e-6)
+    _s3dis_room(tmp_path / "bad", {"chair_1": np.c_[xyz[:3], [[1, 2, 3], [4, 5, 6], [7, 70000, 9]]]})
+    with pytest.raises(DatasetError, match=r"Annotations/chair_1\.txt: colour 70000\.0 \(row 2\) is neither 8-bit "
+                                           r"\(0-255\) nor a 16-bit whole number"):
+        S3DIS(tmp_path / "bad", "all")[0]
+    d = tmp_path / "sn" / "scans" / "scene0000_00"  # ScanNet: a mesh with ushort colours
+    d.mkdir(parents=True)
+    head = (f"ply\nformat binary_little_endian 1.0\nelement vertex 20\nproperty float x\nproperty float y\n"
+            f"property float z\nproperty ushort red\nproperty ushort green\nproperty ushort blue\nend_header\n")
+    body = b"".join(struct.pack("<fffHHH", *p, *c) for p, c in zip(xyz[:20].tolist(), bright.tolist()))
+    (d / "scene0000_00_vh_clean_2.ply").write_bytes(head.encode() + body)
+    x = SceneDataset(tmp_path / "sn", "scannet", "all", features=("color",)).scene(0)["color"] / 255.0
+    np.testing.assert_allclose(x, bright / 65535.0, atol=1e-6)
+    (tmp_path / "mm" / "points").mkdir(parents=True)  # mmdetection3d: float32 x y z r g b
+    np.c_[xyz[:20], bright].astype("<f4").tofile(tmp_path / "mm" / "points" / "Area_1_office_1.bin")
+    x = SceneDataset(tmp_path / "mm", "mmdet3d_s3dis", "all", features=("color",))[0]["x"].numpy()
+    np.testing.assert_allclose(x, bright / 65535.0, atol=1e-6)
+
+
+def test_s3dis_rooms_at_utm_scale_keep_their_precision_with_a_stray_row(tmp_path):
+    """A room at 5e6 m whose annotation holds one (0, 0, 0) row: float32 before centring collapsed its points
+    (0.5 m apart at 5e6); the bulk decides the large offset and the room is centred on it, in float64."""
+    rng = np.random.default_rng(11)
+    xyz = np.c_[5e6 + np.arange(400) * 0.01, 4.9e6 + rng.uniform(0, 6, 400), rng.uniform(0, 3, 400)].round(4)
+    stray = np.vstack([[0.0, 0.0, 0.0], xyz])
+    rgb = rng.integers(0, 256, (401, 3))
+    room = _s3dis_room(tmp_path / "raw", {"floor_1": np.c_[stray[:200], rgb[:200]],
+                                          "wall_1": np.c_[stray[200:], rgb[200:]]})
+    assert read_s3dis_room(room)["coord"].dtype == np.float64
+    pos = S3DIS(tmp_path / "raw", "all", features=("xyz",))[0]["pos"].numpy()
+    assert len(np.unique(pos[1:, 0])) == 400  # every one of the 400 x values stays distinct
+    assert _shape_error(pos[1:], xyz) < 1e-3
+    convert_to_pointcept(tmp_path / "raw", "s3dis", tmp_path / "pc")
+    back = SceneDataset(tmp_path / "pc", "pointcept", "Area_1", features=())[0]["pos"].numpy()
+    assert len(np.unique(back[1:, 0])) == 400 and _shape_error(back[1:], xyz) < 1e-3
+
+
+def test_float_ids_are_refused_on_every_path_into_the_common_layout(tmp_path):
+    """write_pointcept_scene truncated a float segment / instance (1.5 -> 1) without a word, and a scene dataset's
+    own scenes (a subclass's load_scene) reached the items truncated: both go through integer_labels."""
+    from gridify.datasets.scene_base import SceneDatasetBase
+    from gridify.datasets.scene_layouts import check_scan_labels
+
+    coord = RNG.normal(size=(4, 3))
+    for key in ("segment", "instance"):
+        with pytest.raises(DatasetError, match=rf"write_pointcept_scene\(.*\): {key}: labels must be integers, row 2 "
+                                               r"holds 1\.5"):
+            write_pointcept_scene(tmp_path / key, {"coord": coord, "color": np.zeros((4, 3)),
+                                                   key: np.array([0, 1, 1.5, 2])})
+        assert not (tmp_path / key).exists()  # nothing written, not even color.npy
+    write_pointcept_scene(tmp_path / "ok", {"coord": coord, "segment": np.array([0.0, 1.0, 1.0, 2.0])})
+    assert np.load(tmp_path / "ok" / "segment.npy").tolist() == [0, 1, 1, 2]
+
+    class Own(SceneDatasetBase):
+        def __init__(self):
+            super().__init__(split="val", class_names=["a", "b", "c"], features=(), num_points=None, transform=None,
+                             seed=0, normalize=False, cache=False)
+
+        def scene_count(self):
+            return 1
+
+        def scene_name(self, index):
+            return "own"
+
+        def load_scene(self, index):
+            return {"coord": coord, "segment": np.array([0, 1, 2.5, 2])}
+
+    with pytest.raises(DatasetError, match=r"scene 'own': labels must be integers, row 2 holds 2\.5 \(a float64 array"):
+        Own()[0]
+    with pytest.raises(DatasetError, match=r"gt\.npy: labels must be integers, row 1 holds 0\.5"):
+        check_scan_labels("gt.npy", np.array([0.0, 0.5]), ["a", "b"])
+
+
+def test_an_official_split_list_naming_a_scene_not_on_disk_is_refused(tmp_path):
+    """scannetv2_val.txt naming a scene the root lacks gave a split with fewer scenes without a word; it is refused
+    naming the list, the scenes and what the root holds, in every layout with split lists, unless skip_missing."""
+    make_scannet(tmp_path / "sn")
+    (tmp_path / "sn" / "scannetv2_val.txt").write_text("scene0001_00\nscene0002_00\nscene0003_00\n")
+    with pytest.raises(DatasetError, match=r"sn/scannetv2_val\.txt: 2 of the 3 scenes it lists for split 'val' are "
+                                           r"not under .*scans \(first: scene0002_00, scene0003_00\); that folder "
+                                           r"holds 2 scene\(s\): scene0000_00, scene0001_00: .*skip_missing=True "
+                                           r"\(data\.skip_missing: true\)"):
+        ScanNet(tmp_path / "sn", "val")
+    with pytest.warns(UserWarning, match=r"2 of the 3 scenes .*the split holds the 1 others \(skip_missing\)"):
+        assert [r.name for r in ScanNet(tmp_path / "sn", "val", skip_missing=True).refs] == ["scene0001_00"]
+    assert len(ScanNet(tmp_path / "sn", "train")) == 1  # a list whose scenes are there reads as before
+    with pytest.raises(DatasetError, match=r"scannetv2_val\.txt: 2 of the 3 scenes"):
+        convert_to_pointcept(tmp_path / "sn", "scannet", tmp_path / "pc", ["val"])
+    assert not (tmp_path / "pc").exists()
+    with pytest.raises(DatasetError, match=r"skip_missing \(data\.skip_missing\) is only read for the layouts with "
+                                           r"official split lists .*not s3dis"):
+        SceneDataset(tmp_path / "sn", "s3dis", "train", skip_missing=True)
+    mm = tmp_path / "mm"  # mmdetection3d's ScanNet layouts: the same lists
+    (mm / "points").mkdir(parents=True)
+    _rows(4).astype(np.float32).tofile(mm / "points" / "scene0000_00.bin")
+    (mm / "scannetv2_train.txt").write_text("scene0000_00\nscene0009_00\n")
+    with pytest.raises(DatasetError, match=r"scannetv2_train\.txt: 1 of the 2 scenes .*\(first: scene0009_00\); "
+                                           r"that folder holds 1 scene\(s\): scene0000_00"):
+        SceneDataset(mm, "mmdet3d_scannet", "train")
+    inst = mm / "scannet_train_instance_data"
+    inst.mkdir()
+    np.save(inst / "scene0000_00_vert.npy", _rows(3).astype(np.float32))
+    with pytest.raises(DatasetError, match=r"scannetv2_train\.txt: 1 of the 2 scenes .*scannet_train_instance_data"):
+        SceneDataset(mm, "mmdet3d_scannet_instance", "train")
+
+
+def test_integer_intensities_go_to_the_unit_scale_by_one_rule(tmp_path):
+    """A PLY intensity of 0-255 stored as ``int`` / ``uint`` was divided by 2^31 / 2^32 (features near 0): whole
+    numbers in 0..255 are 8-bit, in 0..65535 16-bit, whatever integer type holds them (the colours' rule)."""
+    from gridify.datasets.scene_base import cloud_scene_features
+    from gridify.io import read_points
+
+    values = [0, 51, 200, 255]
+    for typ in ("uchar", "ushort", "int", "uint"):
+        head = (f"ply\nformat ascii 1.0\nelement vertex 4\nproperty float x\nproperty float y\nproperty float z\n"
+                f"property {typ} intensity\nend_header\n")
+        (tmp_path / f"{typ}.ply").write_text(head + "".join(f"{i} {i % 2} 0 {v}\n" for i, v in enumerate(values)))
+        x = cloud_scene_features(["intensity"], read_points(tmp_path / f"{typ}.ply", fields="all"))
+        np.testing.assert_allclose(x[:, 0], np.array(values) / 255.0, rtol=1e-6, err_msg=typ)
+    x16 = build_scene_features(["strength"], np.zeros((3, 3)), strength=np.array([0, 300, 65535], np.int32))
+    np.testing.assert_allclose(x16[:, 0], [0, 300 / 65535, 1], rtol=1e-6)
+    wide = build_scene_features(["strength"], np.zeros((2, 3)), strength=np.array([0, 2**31 - 1], np.int32))
+    assert float(wide.max()) == 1.0  # beyond 16 bits: the type's maximum, still on the unit scale
+    write_pointcept_scene(tmp_path / "pc" / "train" / "s", {"coord": RNG.normal(size=(4, 3)),
+                                                           "segment": np.zeros(4)})
+    np.save(tmp_path / "pc" / "train" / "s" / "strength.npy", np.array(values, np.uint8))  # Pointcept: the same
+    (tmp_path / "pc" / "classes.txt").write_text("a\n")
+    x = SceneDataset(tmp_path / "pc", "pointcept", "train", features=("strength",))[0]["x"]
+    np.testing.assert_allclose(x[:, 0].numpy(), np.array(values) / 255.0, rtol=1e-6)

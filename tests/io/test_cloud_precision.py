@@ -126,3 +126,42 @@ def test_mesh_samples_keep_float64_for_a_large_offset(tmp_path):
         + "".join(f"3 {a} {b} {c}\n" for a, b, c in faces)
     )
     assert read_points(tmp_path / "near.off", num_samples=500).points.dtype == np.float32
+
+
+def test_a_stray_row_does_not_decide_the_precision(tmp_path):
+    """One (0, 0, 0) row beside a UTM tile made the whole cloud's extent the offset itself: float32 before
+    centring (half a metre at 5.4e6 m). The bulk box decides instead; the cloud is centred on it, the row named."""
+    from gridify.io import centre_large_offset
+    from gridify.io.cloud import bulk_box, stray_rows
+
+    pts = _utm(400)
+    mixed = np.vstack([pts[:7], [[0.0, 0.0, 0.0]], pts[7:]])
+    assert coordinate_dtype(mixed) == np.float64 and stray_rows(mixed).tolist() == [7]
+    assert stray_rows(pts).size == 0 and stray_rows(pts - pts.mean(0)).size == 0  # nothing stray: no warning
+    moved, offset = centre_large_offset(mixed)
+    lo, hi = bulk_box(pts)
+    assert np.abs(offset - (lo + hi) / 2).max() < 50  # centred on the tile, not half way to the origin
+    tile = moved.astype(np.float32)[np.arange(len(mixed)) != 7].astype(np.float64)
+    assert np.abs((tile - tile[0]) - (pts - pts[0])).max() < 1e-4  # every millimetre after the float32 cast
+    assert np.abs(moved.astype(np.float32)[7] + offset).max() < 1.0  # the stray row stays where it was
+    f = tmp_path / "tile.xyz"
+    f.write_text("".join(f"{x:.3f} {y:.3f} {z:.3f}\n" for x, y, z in mixed))
+    with pytest.warns(
+        UserWarning,
+        match=r"tile\.xyz: 1 of 401 rows lie far from the rest of the cloud \(first: row 7 "
+        r"at \(0, 0, 0\);.*kept, with the coordinates in float64",
+    ):
+        cloud = read_points(f)
+    assert cloud.points.dtype == np.float64
+    np.testing.assert_array_equal(cloud.points, mixed)
+    body = b"".join(struct.pack("<3d", *p) for p in mixed)  # a binary format: the same rule
+    (tmp_path / "d.ply").write_bytes(
+        f"ply\nformat binary_little_endian 1.0\nelement vertex {len(mixed)}\nproperty double x\nproperty double y\n"
+        f"property double z\nend_header\n".encode()
+        + body
+    )
+    with pytest.warns(UserWarning, match=r"d\.ply: 1 of 401 rows lie far"):
+        assert read_points(tmp_path / "d.ply").points.dtype == np.float64
+    # a quarter of the rows elsewhere is no longer a few stray rows: the cloud spans both places
+    half = np.vstack([pts, np.zeros((300, 3))])
+    assert coordinate_dtype(half) == np.float32 and stray_rows(half).size == 0

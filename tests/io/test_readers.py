@@ -609,3 +609,45 @@ def test_a_files_colours_off_the_unit_scale_are_clipped_by_every_reader_not_refu
         assert colors is not None and np.isfinite(colors).all(), path
         assert colors.min() >= 0.0 and colors.max() <= 1.0, path
         assert colors[0, 0] == 0.0 and colors[0, 1] == 1.0, path  # -5 -> 0, 300 -> 1 (clipped, not refused)
+
+
+def test_16_bit_colours_are_one_rule_in_every_reader(tmp_path):
+    """Colours stored as 16-bit whole numbers (S3DIS-style text, a PLY ``ushort`` property, PCD ``r g b``, an npz)
+    are divided by 65535, 8-bit ones by 255, the scale decided from the whole file (gridify.io.cloud.color_scale):
+    the text reader ignored them as "neither normals nor colours", the PLY / PCD / npz readers clipped them at 1."""
+    rng = np.random.default_rng(3)
+    xyz = rng.uniform(0, 5, (40, 3)).round(3)
+    rgb16 = rng.integers(0, 65536, (40, 3))
+    rgb16[0] = [65535, 300, 0]
+    want = rgb16 / 65535.0
+    np.savetxt(tmp_path / "room.txt", np.c_[xyz, rgb16], fmt="%.3f %.3f %.3f %d %d %d")
+    np.testing.assert_allclose(read_points(tmp_path / "room.txt").colors, want, atol=1e-7)
+    np.savetxt(tmp_path / "named.txt", np.c_[rgb16, xyz], fmt="%d %d %d %.3f %.3f %.3f")
+    got = read_points(tmp_path / "named.txt", columns=["r", "g", "b", "x", "y", "z"]).colors
+    np.testing.assert_allclose(got, want, atol=1e-7)
+    head = (
+        f"ply\nformat binary_little_endian 1.0\nelement vertex {len(xyz)}\nproperty float x\nproperty float y\n"
+        f"property float z\nproperty ushort red\nproperty ushort green\nproperty ushort blue\nend_header\n"
+    )
+    body = b"".join(struct.pack("<fffHHH", *p, *c) for p, c in zip(xyz.tolist(), rgb16.tolist()))
+    (tmp_path / "c16.ply").write_bytes(head.encode() + body)
+    np.testing.assert_allclose(read_points(tmp_path / "c16.ply").colors, want, atol=1e-7)
+    pcd = (
+        f"VERSION 0.7\nFIELDS x y z r g b\nSIZE 4 4 4 2 2 2\nTYPE F F F U U U\nCOUNT 1 1 1 1 1 1\n"
+        f"WIDTH {len(xyz)}\nHEIGHT 1\nPOINTS {len(xyz)}\nDATA ascii\n"
+    )
+    pcd += "".join(f"{a} {b} {c} {r} {g} {bl}\n" for (a, b, c), (r, g, bl) in zip(xyz.tolist(), rgb16.tolist()))
+    (tmp_path / "c16.pcd").write_text(pcd)
+    np.testing.assert_allclose(read_points(tmp_path / "c16.pcd").colors, want, atol=1e-6)
+    np.savez(tmp_path / "c16.npz", pos=xyz, rgb=rgb16.astype(np.uint16))
+    np.testing.assert_allclose(read_points(tmp_path / "c16.npz").colors, want, atol=1e-7)
+    rgb8 = rgb16 // 257  # 8-bit files keep their scale; whole numbers in 0..255 are 8-bit whatever type holds them
+    np.savetxt(tmp_path / "room8.txt", np.c_[xyz, rgb8], fmt="%.3f %.3f %.3f %d %d %d")
+    np.testing.assert_allclose(read_points(tmp_path / "room8.txt").colors, rgb8 / 255.0, atol=1e-7)
+    (tmp_path / "c8.ply").write_bytes(
+        head.encode() + b"".join(struct.pack("<fffHHH", *p, *c) for p, c in zip(xyz.tolist(), rgb8.tolist()))
+    )
+    np.testing.assert_allclose(read_points(tmp_path / "c8.ply").colors, rgb8 / 255.0, atol=1e-7)
+    np.savetxt(tmp_path / "no.txt", np.c_[xyz, rgb16 + 70000], fmt="%.3f %.3f %.3f %d %d %d")  # beyond 16 bits
+    with pytest.warns(UserWarning, match=r"columns 4-6 are neither unit normals nor colours"):
+        assert read_points(tmp_path / "no.txt").colors is None
