@@ -231,11 +231,16 @@ def integer_scale(values: np.ndarray) -> Optional[float]:
 
 
 def unit_scaled(values: np.ndarray) -> np.ndarray:
-    """Intensities (or any per-point magnitude) on the unit scale, float64: an integer array divided by
-    :func:`integer_scale` (255 for 8-bit values, 65535 for 16-bit ones; values beyond 16 bits or negative by their
-    type's maximum), a float array as it is (already scaled: KITTI remission lies in ``[0, 1]``)."""
+    """Intensities (or any per-point magnitude) on the unit scale, float64. An 8- or 16-bit integer array is divided
+    by its type's maximum (255, 65535: the same divisor for every scan of a sensor, whatever its brightest point; a LAS
+    ``uint16`` intensity); a wider integer array, whose type says nothing of the range (a PLY ``int`` / ``uint``
+    property, ``int64``), by :func:`integer_scale` of its values (255 for 8-bit values, 65535 for 16-bit ones; beyond
+    16 bits or negative: its type's maximum); a float array as it is (already scaled: KITTI remission lies in
+    ``[0, 1]``)."""
     a = np.asarray(values)
     if a.dtype.kind in "iu":
+        if a.dtype.itemsize <= 2:
+            return a.astype(np.float64) / float(np.iinfo(a.dtype).max)
         return a.astype(np.float64) / (integer_scale(a) or float(np.iinfo(a.dtype).max))
     return a.astype(np.float64, copy=False)
 

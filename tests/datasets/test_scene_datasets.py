@@ -911,18 +911,19 @@ def test_an_official_split_list_naming_a_scene_not_on_disk_is_refused(tmp_path):
 
 
 def test_integer_intensities_go_to_the_unit_scale_by_one_rule(tmp_path):
-    """A PLY intensity of 0-255 stored as ``int`` / ``uint`` was divided by 2^31 / 2^32 (features near 0): whole
-    numbers in 0..255 are 8-bit, in 0..65535 16-bit, whatever integer type holds them (the colours' rule)."""
+    """A PLY intensity of 0-255 stored as ``int`` / ``uint`` was divided by 2^31 / 2^32 (features near 0): an 8- or
+    16-bit type is divided by its maximum (every scan of a sensor alike), a wider one by its values (whole numbers
+    in 0..255 are 8-bit, in 0..65535 16-bit)."""
     from gridify.datasets.scene_base import cloud_scene_features
     from gridify.io import read_points
 
     values = [0, 51, 200, 255]
-    for typ in ("uchar", "ushort", "int", "uint"):
+    for typ, divisor in (("uchar", 255.0), ("ushort", 65535.0), ("int", 255.0), ("uint", 255.0)):
         head = (f"ply\nformat ascii 1.0\nelement vertex 4\nproperty float x\nproperty float y\nproperty float z\n"
                 f"property {typ} intensity\nend_header\n")
         (tmp_path / f"{typ}.ply").write_text(head + "".join(f"{i} {i % 2} 0 {v}\n" for i, v in enumerate(values)))
         x = cloud_scene_features(["intensity"], read_points(tmp_path / f"{typ}.ply", fields="all"))
-        np.testing.assert_allclose(x[:, 0], np.array(values) / 255.0, rtol=1e-6, err_msg=typ)
+        np.testing.assert_allclose(x[:, 0], np.array(values) / divisor, rtol=1e-6, err_msg=typ)
     x16 = build_scene_features(["strength"], np.zeros((3, 3)), strength=np.array([0, 300, 65535], np.int32))
     np.testing.assert_allclose(x16[:, 0], [0, 300 / 65535, 1], rtol=1e-6)
     wide = build_scene_features(["strength"], np.zeros((2, 3)), strength=np.array([0, 2**31 - 1], np.int32))
