@@ -1,4 +1,5 @@
-"""The argument types every ``gridify`` sub-command shares (argparse ``type=`` callables).
+"""The argument types every ``gridify`` sub-command and every script of ``scripts/`` shares (argparse ``type=``
+callables), and how a command or script ends on an error.
 
 One argument layer for ``gridify train``, ``evaluate``, ``predict``, ``show``, ``export``,
 ``bench`` and ``download``: CPU threads, DataLoader workers, devices, counts and paths are
@@ -6,17 +7,36 @@ checked when the command line is parsed, so a bad value is an argparse error nam
 (``gridify predict: error: argument --threads: must be an integer >= 1, got '0'``), never a torch
 traceback after the model has loaded. Path types only look at the path
 (:mod:`gridify._paths`); nothing is created while parsing.
+
+The scripts of ``scripts/`` use the same types and end the same way: their ``main(argv)`` is decorated
+with :func:`script_errors` (a :class:`ScriptError`, a :class:`~gridify._paths.PathError` or an ``OSError``
+ends the script with one line ``<script>: error: ...``; exit status 2 for an argument or input refused
+before the work starts, 1 for a failure while working) and run by :func:`run_script`, whose
+:func:`last_resort` turns any other exception into one line too (``GRIDIFY_TRACEBACK=1`` shows the
+traceback). Every output path of a script is checked when its arguments are parsed, before any work.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import functools
+import os
 import re
-from typing import Callable, List, NoReturn, Optional, Sequence, Union
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, List, NoReturn, Optional, Sequence, TypeVar, Union
 
-from ._paths import PathError, check_checkpoint_flag, check_input_file, check_output_dir, check_output_file
-from ._pretrained import not_found_hint
+from ._paths import (
+    PathError,
+    check_checkpoint_flag,
+    check_input_file,
+    check_output_dir,
+    check_output_file,
+    describe_os_error,
+)
+from ._pretrained import PRETRAINED, not_found_hint
 
 __all__ = [
     "Parser",
@@ -34,10 +54,18 @@ __all__ = [
     "input_file",
     "output_file",
     "output_dir",
+    "output_dir_of",
+    "input_dir",
+    "shipped_or_file",
     "up_axis",
     "max_fragments",
     "MAX_THREADS",
     "MAX_WORKERS",
+    "ScriptError",
+    "TRACEBACK_ENV",
+    "last_resort",
+    "script_errors",
+    "run_script",
 ]
 
 #: more CPU threads or DataLoader workers than this is a typo, not a machine
@@ -68,11 +96,17 @@ def did_you_mean(message: str, options: Sequence[str]) -> str:
 class Parser(argparse.ArgumentParser):
     """The parser class of every ``gridify`` command and sub-command: argparse's, with the closest spelling
     named in an error (``unrecognized arguments: --no-progres; did you mean --no-progress?``,
-    ``invalid choice: 'predit' (choose from ...); did you mean predict?``)."""
+    ``invalid choice: 'predit' (choose from ...); did you mean predict?``). Its ``SystemExit`` has the exit status
+    (2 for an error) as its code and the error line as its text, for a caller of ``main(argv)``."""
 
     def error(self, message: str) -> NoReturn:
         flags = [o for o in self._option_string_actions if o.startswith("--")]
         super().error(did_you_mean(message, flags))
+
+    def exit(self, status: int = 0, message: Optional[str] = None) -> NoReturn:
+        if message:
+            self._print_message(message, sys.stderr)
+        raise _Exit(status, (message or "").strip())
 
 
 def check_ckpt(path: Optional[str]) -> None:
@@ -219,3 +253,134 @@ def output_file(suffixes: Optional[Sequence[str]] = None) -> Callable[[str], str
 def output_dir(text: str) -> str:
     """A folder to write into (:func:`gridify._paths.check_output_dir`)."""
     return _path_type(check_output_dir)(text)
+
+
+def output_dir_of(files: Sequence[str] = (), folders: Sequence[str] = ()) -> Callable[[str], str]:
+    """A type for a folder to write into (:func:`gridify._paths.check_output_dir`) that will hold the files
+    ``files`` and the folders ``folders`` (none of them may exist as the other kind)."""
+    return _path_type(check_output_dir, files=tuple(files), folders=tuple(folders))
+
+
+def _exists(text: str) -> Optional[bool]:
+    """Whether the path exists (None: it cannot be looked up, e.g. a name too long or a NUL byte)."""
+    try:
+        return Path(text).exists()
+    except (OSError, ValueError):
+        return None
+
+
+def input_dir(text: str) -> str:
+    """An existing folder to read from (not a file, not missing)."""
+    if not text:
+        raise argparse.ArgumentTypeError("empty path; give a folder")
+    found = _exists(text)
+    if found is None:
+        raise argparse.ArgumentTypeError(f"{text!r:.80}: not a usable path (too long, or a NUL byte)")
+    if not found:
+        raise argparse.ArgumentTypeError(f"{text}: no such folder")
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: is a file, not a folder")
+    return text
+
+
+def shipped_or_file(text: str) -> str:
+    """A model given as ``gridify.load`` takes it: a shipped model's name, or a checkpoint file (readable, not a
+    folder or a FIFO). A bare name that is neither is named with the shipped models and the closest one
+    (``did you mean 'semantickitti'?``), as ``gridify.load`` names it."""
+    if text in PRETRAINED:
+        return text
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"empty; give a shipped model's name ({', '.join(PRETRAINED)}) or a file")
+    if _exists(text) is False:
+        raise argparse.ArgumentTypeError(f"checkpoint not found: {text}{not_found_hint(text)}")
+    return _path_type(check_input_file)(text)
+
+
+# -- how a command or script ends on an error ------------------------------------------------------------------
+
+#: set to see the traceback of an error the command did not expect (instead of its one line)
+TRACEBACK_ENV = "GRIDIFY_TRACEBACK"
+
+
+class ScriptError(Exception):
+    """What ends a script of ``scripts/`` with one line (:func:`script_errors`): ``status`` 2 for an argument
+    or input file refused before the work starts (the default), 1 for a failure while working."""
+
+    def __init__(self, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _one_line(text: str) -> str:
+    return "; ".join(ln.strip() for ln in str(text).splitlines() if ln.strip())
+
+
+class _Exit(SystemExit):
+    """The exit of a script with ``status`` after its line was printed; ``str()`` is that line (what a caller of
+    ``main(argv)`` reads from the ``SystemExit``)."""
+
+    def __init__(self, status: int, line: str) -> None:
+        super().__init__(status)
+        self.line = line
+
+    def __str__(self) -> str:
+        return self.line
+
+
+def _end(prog: str, message: str, status: int) -> NoReturn:
+    line = f"{prog}: error: {_one_line(message)}"
+    print(line, file=sys.stderr)
+    raise _Exit(status, line) from None
+
+
+@contextmanager
+def last_resort(prog: str) -> Iterator[None]:
+    """Every command and script ends in one line, whatever stage an error comes from: an exception none of its
+    own checks turned into a message (a value deep inside torch, a library bug) becomes
+    ``<prog>: error: <Type>: <message>`` (exit status 1) with the hint to set ``GRIDIFY_TRACEBACK=1`` for the
+    traceback."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - the last resort of the command line, never of the library
+        if os.environ.get(TRACEBACK_ENV, "").strip() not in ("", "0"):
+            raise
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        text = "; ".join(lines[-1:] if any(ln.startswith("Original Traceback") for ln in lines) else lines[:3])
+        raise SystemExit(
+            f"{prog}: error: {type(exc).__name__}: {text or 'no message'} (an unexpected error: set "
+            f"{TRACEBACK_ENV}=1 to see where it came from, and please report it)"
+        ) from None
+
+
+_Main = TypeVar("_Main", bound=Callable[..., Any])
+
+
+def script_errors(prog: str) -> Callable[[_Main], _Main]:
+    """Decorator of a script's ``main(argv)``: a :class:`ScriptError` ends it with its line and status, a
+    :class:`~gridify._paths.PathError` (an output or input path refused) with status 2, an ``OSError`` (a full
+    disk, a file that vanished) with :func:`gridify._paths.describe_os_error`'s line and status 1; each as
+    ``<prog>: error: <message>`` on stderr, never a traceback. Other exceptions pass (:func:`run_script`)."""
+
+    def decorate(main: _Main) -> _Main:
+        @functools.wraps(main)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return main(*args, **kwargs)
+            except ScriptError as exc:
+                _end(prog, str(exc), exc.status)
+            except PathError as exc:
+                _end(prog, str(exc), 2)
+            except OSError as exc:
+                _end(prog, describe_os_error(exc), 1)
+
+        return checked  # type: ignore[return-value]
+
+    return decorate
+
+
+def run_script(main: Callable[[Optional[Sequence[str]]], Any], prog: str, argv: Optional[Sequence[str]] = None) -> int:
+    """Run a script's ``main(argv)`` (``argv`` None: the command line) under :func:`last_resort`; its exit status
+    (an ``int`` returned, else 0)."""
+    with last_resort(prog):
+        status = main(None if argv is None else list(argv))
+    return status if isinstance(status, int) and not isinstance(status, bool) else 0

@@ -1061,26 +1061,9 @@ def _command_parser(parser: argparse.ArgumentParser, command: Optional[str]) -> 
     return parser
 
 
-#: set to see the traceback of an error the command did not expect (instead of its one line)
-TRACEBACK_ENV = "GRIDIFY_TRACEBACK"
-
-
-@contextmanager
-def _last_resort(prog: str):
-    """Every sub-command ends in one line, whatever stage an error comes from: an exception none of the
-    command's own checks turned into a message (a value deep inside torch, a library bug) becomes
-    ``<prog>: error: <Type>: <message>`` with the hint to set ``GRIDIFY_TRACEBACK=1`` for the traceback."""
-    try:
-        yield
-    except Exception as exc:  # noqa: BLE001 - the last resort of the command line, never of the library
-        if os.environ.get(TRACEBACK_ENV, "").strip() not in ("", "0"):
-            raise
-        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-        text = "; ".join(lines[-1:] if any(ln.startswith("Original Traceback") for ln in lines) else lines[:3])
-        raise SystemExit(
-            f"{prog}: error: {type(exc).__name__}: {text or 'no message'} (an unexpected error: set "
-            f"{TRACEBACK_ENV}=1 to see where it came from, and please report it)"
-        ) from None
+#: the one last resort of the commands and the scripts (``gridify._cliargs.last_resort``)
+TRACEBACK_ENV = types.TRACEBACK_ENV
+_last_resort = types.last_resort
 
 
 if __name__ == "__main__":  # pragma: no cover

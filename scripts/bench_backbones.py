@@ -30,6 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from gridify import _cliargs as types  # noqa: E402 - after the checkout is on the path
+from gridify._files import atomic_write_text  # noqa: E402
+
+PROG = "bench_backbones.py"
+
 torch: Any = None  # PyTorch and gridify: imported by main() after --help and argument errors
 reparameterize_model: Any = None
 GridifiedClassifier: Any = None
@@ -72,35 +77,37 @@ def build(backbone: str, args: argparse.Namespace, **backbone_kwargs: Any) -> An
     )
 
 
-def main(argv: List[str] | None = None) -> Dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--num-points", type=int, default=1024)
-    p.add_argument("--in-channels", type=int, default=3)
-    p.add_argument("--num-classes", type=int, default=10)
-    p.add_argument("--resolution", type=int, default=9)
-    p.add_argument("--k", type=int, default=9)
-    p.add_argument("--channels", type=int, default=64)
-    p.add_argument("--depth", type=int, default=2)
-    p.add_argument("--kernel-size", type=int, default=5, help="ccnn / resnet kernel size")
-    p.add_argument("--mrconv-kernel-size", type=int, default=3, help="mrconv first-branch support")
-    p.add_argument("--num-branches", type=int, default=4)
+def build_parser() -> argparse.ArgumentParser:
+    p = types.Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    count = types.positive_int
+    p.add_argument("--batch-size", type=count, default=32)
+    p.add_argument("--num-points", type=count, default=1024)
+    p.add_argument("--in-channels", type=count, default=3)
+    p.add_argument("--num-classes", type=count, default=10)
+    p.add_argument("--resolution", type=count, default=9)
+    p.add_argument("--k", type=count, default=9)
+    p.add_argument("--channels", type=count, default=64)
+    p.add_argument("--depth", type=count, default=2)
+    p.add_argument("--kernel-size", type=count, default=5, help="ccnn / resnet kernel size")
+    p.add_argument("--mrconv-kernel-size", type=count, default=3, help="mrconv first-branch support")
+    p.add_argument("--num-branches", type=count, default=4)
     p.add_argument("--fourier", action="store_true", help="also time mrconv with Fourier kernels")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--repeats", type=int, default=10)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench_backbones")
-    args = p.parse_args(argv)
-    _import_heavy()
-    torch.set_num_threads(args.threads)
-
-    g = torch.Generator().manual_seed(args.seed)
-    pos = torch.rand(args.batch_size, args.num_points, 3, generator=g) * 2 - 1
-    feats = (
-        pos if args.in_channels == 3 else torch.randn(args.batch_size, args.num_points, args.in_channels, generator=g)
+    p.add_argument("--warmup", type=types.nonnegative_int, default=3)
+    p.add_argument("--repeats", type=count, default=10)
+    p.add_argument("--threads", type=types.threads, default=1)
+    p.add_argument("--seed", type=types.nonnegative_int, default=0)
+    p.add_argument(
+        "--out",
+        type=types.output_dir_of(files=("results.json",)),
+        default=str(ROOT / "outputs" / "bench_backbones"),
+        help="folder of results.json (default outputs/bench_backbones)",
     )
+    return p
 
+
+def build_variants(args: argparse.Namespace) -> List[tuple]:
+    """``(name, model, backbone keywords)`` of every variant timed, built before any is timed: a setting a model
+    cannot take is a :class:`gridify._cliargs.ScriptError` naming it, not an error after the first timings."""
     variants: List[tuple] = [
         ("ccnn", "ccnn", {}),
         ("resnet", "resnet", {}),
@@ -108,6 +115,28 @@ def main(argv: List[str] | None = None) -> Dict[str, Any]:
     ]
     if args.fourier:
         variants.append(("mrconv_fourier", "mrconv", {"kernel_type": "fourier", "num_branches": args.num_branches}))
+    built = []
+    for name, backbone, kw in variants:
+        try:
+            built.append((name, build(backbone, args, **kw), kw))
+        except ValueError as exc:
+            raise types.ScriptError(f"the {name} variant cannot be built with these settings: {exc}") from None
+    return built
+
+
+@types.script_errors(PROG)
+def main(argv: List[str] | None = None) -> Dict[str, Any]:
+    args = build_parser().parse_args(argv)
+    args.out = Path(args.out)
+    _import_heavy()
+    built = build_variants(args)
+    torch.set_num_threads(args.threads)
+
+    g = torch.Generator().manual_seed(args.seed)
+    pos = torch.rand(args.batch_size, args.num_points, 3, generator=g) * 2 - 1
+    feats = (
+        pos if args.in_channels == 3 else torch.randn(args.batch_size, args.num_points, args.in_channels, generator=g)
+    )
 
     results: List[Dict[str, Any]] = []
 
@@ -136,9 +165,8 @@ def main(argv: List[str] | None = None) -> Dict[str, Any]:
         f"depth {args.depth}, {args.threads} thread(s), median of {args.repeats} after {args.warmup} warm-up",
         flush=True,
     )
-    for name, backbone, kw in variants:
-        model = build(backbone, args, **kw)
-        if backbone != "mrconv":
+    for name, model, kw in built:
+        if not kw:
             measure(name, model, note=f"kernel_size {args.kernel_size}")
             continue
         model.train()
@@ -165,12 +193,10 @@ def main(argv: List[str] | None = None) -> Dict[str, Any]:
         "processor": platform.processor(),
         "results": results,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / "results.json"
-    path.write_text(json.dumps(report, indent=2))
+    path = atomic_write_text(args.out / "results.json", json.dumps(report, indent=2))
     print(f"\nwrote {path}")
     return report
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(types.run_script(main, PROG))

@@ -20,9 +20,15 @@ import csv
 import io
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Sequence
+
+from gridify import _cliargs as types
+
+PROG = "bench_graph_ties.py"
+OUT_FILES = ("graph_ties.json", "graph_ties.csv")
 
 np: Any = None
 torch: Any = None  # PyTorch and gridify: imported by main() after --help and argument errors
@@ -46,13 +52,44 @@ def _import_heavy() -> None:
 FRACTIONS = (0.0, 0.1, 0.2, 0.5)
 
 
-def load_clouds(data: str, count: int, points: int) -> List[torch.Tensor]:
+def data_files(data: Optional[str]) -> List[Path]:
+    """The ``.npy`` clouds under ``--data`` (none without it); :class:`gridify._cliargs.ScriptError` for a folder
+    that holds none (it fell back to procedural shapes without a word)."""
+    if not data:
+        return []
+    files = sorted(Path(data).rglob("*.npy"))
+    if not files:
+        raise types.ScriptError(f"--data {data}: no .npy cloud in it (leave --data out for procedural shapes)")
+    return files
+
+
+def read_cloud(path: Path, points: int) -> Any:
+    """The first ``points`` rows of an ``[N, >= 3]`` ``.npy`` cloud as float32 ``x y z``; ScriptError naming the
+    file for one that is not such an array (unreadable, another shape, NaN/Inf)."""
+    from gridify.io.npy import read_npy_array  # noqa: PLC0415
+
+    try:
+        a = read_npy_array(path)  # never unpickled; a file that is not .npy is named
+    except ValueError as exc:
+        raise types.ScriptError(f"--data: {exc}") from None
+    if a.ndim != 2 or a.shape[1] < 3 or a.shape[0] < 1 or not np.issubdtype(a.dtype, np.number):
+        raise types.ScriptError(
+            f"--data: {path}: a cloud must be an [N, >= 3] array of numbers (x y z first), got {a.dtype} {a.shape}"
+        )
+    a = a[:points, :3].astype(np.float32)
+    if not np.isfinite(a).all():
+        raise types.ScriptError(
+            f"--data: {path}: holds NaN/Inf coordinates (row {int(np.nonzero(~np.isfinite(a))[0][0])})"
+        )
+    return torch.from_numpy(a)
+
+
+def load_clouds(data: Optional[str], count: int, points: int) -> List[torch.Tensor]:
     """``count`` clouds of ``points`` points: every n-th ``.npy`` file under ``data``, or procedural shapes."""
-    files = sorted(Path(data).rglob("*.npy")) if data else []
+    files = data_files(data)
     if files:
         step = max(1, len(files) // count)
-        clouds = [np.load(f, allow_pickle=False).astype(np.float32)[:points] for f in files[::step][:count]]
-        return [torch.from_numpy(c) for c in clouds]
+        return [read_cloud(f, points) for f in files[::step][:count]]
     from gridify.datasets import ProceduralShapes
 
     ds = ProceduralShapes(split="train", num_points=points, num_samples_per_class=max(1, count // 8 + 1), seed=0)
@@ -81,9 +118,8 @@ def time_graph(pos: torch.Tensor, batch: torch.Tensor, grid: RegularGrid, k: int
     return statistics.median(times)
 
 
-def run(args: argparse.Namespace) -> List[Dict[str, object]]:
+def run(args: argparse.Namespace, clouds: List[Any]) -> List[Dict[str, object]]:
     torch.set_num_threads(args.threads)
-    clouds = load_clouds(args.data, args.clouds, args.points)
     grid = RegularGrid(args.resolution)
     rows: List[Dict[str, object]] = []
     base: Dict[str, float] = {}
@@ -105,23 +141,41 @@ def run(args: argparse.Namespace) -> List[Dict[str, object]]:
     return rows
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", default="", help="folder of .npy clouds (default: procedural shapes)")
-    p.add_argument("--clouds", type=int, default=32)
-    p.add_argument("--points", type=int, default=1024)
-    p.add_argument("--resolution", type=int, default=9)
-    p.add_argument("--k", type=int, default=6)
+def build_parser() -> argparse.ArgumentParser:
+    p = types.Parser(prog=PROG, description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--data", type=types.input_dir, default=None, help="folder of .npy clouds (default: procedural shapes)"
+    )
+    p.add_argument("--clouds", type=types.positive_int, default=32)
+    p.add_argument("--points", type=types.positive_int, default=1024)
+    p.add_argument("--resolution", type=types.positive_int, default=9)
+    p.add_argument("--k", type=types.positive_int, default=6)
     p.add_argument("--backends", nargs="+", default=["auto", "torch", "kdtree"])
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="outputs/graph_ties")
-    args = p.parse_args()
+    p.add_argument("--threads", type=types.threads, default=1)
+    p.add_argument("--repeats", type=types.positive_int, default=5)
+    p.add_argument("--seed", type=types.nonnegative_int, default=0)
+    p.add_argument("--out", type=types.output_dir_of(files=OUT_FILES), default="outputs/graph_ties")
+    return p
+
+
+@types.script_errors(PROG)
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    p = build_parser()
+    args = p.parse_args(argv)
     _import_heavy()
+    from gridify.ops.knn import BACKENDS, check_knn_backend  # noqa: PLC0415
+
+    unknown = [b for b in args.backends if b not in BACKENDS]
+    if unknown:
+        p.error(f"--backends: unknown {' '.join(unknown)}; kNN backends: {', '.join(BACKENDS)}")
+    for backend in args.backends:  # torch_cluster where it is not installed
+        try:
+            check_knn_backend("--backends", backend, torch.device("cpu"), "--backends")
+        except ValueError as exc:
+            p.error(str(exc))
+    clouds = load_clouds(args.data, args.clouds, args.points)  # every file read before anything is measured
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    rows = run(args)
+    rows = run(args, clouds)
     print(
         f"bilateral kNN graph, R={args.resolution}, k={args.k}, {args.clouds} clouds x {args.points} points, "
         f"{args.threads} thread(s), {cpu_model()}, torch {torch.__version__}"
@@ -151,4 +205,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(types.run_script(main, PROG))

@@ -18,10 +18,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from unittest import mock
 
+from gridify import _cliargs as types
+from gridify._files import atomic_write_text
+
 torch: Any = None  # imported by main() after --help and argument errors
+
+PROG = "bench_onnx_search.py"
+
+#: the crop sizes timed (those the scan has points for); a scan needs at least the first
+CROP_SIZES = (4096, 16384)
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SCAN = (
@@ -69,19 +77,69 @@ def export(model: Any, path: Path, search: str) -> float:
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="semantickitti", help="a shipped scene model name or a checkpoint path")
-    p.add_argument("--scan", type=Path, default=DEFAULT_SCAN, help="a LiDAR scan (.bin, .ply, ...)")
-    p.add_argument("--threads", type=int, default=2, help="torch and onnxruntime threads")
-    p.add_argument("--repeats", type=int, default=3, help="timed runs per crop (median)")
+    p = types.Parser(prog=PROG, description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--model",
+        default="semantickitti",
+        type=types.shipped_or_file,
+        help="a shipped scene model's name or a checkpoint path",
+    )
+    p.add_argument("--scan", default=str(DEFAULT_SCAN), type=types.input_file, help="a LiDAR scan (.bin, .ply, ...)")
+    p.add_argument(
+        "--columns",
+        nargs="+",
+        metavar="NAME",
+        help="the meaning of each column of a text or .npy scan, e.g. --columns x y z intensity",
+    )
+    p.add_argument("--threads", type=types.threads, default=2, help="torch and onnxruntime threads")
+    p.add_argument("--repeats", type=types.positive_int, default=3, help="timed runs per crop (median)")
     p.add_argument("--whole-scan", action="store_true", help="also time a whole scan (bucketed file, PyTorch)")
-    p.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    p.add_argument("--out", type=types.output_file(), default=None, help="write the results as JSON here")
     args = p.parse_args(argv)
-    if not args.scan.is_file():
-        p.error(f"--scan: no file {args.scan}")
-    if args.threads < 1 or args.repeats < 1:
-        p.error("--threads and --repeats must be at least 1")
+    args.scan = Path(args.scan)
+    args.out = None if args.out is None else Path(args.out)
     return args
+
+
+def load_inputs(args: argparse.Namespace) -> Tuple[Any, Any, Any, Any, Any]:
+    """The checkpoint, its Predictor, the scan read with its fields, its points and the model's features of it;
+    :class:`gridify._cliargs.ScriptError` naming ``--model`` (not a scene segmenter, unreadable) or ``--scan``
+    (unreadable, without the features the model takes, fewer points than the smallest crop) before anything is
+    exported or timed."""
+    import gridify  # noqa: PLC0415
+    from gridify.checkpoint import CheckpointError, checkpoint_file  # noqa: PLC0415
+    from gridify.datasets.scene_base import cloud_scene_features  # noqa: PLC0415
+    from gridify.export.exporter import require_export_dependencies  # noqa: PLC0415
+    from gridify.io import read_points, reader_takes  # noqa: PLC0415
+
+    try:
+        require_export_dependencies(PROG, verify=True)
+    except ImportError as exc:
+        raise types.ScriptError(str(exc)) from None
+    try:
+        checkpoint = checkpoint_file(args.model)
+        predictor = gridify.load(checkpoint)
+        if not predictor.whole_scenes:
+            raise ValueError(f"a {predictor.task} model; this benchmark runs scene segmenters (e.g. semantickitti)")
+        names = predictor.scene_features
+    except (CheckpointError, ValueError) as exc:
+        raise types.ScriptError(f"--model {args.model}: {exc}") from None
+    options: Dict[str, Any] = {"fields": "all"} if reader_takes(args.scan, "fields") else {}
+    if args.columns:
+        options["columns"] = args.columns
+    try:
+        cloud = read_points(args.scan, **options)
+        x = torch.from_numpy(cloud_scene_features(list(names), cloud, instead="")).float()
+    except ValueError as exc:  # a reader's, a DatasetError (a feature the scan lacks)
+        text = str(exc)
+        raise types.ScriptError(text if str(args.scan) in text else f"--scan {args.scan}: {text}") from None
+    pos = torch.from_numpy(cloud.points).float()
+    if len(pos) < CROP_SIZES[0]:
+        raise types.ScriptError(
+            f"--scan {args.scan}: {len(pos)} points, fewer than the smallest crop timed ({CROP_SIZES[0]}); "
+            f"give a whole scan"
+        )
+    return checkpoint, predictor, cloud, pos, x
 
 
 def crop_of(pos: torch.Tensor, n: int) -> torch.Tensor:
@@ -90,19 +148,16 @@ def crop_of(pos: torch.Tensor, n: int) -> torch.Tensor:
     return torch.sort(d, stable=True).indices[:n]
 
 
+@types.script_errors(PROG)
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     args = parse_args(argv)
     global torch
     import torch  # noqa: PLC0415 - heavy (5-7 s): after --help and argument errors
 
-    torch.set_num_threads(args.threads)
-    import gridify  # noqa: PLC0415
     from gridify import export as E  # noqa: PLC0415
 
-    from gridify._pretrained import PRETRAINED, pretrained_file  # noqa: PLC0415
-
-    checkpoint = pretrained_file(args.model) if args.model in PRETRAINED else Path(args.model)
-    predictor = gridify.load(checkpoint)
+    checkpoint, predictor, cloud, pos, x = load_inputs(args)
+    torch.set_num_threads(args.threads)
     model = predictor.model
     model.train(False)  # inference mode
     searches = [m for m in model.modules() if hasattr(m, "knn_backend")]
@@ -122,10 +177,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
             results[f"export_s_{search}"] = export(checkpoint, path, search)
             files[search] = E.OnnxSceneModel(path, threads=args.threads)
         runner = files["bucketed"]
-        cloud = gridify.io.read_points(args.scan, fields="all")
-        pos = torch.from_numpy(cloud.points).float()
-        x = runner.features_of(cloud).float()
-        sizes = [s for s in (4096, 16384) if s <= len(pos)]
+        sizes = [s for s in CROP_SIZES if s <= len(pos)]
         for n in sizes:
             rows_n = crop_of(pos, n)
             p, f = pos[rows_n], x[rows_n]
@@ -168,9 +220,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
             f"{results['scan_torch_s']:.2f} s, labels equal on {100 * results['scan_labels_equal_share']:.2f} %"
         )
     if args.out:
-        args.out.write_text(json.dumps(results, indent=2))
+        atomic_write_text(args.out, json.dumps(results, indent=2))
     return results
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() else 1)
+    sys.exit(types.run_script(main, PROG))

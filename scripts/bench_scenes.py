@@ -36,18 +36,22 @@ from gridify.bench.scenes import (  # noqa: E402 - after the checkout is on the 
     scene_cloud,
 )
 from gridify.bench.scenes_report import report, write_outputs  # noqa: E402
+from gridify import _cliargs as types  # noqa: E402
+
+PROG = "bench_scenes.py"
+OUT_FILES = ("results.json", "results.csv", "bench_scenes.png")
 
 __all__ = ["build_parser", "parse_args", "main", "base_scan", "scene_cloud"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``python scripts/bench_scenes.py``."""
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    p = types.Parser(
+        prog=PROG, description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     p.add_argument(
         "--num-points",
-        type=int,
+        type=types.positive_int,
         nargs="+",
         default=None,
         help=f"cloud sizes N of the sweep (default {' '.join(map(str, DEFAULT_NUM_POINTS))}; "
@@ -62,34 +66,40 @@ def build_parser() -> argparse.ArgumentParser:
         help="which parts to run",
     )
     p.add_argument(
-        "--repeats", type=int, default=None, help="timed steps per cell after the warm-up (default 3; --quick: 1)"
+        "--repeats",
+        type=types.positive_int,
+        default=None,
+        help="timed steps per cell after the warm-up (default 3; --quick: 1)",
     )
-    p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads in every child")
+    p.add_argument("--threads", type=types.threads, default=2, help="torch.set_num_threads in every child")
     p.add_argument("--device", default="cpu", help="the sweep's device (cpu, cuda): a GPU's times beside the CPU's")
     p.add_argument(
         "--memory-limit-gb",
-        type=float,
+        type=types.positive_float,
         default=16.0,
         help="cells whose estimated or measured RSS passes this many GiB cannot run",
     )
     p.add_argument(
-        "--max-step-seconds", type=float, default=120.0, help="a sweep cell whose warm-up step takes longer cannot run"
+        "--max-step-seconds",
+        type=types.positive_float,
+        default=120.0,
+        help="a sweep cell whose warm-up step takes longer cannot run",
     )
     p.add_argument(
         "--max-scene-seconds",
-        type=float,
+        type=types.positive_float,
         default=1800.0,
         help="wall-time limit of one scan / end-to-end child (after its setup allowance)",
     )
     p.add_argument(
         "--ckpt",
-        type=Path,
+        type=types.input_file,
         default=None,
         help="scene segmenter checkpoint for the end-to-end part (default: an untrained one)",
     )
     p.add_argument(
         "--e2e-batch-size",
-        type=int,
+        type=types.positive_int,
         default=8,
         help="crops per forward pass in Predictor.predict (8: as `gridify predict`)",
     )
@@ -107,8 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--out",
-        type=Path,
-        default=ROOT / "outputs" / "bench_scenes",
+        type=types.output_dir_of(files=OUT_FILES),
+        default=str(ROOT / "outputs" / "bench_scenes"),
         help="folder for results.json, results.csv and bench_scenes.png",
     )
     p.add_argument(
@@ -128,22 +138,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         args.num_points = list(QUICK_NUM_POINTS if args.quick else DEFAULT_NUM_POINTS)
     if args.repeats is None:
         args.repeats = 1 if args.quick else 3
-    for flag, v in (
-        ("--threads", args.threads),
-        ("--repeats", args.repeats),
-        ("--e2e-batch-size", args.e2e_batch_size),
-    ):
-        if v < 1:
-            p.error(f"{flag} must be >= 1, got {v}")
-    if any(n < 1 for n in args.num_points):
-        p.error(f"--num-points must be positive, got {args.num_points}")
-    for flag, v in (
-        ("--memory-limit-gb", args.memory_limit_gb),
-        ("--max-step-seconds", args.max_step_seconds),
-        ("--max-scene-seconds", args.max_scene_seconds),
-    ):
-        if not v > 0:
-            p.error(f"{flag} must be > 0, got {v}")
+    args.out = Path(args.out)
     args.num_points = sorted(set(args.num_points))
     if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):
         p.error(f"--device must be cpu or cuda[:N], got {args.device!r}")
@@ -154,10 +149,11 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
             p.error(f"--device {args.device}: torch sees no CUDA device here")
     args.data_root = args.data_root.expanduser().resolve()  # the children run in the repository root
     if args.ckpt is not None:
-        args.ckpt = args.ckpt.expanduser().resolve()
+        args.ckpt = Path(args.ckpt).expanduser().resolve()
     return args
 
 
+@types.script_errors(PROG)
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """Run the benchmark; print its report, write its files; the results."""
     args = parse_args(argv)
@@ -177,4 +173,4 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(types.run_script(main, PROG))

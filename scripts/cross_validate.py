@@ -33,23 +33,42 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+from gridify import _cliargs as types
 from gridify._files import atomic_write_text
-from gridify._paths import PathError, check_output_dir
 
 PROG = "cross_validate.py"
+#: what --out holds besides the folds' runs and scores
+OUT_FILES = ("cv.json", "cv.csv", "cv.md")
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p = types.Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--config", required=True, help="the scene recipe (a shipped name or a YAML file)")
-    p.add_argument("--data-root", required=True, help="the dataset root (SemanticKITTI: the folder holding sequences/)")
+    p.add_argument(
+        "--data-root",
+        required=True,
+        type=types.input_dir,
+        help="the dataset root (SemanticKITTI: the folder holding sequences/)",
+    )
     p.add_argument(
         "--folds", nargs="+", required=True, metavar="SEQS", help="one comma-separated group of sequences per fold"
     )
-    p.add_argument("--out", required=True, help="folder of the folds' runs and the summary")
-    p.add_argument("--votes", type=int, default=None, help="scoring: views per scan (default: the model's)")
+    p.add_argument(
+        "--out",
+        required=True,
+        type=types.output_dir_of(files=OUT_FILES),
+        help="folder of the folds' runs and the summary",
+    )
+    p.add_argument(
+        "--votes", type=types.positive_int, default=None, help="scoring: views per scan (default: the model's)"
+    )
     p.add_argument("--max-fragments", default=None, help="scoring: fragments per view (default: the model's)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads of the scoring (default: torch's)")
+    p.add_argument(
+        "--threads",
+        type=types.int_range(1, types.MAX_THREADS),
+        default=None,
+        help="torch threads of the scoring (default: torch's)",
+    )
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="config overrides of every fold's run")
     args = p.parse_args(argv)
     # overrides written right after --folds are read into it by argparse: they hold '=' and a sequence does not
@@ -68,8 +87,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
             p.error(f"override {o!r}: expected section.key=value")
         if o.split("=", 1)[0].strip() in ("output_dir", "data.sequences", "data.val", "data.test", "data.root"):
             p.error(f"override {o!r}: the folds set {o.split('=', 1)[0]} themselves")
-    if args.votes is not None and args.votes < 1:
-        p.error(f"--votes must be >= 1, got {args.votes}")
+    if args.max_fragments is not None and args.max_fragments != "all":
+        try:
+            if int(args.max_fragments) < 1:
+                raise ValueError
+        except ValueError:
+            p.error(f"--max-fragments: a whole number >= 1 or 'all', got {args.max_fragments!r}")
     return args
 
 
@@ -80,7 +103,7 @@ def gridify_command() -> List[str]:
         return [str(beside)]
     found = shutil.which("gridify")
     if found is None:
-        raise SystemExit(f"{PROG}: error: the gridify command is not on PATH (pip install -e . in this environment)")
+        raise types.ScriptError("the gridify command is not on PATH (pip install -e . in this environment)", status=1)
     return [found]
 
 
@@ -88,7 +111,7 @@ def run(cmd: List[str]) -> None:
     print("[cv] $ " + " ".join(cmd), flush=True)
     rc = subprocess.call(cmd)
     if rc != 0:
-        raise SystemExit(f"{PROG}: error: the command above ended with exit status {rc}; rerun this script to resume")
+        raise types.ScriptError(f"the command above ended with exit status {rc}; rerun this script to resume", status=1)
 
 
 def train_fold(args: argparse.Namespace, i: int, out: Path) -> Path:
@@ -233,16 +256,14 @@ def write_summary(out: Path, summary: Dict[str, Any]) -> None:
     atomic_write_text(out / "cv.md", markdown(summary))
 
 
+@types.script_errors(PROG)
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     args = parse_args(argv)
     root = Path(args.data_root)
     missing = [s for f in args.folds for s in f if not (root / "sequences" / s / "velodyne").is_dir()]
     if missing:
-        raise SystemExit(f"{PROG}: error: --data-root {root}: no sequences/<NN>/velodyne for {', '.join(missing)}")
-    try:
-        out = check_output_dir(Path(args.out), "--out")
-    except PathError as exc:
-        raise SystemExit(f"{PROG}: error: {exc}")
+        raise types.ScriptError(f"--data-root {root}: no sequences/<NN>/velodyne for {', '.join(missing)}")
+    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     reports = []
@@ -261,4 +282,4 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(types.run_script(main, PROG))

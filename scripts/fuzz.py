@@ -16,7 +16,6 @@ tests/fuzz/test_fuzz_readers.py (REGRESSIONS).
 
 from __future__ import annotations
 
-import argparse
 import base64
 import os
 import sys
@@ -28,11 +27,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fuzz"))
 sys.path.insert(0, str(ROOT))
 
+from gridify import _cliargs as types  # noqa: E402 - after the checkout is on the path
+from gridify._files import atomic_write_bytes  # noqa: E402
+
+PROG = "fuzz.py"
+
 
 def replay(ext: str, b64: str) -> int:
+    import binascii
+
     import fuzz_targets as F
 
-    data = base64.b64decode(b64)
+    if ext not in F.FORMATS:
+        raise types.ScriptError(f"--replay: unknown format {ext!r}; known: {' '.join(F.FORMATS)}")
+    try:
+        data = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise types.ScriptError(f"--replay: the input is not base64 ({exc})") from None
     try:
         print(F.check_reader(ext, data))
         return 0
@@ -101,9 +112,7 @@ def fuzz_one(ext: str, seconds: float, seed: int, crash_dir: Path) -> tuple:
     if not found:
         return count[0], None
     data, msg = found["last"]
-    crash_dir.mkdir(parents=True, exist_ok=True)
-    out = crash_dir / f"crash-{ext[1:]}-{seed}{ext}"
-    out.write_bytes(data)
+    out = atomic_write_bytes(crash_dir / f"crash-{ext[1:]}-{seed}{ext}", data)
     b64 = base64.b64encode(data).decode()
     report = (
         f"CRASH in the {ext} reader: {msg}\n  input ({len(data)} bytes) saved to {out}\n"
@@ -112,12 +121,15 @@ def fuzz_one(ext: str, seconds: float, seed: int, crash_dir: Path) -> tuple:
     return count[0], report
 
 
+@types.script_errors(PROG)
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seconds", type=float, default=60.0, help="total time budget (split over the formats)")
+    p = types.Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--seconds", type=types.positive_float, default=60.0, help="total time budget (split over the formats)"
+    )
     p.add_argument("--format", action="append", help="only this extension (repeatable), e.g. .ply")
-    p.add_argument("--seed", type=int, default=None, help="random seed (default: from the clock)")
-    p.add_argument("--crash-dir", default=str(ROOT / "outputs" / "fuzz-crashes"))
+    p.add_argument("--seed", type=types.nonnegative_int, default=None, help="random seed (default: from the clock)")
+    p.add_argument("--crash-dir", type=types.output_dir, default=str(ROOT / "outputs" / "fuzz-crashes"))
     p.add_argument("--replay", nargs=2, metavar=("EXT", "BASE64"), help="re-run one input and exit")
     args = p.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -168,4 +180,4 @@ def memory_report(F) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(types.run_script(main, PROG))

@@ -27,14 +27,15 @@ the frequencies ``[F, 3]`` become ``[width / 2, 3]``.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+import sys
+from typing import Any, Dict, List, Sequence, Tuple
 
-import torch
-from torch import Tensor
+from gridify import _cliargs as types
 
-from gridify.checkpoint import CheckpointError, atomic_torch_save, checkpoint_file, load_checkpoint
-from gridify.models import build_model
+PROG = "prune_edge_widths.py"  # PyTorch and gridify's models are imported after --help and argument errors
+
+#: the gridification's and the de-gridification's BipartiteConv
+CONVS = ("gridify.conv", "degridify.conv")
 
 #: (the layers that write it, the layer that reads it) of each hidden space of a concat-message BipartiteConv
 SPACES: Tuple[Tuple[Tuple[str, ...], str], ...] = (
@@ -47,13 +48,17 @@ SPACES: Tuple[Tuple[Tuple[str, ...], str], ...] = (
 )
 
 
-def _keep(scores: Tensor, width: int) -> Tensor:
+def _keep(scores: Any, width: int) -> Any:
     """The indices of the ``width`` largest scores, in their original order."""
+    import torch  # noqa: PLC0415
+
     return torch.topk(scores, width).indices.sort().values
 
 
-def prune_conv(sd: Dict[str, Tensor], prefix: str, width: int) -> Dict[str, Tensor]:
+def prune_conv(sd: Dict[str, Any], prefix: str, width: int) -> Dict[str, Any]:
     """The state dict with the ``BipartiteConv`` at ``prefix`` narrowed to ``width``."""
+    import torch  # noqa: PLC0415
+
     out = dict(sd)
     for writers, reader in SPACES:
         w_out = sd[f"{prefix}.{reader}.weight"]
@@ -78,9 +83,11 @@ def prune_conv(sd: Dict[str, Tensor], prefix: str, width: int) -> Dict[str, Tens
     return out
 
 
-def prune(payload: Dict, width: int, convs: Sequence[str] = ("gridify.conv", "degridify.conv")) -> Dict:
-    """A ``model.pt`` payload of the same model with per-edge widths ``width``, loadable as ``init_weights``."""
-    sd = {k: v.detach().clone() for k, v in payload["state_dict"].items()}
+def edge_widths(payload: Dict, convs: Sequence[str] = CONVS) -> Dict[str, Tuple[int, int]]:
+    """The per-edge widths ``(messages H, positional field P)`` of each ``BipartiteConv`` in ``convs``; ValueError
+    naming the layers a model without concat messages and a Fourier field lacks."""
+    sd = payload["state_dict"]
+    out = {}
     for prefix in convs:
         missing = [f"{prefix}.{layer}.weight" for layer in ("msg_node", "msg_out", "phi_pos.lin1", "phi_pos.freqs")]
         missing = [key for key in missing if key not in sd]
@@ -90,9 +97,37 @@ def prune(payload: Dict, width: int, convs: Sequence[str] = ("gridify.conv", "de
                 f"and a Fourier field ({', '.join(missing)} not in its weights): only such scene segmenters can be "
                 f"pruned here"
             )
-        width_now = sd[f"{prefix}.msg_out.weight"].shape[1]
-        if width > width_now:
-            raise ValueError(f"--width {width} is wider than the model's per-edge width {width_now}")
+        out[prefix] = (int(sd[f"{prefix}.msg_out.weight"].shape[1]), int(sd[f"{prefix}.phi_pos.lin1.weight"].shape[0]))
+    return out
+
+
+def check_width(payload: Dict, width: int, convs: Sequence[str] = CONVS) -> None:
+    """``width`` is one the narrower model can take: the pruned model has one width for the messages and the
+    positional field of both convolutions, so it is at most the narrowest of them (a width between two of the
+    model's widths would leave the narrower spaces as they are and not load). ValueError naming the allowed
+    widths otherwise."""
+    widths = edge_widths(payload, convs)
+    narrowest = min(min(hp) for hp in widths.values())
+    if width <= narrowest:
+        return
+    shown = ", ".join(f"{prefix}: messages {h}, positional field {p}" for prefix, (h, p) in widths.items())
+    allowed = f"even widths 2 to {narrowest - narrowest % 2}" if narrowest >= 2 else "none"
+    widest = max(max(hp) for hp in widths.values())
+    where = "wider than" if width > widest else "between"
+    raise ValueError(
+        f"--width {width} is {where} the model's per-edge widths ({shown}); the pruned model takes one width "
+        f"for all of them, so it must be at most {narrowest}: allowed: {allowed}"
+    )
+
+
+def prune(payload: Dict, width: int, convs: Sequence[str] = CONVS) -> Dict:
+    """A ``model.pt`` payload of the same model with per-edge widths ``width``, loadable as ``init_weights``
+    (:func:`check_width` first)."""
+    from gridify.models import build_model  # noqa: PLC0415
+
+    check_width(payload, width, convs)
+    sd = {k: v.detach().clone() for k, v in payload["state_dict"].items()}
+    for prefix in convs:
         sd = prune_conv(sd, prefix, width)
     kwargs = {**payload["model_kwargs"], "message_channels": width, "pos_hidden_channels": width}
     model = build_model(payload["model_name"], **kwargs)
@@ -103,29 +138,40 @@ def prune(payload: Dict, width: int, convs: Sequence[str] = ("gridify.conv", "de
     return {**payload, "model_kwargs": kwargs, "state_dict": model.state_dict(), "config": config}
 
 
+def even_width(text: str) -> int:
+    """``--width``: an even integer >= 2."""
+    value = types.int_range(2, name="even integer")(text)
+    if value % 2:
+        raise argparse.ArgumentTypeError(f"must be an even integer >= 2, got {text!r}")
+    return value
+
+
+@types.script_errors(PROG)
 def main(argv: List[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="a shipped model's name or a model.pt")
-    parser.add_argument("--width", type=int, default=16, help="the new per-edge widths (even, default 16)")
-    parser.add_argument("--out", required=True, help="the model.pt to write")
+    parser = types.Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--model", required=True, type=types.shipped_or_file, help="a shipped model's name or a model.pt"
+    )
+    parser.add_argument("--width", type=even_width, default=16, help="the new per-edge widths (even, default 16)")
+    parser.add_argument("--out", required=True, type=types.output_file(), help="the model.pt to write")
     args = parser.parse_args(argv)
-    if args.width < 2 or args.width % 2:
-        parser.error(f"--width must be an even integer >= 2, got {args.width}")
+    from gridify.checkpoint import CheckpointError, atomic_torch_save, checkpoint_file, load_checkpoint  # noqa: PLC0415
+
     try:  # a shipped model's name or a file, as gridify.load and init_weights take it
         path = checkpoint_file(args.model)
         payload = load_checkpoint(path)
-    except CheckpointError as exc:
-        parser.error(f"--model {args.model}: {exc}")
+    except (CheckpointError, ValueError) as exc:
+        raise types.ScriptError(f"--model {args.model}: {exc}") from None
     try:
-        pruned = prune(payload, args.width)
+        check_width(payload, args.width)
     except ValueError as exc:
-        parser.error(f"{path}: {exc}")
+        raise types.ScriptError(f"{path}: {exc}") from None
+    pruned = prune(payload, args.width)
     before = sum(v.numel() for v in payload["state_dict"].values())
     after = sum(v.numel() for v in pruned["state_dict"].values())
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     atomic_torch_save(pruned, args.out)
     print(f"{path} -> {args.out}: per-edge widths {args.width}, {before:,} -> {after:,} parameters")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(types.run_script(main, PROG))

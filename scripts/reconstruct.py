@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 import os
@@ -25,6 +26,12 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from gridify import _cliargs as types
+from gridify._files import atomic_write_bytes, atomic_write_text
+
+PROG = "reconstruct.py"
+OUT_FILES = ("reconstruction.csv", "reconstruction.json", "reconstruction.png")
 
 try:
     from tqdm.auto import tqdm
@@ -147,36 +154,41 @@ def plot(rows, baseline, path):
     axes[1].set_xscale("log", base=2)
     fig.suptitle("Reconstruction through gridify -> degridify (N=%d)" % rows[0].get("num_points", 0))
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
     plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--resolutions", type=int, nargs="+", default=[3, 5, 7, 9])
-    p.add_argument("--channels", type=int, nargs="+", default=[1, 8, 32])
-    p.add_argument("--num-points", type=int, default=1000)
-    p.add_argument("--train", type=int, default=800)
-    p.add_argument("--val", type=int, default=200)
-    p.add_argument("--epochs", type=int, default=8)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--lr", type=float, default=1e-2)
-    p.add_argument("--k", type=int, default=9)
-    p.add_argument("--omega0", type=float, default=1.0)
+def build_parser() -> argparse.ArgumentParser:
+    p = types.Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    count = types.positive_int
+    p.add_argument("--resolutions", type=types.int_range(2), nargs="+", default=[3, 5, 7, 9])
+    p.add_argument("--channels", type=count, nargs="+", default=[1, 8, 32])
+    p.add_argument("--num-points", type=count, default=1000)
+    p.add_argument("--train", type=count, default=800)
+    p.add_argument("--val", type=count, default=200)
+    p.add_argument("--epochs", type=count, default=8)
+    p.add_argument("--batch-size", type=count, default=16)
+    p.add_argument("--lr", type=types.positive_float, default=1e-2)
+    p.add_argument("--k", type=count, default=9)
+    p.add_argument("--omega0", type=types.positive_float, default=1.0)
     p.add_argument(
         "--hidden",
-        type=int,
+        type=count,
         default=16,
         help="width of the (de)gridification MLPs (at least C: max(hidden, C) is used)",
     )
     p.add_argument("--message", choices=["product", "concat"], default="product")
     p.add_argument("--aggr", choices=["mean", "max", "sum"], default="mean")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave the default)")
+    p.add_argument("--seed", type=types.nonnegative_int, default=0)
+    p.add_argument(
+        "--threads", type=types.int_range(0, types.MAX_THREADS), default=0, help="torch threads (0: leave the default)"
+    )
     p.add_argument(
         "--out",
-        type=Path,
-        default=Path("outputs/reconstruction"),
+        type=types.output_dir_of(files=OUT_FILES),
+        default="outputs/reconstruction",
         help="output folder (default outputs/reconstruction)",
     )
     p.add_argument(
@@ -184,21 +196,25 @@ def main(argv=None):
         action="store_true",
         help="a small sweep for a demo: R in {3, 7}, C in {1, 16}, 200/50 clouds, 8 epochs",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+@types.script_errors(PROG)
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    args.out = Path(args.out)
     if args.quick:
         args.resolutions, args.channels = [3, 7], [1, 16]
         args.train, args.val, args.epochs = 200, 50, 8
-    for name in ("num_points", "train", "val", "epochs", "batch_size", "k"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
-    if min(args.resolutions) < 2:
-        p.error("--resolutions must all be >= 2")
-    if min(args.channels) < 1:
-        p.error("--channels must all be >= 1")
     _import_heavy()
     if args.threads:
         torch.set_num_threads(args.threads)
-    args.out.mkdir(parents=True, exist_ok=True)
+    try:  # every configuration of the sweep is built before the first trains (a setting one cannot take)
+        for R in args.resolutions:
+            for C in args.channels:
+                Reconstructor(C, R, args.k, args.omega0, max(args.hidden, C), args.message, args.aggr)
+    except ValueError as exc:
+        raise types.ScriptError(str(exc)) from None
 
     pos, feat = make_data(args.train + args.val, args.num_points, args.seed)
     train = (pos[: args.train], feat[: args.train])
@@ -214,13 +230,15 @@ def main(argv=None):
             row = run_one(R, C, args, train, val, bar)
             row["num_points"] = args.num_points
             rows.append(row)
-            # write after every configuration so an interrupted sweep keeps what it finished
-            with open(csv_path, "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=list(rows[0]))
-                w.writeheader()
-                w.writerows(rows)
+            # written (atomically) after every configuration so an interrupted sweep keeps what it finished
+            table = io.StringIO()
+            w = csv.DictWriter(table, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+            atomic_write_text(csv_path, table.getvalue())
             meta = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-            json_path.write_text(
+            atomic_write_text(
+                json_path,
                 json.dumps(
                     {
                         "experiment": "gridify -> degridify reconstruction (thesis sec. 4.4.1)",
@@ -232,7 +250,7 @@ def main(argv=None):
                         "results": rows,
                     },
                     indent=2,
-                )
+                ),
             )
     plot(rows, baseline, args.out / "reconstruction.png")
 
@@ -248,4 +266,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(0 if main() else 1)
+    sys.exit(types.run_script(main, PROG))

@@ -15,14 +15,35 @@ test metrics when ``test_metrics.json`` sits beside the run, unless ``--no-test-
 from __future__ import annotations
 
 import argparse
+import csv
 import io
 import json
+import math
+import re
+import sys
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
+from gridify import _cliargs as types
 from gridify._files import atomic_write_bytes
+from gridify._paths import check_output_file
 
 ROOT = Path(__file__).resolve().parents[1]
+PROG = "ship_pretrained.py"
+
+#: a shipped model's name: it names ``gridify/pretrained/<name>.pt``, ``gridify.load(name)`` and ``outputs/<name>``
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+def model_name(text: str) -> str:
+    """``--name``: letters, digits, ``_`` and ``-``, starting with a letter or a digit, at most 64 characters (no
+    folder, no dot: it is a name, not a path)."""
+    if not NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"must be a model name: letters, digits, '_' and '-', starting with a letter or a digit, at most 64 "
+            f"characters (it names gridify/pretrained/<name>.pt and gridify.load(name)), got {text!r}"
+        )
+    return text
 
 
 def scrub(payload: Dict[str, Any], name: str, run: Path, test_metrics: bool = True) -> Dict[str, Any]:
@@ -48,7 +69,7 @@ def scrub(payload: Dict[str, Any], name: str, run: Path, test_metrics: bool = Tr
         provenance["val_metrics"] = val
     metrics = run / "test_metrics.json"
     if test_metrics and metrics.is_file():
-        report = json.loads(metrics.read_text())
+        report = read_test_metrics(metrics)
         votes = report.get("votes", (config.get("trainer") or {}).get("test_votes", 1))
         provenance.update(
             test_metrics=report.get("metrics"), test_votes=votes, num_test_samples=report.get("num_samples")
@@ -59,30 +80,72 @@ def scrub(payload: Dict[str, Any], name: str, run: Path, test_metrics: bool = Tr
     return out
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def read_test_metrics(path: Path) -> Dict[str, Any]:
+    """The run's ``test_metrics.json`` (as ``gridify train`` writes it: ``{"metrics": {name: number}, "num_samples":
+    int, "votes": int}``); :class:`gridify._cliargs.ScriptError` naming the file and what is wrong otherwise."""
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise types.ScriptError(f"{path}: not a JSON file ({exc}); delete it or pass --no-test-metrics") from None
+    if not isinstance(report, dict):
+        raise types.ScriptError(f"{path}: must hold a JSON object with 'metrics', got {type(report).__name__}")
+    metrics = report.get("metrics")
+    if not isinstance(metrics, dict) or not all(isinstance(k, str) and _number(v) for k, v in metrics.items()):
+        raise types.ScriptError(f"{path}: 'metrics' must map metric names to finite numbers, got {metrics!r:.120}")
+    for key in ("num_samples", "votes"):
+        value = report.get(key)
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            raise types.ScriptError(f"{path}: {key!r} must be a whole number >= 0, got {value!r:.80}")
+    return report
+
+
+def _version(folder: str) -> int:
+    """N of a ``version_N`` folder (-1 for another name): the last version is the newest log."""
+    tail = folder[len("version_") :]
+    return int(tail) if tail.isascii() and tail.isdigit() else -1
+
+
 def _val_metrics(run: Path, source: str) -> Dict[str, float]:
     """The validation metrics logged for the epoch of ``source`` (``epochNNN-...ckpt``, ``best-epochNNN.ckpt``) in the run's
-    CSV log (``csv/version_*/metrics.csv``); empty when either is missing."""
-    import csv
-    import re
-
+    CSV log (``csv/version_*/metrics.csv``); empty when either is missing. A log that is not a table of numbers is
+    a :class:`gridify._cliargs.ScriptError` naming the file and the row."""
     match = re.search(r"epoch(\d+)", source)
-    logs = sorted(run.glob("csv/version_*/metrics.csv"))
+    logs = sorted(run.glob("csv/version_*/metrics.csv"), key=lambda f: (_version(f.parent.name), f.parent.name))
     if not match or not logs:
         return {}
     epoch = int(match.group(1))
     out: Dict[str, float] = {}
-    with open(logs[-1], newline="") as f:
-        for row in csv.DictReader(f):
-            if row.get("epoch") == str(epoch):
-                out.update({k: float(v) for k, v in row.items() if k.startswith("val_") and v})
+    try:
+        with open(logs[-1], newline="", encoding="utf-8") as f:
+            for line, row in enumerate(csv.DictReader(f), start=2):
+                if row.get("epoch") != str(epoch):
+                    continue
+                for k, v in row.items():
+                    if isinstance(k, str) and k.startswith("val_") and v:
+                        try:
+                            value = float(v)
+                        except ValueError:
+                            value = math.nan
+                        if not math.isfinite(value):
+                            raise types.ScriptError(
+                                f"{logs[-1]}: line {line}, column {k}: {v!r} is not a finite number"
+                            )
+                        out[k] = value
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise types.ScriptError(f"{logs[-1]}: not a CSV table of numbers ({exc})") from None
     return out
 
 
+@types.script_errors(PROG)
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = types.Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="an exported model.pt of a finished training run")
-    p.add_argument("--name", required=True, help="the shipped model's name (gridify.load(name))")
-    p.add_argument("--out", help="default: gridify/pretrained/<name>.pt")
+    p.add_argument("--name", required=True, type=model_name, help="the shipped model's name (gridify.load(name))")
+    p.add_argument("--out", type=types.output_file(), help="default: gridify/pretrained/<name>.pt")
     p.add_argument(
         "--no-test-metrics",
         dest="test_metrics",
@@ -90,6 +153,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         help="leave the run's test_metrics.json out (a 'test' split that is the validation data)",
     )
     args = p.parse_args(argv)
+    out = Path(args.out) if args.out else ROOT / "gridify" / "pretrained" / f"{args.name}.pt"
+    check_output_file(out, "--out" if args.out else "--out (default)")  # before anything is read
     import torch  # noqa: PLC0415 - heavy: after --help and argument errors
 
     from gridify.checkpoint import CheckpointError, check_payload, load_checkpoint  # noqa: PLC0415
@@ -104,14 +169,16 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     payload = torch.load(src, map_location="cpu", weights_only=True)
     run = src.parent.parent if src.parent.name == "checkpoints" else src.parent
     shipped = scrub(payload, args.name, run, test_metrics=args.test_metrics)
-    check_payload(shipped, str(src))
+    try:
+        check_payload(shipped, str(src))
+    except CheckpointError as exc:
+        raise types.ScriptError(str(exc)) from None
     buf = io.BytesIO()
     torch.save(shipped, buf)
-    out = Path(args.out) if args.out else ROOT / "gridify" / "pretrained" / f"{args.name}.pt"
     atomic_write_bytes(out, buf.getvalue())
     load_checkpoint(out)  # reads back like any checkpoint
     print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB) from {src}")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(types.run_script(main, PROG))

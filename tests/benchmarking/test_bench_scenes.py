@@ -1,6 +1,7 @@
 """scripts/bench_scenes.py: a --quick run ends every cell measured or with a "cannot run" reason
 (with or without ../shared/data: the sweep falls back to generated clouds), prints its tables and
-writes results.json / results.csv; a missing --ckpt is a clear SystemExit naming the file."""
+writes results.json / results.csv; a missing --ckpt is a clear SystemExit naming the file (status 2, before any
+measurement)."""
 
 import importlib.util
 import json
@@ -65,9 +66,9 @@ def test_quick_run_measures_every_cell_or_says_why_not(tmp_path, capsys):
 
 def test_missing_ckpt_is_a_systemexit_naming_the_file(tmp_path):
     missing = tmp_path / "no_such_model.pt"
-    with pytest.raises(SystemExit, match=r"--ckpt .*no_such_model\.pt: no such file"):
+    with pytest.raises(SystemExit, match=r"argument --ckpt: .*no_such_model\.pt: not found") as exc:
         _bench().main(["--quick", "--ckpt", str(missing), "--out", str(tmp_path / "out")])
-    assert not (tmp_path / "out").exists()
+    assert exc.value.code == 2 and not (tmp_path / "out").exists()
 
 
 def test_scene_cloud_tiles_the_scan_for_more_points_than_it_has():

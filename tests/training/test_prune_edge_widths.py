@@ -100,25 +100,62 @@ def test_pruning_keeps_the_largest_units_and_the_full_width_is_the_same_model():
         assert torch.equal(same["state_dict"][key], value), key
 
 
-def test_an_odd_width_is_refused_by_name(capsys):
-    with pytest.raises(SystemExit):
-        _script().main(["--model", "semantickitti", "--width", "15", "--out", "unused.pt"])
-    assert "--width must be an even integer >= 2, got 15" in capsys.readouterr().err
+def test_an_odd_width_is_refused_by_name(capsys, tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        _script().main(["--model", "semantickitti", "--width", "15", "--out", str(tmp_path / "unused.pt")])
+    assert exc.value.code == 2
+    assert "argument --width: must be an even integer >= 2, got '15'" in capsys.readouterr().err
 
 
 def test_an_unknown_model_is_named_with_the_closest_shipped_one(capsys, tmp_path):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exc:
         _script().main(["--model", "semantickiti", "--out", str(tmp_path / "out.pt")])
     err = capsys.readouterr().err
-    assert "--model semantickiti: checkpoint not found: semantickiti" in err and "semantickitti" in err
+    assert exc.value.code == 2
+    assert "argument --model: checkpoint not found: semantickiti" in err and "did you mean 'semantickitti'?" in err
     assert "Traceback" not in err and not (tmp_path / "out.pt").exists()
 
 
 def test_a_model_without_concat_messages_or_a_wider_width_is_refused_by_name():
     mod = _script()
     _, payload = _payload()
-    with pytest.raises(ValueError, match="wider than the model's per-edge width 8"):
+    with pytest.raises(
+        ValueError, match=r"--width 16 is wider than the model's per-edge widths .* allowed: even widths 2 to 8"
+    ):
         mod.prune(payload, 16)
     payload["state_dict"] = {k: v for k, v in payload["state_dict"].items() if ".msg_node." not in k}
     with pytest.raises(ValueError, match=r"gridify\.conv\.msg_node\.weight not in its weights"):
         mod.prune(payload, 4)
+
+
+def test_a_width_between_the_models_two_widths_is_refused_up_front(tmp_path, capsys, monkeypatch):
+    """Messages 8 wide, the positional field 4: a width of 6 would narrow the messages and keep the field, and the
+    narrower model (one width for both) would not load its weights. Refused naming the allowed widths, before the
+    weights are touched."""
+    mod = _script()
+    torch.manual_seed(0)
+    kwargs = dict(in_channels=2, num_classes=4, resolution=[4, 4, 2], hidden_channels=8, point_channels=8)
+    model = build_model("scene_segmenter", **kwargs, message_channels=8, pos_hidden_channels=4)
+    payload = {
+        "model_name": "scene_segmenter",
+        "model_kwargs": {**kwargs, "message_channels": 8, "pos_hidden_channels": 4},
+        "state_dict": model.state_dict(),
+        "config": {},
+    }
+    with pytest.raises(ValueError, match=r"--width 6 is between .*positional field 4.*allowed: even widths 2 to 4"):
+        mod.prune(payload, 6)
+    small = mod.prune(payload, 4)  # the narrowest width itself is fine
+    build_model("scene_segmenter", **small["model_kwargs"]).load_state_dict(small["state_dict"], strict=True)
+    # from the command line: one line, status 2, nothing written, no pruning started
+    ckpt = tmp_path / "model.pt"
+    torch.save(payload, ckpt)
+    import gridify.checkpoint
+
+    monkeypatch.setattr(gridify.checkpoint, "load_checkpoint", lambda path: payload)
+    monkeypatch.setattr(mod, "prune_conv", lambda *a: pytest.fail("pruned before the width was checked"))
+    with pytest.raises(SystemExit) as exc:
+        mod.main(["--model", str(ckpt), "--width", "6", "--out", str(tmp_path / "out.pt")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("prune_edge_widths.py: error: ") and "allowed: even widths 2 to 4" in err
+    assert not (tmp_path / "out.pt").exists()

@@ -172,3 +172,34 @@ def test_the_logged_curve_of_a_run_of_this_gridify_counts_its_epochs_as_logged(t
     tta.main([str(run), str(old), "--logged", "--target", "none", "--out", str(out)])
     points = json.loads((out / "time_to_accuracy.json").read_text())
     assert [(p["run"], p["epoch"]) for p in points] == [("new", 2), ("old", 2)]
+
+
+def test_scores_are_kept_beside_the_run_and_a_corrupt_one_is_scored_again(tmp_path, monkeypatch):
+    import time
+
+    from gridify._files import atomic_write_text
+
+    tta = _script()
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() - 120))
+    (run / "run_info.json").write_text(json.dumps({"started": started}))
+    for name in ("epoch000-step0000010.ckpt", "epoch001-step0000020.ckpt"):
+        (run / "checkpoints" / name).write_bytes(b"")
+    calls = []
+
+    def evaluate(argv):
+        calls.append(argv[argv.index("--ckpt") + 1])
+        report = {"metrics": {"oa": 0.5 + 0.1 * len(calls)}}
+        atomic_write_text(argv[argv.index("--output") + 1], json.dumps(report))
+        return report
+
+    monkeypatch.setattr(tta, "evaluate", evaluate)
+    out = tmp_path / "out"
+    tta.main([str(run), "--target", "none", "--out", str(out)])
+    assert len(calls) == 2 and len(json.loads((out / "time_to_accuracy.json").read_text())) == 2
+    tta.main([str(run), "--target", "none", "--out", str(out)])
+    assert len(calls) == 2  # scored before: read back
+    (run / "time_to_accuracy" / "epoch001-step0000020.test.votes1.json").write_text("{trunc")
+    tta.main([str(run), "--target", "none", "--out", str(out)])
+    assert calls[2:] == [str(run / "checkpoints" / "epoch001-step0000020.ckpt")]  # only the corrupt one again
