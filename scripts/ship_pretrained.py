@@ -109,20 +109,43 @@ def _version(folder: str) -> int:
     return int(tail) if tail.isascii() and tail.isdigit() else -1
 
 
+def _source_epoch(run: Path, source: str) -> Optional[int]:
+    """The epoch (counted from 1) whose weights ``source`` holds: read from its name (``epochNNN-...ckpt``,
+    ``best-epochNNN.ckpt``, with the numbering of the session that wrote it: :mod:`gridify.training.epochs`), else
+    None (``last.ckpt``: the last epoch logged)."""
+    from gridify.training.epochs import checkpoint_epoch, session_epoch_base  # noqa: PLC0415
+
+    if checkpoint_epoch(source) is None:
+        return None
+    info: Dict[str, Any] = {}
+    try:
+        info = json.loads((run / "run_info.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        pass
+    ckpt = run / "checkpoints" / source
+    when = ckpt.stat().st_mtime if ckpt.is_file() else None
+    return checkpoint_epoch(source, session_epoch_base(info if isinstance(info, dict) else {}, when))
+
+
 def _val_metrics(run: Path, source: str) -> Dict[str, float]:
-    """The validation metrics logged for the epoch of ``source`` (``epochNNN-...ckpt``, ``best-epochNNN.ckpt``) in the run's
-    CSV log (``csv/version_*/metrics.csv``); empty when either is missing. A log that is not a table of numbers is
-    a :class:`gridify._cliargs.ScriptError` naming the file and the row."""
-    match = re.search(r"epoch(\d+)", source)
+    """The validation metrics logged for the epoch of ``source`` (:func:`_source_epoch`; ``last.ckpt``: the last
+    epoch with validation metrics) in the run's newest CSV log (``csv/version_*/metrics.csv``, its epochs read as
+    counted from 1 whichever numbering wrote them); empty when either is missing. A log that is not a table of
+    numbers is a :class:`gridify._cliargs.ScriptError` naming the file and the row."""
+    from gridify.training.epochs import log_epoch_base, read_epoch  # noqa: PLC0415
+
     logs = sorted(run.glob("csv/version_*/metrics.csv"), key=lambda f: (_version(f.parent.name), f.parent.name))
-    if not match or not logs:
+    epoch = _source_epoch(run, source)
+    if not logs or (epoch is None and source != "last.ckpt"):
         return {}
-    epoch = int(match.group(1))
-    out: Dict[str, float] = {}
+    base = log_epoch_base(logs[-1].parent)
+    by_epoch: Dict[int, Dict[str, float]] = {}
     try:
         with open(logs[-1], newline="", encoding="utf-8") as f:
             for line, row in enumerate(csv.DictReader(f), start=2):
-                if row.get("epoch") != str(epoch):
+                try:
+                    at = int(float(read_epoch({"epoch": float(row.get("epoch") or "nan")}, base)["epoch"]))
+                except (TypeError, ValueError):
                     continue
                 for k, v in row.items():
                     if isinstance(k, str) and k.startswith("val_") and v:
@@ -134,10 +157,12 @@ def _val_metrics(run: Path, source: str) -> Dict[str, float]:
                             raise types.ScriptError(
                                 f"{logs[-1]}: line {line}, column {k}: {v!r} is not a finite number"
                             )
-                        out[k] = value
+                        by_epoch.setdefault(at, {})[k] = value
     except (UnicodeDecodeError, csv.Error) as exc:
         raise types.ScriptError(f"{logs[-1]}: not a CSV table of numbers ({exc})") from None
-    return out
+    if epoch is None:  # last.ckpt: the weights of the last epoch trained, the last one validated
+        epoch = max(by_epoch, default=None)
+    return by_epoch.get(epoch, {}) if epoch is not None else {}
 
 
 @types.script_errors(PROG)

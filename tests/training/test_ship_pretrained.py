@@ -65,3 +65,35 @@ def test_bad_model_files_are_named(tmp_path, capsys):
         assert exc.value.code == 2
         assert re.search(message, capsys.readouterr().err)
     assert not (tmp_path / "o.pt").exists()
+
+
+@pytest.mark.parametrize(
+    "source, base, log, expected",
+    [
+        # a run of this gridify: names and logs count from 1
+        ("best-epoch002.ckpt", 1, "epoch,step,val_oa\n1,3,0.25\n2,6,0.5\n", 0.5),
+        # a run written before: best-epoch001 held the 2nd epoch, its log said 1
+        ("best-epoch001.ckpt", 0, "epoch,step,val_oa\n0,3,0.25\n1,6,0.5\n", 0.5),
+        # the last epoch's weights (trainer.test_ckpt: last): the last epoch validated
+        ("last.ckpt", 0, "epoch,step,val_oa\n0,3,0.25\n1,6,0.75\n", 0.75),
+        ("last.ckpt", 1, "epoch,step,val_oa\n1,3,0.25\n2,6,0.75\n", 0.75),
+    ],
+)
+def test_the_validation_of_the_shipped_epoch_is_recorded_in_either_numbering(
+    run, tmp_path, source, base, log, expected
+):
+    """One epoch numbering (``gridify.training.epochs``): the metrics of the epoch the weights come from, whether
+    the run counted from 0 (older) or from 1, and for ``last.ckpt`` those of the last epoch."""
+    (run / "csv" / "version_0").mkdir(parents=True)
+    (run / "csv" / "version_0" / "metrics.csv").write_text(log)
+    if base == 1:
+        (run / "csv" / "version_0" / "hparams.yaml").write_text("epoch_base: 1\n")
+        (run / "run_info.json").write_text(json.dumps({"started": "2026-12-06 10:00:00", "epoch_base": 1}))
+    payload = torch.load(run / "checkpoints" / "model.pt", map_location="cpu", weights_only=True)
+    payload["checkpoint"] = source
+    torch.save(payload, run / "checkpoints" / "model.pt")
+    out = tmp_path / "shipped.pt"
+    _script().main([str(run / "checkpoints" / "model.pt"), "--name", "mine", "--out", str(out)])
+    info = torch.load(out, map_location="cpu", weights_only=True)["info"]["pretrained"]
+    assert info["from_checkpoint"] == source
+    assert info["val_metrics"] == {"val_oa": expected}
