@@ -26,7 +26,21 @@ import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, NoReturn, Optional, Sequence, TypeVar, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    NoReturn,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+)
 
 from ._paths import (
     PathError,
@@ -59,6 +73,11 @@ __all__ = [
     "shipped_or_file",
     "up_axis",
     "max_fragments",
+    "option_label",
+    "given_options",
+    "option_read",
+    "check_options",
+    "UsageExit",
     "MAX_THREADS",
     "MAX_WORKERS",
     "ScriptError",
@@ -384,3 +403,101 @@ def run_script(main: Callable[[Optional[Sequence[str]]], Any], prog: str, argv: 
     with last_resort(prog):
         status = main(None if argv is None else list(argv))
     return status if isinstance(status, int) and not isinstance(status, bool) else 0
+
+
+# --------------------------------------------------------------------------------------
+# options a route does not read
+# --------------------------------------------------------------------------------------
+def option_label(action: argparse.Action) -> str:
+    """How a message names an argument: its long flag (``--up-axis``), else its metavar or name (``NAME``)."""
+    longs = [o for o in action.option_strings if o.startswith("--")]
+    if longs or action.option_strings:
+        return (longs or action.option_strings)[0]
+    return str(action.metavar or action.dest.upper())
+
+
+#: the default of a positional argument while :func:`given_options` parses (not given: still it)
+_NOT_GIVEN = object()
+
+
+def given_options(parser: argparse.ArgumentParser, argv: Sequence[str], intermixed: bool = False) -> Dict[str, str]:
+    """``{dest: label}`` of the arguments given on the command line ``argv`` (already parsed once by ``parser``):
+    parsed a second time with every option's default suppressed (and every positional's a marker), so that an
+    option given with its default value counts as given and one left out does not, whatever its default."""
+    actions = parser._actions  # noqa: SLF001 - argparse keeps a parser's arguments only there
+    saved = [(a, a.default) for a in actions]
+    try:
+        for a in actions:
+            a.default = argparse.SUPPRESS if a.option_strings else _NOT_GIVEN
+        parse = parser.parse_known_intermixed_args if intermixed else parser.parse_known_args
+        namespace, _ = parse(list(argv))
+    finally:
+        for a, default in saved:
+            a.default = default
+    given = {k: v for k, v in vars(namespace).items() if v is not _NOT_GIVEN}
+    return {
+        a.dest: option_label(a)
+        for a in actions
+        if a.dest in given and a.dest != argparse.SUPPRESS and not isinstance(a, argparse._HelpAction)  # noqa: SLF001
+    }
+
+
+def option_read(requirement: str, facts: Iterable[str]) -> bool:
+    """Whether an option whose entry reads ``requirement`` (``""``: always; ``"a+b|c"``: with the facts ``a`` and
+    ``b``, or with ``c``) is read on a route of these facts."""
+    if not requirement:
+        return True
+    have = set(facts)
+    return any(set(alt.split("+")) <= have for alt in requirement.split("|"))
+
+
+class UsageExit(SystemExit):
+    """A usage error found after parsing: exit status 2, as argparse's own, with its one line printed to stderr
+    when raised (``str()`` of it is that line, as a ``SystemExit("...")``'s)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(2)
+        self.message = message
+        print(message, file=sys.stderr)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _group(fact: str) -> str:
+    """The group of a route fact (``model:classifier`` -> ``model``)."""
+    return fact.split(":", 1)[0]
+
+
+def check_options(
+    prog: str,
+    uses: Mapping[str, Tuple[str, str]],
+    given: Mapping[str, str],
+    facts: Mapping[str, Optional[str]],
+    maybe: Iterable[str] = (),
+) -> None:
+    """The one rule for arguments a route of a command does not read: a :class:`UsageExit` naming every given
+    argument whose entry of ``uses`` (``{dest: (requirement, when it is read)}``, see :func:`option_read`) is not
+    read with the route's ``facts`` (``{group:fact: words for the message, or None}``), instead of ignoring it.
+    The message names the route by the facts of the groups the refused arguments depend on.
+
+    ``maybe``: facts not known yet that may hold (the kind of model before it is loaded): an argument they could
+    make read passes now and is checked again once the route is known."""
+    known = set(facts) | set(maybe)
+    unread = [(label, *uses[dest]) for dest, label in given.items() if not option_read(uses[dest][0], known)]
+    if not unread:
+        return
+    groups = {_group(tag) for _, need, _ in unread for alt in need.split("|") for tag in alt.split("+")}
+    by_when: Dict[str, List[str]] = {}
+    for label, _, when in unread:  # one clause per reason: "--config and --split are only read on a split"
+        by_when.setdefault(when, []).append(label)
+    said = ", and ".join(
+        f"{' and '.join(labels)} {'is' if len(labels) == 1 else 'are'} only read {when}"
+        for when, labels in by_when.items()
+    )
+    route = ", ".join(words for fact, words in facts.items() if words and _group(fact) in groups)
+    raise UsageExit(
+        f"{prog}: error: {said}"
+        + (f" (here: {route})" if route else "")
+        + f"; leave {'it' if len(unread) == 1 else 'them'} out"
+    )

@@ -16,7 +16,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import _cliargs as types
 
@@ -188,7 +188,8 @@ def evaluate_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--output",
         type=types.output_file(),
-        help="metrics JSON path (default: <ckpt>.test_metrics.json beside the checkpoint)",
+        help="metrics JSON path (default: <ckpt stem>.<split>_metrics.json beside the checkpoint; with --scan "
+        "<ckpt stem>.scan_metrics.json beside it, or <model>.scan_metrics.json in the current folder for --model)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
@@ -231,6 +232,13 @@ def check_evaluate_args(args: argparse.Namespace, parser: argparse.ArgumentParse
         parser.error("--labels goes with --scan")
     if args.labels is not None and len(args.scan) != 1:
         raise SystemExit(f"{parser.prog}: error: --labels goes with a single --scan file")
+    for text in args.scan or ():  # --scan takes every word after it: an override there was taken for a scan
+        key = text.split("=", 1)[0]
+        if "=" in text and not os.path.lexists(text) and all(OVERRIDE_KEY_PART.fullmatch(k) for k in key.split(".")):
+            raise types.UsageExit(
+                f"{parser.prog}: error: --scan {text}: no such file; a section.key=value override is only read on a "
+                "dataset split (without --scan); leave it out"
+            )
     try:
         types.check_ckpt(args.ckpt)  # a missing checkpoint is named now, not after PyTorch has loaded
     except ValueError as exc:
@@ -356,3 +364,235 @@ def bench_recipe_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", type=types.device_or_auto, default="cpu", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--out", default="outputs/benchmark_recipe", type=types.output_dir, help="output folder")
     return p
+
+
+# --------------------------------------------------------------------------------------
+# which arguments each route of a sub-command reads
+# --------------------------------------------------------------------------------------
+_MODEL_FILE_OPTIONS = {  # predict and show: the model and the file
+    "file": ("", ""),
+    "ckpt": ("", ""),
+    "model": ("", ""),
+    "out": ("", ""),
+    "threads": ("", ""),
+    "seed": ("", ""),
+    "category": ("model:part-segmenter", "by a part segmenter trained with object categories"),
+    "num_samples": ("file:mesh", "for a file that holds a mesh to sample (.ply .off .obj .stl .glb .gltf)"),
+    "columns": ("file:columns", "for text and .npy files (.npy .xyz .txt .pts .csv .xyzn .xyzrgb)"),
+    "max_fragments": ("model:scene-segmenter", "by a scene segmenter (which covers a scan with fragments)"),
+    "no_progress": ("model:scene-segmenter", "with a scene segmenter (the only model with a progress bar)"),
+}
+_WITH_A_MODEL = "with a model (--ckpt / --model)"
+_ON_A_SPLIT = "on a dataset split (without --scan)"
+_SCENE_SPLIT = "for a scene segmenter on a dataset split (with --scan the model's own settings are used)"
+
+#: The one table of which arguments each route of every sub-command reads: ``{command: {dest: (requirement,
+#: when it is read)}}``, checked in one place (:func:`check_route`) once the command's route is known (from its
+#: arguments, the file and the model loaded): an argument its route does not read is refused by name, never
+#: ignored. A requirement is ``""`` (always read) or facts of the route, ``"a+b|c"`` (``a`` and ``b``, or
+#: ``c``), each ``group:fact``: ``model:classifier`` / ``model:part-segmenter`` / ``model:scene-segmenter`` /
+#: ``model:none`` (and ``model``: one is given), ``file:columns`` / ``file:mesh`` (what the file's reader takes),
+#: ``layers:grid`` / ``layers:edges`` (what ``show`` draws), ``evaluate:scan`` / ``evaluate:split``,
+#: ``download:list`` / ``download:by-name`` / ``download:by-config`` / ``download:fetch`` /
+#: ``download:instructions``, ``layout:<name>`` (``convert``), ``train:run`` / ``train:print-config``,
+#: ``bench:k-sweep``. A refusal names the route by the facts of the groups the argument depends on.
+#: ``tests/cli/test_options.py`` walks every argument of every sub-command's parser against it.
+OPTION_USE: Dict[str, Dict[str, Tuple[str, str]]] = {
+    "predict": {
+        **_MODEL_FILE_OPTIONS,
+        "device": ("", ""),
+        "estimate_normals": ("", ""),
+        "up_axis": ("", ""),
+        "votes": (
+            "model:classifier|model:scene-segmenter",
+            "by a classifier (subsets) and a scene segmenter (rotated views)",
+        ),
+    },
+    "show": {
+        **_MODEL_FILE_OPTIONS,
+        "device": ("model", _WITH_A_MODEL),
+        "estimate_normals": ("model", _WITH_A_MODEL),
+        "up_axis": ("model", f"{_WITH_A_MODEL}, which is fed the cloud z up"),
+        "labels": (
+            "model:part-segmenter|model:scene-segmenter",
+            "with a segmentation model (the ground truth drawn beside its prediction)",
+        ),
+        "hide": ("model:scene-segmenter", "with a scene segmenter (the points of a predicted class are left out)"),
+        "layers": ("", ""),
+        "grid_color": ("layers:grid", "for the grid layer (--layers grid)"),
+        "grid_nodes": ("layers:grid", "for the grid layer (--layers grid)"),
+        "resolution": (
+            "model:none+layers:grid|model:none+layers:edges",
+            "without a model, for the grid and edges layers (a model draws its own grid)",
+        ),
+        "k": (
+            "model:none+layers:grid|model:none+layers:edges",
+            "without a model, for the grid and edges layers (a model draws its own edges)",
+        ),
+        "edge_nodes": ("layers:edges", "for the edges layer (--layers edges)"),
+        "edge_node_ids": ("layers:edges", "for the edges layer (--layers edges)"),
+        "max_edges": ("layers:edges", "for the edges layer (--layers edges)"),
+        **{key: ("", "") for key in ("width", "height", "point_size", "view", "up", "azimuth", "elevation")},
+    },
+    "export": {
+        key: ("", "")
+        for key in (
+            "model",
+            "ckpt",
+            "shipped",
+            "format",
+            "out",
+            "num_points",
+            "batch",
+            "no_verify",
+            "up_axis",
+            "threads",
+        )
+    },
+    "download": {
+        "name": ("download:by-name", "to fetch one archive (not with --config or --list)"),
+        "config": ("download:by-config", "to fetch the archives of a config (not with --list)"),
+        "root": ("download:fetch|download:instructions", "to fetch or explain an archive (not with --list)"),
+        "list": ("", ""),
+        "instructions": ("download:by-name|download:by-config", "for an archive or a config (not with --list)"),
+        "no_progress": ("download:fetch", "while an archive is fetched (not with --list or --instructions)"),
+    },
+    "convert": {
+        **{key: ("", "") for key in ("root", "layout", "out", "splits", "overwrite", "quiet")},
+        "test_area": ("layout:s3dis|layout:mmdet3d_s3dis", "for --layout s3dis / mmdet3d_s3dis"),
+        "sequences": ("layout:semantickitti", "for --layout semantickitti"),
+        "classes": ("layout:s3dis", "for --layout s3dis (the other layouts' classes are their own)"),
+        "unknown": ("layout:s3dis", "for --layout s3dis"),
+    },
+    "list": {"what": ("", "")},
+    "train": {
+        **{
+            key: ("", "")
+            for key in (
+                "config",
+                "overrides",
+                "output_dir",
+                "data_root",
+                "accelerator",
+                "devices",
+                "strategy",
+                "precision",
+                "max_epochs",
+                "print_config",
+            )
+        },  # fmt: skip
+        "resume": ("train:run", "when a run trains (not with --print-config)"),
+        "overwrite": ("train:run", "when a run trains (not with --print-config)"),
+    },
+    "evaluate": {
+        "ckpt": ("", ""),
+        "model": ("evaluate:scan", "with --scan"),
+        "scan": ("", ""),
+        "labels": ("evaluate:scan", "with --scan"),
+        **{
+            key: ("evaluate:split", _ON_A_SPLIT)
+            for key in ("config", "data_root", "overrides", "split", "batch_size", "num_workers", "precision")
+        },
+        **{key: ("", "") for key in ("device", "threads", "output")},
+        "no_progress": ("evaluate:split|model:scene-segmenter", f"{_ON_A_SPLIT} and with a scene segmenter"),
+        "votes": (
+            "evaluate:split|model:classifier|model:scene-segmenter",
+            f"{_ON_A_SPLIT}, and with --scan by a scene segmenter (rotated views)",
+        ),
+        "voxel_size": ("evaluate:split+model:scene-segmenter", _SCENE_SPLIT),
+        "max_points": ("evaluate:split+model:scene-segmenter", _SCENE_SPLIT),
+        "max_fragments": ("model:scene-segmenter", "by a scene segmenter (which covers a scan with fragments)"),
+    },
+    "bench": {
+        **{
+            key: ("", "")
+            for key in (
+                "models",
+                "num_points",
+                "k",
+                "batch_size",
+                "repeats",
+                "warmup",
+                "time_budget",
+                "max_points_per_batch",
+                "threads",
+                "device",
+                "train_step",
+                "precision",
+                "reference",
+                "flops",
+                "isolation",
+                "matmul_size",
+                "malloc",
+                "plots",
+                "out",
+                "seed",
+                "quick",
+                "recipe",
+                "_worker",
+            )
+        },  # fmt: skip
+        "k_num_points": ("bench:k-sweep", "for the k sweep (--k with values)"),
+    },
+    "bench --recipe": {
+        key: ("", "")
+        for key in (
+            "recipe",
+            "data_root",
+            "override",
+            "steps",
+            "warmup",
+            "infer_steps",
+            "synthetic_steps",
+            "models",
+            "threads",
+            "device",
+            "out",
+        )
+    },  # fmt: skip
+}
+#: the model kinds of the table's facts (a route's ``maybe`` before the model is loaded)
+MODEL_KINDS = ("model:classifier", "model:part-segmenter", "model:scene-segmenter")
+
+
+def model_kind(whole_scenes: bool, dense: bool) -> str:
+    """The fact of a model's kind: ``model:scene-segmenter`` (scored in whole scenes), ``model:part-segmenter``
+    (a label per point), else ``model:classifier`` (a label per cloud or sequence)."""
+    return "model:" + ("scene-segmenter" if whole_scenes else ("part-segmenter" if dense else "classifier"))
+
+
+def file_facts(path: str) -> Dict[str, Optional[str]]:
+    """The facts of a cloud file for :data:`OPTION_USE`: what its reader takes (by the extension, without
+    PyTorch: :data:`gridify._clinames.COLUMN_EXTENSIONS` / ``SAMPLED_EXTENSIONS``)."""
+    from ._clinames import COLUMN_EXTENSIONS, SAMPLED_EXTENSIONS
+
+    suffix = Path(path).suffix.lower()
+    facts: Dict[str, Optional[str]] = {"file": f"a {suffix} file" if suffix else "a file without an extension"}
+    if suffix in COLUMN_EXTENSIONS:
+        facts["file:columns"] = None
+    if suffix in SAMPLED_EXTENSIONS:
+        facts["file:mesh"] = None
+    return facts
+
+
+def check_route(
+    prog: str,
+    command: str,
+    given: Dict[str, str],
+    facts: Dict[str, Optional[str]],
+    maybe: Sequence[str] = (),
+) -> None:
+    """:func:`gridify._cliargs.check_options` of ``command``'s row of :data:`OPTION_USE`."""
+    types.check_options(prog, OPTION_USE[command], given, facts, maybe)
+
+
+def light_route(command: str, args: argparse.Namespace) -> Tuple[Dict[str, Optional[str]], Sequence[str]]:
+    """``(facts, maybe)`` of a ``train`` / ``evaluate`` / ``bench`` call as far as its arguments tell, before
+    anything heavy loads (``evaluate``'s model kind is a ``maybe`` until the checkpoint is read)."""
+    if command == "train":
+        return ({"train:print-config": "--print-config"} if args.print_config else {"train:run": None}), ()
+    if command == "evaluate":
+        return ({"evaluate:scan": "--scan"} if args.scan is not None else {"evaluate:split": None}), MODEL_KINDS
+    if command == "bench":
+        return ({"bench:no-k-sweep": "--k without values"} if args.k == [] else {"bench:k-sweep": None}), ()
+    return {}, ()

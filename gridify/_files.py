@@ -21,7 +21,14 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any, Callable, Union
 
-__all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "default_file_mode"]
+__all__ = [
+    "atomic_write",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "default_file_mode",
+    "staging_dir",
+    "commit_staged",
+]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -101,3 +108,42 @@ def atomic_write_bytes(path: PathLike, data: bytes) -> Path:
 def atomic_write_text(path: PathLike, text: str, encoding: str = "utf-8") -> Path:
     """Write ``text`` to ``path`` atomically (see :func:`atomic_write`)."""
     return atomic_write_bytes(path, text.encode(encoding))
+
+
+# --------------------------------------------------------------------------------------
+# several files: staged beside the target, moved into place on success
+# --------------------------------------------------------------------------------------
+def staging_dir(target: PathLike) -> Path:
+    """Where a command that writes several files into the folder ``target`` writes them first: the hidden folder
+    ``.<name>.partial`` beside it (on the same file system, so that :func:`commit_staged` moves by renaming). A
+    failed run leaves ``target`` as it was; an interrupted one leaves what it wrote here for a rerun to resume."""
+    t = Path(target)
+    return t.parent / f".{t.name}.partial"
+
+
+def commit_staged(stage: PathLike, target: PathLike, unit_depth: int = 1, last: tuple = ()) -> None:
+    """Move everything under ``stage`` into ``target`` (created when missing), then remove ``stage``.
+
+    Folders above ``unit_depth`` (1: the entries of ``stage`` itself) are merged with ``target``'s; an entry at
+    ``unit_depth`` (a scene folder at 2) or any file replaces what ``target`` holds there, whole (a folder is
+    renamed aside, the new one renamed in, the old one removed: never the files of two runs in one folder). The
+    names in ``last`` (a record, a class list) are moved after everything else, in that order."""
+    import shutil
+
+    src, dst = Path(stage), Path(target)
+    dst.mkdir(parents=True, exist_ok=True)
+    entries = sorted(src.iterdir(), key=lambda p: (p.name in last, last.index(p.name) if p.name in last else 0))
+    for entry in entries:
+        goal = dst / entry.name
+        if entry.is_dir() and not entry.is_symlink() and unit_depth > 1 and goal.is_dir():
+            commit_staged(entry, goal, unit_depth - 1)
+        elif goal.is_dir() and not goal.is_symlink():  # a whole unit replaced: the old one aside, then removed
+            aside = goal.with_name(f".{goal.name}.old")
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(goal, aside)
+            os.replace(entry, goal)
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            os.replace(entry, goal)
+    _fsync_dir(dst)
+    shutil.rmtree(src, ignore_errors=True)

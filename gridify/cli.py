@@ -26,7 +26,7 @@ import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _cliargs as types
 from ._paths import PREDICTION_FORMATS, check_input_file, check_output_dir, one_line_errors
@@ -87,6 +87,9 @@ def _delegate(name: str, argv: List[str], label: Optional[str] = None) -> int:
             elif recipe:
                 _commands.check_config_name(parsed.recipe, parser.prog, "--recipe")
                 _commands.check_overrides(parsed.override, parser.prog)
+            given = types.given_options(parser, argv, intermixed=name != "bench")
+            command = "bench --recipe" if recipe else name
+            _commands.check_route(parser.prog, command, given, *_commands.light_route(command, parsed))
     module_name = DELEGATED[name][0]
     try:
         module = importlib.import_module(module_name)
@@ -106,7 +109,7 @@ def script_main(name: str, prog: str, argv: Optional[Sequence[str]] = None) -> i
     <name>`` under the script's own program name, with its ``--help`` and argument errors answered before
     PyTorch is imported. Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    with _last_resort(prog):
+    with _encodable_output(), _last_resort(prog):
         return _delegate(name, argv, prog)
 
 
@@ -300,44 +303,61 @@ def _add_list_parser(sub: Any) -> None:
 
 
 def _config_summary(path: Path) -> str:
-    """The first line of a config file's header comment (its one-line description), or ''."""
+    """The first sentence of a config file's header comment (its description, whole: the header's lines up to
+    an indented example line or the first full stop), or ''."""
+    import re
+
+    words: List[str] = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         text = line.strip()
-        if text.startswith("#"):
-            return text.lstrip("# ").rstrip(":")
-        if text:
-            return ""
-    return ""
+        if not text.startswith("#") or text.startswith("#  ") or not text.lstrip("# "):
+            break  # the header ends, or its examples (indented) begin
+        words.append(text.lstrip("# "))
+    header = " ".join(words)
+    end = re.search(r"(?<!\be\.g)(?<!\bi\.e)\.(?=\s|$)", header)
+    return (header[: end.end()] if end else header).strip().rstrip(":")
+
+
+#: the width ``gridify list`` wraps its descriptions to (they were cut with "..." at 90 characters)
+LIST_WIDTH = 118
+
+
+def _listed(name: str, text: str, column: int = 34) -> str:
+    """``  name  description``, the description wrapped under itself (never cut)."""
+    import textwrap
+
+    head = f"  {name:{column}s} "
+    if not text:
+        return head.rstrip()
+    return textwrap.fill(
+        text, width=max(LIST_WIDTH, len(head) + 40), initial_indent=head, subsequent_indent=" " * len(head)
+    )
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    if args.what == "keys":  # the rows of docs/config_keys.md
-        from .training.schema import print_keys
+    """Print what gridify ships and knows by name from the package's files and the parser's literals alone
+    (:mod:`gridify._clinames`, held equal to the registries by ``tests/cli/test_startup.py``): no PyTorch, well
+    under a second (about 3 s when it read the registries)."""
+    from ._clinames import DATASET_NAMES, KEY_ROWS, MODEL_NAMES
 
-        print_keys()
+    if args.what == "keys":  # the rows of docs/config_keys.md (gridify.training.schema.print_keys)
+        for key, rule, default, doc in KEY_ROWS:
+            print(f"{key:34} {rule}" + (f"  [default {default}]" if default else "") + (f"  - {doc}" if doc else ""))
         return 0
     kinds = LIST_KINDS if args.what == "all" else (args.what,)
-    if "configs" in kinds:  # read from the files alone: no PyTorch (gridify.training imports it)
+    if "configs" in kinds:  # read from the files alone
         from ._commands import CONFIG_DIR, shipped_config_names
 
         print("configs (gridify train --config NAME):")
         for name in shipped_config_names():
-            text = _config_summary(CONFIG_DIR / f"{name}.yaml")
-            print(f"  {name:34s} {text if len(text) <= 90 else text[:87].rstrip() + '...'}")
+            print(_listed(name, _config_summary(CONFIG_DIR / f"{name}.yaml")))
     if "models" in kinds:
-        from ._pretrained import PRETRAINED
-        from .registry import MODELS
-
         print("shipped models (--model NAME, gridify.load(NAME); model cards: docs/guides/prediction.md):")
         for name in sorted(PRETRAINED):
             print(f"  {name}")
-        print(f"model architectures (model.name): {', '.join(MODELS.names())}")
+        print(f"model architectures (model.name): {', '.join(MODEL_NAMES)}")
     if "datasets" in kinds:
-        from .training.schema import DATASET_ALIASES
-        from .registry import DATASETS
-
-        names = sorted(set(DATASETS.names()) | set(DATASET_ALIASES))
-        print(f"datasets (data.name): {', '.join(names)}")
+        print(f"datasets (data.name): {', '.join(DATASET_NAMES)}")
     return 0
 
 
@@ -459,8 +479,10 @@ def _add_convert_parser(sub: Any) -> None:
         help="convert a raw scene dataset to the common (Pointcept) layout",
         description="Convert S3DIS, ScanNet v2, SemanticKITTI or mmdetection3d scene folders into "
         "<out>/<split>/<scene>/{coord,color,normal,strength,segment,instance}.npy plus "
-        "<out>/classes.txt, read back with data.name: scene, layout: pointcept. An "
-        "interrupted run resumes: scenes already written are kept unless --overwrite. A run with other "
+        "<out>/classes.txt, read back with data.name: scene, layout: pointcept. The files are written "
+        "to .<out>.partial beside --out and moved into --out when every scene is converted: a failed run "
+        "leaves --out as it was. A rerun resumes: scenes already converted (in --out, or staged by an "
+        "interrupted or failed run) are kept unless --overwrite. A run with other "
         "classes, --unknown or --layout than the scenes already in --out is refused (they would keep "
         "their old labels): --overwrite rewrites them.",
     )
@@ -534,7 +556,25 @@ def _read(args: argparse.Namespace, model: Any = None):
     try:
         return read_points(args.file, **kw)
     except (FileNotFoundError, ValueError) as exc:
-        raise SystemExit(f"gridify {args.command}: error: {exc}")
+        raise SystemExit(f"gridify {args.command}: error: {_flag_words(str(exc))}")
+
+
+#: the reader's keyword arguments as the flags of ``predict`` / ``show`` that give them (a shell user read
+#: ``read_points option columns= does not apply`` for the ``--columns`` they typed)
+_READ_FLAGS = (
+    ("read_points option columns=", "--columns"),
+    ("read_points(columns=...)", "--columns NAME ..."),
+    ("columns=", "--columns"),
+    ("read_points option num_samples=", "--num-samples"),
+    ("num_samples=", "--num-samples"),
+)
+
+
+def _flag_words(text: str) -> str:
+    """A reader's message in the words of the command line: its keyword arguments named as the flags."""
+    for python, flag in _READ_FLAGS:
+        text = text.replace(python, flag)
+    return text
 
 
 def _fragments(args: argparse.Namespace) -> Dict[str, Any]:
@@ -542,14 +582,20 @@ def _fragments(args: argparse.Namespace) -> Dict[str, Any]:
     return {} if args.max_fragments is None else {"max_fragments": args.max_fragments}
 
 
-def _check_fragments_flag(args: argparse.Namespace, model: Any) -> None:
-    """``--max-fragments`` only with a scene model (a SystemExit naming the flag, before the file is read)."""
-    if args.max_fragments is not None and not getattr(model, "whole_scenes", False):
-        what = "no model" if model is None else f"a {model.task} model"
-        raise SystemExit(
-            f"gridify {args.command}: error: --max-fragments is for scene models, which cover a scan with "
-            f"fragments; this is {what}"
-        )
+def _check_route(args: argparse.Namespace, facts: Dict[str, Optional[str]], maybe: Sequence[str] = ()) -> None:
+    """The arguments given to ``args.command`` that its route (``facts``) does not read, refused by name
+    (:data:`gridify._commands.OPTION_USE`, one table for every sub-command); ``maybe``: facts not known yet."""
+    from ._commands import check_route
+
+    check_route(f"gridify {args.command}", args.command, getattr(args, "given_options", {}), facts, maybe)
+
+
+def _model_facts(model: Any) -> Dict[str, Optional[str]]:
+    """The facts of a loaded model for :data:`gridify._commands.OPTION_USE`: ``model`` and its kind."""
+    from ._commands import model_kind
+
+    kind = model_kind(bool(getattr(model, "whole_scenes", False)), bool(model.dense))
+    return {"model": None, kind: f"a {model.task} model"}
 
 
 def _predict(model: Any, cloud: Any, args: argparse.Namespace, **kw: Any):
@@ -575,11 +621,14 @@ def _check_given_files(args: argparse.Namespace) -> None:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    from ._commands import MODEL_KINDS, file_facts
+
     _check_given_files(args)
+    _check_route(args, file_facts(args.file), maybe=MODEL_KINDS)  # before the model loads, as far as known
     from .api.prediction import write_prediction
 
     model = _load(args)
-    _check_fragments_flag(args, model)
+    _check_route(args, {**file_facts(args.file), **_model_facts(model)})
     cloud = _read(args, model)
     kw: Dict[str, Any] = {"num_votes": args.votes}
     if getattr(model, "whole_scenes", False):
@@ -646,23 +695,52 @@ def _show_progress(args: argparse.Namespace, model: Any) -> Any:
     return stderr_bar("show")
 
 
+def _show_route(args: argparse.Namespace, model: Any = None) -> Tuple[Dict[str, Optional[str]], List[str]]:
+    """``(facts, maybe)`` of a ``show`` call for :data:`gridify._commands.OPTION_USE`: the file, the model (its
+    kind once loaded) and the layers drawn (``--layers``, else the default: points, and with a model in a window
+    all three unless it is a scene model)."""
+    from ._clinames import VIS_LAYERS
+    from ._commands import MODEL_KINDS, file_facts
+
+    facts, maybe = file_facts(args.file), []
+    named = bool(args.ckpt or args.model)
+    if model is not None:
+        facts.update(_model_facts(model))
+    elif named:
+        facts["model"], maybe = None, list(MODEL_KINDS)
+    else:
+        facts["model:none"] = "no model (--ckpt / --model)"
+    layers = None if args.layers is None else [x.strip() for x in args.layers.split(",") if x.strip()]
+    if layers is None:
+        window = named and not args.out
+        if window and model is None:
+            maybe += ["layers:grid", "layers:edges"]
+        scene = getattr(model, "whole_scenes", False)
+        layers = list(VIS_LAYERS) if window and model is not None and not scene else ["points"]
+    facts["layers"] = f"--layers {','.join(layers)}"
+    facts.update({f"layers:{name}": None for name in layers if name in ("grid", "edges")})
+    return facts, maybe
+
+
 def cmd_show(args: argparse.Namespace) -> int:
+    from ._clinames import VIS_LAYERS
+
     _check_given_files(args)
+    layers = None if args.layers is None else [x.strip() for x in args.layers.split(",") if x.strip()]
+    bad = [x for x in (layers or ()) if x not in VIS_LAYERS]
+    if bad:
+        raise SystemExit(f"gridify show: error: unknown layer(s) {bad}; layers are {list(VIS_LAYERS)}")
+    _check_route(args, *_show_route(args))  # before anything loads, as far as the route is known
     from . import vis
     from .api import gridify as gridify_fn
 
-    layers = None if args.layers is None else [x.strip() for x in args.layers.split(",") if x.strip()]
-    bad = [x for x in (layers or ()) if x not in vis.LAYERS]
-    if bad:
-        raise SystemExit(f"gridify show: error: unknown layer(s) {bad}; layers are {list(vis.LAYERS)}")
     options = _show_options(args)
     model = _load(args) if (args.ckpt or args.model) else None
     want = set(layers or ())
     if getattr(model, "whole_scenes", False) and want & {"grid", "edges"}:  # each crop has a grid of its own
         raise SystemExit("gridify show: error: --layers: a scene model has no single grid or edges to draw; use points")
-    if not getattr(model, "whole_scenes", False) and args.hide is not None:  # no model, or not a scene model
-        raise SystemExit("gridify show: error: --hide is for scene models (the points of a class are left out)")
-    _check_fragments_flag(args, model)
+    if model is not None:
+        _check_route(args, _show_route(args, model)[0])
     if model is not None and getattr(model, "whole_scenes", False):
         _hide_names(args, list(model.class_names))  # an unknown class fails now, not after the scan is labelled
     cloud = _read(args, model)
@@ -737,10 +815,19 @@ def _ground_truth(args: argparse.Namespace, cloud: Any, model: Any) -> Optional[
         raise SystemExit(f"gridify show: error: --labels {args.labels}: no such file")
     try:
         if path is None:  # the file's own label field: ids of the model's classes, as a label file's are
-            return None if cloud.labels is None else check_scan_labels(args.file, cloud.labels, model.class_names)
-        return read_scan_labels(path, cloud, list(model.class_names))
+            truth = None if cloud.labels is None else check_scan_labels(args.file, cloud.labels, model.class_names)
+        else:
+            truth = read_scan_labels(path, cloud, list(model.class_names))
     except DatasetError as exc:
         raise SystemExit(f"gridify show: error: {exc}")
+    if truth is not None and not (truth >= 0).any():  # a panel of nothing but unlabelled points: nothing to compare
+        what = path if path is not None else f"{args.file}'s label field"
+        raise SystemExit(
+            f"gridify show: error: {what}: every point is unlabelled (-1, the ignore index; SemanticKITTI's unlabeled "
+            "and outlier classes map to it): no ground truth to draw beside the prediction; --labels none draws the "
+            "prediction alone"
+        )
+    return truth
 
 
 def _show_truth_beside(args: argparse.Namespace, pos: Any, truth: Any, labels: Any, names: List[str], options: dict):
@@ -902,7 +989,18 @@ def _check_archive_name(name: Optional[str]) -> None:
     )
 
 
+def _download_route(args: argparse.Namespace) -> Dict[str, Optional[str]]:
+    """The facts of a ``download`` call for :data:`gridify._commands.OPTION_USE`: ``--list``, else what is fetched
+    (one archive by name, or a config's) and how (fetched, or ``--instructions``)."""
+    if args.list:
+        return {"download:list": "--list"}
+    facts: Dict[str, Optional[str]] = {"download:by-config": "--config"} if args.config else {"download:by-name": None}
+    facts.update({"download:instructions": "--instructions"} if args.instructions else {"download:fetch": None})
+    return facts
+
+
 def cmd_download(args: argparse.Namespace) -> int:
+    _check_route(args, _download_route(args))  # download NAME --config X fetched X's archives, not NAME
     if not args.config:
         _check_archive_name(args.name)
     from .datasets import ARCHIVES, DownloadError, default_root
@@ -940,29 +1038,11 @@ def cmd_download(args: argparse.Namespace) -> int:
     return 0
 
 
-#: the ``gridify convert`` flags each layout reads (a flag given for another layout was ignored silently)
-_CONVERT_FLAGS = {
-    "--test-area": ("test_area", ("s3dis", "mmdet3d_s3dis")),
-    "--sequences": ("sequences", ("semantickitti",)),
-    "--classes": ("classes", ("s3dis",)),
-    "--unknown": ("unknown", ("s3dis",)),
-}
-
-
-def _check_convert_flags(args: argparse.Namespace) -> None:
-    """Exit naming a flag given for a layout that does not read it (``--classes a b`` with SemanticKITTI wrote a
-    two-class ``classes.txt`` over its 19-class labels; ``--test-area`` / ``--unknown`` did nothing)."""
-    for flag, (attr, layouts) in _CONVERT_FLAGS.items():
-        if getattr(args, attr) is not None and args.layout not in layouts:
-            raise SystemExit(
-                f"gridify convert: error: {flag} is only read for --layout {' / '.join(layouts)}, not "
-                f"{args.layout} (its classes and splits are the layout's own); leave it out"
-            )
-
-
 def cmd_convert(args: argparse.Namespace) -> int:
     import re
 
+    # a flag the layout does not read (--classes with SemanticKITTI wrote a two-class classes.txt), before any work
+    _check_route(args, {f"layout:{args.layout}": f"--layout {args.layout}"})
     from ._clinames import S3DIS_TEST_AREA
     from .datasets import DatasetError, convert_to_pointcept
 
@@ -973,8 +1053,6 @@ def cmd_convert(args: argparse.Namespace) -> int:
         raise SystemExit(
             f"gridify convert: error: --out {args.out} is the source folder; write the common layout to another folder"
         )
-
-    _check_convert_flags(args)
 
     def progress(done: int, total: int, name: str) -> None:
         if not args.quiet:
@@ -1021,7 +1099,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if argv and not argv[0].startswith("-"):
         _one_line_warnings(f"gridify {argv[0]}")
     try:
-        with _last_resort(f"gridify {argv[0]}" if argv else "gridify"):
+        with _encodable_output(), _last_resort(f"gridify {argv[0]}" if argv else "gridify"):
             if argv and argv[0] in DELEGATED:
                 return _delegate(argv[0], argv[1:])
             parser = build_parser()
@@ -1031,6 +1109,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if args.command is None:
                 parser.print_help()
                 return 2
+            # what was typed, for the one rule of arguments a route does not read (gridify._commands.OPTION_USE)
+            args.given_options = types.given_options(_command_parser(parser, args.command), argv[1:])
             with one_line_errors(f"gridify {args.command}"):
                 try:
                     return int(args.func(args) or 0)
@@ -1059,6 +1139,69 @@ def _command_parser(parser: argparse.ArgumentParser, command: Optional[str]) -> 
         if isinstance(action, argparse._SubParsersAction) and command in action.choices:  # noqa: SLF001
             return action.choices[command]
     return parser
+
+
+#: the name of the codec error handler of :func:`_encodable_output`
+ASCII_FOLD = "gridify-ascii-fold"
+#: characters without an ASCII decomposition, as a terminal without them should show them
+_ASCII_SPELLING = {
+    "\u2013": "-", "\u2014": "--", "\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2026": "...",
+    "\u00d7": "x", "\u2264": "<=", "\u2265": ">=", "\u2248": "~", "\u00b0": " deg", "\u2192": "->", "\u00b5": "u",
+}  # fmt: skip
+
+
+def _fold_to_ascii(exc: UnicodeError) -> tuple:
+    """The codec error handler of :func:`_encodable_output`: a character the output cannot encode becomes its
+    ASCII letters (``Lovász`` -> ``Lovasz``), a spelling of it (``≤`` -> ``<=``) or its escape (``\\u4e2d``); a
+    byte a file name could not decode (``surrogateescape``) is written back as that byte."""
+    import unicodedata
+
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    out = b""
+    for ch in exc.object[exc.start : exc.end]:
+        if 0xDC80 <= ord(ch) <= 0xDCFF:  # surrogateescape: the undecodable byte itself
+            out += bytes([ord(ch) - 0xDC00])
+            continue
+        folded = unicodedata.normalize("NFKD", ch).encode("ascii", "ignore").decode("ascii")
+        text = _ASCII_SPELLING.get(ch) or folded or ch.encode("ascii", "backslashreplace").decode("ascii")
+        out += text.encode("ascii")
+    return out, exc.end
+
+
+@contextmanager
+def _encodable_output():
+    """Every command's output survives a stdout / stderr that cannot encode all of it (``LANG=C``,
+    ``PYTHONIOENCODING=ascii``, a Latin-1 terminal): what they cannot encode is folded to ASCII
+    (:func:`_fold_to_ascii`) instead of ending the command with ``UnicodeEncodeError`` (``gridify list keys``
+    names the Lovász loss). The streams' error handling is restored on the way out."""
+    import codecs
+
+    try:
+        codecs.lookup_error(ASCII_FOLD)
+    except LookupError:
+        codecs.register_error(ASCII_FOLD, _fold_to_ascii)
+    saved = []
+    for stream in (sys.stdout, sys.stderr):
+        errors = getattr(stream, "errors", None)
+        if callable(getattr(stream, "reconfigure", None)) and errors in (
+            "strict",
+            "backslashreplace",
+            "surrogateescape",
+        ):
+            try:
+                stream.reconfigure(errors=ASCII_FOLD)
+                saved.append((stream, errors))
+            except (OSError, ValueError):  # closed, or a stream that cannot change now
+                pass
+    try:
+        yield
+    finally:
+        for stream, errors in saved:
+            try:
+                stream.reconfigure(errors=errors)
+            except (OSError, ValueError):
+                pass
 
 
 #: the one last resort of the commands and the scripts (``gridify._cliargs.last_resort``)

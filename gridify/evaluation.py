@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple
@@ -35,9 +36,9 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import torch
 from torch.utils.data import DataLoader
 
-from gridify._commands import check_evaluate_args, evaluate_parser
+from gridify._commands import check_evaluate_args, check_route, evaluate_parser, light_route, model_kind
 from gridify._paths import check_output_file, one_line_errors
-from gridify._cliargs import check_ckpt
+from gridify._cliargs import check_ckpt, given_options
 from gridify._version import __version__
 from gridify.checkpoint import CheckpointError, build_model_from_checkpoint, inference_settings, load_checkpoint
 from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError
@@ -59,9 +60,23 @@ FROM_CONFIG: Any = object()
 
 
 def output_path(args: argparse.Namespace) -> Path:
-    """Where the metrics go: ``--output``, else ``<ckpt stem>.<split>_metrics.json`` beside the checkpoint."""
+    """Where the metrics go: ``--output``, else ``<ckpt stem>.<split>_metrics.json`` beside the checkpoint (with
+    ``--scan``: ``<ckpt stem>.scan_metrics.json`` beside it, or ``<model>.scan_metrics.json`` in the current folder
+    for a shipped ``--model``)."""
+    if args.output:
+        return Path(args.output)
+    kind = "scan" if getattr(args, "scan", None) is not None else args.split
+    if not args.ckpt:
+        return Path(f"{args.model}.{kind}_metrics.json")
     ckpt = Path(args.ckpt)
-    return Path(args.output) if args.output else ckpt.with_name(f"{ckpt.stem}.{args.split}_metrics.json")
+    return ckpt.with_name(f"{ckpt.stem}.{kind}_metrics.json")
+
+
+def _check_output(args: argparse.Namespace) -> Path:
+    """:func:`output_path`, checked before anything is loaded (a PathError naming the flag or the default)."""
+    out = output_path(args)
+    check_output_file(out, "--output" if args.output else "metrics file (pass --output to choose another)")
+    return out
 
 
 def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
@@ -70,17 +85,19 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     The checkpoint and the metrics path are checked before anything is loaded or evaluated; every
     error, an ``OSError`` while writing included, ends the command with one line."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_intermixed_args(argv)
+    # what was typed: an argument the route does not read is refused (gridify._commands.OPTION_USE)
+    args.given_options = given_options(parser, argv, intermixed=True)
     with one_line_errors(parser.prog):
         check_evaluate_args(args, parser)
-        if args.scan is not None:
-            return evaluate_scans(args, parser.prog)
+        check_route(parser.prog, "evaluate", args.given_options, *light_route("evaluate", args))
         check_ckpt(args.ckpt)  # missing, a folder or a FIFO: named with the flag
-        check_output_file(
-            output_path(args), "--output" if args.output else "metrics file (pass --output to choose another)"
-        )
+        _check_output(args)
         if args.threads:
             torch.set_num_threads(args.threads)
+        if args.scan is not None:
+            return evaluate_scans(args, parser.prog)
         return evaluate(args, parser.prog)
 
 
@@ -113,21 +130,22 @@ def scene_views(args: argparse.Namespace, info: Optional[Dict[str, Any]], prog: 
     }
 
 
-def check_scene_flags(args: argparse.Namespace, task: str, prog: str) -> None:
-    """``--voxel-size``, ``--max-points`` and ``--max-fragments`` only for a task scored in whole scenes
-    (a SystemExit naming the flag; they were ignored before)."""
-    if get_task(task).whole_scenes:
-        return
-    given = [f for f, key in SCENE_FLAGS if getattr(args, key, None) is not None]
-    if given:
-        raise SystemExit(
-            f"{prog}: error: {', '.join(given)}: for scene_segmentation checkpoints (whole-scene settings); "
-            f"this is a {task} checkpoint"
-        )
-
-
 #: the ``evaluate`` flags of whole-scene scoring and their argument names
 SCENE_FLAGS = (("--voxel-size", "voxel_size"), ("--max-points", "max_points"), ("--max-fragments", "max_fragments"))
+
+
+def check_scene_flags(args: argparse.Namespace, task: str, prog: str, scan: bool = False) -> None:
+    """The arguments given that a route of ``evaluate`` with a model of ``task`` does not read (``--voxel-size``
+    for a classifier, ``--config`` with ``--scan``, ...), refused by name (:data:`gridify._commands.OPTION_USE`).
+    Without the typed arguments (``args.given_options``, set by :func:`main`), the scene flags that hold a
+    value count as given."""
+    given = getattr(args, "given_options", None)
+    if given is None:
+        given = {key: flag for flag, key in SCENE_FLAGS if getattr(args, key, None) is not None}
+    t = get_task(task)
+    facts = {"evaluate:scan": "--scan"} if scan else {"evaluate:split": "a dataset split"}
+    facts[model_kind(t.whole_scenes, t.dense)] = f"a {task} checkpoint"
+    check_route(prog, "evaluate", given, facts)
 
 
 def scene_dataset_config(cfg: Dict[str, Any]) -> Dict[str, Any]:
@@ -229,6 +247,46 @@ def _check_input_width(ds: Any, payload: Dict[str, Any], scenes: bool, prog: str
     )
 
 
+#: what a dataset must say as the checkpoint recorded it (the keys of :meth:`gridify.tasks.Task.dataset_info`),
+#: and how a message names each: features in another order feed the model wrong columns, classes in another
+#: order or of other names score its outputs against the wrong labels
+MATCHED_INFO = (
+    ("features", "data.features"),
+    ("num_outputs", "the number of classes"),
+    ("class_names", "the class names"),
+    ("category_names", "the category names"),
+    ("category_to_parts", "the parts of each category"),
+)
+
+
+def _check_dataset_matches(ds: Any, payload: Dict[str, Any], task: str, prog: str) -> None:
+    """The dataset's features, classes and categories as the checkpoint records them (same names, same order),
+    before anything runs: a config error naming the key and both values (``data.features: [height, strength]``
+    on a model trained with ``[strength, height]`` ran and reported the metrics of a wrongly fed model)."""
+    recorded = payload.get("info") or {}
+    try:
+        now = get_task(task).dataset_info(ds)
+    except (AttributeError, TypeError, ValueError):  # a dataset that cannot say: nothing to compare
+        return
+    for key, words in MATCHED_INFO:
+        want, have = recorded.get(key), now.get(key)
+        if want is None or have is None or _plain(want) == _plain(have):
+            continue
+        same = isinstance(want, (list, tuple)) and sorted(map(str, want)) == sorted(map(str, have))
+        fix = f"; evaluate with data.features={list(want)}" if key == "features" else ""
+        raise SystemExit(
+            f"{prog}: config error: {words}: the dataset gives {_plain(have)} but the model was trained with "
+            f"{_plain(want)}" + (" (the same names in another order)" if same else "") + fix
+        )
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with tuples as lists and numbers as Python numbers (a checkpoint stores lists)."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def evaluate(
     args: argparse.Namespace, prog: str, *, voxel_size: Any = FROM_CONFIG, max_points: Any = FROM_CONFIG
 ) -> Dict[str, Any]:
@@ -241,7 +299,7 @@ def evaluate(
     except CheckpointError as exc:
         raise SystemExit(f"{prog}: error: {exc}")
     cfg = _evaluation_config(payload, args, prog)
-    check_scene_flags(args, cfg["task"], prog)
+    check_scene_flags(args, cfg["task"], prog)  # an argument this checkpoint's route does not read
 
     device = torch.device(
         "cuda"
@@ -256,6 +314,7 @@ def evaluate(
     scenes = get_task(cfg["task"]).whole_scenes  # scored whole (every original point), not item by item
     ds = _evaluation_dataset(cfg, args.split, scenes, prog)
     _check_input_width(ds, payload, scenes, prog)
+    _check_dataset_matches(ds, payload, cfg["task"], prog)
     info = payload["info"]
     loader = _evaluation_loader(ds, cfg)
     precision = resolve_precision(args.precision, device, where=prog)
@@ -274,6 +333,12 @@ def evaluate(
     except DatasetError as exc:
         raise SystemExit(f"{prog}: error: {error_line(exc)}")
     seconds = time.time() - t0
+    nothing = get_task(cfg["task"]).scored_nothing(metrics, extra)
+    if nothing:  # exit 0 with mIoU 0.00 / NaN said the model scored 0 %, not that nothing was measured
+        raise SystemExit(
+            f"{prog}: error: {nothing} on the {args.split} split of {cfg['data']['name']} ({len(ds)} samples): "
+            "nothing was measured (no metrics written)"
+        )
 
     report: Dict[str, Any] = {
         "task": cfg["task"],
@@ -302,7 +367,9 @@ def evaluate(
 
 def _scan_files(paths: Sequence[str], prog: str) -> list:
     """The scan files of ``--scan``: files as given, folders' readable point files (sorted, not recursive); a
-    Pointcept scene folder (with ``coord.npy``) is one scan, its ``coord.npy``."""
+    Pointcept scene folder (with ``coord.npy``) is one scan, its ``coord.npy``. A SemanticKITTI sequence folder
+    (or the dataset root above it) is refused naming the ``velodyne/`` folder that holds the scans (its
+    ``calib.txt`` / ``poses.txt`` / ``times.txt`` were read as point files)."""
     from gridify.io import SUPPORTED_EXTENSIONS
 
     files = []
@@ -310,6 +377,13 @@ def _scan_files(paths: Sequence[str], prog: str) -> list:
         p = Path(text)
         if p.is_dir() and (p / "coord.npy").is_file():  # a Pointcept scene folder: one scan, segment.npy beside
             files.append(p / "coord.npy")
+        elif p.is_dir() and ((p / "velodyne").is_dir() or (p / "sequences").is_dir()):
+            scans = p / "velodyne" if (p / "velodyne").is_dir() else p / "sequences" / "NN" / "velodyne"
+            what = "a SemanticKITTI sequence" if (p / "velodyne").is_dir() else "a SemanticKITTI dataset root"
+            raise SystemExit(
+                f"{prog}: error: --scan {text}: {what} folder; its scans are the .bin files of {scans}/ "
+                f"(their labels are found in labels/ beside it): give --scan {scans}"
+            )
         elif p.is_dir():
             found = sorted(q for q in p.iterdir() if q.is_file() and q.suffix.lower() in SUPPORTED_EXTENSIONS)
             if not found:
@@ -347,22 +421,16 @@ def _read_scan(
     )
 
 
-def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
-    """``gridify evaluate --scan``: a segmentation model on scan files with ground truth; prints per-class IoU
-    (over all points of all scans, :class:`gridify.metrics.SegmentationIoU`) and each scan's mIoU."""
-    import numpy as np
-
+def _scan_model(args: argparse.Namespace, prog: str) -> Any:
+    """The model of ``evaluate --scan`` on ``--device``: a segmentation model without categories, and no
+    argument given that its route does not read (:func:`check_scene_flags`)."""
     from gridify.api import load, pretrained_path
-    from gridify.metrics import SegmentationIoU
 
-    if args.output:
-        check_output_file(Path(args.output), "--output")
-    files = _scan_files(args.scan, prog)
-    if args.labels is not None and (len(files) != 1 or not Path(args.labels).is_file()):
-        raise SystemExit(f"{prog}: error: --labels {args.labels}: give one existing label file for one scan file")
-    check_ckpt(args.ckpt)
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
-        model = load(args.ckpt if args.ckpt else pretrained_path(args.model), device="cpu")
+        model = load(args.ckpt if args.ckpt else pretrained_path(args.model), device=device)
     except (CheckpointError, ValueError) as exc:
         raise SystemExit(f"{prog}: error: {exc}")
     if not model.dense or model.num_categories:
@@ -370,17 +438,30 @@ def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
             f"{prog}: error: --scan scores per-point labels of a scene or segmentation model without "
             f"categories; this is a {model.task} model"
         )
-    names = list(model.class_names)
+    check_scene_flags(args, model.task, prog, scan=True)
+    return model
+
+
+def _scan_views(args: argparse.Namespace, model: Any, prog: str) -> Dict[str, Any]:
+    """The keyword arguments of ``predict`` for every scan: a scene model's views (the flags, else the
+    checkpoint's defaults, what predict uses) and progress; another model's votes."""
+    if not getattr(model, "whole_scenes", False):
+        return {"num_votes": args.votes or 1, **fragments_setting(args)}
+    votes, cap = scene_views(args, model.meta.get("info"), prog).values()
+    return {"num_votes": votes, "max_fragments": "all" if cap is None else cap, "progress": not args.no_progress}
+
+
+def _score_scans(
+    files: Sequence[Path], args: argparse.Namespace, model: Any, names: Sequence[str], prog: str
+) -> Tuple[Any, list]:
+    """The pooled :class:`~gridify.metrics.SegmentationIoU` of every scan and a row per scan (printed as it
+    is scored); every scan and its labels are read (and refused) before the first prediction."""
+    from gridify.metrics import SegmentationIoU
 
     labelled = None
-    if len(files) > 1:  # every scan and its labels are read (and refused) before the first prediction
+    if len(files) > 1:
         labelled = sum(int((_read_scan(path, args, model, names, prog)[1] >= 0).sum()) for path in files)
-    metric = SegmentationIoU(len(names))
-    rows = []
-    scenes = getattr(model, "whole_scenes", False)
-    if scenes:  # the flags, else the checkpoint's defaults (what predict uses), as the report records them
-        votes, cap = scene_views(args, model.meta.get("info"), prog).values()
-        views = {"num_votes": votes, "max_fragments": "all" if cap is None else cap}
+    metric, rows, kw = SegmentationIoU(len(names)), [], _scan_views(args, model, prog)
     for path in files:
         cloud, target, label_file = _read_scan(path, args, model, names, prog)
         if (int((target >= 0).sum()) if labelled is None else labelled) == 0:
@@ -389,9 +470,11 @@ def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
                 f"{prog}: error: {what} is unlabelled (-1, the ignore index; SemanticKITTI's unlabeled and outlier "
                 f"classes map to it): nothing to score"
             )
+        if kw.get("progress"):  # a bar per scan, named by it
+            from gridify._progress import stderr_bar
+
+            kw["progress"] = stderr_bar(f"evaluate {path.name}")
         try:
-            kw = {"progress": not args.no_progress, **views} if scenes else {"num_votes": args.votes or 1}
-            kw.update(fragments_setting(args))  # refused by predict for a model without fragments, naming the flag
             pred = model.predict(cloud, **kw)  # a scene model's crops: a progress bar
         except (DatasetError, ValueError, OSError) as exc:
             raise SystemExit(f"{prog}: error: {error_line(exc)}")
@@ -401,6 +484,23 @@ def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
         scan_miou = float(one.compute()["miou"])
         rows.append({"scan": str(path), "labels": str(label_file), "points": len(target), "miou": scan_miou})
         print(f"[evaluate] {path}: mIoU {100 * scan_miou:.2f} % ({len(target)} points, labels {label_file})")
+    return metric, rows
+
+
+def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
+    """``gridify evaluate --scan``: a segmentation model on scan files with ground truth; prints per-class IoU
+    (over all points of all scans, :class:`gridify.metrics.SegmentationIoU`) and each scan's mIoU, and writes
+    the report to ``--output`` (default: :func:`output_path`)."""
+    import numpy as np
+
+    out = _check_output(args)
+    files = _scan_files(args.scan, prog)
+    if args.labels is not None and (len(files) != 1 or not Path(args.labels).is_file()):
+        raise SystemExit(f"{prog}: error: --labels {args.labels}: give one existing label file for one scan file")
+    check_ckpt(args.ckpt)
+    model = _scan_model(args, prog)
+    names = list(model.class_names)
+    metric, rows = _score_scans(files, args, model, names, prog)
     res = metric.compute()
     ious = {n: (None if np.isnan(v) else float(v)) for n, v in zip(names, res["iou"].tolist())}
     width = max(len(n) for n in names)
@@ -410,6 +510,7 @@ def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
         f"[evaluate] {len(files)} scan(s): mIoU {100 * float(res['miou']):.2f} % over the {sum(v is not None for v in ious.values())} "
         f"classes present, OA {100 * float(res['oa']):.2f} %, mAcc {100 * float(res['macc']):.2f} %"
     )
+    views = _scan_views(args, model, prog)
     report = {
         "task": model.task,
         "scans": rows,
@@ -418,13 +519,12 @@ def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
         "confusion": res["confusion"].tolist(),
         "class_names": names,
         "checkpoint": str(args.ckpt or args.model),
-        "votes": views["num_votes"] if scenes else (args.votes or 1),
-        "max_fragments": views["max_fragments"] if scenes else None,
+        "votes": views["num_votes"],
+        "max_fragments": views.get("max_fragments") if getattr(model, "whole_scenes", False) else None,
         "gridify_version": __version__,
     }
-    if args.output:
-        write_json(Path(args.output), report)
-        print(f"[evaluate] metrics written to {args.output}")
+    write_json(out, report)
+    print(f"[evaluate] metrics written to {out}")
     return report
 
 

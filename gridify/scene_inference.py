@@ -433,10 +433,15 @@ def predict_scene_unchecked(
 ) -> Tensor:
     """:func:`predict_scene` on validated inputs."""
     n = pos.size(0)
-    # one view's crops at a time (memory O(N) whatever votes); the total is known after the first view
-    # (every view has about as many crops) and exact once the last one is built
+    # one view's crops at a time (memory O(N) whatever votes); with progress reported, every view's crops are
+    # counted first (cut, counted and dropped one view at a time, then cut again as they run: the same crops), so
+    # that the total is exact from the first report (it was estimated from the views built so far: 28/56 crops,
+    # then 36/50, then 47/54)
+    todo = 0
+    if progress is not None:
+        todo = sum(len(crops) for _, crops in _iter_vote_crops(pos, voxel_size, max_points, votes, seed, max_fragments))
     views = _iter_vote_crops(pos, voxel_size, max_points, votes, seed, max_fragments)
-    todo, done, built = 0, 0, 0
+    done = 0
     total: Optional[Tensor] = None
     count = torch.zeros(n, dtype=torch.float32, device=pos.device)
     training = bool(getattr(model, "training", False))
@@ -445,8 +450,6 @@ def predict_scene_unchecked(
     try:
         with torch.no_grad():
             for view, crops in views:
-                built += 1
-                todo = done + len(crops) * (votes - built + 1) if built < votes else done + len(crops)
                 for b in range(0, len(crops), batch_size):
                     group = crops[b : b + batch_size]
                     idx = torch.cat(group)

@@ -250,6 +250,20 @@ class Task:
         """The metrics in one line (``OA 91.20 %, mAcc 88.50 %``)."""
         raise NotImplementedError
 
+    def scored_nothing(self, values: Dict[str, float], extra: Dict[str, Any]) -> str:
+        """Why metrics (of :meth:`compute_metrics`, or a whole-scene evaluation) measured nothing, or ``''``: no
+        item was scored (``extra['num_scored']`` or ``extra['num_scored_points']`` is 0), or the primary metric is
+        NaN or missing (no labelled point or shape). An evaluation or a run that measured nothing fails with it
+        instead of reporting 0.00 or NaN as a result."""
+        if extra.get("num_scored") == 0:
+            return "no sample was scored"
+        if extra.get("num_scored_points") == 0:
+            return "no labelled point was scored"
+        value = values.get(self.primary_metric)
+        if not isinstance(value, (int, float)) or math.isnan(value):
+            return f"{self.primary_metric} is undefined: no labelled point or sample was scored"
+        return ""
+
 
 def _named(values: Sequence[float], names: Optional[Sequence[str]]) -> Dict[str, Optional[float]]:
     """``{name: value}`` (NaN -> None), named by ``names`` when they match in number, else by index."""

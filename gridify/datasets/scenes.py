@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .._checks import check_bool, check_choice, warn_at_caller
-from .._files import atomic_write, atomic_write_text
+from .._files import atomic_write, atomic_write_text, commit_staged, staging_dir
 from ..io.cloud import coordinate_dtype
 from ..registry import DATASETS
 from ._common import DatasetError, PathLike, Transform, default_root
@@ -368,8 +368,8 @@ def convert_to_pointcept(root: PathLike, layout: str, out: PathLike, splits: Seq
             SemanticKITTI: the official split of the sequence).
         splits: the source splits to convert (``all``: every scene found).
         test_area, sequences, classes, unknown: as for :class:`SceneDataset`.
-        overwrite: rewrite scenes whose ``coord.npy`` exists (default: skip them, so an
-            interrupted conversion resumes).
+        overwrite: rewrite scenes whose ``coord.npy`` exists in ``out`` (default: skip them, so a
+            conversion resumes).
         progress: optional callable ``progress(done, total, name)``.
         skip_missing: convert the scenes of an official split list that are there, with a warning,
             when it names scenes that are not (default: refuse; see :func:`find_scenes`).
@@ -379,6 +379,12 @@ def convert_to_pointcept(root: PathLike, layout: str, out: PathLike, splits: Seq
     is refused (kept, those scenes would read back with the wrong labels), and so is an ``overwrite``
     that would leave scenes of the other conversion behind. An S3DIS conversion that sets at least
     :data:`IGNORED_SHARE_WARNING` of its points to ignore warns once, naming the classes outside the list.
+
+    Nothing is half-done in ``out``: the scenes, ``classes.txt`` and the record are written to a staging
+    folder beside it (:func:`gridify._files.staging_dir`, ``.<out name>.partial``) and moved into ``out`` when
+    every scene is converted (a scene folder whole). A failed run leaves ``out`` as it was (the staging folder
+    is removed, or kept when it holds converted scenes, which the message says); a rerun with the same
+    settings, after a failure or an interruption, resumes from the scenes staged.
 
     Returns:
         the scene folders written (or kept), in order.
@@ -400,19 +406,64 @@ def convert_to_pointcept(root: PathLike, layout: str, out: PathLike, splits: Seq
     targets = [out.joinpath(*_out_split(ref, split)) for ref, split in refs]
     settings = _conversion_settings(layout, names, unknown)
     rewriting = _check_previous_conversion(out, settings, targets, overwrite)
-    record = out / CONVERSION_FILE
-    atomic_write_text(record, json.dumps({**settings, "rewriting": rewriting}, indent=1) + "\n")
-    if names:
-        atomic_write_text(out / "classes.txt", "\n".join(names) + "\n")
+    stage = _open_stage(out, settings)
     found: set = set()
     ignored = total = 0
-    for i, ((ref, _), d) in enumerate(zip(refs, targets)):
-        if overwrite or not (d / "coord.npy").is_file():
-            a, b = _convert_one(ref, d, classes, unknown, found)
-            ignored, total = ignored + a, total + b
-        if progress is not None:
-            progress(i + 1, len(refs), ref.name)
-    if rewriting:
-        atomic_write_text(record, json.dumps({**settings, "rewriting": False}, indent=1) + "\n")
+    try:
+        for i, ((ref, _), d) in enumerate(zip(refs, targets)):
+            staged = stage / d.relative_to(out)
+            if not (staged / "coord.npy").is_file() and (overwrite or not (d / "coord.npy").is_file()):
+                a, b = _convert_one(ref, staged, classes, unknown, found)
+                ignored, total = ignored + a, total + b
+            if progress is not None:
+                progress(i + 1, len(refs), ref.name)
+    except (DatasetError, ValueError, OSError) as exc:
+        _close_failed_stage(stage, out, exc)
+        raise
+    _commit_conversion(stage, out, settings, names, rewriting)
     _warn_ignored(layout, found, ignored, total, names)
     return targets
+
+
+def _open_stage(out: Path, settings: Dict[str, Any]) -> Path:
+    """The staging folder of a conversion into ``out`` (:func:`gridify._files.staging_dir`), holding the scenes
+    an interrupted or failed run of the same settings converted (resumed), else new and empty."""
+    import shutil
+
+    stage = staging_dir(out)
+    if stage.is_dir():
+        try:
+            same = json.loads((stage / CONVERSION_FILE).read_text(encoding="utf-8")) == settings
+        except (OSError, ValueError):
+            same = False
+        if not same:  # a partial run of other settings: never in out, nothing to keep
+            shutil.rmtree(stage)
+    stage.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(stage / CONVERSION_FILE, json.dumps(settings, indent=1) + "\n")
+    return stage
+
+
+def _close_failed_stage(stage: Path, out: Path, exc: BaseException) -> None:
+    """After a failed conversion: ``out`` is as it was; the staging folder is removed unless it holds converted
+    scenes (a rerun resumes from them), and the error says where they wait."""
+    import shutil
+
+    kept = sorted(d for d in stage.glob("*/*") if (d / "coord.npy").is_file())
+    if not kept:
+        shutil.rmtree(stage, ignore_errors=True)
+        return
+    exc.args = (f"{exc}; {out} is left as it was, and the {len(kept)} scene(s) converted so far wait in "
+                f"{stage} (a rerun with the same settings resumes from them)", *exc.args[1:])
+
+
+def _commit_conversion(stage: Path, out: Path, settings: Dict[str, Any], names: Sequence[str],
+                       rewriting: bool) -> None:
+    """Move the staged scenes into ``out`` (each scene folder whole), then its ``classes.txt`` and record (an
+    overwrite of other settings is recorded as under way while its scenes move in)."""
+    record = out / CONVERSION_FILE
+    if rewriting:
+        atomic_write_text(record, json.dumps({**settings, "rewriting": True}, indent=1) + "\n")
+    atomic_write_text(stage / CONVERSION_FILE, json.dumps({**settings, "rewriting": False}, indent=1) + "\n")
+    if names:
+        atomic_write_text(stage / "classes.txt", "\n".join(names) + "\n")
+    commit_staged(stage, out, unit_depth=2, last=("classes.txt", CONVERSION_FILE))

@@ -151,11 +151,27 @@ def test_real_forest_plot_with_the_default_classes_warns(tmp_path):
 @pytest.mark.parametrize(
     "layout, flags, message",
     [
-        ("semantickitti", ["--classes", "a", "b"], "--classes is only read for --layout s3dis, not semantickitti"),
-        ("semantickitti", ["--test-area", "3"], "--test-area is only read for --layout s3dis / mmdet3d_s3dis"),
-        ("semantickitti", ["--unknown", "error"], "--unknown is only read for --layout s3dis, not semantickitti"),
-        ("s3dis", ["--sequences", "00"], "--sequences is only read for --layout semantickitti, not s3dis"),
-        ("scannet", ["--test-area", "2"], "--test-area is only read for --layout s3dis / mmdet3d_s3dis, not scannet"),
+        (
+            "semantickitti",
+            ["--classes", "a", "b"],
+            r"--classes is only read for --layout s3dis .*\(here: --layout semantickitti\)",
+        ),
+        ("semantickitti", ["--test-area", "3"], r"--test-area is only read for --layout s3dis / mmdet3d_s3dis \(here"),
+        (
+            "semantickitti",
+            ["--unknown", "error"],
+            r"--unknown is only read for --layout s3dis \(here: --layout semantickitti",
+        ),
+        (
+            "s3dis",
+            ["--sequences", "00"],
+            r"--sequences is only read for --layout semantickitti \(here: --layout s3dis\)",
+        ),
+        (
+            "scannet",
+            ["--test-area", "2"],
+            r"--test-area is only read for --layout s3dis / mmdet3d_s3dis \(here: --layout scannet",
+        ),
     ],
 )
 def test_convert_refuses_a_flag_the_layout_does_not_read(tmp_path, layout, flags, message):
@@ -189,3 +205,48 @@ def test_convert_names_a_root_one_folder_too_high_in_its_own_words(tmp_path):
     text = str(exc.value)
     assert "(--sequences); its subfolder 'dataset' holds them: give '" in text, text
     assert text.endswith("kitti/dataset' as the root") and "root=" not in text and "sequences=" not in text, text
+
+
+def test_a_failed_conversion_leaves_out_as_it_was_and_a_rerun_resumes(tmp_path):
+    """A failed ``gridify convert`` left ``classes.txt`` and ``conversion.json`` (and the scenes converted so far)
+    in ``--out``; now the files are staged beside it and moved in only when every scene is converted."""
+    raw, out = _s3dis_tree(tmp_path / "raw"), tmp_path / "pc"
+    bad = raw / "Area_5" / "hallway_1" / "Annotations" / "wall_1.txt"
+    good = bad.read_text()
+    bad.write_text("1 2 3 4 5 6\nnot a number\n")  # the second scene fails, after the first was converted
+    with pytest.raises(SystemExit) as exc:
+        _convert(raw, out)
+    text = str(exc.value)
+    assert "wall_1.txt" in text and "\n" not in text, text
+    assert not out.exists(), sorted(out.rglob("*"))  # no classes.txt, no conversion.json, no scene
+    stage = tmp_path / ".pc.partial"
+    assert f"the 1 scene(s) converted so far wait in {stage}" in text, text
+    assert (stage / "Area_1" / "office_1" / "coord.npy").is_file()
+    bad.write_text(good)
+    assert _convert(raw, out) == 0  # resumes from the staged scene, then moves everything in
+    assert not stage.exists() and _labels_of(out) == ["chair", "floor", "wall"]
+    assert (out / "classes.txt").is_file() and (out / "Area_5" / "hallway_1" / "coord.npy").is_file()
+    assert json.loads((out / "conversion.json").read_text())["rewriting"] is False
+
+
+def test_a_conversion_failing_on_its_first_scene_leaves_nothing(tmp_path):
+    raw = _s3dis_tree(tmp_path / "raw")
+    (raw / "Area_1" / "office_1" / "Annotations" / "floor_1.txt").write_text("x y z\n")
+    with pytest.raises(SystemExit, match="floor_1.txt"):
+        _convert(raw, tmp_path / "pc")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw"]  # neither --out nor a staging folder
+    (tmp_path / "pc").mkdir()
+    (tmp_path / "pc" / "mine.txt").write_text("kept")  # an existing --out is left exactly as it was
+    with pytest.raises(SystemExit):
+        _convert(raw, tmp_path / "pc")
+    assert sorted(p.name for p in (tmp_path / "pc").iterdir()) == ["mine.txt"]
+
+
+def test_an_overwrite_replaces_each_scene_folder_whole(tmp_path):
+    raw, out = _s3dis_tree(tmp_path / "raw"), tmp_path / "pc"
+    assert _convert(raw, out) == 0
+    stale = out / "Area_1" / "office_1" / "stale.npy"
+    stale.write_bytes(b"")
+    assert _convert(raw, out, "--overwrite") == 0
+    assert not stale.exists() and (out / "Area_1" / "office_1" / "coord.npy").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pc", "raw"]

@@ -63,7 +63,9 @@ def test_show_checks_hide_before_labelling_the_scan_and_applies_it_beside_the_gr
     with pytest.raises(SystemExit, match=r"--hide: unknown class\(es\) \['sky'\]"):
         gridify_main([*base, "--hide", "sky", "--out", str(tmp_path / "a.png")])
     assert "points:" not in capsys.readouterr().out  # refused before the scan was labelled
-    with pytest.raises(SystemExit, match=r"--hide is for scene models"):  # without a model it was ignored
+    with pytest.raises(
+        SystemExit, match=r"--hide is only read with a scene segmenter .*\(here: no model"
+    ):  # without a model it was ignored
         gridify_main(["show", str(tmp_path / "scan.bin"), "--hide", "car", "--out", str(tmp_path / "c.png")])
     first = CLASSES[1]  # the tiny model labels most points as the first class
     assert gridify_main([*base, "--hide", first, "--out", str(tmp_path / "b.png")]) == 0
@@ -262,7 +264,10 @@ def test_max_fragments_flag_errors_name_the_flag(tmp_path, command):
         with pytest.raises(SystemExit) as exc:
             gridify_main([command, str(tmp_path / "scan.bin"), "--model", "modelnet10", "--max-fragments", value])
         assert exc.value.code == 2  # an argparse error, before any model loads
-    with pytest.raises(SystemExit, match=rf"gridify {command}: error: --max-fragments is for scene models"):
+    with pytest.raises(
+        SystemExit,
+        match=rf"gridify {command}: error: --max-fragments is only read by a scene segmenter .*\(here: a classification model\)",
+    ):
         gridify_main([command, str(tmp_path / "scan.bin"), "--model", "modelnet10", "--max-fragments", "1"])
 
 
@@ -270,7 +275,30 @@ def test_evaluate_refuses_scene_flags_for_a_classifier_checkpoint():
     from gridify._pretrained import pretrained_file
 
     ckpt = str(pretrained_file("modelnet10"))
-    with pytest.raises(SystemExit, match=r"--max-fragments: for scene_segmentation checkpoints .* classification"):
+    with pytest.raises(
+        SystemExit, match=r"--max-fragments is only read by a scene segmenter .*\(here: a classification checkpoint\)"
+    ):
         gridify_main(["evaluate", "--ckpt", ckpt, "--max-fragments", "2"])
-    with pytest.raises(SystemExit, match=r"--voxel-size, --max-points: for scene_segmentation checkpoints"):
+    with pytest.raises(
+        SystemExit,
+        match=r"--voxel-size and --max-points are only read for a scene segmenter on a dataset split .*\(here: a dataset split, a classification checkpoint\)",
+    ):
         gridify_main(["evaluate", "--ckpt", ckpt, "--voxel-size", "0.1", "--max-points", "100"])
+
+
+def test_show_refuses_ground_truth_with_every_point_unlabelled(tmp_path, capsys):
+    """docs/bad-input.md says ``show`` refuses ground truth that is all unlabelled (as ``evaluate --scan``
+    does); it drew an empty panel beside the prediction. Refused naming the file, before the scan is labelled."""
+    scan = tmp_path / "scan.bin"
+    _scan(scan)
+    np.save(tmp_path / "none.npy", np.full(700, -1))
+    (tmp_path / "none.txt").write_text("-1\n" * 700)
+    path, _ = _export(tmp_path)
+    base = ["show", str(scan), "--ckpt", str(path), "--out", str(tmp_path / "v.png"), "--no-progress"]
+    for name in ("none.npy", "none.txt"):
+        with pytest.raises(SystemExit) as exc:
+            gridify_main(base + ["--labels", str(tmp_path / name)])
+        text = str(exc.value)
+        assert name in text and "every point is unlabelled" in text and "--labels none" in text, text
+        assert "700 points" not in capsys.readouterr().out  # before the model labelled the scan
+    assert not (tmp_path / "v.png").exists()

@@ -2,6 +2,7 @@
 first hour; measured 8-13 s before, 0.1 s after), and the literals the parsers show equal the library's values."""
 
 import subprocess
+from pathlib import Path
 import sys
 
 import pytest
@@ -120,6 +121,16 @@ def test_the_scripts_help_and_argument_errors_import_no_torch(script, args, show
 
 def test_the_parsers_literals_equal_the_library_values():
     from gridify import _clinames as N
+    from gridify.io.registry import formats, mesh_reader_extensions
+    from gridify.registry import DATASETS, MODELS
+    from gridify.training.schema import DATASET_ALIASES
+    from gridify.vis import LAYERS
+
+    assert N.MODEL_NAMES == tuple(MODELS.names()) and N.VIS_LAYERS == LAYERS
+    assert N.DATASET_NAMES == tuple(sorted(set(DATASETS.names()) | set(DATASET_ALIASES)))
+    assert N.COLUMN_EXTENSIONS == tuple(e for f in formats() if "columns" in f.options for e in f.extensions)
+    assert N.SAMPLED_EXTENSIONS == tuple(e for f in formats() if "num_samples" in f.options for e in f.extensions)
+    assert set(N.SAMPLED_EXTENSIONS) == set(mesh_reader_extensions())
     from gridify import _commands as C
     from gridify._pretrained import PRETRAINED
     from gridify.api import PRETRAINED as API_PRETRAINED
@@ -327,8 +338,11 @@ def test_list_configs_reads_the_files_alone_and_names_what_training_finds():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
     assert "HEAVY []" in out.stdout and "procedural" in out.stdout, (out.stdout[-500:], out.stderr[-500:])
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("  ")]
-    assert lines and all(len(ln) <= 2 + 34 + 1 + 90 for ln in lines)  # a cut description ends in "..."
-    assert any(ln.endswith("...") for ln in lines)
+    assert lines and all(len(ln) <= 118 for ln in lines)
+    # descriptions are wrapped under themselves, never cut with "...": each config's first sentence, whole
+    text = " ".join(ln.strip() for ln in out.stdout.splitlines())
+    assert "with the thesis' ModelNet settings (table C.1) otherwise: R=9, k=9, C=128" in " ".join(text.split())
+    assert not any(ln.rstrip().endswith(("...", "...)")) and "..." not in ln for ln in lines if "ply" not in ln)
 
 
 def test_a_closed_stdout_ends_the_command_quietly():
@@ -349,3 +363,93 @@ def test_a_closed_stdout_ends_the_command_quietly():
     finally:
         os.close(write)
     assert out.returncode == 1 and out.stderr == "", out.stderr[-500:]
+
+
+CLINAMES = Path(__file__).resolve().parents[2] / "gridify" / "_clinames.py"
+
+
+def _key_rows_block(rows) -> str:
+    """The ``KEY_ROWS = (...)`` literal of ``gridify/_clinames.py`` for ``rows``, one row per line."""
+    return "KEY_ROWS = (\n" + "".join(f"    {tuple(row)!r},\n" for row in rows) + ")\n"
+
+
+def regenerate_key_rows() -> None:
+    """Rewrite ``KEY_ROWS`` in ``gridify/_clinames.py`` from the schema (``python tests/cli/test_startup.py``)."""
+    import re
+
+    from gridify.training.schema import key_rows
+
+    text = CLINAMES.read_text(encoding="utf-8")
+    new = re.sub(r"KEY_ROWS = \(\n.*?^\)\n", lambda m: _key_rows_block(key_rows()), text, flags=re.S | re.M)
+    CLINAMES.write_text(new, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    regenerate_key_rows()
+
+
+def test_the_key_listing_equals_the_schema_s():
+    """``gridify list keys`` prints the schema's rows from a snapshot (the schema imports PyTorch for the
+    registries' names: 3 s); the snapshot must be the schema's, row for row, as ``print_keys`` prints them."""
+    import contextlib
+    import io
+
+    from gridify import _clinames
+    from gridify.cli import main
+    from gridify.training.schema import key_rows, print_keys
+
+    assert _clinames.KEY_ROWS == tuple(tuple(r) for r in key_rows()), (
+        "gridify/_clinames.py KEY_ROWS is stale: regenerate it with python tests/cli/test_startup.py"
+    )
+    want, got = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(want):
+        print_keys()
+    with contextlib.redirect_stdout(got):
+        assert main(["list", "keys"]) == 0
+    assert got.getvalue() == want.getvalue()
+
+
+@pytest.mark.parametrize("what", [[], ["all"], ["configs"], ["models"], ["datasets"], ["keys"]])
+def test_every_form_of_list_answers_without_torch(what):
+    """``gridify list`` took about 3 s (``--help`` 0.08 s): it imported the registries, hence PyTorch, to print
+    names; every form reads the files and the parser's literals alone now (well under a second)."""
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(argv=["list", *what])], capture_output=True, text=True, check=False
+    )
+    assert "HEAVY []" in out.stdout, (out.stdout[-500:], out.stderr[-500:])
+    assert out.returncode == 0 and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{"PYTHONIOENCODING": "ascii"}, {"PYTHONIOENCODING": "latin-1"}, {"LANG": "C", "LC_ALL": "C", "PYTHONUTF8": "0"}],
+)
+def test_every_command_s_output_survives_a_terminal_that_is_not_utf8(env):
+    """``gridify list keys`` to an ASCII-only terminal ended in the last-resort ``UnicodeEncodeError`` (the
+    Lovász loss): what the output cannot encode is folded to ASCII."""
+    import os
+
+    out = subprocess.run(
+        [sys.executable, "-m", "gridify.cli", "list", "keys"],
+        capture_output=True,
+        check=False,
+        env={**os.environ, **env, "PYTHONCOERCECLOCALE": "0"},
+    )
+    assert out.returncode == 0, out.stderr[-500:]
+    assert b"Lovasz-softmax" in out.stdout or "Lovász".encode("latin-1") in out.stdout
+    assert b"UnicodeEncodeError" not in out.stderr
+
+
+def test_an_ascii_stdout_gets_the_names_spelt_in_ascii(capsys, monkeypatch):
+    import io
+
+    from gridify.cli import main
+
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="ascii")
+    monkeypatch.setattr(sys, "stdout", stream)
+    assert main(["list", "keys"]) == 0
+    stream.flush()
+    text = raw.getvalue().decode("ascii")
+    assert "Lovasz-softmax" in text
+    assert stream.errors == "strict"  # the stream is left as it was

@@ -367,3 +367,27 @@ def test_views_are_rotations_by_evenly_spaced_angles_whatever_the_seed(votes):
                 [x * np.cos(a) - y * np.sin(a) + centre[0], x * np.sin(a) + y * np.cos(a) + centre[1], pos[:, 2]], 1
             )
             torch.testing.assert_close(view, expected, rtol=0, atol=1e-9)
+
+
+def test_the_progress_total_is_exact_from_the_first_report():
+    """``evaluate --scan`` showed 28/56 crops, then 36/50, then 47/54: the total was estimated from the views built
+    so far. Every view's crops are counted before the first model call now: one total, from first to last."""
+    import gridify.scene_inference as SI
+
+    g = torch.Generator().manual_seed(1)
+    pos = torch.rand(900, 3, generator=g) * torch.tensor([30.0, 6.0, 2.0])  # rotated views cut other crop counts
+    x = torch.rand(900, 1, generator=g)
+    counts = [len(c) for _, c in SI._iter_vote_crops(pos, 0.5, 60, 5, 0, 2)]
+    assert len(set(counts)) > 1  # the views differ: an estimate from the first would be wrong
+    calls = []
+    SI.predict_scene(
+        lambda p, f, b: torch.stack([p[:, 0], f[:, 0]], 1),
+        pos,
+        x,
+        voxel_size=0.5,
+        max_points=60,
+        votes=5,
+        max_fragments=2,
+        progress=lambda d, t: calls.append((d, t)),
+    )
+    assert {t for _, t in calls} == {sum(counts)} and calls[-1][0] == sum(counts)
