@@ -42,6 +42,7 @@ __all__ = [
     "write_run_files",
     "test_report",
     "write_test_outputs",
+    "export_run_model",
     "write_plots",
     "flat_config",
     "write_tensorboard",
@@ -156,13 +157,12 @@ def write_plots(record: RunRecord, report: Optional[Dict[str, Any]] = None) -> O
     return plots
 
 
-def write_test_outputs(record: RunRecord, report: Dict[str, Any], model: torch.nn.Module, train_seconds: float) -> None:
-    """``test_metrics.json``, ``checkpoints/model.pt`` (the tested weights), the final ``run_info.json``
-    and, when ``trainer.plots`` is on, the plots; then one summary line on the console."""
-    out, cfg, info = record.out, record.cfg, record.info
-    write_json(out / "test_metrics.json", report)
+def export_run_model(record: RunRecord, model: torch.nn.Module, checkpoint: str) -> Path:
+    """``checkpoints/model.pt``: the weights of ``model`` (from ``checkpoint``) with what rebuilding it needs."""
+    cfg, info = record.cfg, record.info
+    path = record.out / "checkpoints" / "model.pt"
     export_model(
-        out / "checkpoints" / "model.pt",
+        path,
         model,
         {
             "model_name": record.model_name,
@@ -174,9 +174,18 @@ def write_test_outputs(record: RunRecord, report: Dict[str, Any], model: torch.n
             "config": cfg,
             "source_format": info["source_format"],
             "num_parameters": record.num_params,
-            "checkpoint": report["checkpoint"],
+            "checkpoint": checkpoint,
         },
     )
+    return path
+
+
+def write_test_outputs(record: RunRecord, report: Dict[str, Any], model: torch.nn.Module, train_seconds: float) -> None:
+    """``test_metrics.json``, ``checkpoints/model.pt`` (the tested weights), the final ``run_info.json``
+    and, when ``trainer.plots`` is on, the plots; then one summary line on the console."""
+    out = record.out
+    write_json(out / "test_metrics.json", report)
+    export_run_model(record, model, report["checkpoint"])
     record.run_info.update(
         train_seconds=round(train_seconds, 1),
         test_metrics=report["metrics"],
@@ -202,7 +211,7 @@ def write_test_outputs(record: RunRecord, report: Dict[str, Any], model: torch.n
         return
     print(
         f"[train] test ({report.get('num_scored')} of {report['num_samples']} samples{part}, {report['checkpoint']}): "
-        f"{format_metrics(cfg['task'], report['metrics'])} | trained {train_seconds:.0f} s | "
+        f"{format_metrics(record.cfg['task'], report['metrics'])} | trained {train_seconds:.0f} s | "
         f"{out / 'test_metrics.json'} | model: {out / 'checkpoints' / 'model.pt'}",
         flush=True,
     )

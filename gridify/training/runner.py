@@ -64,7 +64,15 @@ from .epochs import shown_epoch
 from .module import PointCloudData, PointCloudTask
 from .plots import STEPS_FILE
 from .progress import RunVoice, interactive, progress_callbacks
-from .report import RunRecord, test_report, write_plots, write_run_files, write_tensorboard, write_test_outputs
+from .report import (
+    RunRecord,
+    export_run_model,
+    test_report,
+    write_plots,
+    write_run_files,
+    write_tensorboard,
+    write_test_outputs,
+)
 from .schedule import steps_per_epoch, world_size_guess
 from .schema import trainer_error
 
@@ -536,6 +544,13 @@ def test_and_report(
         num_samples=len(datamodule.test_set) if datamodule.test_set is not None else None,
         subset=datamodule.subsets.get("test"),
     )
+    nothing = get_task(record.cfg["task"]).scored_nothing(report["metrics"], dict(module.test_results))
+    if nothing:  # a result of 0.00 or NaN would read as the model's score: the run fails, its weights kept
+        weights = export_run_model(record, module.eval_model, report["checkpoint"])
+        raise DatasetError(
+            f"the test {nothing} ({report['num_samples']} samples of {record.cfg['data']['name']}'s test split): "
+            f"nothing was measured, no test_metrics.json written; the trained weights are in {weights}"
+        )
     write_test_outputs(record, report, module.eval_model, train_seconds)
     for logger in trainer.loggers:
         if isinstance(logger, pl.loggers.TensorBoardLogger):

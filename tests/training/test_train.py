@@ -870,3 +870,25 @@ def test_a_run_that_fails_after_some_steps_still_writes_its_plots(tmp_path, monk
     assert (tmp_path / "plots" / "loss.png").stat().st_size > 1000 and (tmp_path / "plots" / "metrics.png").is_file()
     assert [r["step"] for r in T.read_steps(tmp_path / "csv" / "train_steps.csv")] == [0.0, 1.0, 2.0]
     assert not (tmp_path / "test_metrics.json").exists()
+
+
+def test_a_run_whose_test_measured_nothing_fails_and_keeps_its_weights(tmp_path, monkeypatch, capsys):
+    """A test that scored no sample (every row dropped, every label ignored) reported 0.00 or NaN with exit status 0:
+    the run fails naming why, writes no test_metrics.json, and keeps the trained weights in model.pt."""
+    from gridify.tasks import ClassificationTask
+
+    real = ClassificationTask.compute_metrics
+
+    def scored_none(self, metrics, *args, **kwargs):
+        values, extra = real(self, metrics, *args, **kwargs)
+        return {k: float("nan") for k in values}, {**extra, "num_scored": 0}
+
+    monkeypatch.setattr(ClassificationTask, "compute_metrics", scored_none)
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as exc:
+        T.main(tiny(out, "trainer.max_epochs=1", "trainer.limit_val_batches=0"))
+    assert exc.value.code not in (0, None)
+    message = str(exc.value) + capsys.readouterr().err
+    assert "no sample was scored" in message and "nothing was measured" in message
+    assert not (out / "test_metrics.json").exists()
+    assert (out / "checkpoints" / "model.pt").is_file()
