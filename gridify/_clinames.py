@@ -65,6 +65,7 @@ KEY_ROWS = (
     ('data.drop_last', 'true or false', 'false', 'drop the last incomplete training batch'),
     ('data.prefetch_graph', "true or false or 'auto'", 'auto', "build a gridified model's training graphs in the DataLoader workers (num_workers > 0), overlapping the step; auto: when training on a GPU"),
     ('data.augmentations', "null or a list of augmentations (names or mappings with 'name')", '[]', 'training augmentations: rotate_z, rotate, scale, flip, jitter, point_dropout, resample, each a name or {name: ..., arguments}'),
+    ('data.archive', 'null or a non-empty string', '(from the dataset / model)', "the archive gridify download --config fetches for this config (gridify download --list), for a folder layout it unpacks into (the ModelNet40 recipes on data.name=folder: ModelNet40, the official OFF meshes in <class>/{train,test}/); null: the dataset's own"),
     ('data.train', 'null or a mapping', '{}', 'dataset arguments for the train split only'),
     ('data.val', 'null or a mapping', '{}', 'dataset arguments for the validation split only'),
     ('data.test', 'null or a mapping', '{}', 'dataset arguments for the test split only'),

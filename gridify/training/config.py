@@ -102,6 +102,7 @@ DATA_LOADER_KEYS = (
     "drop_last",
     "prefetch_graph",
     "augmentations",
+    "archive",
     "train",
     "val",
     "test",

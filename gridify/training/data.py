@@ -154,7 +154,15 @@ def build_dataset(cfg: Dict[str, Any], split: str, augment: Optional[EpochAugmen
 
 
 def config_archives(cfg: Dict[str, Any]) -> List[str]:
-    """The archives (:data:`gridify.datasets.ARCHIVES` keys) ``gridify download`` fetches for ``cfg``'s data."""
+    """The archives (:data:`gridify.datasets.ARCHIVES` keys) ``gridify download`` fetches for ``cfg``'s data:
+    ``data.archive`` when the config names one (a folder layout the archive unpacks into), else the dataset's."""
+    if cfg["data"].get("archive"):
+        from gridify.datasets.download import resolve_archive  # noqa: PLC0415
+
+        try:
+            return [resolve_archive(cfg["data"]["archive"])]
+        except ValueError as exc:
+            raise ConfigError(f"data.archive: {exc}") from None
     name, kwargs = dataset_kwargs(cfg, "train")
     return list(getattr(DATASETS.get(name), "archives", lambda **_: [])(**kwargs))
 

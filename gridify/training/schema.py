@@ -563,6 +563,12 @@ SCHEMA: Dict[str, Any] = {
             doc="training augmentations: rotate_z, rotate, scale, flip, "
             "jitter, point_dropout, resample, each a name or {name: ..., arguments}",
         ),
+        "archive": Str(
+            nullable=True,
+            doc="the archive gridify download --config fetches for this config (gridify download --list), for a "
+            "folder layout it unpacks into (the ModelNet40 recipes on data.name=folder: ModelNet40, the official "
+            "OFF meshes in <class>/{train,test}/); null: the dataset's own",
+        ),
         "train": Mapping(nullable=True, doc="dataset arguments for the train split only"),
         "val": Mapping(nullable=True, doc="dataset arguments for the validation split only"),
         "test": Mapping(nullable=True, doc="dataset arguments for the test split only"),

@@ -276,3 +276,15 @@ def test_download_command_speaks_the_configs_names(tmp_path, capsys, monkeypatch
     assert (tmp_path / "ModelNet10" / "bed" / "test" / "bed_0000.off").is_file()
     with pytest.warns(UserWarning, match="only 2 of 10 class folders"):
         assert ModelNet(tmp_path, name="10", source="auto", split="test").source_format == "off"
+
+
+def test_the_folder_recipes_of_modelnet40_name_the_archive_they_read():
+    """``gridify download --config modelnet40_thesis`` fetched nothing (data.name=folder needs a root): the
+    ModelNet40 recipes name the official archive whose layout they read; a misspelt archive is a config error."""
+    from gridify.training.config import ConfigError, resolve_config
+    from gridify.training.data import config_archives
+
+    for name in ("modelnet40_fast", "modelnet40_wide", "modelnet40_thesis"):
+        assert config_archives(resolve_config(name)) == ["ModelNet40"], name
+    with pytest.raises(ConfigError, match="data.archive"):
+        config_archives(resolve_config("modelnet40_thesis", ["data.archive=ModelNet41"]))
