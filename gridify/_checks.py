@@ -31,8 +31,10 @@ refused), :func:`check_number` (finite real numbers with a lower bound), :func:`
 
 Sizes: :func:`check_alloc` refuses a request before anything is allocated for it when
 
-    estimated bytes  >  limit = $GRIDIFY_MAX_ALLOC_BYTES, else the machine's physical memory
-                                (for a CUDA device: that device's memory)
+    estimated bytes  >  limit = $GRIDIFY_MAX_ALLOC_BYTES, else the memory granted to the process:
+                                the machine's physical memory, or less where its cgroup's limit
+                                (memory.max) or the address-space limit (ulimit -v, less what the
+                                process maps already) grants less (for a CUDA device: that device's memory)
 
 with a message naming the argument that asked for it and the bytes it would need.
 
@@ -126,6 +128,14 @@ def check_positive_int(where: str, **values: Any) -> None:
         check_int(where, name, value, 1)
 
 
+def _finite(value: Any) -> bool:
+    """``math.isfinite`` of a real number; False for an int beyond the float range (10**400), which it cannot take."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def check_number(
     where: str, name: str, value: Any, minimum: float = 0.0, strict: bool = True, allow_none: bool = False
 ) -> Optional[float]:
@@ -136,7 +146,7 @@ def check_number(
     """
     if value is None and allow_none:
         return None
-    ok = is_real(value) and math.isfinite(value) and (value > minimum if strict else value >= minimum)
+    ok = is_real(value) and _finite(value) and (value > minimum if strict else value >= minimum)
     if not ok:
         if minimum == 0:
             what = "a positive finite number" if strict else "a non-negative finite number"
@@ -440,6 +450,72 @@ def physical_memory() -> int:
         return 1 << 62
 
 
+@functools.lru_cache(maxsize=1)
+def cgroup_memory_limit() -> Optional[int]:
+    """The memory limit of this process's cgroup in bytes (``memory.max``, cgroup v2; ``memory.limit_in_bytes``, v1),
+    or None when there is none below the physical memory (or it cannot be read)."""
+    paths = ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
+    try:
+        with open("/proc/self/cgroup") as fh:
+            for line in fh:
+                _, controllers, where = line.rstrip("\n").split(":", 2)
+                if controllers == "":
+                    paths.append(f"/sys/fs/cgroup{where.rstrip('/')}/memory.max")
+                elif "memory" in controllers.split(","):
+                    paths.append(f"/sys/fs/cgroup/memory{where.rstrip('/')}/memory.limit_in_bytes")
+    except (OSError, ValueError):
+        pass
+    limits = []
+    for path in paths:
+        try:
+            with open(path) as fh:
+                text = fh.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            limits.append(int(text))
+    below = [v for v in limits if 0 < v < physical_memory()]
+    return min(below) if below else None
+
+
+def _mapped_bytes() -> int:
+    """Bytes of address space this process maps now (``VmSize``; 0 when it cannot be read)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def granted_memory() -> Tuple[int, str]:
+    """The memory this process may allocate and where the figure comes from: the physical memory, or less where the
+    cgroup's limit or the address-space limit (``ulimit -v``, less the address space the process maps already)
+    grants less."""
+    limit, source = physical_memory(), "the physical memory"
+    cgroup = cgroup_memory_limit()
+    if cgroup is not None and cgroup < limit:
+        limit, source = cgroup, "the memory limit of this process's cgroup"
+    try:
+        import resource  # noqa: PLC0415 - POSIX only
+
+        soft, infinite = resource.getrlimit(resource.RLIMIT_AS)[0], resource.RLIM_INFINITY
+    except (ImportError, OSError, ValueError):  # pragma: no cover - non-POSIX
+        soft, infinite = -1, -1
+    if soft != infinite and soft >= 0:
+        mapped = _mapped_bytes()
+        left = max(int(soft) - mapped, 0)
+        if left < limit:
+            limit = left
+            source = (
+                f"the address-space limit (ulimit -v) of {format_bytes(soft)} less the {format_bytes(mapped)} "
+                f"this process maps already"
+            )
+    return limit, source
+
+
 def max_alloc_bytes(device: Optional[torch.device] = None) -> Tuple[int, str]:
     """The allocation limit of :func:`check_alloc` and where it comes from, ``(bytes, source)``."""
     env = os.environ.get(MAX_ALLOC_ENV, "").strip()
@@ -453,7 +529,7 @@ def max_alloc_bytes(device: Optional[torch.device] = None) -> Tuple[int, str]:
         return int(limit), MAX_ALLOC_ENV
     if device is not None and torch.device(device).type == "cuda":
         return int(torch.cuda.get_device_properties(torch.device(device)).total_memory), "the GPU's memory"
-    return physical_memory(), "the physical memory"
+    return granted_memory()
 
 
 def format_bytes(n: float) -> str:
@@ -466,10 +542,11 @@ def format_bytes(n: float) -> str:
     return f"{value:.3g} EiB"
 
 
-def check_alloc(where: str, what: str, nbytes: int, device: Optional[torch.device] = None) -> None:
+def check_alloc(where: str, what: str, nbytes: int, device: Optional[torch.device] = None, hint: str = "") -> None:
     """Refuse a request for ``nbytes`` bytes beyond :func:`max_alloc_bytes`, before allocating.
 
-    ``what`` names the argument that decides the size (``"dim_size=10**12 ([dim_size, 16] float32)"``).
+    ``what`` names the argument that decides the size (``"dim_size=10**12 ([dim_size, 16] float32)"``);
+    ``hint`` (optional) ends the message: what lowers the figure (``"lower it with ..."``).
     """
     limit, source = max_alloc_bytes(device)
     if nbytes > limit:
@@ -477,7 +554,7 @@ def check_alloc(where: str, what: str, nbytes: int, device: Optional[torch.devic
             where,
             f"{what} would need {format_bytes(nbytes)} ({float(min(nbytes, 1e300)):.3g} bytes), more "
             f"than the allocation limit of {format_bytes(limit)} ({source}; set {MAX_ALLOC_ENV} to "
-            f"change it)",
+            f"change it)" + (f"; {hint}" if hint else ""),
         )
 
 

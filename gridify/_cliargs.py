@@ -50,7 +50,7 @@ from ._paths import (
     check_output_file,
     describe_os_error,
 )
-from ._pretrained import PRETRAINED, not_found_hint
+from ._pretrained import PRETRAINED, not_found_hint, shipped_name
 
 __all__ = [
     "Parser",
@@ -306,7 +306,7 @@ def shipped_or_file(text: str) -> str:
     """A model given as ``gridify.load`` takes it: a shipped model's name, or a checkpoint file (readable, not a
     folder or a FIFO). A bare name that is neither is named with the shipped models and the closest one
     (``did you mean 'semantickitti'?``), as ``gridify.load`` names it."""
-    if text in PRETRAINED:
+    if shipped_name(text):  # a file of that name is a checkpoint and wins (gridify._pretrained.shipped_name)
         return text
     if not text.strip():
         raise argparse.ArgumentTypeError(f"empty; give a shipped model's name ({', '.join(PRETRAINED)}) or a file")
@@ -451,17 +451,17 @@ def option_read(requirement: str, facts: Iterable[str]) -> bool:
     return any(set(alt.split("+")) <= have for alt in requirement.split("|"))
 
 
-class UsageExit(SystemExit):
+class UsageExit(_Exit):
     """A usage error found after parsing: exit status 2, as argparse's own, with its one line printed to stderr
-    when raised (``str()`` of it is that line, as a ``SystemExit("...")``'s)."""
+    when raised (``str()`` of it is that line, as for every exit of :class:`Parser` and the scripts)."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(2)
-        self.message = message
         print(message, file=sys.stderr)
+        super().__init__(2, message)
 
-    def __str__(self) -> str:
-        return self.message
+    @property
+    def message(self) -> str:
+        return self.line
 
 
 def _group(fact: str) -> str:

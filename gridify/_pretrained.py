@@ -9,9 +9,9 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-__all__ = ["PRETRAINED", "pretrained_file", "not_found_hint", "closest_shipped"]
+__all__ = ["PRETRAINED", "pretrained_file", "shipped_name", "not_found_hint", "closest_shipped"]
 
 #: shipped model name -> its file under ``gridify/pretrained/``
 PRETRAINED = {"modelnet10": "modelnet10.pt", "modelnet40": "modelnet40.pt", "semantickitti": "semantickitti.pt"}
@@ -24,6 +24,17 @@ def pretrained_file(name: str) -> Path:
         also = f"; did you mean {close!r}?" if close else ""
         raise ValueError(f"unknown pretrained model {name!r}; shipped: {sorted(PRETRAINED)}{also}")
     return Path(__file__).resolve().parent / "pretrained" / PRETRAINED[name]
+
+
+def shipped_name(model: Any) -> Optional[str]:
+    """The shipped model a model argument names, or None: the one rule of every entry that takes a model
+    (``gridify.load``, ``export_onnx``, ``gridify predict / show / evaluate / export``, the benchmarks). ``model``
+    is a shipped model's name (``"modelnet40"``, exactly) and no *file* of that name is here: a file of that
+    name is a checkpoint and wins; a folder of that name (a dataset folder ``modelnet40/`` beside the command)
+    does not hide the shipped model. A :class:`pathlib.Path` is always a path."""
+    if isinstance(model, str) and model in PRETRAINED and not os.path.isfile(model):
+        return model
+    return None
 
 
 def not_found_hint(text: str, flag: Optional[str] = None) -> str:

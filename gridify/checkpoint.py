@@ -27,7 +27,7 @@ import torch
 
 from ._checks import check_choice, fail, is_int
 from ._files import atomic_write
-from ._pretrained import PRETRAINED, not_found_hint, pretrained_file
+from ._pretrained import PRETRAINED, not_found_hint, pretrained_file, shipped_name
 from .nn.reparam import is_reparameterizable, reparameterize_model
 from .registry import TASKS as TASKS_REGISTRY
 from .tasks import get_task, task_names
@@ -299,14 +299,21 @@ def pretrained_path(name: str) -> Path:
     return path
 
 
-def checkpoint_file(path: Any) -> Any:
-    """What a model argument names: ``path`` itself, or the shipped model's file when ``path`` is a shipped
-    model's name (``"modelnet40"``) and no file of that name exists. A bare name that is neither (no folder,
-    no extension: ``"modelnet4"``) raises CheckpointError naming the shipped models and the closest one;
-    anything else is returned for :func:`load_checkpoint` to read (or to name as not found)."""
+def checkpoint_file(path: Any, where: str = "gridify.load") -> Any:
+    """What a model argument names: ``path`` itself, or the shipped model's file when ``path`` names a shipped
+    model (:func:`gridify._pretrained.shipped_name`: the name, and no *file* of that name here; a folder of that
+    name does not hide it). A bare name that is neither (no folder, no extension: ``"modelnet4"``) raises
+    CheckpointError naming the shipped models and the closest one; an empty string a ValueError naming
+    ``where``; anything else is returned for :func:`load_checkpoint` to read (or to name as not found)."""
+    if isinstance(path, str) and not path.strip():
+        raise ValueError(
+            f"{where}: the model path is empty ({path!r}); give a checkpoint file (model.pt / .ckpt) or the "
+            f"name of a shipped model ({', '.join(sorted(PRETRAINED))})"
+        )
+    name = shipped_name(path)
+    if name is not None:
+        return pretrained_path(name)
     if isinstance(path, str) and not Path(path).exists():
-        if path in PRETRAINED:
-            return pretrained_path(path)
         hint = not_found_hint(path)  # a bare name: the shipped models' names (a path: load_checkpoint says it)
         if hint:
             raise CheckpointError(f"checkpoint not found: {path}{hint}")

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _cliargs as types
 from ._paths import PREDICTION_FORMATS, check_input_file, check_output_dir, one_line_errors
-from ._pretrained import PRETRAINED, closest_shipped
+from ._pretrained import PRETRAINED, closest_shipped, shipped_name
 
 if TYPE_CHECKING:  # numpy and torch are imported by the commands that run, never while parsing
     import numpy as np
@@ -883,7 +883,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         )
     types.check_ckpt(args.ckpt)  # missing, a folder or a FIFO: named with the flag
     args.model = given[0]
-    shipped = not Path(args.model).exists() and args.model in PRETRAINED  # by name, as --model takes it
+    shipped = shipped_name(args.model) is not None  # the one rule of every entry (gridify._pretrained)
     if not shipped and not Path(args.model).exists():  # said before PyTorch loads
         close = closest_shipped(args.model)
         raise SystemExit(

@@ -59,17 +59,31 @@ class Registry(Generic[T]):
     """A named mapping from string keys to classes (or factories) of one kind; reading it first
     registers the built-in components (:func:`load_components`)."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, base: Optional[type] = None) -> None:
         self.kind = kind
+        #: the class every entry must subclass (None: any class or factory); checked when one is registered
+        self.base = base
         self._entries: Dict[str, T] = {}
 
     def register(self, name: Optional[str] = None, obj: Optional[T] = None) -> Any:
-        """Register ``obj`` under ``name``; usable as a decorator when ``obj`` is omitted."""
+        """Register ``obj`` under ``name``; usable as a decorator when ``obj`` is omitted.
+
+        A ``name`` that is not a string is a TypeError and an empty one a ValueError, naming the registry and
+        the value; with a :attr:`base`, an entry that is not a subclass of it is a TypeError at registration
+        (not a failure deep inside its first use)."""
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"{self.kind} registry: the name must be a string, got {type(name).__name__} {name!r}")
 
         def _add(target: T) -> T:
             key = (name or getattr(target, "__name__", None) or "").lower()
             if not key:
-                raise ValueError(f"cannot register an unnamed {self.kind}")
+                raise ValueError(f"{self.kind} registry: cannot register an unnamed {self.kind} ({target!r})")
+            if self.base is not None and not (isinstance(target, type) and issubclass(target, self.base)):
+                what = f"class {target.__name__}" if isinstance(target, type) else f"{type(target).__name__} {target!r}"
+                raise TypeError(
+                    f"{self.kind} registry: {key!r} must be a subclass of {self.base.__module__}."
+                    f"{self.base.__qualname__}, got {what}"
+                )
             if key in self._entries and self._entries[key] is not target:
                 raise KeyError(f"{self.kind} {key!r} is already registered to {self._entries[key]!r}")
             self._entries[key] = target
@@ -81,15 +95,16 @@ class Registry(Generic[T]):
 
     def unregister(self, name: str) -> T:
         """Remove and return the component registered under ``name`` (a plugin's, or a test's, cleanup);
-        :class:`UnknownNameError` if none."""
+        :class:`UnknownNameError` if none, TypeError for a name that is not a string."""
         target = self.get(name)
         del self._entries[name.lower()]
         return target
 
     def get(self, name: str) -> T:
-        """The component registered under ``name`` (case-insensitive); :class:`UnknownNameError` if none."""
+        """The component registered under ``name`` (case-insensitive); :class:`UnknownNameError` if none,
+        TypeError naming the registry and the value for a name that is not a string."""
         if not isinstance(name, str):
-            raise TypeError(f"{self.kind} name must be a string, got {type(name).__name__}")
+            raise TypeError(f"{self.kind} name must be a string, got {type(name).__name__} {name!r}")
         load_components()
         key = name.lower()
         if key not in self._entries:

@@ -23,7 +23,7 @@ from ..checkpoint import (
     normalization_setting,
     pretrained_path,
 )
-from .predictor import Predictor
+from .predictor import Predictor, names_problem
 from .task_predictors import is_served, predictor_for, served_tasks
 
 __all__ = ["load", "pretrained_path", "PRETRAINED", "DEFAULT_NUM_POINTS"]
@@ -53,18 +53,20 @@ def load(
     Args:
         path: the checkpoint file, or the name of a model shipped with the package
             (``gridify.api.PRETRAINED``: ``"modelnet10"``, ``"modelnet40"``, ``"semantickitti"``) when no file
-            of that name exists; a bare name that is neither is refused naming the shipped ones.
+            of that name exists (a folder of that name does not hide it: the one rule of every entry,
+            :func:`gridify._pretrained.shipped_name`); a bare name that is neither is refused naming the
+            shipped ones, an empty path with a ValueError.
         device: where to put the model (``"cpu"``, ``"cuda"``, ...).
         reparameterize: fold reparameterizable layers into their inference form (faster, same
             outputs up to float rounding).
 
     Raises:
         gridify.checkpoint.CheckpointError: missing, corrupt, unsafe or foreign files, or entries of
-            the wrong type (named). ValueError: a bad ``device`` or ``reparameterize``.
+            the wrong type (named). ValueError: an empty ``path``, a bad ``device`` or ``reparameterize``.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"gridify.load: path must be a str or os.PathLike, got {type(path).__name__}")
-    path = checkpoint_file(path)
+    path = checkpoint_file(path, "gridify.load")
     device = _check_device("gridify.load", device)
     if not isinstance(reparameterize, bool):
         raise ValueError(f"gridify.load: reparameterize must be a bool, got {reparameterize!r}")
@@ -90,11 +92,9 @@ def _predictor_from_payload(path: Any, payload: Dict[str, Any], model: nn.Module
         if n < 1:
             raise CheckpointError(f"{path}: the checkpoint records neither class names nor the number of classes")
         class_names = [f"class{i}" for i in range(n)]
-    outputs = getattr(model, "num_classes", None)
-    if isinstance(outputs, int) and len(class_names) != outputs:
-        raise CheckpointError(
-            f"{path}: entry class_names names {len(class_names)} classes but the model has {outputs} outputs"
-        )
+    problem = names_problem(model, class_names, info.get("category_names"), info.get("category_to_parts"))
+    if problem is not None:  # one class name per output, one category name per category (else an IndexError later)
+        raise CheckpointError(f"{path}: entry {problem}")
     meta = {
         "info": info,
         "config": config,
@@ -106,11 +106,6 @@ def _predictor_from_payload(path: Any, payload: Dict[str, Any], model: nn.Module
     num_points = info["num_points"] if info.get("num_points") is not None else _num_points_of(config)
     if num_points is not None and num_points < 1:
         raise CheckpointError(f"{path}: entry num_points must be a positive integer, got {num_points}")
-    parts = info.get("category_to_parts") or []
-    if any(p >= len(class_names) for group in parts for p in group):
-        raise CheckpointError(
-            f"{path}: entry info['category_to_parts'] names parts beyond the {len(class_names)} classes"
-        )
     predictor_for(str(payload["task"])).check_entries(path, info, data, in_channels)
     try:
         normalize = normalization_setting(info, data)

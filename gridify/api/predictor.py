@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .._checks import check_int, fail
+from .._checks import check_int, fail, is_int
 from .._progress import resolve_progress
 from ..nn.state import all_or_nothing, evaluating
 from ..tasks import get_task
@@ -34,7 +34,30 @@ from .task_predictors import (
     served_tasks,
 )
 
-__all__ = ["Predictor"]
+__all__ = ["Predictor", "names_problem"]
+
+
+def names_problem(
+    model: nn.Module,
+    class_names: Sequence[str],
+    category_names: Optional[Sequence[str]] = None,
+    category_to_parts: Optional[Sequence[Sequence[int]]] = None,
+) -> Optional[str]:
+    """What is wrong with the names of a model's outputs and categories, or None: one class name per output
+    (``model.num_classes``), one category name (and one part list) per object category (``model.num_categories``)
+    and parts within the classes. :func:`gridify.load` raises it as a CheckpointError naming the file, the
+    :class:`Predictor` as a ValueError."""
+    outputs = getattr(model, "num_classes", None)
+    if is_int(outputs) and len(class_names) != outputs:
+        return f"class_names names {len(class_names)} classes but the model has {outputs} outputs"
+    categories = getattr(model, "num_categories", None)
+    for key, given in (("category_names", category_names), ("category_to_parts", category_to_parts)):
+        if given is not None and is_int(categories) and categories > 0 and len(given) != categories:
+            return f"{key} holds {len(given)} entries but the model takes {categories} object categories"
+    parts = [p for group in category_to_parts or [] for p in group]
+    if any(not is_int(p) or not 0 <= p < len(class_names) for p in parts):
+        return f"category_to_parts names parts beyond the {len(class_names)} classes (0..{len(class_names) - 1})"
+    return None
 
 
 class Predictor(nn.Module):
@@ -89,6 +112,10 @@ class Predictor(nn.Module):
         check_int("Predictor", "in_channels", in_channels, task_predictor.min_in_channels)
         if isinstance(class_names, str) or not class_names:
             raise ValueError(f"Predictor: class_names must be a non-empty list of names, got {class_names!r}")
+        problem = names_problem(model, class_names, category_names, category_to_parts)
+        if problem is not None:  # else an IndexError when a label is named (Prediction.names)
+            source = f" ({meta['path']})" if isinstance(meta, dict) and meta.get("path") else ""
+            raise ValueError(f"Predictor{source}: {problem}")
         self.model = model.eval()
         self.task = task
         self.task_predictor: TaskPredictor = task_predictor
@@ -211,7 +238,8 @@ class Predictor(nn.Module):
                 views (evenly spaced rotations about z) averaged by a scene segmenter (default: the model's, 1 unless its
                 checkpoint records another).
             seed: seed of the subsets / chunks (the result is a function of the cloud and seed).
-            batch_size: subsets, chunks or scene crops per forward pass (bounds the memory).
+            batch_size: subsets, chunks or scene crops per forward pass (bounds the memory; a scene runs
+                fewer crops per pass where that many would pass the allocation limit: the same probabilities).
             estimate_normals: estimate missing normals from the points (local PCA of the 30 nearest; see :func:`estimate_normals`).
             features: scene segmenters only: the model's per-point features ``[N, F]`` (the columns
                 of its training ``features``), instead of building them from the file.
@@ -231,7 +259,9 @@ class Predictor(nn.Module):
 
         Raises:
             ValueError: empty cloud, wrong shapes, NaN/Inf, missing normals, missing/unknown
-                category. TypeError: unsupported input type.
+                category; work or memory beyond the allocation limit (``num_votes`` subsets or views, a scene's
+                peak: :func:`gridify.scene_inference.check_scene_cost`), named with the figure before anything
+                runs. TypeError: unsupported input type.
         """
         where = f"{type(self).__name__}.predict"
         up_axis = check_up_axis(where, up_axis)

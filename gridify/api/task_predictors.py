@@ -66,9 +66,6 @@ __all__ = [
     "pooled",
 ]
 
-#: Predictors by name (a task's ``predicted_by``, else its name): :class:`TaskPredictor` subclasses.
-PREDICTORS: Registry[Callable[..., Any]] = Registry("predictor")
-
 
 @functools.lru_cache(maxsize=None)
 def _instance(cls: type) -> "TaskPredictor":
@@ -266,6 +263,11 @@ class TaskPredictor:
     ) -> Dict[str, Any]:
         """:meth:`gridify.api.Predictor.inspect` (its arguments checked)."""
         fail(where, f"the {type(self).__name__} of this {predictor.task} model has nothing to inspect")
+
+
+#: Predictors by name (a task's ``predicted_by``, else its name): :class:`TaskPredictor` subclasses (anything else
+#: is refused when it is registered, naming the name and what was given).
+PREDICTORS: Registry[Callable[..., Any]] = Registry("predictor", base=TaskPredictor)
 
 
 def refuse_fragments(predictor: Any, max_fragments: Any, where: str) -> None:
@@ -518,11 +520,7 @@ class ScenePredictor(TaskPredictor):
         max_fragments: Any = None,
         where: str = "Predictor.predict",
     ) -> Prediction:
-        from ..scene_inference import (  # noqa: PLC0415
-            check_scene_output,
-            check_voxel_range,
-            predict_scene_unchecked,
-        )
+        from ..scene_inference import check_scene_output  # noqa: PLC0415
 
         votes_default, fragments_default = scene_defaults(predictor.meta.get("info"))
         num_votes = votes_default if num_votes is None else num_votes
@@ -546,23 +544,9 @@ class ScenePredictor(TaskPredictor):
             )
         pos = as_float32(centre_large_offset(pos)[0], "points", where)  # UTM metres: centred in float64 first
         x = self.point_features(predictor, cloud, pos, features, estimate_normals, source, where)  # finite [N, F]
-        info = predictor.meta.get("info") or {}  # voxel_size / max_points checked at load (check_entries)
-        voxel_size, max_points = info.get("voxel_size"), info.get("max_points")
-        check_voxel_range(where, pos, None if voxel_size is None else float(voxel_size), source or "the scene")
-        model, dev = predictor.model, predictor.device
-        with evaluating(model), all_or_nothing(model):
-            probs = predict_scene_unchecked(
-                model,
-                torch.from_numpy(pos).to(dev),
-                torch.from_numpy(x).to(dev),
-                None if voxel_size is None else float(voxel_size),
-                None if max_points is None else int(max_points),
-                int(num_votes),
-                int(seed),
-                int(batch_size),
-                max_fragments,
-                progress,
-            )
+        probs = self.scores(
+            predictor, pos, x, int(num_votes), int(seed), int(batch_size), max_fragments, progress, source, where
+        )
         check_scene_output(where, probs, pos, x, list(predictor.scene_features), source)
         probs_np = probs.float().cpu().numpy()
         return Prediction(
@@ -573,6 +557,60 @@ class ScenePredictor(TaskPredictor):
             num_points=int(len(pos)),
             source=source,
         )
+
+    @staticmethod
+    def scores(
+        predictor: Any,
+        pos: np.ndarray,
+        x: np.ndarray,
+        num_votes: int,
+        seed: int,
+        batch_size: int,
+        max_fragments: Optional[int],
+        progress: Any,
+        source: str,
+        where: str = "Predictor.predict",
+    ) -> Tensor:
+        """The probabilities ``[N, C]`` of a checked scene (z up, centred float32 ``pos``, its features ``x``):
+        the voxel range and the cost of the run (:func:`gridify.scene_inference.check_scene_cost`: the views' work
+        and the peak memory) checked, then every point scored by the model's crops."""
+        from ..scene_inference import check_scene_cost, check_voxel_range, predict_scene_unchecked  # noqa: PLC0415
+
+        info = predictor.meta.get("info") or {}  # voxel_size / max_points checked at load (check_entries)
+        voxel_size, max_points = info.get("voxel_size"), info.get("max_points")
+        voxel_size = None if voxel_size is None else float(voxel_size)
+        max_points = None if max_points is None else int(max_points)
+        check_voxel_range(where, pos, voxel_size, source or "the scene")
+        model, dev = predictor.model, predictor.device
+        pos_t = torch.from_numpy(pos).to(dev)
+        batch_size = check_scene_cost(  # the work of the views and the peak memory, before any crop runs
+            where,
+            model,
+            pos_t,
+            x.shape[1],
+            voxel_size,
+            max_points,
+            int(num_votes),
+            int(batch_size),
+            max_fragments,
+            classes=len(predictor.class_names),
+            source=source or None,
+            votes_arg="num_votes",
+        )
+        with evaluating(model), all_or_nothing(model):
+            probs = predict_scene_unchecked(
+                model,
+                pos_t,
+                torch.from_numpy(x).to(dev),
+                voxel_size,
+                max_points,
+                int(num_votes),
+                int(seed),
+                batch_size,
+                max_fragments,
+                progress,
+            )
+        return probs
 
     @staticmethod
     def check_normals_used(predictor: Any, normals: Any, estimate_normals: bool, features: Any, where: str) -> None:

@@ -64,6 +64,8 @@ __all__ = [
     "format_table",
     "write_json",
     "write_csv",
+    "check_measured",
+    "crop_sizes",
 ]
 
 MIB = 2**20
@@ -405,3 +407,30 @@ def write_csv(path: Path, rows: Iterable[Dict[str, Any]], columns: Sequence[str]
     for r in rows:
         w.writerow({c: ("" if r.get(c) is None else r.get(c)) for c in columns})
     atomic_write_text(path, buf.getvalue())
+
+
+# ----------------------------------------------------------------------------- nothing measured
+def check_measured(prog: str, rows: List[Dict[str, Any]], written: Any, name: Callable[[Dict[str, Any]], str]) -> None:
+    """A benchmark run in which no row was measured (``status`` ``"ok"``) ends non-zero: a SystemExit of one line
+    naming the first row (``name(row)``) and why it failed, and where the rows were written (the table and the files
+    still hold every row). The one rule of ``gridify bench`` and ``gridify bench --recipe``."""
+    failed = [r for r in rows if r.get("status") != "ok"]
+    if not rows or len(failed) < len(rows):
+        return
+    first = failed[0]
+    why = str(first.get("status", "")).removeprefix("error: ")
+    more = f" (and {len(failed) - 1} other model(s): see the table)" if len(failed) > 1 else ""
+    raise SystemExit(f"{prog}: error: no model could be measured: {name(first)}: {why}{more}; rows in {written}")
+
+
+def crop_sizes(where: str, scan: Any, points: int, sizes: Sequence[int]) -> List[int]:
+    """The crop sizes of ``sizes`` that a scan of ``points`` points holds (a crop of ``n`` points needs ``n``); a scan
+    smaller than the smallest is refused (ValueError naming ``where``, the scan, its points and the minimum) instead
+    of a run that measures nothing and prints an empty table."""
+    usable = [int(n) for n in sizes if n <= points]
+    if not usable:
+        raise ValueError(
+            f"{where}: the scan {scan} holds {points} points, too few to measure: the smallest crop timed is "
+            f"{min(sizes)} points (sizes {', '.join(map(str, sizes))}); give a scan of at least {min(sizes)} points"
+        )
+    return usable

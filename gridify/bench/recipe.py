@@ -609,12 +609,35 @@ def _prepare(
     except PathError as exc:
         raise SystemExit(f"{prog}: error: {exc}") from None
     cfg = _load_config(prog, args)
+    _check_model_tasks(prog, models, cfg, args.recipe)
     if cfg["trainer"]["precision"] not in PRECISIONS:
         raise SystemExit(
             f"{prog}: error: --recipe: trainer.precision {cfg['trainer']['precision']!r} is not "
             f"timed by bench --recipe (32-true or bf16-mixed)"
         )
     return cfg, settings, models, device, out
+
+
+def _check_model_tasks(prog: str, models: List[str], cfg: Dict[str, Any], recipe: str) -> None:
+    """Every ``--models`` entry serves the recipe's task (:func:`gridify.checkpoint.task_served`), before the data
+    is read: a classifier peer of a temporal or scene recipe is named with its task and the models that serve the
+    recipe's, instead of failing inside its first step (a TypeError, or a grid-box error about the crops)."""
+    from ..checkpoint import model_task, task_served
+    from ..registry import MODELS
+
+    task = cfg["task"]
+    serving = [n for n in MODELS.names() if task_served(task, model_task(MODELS.get(n)))]
+    for name in models:
+        _, registry = peer_registry_name(name, task)
+        if not registry:  # gridified: the recipe's own model
+            continue
+        serves = model_task(MODELS.get(registry))
+        if not task_served(task, serves):
+            shown = name if name.lower() == registry else f"{name} ({registry})"
+            raise SystemExit(
+                f"{prog}: error: --models: {shown} is a {serves} model, but the recipe {recipe} trains the task "
+                f"{task}; models that serve it: gridified (the recipe's own){''.join(', ' + n for n in serving)}"
+            )
 
 
 def _build_data(prog: str, cfg: Dict[str, Any]) -> Tuple[Any, Any, Any, Dict[str, Any]]:
@@ -657,7 +680,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         started = time.perf_counter()
         try:
             row = _measure_model(name, cfg, data, settings, device)
-        except (RuntimeError, ValueError, MemoryError) as exc:  # one model failing leaves the others measured
+        except Exception as exc:  # noqa: BLE001 - one model failing (whatever the error) leaves the others measured
             row = {"model": name, "status": f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
         result["rows"].append(row)
         if hasattr(os, "getloadavg"):
@@ -684,13 +707,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _check_measured(prog: str, rows: List[Dict[str, Any]], out: Path) -> None:
     """A run that measured no model ends non-zero with one line naming the first failure (the table and the
-    files still hold every row)."""
-    failed = [r for r in rows if r.get("status") != "ok"]
-    if rows and len(failed) == len(rows):
-        first = failed[0]
-        why = str(first.get("status", "")).removeprefix("error: ")
-        more = f" (and {len(failed) - 1} other model(s): see the table)" if len(failed) > 1 else ""
-        raise SystemExit(
-            f"{prog}: error: no model could be measured: {first['model']}: {why}{more}; rows in "
-            f"{out / 'benchmark_recipe.json'}"
-        )
+    files still hold every row): :func:`gridify.bench.harness.check_measured`."""
+    harness.check_measured(prog, rows, out / "benchmark_recipe.json", lambda row: str(row.get("model")))

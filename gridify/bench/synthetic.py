@@ -742,6 +742,12 @@ def _main(argv: Sequence[str]) -> int:
         "wall_seconds": time.perf_counter() - started,
     }
     _report(args, result, out)
+    harness.check_measured(  # a sweep in which every model failed ends non-zero (it printed a table of errors)
+        os.environ.get("GRIDIFY_PROG") or "benchmark",
+        rows,
+        out / "benchmark.json",
+        lambda row: f"{row.get('model')} N={row.get('num_points')}" + (f" k={row['k']}" if row.get("k") else ""),
+    )
     return 0
 
 

@@ -158,7 +158,7 @@ def _resolve(model: Any, where: str) -> Tuple[nn.Module, Union[None, bool, str],
     """``(network, normalize, class_names, num_points)`` of a path, a Predictor or a bare model
     (None where a bare model does not say; ``normalize``: a normalization name or False)."""
     if isinstance(model, (str, os.PathLike)):
-        payload = load_checkpoint(checkpoint_file(model))
+        payload = load_checkpoint(checkpoint_file(model, where))
         settings = inference_settings(payload)
         net = build_model_from_checkpoint(payload, reparameterize=True)
         check_task_exportable(payload.get("task"), net, where)
@@ -632,7 +632,10 @@ def _scene_settings(model: Any) -> Dict[str, Any]:
     ``features`` (names), ``voxel_size`` and ``max_points`` where recorded, and the whole-scan
     defaults ``votes`` / ``max_fragments`` of :meth:`gridify.Predictor.predict` where the checkpoint has them."""
     out: Dict[str, Any] = {}
-    meta = load_checkpoint(model) if isinstance(model, (str, os.PathLike)) else (getattr(model, "meta", None) or {})
+    if isinstance(model, (str, os.PathLike)):  # a path, or a shipped model's name (its file)
+        meta = load_checkpoint(checkpoint_file(model, "export_onnx"))
+    else:
+        meta = getattr(model, "meta", None) or {}
     data = (meta.get("config") or {}).get("data") or {}
     info = meta.get("info") or {}
     features = info.get("features", data.get("features"))

@@ -35,6 +35,7 @@ from .._checks import (
     trusted_inputs,
     validating,
 )
+from ..checkpoint import model_task
 from ..models import GridifiedClassifier, GridifiedSceneSegmenter, GridifiedSegmenter
 from ..models.scene import scale_features, scene_box_dense, scene_box_dense_scaled
 from ..nn.dense import (
@@ -94,6 +95,22 @@ def check_exportable(model: Any, where: str = "export_onnx") -> None:
             f"the model's weights are {p.dtype} on {p.device}; the export traces float32 models on "
             f"the CPU (model.float().cpu())",
         )
+
+
+def check_wrapped(where: str, model: Any, classifier: bool) -> None:
+    """Refuse (:class:`ExportError`) a model of the wrong task for a wrapper: :class:`OnnxClassifier` (``classifier``)
+    takes a classifier, :class:`OnnxSegmenter` a part or scene segmenter; the message names the model's task and the
+    wrapper that takes it, before anything of the wrapper is built (a scene segmenter's per-axis grid ended in a
+    TypeError about a tuple)."""
+    if isinstance(model, GridifiedClassifier) == classifier:
+        return
+    right = "OnnxSegmenter" if classifier else "OnnxClassifier"
+    takes = "a classifier (GridifiedClassifier)" if classifier else "a part or scene segmenter"
+    fail_export(
+        where,
+        f"the model is a {type(model).__name__}, a {model_task(model)} model, but {where} wraps {takes}: use "
+        f"{right}(model) (or export_onnx, which picks the wrapper by the model)",
+    )
 
 
 def fail_export(where: str, msg: str) -> NoReturn:
@@ -172,6 +189,7 @@ class OnnxClassifier(nn.Module):
     def __init__(self, model: GridifiedClassifier, normalize: Union[bool, str] = True, up_axis: str = "z") -> None:
         super().__init__()
         check_exportable(model, type(self).__name__)
+        check_wrapped(type(self).__name__, model, classifier=True)
         self.model = model
         #: the named normalization inside the graph (None: the clouds come normalized); normalize: whether any
         self.normalization = check_normalize(type(self).__name__, normalize)
@@ -315,6 +333,7 @@ class OnnxSegmenter(nn.Module):
         super().__init__()
         where = type(self).__name__
         check_exportable(model, where)
+        check_wrapped(where, model, classifier=False)
         normalization = check_normalize(where, normalize)
         if search is not None and search not in SEARCHES:
             fail(where, f"search must be one of {', '.join(SEARCHES)} (or None: by model), got {search!r}")

@@ -84,8 +84,15 @@ PER_AXIS_BACKBONES = ("ccnn", "resnet", "unet")
 FLAT_TOLERANCE = 1e-5
 
 
+#: the fixed ``extent`` a scene segmenter takes, metres (both ends included): a crop's box in float32 from a
+#: micrometre to a thousand kilometres. Beyond it an axis collapses: 1e-300 m is 0 in float32 (a division by zero),
+#: 1e300 m infinite (every point at the box centre).
+EXTENT_RANGE = (1e-6, 1e6)
+
+
 def check_extent(where: str, extent: Any) -> Optional[Tuple[float, float, float]]:
-    """``extent``: None, one positive finite number of metres, or one per axis ``(ex, ey, ez)``."""
+    """``extent``: None, one positive finite number of metres, or one per axis ``(ex, ey, ez)``, each within
+    :data:`EXTENT_RANGE`; else a ValueError naming ``where``, the axis, the value and the range."""
     if extent is None:
         return None
     values = tuple(extent) if isinstance(extent, (tuple, list)) else (extent,) * 3
@@ -99,6 +106,13 @@ def check_extent(where: str, extent: Any) -> Optional[Tuple[float, float, float]
         if isinstance(v, bool) or not is_real(v):
             fail(where, f"extent[{a}] ({'xyz'[a]}) must be a positive finite number of metres, got {v!r}")
         check_number(where, f"extent[{a}] ({'xyz'[a]})", v)
+        lo, hi = EXTENT_RANGE
+        if not lo <= float(v) <= hi:
+            fail(
+                where,
+                f"extent[{a}] ({'xyz'[a]}) must be a number of metres in [{lo:g}, {hi:g}] (a crop's box in float32; "
+                f"beyond it the axis collapses), got {v!r}",
+            )
     return tuple(float(v) for v in values)  # type: ignore[return-value]
 
 

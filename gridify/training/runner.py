@@ -44,7 +44,7 @@ from lightning.pytorch.trainer.states import TrainerStatus
 
 from gridify._paths import LOCK_NAME, PathError, check_input_file, check_output_dir, folder_lock
 from gridify._version import __version__
-from gridify._pretrained import PRETRAINED, pretrained_file
+from gridify._pretrained import PRETRAINED, pretrained_file, shipped_name
 from gridify.checkpoint import CheckpointError, export_model, load_checkpoint, load_weights, plain
 from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError
 from gridify.tasks import get_task
@@ -227,7 +227,7 @@ def apply_init_weights(source: Optional[str], module: PointCloudTask, record: Ru
     :class:`CheckpointError` naming ``init_weights`` before training starts."""
     if not source:
         return None
-    path = pretrained_file(source) if source in PRETRAINED else Path(source)
+    path = pretrained_file(source) if shipped_name(source) else Path(source)  # the one rule of model names
     where = f"init_weights {source}"
     if not path.exists():
         raise CheckpointError(
@@ -544,7 +544,8 @@ def test_and_report(
         num_samples=len(datamodule.test_set) if datamodule.test_set is not None else None,
         subset=datamodule.subsets.get("test"),
     )
-    nothing = get_task(record.cfg["task"]).scored_nothing(report["metrics"], dict(module.test_results))
+    tested = bool(report["metrics"])  # trainer.limit_test_batches: 0 tests nothing, by request
+    nothing = tested and get_task(record.cfg["task"]).scored_nothing(report["metrics"], dict(module.test_results))
     if nothing:  # a result of 0.00 or NaN would read as the model's score: the run fails, its weights kept
         weights = export_run_model(record, module.eval_model, report["checkpoint"])
         raise DatasetError(

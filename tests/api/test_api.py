@@ -422,3 +422,47 @@ def test_export_model_refuses_a_task_that_does_not_match_the_model(tmp_path):
     assert (
         model_task(TemporalGridifiedClassifier) == "sequence_classification" and model_task(model) == "classification"
     )
+
+
+def test_names_that_do_not_cover_the_outputs_are_refused_when_the_predictor_is_built(tmp_path):
+    """Fewer class names than outputs ended in an IndexError when a label was named (``Prediction.names``); a part
+    segmenter's category names must be one per category (its category index named a name beyond the list)."""
+    from gridify.models import build_model
+
+    kwargs = dict(in_channels=3, num_classes=5, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3)
+    torch.manual_seed(0)
+    model = build_model("gridified_classifier", **kwargs)
+    with pytest.raises(ValueError, match=r"^Predictor: class_names names 2 classes but the model has 5 outputs"):
+        Predictor(model, task="classification", class_names=["a", "b"], num_points=64, in_channels=3)
+    with pytest.raises(ValueError, match=r"^Predictor \(model\.pt\): class_names names 2 classes but the model has 5"):
+        Predictor(model, task="classification", class_names=["a", "b"], num_points=64, in_channels=3,
+                  meta={"path": "model.pt"})  # fmt: skip
+    seg = build_model("gridified_segmenter", num_categories=3, **kwargs)
+    with pytest.raises(ValueError, match=r"category_names holds 2 entries but the model takes 3 object categories"):
+        Predictor(seg, task="segmentation", class_names=list("abcde"), num_points=64, in_channels=3,
+                  category_names=["x", "y"])  # fmt: skip
+    with pytest.raises(ValueError, match=r"category_to_parts names parts beyond the 5 classes \(0\.\.4\)"):
+        Predictor(seg, task="segmentation", class_names=list("abcde"), num_points=64, in_channels=3,
+                  category_to_parts=[[0], [1], [7]])  # fmt: skip
+    path = tmp_path / "seg.pt"
+    torch.save(
+        {
+            "model_name": "gridified_segmenter",
+            "model_kwargs": dict(kwargs, num_categories=3),
+            "task": "segmentation",
+            "info": {"class_names": list("abcde"), "num_points": 50, "category_names": ["x", "y"]},
+            "config": {},
+            "state_dict": seg.state_dict(),
+        },
+        path,
+    )
+    with pytest.raises(CheckpointError, match=rf"^{path}: entry category_names holds 2 entries but the model takes 3"):
+        gridify.load(path)
+    few = _raw_checkpoint(tmp_path / "few.pt", "gridified_classifier", "classification")
+    raw = torch.load(few, weights_only=True)
+    raw["info"]["class_names"] = ["a", "b"]
+    torch.save(raw, few)
+    with pytest.raises(
+        CheckpointError, match=rf"^{few}: entry class_names names 2 classes but the model has 3 outputs"
+    ):
+        gridify.load(few)

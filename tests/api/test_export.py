@@ -264,6 +264,24 @@ def test_a_shipped_model_is_exported_by_its_name(tmp_path, monkeypatch):
     assert not (tmp_path / "m.onnx").exists()
 
 
+def test_export_by_name_beside_a_folder_of_that_name(tmp_path, monkeypatch):
+    """``export_onnx("modelnet10")`` in a folder holding a dataset folder ``modelnet10/`` exports the shipped model,
+    as ``gridify.load`` and ``predict --model`` take it (it failed on the folder)."""
+
+    class Traced(Exception):
+        pass
+
+    def stop(model, net, *args, **kwargs):
+        raise Traced(type(net).__name__, net.num_classes, str(model))
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "modelnet10").mkdir()
+    monkeypatch.setattr(X, "_onnx_model", stop)
+    with pytest.raises(Traced) as got:
+        E.export_onnx("modelnet10", tmp_path / "m.onnx")
+    assert got.value.args[:2] == ("GridifiedClassifier", 10)
+
+
 def test_bad_options(tmp_path):
     model, _ = tiny_classifier()
     with pytest.raises(ValueError, match="num_points=4 is below k=6"):

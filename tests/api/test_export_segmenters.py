@@ -538,3 +538,126 @@ def test_the_scene_runner_and_the_predictor_read_a_scan_the_same_way(tmp_path):
         load(path).predict(bare)
     core = "but the cloud has no intensity field (fields: none); read a file that has one"
     assert core in str(onnx_error.value) and core in str(predictor_error.value)
+
+
+# --------------------------------------------------------------------------------------
+# wrappers of the wrong task; the scene runner's metadata and up axis (a hand-built file: no trace)
+# --------------------------------------------------------------------------------------
+def test_a_wrapper_given_a_model_of_the_other_task_names_the_task_and_the_wrapper():
+    """``OnnxClassifier(scene model)`` ended in a TypeError about a tuple (the per-axis grid)."""
+    from gridify.models import GridifiedClassifier
+
+    scene, _ = scene_model()
+    with pytest.raises(
+        E.ExportError,
+        match=r"^OnnxClassifier: the model is a GridifiedSceneSegmenter, a "
+        r"scene_segmentation model, but OnnxClassifier wraps a classifier .*use OnnxSegmenter\(model\)",
+    ):
+        E.OnnxClassifier(scene)
+    part, _ = part_model()
+    with pytest.raises(E.ExportError, match=r"a segmentation model, but OnnxClassifier .*use OnnxSegmenter"):
+        E.OnnxClassifier(part)
+    classifier = GridifiedClassifier(3, 4, resolution=4, k=4, hidden_channels=8, depth=1, kernel_size=3)
+    with pytest.raises(
+        E.ExportError,
+        match=r"^OnnxSegmenter: the model is a GridifiedClassifier, a classification "
+        r"model, but OnnxSegmenter wraps a part or scene segmenter: use OnnxClassifier\(model\)",
+    ):
+        E.OnnxSegmenter(classifier)
+
+
+def _tiny_scene_file(path, up="z", **meta):
+    """A hand-built scene segmenter file as the runner reads one: ``logits = [R p - mean_crop(R p), features] W``
+    (``R`` turns the file's up axis to z, as an export with ``up_axis`` does inside its graph; the crop's mean makes
+    the logits depend on the crop), with the metadata an export writes (``meta`` overrides or drops, None, entries)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from gridify.transforms import up_axis_rotation
+
+    rotation = up_axis_rotation(up).T.astype(np.float32)
+    weights = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["points", "rotation"], ["turned"]),
+        helper.make_node("ReduceMean", ["turned", "axis"], ["centre"], keepdims=1),
+        helper.make_node("Sub", ["turned", "centre"], ["local"]),
+        helper.make_node("Concat", ["local", "features"], ["joined"], axis=2),
+        helper.make_node("MatMul", ["joined", "weights"], ["logits"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny_scene",
+        [
+            helper.make_tensor_value_info("points", TensorProto.FLOAT, ["batch", "num_points", 3]),
+            helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", "num_points", 2]),
+        ],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "num_points", 3])],
+        [
+            numpy_helper.from_array(rotation, "rotation"),
+            numpy_helper.from_array(np.array([1], np.int64), "axis"),
+            numpy_helper.from_array(weights, "weights"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    props = {
+        "model": "scene_segmenter",
+        "class_names": '["a", "b", "c"]',
+        "inputs": '["points", "features"]',
+        "in_channels": "2",
+        "k": "1",
+        "features": '["strength", "height"]',
+        "voxel_size": "0.5",
+        "max_points": "60",
+        "up_axis": up,
+    }
+    props.update(meta)
+    helper.set_model_props(model, {k: v for k, v in props.items() if v is not None})
+    onnx.save(model, str(path))
+    return path
+
+
+@needs_onnx
+def test_the_scene_runner_applies_the_up_axis_the_file_was_exported_with(tmp_path):
+    """A file exported with ``--up-axis y`` covers a y-up scan as ``Predictor.predict(up_axis="y")`` does: height
+    along y, crops and views of the scan turned to z up (it measured height along z and cropped the y-up frame)."""
+    from gridify.transforms import to_z_up
+
+    rng = np.random.default_rng(6)
+    z_up = (rng.random((500, 3)) * np.array([20.0, 20.0, 3.0])).astype(np.float32)
+    y_up = np.c_[z_up[:, 0], z_up[:, 2], -z_up[:, 1]].astype(np.float32)  # the same scan with y up
+    assert np.array_equal(to_z_up(y_up, "y")[0], z_up)
+    intensity = rng.random(500).astype(np.float32)
+    y_file = E.OnnxSceneModel(_tiny_scene_file(tmp_path / "y.onnx", "y"), threads=1)
+    z_file = E.OnnxSceneModel(_tiny_scene_file(tmp_path / "z.onnx", "z"), threads=1)
+    assert (y_file.up_axis, z_file.up_axis) == ("y", "z")
+    y_scan = PointCloud(points=y_up, fields={"intensity": intensity})
+    z_scan = PointCloud(points=z_up, fields={"intensity": intensity})
+    height = y_file.features_of(y_scan)[:, 1].numpy()
+    np.testing.assert_array_equal(height, z_file.features_of(z_scan)[:, 1].numpy())  # along y, not along z
+    want = z_file.predict(z_scan, votes=2, max_fragments=2)
+    torch.testing.assert_close(y_file.predict(y_scan, votes=2, max_fragments=2), want, rtol=0, atol=1e-6)
+    torch.testing.assert_close(y_file.predict(torch.from_numpy(y_up), z_file.features_of(z_scan)), z_file.predict(
+        torch.from_numpy(z_up), z_file.features_of(z_scan)), rtol=0, atol=1e-6)  # fmt: skip
+    older = E.OnnxSceneModel(_tiny_scene_file(tmp_path / "old.onnx", "z", up_axis=None), threads=1)
+    assert older.up_axis == "z"  # a file without the entry: as before
+    torch.testing.assert_close(older.predict(z_scan), z_file.predict(z_scan), rtol=0, atol=0)
+
+
+@needs_onnx
+@pytest.mark.parametrize(
+    "key, value, match",
+    [
+        ("class_names", "[a, b]", r"metadata 'class_names' is not JSON \(Expecting value at character 1: '\[a, b\]'\)"),
+        ("inputs", None, r"the metadata has no 'inputs' entry \(a JSON list of input names\)"),
+        ("features", '{"height": 1}', r"metadata 'features' must hold null or a JSON list of feature names"),
+        ("voxel_size", "-1", r"metadata 'voxel_size' must hold null or a positive number"),
+        ("in_channels", "two", r"metadata 'in_channels' is not JSON"),
+        ("up_axis", "w", r"metadata 'up_axis' must hold one of z, y, x, -z, -y, -x, got 'w'"),
+        ("votes", "0", r"metadata 'votes' must hold null or a positive integer"),
+    ],
+)
+def test_the_scene_runner_names_the_file_and_the_key_of_bad_metadata(tmp_path, key, value, match):
+    """Metadata that is not JSON was a raw JSONDecodeError (a missing key a KeyError)."""
+    path = _tiny_scene_file(tmp_path / "bad.onnx", **{key: value})
+    with pytest.raises(ValueError, match=rf"^OnnxSceneModel: '{path}': {match}"):
+        E.OnnxSceneModel(path)

@@ -144,7 +144,7 @@ def test_a_scan_reaches_the_model_with_the_same_inputs_from_the_dataset_and_from
     load(path).predict(seq / "velodyne" / "000000.bin")
     assert torch.equal(seen["pos"], item["pos"]) and torch.equal(seen["x"], item["x"])
     # the runner of an exported file builds them with the same function (its metadata's names)
-    runner = type("R", (), {"features": list(features)})()
+    runner = type("R", (), {"features": list(features), "up_axis": "z"})()
     from gridify.export import OnnxSceneModel
 
     assert torch.equal(OnnxSceneModel.features_of(runner, seq / "velodyne" / "000000.bin"), item["x"])
@@ -204,7 +204,7 @@ def test_utm_scans_reach_the_model_with_their_millimetres(tmp_path, monkeypatch)
     assert err(m.inspect(tmp_path / "tile.npy")["pos"]) < 1e-3
     from gridify.export import OnnxSceneModel  # the exported runner's features of the same file (no fields in .npy)
 
-    runner = type("R", (), {"features": ["xyz", "height"]})()
+    runner = type("R", (), {"features": ["xyz", "height"], "up_axis": "z"})()
     x = OnnxSceneModel.features_of(runner, tmp_path / "tile.npy")
     assert err(x[:, :3]) < 1e-3 and float(x[:, :3].abs().max()) < 50
     crops = []
@@ -306,3 +306,40 @@ def test_a_scene_checkpoint_records_its_whole_scan_defaults(tmp_path):
         assert inspect.signature(fn).parameters["max_fragments"].default is None, fn
     for fn in (predict_scene, evaluate_scenes):
         assert inspect.signature(fn).parameters["max_fragments"].default == MAX_FRAGMENTS, fn
+
+
+def test_a_huge_num_votes_and_a_scan_beyond_the_memory_limit_are_refused_before_any_crop_runs(tmp_path, monkeypatch):
+    """``num_votes=10**9`` (``predict --votes``) ran for ever; a scan whose whole-scan prediction needs more than the
+    memory granted ended in torch's allocation error. Both are sized first (the allocation rule) and named with the
+    figure, the file and the settings that lower it; a batch of crops that would not fit runs in smaller batches."""
+    import gridify.scene_inference as SI
+
+    _dense_scan(tmp_path / "scan.bin")
+    path, _ = _export(tmp_path)
+    m = load(path)
+    ran = []
+    real = SI.predict_scene_unchecked
+    monkeypatch.setattr(SI, "predict_scene_unchecked", lambda *a, **k: ran.append(a[7]) or real(*a, **k))
+    scan = str(tmp_path / "scan.bin")
+    with pytest.raises(
+        ValueError,
+        match=rf"^Predictor\.predict: num_votes=1000000000 \(--votes\) views x 4 "
+        rf"fragment\(s\) of [\d,]+ voxels of 0\.5 m \(max_fragments=4, --max-fragments\) of {scan} "
+        r".* would need .* TiB .*; lower --votes or --max-fragments$",
+    ):
+        m.predict(scan, num_votes=10**9)
+    cost = SI.scene_cost(m.model, torch.from_numpy(_dense_scan(tmp_path / "s.bin")[:, :3]), 2, 0.5, 200, 4)
+    monkeypatch.setenv("GRIDIFY_MAX_ALLOC_BYTES", str(cost.peak(1) - 1))
+    with pytest.raises(
+        ValueError,
+        match=rf"^Predictor\.predict: a whole-scene prediction of the 2,000 points of "
+        rf"{scan} \(.*more than the allocation limit of .* \(GRIDIFY_MAX_ALLOC_BYTES;.* lower it "
+        r"with fewer fragments per view \(--max-fragments, max_fragments=\)",
+    ):
+        m.predict(scan)
+    assert ran == []
+    monkeypatch.setenv("GRIDIFY_MAX_ALLOC_BYTES", str(cost.peak(3) + 1000))
+    got = m.predict(scan, batch_size=8)
+    assert ran == [3]  # three crops per call instead of eight
+    monkeypatch.delenv("GRIDIFY_MAX_ALLOC_BYTES")
+    np.testing.assert_allclose(got.probabilities, m.predict(scan, batch_size=8).probabilities, atol=1e-6)

@@ -84,6 +84,38 @@ def test_a_file_of_that_name_wins_over_the_shipped_model(tmp_path, monkeypatch):
         gridify.load("modelnet10")
 
 
+def test_a_folder_named_like_a_shipped_model_does_not_hide_it(tmp_path, monkeypatch):
+    """One rule for every entry (gridify._pretrained.shipped_name): a shipped model's name means the shipped model
+    unless a *file* of that name is here; a dataset folder ``modelnet10/`` beside the command does not hide it (it
+    failed as "is not a file"). A ``Path`` is always a path."""
+    from pathlib import Path
+
+    from gridify._pretrained import shipped_name
+    from gridify.checkpoint import CheckpointError, checkpoint_file
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "modelnet10").mkdir()
+    assert shipped_name("modelnet10") == "modelnet10" and shipped_name(Path("modelnet10")) is None
+    assert checkpoint_file("modelnet10") == pretrained_path("modelnet10")
+    assert list(gridify.load("modelnet10").class_names) == CLASSES
+    with pytest.raises(CheckpointError, match="is not a file"):
+        gridify.load(Path("modelnet10"))  # a path: the folder itself
+    (tmp_path / "modelnet40").write_bytes(b"not a checkpoint")  # a file of that name wins, as before
+    assert shipped_name("modelnet40") is None and checkpoint_file("modelnet40") == "modelnet40"
+
+
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_model_path_is_named(empty, tmp_path):
+    """``gridify.load("")`` said "checkpoint . is not a file"."""
+    from gridify.export import export_onnx
+
+    with pytest.raises(ValueError, match=r"^gridify\.load: the model path is empty \('\s*'\); give a checkpoint file"):
+        gridify.load(empty)
+    with pytest.raises(ValueError, match=r"^export_onnx: the model path is empty .*shipped model \(modelnet10"):
+        export_onnx(empty, tmp_path / "m.onnx")
+    assert not (tmp_path / "m.onnx").exists()
+
+
 def test_shipped_model_on_real_test_shapes(shared_data):
     """Five test shapes of every class, spread over the split (50 shapes, not seen in training):
     at least 44 right (the model scores 93.7 % on all 908; these 50 give 47)."""
@@ -143,8 +175,9 @@ def test_up_axis_reads_a_y_up_cloud_of_the_normal_resampled_release(shared_data,
     np.savetxt(xyz, pts[:2048])
     assert cli.main(["predict", str(xyz), "--model", "modelnet40", "--up-axis", "y"]) == 0
     assert "airplane" in capsys.readouterr().out
-    with pytest.raises(SystemExit, match="2"):
+    with pytest.raises(SystemExit) as exc:
         cli.main(["predict", str(xyz), "--model", "modelnet40", "--up-axis", "up"])
+    assert exc.value.code == 2
     assert "--up-axis: must be one of z, y, x, -z, -y, -x, got 'up'" in capsys.readouterr().err
 
 

@@ -154,3 +154,24 @@ def test_the_registries_are_clean_after_the_plugin():
     with pytest.raises(ValueError, match="Predictor: task must be one of"):
         gridify.Predictor(torch.nn.Linear(3, 3), task=SCORES, class_names=["a"], num_points=10, in_channels=3)
     assert get_task("classification").predicted_by == ""  # the built-in tasks are served under their own names
+
+
+def test_a_predictor_that_is_not_a_task_predictor_is_refused_when_it_is_registered():
+    """It registered, and the first ``predict`` failed deep inside the call (``cls()`` of a function, a missing
+    ``predict``); now the registration itself names the name, what was given and the class to subclass."""
+
+    def predict(predictor, points, **options):
+        return None
+
+    class NotOne:
+        def predict(self, predictor, points, **options):
+            return None
+
+    for given, what in ((predict, "function"), (NotOne, "class NotOne"), (NotOne(), "NotOne")):
+        with pytest.raises(
+            TypeError,
+            match=rf"predictor registry: 'plugin_task' must be a subclass of "
+            rf"gridify\.api\.task_predictors\.TaskPredictor, got {what}",
+        ):
+            PREDICTORS.register("plugin_task", given)
+    assert "plugin_task" not in PREDICTORS

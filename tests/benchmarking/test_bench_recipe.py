@@ -176,3 +176,54 @@ def test_no_model_measured_exits_non_zero_with_one_line(tmp_path, monkeypatch, c
     ), msg
     assert "\n" not in msg and "Traceback" not in capsys.readouterr().err
     assert json.loads((tmp_path / "b" / "benchmark_recipe.json").read_text())["rows"][1]["model"] == "pointnet2"
+
+
+@pytest.mark.parametrize(
+    "recipe, models, words",
+    [
+        (
+            "temporal/dynamic_shapes",
+            "gridified,pointnet2",
+            "pointnet2 (pointnet2_classifier) is a classification model, but the recipe temporal/dynamic_shapes "
+            "trains the task sequence_classification; models that serve it: gridified (the recipe's own), temporal_cfc",
+        ),
+        (
+            "scene_procedural",
+            "gridified_classifier",
+            "gridified_classifier is a classification model, but the recipe scene_procedural trains the task "
+            "scene_segmentation; models that serve it: gridified (the recipe's own), gridified_segmenter, "
+            "point_ckconv_segmenter, pointnet2_segmenter, scene_segmenter",
+        ),
+    ],
+)
+def test_a_model_of_another_task_is_refused_before_the_data_is_read(
+    recipe, models, words, tmp_path, capsys, monkeypatch
+):
+    """A classifier peer of a temporal recipe ended in a TypeError (forward() got 'mask'); a classifier on a scene
+    recipe named the grid box of its first crop. Now one line names the model's task and the recipe's."""
+    from gridify.bench import recipe as R
+
+    monkeypatch.setattr(R, "_build_data", lambda *a: pytest.fail("the data was read"))
+    line = _error_line(capsys, ["--recipe", recipe, "--models", models, "--out", str(tmp_path / "out")])
+    assert line.endswith(f": error: --models: {words}"), line
+    assert "\n" not in line and not (tmp_path / "out").exists()
+
+
+def test_a_model_failing_with_any_error_is_a_row_and_no_model_measured_is_non_zero(tmp_path, monkeypatch, capsys):
+    """A TypeError inside one model's steps ended the whole run with a traceback (only RuntimeError, ValueError and
+    MemoryError became rows)."""
+    from gridify import cli
+    from gridify.bench import recipe
+
+    def fail(name, *a, **kw):
+        raise TypeError(f"{name}.forward() got an unexpected keyword argument 'mask'")
+
+    monkeypatch.setattr(recipe, "_measure_model", fail)
+    argv = ["bench", "--recipe", "procedural", *TINY, "--models", "gridified,pointnet2", "--steps", "1"]
+    with pytest.raises(SystemExit) as exc:
+        cli.main([*argv, "--threads", "1", "--out", str(tmp_path / "b")])
+    assert str(exc.value.code).startswith(
+        "gridify bench: error: no model could be measured: gridified: TypeError: gridified.forward() got"
+    )
+    rows = json.loads((tmp_path / "b" / "benchmark_recipe.json").read_text())["rows"]
+    assert [r["status"].split(":")[1].strip() for r in rows] == ["TypeError", "TypeError"]

@@ -258,3 +258,35 @@ def test_precision_falls_back_with_a_warning_where_the_hardware_cannot(monkeypat
         assert P.resolve_precision("bf16", "cpu") == "fp32"
     with pytest.raises(ValueError, match="precision must be one of"):
         P.resolve_precision("int8", "cpu")
+
+
+def test_a_sweep_in_which_every_model_failed_exits_non_zero(tmp_path, monkeypatch, capsys):
+    """It printed a table of errors and exited 0."""
+    from gridify.bench import synthetic
+
+    def fail(**spec):
+        raise RuntimeError(f"{spec['model_name']} does not fit")
+
+    monkeypatch.setattr(synthetic, "measure", fail)
+    monkeypatch.setattr(synthetic, "matmul_gflops", lambda *a, **k: 1.0)
+    argv = ["--models", "gridified", "pointnet2", "--num-points", "64", "--k", "4", "--k-num-points", "64"]
+    argv += ["--isolation", "inprocess", "--no-plots", "--threads", "1", "--out", str(tmp_path / "b")]
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    msg = str(exc.value.code)
+    assert msg.startswith("benchmark: error: no model could be measured: gridified N=64: RuntimeError: gridified "), msg
+    assert "(and 2 other model(s): see the table)" in msg and "\n" not in msg
+    assert len(json.loads((tmp_path / "b" / "benchmark.json").read_text())["rows"]) == 3  # the rows are written
+
+
+def test_crop_sizes_refuse_a_scan_too_small_to_measure():
+    """A scan smaller than the smallest crop timed measured nothing and printed an empty table (exit 0)."""
+    from gridify.bench.harness import crop_sizes
+
+    assert crop_sizes("bench", "scan.bin", 5000, (4096, 16384)) == [4096]
+    with pytest.raises(
+        ValueError,
+        match=r"^bench: the scan scan\.bin holds 300 points, too few to measure: the "
+        r"smallest crop timed is 4096 points \(sizes 4096, 16384\); give a scan of at least 4096",
+    ):
+        crop_sizes("bench", "scan.bin", 300, (4096, 16384))

@@ -253,6 +253,27 @@ def test_bad_arguments_are_refused_by_name(kwargs, match):
         GridifiedSceneSegmenter(args.pop("in_channels"), args.pop("num_classes"), **args)
 
 
+@pytest.mark.parametrize(
+    "extent, axis",
+    [
+        (1e-300, "0] \\(x"),
+        (1e300, "0] \\(x"),
+        ((40.0, 40.0, 1e-9), "2] \\(z"),
+        ((40.0, 1e7, 4.0), "1] \\(y"),
+        (10**400, "0] \\(x"),
+    ],
+)
+def test_an_extent_that_collapses_an_axis_in_float32_is_refused_naming_the_range(extent, axis):
+    """1e-300 m is 0 in float32 (a division by zero), 1e300 m infinite (every point at the box centre): both were
+    accepted and gave meaningless logits."""
+    with pytest.raises(ValueError, match=rf"^GridifiedSceneSegmenter: extent\[{axis}\) must be a "):
+        GridifiedSceneSegmenter(2, 5, extent=extent)
+    if not isinstance(extent, int):
+        with pytest.raises(ValueError, match=r"in \[1e-06, 1e\+06\] \(a crop's box in float32"):
+            GridifiedSceneSegmenter(2, 5, extent=extent)
+    assert GridifiedSceneSegmenter(2, 5, extent=(1e-6, 1e6, 4.0)).extent == (1e-6, 1e6, 4.0)
+
+
 def test_bad_inputs_name_the_argument():
     m = _model()
     pos, x = _room()

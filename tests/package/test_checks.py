@@ -1,6 +1,10 @@
 """The shared checks of gridify._checks: every tensor argument of every public entry is validated (type,
 dtype, shape, device, NaN/Inf, index ranges) with a message naming the entry and the argument; the
-allocation limit comes from the physical memory or ``$GRIDIFY_MAX_ALLOC_BYTES``."""
+allocation limit comes from the memory granted (physical, cgroup, ``ulimit -v``) or ``$GRIDIFY_MAX_ALLOC_BYTES``."""
+
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -166,9 +170,31 @@ def test_every_tensor_argument_is_validated(call, match):
         call()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ulimit -v and /proc/self/status: Linux")
+def test_allocation_limit_is_the_memory_granted_under_ulimit_v():
+    """A scan larger than the memory granted ended in torch's allocation error: the limit is the address space
+    ``ulimit -v`` leaves (less what the process maps already) where that is below the physical memory."""
+    code = textwrap.dedent("""
+        import resource
+        from gridify import _checks
+        resource.setrlimit(resource.RLIMIT_AS, (6 << 30, resource.RLIM_INFINITY))
+        limit, source = _checks.max_alloc_bytes()
+        assert 0 < limit < 6 << 30, limit
+        assert source.startswith("the address-space limit (ulimit -v) of 6.0 GiB less the "), source
+        try:
+            _checks.check_alloc("t", "x", 7 << 30)
+        except ValueError as exc:
+            assert "more than the allocation limit of" in str(exc) and "ulimit -v" in str(exc), exc
+        else:
+            raise AssertionError("not refused")
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
 def test_allocation_limit_comes_from_the_environment(monkeypatch):
     limit, source = _checks.max_alloc_bytes()
-    assert source == "the physical memory" and limit == _checks.physical_memory() > 0
+    assert (limit, source) == _checks.granted_memory() and 0 < limit <= _checks.physical_memory()
     monkeypatch.setenv("GRIDIFY_MAX_ALLOC_BYTES", "1e6")
     assert _checks.max_alloc_bytes() == (1_000_000, "GRIDIFY_MAX_ALLOC_BYTES")
     with pytest.raises(ValueError, match=r"more than the allocation limit of 976.6 KiB \(GRIDIFY_MAX_ALLOC_BYTES"):

@@ -1,3 +1,4 @@
+import re
 import subprocess
 import sys
 
@@ -30,6 +31,38 @@ def test_registry():
         reg.get("b")
     with pytest.raises(KeyError, match="already registered"):
         reg.register("a", obj=object)
+
+
+def test_a_registry_name_that_is_not_a_string_is_a_type_error_naming_the_registry_and_the_value():
+    """It was an AttributeError (``5.lower()``) when registering; a lookup names the value too."""
+    reg = Registry("widget")
+    for bad in (5, b"a", ("a",)):
+        with pytest.raises(
+            TypeError, match=rf"widget registry: the name must be a string, got \w+ {re.escape(repr(bad))}"
+        ):
+            reg.register(bad)
+        with pytest.raises(TypeError, match=rf"widget name must be a string, got \w+ {re.escape(repr(bad))}"):
+            reg.get(bad)
+    with pytest.raises(ValueError, match="widget registry: cannot register an unnamed widget"):
+        reg.register("", obj=object())
+    assert reg.names() == []
+
+
+def test_a_registry_with_a_base_class_refuses_anything_else_when_it_is_registered():
+    class Base:
+        pass
+
+    reg = Registry("widget", base=Base)
+    with pytest.raises(TypeError, match=r"widget registry: 'f' must be a subclass of .*Base, got function"):
+        reg.register("f", obj=lambda: None)
+    with pytest.raises(TypeError, match=r"'other' must be a subclass of .*Base, got class int"):
+        reg.register("other", obj=int)
+
+    @reg.register("sub")
+    class Sub(Base):
+        pass
+
+    assert reg.names() == ["sub"] and reg.get("sub") is Sub
 
 
 def test_unknown_registry_names_are_value_errors_and_key_errors():

@@ -391,3 +391,82 @@ def test_the_progress_total_is_exact_from_the_first_report():
         progress=lambda d, t: calls.append((d, t)),
     )
     assert {t for _, t in calls} == {sum(counts)} and calls[-1][0] == sum(counts)
+
+
+# --------------------------------------------------------------------------------------
+# the cost of a whole-scene prediction, sized before it starts
+# --------------------------------------------------------------------------------------
+def test_a_huge_votes_is_refused_before_the_first_view(monkeypatch):
+    """``votes=10**9`` ran view after view for ever (over 90 s before a test gave up); the work of votes x fragments
+    x voxels is sized first and refused by the allocation rule, with the figure."""
+    import time
+
+    pos, x = _scene(500)
+    model = PerPoint()
+    start = time.perf_counter()
+    with pytest.raises(
+        ValueError,
+        match=r"^predict_scene: votes=1000000000 \(--votes\) views x 4 fragment\(s\) of "
+        r"\d[\d,]* voxels of 0\.5 m \(max_fragments=4, --max-fragments\) of the scene .* would need .*"
+        r"more than the allocation limit .*; lower --votes or --max-fragments$",
+    ):
+        predict_scene(model, pos, x, voxel_size=0.5, max_points=100, votes=10**9)
+    assert time.perf_counter() - start < 5 and model.sizes == []  # no crop ran
+    monkeypatch.setenv("GRIDIFY_MAX_ALLOC_BYTES", str(10**6))
+    with pytest.raises(ValueError, match=r"votes=1000 \(--votes\) views x 1 fragment\(s\) .*GRIDIFY_MAX_ALLOC_BYTES"):
+        predict_scene(model, pos, x, voxel_size=0.5, max_points=100, votes=1000, max_fragments=1)
+    assert model.sizes == []
+
+
+def test_a_scene_beyond_the_memory_limit_is_refused_with_the_figure_and_the_settings_that_lower_it(monkeypatch):
+    """It ended in torch's own allocation error, part way through the scan."""
+    from gridify.scene_inference import SCAN_BYTES_PER_POINT
+
+    pos, x = _scene(3000)
+    model = PerPoint()
+    monkeypatch.setenv("GRIDIFY_MAX_ALLOC_BYTES", str(3000 * SCAN_BYTES_PER_POINT))
+    with pytest.raises(ValueError) as err:
+        predict_scene(model, pos, x, voxel_size=0.5, max_points=400, max_fragments=None)
+    msg = str(err.value)
+    assert (
+        msg.startswith("predict_scene: a whole-scene prediction of the 3,000 points of the scene (") and "\n" not in msg
+    )
+    assert "fragment(s) of " in msg and "(max_fragments='all', --max-fragments)" in msg and "crop(s) of up to" in msg
+    assert "more than the allocation limit of " in msg and "(GRIDIFY_MAX_ALLOC_BYTES;" in msg
+    assert msg.endswith(
+        "; lower it with fewer fragments per view (--max-fragments, max_fragments=), or a coarser voxel size (now 0.5 "
+        "m; evaluate: --voxel-size); --votes sets the time, not the peak (one view at a time)"
+    )
+    assert model.sizes == []
+
+
+def test_a_batch_of_crops_that_would_not_fit_runs_in_smaller_batches_with_the_same_result(monkeypatch):
+    """Crops are independent: where ``batch_size`` crops at a time would pass the limit, fewer run per call (the same
+    probabilities) instead of a refusal the command line could not lower (``predict`` has no --batch-size)."""
+    from gridify.scene_inference import check_scene_cost, scene_cost
+
+    pos, x = _scene(3000)
+    small = PerPoint()
+    want = predict_scene(small, pos, x, voxel_size=0.5, max_points=400, batch_size=1, max_fragments=1)
+    cost = scene_cost(small, pos, 4, 0.5, 400, 1)
+    assert cost.crops > 2 and cost.crop == 400
+    monkeypatch.setenv("GRIDIFY_MAX_ALLOC_BYTES", str(cost.peak(2) + 1000))
+    assert check_scene_cost("t", small, pos, 4, 0.5, 400, 1, 8, 1) == 2
+    model = PerPoint()
+    got = predict_scene(model, pos, x, voxel_size=0.5, max_points=400, batch_size=8, max_fragments=1)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    assert max(model.sizes) <= 2 * 400 < sum(model.sizes)  # at most two crops per call
+
+
+def test_the_memory_estimate_covers_the_measured_peaks_of_the_shipped_scene_model():
+    """The calibration recorded in crop_forward_bytes / check_scene_cost: the shipped semantickitti model's widths
+    (a 64 x 64 x 8 grid of 64 channels, k = 6) give at least the peaks measured for its crops, and not over twice."""
+    from types import SimpleNamespace
+
+    from gridify.scene_inference import crop_forward_bytes
+
+    shipped = SimpleNamespace(resolution=(64, 64, 8), num_classes=19, gridify=SimpleNamespace(out_channels=64, k=6))
+    mib = 2**20
+    for points, measured in ((4096, 74), (16384, 80), (65536, 126), (131072, 206)):
+        estimate = crop_forward_bytes(shipped, points, 2) / mib
+        assert measured <= estimate <= 2 * measured, (points, estimate)
