@@ -188,7 +188,8 @@ def warn_off_metric_scale(where: str, pos: Any, voxel_size: Optional[float], wha
     """Warn, naming ``where`` and ``what`` (the scan's file), the extent and the unit to try, when a scene spans more than
     :data:`MAX_PLAUSIBLE_VOXELS` voxels of ``voxel_size`` along an axis: a scan in millimetres or centimetres
     given to a model trained in metres is labelled without any other sign (its crops hold a few points of a
-    huge area). The extent is max - min, so a large offset (UTM metres) does not count."""
+    huge area). The extent is max - min, so a large offset (UTM metres) does not count, and neither do a few stray rows
+    far from the rest (twice the box of the middle half of the rows, :func:`gridify.io.cloud.bulk_box`, decides)."""
     if voxel_size is None or len(pos) < 2:
         return
     if isinstance(pos, Tensor):
@@ -200,6 +201,12 @@ def warn_off_metric_scale(where: str, pos: Any, voxel_size: Optional[float], wha
     widest = float(span.max())
     if widest / voxel_size <= MAX_PLAUSIBLE_VOXELS:
         return
+    from .io.cloud import bulk_box  # noqa: PLC0415
+
+    rows = p.cpu().double().numpy() if isinstance(p, Tensor) else np.asarray(p, np.float64)
+    rows = rows[np.isfinite(rows).all(1)]
+    if len(rows) and float((np.subtract(*bulk_box(rows)[::-1])).max()) * 2 / voxel_size <= MAX_PLAUSIBLE_VOXELS:
+        return  # a few stray rows far away (a (0, 0, 0) placeholder beside a UTM scan), not a unit: read_points names them
     axis = "xyz"[int(span.argmax())]
     warn_at_caller(
         f"{where}: {what} spans {widest:.4g} along {axis}, {widest / voxel_size:.3g} voxels of the model's "

@@ -470,3 +470,20 @@ def test_the_memory_estimate_covers_the_measured_peaks_of_the_shipped_scene_mode
     for points, measured in ((4096, 74), (16384, 80), (65536, 126), (131072, 206)):
         estimate = crop_forward_bytes(shipped, points, 2) / mib
         assert measured <= estimate <= 2 * measured, (points, estimate)
+
+
+def test_a_stray_row_beside_a_utm_scene_is_not_called_a_unit_problem():
+    """One (0, 0, 0) placeholder row beside a scan at UTM offsets widened the scene to millions of metres, and the
+    warning blamed millimetre units: a few stray rows do not decide the extent (the bulk of the rows does)."""
+    import warnings
+
+    from gridify.scene_inference import warn_off_metric_scale
+
+    pos, _ = _scene(400)
+    utm = pos.double().numpy() * 10 + np.array([5.0e5, 4.2e6, 100.0])
+    utm[7] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_off_metric_scale("predict_scene", utm, 0.1)
+    with pytest.warns(UserWarning, match="millimetres"):  # every row far apart: the unit
+        warn_off_metric_scale("predict_scene", pos.double().numpy() * 10_000, 0.1)
