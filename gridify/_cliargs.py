@@ -371,16 +371,16 @@ def last_resort(prog: str) -> Iterator[None]:
         ) from None
 
 
-_Main = TypeVar("_Main", bound=Callable[..., Any])
+MainFn = TypeVar("MainFn", bound=Callable[..., Any])
 
 
-def script_errors(prog: str) -> Callable[[_Main], _Main]:
+def script_errors(prog: str) -> Callable[[MainFn], MainFn]:
     """Decorator of a script's ``main(argv)``: a :class:`ScriptError` ends it with its line and status, a
     :class:`~gridify._paths.PathError` (an output or input path refused) with status 2, an ``OSError`` (a full
     disk, a file that vanished) with :func:`gridify._paths.describe_os_error`'s line and status 1; each as
     ``<prog>: error: <message>`` on stderr, never a traceback. Other exceptions pass (:func:`run_script`)."""
 
-    def decorate(main: _Main) -> _Main:
+    def decorate(main: MainFn) -> MainFn:
         @functools.wraps(main)
         def checked(*args: Any, **kwargs: Any) -> Any:
             try:

@@ -301,7 +301,7 @@ def pretrained_path(name: str) -> Path:
 
 def checkpoint_file(path: Any, where: str = "gridify.load") -> Any:
     """What a model argument names: ``path`` itself, or the shipped model's file when ``path`` names a shipped
-    model (:func:`gridify._pretrained.shipped_name`: the name, and no *file* of that name here; a folder of that
+    model (``gridify._pretrained.shipped_name``: the name, and no *file* of that name here; a folder of that
     name does not hide it). A bare name that is neither (no folder, no extension: ``"modelnet4"``) raises
     CheckpointError naming the shipped models and the closest one; an empty string a ValueError naming
     ``where``; anything else is returned for :func:`load_checkpoint` to read (or to name as not found)."""

@@ -336,7 +336,7 @@ def _listed(name: str, text: str, column: int = 34) -> str:
 
 def cmd_list(args: argparse.Namespace) -> int:
     """Print what gridify ships and knows by name from the package's files and the parser's literals alone
-    (:mod:`gridify._clinames`, held equal to the registries by ``tests/cli/test_startup.py``): no PyTorch, well
+    (``gridify._clinames``, held equal to the registries by ``tests/cli/test_startup.py``): no PyTorch, well
     under a second (about 3 s when it read the registries)."""
     from ._clinames import DATASET_NAMES, KEY_ROWS, MODEL_NAMES
 
@@ -1141,7 +1141,7 @@ def _command_parser(parser: argparse.ArgumentParser, command: Optional[str]) -> 
     return parser
 
 
-#: the name of the codec error handler of :func:`_encodable_output`
+#: the name of the codec error handler of ``_encodable_output``
 ASCII_FOLD = "gridify-ascii-fold"
 #: characters without an ASCII decomposition, as a terminal without them should show them
 _ASCII_SPELLING = {
@@ -1151,7 +1151,7 @@ _ASCII_SPELLING = {
 
 
 def _fold_to_ascii(exc: UnicodeError) -> tuple:
-    """The codec error handler of :func:`_encodable_output`: a character the output cannot encode becomes its
+    """The codec error handler of ``_encodable_output``: a character the output cannot encode becomes its
     ASCII letters (``Lovász`` -> ``Lovasz``), a spelling of it (``≤`` -> ``<=``) or its escape (``\\u4e2d``); a
     byte a file name could not decode (``surrogateescape``) is written back as that byte."""
     import unicodedata

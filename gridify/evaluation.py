@@ -136,7 +136,7 @@ SCENE_FLAGS = (("--voxel-size", "voxel_size"), ("--max-points", "max_points"), (
 
 def check_scene_flags(args: argparse.Namespace, task: str, prog: str, scan: bool = False) -> None:
     """The arguments given that a route of ``evaluate`` with a model of ``task`` does not read (``--voxel-size``
-    for a classifier, ``--config`` with ``--scan``, ...), refused by name (:data:`gridify._commands.OPTION_USE`).
+    for a classifier, ``--config`` with ``--scan``, ...), refused by name (``gridify._commands.OPTION_USE``).
     Without the typed arguments (``args.given_options``, set by :func:`main`), the scene flags that hold a
     value count as given."""
     given = getattr(args, "given_options", None)

@@ -54,7 +54,7 @@ def load(
         path: the checkpoint file, or the name of a model shipped with the package
             (``gridify.api.PRETRAINED``: ``"modelnet10"``, ``"modelnet40"``, ``"semantickitti"``) when no file
             of that name exists (a folder of that name does not hide it: the one rule of every entry,
-            :func:`gridify._pretrained.shipped_name`); a bare name that is neither is refused naming the
+            ``gridify._pretrained.shipped_name``); a bare name that is neither is refused naming the
             shipped ones, an empty path with a ValueError.
         device: where to put the model (``"cpu"``, ``"cuda"``, ...).
         reparameterize: fold reparameterizable layers into their inference form (faster, same

@@ -162,7 +162,7 @@ class StepCurves(pl.Callback):
             self.flush()
 
     def flush(self) -> Optional[Path]:
-        """Write the rows to :attr:`path` (atomically); the path, or None without one or without rows."""
+        """Write the rows to ``path`` (atomically); the path, or None without one or without rows."""
         self._settle()
         if self.path is None or not self.rows:
             return None
