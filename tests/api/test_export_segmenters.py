@@ -426,6 +426,7 @@ def test_cli_export_takes_a_shipped_name(tmp_path, monkeypatch):
             cli.main(["export", *argv, "--out", str(tmp_path / "m.onnx")])
 
 
+@pytest.mark.slow  # three exports (about 30 s): the default suite stays under 10 minutes
 @needs_onnx
 def test_the_scene_runner_takes_clouds_below_k_and_below_a_fixed_size(tmp_path):
     from tests.helpers import SCENE_SMALL, export_scene_model
@@ -518,6 +519,7 @@ def test_the_scene_runner_predicts_a_scan_file_or_cloud_as_its_features_and_coor
         runner.predict(PointCloud(points=scan[:, :3]))
 
 
+@pytest.mark.slow  # an export and two whole-scan predictions (about 20 s)
 def test_the_scene_runner_and_the_predictor_read_a_scan_the_same_way(tmp_path):
     """One reader of a scan's features (cloud_scene_features): equal inputs, and the same missing-feature message."""
     from gridify import load
