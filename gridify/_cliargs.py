@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import functools
+import json
 import os
 import re
 import sys
@@ -85,6 +86,7 @@ __all__ = [
     "last_resort",
     "script_errors",
     "run_script",
+    "read_json_object",
 ]
 
 #: more CPU threads or DataLoader workers than this is a typo, not a machine
@@ -395,6 +397,19 @@ def script_errors(prog: str) -> Callable[[MainFn], MainFn]:
         return checked  # type: ignore[return-value]
 
     return decorate
+
+
+def read_json_object(path: Path, holds: str, hint: str = "") -> Dict[str, Any]:
+    """The JSON object in the file ``path`` (a run's ``run_info.json``, ``test_metrics.json``, a score), for a
+    script; :class:`ScriptError` naming the file when it is not JSON (``hint``: what to do then) or not an object
+    (``holds``: what the object should hold, e.g. ``'started'``)."""
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ScriptError(f"{path}: not a JSON file ({exc}){'; ' + hint if hint else ''}") from None
+    if not isinstance(value, dict):
+        raise ScriptError(f"{path}: must hold a JSON object with {holds}, got {type(value).__name__}")
+    return value
 
 
 def run_script(main: Callable[[Optional[Sequence[str]]], Any], prog: str, argv: Optional[Sequence[str]] = None) -> int:

@@ -149,7 +149,7 @@ def score_fold(args: argparse.Namespace, i: int, model: Path, out: Path) -> Dict
         cmd += [] if args.max_fragments is None else ["--max-fragments", str(args.max_fragments)]
         cmd += [] if args.threads is None else ["--threads", str(args.threads)]
         run(cmd)
-    return json.loads(report.read_text(encoding="utf-8"))
+    return types.read_json_object(report, "'metrics', 'iou' and 'confusion'", hint=f"delete it to score fold {i} again")
 
 
 def iou_of(confusion: List[List[float]]) -> List[Optional[float]]:

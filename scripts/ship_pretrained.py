@@ -87,12 +87,7 @@ def _number(value: Any) -> bool:
 def read_test_metrics(path: Path) -> Dict[str, Any]:
     """The run's ``test_metrics.json`` (as ``gridify train`` writes it: ``{"metrics": {name: number}, "num_samples":
     int, "votes": int}``); :class:`gridify._cliargs.ScriptError` naming the file and what is wrong otherwise."""
-    try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise types.ScriptError(f"{path}: not a JSON file ({exc}); delete it or pass --no-test-metrics") from None
-    if not isinstance(report, dict):
-        raise types.ScriptError(f"{path}: must hold a JSON object with 'metrics', got {type(report).__name__}")
+    report = types.read_json_object(path, "'metrics'", hint="delete it or pass --no-test-metrics")
     metrics = report.get("metrics")
     if not isinstance(metrics, dict) or not all(isinstance(k, str) and _number(v) for k, v in metrics.items()):
         raise types.ScriptError(f"{path}: 'metrics' must map metric names to finite numbers, got {metrics!r:.120}")

@@ -63,12 +63,7 @@ def session_starts(run: Path) -> List[float]:
     or ``sessions: [{started}, ...]`` of a resumed run), in order; :class:`gridify._cliargs.ScriptError` naming
     the file and what is wrong when it is not JSON or not of that shape."""
     path = run / "run_info.json"
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise types.ScriptError(f"{path}: not a JSON file ({exc})") from None
-    if not isinstance(info, dict):
-        raise types.ScriptError(f"{path}: must hold a JSON object with 'started', got {type(info).__name__}")
+    info = types.read_json_object(path, "'started'")
     sessions = info.get("sessions") or [{"started": info.get("started")}]
     if not isinstance(sessions, list) or not all(isinstance(x, dict) for x in sessions):
         raise types.ScriptError(f"{path}: 'sessions' must be a list of objects with 'started', got {sessions!r:.80}")
