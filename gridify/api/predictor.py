@@ -179,13 +179,19 @@ class Predictor(nn.Module):
         where: str = "Predictor.prepare",
     ) -> Dict[str, Any]:
         """Validate and normalize one cloud: a dict with ``pos`` ``[N, 3]`` (normalized, z up), ``x``
-        ``[N, F]`` (model features), ``center`` ``[3]``, ``scale``, ``normals`` and ``source``.
+        ``[N, F]`` (model features), ``center`` ``[3]``, ``scale``, ``normals``, ``normals_k`` (the
+        neighbours the normals were estimated with for a model trained on estimated normals, else None:
+        :func:`gridify.api.task_predictors.subset_features` then estimates them again on every subset
+        of ``num_points``, the density the training files had) and ``source``.
         ``up_axis``: the cloud's up direction (:data:`gridify.transforms.UP_AXES`), rotated to z first."""
         up_axis = check_up_axis(where, up_axis)
         pos, nrm, source = read_cloud(points, normals, where)
         pos, nrm = to_z_up(pos, up_axis, nrm)
+        normals_k = None
         if self.use_normals and self.estimated_normals is not None and normals is None:
-            nrm = estimate_unit_normals(pos, self.estimated_normals)  # as the training data did
+            # as the training data did; a subset larger clouds are scored through gets its own (subset_features)
+            normals_k = self.estimated_normals
+            nrm = estimate_unit_normals(pos, normals_k)
         elif self.use_normals and nrm is None:
             if not estimate_normals:
                 raise ValueError(
@@ -207,7 +213,15 @@ class Predictor(nn.Module):
             raise ValueError(
                 f"{where}: the model takes {self.in_channels} features per point, but the cloud gives {x.shape[1]}"
             )
-        return {"pos": pos, "x": x, "normals": nrm, "center": center, "scale": scale, "source": source}
+        return {
+            "pos": pos,
+            "x": x,
+            "normals": nrm,
+            "normals_k": normals_k,
+            "center": center,
+            "scale": scale,
+            "source": source,
+        }
 
     # ---- prediction ----------------------------------------------------------------------
     @torch.no_grad()

@@ -185,6 +185,22 @@ def chunks(n: Optional[int], cloud: Dict[str, Any], seed: int) -> List[np.ndarra
     return np.array_split(perm, math.ceil(n_in / n))
 
 
+def subset_features(cloud: Dict[str, Any], idx: np.ndarray) -> np.ndarray:
+    """The model features ``[n, F]`` of the points ``idx`` of a prepared ``cloud``.
+
+    For a model trained on normals estimated from its training files (``cloud["normals_k"]`` set by
+    :meth:`gridify.api.Predictor.prepare`), a strict subset of a larger cloud gets normals estimated
+    again from the subset's own points with the same ``k``: the training files held about
+    ``num_points`` points, so this is the neighbourhood scale the model learnt (on all points of a
+    10,000-point file the 30 nearest cover a tenth of the area). Otherwise ``cloud["x"][idx]``.
+    """
+    k = cloud.get("normals_k")
+    if k is None or len(np.unique(idx)) >= len(cloud["pos"]):
+        return np.ascontiguousarray(cloud["x"][idx])
+    pos = cloud["pos"][idx]
+    return np.concatenate([pos, estimate_unit_normals(pos, k)], 1)
+
+
 def pooled(
     predictor: Any,
     cloud: Dict[str, Any],
@@ -198,12 +214,12 @@ def pooled(
     order = canonical_order(cloud["pos"], cloud["normals"])
     subsets = vote_subsets(predictor.num_points, order, num_votes, seed)
     dev = predictor.device
-    pos_all = torch.from_numpy(cloud["pos"]).to(dev)
-    x_all = torch.from_numpy(np.ascontiguousarray(cloud["x"])).to(dev)
     outs = []
     for s in range(0, len(subsets), batch_size):
-        idx = torch.from_numpy(np.stack(subsets[s : s + batch_size])).to(dev)  # [V, n]
-        outs.append(fn(pos_all[idx], x_all[idx]).float())
+        group = subsets[s : s + batch_size]
+        pos = torch.from_numpy(np.stack([cloud["pos"][i] for i in group])).to(dev)  # [V, n, 3]
+        x = torch.from_numpy(np.stack([subset_features(cloud, i) for i in group])).to(dev)  # [V, n, F]
+        outs.append(fn(pos, x).float())
     return torch.cat(outs).mean(0).cpu().numpy()
 
 
@@ -383,7 +399,7 @@ class CloudPredictor(TaskPredictor):
         sub = self.first_subset(predictor, cloud, seed)
         dev = predictor.device
         pos = torch.from_numpy(cloud["pos"][sub]).to(dev)
-        x = torch.from_numpy(np.ascontiguousarray(cloud["x"][sub])).to(dev)
+        x = torch.from_numpy(subset_features(cloud, sub)).to(dev)
         with evaluating(model), all_or_nothing(model):
             grid, graph = model.gridify(pos, x, return_graph=True)
         return {
@@ -432,7 +448,6 @@ class PartSegmentationPredictor(CloudPredictor):
         groups = chunks(predictor.num_points, cloud, seed)
         dev = predictor.device
         pos_all = torch.from_numpy(cloud["pos"]).to(dev)
-        x_all = torch.from_numpy(np.ascontiguousarray(cloud["x"])).to(dev)
         K = len(predictor.class_names)
         probs = torch.zeros(len(pos_all), K)
         mask = None
@@ -442,11 +457,12 @@ class PartSegmentationPredictor(CloudPredictor):
         for s in range(0, len(groups), batch_size):
             group = groups[s : s + batch_size]
             idx = torch.from_numpy(np.concatenate(group)).to(dev)
+            x = torch.from_numpy(np.concatenate([subset_features(cloud, g) for g in group])).to(dev)
             batch = torch.repeat_interleave(
                 torch.arange(len(group), device=dev), torch.tensor([len(g) for g in group], device=dev)
             )
             category = None if cat is None else torch.full((len(group),), cat, dtype=torch.long, device=dev)
-            logits = predictor(pos_all[idx], x_all[idx], batch, category).float().cpu()
+            logits = predictor(pos_all[idx], x, batch, category).float().cpu()
             if mask is not None:
                 logits = logits + mask
             probs[idx.cpu()] = torch.softmax(logits, -1)

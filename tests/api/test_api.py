@@ -220,7 +220,7 @@ def test_a_model_trained_on_estimated_normals_estimates_them_at_prediction(train
     torch.save(payload, tmp_path / "est.pt")
     m = gridify.load(tmp_path / "est.pt")
     assert m.estimated_normals == 8 and gridify.load(trained["cls"] / "model.pt").estimated_normals is None
-    pos, nrm = shape("torus", 120)
+    pos, nrm = shape("torus", m.num_points)  # one pass over all points (larger clouds: the next test)
     own = estimate_normals(torch.as_tensor(pos, dtype=torch.float64), 8).numpy()
     auto = m.predict(pos).probabilities
     np.testing.assert_allclose(auto, m.predict(pos, own).probabilities, atol=1e-6)
@@ -235,6 +235,40 @@ def test_a_model_trained_on_estimated_normals_estimates_them_at_prediction(train
     torch.save(payload, tmp_path / "bad.pt")
     with pytest.raises(CheckpointError, match=r"estimate_normals'\] must be a positive integer, got '30'"):
         gridify.load(tmp_path / "bad.pt")
+
+
+def test_estimated_normals_are_estimated_again_on_every_subset_of_a_larger_cloud(trained, tmp_path):
+    """A model trained on normals estimated from files of about num_points points sees, for a larger cloud,
+    normals estimated from each vote subset's own points (the training density), not from all points."""
+    from gridify.ops import estimate_normals
+
+    payload = torch.load(trained["cls"] / "model.pt", weights_only=True)
+    payload["config"]["data"]["estimate_normals"] = 8
+    torch.save(payload, tmp_path / "est.pt")
+    m = gridify.load(tmp_path / "est.pt")
+    n = m.num_points
+    pos, _ = shape("torus", 4 * n)
+    seen = []
+    hook = m.model.register_forward_hook(lambda mod, args, out: seen.append(args[1].detach().clone()))
+    try:
+        m.predict(pos, num_votes=3)
+        m.inspect(pos)
+    finally:
+        hook.remove()
+    assert len(seen) >= 2 and all(x.shape[-2] == n for x in seen)
+    cloud = m.prepare(pos)
+    assert cloud["normals_k"] == 8
+    whole, at = (
+        torch.as_tensor(cloud["normals"], dtype=torch.float64),
+        torch.as_tensor(cloud["pos"], dtype=torch.float64),
+    )
+    for x in seen:
+        for sub in x.reshape(-1, n, x.shape[-1]).double():
+            own = estimate_normals(sub[:, :3], 8)
+            torch.testing.assert_close(sub[:, 3:], own, atol=1e-4, rtol=0)
+            # the whole cloud's normals at those points differ: a finer neighbourhood
+            rows = torch.cdist(sub[:, :3], at).argmin(1)
+            assert (sub[:, 3:] * whole[rows]).sum(1).abs().min() < 0.999
 
 
 def test_canonical_order_depends_on_content_only():
