@@ -137,10 +137,11 @@ def _add_common_model_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--up-axis",
-        default="z",
+        default=None,
         type=types.up_axis,
         help="the file's up direction: z (default, what the shipped models expect), y (e.g. "
-        "modelnet40_normal_resampled, glTF), x, -z, -y or -x; rotated to z up before the model",
+        "modelnet40_normal_resampled, glTF), x, -z, -y or -x; rotated to z up before the model. Not given, a "
+        "classifier also reads the cloud y up and prints a hint when that reading is clearly more confident",
     )
     p.add_argument("--max-fragments", type=types.max_fragments, default=None, help=types.MAX_FRAGMENTS_HELP)
 
@@ -754,7 +755,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                     category=args.category,
                     seed=args.seed,
                     estimate_normals=args.estimate_normals,
-                    up_axis=args.up_axis,
+                    up_axis=args.up_axis or "z",
                     progress=_show_progress(args, model),
                     **_fragments(args),
                 )

@@ -36,6 +36,8 @@ class Prediction:
     category: Optional[str] = None
     source: str = ""
     extra: Dict[str, Any] = field(default_factory=dict)
+    #: lines for the user beside the result, e.g. that the cloud reads better with another up axis
+    hints: List[str] = field(default_factory=list)
 
     @property
     def dense(self) -> bool:
@@ -69,11 +71,12 @@ class Prediction:
         if not self.dense:
             order = np.argsort(-self.probabilities)[:top]
             alts = ", ".join(f"{self.class_names[i]} {self.probabilities[i]:.3f}" for i in order)
-            return f"{src}{self.names} (p={self.probabilities[int(self.labels)]:.3f}; top: {alts})"
+            line = f"{src}{self.names} (p={self.probabilities[int(self.labels)]:.3f}; top: {alts})"
+            return "\n".join([line] + [f"hint: {h}" for h in self.hints])
         counts = np.bincount(self.labels, minlength=len(self.class_names))
         parts = ", ".join(f"{self.class_names[i]} {counts[i]}" for i in np.flatnonzero(counts))
         cat = f" [{self.category}]" if self.category else ""
-        return f"{src}{self.num_points} points{cat}: {parts}"
+        return "\n".join([f"{src}{self.num_points} points{cat}: {parts}"] + [f"hint: {h}" for h in self.hints])
 
 
 def write_prediction(path: Union[str, Path], cloud: Any, prediction: Prediction) -> Path:

@@ -9,6 +9,7 @@ docstring. :meth:`Predictor.prepare` (reading, checking and normalizing one clou
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -20,6 +21,7 @@ from .._progress import resolve_progress
 from ..nn.state import all_or_nothing, evaluating
 from ..tasks import get_task
 from ..transforms import check_up_axis, normalization_name, to_z_up
+from ..io import read_points
 from .inputs import PointsLike, as_float32, normalize_cloud, read_cloud
 from .inputs import estimate_normals as estimate_unit_normals
 from .prediction import Prediction
@@ -237,7 +239,7 @@ class Predictor(nn.Module):
         estimate_normals: bool = False,
         features: Any = None,
         progress: Any = None,
-        up_axis: str = "z",
+        up_axis: Optional[str] = None,
         max_fragments: Union[int, str, None] = None,
     ) -> Prediction:
         """Labels and probabilities for one cloud of any size (see the module docstring).
@@ -259,7 +261,9 @@ class Predictor(nn.Module):
                 of its training ``features``), instead of building them from the file.
             progress: scene segmenters only: ``progress(crops_done, crops_total)`` after every pass, or
                 ``True`` for a bar on stderr (``None`` / ``False``: silent).
-            up_axis: the cloud's up direction, ``"z"`` (default; what the shipped models expect),
+            up_axis: the cloud's up direction, ``"z"`` (what the shipped models expect; ``None``, the
+                default, reads it as z up too, and a classifier then also reads it y up: when that reading
+                is clearly more confident, :attr:`Prediction.hints` says so and names the option),
                 ``"y"`` (e.g. ``modelnet40_normal_resampled``, glTF), ``"x"`` or their negatives: the
                 points (and normals) are rotated to z up before anything else (a proper rotation,
                 :func:`gridify.transforms.up_axis_rotation`); labels keep the input order.
@@ -278,22 +282,35 @@ class Predictor(nn.Module):
                 runs. TypeError: unsupported input type.
         """
         where = f"{type(self).__name__}.predict"
-        up_axis = check_up_axis(where, up_axis)
-        return self.task_predictor.predict(
-            self,
-            points,
-            normals,
-            category,
-            num_votes=num_votes,
-            seed=seed,
-            batch_size=batch_size,
-            estimate_normals=estimate_normals,
-            features=features,
-            progress=progress,
-            up_axis=up_axis,
-            where=where,
-            **({} if max_fragments is None else {"max_fragments": max_fragments}),  # plugins need not take it
-        )
+        stated = up_axis is not None
+        up_axis = check_up_axis(where, up_axis) if stated else "z"
+        hint = not stated and self.task_predictor.hints_up_axis
+        if hint and isinstance(points, (str, os.PathLike)):
+            points = read_points(points)  # read once for both readings (errors name the file as predict would)
+
+        def run(axis: str) -> Prediction:
+            return self.task_predictor.predict(
+                self,
+                points,
+                normals,
+                category,
+                num_votes=num_votes,
+                seed=seed,
+                batch_size=batch_size,
+                estimate_normals=estimate_normals,
+                features=features,
+                progress=progress,
+                up_axis=axis,
+                where=where,
+                **({} if max_fragments is None else {"max_fragments": max_fragments}),  # plugins need not take it
+            )
+
+        pred = run(up_axis)
+        if hint:
+            text = self.task_predictor.up_axis_hint(pred, run("y"))
+            if text:
+                pred.hints.append(text)
+        return pred
 
     @property
     def whole_scenes(self) -> bool:

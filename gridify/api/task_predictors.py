@@ -157,6 +157,11 @@ def category_index(predictor: Any, category: Any, where: str) -> Optional[int]:
     return int(category)
 
 
+#: how much more confident (top probability) a classifier's y-up reading must be than its z-up one for
+#: :meth:`ClassificationPredictor.up_axis_hint` to speak (measured: docs/guides/prediction.md, "Another up axis")
+UP_AXIS_HINT_MARGIN = 0.2
+
+
 def vote_subsets(n: Optional[int], order: np.ndarray, num_votes: int, seed: int) -> List[np.ndarray]:
     """``num_votes`` seeded subsets of ``n`` of the points ``order`` (without replacement when there are
     more; all of them and ``n - N`` repeated when fewer); ``[order]`` when ``n`` is None or ``N == n``."""
@@ -238,6 +243,15 @@ class TaskPredictor:
     """
 
     min_in_channels: int = 1
+
+    #: whether :meth:`gridify.api.Predictor.predict` without ``up_axis`` also reads the cloud y up and
+    #: asks :meth:`up_axis_hint` whether to say so
+    hints_up_axis: bool = False
+
+    def up_axis_hint(self, z_up: Prediction, y_up: Prediction) -> Optional[str]:
+        """A line for the user when the cloud read y up (``y_up``) is clearly better explained than read z
+        up (``z_up``, the result returned), else None."""
+        return None
 
     def check_entries(self, path: Any, info: Dict[str, Any], data: Dict[str, Any], width: int) -> None:
         """Check the task's own checkpoint entries when the file is loaded (a
@@ -417,8 +431,23 @@ class CloudPredictor(TaskPredictor):
 class ClassificationPredictor(CloudPredictor):
     """One label per cloud: the softmax averaged over ``num_votes`` seeded subsets of ``num_points``."""
 
+    hints_up_axis = True
+
     def check_sizes(self, predictor: Any, where: str, n_in: int, num_votes: int, batch_size: int) -> None:
         check_batch_sizes(predictor, where, n_in, num_votes, batch_size, count=num_votes)
+
+    def up_axis_hint(self, z_up: Prediction, y_up: Prediction) -> Optional[str]:
+        """A hint when the y-up reading names another class with a top probability at least
+        :data:`UP_AXIS_HINT_MARGIN` above the z-up reading's (a y-up file read z up lies on its side: the
+        model is then often confident and wrong, e.g. a bed read as a bookshelf with p = 0.89)."""
+        pz, py = float(z_up.probabilities.max()), float(y_up.probabilities.max())
+        if int(y_up.labels) == int(z_up.labels) or py < pz + UP_AXIS_HINT_MARGIN:
+            return None
+        return (
+            f"read y up this cloud is {y_up.names} (p={py:.3f} against {pz:.3f} read z up): if the file is "
+            f"y up (glTF, modelnet40_normal_resampled), pass up_axis='y' (--up-axis y); up_axis='z' states z up "
+            f"and skips this check"
+        )
 
     def probabilities(
         self, predictor: Any, cloud: Dict[str, Any], cat: Optional[int], num_votes: int, seed: int, batch_size: int

@@ -271,6 +271,45 @@ def test_estimated_normals_are_estimated_again_on_every_subset_of_a_larger_cloud
             assert (sub[:, 3:] * whole[rows]).sum(1).abs().min() < 0.999
 
 
+def test_a_classifier_reads_an_unstated_cloud_y_up_too_and_hints_when_that_is_clearly_better(trained, monkeypatch):
+    """up_axis not given: the z-up result is returned, and a y-up reading that names another class with a top
+    probability UP_AXIS_HINT_MARGIN higher adds a hint (printed by summary); up_axis="z" reads once, no hint."""
+    from gridify.api import task_predictors as tp
+
+    m = gridify.load(trained["cls"] / "model.pt")
+    pos, nrm = shape("torus", 96)
+    seen = []
+    real = tp.CloudPredictor.predict
+
+    def spy(self, predictor, *args, up_axis, **kw):
+        seen.append(up_axis)
+        pred = real(self, predictor, *args, up_axis=up_axis, **kw)
+        if up_axis == "y":  # pretend the y-up reading is a confident other class
+            k = len(pred.class_names)
+            pred.labels = np.asarray((int(base.labels) + 1) % k)
+            pred.probabilities = np.eye(k, dtype=np.float32)[int(pred.labels)]
+        return pred
+
+    base = m.predict(pos, nrm, up_axis="z")
+    monkeypatch.setattr(tp.CloudPredictor, "predict", spy)
+    got = m.predict(pos, nrm)
+    assert seen == ["z", "y"]
+    np.testing.assert_array_equal(got.probabilities, base.probabilities)  # the z-up reading is the result
+    assert len(got.hints) == 1 and "up_axis='y' (--up-axis y)" in got.hints[0]
+    assert got.summary().splitlines()[1].startswith("hint: read y up this cloud is ")
+    seen.clear()
+    stated = m.predict(pos, nrm, up_axis="z")
+    assert seen == ["z"] and stated.hints == [] and len(stated.summary().splitlines()) == 1
+    # the rule itself: another class, and at least the margin more confident
+    z = gridify.Prediction(np.asarray(0), np.array([0.6, 0.4]), ["a", "b"], "classification", 5)
+    y_close = gridify.Prediction(np.asarray(1), np.array([0.3, 0.7]), ["a", "b"], "classification", 5)
+    y_far = gridify.Prediction(np.asarray(1), np.array([0.1, 0.9]), ["a", "b"], "classification", 5)
+    y_same = gridify.Prediction(np.asarray(0), np.array([0.95, 0.05]), ["a", "b"], "classification", 5)
+    rule = tp.ClassificationPredictor()
+    assert rule.up_axis_hint(z, y_close) is None and rule.up_axis_hint(z, y_same) is None
+    assert "read y up this cloud is b (p=0.900 against 0.600" in rule.up_axis_hint(z, y_far)
+
+
 def test_canonical_order_depends_on_content_only():
     rng = np.random.default_rng(0)
     pos = rng.normal(size=(40, 3)).astype(np.float32)
