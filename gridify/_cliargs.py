@@ -74,11 +74,14 @@ __all__ = [
     "shipped_or_file",
     "up_axis",
     "max_fragments",
+    "add_scene_run_arguments",
+    "add_pred_argument",
     "option_label",
     "given_options",
     "option_read",
     "check_options",
     "UsageExit",
+    "Interrupted",
     "MAX_THREADS",
     "MAX_WORKERS",
     "ScriptError",
@@ -183,12 +186,37 @@ def max_fragments(text: str) -> Union[int, str]:
         raise argparse.ArgumentTypeError(f"must be a positive integer or 'all', got {text!r}") from None
 
 
-#: ``--max-fragments`` help (predict, show, evaluate)
+#: ``--max-fragments`` help (predict, show, evaluate: :func:`add_scene_run_arguments`)
 MAX_FRAGMENTS_HELP = (
     "scene segmenters: grid-subsampled fragments of the scan per view at most (default: the model's, 4 unless "
     "its checkpoint records another, semantickitti: 1; 'all': every point in a fragment; 1 with --votes 1: about "
     "a quarter of the model calls of 4 fragments, for a faster, slightly coarser labelling)"
 )
+#: ``--votes`` help on scene segmenters (predict, show, evaluate: :func:`add_scene_run_arguments`)
+SCENE_VOTES_HELP = (
+    "scene segmenters: views averaged, the scan and its rotations about z by evenly spaced angles (default: the "
+    "model's, 1 unless its checkpoint records another; semantickitti: 4)"
+)
+#: ``--pred`` help (show, evaluate --scan: :func:`add_pred_argument`)
+PRED_HELP = (
+    "labels a scene segmenter wrote before (gridify predict --out: .txt, .npy, .ply or .json), used instead of "
+    "labelling the scan again (the model is not run; its classes name the labels); checked against the scan's "
+    "point count and the model's classes"
+)
+
+
+def add_scene_run_arguments(parser: argparse.ArgumentParser, votes_others: str = "") -> None:
+    """``--votes`` and ``--max-fragments`` of ``predict``, ``show`` and ``evaluate``: one definition (types,
+    defaults None = the model's, and help on scene segmenters). ``votes_others``: what ``--votes`` means for the
+    command's other models, said before the scene segmenters' part (``""``: none)."""
+    parser.add_argument("--votes", type=positive_int, default=None, help=votes_others + SCENE_VOTES_HELP)
+    parser.add_argument("--max-fragments", type=max_fragments, default=None, help=MAX_FRAGMENTS_HELP)
+
+
+def add_pred_argument(parser: argparse.ArgumentParser, several: str = "") -> None:
+    """``--pred FILE`` of ``show`` and ``evaluate --scan`` (:data:`PRED_HELP`; ``several``: what it takes for
+    several scans, said after it)."""
+    parser.add_argument("--pred", metavar="FILE", default=None, help=PRED_HELP + several)
 
 
 def positive_float(text: str) -> float:
@@ -464,6 +492,17 @@ def option_read(requirement: str, facts: Iterable[str]) -> bool:
         return True
     have = set(facts)
     return any(set(alt.split("+")) <= have for alt in requirement.split("|"))
+
+
+class Interrupted(_Exit):
+    """Ctrl-C ended a command after it kept what it had finished: exit status 130 (128 + SIGINT, what a shell
+    reports for it), with its one line printed to stderr when raised (``str()`` of it is that line)."""
+
+    STATUS = 130
+
+    def __init__(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+        super().__init__(self.STATUS, message)
 
 
 class UsageExit(_Exit):

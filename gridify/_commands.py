@@ -199,13 +199,13 @@ def evaluate_parser() -> argparse.ArgumentParser:
         help="fp32, or bf16/fp16 autocast (a device that cannot run it natively falls back to fp32 "
         "with a warning; gridify.precision)",
     )
-    p.add_argument(
-        "--votes",
-        type=types.positive_int,
-        default=None,
-        help="test-time voting: average the softmax over this many views of every cloud (the first "
-        "as it is, the others with random per-axis scales in [0.85, 1.15]; scene_segmentation: rotated "
-        "about the vertical axis by evenly spaced angles; default 1 = none, or what a scene checkpoint records: semantickitti 4)",
+    types.add_scene_run_arguments(
+        p,
+        "other models on a dataset split: test-time voting, the softmax averaged over this many views of every "
+        "cloud (the first as it is, the others with random per-axis scales in [0.85, 1.15]; default 1 = none); ",
+    )
+    types.add_pred_argument(
+        p, "; several scans: a folder holding <scan name>.<ext> per scan (a Pointcept scene: its folder's name)"
     )
     p.add_argument(
         "--voxel-size",
@@ -219,7 +219,6 @@ def evaluate_parser() -> argparse.ArgumentParser:
         default=None,
         help="scene_segmentation: the largest crop (default: the run's data.max_points)",
     )
-    p.add_argument("--max-fragments", type=types.max_fragments, default=None, help=types.MAX_FRAGMENTS_HELP)
     return p
 
 
@@ -232,6 +231,8 @@ def check_evaluate_args(args: argparse.Namespace, parser: argparse.ArgumentParse
         parser.error("--labels goes with --scan")
     if args.labels is not None and len(args.scan) != 1:
         raise SystemExit(f"{parser.prog}: error: --labels goes with a single --scan file")
+    if args.scan is not None and args.pred is not None and not os.path.exists(args.pred):
+        raise SystemExit(f"{parser.prog}: error: --pred {args.pred}: no such file or folder")
     for text in args.scan or ():  # --scan takes every word after it: an override there was taken for a scan
         key = text.split("=", 1)[0]
         if "=" in text and not os.path.lexists(text) and all(OVERRIDE_KEY_PART.fullmatch(k) for k in key.split(".")):
@@ -384,6 +385,9 @@ _MODEL_FILE_OPTIONS = {  # predict and show: the model and the file
 }
 _WITH_A_MODEL = "with a model (--ckpt / --model)"
 _ON_A_SPLIT = "on a dataset split (without --scan)"
+#: a scene segmenter that labels the scan itself (no ``--pred``)
+_SCENE_RUN = "model:scene-segmenter+pred:model"
+_NOT_PRED = "not with --pred, whose labels are used as they are"
 _SCENE_SPLIT = "for a scene segmenter on a dataset split (with --scan the model's own settings are used)"
 
 #: The one table of which arguments each route of every sub-command reads: ``{command: {dest: (requirement,
@@ -391,7 +395,8 @@ _SCENE_SPLIT = "for a scene segmenter on a dataset split (with --scan the model'
 #: arguments, the file and the model loaded): an argument its route does not read is refused by name, never
 #: ignored. A requirement is ``""`` (always read) or facts of the route, ``"a+b|c"`` (``a`` and ``b``, or
 #: ``c``), each ``group:fact``: ``model:classifier`` / ``model:part-segmenter`` / ``model:scene-segmenter`` /
-#: ``model:none`` (and ``model``: one is given), ``file:columns`` / ``file:mesh`` (what the file's reader takes),
+#: ``model:none`` (and ``model``: one is given), ``pred:model`` / ``pred:file`` (``show`` and ``evaluate``: the model
+#: labels the scan, or ``--pred`` gives the labels), ``file:columns`` / ``file:mesh`` (what the file's reader takes),
 #: ``layers:grid`` / ``layers:edges`` (what ``show`` draws), ``evaluate:scan`` / ``evaluate:split``,
 #: ``download:list`` / ``download:by-name`` / ``download:by-config`` / ``download:fetch`` /
 #: ``download:instructions``, ``layout:<name>`` (``convert``), ``train:run`` / ``train:print-config``,
@@ -411,13 +416,20 @@ OPTION_USE: Dict[str, Dict[str, Tuple[str, str]]] = {
     "show": {
         **_MODEL_FILE_OPTIONS,
         "device": ("model", _WITH_A_MODEL),
-        "estimate_normals": ("model", _WITH_A_MODEL),
+        "estimate_normals": ("model+pred:model", f"{_WITH_A_MODEL} that labels the cloud ({_NOT_PRED})"),
         "up_axis": ("model", f"{_WITH_A_MODEL}, which is fed the cloud z up"),
         "labels": (
             "model:part-segmenter|model:scene-segmenter",
             "with a segmentation model (the ground truth drawn beside its prediction)",
         ),
         "hide": ("model:scene-segmenter", "with a scene segmenter (the points of a predicted class are left out)"),
+        "pred": ("model:scene-segmenter", "with a scene segmenter (whose classes name the labels)"),
+        "votes": (
+            f"model:classifier|{_SCENE_RUN}",
+            f"by a classifier (subsets) and a scene segmenter labelling the scan (rotated views; {_NOT_PRED})",
+        ),
+        "max_fragments": (_SCENE_RUN, f"by a scene segmenter labelling the scan (its fragments; {_NOT_PRED})"),
+        "no_progress": (_SCENE_RUN, f"while a scene segmenter labels the scan ({_NOT_PRED})"),
         "layers": ("", ""),
         "grid_color": ("layers:grid", "for the grid layer (--layers grid)"),
         "grid_nodes": ("layers:grid", "for the grid layer (--layers grid)"),
@@ -494,14 +506,21 @@ OPTION_USE: Dict[str, Dict[str, Tuple[str, str]]] = {
             for key in ("config", "data_root", "overrides", "split", "batch_size", "num_workers", "precision")
         },
         **{key: ("", "") for key in ("device", "threads", "output")},
-        "no_progress": ("evaluate:split|model:scene-segmenter", f"{_ON_A_SPLIT} and with a scene segmenter"),
+        "pred": ("evaluate:scan", "with --scan"),
+        "no_progress": (
+            f"evaluate:split|{_SCENE_RUN}",
+            f"{_ON_A_SPLIT} and while a scene segmenter labels the scans ({_NOT_PRED})",
+        ),
         "votes": (
-            "evaluate:split|model:classifier|model:scene-segmenter",
-            f"{_ON_A_SPLIT}, and with --scan by a scene segmenter (rotated views)",
+            f"evaluate:split|{_SCENE_RUN}",
+            f"{_ON_A_SPLIT}, and with --scan by a scene segmenter labelling the scans (rotated views; {_NOT_PRED})",
         ),
         "voxel_size": ("evaluate:split+model:scene-segmenter", _SCENE_SPLIT),
         "max_points": ("evaluate:split+model:scene-segmenter", _SCENE_SPLIT),
-        "max_fragments": ("model:scene-segmenter", "by a scene segmenter (which covers a scan with fragments)"),
+        "max_fragments": (
+            _SCENE_RUN,
+            f"by a scene segmenter labelling the scans (which it covers with fragments; {_NOT_PRED})",
+        ),
     },
     "bench": {
         **{
@@ -586,13 +605,27 @@ def check_route(
     types.check_options(prog, OPTION_USE[command], given, facts, maybe)
 
 
+def pred_facts(args: argparse.Namespace) -> Dict[str, Optional[str]]:
+    """``pred:file`` (``--pred`` gives the labels) or ``pred:model`` (the model labels the scan) of a ``show`` or
+    ``evaluate`` call."""
+    return {"pred:file": "--pred"} if getattr(args, "pred", None) is not None else {"pred:model": None}
+
+
+def evaluate_facts(args: argparse.Namespace, scan: Optional[bool] = None) -> Dict[str, Optional[str]]:
+    """The facts of an ``evaluate`` call its arguments tell: ``evaluate:scan`` / ``evaluate:split`` (``scan``, else
+    whether ``--scan`` was given) and :func:`pred_facts`."""
+    scan = getattr(args, "scan", None) is not None if scan is None else scan
+    facts: Dict[str, Optional[str]] = {"evaluate:scan": "--scan"} if scan else {"evaluate:split": "a dataset split"}
+    return {**facts, **pred_facts(args)}
+
+
 def light_route(command: str, args: argparse.Namespace) -> Tuple[Dict[str, Optional[str]], Sequence[str]]:
     """``(facts, maybe)`` of a ``train`` / ``evaluate`` / ``bench`` call as far as its arguments tell, before
     anything heavy loads (``evaluate``'s model kind is a ``maybe`` until the checkpoint is read)."""
     if command == "train":
         return ({"train:print-config": "--print-config"} if args.print_config else {"train:run": None}), ()
     if command == "evaluate":
-        return ({"evaluate:scan": "--scan"} if args.scan is not None else {"evaluate:split": None}), MODEL_KINDS
+        return evaluate_facts(args), MODEL_KINDS
     if command == "bench":
         return ({"bench:no-k-sweep": "--k without values"} if args.k == [] else {"bench:k-sweep": None}), ()
     return {}, ()

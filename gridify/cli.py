@@ -114,6 +114,8 @@ def script_main(name: str, prog: str, argv: Optional[Sequence[str]] = None) -> i
 
 
 def _add_common_model_args(p: argparse.ArgumentParser) -> None:
+    """The options of ``predict`` and ``show``: the model's device and input, a classifier's subsets and a scene
+    segmenter's views and fragments (:func:`gridify._cliargs.add_scene_run_arguments`, as ``evaluate`` takes them)."""
     p.add_argument("--device", default="cpu", type=types.device, help="cpu, cuda, cuda:1, ... (default: cpu)")
     p.add_argument("--threads", type=types.threads, help="torch CPU threads")
     p.add_argument("--category", help="object category (name or index) for segmentation models that need one")
@@ -143,7 +145,9 @@ def _add_common_model_args(p: argparse.ArgumentParser) -> None:
         "modelnet40_normal_resampled, glTF), x, -z, -y or -x; rotated to z up before the model. Not given, a "
         "classifier also reads the cloud y up and prints a hint when that reading is clearly more confident",
     )
-    p.add_argument("--max-fragments", type=types.max_fragments, default=None, help=types.MAX_FRAGMENTS_HELP)
+    types.add_scene_run_arguments(
+        p, "classifiers: random subsets averaged when N differs from the training N (default 4); "
+    )
 
 
 def _add_show_parser(sub: Any) -> None:
@@ -203,6 +207,7 @@ def _add_show_parser(sub: Any) -> None:
         "ground truth is drawn beside (default: ceiling, so a room is seen from above; 'none' hides nothing)",
     )
     s.add_argument("--no-progress", action="store_true", help="no progress bar (scene segmenters)")
+    types.add_pred_argument(s)
     _add_common_model_args(s)
     s.set_defaults(func=cmd_show)
 
@@ -387,14 +392,6 @@ def _add_predict_parser(sub: Any) -> None:
         type=types.output_file(PREDICTION_FORMATS),
         help="write the labels: .txt (one per line), .npy, .ply (points coloured by label, "
         "with a label property) or .json (labels, names, probabilities)",
-    )
-    q.add_argument(
-        "--votes",
-        type=types.positive_int,
-        default=None,
-        help="subsets averaged by a classifier when N differs from the training N (default 4); "
-        "views (evenly spaced rotations about z) averaged by a scene segmenter (default: the model's, 1 unless its checkpoint "
-        "records another; semantickitti: 4)",
     )
     q.add_argument("--no-progress", action="store_true", help="no progress bar (scene segmenters)")
     _add_common_model_args(q)
@@ -701,7 +698,7 @@ def _show_route(args: argparse.Namespace, model: Any = None) -> Tuple[Dict[str, 
     kind once loaded) and the layers drawn (``--layers``, else the default: points, and with a model in a window
     all three unless it is a scene model)."""
     from ._clinames import VIS_LAYERS
-    from ._commands import MODEL_KINDS, file_facts
+    from ._commands import MODEL_KINDS, file_facts, pred_facts
 
     facts, maybe = file_facts(args.file), []
     named = bool(args.ckpt or args.model)
@@ -711,6 +708,7 @@ def _show_route(args: argparse.Namespace, model: Any = None) -> Tuple[Dict[str, 
         facts["model"], maybe = None, list(MODEL_KINDS)
     else:
         facts["model:none"] = "no model (--ckpt / --model)"
+    facts.update(pred_facts(args))
     layers = None if args.layers is None else [x.strip() for x in args.layers.split(",") if x.strip()]
     if layers is None:
         window = named and not args.out
@@ -727,6 +725,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     from ._clinames import VIS_LAYERS
 
     _check_given_files(args)
+    if args.pred is not None:
+        check_input_file(args.pred, "--pred")
     layers = None if args.layers is None else [x.strip() for x in args.layers.split(",") if x.strip()]
     bad = [x for x in (layers or ()) if x not in VIS_LAYERS]
     if bad:
@@ -749,37 +749,24 @@ def cmd_show(args: argparse.Namespace) -> int:
     truth = _ground_truth(args, cloud, model) if model is not None and model.dense else None
     try:
         if model is not None:
-            try:
-                res = model.inspect(
-                    cloud,
-                    category=args.category,
-                    seed=args.seed,
-                    estimate_normals=args.estimate_normals,
-                    up_axis=args.up_axis or "z",
-                    progress=_show_progress(args, model),
-                    **_fragments(args),
-                )
-            except (ValueError, TypeError) as exc:
-                raise SystemExit(f"gridify show: error: {exc}")
-            pred = res["prediction"]
-            print(pred.summary())
+            res = _show_labelled(args, model, cloud)
             if layers is None:
                 layers = ["points"] if args.out or res["grid"] is None else list(vis.LAYERS)
-            pos, labels = res["pos"], pred.point_labels
+            pos, labels, names = res["pos"], res["labels"], res["class_names"]
             if getattr(model, "whole_scenes", False):  # both panels lose the points predicted as a hidden class
-                pos, labels, truth = _hide_classes(args, pos, labels, pred.class_names, truth)
+                pos, labels, truth = _hide_classes(args, pos, labels, names, truth)
             if truth is not None:
-                img = _show_truth_beside(args, pos, truth, labels, pred.class_names, options)
+                img = _show_truth_beside(args, pos, truth, labels, names, options)
                 if args.out:
                     print(f"wrote {args.out} ({img.shape[1]}x{img.shape[0]}: ground truth | prediction)")
                 return 0
             kw = dict(
                 points=pos,
                 labels=labels,
-                class_names=pred.class_names,
+                class_names=names,
                 grid=res["grid"],
                 edges=res["graph"],
-                title=f"{Path(args.file).name}: {pred.task if pred.dense else pred.names}",
+                title=f"{Path(args.file).name}: {res['title']}",
             )
         else:
             if layers is None:
@@ -801,6 +788,48 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.out:
         print(f"wrote {args.out} ({img.shape[1]}x{img.shape[0]}, layers {', '.join(layers)})")
     return 0
+
+
+def _show_labelled(args: argparse.Namespace, model: Any, cloud: Any) -> Dict[str, Any]:
+    """What ``show`` draws of a model's labels: ``pos``, ``labels`` (one per point), ``class_names``, ``grid``,
+    ``graph`` and ``title``; from :meth:`~gridify.api.Predictor.inspect` (a summary line printed), or with
+    ``--pred`` the labels read from that file (:func:`gridify.api.read_prediction`) without running the model."""
+    if args.pred is not None:  # a scene segmenter's labels written before (the route allows no other model)
+        from .api.prediction import label_counts, read_prediction
+        from .api.task_predictors import scene_points
+
+        names = list(model.class_names)
+        try:
+            labels = read_prediction(args.pred, len(cloud), names, scan=args.file)
+            pos = scene_points(cloud, args.up_axis or "z", "gridify show")
+        except ValueError as exc:
+            raise SystemExit(f"gridify show: error: {exc}")
+        print(f"{args.pred}: {len(labels)} points: {label_counts(labels, names)}")
+        return dict(pos=pos, labels=labels, class_names=names, grid=None, graph=None, title=model.task)
+    try:
+        res = model.inspect(
+            cloud,
+            category=args.category,
+            seed=args.seed,
+            estimate_normals=args.estimate_normals,
+            up_axis=args.up_axis or "z",
+            progress=_show_progress(args, model),
+            num_votes=args.votes,
+            **_fragments(args),
+        )
+    except (ValueError, TypeError) as exc:
+        raise SystemExit(f"gridify show: error: {exc}")
+    pred = res["prediction"]
+    print(pred.summary())
+    title = pred.task if pred.dense else pred.names
+    return dict(
+        pos=res["pos"],
+        labels=pred.point_labels,
+        class_names=pred.class_names,
+        grid=res["grid"],
+        graph=res["graph"],
+        title=title,
+    )
 
 
 def _ground_truth(args: argparse.Namespace, cloud: Any, model: Any) -> Optional[np.ndarray]:

@@ -31,14 +31,21 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch.utils.data import DataLoader
 
-from gridify._commands import check_evaluate_args, check_route, evaluate_parser, light_route, model_kind
-from gridify._paths import check_output_file, one_line_errors
-from gridify._cliargs import check_ckpt, given_options
+from gridify._commands import (
+    check_evaluate_args,
+    check_route,
+    evaluate_facts,
+    evaluate_parser,
+    light_route,
+    model_kind,
+)
+from gridify._paths import check_input_file, check_output_file, one_line_errors
+from gridify._cliargs import Interrupted, check_ckpt, given_options
 from gridify._version import __version__
 from gridify.checkpoint import CheckpointError, build_model_from_checkpoint, inference_settings, load_checkpoint
 from gridify.datasets import DatasetError, DatasetNotFoundError, DownloadError
@@ -143,7 +150,7 @@ def check_scene_flags(args: argparse.Namespace, task: str, prog: str, scan: bool
     if given is None:
         given = {key: flag for flag, key in SCENE_FLAGS if getattr(args, key, None) is not None}
     t = get_task(task)
-    facts = {"evaluate:scan": "--scan"} if scan else {"evaluate:split": "a dataset split"}
+    facts = evaluate_facts(args, scan)
     facts[model_kind(t.whole_scenes, t.dense)] = f"a {task} checkpoint"
     check_route(prog, "evaluate", given, facts)
 
@@ -451,18 +458,88 @@ def _scan_views(args: argparse.Namespace, model: Any, prog: str) -> Dict[str, An
     return {"num_votes": votes, "max_fragments": "all" if cap is None else cap, "progress": not args.no_progress}
 
 
+def _scan_name(path: Path) -> str:
+    """The name of a ``--scan`` file: its stem, or the folder's name of a Pointcept scene (its ``coord.npy``)."""
+    return path.parent.name if path.name == "coord.npy" else path.stem
+
+
+def _prediction_files(files: Sequence[Path], pred: Optional[str], prog: str) -> Optional[List[Path]]:
+    """The ``--pred`` file of every scan (None without ``--pred``): the file given, for one scan; in a folder,
+    ``<scan name>.<ext>`` per scan (:func:`_scan_name`; one of the extensions ``gridify predict --out`` writes).
+    A scan without one, or with two, ends the command naming it, before anything is scored."""
+    from gridify._paths import PREDICTION_FORMATS
+
+    if pred is None:
+        return None
+    folder = Path(pred)
+    if not folder.is_dir():
+        check_input_file(folder, "--pred")
+        if len(files) != 1:
+            raise SystemExit(
+                f"{prog}: error: --pred {pred}: one file for {len(files)} scans; give a folder holding "
+                f"<scan name>.<ext> per scan ({', '.join(PREDICTION_FORMATS)}, as gridify predict --out writes)"
+            )
+        return [folder]
+    found = []
+    for scan in files:
+        name = _scan_name(scan)
+        here = [folder / f"{name}{ext}" for ext in PREDICTION_FORMATS]
+        here = [c for c in here if c.is_file() and c.resolve() != scan.resolve()]
+        if len(here) != 1:
+            what = f"two predictions of it, {here[0].name} and {here[1].name}; keep one" if here else "none"
+            raise SystemExit(
+                f"{prog}: error: --pred {pred}: the labels of the scan {scan} are {name}.txt, .npy, .ply or .json "
+                f"in this folder (as gridify predict --out writes them); found {what}"
+            )
+        found.append(here[0])
+    return found
+
+
+def _read_predicted(path: Path, cloud: Any, scan: Path, names: Sequence[str], prog: str) -> Any:
+    """The labels ``[N]`` of ``scan`` read from its ``--pred`` file (:func:`gridify.api.read_prediction`)."""
+    from gridify.api.prediction import read_prediction
+
+    try:
+        return read_prediction(path, len(cloud), names, scan=scan)
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"{prog}: error: {error_line(exc)}")
+
+
+def _nan_none(value: Any) -> Optional[float]:
+    """A score as a JSON number, None where it is undefined (NaN: nothing of it was labelled)."""
+    value = float(value)
+    return None if value != value else value
+
+
+def _percent(value: Optional[float]) -> str:
+    return "-" if value is None else f"{100 * value:.2f} %"
+
+
 def _score_scans(
-    files: Sequence[Path], args: argparse.Namespace, model: Any, names: Sequence[str], prog: str
-) -> Tuple[Any, list]:
-    """The pooled :class:`~gridify.metrics.SegmentationIoU` of every scan and a row per scan (printed as it
-    is scored); every scan and its labels are read (and refused) before the first prediction."""
+    files: Sequence[Path],
+    args: argparse.Namespace,
+    model: Any,
+    names: Sequence[str],
+    prog: str,
+    preds: Optional[Sequence[Path]],
+    done: List[Tuple[Dict[str, Any], Any]],
+) -> None:
+    """Score every scan, appending ``(row, confusion [K, K])`` to ``done`` as each one finishes (so that an
+    interruption keeps the scans scored) and printing its line: name, points, mIoU, OA, seconds. Every scan and its
+    labels (and ``--pred`` labels) are read and checked before the first is labelled."""
     from gridify.metrics import SegmentationIoU
 
     labelled = None
     if len(files) > 1:
-        labelled = sum(int((_read_scan(path, args, model, names, prog)[1] >= 0).sum()) for path in files)
-    metric, rows, kw = SegmentationIoU(len(names)), [], _scan_views(args, model, prog)
-    for path in files:
+        labelled = 0
+        for i, path in enumerate(files):
+            cloud, target, _ = _read_scan(path, args, model, names, prog)
+            labelled += int((target >= 0).sum())
+            if preds is not None:
+                _read_predicted(preds[i], cloud, path, names, prog)
+    kw = _scan_views(args, model, prog) if preds is None else {}
+    for i, path in enumerate(files):
+        t0 = time.time()
         cloud, target, label_file = _read_scan(path, args, model, names, prog)
         if (int((target >= 0).sum()) if labelled is None else labelled) == 0:
             what = f"{label_file}: every point" if labelled is None else f"every point of the {len(files)} scans"
@@ -470,59 +547,114 @@ def _score_scans(
                 f"{prog}: error: {what} is unlabelled (-1, the ignore index; SemanticKITTI's unlabeled and outlier "
                 f"classes map to it): nothing to score"
             )
-        if kw.get("progress"):  # a bar per scan, named by it
-            from gridify._progress import stderr_bar
+        if preds is not None:  # labels written by predict --out: the model is not run
+            labels = _read_predicted(preds[i], cloud, path, names, prog)
+        else:
+            if kw.get("progress"):  # a bar per scan, named by it
+                from gridify._progress import stderr_bar
 
-            kw["progress"] = stderr_bar(f"evaluate {path.name}")
-        try:
-            pred = model.predict(cloud, **kw)  # a scene model's crops: a progress bar
-        except (DatasetError, ValueError, OSError) as exc:
-            raise SystemExit(f"{prog}: error: {error_line(exc)}")
+                kw["progress"] = stderr_bar(f"evaluate {path.name}")
+            try:
+                labels = model.predict(cloud, **kw).labels  # a scene model's crops: a progress bar
+            except (DatasetError, ValueError, OSError) as exc:
+                raise SystemExit(f"{prog}: error: {error_line(exc)}")
         one = SegmentationIoU(len(names))
-        for m in (metric, one):
-            m.update(torch.from_numpy(pred.labels), torch.from_numpy(target))
-        scan_miou = float(one.compute()["miou"])
-        rows.append({"scan": str(path), "labels": str(label_file), "points": len(target), "miou": scan_miou})
-        print(f"[evaluate] {path}: mIoU {100 * scan_miou:.2f} % ({len(target)} points, labels {label_file})")
-    return metric, rows
+        one.update(torch.from_numpy(labels), torch.from_numpy(target))
+        res = one.compute()
+        row = {
+            "scan": str(path),
+            "labels": str(label_file),
+            **({} if preds is None else {"prediction": str(preds[i])}),
+            "points": len(target),
+            "miou": _nan_none(res["miou"]),
+            "oa": _nan_none(res["oa"]),
+            "seconds": round(time.time() - t0, 2),
+        }
+        done.append((row, res["confusion"]))
+        source = "" if preds is None else f", prediction {preds[i]}"
+        print(
+            f"[evaluate] scan {i + 1}/{len(files)} {path}: mIoU {_percent(row['miou'])}, OA {_percent(row['oa'])} "
+            f"({row['points']} points, labels {label_file}{source}, {row['seconds']:.1f} s)",
+            flush=True,
+        )
 
 
-def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
-    """``gridify evaluate --scan``: a segmentation model on scan files with ground truth; prints per-class IoU
-    (over all points of all scans, :class:`gridify.metrics.SegmentationIoU`) and each scan's mIoU, and writes
-    the report to ``--output`` (default: :func:`output_path`)."""
+def _scan_report(
+    done: Sequence[Tuple[Dict[str, Any], Any]],
+    total: int,
+    args: argparse.Namespace,
+    model: Any,
+    names: Sequence[str],
+    prog: str,
+) -> Dict[str, Any]:
+    """The summary of the scans in ``done`` (out of ``total``), printed (per-class IoU over all their points,
+    :func:`gridify.metrics.confusion_scores`; mIoU, OA, mAcc) and returned as the report; ``partial`` when fewer
+    than ``total`` were scored (an interruption)."""
     import numpy as np
 
-    out = _check_output(args)
-    files = _scan_files(args.scan, prog)
-    if args.labels is not None and (len(files) != 1 or not Path(args.labels).is_file()):
-        raise SystemExit(f"{prog}: error: --labels {args.labels}: give one existing label file for one scan file")
-    check_ckpt(args.ckpt)
-    model = _scan_model(args, prog)
-    names = list(model.class_names)
-    metric, rows = _score_scans(files, args, model, names, prog)
-    res = metric.compute()
+    from gridify.metrics import confusion_scores
+
+    res = confusion_scores(sum(confusion for _, confusion in done))
     ious = {n: (None if np.isnan(v) else float(v)) for n, v in zip(names, res["iou"].tolist())}
     width = max(len(n) for n in names)
     for n, v in ious.items():
         print(f"  {n:<{width}}  {'  absent' if v is None else f'{100 * v:6.2f} %'}")
+    partial = len(done) < total
+    scans = f"{len(done)} of {total} scan(s) (interrupted)" if partial else f"{total} scan(s)"
     print(
-        f"[evaluate] {len(files)} scan(s): mIoU {100 * float(res['miou']):.2f} % over the {sum(v is not None for v in ious.values())} "
+        f"[evaluate] {scans}: mIoU {100 * float(res['miou']):.2f} % over the {sum(v is not None for v in ious.values())} "
         f"classes present, OA {100 * float(res['oa']):.2f} %, mAcc {100 * float(res['macc']):.2f} %"
     )
-    views = _scan_views(args, model, prog)
-    report = {
+    views = _scan_views(args, model, prog) if args.pred is None else {}
+    return {
         "task": model.task,
-        "scans": rows,
+        "partial": partial,
+        "scans_finished": len(done),
+        "scans_total": total,
+        "scans": [row for row, _ in done],
         "metrics": {"miou": float(res["miou"]), "oa": float(res["oa"]), "macc": float(res["macc"])},
         "iou": ious,
         "confusion": res["confusion"].tolist(),
-        "class_names": names,
+        "class_names": list(names),
         "checkpoint": str(args.ckpt or args.model),
-        "votes": views["num_votes"],
+        "labelled_by": "model" if args.pred is None else f"--pred {args.pred}",
+        "votes": views.get("num_votes"),
         "max_fragments": views.get("max_fragments") if getattr(model, "whole_scenes", False) else None,
         "gridify_version": __version__,
     }
+
+
+def evaluate_scans(args: argparse.Namespace, prog: str) -> Dict[str, Any]:
+    """``gridify evaluate --scan``: a segmentation model on scan files with ground truth; prints a line per scan as
+    it is scored (mIoU, OA, points, seconds), then the per-class IoU over all points of all scans
+    (:class:`gridify.metrics.SegmentationIoU`), and writes the report to ``--output`` (default: :func:`output_path`).
+    ``--pred``: the labels ``gridify predict --out`` wrote (a file, or a folder of one per scan) are scored instead
+    of running the model. Ctrl-C: the summary of the scans finished is printed and written (``"partial": true``),
+    then the command ends with status 130 (:class:`gridify._cliargs.Interrupted`)."""
+    out = _check_output(args)
+    files = _scan_files(args.scan, prog)
+    if args.labels is not None and (len(files) != 1 or not Path(args.labels).is_file()):
+        raise SystemExit(f"{prog}: error: --labels {args.labels}: give one existing label file for one scan file")
+    preds = _prediction_files(files, args.pred, prog)
+    check_ckpt(args.ckpt)
+    model = _scan_model(args, prog)
+    names = list(model.class_names)
+    done: List[Tuple[Dict[str, Any], Any]] = []
+    try:
+        _score_scans(files, args, model, names, prog, preds, done)
+    except KeyboardInterrupt:
+        if sys.stderr.isatty():
+            print(file=sys.stderr)  # after a progress bar drawn in place
+        if not done:
+            raise Interrupted(
+                f"{prog}: interrupted before the first of {len(files)} scan(s) was scored; nothing written"
+            )
+        report = _scan_report(done, len(files), args, model, names, prog)
+        write_json(out, report)
+        raise Interrupted(
+            f"{prog}: interrupted after {len(done)} of {len(files)} scan(s); their summary is in {out} (partial)"
+        ) from None
+    report = _scan_report(done, len(files), args, model, names, prog)
     write_json(out, report)
     print(f"[evaluate] metrics written to {out}")
     return report

@@ -62,7 +62,7 @@ from .functional import gridify
 from .inputs import PointsLike as PointsLike  # importable here as before (documented in api.inputs)
 from .inputs import canonical_order, estimate_normals, normalize_cloud
 from .loading import DEFAULT_NUM_POINTS, load, pretrained_path
-from .prediction import PREDICTION_FORMATS, Prediction, write_prediction
+from .prediction import PREDICTION_FORMATS, Prediction, read_prediction, write_prediction
 from .predictor import Predictor
 from .task_predictors import PREDICTORS, TaskPredictor, predictor_for
 
@@ -75,6 +75,7 @@ __all__ = [
     "Predictor",
     "Prediction",
     "write_prediction",
+    "read_prediction",
     "PREDICTION_FORMATS",
     "gridify",
     "normalize_cloud",

@@ -1,11 +1,13 @@
-"""The result of :meth:`gridify.api.Predictor.predict`: :class:`Prediction` (labels, probabilities, names)."""
+"""The result of :meth:`gridify.api.Predictor.predict`: :class:`Prediction` (labels, probabilities, names), and
+its files: :func:`write_prediction` (``gridify predict --out``) and :func:`read_prediction`, which reads a dense
+prediction back for the scan it labels (``gridify show --pred``, ``gridify evaluate --scan ... --pred``)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -13,7 +15,7 @@ from .._paths import PREDICTION_FORMATS
 from ..registry import TASKS
 from ..tasks import get_task
 
-__all__ = ["Prediction", "write_prediction", "PREDICTION_FORMATS"]
+__all__ = ["Prediction", "write_prediction", "read_prediction", "label_counts", "PREDICTION_FORMATS"]
 
 
 @dataclass
@@ -72,11 +74,16 @@ class Prediction:
             order = np.argsort(-self.probabilities)[:top]
             alts = ", ".join(f"{self.class_names[i]} {self.probabilities[i]:.3f}" for i in order)
             line = f"{src}{self.names} (p={self.probabilities[int(self.labels)]:.3f}; top: {alts})"
-            return "\n".join([line] + [f"hint: {h}" for h in self.hints])
-        counts = np.bincount(self.labels, minlength=len(self.class_names))
-        parts = ", ".join(f"{self.class_names[i]} {counts[i]}" for i in np.flatnonzero(counts))
-        cat = f" [{self.category}]" if self.category else ""
-        return "\n".join([f"{src}{self.num_points} points{cat}: {parts}"] + [f"hint: {h}" for h in self.hints])
+        else:
+            cat = f" [{self.category}]" if self.category else ""
+            line = f"{src}{self.num_points} points{cat}: {label_counts(self.labels, self.class_names)}"
+        return "\n".join([line] + [f"hint: {h}" for h in self.hints])
+
+
+def label_counts(labels: np.ndarray, class_names: Sequence[str]) -> str:
+    """``"ground 412, car 30"``: the points of each class present in ``labels`` (ids ``[N]`` in ``0..K-1``)."""
+    counts = np.bincount(np.asarray(labels, dtype=np.int64), minlength=len(class_names))
+    return ", ".join(f"{class_names[i]} {counts[i]}" for i in np.flatnonzero(counts))
 
 
 def write_prediction(path: Union[str, Path], cloud: Any, prediction: Prediction) -> Path:
@@ -112,3 +119,80 @@ def write_prediction(path: Union[str, Path], cloud: Any, prediction: Prediction)
         }
         atomic_write_text(path, json.dumps(payload))
     return path
+
+
+def read_prediction(
+    path: Union[str, Path], num_points: int, class_names: Sequence[str], *, scan: Union[str, Path] = "the scan"
+) -> np.ndarray:
+    """The per-point labels :func:`write_prediction` wrote to ``path`` (``gridify predict --out``), checked for the
+    scan ``scan`` of ``num_points`` points (as read: the rows a reader dropped have no label there either) and a
+    model of the classes ``class_names``: ``.txt`` one label per line, ``.npy`` the labels, ``.ply`` its ``label``
+    property, ``.json`` its ``labels`` (its ``class_names`` must be the model's, in the same order).
+
+    Shapes:
+        -> ``[num_points]`` int64, every id in ``0..K-1`` (``K = len(class_names)``).
+
+    Raises:
+        ValueError: naming ``path``: another extension, an unreadable file, one label for the whole cloud (a
+        classifier's), non-integer labels (the first bad row), another count than ``num_points`` (naming ``scan``
+        and both counts), an id outside ``0..K-1`` (its row), other class names. OSError: the file cannot be read.
+    """
+    from ..io import read_points
+    from ..io.cloud import label_values_problem
+    from ..io.npy import read_npy_array
+    from ..io.source import read_text_file
+    from ..io.text import read_text_rows
+
+    p = Path(path)
+    ext = p.suffix.lower()
+    if ext not in PREDICTION_FORMATS:
+        raise ValueError(
+            f"{p}: unsupported extension {ext!r} for a prediction; gridify predict --out writes "
+            f"{', '.join(PREDICTION_FORMATS)}"
+        )
+    if ext == ".txt":
+        values: Any = read_text_rows(p, 1, "one label per line")
+    elif ext == ".npy":
+        values = read_npy_array(p)
+    elif ext == ".ply":
+        cloud = read_points(p)
+        if cloud.labels is None:
+            why = cloud.ignored.get("labels")
+            raise ValueError(f"{p}: no label property{f' ({why})' if why else ''}: not a prediction of predict --out")
+        values = cloud.labels
+    else:
+        try:
+            payload = json.loads(read_text_file(p))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{p}: not JSON ({exc})") from None
+        if not isinstance(payload, dict) or "labels" not in payload:
+            raise ValueError(f"{p}: no 'labels' entry: not a prediction of predict --out")
+        names = payload.get("class_names")
+        if names is not None and [str(n) for n in names] != [str(n) for n in class_names]:
+            raise ValueError(
+                f"{p}: its class names {list(names)} are not the model's {list(class_names)}: the labels would be read "
+                "as other classes; give the model that wrote them"
+            )
+        try:
+            values = np.asarray(payload["labels"])
+        except ValueError:
+            raise ValueError(f"{p}: 'labels' must be a list of integers, one per point") from None
+    values = np.asarray(values)
+    if values.ndim == 0:
+        raise ValueError(f"{p}: one label for the whole cloud (a classifier's prediction), not one per point")
+    if values.ndim > 2 or (values.ndim == 2 and values.shape[1] != 1):
+        raise ValueError(f"{p}: labels must hold one value per point ([N] or [N, 1]), got shape {values.shape}")
+    values = values.reshape(-1)
+    problem = label_values_problem(values)
+    if problem:
+        raise ValueError(f"{p}: {problem}")
+    if len(values) != int(num_points):
+        raise ValueError(f"{p}: {len(values)} labels for the {int(num_points)} points of {scan}")
+    ids = values.astype(np.int64)
+    bad = np.flatnonzero((ids < 0) | (ids >= len(class_names)))
+    if bad.size:
+        raise ValueError(
+            f"{p}: label {int(ids[bad[0]])} (row {int(bad[0])}) outside 0..{len(class_names) - 1} "
+            f"({len(class_names)} classes of the model)"
+        )
+    return ids

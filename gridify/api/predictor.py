@@ -378,9 +378,11 @@ class Predictor(nn.Module):
         up_axis: str = "z",
         progress: Any = None,
         max_fragments: Union[int, str, None] = None,
+        num_votes: Optional[int] = None,
     ) -> Dict[str, Any]:
         """Everything :func:`gridify.vis.show` draws, in the normalized frame (z up: ``up_axis`` as in
-        :meth:`predict`; ``progress`` and ``max_fragments`` as in :meth:`predict`, scene segmenters only).
+        :meth:`predict`; ``progress`` and ``max_fragments`` as in :meth:`predict`, scene segmenters only;
+        ``num_votes``: the prediction's subsets or views, as in :meth:`predict`).
 
         Returns a dict: ``pos`` ``[N, 3]`` (all points, normalized), ``prediction``
         (:class:`Prediction`), ``grid`` ``[C, R, R, R]`` (the *gridification* output, i.e. the
@@ -390,7 +392,7 @@ class Predictor(nn.Module):
         (each crop has its own grid box).
         """
         where = f"{type(self).__name__}.inspect"
-        check_run(where, 1, 1, seed, estimate_normals)
+        check_run(where, 1 if num_votes is None else num_votes, 1, seed, estimate_normals)
         up_axis = check_up_axis(where, up_axis)
         progress = resolve_progress(where, progress, "inspect")
         return self.task_predictor.inspect(
@@ -404,6 +406,7 @@ class Predictor(nn.Module):
             progress=progress,
             where=where,
             **({} if max_fragments is None else {"max_fragments": max_fragments}),  # plugins need not take it
+            **({} if num_votes is None else {"num_votes": num_votes}),
         )
 
     def _chunks(self, cloud: Dict[str, Any], seed: int) -> Any:

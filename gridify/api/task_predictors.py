@@ -64,6 +64,7 @@ __all__ = [
     "vote_subsets",
     "chunks",
     "pooled",
+    "scene_points",
 ]
 
 
@@ -289,6 +290,7 @@ class TaskPredictor:
         up_axis: str = "z",
         progress: Any = None,
         max_fragments: Any = None,
+        num_votes: Optional[int] = None,
         where: str = "Predictor.inspect",
     ) -> Dict[str, Any]:
         """:meth:`gridify.api.Predictor.inspect` (its arguments checked)."""
@@ -399,6 +401,7 @@ class CloudPredictor(TaskPredictor):
         up_axis: str = "z",
         progress: Any = None,
         max_fragments: Any = None,
+        num_votes: Optional[int] = None,
         where: str = "Predictor.inspect",
     ) -> Dict[str, Any]:
         if resolve_progress(where, progress) is not None:
@@ -409,7 +412,8 @@ class CloudPredictor(TaskPredictor):
             fail(where, f"the model ({type(model).__name__}) has no gridification to inspect")
         cat = category_index(predictor, category, where)
         cloud = predictor.prepare(points, normals, estimate_normals=estimate_normals, up_axis=up_axis, where=where)
-        pred = self.predict_cloud(predictor, cloud, cat, self.default_votes, seed, 8, where)  # predict's defaults
+        votes = self.default_votes if num_votes is None else num_votes  # predict's defaults
+        pred = self.predict_cloud(predictor, cloud, cat, votes, seed, 8, where)
         sub = self.first_subset(predictor, cloud, seed)
         dev = predictor.device
         pos = torch.from_numpy(cloud["pos"][sub]).to(dev)
@@ -499,6 +503,20 @@ class PartSegmentationPredictor(CloudPredictor):
 
     def first_subset(self, predictor: Any, cloud: Dict[str, Any], seed: int) -> np.ndarray:
         return chunks(predictor.num_points, cloud, seed)[0]
+
+
+def scene_points(points: Any, up_axis: str = "z", where: str = "scene_points") -> np.ndarray:
+    """A metric scene's points as :meth:`gridify.api.Predictor.inspect` of a scene segmenter returns them (what
+    ``gridify show`` draws, with ``--pred`` too): z up (``up_axis`` as in :meth:`~gridify.api.Predictor.predict`),
+    a large offset (UTM metres) centred.
+
+    Shapes:
+        any input :meth:`~gridify.api.Predictor.predict` takes (``[N, 3]``, a PointCloud, a file) -> ``[N, 3]``
+        float32.
+    """
+    pos, _, _ = read_cloud(points, None, where)
+    pos, _ = to_z_up(pos, up_axis)
+    return centre_large_offset(pos)[0].astype(np.float32)
 
 
 @PREDICTORS.register("scene_segmentation")
@@ -744,6 +762,7 @@ class ScenePredictor(TaskPredictor):
         up_axis: str = "z",
         progress: Any = None,
         max_fragments: Any = None,
+        num_votes: Optional[int] = None,
         where: str = "Predictor.inspect",
     ) -> Dict[str, Any]:
         """Metric points, every one labelled; no single grid frame to draw (each crop has its own box)."""
@@ -759,11 +778,10 @@ class ScenePredictor(TaskPredictor):
             up_axis=up_axis,
             progress=progress,
             max_fragments=max_fragments,
+            num_votes=num_votes,
         )
-        pos, _, _ = read_cloud(points, normals, where)
-        pos, _ = to_z_up(pos, up_axis)
         return {
-            "pos": centre_large_offset(pos)[0].astype(np.float32),
+            "pos": scene_points(points, up_axis, where),
             "prediction": pred,
             "grid": None,
             "graph": None,

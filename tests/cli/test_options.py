@@ -21,7 +21,7 @@ from gridify import _cliargs, _commands, cli
 from gridify._commands import OPTION_USE
 
 #: the groups of the route facts the table may name (``group:fact``), and the plain facts
-GROUPS = {"model", "file", "layers", "evaluate", "download", "layout", "train", "bench"}
+GROUPS = {"model", "pred", "file", "layers", "evaluate", "download", "layout", "train", "bench"}
 LAYOUTS = {"s3dis", "mmdet3d_s3dis", "semantickitti"}
 
 

@@ -149,6 +149,8 @@ def _user_files(d):
         rng.integers(0, len(SCENE_CLASSES), n).astype("<u4").tofile(
             d / "sequences" / "05" / "labels" / f"{i:06d}.label"
         )
+        (d / "preds").mkdir(exist_ok=True)  # what `gridify predict ... --out preds/<scan>.npy` left (scenes.md)
+        np.save(d / "preds" / f"{i:06d}.npy", rng.integers(0, len(SCENE_CLASSES), n))
     (d / "scans").mkdir()
     for i in range(3):
         np.savetxt(d / "scans" / f"{i:02d}.xyz", rng.normal(size=(300, 3)) + i * 0.1)
