@@ -375,7 +375,7 @@ class Predictor(nn.Module):
         *,
         seed: int = 0,
         estimate_normals: bool = False,
-        up_axis: str = "z",
+        up_axis: Optional[str] = None,
         progress: Any = None,
         max_fragments: Union[int, str, None] = None,
         num_votes: Optional[int] = None,
@@ -389,13 +389,18 @@ class Predictor(nn.Module):
         learned grid before the backbone) and ``graph`` (its :class:`BipartiteGraph`), both for
         one canonical subset/chunk of ``num_points`` points (the whole cloud when smaller).
         A scene segmenter: ``pos`` in metres, every point labelled, ``grid`` and ``graph`` None
-        (each crop has its own grid box).
+        (each crop has its own grid box). ``up_axis`` not given: z up, and the prediction carries
+        :meth:`predict`'s y-up hint where a classifier's y-up reading is clearly more confident.
         """
         where = f"{type(self).__name__}.inspect"
         check_run(where, 1 if num_votes is None else num_votes, 1, seed, estimate_normals)
-        up_axis = check_up_axis(where, up_axis)
+        stated = up_axis is not None
+        up_axis = check_up_axis(where, up_axis) if stated else "z"
         progress = resolve_progress(where, progress, "inspect")
-        return self.task_predictor.inspect(
+        hint = not stated and self.task_predictor.hints_up_axis
+        if hint and isinstance(points, (str, os.PathLike)):
+            points = read_points(points)  # read once for both readings
+        res = self.task_predictor.inspect(
             self,
             points,
             normals,
@@ -408,6 +413,22 @@ class Predictor(nn.Module):
             **({} if max_fragments is None else {"max_fragments": max_fragments}),  # plugins need not take it
             **({} if num_votes is None else {"num_votes": num_votes}),
         )
+        if hint:
+            y_up = self.task_predictor.predict(
+                self,
+                points,
+                normals,
+                category,
+                num_votes=num_votes,
+                seed=seed,
+                estimate_normals=estimate_normals,
+                up_axis="y",
+                where=where,
+            )
+            text = self.task_predictor.up_axis_hint(res["prediction"], y_up)
+            if text:
+                res["prediction"].hints.append(text)
+        return res
 
     def _chunks(self, cloud: Dict[str, Any], seed: int) -> Any:
         """The chunks a part segmenter labels (:func:`gridify.api.task_predictors.chunks`)."""

@@ -300,6 +300,12 @@ def test_a_classifier_reads_an_unstated_cloud_y_up_too_and_hints_when_that_is_cl
     seen.clear()
     stated = m.predict(pos, nrm, up_axis="z")
     assert seen == ["z"] and stated.hints == [] and len(stated.summary().splitlines()) == 1
+    seen.clear()  # inspect (gridify show) gives the same hint beside its prediction
+    shown = m.inspect(pos, nrm)["prediction"]
+    assert seen == ["y"] and shown.hints == got.hints
+    np.testing.assert_array_equal(shown.probabilities, base.probabilities)
+    seen.clear()
+    assert m.inspect(pos, nrm, up_axis="z")["prediction"].hints == [] and seen == []
     # the rule itself: another class, and at least the margin more confident
     z = gridify.Prediction(np.asarray(0), np.array([0.6, 0.4]), ["a", "b"], "classification", 5)
     y_close = gridify.Prediction(np.asarray(1), np.array([0.3, 0.7]), ["a", "b"], "classification", 5)
