@@ -251,10 +251,10 @@ def add_worktree(checkout: Checkout, repo: Path, tmp: Path) -> None:
 
 
 def remove_worktrees(checkouts: Sequence[Checkout], repo: Path) -> None:
+    """Remove the worktrees :func:`add_worktree` made (the repository's other worktrees are left alone)."""
     for c in checkouts:
         if c.worktree and c.path != Path() and c.path.exists():
             _git(repo, "worktree", "remove", "--force", str(c.path))
-    _git(repo, "worktree", "prune")
 
 
 @contextmanager
