@@ -63,6 +63,7 @@ __all__ = [
     "threads",
     "workers",
     "positive_float",
+    "rel_ci",
     "voxel_size",
     "device",
     "device_or_auto",
@@ -227,6 +228,18 @@ def positive_float(text: str) -> float:
         value = float("nan")
     if not (value > 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def rel_ci(text: str) -> float:
+    """``--rel-ci``: a benchmark's target precision, the half-width of the 95 % interval of a median as a fraction
+    of it, in (0, 1) (0.05: ± 5 %)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1), e.g. 0.05 for ± 5 %, got {text!r}")
     return value
 
 

@@ -32,6 +32,8 @@ __all__ = [
     "CONFIG_SECTIONS",
     "EVAL_PRECISIONS",
     "BENCH_MODELS",
+    "BENCH_MAX_POINTS_PER_BATCH",
+    "REL_CI_HELP",
     "BENCH_DESCRIPTION",
     "BENCH_RECIPE_DESCRIPTION",
 ]
@@ -42,6 +44,13 @@ CONFIG_SECTIONS = ("seed", "task", "output_dir", "init_weights", "data", "model"
 EVAL_PRECISIONS = ("fp32", "bf16", "fp16")
 #: :data:`gridify.bench.synthetic.DEFAULT_MODELS` (and :data:`gridify.bench.recipe.DEFAULT_MODELS`)
 BENCH_MODELS = ("gridified", "pointnet2", "point_ckconv")
+#: :data:`gridify.bench.synthetic.DEFAULT_MAX_POINTS_PER_BATCH`: batches of 32 clouds up to N = 2,048, one at 65,536
+BENCH_MAX_POINTS_PER_BATCH = 1 << 16
+#: the help of ``--rel-ci`` (``gridify bench``, ``--recipe``, ``scripts/bench_scenes.py``)
+REL_CI_HELP = (
+    "target precision of every timed figure: repeats go on until the 95 %% confidence interval of the median "
+    "is within +- this fraction of it (default %(default)s: +- 5 %%), or the time budget is spent"
+)
 #: the first paragraph of :mod:`gridify.bench.synthetic`'s docstring
 BENCH_DESCRIPTION = "Speed and memory benchmark: gridified classifier vs native point-cloud baselines."
 #: the first paragraph of :mod:`gridify.bench.recipe`'s docstring
@@ -247,6 +256,45 @@ def check_evaluate_args(args: argparse.Namespace, parser: argparse.ArgumentParse
     check_overrides(args.overrides, parser.prog)
 
 
+def _bench_timing_options(p: argparse.ArgumentParser) -> None:
+    """The options of ``gridify bench`` that say what a cell measures and how long (the batch, the repeats, the
+    precision target, the warm-up and the time budget: :class:`gridify.bench.harness.MedianTimer`)."""
+    p.add_argument(
+        "--batch-size",
+        type=types.positive_int,
+        default=32,
+        help="clouds per batch at most (default 32); the batch of a cell is the largest that also keeps "
+        "batch x N <= --max-points-per-batch (never chosen by a timing)",
+    )
+    p.add_argument(
+        "--max-points-per-batch",
+        type=types.positive_int,
+        default=BENCH_MAX_POINTS_PER_BATCH,
+        help=f"points per batch at most (default {BENCH_MAX_POINTS_PER_BATCH}: batch 32 up to N = 2048, 1 at 65536)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=types.positive_int,
+        default=6,
+        help="timed runs per measurement at least, whatever the budget (default 6: the fewest whose "
+        "median has a 95 %% interval)",
+    )
+    p.add_argument("--rel-ci", type=types.rel_ci, default=0.05, help=REL_CI_HELP)
+    p.add_argument(
+        "--warmup",
+        type=types.positive_int,
+        default=1,
+        help="untimed runs first, at the batch then timed (at least 1, default 1): a cold call is never a figure",
+    )
+    p.add_argument(
+        "--time-budget",
+        type=types.positive_float,
+        default=20.0,
+        help="seconds of timed runs per measurement (default 20): no further repeat starts once the next would "
+        "pass it; it caps the repeats beyond --repeats, never the batch",
+    )
+
+
 def bench_parser() -> argparse.ArgumentParser:
     """The parser of ``gridify bench`` (the synthetic sweep of :mod:`gridify.bench.synthetic`; ``--recipe``: ``bench_recipe_parser``)."""
     # "gridify bench" through the console script (which names the sub-command in GRIDIFY_PROG)
@@ -261,11 +309,7 @@ def bench_parser() -> argparse.ArgumentParser:
         "--k", nargs="*", type=types.positive_int, default=None, help="k values of the k sweep (none: no k sweep)"
     )
     p.add_argument("--k-num-points", type=types.positive_int, default=1024, help="N of the k sweep")
-    p.add_argument("--batch-size", type=types.positive_int, default=32, help="clouds per batch (default 32)")
-    p.add_argument("--repeats", type=types.positive_int, default=5, help="timed runs per measurement (default 5)")
-    p.add_argument("--warmup", type=types.nonnegative_int, default=1, help="untimed runs first (default 1)")
-    p.add_argument("--time-budget", type=types.positive_float, default=20.0, help="seconds per measurement")
-    p.add_argument("--max-points-per-batch", type=types.positive_int, default=1 << 20)
+    _bench_timing_options(p)
     p.add_argument("--threads", type=types.threads, default=None, help="torch threads (default: torch's)")
     p.add_argument("--device", default="auto", type=types.device_or_auto, help="auto, cpu, cuda, cuda:1, ...")
     p.add_argument("--train-step", action=argparse.BooleanOptionalAction, default=True)
@@ -306,7 +350,7 @@ def bench_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="smoke test: N in {512, 1024}, k in {8, 16}, batch 4, 2 repeats, 5 s budget",
+        help="smoke test: N in {512, 1024}, k in {8, 16}, batch 4, 2 repeats, 5 s budget (spreads marked *)",
     )
     p.add_argument(
         "--recipe",
@@ -340,7 +384,16 @@ def bench_recipe_parser() -> argparse.ArgumentParser:
         help="config override as in gridify train (repeatable): --override data.batch_size=8",
     )
     p.add_argument("--steps", type=types.positive_int, default=200, help="timed training steps per model")
-    p.add_argument("--warmup", type=types.nonnegative_int, default=5, help="untimed training steps before them")
+    p.add_argument(
+        "--warmup", type=types.positive_int, default=5, help="untimed training steps before them (at least 1)"
+    )
+    p.add_argument(
+        "--rel-ci",
+        type=types.rel_ci,
+        default=0.05,
+        help="target precision of the median step: whether its 95 %% interval is within +- this fraction of it "
+        "is recorded (the steps are --steps; default %(default)s)",
+    )
     p.add_argument(
         "--infer-steps",
         type=types.nonnegative_int,
@@ -363,7 +416,15 @@ def bench_recipe_parser() -> argparse.ArgumentParser:
         help="torch threads (default: the recipe's trainer.num_threads, else torch's)",
     )
     p.add_argument("--device", type=types.device_or_auto, default="cpu", help="cpu, cuda, cuda:N or auto")
+    p.add_argument(
+        "--isolation",
+        choices=("subprocess", "inprocess"),
+        default="subprocess",
+        help="each model in a fresh process (no allocator or cache state carried from one model to the next), or "
+        "all in this process",
+    )
     p.add_argument("--out", default="outputs/benchmark_recipe", type=types.output_dir, help="output folder")
+    p.add_argument("--_worker", default=None, help=argparse.SUPPRESS)  # internal: measure one model, print its row
     return p
 
 
@@ -531,6 +592,7 @@ OPTION_USE: Dict[str, Dict[str, Tuple[str, str]]] = {
                 "k",
                 "batch_size",
                 "repeats",
+                "rel_ci",
                 "warmup",
                 "time_budget",
                 "max_points_per_batch",
@@ -561,12 +623,15 @@ OPTION_USE: Dict[str, Dict[str, Tuple[str, str]]] = {
             "override",
             "steps",
             "warmup",
+            "rel_ci",
             "infer_steps",
             "synthetic_steps",
             "models",
             "threads",
             "device",
+            "isolation",
             "out",
+            "_worker",
         )
     },  # fmt: skip
 }

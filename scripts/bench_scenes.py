@@ -37,6 +37,7 @@ from gridify.bench.scenes import (  # noqa: E402 - after the checkout is on the 
 )
 from gridify.bench.scenes_report import report, write_outputs  # noqa: E402
 from gridify import _cliargs as types  # noqa: E402
+from gridify._commands import REL_CI_HELP  # noqa: E402
 
 PROG = "bench_scenes.py"
 OUT_FILES = ("results.json", "results.csv", "bench_scenes.png")
@@ -69,7 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--repeats",
         type=types.positive_int,
         default=None,
-        help="timed steps per cell after the warm-up (default 3; --quick: 1)",
+        help="timed steps per cell after the warm-up at least (default 3; --quick: 1); more until --rel-ci or "
+        "--time-budget",
+    )
+    p.add_argument("--rel-ci", type=types.rel_ci, default=0.05, help=REL_CI_HELP)
+    p.add_argument(
+        "--time-budget",
+        type=types.positive_float,
+        default=60.0,
+        help="seconds of timed steps per sweep cell: no further repeat starts once the next would pass it "
+        "(it caps the repeats beyond --repeats)",
     )
     p.add_argument("--threads", type=types.threads, default=2, help="torch.set_num_threads in every child")
     p.add_argument("--device", default="cpu", help="the sweep's device (cpu, cuda): a GPU's times beside the CPU's")
@@ -124,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="a smoke run: N = 2048 4096, 1 repeat, scans cropped to 4096 points, a ~20k tiled scene",
+        help="a smoke run: N = 2048 4096, 1 repeat (a 5 s budget), scans cropped to 4096 points, a ~20k tiled scene",
     )
     p.add_argument("--cell", help=argparse.SUPPRESS)  # internal: run one cell (JSON) and print its result
     return p
@@ -138,6 +148,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         args.num_points = list(QUICK_NUM_POINTS if args.quick else DEFAULT_NUM_POINTS)
     if args.repeats is None:
         args.repeats = 1 if args.quick else 3
+    if args.quick:
+        args.time_budget = min(args.time_budget, 5.0)
     args.out = Path(args.out)
     args.num_points = sorted(set(args.num_points))
     if not re.fullmatch(r"cpu|cuda(:\d+)?", args.device):

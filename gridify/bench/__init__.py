@@ -1,7 +1,8 @@
 """The speed / memory benchmarks of gridify, on one harness.
 
-* :mod:`gridify.bench.harness`: what every benchmark shares: timing with warm-up and repeats
-  (median, min, max), the device clock, peak memory (RSS high-water, CUDA peak), a measurement in a
+* :mod:`gridify.bench.harness`: what every benchmark shares: timing (a warm-up, then repeats until the
+  median's 95 % interval is within a target, :class:`~gridify.bench.harness.MedianTimer`), spreads and
+  intervals of ratios, the batch rule, the device clock, peak memory (RSS high-water, CUDA peak), a measurement in a
   fresh subprocess (one tagged JSON line back), the machine's facts, the printed table and the
   JSON / CSV files;
 * :mod:`gridify.bench.synthetic`: ``gridify bench``, the sweep over N and k on synthetic clouds;

@@ -1,20 +1,69 @@
 """What every benchmark of gridify shares: timing, peak memory, isolation, machine facts, tables and files.
 
-* **timing**: :func:`time_repeats` runs ``warmup`` untimed calls, then ``repeats`` timed ones, and
-  reports the median (``seconds``), ``min_s``, ``max_s`` and every time; :class:`Clock` is a wall
-  clock that waits for the device first (CUDA work is asynchronous); :func:`timed_first` stops a
-  first call that passes a time limit (:class:`StepTimeout`);
+* **timing**: :class:`MedianTimer`, the one stopping rule of every timed figure (``gridify bench``, its
+  ``--recipe`` mode, ``scripts/bench_scenes.py``, ``scripts/bench_guard.py``): at least one untimed warm-up
+  call, then timed calls until the median is known to a stated precision (below); :func:`summarize` of the
+  times (median, its 95 % interval, quartiles, min, max, mean); :func:`time_repeats` (a fixed number of
+  repeats through the same class); :class:`Clock` is a wall clock that waits for the device first (CUDA work is
+  asynchronous); :func:`timed_first` stops a first call that passes a time limit (:class:`StepTimeout`);
+* **spreads**: :func:`median_ci` (the order-statistic interval of a median), :func:`mean_ci` (Student's t),
+  :func:`ratio_interval` (a ratio of two figures and its interval), :func:`figure_fields` /
+  :func:`ratio_fields` (a figure's row keys) and :func:`fmt_spread` (``± 3.1 %``);
+* **batches**: :func:`batch_for` (the batch of a cell, from the flags alone) and :func:`ellipsoid_clouds`
+  (synthetic clouds, each cloud the same whatever the batch);
 * **memory**: the peak resident set of this process (``VmHWM`` of ``/proc/self/status``,
   :func:`peak_rss_mib`; ``ru_maxrss``, :func:`maxrss_mib`, where /proc is missing), its resident set
   now (:func:`rss_mb`), :class:`PeakMemory` (CUDA ``max_memory_allocated`` or the rise of the CPU
   peak RSS above a baseline), :class:`RssWatchdog` (ends a child whose RSS passes a limit) and
   :func:`cpu_seconds` (CPU time of the process and its live children);
 * **isolation**: :func:`run_child` runs ``python -m <module> <args>`` in a fresh interpreter (its
-  own peak RSS, allocator and caches) and reads back the one JSON line the child printed after a
-  marker (:func:`emit_once`);
+  own peak RSS, allocator and caches), importing the gridify of a given checkout, and reads back the one
+  JSON line the child printed after a marker (:func:`emit_once`);
 * **machine**: :func:`machine_facts` (CPU model, cores, threads, torch, Python, platform, device);
-* **reporting**: :func:`format_table` (right-aligned columns under a dashed rule),
+* **reporting**: :func:`format_table` (right-aligned columns under a dashed rule, each figure with its spread),
   :func:`write_json` and :func:`write_csv` (atomic writes).
+
+How figures are measured (:class:`MedianTimer`):
+
+1. **Warm-up.** ``warmup`` (at least 1) untimed calls come first, at the batch that is then timed: the first
+   call of a fresh process pays one-time costs (lazy imports, kernel caches, the allocator growing its heap,
+   first-touch page faults) that can take several times a warm call, and it is never reported as the
+   measurement.
+2. **Repeats until the median is known.** Timed calls follow until, after at least ``min_repeats``, the 95 %
+   confidence interval of the median has a half-width of at most ``rel_ci`` x the median (the target is
+   *reached*), or the next call would end past ``max_seconds`` of timed calls (the *budget*: it caps the
+   repeats beyond the minimum, never what one call measures), or ``max_repeats`` were made. The interval is
+   the distribution-free order-statistic one (:func:`median_ci`): sorted times ``x_(1) <= ... <= x_(n)``,
+   ``[x_(l), x_(n+1-l)]`` with the largest ``l`` whose coverage ``1 - 2 P(Binomial(n, 1/2) <= l - 1)`` is at
+   least 95 %. It needs at least 6 times (with 5, ``[min, max]`` covers 93.75 %); with fewer it is ``[min,
+   max]`` with its lower coverage, and the target is not reached.
+3. **What is recorded.** Per figure: the median, the interval and its coverage, the half-width relative to
+   the median (``rel_ci``), the quartiles, min, max, mean, every time, the repeats, whether the target was
+   reached and why the repeats stopped (``target``, ``budget``, ``max repeats``). Tables print ``median ±
+   rel_ci`` (``2,812 ± 3.1 %``) and mark a figure whose target was not reached with ``*``.
+4. **Ratios** of two figures (a peer over the reference, training over inference, one checkout over another)
+   get the interval of :func:`ratio_interval`: the ratio of the medians, and the two log half-widths added in
+   quadrature, ``r exp(± sqrt(h_a^2 + h_b^2))`` with ``h = log(hi / lo) / 2`` of each figure.
+
+What else keeps a figure the same whether its cell runs alone or in a sweep (found by reading the code; the
+fixes are in :mod:`gridify.bench.synthetic` and :mod:`gridify.bench.recipe`):
+
+* the batch of a cell comes from ``--batch-size`` and ``--max-points-per-batch`` alone (:func:`batch_for`),
+  never from a timing probe (a probe at one cloud used to pick it from the time budget, so one slow probe
+  changed what a cell measured, and the cold probe could itself be reported as the measurement);
+* the synthetic clouds of a batch are drawn cloud by cloud from ``seed`` (:func:`ellipsoid_clouds`), so cloud
+  ``i`` is the same at every batch size (the ellipsoids' axes used to depend on the batch);
+* inference and the training step of a ``(model, N)`` run in two fresh processes (they shared one, the
+  training step timed after the inference and after the FLOP counter's forward pass); the FLOP count runs
+  after the inference timing;
+* each model of ``gridify bench --recipe`` runs in a fresh process (they ran one after another in one, each
+  on the heap, caches and thread pools the one before left);
+* every child gets the parent's environment with ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS`` set to the thread
+  count and ``torch.set_num_threads`` called with it, and ``--malloc tuned`` is applied in every child (and
+  in the parent, for its matmul peak), never in one only;
+* left as they are, and said so in the docs: the order of the cells (a machine warms up, other processes
+  come and go; ``scripts/bench_guard.py`` interleaves two checkouts for that reason), a batch halved after an
+  out-of-memory error (recorded in the row) and ``--isolation inprocess`` (one process for everything).
 
 PyTorch is imported inside the functions that need it, so a benchmark's command line parses without it.
 """
@@ -24,6 +73,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import platform
 import resource
@@ -43,8 +93,20 @@ from ..runtime import cpu_model
 __all__ = [
     "sync",
     "Clock",
+    "CONFIDENCE",
+    "MedianTimer",
     "time_repeats",
     "summarize",
+    "median_ci",
+    "mean_ci",
+    "ratio_interval",
+    "figure_fields",
+    "ratio_fields",
+    "derived_fields",
+    "interval_of",
+    "fmt_spread",
+    "batch_for",
+    "ellipsoid_clouds",
     "StepTimeout",
     "timed_first",
     "rss_bytes",
@@ -57,11 +119,14 @@ __all__ = [
     "is_oom",
     "cpu_seconds",
     "ChildRun",
+    "ROOT",
+    "child_env",
     "run_child",
     "emit_once",
     "machine_facts",
     "fmt_value",
     "format_table",
+    "SPREAD_NOTE",
     "write_json",
     "write_csv",
     "check_measured",
@@ -95,29 +160,299 @@ class Clock:
         return time.perf_counter()
 
 
-def summarize(times: Sequence[float]) -> Dict[str, Any]:
-    """``{seconds: median, min_s, max_s, times, repeats}`` of measured times (seconds)."""
+#: the confidence level of every interval the benchmarks report
+CONFIDENCE = 0.95
+#: Student's t quantile of 0.975 for 1 to 30 degrees of freedom (beyond: the normal's 1.96)
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> Tuple[float, float, float]:
+    """``(low, high, coverage)``: the distribution-free confidence interval of the median of ``values``.
+
+    With the values sorted, ``x_(1) <= ... <= x_(n)``, the interval is ``[x_(l), x_(n+1-l)]`` with the largest
+    ``l`` whose coverage ``1 - 2 P(Binomial(n, 1/2) <= l - 1)`` is at least ``confidence`` (exact, by integers).
+    Too few values for that (``n <= 5`` at 95 %): ``[min, max]`` and its coverage, below ``confidence``.
+    """
+    xs = sorted(values)
+    n = len(xs)
+    if n == 0:
+        raise ValueError("median_ci: no values")
+    total = 2**n
+    best, coverage = 1, 1.0 - 2.0 / total  # l = 1: [min, max], P(B <= 0) = 2^-n
+    below = 1  # 2^n P(B <= l - 1)
+    for l in range(2, (n + 1) // 2 + 1):
+        below += math.comb(n, l - 1)
+        cov = 1.0 - 2.0 * below / total
+        if cov < confidence:
+            break
+        best, coverage = l, cov
+    return xs[best - 1], xs[n - best], coverage
+
+
+def mean_ci(values: Sequence[float]) -> Tuple[float, float, float]:
+    """``(mean, low, high)``: the mean of ``values`` and its 95 % Student's t interval (``low = high = mean``
+    for a single value)."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("mean_ci: no values")
+    mean = statistics.fmean(values)
+    if n == 1:
+        return mean, mean, mean
+    t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
+    h = t * statistics.stdev(values) / math.sqrt(n)
+    return mean, mean - h, mean + h
+
+
+def summarize(times: Sequence[float], confidence: float = CONFIDENCE) -> Dict[str, Any]:
+    """The statistics of measured times (seconds): ``seconds`` (the median), ``ci_low_s`` / ``ci_high_s`` and
+    ``ci_coverage`` (:func:`median_ci`), ``rel_ci`` (the interval's half-width over the median; None for one
+    time), ``q1_s`` / ``q3_s`` (quartiles), ``min_s``, ``max_s``, ``mean_s``, ``times`` and ``repeats``."""
+    times = list(times)
+    med = statistics.median(times)
+    lo, hi, coverage = median_ci(times, confidence)
+    q1, q3 = (statistics.quantiles(times, n=4, method="inclusive")[::2]) if len(times) > 1 else (med, med)
     return {
-        "seconds": statistics.median(times),
+        "seconds": med,
+        "ci_low_s": lo,
+        "ci_high_s": hi,
+        "ci_coverage": coverage,
+        "rel_ci": (hi - lo) / 2 / med if len(times) > 1 and med > 0 else None,
+        "q1_s": q1,
+        "q3_s": q3,
         "min_s": min(times),
         "max_s": max(times),
-        "times": list(times),
+        "mean_s": statistics.fmean(times),
+        "times": times,
         "repeats": len(times),
     }
 
 
+class MedianTimer:
+    """Times a call until its median is known to a stated precision: the one stopping rule of the benchmarks.
+
+    :meth:`run` makes ``warmup`` untimed calls (at least one: a cold first call is never the measurement; the
+    first one limited to ``first_limit_s`` seconds when given, :func:`timed_first`), then timed calls until,
+    after at least ``min_repeats``, the ``confidence`` interval of the median (:func:`median_ci`) has a
+    half-width of at most ``rel_ci`` x the median (``stopped="target"``), or the next call would end past
+    ``max_seconds`` of timed calls (``"budget"``: it caps the repeats beyond the minimum), or ``max_repeats``
+    were made (``"max repeats"``). ``rel_ci=None``: no target (a fixed number of repeats, ``reached`` False).
+
+    Args:
+        rel_ci: the target half-width of the interval, a fraction of the median (0.05: ± 5 %), or None.
+        min_repeats: timed calls made whatever the budget.
+        max_repeats: timed calls at most.
+        max_seconds: seconds of timed calls after which no further call starts (beyond ``min_repeats``).
+        warmup: untimed calls first, at least 1.
+        first_limit_s: the first warm-up call's time limit (:class:`StepTimeout`), or None.
+        clock: seconds now; :class:`Clock` waits for a CUDA device first.
+        confidence: the interval's confidence level.
+    """
+
+    def __init__(
+        self,
+        *,
+        rel_ci: Optional[float] = 0.05,
+        min_repeats: int = 6,
+        max_repeats: int = 10_000,
+        max_seconds: float = 20.0,
+        warmup: int = 1,
+        first_limit_s: Optional[float] = None,
+        clock: Callable[[], float] = time.perf_counter,
+        confidence: float = CONFIDENCE,
+    ) -> None:
+        for name, v, low in (("min_repeats", min_repeats, 1), ("warmup", warmup, 1)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise ValueError(f"MedianTimer: {name} must be an integer >= {low}, got {v!r}")
+        if isinstance(max_repeats, bool) or not isinstance(max_repeats, int) or max_repeats < min_repeats:
+            raise ValueError(
+                f"MedianTimer: max_repeats must be an integer >= min_repeats {min_repeats}, got {max_repeats!r}"
+            )
+        if rel_ci is not None and not (rel_ci > 0 and math.isfinite(rel_ci)):
+            raise ValueError(f"MedianTimer: rel_ci must be a finite fraction > 0 or None, got {rel_ci!r}")
+        if not max_seconds > 0:
+            raise ValueError(f"MedianTimer: max_seconds must be > 0, got {max_seconds!r}")
+        if not 0 < confidence < 1:
+            raise ValueError(f"MedianTimer: confidence must be in (0, 1), got {confidence!r}")
+        self.rel_ci, self.min_repeats, self.max_repeats = rel_ci, min_repeats, max_repeats
+        self.max_seconds, self.warmup, self.first_limit_s = max_seconds, warmup, first_limit_s
+        self.clock, self.confidence = clock, confidence
+
+    def reached(self, stats: Dict[str, Any]) -> bool:
+        """Whether :func:`summarize`'s ``stats`` meet the target (an interval of the full confidence, narrow enough)."""
+        return (
+            self.rel_ci is not None
+            and stats["rel_ci"] is not None
+            and stats["ci_coverage"] >= self.confidence
+            and stats["rel_ci"] <= self.rel_ci
+        )
+
+    def _call(self, fn: Callable[[], Any]) -> float:
+        t0 = self.clock()
+        fn()
+        return self.clock() - t0
+
+    def run(self, fn: Callable[[], Any], before_timing: Optional[Callable[[], Any]] = None) -> Dict[str, Any]:
+        """Warm up, then time ``fn`` (``before_timing()`` between the two, untimed); :func:`summarize` of the
+        timed calls plus ``warmup_s`` (the warm-up calls' seconds), ``target`` (``rel_ci``), ``reached`` and
+        ``stopped``."""
+        warm: List[float] = []
+        for i in range(self.warmup):
+            if i == 0 and self.first_limit_s is not None:
+                t0 = self.clock()
+                timed_first(fn, self.first_limit_s)
+                warm.append(self.clock() - t0)
+            else:
+                warm.append(self._call(fn))
+        if before_timing is not None:
+            before_timing()
+        times: List[float] = []
+        spent = 0.0
+        while True:
+            times.append(self._call(fn))
+            spent += times[-1]
+            if len(times) < self.min_repeats:
+                continue
+            stats = summarize(times, self.confidence)
+            if self.reached(stats):
+                stopped = "target"
+            elif len(times) >= self.max_repeats:
+                stopped = "max repeats"
+            elif spent + stats["seconds"] > self.max_seconds:
+                stopped = "budget"
+            else:
+                continue
+            return {
+                **stats,
+                "warmup_s": warm,
+                "target": self.rel_ci,
+                "reached": stopped == "target",
+                "stopped": stopped,
+            }
+
+
 def time_repeats(
-    fn: Callable[[], Any], repeats: int, warmup: int = 0, clock: Callable[[], float] = time.perf_counter
+    fn: Callable[[], Any], repeats: int, warmup: int = 1, clock: Callable[[], float] = time.perf_counter
 ) -> Dict[str, Any]:
-    """``warmup`` untimed calls of ``fn``, then ``repeats`` (at least one) timed ones: :func:`summarize` of them."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(max(1, repeats)):
-        t0 = clock()
-        fn()
-        times.append(clock() - t0)
-    return summarize(times)
+    """``warmup`` (at least 1) untimed calls of ``fn``, then exactly ``repeats`` timed ones: :class:`MedianTimer`
+    without a target (:func:`summarize` of them, ``reached`` False)."""
+    return MedianTimer(
+        rel_ci=None, min_repeats=repeats, max_repeats=repeats, max_seconds=math.inf, warmup=warmup, clock=clock
+    ).run(fn)
+
+
+# ----------------------------------------------------------------------------- spreads
+def figure_fields(key: str, stats: Dict[str, Any], scale: float = 1.0) -> Dict[str, Any]:
+    """The row fields of one timed figure from :class:`MedianTimer`'s ``stats``: ``key`` (the median x
+    ``scale``), ``key_ci_low`` / ``key_ci_high`` (its interval), ``key_rel_ci`` (the half-width over the
+    median), ``key_q1`` / ``key_q3``, ``key_min`` / ``key_max`` (x ``scale``), ``key_repeats`` and
+    ``key_reached`` (whether the target was reached)."""
+    return {
+        key: stats["seconds"] * scale,
+        f"{key}_ci_low": stats["ci_low_s"] * scale,
+        f"{key}_ci_high": stats["ci_high_s"] * scale,
+        f"{key}_rel_ci": stats["rel_ci"],
+        f"{key}_q1": stats["q1_s"] * scale,
+        f"{key}_q3": stats["q3_s"] * scale,
+        f"{key}_min": stats["min_s"] * scale,
+        f"{key}_max": stats["max_s"] * scale,
+        f"{key}_repeats": stats["repeats"],
+        f"{key}_reached": bool(stats.get("reached")),
+    }
+
+
+def interval_of(row: Dict[str, Any], key: str, scale: float = 1.0) -> Optional[Tuple[float, float, float]]:
+    """``(median, low, high)`` of the figure ``key`` of ``row`` (:func:`figure_fields`) x ``scale``; None
+    where the row has no such figure."""
+    vals = [row.get(key), row.get(f"{key}_ci_low"), row.get(f"{key}_ci_high")]
+    if any(v is None for v in vals):
+        return None
+    return vals[0] * scale, vals[1] * scale, vals[2] * scale
+
+
+def ratio_interval(
+    num: Tuple[float, float, float], den: Tuple[float, float, float]
+) -> Optional[Tuple[float, float, float]]:
+    """``(ratio, low, high)`` of two figures given as ``(median, low, high)``: the ratio of the medians, and
+    its interval ``r exp(± sqrt(h_num^2 + h_den^2))`` with ``h = log(high / low) / 2`` of each figure (log
+    half-widths added in quadrature, as for independent errors). None where a value is not positive."""
+    if min(*num, *den) <= 0:
+        return None
+    r = num[0] / den[0]
+    h = math.hypot(math.log(num[2] / num[1]) / 2, math.log(den[2] / den[1]) / 2)
+    return r, r * math.exp(-h), r * math.exp(h)
+
+
+def derived_fields(
+    key: str, interval: Tuple[float, float, float], rel_ci: Optional[float], reached: bool
+) -> Dict[str, Any]:
+    """The row fields of a figure derived from a measured one by a positive factor or its reciprocal (clouds/s
+    from ms per batch, a ratio): ``key`` (``interval[0]``), ``key_ci_low`` / ``key_ci_high`` (the other two
+    values of ``interval``, in either order), ``key_rel_ci`` (the half-width over the figure; None when the
+    source's ``rel_ci`` is None: one repeat, no interval) and ``key_reached``."""
+    value, lo, hi = interval[0], min(interval[1:]), max(interval[1:])
+    return {
+        key: value,
+        f"{key}_ci_low": lo,
+        f"{key}_ci_high": hi,
+        f"{key}_rel_ci": None if rel_ci is None or value == 0 else (hi - lo) / 2 / abs(value),
+        f"{key}_reached": bool(reached),
+    }
+
+
+def ratio_fields(
+    key: str, num_row: Dict[str, Any], num_key: str, den_row: Dict[str, Any], den_key: str,
+    num_scale: float = 1.0, den_scale: float = 1.0,
+) -> Dict[str, Any]:  # fmt: skip
+    """The row fields of the ratio ``num_row[num_key] x num_scale / (den_row[den_key] x den_scale)`` of two
+    figures (:func:`ratio_interval`, :func:`derived_fields`): ``key``, ``key_ci_low``, ``key_ci_high``,
+    ``key_rel_ci`` (None when either figure has no interval) and ``key_reached`` (both figures reached their
+    target); empty where either figure is missing."""
+    a, b = interval_of(num_row, num_key, num_scale), interval_of(den_row, den_key, den_scale)
+    r = None if a is None or b is None else ratio_interval(a, b)
+    if r is None:
+        return {}
+    rels = (num_row.get(f"{num_key}_rel_ci"), den_row.get(f"{den_key}_rel_ci"))
+    reached = bool(num_row.get(f"{num_key}_reached")) and bool(den_row.get(f"{den_key}_reached"))
+    return derived_fields(key, r, None if None in rels else 0.0, reached)
+
+
+def fmt_spread(rel: Optional[float], reached: Optional[bool] = True) -> str:
+    """``± 3.1 %`` (a tenth of a percent below 10 %, whole percents above), ``*`` appended when the target was
+    not reached (``reached`` False); empty for None."""
+    if rel is None or not math.isfinite(rel):
+        return "" if reached is not False else " *"
+    pct = 100 * rel
+    text = f"± {pct:.1f} %" if pct < 9.95 else f"± {pct:.0f} %"
+    return " " + text + ("*" if reached is False else "")
+
+
+# ----------------------------------------------------------------------------- batches
+def batch_for(num_points: int, batch_size: int, max_points_per_batch: int) -> int:
+    """The batch of a cell: the largest ``b <= batch_size`` with ``b x num_points <= max_points_per_batch``,
+    at least 1. It depends on the flags alone (never on a timing), so a cell measures the same batch alone or
+    in a sweep, on any machine."""
+    return max(1, min(int(batch_size), int(max_points_per_batch) // max(1, int(num_points))))
+
+
+def ellipsoid_clouds(batch_size: int, num_points: int, seed: int = 0) -> Tuple[Any, Any]:
+    """``(points [B, N, 3], directions [B, N, 3])``: points on the surfaces of random ellipsoids inside
+    ``[-0.9, 0.9]^3`` (axes in ``[0.45, 0.9]``) and the unit directions they were drawn along. Cloud ``i`` is
+    drawn from its own generator (seeded by ``seed`` and ``i``), so it is the same at every batch size."""
+    import torch
+
+    pts, dirs = [], []
+    for i in range(batch_size):
+        g = torch.Generator().manual_seed(int(seed) * 1_000_003 + i)
+        d = torch.randn(num_points, 3, generator=g)
+        d = d / d.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+        axes = 0.45 + 0.45 * torch.rand(1, 3, generator=g)
+        pts.append(d * axes)
+        dirs.append(d)
+    return torch.stack(pts), torch.stack(dirs)
 
 
 class StepTimeout(Exception):
@@ -296,14 +631,20 @@ class ChildRun:
     timed_out: bool = False
 
 
-def _child_env(threads: Optional[int]) -> Dict[str, str]:
+#: the checkout whose gridify this process imports (a child imports it too unless told another)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def child_env(threads: Optional[int], root: Optional[Path] = None) -> Dict[str, str]:
+    """The environment of a measuring child: this process's, with ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS``
+    set to ``threads`` (when given) and the checkout ``root`` (default: this one, :data:`ROOT`) first on
+    ``PYTHONPATH``, so that the child imports that checkout's gridify wherever it is started."""
     env = dict(os.environ)
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
         env["MKL_NUM_THREADS"] = str(threads)
-    # the child imports the same gridify as this process, wherever it is started
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join([root, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    first = str(Path(root).resolve() if root is not None else ROOT)
+    env["PYTHONPATH"] = os.pathsep.join([first, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
     return env
 
 
@@ -312,16 +653,20 @@ def run_child(
     args: Sequence[str],
     *,
     marker: str,
-    timeout: float,
+    timeout: Optional[float],
     threads: Optional[int] = None,
     cwd: Optional[str] = None,
+    root: Optional[Path] = None,
 ) -> ChildRun:
-    """Run ``python -m module *args`` in a fresh interpreter (``OMP/MKL_NUM_THREADS = threads`` when given);
-    the JSON of its last stdout line starting with ``marker``, its status and output."""
+    """Run ``python -m module *args`` in a fresh interpreter (:func:`child_env`: ``OMP/MKL_NUM_THREADS =
+    threads`` when given, the gridify of the checkout ``root``, default this one; stopped after ``timeout``
+    seconds, None: never); the JSON of its last stdout line starting with ``marker``, its status and output."""
     cmd = [sys.executable, "-m", module, *args]
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_child_env(threads), cwd=cwd)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, env=child_env(threads, root), cwd=cwd
+        )
     except subprocess.TimeoutExpired:
         return ChildRun(None, None, "", "", time.perf_counter() - t0, timed_out=True)
     wall = time.perf_counter() - t0
@@ -371,27 +716,44 @@ def machine_facts(device: Any = "cpu") -> Dict[str, Any]:
 
 # ----------------------------------------------------------------------------- reporting
 def fmt_value(v: Any, digits: int = 3, fixed_from: float = 1e4) -> str:
-    """A table cell: ``-`` for None, ``digits`` significant digits below ``fixed_from``, whole numbers above."""
+    """A table cell: ``-`` for None, ``digits`` significant digits below ``fixed_from``, whole numbers above
+    (with thousands separators: ``2,812``)."""
     if v is None:
         return "-"
     if isinstance(v, float):
         if v == 0:
             return "0"
-        return f"{v:.{digits}g}" if abs(v) < fixed_from else f"{v:.0f}"
+        return f"{v:.{digits}g}" if abs(v) < fixed_from else f"{v:,.0f}"
     return str(v)
 
 
 def format_table(
     rows: Iterable[Dict[str, Any]], columns: Sequence[Tuple[str, str]], *, fixed_from: float = 1e4, width: int = 60
 ) -> str:
-    """``(key, header)`` columns of ``rows``, right-aligned under a dashed rule; cells cut at ``width`` characters."""
-    table = [[h for _, h in columns]] + [
-        [fmt_value(r.get(c), fixed_from=fixed_from)[:width] for c, _ in columns] for r in rows
-    ]
+    """``(key, header)`` columns of ``rows``, right-aligned under a dashed rule; cells cut at ``width`` characters.
+
+    A figure whose row holds its spread (``<key>_rel_ci``, :func:`figure_fields` / :func:`ratio_fields`) is
+    printed with it, ``2,812 ± 3.1 %``, and with ``*`` when ``<key>_reached`` is False (its target not reached).
+    """
+
+    def shown(r: Dict[str, Any], c: str) -> str:
+        text = fmt_value(r.get(c), fixed_from=fixed_from)
+        if r.get(c) is not None and (f"{c}_rel_ci" in r or f"{c}_reached" in r):
+            text += fmt_spread(r.get(f"{c}_rel_ci"), r.get(f"{c}_reached"))
+        return text[:width]
+
+    table = [[h for _, h in columns]] + [[shown(r, c) for c, _ in columns] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(columns))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in table]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+#: the footnote of a table with spreads
+SPREAD_NOTE = (
+    "± : half-width of the 95 % confidence interval of the median, relative to it; * : the target precision "
+    "(--rel-ci) was not reached (the time budget or the repeats ran out, or too few repeats for a 95 % interval)"
+)
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -16,10 +16,16 @@ model, loss and optimizer (:func:`gridify.training.runner.build_module`: the
 (:meth:`~gridify.training.module.PointCloudData.train_dataloader`: same sampler, batch size,
 collate, ``num_workers`` and epoch seeding). Lightning's ``Trainer`` is not run: a small stand-in
 tells the data module and the task what they read of it (one process, the epoch, the schedule's
-length), and a plain loop runs ``--warmup`` untimed steps, then ``--steps`` timed ones.
+length), and :class:`gridify.bench.harness.MedianTimer` runs ``--warmup`` (at least 1) untimed
+steps, then ``--steps`` timed ones. Each model is measured in a fresh process (``--isolation
+subprocess``, the default: ``python -m gridify.bench.recipe ... --_worker NAME``), so that no model
+inherits the allocator heap, caches or thread pools of the one before; ``--isolation inprocess``
+measures them one after another in this process.
 
-Per timed step (means over the steps, ms; on CUDA the clock waits for the device at every
-boundary, around each neighbour search too, which takes a little GPU/CPU overlap away):
+Per timed step (means over the steps, ms, each with the half-width of its 95 % Student's t
+interval; ``median step``: the median with its order-statistic interval and whether it is within
+``± --rel-ci``; on CUDA the clock waits for the device at every boundary, around each neighbour
+search too, which takes a little GPU/CPU overlap away):
 
 * ``data``: waiting for the next batch from the loader (reading, augmentation, collation, in this
   process or the workers; the move to the device included);
@@ -62,7 +68,10 @@ import contextlib
 import copy
 import functools
 import json
+import math
 import os
+import statistics
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -103,15 +112,24 @@ RECIPE_COLUMNS = [
     "backward_ms",
     "optimizer_ms",
     "step_ms",
+    "step_ms_rel_ci",
+    "step_median_ms",
+    "step_median_ms_ci_low",
+    "step_median_ms_ci_high",
+    "step_median_ms_rel_ci",
+    "step_median_ms_reached",
     "parts_ms",
     "inference_ms",
+    "inference_ms_rel_ci",
     "infer_graph_ms",
     "train_over_inference",
+    "train_over_inference_rel_ci",
     "cores_used",
     "ms_per_cloud",
     "infer_ms_per_cloud",
     "synthetic_step_ms",
     "real_over_synthetic",
+    "real_over_synthetic_rel_ci",
     "graph_what",
     "status",
 ]
@@ -308,40 +326,59 @@ def time_training(
     clip: Optional[float] = None,
     amp: Optional[torch.dtype] = None,
     keep: int = 0,
-) -> Tuple[Dict[str, float], List[Dict[str, Any]]]:
-    """``warmup`` untimed, then ``steps`` timed training steps over ``batches.next()`` with ``optim``
-    = ``(optimizer, per-step LR scheduler)``.
+    rel_ci: Optional[float] = None,
+) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+    """``warmup`` (at least 1) untimed, then ``steps`` timed training steps over ``batches.next()`` with
+    ``optim`` = ``(optimizer, per-step LR scheduler)``, timed by :class:`gridify.bench.harness.MedianTimer`
+    (a fixed number of steps; ``rel_ci``: the precision the median step is checked against).
 
     Returns the mean seconds per step of every part (``data``, ``graph``, ``forward``, ``backward``,
-    ``optimizer``, ``step``), ``cores`` (CPU seconds / wall seconds over the timed steps),
-    ``batch`` and ``points`` (mean clouds per batch and points per cloud), and the first ``keep``
-    timed batches (for the inference timing on the same batches).
+    ``optimizer``, ``step``; ``compute``: graph + forward + backward + optimizer) and ``<part>_ci`` (the half-width of the 95 % t interval of each mean),
+    ``timing`` (the median step and its spread, :func:`gridify.bench.harness.summarize`), ``cores`` (CPU seconds
+    / wall seconds over the timed steps), ``batch`` and ``points`` (mean clouds per batch and points per cloud),
+    and the first ``keep`` timed batches (for the inference timing on the same batches).
     """
     opt, sched = optim
     task.train()
-    for i in range(warmup):
-        _train_step(task, opt, sched, batches.next(), i, clip, clock, graph, amp)
-    sums = dict.fromkeys(("data", "graph", "forward", "backward", "optimizer", "step"), 0.0)
+    done: List[Tuple[Dict[str, float], int, int]] = []  # per step: (parts, clouds, points), warm-up included
     kept: List[Dict[str, Any]] = []
-    clouds = points = 0
-    cpu0, wall0 = cpu_seconds(), clock()
-    for i in range(steps):
+
+    def one_step() -> None:
+        i = len(done)
         t0 = clock()
         batch = batches.next()
         t1 = clock()
-        parts = _train_step(task, opt, sched, batch, warmup + i, clip, clock, graph, amp)
-        sums["step"] += clock() - t0
-        sums["data"] += t1 - t0
-        for k, v in parts.items():
-            sums[k] += v
+        parts = _train_step(task, opt, sched, batch, i, clip, clock, graph, amp)
+        parts.update(data=t1 - t0, step=clock() - t0)
+        parts["compute"] = parts["graph"] + parts["forward"] + parts["backward"] + parts["optimizer"]
         n = int(batch["batch"].max()) + 1 if get_task(task.task).dense else int(batch["y"].numel())
-        clouds, points = clouds + n, points + int(batch["pos"].size(0))
-        if len(kept) < keep:
+        done.append((parts, n, int(batch["pos"].size(0))))
+        if i >= warmup and len(kept) < keep:
             kept.append(batch)
-    wall, cpu = clock() - wall0, cpu_seconds() - cpu0
-    means = {k: v / steps for k, v in sums.items()}
-    means.update(cores=cpu / wall if wall > 0 else 0.0, batch=clouds / steps, points=points / max(clouds, 1))
-    return means, kept
+
+    marks: Dict[str, float] = {}
+
+    def start_timing() -> None:
+        marks.update(cpu=cpu_seconds(), wall=clock())
+
+    timer = harness.MedianTimer(
+        rel_ci=rel_ci, min_repeats=steps, max_repeats=steps, max_seconds=math.inf, warmup=warmup, clock=clock
+    )
+    timing = timer.run(one_step, before_timing=start_timing)
+    wall, cpu = clock() - marks["wall"], cpu_seconds() - marks["cpu"]
+    timed = done[warmup:]
+    out: Dict[str, Any] = {}
+    for part in ("data", "graph", "forward", "backward", "optimizer", "step", "compute"):
+        mean, lo, hi = harness.mean_ci([p[part] for p, _, _ in timed])
+        out[part], out[f"{part}_ci"] = mean, (hi - lo) / 2
+    clouds, points = sum(c for _, c, _ in timed), sum(q for _, _, q in timed)
+    out.update(
+        timing=timing,
+        cores=cpu / wall if wall > 0 else 0.0,
+        batch=clouds / steps,
+        points=points / max(clouds, 1),
+    )
+    return out, kept
 
 
 def optimizer_of(task: Any, stand_in: Any) -> Tuple[Any, Any]:
@@ -361,23 +398,38 @@ def time_inference(
     clock: Callable[[], float],
     graph: List[float],
     amp: Optional[torch.dtype] = None,
-) -> Dict[str, float]:
-    """Mean seconds per batch of the eval-mode, no-grad forward pass over ``batches`` (one untimed first)."""
+    rel_ci: Optional[float] = None,
+) -> Dict[str, Any]:
+    """The eval-mode, no-grad forward pass over ``batches`` (one untimed first, on the first batch), timed by
+    :class:`gridify.bench.harness.MedianTimer`: ``inference`` (mean seconds per batch), ``inference_ci`` (the
+    half-width of its 95 % t interval), ``infer_graph`` (mean seconds of neighbour search) and ``timing`` (the
+    median and its spread)."""
     from ..training.metrics import forward_batch
 
     model = task.model
     model.eval()
-    total = spent = 0.0
     # inference builds its own graph: a graph the loader's workers built ahead is left out
     batches = [{k: v for k, v in b.items() if k != "graph"} for b in batches]
+    calls: List[float] = []  # graph seconds per call, the warm-up's first
+
+    def forward() -> None:
+        g0 = graph[0]
+        forward_batch(model, batches[max(0, len(calls) - 1)], task.task)
+        calls.append(graph[0] - g0)
+
+    timer = harness.MedianTimer(
+        rel_ci=rel_ci, min_repeats=len(batches), max_repeats=len(batches), max_seconds=math.inf, clock=clock
+    )
     with torch.no_grad(), _autocast(batches[0]["pos"].device, amp):
-        forward_batch(model, batches[0], task.task)
-        for batch in batches:
-            g0, t0 = graph[0], clock()
-            forward_batch(model, batch, task.task)
-            total, spent = total + clock() - t0, spent + graph[0] - g0
+        timing = timer.run(forward)
     model.train()
-    return {"inference": total / len(batches), "infer_graph": spent / len(batches)}
+    mean, lo, hi = harness.mean_ci(timing["times"])
+    return {
+        "inference": mean,
+        "inference_ci": (hi - lo) / 2,
+        "infer_graph": statistics.fmean(calls[1:]),
+        "timing": timing,
+    }
 
 
 class _SyntheticBatches:
@@ -437,41 +489,66 @@ def _build_task(cfg: Dict[str, Any], info: Dict[str, Any], num_train: int, name:
     }
 
 
+def _mean_fields(key: str, mean_s: float, ci_s: float) -> Dict[str, Any]:
+    """``key`` (a mean, ms) and ``key_rel_ci`` (the half-width of its 95 % t interval over it)."""
+    return {key: 1e3 * mean_s, f"{key}_rel_ci": ci_s / mean_s if mean_s > 0 else None}
+
+
+def _interval(mean_s: float, ci_s: float) -> Tuple[float, float, float]:
+    return mean_s, max(mean_s - ci_s, 1e-12), mean_s + ci_s
+
+
 def _row(
     name: str,
     meta: Dict[str, Any],
-    train: Dict[str, float],
-    infer: Optional[Dict[str, float]],
-    synth: Optional[float],
+    train: Dict[str, Any],
+    infer: Optional[Dict[str, Any]],
+    synth: Optional[Dict[str, Any]],
     steps: int,
 ) -> Dict[str, Any]:
-    ms = {k: 1e3 * v for k, v in train.items() if k not in ("cores", "batch", "points")}
-    compute = ms["graph"] + ms["forward"] + ms["backward"] + ms["optimizer"]
-    row = {
+    """One model's row: every part a mean with the spread of its t interval, the median step with the spread of
+    its order-statistic interval (:func:`gridify.bench.harness.figure_fields`), the ratios with theirs."""
+    parts = ("data", "graph", "forward", "backward", "optimizer", "step")
+    row: Dict[str, Any] = {
         "model": name,
         "registry_name": meta["registry_name"],
         "params": meta["params"],
         "batch": train["batch"],
         "points_per_cloud": train["points"],
         "steps": steps,
-        **{f"{k}_ms": v for k, v in ms.items()},
-        "parts_ms": compute + ms["data"],
-        "cores_used": train["cores"],
-        "ms_per_cloud": ms["step"] / train["batch"],
-        "graph_what": GRAPH_WHAT.get(meta["family"], "-"),
-        "status": "ok",
     }
+    for part in parts:
+        row.update(_mean_fields(f"{part}_ms", train[part], train[f"{part}_ci"]))
+    row.update(harness.figure_fields("step_median_ms", train["timing"], 1e3))
+    row.update(
+        parts_ms=1e3 * (train["compute"] + train["data"]),
+        cores_used=train["cores"],
+        ms_per_cloud=row["step_ms"] / train["batch"],
+        ms_per_cloud_rel_ci=row["step_ms_rel_ci"],
+        graph_what=GRAPH_WHAT.get(meta["family"], "-"),
+        status="ok",
+    )
+    compute = _interval(train["compute"], train["compute_ci"])
     if infer is not None:
+        row.update(_mean_fields("inference_ms", infer["inference"], infer["inference_ci"]))
         row.update(
-            inference_ms=1e3 * infer["inference"],
             infer_graph_ms=1e3 * infer["infer_graph"],
-            train_over_inference=compute / (1e3 * infer["inference"]),
-            infer_ms_per_cloud=1e3 * infer["inference"] / train["batch"],
+            infer_ms_per_cloud=row["inference_ms"] / train["batch"],
+            infer_ms_per_cloud_rel_ci=row["inference_ms_rel_ci"],
         )
+        ratio = harness.ratio_interval(compute, _interval(infer["inference"], infer["inference_ci"]))
+        if ratio is not None:
+            row.update(harness.derived_fields("train_over_inference", ratio, 0.0, True))
+            del row["train_over_inference_reached"]  # means: no target
     if synth is not None:
-        row.update(synthetic_step_ms=1e3 * synth, real_over_synthetic=ms["step"] / (1e3 * synth))
+        busy = _interval(synth["step"] - synth["data"], synth["step_ci"])
+        row.update(_mean_fields("synthetic_step_ms", busy[0], synth["step_ci"]))
+        ratio = harness.ratio_interval(_interval(train["step"], train["step_ci"]), busy)
+        if ratio is not None:
+            row.update(harness.derived_fields("real_over_synthetic", ratio, 0.0, True))
+            del row["real_over_synthetic_reached"]
     if meta["family"] not in GRAPH_WHAT:
-        row["graph_ms"], row["graph_what"] = None, "-"
+        row["graph_ms"], row["graph_ms_rel_ci"], row["graph_what"] = None, None, "-"
     return row
 
 
@@ -512,11 +589,12 @@ def _measure_model(
                 clip,
                 amp,
                 keep=max(1, settings["infer_steps"]),
+                rel_ci=settings["rel_ci"],
             )
         finally:
             batches.close()
         infer = (
-            time_inference(task, kept[: settings["infer_steps"]], clock, graph, amp)
+            time_inference(task, kept[: settings["infer_steps"]], clock, graph, amp, settings["rel_ci"])
             if settings["infer_steps"]
             else None
         )
@@ -530,8 +608,7 @@ def _measure_model(
                 int(info["in_channels"]),
                 int(cfg["seed"]),
             )
-            parts, _ = time_training(task, optim, fake, settings["synthetic_steps"], 1, clock, graph, clip, amp)
-            synth = parts["step"] - parts["data"]
+            synth, _ = time_training(task, optim, fake, settings["synthetic_steps"], 1, clock, graph, clip, amp)
     return _row(name, meta, train, infer, synth, settings["steps"])
 
 
@@ -544,6 +621,7 @@ TABLE = [
     ("backward_ms", "backward"),
     ("optimizer_ms", "optim"),
     ("step_ms", "step"),
+    ("step_median_ms", "median step"),
     ("inference_ms", "infer"),
     ("train_over_inference", "train/infer"),
     ("cores_used", "cores"),
@@ -587,6 +665,7 @@ def _settings(args: argparse.Namespace) -> Dict[str, Any]:
     return {
         "steps": args.steps,
         "warmup": args.warmup,
+        "rel_ci": args.rel_ci,
         "infer_steps": infer,
         "synthetic_steps": args.synthetic_steps,
         "threads": args.threads,
@@ -651,37 +730,78 @@ def _build_data(prog: str, cfg: Dict[str, Any]) -> Tuple[Any, Any, Any, Dict[str
         raise SystemExit(f"{prog}: error: {flag}: {error_line(exc)}") from None
 
 
+#: the marker of a measuring child's result line (``--_worker NAME``)
+MARKER = "@@bench_recipe@@ "
+
+
+def _measure_here(
+    name: str, cfg: Dict[str, Any], data: Tuple[Any, Any, Any, Dict[str, Any]], settings: Dict[str, Any], device: Any
+) -> Dict[str, Any]:
+    try:
+        return _measure_model(name, cfg, data, settings, device)
+    except Exception as exc:  # noqa: BLE001 - one model failing (whatever the error) leaves the others measured
+        return {"model": name, "status": f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+
+
+def _measure_isolated(argv: Sequence[str], name: str, threads: Optional[int]) -> Dict[str, Any]:
+    """One model measured in a fresh process (``python -m gridify.bench.recipe ARGV --_worker NAME``,
+    :func:`gridify.bench.harness.run_child`): its row, or one naming why there is none."""
+    run = harness.run_child(
+        "gridify.bench.recipe", [*argv, "--_worker", name], marker=MARKER, timeout=None, threads=threads
+    )
+    if run.result is not None:
+        return run.result
+    tail = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
+    return {"model": name, "status": f"error: the measuring process exited {run.returncode}: {tail[0][:200]}"}
+
+
+def _worker_main(prog: str, args: argparse.Namespace) -> int:
+    """A measuring child: the model ``args._worker`` measured in this process, its row printed as one line."""
+    cfg, settings, _, device, _ = _prepare(prog, args)
+    threads = settings["threads"] or cfg["trainer"]["num_threads"]
+    if threads:
+        torch.set_num_threads(int(threads))
+    row = _measure_here(args._worker, cfg, _build_data(prog, cfg), settings, device)
+    print(MARKER + json.dumps(row, default=str), flush=True)
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``gridify bench --recipe NAME ...``: time real training steps; prints the table, writes JSON and CSV."""
+    """``gridify bench --recipe NAME ...``: time real training steps, each model in a fresh process (``--isolation
+    subprocess``, the default: no allocator, cache or thread-pool state carried from one model to the next);
+    prints the table, writes JSON and CSV."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     prog = parser.prog
+    if args._worker is not None:
+        return _worker_main(prog, args)
     cfg, settings, models, device, out = _prepare(prog, args)
     threads = settings["threads"] or cfg["trainer"]["num_threads"]
     if threads:
         torch.set_num_threads(int(threads))
-    data = _build_data(prog, cfg)
+    data = _build_data(prog, cfg)  # here too: a bad data root is one line before any model runs
     facts = machine_facts(cfg, device)
     print(
         f"bench --recipe {args.recipe}: {cfg['data']['name']} ({data[3]['source_format']}), {len(data[0])} "
         f"training clouds, batch {facts['batch_size']}, {facts['num_workers']} workers | {facts['cpu']}, "
-        f"{facts['threads']} threads, torch {facts['torch']}, {device}",
+        f"{facts['threads']} threads, torch {facts['torch']}, {device}, isolation {args.isolation}",
         flush=True,
     )
     result = {
         "machine": facts,
         "recipe": args.recipe,
-        "settings": {**settings, "models": models, "overrides": args.override},
+        "settings": {**settings, "models": models, "overrides": args.override, "isolation": args.isolation},
         "units": "ms per training step (one batch) unless named per cloud",
         "config": cfg,
         "rows": [],
     }
     for name in models:
         started = time.perf_counter()
-        try:
-            row = _measure_model(name, cfg, data, settings, device)
-        except Exception as exc:  # noqa: BLE001 - one model failing (whatever the error) leaves the others measured
-            row = {"model": name, "status": f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+        if args.isolation == "subprocess":
+            row = _measure_isolated(argv, name, int(threads) if threads else None)
+        else:
+            row = _measure_here(name, cfg, data, settings, device)
         result["rows"].append(row)
         if hasattr(os, "getloadavg"):
             row["load_average_1min_after"] = os.getloadavg()[0]
@@ -697,8 +817,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print()
     print(format_table(result["rows"]))
     print(
-        "ms per training step (batch); graph = the neighbour search inside the forward pass (see 'graph is'), "
-        "forward and backward exclude it; train/infer = (graph + forward + backward + optim) / infer"
+        "ms per training step (batch), means over the timed steps; graph = the neighbour search inside the forward "
+        "pass (see 'graph is'), forward and backward exclude it; train/infer = (graph + forward + backward + optim) "
+        "/ infer; median step: the median with its order-statistic interval"
+    )
+    print(
+        "± : half-width of the 95 % confidence interval (of the mean: Student's t; of the median step: order "
+        "statistics) relative to the figure; * : the median step's interval is wider than --rel-ci"
     )
     print(f"wrote {out / 'benchmark_recipe.json'} and {out / 'benchmark_recipe.csv'}")
     _check_measured(prog, result["rows"], out)
@@ -709,3 +834,7 @@ def _check_measured(prog: str, rows: List[Dict[str, Any]], out: Path) -> None:
     """A run that measured no model ends non-zero with one line naming the first failure (the table and the
     files still hold every row): :func:`gridify.bench.harness.check_measured`."""
     harness.check_measured(prog, rows, out / "benchmark_recipe.json", lambda row: str(row.get("model")))
+
+
+if __name__ == "__main__":  # a measuring child: python -m gridify.bench.recipe ARGV --_worker NAME
+    sys.exit(main())

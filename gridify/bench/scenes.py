@@ -11,8 +11,11 @@ allocator caches or peak memory:
    * training step: forward + cross-entropy on random labels in ``[0, 19)`` + backward + AdamW step;
    * inference: one forward under ``torch.no_grad`` in eval mode;
 
-   each timed as the median of ``--repeats`` runs after one warm-up step. The train and the
-   inference cell of a ``(model, N)`` run in separate children.
+   each timed by :class:`gridify.bench.harness.MedianTimer`: one untimed warm-up step, then at least
+   ``--repeats`` timed ones, more until the 95 % interval of the median is within ``± --rel-ci`` of
+   it or ``--time-budget`` seconds of timed steps are spent (the median, its interval and whether the
+   target was reached are recorded). The train and the inference cell of a ``(model, N)`` run in
+   separate children.
 2. **Real scans** through :func:`gridify.scene_inference.predict_scene` (``voxel_size=0.1``,
    ``max_points=16384``, ``batch_size=1``: every point scored through fragments and crops) with a
    scene segmenter: a SemanticKITTI scan (features intensity, height), a ScanNet scene (r, g, b
@@ -23,6 +26,9 @@ allocator caches or peak memory:
    an untrained scene segmenter exported to a temporary file (the timing does not depend on the
    weights); it is warmed up on a small generated cloud first, so the 65k and the 1M run compare
    time per point without the one-off start-up.
+
+Parts 2 and 3 time one run each (a whole scan or scene, after a warm-up on a small cloud): their
+figures carry no interval.
 
 Clouds: the N-sweep takes the ``N`` points nearest in xy to the sensor of the SemanticKITTI scan
 ``<data-root>/semantickitti_mini/dataset/sequences/00/velodyne/000000.bin`` (~124k points; for a
@@ -185,8 +191,10 @@ def _build(name: str, in_channels: int) -> Any:
 
 
 def cell_sweep(spec: Dict[str, Any]) -> Dict[str, Any]:
-    """A training step or an inference pass of one model on one cloud of ``spec["n"]`` points: the first
-    (limited to ``max_step_seconds``), then the median of ``repeats`` (:func:`gridify.bench.harness.time_repeats`)."""
+    """A training step or an inference pass of one model on one cloud of ``spec["n"]`` points, timed by
+    :class:`gridify.bench.harness.MedianTimer`: the first call untimed (the warm-up, limited to
+    ``max_step_seconds``; its time is ``first_s``), then at least ``repeats`` timed calls, more until the median's
+    95 % interval is within ``± rel_ci`` or ``time_budget`` seconds of timed calls are spent."""
     import torch
     import torch.nn.functional as F
 
@@ -217,15 +225,19 @@ def cell_sweep(spec: Dict[str, Any]) -> Dict[str, Any]:
             sync()
 
     baseline = peak_rss_mib()
-    first = harness.timed_first(step, float(spec["max_step_seconds"]))
-    timing = harness.time_repeats(step, int(spec["repeats"]))
+    timer = harness.MedianTimer(
+        rel_ci=float(spec["rel_ci"]),
+        min_repeats=int(spec["repeats"]),
+        max_seconds=float(spec["time_budget"]),
+        warmup=1,
+        first_limit_s=float(spec["max_step_seconds"]),
+    )
+    timing = timer.run(step)
     med = timing["seconds"]
     return {
         "status": "measured",
-        "seconds": med,
-        "min_s": timing["min_s"],
-        "times": timing["times"],
-        "first_s": first,
+        **{k: v for k, v in timing.items() if k not in ("warmup_s", "target")},
+        "first_s": timing["warmup_s"][0],
         "us_per_point": 1e6 * med / n,
         "baseline_mib": baseline,
         "points": n,
@@ -423,7 +435,7 @@ def estimate_extra(done: List[Dict[str, Any]], n: int) -> Tuple[float, str]:
 def part_sweep(args: argparse.Namespace, log: Callable[[str], None]) -> List[Dict[str, Any]]:
     rows: List[Dict[str, Any]] = []
     ns = sorted(args.num_points)
-    timeout = CHILD_SETUP_SECONDS + 1.5 * args.max_step_seconds * (args.repeats + 1)
+    timeout = CHILD_SETUP_SECONDS + 1.5 * (args.max_step_seconds * (args.repeats + 1) + args.time_budget)
     for name in args.models:
         measured: Dict[str, List[Dict[str, Any]]] = {}  # mode -> the measured results, by increasing N
         failed: Dict[str, str] = {}  # mode -> why larger N are not tried
@@ -463,6 +475,8 @@ def part_sweep(args: argparse.Namespace, log: Callable[[str], None]) -> List[Dic
                             n=n,
                             mode=mode,
                             repeats=args.repeats,
+                            rel_ci=args.rel_ci,
+                            time_budget=args.time_budget,
                             max_step_seconds=args.max_step_seconds,
                         ),
                         timeout,
@@ -475,7 +489,8 @@ def part_sweep(args: argparse.Namespace, log: Callable[[str], None]) -> List[Dic
                 log(
                     f"  {name} N={n} {mode}: "
                     + (
-                        f"{res['seconds']:.3f} s, peak {res['peak_mib']:.0f} MiB"
+                        f"{res['seconds']:.3f} s{harness.fmt_spread(res.get('rel_ci'), res.get('reached'))} "
+                        f"({res['repeats']} repeats), peak {res['peak_mib']:.0f} MiB"
                         if res["status"] == "measured"
                         else f"cannot run: {res['reason']}"
                     )

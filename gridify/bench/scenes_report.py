@@ -1,6 +1,7 @@
 """The report of the scene benchmark (:mod:`gridify.bench.scenes`): its Markdown tables, goals and CSV rows.
 
-* part 1 (N sweep): time and peak RSS per model and N, the time ratios against ``scene_segmenter`` and
+* part 1 (N sweep): time (the median ± its 95 % interval) and peak RSS per model and N, the time ratios against
+  ``scene_segmenter`` with their intervals (:func:`time_ratio`) and
   the least-squares fit ``peak - baseline = a + b N`` (:func:`memory_fit`);
 * part 2 (real scans) and part 3 (end to end): one line per scan / scene;
 * the goals: training step >= 10x faster than PointNet2 at 65k, peak memory linear in N (the ratio
@@ -17,7 +18,7 @@ import numpy as np
 from . import harness
 from .scenes import MAX_POINTS, VOXEL_SIZE
 
-__all__ = ["report", "memory_fit", "csv_rows", "write_outputs", "CSV_FIELDS"]
+__all__ = ["report", "memory_fit", "csv_rows", "write_outputs", "time_ratio", "CSV_FIELDS"]
 
 #: the columns of ``results.csv``
 CSV_FIELDS = [
@@ -28,7 +29,13 @@ CSV_FIELDS = [
     "status",
     "reason",
     "seconds",
+    "ci_low_s",
+    "ci_high_s",
+    "rel_ci",
+    "reached",
+    "repeats",
     "min_s",
+    "max_s",
     "us_per_point",
     "peak_mib",
     "baseline_mib",
@@ -37,6 +44,36 @@ CSV_FIELDS = [
 
 def _fmt_s(v: Optional[float]) -> str:
     return "-" if v is None else (f"{v:.3f}" if v < 100 else f"{v:.0f}")
+
+
+def _seconds(res: Dict[str, Any]) -> str:
+    """A sweep cell's median seconds with its spread (``1.234 ± 2.0 %``, ``*``: the target not reached)."""
+    return _fmt_s(res["seconds"]) + harness.fmt_spread(res.get("rel_ci"), res.get("reached"))
+
+
+def _interval(res: Dict[str, Any]) -> tuple:
+    return res["seconds"], res.get("ci_low_s", res["seconds"]), res.get("ci_high_s", res["seconds"])
+
+
+def time_ratio(a: Dict[str, Any], b: Dict[str, Any]) -> Dict[str, Any]:
+    """``a``'s median time over ``b``'s (two measured sweep cells) with its 95 % interval
+    (:func:`gridify.bench.harness.ratio_interval`): ``ratio``, ``low``, ``high``, ``rel_ci`` (None when a cell
+    has a single repeat), ``reached`` (both cells reached their target)."""
+    r = harness.ratio_interval(_interval(a), _interval(b))
+    if r is None:
+        return {"ratio": a["seconds"] / b["seconds"], "low": None, "high": None, "rel_ci": None, "reached": False}
+    single = a.get("rel_ci") is None or b.get("rel_ci") is None
+    return {
+        "ratio": r[0],
+        "low": r[1],
+        "high": r[2],
+        "rel_ci": None if single else (r[2] - r[1]) / 2 / r[0],
+        "reached": bool(a.get("reached")) and bool(b.get("reached")),
+    }
+
+
+def _fmt_ratio(t: Dict[str, Any]) -> str:
+    return f"{t['ratio']:.1f}x" + harness.fmt_spread(t["rel_ci"], t["reached"])
 
 
 def _cell_text(res: Optional[Dict[str, Any]], key: str, fmt: Callable[[Any], str]) -> str:
@@ -82,8 +119,9 @@ def memory_fit(rows: List[Dict[str, Any]], model: str, mode: str = "train") -> O
 def _sweep_table(sweep: List[Dict[str, Any]], repeats: int) -> List[str]:
     lines = [
         "",
-        "## 1. N sweep: one cloud of N points, batch of 1 (median of "
-        f"{repeats} after a warm-up; peak RSS MiB of the child, (+ over its baseline))",
+        "## 1. N sweep: one cloud of N points, batch of 1 (the median of at least "
+        f"{repeats} steps after a warm-up, ± the half-width of its 95 % interval, * the target precision not "
+        "reached; peak RSS MiB of the child, (+ over its baseline))",
         "",
         "| model | N | train s/step | infer s | train us/point | infer us/point | train peak MiB | infer peak MiB |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -94,8 +132,9 @@ def _sweep_table(sweep: List[Dict[str, Any]], repeats: int) -> List[str]:
             lines.append(f"| {r['model']} | {r['n']} | {_cell_text(tr, 'seconds', _fmt_s)} | | | | | |")
             continue
         lines.append(
-            f"| {r['model']} | {r['n']} | {_cell_text(tr, 'seconds', _fmt_s)} | "
-            f"{_cell_text(inf, 'seconds', _fmt_s)} | {_cell_text(tr, 'us_per_point', '{:.1f}'.format)} | "
+            f"| {r['model']} | {r['n']} | {_cell_text(tr, 'seconds', lambda v: _seconds(tr))} | "
+            f"{_cell_text(inf, 'seconds', lambda v: _seconds(inf))} | "
+            f"{_cell_text(tr, 'us_per_point', '{:.1f}'.format)} | "
             f"{_cell_text(inf, 'us_per_point', '{:.1f}'.format)} | "
             f"{_mem(tr) if tr['status'] == 'measured' else '-'} | "
             f"{_mem(inf) if inf['status'] == 'measured' else '-'} |"
@@ -109,7 +148,7 @@ def _ratio_table(sweep: List[Dict[str, Any]], models: Sequence[str], ns: Sequenc
         return []
     lines = [
         "",
-        "Time ratios (other model / scene_segmenter; > 1: scene_segmenter is faster):",
+        "Time ratios (other model / scene_segmenter; > 1: scene_segmenter is faster; ± from the two cells' intervals):",
         "",
         "| N | " + " | ".join(f"{m} train | {m} infer" for m in others) + " |",
         "|---:|" + "---:|---:|" * len(others),
@@ -119,7 +158,7 @@ def _ratio_table(sweep: List[Dict[str, Any]], models: Sequence[str], ns: Sequenc
         for m in others:
             for mode in ("train", "infer"):
                 a, b = _get(sweep, m, n, mode), _get(sweep, "scene_segmenter", n, mode)
-                cells.append(f"{a['seconds'] / b['seconds']:.1f}x" if a and b else "-")
+                cells.append(_fmt_ratio(time_ratio(a, b)) if a and b else "-")
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
     return lines
 
@@ -162,8 +201,16 @@ def _sweep_lines(results: Dict[str, Any], args: Any, goals: Dict[str, Any]) -> L
     goal_n = 65536 if 65536 in ns else ns[-1]
     lines = _sweep_table(sweep, args.repeats) + _ratio_table(sweep, args.models, ns)
     a, b = _get(sweep, "pointnet2_segmenter", goal_n, "train"), _get(sweep, "scene_segmenter", goal_n, "train")
-    ratio = a["seconds"] / b["seconds"] if a and b else None
-    goals["train_10x_pointnet2"] = {"n": goal_n, "ratio": ratio, "pass": None if ratio is None else ratio >= 10}
+    t = time_ratio(a, b) if a and b else None
+    ratio = None if t is None else t["ratio"]
+    goals["train_10x_pointnet2"] = {
+        "n": goal_n,
+        "ratio": ratio,
+        "ratio_low": None if t is None else t["low"],
+        "ratio_high": None if t is None else t["high"],
+        "rel_ci": None if t is None else t["rel_ci"],
+        "pass": None if ratio is None else ratio >= 10,
+    }
     return lines + _memory_lines(sweep, args.models, ns, goal_n, goals)
 
 
@@ -225,7 +272,7 @@ def _goal_lines(goals: Dict[str, Any]) -> List[str]:
     parts = []
     if "train_10x_pointnet2" in goals:
         g = goals["train_10x_pointnet2"]
-        shown = "-" if g["ratio"] is None else f"{g['ratio']:.1f}x"
+        shown = "-" if g["ratio"] is None else f"{g['ratio']:.1f}x" + harness.fmt_spread(g.get("rel_ci"))
         parts.append(f"train >= 10x PointNet2 at N={g['n']}: {shown} {_verdict(g['pass'])}")
     if "memory_linear" in goals and "scene_segmenter" in goals["memory_linear"]:
         g = goals["memory_linear"]["scene_segmenter"]
@@ -273,8 +320,9 @@ def csv_rows(results: Dict[str, Any]) -> List[Dict[str, Any]]:
                     "mode": mode,
                     "status": c["status"],
                     "reason": c.get("reason", ""),
-                    "seconds": c.get("seconds"),
+                    **{k: c.get(k) for k in ("seconds", "ci_low_s", "ci_high_s", "rel_ci", "reached", "repeats")},
                     "min_s": c.get("min_s"),
+                    "max_s": c.get("max_s"),
                     "us_per_point": c.get("us_per_point"),
                     "peak_mib": c.get("peak_mib"),
                     "baseline_mib": c.get("baseline_mib"),

@@ -3,16 +3,21 @@
 Measures, for every model and every number of points ``N`` (and, in a second sweep, every
 neighbourhood size ``k`` at a fixed ``N``):
 
-* inference time of a batch (median of ``--repeats`` runs after ``--warmup`` runs, under
-  ``torch.no_grad()``, model in eval mode), throughput (clouds/s) and time per point;
-* training-step time (forward, cross-entropy, backward, AdamW step; ``--train-step``);
+* inference time of a batch (under ``torch.no_grad()``, model in eval mode), throughput (clouds/s)
+  and time per point; training-step time (forward, cross-entropy, backward, AdamW step;
+  ``--train-step``); each timed by :class:`gridify.bench.harness.MedianTimer`: ``--warmup`` (at
+  least 1) untimed runs, then at least ``--repeats`` timed ones, more until the 95 % confidence
+  interval of the median is within ``± --rel-ci`` of it or ``--time-budget`` seconds of timed runs
+  are spent; the median, its interval, quartiles, min, max, repeats and whether the target was
+  reached are recorded;
 * peak memory: on CUDA ``torch.cuda.max_memory_allocated`` minus the memory allocated before
   the measurement; on the CPU the increase of the process's peak resident set size
   (``getrusage(RUSAGE_SELF).ru_maxrss``) over its resident set size after one cold
-  single-cloud forward pass (which loads lazy imports and caches). ``ru_maxrss`` only ever grows, so every (model, N) measurement runs in a fresh
-  subprocess (``--isolation subprocess``, the default); ``--isolation inprocess`` is faster but
-  its CPU memory figures are lower bounds. The training peak is measured after the inference
-  runs in the same process, so on the CPU it is ``max(inference peak, training peak)``.
+  single-cloud forward pass (which loads lazy imports and caches). ``ru_maxrss`` only ever grows,
+  so the inference and the training step of every (model, N) are measured in two fresh
+  subprocesses (``--isolation subprocess``, the default); ``--isolation inprocess`` is faster but
+  its CPU memory figures are lower bounds, and its training step runs after the inference in the
+  same process (its CPU peak is then ``max(inference peak, training peak)``).
 * the machine's dense fp32 matmul peak (best GFLOP/s of ``torch.mm`` of 2048 x 2048 matrices
   with the same thread count, measured before and after the sweep; the higher is used) and, for gridified models, the achieved GFLOP/s of the forward pass:
   FLOPs counted by :class:`torch.utils.flop_counter.FlopCounterMode` (matmuls and convolutions;
@@ -31,22 +36,23 @@ Variants whose backbone is not registered are reported as skipped.
 
 **Grid resolution rule**: ``R = max(2, round(N ** (1/3)))``, so the grid has about ``N`` nodes.
 
-**Time budget**: every measurement (one model, one ``N``, inference or training) first runs
-one batch of a single cloud as a warm-up and times a second one (skipped when the first already
-took a quarter of the budget; when it took half the budget, that single run is the measurement);
-the batch size is then the largest ``b <= --batch-size`` (and
-``b * N <= --max-points-per-batch``) for which ``(1 + repeats) * b * t_1`` fits in
-``--time-budget``, the warm-up and the timed repeats stop early once the budget is spent (at
-least one timed run is always made), and the batch size actually used is recorded. A batch that
-runs out of memory is halved and retried.
+**Batch**: the batch of every measurement is the largest ``b <= --batch-size`` with
+``b * N <= --max-points-per-batch`` (:func:`gridify.bench.harness.batch_for`; default 65,536 points:
+batch 32 up to N = 2,048, 1 at 65,536), the same for every model at one N and the same whether the
+cell runs alone or in a sweep; a batch that runs out of memory is halved and retried, and the batch
+actually used is recorded. The time budget caps the number of repeats beyond ``--repeats``, never
+the batch. How a figure is measured, and what else keeps cells independent of each other: the
+docstring of :mod:`gridify.bench.harness`.
 
 The inputs are synthetic: ``N`` points on the surface of a random ellipsoid inside
 ``[-0.9, 0.9]^3`` per cloud, coordinates as the only features (``in_channels = 3``).
 
 Outputs in ``--out``: ``benchmark.json`` (machine, settings, matmul peak, rows), ``benchmark.csv``
-(one row per measurement, :data:`CSV_COLUMNS`), ``scaling_n.png`` / ``scaling_k.png`` (log-log
-time per cloud and peak memory per cloud, like thesis figures 4.8 and 4.9) and a printed table
-with each model's throughput ratio ``gridified / model``.
+(one row per measurement, :data:`CSV_COLUMNS`: every time with its 95 % interval, ``_rel_ci``
+and ``_reached``), ``scaling_n.png`` / ``scaling_k.png`` (log-log time per cloud and peak memory
+per cloud, like thesis figures 4.8 and 4.9) and a printed table with each figure's spread
+(``2,812 ± 3.1 %``) and each model's throughput ratio ``reference / model`` with its interval
+(:func:`gridify.bench.harness.ratio_interval`).
 
 Usage::
 
@@ -60,6 +66,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -71,7 +78,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor, nn
 
-from .._commands import bench_parser
+from .._commands import BENCH_MAX_POINTS_PER_BATCH, bench_parser
 from .._paths import one_line_errors
 from ..models.gridified import CLASSIFIER_PRESETS
 from ..precision import autocast, resolve_precision
@@ -96,7 +103,17 @@ __all__ = [
 DEFAULT_NUM_POINTS = [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536]
 DEFAULT_KS = [4, 8, 16, 32, 64, 128]
 DEFAULT_MODELS = ["gridified", "pointnet2", "point_ckconv"]
+#: the default of ``--max-points-per-batch``: batches of 32 clouds up to N = 2,048, one cloud at N = 65,536
+DEFAULT_MAX_POINTS_PER_BATCH = BENCH_MAX_POINTS_PER_BATCH
 NUM_CLASSES = 40
+
+
+def _spread(key: str) -> List[str]:
+    """A figure's CSV columns: the median, its 95 % interval, the half-width over the median, whether the target
+    was reached."""
+    return [key, f"{key}_ci_low", f"{key}_ci_high", f"{key}_rel_ci", f"{key}_reached"]
+
+
 CSV_COLUMNS = [
     "sweep",
     "model",
@@ -105,22 +122,31 @@ CSV_COLUMNS = [
     "resolution",
     "k",
     "batch",
-    "ms_per_batch",
-    "clouds_per_s",
+    *_spread("ms_per_batch"),
+    "ms_per_batch_q1",
+    "ms_per_batch_q3",
+    "ms_per_batch_min",
+    "ms_per_batch_max",
+    "repeats",
+    *_spread("clouds_per_s"),
     "us_per_point",
     "peak_mb",
     "train_batch",
-    "train_ms_per_batch",
+    *_spread("train_ms_per_batch"),
+    "train_ms_per_batch_q1",
+    "train_ms_per_batch_q3",
+    "train_ms_per_batch_min",
+    "train_ms_per_batch_max",
+    "train_ms_per_batch_repeats",
     "train_clouds_per_s",
     "train_peak_mb",
     "train_peak_mb_per_cloud",
-    "train_over_inference",
-    "repeats",
+    *_spread("train_over_inference"),
     "params",
     "gflop_per_cloud",
     "gflops_achieved",
-    "ratio",
-    "train_ratio",
+    *_spread("ratio"),
+    *_spread("train_ratio"),
     "status",
 ]
 RESULT_TAG = "GRIDIFY_BENCHMARK_RESULT:"
@@ -236,14 +262,12 @@ def build_benchmark_model(
 
 
 def make_batch(batch_size: int, num_points: int, device: torch.device, seed: int = 0) -> Tuple[Tensor, Tensor, Tensor]:
-    """``(pos [B*N, 3], batch [B*N], y [B])``: points on random ellipsoids inside ``[-0.9, 0.9]^3``."""
-    g = torch.Generator().manual_seed(seed)
-    d = torch.randn(batch_size, num_points, 3, generator=g)
-    d = d / d.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-    axes = 0.45 + 0.45 * torch.rand(batch_size, 1, 3, generator=g)
-    pos = (d * axes).reshape(-1, 3)
+    """``(pos [B*N, 3], batch [B*N], y [B])``: points on random ellipsoids inside ``[-0.9, 0.9]^3``
+    (:func:`gridify.bench.harness.ellipsoid_clouds`: cloud ``i`` and its label are the same at every batch size)."""
+    points, _ = harness.ellipsoid_clouds(batch_size, num_points, seed)
+    pos = points.reshape(-1, 3)
     batch = torch.arange(batch_size).repeat_interleave(num_points)
-    y = torch.randint(0, NUM_CLASSES, (batch_size,), generator=g)
+    y = torch.tensor([(int(seed) * 7919 + 31 * i) % NUM_CLASSES for i in range(batch_size)], dtype=torch.long)
     return pos.to(device), batch.to(device), y.to(device)
 
 
@@ -326,53 +350,48 @@ def count_forward_flops(model: nn.Module, args: Tuple[Any, ...]) -> Tuple[float,
 
 
 # ----------------------------------------------------------------------------- measurement
-class _Timer:
-    """Run ``fn(b)`` under a time budget: probe at b=1, pick b, warm up, time repeats."""
+#: what a measuring child of ``(model, N[, k])`` times: the inference, or the training step
+PARTS = ("infer", "train")
+#: the version of the cells a ``--_worker`` child takes (:func:`cell_spec`'s keys): ``scripts/bench_guard.py``
+#: reads it from each checkout it compares and refuses one whose worker takes other cells
+WORKER_PROTOCOL = 2
+#: seconds a child may take beyond its time budget before it is stopped (a guard against a hung child: the
+#: minimum repeats run whatever the budget, so a very slow step may need long)
+CHILD_TIMEOUT_S = 1800.0
 
-    def __init__(
-        self, fn: Callable[[int], None], device: torch.device, budget: float, repeats: int, warmup: int, max_batch: int
-    ) -> None:
-        self.fn, self.device, self.budget = fn, device, budget
-        self.repeats, self.warmup, self.max_batch = repeats, warmup, max_batch
 
-    def _once(self, b: int) -> float:
-        t0 = time.perf_counter()
-        self.fn(b)
-        sync(self.device)
-        return time.perf_counter() - t0
+def time_cell(
+    fn: Callable[[int], None], device: torch.device, batch: int, timer: harness.MedianTimer
+) -> Dict[str, Any]:
+    """``fn(batch)`` timed by ``timer`` (:class:`gridify.bench.harness.MedianTimer`: warm-up, then repeats
+    until the median is known); a batch that runs out of memory is halved and timed again (warm-up included),
+    and ``batch`` of the result is the batch timed."""
+    b = batch
+    while True:
+        try:
+            return {"batch": b, **timer.run(functools.partial(fn, b))}
+        except (RuntimeError, MemoryError) as exc:
+            if not is_oom(exc) or b == 1:
+                raise
+            b = max(1, b // 2)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
 
-    def run(self) -> Dict[str, Any]:
-        start = time.perf_counter()
-        t1 = self._once(1)  # first call: one-time costs (lazy init, caches, allocator growth)
-        if t1 >= self.budget / 2:
-            # one cloud already takes half the budget: that run is the (single) measurement; at
-            # this size the one-time costs are negligible next to the run itself
-            return {"batch": 1, "seconds": t1, "repeats": 1}
-        if t1 < self.budget / 4:
-            t1 = self._once(1)  # the probe proper
-        b = self.max_batch
-        if b > 1:
-            b = max(1, min(b, int(self.budget / ((1 + self.repeats) * max(t1, 1e-9)))))
-        while True:
-            try:
-                warm = self.warmup if b > 1 else max(0, self.warmup - 1)
-                for _ in range(warm):
-                    if time.perf_counter() - start > self.budget / 2:
-                        break
-                    self._once(b)
-                times = []
-                for _ in range(self.repeats):
-                    times.append(self._once(b))
-                    if time.perf_counter() - start > self.budget:
-                        break
-                break
-            except (RuntimeError, MemoryError) as exc:
-                if not is_oom(exc) or b == 1:
-                    raise
-                b = max(1, b // 2)
-                if self.device.type == "cuda":
-                    torch.cuda.empty_cache()
-        return {"batch": b, **harness.summarize(times)}
+
+def _per_cloud(row: Dict[str, Any], prefix: str, batch: int, num_points: int) -> None:
+    """``<prefix>clouds_per_s`` (and for the inference ``us_per_point``) with their intervals, from
+    ``<prefix>ms_per_batch``'s (the same measurement, so the same spread)."""
+    key = f"{prefix}ms_per_batch"
+    med, lo, hi = harness.interval_of(row, key)
+    rel, reached = row[f"{key}_rel_ci"], row[f"{key}_reached"]
+    row.update(
+        harness.derived_fields(
+            f"{prefix}clouds_per_s", (1e3 * batch / med, 1e3 * batch / lo, 1e3 * batch / hi), rel, reached
+        )
+    )
+    if not prefix:
+        scale = 1e3 / (batch * num_points)
+        row.update(harness.derived_fields("us_per_point", (med * scale, lo * scale, hi * scale), rel, reached))
 
 
 def measure(
@@ -380,39 +399,41 @@ def measure(
     num_points: int,
     k: Optional[int] = None,
     batch_size: int = 32,
-    repeats: int = 5,
+    repeats: int = 6,
     warmup: int = 1,
     time_budget: float = 20.0,
     device: str = "cpu",
     train_step: bool = True,
-    max_points_per_batch: int = 1 << 20,
+    max_points_per_batch: int = DEFAULT_MAX_POINTS_PER_BATCH,
     count_flops: bool = True,
     seed: int = 0,
     precision: str = "fp32",
+    rel_ci: float = 0.05,
+    part: str = "both",
 ) -> Dict[str, Any]:
-    """One benchmark row: inference (and training-step) time and peak memory of one model at one N.
+    """One benchmark row: inference (``part="infer"``), training step (``"train"``) or both (``"both"``, in this
+    process, inference first) of one model at one N: times, peak memory, FLOPs.
 
-    ``precision`` (``fp32``/``bf16``/``fp16``) runs the forward passes under that autocast.
+    The batch is :func:`gridify.bench.harness.batch_for` of ``batch_size`` and ``max_points_per_batch`` (halved
+    only after an out-of-memory error); each figure is timed by :class:`gridify.bench.harness.MedianTimer`
+    (``warmup`` untimed calls, then at least ``repeats`` timed ones, more until the median's 95 % interval is
+    within ``± rel_ci`` or ``time_budget`` seconds of timed calls are spent). ``precision``
+    (``fp32``/``bf16``/``fp16``) runs the forward passes under that autocast.
     """
+    if part not in ("both", *PARTS):
+        raise ValueError(f"benchmark: part must be one of both, {', '.join(PARTS)}; got {part!r}")
     dev = torch.device(device)
     torch.manual_seed(seed)
     family, _, reparam = _model_kind(model_name)
-    default_k = CLASSIFIER_PRESETS[model_preset(model_name)]["k"] if family == "gridified" else 64
-    row: Dict[str, Any] = {
-        "model": model_name,
-        "num_points": num_points,
-        "precision": precision,
-        "resolution": grid_resolution(num_points) if family == "gridified" else None,
-        "k": (default_k if k is None else k) if model_uses_k(model_name) else None,
-    }
+    row = _row_head(model_name, num_points, k, precision)
     reason = skip_reason(model_name)
     if reason is not None:
         row["status"] = f"skipped: {reason}"
         return row
     model = build_benchmark_model(model_name, num_points, k, dev).to(dev)
     row["params"] = sum(p.numel() for p in model.parameters())
-    max_batch = max(1, min(batch_size, max_points_per_batch // num_points))
-    data = {b: make_batch(b, num_points, dev, seed) for b in sorted({1, max_batch})}
+    batch = harness.batch_for(num_points, batch_size, max_points_per_batch)
+    data: Dict[int, Tuple[Tensor, Tensor, Tensor]] = {}
 
     def get(b: int) -> Tuple[Tensor, Tensor, Tensor]:
         if b not in data:
@@ -420,39 +441,82 @@ def measure(
         return data[b]
 
     def infer(b: int) -> None:
-        pos, batch, _ = get(b)
+        pos, bvec, _ = get(b)
         with torch.no_grad(), autocast(precision, dev):
-            model(pos, None, batch)
+            model(pos, None, bvec)
 
-    # One cold forward pass first: lazy imports (SciPy's KD-tree, ...), kernel caches and
-    # library workspaces would otherwise count as activation memory. Then the memory baseline.
+    timer = harness.MedianTimer(
+        rel_ci=rel_ci, min_repeats=repeats, max_seconds=time_budget, warmup=warmup, clock=harness.Clock(dev)
+    )
+    # One cold single-cloud forward pass first: lazy imports (SciPy's KD-tree, ...), kernel caches and library
+    # workspaces would otherwise count as activation memory. Then the memory baseline.
     model.eval()
     infer(1)
     sync(dev)
     memory = PeakMemory(dev)
-    res = _Timer(infer, dev, time_budget, repeats, warmup, max_batch).run()
-    b = res["batch"]
-    row.update(
-        batch=b,
-        ms_per_batch=1e3 * res["seconds"],
-        clouds_per_s=b / res["seconds"],
-        us_per_point=1e6 * res["seconds"] / (b * num_points),
-        peak_mb=memory.peak(),
-        repeats=res["repeats"],
-    )
-    if count_flops and family == "gridified":
-        pos, batch, _ = get(1)
-        counted, fft = count_forward_flops(model, (pos, None, batch))
-        row["gflop_per_cloud"] = (counted + fft) / 1e9
-        row["gflop_per_cloud_counted"] = counted / 1e9
-        row["gflops_achieved"] = row["gflop_per_cloud"] * row["clouds_per_s"]
-    if train_step and not reparam:
-        row.update(_measure_training(model, get, dev, precision, b, time_budget, repeats, warmup))
+    if part in ("both", "infer"):
+        res = time_cell(infer, dev, batch, timer)
+        b = res["batch"]
+        row.update(batch=b, **harness.figure_fields("ms_per_batch", res, 1e3), peak_mb=memory.peak())
+        row.update(repeats=res["repeats"], stopped=res["stopped"], warmup_ms=[1e3 * t for t in res["warmup_s"]])
+        _per_cloud(row, "", b, num_points)
+    if part in ("both", "train") and train_step and not reparam:
+        row.update(_measure_training(model, get, dev, precision, batch, timer))
         row["train_peak_mb"] = memory.peak()
-        row["train_peak_mb_per_cloud"] = row["train_peak_mb"] / row["train_batch"]
-        row["train_over_inference"] = row["train_ms_per_batch"] / row["train_batch"] / (row["ms_per_batch"] / b)
+        _per_cloud(row, "train_", row["train_batch"], num_points)
+    if part == "both":
+        derive(row)
+    if part in ("both", "infer") and count_flops and family == "gridified":
+        # after the timings: the counter's forward pass (a dispatch mode) must not run between two of them
+        counted, fft = count_forward_flops(model, (get(1)[0], None, get(1)[1]))
+        row.update(gflop_per_cloud=(counted + fft) / 1e9, gflop_per_cloud_counted=counted / 1e9)
     row["status"] = "ok"
     return row
+
+
+def _row_head(model_name: str, num_points: int, k: Optional[int], precision: str) -> Dict[str, Any]:
+    """What a row says of its cell before anything is measured: model, N, precision, grid resolution, k."""
+    family = _model_kind(model_name)[0]
+    default_k = CLASSIFIER_PRESETS[model_preset(model_name)]["k"] if family == "gridified" else 64
+    return {
+        "model": model_name,
+        "num_points": num_points,
+        "precision": precision,
+        "resolution": grid_resolution(num_points) if family == "gridified" else None,
+        "k": (default_k if k is None else k) if model_uses_k(model_name) else None,
+    }
+
+
+def derive(row: Dict[str, Any]) -> None:
+    """The figures of a row that need both the inference and the training step (and the FLOPs): training memory
+    per cloud, ``train_over_inference`` (training over inference time per cloud, with its interval) and the
+    achieved GFLOP/s (with the inference's spread)."""
+    if row.get("train_batch"):
+        if row.get("train_peak_mb") is not None:
+            row["train_peak_mb_per_cloud"] = row["train_peak_mb"] / row["train_batch"]
+        if row.get("batch"):
+            row.update(
+                harness.ratio_fields(
+                    "train_over_inference",
+                    row,
+                    "train_ms_per_batch",
+                    row,
+                    "ms_per_batch",
+                    1 / row["train_batch"],
+                    1 / row["batch"],
+                )
+            )
+    if row.get("gflop_per_cloud") and harness.interval_of(row, "clouds_per_s"):
+        cps = harness.interval_of(row, "clouds_per_s")
+        g = row["gflop_per_cloud"]
+        row.update(
+            harness.derived_fields(
+                "gflops_achieved",
+                (g * cps[0], g * cps[1], g * cps[2]),
+                row.get("clouds_per_s_rel_ci"),
+                bool(row.get("clouds_per_s_reached")),
+            )
+        )
 
 
 def _measure_training(
@@ -460,12 +524,10 @@ def _measure_training(
     get: Callable[[int], Tuple[Tensor, Tensor, Tensor]],
     dev: torch.device,
     precision: str,
-    max_batch: int,
-    time_budget: float,
-    repeats: int,
-    warmup: int,
+    batch: int,
+    timer: harness.MedianTimer,
 ) -> Dict[str, Any]:
-    """Median time of a whole training step: zero_grad, forward (under ``precision``), cross-entropy,
+    """A whole training step timed by ``timer``: zero_grad, forward (under ``precision``), cross-entropy,
     backward, AdamW step (PyTorch's default implementation, the same for every model)."""
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -473,25 +535,29 @@ def _measure_training(
         torch.cuda.reset_peak_memory_stats(dev)
 
     def step(bb: int) -> None:
-        pos, batch, y = get(bb)
+        pos, bvec, y = get(bb)
         opt.zero_grad(set_to_none=True)
         with autocast(precision, dev):
-            logits = model(pos, None, batch)
+            logits = model(pos, None, bvec)
         nn.functional.cross_entropy(logits.float(), y).backward()
         opt.step()
 
-    res = _Timer(step, dev, time_budget, repeats, warmup, max_batch).run()
-    tb = res["batch"]
-    return dict(train_batch=tb, train_ms_per_batch=1e3 * res["seconds"], train_clouds_per_s=tb / res["seconds"])
+    res = time_cell(step, dev, batch, timer)
+    return {
+        "train_batch": res["batch"],
+        **harness.figure_fields("train_ms_per_batch", res, 1e3),
+        "train_stopped": res["stopped"],
+        "train_warmup_ms": [1e3 * t for t in res["warmup_s"]],
+    }
 
 
 def _worker_main(spec_json: str) -> int:
+    """A measuring child (``--_worker JSON``): :func:`measure` of the spec; its row as one tagged JSON line."""
     spec = json.loads(spec_json)
     threads = spec.pop("threads", None)
     if threads:
         torch.set_num_threads(int(threads))
-    if spec.pop("malloc", "default") == "tuned":
-        tune_cpu_allocator()
+    malloc_applied = tune_cpu_allocator() if spec.pop("malloc", "default") == "tuned" else False
     try:
         row = measure(**spec)
     except Exception as exc:  # reported as a row, the sweep goes on
@@ -501,12 +567,15 @@ def _worker_main(spec_json: str) -> int:
             "k": spec.get("k"),
             "status": f"error: {type(exc).__name__}: {exc}"[:300],
         }
+    row.update(malloc_applied=malloc_applied, threads=torch.get_num_threads())
     print(RESULT_TAG + json.dumps(row), flush=True)
     return 0
 
 
-def _run_isolated(spec: Dict[str, Any], timeout: float) -> Dict[str, Any]:
-    """One measurement in a fresh process (:func:`gridify.bench.harness.run_child`); its row, or one naming the failure."""
+def run_isolated(spec: Dict[str, Any], timeout: float, root: Optional[Path] = None) -> Dict[str, Any]:
+    """One measurement in a fresh process (:func:`gridify.bench.harness.run_child`, ``python -m
+    gridify.bench.synthetic --_worker SPEC`` with the gridify of the checkout ``root``, default this one); its
+    row, or one naming the failure."""
     base = {"model": spec["model_name"], "num_points": spec["num_points"], "k": spec.get("k")}
     run = harness.run_child(
         "gridify.bench.synthetic",
@@ -514,6 +583,8 @@ def _run_isolated(spec: Dict[str, Any], timeout: float) -> Dict[str, Any]:
         marker=RESULT_TAG,
         timeout=timeout,
         threads=spec.get("threads"),
+        cwd=None if root is None else str(root),
+        root=root,
     )
     if run.timed_out:
         return {**base, "status": f"timeout after {timeout:.0f} s"}
@@ -523,9 +594,24 @@ def _run_isolated(spec: Dict[str, Any], timeout: float) -> Dict[str, Any]:
     return {**base, "status": f"error: worker exited {run.returncode}: {tail[0][:250]}"}
 
 
+def merge_parts(infer: Dict[str, Any], train: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """One row from the inference child's row and the training child's (None: not measured): the training
+    fields of the second joined to the first, the first failure as the status, then :func:`derive`."""
+    row = dict(infer)
+    if train is not None:
+        if infer.get("status") == "ok" and train.get("status") != "ok":
+            row["status"] = f"{train.get('status')} (training step)"
+        row.update({k: v for k, v in train.items() if k.startswith("train_")})
+    if row.get("status") == "ok":
+        derive(row)
+    return row
+
+
 # ----------------------------------------------------------------------------- reporting
 def add_ratios(rows: List[Dict[str, Any]], reference: str = "gridified") -> None:
-    """``ratio`` = throughput of ``reference`` in the same sweep at the same (N, k) / this row's."""
+    """``ratio`` = throughput of ``reference`` in the same sweep at the same (N, k) / this row's, i.e. this row's
+    time per cloud over the reference's, with its interval (:func:`gridify.bench.harness.ratio_fields`);
+    ``train_ratio`` the same for the training step."""
 
     def key(r: Dict[str, Any], with_k: bool) -> Tuple[Any, ...]:
         return (r.get("sweep"), r.get("num_points"), r.get("k") if with_k else None)
@@ -539,14 +625,19 @@ def add_ratios(rows: List[Dict[str, Any]], reference: str = "gridified") -> None
         if not match:
             continue
         g = match[0]
-        r["ratio"] = g["clouds_per_s"] / r["clouds_per_s"]
-        if g.get("train_clouds_per_s") and r.get("train_clouds_per_s"):
-            r["train_ratio"] = g["train_clouds_per_s"] / r["train_clouds_per_s"]
+        for out, prefix in (("ratio", ""), ("train_ratio", "train_")):
+            ms, b = f"{prefix}ms_per_batch", f"{prefix}batch" if prefix else "batch"
+            if r is g and r.get(ms):
+                r[out] = 1.0  # the reference against itself: exactly 1, no spread
+            elif r.get(ms) and g.get(ms):
+                fields = harness.ratio_fields(out, r, ms, g, ms, 1 / r[b], 1 / g[b])
+                r.update(fields or {out: (r[ms] / r[b]) / (g[ms] / g[b])})
 
 
 def format_table(rows: List[Dict[str, Any]]) -> str:
-    """The printed table (:data:`TABLE`'s columns)."""
-    return harness.format_table(rows, TABLE, fixed_from=1e4, width=60)
+    """The printed table (:data:`TABLE`'s columns; each time, and each figure derived from one, with its
+    spread: :func:`gridify.bench.harness.format_table`)."""
+    return harness.format_table(rows, TABLE, fixed_from=1e3, width=60)
 
 
 def write_csv(path: Path, rows: List[Dict[str, Any]]) -> None:
@@ -583,21 +674,54 @@ def _check_args(args: argparse.Namespace) -> Tuple[List[str], List[int], List[in
         except ValueError as exc:
             prog = os.environ.get("GRIDIFY_PROG") or "benchmark"
             raise SystemExit(f"{prog}: error: --models: {str(exc).removeprefix('benchmark: ')}") from None
-    for name, v in (
-        ("--batch-size", args.batch_size),
-        ("--repeats", args.repeats),
-        ("--max-points-per-batch", args.max_points_per_batch),
-        ("--k-num-points", args.k_num_points),
-    ):
-        if v < 1:
-            raise SystemExit(f"benchmark: {name} must be >= 1, got {v}")
-    if any(n < 8 for n in num_points) or any(k < 1 for k in ks):
-        raise SystemExit("benchmark: --num-points must be >= 8 and --k >= 1")
-    if args.matmul_size < 16:
-        raise SystemExit(f"benchmark: --matmul-size must be >= 16, got {args.matmul_size}")
-    if args.time_budget <= 0:
-        raise SystemExit(f"benchmark: --time-budget must be positive, got {args.time_budget}")
     return models, num_points, ks
+
+
+def cell_spec(
+    args: argparse.Namespace, model: str, num_points: int, k: Optional[int], device: torch.device, part: str
+) -> Dict[str, Any]:
+    """The keyword arguments of :func:`measure` for one part (``infer`` / ``train``) of one cell, from the parsed
+    ``gridify bench`` arguments: what a measuring child gets (``scripts/bench_guard.py`` builds its cells here)."""
+    return dict(
+        model_name=model,
+        num_points=num_points,
+        k=k,
+        batch_size=args.batch_size,
+        repeats=args.repeats,
+        rel_ci=args.rel_ci,
+        warmup=args.warmup,
+        time_budget=args.time_budget,
+        device=str(device),
+        train_step=args.train_step,
+        max_points_per_batch=args.max_points_per_batch,
+        count_flops=args.flops and part == "infer",
+        seed=args.seed,
+        precision=args.precision,
+        part=part,
+    )
+
+
+def cell_parts(model: str, train_step: bool) -> List[str]:
+    """The parts measured of a model: the inference, and the training step unless ``--no-train-step`` or a
+    ``-reparam`` model (inference only)."""
+    return ["infer", "train"] if train_step and not _model_kind(model)[2] else ["infer"]
+
+
+def child_timeout(time_budget: float) -> float:
+    """Seconds a measuring child may run: its time budget a few times over, plus :data:`CHILD_TIMEOUT_S`."""
+    return 4 * time_budget + CHILD_TIMEOUT_S
+
+
+def _measure_here(spec: Dict[str, Any]) -> Dict[str, Any]:
+    try:
+        return measure(**spec)
+    except Exception as exc:  # noqa: BLE001 - a failing model is a row, the sweep goes on
+        return {
+            "model": spec["model_name"],
+            "num_points": spec["num_points"],
+            "k": spec.get("k"),
+            "status": f"error: {type(exc).__name__}: {exc}"[:300],
+        }
 
 
 def _run_jobs(
@@ -607,40 +731,31 @@ def _run_jobs(
     malloc_applied: bool,
     started: float,
 ) -> List[Dict[str, Any]]:
-    """Measure every (sweep, model, N, k) job, each in a fresh process unless ``--isolation inprocess``."""
+    """Measure every (sweep, model, N, k) job: its inference and its training step each in a fresh process
+    (:func:`run_isolated`), or both in this one with ``--isolation inprocess``; one row per job."""
     rows: List[Dict[str, Any]] = []
+    child = {"threads": torch.get_num_threads(), "malloc": "tuned" if malloc_applied else "default"}
     for i, (sweep, model, n, k) in enumerate(jobs):
-        spec = dict(
-            model_name=model,
-            num_points=n,
-            k=k,
-            batch_size=args.batch_size,
-            repeats=args.repeats,
-            warmup=args.warmup,
-            time_budget=args.time_budget,
-            device=str(device),
-            train_step=args.train_step,
-            max_points_per_batch=args.max_points_per_batch,
-            count_flops=args.flops,
-            seed=args.seed,
-            precision=args.precision,
-        )
-        if args.isolation == "subprocess":
-            row = _run_isolated(
-                {**spec, "threads": torch.get_num_threads(), "malloc": "tuned" if malloc_applied else "default"},
-                timeout=6 * args.time_budget + 300,
-            )
-        else:
-            try:
-                row = measure(**spec)
-            except Exception as exc:
-                row = {"model": model, "num_points": n, "k": k, "status": f"error: {type(exc).__name__}: {exc}"}
+        parts: Dict[str, Dict[str, Any]] = {}
+        for part in cell_parts(model, args.train_step):
+            spec = cell_spec(args, model, n, k, device, part)
+            if args.isolation == "subprocess":
+                parts[part] = run_isolated({**spec, **child}, timeout=child_timeout(args.time_budget))
+            else:
+                parts[part] = _measure_here(spec)
+            if parts[part].get("status") != "ok":
+                break
+        row = merge_parts(parts["infer"], parts.get("train"))
         row["sweep"] = sweep
         rows.append(row)
         print(
             f"[{i + 1}/{len(jobs)} {time.perf_counter() - started:.0f}s] {sweep}-sweep {model} N={n} "
             f"k={row.get('k')}: {row.get('status')} batch={row.get('batch')} "
-            f"ms/batch={fmt_value(row.get('ms_per_batch'))} peak={fmt_value(row.get('peak_mb'))} MB",
+            f"ms/batch={fmt_value(row.get('ms_per_batch'))}"
+            f"{harness.fmt_spread(row.get('ms_per_batch_rel_ci'), row.get('ms_per_batch_reached'))} "
+            f"train ms/batch={fmt_value(row.get('train_ms_per_batch'))}"
+            f"{harness.fmt_spread(row.get('train_ms_per_batch_rel_ci'), row.get('train_ms_per_batch_reached'))} "
+            f"peak={fmt_value(row.get('peak_mb'))} MB",
             flush=True,
         )
     return rows
@@ -653,6 +768,7 @@ def _report(args: argparse.Namespace, result: Dict[str, Any], out: Path) -> None
     write_csv(out / "benchmark.csv", rows)
     print()
     print(format_table(rows))
+    print(harness.SPREAD_NOTE)
     for r in (r for r in rows if r.get("model") == "gridified" and r.get("gflops_achieved")):
         print(
             f"gridified {r['sweep']}-sweep N={r['num_points']} k={r.get('k')}: {r['gflops_achieved']:.1f} GFLOP/s "

@@ -167,6 +167,7 @@ def test_no_model_measured_exits_non_zero_with_one_line(tmp_path, monkeypatch, c
 
     monkeypatch.setattr(recipe, "_measure_model", fail)
     argv = ["bench", "--recipe", "procedural", *TINY, "--models", "gridified,pointnet2", "--steps", "1"]
+    argv += ["--isolation", "inprocess"]  # the monkeypatch holds in this process only
     with pytest.raises(SystemExit) as exc:
         cli.main([*argv, "--threads", "1", "--out", str(tmp_path / "b")])
     msg = str(exc.value.code)
@@ -220,6 +221,7 @@ def test_a_model_failing_with_any_error_is_a_row_and_no_model_measured_is_non_ze
 
     monkeypatch.setattr(recipe, "_measure_model", fail)
     argv = ["bench", "--recipe", "procedural", *TINY, "--models", "gridified,pointnet2", "--steps", "1"]
+    argv += ["--isolation", "inprocess"]  # the monkeypatch holds in this process only
     with pytest.raises(SystemExit) as exc:
         cli.main([*argv, "--threads", "1", "--out", str(tmp_path / "b")])
     assert str(exc.value.code).startswith(

@@ -1,9 +1,11 @@
 import csv
 import json
+import math
 
 import pytest
 
 from gridify import benchmarking
+from gridify.bench.harness import SPREAD_NOTE
 from gridify.benchmarking import CSV_COLUMNS, add_ratios, grid_resolution, main
 
 
@@ -31,9 +33,9 @@ def test_tiny_run_writes_json_csv_and_ratios(tmp_path, capsys):
             "--repeats",
             "1",
             "--warmup",
-            "0",
+            "1",
             "--time-budget",
-            "2",
+            "0.3",
             "--threads",
             "1",
             "--isolation",
@@ -80,18 +82,42 @@ def test_tiny_run_writes_json_csv_and_ratios(tmp_path, capsys):
     assert all(r["ratio"] for r in csv_rows if r["status"] == "ok")
     printed = capsys.readouterr().out
     assert "ref/model" in printed and "GFLOP/s" in printed and "% of the matmul peak" in printed
+    assert " ± " in printed and SPREAD_NOTE in printed  # every time with its spread
+    for r in ok.values():  # the interval of every time, and whether its target was reached
+        assert r["ms_per_batch_ci_low"] <= r["ms_per_batch"] <= r["ms_per_batch_ci_high"]
+        assert r["ms_per_batch_repeats"] >= 1 and isinstance(r["ms_per_batch_reached"], bool)
+        assert len(r["warmup_ms"]) == 1 and len(r["train_warmup_ms"]) == 1  # a warm-up before every timing
 
 
-def test_add_ratios_matches_sweep_n_and_k():
+def _timed(ms, batch, rel=0.02, reached=True):
+    """Row fields of a time of ``ms`` per batch with a symmetric interval of ``± rel``."""
+    return dict(
+        batch=batch,
+        ms_per_batch=ms,
+        ms_per_batch_ci_low=ms * (1 - rel),
+        ms_per_batch_ci_high=ms * (1 + rel),
+        ms_per_batch_rel_ci=rel,
+        ms_per_batch_reached=reached,
+    )
+
+
+def test_add_ratios_matches_sweep_n_and_k_and_carries_an_interval():
     rows = [
-        dict(sweep="n", model="gridified", num_points=512, k=9, clouds_per_s=100.0, status="ok"),
-        dict(sweep="n", model="pointnet2", num_points=512, k=None, clouds_per_s=25.0, status="ok"),
-        dict(sweep="k", model="gridified", num_points=512, k=4, clouds_per_s=200.0, status="ok"),
-        dict(sweep="k", model="point_ckconv", num_points=512, k=4, clouds_per_s=10.0, status="ok"),
-        dict(sweep="k", model="point_ckconv", num_points=512, k=8, clouds_per_s=10.0, status="ok"),
+        dict(sweep="n", model="gridified", num_points=512, k=9, status="ok", **_timed(320.0, 32)),  # 10 ms/cloud
+        dict(sweep="n", model="pointnet2", num_points=512, k=None, status="ok", **_timed(640.0, 16)),  # 40
+        dict(sweep="k", model="gridified", num_points=512, k=4, status="ok", **_timed(160.0, 32)),  # 5
+        dict(sweep="k", model="point_ckconv", num_points=512, k=4, status="ok", **_timed(100.0, 1, 0.1, False)),
+        dict(sweep="k", model="point_ckconv", num_points=512, k=8, status="ok", **_timed(100.0, 1)),
     ]
     add_ratios(rows)
-    assert [r.get("ratio") for r in rows] == [1.0, 4.0, 1.0, 20.0, None]
+    assert [r.get("ratio") for r in rows] == pytest.approx([1.0, 4.0, 1.0, 20.0, None])
+    assert "ratio_rel_ci" not in rows[0]  # the reference against itself: exactly 1
+    # ratio of medians, log half-widths added in quadrature: log(1.02 / 0.98) / 2 from each cell
+    h = math.hypot(math.log(1.02 / 0.98) / 2, math.log(1.02 / 0.98) / 2)
+    assert rows[1]["ratio_ci_low"] == pytest.approx(4.0 * math.exp(-h))
+    assert rows[1]["ratio_ci_high"] == pytest.approx(4.0 * math.exp(h))
+    assert rows[1]["ratio_reached"] is True and rows[3]["ratio_reached"] is False  # a cell that missed its target
+    assert rows[3]["ratio_rel_ci"] > rows[1]["ratio_rel_ci"]
 
 
 def test_plots_are_written(tmp_path):
@@ -175,9 +201,9 @@ def test_malloc_setting_is_recorded(tmp_path):
             "--repeats",
             "1",
             "--warmup",
-            "0",
+            "1",
             "--time-budget",
-            "2",
+            "0.3",
             "--threads",
             "1",
             "--isolation",
@@ -217,9 +243,9 @@ def test_training_columns_presets_and_precision(tmp_path, recwarn):
             "--repeats",
             "1",
             "--warmup",
-            "0",
+            "1",
             "--time-budget",
-            "2",
+            "0.3",
             "--threads",
             "1",
             "--isolation",

@@ -205,6 +205,17 @@ CASES = [
     ("bench_scenes.py", ["--quick", "--out", f"{P}/out_json_dir"], ["results.json", "is a folder"]),
     ("bench_scenes.py", ["--quick", "--ckpt", f"{P}/adir", "--out", f"{P}/s"], ["--ckpt", "is a folder"]),
     ("bench_scenes.py", ["--quick", "--memory-limit-gb", "nan", "--out", f"{P}/s"], ["--memory-limit-gb"]),
+    # bench_guard.py (revisions of this repository, or checkouts' folders; gridify bench arguments after --)
+    ("bench_guard.py", ["no_such_revision_x", "HEAD"], ["A 'no_such_revision_x'", "neither a folder nor a revision"]),
+    ("bench_guard.py", [str(ROOT), f"{P}/adir"], ["B", "adir", "not a gridify checkout"]),
+    ("bench_guard.py", [f"{P}/afile", str(ROOT)], ["A", "afile", "a file, not a checkout"]),
+    ("bench_guard.py", ["", str(ROOT)], ["A: empty"]),
+    ("bench_guard.py", [str(ROOT), str(ROOT), "--rounds", "1"], ["--rounds", ">= 2"]),
+    ("bench_guard.py", [str(ROOT), str(ROOT), "--out", f"{P}/afile"], ["--out", "afile"]),
+    ("bench_guard.py", [str(ROOT), str(ROOT), "--", "--out", f"{P}/o"], ["after --: --out is not read"]),
+    ("bench_guard.py", [str(ROOT), str(ROOT), "--", "--k", "4", "--plots"], ["--k, --plots are not read"]),
+    ("bench_guard.py", [str(ROOT), str(ROOT), "--", "--models", "resnet50"], ["--models", "unknown model 'resnet50'"]),
+    ("bench_guard.py", [str(ROOT), str(ROOT), "--", "--threads", "0"], ["--threads", "got '0'"]),
     # fuzz.py
     ("fuzz.py", ["--replay", ".ply", "%%%"], ["--replay", "not base64"]),
     ("fuzz.py", ["--replay", ".foo", "AAAA"], ["--replay", "'.foo'", ".ply"]),
@@ -258,6 +269,7 @@ WORK = {
     "bench_backbones.py": ["median_time"],
     "bench_graph_ties.py": ["time_graph"],
     "bench_scenes.py": ["run", "write_outputs"],
+    "bench_guard.py": ["add_worktree", "run_schedule"],
     "fuzz.py": ["fuzz_one"],
     "reconstruct.py": ["run_one", "make_data"],
     "cross_validate.py": ["run", "atomic_write_text"],
@@ -341,6 +353,7 @@ SUBPROCESS_CASES = [
     ("bench_backbones.py", ["--out", f"{P}/afile"], ["--out"]),
     ("bench_graph_ties.py", ["--clouds", "0", "--out", f"{P}/g"], ["--clouds"]),
     ("bench_scenes.py", ["--out", f"{P}/afile"], ["--out"]),
+    ("bench_guard.py", [f"{P}/adir", f"{P}/adir"], ["not a gridify checkout"]),
     ("fuzz.py", ["--crash-dir", f"{P}/afile"], ["--crash-dir"]),
     ("reconstruct.py", ["--out", f"{P}/afile"], ["--out"]),
 ]
