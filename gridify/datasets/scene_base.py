@@ -163,7 +163,8 @@ def build_scene_features(names: Sequence[str], pos: Any, *, color: Any = None, n
     n = len(p)
     given = {"color": color, "normal": normal, "strength": strength}
     zero_strength = strength is None and "has_strength" in names
-    scaled = None if strength is None else scale_unit(strength, "strength", where)
+    uses_strength = strength is not None and bool(set(_STRENGTH_FEATURES) & set(names))
+    scaled = scale_unit(strength, "strength", where) if uses_strength else None  # read only when a column takes it
     level = {"strength_scan": strength_scan, "ground_height": ground_height, "verticality": verticality,
              "planarity": planarity}
     missing = [f for f in names if level.get(f, 0) is None]  # scene-level features to compute on the whole scene
