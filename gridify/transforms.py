@@ -11,6 +11,8 @@ modified in place).
   after the transform has run.
 * :class:`RandomResample` draws a new sampling of the same surface: point ``i`` moves to
   ``p_i + u_i (p_n(i) - p_i)``, ``n(i)`` one of its ``k`` nearest points, ``u_i ~ U(0, max_step)``.
+* :class:`RandomDropStrength` zeroes a sample's LiDAR intensity (and sets ``has_strength`` to 0) with
+  probability ``p``: a training crop then looks like a scan without intensity.
 * :class:`FixedPoints` subsamples every per-point entry (an array whose first dimension is
   ``N``) with the same indices; scalars such as a 0-d class label ``y`` are kept.
 * Scenes: :class:`GridSample` keeps one point per occupied voxel of edge ``voxel_size``
@@ -78,6 +80,8 @@ __all__ = [
     "RandomFlip",
     "RandomJitter",
     "RandomPointDropout",
+    "RandomDropStrength",
+    "STRENGTH_KEYS",
     "RandomResample",
     "RandomTransform",
     "point_keys",
@@ -1335,6 +1339,60 @@ class RandomPointDropout(RandomTransform):
 
     def __repr__(self) -> str:
         return f"RandomPointDropout(max_ratio={self.max_ratio}, seed={self.seed})"
+
+
+#: the per-point intensity entries :class:`RandomDropStrength` zeroes (raw and per-scan normalised)
+STRENGTH_KEYS = ("strength", "intensity", "strength_scan")
+
+
+class RandomDropStrength(RandomTransform):
+    """With probability ``p``, the sample's LiDAR intensity is dropped for the whole sample (a training crop):
+    its :data:`STRENGTH_KEYS` entries (``strength``, ``intensity``, ``strength_scan``) are zeroed and
+    ``has_strength`` is set to 0 for every point (added when missing); otherwise the sample is kept as it is.
+    A crop so dropped reaches the model as a scan without intensity does (the scene features of
+    :func:`gridify.datasets.scene_base.build_scene_features`: strength 0, has_strength 0), so one model
+    trained with ``has_strength`` among its features labels scans with and without intensity.
+
+    Args:
+        p: the probability of a drop, in ``[0, 1]``.
+        seed, generator: see :class:`RandomTransform`.
+
+    Raises:
+        ValueError: a bad ``p`` or a bad sample (see the module docstring).
+
+    Shapes:
+        every entry keeps its shape; ``has_strength`` ``[N]`` float32 (a tensor when ``pos`` is one).
+    """
+
+    def __init__(
+        self, p: float = 0.3, *, seed: Optional[int] = 0, generator: Optional[np.random.Generator] = None
+    ) -> None:
+        super().__init__(seed=seed, generator=generator)
+        if not is_real(p) or not (math.isfinite(p) and 0.0 <= p <= 1.0):
+            raise ValueError(f"RandomDropStrength: p must be a probability in [0, 1], got {p!r}")
+        self.p = float(p)
+
+    def __call__(self, sample: Sample) -> Sample:
+        n = _check_sample(sample, "RandomDropStrength")
+        if self.rng.random() >= self.p:  # one draw per call, dropped or not: the stream does not depend on p
+            return dict(sample)
+        out = dict(sample)
+        for key in STRENGTH_KEYS:
+            v = sample.get(key)
+            if isinstance(v, torch.Tensor):
+                out[key] = torch.zeros_like(v)
+            elif isinstance(v, np.ndarray):
+                out[key] = np.zeros_like(v)
+        pos = sample["pos"]
+        out["has_strength"] = (
+            torch.zeros(n, dtype=torch.float32, device=pos.device)
+            if isinstance(pos, torch.Tensor)
+            else np.zeros(n, np.float32)
+        )
+        return out
+
+    def __repr__(self) -> str:
+        return f"RandomDropStrength(p={self.p}, seed={self.seed})"
 
 
 #: distances computed at once by :meth:`RandomResample.neighbours` (a block of query rows x every point)

@@ -28,8 +28,9 @@ What :meth:`Predictor.predict` does to a cloud of ``N`` points (any ``N >= 1``):
      (large-offset coordinates, UTM metres, are only moved in float64 so that their bounding box is
      centred on the origin, :func:`gridify.io.centre_large_offset`, as the datasets move them); the
      features the model was trained with (``xyz``, ``color``, ``normal``, ``strength`` =
-     the file's ``intensity``, ``height`` = ``z`` above the scene's 1st percentile of z) are built from the file (or passed as
-     ``features=``), and :func:`gridify.scene_inference.predict_scene` scores every point through
+     the file's ``intensity``, ``height`` = ``z`` above the scene's 1st percentile of z, the whole-scan features of
+     :mod:`gridify.datasets.scene_geometry`, ``has_strength``: a model with it labels a file without intensity too,
+     with strength 0) are built from the file (or passed as ``features=``), and :func:`gridify.scene_inference.predict_scene` scores every point through
      fragments and crops of the training ``voxel_size`` and ``max_points`` (memory bounded by one
      batch of crops; ``progress=`` reports the crops done).
 3. Segmentation models trained with object categories (ShapeNet-Part style) need

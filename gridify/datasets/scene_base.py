@@ -4,9 +4,16 @@ An item holds ``pos`` in metres (unless ``normalize``; large-offset coordinates,
 float64, are first moved in float64 so that the scene's bounding box is centred on the origin:
 :func:`gridify.io.centre_large_offset`), ``x`` = the chosen ``features``
 (:data:`SCENE_FEATURES`: ``xyz``, ``color`` scaled to ``[0, 1]``, ``normal``, ``strength``
-(alias ``intensity``), ``height`` = z - the scene's 1st percentile of z (:func:`scene_height`); none: ``x = pos``), ``y`` the per-point training ids
+(alias ``intensity``), ``height`` = z - the scene's 1st percentile of z (:func:`scene_height`), the whole-scan
+features of :mod:`~gridify.datasets.scene_geometry` (``strength_scan``, ``ground_height``, ``verticality``,
+``planarity``) and ``has_strength`` (1 where the scene has intensity, 0 where it has none: its strength columns are
+then 0); none: ``x = pos``), ``y`` the per-point training ids
 with -1 for ignored points, the raw ``color`` / ``normal`` / ``strength`` the scene has, ``index``
-and the ``scene`` name. The pipeline is :class:`~gridify.datasets.PointCloudDataset`'s, with its
+and the ``scene`` name. The scene-level features (``height`` and those of
+:mod:`~gridify.datasets.scene_geometry`) are computed on the whole scene before any crop, as prediction computes
+them on the whole scan; ``strength_scan``, ``ground_height``, ``verticality`` and ``planarity`` once per scene
+(before a scan mix, each scan on its own), kept in memory (4 bytes a point each). The pipeline is
+:class:`~gridify.datasets.PointCloudDataset`'s, with its
 sampling step at split ``train`` replaced by :class:`~gridify.transforms.SceneSampler` when
 ``voxel_size`` or ``max_points`` is given: grid subsampling (one random point per voxel of edge
 ``voxel_size``, in the units of ``pos``: metres), then a crop of the ``max_points`` points nearest
@@ -32,13 +39,22 @@ from .._checks import check_alloc, check_choice, check_int, check_number, fail, 
 from ..io.cloud import centre_large_offset, unit_scaled
 from ..transforms import CROP_CENTRES, PASTE_CLASS_NAMES, SCENE_MIXES, SceneSampler, mix_scenes_unchecked
 from ._common import SAMPLE_BYTES_PER_POINT, DatasetError, PointCloudDataset, Transform, item_index
+from .scene_geometry import SCENE_LEVEL_FEATURES, scene_level_features
 from .scene_layouts import IGNORE_INDEX, integer_labels
 
 __all__ = ["SCENE_FEATURES", "SceneDatasetBase", "scene_features", "build_scene_features", "cloud_scene_features",
            "INTENSITY_FIELDS", "scale_unit",
-           "check_features", "scene_height", "HEIGHT_FLOOR_PERCENTILE"]
+           "check_features", "scene_height", "HEIGHT_FLOOR_PERCENTILE", "SCENE_INPUT_KEYS"]
 #: feature name -> its width in ``x``
-SCENE_FEATURES: Dict[str, int] = {"xyz": 3, "color": 3, "normal": 3, "strength": 1, "intensity": 1, "height": 1}
+SCENE_FEATURES: Dict[str, int] = {"xyz": 3, "color": 3, "normal": 3, "strength": 1, "intensity": 1, "height": 1,
+                                  "strength_scan": 1, "ground_height": 1, "verticality": 1, "planarity": 1,
+                                  "has_strength": 1}
+
+#: the features that read the scan's intensity (0 for a scan without one when ``has_strength`` is a feature)
+_STRENGTH_FEATURES = ("strength", "intensity", "strength_scan")
+
+#: the entries of a scene sample that only build ``x`` (whole-scene features, the intensity flag): not item keys
+SCENE_INPUT_KEYS = ("height", "has_strength") + SCENE_LEVEL_FEATURES
 
 #: ``height`` is measured from this percentile of the scene's z, not from its minimum: a LiDAR scan holds
 #: stray returns metres below the ground (multipath: SemanticKITTI's minima lie 2.7 to 28.7 m below the
@@ -120,7 +136,9 @@ def warn_off_unit_scale(values: Any, what: str, where: str) -> None:
 
 
 def build_scene_features(names: Sequence[str], pos: Any, *, color: Any = None, normal: Any = None,
-                         strength: Any = None, height: Any = None, where: str = "scene") -> np.ndarray:
+                         strength: Any = None, height: Any = None, strength_scan: Any = None,
+                         ground_height: Any = None, verticality: Any = None, planarity: Any = None,
+                         has_strength: Any = None, where: str = "scene") -> np.ndarray:
     """The model input ``x [N, F]`` (float32) of a scene from its feature ``names`` (:data:`SCENE_FEATURES`):
     the one builder of the datasets, :meth:`gridify.Predictor.predict` and the exported scene runner
     (:meth:`gridify.export.OnnxSceneModel.features_of`; both read a scan's fields with
@@ -129,16 +147,29 @@ def build_scene_features(names: Sequence[str], pos: Any, *, color: Any = None, n
     ``xyz`` = ``pos``; ``color`` in ``[0, 1]`` and ``strength`` (alias ``intensity``) on its unit scale
     (integer arrays divided by 255 or 65535, by their values: :func:`scale_unit`); ``normal`` as given;
     ``height`` = :func:`scene_height` of ``pos``'s z unless ``height`` (the whole scene's, computed before a crop)
-    is given. No names: ``x = pos``. Large-offset float64 ``pos`` is centred in float64 before the cast
+    is given; likewise ``strength_scan``, ``ground_height``, ``verticality`` and ``planarity``
+    (:mod:`~gridify.datasets.scene_geometry`, of ``pos`` and ``strength``) unless given. ``has_strength`` = the
+    given column, else 1 where ``strength`` is given and 0 where it is None; with ``has_strength`` among the
+    names, a scene without ``strength`` gets 0 in its strength columns (``strength``, ``strength_scan``) instead
+    of an error. No names: ``x = pos``. Large-offset float64 ``pos`` is centred in float64 before the cast
     (:func:`gridify.io.centre_large_offset`), as the datasets and ``predict`` centre it. A feature the scene
     lacks raises a DatasetError naming ``where``.
 
     Shapes:
-        pos ``[N, 3]``, color / normal ``[N, 3]``, strength / height ``[N]`` or ``[N, 1]`` -> ``[N, F]``
+        pos ``[N, 3]``, color / normal ``[N, 3]``, strength and the scene-level features ``[N]`` or ``[N, 1]``
+        -> ``[N, F]``
     """
     p = centre_large_offset(np.asarray(pos))[0].astype(np.float32, copy=False)  # float64 UTM: centred first
     n = len(p)
     given = {"color": color, "normal": normal, "strength": strength}
+    zero_strength = strength is None and "has_strength" in names
+    uses_strength = strength is not None and bool(set(_STRENGTH_FEATURES) & set(names))
+    scaled = scale_unit(strength, "strength", where) if uses_strength else None  # read only when a column takes it
+    level = {"strength_scan": strength_scan, "ground_height": ground_height, "verticality": verticality,
+             "planarity": planarity}
+    missing = [f for f in names if level.get(f, 0) is None]  # scene-level features to compute on the whole scene
+    if missing:
+        level.update(scene_level_features(missing, p, strength=scaled, where=where))
     cols: List[np.ndarray] = []
     for f in names:
         key = "strength" if f == "intensity" else f
@@ -147,14 +178,29 @@ def build_scene_features(names: Sequence[str], pos: Any, *, color: Any = None, n
         elif key == "height":
             h = np.asarray(height, np.float32) if height is not None else scene_height(p[:, 2])
             cols.append(h.reshape(n, 1))
-        elif key in given:
-            if given[key] is None:
+        elif key == "has_strength":
+            flag = np.full(n, float(strength is not None), np.float32) if has_strength is None else has_strength
+            cols.append(np.asarray(flag, np.float32).reshape(n, 1))
+        elif key in _STRENGTH_FEATURES and zero_strength:
+            cols.append(np.zeros((n, 1), np.float32))
+        elif key in given or key == "strength_scan":
+            need = "strength" if key == "strength_scan" else key
+            if given[need] is None:
                 have = sorted(k for k, v in given.items() if v is not None)
-                raise DatasetError(f"{where}: feature {f!r} requested but the scene has no {key} (it has: {have}); "
-                                   f"set data.features without it (e.g. [height]: the scene_pointcept recipe) or "
-                                   f"use scenes that have it")
-            v = given[key] if key == "normal" else scale_unit(given[key], key, where)
+                more = (" or add has_strength to data.features (a scene without intensity then gets strength 0 and "
+                        "has_strength 0)") if need == "strength" else ""
+                raise DatasetError(f"{where}: feature {f!r} requested but the scene has no {need} (it has: {have}); "
+                                   f"set data.features without it (e.g. [height]: the scene_pointcept recipe){more}, "
+                                   f"or use scenes that have it")
+            if key == "strength_scan":
+                v = level[key]
+            elif key == "strength":
+                v = scaled
+            else:  # colours on the unit scale, normals as given
+                v = given[key] if key == "normal" else scale_unit(given[key], key, where)
             cols.append(np.asarray(v, np.float32).reshape(n, -1))
+        elif key in level:
+            cols.append(np.asarray(level[key], np.float32).reshape(n, 1))
         else:
             raise DatasetError(f"{where}: unknown scene feature {f!r}; known: {list(SCENE_FEATURES)}")
     return np.concatenate(cols, 1).astype(np.float32, copy=False) if cols else p.copy()
@@ -183,10 +229,14 @@ def cloud_scene_features(names: Sequence[str], cloud: Any, *, pos: Any = None, n
     :func:`build_scene_features` of its coordinates (or ``pos``, the same rows as given: z-up, metric), colours,
     ``normal`` (else the cloud's) and intensity (the first field of :data:`INTENSITY_FIELDS`, warned when off the
     unit scale: :func:`warn_off_unit_scale`). The one reader of a scan's features for
-    :meth:`gridify.Predictor.predict` and :meth:`gridify.export.OnnxSceneModel.features_of`.
+    :meth:`gridify.Predictor.predict` and :meth:`gridify.export.OnnxSceneModel.features_of`. The scene-level
+    features (``height``, ``strength_scan``, ``ground_height``, ``verticality``, ``planarity``) are computed on the
+    whole cloud.
 
     A feature the cloud lacks raises a DatasetError naming the cloud, the features and where to get it, ending
-    with ``instead`` (the caller's other way to give features, e.g. ``"in Python pass features="``).
+    with ``instead`` (the caller's other way to give features, e.g. ``"in Python pass features="``); except
+    intensity for a model with ``has_strength`` among its features: a cloud without one gets strength 0 and
+    has_strength 0, as the ``drop_strength`` augmentation showed it in training.
 
     Shapes:
         cloud.points ``[N, 3]`` -> ``[N, F]``
@@ -204,16 +254,19 @@ def cloud_scene_features(names: Sequence[str], cloud: Any, *, pos: Any = None, n
                            f"estimate_normals=True (--estimate-normals) to Predictor.predict, or give normals "
                            f"(PointCloud(normals=...)){alt}")
     strength = None
-    if {"strength", "intensity"} & set(names):
+    if set(_STRENGTH_FEATURES + ("has_strength",)) & set(names):
         key = next((k for k in INTENSITY_FIELDS if k in fields), None)
-        if key is None:
+        if key is None and "has_strength" not in names and set(_STRENGTH_FEATURES) & set(names):
             raise DatasetError(
                 f"the model was trained with LiDAR intensity (features {list(names)}) but {what} has no intensity "
                 f"field (fields: {sorted(fields) or 'none'}); {_unread_fields_hint(what)}read a file that has one "
                 f"(.bin, .las, .ply/.pcd with an intensity property; a text or .npy table: name its column, --columns "
-                f"x y z intensity, in Python read_points(path, columns=['x', 'y', 'z', 'intensity'])){alt}")
-        strength = fields[key]
-        warn_off_unit_scale(strength, "strength", f"{what}: its field {key!r}")
+                f"x y z intensity, in Python read_points(path, columns=['x', 'y', 'z', 'intensity'])){alt}, or use a "
+                f"model trained with has_strength among its features (data.features, with the drop_strength "
+                f"augmentation), which labels scans without intensity too")
+        if key is not None:
+            strength = fields[key]
+            warn_off_unit_scale(strength, "strength", f"{what}: its field {key!r}")
     return build_scene_features(names, cloud.points if pos is None else pos, color=cloud.colors, normal=normal,
                                 strength=strength, where=what)
 
@@ -221,7 +274,8 @@ def cloud_scene_features(names: Sequence[str], cloud: Any, *, pos: Any = None, n
 def scene_features(sample: Dict[str, Any], features: Sequence[str], where: str) -> Tensor:
     """``x`` of a scene sample (a dataset's, colours 0-255): :func:`build_scene_features` of its entries,
     as a tensor. ``height`` is ``sample["height"]`` when present (the whole scene's :func:`scene_height`, which a
-    dataset computes before cropping so that training crops and whole-scene evaluation agree)."""
+    dataset computes before cropping so that training crops and whole-scene evaluation agree); so are the other
+    entries of :data:`SCENE_INPUT_KEYS` (``has_strength``: 0 after the ``drop_strength`` augmentation)."""
 
     def arr(key: str) -> Any:
         v = sample.get(key)
@@ -231,7 +285,9 @@ def scene_features(sample: Dict[str, Any], features: Sequence[str], where: str) 
     if color is not None:  # the layouts' 0-255 colours (float or integer) on the unit scale
         color = np.asarray(color, np.float32) / 255.0
     x = build_scene_features(features, arr("pos"), color=color, normal=arr("normal"), strength=arr("strength"),
-                             height=arr("height"), where=where)
+                             height=arr("height"), strength_scan=arr("strength_scan"),
+                             ground_height=arr("ground_height"), verticality=arr("verticality"),
+                             planarity=arr("planarity"), has_strength=arr("has_strength"), where=where)
     return torch.from_numpy(x)
 
 
@@ -363,6 +419,8 @@ class SceneDatasetBase(PointCloudDataset):
         self.ignore_index = IGNORE_INDEX
         self.cache = bool(cache)
         self._cache: Dict[int, Dict[str, np.ndarray]] = {}
+        #: the whole-scene features of :mod:`~gridify.datasets.scene_geometry` per scene, computed once
+        self._scene_level: Dict[int, Dict[str, np.ndarray]] = {}
 
     @property
     def num_classes(self) -> int:
@@ -432,10 +490,31 @@ class SceneDatasetBase(PointCloudDataset):
                 self._cache[index] = scene
         return scene
 
-    def mixed_scene(self, index: int) -> Dict[str, np.ndarray]:
-        """Scene ``index``, mixed with another scene of the split when :attr:`mix` is set and the sampler's
-        generator draws it (probability ``mix_prob``; the partner drawn from the same generator)."""
+    def scene_inputs(self, index: int) -> Dict[str, np.ndarray]:
+        """:meth:`scene` with the whole-scene features of :mod:`~gridify.datasets.scene_geometry` the dataset's
+        :attr:`features` name (``strength_scan``, ``ground_height``, ``verticality``, ``planarity``: ``[N]`` float32
+        each), computed on the scene's points as the items give them (centred when far from the origin, float32)
+        once, and kept."""
         scene = self.scene(index)
+        wanted = [f for f in self.features if f in SCENE_LEVEL_FEATURES]
+        if not wanted:
+            return scene
+        level = self._scene_level.get(index)
+        if level is None:
+            pos = centre_large_offset(np.asarray(scene["coord"]))[0].astype(np.float32, copy=False)
+            strength = scene.get("strength")
+            strength = None if strength is None else scale_unit(strength, "strength", self.describe(index))
+            try:
+                level = scene_level_features(wanted, pos, strength=strength, where=self.describe(index))
+            except ValueError as exc:  # a scene too wide for the grids: named
+                raise DatasetError(str(exc)) from None
+            self._scene_level[index] = level
+        return {**scene, **level}
+
+    def mixed_scene(self, index: int) -> Dict[str, np.ndarray]:
+        """Scene ``index`` (:meth:`scene_inputs`), mixed with another scene of the split when :attr:`mix` is set and
+        the sampler's generator draws it (probability ``mix_prob``; the partner drawn from the same generator)."""
+        scene = self.scene_inputs(index)
         count = self.scene_count()
         if self.mix is None or count < 2:
             return scene
@@ -445,7 +524,8 @@ class SceneDatasetBase(PointCloudDataset):
         other = int(rng.integers(count - 1))
         other += other >= index
         return mix_scenes_unchecked(
-            scene, self.scene(other), self.mix, rng, pos_key="coord", label_key="segment", paste_labels=self.paste_labels
+            scene, self.scene_inputs(other), self.mix, rng, pos_key="coord", label_key="segment",
+            paste_labels=self.paste_labels
         )
 
     def raw(self, index: int) -> Dict[str, Any]:
@@ -458,13 +538,18 @@ class SceneDatasetBase(PointCloudDataset):
                 sample[k] = scene[k]
         if "height" in self.features:  # scene-relative, before any crop (see scene_features)
             sample["height"] = scene_height(pos[:, 2])
+        for k in SCENE_LEVEL_FEATURES:  # each scan's own, before the mix and the crop (scene_inputs)
+            if k in self.features and scene.get(k) is not None:
+                sample[k] = scene[k]
+        if "has_strength" in self.features:  # 0 after the drop_strength augmentation
+            sample["has_strength"] = np.full(len(pos), float(scene.get("strength") is not None), np.float32)
         return sample
 
     def to_item(self, sample: Dict[str, Any], index: int) -> Dict[str, Any]:
         where = self.describe(index)
         item: Dict[str, Any] = {}
         for k, v in sample.items():
-            if isinstance(v, (str, bytes)) or v is None or k == "height":
+            if isinstance(v, (str, bytes)) or v is None or k in SCENE_INPUT_KEYS:
                 continue
             item[k] = torch.as_tensor(np.asarray(v) if not isinstance(v, Tensor) else v)
         item["pos"] = item["pos"].float()

@@ -138,7 +138,8 @@ class OnnxSceneModel:
         """The file's per-point input ``x [N, F]`` of a scan (a path or a :class:`gridify.io.PointCloud`),
         built from the feature names in its metadata by the same function as the datasets and
         :meth:`gridify.Predictor.predict` (:func:`gridify.datasets.scene_base.cloud_scene_features`), on the scan
-        turned to z up from the file's :attr:`up_axis` (its height is measured along that axis, as ``predict``'s)."""
+        turned to z up from the file's :attr:`up_axis` (its height is measured along that axis, as ``predict``'s).
+        A file whose features include ``has_strength`` takes a scan without intensity (strength 0, has_strength 0)."""
         from ..datasets._common import DatasetError  # noqa: PLC0415
         from ..datasets.scene_base import cloud_scene_features  # noqa: PLC0415
         from ..io import PointCloud  # noqa: PLC0415

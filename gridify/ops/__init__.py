@@ -3,7 +3,8 @@
 Optional accelerators (torch-cluster, torch-scatter) are used when installed; every op has a
 native PyTorch path, and the CPU neighbour search has a KD-tree path for large inputs.
 
-Every op is a checked public entry (``knn``, ``grid_knn``, ``scatter``, ``fps``, ``radius``, ``estimate_normals``:
+Every op is a checked public entry (``knn``, ``grid_knn``, ``scatter``, ``fps``, ``radius``, ``estimate_normals``,
+``local_pca``:
 arguments validated, ValueError naming the problem) over an unchecked implementation of the
 same name with ``_unchecked`` appended, which library code calls once its inputs are validated.
 An unchecked implementation checks nothing, sizes included: the entry that calls it checks the
@@ -15,7 +16,13 @@ Each has a loop-based ``*_reference`` used by the tests.
 from .grid import grid_knn, grid_knn_unchecked, grid_positions
 from .knn import knn, knn_reference, knn_unchecked
 from .scatter import accumulation_dtype, scatter, scatter_reference, scatter_unchecked
-from .normals import estimate_normals, estimate_normals_reference, estimate_normals_unchecked
+from .normals import (
+    estimate_normals,
+    estimate_normals_reference,
+    estimate_normals_unchecked,
+    local_pca,
+    local_pca_unchecked,
+)
 from .sampling import fps, fps_reference, fps_unchecked, radius, radius_reference, radius_unchecked
 
 __all__ = [
@@ -38,4 +45,6 @@ __all__ = [
     "estimate_normals",
     "estimate_normals_unchecked",
     "estimate_normals_reference",
+    "local_pca",
+    "local_pca_unchecked",
 ]

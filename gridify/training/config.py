@@ -38,6 +38,7 @@ from gridify.datasets.scene_base import SCENE_FEATURES, check_features
 from gridify.registry import DATASETS
 from gridify.tasks import get_task, task_names
 from gridify.transforms import (
+    RandomDropStrength,
     RandomFlip,
     RandomJitter,
     RandomPointDropout,
@@ -119,6 +120,7 @@ AUGMENTATIONS: Dict[str, Callable[..., Any]] = {
     "flip": RandomFlip,
     "jitter": RandomJitter,
     "point_dropout": RandomPointDropout,
+    "drop_strength": RandomDropStrength,
     "resample": RandomResample,
 }
 

@@ -561,7 +561,8 @@ SCHEMA: Dict[str, Any] = {
             nullable=True,
             text="a list of augmentations (names or mappings with 'name')",
             doc="training augmentations: rotate_z, rotate, scale, flip, "
-            "jitter, point_dropout, resample, each a name or {name: ..., arguments}",
+            "jitter, point_dropout, resample, drop_strength (scenes: with probability p, a crop's intensity "
+            "zeroed and has_strength 0), each a name or {name: ..., arguments}",
         ),
         "archive": Str(
             nullable=True,
@@ -700,7 +701,12 @@ DATASET_KEYS: Dict[str, Spec] = {
         ListOf(Choice(lambda: list(SCENE_FEATURES))),
         nullable=True,
         text=f"null, a feature name or a list of them ({', '.join(SCENE_FEATURES)})",
-        doc="scenes: the columns of x (null: the dataset's own)",
+        doc="scenes: the columns of x (null: the dataset's own): xyz, color, normal, strength (alias intensity), "
+        "height (z above the scene's 1st percentile of z), strength_scan (intensity minus the scan's median over its "
+        "p90 - p10), ground_height (z above the local ground), verticality and planarity (local PCA of the 16 "
+        "nearest 0.1 m voxels), has_strength (1 where the scan has intensity, 0 where it has none: strength 0 "
+        "then; with the drop_strength augmentation one model labels both); the scene-level ones are computed on "
+        "the whole scan, before any crop",
     ),
     "scenes": ListOf(Str(), min_len=1, nullable=True, doc="scenes: read only these scene names (null: all)"),
     "sequences": ListOf(

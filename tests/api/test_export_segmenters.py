@@ -490,7 +490,8 @@ def test_the_scene_runner_refuses_bad_input_by_name_and_takes_numpy(tmp_path):
             lambda: runner.features_of(PointCloud(points=pos.numpy())),
             r"features_of: the model was trained with LiDAR intensity \(features \['strength', 'height'\]\) but the "
             r"cloud has no intensity field \(fields: none\); read a file that has one .*columns=.* or give "
-            r"predict\(coordinates, x\) the features yourself$",
+            r"predict\(coordinates, x\) the features yourself, or use a model trained with has_strength among its "
+            r"features \(data.features, with the drop_strength augmentation\), which labels scans without intensity too$",
         ),
     ]
     for call, message in cases:

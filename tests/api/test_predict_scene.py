@@ -116,7 +116,14 @@ def test_inspect_refuses_progress_for_a_classifier():
         model.inspect(np.random.default_rng(0).normal(size=(300, 3)).astype(np.float32), progress=True)
 
 
-@pytest.mark.parametrize("features", [("strength", "height"), ("xyz", "intensity", "height")])
+@pytest.mark.parametrize(
+    "features",
+    [
+        ("strength", "height"),
+        ("xyz", "intensity", "height"),
+        ("strength", "strength_scan", "ground_height", "verticality", "planarity", "has_strength"),
+    ],
+)
 def test_a_scan_reaches_the_model_with_the_same_inputs_from_the_dataset_and_from_predict(
     tmp_path, monkeypatch, features
 ):
@@ -153,6 +160,47 @@ def test_a_scan_reaches_the_model_with_the_same_inputs_from_the_dataset_and_from
     assert x16.dtype == np.float32 and x16.min() == 0.0 and x16.max() == 1.0
 
 
+def test_a_has_strength_model_labels_a_scan_without_intensity_and_a_model_without_it_refuses(tmp_path, monkeypatch):
+    """A model trained with has_strength (and drop_strength) takes an xyz-only scan with strength 0 and has_strength 0,
+    through predict and the exported runner's features_of; a model without has_strength refuses the scan and says
+    which model takes it."""
+    import gridify.scene_inference as SI
+    from gridify.export import OnnxSceneModel
+
+    rows = _scan(tmp_path / "scan.bin", n=400, seed=5)
+    np.savetxt(tmp_path / "plot.xyz", rows[:, :3], fmt="%.6f")  # no intensity: a forest plot's x y z
+    names = ("strength", "strength_scan", "height", "ground_height", "has_strength")
+    path, _ = _export(tmp_path, features=names)
+    seen = []
+    real_unchecked = SI.predict_scene_unchecked
+
+    def spy(model, pos, x, *args, **kw):
+        seen.append(x.clone())
+        return real_unchecked(model, pos, x, *args, **kw)
+
+    monkeypatch.setattr(SI, "predict_scene_unchecked", spy)
+    m = load(path)
+    pred = m.predict(tmp_path / "plot.xyz", progress=False)
+    assert pred.labels.shape == (400,)
+    x = seen[-1].numpy()
+    assert not x[:, [0, 1, 4]].any()  # strength, strength_scan and has_strength: 0
+    np.testing.assert_allclose(x[:, 2], scene_height(rows[:, 2]), atol=1e-5)  # the geometry as from any scan
+    with_intensity = m.predict(tmp_path / "scan.bin", progress=False)
+    assert with_intensity.labels.shape == (400,) and (seen[-1].numpy()[:, 4] == 1).all() and seen[-1][:, 0].any()
+    runner = type("R", (), {"features": list(names), "up_axis": "z"})()
+    np.testing.assert_array_equal(OnnxSceneModel.features_of(runner, tmp_path / "plot.xyz").numpy(), x)
+    # the same model in Python on bare coordinates (the file's six decimals aside)
+    m.predict(rows[:, :3], progress=False)
+    np.testing.assert_allclose(seen[-1].numpy(), x, atol=1e-5)
+    plain, _ = _export(tmp_path, features=("strength", "height"))
+    message = r"has no intensity field .* or use a model trained with has_strength among its features"
+    with pytest.raises(ValueError, match=message):
+        load(plain).predict(tmp_path / "plot.xyz")
+    runner = type("R", (), {"features": ["strength_scan", "height"], "up_axis": "z"})()
+    with pytest.raises(ValueError, match=r"^OnnxSceneModel.features_of: the model was trained with LiDAR intensity"):
+        OnnxSceneModel.features_of(runner, tmp_path / "plot.xyz")
+
+
 @pytest.mark.parametrize(
     "entry,value,message",
     [
@@ -161,6 +209,12 @@ def test_a_scan_reaches_the_model_with_the_same_inputs_from_the_dataset_and_from
         ("features", 3, r"entry info\['features'\] must be a list of the scene feature names"),
         ("features", ["strength", "colour"], r"entry info\['features'\] must be a list of the scene feature names"),
         ("features", ["strength"], r"entry info\['features'\] \['strength'\] gives 1 columns but the model takes 2"),
+        (
+            "features",
+            ["strength", "has_strength", "verticality"],
+            r"entry info\['features'\] \['strength', 'has_strength', 'verticality'\] gives 3 columns but the model "
+            r"takes 2",
+        ),
     ],
 )
 def test_scene_checkpoint_entries_of_the_wrong_type_are_named_at_load(tmp_path, entry, value, message):

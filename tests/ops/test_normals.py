@@ -1,10 +1,11 @@
-"""estimate_normals: local-PCA normals from the points alone (the one estimator of training and prediction)."""
+"""estimate_normals: local-PCA normals from the points alone (the one estimator of training and prediction);
+local_pca: the eigen-decomposition of the same neighbourhood covariances."""
 
 import numpy as np
 import pytest
 import torch
 
-from gridify.ops import estimate_normals, estimate_normals_reference
+from gridify.ops import estimate_normals, estimate_normals_reference, local_pca
 
 
 def _sphere(n=400, seed=0):
@@ -68,3 +69,22 @@ def test_dtype_kept_and_the_api_returns_the_same_normals():
 def test_bad_input_is_refused_by_name(args, match):
     with pytest.raises(ValueError, match=match):
         estimate_normals(*args)
+
+
+def test_local_pca_is_the_eigen_decomposition_of_the_neighbourhood_covariance():
+    pos = torch.rand(120, 3, generator=torch.Generator().manual_seed(6), dtype=torch.float64) * torch.tensor(
+        [1.0, 1.0, 0.05], dtype=torch.float64
+    )
+    values, vectors = local_pca(pos, 10)
+    assert values.shape == (120, 3) and vectors.shape == (120, 3, 3) and values.dtype == torch.float64
+    p = pos.numpy()
+    for j in (0, 57, 119):  # brute force: the 10 nearest (itself included), their covariance
+        nb = p[np.argsort(((p - p[j]) ** 2).sum(1), kind="stable")[:10]]
+        c = nb - nb.mean(0)
+        np.testing.assert_allclose(values[j].numpy(), np.linalg.eigvalsh(c.T @ c / 10), atol=1e-12)
+    assert (values[:, 0] <= values[:, 1]).all() and (values[:, 1] <= values[:, 2]).all()  # ascending
+    # the smallest eigenvalue's vector is estimate_normals' normal, up to its orientation
+    normal = estimate_normals(pos, 10)
+    assert torch.allclose((vectors[..., 0] * normal).sum(1).abs(), torch.ones(120, dtype=torch.float64), atol=1e-9)
+    with pytest.raises(ValueError, match=r"^local_pca: k must be a positive integer, got 0"):
+        local_pca(pos, 0)
