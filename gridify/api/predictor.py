@@ -287,30 +287,23 @@ class Predictor(nn.Module):
         hint = not stated and self.task_predictor.hints_up_axis
         if hint and isinstance(points, (str, os.PathLike)):
             points = read_points(points)  # read once for both readings (errors name the file as predict would)
-
-        def run(axis: str) -> Prediction:
-            return self.task_predictor.predict(
-                self,
-                points,
-                normals,
-                category,
-                num_votes=num_votes,
-                seed=seed,
-                batch_size=batch_size,
-                estimate_normals=estimate_normals,
-                features=features,
-                progress=progress,
-                up_axis=axis,
-                where=where,
-                **({} if max_fragments is None else {"max_fragments": max_fragments}),  # plugins need not take it
-            )
-
-        pred = run(up_axis)
+        options = dict(num_votes=num_votes, seed=seed, batch_size=batch_size, estimate_normals=estimate_normals)
+        options.update(features=features, progress=progress, where=where)
+        if max_fragments is not None:  # plugins need not take it
+            options["max_fragments"] = max_fragments
+        pred = self.task_predictor.predict(self, points, normals, category, up_axis=up_axis, **options)
         if hint:
-            text = self.task_predictor.up_axis_hint(pred, run("y"))
-            if text:
-                pred.hints.append(text)
+            self._hint_up_axis(pred, points, normals, category, options)
         return pred
+
+    def _hint_up_axis(
+        self, pred: Prediction, points: Any, normals: Any, category: Any, options: Dict[str, Any]
+    ) -> None:
+        """Read the cloud y up too and add the task predictor's hint (if any) to ``pred.hints``."""
+        y_up = self.task_predictor.predict(self, points, normals, category, up_axis="y", **options)
+        text = self.task_predictor.up_axis_hint(pred, y_up)
+        if text:
+            pred.hints.append(text)
 
     @property
     def whole_scenes(self) -> bool:
@@ -414,20 +407,8 @@ class Predictor(nn.Module):
             **({} if num_votes is None else {"num_votes": num_votes}),
         )
         if hint:
-            y_up = self.task_predictor.predict(
-                self,
-                points,
-                normals,
-                category,
-                num_votes=num_votes,
-                seed=seed,
-                estimate_normals=estimate_normals,
-                up_axis="y",
-                where=where,
-            )
-            text = self.task_predictor.up_axis_hint(res["prediction"], y_up)
-            if text:
-                res["prediction"].hints.append(text)
+            options = dict(num_votes=num_votes, seed=seed, estimate_normals=estimate_normals, where=where)
+            self._hint_up_axis(res["prediction"], points, normals, category, options)
         return res
 
     def _chunks(self, cloud: Dict[str, Any], seed: int) -> Any:

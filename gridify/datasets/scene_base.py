@@ -219,8 +219,8 @@ def _unread_fields_hint(source: Any) -> str:
 
     if not isinstance(source, str) or not Path(source).is_file() or not reader_takes(source, "fields"):
         return ""
-    return (f"read_points keeps a file's fields only when asked: read it with gridify.io.read_points(path, "
-            f"fields='all') (or fields=['intensity']), or give the path itself to predict; otherwise ")
+    return ("read_points keeps a file's fields only when asked: read it with gridify.io.read_points(path, "
+            "fields='all') (or fields=['intensity']), or give the path itself to predict; otherwise ")
 
 
 def cloud_scene_features(names: Sequence[str], cloud: Any, *, pos: Any = None, normal: Any = None,

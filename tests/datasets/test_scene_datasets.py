@@ -811,8 +811,8 @@ def test_16_bit_colours_are_scaled_per_scene_in_every_layout(tmp_path):
         S3DIS(tmp_path / "bad", "all")[0]
     d = tmp_path / "sn" / "scans" / "scene0000_00"  # ScanNet: a mesh with ushort colours
     d.mkdir(parents=True)
-    head = (f"ply\nformat binary_little_endian 1.0\nelement vertex 20\nproperty float x\nproperty float y\n"
-            f"property float z\nproperty ushort red\nproperty ushort green\nproperty ushort blue\nend_header\n")
+    head = ("ply\nformat binary_little_endian 1.0\nelement vertex 20\nproperty float x\nproperty float y\n"
+            "property float z\nproperty ushort red\nproperty ushort green\nproperty ushort blue\nend_header\n")
     body = b"".join(struct.pack("<fffHHH", *p, *c) for p, c in zip(xyz[:20].tolist(), bright.tolist()))
     (d / "scene0000_00_vh_clean_2.ply").write_bytes(head.encode() + body)
     x = SceneDataset(tmp_path / "sn", "scannet", "all", features=("color",)).scene(0)["color"] / 255.0
