@@ -1,5 +1,5 @@
-"""The argument parsers of ``gridify train``, ``gridify evaluate`` and ``gridify bench`` (``--recipe`` too), importable
-without PyTorch.
+"""The argument parsers of ``gridify train``, ``gridify evaluate`` and ``gridify bench`` (its ``--recipe`` and
+``--scenes`` modes too), importable without PyTorch.
 
 ``gridify train --help``, ``gridify evaluate --help``, ``gridify bench --help`` and their argument errors answer before
 anything heavy is imported: :func:`gridify.cli.main` parses with these first, then hands the
@@ -29,6 +29,11 @@ __all__ = [
     "evaluate_parser",
     "bench_parser",
     "bench_recipe_parser",
+    "bench_scenes_parser",
+    "bench_command",
+    "bench_command_parser",
+    "check_bench_mode",
+    "BENCH_MODES",
     "CONFIG_SECTIONS",
     "EVAL_PRECISIONS",
     "BENCH_MODELS",
@@ -36,6 +41,10 @@ __all__ = [
     "REL_CI_HELP",
     "BENCH_DESCRIPTION",
     "BENCH_RECIPE_DESCRIPTION",
+    "BENCH_SCENES_DESCRIPTION",
+    "BENCH_SCENES_MODELS",
+    "BENCH_SCENES_NUM_POINTS",
+    "BENCH_SCENES_QUICK_NUM_POINTS",
 ]
 
 #: :data:`gridify.training.config.SECTIONS` (the top-level keys of a config)
@@ -46,7 +55,7 @@ EVAL_PRECISIONS = ("fp32", "bf16", "fp16")
 BENCH_MODELS = ("gridified", "pointnet2", "point_ckconv")
 #: :data:`gridify.bench.synthetic.DEFAULT_MAX_POINTS_PER_BATCH`: batches of 32 clouds up to N = 2,048, one at 65,536
 BENCH_MAX_POINTS_PER_BATCH = 1 << 16
-#: the help of ``--rel-ci`` (``gridify bench``, ``--recipe``, ``scripts/bench_scenes.py``)
+#: the help of ``--rel-ci`` (``gridify bench`` and its ``--scenes`` mode)
 REL_CI_HELP = (
     "target precision of every timed figure: repeats go on until the 95 %% confidence interval of the median "
     "is within +- this fraction of it (default %(default)s: +- 5 %%), or the time budget is spent"
@@ -55,6 +64,16 @@ REL_CI_HELP = (
 BENCH_DESCRIPTION = "Speed and memory benchmark: gridified classifier vs native point-cloud baselines."
 #: the first paragraph of :mod:`gridify.bench.recipe`'s docstring
 BENCH_RECIPE_DESCRIPTION = "Real training steps of a named recipe on real data: ``gridify bench --recipe NAME``."
+#: the first paragraph of :mod:`gridify.bench.scenes`'s docstring
+BENCH_SCENES_DESCRIPTION = (
+    "Speed and memory of scene segmentation at scene scale, in one run, on a named CPU: ``gridify bench --scenes``."
+)
+#: :data:`gridify.bench.scenes.DEFAULT_MODELS`, ``DEFAULT_NUM_POINTS`` and ``QUICK_NUM_POINTS``
+BENCH_SCENES_MODELS = ("scene_segmenter", "pointnet2_segmenter", "point_ckconv_segmenter")
+BENCH_SCENES_NUM_POINTS = (16384, 65536, 262144)
+BENCH_SCENES_QUICK_NUM_POINTS = (2048, 4096)
+#: the files ``gridify bench --scenes`` writes to ``--out``
+BENCH_SCENES_FILES = ("results.json", "results.csv", "bench_scenes.png")
 
 
 #: the folder of the configs shipped with gridify (package data; found by name)
@@ -360,6 +379,12 @@ def bench_parser() -> argparse.ArgumentParser:
         "data (data loading, graph building, forward, backward, optimizer, cores used): "
         "--recipe modelnet10_fast --data-root DIR [--steps 200]; see --recipe NAME --help",
     )
+    p.add_argument(
+        "--scenes",
+        action="store_true",
+        help="instead of the synthetic sweep, time scene segmentation at scene scale (an N sweep on one "
+        "LiDAR-like cloud, real scans, a scan file end to end); see --scenes --help",
+    )
     p.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
     return p
 
@@ -428,6 +453,139 @@ def bench_recipe_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _bench_scenes_sweep_options(p: argparse.ArgumentParser) -> None:
+    """The options of ``gridify bench --scenes`` that only its N sweep reads (``--parts sweep``)."""
+    p.add_argument(
+        "--num-points",
+        type=types.positive_int,
+        nargs="+",
+        default=None,
+        help=f"cloud sizes N of the sweep (default {' '.join(map(str, BENCH_SCENES_NUM_POINTS))}; "
+        f"--quick: {' '.join(map(str, BENCH_SCENES_QUICK_NUM_POINTS))})",
+    )
+    p.add_argument("--models", nargs="+", default=list(BENCH_SCENES_MODELS), help="registered models of the sweep")
+    p.add_argument(
+        "--repeats",
+        type=types.positive_int,
+        default=None,
+        help="timed steps per sweep cell after the warm-up at least (default 3; --quick: 1); more until --rel-ci or "
+        "--time-budget",
+    )
+    p.add_argument("--rel-ci", type=types.rel_ci, default=0.05, help=REL_CI_HELP)
+    p.add_argument(
+        "--time-budget",
+        type=types.positive_float,
+        default=60.0,
+        help="seconds of timed steps per sweep cell: no further repeat starts once the next would pass it "
+        "(it caps the repeats beyond --repeats)",
+    )
+    p.add_argument(
+        "--max-step-seconds",
+        type=types.positive_float,
+        default=120.0,
+        help="a sweep cell whose warm-up step takes longer cannot run",
+    )
+    p.add_argument("--device", type=types.device, default="cpu", help="the sweep's device (cpu, cuda, cuda:N)")
+
+
+def bench_scenes_parser() -> argparse.ArgumentParser:
+    """The parser of ``gridify bench --scenes`` (scene segmentation at scene scale, :mod:`gridify.bench.scenes`)."""
+    p = types.Parser(
+        prog=os.environ.get("GRIDIFY_PROG") or None,
+        description=BENCH_SCENES_DESCRIPTION,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--scenes", action="store_true", help="this mode (the flag that picks it)")
+    p.add_argument(
+        "--parts",
+        nargs="+",
+        choices=("sweep", "scans", "e2e"),
+        default=["sweep", "scans", "e2e"],
+        help="which parts to run: the N sweep, real scans, a scan file end to end",
+    )
+    _bench_scenes_sweep_options(p)
+    p.add_argument("--threads", type=types.threads, default=2, help="torch.set_num_threads in every child")
+    p.add_argument(
+        "--memory-limit-gb",
+        type=types.positive_float,
+        default=16.0,
+        help="cells whose estimated or measured RSS passes this many GiB cannot run",
+    )
+    p.add_argument(
+        "--max-scene-seconds",
+        type=types.positive_float,
+        default=1800.0,
+        help="wall-time limit of one scan / end-to-end child (after its setup allowance)",
+    )
+    p.add_argument(
+        "--ckpt",
+        type=types.input_file,
+        default=None,
+        help="scene segmenter checkpoint for the end-to-end part (default: an untrained one)",
+    )
+    p.add_argument(
+        "--e2e-batch-size",
+        type=types.positive_int,
+        default=8,
+        help="crops per forward pass in Predictor.predict (8: as `gridify predict`)",
+    )
+    p.add_argument(
+        "--data-root",
+        type=types.input_dir,
+        default=None,
+        help="folder with semantickitti_mini/ and scans/ (default: $GRIDIFY_SHARED_DATA, else ../shared/data "
+        "beside the gridify checkout)",
+    )
+    p.add_argument(
+        "--source",
+        choices=("auto", "kitti", "procedural", "random"),
+        default="auto",
+        help="the scan the sweep's clouds and the end-to-end scene are cut from: the KITTI scan when present "
+        "(auto), a generated outdoor scan, or uniform random points",
+    )
+    p.add_argument(
+        "--out",
+        type=types.output_dir_of(files=BENCH_SCENES_FILES),
+        default="outputs/bench_scenes",
+        help="folder for " + ", ".join(BENCH_SCENES_FILES),
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: N = 2048 4096, 1 repeat (a 5 s budget), scans cropped to 4096 points, a ~20k tiled scene",
+    )
+    return p
+
+
+#: the modes of ``gridify bench`` by the flag that picks them: their rows of :data:`OPTION_USE`
+BENCH_MODES = {"--recipe": "bench --recipe", "--scenes": "bench --scenes"}
+
+
+def bench_command(argv: Sequence[str]) -> str:
+    """The mode of a ``gridify bench`` command line, as its row of :data:`OPTION_USE`: ``"bench --recipe"`` when it
+    gives ``--recipe``, ``"bench --scenes"`` for ``--scenes``, else ``"bench"`` (the synthetic sweep). The flag must be
+    spelt out: an abbreviation is refused by :func:`check_bench_mode`."""
+    for flag, command in BENCH_MODES.items():
+        if any(a == flag or a.startswith(flag + "=") for a in argv):
+            return command
+    return "bench"
+
+
+def bench_command_parser(command: str) -> argparse.ArgumentParser:
+    """The parser of a ``gridify bench`` mode (:func:`bench_command`)."""
+    return {"bench": bench_parser, "bench --recipe": bench_recipe_parser, "bench --scenes": bench_scenes_parser}[
+        command
+    ]()
+
+
+def check_bench_mode(args: argparse.Namespace, prog: str) -> None:
+    """The synthetic sweep's arguments name no other mode: ``--recip`` or ``--scen`` (an abbreviation the sweep's parser
+    takes) would have run the sweep instead of the mode it names."""
+    for flag, dest in (("--recipe", "recipe"), ("--scenes", "scenes")):
+        if getattr(args, dest, None) not in (None, False):
+            raise types.UsageExit(f"{prog}: error: spell {flag} out in full: it picks the mode of gridify bench")
+
+
 # --------------------------------------------------------------------------------------
 # which arguments each route of a sub-command reads
 # --------------------------------------------------------------------------------------
@@ -450,6 +608,8 @@ _ON_A_SPLIT = "on a dataset split (without --scan)"
 _SCENE_RUN = "model:scene-segmenter+pred:model"
 _NOT_PRED = "not with --pred, whose labels are used as they are"
 _SCENE_SPLIT = "for a scene segmenter on a dataset split (with --scan the model's own settings are used)"
+_SWEEP = "for the N sweep (--parts sweep)"
+_E2E = "for the end-to-end part (--parts e2e)"
 
 #: The one table of which arguments each route of every sub-command reads: ``{command: {dest: (requirement,
 #: when it is read)}}``, checked in one place (:func:`check_route`) once the command's route is known (from its
@@ -461,7 +621,8 @@ _SCENE_SPLIT = "for a scene segmenter on a dataset split (with --scan the model'
 #: ``layers:grid`` / ``layers:edges`` (what ``show`` draws), ``evaluate:scan`` / ``evaluate:split``,
 #: ``download:list`` / ``download:by-name`` / ``download:by-config`` / ``download:fetch`` /
 #: ``download:instructions``, ``layout:<name>`` (``convert``), ``train:run`` / ``train:print-config``,
-#: ``bench:k-sweep``. A refusal names the route by the facts of the groups the argument depends on.
+#: ``bench:k-sweep``, ``bench:sweep`` / ``bench:scans`` / ``bench:e2e`` (the parts of ``bench --scenes``).
+#: A refusal names the route by the facts of the groups the argument depends on.
 #: ``tests/cli/test_options.py`` walks every argument of every sub-command's parser against it.
 OPTION_USE: Dict[str, Dict[str, Tuple[str, str]]] = {
     "predict": {
@@ -610,6 +771,7 @@ OPTION_USE: Dict[str, Dict[str, Tuple[str, str]]] = {
                 "seed",
                 "quick",
                 "recipe",
+                "scenes",
                 "_worker",
             )
         },  # fmt: skip
@@ -634,6 +796,20 @@ OPTION_USE: Dict[str, Dict[str, Tuple[str, str]]] = {
             "_worker",
         )
     },  # fmt: skip
+    "bench --scenes": {
+        **{key: ("", "") for key in ("scenes", "parts", "threads", "memory_limit_gb", "data_root", "out", "quick")},
+        **{
+            key: ("bench:sweep", _SWEEP)
+            for key in ("num_points", "models", "repeats", "rel_ci", "time_budget", "max_step_seconds", "device")
+        },
+        "source": ("bench:sweep|bench:e2e", "for the N sweep and the end-to-end part (--parts sweep / e2e)"),
+        "max_scene_seconds": (
+            "bench:scans|bench:e2e",
+            "for the real scans and the end-to-end part (--parts scans / e2e)",
+        ),
+        "ckpt": ("bench:e2e", _E2E),
+        "e2e_batch_size": ("bench:e2e", _E2E),
+    },
 }
 #: the model kinds of the table's facts (a route's ``maybe`` before the model is loaded)
 MODEL_KINDS = ("model:classifier", "model:part-segmenter", "model:scene-segmenter")
@@ -685,12 +861,15 @@ def evaluate_facts(args: argparse.Namespace, scan: Optional[bool] = None) -> Dic
 
 
 def light_route(command: str, args: argparse.Namespace) -> Tuple[Dict[str, Optional[str]], Sequence[str]]:
-    """``(facts, maybe)`` of a ``train`` / ``evaluate`` / ``bench`` call as far as its arguments tell, before
-    anything heavy loads (``evaluate``'s model kind is a ``maybe`` until the checkpoint is read)."""
+    """``(facts, maybe)`` of a ``train`` / ``evaluate`` / ``bench`` / ``bench --scenes`` call as far as its arguments
+    tell, before anything heavy loads (``evaluate``'s model kind is a ``maybe`` until the checkpoint is read)."""
     if command == "train":
         return ({"train:print-config": "--print-config"} if args.print_config else {"train:run": None}), ()
     if command == "evaluate":
         return evaluate_facts(args), MODEL_KINDS
     if command == "bench":
         return ({"bench:no-k-sweep": "--k without values"} if args.k == [] else {"bench:k-sweep": None}), ()
+    if command == "bench --scenes":  # the parts run (named once in a refusal)
+        words = [f"--parts {' '.join(args.parts)}"] + [None] * len(args.parts)
+        return {f"bench:{part}": w for part, w in zip(args.parts, words)}, ()
     return {}, ()

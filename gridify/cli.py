@@ -6,13 +6,13 @@
     gridify predict scan.ply --model modelnet10          (the ModelNet10 classifier shipped with gridify)
     gridify show scan.ply [--ckpt model.pt] [--layers points,grid,edges] [--out view.png]
     gridify export model.pt --format onnx [--num-points N] [--batch B] --out model.onnx
-    gridify bench [...]
+    gridify bench [...]                                (--recipe NAME: a training recipe; --scenes: scene scale)
     gridify download modelnet10 [--root datasets]      # or --config modelnet10, or --list
     gridify convert RAW_ROOT --layout s3dis --out datasets/s3dis_pointcept   (scenes -> the common layout)
     gridify list [configs|models|datasets]             (what gridify ships and knows by name)
 
 ``train``, ``evaluate`` and ``bench`` hand their arguments to :func:`gridify.training.main`,
-:func:`gridify.evaluation.main` and :func:`gridify.benchmarking.main` (imported only when used).
+:func:`gridify.evaluation.main` and :func:`gridify.bench.main` (imported only when used).
 
 Every sub-command parses its numbers, devices and paths with the shared types of
 :mod:`gridify._cliargs`, checks its output paths before it works (:mod:`gridify._paths`) and ends
@@ -38,7 +38,7 @@ if TYPE_CHECKING:  # numpy and torch are imported by the commands that run, neve
 DELEGATED = {
     "train": ("gridify.training", "train and test a model from a YAML config (Lightning)"),
     "evaluate": ("gridify.evaluation", "evaluate a checkpoint on a dataset split"),
-    "bench": ("gridify.benchmarking", "speed / memory benchmarks"),
+    "bench": ("gridify.bench", "speed / memory benchmarks"),
 }
 
 
@@ -72,23 +72,28 @@ def _delegate(name: str, argv: List[str], label: Optional[str] = None) -> int:
 
     label = label or f"gridify {name}"
 
-    recipe = name == "bench" and any(a == "--recipe" or a.startswith("--recipe=") for a in argv)  # its own parser
     if name in LIGHT_PARSERS:  # --help and argument errors answer before anything heavy is imported
         from . import _commands
 
+        command = _commands.bench_command(argv) if name == "bench" else name  # each mode of bench: its own parser
         with _prog(name, label):
-            parser = getattr(_commands, "bench_recipe_parser" if recipe else LIGHT_PARSERS[name])()
+            parser = (
+                _commands.bench_command_parser(command)
+                if name == "bench"
+                else getattr(_commands, LIGHT_PARSERS[name])()
+            )
             parsed = parser.parse_args(argv) if name == "bench" else parser.parse_intermixed_args(argv)
             if name == "evaluate":
                 _commands.check_evaluate_args(parsed, parser)
             elif name == "train":  # a misspelt config or override is named now, not after PyTorch has loaded
                 _commands.check_config_name(parsed.config, parser.prog)
                 _commands.check_overrides(parsed.overrides, parser.prog)
-            elif recipe:
+            elif command == "bench --recipe":
                 _commands.check_config_name(parsed.recipe, parser.prog, "--recipe")
                 _commands.check_overrides(parsed.override, parser.prog)
+            elif command == "bench":
+                _commands.check_bench_mode(parsed, parser.prog)
             given = types.given_options(parser, argv, intermixed=name != "bench")
-            command = "bench --recipe" if recipe else name
             _commands.check_route(parser.prog, command, given, *_commands.light_route(command, parsed))
     module_name = DELEGATED[name][0]
     try:
@@ -105,7 +110,7 @@ def _delegate(name: str, argv: List[str], label: Optional[str] = None) -> int:
 
 
 def script_main(name: str, prog: str, argv: Optional[Sequence[str]] = None) -> int:
-    """Entry point of ``scripts/<prog>`` (``train.py``, ``evaluate.py``, ``benchmark.py``): the command ``gridify
+    """Entry point of ``scripts/<prog>`` (``train.py``, ``evaluate.py``): the command ``gridify
     <name>`` under the script's own program name, with its ``--help`` and argument errors answered before
     PyTorch is imported. Returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)

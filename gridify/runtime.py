@@ -7,7 +7,7 @@ it writes into a new temporary. :func:`tune_cpu_allocator` raises glibc's mmap a
 thresholds so that freed blocks are reused instead.
 
 Measured on the development machine (2-core Xeon VM, 2 threads, batch 32 of 1,024-point
-clouds, ``scripts/benchmark.py``, one process per measurement): PointNet2 inference 30.8 to
+clouds, ``gridify bench``, one process per measurement): PointNet2 inference 30.8 to
 40.8 clouds/s in four runs with the defaults, 57.8 to 63.2 in six runs tuned; the gridified
 classifier 50.1 / 50.9 vs 63.8 / 64.0 (two full sweeps each). The price: memory freed by the
 process stays mapped to it (peak RSS of the PointNet2 run 532 -> 909 MB), so this suits

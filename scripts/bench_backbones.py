@@ -3,7 +3,8 @@
 
 Measures, for each variant, the median wall time of a forward pass (eval mode, no grad) of the
 whole classifier (gridify -> backbone -> pool -> head) and of the backbone alone on its
-``[B, C, R, R, R]`` input, after warm-up, on one CPU thread by default. The ``mrconv`` model is
+``[B, C, R, R, R]`` input, after ``--warmup`` untimed ones (:func:`gridify.bench.harness.time_repeats`), on one
+CPU thread by default. The ``mrconv`` model is
 timed as trained (parallel branches + BatchNorms) and after
 :func:`gridify.checkpoint.reparameterize_model` (one depthwise convolution per block); the
 script checks that both give the same logits. Defaults: the ModelNet10-cpu configuration
@@ -20,11 +21,9 @@ import argparse
 import copy
 import json
 import platform
-import statistics
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Dict, List
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -32,6 +31,7 @@ if str(ROOT) not in sys.path:
 
 from gridify import _cliargs as types  # noqa: E402 - after the checkout is on the path
 from gridify._files import atomic_write_text  # noqa: E402
+from gridify.bench.harness import time_repeats  # noqa: E402
 
 PROG = "bench_backbones.py"
 
@@ -47,17 +47,6 @@ def _import_heavy() -> None:
 
     from gridify.checkpoint import reparameterize_model  # noqa: PLC0415
     from gridify.models import GridifiedClassifier  # noqa: PLC0415
-
-
-def median_time(fn: Callable[[], Any], warmup: int, repeats: int) -> Dict[str, float]:
-    for _ in range(warmup):
-        fn()
-    times: List[float] = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return {"median_ms": 1e3 * statistics.median(times), "min_ms": 1e3 * min(times), "max_ms": 1e3 * max(times)}
 
 
 def build(backbone: str, args: argparse.Namespace, **backbone_kwargs: Any) -> Any:
@@ -92,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mrconv-kernel-size", type=count, default=3, help="mrconv first-branch support")
     p.add_argument("--num-branches", type=count, default=4)
     p.add_argument("--fourier", action="store_true", help="also time mrconv with Fourier kernels")
-    p.add_argument("--warmup", type=types.nonnegative_int, default=3)
+    p.add_argument("--warmup", type=count, default=3, help="untimed forward passes first (at least 1)")
     p.add_argument("--repeats", type=count, default=10)
     p.add_argument("--threads", type=types.threads, default=1)
     p.add_argument("--seed", type=types.nonnegative_int, default=0)
@@ -145,15 +134,15 @@ def main(argv: List[str] | None = None) -> Dict[str, Any]:
         with torch.no_grad():
             grid = model.grid_norm(model.gridify(pos, feats))
             logits = model(pos, feats)
-            full = median_time(lambda: model(pos, feats), args.warmup, args.repeats)
-            bb = median_time(lambda: model.backbone(grid), args.warmup, args.repeats)
+            full = time_repeats(lambda: model(pos, feats), args.repeats, warmup=args.warmup)
+            bb = time_repeats(lambda: model.backbone(grid), args.repeats, warmup=args.warmup)
         row = {
             "variant": name,
             "params": sum(q.numel() for q in model.parameters()),
-            "model_ms": full["median_ms"],
-            "model_min_ms": full["min_ms"],
-            "backbone_ms": bb["median_ms"],
-            "backbone_min_ms": bb["min_ms"],
+            "model_ms": 1e3 * full["seconds"],
+            "model_min_ms": 1e3 * full["min_s"],
+            "backbone_ms": 1e3 * bb["seconds"],
+            "backbone_min_ms": 1e3 * bb["min_s"],
             "note": note,
         }
         results.append(row)

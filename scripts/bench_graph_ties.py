@@ -8,7 +8,8 @@ points is replaced by copies of the kept ones. Every duplicate ties with its ori
 distance, so the k-th nearest point of many grid nodes is tied; kNN takes the tied neighbours of
 lowest index (the contract every backend keeps). The table gives milliseconds per cloud of
 :func:`gridify.nn.bilateral_knn` (``R`` = 9, ``k`` = 6, the ``fast`` preset's graph) for 32 clouds
-of 1,024 points, the median of ``--repeats`` calls, and each row's ratio to the duplicate-free row.
+of 1,024 points, the median of ``--repeats`` calls after a warm-up (:func:`gridify.bench.harness.time_repeats`),
+and each row's ratio to the duplicate-free row.
 Clouds: ``.npy`` files under ``--data`` (e.g. the ModelNet40 training split), else procedural shapes.
 Writes ``graph_ties.json`` and ``graph_ties.csv`` under ``--out``.
 """
@@ -19,13 +20,12 @@ import argparse
 import csv
 import io
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from gridify import _cliargs as types
+from gridify.bench.harness import time_repeats
 
 PROG = "bench_graph_ties.py"
 OUT_FILES = ("graph_ties.json", "graph_ties.csv")
@@ -109,13 +109,8 @@ def duplicate(cloud: torch.Tensor, fraction: float, rng: np.random.Generator) ->
 
 
 def time_graph(pos: torch.Tensor, batch: torch.Tensor, grid: RegularGrid, k: int, backend: str, repeats: int) -> float:
-    bilateral_knn(pos, grid, k, batch, knn_backend=backend)  # warm-up
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        bilateral_knn(pos, grid, k, batch, knn_backend=backend)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    """Seconds of one :func:`gridify.nn.bilateral_knn` graph: the median of ``repeats`` calls after one untimed."""
+    return time_repeats(lambda: bilateral_knn(pos, grid, k, batch, knn_backend=backend), repeats)["seconds"]
 
 
 def run(args: argparse.Namespace, clouds: List[Any]) -> List[Dict[str, object]]:

@@ -327,7 +327,7 @@ def run_schedule(
         else ("cpu" if args.device == "auto" else args.device)
     )
     child = {"threads": args.threads or torch.get_num_threads(), "malloc": args.malloc}
-    started = time.perf_counter()
+    started = time.monotonic()  # the progress lines' seconds: no figure
     for i, (r, (model, n, part), side) in enumerate(runs):
         c = sides[side]
         spec = {**cell_spec(args, model, n, None, device, part), **child}
@@ -353,7 +353,7 @@ def run_schedule(
             }
         )
         print(
-            f"[{i + 1}/{len(runs)} {time.perf_counter() - started:.0f}s] round {r + 1} {side} {model} N={n} {part}: "
+            f"[{i + 1}/{len(runs)} {time.monotonic() - started:.0f}s] round {r + 1} {side} {model} N={n} {part}: "
             f"{ms:.4g} ms/cloud (batch {batch}){_spread(row.get(f'{key}_rel_ci'), row.get(f'{key}_reached'))}",
             flush=True,
         )

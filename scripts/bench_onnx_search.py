@@ -2,8 +2,9 @@
 
 Exports one scene segmenter twice (``OnnxSegmenter.search`` ``"brute"``, every node-point distance;
 ``"bucketed"``, :func:`gridify.export.node_points_bucketed`), runs both files and the PyTorch model
-on crops of a real LiDAR scan, and reports per-crop times (median of ``--repeats``), whether the
-files' labels equal PyTorch's, and a whole scan through the bucketed file and through PyTorch.
+on crops of a real LiDAR scan, and reports per-crop times (the median of ``--repeats`` after a warm-up:
+:func:`gridify.bench.harness.time_repeats`), whether the files' labels equal PyTorch's, and a whole scan
+through the bucketed file and through PyTorch (one run each, :func:`gridify.bench.harness.time_once`).
 Prints a table and writes JSON.
 
     python scripts/bench_onnx_search.py --model semantickitti --scan path/to/000000.bin --out onnx_search.json
@@ -13,16 +14,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 from unittest import mock
 
 from gridify import _cliargs as types
 from gridify._files import atomic_write_text
+from gridify.bench.harness import time_once, time_repeats
+from gridify.runtime import cpu_model
 
 torch: Any = None  # imported by main() after --help and argument errors
 
@@ -37,28 +38,6 @@ DEFAULT_SCAN = (
 )
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform  # noqa: PLC0415
-
-    return platform.processor() or "unknown CPU"
-
-
-def median_time(fn: Callable[[], Any], repeats: int) -> float:
-    fn()  # warm-up (onnxruntime allocates on its first run)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def export(model: Any, path: Path, search: str) -> float:
     """Export ``model`` with the given search (the bucketed one is the default for scene models)."""
     from gridify.export import exporter as E  # noqa: PLC0415 - export_onnx looks _folded_wrapper up here
@@ -70,10 +49,8 @@ def export(model: Any, path: Path, search: str) -> float:
         w.search = search
         return w
 
-    t0 = time.perf_counter()
     with mock.patch.object(E, "_folded_wrapper", wrapper):
-        E.export_onnx(model, path, verify=False)
-    return time.perf_counter() - t0
+        return time_once(lambda: E.export_onnx(model, path, verify=False))[1]
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -92,7 +69,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         help="the meaning of each column of a text or .npy scan, e.g. --columns x y z intensity",
     )
     p.add_argument("--threads", type=types.threads, default=2, help="torch and onnxruntime threads")
-    p.add_argument("--repeats", type=types.positive_int, default=3, help="timed runs per crop (median)")
+    p.add_argument(
+        "--repeats", type=types.positive_int, default=3, help="timed runs per crop after one warm-up run (median)"
+    )
     p.add_argument("--whole-scan", action="store_true", help="also time a whole scan (bucketed file, PyTorch)")
     p.add_argument("--out", type=types.output_file(), default=None, help="write the results as JSON here")
     args = p.parse_args(argv)
@@ -168,7 +147,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         for m, own in zip(searches, default_backends):
             m.knn_backend = "torch" if torch_knn else own
 
-    results: Dict[str, Any] = {"cpu": cpu_name(), "threads": args.threads, "model": args.model, "scan": str(args.scan)}
+    results: Dict[str, Any] = {
+        "cpu": cpu_model() or "unknown CPU",
+        "threads": args.threads,
+        "model": args.model,
+        "scan": str(args.scan),
+    }
     rows: List[Dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         files = {}
@@ -185,22 +169,18 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
                 set_backends(torch_knn=True)
                 want = model(p, f if f.size(1) else None)
                 set_backends(torch_knn=False)
-                t_torch = median_time(lambda: model(p, f if f.size(1) else None), args.repeats)
+                t_torch = time_repeats(lambda: model(p, f if f.size(1) else None), args.repeats)["seconds"]
             row = {"points": n, "torch_s": t_torch}
             for search, file in files.items():
                 got = file(p, f)
-                row[f"{search}_s"] = median_time(lambda: file(p, f), args.repeats)
+                row[f"{search}_s"] = time_repeats(lambda: file(p, f), args.repeats)["seconds"]
                 row[f"{search}_labels_equal"] = bool(torch.equal(got.argmax(1), want.argmax(1)))
                 row[f"{search}_max_abs_diff"] = float((got - want).abs().max())
             rows.append(row)
         results["crops"] = rows
         if args.whole_scan:
-            t0 = time.perf_counter()
-            probs_file = runner.predict(pos, x)
-            results["scan_file_s"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            probs_torch = predictor.predict(cloud).probabilities
-            results["scan_torch_s"] = time.perf_counter() - t0
+            probs_file, results["scan_file_s"] = time_once(lambda: runner.predict(pos, x))
+            probs_torch, results["scan_torch_s"] = time_once(lambda: predictor.predict(cloud).probabilities)
             results["scan_points"] = len(pos)
             results["scan_labels_equal_share"] = float((probs_file.argmax(1) == probs_torch.argmax(1)).double().mean())
     print(f"# {results['cpu']}, {args.threads} thread(s), model {args.model}, scan {args.scan.name}")

@@ -1,11 +1,15 @@
 """What every benchmark of gridify shares: timing, peak memory, isolation, machine facts, tables and files.
 
-* **timing**: :class:`MedianTimer`, the one stopping rule of every timed figure (``gridify bench``, its
-  ``--recipe`` mode, ``scripts/bench_scenes.py``, ``scripts/bench_guard.py``): at least one untimed warm-up
-  call, then timed calls until the median is known to a stated precision (below); :func:`summarize` of the
-  times (median, its 95 % interval, quartiles, min, max, mean); :func:`time_repeats` (a fixed number of
-  repeats through the same class); :class:`Clock` is a wall clock that waits for the device first (CUDA work is
-  asynchronous); :func:`timed_first` stops a first call that passes a time limit (:class:`StepTimeout`);
+* **timing**: :class:`MedianTimer`, the one stopping rule of every timed figure (``gridify bench`` and its
+  ``--recipe`` and ``--scenes`` modes, ``scripts/bench_guard.py``): at least one untimed warm-up call, then timed
+  calls until the median is known to a stated precision (below); :func:`summarize` of the times (median, its
+  95 % interval, quartiles, min, max, mean); :func:`time_repeats` (a fixed number of repeats through the same
+  class: the matmul peak of ``gridify bench``, ``scripts/bench_backbones.py``, ``bench_graph_ties.py``,
+  ``bench_onnx_search.py``); :func:`time_once` (one call too long to repeat, a whole scan or scene, after a
+  warm-up of the caller's own: ``gridify bench --scenes``' scans and end-to-end parts; :class:`MedianTimer` times
+  each call with it); :class:`Clock` is a wall clock that waits for the device first (CUDA work is
+  asynchronous); :func:`timed_first` stops a first call that passes a time limit (:class:`StepTimeout`).
+  No benchmark reads a clock around a call of its own (``tests/benchmarking/test_timing.py`` holds them to it);
 * **spreads**: :func:`median_ci` (the order-statistic interval of a median), :func:`mean_ci` (Student's t),
   :func:`ratio_interval` (a ratio of two figures and its interval), :func:`figure_fields` /
   :func:`ratio_fields` (a figure's row keys) and :func:`fmt_spread` (``± 3.1 %``);
@@ -85,7 +89,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
 from .._files import atomic_write_text
 from ..runtime import cpu_model
@@ -96,6 +100,7 @@ __all__ = [
     "CONFIDENCE",
     "MedianTimer",
     "time_repeats",
+    "time_once",
     "summarize",
     "median_ci",
     "mean_ci",
@@ -134,6 +139,7 @@ __all__ = [
 ]
 
 MIB = 2**20
+T = TypeVar("T")
 
 
 # ----------------------------------------------------------------------------- timing
@@ -291,9 +297,7 @@ class MedianTimer:
         )
 
     def _call(self, fn: Callable[[], Any]) -> float:
-        t0 = self.clock()
-        fn()
-        return self.clock() - t0
+        return time_once(fn, self.clock)[1]
 
     def run(self, fn: Callable[[], Any], before_timing: Optional[Callable[[], Any]] = None) -> Dict[str, Any]:
         """Warm up, then time ``fn`` (``before_timing()`` between the two, untimed); :func:`summarize` of the
@@ -302,9 +306,7 @@ class MedianTimer:
         warm: List[float] = []
         for i in range(self.warmup):
             if i == 0 and self.first_limit_s is not None:
-                t0 = self.clock()
-                timed_first(fn, self.first_limit_s)
-                warm.append(self.clock() - t0)
+                warm.append(time_once(lambda: timed_first(fn, self.first_limit_s), self.clock)[1])
             else:
                 warm.append(self._call(fn))
         if before_timing is not None:
@@ -332,6 +334,17 @@ class MedianTimer:
                 "reached": stopped == "target",
                 "stopped": stopped,
             }
+
+
+def time_once(fn: Callable[[], T], clock: Callable[[], float] = time.perf_counter) -> Tuple[T, float]:
+    """``(fn(), seconds)``: one call of ``fn`` timed by ``clock`` (:class:`Clock` waits for a CUDA device first).
+
+    Every timed call of the benchmarks goes through here (:class:`MedianTimer` too); called alone, it is the figure
+    of a call too long to repeat (a whole scan), which the caller warms up first on something small, and which
+    carries no interval."""
+    t0 = clock()
+    value = fn()
+    return value, clock() - t0
 
 
 def time_repeats(

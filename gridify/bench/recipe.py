@@ -797,7 +797,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "rows": [],
     }
     for name in models:
-        started = time.perf_counter()
+        started = time.monotonic()  # the progress line's seconds: no figure
         if args.isolation == "subprocess":
             row = _measure_isolated(argv, name, int(threads) if threads else None)
         else:
@@ -808,7 +808,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(
             f"[{name}] {row['status']}: "
             + " ".join(f"{h} {fmt_value(row.get(c), fixed_from=100)}" for c, h in TABLE[1:-2])
-            + f" ({time.perf_counter() - started:.0f} s)",
+            + f" ({time.monotonic() - started:.0f} s)",
             flush=True,
         )
         with one_line_errors(prog):  # after every model: a long run that is stopped keeps what it measured

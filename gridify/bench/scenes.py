@@ -1,4 +1,4 @@
-"""Speed and memory of scene segmentation at scene scale, in one run, on a named CPU (``scripts/bench_scenes.py``).
+"""Speed and memory of scene segmentation at scene scale, in one run, on a named CPU: ``gridify bench --scenes``.
 
 Three parts, every measurement in a fresh child process (``python -m gridify.bench.scenes --cell JSON``
 printing one JSON line, :func:`gridify.bench.harness.run_child`), so that no cell inherits another's
@@ -27,8 +27,8 @@ allocator caches or peak memory:
    weights); it is warmed up on a small generated cloud first, so the 65k and the 1M run compare
    time per point without the one-off start-up.
 
-Parts 2 and 3 time one run each (a whole scan or scene, after a warm-up on a small cloud): their
-figures carry no interval.
+Parts 2 and 3 time one run each (a whole scan or scene, after a warm-up on a small cloud;
+:func:`gridify.bench.harness.time_once`): their figures carry no interval.
 
 Clouds: the N-sweep takes the ``N`` points nearest in xy to the sensor of the SemanticKITTI scan
 ``<data-root>/semantickitti_mini/dataset/sequences/00/velodyne/000000.bin`` (~124k points; for a
@@ -65,10 +65,12 @@ Outputs (``--out``, default outputs/bench_scenes): results.json (environment + e
 results.csv (one row per measurement) and bench_scenes.png (train time and peak memory vs N,
 log-log), written by :func:`gridify.bench.scenes_report.write_outputs`.
 
-Usage:
-    python scripts/bench_scenes.py                      # full run, 2 threads
-    python scripts/bench_scenes.py --threads 1 --models scene_segmenter pointnet2_segmenter
-    python scripts/bench_scenes.py --quick              # seconds: N = 2048, 4096; a ~20k tiled scene
+Usage (the arguments: :func:`gridify._commands.bench_scenes_parser`; the run:
+:func:`gridify.bench.scenes_report.main`)::
+
+    gridify bench --scenes                      # full run, 2 threads
+    gridify bench --scenes --threads 1 --models scene_segmenter pointnet2_segmenter
+    gridify bench --scenes --quick              # seconds: N = 2048, 4096; a ~20k tiled scene
 """
 
 from __future__ import annotations
@@ -291,17 +293,17 @@ def cell_scan(spec: Dict[str, Any]) -> Dict[str, Any]:
         model(pos[:m], feats[:m], torch.zeros(m, dtype=torch.long))
     baseline = peak_rss_mib()
     crops: List[int] = []
-    t0 = time.perf_counter()
-    probs = predict_scene(
-        model,
-        pos,
-        feats,
-        voxel_size=VOXEL_SIZE,
-        max_points=MAX_POINTS,
-        batch_size=1,
-        progress=lambda done, total: crops.append(total),
+    probs, dt = harness.time_once(
+        lambda: predict_scene(
+            model,
+            pos,
+            feats,
+            voxel_size=VOXEL_SIZE,
+            max_points=MAX_POINTS,
+            batch_size=1,
+            progress=lambda done, total: crops.append(total),
+        )
     )
-    dt = time.perf_counter() - t0
     assert probs.shape == (len(pts), NUM_CLASSES)
     n = len(pts)
     return {
@@ -323,34 +325,36 @@ def cell_e2e(spec: Dict[str, Any]) -> Dict[str, Any]:
 
     predictor = load(spec["ckpt"])
     rng = np.random.default_rng(0)  # warm-up (lazy initialisation, allocator) on a small generated cloud
-    w0 = time.perf_counter()
-    predictor.predict(
-        rng.uniform(-20, 20, (512, 3)).astype(np.float32),
-        features=rng.random((512, predictor.in_channels)).astype(np.float32),
+    _, warmup = harness.time_once(
+        lambda: predictor.predict(
+            rng.uniform(-20, 20, (512, 3)).astype(np.float32),
+            features=rng.random((512, predictor.in_channels)).astype(np.float32),
+        )
     )
-    warmup = time.perf_counter() - w0
     baseline = peak_rss_mib()
-    t0 = time.perf_counter()
-    cloud = (
-        read_points(spec["path"], fields="all") if reader_takes(spec["path"], "fields") else read_points(spec["path"])
-    )
-    t1 = time.perf_counter()
-    pred = predictor.predict(cloud, batch_size=int(spec["batch_size"]))
-    t2 = time.perf_counter()
-    out = write_prediction(Path(spec["out"]), cloud, pred)
-    t3 = time.perf_counter()
-    n = len(cloud.points)
+
+    def read() -> Any:
+        return (
+            read_points(spec["path"], fields="all")
+            if reader_takes(spec["path"], "fields")
+            else read_points(spec["path"])
+        )
+
+    cloud, read_s = harness.time_once(read)
+    pred, predict_s = harness.time_once(lambda: predictor.predict(cloud, batch_size=int(spec["batch_size"])))
+    out, write_s = harness.time_once(lambda: write_prediction(Path(spec["out"]), cloud, pred))
+    n, seconds = len(cloud.points), read_s + predict_s + write_s
     size = out.stat().st_size
     out.unlink()
     return {
         "status": "measured",
         "points": n,
-        "read_s": t1 - t0,
-        "predict_s": t2 - t1,
-        "write_s": t3 - t2,
-        "seconds": t3 - t0,
-        "us_per_point": 1e6 * (t3 - t0) / n,
-        "predict_us_per_point": 1e6 * (t2 - t1) / n,
+        "read_s": read_s,
+        "predict_s": predict_s,
+        "write_s": write_s,
+        "seconds": seconds,
+        "us_per_point": 1e6 * seconds / n,
+        "predict_us_per_point": 1e6 * predict_s / n,
         "baseline_mib": baseline,
         "ply_bytes": size,
         "warmup_s": warmup,
@@ -653,18 +657,39 @@ def part_e2e(args: argparse.Namespace, log: Callable[[str], None], tmp: Path) ->
 
 
 # ---------------------------------------------------------------------------- run
-def check_run(args: argparse.Namespace) -> None:
+def finish_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """The parsed ``gridify bench --scenes`` arguments (:func:`gridify._commands.bench_scenes_parser`) made ready to
+    run: ``--quick``'s and the other defaults applied (``--data-root``: ``$GRIDIFY_SHARED_DATA``, else
+    ``../shared/data`` beside the checkout), paths resolved (the children run in the repository root), the N sorted;
+    a device other than cpu / cuda refused (``parser.error``)."""
+    if args.num_points is None:
+        args.num_points = list(QUICK_NUM_POINTS if args.quick else DEFAULT_NUM_POINTS)
+    if args.repeats is None:
+        args.repeats = 1 if args.quick else 3
+    if args.quick:
+        args.time_budget = min(args.time_budget, 5.0)
+    args.num_points = sorted(set(args.num_points))
+    if args.device.split(":")[0] not in ("cpu", "cuda"):
+        parser.error(f"--device {args.device}: the scene benchmark runs on cpu or cuda")
+    default_root = os.environ.get("GRIDIFY_SHARED_DATA") or ROOT.parent / "shared" / "data"
+    args.data_root = Path(args.data_root or default_root).expanduser().resolve()
+    args.out = Path(args.out)
+    if args.ckpt is not None:
+        args.ckpt = Path(args.ckpt).expanduser().resolve()
+
+
+def check_run(args: argparse.Namespace, prog: str) -> None:
     """What the parser cannot check: ``--ckpt`` exists, ``--models`` are registered, ``--source kitti`` has
-    its scan; one-line ``SystemExit`` naming the flag otherwise."""
+    its scan; one-line ``SystemExit`` of ``prog`` naming the flag otherwise."""
     if args.ckpt is not None and not args.ckpt.is_file():
-        raise SystemExit(f"bench_scenes: error: --ckpt {args.ckpt}: no such file")
+        raise SystemExit(f"{prog}: error: --ckpt {args.ckpt}: no such file")
     from ..registry import MODELS
 
     unknown = [m for m in args.models if m not in MODELS]
     if unknown:
-        raise SystemExit(f"bench_scenes: error: --models {unknown} not registered; registered: {MODELS.names()}")
+        raise SystemExit(f"{prog}: error: --models {unknown} not registered; registered: {MODELS.names()}")
     if args.source == "kitti" and not (args.data_root / KITTI_SCAN).is_file():
-        raise SystemExit(f"bench_scenes: error: --source kitti: {args.data_root / KITTI_SCAN} does not exist")
+        raise SystemExit(f"{prog}: error: --source kitti: {args.data_root / KITTI_SCAN} does not exist")
 
 
 def environment(args: argparse.Namespace) -> Dict[str, Any]:
@@ -706,7 +731,7 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "cell"},
         "model_kwargs": MODEL_KWARGS,
     }
-    t0 = time.perf_counter()
+    t0 = time.monotonic()  # the run's wall time: no figure
     with tempfile.TemporaryDirectory(prefix="bench_scenes_") as tmp:
         if "sweep" in args.parts:
             log("part 1: N sweep")
@@ -717,11 +742,11 @@ def run(args: argparse.Namespace) -> Dict[str, Any]:
         if "e2e" in args.parts:
             log("part 3: end to end")
             results["e2e"] = part_e2e(args, log, Path(tmp))
-    results["wall_s"] = time.perf_counter() - t0
+    results["wall_s"] = time.monotonic() - t0
     return results
 
 
 if __name__ == "__main__":  # a measuring child: python -m gridify.bench.scenes --cell JSON
     if len(sys.argv) != 3 or sys.argv[1] != "--cell":
-        raise SystemExit("usage: python -m gridify.bench.scenes --cell JSON (run by scripts/bench_scenes.py)")
+        raise SystemExit("usage: python -m gridify.bench.scenes --cell JSON (run by gridify bench --scenes)")
     sys.exit(child_main(sys.argv[2]))

@@ -1,4 +1,5 @@
-"""The report of the scene benchmark (:mod:`gridify.bench.scenes`): its Markdown tables, goals and CSV rows.
+"""The report of the scene benchmark (:mod:`gridify.bench.scenes`): its Markdown tables, goals and CSV rows, and
+the entry of its mode, ``gridify bench --scenes`` (:func:`main`: parse, run the parts, report, write the files).
 
 * part 1 (N sweep): time (the median ± its 95 % interval) and peak RSS per model and N, the time ratios against
   ``scene_segmenter`` with their intervals (:func:`time_ratio`) and
@@ -10,15 +11,18 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from .._commands import bench_scenes_parser
+from .._paths import one_line_errors
 from . import harness
-from .scenes import MAX_POINTS, VOXEL_SIZE
+from .scenes import MAX_POINTS, VOXEL_SIZE, check_run, finish_args, run
 
-__all__ = ["report", "memory_fit", "csv_rows", "write_outputs", "time_ratio", "CSV_FIELDS"]
+__all__ = ["main", "report", "memory_fit", "csv_rows", "write_outputs", "time_ratio", "CSV_FIELDS"]
 
 #: the columns of ``results.csv``
 CSV_FIELDS = [
@@ -370,3 +374,24 @@ def write_outputs(results: Dict[str, Any], out: Path) -> Optional[Path]:
     harness.write_json(out / "results.json", results)
     harness.write_csv(out / "results.csv", csv_rows(results), CSV_FIELDS)
     return plot_scenes(results, out / "bench_scenes.png") if results.get("sweep") else None
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``gridify bench --scenes [...]``: run the parts (every cell in a fresh child process,
+    :func:`gridify.bench.scenes.run`), print the report, write ``results.json``, ``results.csv`` and
+    ``bench_scenes.png`` to ``--out``; 0."""
+    parser = bench_scenes_parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    finish_args(args, parser)
+    check_run(args, parser.prog)
+    results = run(args)
+    print("\n".join(report(results, args)), flush=True)
+    with one_line_errors(parser.prog):  # the --out folder, a full disk: one line naming the path
+        png = write_outputs(results, args.out)
+    print(
+        f"\nwrote {args.out / 'results.json'}, {args.out / 'results.csv'}"
+        + (f", {png}" if png else " (no PNG: matplotlib missing or no sweep)")
+        + f" in {results['wall_s']:.0f} s",
+        flush=True,
+    )
+    return 0

@@ -56,11 +56,12 @@ per cloud, like thesis figures 4.8 and 4.9) and a printed table with each figure
 
 Usage::
 
-    python scripts/benchmark.py --quick
-    python scripts/benchmark.py --threads 2 --out outputs/benchmark
+    gridify bench --quick
+    gridify bench --threads 2 --out outputs/benchmark
 
-``--recipe NAME`` switches to another mode, real training steps of a training recipe on real data
-(:mod:`gridify.bench.recipe`): ``gridify bench --recipe modelnet10_fast --data-root DIR``.
+The other modes of ``gridify bench`` (:func:`gridify.bench.main` picks the mode): ``--recipe NAME``, real
+training steps of a training recipe on real data (:mod:`gridify.bench.recipe`), and ``--scenes``, scene
+segmentation at scene scale (:mod:`gridify.bench.scenes`).
 """
 
 from __future__ import annotations
@@ -82,7 +83,6 @@ from .._commands import BENCH_MAX_POINTS_PER_BATCH, bench_parser
 from .._paths import one_line_errors
 from ..models.gridified import CLASSIFIER_PRESETS
 from ..precision import autocast, resolve_precision
-from ..runtime import cpu_model  # noqa: F401 (public here too)
 from ..runtime import tune_cpu_allocator
 from . import harness
 from .harness import PeakMemory, fmt_value, is_oom, sync
@@ -290,7 +290,8 @@ def machine_info(device: torch.device) -> Dict[str, Any]:
 
 def matmul_gflops(device: torch.device, size: int = 2048, repeats: int = 10) -> float:
     """Peak fp32 matmul rate: the best GFLOP/s of ``repeats`` timed ``torch.mm`` of two
-    ``size x size`` matrices, after three untimed ones.
+    ``size x size`` matrices, after three untimed ones (:func:`gridify.bench.harness.time_repeats`, its
+    ``min_s``; the clock waits for a CUDA device).
 
     The best, not the median: it is the peak the forward pass is compared with, and one slow
     repeat (another process, a clock change) must not lower it. Measured on this machine, 2
@@ -299,16 +300,8 @@ def matmul_gflops(device: torch.device, size: int = 2048, repeats: int = 10) -> 
     """
     a = torch.randn(size, size, device=device)
     b = torch.randn(size, size, device=device)
-    for _ in range(3):
-        torch.mm(a, b)
-    sync(device)
-    best = math.inf
-    for _ in range(max(1, repeats)):
-        t0 = time.perf_counter()
-        torch.mm(a, b)
-        sync(device)
-        best = min(best, time.perf_counter() - t0)
-    return 2.0 * size**3 / best / 1e9
+    timing = harness.time_repeats(lambda: torch.mm(a, b), max(1, repeats), warmup=3, clock=harness.Clock(device))
+    return 2.0 * size**3 / timing["min_s"] / 1e9
 
 
 # ----------------------------------------------------------------------------- FLOP counting
@@ -749,7 +742,7 @@ def _run_jobs(
         row["sweep"] = sweep
         rows.append(row)
         print(
-            f"[{i + 1}/{len(jobs)} {time.perf_counter() - started:.0f}s] {sweep}-sweep {model} N={n} "
+            f"[{i + 1}/{len(jobs)} {time.monotonic() - started:.0f}s] {sweep}-sweep {model} N={n} "
             f"k={row.get('k')}: {row.get('status')} batch={row.get('batch')} "
             f"ms/batch={fmt_value(row.get('ms_per_batch'))}"
             f"{harness.fmt_spread(row.get('ms_per_batch_rel_ci'), row.get('ms_per_batch_reached'))} "
@@ -784,12 +777,9 @@ def _report(args: argparse.Namespace, result: Dict[str, Any], out: Path) -> None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``gridify bench``'s synthetic sweep (and ``python -m gridify.bench.synthetic --_worker SPEC``, a measuring
+    child): prints the table, writes JSON, CSV and the plots; 0, or a SystemExit when no cell was measured."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if any(a == "--recipe" or a.startswith("--recipe=") for a in argv):
-        # real training steps of a recipe on real data: a mode of its own (gridify.benchmark_recipe)
-        from .recipe import main as recipe_main
-
-        return recipe_main(argv)
     # an OSError (the --out folder, a full disk) ends the command with one line naming the path
     with one_line_errors(os.environ.get("GRIDIFY_PROG") or "benchmark"):
         return _main(argv)
@@ -824,7 +814,7 @@ def _main(argv: Sequence[str]) -> int:
     print(f"dense fp32 matmul ({args.matmul_size}^3): {peak_before:.1f} GFLOP/s", flush=True)
     jobs: List[Tuple[str, str, int, Optional[int]]] = [("n", m, n, None) for m in models for n in num_points]
     jobs += [("k", m, args.k_num_points, k) for m in models if model_uses_k(m) for k in ks]
-    started = time.perf_counter()
+    started = time.monotonic()  # the run's wall time (progress lines, wall_seconds): no figure
     rows = _run_jobs(args, jobs, device, malloc_applied, started)
     # the peak is measured again after the sweep and the higher of the two is kept, so that a
     # slow moment during one measurement cannot flatter the forward's fraction of it
@@ -849,13 +839,13 @@ def _main(argv: Sequence[str]) -> int:
             else f"peak RSS increase (ru_maxrss), isolation={args.isolation}"
             + (", malloc tuned: lower bounds" if malloc_applied else "")
         ),
-        "flops_method": "FlopCounterMode + estimated FFT convolutions (see gridify.benchmarking)",
+        "flops_method": "FlopCounterMode + estimated FFT convolutions (see gridify.bench.synthetic)",
         "settings": {k: v for k, v in vars(args).items() if k != "_worker"},
         "models": models,
         "num_points": num_points,
         "ks": ks,
         "rows": rows,
-        "wall_seconds": time.perf_counter() - started,
+        "wall_seconds": time.monotonic() - started,
     }
     _report(args, result, out)
     harness.check_measured(  # a sweep in which every model failed ends non-zero (it printed a table of errors)

@@ -24,7 +24,7 @@ LAYERS = [
     ["api", "export"],
     ["training"],
     ["bench"],  # the benchmarks and their harness (gridify/bench/)
-    ["evaluation", "benchmarking", "benchmark_recipe"],  # benchmarking, benchmark_recipe: re-export gridify.bench
+    ["evaluation"],
     ["cli"],
 ]
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}

@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from gridify import benchmarking
-from gridify.benchmark_recipe import RECIPE_COLUMNS, graph_timer
+from gridify import bench
+from gridify.bench.recipe import RECIPE_COLUMNS, graph_timer
 
 #: the procedural recipe shrunk to a few tiny clouds: 24 training clouds of 96 points, batches of 4
 TINY = [
@@ -25,12 +25,12 @@ PARTS = ("data_ms", "graph_ms", "forward_ms", "backward_ms", "optimizer_ms")
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    """One run through ``gridify bench`` (benchmarking.main hands --recipe over): gridified + PointNet2, 3 steps,
+    """One run through ``gridify bench`` (gridify.bench.main hands --recipe over): gridified + PointNet2, 3 steps,
     one DataLoader worker (its CPU time counts in the cores used)."""
     out = tmp_path_factory.mktemp("bench_recipe")
     threads = torch.get_num_threads()
     try:
-        rc = benchmarking.main(
+        rc = bench.main(
             [
                 "--recipe",
                 "procedural",
@@ -114,7 +114,7 @@ def test_graph_timer_restores_the_wrapped_functions():
 def _error_line(capsys, argv):
     """The one line a bad command ends with: the SystemExit message, or argparse's last stderr line."""
     with pytest.raises(SystemExit) as exc:
-        benchmarking.main(argv)
+        bench.main(argv)
     err = capsys.readouterr().err
     assert "Traceback" not in err
     if isinstance(exc.value.code, str):

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from gridify import benchmarking
+from gridify.bench import main, synthetic
 from gridify.bench.harness import SPREAD_NOTE
-from gridify.benchmarking import CSV_COLUMNS, add_ratios, grid_resolution, main
+from gridify.bench.synthetic import CSV_COLUMNS, add_ratios, grid_resolution
 
 
 def test_resolution_rule():
@@ -137,7 +137,7 @@ def test_plots_are_written(tmp_path):
         for m, f in (("gridified", 0.01), ("pointnet2", 0.1))
         for n in (512, 1024, 2048)
     ]
-    paths = benchmarking.plot(rows, tmp_path)
+    paths = synthetic.plot(rows, tmp_path)
     assert paths == [str(tmp_path / "scaling_n.png")]
     assert (tmp_path / "scaling_n.png").stat().st_size > 1000
 

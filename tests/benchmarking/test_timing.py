@@ -6,6 +6,7 @@ noisy timing probe, a cold first call reported as the measurement, a fixed numbe
 noise), and nothing said how far a figure could be trusted."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -110,6 +111,30 @@ def test_time_repeats_makes_exactly_the_repeats_after_a_warm_up():
     clock = FakeClock([7.0, 1.0, 2.0, 3.0])
     res = harness.time_repeats(clock.step, 3, clock=clock)
     assert res["repeats"] == 3 and res["warmup_s"] == [7.0] and res["reached"] is False
+
+
+def test_time_once_gives_the_value_and_the_seconds_of_one_call():
+    clock = FakeClock([2.5, 9.0])
+    value, seconds = harness.time_once(lambda: (clock.step(), "labels")[1], clock)
+    assert (value, seconds, clock.calls) == ("labels", 2.5, 1)
+
+
+#: the files that read the measuring clock, and why: a timed call of a benchmark goes through the harness
+CLOCK_READERS = {
+    "gridify/bench/harness.py": "the harness: MedianTimer, time_repeats, time_once, timed_first, run_child",
+    "gridify/training/callbacks.py": "a training run's own step timer (the run's record, not a benchmark)",
+}
+
+
+def test_no_benchmark_times_a_call_with_a_clock_of_its_own():
+    """Seven timing loops lived beside the harness (the matmul peak, the scans and end-to-end parts of the scene
+    benchmark, three scripts' median loops and a stopwatch), each with its own warm-up rule and statistic. The
+    measuring clock (``time.perf_counter``) is read in the harness alone; a run's wall time (progress lines, a
+    total) reads ``time.monotonic``."""
+    root = Path(__file__).resolve().parents[2]
+    files = [*sorted((root / "gridify").rglob("*.py")), *sorted((root / "scripts").glob("*.py"))]
+    readers = {str(f.relative_to(root)) for f in files if "perf_counter" in f.read_text(encoding="utf-8")}
+    assert readers == set(CLOCK_READERS), readers ^ set(CLOCK_READERS)
 
 
 def test_median_interval_is_the_order_statistic_one():

@@ -34,6 +34,7 @@ def _parsers():
     out["evaluate"] = _commands.evaluate_parser()
     out["bench"] = _commands.bench_parser()
     out["bench --recipe"] = _commands.bench_recipe_parser()
+    out["bench --scenes"] = _commands.bench_scenes_parser()
     return out
 
 
@@ -52,7 +53,7 @@ def test_the_table_names_every_argument_of_every_sub_command_and_nothing_else():
     """A new option without a row (a route that reads it) fails here: it would be accepted and maybe ignored."""
     top = cli.build_parser()
     commands = {c for a in top._actions if isinstance(a, argparse._SubParsersAction) for c in a.choices}
-    assert commands | {"bench --recipe"} == set(OPTION_USE) == set(PARSERS)
+    assert commands | set(_commands.BENCH_MODES.values()) == set(OPTION_USE) == set(PARSERS)
     for command, parser in PARSERS.items():
         dests = set(_arguments(parser))
         assert dests == set(OPTION_USE[command]), (command, dests ^ set(OPTION_USE[command]))

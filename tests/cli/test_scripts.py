@@ -200,11 +200,6 @@ CASES = [
     ("bench_graph_ties.py", ["--data", f"{P}/npy_text", "--out", f"{P}/g"], ["c.npy", "not a .npy file"]),
     ("bench_graph_ties.py", ["--backends", "fastest", "--out", f"{P}/g"], ["--backends", "fastest", "kdtree"]),
     ("bench_graph_ties.py", ["--out", f"{P}/afile"], ["--out", "afile"]),
-    # bench_scenes.py
-    ("bench_scenes.py", ["--quick", "--out", f"{P}/afile"], ["--out", "afile"]),
-    ("bench_scenes.py", ["--quick", "--out", f"{P}/out_json_dir"], ["results.json", "is a folder"]),
-    ("bench_scenes.py", ["--quick", "--ckpt", f"{P}/adir", "--out", f"{P}/s"], ["--ckpt", "is a folder"]),
-    ("bench_scenes.py", ["--quick", "--memory-limit-gb", "nan", "--out", f"{P}/s"], ["--memory-limit-gb"]),
     # bench_guard.py (revisions of this repository, or checkouts' folders; gridify bench arguments after --)
     ("bench_guard.py", ["no_such_revision_x", "HEAD"], ["A 'no_such_revision_x'", "neither a folder nor a revision"]),
     ("bench_guard.py", [str(ROOT), f"{P}/adir"], ["B", "adir", "not a gridify checkout"]),
@@ -265,10 +260,9 @@ WORK = {
     "prune_edge_widths.py": ["prune_conv"],
     "ship_pretrained.py": ["atomic_write_bytes"],
     "time_to_accuracy.py": ["evaluate", "atomic_write_text", "atomic_write_bytes"],
-    "bench_onnx_search.py": ["export", "median_time"],
-    "bench_backbones.py": ["median_time"],
+    "bench_onnx_search.py": ["export", "time_repeats"],
+    "bench_backbones.py": ["time_repeats"],
     "bench_graph_ties.py": ["time_graph"],
-    "bench_scenes.py": ["run", "write_outputs"],
     "bench_guard.py": ["add_worktree", "run_schedule"],
     "fuzz.py": ["fuzz_one"],
     "reconstruct.py": ["run_one", "make_data"],
@@ -316,7 +310,6 @@ def test_every_script_refuses_bad_input_with_one_line_before_any_work(name, argv
 
 #: the scripts that are ``gridify`` commands under the script's name (``gridify._cliargs`` via ``gridify.cli``)
 COMMAND_CASES = [
-    ("benchmark.py", "bench", ["--out", f"{P}/afile"], ["--out", "afile"]),
     (
         "evaluate.py",
         "evaluate",
@@ -352,7 +345,6 @@ SUBPROCESS_CASES = [
     ("bench_onnx_search.py", ["--model", "semantickiti"], ["did you mean"]),
     ("bench_backbones.py", ["--out", f"{P}/afile"], ["--out"]),
     ("bench_graph_ties.py", ["--clouds", "0", "--out", f"{P}/g"], ["--clouds"]),
-    ("bench_scenes.py", ["--out", f"{P}/afile"], ["--out"]),
     ("bench_guard.py", [f"{P}/adir", f"{P}/adir"], ["not a gridify checkout"]),
     ("fuzz.py", ["--crash-dir", f"{P}/afile"], ["--crash-dir"]),
     ("reconstruct.py", ["--out", f"{P}/afile"], ["--out"]),

@@ -41,6 +41,8 @@ PROBE = _PROBE.replace("{run}", "__import__('gridify.cli').cli.main({argv!r})")
         ["bench", "--threads", "0"],
         ["bench", "--recipe", "procedural", "--help"],
         ["bench", "--recipe", "procedural", "--steps", "0"],
+        ["bench", "--scenes", "--help"],
+        ["bench", "--scenes", "--repeats", "0"],
     ],
 )
 def test_help_version_and_argument_errors_import_no_torch(argv):
@@ -80,7 +82,6 @@ SCRIPT_PROBE = _PROBE.replace("{run}", "sys.argv = {argv!r}; runpy.run_path(sys.
         ("train.py", ["--confg", "x"], "train.py: error: unrecognized arguments: --confg; did you mean --config?"),
         ("evaluate.py", ["--help"], "usage: evaluate.py"),
         ("evaluate.py", ["--ckpt", "m.pt", "--votes", "0"], "evaluate.py: error: argument --votes"),
-        ("benchmark.py", ["--help"], "usage: benchmark.py"),
         ("time_to_accuracy.py", ["--help"], "usage: time_to_accuracy.py"),
         ("ship_pretrained.py", ["--help"], "usage: ship_pretrained.py"),
         ("reconstruct.py", ["--help"], "usage: reconstruct.py"),
@@ -154,11 +155,17 @@ def test_the_parsers_literals_equal_the_library_values():
     assert N.ARCHIVE_NAMES == tuple(ARCHIVES) and N.ARCHIVE_ALIASES == tuple(ARCHIVE_ALIASES)
     assert C.CONFIG_SECTIONS == tuple(SECTIONS) and C.EVAL_PRECISIONS == tuple(PRECISIONS)
     assert PRETRAINED is API_PRETRAINED
-    from gridify.bench import recipe, synthetic
+    from gridify.bench import recipe, scenes, synthetic
 
     assert C.BENCH_MODELS == tuple(synthetic.DEFAULT_MODELS) == tuple(recipe.DEFAULT_MODELS)
     assert C.BENCH_DESCRIPTION == synthetic.__doc__.split("\n\n")[0]
     assert C.BENCH_RECIPE_DESCRIPTION == recipe.__doc__.split("\n\n")[0]
+    assert C.BENCH_SCENES_DESCRIPTION == scenes.__doc__.split("\n\n")[0]
+    assert (C.BENCH_SCENES_MODELS, C.BENCH_SCENES_NUM_POINTS, C.BENCH_SCENES_QUICK_NUM_POINTS) == (
+        tuple(scenes.DEFAULT_MODELS),
+        tuple(scenes.DEFAULT_NUM_POINTS),
+        tuple(scenes.QUICK_NUM_POINTS),
+    )
 
 
 def test_import_gridify_is_lazy_and_the_registries_fill_on_first_read():

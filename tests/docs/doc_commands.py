@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 #: the ``scripts/`` that are ``gridify`` sub-commands under another name (parsed by that command's parser)
-SCRIPTS = {"scripts/train.py": "train", "scripts/benchmark.py": "bench", "scripts/evaluate.py": "evaluate"}
+SCRIPTS = {"scripts/train.py": "train", "scripts/evaluate.py": "evaluate"}
 #: arguments that name data a user fetches first (the developers' copies, a data root, a placeholder)
 LARGE_DATA = ("../shared/", "/data", "path/to/")
 

@@ -354,10 +354,8 @@ def _check_commands(commands, tmp_path, monkeypatch):
         elif command in ("evaluate",):  # its overrides as written: `[--votes 8]` was two malformed overrides
             args = _commands.evaluate_parser().parse_intermixed_args(argv)
             _commands.check_overrides(args.overrides, "gridify evaluate")
-        elif command == "bench" and any(a == "--recipe" or a.startswith("--recipe=") for a in argv):
-            _commands.bench_recipe_parser().parse_args(argv)
-        elif command == "bench":
-            _commands.bench_parser().parse_args(argv)
+        elif command == "bench":  # the parser of the mode it names (--recipe, --scenes, else the sweep)
+            _commands.bench_command_parser(_commands.bench_command(argv)).parse_args(argv)
         else:
             build_parser().parse_args([command, *argv])
 
