@@ -21,9 +21,10 @@ DEFAULT_MAX_EDGES = 1000
 GRID_NODES = ("touched", "all")
 #: :data:`gridify.vis.LAYERS` (what ``gridify show --layers`` draws)
 VIS_LAYERS = ("points", "grid", "edges")
-#: the keys of :data:`gridify.datasets.scene_layouts.LAYOUTS` and its ``S3DIS_TEST_AREA``
+#: the names of the scene layouts (:data:`gridify.datasets.layouts.LAYOUTS`, sorted; a built-in layout's module
+#: adds its name here) and ``S3DIS_TEST_AREA``
 LAYOUTS = (
-    "pointcept", "s3dis", "scannet", "semantickitti", "mmdet3d_scannet", "mmdet3d_scannet_instance", "mmdet3d_s3dis",
+    "mmdet3d_s3dis", "mmdet3d_scannet", "mmdet3d_scannet_instance", "pointcept", "s3dis", "scannet", "semantickitti",
 )  # fmt: skip
 S3DIS_TEST_AREA = 5
 #: the finest voxel edge (metres) of the scene settings (``data.voxel_size``, ``gridify evaluate --voxel-size``):

@@ -548,16 +548,15 @@ def _load(args: argparse.Namespace):
 
 
 def _read(args: argparse.Namespace, model: Any = None):
-    """The cloud of ``args.file``; for a scene segmenter with the file's per-point fields (intensity)."""
-    from .io import read_points, reader_takes
+    """The cloud of ``args.file``; for a scene segmenter with the file's per-point fields (intensity: read_scan)."""
+    from .io import read_points, read_scan
 
     kw: Dict[str, Any] = {"num_samples": args.num_samples}
     if getattr(args, "columns", None):
         kw["columns"] = args.columns  # a format without columns refuses them (read_points)
-    elif getattr(model, "whole_scenes", False) and reader_takes(args.file, "fields"):
-        kw["fields"] = "all"
+    read = read_scan if getattr(model, "whole_scenes", False) and "columns" not in kw else read_points
     try:
-        return read_points(args.file, **kw)
+        return read(args.file, **kw)
     except (FileNotFoundError, ValueError) as exc:
         raise SystemExit(f"gridify {args.command}: error: {_flag_words(str(exc))}")
 

@@ -374,23 +374,23 @@ def evaluate(
 
 def _scan_files(paths: Sequence[str], prog: str) -> list:
     """The scan files of ``--scan``: files as given, folders' readable point files (sorted, not recursive); a
-    Pointcept scene folder (with ``coord.npy``) is one scan, its ``coord.npy``. A SemanticKITTI sequence folder
-    (or the dataset root above it) is refused naming the ``velodyne/`` folder that holds the scans (its
-    ``calib.txt`` / ``poses.txt`` / ``times.txt`` were read as point files)."""
+    folder that is one scene of a layout is one scan (a Pointcept scene folder: its ``coord.npy``,
+    :func:`~gridify.datasets.scene_layouts.folder_scan`). A folder holding a layout's scans below it (a
+    SemanticKITTI sequence folder or the dataset root above it) is refused naming the folder that holds the scans
+    (:func:`~gridify.datasets.scene_layouts.scan_folder_note`: a sequence's ``calib.txt`` / ``poses.txt`` /
+    ``times.txt`` were read as point files)."""
+    from gridify.datasets.scene_layouts import folder_scan, scan_folder_note
     from gridify.io import SUPPORTED_EXTENSIONS
 
     files = []
     for text in paths:
         p = Path(text)
-        if p.is_dir() and (p / "coord.npy").is_file():  # a Pointcept scene folder: one scan, segment.npy beside
-            files.append(p / "coord.npy")
-        elif p.is_dir() and ((p / "velodyne").is_dir() or (p / "sequences").is_dir()):
-            scans = p / "velodyne" if (p / "velodyne").is_dir() else p / "sequences" / "NN" / "velodyne"
-            what = "a SemanticKITTI sequence" if (p / "velodyne").is_dir() else "a SemanticKITTI dataset root"
-            raise SystemExit(
-                f"{prog}: error: --scan {text}: {what} folder; its scans are the .bin files of {scans}/ "
-                f"(their labels are found in labels/ beside it): give --scan {scans}"
-            )
+        scan = folder_scan(p) if p.is_dir() else None
+        note = scan_folder_note(p) if p.is_dir() and scan is None else None
+        if scan is not None:  # one scene of a layout: one scan, its ground truth beside it
+            files.append(scan)
+        elif note is not None:
+            raise SystemExit(f"{prog}: error: --scan {text}: {note[0]}: give --scan {note[1]}")
         elif p.is_dir():
             found = sorted(q for q in p.iterdir() if q.is_file() and q.suffix.lower() in SUPPORTED_EXTENSIONS)
             if not found:
@@ -403,17 +403,16 @@ def _scan_files(paths: Sequence[str], prog: str) -> list:
     return files
 
 
-def _read_scan(
+def _scan_and_truth(
     path: Path, args: argparse.Namespace, model: Any, names: Sequence[str], prog: str
 ) -> Tuple[Any, Any, Path]:
-    """``(cloud, target labels, label file)`` of one ``--scan`` file; a bad file or label ends the command
-    naming it."""
+    """``(cloud, target labels, label file)`` of one ``--scan`` file (a scene segmenter's read with its per-point
+    fields: :func:`gridify.io.read_scan`); a bad file or label ends the command naming it."""
     from gridify.datasets.scene_layouts import check_scan_labels, read_scan_labels, scan_label_path
-    from gridify.io import read_points, reader_takes
+    from gridify.io import read_points, read_scan
 
     try:
-        fields = model.whole_scenes and reader_takes(path, "fields")  # intensity, where the format has fields
-        cloud = read_points(path, fields="all") if fields else read_points(path)
+        cloud = read_scan(path) if model.whole_scenes else read_points(path)
         label_file = Path(args.labels) if args.labels else scan_label_path(path)
         if label_file is not None:
             return cloud, read_scan_labels(label_file, cloud, list(names)), label_file
@@ -459,8 +458,11 @@ def _scan_views(args: argparse.Namespace, model: Any, prog: str) -> Dict[str, An
 
 
 def _scan_name(path: Path) -> str:
-    """The name of a ``--scan`` file: its stem, or the folder's name of a Pointcept scene (its ``coord.npy``)."""
-    return path.parent.name if path.name == "coord.npy" else path.stem
+    """The name of a ``--scan`` file: its stem, or what its layout calls it (the folder's name of a Pointcept
+    scene for its ``coord.npy``: :func:`~gridify.datasets.scene_layouts.scan_name`)."""
+    from gridify.datasets.scene_layouts import scan_name
+
+    return scan_name(path)
 
 
 def _prediction_files(files: Sequence[Path], pred: Optional[str], prog: str) -> Optional[List[Path]]:
@@ -533,14 +535,14 @@ def _score_scans(
     if len(files) > 1:
         labelled = 0
         for i, path in enumerate(files):
-            cloud, target, _ = _read_scan(path, args, model, names, prog)
+            cloud, target, _ = _scan_and_truth(path, args, model, names, prog)
             labelled += int((target >= 0).sum())
             if preds is not None:
                 _read_predicted(preds[i], cloud, path, names, prog)
     kw = _scan_views(args, model, prog) if preds is None else {}
     for i, path in enumerate(files):
         t0 = time.time()
-        cloud, target, label_file = _read_scan(path, args, model, names, prog)
+        cloud, target, label_file = _scan_and_truth(path, args, model, names, prog)
         if (int((target >= 0).sum()) if labelled is None else labelled) == 0:
             what = f"{label_file}: every point" if labelled is None else f"every point of the {len(files)} scans"
             raise SystemExit(

@@ -89,7 +89,7 @@ def load_inputs(args: argparse.Namespace) -> Tuple[Any, Any, Any, Any, Any]:
     from gridify.checkpoint import CheckpointError, checkpoint_file  # noqa: PLC0415
     from gridify.datasets.scene_base import cloud_scene_features  # noqa: PLC0415
     from gridify.export.exporter import require_export_dependencies  # noqa: PLC0415
-    from gridify.io import read_points, reader_takes  # noqa: PLC0415
+    from gridify.io import read_scan  # noqa: PLC0415
 
     try:
         require_export_dependencies(PROG, verify=True)
@@ -103,11 +103,9 @@ def load_inputs(args: argparse.Namespace) -> Tuple[Any, Any, Any, Any, Any]:
         names = predictor.scene_features
     except (CheckpointError, ValueError) as exc:
         raise types.ScriptError(f"--model {args.model}: {exc}") from None
-    options: Dict[str, Any] = {"fields": "all"} if reader_takes(args.scan, "fields") else {}
-    if args.columns:
-        options["columns"] = args.columns
+    options: Dict[str, Any] = {"columns": args.columns} if args.columns else {}
     try:
-        cloud = read_points(args.scan, **options)
+        cloud = read_scan(args.scan, **options)  # every per-point field the format holds (intensity)
         x = torch.from_numpy(cloud_scene_features(list(names), cloud, instead="")).float()
     except ValueError as exc:  # a reader's, a DatasetError (a feature the scan lacks)
         text = str(exc)

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .._checks import check_int
-from ..io import PointCloud, read_points, reader_takes
+from ..io import PointCloud, read_points
 from ..ops.normals import DEFAULT_NORMAL_NEIGHBOURS
 from ..ops.normals import estimate_normals as ops_estimate_normals
 from ..transforms import NORMALIZATIONS, centre_and_scale
@@ -27,7 +27,6 @@ __all__ = [
     "as_float32",
     "check_xyz",
     "read_cloud",
-    "read_scene",
     "normalize_cloud",
     "canonical_order",
     "estimate_normals",
@@ -155,9 +154,11 @@ def canonical_order(pos: np.ndarray, normals: Optional[np.ndarray] = None) -> np
 
 
 def estimate_normals(pos: np.ndarray, k: int = DEFAULT_NORMAL_NEIGHBOURS) -> np.ndarray:
-    """Unit normals ``[N, 3]`` (float32) from the covariance of the ``k`` nearest neighbours: the one
-    estimator of :func:`gridify.ops.estimate_normals`, which the datasets' ``estimate_normals`` option
-    uses too, so a model trained on estimated normals sees the same ones at prediction.
+    """Unit normals ``[N, 3]`` (float32) from the covariance of the ``k`` nearest neighbours: the numpy entry of
+    :func:`gridify.ops.estimate_normals` (the same function, not a second estimator: a numpy array or tensor in,
+    computed in float64, float32 numpy out, its arguments checked here), which the datasets' ``estimate_normals``
+    option uses too, so a model trained on estimated normals sees the same ones at prediction. (The
+    ``estimate_normals=`` argument of :meth:`gridify.Predictor.predict` is the switch that calls it.)
 
     Normals are oriented away from the centroid (``n . (p - mean) >= 0``), which suits closed,
     roughly star-shaped objects; open scans may get some flipped normals.
@@ -167,11 +168,3 @@ def estimate_normals(pos: np.ndarray, k: int = DEFAULT_NORMAL_NEIGHBOURS) -> np.
     if pos.ndim != 2 or pos.shape[1] != 3 or len(pos) == 0 or not np.isfinite(pos).all():
         raise ValueError(f"estimate_normals: pos must be a finite, non-empty [N, 3] array, got shape {pos.shape}")
     return ops_estimate_normals(torch.from_numpy(np.asarray(pos, dtype=np.float64)), int(k)).numpy().astype(np.float32)
-
-
-def read_scene(points: PointsLike) -> Any:
-    """A file read with every per-point field its format holds (LiDAR intensity and the like), so a
-    scene segmenter finds the features it was trained with; anything else is returned as given."""
-    if isinstance(points, (str, os.PathLike)):
-        return read_points(points, fields="all") if reader_takes(points, "fields") else read_points(points)
-    return points

@@ -28,7 +28,7 @@ from .prediction import Prediction
 from .task_predictors import (
     TaskPredictor,
     check_batch_sizes,
-    check_run,
+    check_predict_arguments,
     chunks,
     is_served,
     pooled,
@@ -353,7 +353,7 @@ class Predictor(nn.Module):
         and averaged exactly as :meth:`predict` does for a classifier.
         """
         where = f"{type(self).__name__}.embed"
-        check_run(where, num_votes, batch_size, seed, estimate_normals)
+        check_predict_arguments(where, num_votes, batch_size, seed, estimate_normals)
         cloud = self.prepare(points, normals, estimate_normals=estimate_normals, where=where)
         with evaluating(self.model), all_or_nothing(self.model):
             check_batch_sizes(self, where, len(cloud["pos"]), num_votes, batch_size, count=num_votes)
@@ -386,7 +386,7 @@ class Predictor(nn.Module):
         :meth:`predict`'s y-up hint where a classifier's y-up reading is clearly more confident.
         """
         where = f"{type(self).__name__}.inspect"
-        check_run(where, 1 if num_votes is None else num_votes, 1, seed, estimate_normals)
+        check_predict_arguments(where, 1 if num_votes is None else num_votes, 1, seed, estimate_normals)
         stated = up_axis is not None
         up_axis = check_up_axis(where, up_axis) if stated else "z"
         progress = resolve_progress(where, progress, "inspect")

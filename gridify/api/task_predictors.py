@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
@@ -38,13 +39,13 @@ from torch import Tensor
 from .._checks import check_alloc, check_int, check_positive_int, fail, is_int
 from .._progress import resolve_progress
 from ..checkpoint import CheckpointError
-from ..io import PointCloud, centre_large_offset
+from ..io import PointCloud, centre_large_offset, read_scan
 from ..nn.state import all_or_nothing, evaluating
 from ..registry import TASKS, Registry
 from ..scene_inference import check_max_fragments, scene_defaults
 from ..tasks import get_task, task_names
 from ..transforms import to_z_up
-from .inputs import as_float32, canonical_order, check_xyz, read_cloud, read_scene, to_numpy
+from .inputs import as_float32, canonical_order, check_xyz, read_cloud, to_numpy
 from .inputs import estimate_normals as estimate_unit_normals
 from .prediction import Prediction
 
@@ -58,7 +59,7 @@ __all__ = [
     "predictor_for",
     "served_tasks",
     "is_served",
-    "check_run",
+    "check_predict_arguments",
     "check_batch_sizes",
     "category_index",
     "vote_subsets",
@@ -99,7 +100,9 @@ def predictor_for(task: str) -> "TaskPredictor":
 # --------------------------------------------------------------------------------------
 # shared checks and sampling
 # --------------------------------------------------------------------------------------
-def check_run(where: str, num_votes: Any, batch_size: Any, seed: Any, estimate_normals: Any = False) -> None:
+def check_predict_arguments(
+    where: str, num_votes: Any, batch_size: Any, seed: Any, estimate_normals: Any = False
+) -> None:
     """The scalar arguments of ``predict`` / ``embed`` / ``inspect``."""
     check_positive_int(where, num_votes=num_votes, batch_size=batch_size)
     check_int(where, "seed", seed, 0)
@@ -341,7 +344,7 @@ class CloudPredictor(TaskPredictor):
             fail(where, f"features= and progress= are for scene segmenters; this is a {predictor.task} model")
         refuse_fragments(predictor, max_fragments, where)
         num_votes = self.default_votes if num_votes is None else num_votes
-        check_run(where, num_votes, batch_size, seed, estimate_normals)
+        check_predict_arguments(where, num_votes, batch_size, seed, estimate_normals)
         cat = category_index(predictor, category, where)
         cloud = predictor.prepare(points, normals, estimate_normals=estimate_normals, up_axis=up_axis, where=where)
         return self.predict_cloud(predictor, cloud, cat, num_votes, seed, batch_size, where)
@@ -587,13 +590,13 @@ class ScenePredictor(TaskPredictor):
 
         votes_default, fragments_default = scene_defaults(predictor.meta.get("info"))
         num_votes = votes_default if num_votes is None else num_votes
-        check_run(where, num_votes, batch_size, seed, estimate_normals)
+        check_predict_arguments(where, num_votes, batch_size, seed, estimate_normals)
         max_fragments = fragments_default if max_fragments is None else check_max_fragments(where, max_fragments)
         if category is not None:
             fail(where, "category (--category) is only used by part segmenters; a scene segmenter takes none")
         progress = resolve_progress(where, progress)
         self.check_normals_used(predictor, normals, estimate_normals, features, where)
-        points = read_scene(points)
+        points = read_scan(points) if isinstance(points, (str, os.PathLike)) else points  # every field: intensity
         cloud = (
             points
             if isinstance(points, PointCloud)
@@ -768,7 +771,8 @@ class ScenePredictor(TaskPredictor):
         """Metric points, every one labelled; no single grid frame to draw (each crop has its own box)."""
         if max_fragments is not None:
             check_max_fragments(where, max_fragments)  # named as inspect's, before the predict below
-        points = read_scene(points)  # read once, with the fields the features may need
+        if isinstance(points, (str, os.PathLike)):  # read once, with the fields the features may need
+            points = read_scan(points)
         pred = predictor.predict(
             points,
             normals,

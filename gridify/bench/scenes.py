@@ -33,7 +33,9 @@ Parts 2 and 3 time one run each (a whole scan or scene, after a warm-up on a sma
 Clouds: the N-sweep takes the ``N`` points nearest in xy to the sensor of the SemanticKITTI scan
 ``<data-root>/semantickitti_mini/dataset/sequences/00/velodyne/000000.bin`` (~124k points; for a
 larger ``N``, copies of the scan shifted by 100 m in x are added first), features
-``[intensity, z - min z]``. Without the data the scan is generated
+``[intensity, height]`` (built as the recipes train with them,
+:func:`gridify.datasets.scene_base.build_scene_features`: ``height`` is z above the cloud's 1st percentile of z).
+Without the data the scan is generated
 (:class:`gridify.datasets.ProceduralScenes`, ``kind="outdoor"``), or drawn uniformly in a
 40 x 40 x 4 m box with ``--source random``. A part whose data is missing is reported as skipped.
 
@@ -117,6 +119,10 @@ PRIOR_BASELINE = 0.6 * 2**30
 KITTI_SCAN = Path("semantickitti_mini/dataset/sequences/00/velodyne/000000.bin")
 KITTI_TILES = [Path(f"semantickitti_mini/dataset/sequences/0{i}/velodyne/000000.bin") for i in range(8)]
 SCANNET_DIR = Path("scans/mmdet3d_real_scans/tests/data/scannet")
+#: the scene layouts of the ScanNet data under ``SCANNET_DIR`` (mmdetection3d's test data)
+SCANNET_LAYOUTS = ("mmdet3d_scannet_instance", "mmdet3d_scannet")
+#: the features of the sweep's clouds and of the KITTI scan (as the exported model of part 3 names them)
+SCAN_FEATURES = ("strength", "height")
 THREEDMATCH_DIR = Path("scans/threedmatch_fragments_tp3d/notebooks/data/3DMatch")
 SWEEP_SHIFT, TILE_SHIFT = 100.0, 120.0
 PROCEDURAL_POINTS, QUICK_BASE_POINTS = 124_000, 8192
@@ -138,9 +144,9 @@ def _crop(points: np.ndarray, n: int) -> np.ndarray:
 
 
 def read_kitti(path: Path) -> Tuple[np.ndarray, np.ndarray]:
-    from ..io import read_points
+    from ..io import read_scan
 
-    cloud = read_points(path, fields=["intensity"])
+    cloud = read_scan(path)  # with every field of the scan: its intensity
     return np.asarray(cloud.points, np.float32), np.asarray(cloud.fields["intensity"], np.float32).reshape(-1)
 
 
@@ -171,7 +177,10 @@ def scene_cloud(
     points: np.ndarray, intensity: np.ndarray, n: int, shift: float = SWEEP_SHIFT
 ) -> Tuple[np.ndarray, np.ndarray]:
     """``n`` points nearest in xy to the sensor of the scan, tiled ``shift`` metres apart in x when
-    ``n`` exceeds it; features ``[intensity, z - min z]``. Returns ``(pos [n, 3], x [n, 2])`` float32."""
+    ``n`` exceeds it; features ``[intensity, height]`` (:data:`SCAN_FEATURES`, built by
+    :func:`~gridify.datasets.scene_base.build_scene_features`). Returns ``(pos [n, 3], x [n, 2])`` float32."""
+    from ..datasets.scene_base import build_scene_features
+
     m = len(points)
     if n > m:
         copies = -(-n // m)
@@ -179,7 +188,7 @@ def scene_cloud(
         intensity = np.tile(intensity, copies)
     idx = _crop(points, n)
     p = np.ascontiguousarray(points[idx], np.float32)
-    x = np.stack([intensity[idx], p[:, 2] - p[:, 2].min()], 1).astype(np.float32)
+    x = build_scene_features(SCAN_FEATURES, p, strength=intensity[idx], where="the sweep cloud")
     return p, x
 
 
@@ -251,24 +260,26 @@ def cell_sweep(spec: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _load_scan(spec: Dict[str, Any]) -> Tuple[np.ndarray, np.ndarray, str]:
-    """``(pos [N, 3], x [N, F], description)`` of a real scan."""
+    """``(pos [N, 3], x [N, F], description)`` of a real scan (its features built by
+    :func:`~gridify.datasets.scene_base.build_scene_features`, as the recipes train with them)."""
+    from ..datasets.scene_base import build_scene_features
+    from ..datasets.scene_layouts import read_scene
+    from ..io import centre_large_offset, read_scan
+
     path, kind = Path(spec["path"]), spec["scan"]
     if kind == "semantickitti":
         pts, inten = read_kitti(path)
-        x = np.stack([inten, pts[:, 2] - pts[:, 2].min()], 1)
+        x = build_scene_features(SCAN_FEATURES, pts, strength=inten, where=str(path))
         what = "features intensity, height"
     elif kind == "scannet":
-        rows = (
-            np.load(path, allow_pickle=False) if path.suffix == ".npy" else np.fromfile(path, np.float32).reshape(-1, 6)
-        )
-        pts = np.ascontiguousarray(rows[:, :3], np.float32)
-        x = rows[:, 3:6] / 255.0
+        ref = next(r for r in scannet_scenes(Path(spec["data_root"]) / SCANNET_DIR) if r.path == path)
+        scene = read_scene(ref)  # its layout's reader: colours on the 0-255 scale
+        pts = np.ascontiguousarray(scene["coord"], np.float32)
+        x = build_scene_features(("color",), pts, color=scene["color"] / 255.0, where=str(path))
         what = "features r, g, b / 255"
     else:
-        from ..io import centre_large_offset, read_points
-
-        pts = centre_large_offset(read_points(path).points)[0].astype(np.float32)  # UTM: centred in float64 first
-        x = (pts[:, 2] - pts[:, 2].min())[:, None]
+        pts = centre_large_offset(read_scan(path).points)[0].astype(np.float32)  # UTM: centred in float64 first
+        x = build_scene_features(("height",), pts, where=str(path))
         what = "feature height"
     if spec["quick"] and len(pts) > QUICK_SCAN_POINTS:
         from ..transforms import crop_xy
@@ -321,7 +332,7 @@ def cell_e2e(spec: Dict[str, Any]) -> Dict[str, Any]:
     """Read a scene file, ``Predictor.predict`` it and write the labelled PLY (after a warm-up on a small cloud)."""
     from ..api import load
     from ..api.prediction import write_prediction
-    from ..io import read_points, reader_takes
+    from ..io import read_scan
 
     predictor = load(spec["ckpt"])
     rng = np.random.default_rng(0)  # warm-up (lazy initialisation, allocator) on a small generated cloud
@@ -332,15 +343,7 @@ def cell_e2e(spec: Dict[str, Any]) -> Dict[str, Any]:
         )
     )
     baseline = peak_rss_mib()
-
-    def read() -> Any:
-        return (
-            read_points(spec["path"], fields="all")
-            if reader_takes(spec["path"], "fields")
-            else read_points(spec["path"])
-        )
-
-    cloud, read_s = harness.time_once(read)
+    cloud, read_s = harness.time_once(lambda: read_scan(spec["path"]))
     pred, predict_s = harness.time_once(lambda: predictor.predict(cloud, batch_size=int(spec["batch_size"])))
     out, write_s = harness.time_once(lambda: write_prediction(Path(spec["out"]), cloud, pred))
     n, seconds = len(cloud.points), read_s + predict_s + write_s
@@ -503,24 +506,34 @@ def part_sweep(args: argparse.Namespace, log: Callable[[str], None]) -> List[Dic
     return rows
 
 
+def scannet_scenes(root: Path) -> List[Any]:
+    """The scenes (:class:`~gridify.datasets.layouts.SceneRef`) of every split under ``root`` in the layouts of
+    :data:`SCANNET_LAYOUTS` (found by the layouts: :func:`~gridify.datasets.scene_layouts.find_scenes`)."""
+    from ..datasets.scene_layouts import find_scenes
+
+    refs: List[Any] = []
+    for layout in SCANNET_LAYOUTS:
+        try:
+            refs += find_scenes(root, layout, "all")
+        except (ValueError, OSError):  # no such folder, or not this layout
+            continue
+    return refs
+
+
 def find_scans(data_root: Path) -> Dict[str, Tuple[Optional[Path], str]]:
     """``scan -> (path, note)``; path None (with the reason) where the data is missing."""
+    from ..datasets.scene_layouts import read_scene
+
     out: Dict[str, Tuple[Optional[Path], str]] = {}
     kitti = data_root / KITTI_SCAN
     out["semantickitti"] = (kitti, "") if kitti.is_file() else (None, f"no {kitti}")
     sdir = data_root / SCANNET_DIR
     cands: List[Tuple[int, Path]] = []
-    if sdir.is_dir():
-        for f in sorted(sdir.rglob("*")):
-            try:
-                if f.suffix == ".npy" and f.name.endswith("_vert_all.npy"):
-                    a = np.load(f, mmap_mode="r", allow_pickle=False)
-                    if a.ndim == 2 and a.shape[1] == 6:
-                        cands.append((a.shape[0], f))
-                elif f.suffix == ".bin" and f.parent.name == "points" and f.stat().st_size % 24 == 0:
-                    cands.append((f.stat().st_size // 24, f))
-            except (OSError, ValueError):
-                continue
+    for ref in scannet_scenes(sdir):
+        try:
+            cands.append((len(read_scene(ref)["coord"]), ref.path))
+        except (OSError, ValueError):
+            continue
     if cands:  # the largest scene: mmdet3d's points/*.bin test fixtures hold only 100 points
         n, f = max(cands, key=lambda c: (c[0], -len(str(c[1]))))
         out["scannet"] = (f, f"{n} points, x y z r g b")

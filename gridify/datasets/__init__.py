@@ -17,8 +17,9 @@ Shapes:
     an item: ``pos`` ``[N, 3]``, ``x`` ``[N, F]``, ``y`` ``[]`` or ``[N]``; a batch: ``pos``
     ``[sum N_i, 3]``, ``batch`` ``[sum N_i]``, ``ptr`` ``[B + 1]``.
 """
-from ._common import (DatasetError, PointCloudDataset, collate_points, default_root, fit_box, read_labels,
-                      stratified_split, stratified_subset)
+from ..io.labels import read_labels  # the one reader of label files (.label, .npy, text), re-exported
+from ._common import (DatasetError, PointCloudDataset, collate_points, default_root, fit_box, stratified_split,
+                      stratified_subset)
 from .dynamic import (DYNAMIC_CLASSES, DynamicShapes, PointCloudSequence, collate_sequences,
                       read_sequence)
 from .download import (ARCHIVES, DatasetNotFoundError, DownloadError, download_and_extract,

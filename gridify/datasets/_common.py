@@ -33,8 +33,7 @@ from torch import Tensor
 
 from .._checks import check_alloc, check_bool, check_choice, check_int, warn_at_caller
 from .._files import atomic_write
-from ..io.source import read_text_file
-from ..ops.normals import estimate_normals as estimate_point_normals
+from ..ops.normals import estimate_normals as ops_estimate_normals
 from ..transforms import NORMALIZATIONS, FixedPoints, Normalize, normalization_name
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -138,38 +137,6 @@ def fit_box(sample: Dict[str, Any], limit: float = 1.0) -> Dict[str, Any]:
     out = dict(sample)
     out["pos"] = pos * (limit / extent)
     return out
-
-
-def read_labels(path: Path) -> np.ndarray:
-    """The per-point integer labels of a label file: ``.npy`` (a ``[N]`` or ``[N, 1]`` integer array,
-    never unpickled) or text (whitespace-separated integers, e.g. ``.seg`` / ``.labels``).
-
-    Shapes:
-        ``[N]`` int64.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    if path.suffix.lower() == ".npy":
-        try:
-            vals = np.load(path, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:
-            raise ValueError(f"{path}: not a readable numpy label file ({exc})") from None
-        if vals.ndim == 2 and vals.shape[1] == 1:
-            vals = vals[:, 0]
-        if vals.ndim != 1 or vals.dtype.kind not in "iuf":
-            raise ValueError(f"{path}: expected a [N] array of integer labels, got {vals.dtype} {vals.shape}")
-        vals = vals.astype(np.float64)
-    else:
-        try:
-            vals = np.array(read_text_file(path).split(), dtype=np.float64)
-        except ValueError:
-            raise ValueError(f"{path}: label file holds non-numeric values") from None
-    if vals.size == 0:
-        raise ValueError(f"{path}: label file is empty")
-    if not np.all(np.isfinite(vals)) or not np.all(vals == np.round(vals)):
-        raise ValueError(f"{path}: label file holds non-integer labels")
-    return vals.astype(np.int64)
 
 
 #: an HDF5 dataset may hold at most this many times the bytes the file stores for it (gzip's bound
@@ -348,7 +315,7 @@ class PointCloudDataset(torch.utils.data.Dataset):
         the same points every time."""
         if index not in self._estimated:  # a ValueError (bad points) becomes __getitem__'s DatasetError naming the sample
             p = torch.as_tensor(np.asarray(pos, dtype=np.float64))
-            self._estimated[index] = estimate_point_normals(p, self.estimate_normals).numpy().astype(np.float32)
+            self._estimated[index] = ops_estimate_normals(p, self.estimate_normals).numpy().astype(np.float32)
         return self._estimated[index]
 
     #: the attribute that holds every sample's class or category id (read by :meth:`sample_groups`)

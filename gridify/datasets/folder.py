@@ -52,11 +52,11 @@ from typing import Any, Dict, List, NoReturn, Optional, Sequence, Set, Tuple, Un
 import numpy as np
 
 from .._checks import check_alloc, check_choice, check_int, check_probability
-from ..io import PointCloud, read_points, reader_takes, supported_extensions
+from ..io import PointCloud, read_labels, read_points, reader_takes, supported_extensions
 from ..io.source import read_text_file
 from ..registry import DATASETS
 from ._common import (DatasetError, PathLike, PointCloudDataset, Transform, align_labels, check_split,
-                      read_labels, stratified_split)
+                      stratified_split)
 from .download import DatasetNotFoundError
 
 __all__ = ["PointFolder", "FOLDER_SPLITS", "CLASSES_FILE", "LABEL_SUFFIXES", "read_name_list"]

@@ -215,9 +215,9 @@ def _unread_fields_hint(source: Any) -> str:
     ``read_points`` keeps a file's fields only when asked, and how to ask (``''`` for anything else)."""
     from pathlib import Path  # noqa: PLC0415
 
-    from ..io.registry import reader_takes  # noqa: PLC0415
+    from ..io import holds_fields  # noqa: PLC0415
 
-    if not isinstance(source, str) or not Path(source).is_file() or not reader_takes(source, "fields"):
+    if not isinstance(source, str) or not Path(source).is_file() or not holds_fields(source):
         return ""
     return ("read_points keeps a file's fields only when asked: read it with gridify.io.read_points(path, "
             "fields='all') (or fields=['intensity']), or give the path itself to predict; otherwise ")

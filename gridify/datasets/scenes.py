@@ -40,19 +40,20 @@ from ._common import DatasetError, PathLike, Transform, default_root
 from .procedural_scenes import (INDOOR_CLASSES, OUTDOOR_CLASSES, ProceduralScenes, make_indoor_scene,
                                 make_outdoor_scan)
 from .scene_base import SCENE_FEATURES, SceneDatasetBase, check_features, scene_features
-from .scene_layouts import (IGNORE_INDEX, LAYOUTS, LISTED_LAYOUTS, POINTCEPT_FILES, S3DIS_TEST_AREA,
-                            SEMANTICKITTI_SPLITS, SceneRef, check_layout_classes, check_scene_selection, check_unknown,
-                            find_scenes, integer_labels, read_scene, read_text_lines, nested_root_hint,
-                            s3dis_room_classes)
+from .scene_layouts import (IGNORE_INDEX, LAYOUTS, POINTCEPT_FILES, S3DIS_TEST_AREA, SCENE_SPLITS, SceneRef,
+                            check_layout_classes, check_scene_selection, check_unknown, find_scenes, get_layout,
+                            integer_labels, listed_layouts, nested_root_hint, read_scene, read_text_lines)
 
 __all__ = ["SceneDatasetBase", "SceneDataset", "S3DIS", "ScanNet", "SemanticKITTI", "SCENE_FEATURES",
            "convert_to_pointcept", "write_pointcept_scene", "scene_features", "ProceduralScenes",
            "make_indoor_scene", "make_outdoor_scan", "INDOOR_CLASSES", "OUTDOOR_CLASSES"]
 
 def _check_layout_split(where: str, layout: str, split: str) -> None:
+    """``layout`` a registered layout, and ``split`` one of :data:`~.scene_layouts.SCENE_SPLITS` unless the
+    layout's splits are folder names."""
     check_choice(where, "layout", layout, sorted(LAYOUTS))
-    if layout != "pointcept":
-        check_choice(where, "split", split, ["train", "val", "test", "all"])
+    if not get_layout(layout).named_splits:
+        check_choice(where, "split", split, list(SCENE_SPLITS))
 
 
 @DATASETS.register("scene")
@@ -100,9 +101,10 @@ class SceneDataset(SceneDatasetBase):
         _check_layout_split(where, layout, split)
         check_scene_selection(where, test_area=test_area, sequences=sequences, scenes=scenes)
         check_bool(where, "skip_missing", skip_missing)
-        if skip_missing and layout not in LISTED_LAYOUTS:
+        info = get_layout(layout)
+        if skip_missing and not info.split_lists:
             raise DatasetError(f"{where}: skip_missing (data.skip_missing) is only read for the layouts with official "
-                               f"split lists ({', '.join(LISTED_LAYOUTS)}), not {layout}: leave it out")
+                               f"split lists ({', '.join(listed_layouts())}), not {layout}: leave it out")
         if classes is not None:  # a fixed layout's ids, names given twice: before any file is looked at
             check_layout_classes(where, layout, classes)
         if features is not None:
@@ -121,39 +123,30 @@ class SceneDataset(SceneDatasetBase):
         if not refs:
             hint = nested_root_hint(self.root, layout, split, test_area=test_area, sequences=sequences)
             raise DatasetError(f"{where}: no {layout} scenes for split {split!r} under {self.root} "
-                               f"(expected: {LAYOUTS[layout].splits}; see datasets/README.md)"
+                               f"(expected: {info.splits}; see datasets/README.md)"
                                + (f"; {hint}" if hint else ""))
         self.refs: List[SceneRef] = refs
-        info = LAYOUTS[layout]
-        names = classes if classes is not None else (info.classes or self._pointcept_classes())
+        names, source = (classes, "classes") if classes is not None else info.default_classes(self.root)
         if not names:
             raise DatasetError(f"{where}: no class list for {self.root} ({layout}): write its class names, one per "
                                f"line, to {self.root / 'classes.txt'} (gridify convert does), or pass them "
                                f"(data.classes / classes=)")
-        check_layout_classes(where, layout, names, self.root,
-                             "classes" if classes is not None or info.classes else str(self.root / "classes.txt"))
-        if layout == "s3dis":
+        check_layout_classes(where, layout, names, self.root, source)
+        if info.ids_from_class_list:
             check_unknown(where, unknown, names)
-        self._read_classes = None if classes is None or layout != "s3dis" else tuple(classes)
+        self._read_classes = None if classes is None or not info.ids_from_class_list else tuple(classes)
         self.unknown = unknown
-        feats = info.features if features is None else features
-        if layout == "pointcept" and features is None:  # what the first scene has (normals on request)
-            feats = tuple(f for f in ("color", "strength") if (refs[0].path / f"{f}.npy").is_file())
+        feats = info.default_features(refs) if features is None else features
         super().__init__(split=split, class_names=names, features=feats, num_points=num_points,
                          transform=transform, seed=seed, normalize=normalize, cache=cache, voxel_size=voxel_size,
                          max_points=max_points, crops_per_scene=crops_per_scene, mix=mix, mix_prob=mix_prob, crop_centre=crop_centre)
 
     @staticmethod
     def default_root(layout: str) -> Path:
-        """``<data root>/<folder>``: ``s3dis/Stanford3dDataset_v1.2_Aligned_Version``, ``scannet``,
-        ``semantickitti/dataset``, else ``<data root>/<layout>``."""
-        sub = {"s3dis": "s3dis/Stanford3dDataset_v1.2_Aligned_Version", "scannet": "scannet",
-               "semantickitti": "semantickitti/dataset"}.get(layout, layout)
-        return default_root() / sub
-
-    def _pointcept_classes(self) -> List[str]:
-        f = self.root / "classes.txt"
-        return read_text_lines(f) if f.is_file() else []
+        """``<data root>/<folder>``, the layout's folder (:attr:`~gridify.datasets.layouts.SceneLayout.folder`:
+        ``s3dis/Stanford3dDataset_v1.2_Aligned_Version``, ``scannet``, ``semantickitti/dataset``), else
+        ``<data root>/<layout>``."""
+        return default_root() / (get_layout(layout).folder or layout)
 
     def scene_count(self) -> int:
         return len(self.refs)
@@ -266,15 +259,9 @@ def write_pointcept_scene(folder: PathLike, scene: Dict[str, np.ndarray]) -> Pat
 
 
 def _out_split(ref: SceneRef, split: str) -> Tuple[str, str]:
-    """``(split folder, scene folder)`` of ``ref`` in the common layout."""
-    if ref.layout in ("s3dis", "mmdet3d_s3dis") and ref.name.startswith("Area_"):
-        area, _, room = ref.name.partition("_")[2].partition("_")
-        return f"Area_{area}", room or ref.name
-    if ref.layout == "semantickitti":
-        seq = ref.name.split("_")[0]
-        official = next((s for s, seqs in SEMANTICKITTI_SPLITS.items() if seq in seqs), split)
-        return official, ref.name
-    return split, ref.name
+    """``(split folder, scene folder)`` of ``ref`` in the common layout (the layout's
+    :meth:`~gridify.datasets.layouts.SceneLayout.converted_place`)."""
+    return get_layout(ref.layout).converted_place(ref, split)
 
 
 #: the record of a conversion beside ``classes.txt``: the settings its labels depend on
@@ -285,7 +272,8 @@ IGNORED_SHARE_WARNING = 0.2
 
 def _conversion_settings(layout: str, names: Sequence[str], unknown: str) -> Dict[str, Any]:
     """What the labels of a conversion depend on (recorded in :data:`CONVERSION_FILE`)."""
-    return {"layout": layout, "classes": list(names), "unknown": unknown if layout == "s3dis" else None}
+    return {"layout": layout, "classes": list(names),
+            "unknown": unknown if get_layout(layout).ids_from_class_list else None}
 
 
 def _previous_conversion(out: Path) -> Optional[Dict[str, Any]]:
@@ -334,9 +322,9 @@ def _check_previous_conversion(out: Path, settings: Dict[str, Any], targets: Seq
 
 
 def _warn_ignored(layout: str, found: set, ignored: int, total: int, names: Sequence[str]) -> None:
-    """One warning when a large share of the converted S3DIS points fell outside the class list (``found``: the
-    class names of the rooms' files)."""
-    if layout != "s3dis" or total == 0 or ignored < IGNORED_SHARE_WARNING * total:
+    """One warning when a large share of the converted points of a layout whose ids come from the class list
+    (S3DIS) fell outside the class list (``found``: the class names of the rooms' files)."""
+    if not get_layout(layout).ids_from_class_list or total == 0 or ignored < IGNORED_SHARE_WARNING * total:
         return
     unknown = sorted(c for c in found if c not in names)
     warn_at_caller(f"convert_to_pointcept: {100 * ignored / total:.0f} % of the {total} points converted ({ignored}) "
@@ -347,11 +335,12 @@ def _warn_ignored(layout: str, found: set, ignored: int, total: int, names: Sequ
 
 def _convert_one(ref: SceneRef, d: Path, classes: Optional[Sequence[str]], unknown: str,
                  found: set) -> Tuple[int, int]:
-    """Read ``ref``, write it to ``d``; ``(ignored points, points)``, adding its S3DIS file classes to ``found``."""
-    scene = read_scene(ref, classes=classes if ref.layout == "s3dis" else None, unknown=unknown)
+    """Read ``ref``, write it to ``d``; ``(ignored points, points)``, adding the classes its files name (S3DIS) to
+    ``found``."""
+    layout = get_layout(ref.layout)
+    scene = read_scene(ref, classes=classes if layout.ids_from_class_list else None, unknown=unknown)
     write_pointcept_scene(d, scene)
-    if ref.layout == "s3dis":
-        found.update(s3dis_room_classes(ref.path))
+    found.update(layout.file_classes(ref))
     seg = np.asarray(scene["segment"])
     return int((seg == IGNORE_INDEX).sum()), int(seg.size)
 
@@ -389,9 +378,10 @@ def convert_to_pointcept(root: PathLike, layout: str, out: PathLike, splits: Seq
     Returns:
         the scene folders written (or kept), in order.
     """
-    check_choice("convert_to_pointcept", "layout", layout, sorted(set(LAYOUTS) - {"pointcept"}))
-    names = list(classes) if classes is not None else list(LAYOUTS[layout].classes or ())
-    if layout == "s3dis":
+    sources = sorted(name for name in LAYOUTS if get_layout(name).convertible)
+    check_choice("convert_to_pointcept", "layout", layout, sources)
+    names = list(classes) if classes is not None else list(get_layout(layout).classes or ())
+    if get_layout(layout).ids_from_class_list:
         check_unknown("convert_to_pointcept", unknown, names)
     check_layout_classes("convert_to_pointcept", layout, names)
     out = Path(out)

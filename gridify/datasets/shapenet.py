@@ -35,11 +35,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .._checks import check_choice, warn_at_caller
-from ..io import read_points, repair_normals
+from ..io import read_labels, read_points, repair_normals
 from ..io.source import read_text_file
 from ..registry import DATASETS
 from ._common import (PathLike, PointCloudDataset, Transform, align_labels, check_split, default_root,
-                      h5_dataset, read_labels)
+                      h5_dataset)
 from .download import DatasetNotFoundError, download_archive, manual_instructions
 
 __all__ = ["ShapeNetPart", "SHAPENET_CATEGORIES", "SHAPENET_SYNSETS", "SHAPENET_NUM_PARTS", "SHAPENET_PARTS",

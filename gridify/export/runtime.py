@@ -27,15 +27,6 @@ from .exporter import require_export_dependencies
 __all__ = ["OnnxSceneModel"]
 
 
-def _read_scan(cloud: Any) -> Any:
-    """A :class:`gridify.io.PointCloud` as given, or read from a path with every per-point field (intensity)."""
-    from ..io import PointCloud, read_points, reader_takes  # noqa: PLC0415
-
-    if isinstance(cloud, PointCloud):
-        return cloud
-    return read_points(cloud, fields="all") if reader_takes(cloud, "fields") else read_points(cloud)
-
-
 class OnnxSceneModel:
     """An exported scene segmenter (an ONNX file of :func:`gridify.export.export_onnx`) as the ``model(pos, x, batch)
     -> logits`` callable that :func:`gridify.scene_inference.predict_scene` covers a whole scan with.
@@ -142,7 +133,7 @@ class OnnxSceneModel:
         A file whose features include ``has_strength`` takes a scan without intensity (strength 0, has_strength 0)."""
         from ..datasets._common import DatasetError  # noqa: PLC0415
         from ..datasets.scene_base import cloud_scene_features  # noqa: PLC0415
-        from ..io import PointCloud  # noqa: PLC0415
+        from ..io import PointCloud, read_scan  # noqa: PLC0415
 
         if not isinstance(cloud, (PointCloud, str, os.PathLike)):
             fail(
@@ -150,7 +141,7 @@ class OnnxSceneModel:
                 f"cloud must be a file path or a gridify.io.PointCloud (an array has no named intensity: "
                 f"PointCloud(points=a[:, :3], fields={{'intensity': a[:, 3]}})), got {type(cloud).__name__}",
             )
-        cloud = _read_scan(cloud)
+        cloud = cloud if isinstance(cloud, PointCloud) else read_scan(cloud)  # a path: with every field (intensity)
         pos, normals = to_z_up(cloud.points, self.up_axis, cloud.normals)  # the file's up axis: height along it
         try:
             x = cloud_scene_features(
@@ -185,14 +176,14 @@ class OnnxSceneModel:
         another up axis (``gridify export --up-axis y``, :attr:`up_axis`) takes coordinates with that axis up and
         covers the scan turned to z up, as :meth:`gridify.Predictor.predict` with ``up_axis=`` does (the same
         crops, views and height); a file without the entry is taken as z up."""
-        from ..io import PointCloud  # noqa: PLC0415
+        from ..io import PointCloud, read_scan  # noqa: PLC0415
         from ..scene_inference import predict_scene_checked  # noqa: PLC0415
 
         where = "OnnxSceneModel.predict"
         if isinstance(pos, (PointCloud, str, os.PathLike)):
             if x is not None:
                 fail(where, "x is built from the scan when pos is a file or a PointCloud: give x only with coordinates")
-            cloud = _read_scan(pos)
+            cloud = pos if isinstance(pos, PointCloud) else read_scan(pos)
             pos, x = torch.from_numpy(cloud.points), self.features_of(cloud)
         pos = check_points(where, "pos", _as_tensor(pos))
         if x is None:

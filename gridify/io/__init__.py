@@ -1,7 +1,9 @@
 """Robust point-cloud and mesh file readers, and a PLY writer.
 
 :func:`read_points` reads one file into a :class:`PointCloud` (numpy arrays; float32 points,
-or float64 when float64 coordinates have a large offset, see :mod:`gridify.io.cloud`).
+or float64 when float64 coordinates have a large offset, see :mod:`gridify.io.cloud`); :func:`read_scan` reads a
+scan for a scene segmenter (every per-point field its format holds: :func:`holds_fields`); :func:`read_labels`
+reads a label file (``.label``, ``.npy``, text: :mod:`gridify.io.labels`).
 Supported extensions (case-insensitive; the table is built from the format registry, see
 :func:`describe_formats` and :func:`register_reader`):
 
@@ -29,8 +31,9 @@ the file before anything is allocated (each reader's docstring gives its bound).
 ``SUPPORTED_EXTENSIONS`` and ``MESH_EXTENSIONS`` are tuples read from the registry at each
 access, so they include formats registered later.
 
-Modules: :mod:`~gridify.io.read` (read_points), :mod:`~gridify.io.registry` (the format
-registry), :mod:`~gridify.io.builtin` (the built-in formats), one module per format family
+Modules: :mod:`~gridify.io.read` (read_points, read_scan), :mod:`~gridify.io.labels` (read_labels),
+:mod:`~gridify.io.registry` (the format registry), :mod:`~gridify.io.builtin` (the built-in formats), one module
+per format family
 (:mod:`~gridify.io.text`, :mod:`~gridify.io.npy`, :mod:`~gridify.io.pcd`,
 :mod:`~gridify.io.ply`, :mod:`~gridify.io.las`, :mod:`~gridify.io.mesh`,
 :mod:`~gridify.io.trimesh_formats`, :mod:`~gridify.io.kitti`, :mod:`~gridify.io.raw` for headerless
@@ -39,7 +42,7 @@ binary tables), :mod:`~gridify.io.source` (opening files),
 interpretation), :mod:`~gridify.io.fields` (named fields), :mod:`~gridify.io.normals`,
 :mod:`~gridify.io.writer` and :mod:`~gridify.io.cloud` (:class:`PointCloud`).
 
-The scene datasets (:mod:`gridify.datasets.scene_layouts`) read their files here too, through small
+The scene layouts (:mod:`gridify.datasets.layouts`) read their files here too, through small
 readers of the format modules: :func:`~gridify.io.kitti.read_kitti_rows` / ``read_kitti_labels``,
 :func:`~gridify.io.raw.read_raw_rows`, :func:`~gridify.io.text.read_text_rows` (S3DIS annotation text),
 :func:`~gridify.io.ply.read_ply_vertices` (a PLY's vertex properties, a label included) and
@@ -59,7 +62,8 @@ from .cloud import LARGE_OFFSET, PointCloud, centre_large_offset
 from .mesh import read_mesh, register_mesh_reader, sample_mesh
 from .normals import repair_normals
 from .pcd import lzf_decompress
-from .read import MAX_SAMPLES, read_points
+from .labels import read_labels
+from .read import MAX_SAMPLES, holds_fields, read_points, read_scan
 from .registry import (
     READ_OPTIONS,
     ReaderFormat,
@@ -81,6 +85,9 @@ __all__ = [
     "centre_large_offset",
     "MAX_SAMPLES",
     "read_points",
+    "read_scan",
+    "holds_fields",
+    "read_labels",
     "read_mesh",
     "sample_mesh",
     "write_ply",

@@ -1,4 +1,5 @@
-"""The entry point :func:`read_points`: check the file, pick its reader, check the cloud it returns.
+"""The entry point :func:`read_points`: check the file, pick its reader, check the cloud it returns; and
+:func:`read_scan`, the one reading of a scan for a scene segmenter (every per-point field its format holds).
 
 The reader is the one the format registry (:mod:`gridify.io.registry`) holds for the file's
 extension; :func:`~gridify.io.source.check_file` and :func:`finalize` are the checks every read
@@ -21,10 +22,19 @@ import numpy as np
 from .._checks import check_bool, check_int, fail, is_int, warn_at_caller
 from .._files import PathLike
 from .cloud import PointCloud, bulk_box, representable_rows, stray_rows
-from .registry import find_format, formats, supported_extensions
+from .registry import find_format, formats, reader_takes, supported_extensions
 from .source import ReferencedFileNotFoundError, check_file
 
-__all__ = ["read_points", "finalize", "check_read_options", "check_format_options", "run_reader", "MAX_SAMPLES"]
+__all__ = [
+    "read_points",
+    "read_scan",
+    "holds_fields",
+    "finalize",
+    "check_read_options",
+    "check_format_options",
+    "run_reader",
+    "MAX_SAMPLES",
+]
 
 #: options of the mesh readers (surface sampling); a point file has no surface, so they do not apply
 MESH_OPTIONS = ("num_samples", "seed")
@@ -100,6 +110,30 @@ def read_points(
     check_format_options(p, fmt, options)
     cloud = run_reader(p, fmt.reader, **{k: options[k] for k in fmt.options})
     return finalize(cloud, p, drop_invalid)
+
+
+def holds_fields(path: PathLike) -> bool:
+    """Whether the format of ``path`` (by its suffix) has named per-point fields (LiDAR intensity and the like: a
+    KITTI ``.bin``, LAS/LAZ, PLY, PCD), which :func:`read_points` keeps only when asked (``fields=``) and
+    :func:`read_scan` always keeps; False for a format without (text, ``.npy``: their columns are named with
+    ``columns=``) and for an unregistered extension."""
+    return reader_takes(path, "fields")
+
+
+def read_scan(path: PathLike, **options: Any) -> PointCloud:
+    """A scan read for a scene segmenter: :func:`read_points` with every per-point field the format holds
+    (``fields="all"`` where :func:`holds_fields`), so that the features a model was trained with (LiDAR intensity)
+    are found. The one place of that rule: prediction (:meth:`gridify.Predictor.predict` of a path), ``gridify
+    predict`` / ``evaluate --scan`` / ``show``, :class:`gridify.export.OnnxSceneModel` and the scene benchmarks read
+    scans through it. ``options``: the other keyword arguments of :func:`read_points` (``num_samples``,
+    ``columns``, ...), passed on.
+
+    Shapes:
+        points ``[N, 3]``; each field ``[N]``.
+    """
+    if holds_fields(path):
+        options = {"fields": "all", **options}
+    return read_points(path, **options)
 
 
 #: what each option of read_points is for, said when a format cannot honour it

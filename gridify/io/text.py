@@ -8,14 +8,15 @@ by :func:`~gridify.io.columns.table_to_cloud`; ``.xyzn`` defaults to ``x y z nx 
 ``.xyzrgb`` to ``x y z r g b``.
 
 :func:`read_text_rows` reads a strict numeric table of a known width (S3DIS ``Annotations/*.txt``:
-``x y z r g b``; a label file: one integer per line): whitespace-separated values only, blank lines
-skipped; a line with another number of values, or a value that is not a number (e.g. the stray
-``\\x10`` of the raw S3DIS release's ``Area_5/hallway_6``), is refused naming the file and the line
-(``<file>:<line>: ...``).
+``x y z r g b``): whitespace-separated values only, blank lines skipped; a line with another number of values, or
+a value that is not a number (e.g. the stray ``\\x10`` of the raw S3DIS release's ``Area_5/hallway_6``), is
+refused naming the file and the line (``<file>:<line>: ...``). :func:`read_text_values` reads every number of a
+file in order, any number per line (a label file: :func:`gridify.io.read_labels`), with the same errors.
 
 Shapes:
     a file of ``N`` lines of ``C`` columns -> points ``[N, 3]`` (normals/colors ``[N, 3]``,
-    labels ``[N]`` as the columns say); :func:`read_text_rows`: ``[N, width]`` float64.
+    labels ``[N]`` as the columns say); :func:`read_text_rows`: ``[N, width]`` float64; :func:`read_text_values`:
+    ``[M]`` float64.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from .cloud import PointCloud
 from .columns import table_to_cloud
 from .source import decode_text, read_file_bytes, text_encoding
 
-__all__ = ["read_text", "read_text_rows"]
+__all__ = ["read_text", "read_text_rows", "read_text_values"]
 
 
 def _split(s: str, comma: bool) -> List[str]:
@@ -184,3 +185,37 @@ def read_text_rows(path: PathLike, width: int, names: str = "") -> np.ndarray:
     if vals is None or vals.size != lines * width:
         raise _first_bad_row(p, body, width, what)
     return vals.reshape(lines, width)
+
+
+def read_text_values(path: PathLike, names: str = "") -> np.ndarray:
+    """Every whitespace-separated number of the text file ``path``, in file order, as ``[M]`` float64 (a label
+    file: one label per point, one or several per line); ``#`` starts a comment, blank lines are skipped; decoded
+    as every text file of gridify is (:func:`~gridify.io.source.decode_text`: a byte-order mark skipped, UTF-16
+    read). ``names``: what the values are, for the messages (``"labels"``).
+
+    Raises:
+        ValueError: a file without a number, or a value that is not one, naming the file (and the line:
+            ``<file>:<line>: ...``).
+    """
+    p = Path(path)
+    body = _decode(p)[0]
+    if b"#" in body:  # comments: the rest of their line (the line numbers stay the file's)
+        body = b"\n".join(line.split(b"#", 1)[0] for line in body.split(b"\n"))
+    count = len(body.split())
+    if count == 0:
+        raise ValueError(f"{p}: empty file (no {names or 'values'})")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            vals = np.fromstring(body, dtype=np.float64, sep=" ")
+    except (ValueError, DeprecationWarning):
+        vals = None
+    if vals is None or vals.size != count:
+        for lineno, line in enumerate(body.split(b"\n"), 1):
+            for tok in line.split():
+                try:
+                    float(tok)
+                except ValueError:
+                    raise ValueError(f"{p}:{lineno}: not a number: {tok[:40]!r} in {line.strip()[:80]!r}") from None
+        raise ValueError(f"{p}: unreadable text{f' ({names})' if names else ''}")
+    return vals

@@ -13,7 +13,7 @@ import torch
 
 import gridify
 from gridify.api import PREDICTORS, Prediction, TaskPredictor, predictor_for
-from gridify.api.task_predictors import ClassificationPredictor, check_run, served_tasks
+from gridify.api.task_predictors import ClassificationPredictor, check_predict_arguments, served_tasks
 from gridify.registry import TASKS
 from gridify.tasks import ClassificationTask, get_task
 
@@ -56,7 +56,7 @@ class ToyScoresPredictor(TaskPredictor):
         up_axis="z",
         where="Predictor.predict",
     ):
-        check_run(where, 1 if num_votes is None else num_votes, batch_size, seed, estimate_normals)
+        check_predict_arguments(where, 1 if num_votes is None else num_votes, batch_size, seed, estimate_normals)
         cloud = predictor.prepare(points, normals, estimate_normals=estimate_normals, up_axis=up_axis, where=where)
         pos = torch.from_numpy(cloud["pos"])[None]
         logits = predictor.model(pos, torch.from_numpy(np.ascontiguousarray(cloud["x"]))[None])[0].float()
