@@ -22,9 +22,10 @@ recomputes each chunk's ``z, f, a, p`` in the backward pass, where
     dL/dB     += dL/dz_e o_e^T
 
 with ``g_e = dL/dy_{t(e)} * [e = w_{t(e)}]`` for max, channel by channel: the forward pass keeps
-the winning edge ``w [num_dst, H]`` of every target channel (the last of tied edges, e.g. the
-copies of a duplicated point: one valid subgradient, where the plain path's ``ScatterExtreme``
-shares it equally among them; for tied copies of one edge the weights' gradients are the same)
+the winning edge ``w [num_dst, H]`` of every target channel (one of tied edges, e.g. the copies of
+a duplicated point: one valid subgradient, where the plain path's ``ScatterExtreme`` shares it
+equally among them; for tied copies of one edge the weights' gradients are the same; float32
+messages fold value and edge as one packed key per channel, :class:`_PackedMax`)
 (concat: ``dL/dW_o += g_e GELU(u_e)^T``, ``dL/du_e = (W_o^T g_e) * GELU'(u_e)``, which is both
 ``dL/dh`` (scattered to the sources) and ``dL/dp_e``). Plain autograd instead stores about five
 ``E x H`` tensors for the backward pass: for a batch of 32 clouds of 1,024 points that is more than
@@ -131,25 +132,93 @@ def _messages(p: Tensor, hs: Tensor, Wo: Optional[Tensor], bo: Optional[Tensor])
 class _RunningMax:
     """The running maxima ``[num_dst, H]`` of a max aggregation fed chunk by chunk, with the edge
     that holds each one: the last of tied edges (edge ids grow chunk by chunk). Each chunk folds its
-    values (``scatter_reduce_`` amax), then the ids of its edges that reached the new maxima. (Packing
-    value and edge into one int64 key, one scatter per chunk, measured no faster: 0.99-1.01x the step.)
+    values (``scatter_reduce_`` amax), then the ids of its edges that reached the new maxima. The
+    general fold (any float dtype); :class:`_PackedMax` is the faster one for float32 messages.
     """
 
     def __init__(self, num_dst: int, width: int, dtype: torch.dtype, device: torch.device):
         self.out = torch.full((num_dst, width), float("-inf"), dtype=dtype, device=device)
-        self.winner = torch.full((num_dst, width), -1, dtype=torch.int64, device=device)
+        # edge ids as float64 (exact below 2^53): torch's CPU scatter_reduce_ amax is about 5-10x
+        # slower on int64 than on floating point values (no fast path for an expanded index)
+        self.winner = torch.full((num_dst, width), -1.0, dtype=torch.float64, device=device)
 
     def fold(self, m: Tensor, dst: Tensor, first: int) -> None:
         """Take the messages ``m [E_c, H]`` of the edges ``first, first + 1, ...`` into targets ``dst``."""
         idx = dst[:, None].expand_as(m)
         self.out.scatter_reduce_(0, idx, m, reduce="amax", include_self=True)
-        ids = torch.arange(first, first + m.size(0), device=m.device)[:, None].expand_as(m)
-        won = torch.where(self.out.index_select(0, dst) == m, ids, -1)
+        ids = torch.arange(first, first + m.size(0), dtype=torch.float64, device=m.device)[:, None].expand_as(m)
+        won = torch.where(self.out.index_select(0, dst) == m, ids, -1.0)
         self.winner.scatter_reduce_(0, idx, won, reduce="amax", include_self=True)
 
     def result(self) -> Tuple[Tensor, Tensor]:
         """``(maxima, winning edges)``: 0 and -1 for targets without edges (as ``scatter()`` gives)."""
-        return self.out.masked_fill_(self.out == float("-inf"), 0.0), self.winner
+        return self.out.masked_fill_(self.out == float("-inf"), 0.0), self.winner.long()
+
+
+class _PackedMax:
+    """:class:`_RunningMax` for float32 messages in one ``scatter_reduce_`` per chunk: each message
+    ``m_ec`` and its edge are packed into one float64 key, the value converted exactly (a float32 in
+    float64 leaves the low 29 bits of the mantissa zero) and ``e + 1`` written into those bits. Keys
+    order as their values (the id moves a key by less than one float32 step), so the largest key of a
+    target channel holds its maximum and one edge holding it: among tied edges the last for a
+    non-negative maximum (``+0`` above ``-0``), the first for a negative one (the id adds to the
+    magnitude). Masking the low bits off gives the value back exactly, the low bits the edge.
+
+    A non-finite message makes a NaN key (the exponent of an infinity with a nonzero mantissa), which
+    ``scatter_reduce_`` propagates: :meth:`result` then returns None and the caller folds again with
+    :class:`_RunningMax`. Edge ids must stay below :data:`_PACKED_MAX_EDGES`.
+    """
+
+    def __init__(self, num_dst: int, width: int, device: torch.device):
+        self.key = torch.full((num_dst, width), float("-inf"), dtype=torch.float64, device=device)
+
+    def fold(self, m: Tensor, dst: Tensor, first: int) -> None:
+        """Take the float32 messages ``m [E_c, H]`` of the edges ``first, first + 1, ...`` into targets ``dst``."""
+        key = m.to(torch.float64)
+        ids = torch.arange(first + 1, first + 1 + m.size(0), device=m.device)
+        key.view(torch.int64).bitwise_or_(ids[:, None])
+        self.key.scatter_reduce_(0, dst[:, None].expand_as(key), key, reduce="amax", include_self=True)
+
+    def result(self) -> Optional[Tuple[Tensor, Tensor]]:
+        """``(maxima float32, winning edges int64)`` as :meth:`_RunningMax.result`; None after a non-finite message."""
+        if bool(self.key.isnan().any()):
+            return None
+        bits = self.key.view(torch.int64)
+        winner = (bits & _PACKED_ID_MASK).sub_(1)  # -1 where no edge came (the key stayed -inf)
+        out = bits.bitwise_and_(~_PACKED_ID_MASK).view(torch.float64).to(torch.float32)
+        return out.masked_fill_(winner < 0, 0.0), winner
+
+
+#: the low mantissa bits of a float64 that a float32 value leaves zero (52 - 23), which :class:`_PackedMax` fills
+_PACKED_ID_BITS = 29
+_PACKED_ID_MASK = (1 << _PACKED_ID_BITS) - 1
+#: :class:`_PackedMax` packs edge ids ``e + 1`` below ``2^29``; more edges fold with :class:`_RunningMax`
+_PACKED_MAX_EDGES = _PACKED_ID_MASK - 1
+
+
+def _new_running_max(num_dst: int, width: int, dtype: torch.dtype, device: torch.device, num_edges: int) -> Any:
+    """The fold of a max aggregation: :class:`_PackedMax` for float32 messages, else :class:`_RunningMax`."""
+    if dtype == torch.float32 and num_edges <= _PACKED_MAX_EDGES:
+        return _PackedMax(num_dst, width, device)
+    return _RunningMax(num_dst, width, dtype, device)
+
+
+def _aggregate(
+    h: Tensor, offset: Tensor, edge_src: Tensor, edge_dst: Tensor, weights: Tuple, acc: torch.dtype, into: Any
+):
+    """The forward pass's chunk loop: every chunk's messages summed into the tensor ``into`` or folded
+    into the running max ``into``; returns the sums, or ``into.result()``."""
+    B, W1, b1, W2, b2, Wo, bo = weights
+    BB = _phases(B)
+    summing = isinstance(into, Tensor)
+    for s, e in _chunks(edge_src.numel(), h.size(1)):
+        p = _field(offset[s:e], BB, W1, b1, W2, b2)[4]
+        m = _messages(p, h.index_select(0, edge_src[s:e]), Wo, bo).to(acc)
+        if summing:
+            into.index_add_(0, edge_dst[s:e], m)
+        else:
+            into.fold(m, edge_dst[s:e], s)
+    return into if summing else into.result()
 
 
 class FusedEdgeMessages(torch.autograd.Function):
@@ -182,23 +251,17 @@ class FusedEdgeMessages(torch.autograd.Function):
         maximum: bool = False,
     ) -> Tensor:
         acc = torch.promote_types(h.dtype, offset.dtype)
-        width, winner = h.size(1), None
+        width, winner, num_edges = h.size(1), None, edge_src.numel()
+        args = (h, offset, edge_src, edge_dst, (B, W1, b1, W2, b2, Wo, bo), acc)
         if maximum:
-            running = _RunningMax(num_dst, width, acc, h.device)
+            result = _aggregate(*args, _new_running_max(num_dst, width, acc, h.device, num_edges))
+            if result is None:  # a non-finite message: the general fold gives scatter()'s values
+                result = _aggregate(*args, _RunningMax(num_dst, width, acc, h.device))
+            out, winner = result
         else:
-            out = torch.zeros(num_dst, width, dtype=acc, device=h.device)
-        BB = _phases(B)
-        for s, e in _chunks(edge_src.numel(), width):
-            p = _field(offset[s:e], BB, W1, b1, W2, b2)[4]
-            m = _messages(p, h.index_select(0, edge_src[s:e]), Wo, bo).to(acc)
-            if maximum:
-                running.fold(m, edge_dst[s:e], s)
-            else:
-                out.index_add_(0, edge_dst[s:e], m)
-        if maximum:
-            out, winner = running.result()
-        elif scale is not None:
-            out.mul_(scale[:, None])
+            out = _aggregate(*args, torch.zeros(num_dst, width, dtype=acc, device=h.device))
+            if scale is not None:
+                out.mul_(scale[:, None])
         ctx.concat = concat
         ctx.save_for_backward(h, offset, edge_src, edge_dst, scale, B, W1, b1, W2, b2, Wo, bo, winner)
         return out
