@@ -263,3 +263,9 @@ def test_fused_max_in_float32_packed_and_general_folds_agree(monkeypatch):
     # and both against plain autograd in float32
     plain = _run(conv, False, *data)
     torch.testing.assert_close(packed[0], plain[0], rtol=1e-5, atol=1e-6)
+
+
+def test_winning_edges_lists_each_edge_holding_a_maximum_once():
+    winner = torch.tensor([[4, 4, 0], [-1, -1, -1], [7, 2, 4]])
+    assert EM._winning_edges(winner, 9).tolist() == [0, 2, 4, 7]
+    assert EM._winning_edges(torch.full((2, 3), -1), 5).numel() == 0
