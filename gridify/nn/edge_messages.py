@@ -10,7 +10,9 @@ The message passing of :class:`gridify.nn.BipartiteConv` with a random-Fourier-f
     y_dc = max_{e : t(e) = d} m_ec,  w_dc = the edge holding it      (max; targets without edges 0)
 
 (``f_e`` is computed as ``sin([B; B] o_e + [pi/2, 0])``: one matrix product and one sine per chunk, no
-concatenation) is computed by :class:`FusedEdgeMessages`, a ``torch.autograd.Function`` that walks the edges in
+concatenation; for concat messages ``u_e = h_{s(e)} + p_e`` as ``(h + b_2)_{s(e)} + W_2 GELU(a_e)``, the
+product accumulated into the gathered rows, and for max ``y_dc = max_e (W_o GELU(u_e))_c + b_oc``: rounding
+is monotone, so adding ``b_o`` after the maximum gives the same values) is computed by :class:`FusedEdgeMessages`, a ``torch.autograd.Function`` that walks the edges in
 chunks of :data:`EDGE_CHUNK_ELEMENTS` values in the forward pass and keeps nothing per edge for the
 backward: it saves only its inputs (``h``, the offsets, the edge lists and the weights) and
 recomputes each chunk's ``z, f, a, p`` in the backward pass, where
@@ -59,6 +61,7 @@ __all__ = ["FusedEdgeMessages", "fused_edge_messages", "use_fused_messages", "ED
 EDGE_CHUNK_ELEMENTS = 1 << 18
 
 _gelu_backward = torch.ops.aten.gelu_backward
+_gelu_ = torch.ops.aten.gelu_
 
 
 def use_fused_messages(mode: Union[str, bool], *, field: Any, aggr: str, needs_grad: bool, offset: Tensor) -> bool:
@@ -109,26 +112,11 @@ def _phases(B: Tensor) -> Tuple[Tensor, Tensor]:
     return torch.cat([B, B]).t(), shift
 
 
-def _field(
-    o: Tensor, BB: Tuple[Tensor, Tensor], W1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor
-) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """One chunk of the RFF field: ``(cos z, sin z, f, a, p)``. The phases ``z = B o`` and the
-    Fourier features are computed in the offsets' precision, the two matrix products in ``W1``'s."""
+def _hidden(o: Tensor, BB: Tuple[Tensor, Tensor], W1: Tensor, b1: Tensor) -> Tuple[Tensor, Tensor]:
+    """One chunk's ``(f, a)``: the Fourier features ``f = [cos z, sin z]`` in the offsets' precision and
+    ``a = W_1 f + b_1`` in ``W1``'s."""
     f = torch.addmm(BB[1], o, BB[0]).sin_()
-    n = f.size(1) // 2
-    cz, sz = f[:, :n], f[:, n:]
-    f = f.to(W1.dtype)
-    a = torch.addmm(b1, f, W1.t())
-    p = torch.addmm(b2, F.gelu(a), W2.t())
-    return cz, sz, f, a, p
-
-
-def _messages(p: Tensor, hs: Tensor, Wo: Optional[Tensor], bo: Optional[Tensor]) -> Tensor:
-    """One chunk's messages from the field values ``p`` (overwritten) and the gathered ``hs``:
-    ``p * hs`` (product, ``Wo`` None) or ``W_o GELU(p + hs) + b_o`` (concat)."""
-    if Wo is None:
-        return p.mul_(hs)
-    return torch.addmm(bo, F.gelu(p.add_(hs)), Wo.t())
+    return f, torch.addmm(b1, f.to(W1.dtype), W1.t())
 
 
 class _RunningMax:
@@ -152,9 +140,11 @@ class _RunningMax:
         won = torch.where(self.out.index_select(0, dst) == m, ids, -1.0)
         self.winner.scatter_reduce_(0, idx, won, reduce="amax", include_self=True)
 
-    def result(self) -> Tuple[Tensor, Tensor]:
-        """``(maxima, winning edges)``: 0 and -1 for targets without edges (as ``scatter()`` gives)."""
-        return self.out.masked_fill_(self.out == float("-inf"), 0.0), self.winner.long()
+    def result(self) -> Tuple[Tensor, Tensor, Tensor]:
+        """``(maxima, winning edges, empty)``: 0 and -1 for targets without edges (as ``scatter()`` gives),
+        which ``empty`` marks."""
+        empty = self.out == float("-inf")
+        return self.out.masked_fill_(empty, 0.0), self.winner.long(), empty
 
 
 class _PackedMax:
@@ -181,14 +171,16 @@ class _PackedMax:
         key.view(torch.int64).bitwise_or_(ids[:, None])
         self.key.scatter_reduce_(0, dst[:, None].expand_as(key), key, reduce="amax", include_self=True)
 
-    def result(self) -> Optional[Tuple[Tensor, Tensor]]:
-        """``(maxima float32, winning edges int64)`` as :meth:`_RunningMax.result`; None after a non-finite message."""
+    def result(self) -> Optional[Tuple[Tensor, Tensor, Tensor]]:
+        """``(maxima float32, winning edges int64, empty)`` as :meth:`_RunningMax.result`; None after a
+        non-finite message."""
         if bool(self.key.isnan().any()):
             return None
         bits = self.key.view(torch.int64)
         winner = (bits & _PACKED_ID_MASK).sub_(1)  # -1 where no edge came (the key stayed -inf)
         out = bits.bitwise_and_(~_PACKED_ID_MASK).view(torch.float64).to(torch.float32)
-        return out.masked_fill_(winner < 0, 0.0), winner
+        empty = winner < 0
+        return out.masked_fill_(empty, 0.0), winner, empty
 
 
 #: the low mantissa bits of a float64 that a float32 value leaves zero (52 - 23), which :class:`_PackedMax` fills
@@ -206,20 +198,26 @@ def _new_running_max(num_dst: int, width: int, dtype: torch.dtype, device: torch
 
 
 def _aggregate(
-    h: Tensor, offset: Tensor, edge_src: Tensor, edge_dst: Tensor, weights: Tuple, acc: torch.dtype, into: Any
+    hb: Tensor, offset: Tensor, edge_src: Tensor, edge_dst: Tensor, weights: Tuple, acc: torch.dtype, into: Any
 ):
     """The forward pass's chunk loop: every chunk's messages summed into the tensor ``into`` or folded
-    into the running max ``into``; returns the sums, or ``into.result()``."""
+    into the running max ``into``; returns the sums, or ``into.result()``. ``hb``: the node embeddings
+    ``h`` (product), ``h + b_2`` (concat). A max aggregation's messages leave ``b_o`` out (added to the
+    maxima by the caller: rounding is monotone, so ``max(m + b) = max(m) + b`` exactly)."""
     B, W1, b1, W2, b2, Wo, bo = weights
-    BB = _phases(B)
-    summing = isinstance(into, Tensor)
-    for s, e in _chunks(edge_src.numel(), h.size(1)):
-        p = _field(offset[s:e], BB, W1, b1, W2, b2)[4]
-        m = _messages(p, h.index_select(0, edge_src[s:e]), Wo, bo).to(acc)
+    BB, summing = _phases(B), isinstance(into, Tensor)
+    for s, e in _chunks(edge_src.numel(), hb.size(1)):
+        src = edge_src[s:e]
+        act = _gelu_(_hidden(offset[s:e], BB, W1, b1)[1])  # a is not needed again: GELU in place
+        if Wo is None:  # product: (W_2 GELU(a) + b_2) * h_s
+            m = torch.addmm(b2, act, W2.t()).mul_(hb.index_select(0, src))
+        else:  # concat: W_o GELU(u) (+ b_o), u = W_2 GELU(a) + (h + b_2)_s accumulated into the gathered rows
+            v = _gelu_(hb.index_select(0, src).addmm_(act, W2.t()))
+            m = torch.addmm(bo, v, Wo.t()) if summing else torch.mm(v, Wo.t())
         if summing:
-            into.index_add_(0, edge_dst[s:e], m)
+            into.index_add_(0, edge_dst[s:e], m.to(acc))
         else:
-            into.fold(m, edge_dst[s:e], s)
+            into.fold(m.to(acc), edge_dst[s:e], s)
     return into if summing else into.result()
 
 
@@ -262,12 +260,15 @@ class FusedEdgeMessages(torch.autograd.Function):
     ) -> Tensor:
         acc = torch.promote_types(h.dtype, offset.dtype)
         width, winner, num_edges = h.size(1), None, edge_src.numel()
-        args = (h, offset, edge_src, edge_dst, (B, W1, b1, W2, b2, Wo, bo), acc)
+        hb = h + b2 if concat else h
+        args = (hb, offset, edge_src, edge_dst, (B, W1, b1, W2, b2, Wo, bo), acc)
         if maximum:
             result = _aggregate(*args, _new_running_max(num_dst, width, acc, h.device, num_edges))
             if result is None:  # a non-finite message: the general fold gives scatter()'s values
                 result = _aggregate(*args, _RunningMax(num_dst, width, acc, h.device))
-            out, winner = result
+            out, winner, empty = result
+            if concat:
+                out.add_(bo).masked_fill_(empty, 0.0)
         else:
             out = _aggregate(*args, torch.zeros(num_dst, width, dtype=acc, device=h.device))
             if scale is not None:
@@ -286,6 +287,7 @@ class FusedEdgeMessages(torch.autograd.Function):
         gWo = None if Wo is None else torch.zeros(Wo.shape, dtype=acc, device=Wo.device)
         gbo = None if bo is None else torch.zeros(bo.shape, dtype=acc, device=bo.device)
         n_freq, BB = B.size(0), _phases(B)
+        hb = h + b2 if ctx.concat else h
         # max: only the edges holding some target channel's maximum get a gradient; the others are skipped
         edges = None if winner is None else _winning_edges(winner, edge_src.numel())
         for s, e in _chunks(edge_src.numel() if edges is None else edges.numel(), h.size(1)):
@@ -294,28 +296,35 @@ class FusedEdgeMessages(torch.autograd.Function):
             else:
                 ids = edges[s:e]
                 src, dst, o = edge_src.index_select(0, ids), edge_dst.index_select(0, ids), offset.index_select(0, ids)
-            cz, sz, f, a, p = _field(o, BB, W1, b1, W2, b2)
+            f, a = _hidden(o, BB, W1, b1)
+            cz, sz = f[:, :n_freq], f[:, n_freq:]
+            act = F.gelu(a)
             g = g_dst.index_select(0, dst)
             if edges is not None:  # max: each target channel's gradient to the edge holding its maximum
                 g = g.mul_(winner.index_select(0, dst) == ids[:, None])
-            hs = h.index_select(0, src)
             if ctx.concat:
-                u = p.add_(hs)
+                u = hb.index_select(0, src).addmm_(act, W2.t())
                 gWo += g.t() @ F.gelu(u)
-                gbo += g.sum(0, dtype=acc)
+                if winner is None:
+                    gbo += g.sum(0, dtype=acc)
                 gp = _gelu_backward(g @ Wo, u)
-                grad_h.index_add_(0, src, gp.to(acc))
+                grad_h.index_add_(0, src, gp.to(acc))  # dL/db_2 = the sum of these: taken once, below
             else:
-                grad_h.index_add_(0, src, (g * p).to(acc))
+                hs = h.index_select(0, src)
+                grad_h.index_add_(0, src, (g * torch.addmm(b2, act, W2.t())).to(acc))
                 gp = g.mul_(hs)
-            gW2 += gp.t() @ F.gelu(a)
-            gb2 += gp.sum(0, dtype=acc)
+                gb2 += gp.sum(0, dtype=acc)
+            gW2 += gp.t() @ act
             ga = _gelu_backward(gp @ W2, a)
-            gW1 += ga.t() @ f
+            gW1 += ga.t() @ f.to(W1.dtype)
             gb1 += ga.sum(0, dtype=acc)
             gf = (ga @ W1).to(cz.dtype)
             gz = gf[:, n_freq:].mul_(cz).sub_(gf[:, :n_freq].mul_(sz))
             gB.addmm_(gz.t(), o)
+        if ctx.concat:
+            gb2 = grad_h.sum(0)
+            if winner is not None:  # b_o was added to every maximum
+                gbo = torch.where(winner >= 0, g_dst, 0).sum(0, dtype=acc)
         cast = lambda grad, ref: None if grad is None else grad.to(ref.dtype)  # noqa: E731
         grads = (
             cast(grad_h, h),

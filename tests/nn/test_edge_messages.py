@@ -127,11 +127,12 @@ def test_running_max_keeps_each_maximum_and_the_last_edge_holding_it(dtype):
     running = EM._RunningMax(num_dst, H, dtype, torch.device("cpu"))
     for s in range(0, E, 64):
         running.fold(m[s : s + 64], dst[s : s + 64], s)
-    out, winner = running.result()
+    out, winner, empty = running.result()
     ref_out, ref_winner = _running_max_reference(m, dst, num_dst)
     assert torch.equal(out, ref_out) and out.dtype == dtype
     assert torch.equal(winner, ref_winner)
     assert (winner[-3:] == -1).all() and (out[-3:] == 0).all()
+    assert torch.equal(empty, winner < 0) and empty[-3:].all()
 
 
 @pytest.mark.parametrize("aggr", ["mean", "max"])
@@ -204,13 +205,14 @@ def test_packed_max_keeps_each_maximum_and_one_edge_holding_it():
     running = EM._PackedMax(num_dst, H, torch.device("cpu"))
     for s in range(0, E, 64):
         running.fold(m[s : s + 64], dst[s : s + 64], s)
-    out, winner = running.result()
+    out, winner, empty = running.result()
     ref_out, ref_winner = _packed_max_reference(m, dst, num_dst)
     assert out.dtype == torch.float32 and winner.dtype == torch.int64
     assert torch.equal(out, ref_out)
     assert torch.equal(torch.signbit(out), torch.signbit(ref_out))
     assert torch.equal(winner, ref_winner)
     assert (winner[-3:] == -1).all() and (out[-3:] == 0).all()
+    assert torch.equal(empty, winner < 0) and empty[-3:].all()
 
 
 @pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
