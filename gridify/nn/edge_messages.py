@@ -12,7 +12,7 @@ The message passing of :class:`gridify.nn.BipartiteConv` with a random-Fourier-f
 (``f_e`` is computed as ``sin([B; B] o_e + [pi/2, 0])``: one matrix product and one sine per chunk, no
 concatenation; for concat messages ``u_e = h_{s(e)} + p_e`` as ``(h + b_2)_{s(e)} + W_2 GELU(a_e)``, the
 product accumulated into the gathered rows, and for max ``y_dc = max_e (W_o GELU(u_e))_c + b_oc``: rounding
-is monotone, so adding ``b_o`` after the maximum gives the same values) is computed by :class:`FusedEdgeMessages`, a ``torch.autograd.Function`` that walks the edges in
+is monotone, so this is exactly the maximum of the messages rounded as ``(W_o GELU(u_e)) + b_o``) is computed by :class:`FusedEdgeMessages`, a ``torch.autograd.Function`` that walks the edges in
 chunks of :data:`EDGE_CHUNK_ELEMENTS` values in the forward pass and keeps nothing per edge for the
 backward: it saves only its inputs (``h``, the offsets, the edge lists and the weights) and
 recomputes each chunk's ``z, f, a, p`` in the backward pass, where
