@@ -10,12 +10,14 @@ The message passing of :class:`gridify.nn.BipartiteConv` with a random-Fourier-f
     y_dc = max_{e : t(e) = d} m_ec,  w_dc = the edge holding it      (max; targets without edges 0)
 
 (``f_e`` is computed as ``sin([B; B] o_e + [pi/2, 0])``: one matrix product and one sine per chunk, no
-concatenation; for concat messages ``u_e = h_{s(e)} + p_e`` as ``(h + b_2)_{s(e)} + W_2 GELU(a_e)``, the
-product accumulated into the gathered rows, and for max ``y_dc = max_e (W_o GELU(u_e))_c + b_oc``: rounding
-is monotone, so this is exactly the maximum of the messages rounded as ``(W_o GELU(u_e)) + b_o``) is computed by :class:`FusedEdgeMessages`, a ``torch.autograd.Function`` that walks the edges in
-chunks of :data:`EDGE_CHUNK_ELEMENTS` values in the forward pass and keeps nothing per edge for the
-backward: it saves only its inputs (``h``, the offsets, the edge lists and the weights) and
-recomputes each chunk's ``z, f, a, p`` in the backward pass, where
+concatenation; for concat messages ``u_e = h_{s(e)} + p_e`` as ``(h + b_2)_{s(e)} + W_2 GELU(a_e)``,
+the product accumulated into the gathered rows; for max ``y_dc = max_e (W_o GELU(u_e))_c + b_oc``:
+rounding is monotone, so this is exactly the maximum of the messages rounded as
+``(W_o GELU(u_e)) + b_o``) is computed by :class:`FusedEdgeMessages`, a ``torch.autograd.Function``
+that walks the edges in chunks of :data:`EDGE_CHUNK_ELEMENTS` values in the forward pass and keeps
+nothing per edge for the backward: it saves only its inputs (``h``, the offsets, the edge lists and
+the weights) and the winners of a max, and recomputes each chunk's ``z, f, a, p`` in the backward
+pass, where
 
     dL/dh_s   += sum_{e: s(e)=s} g_e * p_e             g_e = c_{t(e)} dL/dy_{t(e)}      (product)
     dL/dp_e    = g_e * h_{s(e)}
@@ -31,10 +33,11 @@ messages fold value and edge as one packed key per channel, :class:`_PackedMax`)
 holds no target channel's maximum has ``g_e = 0``, and the backward pass recomputes only the edges
 that hold one (in the scene segmenter at 65k points a tenth of the gridification's edges)
 (concat: ``dL/dW_o += g_e GELU(u_e)^T``, ``dL/du_e = (W_o^T g_e) * GELU'(u_e)``, which is both
-``dL/dh`` (scattered to the sources) and ``dL/dp_e``). Plain autograd instead stores about five
-``E x H`` tensors for the backward pass: for a batch of 32 clouds of 1,024 points that is more than
-a gigabyte of activations written and read again, which on a CPU costs more than the recomputed
-matrix products (on a GPU it does not: there ``"auto"`` keeps the plain path, which measured faster).
+``dL/dh`` (scattered to the sources) and ``dL/dp_e``, so ``dL/db_2 = sum_s dL/dh_s``; for max
+``dL/db_o`` the sum of ``dL/dy_dc`` over the target channels that have edges). Plain autograd
+instead stores about five ``E x H`` tensors for the backward pass: for a batch of 32 clouds of 1,024
+points that is more than a gigabyte of activations written and read again, which on a CPU costs more
+than the recomputed matrix products (on a GPU it does not: there ``"auto"`` keeps the plain path, which measured faster).
 Gradients agree with plain autograd to float rounding (tested in float64).
 
 :func:`use_fused_messages` decides when the fused path applies (backend choice kept apart from
