@@ -37,7 +37,8 @@ that hold one (in the scene segmenter at 65k points a tenth of the gridification
 ``dL/db_o`` the sum of ``dL/dy_dc`` over the target channels that have edges). Plain autograd
 instead stores about five ``E x H`` tensors for the backward pass: for a batch of 32 clouds of 1,024
 points that is more than a gigabyte of activations written and read again, which on a CPU costs more
-than the recomputed matrix products (on a GPU it does not: there ``"auto"`` keeps the plain path, which measured faster).
+than the recomputed matrix products (on a GPU it does not: there ``"auto"`` keeps the plain path,
+which measured faster).
 Gradients agree with plain autograd to float rounding (tested in float64).
 
 :func:`use_fused_messages` decides when the fused path applies (backend choice kept apart from
