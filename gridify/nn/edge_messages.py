@@ -10,10 +10,14 @@ The message passing of :class:`gridify.nn.BipartiteConv` with a random-Fourier-f
     y_dc = max_{e : t(e) = d} m_ec,  w_dc = the edge holding it      (max; targets without edges 0)
 
 (``f_e`` is computed as ``sin([B; B] o_e + [pi/2, 0])``: one matrix product and one sine per chunk, no
-concatenation) is computed by :class:`FusedEdgeMessages`, a ``torch.autograd.Function`` that walks the edges in
-chunks of :data:`EDGE_CHUNK_ELEMENTS` values in the forward pass and keeps nothing per edge for the
-backward: it saves only its inputs (``h``, the offsets, the edge lists and the weights) and
-recomputes each chunk's ``z, f, a, p`` in the backward pass, where
+concatenation; for concat messages ``u_e = h_{s(e)} + p_e`` as ``(h + b_2)_{s(e)} + W_2 GELU(a_e)``,
+the product accumulated into the gathered rows; for max ``y_dc = max_e (W_o GELU(u_e))_c + b_oc``:
+rounding is monotone, so this is exactly the maximum of the messages rounded as
+``(W_o GELU(u_e)) + b_o``) is computed by :class:`FusedEdgeMessages`, a ``torch.autograd.Function``
+that walks the edges in chunks of :data:`EDGE_CHUNK_ELEMENTS` values in the forward pass and keeps
+nothing per edge for the backward: it saves only its inputs (``h``, the offsets, the edge lists and
+the weights) and the winners of a max, and recomputes each chunk's ``z, f, a, p`` in the backward
+pass, where
 
     dL/dh_s   += sum_{e: s(e)=s} g_e * p_e             g_e = c_{t(e)} dL/dy_{t(e)}      (product)
     dL/dp_e    = g_e * h_{s(e)}
@@ -22,14 +26,19 @@ recomputes each chunk's ``z, f, a, p`` in the backward pass, where
     dL/dB     += dL/dz_e o_e^T
 
 with ``g_e = dL/dy_{t(e)} * [e = w_{t(e)}]`` for max, channel by channel: the forward pass keeps
-the winning edge ``w [num_dst, H]`` of every target channel (the last of tied edges, e.g. the
-copies of a duplicated point: one valid subgradient, where the plain path's ``ScatterExtreme``
-shares it equally among them; for tied copies of one edge the weights' gradients are the same)
+the winning edge ``w [num_dst, H]`` of every target channel (one of tied edges, e.g. the copies of
+a duplicated point: one valid subgradient, where the plain path's ``ScatterExtreme`` shares it
+equally among them; for tied copies of one edge the weights' gradients are the same; float32
+messages fold value and edge as one packed key per channel, :class:`_PackedMax`); an edge that
+holds no target channel's maximum has ``g_e = 0``, and the backward pass recomputes only the edges
+that hold one (in the scene segmenter at 65k points a tenth of the gridification's edges)
 (concat: ``dL/dW_o += g_e GELU(u_e)^T``, ``dL/du_e = (W_o^T g_e) * GELU'(u_e)``, which is both
-``dL/dh`` (scattered to the sources) and ``dL/dp_e``). Plain autograd instead stores about five
-``E x H`` tensors for the backward pass: for a batch of 32 clouds of 1,024 points that is more than
-a gigabyte of activations written and read again, which on a CPU costs more than the recomputed
-matrix products (on a GPU it does not: there ``"auto"`` keeps the plain path, which measured faster).
+``dL/dh`` (scattered to the sources) and ``dL/dp_e``, so ``dL/db_2 = sum_s dL/dh_s``; for max
+``dL/db_o`` the sum of ``dL/dy_dc`` over the target channels that have edges). Plain autograd
+instead stores about five ``E x H`` tensors for the backward pass: for a batch of 32 clouds of 1,024
+points that is more than a gigabyte of activations written and read again, which on a CPU costs more
+than the recomputed matrix products (on a GPU it does not: there ``"auto"`` keeps the plain path,
+which measured faster).
 Gradients agree with plain autograd to float rounding (tested in float64).
 
 :func:`use_fused_messages` decides when the fused path applies (backend choice kept apart from
@@ -56,6 +65,7 @@ __all__ = ["FusedEdgeMessages", "fused_edge_messages", "use_fused_messages", "ED
 EDGE_CHUNK_ELEMENTS = 1 << 18
 
 _gelu_backward = torch.ops.aten.gelu_backward
+_gelu_ = torch.ops.aten.gelu_
 
 
 def use_fused_messages(mode: Union[str, bool], *, field: Any, aggr: str, needs_grad: bool, offset: Tensor) -> bool:
@@ -106,50 +116,121 @@ def _phases(B: Tensor) -> Tuple[Tensor, Tensor]:
     return torch.cat([B, B]).t(), shift
 
 
-def _field(
-    o: Tensor, BB: Tuple[Tensor, Tensor], W1: Tensor, b1: Tensor, W2: Tensor, b2: Tensor
-) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """One chunk of the RFF field: ``(cos z, sin z, f, a, p)``. The phases ``z = B o`` and the
-    Fourier features are computed in the offsets' precision, the two matrix products in ``W1``'s."""
+def _hidden(o: Tensor, BB: Tuple[Tensor, Tensor], W1: Tensor, b1: Tensor) -> Tuple[Tensor, Tensor]:
+    """One chunk's ``(f, a)``: the Fourier features ``f = [cos z, sin z]`` in the offsets' precision and
+    ``a = W_1 f + b_1`` in ``W1``'s."""
     f = torch.addmm(BB[1], o, BB[0]).sin_()
-    n = f.size(1) // 2
-    cz, sz = f[:, :n], f[:, n:]
-    f = f.to(W1.dtype)
-    a = torch.addmm(b1, f, W1.t())
-    p = torch.addmm(b2, F.gelu(a), W2.t())
-    return cz, sz, f, a, p
-
-
-def _messages(p: Tensor, hs: Tensor, Wo: Optional[Tensor], bo: Optional[Tensor]) -> Tensor:
-    """One chunk's messages from the field values ``p`` (overwritten) and the gathered ``hs``:
-    ``p * hs`` (product, ``Wo`` None) or ``W_o GELU(p + hs) + b_o`` (concat)."""
-    if Wo is None:
-        return p.mul_(hs)
-    return torch.addmm(bo, F.gelu(p.add_(hs)), Wo.t())
+    return f, torch.addmm(b1, f.to(W1.dtype), W1.t())
 
 
 class _RunningMax:
     """The running maxima ``[num_dst, H]`` of a max aggregation fed chunk by chunk, with the edge
     that holds each one: the last of tied edges (edge ids grow chunk by chunk). Each chunk folds its
-    values (``scatter_reduce_`` amax), then the ids of its edges that reached the new maxima. (Packing
-    value and edge into one int64 key, one scatter per chunk, measured no faster: 0.99-1.01x the step.)
+    values (``scatter_reduce_`` amax), then the ids of its edges that reached the new maxima. The
+    general fold (any float dtype); :class:`_PackedMax` is the faster one for float32 messages.
     """
 
     def __init__(self, num_dst: int, width: int, dtype: torch.dtype, device: torch.device):
         self.out = torch.full((num_dst, width), float("-inf"), dtype=dtype, device=device)
-        self.winner = torch.full((num_dst, width), -1, dtype=torch.int64, device=device)
+        # edge ids as float64 (exact below 2^53): torch's CPU scatter_reduce_ amax is about 5-10x
+        # slower on int64 than on floating point values (no fast path for an expanded index)
+        self.winner = torch.full((num_dst, width), -1.0, dtype=torch.float64, device=device)
 
     def fold(self, m: Tensor, dst: Tensor, first: int) -> None:
         """Take the messages ``m [E_c, H]`` of the edges ``first, first + 1, ...`` into targets ``dst``."""
         idx = dst[:, None].expand_as(m)
         self.out.scatter_reduce_(0, idx, m, reduce="amax", include_self=True)
-        ids = torch.arange(first, first + m.size(0), device=m.device)[:, None].expand_as(m)
-        won = torch.where(self.out.index_select(0, dst) == m, ids, -1)
+        ids = torch.arange(first, first + m.size(0), dtype=torch.float64, device=m.device)[:, None].expand_as(m)
+        won = torch.where(self.out.index_select(0, dst) == m, ids, -1.0)
         self.winner.scatter_reduce_(0, idx, won, reduce="amax", include_self=True)
 
-    def result(self) -> Tuple[Tensor, Tensor]:
-        """``(maxima, winning edges)``: 0 and -1 for targets without edges (as ``scatter()`` gives)."""
-        return self.out.masked_fill_(self.out == float("-inf"), 0.0), self.winner
+    def result(self) -> Tuple[Tensor, Tensor, Tensor]:
+        """``(maxima, winning edges, empty)``: 0 and -1 for targets without edges (as ``scatter()`` gives),
+        which ``empty`` marks."""
+        empty = self.out == float("-inf")
+        return self.out.masked_fill_(empty, 0.0), self.winner.long(), empty
+
+
+class _PackedMax:
+    """:class:`_RunningMax` for float32 messages in one ``scatter_reduce_`` per chunk: each message
+    ``m_ec`` and its edge are packed into one float64 key, the value converted exactly (a float32 in
+    float64 leaves the low 29 bits of the mantissa zero) and ``e + 1`` written into those bits. Keys
+    order as their values (the id moves a key by less than one float32 step), so the largest key of a
+    target channel holds its maximum and one edge holding it: among tied edges the last for a
+    non-negative maximum (``+0`` above ``-0``), the first for a negative one (the id adds to the
+    magnitude). Masking the low bits off gives the value back exactly, the low bits the edge.
+
+    A non-finite message makes a NaN key (the exponent of an infinity with a nonzero mantissa), which
+    ``scatter_reduce_`` propagates: :meth:`result` then returns None and the caller folds again with
+    :class:`_RunningMax`. Edge ids must stay below :data:`_PACKED_MAX_EDGES`.
+    """
+
+    def __init__(self, num_dst: int, width: int, device: torch.device):
+        self.key = torch.full((num_dst, width), float("-inf"), dtype=torch.float64, device=device)
+
+    def fold(self, m: Tensor, dst: Tensor, first: int) -> None:
+        """Take the float32 messages ``m [E_c, H]`` of the edges ``first, first + 1, ...`` into targets ``dst``."""
+        key = m.to(torch.float64)
+        ids = torch.arange(first + 1, first + 1 + m.size(0), device=m.device)
+        key.view(torch.int64).bitwise_or_(ids[:, None])
+        self.key.scatter_reduce_(0, dst[:, None].expand_as(key), key, reduce="amax", include_self=True)
+
+    def result(self) -> Optional[Tuple[Tensor, Tensor, Tensor]]:
+        """``(maxima float32, winning edges int64, empty)`` as :meth:`_RunningMax.result`; None after a
+        non-finite message."""
+        if bool(self.key.isnan().any()):
+            return None
+        bits = self.key.view(torch.int64)
+        winner = (bits & _PACKED_ID_MASK).sub_(1)  # -1 where no edge came (the key stayed -inf)
+        out = bits.bitwise_and_(~_PACKED_ID_MASK).view(torch.float64).to(torch.float32)
+        empty = winner < 0
+        return out.masked_fill_(empty, 0.0), winner, empty
+
+
+#: the low mantissa bits of a float64 that a float32 value leaves zero (52 - 23), which :class:`_PackedMax` fills
+_PACKED_ID_BITS = 29
+_PACKED_ID_MASK = (1 << _PACKED_ID_BITS) - 1
+#: :class:`_PackedMax` packs edge ids ``e + 1`` below ``2^29``; more edges fold with :class:`_RunningMax`
+_PACKED_MAX_EDGES = _PACKED_ID_MASK - 1
+
+
+def _new_running_max(num_dst: int, width: int, dtype: torch.dtype, device: torch.device, num_edges: int) -> Any:
+    """The fold of a max aggregation: :class:`_PackedMax` for float32 messages, else :class:`_RunningMax`."""
+    if dtype == torch.float32 and num_edges <= _PACKED_MAX_EDGES:
+        return _PackedMax(num_dst, width, device)
+    return _RunningMax(num_dst, width, dtype, device)
+
+
+def _aggregate(
+    hb: Tensor, offset: Tensor, edge_src: Tensor, edge_dst: Tensor, weights: Tuple, acc: torch.dtype, into: Any
+):
+    """The forward pass's chunk loop: every chunk's messages summed into the tensor ``into`` or folded
+    into the running max ``into``; returns the sums, or ``into.result()``. ``hb``: the node embeddings
+    ``h`` (product), ``h + b_2`` (concat). A max aggregation's messages leave ``b_o`` out (added to the
+    maxima by the caller: rounding is monotone, so ``max(m + b) = max(m) + b`` exactly)."""
+    B, W1, b1, W2, b2, Wo, bo = weights
+    BB, summing = _phases(B), isinstance(into, Tensor)
+    for s, e in _chunks(edge_src.numel(), hb.size(1)):
+        src = edge_src[s:e]
+        act = _gelu_(_hidden(offset[s:e], BB, W1, b1)[1])  # a is not needed again: GELU in place
+        if Wo is None:  # product: (W_2 GELU(a) + b_2) * h_s
+            m = torch.addmm(b2, act, W2.t()).mul_(hb.index_select(0, src))
+        else:  # concat: W_o GELU(u) (+ b_o), u = W_2 GELU(a) + (h + b_2)_s accumulated into the gathered rows
+            v = _gelu_(hb.index_select(0, src).addmm_(act, W2.t()))
+            m = torch.addmm(bo, v, Wo.t()) if summing else torch.mm(v, Wo.t())
+        if summing:
+            into.index_add_(0, edge_dst[s:e], m.to(acc))
+        else:
+            into.fold(m.to(acc), edge_dst[s:e], s)
+    return into if summing else into.result()
+
+
+def _winning_edges(winner: Tensor, num_edges: int) -> Tensor:
+    """The sorted ids of the edges that hold at least one target channel's maximum (``winner [num_dst, H]``,
+    -1 for targets without edges)."""
+    w = winner.flatten()
+    hit = torch.zeros(num_edges, dtype=torch.bool, device=winner.device)
+    return hit.index_fill_(0, w[w >= 0], True).nonzero().flatten()
 
 
 class FusedEdgeMessages(torch.autograd.Function):
@@ -182,23 +263,20 @@ class FusedEdgeMessages(torch.autograd.Function):
         maximum: bool = False,
     ) -> Tensor:
         acc = torch.promote_types(h.dtype, offset.dtype)
-        width, winner = h.size(1), None
+        width, winner, num_edges = h.size(1), None, edge_src.numel()
+        hb = h + b2 if concat else h
+        args = (hb, offset, edge_src, edge_dst, (B, W1, b1, W2, b2, Wo, bo), acc)
         if maximum:
-            running = _RunningMax(num_dst, width, acc, h.device)
+            result = _aggregate(*args, _new_running_max(num_dst, width, acc, h.device, num_edges))
+            if result is None:  # a non-finite message: the general fold gives scatter()'s values
+                result = _aggregate(*args, _RunningMax(num_dst, width, acc, h.device))
+            out, winner, empty = result
+            if concat:
+                out.add_(bo).masked_fill_(empty, 0.0)
         else:
-            out = torch.zeros(num_dst, width, dtype=acc, device=h.device)
-        BB = _phases(B)
-        for s, e in _chunks(edge_src.numel(), width):
-            p = _field(offset[s:e], BB, W1, b1, W2, b2)[4]
-            m = _messages(p, h.index_select(0, edge_src[s:e]), Wo, bo).to(acc)
-            if maximum:
-                running.fold(m, edge_dst[s:e], s)
-            else:
-                out.index_add_(0, edge_dst[s:e], m)
-        if maximum:
-            out, winner = running.result()
-        elif scale is not None:
-            out.mul_(scale[:, None])
+            out = _aggregate(*args, torch.zeros(num_dst, width, dtype=acc, device=h.device))
+            if scale is not None:
+                out.mul_(scale[:, None])
         ctx.concat = concat
         ctx.save_for_backward(h, offset, edge_src, edge_dst, scale, B, W1, b1, W2, b2, Wo, bo, winner)
         return out
@@ -213,31 +291,44 @@ class FusedEdgeMessages(torch.autograd.Function):
         gWo = None if Wo is None else torch.zeros(Wo.shape, dtype=acc, device=Wo.device)
         gbo = None if bo is None else torch.zeros(bo.shape, dtype=acc, device=bo.device)
         n_freq, BB = B.size(0), _phases(B)
-        for s, e in _chunks(edge_src.numel(), h.size(1)):
-            src, o = edge_src[s:e], offset[s:e]
-            cz, sz, f, a, p = _field(o, BB, W1, b1, W2, b2)
-            g = g_dst.index_select(0, edge_dst[s:e])
-            if winner is not None:  # max: only the edge holding a target channel's maximum
-                ids = torch.arange(s, e, device=g.device)[:, None]
-                g = g.mul_(winner.index_select(0, edge_dst[s:e]) == ids)
-            hs = h.index_select(0, src)
-            if ctx.concat:
-                u = p.add_(hs)
-                gWo += g.t() @ F.gelu(u)
-                gbo += g.sum(0, dtype=acc)
-                gp = _gelu_backward(g @ Wo, u)
-                grad_h.index_add_(0, src, gp.to(acc))
+        hb = h + b2 if ctx.concat else h
+        # max: only the edges holding some target channel's maximum get a gradient; the others are skipped
+        edges = None if winner is None else _winning_edges(winner, edge_src.numel())
+        for s, e in _chunks(edge_src.numel() if edges is None else edges.numel(), h.size(1)):
+            if edges is None:
+                src, dst, o = edge_src[s:e], edge_dst[s:e], offset[s:e]
             else:
-                grad_h.index_add_(0, src, (g * p).to(acc))
+                ids = edges[s:e]
+                src, dst, o = edge_src.index_select(0, ids), edge_dst.index_select(0, ids), offset.index_select(0, ids)
+            f, a = _hidden(o, BB, W1, b1)
+            cz, sz = f[:, :n_freq], f[:, n_freq:]
+            act = F.gelu(a)
+            g = g_dst.index_select(0, dst)
+            if edges is not None:  # max: each target channel's gradient to the edge holding its maximum
+                g = g.mul_(winner.index_select(0, dst) == ids[:, None])
+            if ctx.concat:
+                u = hb.index_select(0, src).addmm_(act, W2.t())
+                gWo += g.t() @ F.gelu(u)
+                if winner is None:
+                    gbo += g.sum(0, dtype=acc)
+                gp = _gelu_backward(g @ Wo, u)
+                grad_h.index_add_(0, src, gp.to(acc))  # dL/db_2 = the sum of these: taken once, below
+            else:
+                hs = h.index_select(0, src)
+                grad_h.index_add_(0, src, (g * torch.addmm(b2, act, W2.t())).to(acc))
                 gp = g.mul_(hs)
-            gW2 += gp.t() @ F.gelu(a)
-            gb2 += gp.sum(0, dtype=acc)
+                gb2 += gp.sum(0, dtype=acc)
+            gW2 += gp.t() @ act
             ga = _gelu_backward(gp @ W2, a)
-            gW1 += ga.t() @ f
+            gW1 += ga.t() @ f.to(W1.dtype)
             gb1 += ga.sum(0, dtype=acc)
             gf = (ga @ W1).to(cz.dtype)
             gz = gf[:, n_freq:].mul_(cz).sub_(gf[:, :n_freq].mul_(sz))
             gB.addmm_(gz.t(), o)
+        if ctx.concat:
+            gb2 = grad_h.sum(0)
+            if winner is not None:  # b_o was added to every maximum
+                gbo = torch.where(winner >= 0, g_dst, 0).sum(0, dtype=acc)
         cast = lambda grad, ref: None if grad is None else grad.to(ref.dtype)  # noqa: E731
         grads = (
             cast(grad_h, h),

@@ -127,11 +127,12 @@ def test_running_max_keeps_each_maximum_and_the_last_edge_holding_it(dtype):
     running = EM._RunningMax(num_dst, H, dtype, torch.device("cpu"))
     for s in range(0, E, 64):
         running.fold(m[s : s + 64], dst[s : s + 64], s)
-    out, winner = running.result()
+    out, winner, empty = running.result()
     ref_out, ref_winner = _running_max_reference(m, dst, num_dst)
     assert torch.equal(out, ref_out) and out.dtype == dtype
     assert torch.equal(winner, ref_winner)
     assert (winner[-3:] == -1).all() and (out[-3:] == 0).all()
+    assert torch.equal(empty, winner < 0) and empty[-3:].all()
 
 
 @pytest.mark.parametrize("aggr", ["mean", "max"])
@@ -170,3 +171,103 @@ def test_fused_path_under_bfloat16_autocast_tracks_float32(message):
     for name, p in conv.named_parameters():
         g_ref = ref[2][name]
         assert (p.grad - g_ref).abs().max() <= 0.08 * g_ref.abs().max() + 1e-6, name
+
+
+def _packed_max_reference(m, dst, num_dst):
+    # _PackedMax's rule for tied edges: the last one for a non-negative maximum (+0 above -0), the first for a
+    # negative one
+    out = torch.zeros(num_dst, m.size(1), dtype=m.dtype)
+    winner = torch.full((num_dst, m.size(1)), -1)
+    for d in range(num_dst):
+        edges = (dst == d).nonzero().flatten().tolist()
+        for c in range(m.size(1)):
+            if not edges:
+                continue
+            top = max(float(m[e, c]) for e in edges)
+            tied = [e for e in edges if float(m[e, c]) == top]
+            positive = [e for e in tied if not str(float(m[e, c])).startswith("-")]  # +0 above -0
+            w = positive[-1] if positive else tied[0]
+            out[d, c], winner[d, c] = m[w, c], w
+    return out, winner
+
+
+def test_packed_max_keeps_each_maximum_and_one_edge_holding_it():
+    # against a loop: negative values, ties inside and across chunks, +0 and -0, huge and tiny magnitudes,
+    # and targets without edges
+    g = torch.Generator().manual_seed(0)
+    E, H, num_dst = 300, 5, 40
+    m = torch.randn(E, H, generator=g) * torch.logspace(-30, 30, E)[torch.randperm(E, generator=g)][:, None]
+    m[::7] = m[3::7][: m[::7].size(0)]  # ties
+    m[20:30, 1] = -1.5
+    m[40:50, 2], m[45:55, 3], m[60:70, 4] = 0.0, -0.0, -0.0
+    m[65, 4] = 0.0
+    dst = torch.randint(0, num_dst - 3, (E,), generator=g)  # the last three targets get no edge
+    running = EM._PackedMax(num_dst, H, torch.device("cpu"))
+    for s in range(0, E, 64):
+        running.fold(m[s : s + 64], dst[s : s + 64], s)
+    out, winner, empty = running.result()
+    ref_out, ref_winner = _packed_max_reference(m, dst, num_dst)
+    assert out.dtype == torch.float32 and winner.dtype == torch.int64
+    assert torch.equal(out, ref_out)
+    assert torch.equal(torch.signbit(out), torch.signbit(ref_out))
+    assert torch.equal(winner, ref_winner)
+    assert (winner[-3:] == -1).all() and (out[-3:] == 0).all()
+    assert torch.equal(empty, winner < 0) and empty[-3:].all()
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan")])
+def test_packed_max_reports_a_non_finite_message(bad):
+    running = EM._PackedMax(3, 2, torch.device("cpu"))
+    running.fold(torch.tensor([[1.0, 2.0], [bad, 0.5]]), torch.tensor([0, 0]), 0)
+    assert running.result() is None
+
+
+def test_fused_max_with_a_non_finite_message_gives_the_plain_values():
+    # an infinite bias on one message channel, NaN on another: the packed fold gives up and the general one
+    # gives what scatter() gives
+    torch.manual_seed(3)
+    conv = BipartiteConv(5, 6, 8, message="concat", aggr="max")
+    x, src, dst, offset, nd = _graph(dtype=torch.float32)
+    with torch.no_grad():
+        conv.msg_out.bias[2], conv.msg_out.bias[5] = float("inf"), float("nan")
+    agg = []
+    for fused in (False, True):
+        conv.fused_messages = fused
+        h = conv.node_embedding(x.requires_grad_(True))
+        if fused:
+            out = EM.fused_edge_messages(h, offset, src, dst, nd, field=conv.phi_pos, aggr="max", msg_out=conv.msg_out)
+        else:
+            out = torch.zeros(nd, 8).scatter_reduce_(
+                0, dst[:, None].expand(-1, 8), conv.edge_message(h[src], offset), "amax", include_self=False
+            )
+        agg.append(out.detach())
+    assert torch.isinf(agg[1][:, 2]).all() and torch.isnan(agg[1][:, 5]).all()
+    torch.testing.assert_close(agg[1], agg[0], equal_nan=True, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_max_in_float32_packed_and_general_folds_agree(monkeypatch):
+    # the packed float32 fold against the general one on the same messages: the same maxima, and with a duplicated
+    # edge (tied for every channel) the same weight gradients and the same gradient of h in total
+    monkeypatch.setattr(EM, "EDGE_CHUNK_ELEMENTS", 16 * 50)  # several chunks of 50 edges
+    torch.manual_seed(4)
+    conv = BipartiteConv(5, 6, 16, message="concat", aggr="max", omega0=0.7)
+    x, src, dst, offset, nd = _graph(dtype=torch.float32)
+    src2, dst2, off2 = torch.cat([src, src[:1]]), torch.cat([dst, dst[:1]]), torch.cat([offset, offset[:1]])
+    order = torch.argsort(dst2, stable=True)
+    data = (x, src2[order], dst2[order], off2[order], nd)
+    packed = _run(conv, True, *data)
+    monkeypatch.setattr(EM, "_new_running_max", lambda n, w, dtype, device, e: EM._RunningMax(n, w, dtype, device))
+    general = _run(conv, True, *data)
+    assert torch.equal(packed[0], general[0])
+    torch.testing.assert_close(packed[1].sum(0), general[1].sum(0), rtol=1e-5, atol=1e-6)
+    for name in general[2]:
+        torch.testing.assert_close(packed[2][name], general[2][name], rtol=1e-5, atol=1e-6, msg=name)
+    # and both against plain autograd in float32
+    plain = _run(conv, False, *data)
+    torch.testing.assert_close(packed[0], plain[0], rtol=1e-5, atol=1e-6)
+
+
+def test_winning_edges_lists_each_edge_holding_a_maximum_once():
+    winner = torch.tensor([[4, 4, 0], [-1, -1, -1], [7, 2, 4]])
+    assert EM._winning_edges(winner, 9).tolist() == [0, 2, 4, 7]
+    assert EM._winning_edges(torch.full((2, 3), -1), 5).numel() == 0
