@@ -452,6 +452,7 @@ def test_the_scene_runner_takes_clouds_below_k_and_below_a_fixed_size(tmp_path):
         runner(torch.rand(k + 4, 3), torch.rand(k + 4, 2))
 
 
+@pytest.mark.slow  # about 23 s: the default suite stays under 10 minutes
 @needs_onnx
 def test_the_scene_runner_refuses_bad_input_by_name_and_takes_numpy(tmp_path):
     from tests.helpers import export_scene_model
@@ -499,6 +500,7 @@ def test_the_scene_runner_refuses_bad_input_by_name_and_takes_numpy(tmp_path):
             call()
 
 
+@pytest.mark.slow  # about 23 s: the default suite stays under 10 minutes
 def test_the_scene_runner_predicts_a_scan_file_or_cloud_as_its_features_and_coordinates(tmp_path):
     from tests.helpers import export_scene_model
 

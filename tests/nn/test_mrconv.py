@@ -65,7 +65,7 @@ def test_parameter_count_is_fixed_per_branch():
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: "-".join(f"{k}={v}" for k, v in c.items()))
-@pytest.mark.parametrize("r", [2, 4, 5, 9, 13])
+@pytest.mark.parametrize("r", [2, 4, 5, 9, pytest.param(13, marks=pytest.mark.slow)])  # 13: 15-20 s a config
 def test_reparameterized_equals_branch_sum(cfg, r):
     torch.manual_seed(r)
     layer = MRConv3d(6, **cfg).double()
