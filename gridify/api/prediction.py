@@ -133,9 +133,10 @@ def read_prediction(
         -> ``[num_points]`` int64, every id in ``0..K-1`` (``K = len(class_names)``).
 
     Raises:
-        ValueError: naming ``path``: another extension, an unreadable file, one label for the whole cloud (a
-        classifier's), non-integer labels (the first bad row), another count than ``num_points`` (naming ``scan``
-        and both counts), an id outside ``0..K-1`` (its row), other class names. OSError: the file cannot be read.
+        ValueError: naming ``path``: another extension, an unreadable file, one label for the whole cloud
+            (a classifier's), non-integer labels (the first bad row), another count than ``num_points``
+            (naming ``scan`` and both counts), an id outside ``0..K-1`` (its row), other class names.
+        OSError: the file cannot be read.
     """
     from ..io import read_points
     from ..io.cloud import label_values_problem

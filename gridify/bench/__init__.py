@@ -11,8 +11,8 @@
   segmentation at scene scale (the measurements; the report, the files and the mode's entry);
 * :mod:`gridify.bench.plots`: their figures (matplotlib, imported when a figure is drawn).
 
-:func:`main` runs the mode a command line names (:func:`gridify._commands.bench_command`); the modes' arguments
-are parsed by :mod:`gridify._commands` (no PyTorch while parsing). Importing the package imports none of the
+:func:`main` runs the mode a command line names (``gridify._commands.bench_command``); the modes' arguments
+are parsed by ``gridify._commands`` (no PyTorch while parsing). Importing the package imports none of the
 modules (no PyTorch): ``python -m gridify.bench.<module>`` runs a measuring child process.
 """
 

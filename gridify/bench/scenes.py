@@ -67,7 +67,7 @@ Outputs (``--out``, default outputs/bench_scenes): results.json (environment + e
 results.csv (one row per measurement) and bench_scenes.png (train time and peak memory vs N,
 log-log), written by :func:`gridify.bench.scenes_report.write_outputs`.
 
-Usage (the arguments: :func:`gridify._commands.bench_scenes_parser`; the run:
+Usage (the arguments: ``gridify._commands.bench_scenes_parser``; the run:
 :func:`gridify.bench.scenes_report.main`)::
 
     gridify bench --scenes                      # full run, 2 threads
@@ -507,7 +507,7 @@ def part_sweep(args: argparse.Namespace, log: Callable[[str], None]) -> List[Dic
 
 
 def scannet_scenes(root: Path) -> List[Any]:
-    """The scenes (:class:`~gridify.datasets.layouts.SceneRef`) of every split under ``root`` in the layouts of
+    """The scenes (``SceneRef``) of every split under ``root`` in the layouts of
     :data:`SCANNET_LAYOUTS` (found by the layouts: :func:`~gridify.datasets.scene_layouts.find_scenes`)."""
     from ..datasets.scene_layouts import find_scenes
 
@@ -671,7 +671,7 @@ def part_e2e(args: argparse.Namespace, log: Callable[[str], None], tmp: Path) ->
 
 # ---------------------------------------------------------------------------- run
 def finish_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    """The parsed ``gridify bench --scenes`` arguments (:func:`gridify._commands.bench_scenes_parser`) made ready to
+    """The parsed ``gridify bench --scenes`` arguments (``gridify._commands.bench_scenes_parser``) made ready to
     run: ``--quick``'s and the other defaults applied (``--data-root``: ``$GRIDIFY_SHARED_DATA``, else
     ``../shared/data`` beside the checkout), paths resolved (the children run in the repository root), the N sorted;
     a device other than cpu / cuda refused (``parser.error``)."""

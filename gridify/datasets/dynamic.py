@@ -237,7 +237,7 @@ class DynamicShapes(torch.utils.data.Dataset):
 
     @property
     def class_names(self) -> List[str]:
-        """The class of each label (:attr:`classes`)."""
+        """The class of each label (``classes``)."""
         return list(self.classes)
 
     def __len__(self) -> int:

@@ -492,7 +492,7 @@ class SceneDatasetBase(PointCloudDataset):
 
     def scene_inputs(self, index: int) -> Dict[str, np.ndarray]:
         """:meth:`scene` with the whole-scene features of :mod:`~gridify.datasets.scene_geometry` the dataset's
-        :attr:`features` name (``strength_scan``, ``ground_height``, ``verticality``, ``planarity``: ``[N]`` float32
+        ``features`` name (``strength_scan``, ``ground_height``, ``verticality``, ``planarity``: ``[N]`` float32
         each), computed on the scene's points as the items give them (centred when far from the origin, float32)
         once, and kept."""
         scene = self.scene(index)

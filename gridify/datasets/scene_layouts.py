@@ -2,7 +2,7 @@
 ground truth of one scan.
 
 Each layout is a module of :mod:`gridify.datasets.layouts` registering a
-:class:`~gridify.datasets.layouts.base.SceneLayout` in :data:`LAYOUTS`; this module asks them and holds no
+``SceneLayout`` in ``LAYOUTS``; this module asks them and holds no
 layout's knowledge of its own (a layout's constants, class lists, label maps and reader are importable from here
 as before). The layouts only discover files (which files make a scene, the splits) and map labels: every file
 format is read by :mod:`gridify.io` (:func:`gridify.io.kitti.read_kitti_rows` /
@@ -16,30 +16,30 @@ Every reader returns a *scene*: a dict of numpy arrays in the common (Pointcept)
 * ``coord`` ``[N, 3]`` float32 (metres), always; float64 when the file's float64 coordinates have a large
   offset (UTM metres: the rule of :mod:`gridify.io.cloud`), which the datasets centre in float64 before
   the cast (:func:`gridify.io.centre_large_offset`);
-* ``color`` ``[N, 3]`` float32 in ``[0, 255]`` (one rule for every layout, :func:`layout_colors`: the scale is
+* ``color`` ``[N, 3]`` float32 in ``[0, 255]`` (one rule for every layout, ``layout_colors``: the scale is
   decided from the whole scene's values, 16-bit colours, whole numbers up to 65535, are brought to 0-255, and
   values that are no colours are refused), ``normal`` ``[N, 3]`` float32, ``strength`` ``[N, 1]`` float32
   (LiDAR remission; integers go to the unit scale by :func:`gridify.io.cloud.unit_scaled`), when the layout
   has them;
-* ``segment`` ``[N]`` int64: the official training ids ``0..C-1``, :data:`IGNORE_INDEX` (-1)
+* ``segment`` ``[N]`` int64: the official training ids ``0..C-1``, ``IGNORE_INDEX`` (-1)
   for unlabelled / ignored points (a scene without labels is all -1).
 
-Layouts (:data:`LAYOUTS`; :func:`find_scenes` lists a split's scenes, :func:`read_scene` reads one):
+Layouts (``LAYOUTS``; :func:`find_scenes` lists a split's scenes, :func:`read_scene` reads one):
 
 * ``pointcept`` (:mod:`~gridify.datasets.layouts.pointcept`): ``<root>/<split>/<scene>/coord.npy`` (+
   ``color.npy``, ``normal.npy``, ``strength.npy``, ``segment.npy``, ``instance.npy``); the common format, see
-  :func:`read_pointcept_scene`. A split is a folder name; ``train``/``val``/``test`` fall back to the S3DIS
+  ``read_pointcept_scene``. A split is a folder name; ``train``/``val``/``test`` fall back to the S3DIS
   convention (``Area_N`` folders, ``test_area`` held out) when no such folder exists.
 * ``s3dis`` (:mod:`~gridify.datasets.layouts.s3dis`): ``<root>/Area_N/<room>/Annotations/<class>_<i>.txt`` (rows
-  ``x y z r g b``), 13 classes (:data:`S3DIS_CLASSES`), Area 5 held out (``val`` = ``test`` = the test area).
+  ``x y z r g b``), 13 classes (``S3DIS_CLASSES``), Area 5 held out (``val`` = ``test`` = the test area).
 * ``scannet`` (:mod:`~gridify.datasets.layouts.scannet`): ``<root>/scans/<scene>/<scene>_vh_clean_2.ply`` +
   ``<scene>_vh_clean_2.labels.ply`` (vertex ``label`` = NYU40 id -> the 20 benchmark classes,
-  :data:`SCANNET20_NYU40_IDS`); ``train``/``val`` are filtered by the official lists
+  ``SCANNET20_NYU40_IDS``); ``train``/``val`` are filtered by the official lists
   ``<root>/scannetv2_{train,val}.txt``, ``test`` is ``<root>/scans_test`` (no labels). ``<root>`` may hold the
   scene folders directly.
 * ``semantickitti`` (:mod:`~gridify.datasets.layouts.semantickitti`): ``<root>/sequences/NN/velodyne/NNNNNN.bin``
   (float32 x y z remission) + ``labels/NNNNNN.label`` (uint32; semantic id in the low 16 bits) -> 19 classes by
-  the official learning map (:data:`SEMANTICKITTI_LEARNING_MAP`); train 00-07, 09, 10; val 08; test 11-21.
+  the official learning map (``SEMANTICKITTI_LEARNING_MAP``); train 00-07, 09, 10; val 08; test 11-21.
 * ``mmdet3d_scannet`` / ``mmdet3d_s3dis`` (:mod:`~gridify.datasets.layouts.mmdet3d`): mmdetection3d's processed
   layout, ``<root>/points/<scene>.bin`` (float32 ``x y z r g b``) + ``semantic_mask/<scene>.bin`` (int64:
   NYU40 ids for ScanNet, 0..12 for S3DIS); ``mmdet3d_scannet_instance``: the older
@@ -51,7 +51,7 @@ Every split also accepts ``"all"`` (every scene found). Errors are :class:`Datas
 file (and line, for S3DIS text) or the scene; sizes are checked against the file sizes before
 anything is allocated (a ``.label`` whose count differs from its ``.bin``'s names both files, a
 PLY vertex count below its data names both counts); label values go through one check,
-:func:`integer_labels` (a fractional label is refused naming the file and the row, in every layout, the datasets'
+``integer_labels`` (a fractional label is refused naming the file and the row, in every layout, the datasets'
 scenes and the converter's output too). A class list given for a layout whose labels are fixed ids (every layout
 but those whose ids are positions in the list, ``s3dis``, and those without official classes, ``pointcept``), or
 beside a root's ``classes.txt``, must name exactly those ids (:func:`check_layout_classes`: a longer list holds a
@@ -98,13 +98,13 @@ __all__ = [
     "nested_root_hint",
 ]
 
-#: the splits of a layout whose splits are not folder names (:attr:`SceneLayout.named_splits`)
+#: the splits of a layout whose splits are not folder names (``SceneLayout.named_splits``)
 SCENE_SPLITS = ("train", "val", "test", "all")
 
 
 def listed_layouts() -> List[str]:
     """The layouts whose splits are official lists of scene names (``scannetv2_<split>.txt``): the ones
-    ``skip_missing`` applies to (:attr:`SceneLayout.split_lists`)."""
+    ``skip_missing`` applies to (``SceneLayout.split_lists``)."""
     return [layout.name for layout in registered_layouts() if layout.split_lists]
 
 
@@ -184,7 +184,7 @@ def find_scenes(root: PathLike, layout: str, split: str = "train", *, test_area:
 
     Args:
         root: the layout's root folder.
-        layout: a name of :data:`LAYOUTS`.
+        layout: a name of ``LAYOUTS``.
         split: ``train``, ``val``, ``test`` or ``all`` (a layout of folder-name splits, ``pointcept``: also any
             folder name under ``root``).
         test_area: the S3DIS Area held out (``val`` and ``test`` are that Area; ``train`` the others).
@@ -240,10 +240,10 @@ def _layout_scenes(root: Path, layout: str, split: str, test_area: int,
 
 def read_scene(ref: SceneRef, *, classes: Optional[Sequence[str]] = None, unknown: str = "ignore"
                ) -> Dict[str, np.ndarray]:
-    """Read the scene ``ref`` (a :class:`SceneRef` from :func:`find_scenes`) into the common vocabulary.
+    """Read the scene ``ref`` (a ``SceneRef`` from :func:`find_scenes`) into the common vocabulary.
 
     ``classes`` / ``unknown`` apply to a layout whose ids are positions in the class list (S3DIS: e.g. the forest
-    plot's ``tree``, ``ground``, ``clutter``); see :func:`read_s3dis_room`.
+    plot's ``tree``, ``ground``, ``clutter``); see ``read_s3dis_room``.
     """
     return get_layout(ref.layout).read(ref, classes=classes, unknown=unknown)
 
@@ -289,7 +289,7 @@ def read_scan_labels(path: PathLike, num_points: Any, class_names: Sequence[str]
     """Training ids ``[N]`` (``-1`` = ignore) of one scan's ground truth for a model with ``class_names``, read by
     the one label reader (:func:`gridify.io.read_labels`).
 
-    ``.label`` (SemanticKITTI uint32): mapped to the 19 classes (:func:`map_semantickitti_labels`) when the
+    ``.label`` (SemanticKITTI uint32): mapped to the 19 classes (``map_semantickitti_labels``) when the
     model's classes are SemanticKITTI's, else the low 16 bits taken as ids; ``.npy`` / ``.txt`` (integers, e.g.
     Pointcept ``segment.npy``, one per line in a text file): ids as they are. ``num_points``: the scan's point count,
     or the :class:`gridify.io.PointCloud` read from it, whose rows dropped by the reader (NaN/Inf coordinates)
@@ -319,7 +319,7 @@ def check_scan_labels(path: PathLike, ids: np.ndarray, class_names: Sequence[str
     """``ids`` ``[N]`` (int64, one scan's ground truth from the file ``path``: a label file, or the scan's own
     label field) when every one is in ``-1..K-1`` for a model with the ``K`` classes ``class_names``; else a
     :class:`DatasetError` naming the file, the first bad label and its row (a fractional one too:
-    :func:`integer_labels`)."""
+    ``integer_labels``)."""
     ids = integer_labels(path, ids)
     bad = np.flatnonzero((ids < IGNORE_INDEX) | (ids >= len(class_names)))
     if bad.size:

@@ -143,7 +143,7 @@ class SceneDataset(SceneDatasetBase):
 
     @staticmethod
     def default_root(layout: str) -> Path:
-        """``<data root>/<folder>``, the layout's folder (:attr:`~gridify.datasets.layouts.SceneLayout.folder`:
+        """``<data root>/<folder>``, the layout's folder (``folder``:
         ``s3dis/Stanford3dDataset_v1.2_Aligned_Version``, ``scannet``, ``semantickitti/dataset``), else
         ``<data root>/<layout>``."""
         return default_root() / (get_layout(layout).folder or layout)
@@ -230,7 +230,7 @@ def write_pointcept_scene(folder: PathLike, scene: Dict[str, np.ndarray]) -> Pat
     :func:`gridify.io.cloud.coordinate_dtype`), ``color`` uint8 when its values are integers in 0..255
     (else float32), ``normal`` / ``strength`` float32, ``segment`` / ``instance`` int16 when they fit (else int32),
     as Pointcept stores them; ids that are not whole numbers (``segment`` / ``instance`` of 1.5) are refused
-    (:func:`~gridify.datasets.scene_layouts.integer_labels`) before any file is written. Each file is written
+    (``integer_labels``) before any file is written. Each file is written
     atomically, ``coord.npy`` last (a folder with a ``coord.npy`` is complete).
     """
     d = Path(folder)

@@ -9,7 +9,7 @@ The coordinates are metres in the sensor frame. The ``intensity`` column (Semant
 "remission", in [0, 1]) is a per-point field: ``fields=["intensity"]`` or ``"all"`` keeps it in
 :attr:`~gridify.io.PointCloud.fields`. The labels of a SemanticKITTI scan live in a separate
 ``.label`` file (uint32, the semantic id in the low 16 bits; :func:`read_kitti_labels`);
-:func:`gridify.datasets.layouts.semantickitti.read_semantickitti_scan` reads both.
+``gridify.datasets.layouts.semantickitti.read_semantickitti_scan`` reads both.
 
 Shapes:
     points ``[N, 3]`` float32; fields ``intensity`` ``[N]`` float32; :func:`read_kitti_rows` ``[N, 4]``

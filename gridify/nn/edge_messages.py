@@ -29,7 +29,7 @@ with ``g_e = dL/dy_{t(e)} * [e = w_{t(e)}]`` for max, channel by channel: the fo
 the winning edge ``w [num_dst, H]`` of every target channel (one of tied edges, e.g. the copies of
 a duplicated point: one valid subgradient, where the plain path's ``ScatterExtreme`` shares it
 equally among them; for tied copies of one edge the weights' gradients are the same; float32
-messages fold value and edge as one packed key per channel, :class:`_PackedMax`); an edge that
+messages fold value and edge as one packed key per channel, ``_PackedMax``); an edge that
 holds no target channel's maximum has ``g_e = 0``, and the backward pass recomputes only the edges
 that hold one (in the scene segmenter at 65k points a tenth of the gridification's edges)
 (concat: ``dL/dW_o += g_e GELU(u_e)^T``, ``dL/du_e = (W_o^T g_e) * GELU'(u_e)``, which is both
@@ -127,7 +127,7 @@ class _RunningMax:
     """The running maxima ``[num_dst, H]`` of a max aggregation fed chunk by chunk, with the edge
     that holds each one: the last of tied edges (edge ids grow chunk by chunk). Each chunk folds its
     values (``scatter_reduce_`` amax), then the ids of its edges that reached the new maxima. The
-    general fold (any float dtype); :class:`_PackedMax` is the faster one for float32 messages.
+    general fold (any float dtype); ``_PackedMax`` is the faster one for float32 messages.
     """
 
     def __init__(self, num_dst: int, width: int, dtype: torch.dtype, device: torch.device):
@@ -187,15 +187,15 @@ class _PackedMax:
         return out.masked_fill_(empty, 0.0), winner, empty
 
 
-#: the low mantissa bits of a float64 that a float32 value leaves zero (52 - 23), which :class:`_PackedMax` fills
+#: the low mantissa bits of a float64 that a float32 value leaves zero (52 - 23), which ``_PackedMax`` fills
 _PACKED_ID_BITS = 29
 _PACKED_ID_MASK = (1 << _PACKED_ID_BITS) - 1
-#: :class:`_PackedMax` packs edge ids ``e + 1`` below ``2^29``; more edges fold with :class:`_RunningMax`
+#: ``_PackedMax`` packs edge ids ``e + 1`` below ``2^29``; more edges fold with :class:`_RunningMax`
 _PACKED_MAX_EDGES = _PACKED_ID_MASK - 1
 
 
 def _new_running_max(num_dst: int, width: int, dtype: torch.dtype, device: torch.device, num_edges: int) -> Any:
-    """The fold of a max aggregation: :class:`_PackedMax` for float32 messages, else :class:`_RunningMax`."""
+    """The fold of a max aggregation: ``_PackedMax`` for float32 messages, else :class:`_RunningMax`."""
     if dtype == torch.float32 and num_edges <= _PACKED_MAX_EDGES:
         return _PackedMax(num_dst, width, device)
     return _RunningMax(num_dst, width, dtype, device)

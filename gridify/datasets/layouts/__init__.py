@@ -9,7 +9,7 @@
 A new layout is one new module here (imported below) or in a plugin: a :class:`SceneLayout` subclass registered
 with ``@LAYOUTS.register("name")``; :func:`gridify.datasets.scene_layouts.find_scenes` / ``read_scene``, the
 scene datasets (``data.layout: name``), the converter and the single-scan ground truth find it there. (The
-``gridify convert --layout`` choices are a literal of :mod:`gridify._clinames`, which the command line's parser
+``gridify convert --layout`` choices are a literal of ``gridify._clinames``, which the command line's parser
 reads without importing the library: a built-in layout's name goes there too.)
 
 The registration order is the order in which the single-scan questions are asked (the ground truth of a scan:
