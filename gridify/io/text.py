@@ -176,15 +176,21 @@ def read_text_rows(path: PathLike, width: int, names: str = "") -> np.ndarray:
     lines = sum(1 for line in body.split(b"\n") if line.strip())
     if lines == 0:
         raise ValueError(f"{p}: empty file (no rows{f' of {names}' if names else ''})")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            vals = np.fromstring(body, dtype=np.float64, sep=" ")
-    except (ValueError, DeprecationWarning):
-        vals = None
+    vals = _parse_floats(body)
     if vals is None or vals.size != lines * width:
         raise _first_bad_row(p, body, width, what)
     return vals.reshape(lines, width)
+
+
+def _parse_floats(body: bytes) -> Optional[np.ndarray]:
+    """Every whitespace-separated number of ``body`` as float64, or None when a token is not one (numpy's
+    parser warns and stops there: the caller then names the first bad row)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            return np.fromstring(body, dtype=np.float64, sep=" ")
+    except (ValueError, DeprecationWarning):
+        return None
 
 
 def read_text_values(path: PathLike, names: str = "") -> np.ndarray:
@@ -204,12 +210,7 @@ def read_text_values(path: PathLike, names: str = "") -> np.ndarray:
     count = len(body.split())
     if count == 0:
         raise ValueError(f"{p}: empty file (no {names or 'values'})")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            vals = np.fromstring(body, dtype=np.float64, sep=" ")
-    except (ValueError, DeprecationWarning):
-        vals = None
+    vals = _parse_floats(body)
     if vals is None or vals.size != count:
         for lineno, line in enumerate(body.split(b"\n"), 1):
             for tok in line.split():
