@@ -17,29 +17,74 @@ Shapes:
     an item: ``pos`` ``[N, 3]``, ``x`` ``[N, F]``, ``y`` ``[]`` or ``[N]``; a batch: ``pos``
     ``[sum N_i, 3]``, ``batch`` ``[sum N_i]``, ``ptr`` ``[B + 1]``.
 """
+
 from ..io.labels import read_labels  # the one reader of label files (.label, .npy, text), re-exported
-from ._common import (DatasetError, PointCloudDataset, collate_points, default_root, fit_box, stratified_split,
-                      stratified_subset)
-from .dynamic import (DYNAMIC_CLASSES, DynamicShapes, PointCloudSequence, collate_sequences,
-                      read_sequence)
-from .download import (ARCHIVES, DatasetNotFoundError, DownloadError, download_and_extract,
-                       extract_archive, resolve_archive)
+from ._common import (
+    DatasetError,
+    PointCloudDataset,
+    collate_points,
+    default_root,
+    fit_box,
+    stratified_split,
+    stratified_subset,
+)
+from .dynamic import DYNAMIC_CLASSES, DynamicShapes, PointCloudSequence, collate_sequences, read_sequence
+from .download import (
+    ARCHIVES,
+    DatasetNotFoundError,
+    DownloadError,
+    download_and_extract,
+    extract_archive,
+    resolve_archive,
+)
 from .folder import PointFolder
 from .modelnet import MODELNET10_CLASSES, MODELNET40_CLASSES, ModelNet
-from .procedural import (PROCEDURAL_CATEGORY_TO_PARTS, PROCEDURAL_CLASSES, PROCEDURAL_PARTS,
-                         ProceduralShapes, make_shape)
+from .procedural import PROCEDURAL_CATEGORY_TO_PARTS, PROCEDURAL_CLASSES, PROCEDURAL_PARTS, ProceduralShapes, make_shape
 from .scenes import ProceduralScenes, S3DIS, SceneDataset, ScanNet, SemanticKITTI, convert_to_pointcept  # noqa: F401
-from .shapenet import (SHAPENET_CATEGORIES, SHAPENET_CATEGORY_TO_PARTS, SHAPENET_NUM_PARTS, SHAPENET_PART_NAMES,
-                       SHAPENET_PARTS, SHAPENET_SYNSETS, ShapeNetPart)
+from .shapenet import (
+    SHAPENET_CATEGORIES,
+    SHAPENET_CATEGORY_TO_PARTS,
+    SHAPENET_NUM_PARTS,
+    SHAPENET_PART_NAMES,
+    SHAPENET_PARTS,
+    SHAPENET_SYNSETS,
+    ShapeNetPart,
+)
 
 __all__ = [
-    "ModelNet", "ShapeNetPart", "ProceduralShapes", "PointFolder", "PointCloudDataset", "collate_points",
-    "default_root", "stratified_split", "stratified_subset", "fit_box", "read_labels", "make_shape",
-    "download_and_extract", "extract_archive", "resolve_archive", "DownloadError", "DatasetNotFoundError",
-    "DatasetError", "ARCHIVES",
-    "MODELNET10_CLASSES", "MODELNET40_CLASSES",
-    "SHAPENET_CATEGORIES", "SHAPENET_SYNSETS", "SHAPENET_CATEGORY_TO_PARTS", "SHAPENET_NUM_PARTS",
-    "SHAPENET_PARTS", "SHAPENET_PART_NAMES",
-    "PROCEDURAL_CLASSES", "PROCEDURAL_PARTS", "PROCEDURAL_CATEGORY_TO_PARTS",
-    "DynamicShapes", "DYNAMIC_CLASSES", "collate_sequences", "PointCloudSequence", "read_sequence",
+    "ModelNet",
+    "ShapeNetPart",
+    "ProceduralShapes",
+    "PointFolder",
+    "PointCloudDataset",
+    "collate_points",
+    "default_root",
+    "stratified_split",
+    "stratified_subset",
+    "fit_box",
+    "read_labels",
+    "make_shape",
+    "download_and_extract",
+    "extract_archive",
+    "resolve_archive",
+    "DownloadError",
+    "DatasetNotFoundError",
+    "DatasetError",
+    "ARCHIVES",
+    "MODELNET10_CLASSES",
+    "MODELNET40_CLASSES",
+    "SHAPENET_CATEGORIES",
+    "SHAPENET_SYNSETS",
+    "SHAPENET_CATEGORY_TO_PARTS",
+    "SHAPENET_NUM_PARTS",
+    "SHAPENET_PARTS",
+    "SHAPENET_PART_NAMES",
+    "PROCEDURAL_CLASSES",
+    "PROCEDURAL_PARTS",
+    "PROCEDURAL_CATEGORY_TO_PARTS",
+    "DynamicShapes",
+    "DYNAMIC_CLASSES",
+    "collate_sequences",
+    "PointCloudSequence",
+    "read_sequence",
 ]

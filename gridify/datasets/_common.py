@@ -20,6 +20,7 @@ Shapes:
     a sample: pos ``[N, 3]``, normal ``[N, 3]``, y ``[]`` or ``[N]``; a collated batch: pos
     ``[sum N_i, 3]``, batch ``[sum N_i]``, ptr ``[B + 1]``.
 """
+
 from __future__ import annotations
 
 import os
@@ -75,8 +76,12 @@ def check_num_points(where: str, num_points: Optional[int], copies: int = 1) -> 
     samples (the frames of a sequence) of that many points would exceed the allocation limit."""
     n = check_int(where, "num_points", num_points, allow_none=True)
     if n is not None:
-        check_alloc(where, f"num_points={n} ({copies} x {n} points of {SAMPLE_BYTES_PER_POINT} bytes on their way "
-                           f"through the pipeline)", SAMPLE_BYTES_PER_POINT * n * copies)
+        check_alloc(
+            where,
+            f"num_points={n} ({copies} x {n} points of {SAMPLE_BYTES_PER_POINT} bytes on their way "
+            f"through the pipeline)",
+            SAMPLE_BYTES_PER_POINT * n * copies,
+        )
     return n
 
 
@@ -120,7 +125,7 @@ def stratified_subset(labels: Sequence[int], size: int, seed: int) -> np.ndarray
         members = rng.permutation(np.flatnonzero(labels == c))
         keys[members] = np.arange(len(members)) / len(members)
     tie = rng.random(len(labels))  # classes at the same key are taken in a seeded order
-    return np.sort(np.lexsort((tie, keys))[:max(0, int(size))])
+    return np.sort(np.lexsort((tie, keys))[: max(0, int(size))])
 
 
 def fit_box(sample: Dict[str, Any], limit: float = 1.0) -> Dict[str, Any]:
@@ -156,9 +161,11 @@ def h5_dataset(path: Path, h: Any, name: str, where: str) -> Any:
     declared = int(np.prod(ds.shape, dtype=np.float64)) * int(ds.dtype.itemsize)
     stored = int(ds.id.get_storage_size())
     if declared > H5_MAX_RATIO * stored + 4096:
-        raise ValueError(f"{path}: HDF5 dataset {name!r} declares shape {tuple(ds.shape)} {ds.dtype} ({declared} "
-                         f"bytes) but the file stores {stored} bytes for it (at most {H5_MAX_RATIO}x that "
-                         f"decompressed); the file is corrupt or truncated")
+        raise ValueError(
+            f"{path}: HDF5 dataset {name!r} declares shape {tuple(ds.shape)} {ds.dtype} ({declared} "
+            f"bytes) but the file stores {stored} bytes for it (at most {H5_MAX_RATIO}x that "
+            f"decompressed); the file is corrupt or truncated"
+        )
     check_alloc(where, f"{path}: HDF5 dataset {name!r} of shape {tuple(ds.shape)}", declared)
     return ds
 
@@ -179,8 +186,11 @@ def align_labels(labels: np.ndarray, source: Path, cloud: Any, path: Path) -> np
         keep = np.ones(cloud.rows_in_file, dtype=bool)
         keep[cloud.dropped] = False
         return labels[keep]
-    rows = (f"{len(cloud)} points of {path} ({note}: the file has {cloud.rows_in_file} rows)" if note
-            else f"{len(cloud)} points of {path}")
+    rows = (
+        f"{len(cloud)} points of {path} ({note}: the file has {cloud.rows_in_file} rows)"
+        if note
+        else f"{len(cloud)} points of {path}"
+    )
     raise DatasetError(f"{source}: {len(labels)} labels for the {rows}")
 
 
@@ -246,9 +256,18 @@ class PointCloudDataset(torch.utils.data.Dataset):
 
     split: str
 
-    def __init__(self, *, split: str, num_points: Optional[int], use_normals: bool,
-                 transform: Optional[Transform], seed: int, normalize: Union[bool, str] = True,
-                 estimate_normals: Optional[int] = None, keep_in_memory: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        split: str,
+        num_points: Optional[int],
+        use_normals: bool,
+        transform: Optional[Transform],
+        seed: int,
+        normalize: Union[bool, str] = True,
+        estimate_normals: Optional[int] = None,
+        keep_in_memory: bool = False,
+    ) -> None:
         super().__init__()
         where = type(self).__name__
         self.keep_in_memory = check_bool(where, "keep_in_memory", keep_in_memory)
@@ -258,9 +277,11 @@ class PointCloudDataset(torch.utils.data.Dataset):
         self.use_normals = bool(use_normals)
         self.estimate_normals = check_int(where, "estimate_normals", estimate_normals, allow_none=True)
         if self.estimate_normals is not None and not self.use_normals:
-            raise ValueError(f"{where}: estimate_normals={self.estimate_normals} (data.estimate_normals) but "
-                             f"use_normals=False: the estimated normals would not reach the model; set use_normals=True "
-                             f"or drop estimate_normals")
+            raise ValueError(
+                f"{where}: estimate_normals={self.estimate_normals} (data.estimate_normals) but "
+                f"use_normals=False: the estimated normals would not reach the model; set use_normals=True "
+                f"or drop estimate_normals"
+            )
         self._estimated: Dict[int, np.ndarray] = {}
         if transform is not None and not callable(transform):
             raise ValueError(f"{where}: transform must be callable, got {type(transform).__name__}")
@@ -268,8 +289,11 @@ class PointCloudDataset(torch.utils.data.Dataset):
         self.seed = int(seed)
         mode = normalization_name(where, normalize)
         self.normalize = None if mode is None else Normalize(*NORMALIZATIONS[mode])
-        self.sampler = (None if self.num_points is None else
-                        FixedPoints(self.num_points, deterministic=(split != "train"), seed=self.seed))
+        self.sampler = (
+            None
+            if self.num_points is None
+            else FixedPoints(self.num_points, deterministic=(split != "train"), seed=self.seed)
+        )
 
     def raw(self, index: int) -> Dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -306,14 +330,18 @@ class PointCloudDataset(torch.utils.data.Dataset):
             if not self.keep_in_memory:
                 return kept
             self._kept[index] = kept
-        return {k: (v.copy() if isinstance(v, np.ndarray) else v.clone() if isinstance(v, Tensor) else v)
-                for k, v in kept.items()}
+        return {
+            k: (v.copy() if isinstance(v, np.ndarray) else v.clone() if isinstance(v, Tensor) else v)
+            for k, v in kept.items()
+        }
 
     def _normals_of(self, index: int, pos: Any) -> np.ndarray:
         """The estimated normals of sample ``index`` (:func:`gridify.ops.estimate_normals` with
         ``estimate_normals`` neighbours, on the points as read), computed once and kept: ``raw`` reads
         the same points every time."""
-        if index not in self._estimated:  # a ValueError (bad points) becomes __getitem__'s DatasetError naming the sample
+        if (
+            index not in self._estimated
+        ):  # a ValueError (bad points) becomes __getitem__'s DatasetError naming the sample
             p = torch.as_tensor(np.asarray(pos, dtype=np.float64))
             self._estimated[index] = ops_estimate_normals(p, self.estimate_normals).numpy().astype(np.float32)
         return self._estimated[index]
@@ -359,8 +387,9 @@ class PointCloudDataset(torch.utils.data.Dataset):
             item["normal"] = item["normal"].float()
         if self.use_normals:
             if "normal" not in item:
-                raise DatasetError(f"{self.describe(index)}: use_normals=True (data.use_normals) but the sample "
-                                   f"has no normals")
+                raise DatasetError(
+                    f"{self.describe(index)}: use_normals=True (data.use_normals) but the sample has no normals"
+                )
             item["x"] = torch.cat([item["pos"], item["normal"]], dim=1)
         else:
             item.pop("normal", None)
@@ -400,7 +429,9 @@ def collate_points(items: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
             out[k] = vals
             continue
         per_point = all(v.dim() >= 1 and v.shape[0] == n for v, n in zip(vals, sizes)) and k not in (
-            "category", "index")
+            "category",
+            "index",
+        )
         if per_point:
             out[k] = torch.cat(vals, dim=0)
         elif all(v.dim() == 0 for v in vals):
@@ -408,8 +439,10 @@ def collate_points(items: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         elif all(v.shape == vals[0].shape for v in vals):
             out[k] = torch.stack(vals)
         else:
-            raise ValueError(f"collate_points: cannot collate {k!r}: neither per-point nor equal shapes "
-                             f"({[tuple(v.shape) for v in vals][:4]}...)")
+            raise ValueError(
+                f"collate_points: cannot collate {k!r}: neither per-point nor equal shapes "
+                f"({[tuple(v.shape) for v in vals][:4]}...)"
+            )
     out["batch"] = torch.repeat_interleave(torch.arange(len(items)), torch.tensor(sizes))
     out["ptr"] = torch.tensor([0] + np.cumsum(sizes).tolist(), dtype=torch.long)
     return out

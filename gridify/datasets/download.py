@@ -13,6 +13,7 @@ accepted (and its sha256 checked) on the next call.
 
 Only the standard library is used for the network (``urllib``).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,9 +36,23 @@ from .._checks import warn_at_caller
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-__all__ = ["download_and_extract", "download_file", "extract_archive", "sha256_of", "DownloadError",
-           "ArchiveError", "DatasetNotFoundError", "ArchiveSpec", "ARCHIVES", "ARCHIVE_ALIASES", "COMPLETE_MARKER",
-           "is_complete", "resolve_archive", "download_archive", "manual_instructions"]
+__all__ = [
+    "download_and_extract",
+    "download_file",
+    "extract_archive",
+    "sha256_of",
+    "DownloadError",
+    "ArchiveError",
+    "DatasetNotFoundError",
+    "ArchiveSpec",
+    "ARCHIVES",
+    "ARCHIVE_ALIASES",
+    "COMPLETE_MARKER",
+    "is_complete",
+    "resolve_archive",
+    "download_archive",
+    "manual_instructions",
+]
 
 #: name of the marker file written into a fully extracted folder
 COMPLETE_MARKER = ".gridify_complete"
@@ -109,36 +124,50 @@ class ArchiveSpec:
 # trusted copy -- never pin a checksum you have not computed yourself.
 ARCHIVES: Dict[str, ArchiveSpec] = {
     "ModelNet40": ArchiveSpec(
-        "ModelNet40", "ModelNet40.zip",
-        ["https://modelnet.cs.princeton.edu/ModelNet40.zip",
-         "http://modelnet.cs.princeton.edu/ModelNet40.zip"],
-        note="the original OFF meshes from the Princeton ModelNet page"),
+        "ModelNet40",
+        "ModelNet40.zip",
+        ["https://modelnet.cs.princeton.edu/ModelNet40.zip", "http://modelnet.cs.princeton.edu/ModelNet40.zip"],
+        note="the original OFF meshes from the Princeton ModelNet page",
+    ),
     "ModelNet10": ArchiveSpec(
-        "ModelNet10", "ModelNet10.zip",
-        ["https://modelnet.cs.princeton.edu/ModelNet10.zip",
-         "http://3dvision.princeton.edu/projects/2014/3DShapeNets/ModelNet10.zip"],
-        note="the original OFF meshes from the Princeton ModelNet page"),
+        "ModelNet10",
+        "ModelNet10.zip",
+        [
+            "https://modelnet.cs.princeton.edu/ModelNet10.zip",
+            "http://3dvision.princeton.edu/projects/2014/3DShapeNets/ModelNet10.zip",
+        ],
+        note="the original OFF meshes from the Princeton ModelNet page",
+    ),
     "modelnet40_normal_resampled": ArchiveSpec(
-        "modelnet40_normal_resampled", "modelnet40_normal_resampled.zip",
+        "modelnet40_normal_resampled",
+        "modelnet40_normal_resampled.zip",
         ["https://shapenet.cs.stanford.edu/media/modelnet40_normal_resampled.zip"],
-        note="the PointNet++ release; community mirrors exist on Kaggle and Hugging Face"),
+        note="the PointNet++ release; community mirrors exist on Kaggle and Hugging Face",
+    ),
     "modelnet40_ply_hdf5_2048": ArchiveSpec(
-        "modelnet40_ply_hdf5_2048", "modelnet40_ply_hdf5_2048.zip",
+        "modelnet40_ply_hdf5_2048",
+        "modelnet40_ply_hdf5_2048.zip",
         ["https://shapenet.cs.stanford.edu/media/modelnet40_ply_hdf5_2048.zip"],
-        note="the PointNet release; community mirrors exist on Hugging Face"),
+        note="the PointNet release; community mirrors exist on Hugging Face",
+    ),
     "shapenetcore_partanno_segmentation_benchmark_v0_normal": ArchiveSpec(
         "shapenetcore_partanno_segmentation_benchmark_v0_normal",
         "shapenetcore_partanno_segmentation_benchmark_v0_normal.zip",
         ["https://shapenet.cs.stanford.edu/media/shapenetcore_partanno_segmentation_benchmark_v0_normal.zip"],
-        note="the PointNet++ ShapeNet-Part release with normals; community mirrors exist on Kaggle"),
+        note="the PointNet++ ShapeNet-Part release with normals; community mirrors exist on Kaggle",
+    ),
     "shapenet_part_seg_hdf5_data": ArchiveSpec(
-        "hdf5_data", "shapenet_part_seg_hdf5_data.zip",
+        "hdf5_data",
+        "shapenet_part_seg_hdf5_data.zip",
         ["https://shapenet.cs.stanford.edu/media/shapenet_part_seg_hdf5_data.zip"],
-        note="the PointNet ShapeNet-Part HDF5 release"),
+        note="the PointNet ShapeNet-Part HDF5 release",
+    ),
     "shapenetcore_partanno_v0": ArchiveSpec(
-        "shapenetcore_partanno_v0", "shapenetcore_partanno_v0.zip",
+        "shapenetcore_partanno_v0",
+        "shapenetcore_partanno_v0.zip",
         ["https://shapenet.cs.stanford.edu/ericyi/shapenetcore_partanno_v0.zip"],
-        note="the original ShapeNet-Part v0 release (.pts + .seg)"),
+        note="the original ShapeNet-Part v0 release (.pts + .seg)",
+    ),
 }
 
 
@@ -158,8 +187,9 @@ def resolve_archive(name: str) -> str:
     folded = {k.lower(): k for k in ARCHIVES}
     key = folded.get(str(name).lower()) or ARCHIVE_ALIASES.get(str(name).lower())
     if key is None:
-        raise ValueError(f"unknown archive {name!r}; known: {', '.join(ARCHIVES)} "
-                         f"(any case; also {', '.join(ARCHIVE_ALIASES)})")
+        raise ValueError(
+            f"unknown archive {name!r}; known: {', '.join(ARCHIVES)} (any case; also {', '.join(ARCHIVE_ALIASES)})"
+        )
     return key
 
 
@@ -184,12 +214,18 @@ def _progress(total: Optional[int], initial: int, desc: str, enabled: bool):
         from tqdm.auto import tqdm
     except ImportError:  # tqdm is optional
         return None
-    return tqdm(total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1024,
-                desc=desc, leave=False)
+    return tqdm(total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, leave=False)
 
 
-def download_file(url: str, dest: PathLike, *, sha256: Optional[str] = None, timeout: float = 30.0,
-                  progress: bool = True, resume: bool = True) -> Path:
+def download_file(
+    url: str,
+    dest: PathLike,
+    *,
+    sha256: Optional[str] = None,
+    timeout: float = 30.0,
+    progress: bool = True,
+    resume: bool = True,
+) -> Path:
     """Download ``url`` to ``dest`` (resumable through ``dest + '.part'``), verify, rename.
 
     A resumed download whose result fails the sha256 check (the ``.part`` file held bytes of
@@ -211,8 +247,9 @@ def download_file(url: str, dest: PathLike, *, sha256: Optional[str] = None, tim
         return _download_once(url, dest, sha256=sha256, timeout=timeout, progress=progress, resume=False)
 
 
-def _download_once(url: str, dest: PathLike, *, sha256: Optional[str], timeout: float, progress: bool,
-                   resume: bool) -> Path:
+def _download_once(
+    url: str, dest: PathLike, *, sha256: Optional[str], timeout: float, progress: bool, resume: bool
+) -> Path:
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
@@ -264,24 +301,30 @@ def _check_member_name(name: str, archive: Path) -> PurePosixPath:
         raise ValueError(f"{archive}: unsafe archive member {name!r} (absolute path); refusing to extract")
     pp = PurePosixPath(norm)
     if ".." in pp.parts:
-        raise ValueError(f"{archive}: unsafe archive member {name!r} (contains '..', would write outside "
-                         f"the destination); refusing to extract")
+        raise ValueError(
+            f"{archive}: unsafe archive member {name!r} (contains '..', would write outside "
+            f"the destination); refusing to extract"
+        )
     return pp
 
 
 def _check_link_target(member: PurePosixPath, target: str, archive: Path, hard: bool) -> None:
     t = target.replace("\\", "/")
     if t.startswith("/") or (len(t) > 1 and t[1] == ":"):
-        raise ValueError(f"{archive}: unsafe link {str(member)!r} -> {target!r} (absolute target, points "
-                         f"outside the destination); refusing to extract")
+        raise ValueError(
+            f"{archive}: unsafe link {str(member)!r} -> {target!r} (absolute target, points "
+            f"outside the destination); refusing to extract"
+        )
     base = PurePosixPath() if hard else member.parent
     depth = 0
     for part in (base / t).parts:
         if part == "..":
             depth -= 1
             if depth < 0:
-                raise ValueError(f"{archive}: unsafe link {str(member)!r} -> {target!r} (points outside "
-                                 f"the destination); refusing to extract")
+                raise ValueError(
+                    f"{archive}: unsafe link {str(member)!r} -> {target!r} (points outside "
+                    f"the destination); refusing to extract"
+                )
         elif part not in ("", "."):
             depth += 1
 
@@ -303,9 +346,11 @@ def _check_collisions(members: Sequence[Tuple[PurePosixPath, bool]], archive: Pa
             folders.setdefault(parent, f"{pp}{'/' if is_dir else ''}")
     clash = next((f for f in files if f in folders), None)
     if clash is not None:
-        raise ArchiveError(f"{archive}: archive members collide: {files[clash]!r} is a file (or link) but member "
-                            f"{folders[clash]!r} needs a folder {str(clash) + '/'!r}; the archive cannot be "
-                            f"extracted (a corrupt or badly made archive)")
+        raise ArchiveError(
+            f"{archive}: archive members collide: {files[clash]!r} is a file (or link) but member "
+            f"{folders[clash]!r} needs a folder {str(clash) + '/'!r}; the archive cannot be "
+            f"extracted (a corrupt or badly made archive)"
+        )
     for pp, is_dir in members:
         target = dest.joinpath(*pp.parts)
         if target.is_dir() and not target.is_symlink() and not is_dir:
@@ -313,8 +358,7 @@ def _check_collisions(members: Sequence[Tuple[PurePosixPath, bool]], archive: Pa
         for parent in list(pp.parents)[:-1]:
             there = dest.joinpath(*parent.parts)
             if there.is_symlink() or (there.exists() and not there.is_dir()):
-                raise ArchiveError(f"{archive}: member {str(pp)!r} needs the folder {there}, which is a file "
-                                    f"already")
+                raise ArchiveError(f"{archive}: member {str(pp)!r} needs the folder {there}, which is a file already")
 
 
 def _archive_kind(path: Path) -> str:
@@ -350,16 +394,21 @@ def _check_expanded_size(archive: Path, dest: Path, total: int) -> None:
         raise ValueError(f"{MAX_EXTRACT_BYTES_ENV} must be a number of bytes, got {env!r}") from None
     size = max(archive.stat().st_size, 1)
     if total > limit:
-        raise ValueError(f"{archive}: expands to {format_bytes(total)}, more than the extraction limit of "
-                         f"{format_bytes(limit)} (set {MAX_EXTRACT_BYTES_ENV} to allow it); refusing to extract")
+        raise ValueError(
+            f"{archive}: expands to {format_bytes(total)}, more than the extraction limit of "
+            f"{format_bytes(limit)} (set {MAX_EXTRACT_BYTES_ENV} to allow it); refusing to extract"
+        )
     if total > 1 << 20 and total / size > MAX_EXPANSION_RATIO:
-        raise ValueError(f"{archive}: {format_bytes(size)} that expand to {format_bytes(total)} ({total / size:.0f}x, "
-                         f"more than {MAX_EXPANSION_RATIO:.0f}x: a decompression bomb or a corrupt archive); "
-                         f"refusing to extract")
+        raise ValueError(
+            f"{archive}: {format_bytes(size)} that expand to {format_bytes(total)} ({total / size:.0f}x, "
+            f"more than {MAX_EXPANSION_RATIO:.0f}x: a decompression bomb or a corrupt archive); "
+            f"refusing to extract"
+        )
     free = shutil.disk_usage(dest).free
     if total > free:
-        raise ValueError(f"{archive}: expands to {format_bytes(total)} but {dest} has {format_bytes(free)} free; "
-                         f"refusing to extract")
+        raise ValueError(
+            f"{archive}: expands to {format_bytes(total)} but {dest} has {format_bytes(free)} free; refusing to extract"
+        )
 
 
 def extract_archive(archive: PathLike, dest: PathLike) -> Path:
@@ -388,8 +437,7 @@ def extract_archive(archive: PathLike, dest: PathLike) -> Path:
                     if stat.S_ISLNK(mode):
                         target = zf.read(info).decode("utf-8", "replace")
                         _check_link_target(pp, target, archive, hard=False)
-                _check_collisions([(_check_member_name(i.filename, archive), i.is_dir()) for i in infos],
-                                  archive, dest)
+                _check_collisions([(_check_member_name(i.filename, archive), i.is_dir()) for i in infos], archive, dest)
                 _check_expanded_size(archive, dest, sum(i.file_size for i in infos))
                 bad = zf.testzip()
                 if bad is not None:
@@ -403,10 +451,11 @@ def extract_archive(archive: PathLike, dest: PathLike) -> Path:
                     if m.issym() or m.islnk():
                         _check_link_target(pp, m.linkname, archive, hard=m.islnk())
                     elif not (m.isfile() or m.isdir()):
-                        raise ValueError(f"{archive}: unsafe archive member {m.name!r} (device, fifo or "
-                                         f"other special file); refusing to extract")
-                _check_collisions([(_check_member_name(m.name, archive), m.isdir()) for m in members],
-                                  archive, dest)
+                        raise ValueError(
+                            f"{archive}: unsafe archive member {m.name!r} (device, fifo or "
+                            f"other special file); refusing to extract"
+                        )
+                _check_collisions([(_check_member_name(m.name, archive), m.isdir()) for m in members], archive, dest)
                 _check_expanded_size(archive, dest, sum(m.size for m in members if m.isfile()))
                 if hasattr(tarfile, "data_filter"):  # defence in depth (Python >= 3.11.4)
                     tf.extractall(dest, members=members, filter="data")
@@ -431,8 +480,7 @@ def extract_archive(archive: PathLike, dest: PathLike) -> Path:
 # --------------------------------------------------------------------------------------
 # the whole pipeline
 # --------------------------------------------------------------------------------------
-def _manual_hint(filename: str, urls: Sequence[str], archive_path: Path, sha256: Optional[str],
-                 note: str) -> str:
+def _manual_hint(filename: str, urls: Sequence[str], archive_path: Path, sha256: Optional[str], note: str) -> str:
     lines = [f"Download {filename!r} by hand from one of:"]
     lines += [f"    {u}" for u in urls]
     if note:
@@ -444,10 +492,20 @@ def _manual_hint(filename: str, urls: Sequence[str], archive_path: Path, sha256:
     return "\n".join(lines)
 
 
-def download_and_extract(name: str, root: PathLike, urls: Sequence[str], sha256: Optional[str] = None,
-                         *, filename: Optional[str] = None, extract: bool = True, keep_archive: bool = True,
-                         timeout: float = 30.0, retries: int = 1, progress: bool = True, note: str = ""
-                         ) -> Path:
+def download_and_extract(
+    name: str,
+    root: PathLike,
+    urls: Sequence[str],
+    sha256: Optional[str] = None,
+    *,
+    filename: Optional[str] = None,
+    extract: bool = True,
+    keep_archive: bool = True,
+    timeout: float = 30.0,
+    retries: int = 1,
+    progress: bool = True,
+    note: str = "",
+) -> Path:
     """Make ``root/name`` hold the extracted contents of an archive, fetching it if needed.
 
     Steps: (1) ``root/name`` already complete (it has the :data:`COMPLETE_MARKER`) -> done;
@@ -487,37 +545,70 @@ def download_and_extract(name: str, root: PathLike, urls: Sequence[str], sha256:
     if extract and dest.exists():
         if is_complete(dest):
             return dest
-        raise ValueError(f"{dest} exists but has no {COMPLETE_MARKER} marker: it may be a partial "
-                         f"extraction or data placed there by hand. Delete it to re-extract, or (if it "
-                         f"is complete) point the dataset's root at it directly.")
-    filename = filename or PurePosixPath(urllib.request.url2pathname(str(urls[0]).split("?")[0])).name
-    if not filename:
-        raise ValueError(f"download_and_extract({name!r}): cannot infer the archive name from {urls[0]!r}")
+        raise ValueError(
+            f"{dest} exists but has no {COMPLETE_MARKER} marker: it may be a partial "
+            f"extraction or data placed there by hand. Delete it to re-extract, or (if it "
+            f"is complete) point the dataset's root at it directly."
+        )
+    filename = _archive_name(name, urls, filename)
     archive = root / filename
     root.mkdir(parents=True, exist_ok=True)
-    bad_copy, mismatch = _set_aside_mismatch(archive, sha256)
-    if not archive.exists():
-        errors = _fetch_from_mirrors(urls, archive, sha256, timeout, retries, progress)
-        if not archive.exists():
-            tried = "\n".join(f"    {e}" for e in errors) or "    (no mirror URLs given)"
-            hint = _manual_hint(filename, urls, archive, sha256, note)
-            if bad_copy is not None:
-                os.replace(bad_copy, archive)  # leave things as they were
-                raise ValueError(f"{mismatch}. Re-fetching it failed; tried:\n{tried}\nDelete it and run "
-                                 f"again, or replace it with a good copy.\n" + hint)
-            raise DownloadError(f"could not download {filename!r} for dataset {name!r} (no mirror worked)\n"
-                                f"tried:\n{tried}\n" + hint)
+    _obtain_archive(name, filename, archive, urls, sha256, timeout, retries, progress, note)
     if not extract:
         return archive
     digest = sha256 or sha256_of(archive)
-    _extract_into_place(archive, root, name, dest, {"name": name, "archive": filename, "sha256": digest,
-                                                    "verified": sha256 is not None})
+    _extract_into_place(
+        archive, root, name, dest, {"name": name, "archive": filename, "sha256": digest, "verified": sha256 is not None}
+    )
     if sha256 is None:
-        warn_at_caller(f"{archive}: no reference sha256 to verify against; its sha256 is {digest} "
-                      f"(recorded in {dest / COMPLETE_MARKER})")
+        warn_at_caller(
+            f"{archive}: no reference sha256 to verify against; its sha256 is {digest} "
+            f"(recorded in {dest / COMPLETE_MARKER})"
+        )
     if not keep_archive:
         archive.unlink(missing_ok=True)
     return dest
+
+
+def _archive_name(name: str, urls: Sequence[str], filename: Optional[str]) -> str:
+    """The archive's file name: ``filename``, else the last path component of the first URL."""
+    filename = filename or PurePosixPath(urllib.request.url2pathname(str(urls[0]).split("?")[0])).name
+    if not filename:
+        raise ValueError(f"download_and_extract({name!r}): cannot infer the archive name from {urls[0]!r}")
+    return filename
+
+
+def _obtain_archive(
+    name: str,
+    filename: str,
+    archive: Path,
+    urls: Sequence[str],
+    sha256: Optional[str],
+    timeout: float,
+    retries: int,
+    progress: bool,
+    note: str,
+) -> None:
+    """Make ``archive`` (``root/filename``) exist: a copy there with the right sha256 is kept, a wrong one set aside
+    (:func:`_set_aside_mismatch`) and the mirrors tried in order. When none works, a set-aside copy is put back
+    and a ValueError (it was wrong) or DownloadError (there was none) says what to download by hand."""
+    bad_copy, mismatch = _set_aside_mismatch(archive, sha256)
+    if archive.exists():
+        return
+    errors = _fetch_from_mirrors(urls, archive, sha256, timeout, retries, progress)
+    if archive.exists():
+        return
+    tried = "\n".join(f"    {e}" for e in errors) or "    (no mirror URLs given)"
+    hint = _manual_hint(filename, urls, archive, sha256, note)
+    if bad_copy is not None:
+        os.replace(bad_copy, archive)  # leave things as they were
+        raise ValueError(
+            f"{mismatch}. Re-fetching it failed; tried:\n{tried}\nDelete it and run "
+            f"again, or replace it with a good copy.\n" + hint
+        )
+    raise DownloadError(
+        f"could not download {filename!r} for dataset {name!r} (no mirror worked)\ntried:\n{tried}\n" + hint
+    )
 
 
 def _set_aside_mismatch(archive: Path, sha256: Optional[str]) -> Tuple[Optional[Path], str]:
@@ -528,16 +619,19 @@ def _set_aside_mismatch(archive: Path, sha256: Optional[str]) -> Tuple[Optional[
     got = sha256_of(archive)
     if got.lower() == sha256.lower():
         return None, ""
-    mismatch = (f"{archive}: sha256 mismatch (expected {sha256}, got {got}); the archive is "
-                f"truncated, corrupt or a different version")
+    mismatch = (
+        f"{archive}: sha256 mismatch (expected {sha256}, got {got}); the archive is "
+        f"truncated, corrupt or a different version"
+    )
     bad_copy = archive.with_name(archive.name + ".corrupt")
     os.replace(archive, bad_copy)
     warn_at_caller(f"{mismatch}; moved it to {bad_copy} and re-fetching it")
     return bad_copy, mismatch
 
 
-def _fetch_from_mirrors(urls: Sequence[str], archive: Path, sha256: Optional[str], timeout: float, retries: int,
-                        progress: bool) -> List[str]:
+def _fetch_from_mirrors(
+    urls: Sequence[str], archive: Path, sha256: Optional[str], timeout: float, retries: int, progress: bool
+) -> List[str]:
     """Try each mirror (``retries`` attempts each, with back-off) until ``archive`` exists; the errors seen."""
     errors: List[str] = []
     attempts = max(1, int(retries))
@@ -553,7 +647,7 @@ def _fetch_from_mirrors(urls: Sequence[str], archive: Path, sha256: Optional[str
                 reason = getattr(exc, "reason", None) or exc
                 errors.append(f"{url}: {type(exc).__name__}: {reason}")
                 if attempt + 1 < attempts:
-                    time.sleep(min(2.0 ** attempt, 10.0))
+                    time.sleep(min(2.0**attempt, 10.0))
         if archive.exists():
             break
     return errors
@@ -582,8 +676,9 @@ def download_archive(key: str, root: PathLike, **kwargs) -> Path:
     """:func:`download_and_extract` for one of the known :data:`ARCHIVES` (any spelling :func:`resolve_archive`
     accepts)."""
     spec = ARCHIVES[resolve_archive(key)]
-    return download_and_extract(spec.name, root, spec.urls, spec.sha256, filename=spec.filename,
-                                note=spec.note, **kwargs)
+    return download_and_extract(
+        spec.name, root, spec.urls, spec.sha256, filename=spec.filename, note=spec.note, **kwargs
+    )
 
 
 def manual_instructions(key: str, root: PathLike) -> str:

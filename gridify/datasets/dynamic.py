@@ -34,6 +34,7 @@
 * :func:`read_sequence` / :class:`PointCloudSequence`: a generic reader for a sequence of
   point files (any format of :func:`gridify.io.read_points`) with a timestamp list.
 """
+
 from __future__ import annotations
 
 import math
@@ -55,14 +56,29 @@ from ..transforms import FixedPoints
 from ..transforms import rotation_matrix
 from ._common import check_num_points, check_split, item_index
 
-__all__ = ["DynamicShapes", "DYNAMIC_CLASSES", "collate_sequences", "PointCloudSequence", "read_sequence",
-           "TIMESTAMP_FILES", "FRAME_INTERVAL_RANGE"]
+__all__ = [
+    "DynamicShapes",
+    "DYNAMIC_CLASSES",
+    "collate_sequences",
+    "PointCloudSequence",
+    "read_sequence",
+    "TIMESTAMP_FILES",
+    "FRAME_INTERVAL_RANGE",
+]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 #: the motion classes, in label order
-DYNAMIC_CLASSES: List[str] = ["rot_z_slow", "rot_z_fast", "rot_x", "rot_y", "sway_slow", "sway_fast",
-                              "pulsate", "hinge"]
+DYNAMIC_CLASSES: List[str] = [
+    "rot_z_slow",
+    "rot_z_fast",
+    "rot_x",
+    "rot_y",
+    "sway_slow",
+    "sway_fast",
+    "pulsate",
+    "hinge",
+]
 SAMPLINGS = ("regular", "irregular", "mixed")
 #: the accepted ``frame_interval``: the times are float32, where 1e-300 is 0 (no frame after another) and 1e300
 #: overflows
@@ -74,9 +90,16 @@ _SPLIT_CODE = {"train": 0, "val": 1, "test": 2}
 _RADIUS = 0.6  # canonical shapes fit in this radius; motions keep every point inside [-0.95, 0.95]^3
 
 # angular speeds (rad per time unit) of each class's motion
-_SPEED = {"rot_z_slow": 0.2, "rot_z_fast": 0.5, "rot_x": 0.35, "rot_y": 0.35,
-          "sway_slow": 2 * math.pi / 20, "sway_fast": 2 * math.pi / 8,
-          "pulsate": 2 * math.pi / 10, "hinge": 2 * math.pi / 10}
+_SPEED = {
+    "rot_z_slow": 0.2,
+    "rot_z_fast": 0.5,
+    "rot_x": 0.35,
+    "rot_y": 0.35,
+    "sway_slow": 2 * math.pi / 20,
+    "sway_fast": 2 * math.pi / 8,
+    "pulsate": 2 * math.pi / 10,
+    "hinge": 2 * math.pi / 10,
+}
 
 
 class _Shape:
@@ -191,15 +214,32 @@ class DynamicShapes(torch.utils.data.Dataset):
     #: point features per frame (the coordinates)
     in_channels = 3
 
-    def __init__(self, split: str = "train", *, num_samples_per_class: int = 40, num_frames: int = 8,
-                 num_points: int = 256, sampling: str = "regular", frame_interval: float = 1.0,
-                 jitter: float = 0.4, drop_prob: float = 0.3, min_frames: int = 3, noise: float = 0.005,
-                 classes: Optional[Sequence[str]] = None, seed: int = 0, resample: bool = True) -> None:
+    def __init__(
+        self,
+        split: str = "train",
+        *,
+        num_samples_per_class: int = 40,
+        num_frames: int = 8,
+        num_points: int = 256,
+        sampling: str = "regular",
+        frame_interval: float = 1.0,
+        jitter: float = 0.4,
+        drop_prob: float = 0.3,
+        min_frames: int = 3,
+        noise: float = 0.005,
+        classes: Optional[Sequence[str]] = None,
+        seed: int = 0,
+        resample: bool = True,
+    ) -> None:
         super().__init__()
         where = type(self).__name__
         self.split = check_split(where, split, tuple(_SPLIT_CODE))
-        for name, v in (("num_samples_per_class", num_samples_per_class), ("num_frames", num_frames),
-                        ("num_points", num_points), ("min_frames", min_frames)):
+        for name, v in (
+            ("num_samples_per_class", num_samples_per_class),
+            ("num_frames", num_frames),
+            ("num_points", num_points),
+            ("min_frames", min_frames),
+        ):
             check_int(where, name, v)
         check_num_points(where, num_points, num_frames)
         if min_frames > num_frames:
@@ -207,8 +247,10 @@ class DynamicShapes(torch.utils.data.Dataset):
         check_choice(where, "sampling", sampling, SAMPLINGS)
         interval = check_number(where, "frame_interval", frame_interval)
         if not FRAME_INTERVAL_RANGE[0] <= interval <= FRAME_INTERVAL_RANGE[1]:
-            raise ValueError(f"{where}: frame_interval must be in [{FRAME_INTERVAL_RANGE[0]:g}, "
-                             f"{FRAME_INTERVAL_RANGE[1]:g}] (the times are float32), got {frame_interval!r}")
+            raise ValueError(
+                f"{where}: frame_interval must be in [{FRAME_INTERVAL_RANGE[0]:g}, "
+                f"{FRAME_INTERVAL_RANGE[1]:g}] (the times are float32), got {frame_interval!r}"
+            )
         if not isinstance(jitter, (int, float)) or not 0.0 <= jitter < 0.5:
             raise ValueError(f"{where}: jitter must be in [0, 0.5) (fraction of frame_interval), got {jitter!r}")
         if not isinstance(drop_prob, (int, float)) or not 0.0 <= drop_prob < 1.0:
@@ -220,8 +262,9 @@ class DynamicShapes(torch.utils.data.Dataset):
         if classes is None:
             classes = list(DYNAMIC_CLASSES)
         if isinstance(classes, str) or not classes or any(c not in DYNAMIC_CLASSES for c in classes):
-            raise ValueError(f"{where}: classes must be a non-empty list of names from {DYNAMIC_CLASSES}, "
-                             f"got {classes!r}")
+            raise ValueError(
+                f"{where}: classes must be a non-empty list of names from {DYNAMIC_CLASSES}, got {classes!r}"
+            )
         if len(set(classes)) != len(classes):
             raise ValueError(f"{where}: classes has duplicates: {list(classes)}")
         self.classes = list(classes)
@@ -288,14 +331,19 @@ class DynamicShapes(torch.utils.data.Dataset):
                 p = p + obs.normal(scale=self.noise, size=p.shape)
             frames.append(p)
         pos = np.clip(np.stack(frames), -0.99, 0.99)
-        return {"pos": torch.as_tensor(pos, dtype=torch.float32),
-                "times": torch.as_tensor(times, dtype=torch.float32),
-                "y": torch.tensor(label, dtype=torch.long), "index": torch.tensor(index, dtype=torch.long)}
+        return {
+            "pos": torch.as_tensor(pos, dtype=torch.float32),
+            "times": torch.as_tensor(times, dtype=torch.float32),
+            "y": torch.tensor(label, dtype=torch.long),
+            "index": torch.tensor(index, dtype=torch.long),
+        }
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(split={self.split!r}, n={len(self)}, classes={self.num_classes}, "
-                f"sampling={self.sampling!r}, num_frames={self.num_frames}, num_points={self.num_points}, "
-                f"resample={self.resample})")
+        return (
+            f"{type(self).__name__}(split={self.split!r}, n={len(self)}, classes={self.num_classes}, "
+            f"sampling={self.sampling!r}, num_frames={self.num_frames}, num_points={self.num_points}, "
+            f"resample={self.resample})"
+        )
 
 
 def collate_sequences(items: Sequence[Dict[str, Any]]) -> Dict[str, Tensor]:
@@ -318,17 +366,23 @@ def collate_sequences(items: Sequence[Dict[str, Any]]) -> Dict[str, Tensor]:
                 raise ValueError(f"{where}: item {i} has no {key!r}")
         pos, times = it["pos"], it["times"]
         if not isinstance(pos, Tensor) or pos.dim() != 3 or pos.size(-1) != 3:
-            raise ValueError(f"{where}: item {i} 'pos' must be a tensor [T, N, 3], got "
-                             f"{tuple(pos.shape) if isinstance(pos, Tensor) else type(pos).__name__}")
+            raise ValueError(
+                f"{where}: item {i} 'pos' must be a tensor [T, N, 3], got "
+                f"{tuple(pos.shape) if isinstance(pos, Tensor) else type(pos).__name__}"
+            )
         if not isinstance(times, Tensor) or times.dim() != 1 or times.numel() != pos.size(0):
-            raise ValueError(f"{where}: item {i} 'times' must be a 1-D tensor with one entry per frame "
-                             f"({pos.size(0)}), got {tuple(times.shape) if isinstance(times, Tensor) else times!r}")
+            raise ValueError(
+                f"{where}: item {i} 'times' must be a 1-D tensor with one entry per frame "
+                f"({pos.size(0)}), got {tuple(times.shape) if isinstance(times, Tensor) else times!r}"
+            )
         if pos.size(0) == 0:
             raise ValueError(f"{where}: item {i} has no frames")
         if pos.size(1) != items[0]["pos"].size(1):
-            raise ValueError(f"{where}: item {i} has {pos.size(1)} points per frame but item 0 has "
-                             f"{items[0]['pos'].size(1)}; resample frames to a fixed count (num_points=, "
-                             f"data.num_points)")
+            raise ValueError(
+                f"{where}: item {i} has {pos.size(1)} points per frame but item 0 has "
+                f"{items[0]['pos'].size(1)}; resample frames to a fixed count (num_points=, "
+                f"data.num_points)"
+            )
     lengths = torch.tensor([int(it["pos"].size(0)) for it in items], dtype=torch.long)
     b, t_max, n = len(items), int(lengths.max()), int(items[0]["pos"].size(1))
     mask = torch.arange(t_max)[None, :] < lengths[:, None]
@@ -393,8 +447,10 @@ class PointCloudSequence:
                 raise ValueError(f"{self.source or 'sequence'}: all points are identical; cannot normalize")
             frames = [(f - center) / scale for f in frames]
         pos = np.stack([sampler({"pos": f})["pos"] for f in frames])
-        return {"pos": torch.as_tensor(pos, dtype=torch.float32),
-                "times": torch.as_tensor(self.times - self.times[0], dtype=torch.float32)}
+        return {
+            "pos": torch.as_tensor(pos, dtype=torch.float32),
+            "times": torch.as_tensor(self.times - self.times[0], dtype=torch.float32),
+        }
 
 
 def _natural_key(name: str) -> List[Any]:
@@ -410,7 +466,9 @@ def _read_timestamp_file(path: Path) -> np.ndarray:
         try:
             values.append(float(text.replace(",", " ").split()[0]))
         except ValueError:
-            raise ValueError(f"read_sequence: {path} line {lineno}: cannot parse a time from {line.strip()!r}") from None
+            raise ValueError(
+                f"read_sequence: {path} line {lineno}: cannot parse a time from {line.strip()!r}"
+            ) from None
     return np.asarray(values, dtype=np.float64)
 
 
@@ -423,9 +481,17 @@ def _frame_paths(where: str, frames: Any) -> Tuple[Optional[Path], List[Path]]:
         if not folder.is_dir():
             raise ValueError(f"{where}: {folder} is not a folder; pass a folder or a list of files")
         known = supported_extensions()
-        paths = sorted((p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")
-                        and p.suffix.lower() in known and p.name.lower() not in TIMESTAMP_FILES),
-                       key=lambda p: _natural_key(p.name))
+        paths = sorted(
+            (
+                p
+                for p in folder.iterdir()
+                if p.is_file()
+                and not p.name.startswith(".")
+                and p.suffix.lower() in known
+                and p.name.lower() not in TIMESTAMP_FILES
+            ),
+            key=lambda p: _natural_key(p.name),
+        )
         if not paths:
             raise ValueError(f"{where}: folder {folder} holds no point files (extensions: {', '.join(known)})")
         return folder, paths
@@ -444,12 +510,16 @@ def _frame_times(where: str, timestamps: Any, folder: Optional[Path], num_frames
     """``(times, where they came from)`` for the ``timestamps`` argument of :func:`read_sequence`."""
     if timestamps is None:
         if folder is None:
-            raise ValueError(f"{where}: timestamps is required when frames is a list of files "
-                             f"(a list of times, a text file, or 'index')")
+            raise ValueError(
+                f"{where}: timestamps is required when frames is a list of files "
+                f"(a list of times, a text file, or 'index')"
+            )
         found = [folder / n for n in TIMESTAMP_FILES if (folder / n).is_file()]
         if not found:
-            raise FileNotFoundError(f"{where}: no timestamps given and none of {list(TIMESTAMP_FILES)} in {folder}; "
-                                    f"pass timestamps=[...], a text file, or 'index'")
+            raise FileNotFoundError(
+                f"{where}: no timestamps given and none of {list(TIMESTAMP_FILES)} in {folder}; "
+                f"pass timestamps=[...], a text file, or 'index'"
+            )
         return _read_timestamp_file(found[0]), str(found[0])
     if isinstance(timestamps, str) and timestamps == "index":
         return np.arange(num_frames, dtype=np.float64), "index"
@@ -459,19 +529,28 @@ def _frame_times(where: str, timestamps: Any, folder: Optional[Path], num_frames
             raise FileNotFoundError(f"{where}: timestamp file {tpath} does not exist")
         return _read_timestamp_file(tpath), str(tpath)
     try:
-        times = (timestamps.detach().cpu().double().numpy() if isinstance(timestamps, Tensor)
-                 else np.asarray(timestamps, dtype=np.float64))
+        times = (
+            timestamps.detach().cpu().double().numpy()
+            if isinstance(timestamps, Tensor)
+            else np.asarray(timestamps, dtype=np.float64)
+        )
     except (TypeError, ValueError):
-        raise TypeError(f"{where}: timestamps must be numbers, a file path, 'index' or None, "
-                        f"got {type(timestamps).__name__}") from None
+        raise TypeError(
+            f"{where}: timestamps must be numbers, a file path, 'index' or None, got {type(timestamps).__name__}"
+        ) from None
     if times.ndim != 1:
         raise ValueError(f"{where}: timestamps must be 1-D (one time per frame), got shape {times.shape}")
     return times, "timestamps"
 
 
-def read_sequence(frames: Union[PathLike, Sequence[PathLike]], timestamps: Any = None, *,
-                  num_samples: int = 10_000, seed: int = 0, columns: Optional[Sequence[str]] = None,
-                  ) -> PointCloudSequence:
+def read_sequence(
+    frames: Union[PathLike, Sequence[PathLike]],
+    timestamps: Any = None,
+    *,
+    num_samples: int = 10_000,
+    seed: int = 0,
+    columns: Optional[Sequence[str]] = None,
+) -> PointCloudSequence:
     """Read a sequence of point files (e.g. LiDAR sweeps) and their timestamps.
 
     Args:
@@ -495,14 +574,18 @@ def read_sequence(frames: Union[PathLike, Sequence[PathLike]], timestamps: Any =
     folder, paths = _frame_paths(where, frames)
     times, tsource = _frame_times(where, timestamps, folder, len(paths))
     if len(times) != len(paths):
-        raise ValueError(f"{where}: got {len(paths)} frames but {len(times)} timestamps (from {tsource}); "
-                         f"there must be exactly one time per frame")
+        raise ValueError(
+            f"{where}: got {len(paths)} frames but {len(times)} timestamps (from {tsource}); "
+            f"there must be exactly one time per frame"
+        )
     if not np.isfinite(times).all():
         raise ValueError(f"{where}: timestamps (from {tsource}) contain NaN/Inf")
     if len(times) > 1 and not (np.diff(times) > 0).all():
         i = int(np.flatnonzero(np.diff(times) <= 0)[0]) + 1
-        raise ValueError(f"{where}: timestamps (from {tsource}) must be strictly increasing; times[{i}] = "
-                         f"{times[i]:g} <= times[{i - 1}] = {times[i - 1]:g} (frames {paths[i - 1].name}, "
-                         f"{paths[i].name})")
+        raise ValueError(
+            f"{where}: timestamps (from {tsource}) must be strictly increasing; times[{i}] = "
+            f"{times[i]:g} <= times[{i - 1}] = {times[i - 1]:g} (frames {paths[i - 1].name}, "
+            f"{paths[i].name})"
+        )
     clouds = [read_points(p, num_samples=num_samples, seed=seed, columns=columns) for p in paths]
     return PointCloudSequence(clouds, times, source=str(folder) if folder is not None else str(paths[0].parent))

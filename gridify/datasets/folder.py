@@ -41,6 +41,7 @@ Shapes:
     pos ``[N, 3]``, normal ``[N, 3]``, ``y`` ``[]`` (class id) or ``[N]`` (part ids), ``category``
     ``[]`` (always 0: one category, segmentation only).
 """
+
 from __future__ import annotations
 
 import os
@@ -55,8 +56,7 @@ from .._checks import check_alloc, check_choice, check_int, check_probability
 from ..io import PointCloud, read_labels, read_points, reader_takes, supported_extensions
 from ..io.source import read_text_file
 from ..registry import DATASETS
-from ._common import (DatasetError, PathLike, PointCloudDataset, Transform, align_labels, check_split,
-                      stratified_split)
+from ._common import DatasetError, PathLike, PointCloudDataset, Transform, align_labels, check_split, stratified_split
 from .download import DatasetNotFoundError
 
 __all__ = ["PointFolder", "FOLDER_SPLITS", "CLASSES_FILE", "LABEL_SUFFIXES", "read_name_list"]
@@ -94,8 +94,11 @@ def _subdirs(folder: Path) -> List[Path]:
 
 def _samples_in(folder: Path, exts: Set[str]) -> List[Path]:
     """The sample files directly in ``folder``; ``x.npy`` beside ``x.ply`` holds x's labels, not a sample."""
-    files = [f for f in sorted(folder.iterdir()) if f.is_file() and not f.name.startswith(".")
-             and f.suffix.lower() in exts and f.name not in _RESERVED]
+    files = [
+        f
+        for f in sorted(folder.iterdir())
+        if f.is_file() and not f.name.startswith(".") and f.suffix.lower() in exts and f.name not in _RESERVED
+    ]
     others = {f.stem for f in files if f.suffix.lower() != ".npy"}
     return [f for f in files if f.suffix.lower() != ".npy" or f.stem not in others]
 
@@ -133,10 +136,13 @@ def _check_listed_once(root: Path, listing: Path, line: str, seen: Dict[Path, Tu
     if first is None:
         seen[key] = (listing, line)
         return
-    where = (f"twice in {listing}" if first[0] == listing else
-             f"in both {first[0]} ({first[1]!r}) and {listing} ({line!r})")
-    _fail(f"{root / line}: listed {where}; the split lists must not overlap (a file in two splits is "
-          f"trained and evaluated on)")
+    where = (
+        f"twice in {listing}" if first[0] == listing else f"in both {first[0]} ({first[1]!r}) and {listing} ({line!r})"
+    )
+    _fail(
+        f"{root / line}: listed {where}; the split lists must not overlap (a file in two splits is "
+        f"trained and evaluated on)"
+    )
 
 
 def _scanned_classes(root: Path, exts: Set[str]) -> Tuple[List[Entry], List[str]]:
@@ -155,7 +161,9 @@ def _scanned_classes(root: Path, exts: Set[str]) -> Tuple[List[Entry], List[str]
 def _scanned_samples(root: Path, exts: Set[str]) -> List[Entry]:
     """The entries of ``root/<split>/<sample>`` and ``root/<sample>``."""
     splits = [root / s for s in FOLDER_SPLITS if (root / s).is_dir()]
-    return [(f, "", s.name) for s in splits for f in _samples_in(s, exts)] + [(f, "", "") for f in _samples_in(root, exts)]
+    return [(f, "", s.name) for s in splits for f in _samples_in(s, exts)] + [
+        (f, "", "") for f in _samples_in(root, exts)
+    ]
 
 
 def _names_file(root: Path) -> Optional[List[str]]:
@@ -178,8 +186,10 @@ def _class_index(root: Path, exts: Set[str]) -> Tuple[List[str], List[Entry]]:
         entries, folders = _scanned_classes(root, exts)
     names = _names_file(root) or sorted(set(folders) | {c for _, c, _ in entries})
     if not entries:
-        _fail(f"{root}: no point-cloud files found (expected <class>/<split>/<file> with a readable extension: "
-              f"{' '.join(sorted(exts))})")
+        _fail(
+            f"{root}: no point-cloud files found (expected <class>/<split>/<file> with a readable extension: "
+            f"{' '.join(sorted(exts))})"
+        )
     unknown = next((e for e in entries if e[1] not in names), None)
     if unknown is not None:
         _fail(f"{unknown[0]}: class {unknown[1]!r} is not listed in {root / CLASSES_FILE}")
@@ -190,8 +200,15 @@ def _class_index(root: Path, exts: Set[str]) -> Tuple[List[str], List[Entry]]:
     return names, entries
 
 
-def _chosen(entries: Sequence[Entry], labels: np.ndarray, split: str, val_fraction: float,
-            test_fraction: Optional[float], seed: int, root: Path) -> np.ndarray:
+def _chosen(
+    entries: Sequence[Entry],
+    labels: np.ndarray,
+    split: str,
+    val_fraction: float,
+    test_fraction: Optional[float],
+    seed: int,
+    root: Path,
+) -> np.ndarray:
     """The indices of ``entries`` in ``split``, carving ``val`` (and, when asked, ``test``) as the module says."""
     of = np.asarray([e[2] for e in entries])
     given = set(of.tolist()) - {""}
@@ -213,14 +230,17 @@ def _chosen(entries: Sequence[Entry], labels: np.ndarray, split: str, val_fracti
         train, val = pool[keep], pool[held]
     chosen = {"train": train, "val": val, "test": test, "trainval": np.sort(np.concatenate([train, val]))}[split]
     if len(chosen) == 0:
-        carved = {"val": ("val_fraction", val_fraction, None if "val" in given else pool),
-                  "test": ("test_fraction", test_fraction, None if "test" in given else pool)}.get(split)
+        carved = {
+            "val": ("val_fraction", val_fraction, None if "val" in given else pool),
+            "test": ("test_fraction", test_fraction, None if "test" in given else pool),
+        }.get(split)
         _fail(f"{root}: no {split} files ({_empty_split_hint(split, carved, labels)})")
     return chosen
 
 
-def _empty_split_hint(split: str, carved: Optional[Tuple[str, Optional[float], Optional[np.ndarray]]],
-                      labels: np.ndarray) -> str:
+def _empty_split_hint(
+    split: str, carved: Optional[Tuple[str, Optional[float], Optional[np.ndarray]]], labels: np.ndarray
+) -> str:
     """Why ``split`` came out empty and what to do: no such split, or a fraction that carves nothing."""
     if carved is None:
         return "add train folders or a train.txt list"
@@ -230,11 +250,15 @@ def _empty_split_hint(split: str, carved: Optional[Tuple[str, Optional[float], O
     if fraction:
         sizes = Counter(labels[pool].tolist())
         if sizes and max(sizes.values()) < 2:
-            return (f"{name}={fraction} holds out files of a class only when it has at least 2 (one stays in "
-                    f"train), and each of the {len(sizes)} class(es) has {max(sizes.values())} file(s); "
-                    f"add files, or add {split} folders or a {split}.txt list")
-        return (f"{name}={fraction} of {len(pool)} files rounds to none; raise it, or add {split} folders or a "
-                f"{split}.txt list")
+            return (
+                f"{name}={fraction} holds out files of a class only when it has at least 2 (one stays in "
+                f"train), and each of the {len(sizes)} class(es) has {max(sizes.values())} file(s); "
+                f"add files, or add {split} folders or a {split}.txt list"
+            )
+        return (
+            f"{name}={fraction} of {len(pool)} files rounds to none; raise it, or add {split} folders or a "
+            f"{split}.txt list"
+        )
     if split == "test":
         return "add test folders or a test.txt list, or set test_fraction to carve one"
     return "add val folders or a val.txt list, or set val_fraction > 0"
@@ -276,12 +300,25 @@ class PointFolder(PointCloudDataset):
     source_format = "folder"
     group_attribute = "labels"
 
-    def __init__(self, root: PathLike, split: str = "train", *, task: str = "classification",
-                 num_points: Optional[int] = 1024, use_normals: bool = False,
-                 columns: Optional[Sequence[str]] = None, num_classes: Optional[int] = None,
-                 val_fraction: float = 0.1, test_fraction: Optional[float] = None, mesh_samples: int = 10_000,
-                 transform: Optional[Transform] = None, seed: int = 0, normalize: Union[bool, str] = True,
-                 estimate_normals: Optional[int] = None, keep_in_memory: bool = False) -> None:
+    def __init__(
+        self,
+        root: PathLike,
+        split: str = "train",
+        *,
+        task: str = "classification",
+        num_points: Optional[int] = 1024,
+        use_normals: bool = False,
+        columns: Optional[Sequence[str]] = None,
+        num_classes: Optional[int] = None,
+        val_fraction: float = 0.1,
+        test_fraction: Optional[float] = None,
+        mesh_samples: int = 10_000,
+        transform: Optional[Transform] = None,
+        seed: int = 0,
+        normalize: Union[bool, str] = True,
+        estimate_normals: Optional[int] = None,
+        keep_in_memory: bool = False,
+    ) -> None:
         where = "PointFolder"
         check_split(where, split)
         self.task = check_choice(where, "task", task, ("classification", "segmentation"))
@@ -290,9 +327,16 @@ class PointFolder(PointCloudDataset):
             check_probability(where, "test_fraction", test_fraction)
         self.mesh_samples = int(check_int(where, "mesh_samples", mesh_samples))
         check_int(where, "num_classes", num_classes, allow_none=True)
-        super().__init__(split=split, num_points=num_points, use_normals=use_normals, transform=transform,
-                         seed=seed, normalize=normalize, estimate_normals=estimate_normals,
-                         keep_in_memory=keep_in_memory)
+        super().__init__(
+            split=split,
+            num_points=num_points,
+            use_normals=use_normals,
+            transform=transform,
+            seed=seed,
+            normalize=normalize,
+            estimate_normals=estimate_normals,
+            keep_in_memory=keep_in_memory,
+        )
         self.root = Path(root).expanduser()
         if not self.root.is_dir():
             raise DatasetNotFoundError(f"PointFolder: data folder {self.root} not found", root=self.root)
@@ -304,15 +348,18 @@ class PointFolder(PointCloudDataset):
         else:
             entries = _listed(self.root, exts, by_class=False) or _scanned_samples(self.root, exts)
             if not entries:
-                _fail(f"{self.root}: no point-cloud files found (expected <split>/<sample> with a readable "
-                      f"extension: {' '.join(sorted(exts))})")
+                _fail(
+                    f"{self.root}: no point-cloud files found (expected <split>/<sample> with a readable "
+                    f"extension: {' '.join(sorted(exts))})"
+                )
             labels = np.zeros(len(entries), dtype=np.int64)
         chosen = _chosen(entries, labels, split, float(val_fraction), test_fraction, self.seed, self.root)
         self.files: List[Path] = [entries[i][0] for i in chosen]
         self.labels = labels[chosen]
         self._reference = self._fields_of(entries[0][0])
-        self.class_names: List[str] = (names if self.task == "classification" else
-                                       self._part_names(num_classes, [e[0] for e in entries]))
+        self.class_names: List[str] = (
+            names if self.task == "classification" else self._part_names(num_classes, [e[0] for e in entries])
+        )
 
     # ----------------------------------------------------------------------------------
     @property
@@ -339,8 +386,10 @@ class PointFolder(PointCloudDataset):
         return len(self.files)
 
     def __repr__(self) -> str:
-        return (f"PointFolder(root='{self.root}', split={self.split!r}, task={self.task!r}, "
-                f"classes={self.num_classes}, samples={len(self)}, num_points={self.num_points})")
+        return (
+            f"PointFolder(root='{self.root}', split={self.split!r}, task={self.task!r}, "
+            f"classes={self.num_classes}, samples={len(self)}, num_points={self.num_points})"
+        )
 
     # ----------------------------------------------------------------------------------
     def _read(self, path: Path) -> PointCloud:
@@ -367,8 +416,10 @@ class PointFolder(PointCloudDataset):
         mine = self._fields(cloud)
         if mine != fields:
             show = lambda f: "xyz + " + ", ".join(f) if f else "xyz only"  # noqa: E731
-            _fail(f"{path}: holds {show(mine)} but {first} (the first file) holds {show(fields)}; every file of "
-                  f"a folder dataset must have the same columns")
+            _fail(
+                f"{path}: holds {show(mine)} but {first} (the first file) holds {show(fields)}; every file of "
+                f"a folder dataset must have the same columns"
+            )
 
     def _point_labels(self, path: Path, cloud: PointCloud) -> Tuple[np.ndarray, Path]:
         """``(labels [N], the file they come from)``: a sibling label file, else the file's own labels."""
@@ -382,9 +433,11 @@ class PointFolder(PointCloudDataset):
             return cloud.labels, path
         else:
             why = cloud.ignored.get("labels")
-            _fail(f"{path}: no per-point labels: no {path.stem}.labels or {path.stem}.npy beside it and "
-                  + (f"the file's {why}" if why else "no label column or property in it")
-                  + " (name text/npy columns with columns: [x, y, z, _, label])")
+            _fail(
+                f"{path}: no per-point labels: no {path.stem}.labels or {path.stem}.npy beside it and "
+                + (f"the file's {why}" if why else "no label column or property in it")
+                + " (name text/npy columns with columns: [x, y, z, _, label])"
+            )
         return align_labels(labels, sibling, cloud, path), sibling
 
     def _part_names(self, num_classes: Optional[int], files: Sequence[Path]) -> List[str]:
@@ -406,9 +459,11 @@ class PointFolder(PointCloudDataset):
             if len(labels) and int(labels.max()) > top:
                 top, where = int(labels.max()), source
         if top >= max(MAX_PARTS, total):
-            _fail(f"{where}: label id {top} would number {top + 1} parts (part0 .. part{top}) for the {total} "
-                  f"labelled points of {self.root}; ids must be 0 .. K-1: write {self.root / CLASSES_FILE} "
-                  f"or set the count (data.num_classes / num_classes=)")
+            _fail(
+                f"{where}: label id {top} would number {top + 1} parts (part0 .. part{top}) for the {total} "
+                f"labelled points of {self.root}; ids must be 0 .. K-1: write {self.root / CLASSES_FILE} "
+                f"or set the count (data.num_classes / num_classes=)"
+            )
         return top
 
     def raw(self, index: int) -> Dict[str, Any]:
@@ -424,8 +479,10 @@ class PointFolder(PointCloudDataset):
         labels, source = self._point_labels(path, cloud)
         bad = labels[(labels < 0) | (labels >= self.num_parts)]
         if bad.size:
-            _fail(f"{source}: unknown label id {int(bad[0])}: the {self.num_parts} parts of {self.root} are "
-                  f"0..{self.num_parts - 1} ({CLASSES_FILE if (self.root / CLASSES_FILE).is_file() else 'numbered'})")
+            _fail(
+                f"{source}: unknown label id {int(bad[0])}: the {self.num_parts} parts of {self.root} are "
+                f"0..{self.num_parts - 1} ({CLASSES_FILE if (self.root / CLASSES_FILE).is_file() else 'numbered'})"
+            )
         sample["y"] = labels
         sample["category"] = np.int64(0)
         return sample

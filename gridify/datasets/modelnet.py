@@ -31,6 +31,7 @@ whole official train split; ``"test"`` is the official test split, never used fo
 Labels follow the official alphabetical class lists (:data:`MODELNET40_CLASSES`,
 :data:`MODELNET10_CLASSES`) for every source, so ids agree across formats.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,27 +46,87 @@ from .._checks import check_choice, warn_at_caller
 from ..io import read_mesh, read_points, repair_normals, sample_mesh
 from ..io.source import read_text_file
 from ..registry import DATASETS
-from ._common import (PathLike, PointCloudDataset, Transform, check_split, default_root, h5_dataset,
-                      load_npz, save_npz_atomic, stratified_split, writable_dir)
+from ._common import (
+    PathLike,
+    PointCloudDataset,
+    Transform,
+    check_split,
+    default_root,
+    h5_dataset,
+    load_npz,
+    save_npz_atomic,
+    stratified_split,
+    writable_dir,
+)
 from .download import DatasetNotFoundError, download_archive, manual_instructions
 
 __all__ = ["ModelNet", "MODELNET40_CLASSES", "MODELNET10_CLASSES"]
 
 MODELNET40_CLASSES: List[str] = [
-    "airplane", "bathtub", "bed", "bench", "bookshelf", "bottle", "bowl", "car", "chair", "cone",
-    "cup", "curtain", "desk", "door", "dresser", "flower_pot", "glass_box", "guitar", "keyboard",
-    "lamp", "laptop", "mantel", "monitor", "night_stand", "person", "piano", "plant", "radio",
-    "range_hood", "sink", "sofa", "stairs", "stool", "table", "tent", "toilet", "tv_stand", "vase",
-    "wardrobe", "xbox"]
+    "airplane",
+    "bathtub",
+    "bed",
+    "bench",
+    "bookshelf",
+    "bottle",
+    "bowl",
+    "car",
+    "chair",
+    "cone",
+    "cup",
+    "curtain",
+    "desk",
+    "door",
+    "dresser",
+    "flower_pot",
+    "glass_box",
+    "guitar",
+    "keyboard",
+    "lamp",
+    "laptop",
+    "mantel",
+    "monitor",
+    "night_stand",
+    "person",
+    "piano",
+    "plant",
+    "radio",
+    "range_hood",
+    "sink",
+    "sofa",
+    "stairs",
+    "stool",
+    "table",
+    "tent",
+    "toilet",
+    "tv_stand",
+    "vase",
+    "wardrobe",
+    "xbox",
+]
 MODELNET10_CLASSES: List[str] = [
-    "bathtub", "bed", "chair", "desk", "dresser", "monitor", "night_stand", "sofa", "table", "toilet"]
+    "bathtub",
+    "bed",
+    "chair",
+    "desk",
+    "dresser",
+    "monitor",
+    "night_stand",
+    "sofa",
+    "table",
+    "toilet",
+]
 
 SOURCES = ("off", "normal_resampled", "hdf5", "pcd")
 #: the releases ``source="auto"`` looks for, in order
 AUTO_ORDER = ("normal_resampled", "off", "hdf5", "pcd")
 #: the archive ``gridify download`` fetches for each release (``{name}``: 10 or 40; pcd has none)
-SOURCE_ARCHIVES = {"off": "ModelNet{name}", "normal_resampled": "modelnet40_normal_resampled",
-                   "hdf5": "modelnet40_ply_hdf5_2048", "auto": "ModelNet{name}"}
+SOURCE_ARCHIVES = {
+    "off": "ModelNet{name}",
+    "normal_resampled": "modelnet40_normal_resampled",
+    "hdf5": "modelnet40_ply_hdf5_2048",
+    "auto": "ModelNet{name}",
+}
 
 
 def _shape_class(shape: str) -> str:
@@ -110,6 +171,7 @@ class ModelNet(PointCloudDataset):
     Attributes:
         class_names, num_classes, source_format, data_dir, files (per sample).
     """
+
     group_attribute = "labels"
 
     @property
@@ -117,13 +179,28 @@ class ModelNet(PointCloudDataset):
         """Whether the normals come from the files (``use_normals`` without ``estimate_normals``)."""
         return self.use_normals and self.estimate_normals is None
 
-    def __init__(self, root: Optional[PathLike] = None, name: str = "40", split: str = "train", *,
-                 source: str = "off", num_points: Optional[int] = 1024, use_normals: bool = True,
-                 transform: Optional[Transform] = None, val_fraction: float = 0.1, seed: int = 0,
-                 cache: bool = True, cache_dir: Optional[PathLike] = None, mesh_samples: int = 10_000,
-                 normalize: Union[bool, str] = True, align_up_axis: bool = True, download: bool = False,
-                 skip_missing: bool = False, estimate_normals: Optional[int] = None,
-                 keep_in_memory: bool = False) -> None:
+    def __init__(
+        self,
+        root: Optional[PathLike] = None,
+        name: str = "40",
+        split: str = "train",
+        *,
+        source: str = "off",
+        num_points: Optional[int] = 1024,
+        use_normals: bool = True,
+        transform: Optional[Transform] = None,
+        val_fraction: float = 0.1,
+        seed: int = 0,
+        cache: bool = True,
+        cache_dir: Optional[PathLike] = None,
+        mesh_samples: int = 10_000,
+        normalize: Union[bool, str] = True,
+        align_up_axis: bool = True,
+        download: bool = False,
+        skip_missing: bool = False,
+        estimate_normals: Optional[int] = None,
+        keep_in_memory: bool = False,
+    ) -> None:
         name = str(name)
         if name not in ("10", "40"):
             raise ValueError(f"ModelNet: name must be '10' or '40', got {name!r}")
@@ -134,9 +211,16 @@ class ModelNet(PointCloudDataset):
             raise ValueError(f"ModelNet: val_fraction must be in [0, 1), got {val_fraction!r}")
         if int(mesh_samples) < 1:
             raise ValueError(f"ModelNet: mesh_samples must be positive, got {mesh_samples!r}")
-        super().__init__(split=split, num_points=num_points, use_normals=use_normals, transform=transform,
-                         seed=seed, normalize=normalize, estimate_normals=estimate_normals,
-                         keep_in_memory=keep_in_memory)
+        super().__init__(
+            split=split,
+            num_points=num_points,
+            use_normals=use_normals,
+            transform=transform,
+            seed=seed,
+            normalize=normalize,
+            estimate_normals=estimate_normals,
+            keep_in_memory=keep_in_memory,
+        )
         self.name = name
         self.root = Path(root) if root is not None else default_root()
         self.source_format = source
@@ -152,21 +236,29 @@ class ModelNet(PointCloudDataset):
         official = "test" if split == "test" else "train"
         entries, labels = self._list(official)
         if not entries:
-            raise ValueError(f"ModelNet{name} ({source}): no samples found for the official {official!r} "
-                             f"split under {self.data_dir}")
+            raise ValueError(
+                f"ModelNet{name} ({source}): no samples found for the official {official!r} split under {self.data_dir}"
+            )
         labels_arr = np.asarray(labels, dtype=np.int64)
         if split in ("train", "val"):
             keep, held = stratified_split(labels_arr, self.val_fraction, self.seed)
             chosen = keep if split == "train" else held
             if len(chosen) == 0:
-                raise ValueError(f"ModelNet{name}: split {split!r} is empty (val_fraction={val_fraction}, "
-                                 f"{len(entries)} official train samples)")
+                raise ValueError(
+                    f"ModelNet{name}: split {split!r} is empty (val_fraction={val_fraction}, "
+                    f"{len(entries)} official train samples)"
+                )
         else:
             chosen = np.arange(len(entries))
         self.entries = [entries[i] for i in chosen]
         self.labels = labels_arr[chosen]
+        self._init_cache(bool(cache) and source == "off", cache_dir)
 
-        self.cache = bool(cache) and source == "off"
+    def _init_cache(self, cache: bool, cache_dir: Optional[PathLike]) -> None:
+        """``cache`` and ``cache_dir``: the cache of sampled OFF meshes in
+        ``<cache_dir or data_dir/.cache>/off_n<mesh_samples>_seed<seed>``, off (with a warning) when that folder
+        is not writable."""
+        self.cache = cache
         self.cache_dir: Optional[Path] = None
         if self.cache:
             base = Path(cache_dir) if cache_dir is not None else self.data_dir / ".cache"
@@ -174,8 +266,10 @@ class ModelNet(PointCloudDataset):
             if writable_dir(target):
                 self.cache_dir = target
             else:
-                warn_at_caller(f"ModelNet: cache folder {target} is not writable; sampled meshes will not "
-                              f"be cached (data.cache_dir / cache_dir=: a writable folder)")
+                warn_at_caller(
+                    f"ModelNet: cache folder {target} is not writable; sampled meshes will not "
+                    f"be cached (data.cache_dir / cache_dir=: a writable folder)"
+                )
                 self.cache = False
 
     # ----------------------------------------------------------------------------------
@@ -194,8 +288,10 @@ class ModelNet(PointCloudDataset):
         return f"ModelNet{self.name}"
 
     def __repr__(self) -> str:
-        return (f"ModelNet(name={self.name!r}, split={self.split!r}, source={self.source_format!r}, "
-                f"samples={len(self)}, num_points={self.num_points}, data_dir='{self.data_dir}')")
+        return (
+            f"ModelNet(name={self.name!r}, split={self.split!r}, source={self.source_format!r}, "
+            f"samples={len(self)}, num_points={self.num_points}, data_dir='{self.data_dir}')"
+        )
 
     @classmethod
     def archives(cls, name: str = "40", source: str = "off", **_: Any) -> List[str]:
@@ -226,8 +322,9 @@ class ModelNet(PointCloudDataset):
             return False
         if self.source_format in ("off", "pcd"):
             ext = f"*.{self.source_format}"
-            return any(next((d / c / s).glob(ext), None) is not None
-                       for c in self.class_names for s in ("train", "test"))
+            return any(
+                next((d / c / s).glob(ext), None) is not None for c in self.class_names for s in ("train", "test")
+            )
         if self.source_format == "normal_resampled":
             return (d / f"modelnet{self.name}_train.txt").is_file() or (d / f"modelnet{self.name}_test.txt").is_file()
         return any(d.glob("ply_data_*.h5"))
@@ -262,27 +359,34 @@ class ModelNet(PointCloudDataset):
 
     def _not_found(self, key: str) -> DatasetNotFoundError:
         if self.source_format == "auto":
-            msg = (f"ModelNet{self.name} not found under {self.root}: expected one of the releases "
-                   f"{', '.join(s for s in AUTO_ORDER if s != 'hdf5' or self.name == '40')} "
-                   f"(e.g. {self.root / f'ModelNet{self.name}'} holding <class>/{{train,test}}/*.off, or "
-                   f"{self.root / f'ModelNet{self.name}' / 'pcd'} holding <class>/{{train,test}}/*.pcd).")
+            msg = (
+                f"ModelNet{self.name} not found under {self.root}: expected one of the releases "
+                f"{', '.join(s for s in AUTO_ORDER if s != 'hdf5' or self.name == '40')} "
+                f"(e.g. {self.root / f'ModelNet{self.name}'} holding <class>/{{train,test}}/*.off, or "
+                f"{self.root / f'ModelNet{self.name}' / 'pcd'} holding <class>/{{train,test}}/*.pcd)."
+            )
             return self._with_hint(msg, key)
         expected = self._candidates()[0]
         how = {
             "off": f"<class>/{{train,test}}/*.off for the {self.num_classes} classes",
             "pcd": "<class>/{train,test}/*.pcd",
             "normal_resampled": f"modelnet{self.name}_{{train,test}}.txt, modelnet{self.name}_shape_names.txt "
-                                f"and <class>/<shape>.txt",
+            f"and <class>/<shape>.txt",
             "hdf5": "ply_data_train*.h5, ply_data_test*.h5 and shape_names.txt",
         }[self.source_format]
-        msg = (f"ModelNet{self.name} ({self.source_format}) not found under {self.root}: expected {expected} "
-               f"holding {how}.")
+        msg = (
+            f"ModelNet{self.name} ({self.source_format}) not found under {self.root}: expected {expected} "
+            f"holding {how}."
+        )
         return self._with_hint(msg, key)
 
     def _with_hint(self, msg: str, key: str) -> DatasetNotFoundError:
         if key:
-            msg += ("\nPass download=True to fetch it, or:\n" + manual_instructions(key, self.root)
-                    + "\n(then unzip it there, or let download=True extract it)")
+            msg += (
+                "\nPass download=True to fetch it, or:\n"
+                + manual_instructions(key, self.root)
+                + "\n(then unzip it there, or let download=True extract it)"
+            )
         return DatasetNotFoundError(msg, archive=key or None, root=self.root)
 
     def _label_of(self, cls: str, where: str) -> int:
@@ -305,15 +409,19 @@ class ModelNet(PointCloudDataset):
         labels: List[int] = []
         ext = "*.off" if self.source_format == "off" else "*.pcd"
         present = [c for c in self.class_names if (d / c).is_dir()]
-        unknown = sorted(p.name for p in d.iterdir() if p.is_dir() and not p.name.startswith(".")
-                         and p.name not in self.class_names)
+        unknown = sorted(
+            p.name for p in d.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name not in self.class_names
+        )
         if unknown and self.source_format == "off":
-            raise ValueError(f"{d}: folders {unknown[:5]} are not ModelNet{self.name} classes "
-                             f"(wrong name= or wrong folder?)")
+            raise ValueError(
+                f"{d}: folders {unknown[:5]} are not ModelNet{self.name} classes (wrong name= or wrong folder?)"
+            )
         if len(present) < len(self.class_names):
             missing = [c for c in self.class_names if c not in present]
-            warn_at_caller(f"ModelNet{self.name}: only {len(present)} of {len(self.class_names)} class "
-                          f"folders found under {d} (missing: {missing[:5]}...)")
+            warn_at_caller(
+                f"ModelNet{self.name}: only {len(present)} of {len(self.class_names)} class "
+                f"folders found under {d} (missing: {missing[:5]}...)"
+            )
         for c in present:
             for f in sorted((d / c / official).glob(ext), key=lambda p: p.name):
                 entries.append(str(f))
@@ -331,8 +439,10 @@ class ModelNet(PointCloudDataset):
                 raise ValueError(f"{names_file}: class list differs from the official ModelNet{self.name} list")
         split_file = d / f"modelnet{self.name}_{official}.txt"
         if not split_file.is_file():
-            raise DatasetNotFoundError(f"{split_file}: split file missing (the release ships "
-                                       f"modelnet{self.name}_train.txt and modelnet{self.name}_test.txt)")
+            raise DatasetNotFoundError(
+                f"{split_file}: split file missing (the release ships "
+                f"modelnet{self.name}_train.txt and modelnet{self.name}_test.txt)"
+            )
         shapes = [ln.strip() for ln in read_text_file(split_file).splitlines() if ln.strip()]
         missing = []
         for s in shapes:
@@ -344,8 +454,7 @@ class ModelNet(PointCloudDataset):
             entries.append(str(f))
             labels.append(self._label_of(cls, str(split_file)))
         if missing:
-            msg = (f"{split_file}: {len(missing)} of {len(shapes)} listed shapes are missing "
-                   f"(first: {missing[0]})")
+            msg = f"{split_file}: {len(missing)} of {len(shapes)} listed shapes are missing (first: {missing[0]})"
             if not self.skip_missing:
                 raise ValueError(msg + "; the release is incomplete (set skip_missing=True to use what is there)")
             warn_at_caller(msg + "; skipped")
@@ -357,6 +466,7 @@ class ModelNet(PointCloudDataset):
         d = self.data_dir
         entries: List[Any] = []
         labels: List[int] = []
+
         def order(p: Path) -> int:
             m = re.search(r"(\d+)\.h5$", p.name)
             return int(m.group(1)) if m else 0
@@ -378,8 +488,9 @@ class ModelNet(PointCloudDataset):
                         raise ValueError(f"{f}: {label.size} labels for {n} shapes")
                     lab = np.asarray(label).reshape(-1).astype(np.int64)
                     if self._file_normals and "normal" not in h:
-                        raise ValueError(f"{f}: use_normals=True but the file has no 'normal' dataset; "
-                                         f"set use_normals=False")
+                        raise ValueError(
+                            f"{f}: use_normals=True but the file has no 'normal' dataset; set use_normals=False"
+                        )
             except OSError as exc:
                 raise ValueError(f"{f}: cannot read HDF5 file ({exc})") from None
             if len(lab) != n:
@@ -399,14 +510,17 @@ class ModelNet(PointCloudDataset):
         cache_file = None if self.cache_dir is None else self.cache_dir / f"{rel}.npz"
         if cache_file is not None and cache_file.is_file():
             data = load_npz(cache_file)
-            if (data is not None and data.get("pos") is not None and data["pos"].shape == (self.mesh_samples, 3)
-                    and int(data.get("src_size", -1)) == path.stat().st_size):
+            if (
+                data is not None
+                and data.get("pos") is not None
+                and data["pos"].shape == (self.mesh_samples, 3)
+                and int(data.get("src_size", -1)) == path.stat().st_size
+            ):
                 return data["pos"], data["normal"]
         vertices, faces = read_mesh(path)
         if len(faces) == 0:
             raise ValueError(f"{path}: mesh has no faces")
-        pts, nrm = sample_mesh((vertices, faces), self.mesh_samples,
-                               seed=np.random.default_rng(self._sample_seed(rel)))
+        pts, nrm = sample_mesh((vertices, faces), self.mesh_samples, seed=np.random.default_rng(self._sample_seed(rel)))
         if cache_file is not None:
             try:
                 save_npz_atomic(cache_file, pos=pts, normal=nrm, src_size=np.int64(path.stat().st_size))

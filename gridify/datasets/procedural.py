@@ -11,6 +11,7 @@ Shapes are upright (z up). Sample ``i`` of a split is generated from
 ``SeedSequence([seed, split, i])``, independently of access order, and cached in memory.
 About 1,000 samples generate in a couple of seconds on one core.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -23,8 +24,7 @@ from ..io import sample_mesh
 from ..registry import DATASETS
 from ._common import PointCloudDataset, Transform, check_split
 
-__all__ = ["ProceduralShapes", "PROCEDURAL_CLASSES", "PROCEDURAL_PARTS", "PROCEDURAL_CATEGORY_TO_PARTS",
-           "make_shape"]
+__all__ = ["ProceduralShapes", "PROCEDURAL_CLASSES", "PROCEDURAL_PARTS", "PROCEDURAL_CATEGORY_TO_PARTS", "make_shape"]
 
 Mesh = Tuple[np.ndarray, np.ndarray]  # (vertices [V, 3], faces [F, 3])
 Part = Tuple[np.ndarray, np.ndarray, int]  # (vertices, faces, local part index)
@@ -48,7 +48,8 @@ PROCEDURAL_CLASSES: List[str] = list(PROCEDURAL_PARTS)
 _offsets = np.concatenate([[0], np.cumsum([len(v) for v in PROCEDURAL_PARTS.values()])[:-1]]).tolist()
 #: category id -> global part ids
 PROCEDURAL_CATEGORY_TO_PARTS: List[List[int]] = [
-    list(range(o, o + len(parts))) for o, parts in zip(_offsets, PROCEDURAL_PARTS.values())]
+    list(range(o, o + len(parts))) for o, parts in zip(_offsets, PROCEDURAL_PARTS.values())
+]
 #: global part names, ``"<category>/<part>"``
 PROCEDURAL_PART_NAMES: List[str] = [f"{c}/{p}" for c, parts in PROCEDURAL_PARTS.items() for p in parts]
 
@@ -110,8 +111,7 @@ def _box(lo: Sequence[float], hi: Sequence[float]) -> Mesh:
 def _torus(major: float, minor: float) -> Mesh:
     import trimesh
 
-    return _tm(trimesh.creation.torus(major_radius=major, minor_radius=minor, major_sections=32,
-                                      minor_sections=12))
+    return _tm(trimesh.creation.torus(major_radius=major, minor_radius=minor, major_sections=32, minor_sections=12))
 
 
 # --------------------------------------------------------------------------------------
@@ -176,8 +176,10 @@ def _build_table(r: np.random.Generator) -> List[Part]:
 def _build_chair(r: np.random.Generator) -> List[Part]:
     w, d, sh = r.uniform(0.45, 0.7), r.uniform(0.45, 0.7), r.uniform(0.4, 0.55)
     t, leg, bh = r.uniform(0.04, 0.08), r.uniform(0.035, 0.07), r.uniform(0.4, 0.8)
-    parts: List[Part] = [(*_box((-w / 2, -d / 2, sh - t), (w / 2, d / 2, sh)), 0),
-                         (*_box((-w / 2, d / 2 - t, sh), (w / 2, d / 2, sh + bh)), 1)]
+    parts: List[Part] = [
+        (*_box((-w / 2, -d / 2, sh - t), (w / 2, d / 2, sh)), 0),
+        (*_box((-w / 2, d / 2 - t, sh), (w / 2, d / 2, sh + bh)), 1),
+    ]
     for sx in (-1, 1):
         for sy in (-1, 1):
             cx, cy = sx * (w / 2 - leg / 2), sy * (d / 2 - leg / 2)
@@ -213,8 +215,7 @@ def _build_mug(r: np.random.Generator) -> List[Part]:
 def _build_l_shape(r: np.random.Generator) -> List[Part]:
     long_len, short_len = r.uniform(0.9, 1.5), r.uniform(0.4, 0.8)
     w, t = r.uniform(0.2, 0.4), r.uniform(0.15, 0.4)
-    return [(*_box((0, 0, 0), (long_len, w, t)), 0),
-            (*_box((0, w, 0), (w, w + short_len, t)), 1)]
+    return [(*_box((0, 0, 0), (long_len, w, t)), 0), (*_box((0, w, 0), (w, w + short_len, t)), 1)]
 
 
 def _build_dumbbell(r: np.random.Generator) -> List[Part]:
@@ -229,14 +230,22 @@ def _build_dumbbell(r: np.random.Generator) -> List[Part]:
 
 
 _BUILDERS: Dict[str, Callable[[np.random.Generator], List[Part]]] = {
-    "box": _build_box, "sphere": _build_sphere, "cylinder": _build_cylinder, "cone": _build_cone,
-    "capsule": _build_capsule, "torus": _build_torus, "table": _build_table, "chair": _build_chair,
-    "lamp": _build_lamp, "mug": _build_mug, "l_shape": _build_l_shape, "dumbbell": _build_dumbbell,
+    "box": _build_box,
+    "sphere": _build_sphere,
+    "cylinder": _build_cylinder,
+    "cone": _build_cone,
+    "capsule": _build_capsule,
+    "torus": _build_torus,
+    "table": _build_table,
+    "chair": _build_chair,
+    "lamp": _build_lamp,
+    "mug": _build_mug,
+    "l_shape": _build_l_shape,
+    "dumbbell": _build_dumbbell,
 }
 
 
-def make_shape(category: str, num_points: int, rng: np.random.Generator
-               ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+def make_shape(category: str, num_points: int, rng: np.random.Generator) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Generate one shape of ``category`` and sample its surface.
 
     Returns:
@@ -295,24 +304,41 @@ class ProceduralShapes(PointCloudDataset):
 
     source_format = "procedural"
 
-    def __init__(self, split: str = "train", num_points: int = 1024, num_samples_per_class: int = 50,
-                 seed: int = 0, task: str = "classification", *, classes: Optional[Sequence[str]] = None,
-                 use_normals: bool = True, transform: Optional[Transform] = None, normalize: Union[bool, str] = True,
-                 noise_std: float = 0.0) -> None:
+    def __init__(
+        self,
+        split: str = "train",
+        num_points: int = 1024,
+        num_samples_per_class: int = 50,
+        seed: int = 0,
+        task: str = "classification",
+        *,
+        classes: Optional[Sequence[str]] = None,
+        use_normals: bool = True,
+        transform: Optional[Transform] = None,
+        normalize: Union[bool, str] = True,
+        noise_std: float = 0.0,
+    ) -> None:
         check_split("ProceduralShapes", split, ("train", "val", "test"))
         where = "ProceduralShapes"
         check_choice(where, "task", task, ("classification", "segmentation"))
         check_positive_int(where, num_points=num_points, num_samples_per_class=num_samples_per_class)
         check_number(where, "noise_std", noise_std, strict=False)
-        super().__init__(split=split, num_points=int(num_points), use_normals=use_normals,
-                         transform=transform, seed=seed, normalize=normalize)
+        super().__init__(
+            split=split,
+            num_points=int(num_points),
+            use_normals=use_normals,
+            transform=transform,
+            seed=seed,
+            normalize=normalize,
+        )
         if classes is None:
             names = list(PROCEDURAL_CLASSES)
         else:
             bad = [c for c in classes if c not in PROCEDURAL_PARTS]
             if bad or not classes:
-                raise ValueError(f"ProceduralShapes: unknown or empty classes {bad or classes}; known: "
-                                 f"{PROCEDURAL_CLASSES}")
+                raise ValueError(
+                    f"ProceduralShapes: unknown or empty classes {bad or classes}; known: {PROCEDURAL_CLASSES}"
+                )
             names = [c for c in PROCEDURAL_CLASSES if c in set(classes)]
         self.class_names = names
         self.task = task
@@ -342,16 +368,19 @@ class ProceduralShapes(PointCloudDataset):
         return np.arange(len(self), dtype=np.int64) // self.per_class
 
     def __repr__(self) -> str:
-        return (f"ProceduralShapes(split={self.split!r}, task={self.task!r}, classes={self.num_classes}, "
-                f"samples={len(self)}, num_points={self.num_points}, seed={self.seed})")
+        return (
+            f"ProceduralShapes(split={self.split!r}, task={self.task!r}, classes={self.num_classes}, "
+            f"samples={len(self)}, num_points={self.num_points}, seed={self.seed})"
+        )
 
     def raw(self, index: int) -> Dict[str, Any]:
         cached = self._cache.get(index)
         if cached is None:
             label = index // self.per_class
             name = self.class_names[label]
-            rng = np.random.default_rng([self.seed, _SPLIT_CODE[self.split],
-                                         PROCEDURAL_CLASSES.index(name), index % self.per_class])
+            rng = np.random.default_rng(
+                [self.seed, _SPLIT_CODE[self.split], PROCEDURAL_CLASSES.index(name), index % self.per_class]
+            )
             pos, normal, part = make_shape(name, self.num_points, rng)  # type: ignore[arg-type]
             if self.noise_std > 0:
                 pos = (pos + rng.normal(0.0, self.noise_std, size=pos.shape)).astype(np.float32)

@@ -25,6 +25,7 @@ Shapes:
     color / normal ``[N, 3]`` float32 (indoor), strength ``[N, 1]`` float32 (outdoor), segment ``[N]``
     int64 in ``0..C-1``; rays: origin ``[3]``, directions ``[R, 3]`` -> range ``[R]``, label ``[R]``.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,20 +39,64 @@ from ..registry import DATASETS
 from ._common import Transform, check_split
 from .scene_base import SceneDatasetBase
 
-__all__ = ["INDOOR_CLASSES", "OUTDOOR_CLASSES", "make_indoor_scene", "make_outdoor_scan", "ProceduralScenes",
-           "Primitives", "cast_rays", "sensor_directions", "street_layout", "scan_layout"]
+__all__ = [
+    "INDOOR_CLASSES",
+    "OUTDOOR_CLASSES",
+    "make_indoor_scene",
+    "make_outdoor_scan",
+    "ProceduralScenes",
+    "Primitives",
+    "cast_rays",
+    "sensor_directions",
+    "street_layout",
+    "scan_layout",
+]
 
-INDOOR_CLASSES: Tuple[str, ...] = ("floor", "ceiling", "wall", "door", "window", "table", "chair", "shelf",
-                                   "cabinet", "clutter")
-OUTDOOR_CLASSES: Tuple[str, ...] = ("road", "sidewalk", "terrain", "building", "fence", "vegetation", "trunk",
-                                   "car", "pole", "traffic-sign", "person")
+INDOOR_CLASSES: Tuple[str, ...] = (
+    "floor",
+    "ceiling",
+    "wall",
+    "door",
+    "window",
+    "table",
+    "chair",
+    "shelf",
+    "cabinet",
+    "clutter",
+)
+OUTDOOR_CLASSES: Tuple[str, ...] = (
+    "road",
+    "sidewalk",
+    "terrain",
+    "building",
+    "fence",
+    "vegetation",
+    "trunk",
+    "car",
+    "pole",
+    "traffic-sign",
+    "person",
+)
 _IN = {c: i for i, c in enumerate(INDOOR_CLASSES)}
 _OUT = {c: i for i, c in enumerate(OUTDOOR_CLASSES)}
 _SPLIT_CODE = {"train": 0, "val": 1, "test": 2}
 
 #: base colours (0-255) of the indoor classes
-_INDOOR_COLORS = np.array([[150, 130, 110], [235, 235, 230], [205, 200, 190], [140, 95, 60], [170, 200, 225],
-                           [120, 80, 50], [60, 60, 70], [160, 120, 80], [200, 200, 205], [120, 150, 90]], float)
+_INDOOR_COLORS = np.array(
+    [
+        [150, 130, 110],
+        [235, 235, 230],
+        [205, 200, 190],
+        [140, 95, 60],
+        [170, 200, 225],
+        [120, 80, 50],
+        [60, 60, 70],
+        [160, 120, 80],
+        [200, 200, 205],
+        [120, 150, 90],
+    ],
+    float,
+)
 #: reflectivity of the outdoor classes (LiDAR remission before range attenuation)
 _REFLECTIVITY = np.array([0.25, 0.3, 0.35, 0.45, 0.4, 0.55, 0.3, 0.6, 0.5, 0.9, 0.35])
 
@@ -81,8 +126,7 @@ class _Rects:
             getattr(self, name).extend(getattr(other, name))
 
 
-def _box_rects(lo: Sequence[float], hi: Sequence[float], label: int, color: np.ndarray,
-               bottom: bool = False) -> _Rects:
+def _box_rects(lo: Sequence[float], hi: Sequence[float], label: int, color: np.ndarray, bottom: bool = False) -> _Rects:
     """The faces of an axis-aligned box, normals outward (the bottom face only when ``bottom``)."""
     lo, hi = np.asarray(lo, float), np.asarray(hi, float)
     d, eye, out = hi - lo, np.eye(3), _Rects()
@@ -126,8 +170,9 @@ def _furniture(rng: np.random.Generator, kind: str, x: float, y: float) -> Tuple
     if kind == "chair":
         s, h = rng.uniform(0.4, 0.5), rng.uniform(0.42, 0.48)
         r.extend(_box_rects((x - s / 2, y - s / 2, h - 0.04), (x + s / 2, y + s / 2, h), lab, col, bottom=True))
-        r.extend(_box_rects((x - s / 2, y + s / 2 - 0.04, h), (x + s / 2, y + s / 2, h + rng.uniform(0.35, 0.5)),
-                            lab, col))
+        r.extend(
+            _box_rects((x - s / 2, y + s / 2 - 0.04, h), (x + s / 2, y + s / 2, h + rng.uniform(0.35, 0.5)), lab, col)
+        )
         for sx in (-1, 1):
             for sy in (-1, 1):
                 lx, ly = x + sx * (s / 2 - 0.03), y + sy * (s / 2 - 0.03)
@@ -165,8 +210,9 @@ def _openings(rng: np.random.Generator, length: float) -> List[Tuple[float, floa
     return out
 
 
-def _wall(rng: np.random.Generator, o: np.ndarray, along: np.ndarray, length: float, height: float,
-          inward: np.ndarray) -> _Rects:
+def _wall(
+    rng: np.random.Generator, o: np.ndarray, along: np.ndarray, length: float, height: float, inward: np.ndarray
+) -> _Rects:
     """A wall from ``o`` along the unit vector ``along``, with openings filled by a recessed door leaf or pane."""
     up = np.array([0.0, 0.0, 1.0])
     flip = np.dot(np.cross(along, up), inward) < 0  # so that the normal u x v points into the room
@@ -194,8 +240,12 @@ def _room_rects(rng: np.random.Generator) -> _Rects:
     r = _Rects()
     r.add((0, 0, 0), (w, 0, 0), (0, d, 0), _IN["floor"], _tint(rng, _IN["floor"]))
     r.add((0, 0, h), (0, d, 0), (w, 0, 0), _IN["ceiling"], _tint(rng, _IN["ceiling"]))
-    corners = [((0, 0, 0), (1, 0, 0), w, (0, 1, 0)), ((w, 0, 0), (0, 1, 0), d, (-1, 0, 0)),
-               ((w, d, 0), (-1, 0, 0), w, (0, -1, 0)), ((0, d, 0), (0, -1, 0), d, (1, 0, 0))]
+    corners = [
+        ((0, 0, 0), (1, 0, 0), w, (0, 1, 0)),
+        ((w, 0, 0), (0, 1, 0), d, (-1, 0, 0)),
+        ((w, d, 0), (-1, 0, 0), w, (0, -1, 0)),
+        ((0, d, 0), (0, -1, 0), d, (1, 0, 0)),
+    ]
     for o, along, length, inward in corners:
         r.extend(_wall(rng, np.asarray(o, float), np.asarray(along, float), length, h, np.asarray(inward, float)))
     placed: List[Tuple[float, float, float]] = []
@@ -205,7 +255,8 @@ def _room_rects(rng: np.random.Generator) -> _Rects:
             sub = np.random.default_rng(rng.integers(1 << 62))
             obj, radius = _furniture(sub, str(kind), x, y)
             fits = radius < min(x, y, w - x, d - y) and all(
-                math.hypot(x - px, y - py) > radius + pr for px, py, pr in placed)
+                math.hypot(x - px, y - py) > radius + pr for px, py, pr in placed
+            )
             if fits:
                 placed.append((x, y, radius))
                 r.extend(_rotate_z(obj, np.array([x, y, 0.0]), rng.uniform(0, 2 * math.pi)))
@@ -229,8 +280,12 @@ def make_indoor_scene(rng: np.random.Generator, num_points: int) -> Dict[str, np
     st = rng.random((int(num_points), 2))
     coord = o[idx] + st[:, :1] * u[idx] + st[:, 1:] * v[idx] + rng.normal(0, 0.005, (int(num_points), 3))
     color = np.clip(np.stack(r.color)[idx] + rng.normal(0, 6, (int(num_points), 3)), 0, 255)
-    return {"coord": coord.astype(np.float32), "color": np.round(color).astype(np.float32),
-            "normal": n[idx].astype(np.float32), "segment": np.asarray(r.label, np.int64)[idx]}
+    return {
+        "coord": coord.astype(np.float32),
+        "color": np.round(color).astype(np.float32),
+        "normal": n[idx].astype(np.float32),
+        "segment": np.asarray(r.label, np.int64)[idx],
+    }
 
 
 # --------------------------------------------------------------------------------------
@@ -266,7 +321,7 @@ def _hit_boxes(o: np.ndarray, d: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     if len(boxes) == 0:
         return np.full((len(d), 0), np.inf, np.float32)
     c, s = np.cos(-boxes[:, 6]), np.sin(-boxes[:, 6])
-    rel = o[None, :2] - boxes[:, :2]                                        # [B, 2]
+    rel = o[None, :2] - boxes[:, :2]  # [B, 2]
     ox = (c * rel[:, 0] - s * rel[:, 1])[None]
     oy = (s * rel[:, 0] + c * rel[:, 1])[None]
     oz = (o[2] - boxes[:, 2])[None]
@@ -304,19 +359,23 @@ def _hit_cylinders(o: np.ndarray, d: np.ndarray, cyl: np.ndarray) -> np.ndarray:
     ox, oy = (o[0] - cyl[:, 0])[None], (o[1] - cyl[:, 1])[None]
     dx, dy = d[:, :1], d[:, 1:2]
     a = dx * dx + dy * dy
-    t0, _ = _quadratic_first(np.broadcast_to(a, (len(d), len(cyl))), 2 * (ox * dx + oy * dy),
-                             np.broadcast_to(ox * ox + oy * oy - cyl[:, 2] ** 2, (len(d), len(cyl))))
+    t0, _ = _quadratic_first(
+        np.broadcast_to(a, (len(d), len(cyl))),
+        2 * (ox * dx + oy * dy),
+        np.broadcast_to(ox * ox + oy * oy - cyl[:, 2] ** 2, (len(d), len(cyl))),
+    )
     z = o[2] + t0 * d[:, 2:3]
     return np.where((t0 > 1e-3) & (z >= cyl[:, 3]) & (z <= cyl[:, 4]), t0, np.inf).astype(np.float32)
 
 
-def _hit_ellipsoids(o: np.ndarray, d: np.ndarray, ell: np.ndarray, rng: np.random.Generator,
-                    foliage_pass: float) -> np.ndarray:
+def _hit_ellipsoids(
+    o: np.ndarray, d: np.ndarray, ell: np.ndarray, rng: np.random.Generator, foliage_pass: float
+) -> np.ndarray:
     """``[R, E]`` a return inside each ellipsoid crown: a random depth into it, or none for a passing ray."""
     if len(ell) == 0:
         return np.full((len(d), 0), np.inf, np.float32)
-    oo = (o[None] - ell[:, :3]) / ell[:, 3:]                                # [E, 3]
-    dd = d[:, None, :] / ell[None, :, 3:]                                    # [R, E, 3]
+    oo = (o[None] - ell[:, :3]) / ell[:, 3:]  # [E, 3]
+    dd = d[:, None, :] / ell[None, :, 3:]  # [R, E, 3]
     a = (dd * dd).sum(-1)
     b = 2 * (dd * oo[None]).sum(-1)
     c = np.broadcast_to((oo * oo).sum(-1)[None] - 1.0, a.shape)
@@ -343,8 +402,9 @@ def _sector(dd: np.ndarray) -> Tuple[float, float]:
     return centre, float(np.abs(np.angle(np.exp(1j * (az - centre)))).max()) if len(dd) else 0.0
 
 
-def cast_rays(origin: np.ndarray, directions: np.ndarray, prims: Primitives, rng: np.random.Generator,
-              chunk: int = 4096) -> Tuple[np.ndarray, np.ndarray]:
+def cast_rays(
+    origin: np.ndarray, directions: np.ndarray, prims: Primitives, rng: np.random.Generator, chunk: int = 4096
+) -> Tuple[np.ndarray, np.ndarray]:
     """The first hit of every ray on the ground plane and the primitives.
 
     Rays are processed in chunks; a chunk is tested only against the primitives whose bounding
@@ -359,14 +419,23 @@ def cast_rays(origin: np.ndarray, directions: np.ndarray, prims: Primitives, rng
     t_all = np.full(len(directions), np.inf, np.float32)
     lab_all = np.full(len(directions), -1, np.int64)
     groups = [
-        (prims.boxes, prims.box_labels, np.hypot(prims.boxes[:, 3], prims.boxes[:, 4]),
-         lambda dd, sel: _hit_boxes(o, dd, sel)),
+        (
+            prims.boxes,
+            prims.box_labels,
+            np.hypot(prims.boxes[:, 3], prims.boxes[:, 4]),
+            lambda dd, sel: _hit_boxes(o, dd, sel),
+        ),
         (prims.cylinders, prims.cylinder_labels, prims.cylinders[:, 2], lambda dd, sel: _hit_cylinders(o, dd, sel)),
-        (prims.ellipsoids, prims.ellipsoid_labels, prims.ellipsoids[:, 3:5].max(1, initial=0.0),
-         lambda dd, sel: _hit_ellipsoids(o, dd, sel, rng, prims.foliage_pass))]
+        (
+            prims.ellipsoids,
+            prims.ellipsoid_labels,
+            prims.ellipsoids[:, 3:5].max(1, initial=0.0),
+            lambda dd, sel: _hit_ellipsoids(o, dd, sel, rng, prims.foliage_pass),
+        ),
+    ]
     extents = [_angular_extent(o, g[0][:, :2], g[2]) for g in groups]
     for start in range(0, len(directions), chunk):
-        dd = np.asarray(directions[start:start + chunk], np.float32)
+        dd = np.asarray(directions[start : start + chunk], np.float32)
         with np.errstate(divide="ignore", invalid="ignore"):
             best = np.where(dd[:, 2] < 0, -o[2] / dd[:, 2], np.inf).astype(np.float32)
         lab = np.full(len(dd), -2, np.int64)  # -2: the ground, labelled below
@@ -383,12 +452,13 @@ def cast_rays(origin: np.ndarray, directions: np.ndarray, prims: Primitives, rng
         ground = (lab == -2) & np.isfinite(best)
         lab[ground] = prims.ground_label(o[None, :2] + best[ground, None] * dd[ground, :2])
         lab[~np.isfinite(best)] = -1
-        t_all[start:start + len(dd)], lab_all[start:start + len(dd)] = best, lab
+        t_all[start : start + len(dd)], lab_all[start : start + len(dd)] = best, lab
     return t_all, lab_all
 
 
-def sensor_directions(beams: int, azimuth_steps: int, fov: Optional[Tuple[float, float]] = None,
-                      rng: Optional[np.random.Generator] = None) -> np.ndarray:
+def sensor_directions(
+    beams: int, azimuth_steps: int, fov: Optional[Tuple[float, float]] = None, rng: Optional[np.random.Generator] = None
+) -> np.ndarray:
     """Unit ray directions of one sensor turn: ``azimuth_steps`` azimuths x ``beams`` elevations (azimuth-major).
 
     ``fov = (up, down)`` in degrees; default: HDL-64E ``(2, -24.8)`` for 64 beams or more, HDL-32E
@@ -403,14 +473,15 @@ def sensor_directions(beams: int, azimuth_steps: int, fov: Optional[Tuple[float,
     elev = np.radians(np.linspace(fov[0], fov[1], beams))
     az = np.arange(azimuth_steps) * (2 * math.pi / azimuth_steps)
     offs = rng.uniform(0, 2 * math.pi / azimuth_steps, beams) if rng is not None else np.zeros(beams)
-    az = az[:, None] + offs[None, :]                                          # [steps, beams]
+    az = az[:, None] + offs[None, :]  # [steps, beams]
     ce = np.cos(elev)[None, :]
     d = np.stack([ce * np.cos(az), ce * np.sin(az), np.broadcast_to(np.sin(elev)[None, :], az.shape)], -1)
     return d.reshape(-1, 3).astype(np.float32)
 
 
-def _street_objects(rng: np.random.Generator, road: float, side: float, extent: float
-                    ) -> Tuple[List[List[float]], List[int], List[List[float]], List[int], List[List[float]]]:
+def _street_objects(
+    rng: np.random.Generator, road: float, side: float, extent: float
+) -> Tuple[List[List[float]], List[int], List[List[float]], List[int], List[List[float]]]:
     boxes, box_l, cyl, cyl_l, ell = [], [], [], [], []
     for sgn in (-1, 1):
         x = -extent + rng.uniform(0, 10)
@@ -462,16 +533,28 @@ def street_layout(rng: np.random.Generator, extent: float = 60.0) -> Primitives:
         box_l += [_OUT["car"], _OUT["car"]]
     # keep the sensor (on the road at the origin) outside every solid
     kept = [(b, lab) for b, lab in zip(boxes, box_l) if not (abs(b[0]) < b[3] + 1.5 and abs(b[1]) < b[4] + 1.5)]
-    return Primitives(np.asarray([b for b, _ in kept], np.float64).reshape(-1, 7),
-                      np.asarray([lab for _, lab in kept], np.int64),
-                      np.asarray(cyl, np.float64).reshape(-1, 5), np.asarray(cyl_l, np.int64),
-                      np.asarray(ell, np.float64).reshape(-1, 6), np.full(len(ell), _OUT["vegetation"], np.int64),
-                      road, side)
+    return Primitives(
+        np.asarray([b for b, _ in kept], np.float64).reshape(-1, 7),
+        np.asarray([lab for _, lab in kept], np.int64),
+        np.asarray(cyl, np.float64).reshape(-1, 5),
+        np.asarray(cyl_l, np.int64),
+        np.asarray(ell, np.float64).reshape(-1, 6),
+        np.full(len(ell), _OUT["vegetation"], np.int64),
+        road,
+        side,
+    )
 
 
-def scan_layout(prims: Primitives, rng: np.random.Generator, *, beams: int = 64, azimuth_steps: int = 2048,
-                sensor_height: float = 1.73, max_range: float = 80.0,
-                fov: Optional[Tuple[float, float]] = None) -> Dict[str, np.ndarray]:
+def scan_layout(
+    prims: Primitives,
+    rng: np.random.Generator,
+    *,
+    beams: int = 64,
+    azimuth_steps: int = 2048,
+    sensor_height: float = 1.73,
+    max_range: float = 80.0,
+    fov: Optional[Tuple[float, float]] = None,
+) -> Dict[str, np.ndarray]:
     """One turn of the simulated sensor over ``prims``: every return, with noise, drop-out and strength.
 
     Returns:
@@ -486,13 +569,22 @@ def scan_layout(prims: Primitives, rng: np.random.Generator, *, beams: int = 64,
     r = t + rng.normal(0, 1, len(t)).astype(np.float32) * (0.01 + 0.002 * t)
     coord = origin[None].astype(np.float32) + r[:, None] * d
     strength = _REFLECTIVITY[lab] * np.exp(-t / 120.0) + rng.normal(0, 0.03, len(t))
-    return {"coord": coord.astype(np.float32), "strength": np.clip(strength, 0, 1).astype(np.float32)[:, None],
-            "segment": lab.astype(np.int64)}
+    return {
+        "coord": coord.astype(np.float32),
+        "strength": np.clip(strength, 0, 1).astype(np.float32)[:, None],
+        "segment": lab.astype(np.int64),
+    }
 
 
-def make_outdoor_scan(rng: np.random.Generator, num_points: Optional[int] = 100_000, *, beams: int = 64,
-                      max_range: float = 80.0, sensor_height: float = 1.73,
-                      fov: Optional[Tuple[float, float]] = None) -> Dict[str, np.ndarray]:
+def make_outdoor_scan(
+    rng: np.random.Generator,
+    num_points: Optional[int] = 100_000,
+    *,
+    beams: int = 64,
+    max_range: float = 80.0,
+    sensor_height: float = 1.73,
+    fov: Optional[Tuple[float, float]] = None,
+) -> Dict[str, np.ndarray]:
     """A street scanned by the simulated sensor (see the module docstring), ``num_points`` points.
 
     The number of azimuth steps is chosen so that one turn returns at least ``num_points``
@@ -539,11 +631,27 @@ class ProceduralScenes(SceneDatasetBase):
     ``strength`` (outdoor), ``index``, ``scene``.
     """
 
-    def __init__(self, split: str = "train", num_scenes: int = 16, num_points: int = 50_000, kind: str = "indoor",
-                 seed: int = 0, *, beams: int = 64, max_range: float = 80.0,
-                 features: Optional[Sequence[str]] = None, voxel_size: Optional[float] = None,
-                 max_points: Optional[int] = None, crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5, crop_centre: str = "random", transform: Optional[Transform] = None,
-                 normalize: bool = False, cache: bool = True) -> None:
+    def __init__(
+        self,
+        split: str = "train",
+        num_scenes: int = 16,
+        num_points: int = 50_000,
+        kind: str = "indoor",
+        seed: int = 0,
+        *,
+        beams: int = 64,
+        max_range: float = 80.0,
+        features: Optional[Sequence[str]] = None,
+        voxel_size: Optional[float] = None,
+        max_points: Optional[int] = None,
+        crops_per_scene: int = 1,
+        mix: Optional[str] = None,
+        mix_prob: float = 0.5,
+        crop_centre: str = "random",
+        transform: Optional[Transform] = None,
+        normalize: bool = False,
+        cache: bool = True,
+    ) -> None:
         where = "ProceduralScenes"
         check_split(where, split, ("train", "val", "test"))
         check_choice(where, "kind", kind, ("indoor", "outdoor"))
@@ -552,10 +660,22 @@ class ProceduralScenes(SceneDatasetBase):
         check_alloc(where, f"num_points={num_points} (about 200 bytes per point while generating)", 200 * num_points)
         feats = features if features is not None else (("color",) if kind == "indoor" else ("strength",))
         # the generator gives exactly num_points: no FixedPoints step
-        super().__init__(split=split, class_names=INDOOR_CLASSES if kind == "indoor" else OUTDOOR_CLASSES,
-                         features=feats, num_points=None, transform=transform, seed=seed, normalize=normalize,
-                         cache=cache, voxel_size=voxel_size, max_points=max_points,
-                         crops_per_scene=crops_per_scene, mix=mix, mix_prob=mix_prob, crop_centre=crop_centre)
+        super().__init__(
+            split=split,
+            class_names=INDOOR_CLASSES if kind == "indoor" else OUTDOOR_CLASSES,
+            features=feats,
+            num_points=None,
+            transform=transform,
+            seed=seed,
+            normalize=normalize,
+            cache=cache,
+            voxel_size=voxel_size,
+            max_points=max_points,
+            crops_per_scene=crops_per_scene,
+            mix=mix,
+            mix_prob=mix_prob,
+            crop_centre=crop_centre,
+        )
         self.num_scenes, self.points, self.kind = int(num_scenes), int(num_points), kind
         self.beams, self.max_range = int(beams), float(max_range)
 
@@ -572,5 +692,7 @@ class ProceduralScenes(SceneDatasetBase):
         return make_outdoor_scan(rng, self.points, beams=self.beams, max_range=self.max_range)
 
     def __repr__(self) -> str:
-        return (f"ProceduralScenes(split={self.split!r}, kind={self.kind!r}, scenes={len(self)}, "
-                f"num_points={self.points}, seed={self.seed})")
+        return (
+            f"ProceduralScenes(split={self.split!r}, kind={self.kind!r}, scenes={len(self)}, "
+            f"num_points={self.points}, seed={self.seed})"
+        )

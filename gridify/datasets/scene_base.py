@@ -27,6 +27,7 @@ out), e.g. for class weights.
 Shapes:
     an item: pos ``[N, 3]`` float32, x ``[N, F]`` float32, y ``[N]`` int64, index ``[]``, scene str.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -42,13 +43,33 @@ from ._common import SAMPLE_BYTES_PER_POINT, DatasetError, PointCloudDataset, Tr
 from .scene_geometry import SCENE_LEVEL_FEATURES, scene_level_features
 from .scene_layouts import IGNORE_INDEX, integer_labels
 
-__all__ = ["SCENE_FEATURES", "SceneDatasetBase", "scene_features", "build_scene_features", "cloud_scene_features",
-           "INTENSITY_FIELDS", "scale_unit",
-           "check_features", "scene_height", "HEIGHT_FLOOR_PERCENTILE", "SCENE_INPUT_KEYS"]
+__all__ = [
+    "SCENE_FEATURES",
+    "SceneDatasetBase",
+    "scene_features",
+    "build_scene_features",
+    "cloud_scene_features",
+    "INTENSITY_FIELDS",
+    "scale_unit",
+    "check_features",
+    "scene_height",
+    "HEIGHT_FLOOR_PERCENTILE",
+    "SCENE_INPUT_KEYS",
+]
 #: feature name -> its width in ``x``
-SCENE_FEATURES: Dict[str, int] = {"xyz": 3, "color": 3, "normal": 3, "strength": 1, "intensity": 1, "height": 1,
-                                  "strength_scan": 1, "ground_height": 1, "verticality": 1, "planarity": 1,
-                                  "has_strength": 1}
+SCENE_FEATURES: Dict[str, int] = {
+    "xyz": 3,
+    "color": 3,
+    "normal": 3,
+    "strength": 1,
+    "intensity": 1,
+    "height": 1,
+    "strength_scan": 1,
+    "ground_height": 1,
+    "verticality": 1,
+    "planarity": 1,
+    "has_strength": 1,
+}
 
 #: the features that read the scan's intensity (0 for a scan without one when ``has_strength`` is a feature)
 _STRENGTH_FEATURES = ("strength", "intensity", "strength_scan")
@@ -129,16 +150,45 @@ def warn_off_unit_scale(values: Any, what: str, where: str) -> None:
     if off.any():
         row = int(np.flatnonzero(off.reshape(len(a), -1).any(1))[0])
         name = "intensity" if what == "strength" else what
-        warn_at_caller(f"{where}: {int(off.sum())} {name} value(s) outside [0, 1], the scale the shipped models "
-                       f"were trained on (first: {float(a[off].reshape(-1)[0]):g} at row {row}): divide 8-bit "
-                       f"values by 255 and 16-bit ones by 65535 (or give them as uint8 / uint16, which are scaled), "
-                       f"unless the model was trained on this scale")
+        warn_at_caller(
+            f"{where}: {int(off.sum())} {name} value(s) outside [0, 1], the scale the shipped models "
+            f"were trained on (first: {float(a[off].reshape(-1)[0]):g} at row {row}): divide 8-bit "
+            f"values by 255 and 16-bit ones by 65535 (or give them as uint8 / uint16, which are scaled), "
+            f"unless the model was trained on this scale"
+        )
 
 
-def build_scene_features(names: Sequence[str], pos: Any, *, color: Any = None, normal: Any = None,
-                         strength: Any = None, height: Any = None, strength_scan: Any = None,
-                         ground_height: Any = None, verticality: Any = None, planarity: Any = None,
-                         has_strength: Any = None, where: str = "scene") -> np.ndarray:
+def _missing_feature_error(where: str, feature: str, need: str, given: Dict[str, Any]) -> DatasetError:
+    """The error of a requested ``feature`` whose source ``need`` (``color``, ``normal`` or ``strength``) the
+    scene lacks: what it has (the non-None of ``given``) and the ways out."""
+    have = sorted(k for k, v in given.items() if v is not None)
+    more = ""
+    if need == "strength":
+        more = (
+            " or add has_strength to data.features (a scene without intensity then gets strength 0 and has_strength 0)"
+        )
+    return DatasetError(
+        f"{where}: feature {feature!r} requested but the scene has no {need} (it has: {have}); "
+        f"set data.features without it (e.g. [height]: the scene_pointcept recipe){more}, "
+        f"or use scenes that have it"
+    )
+
+
+def build_scene_features(
+    names: Sequence[str],
+    pos: Any,
+    *,
+    color: Any = None,
+    normal: Any = None,
+    strength: Any = None,
+    height: Any = None,
+    strength_scan: Any = None,
+    ground_height: Any = None,
+    verticality: Any = None,
+    planarity: Any = None,
+    has_strength: Any = None,
+    where: str = "scene",
+) -> np.ndarray:
     """The model input ``x [N, F]`` (float32) of a scene from its feature ``names`` (:data:`SCENE_FEATURES`):
     the one builder of the datasets, :meth:`gridify.Predictor.predict` and the exported scene runner
     (:meth:`gridify.export.OnnxSceneModel.features_of`; both read a scan's fields with
@@ -165,8 +215,12 @@ def build_scene_features(names: Sequence[str], pos: Any, *, color: Any = None, n
     zero_strength = strength is None and "has_strength" in names
     uses_strength = strength is not None and bool(set(_STRENGTH_FEATURES) & set(names))
     scaled = scale_unit(strength, "strength", where) if uses_strength else None  # read only when a column takes it
-    level = {"strength_scan": strength_scan, "ground_height": ground_height, "verticality": verticality,
-             "planarity": planarity}
+    level = {
+        "strength_scan": strength_scan,
+        "ground_height": ground_height,
+        "verticality": verticality,
+        "planarity": planarity,
+    }
     missing = [f for f in names if level.get(f, 0) is None]  # scene-level features to compute on the whole scene
     if missing:
         level.update(scene_level_features(missing, p, strength=scaled, where=where))
@@ -186,12 +240,7 @@ def build_scene_features(names: Sequence[str], pos: Any, *, color: Any = None, n
         elif key in given or key == "strength_scan":
             need = "strength" if key == "strength_scan" else key
             if given[need] is None:
-                have = sorted(k for k, v in given.items() if v is not None)
-                more = (" or add has_strength to data.features (a scene without intensity then gets strength 0 and "
-                        "has_strength 0)") if need == "strength" else ""
-                raise DatasetError(f"{where}: feature {f!r} requested but the scene has no {need} (it has: {have}); "
-                                   f"set data.features without it (e.g. [height]: the scene_pointcept recipe){more}, "
-                                   f"or use scenes that have it")
+                raise _missing_feature_error(where, f, need, given)
             if key == "strength_scan":
                 v = level[key]
             elif key == "strength":
@@ -219,12 +268,15 @@ def _unread_fields_hint(source: Any) -> str:
 
     if not isinstance(source, str) or not Path(source).is_file() or not holds_fields(source):
         return ""
-    return ("read_points keeps a file's fields only when asked: read it with gridify.io.read_points(path, "
-            "fields='all') (or fields=['intensity']), or give the path itself to predict; otherwise ")
+    return (
+        "read_points keeps a file's fields only when asked: read it with gridify.io.read_points(path, "
+        "fields='all') (or fields=['intensity']), or give the path itself to predict; otherwise "
+    )
 
 
-def cloud_scene_features(names: Sequence[str], cloud: Any, *, pos: Any = None, normal: Any = None,
-                         instead: str = "") -> np.ndarray:
+def cloud_scene_features(
+    names: Sequence[str], cloud: Any, *, pos: Any = None, normal: Any = None, instead: str = ""
+) -> np.ndarray:
     """The model input ``x [N, F]`` of a read scan (a :class:`gridify.io.PointCloud`) from the feature ``names``:
     :func:`build_scene_features` of its coordinates (or ``pos``, the same rows as given: z-up, metric), colours,
     ``normal`` (else the cloud's) and intensity (the first field of :data:`INTENSITY_FIELDS`, warned when off the
@@ -246,13 +298,17 @@ def cloud_scene_features(names: Sequence[str], cloud: Any, *, pos: Any = None, n
     normal = cloud.normals if normal is None else normal
     alt = f" or {instead}" if instead else ""
     if "color" in names and cloud.colors is None:
-        raise DatasetError(f"the model was trained with colours (features {list(names)}) but {what} has none; use a "
-                           f"model trained without them (data.features without color: the shipped scene_pointcept "
-                           f"recipe trains on height only), read a file with colours{alt}")
+        raise DatasetError(
+            f"the model was trained with colours (features {list(names)}) but {what} has none; use a "
+            f"model trained without them (data.features without color: the shipped scene_pointcept "
+            f"recipe trains on height only), read a file with colours{alt}"
+        )
     if "normal" in names and normal is None:
-        raise DatasetError(f"the model was trained with normals (features {list(names)}) but {what} has none; pass "
-                           f"estimate_normals=True (--estimate-normals) to Predictor.predict, or give normals "
-                           f"(PointCloud(normals=...)){alt}")
+        raise DatasetError(
+            f"the model was trained with normals (features {list(names)}) but {what} has none; pass "
+            f"estimate_normals=True (--estimate-normals) to Predictor.predict, or give normals "
+            f"(PointCloud(normals=...)){alt}"
+        )
     strength = None
     if set(_STRENGTH_FEATURES + ("has_strength",)) & set(names):
         key = next((k for k in INTENSITY_FIELDS if k in fields), None)
@@ -263,12 +319,14 @@ def cloud_scene_features(names: Sequence[str], cloud: Any, *, pos: Any = None, n
                 f"(.bin, .las, .ply/.pcd with an intensity property; a text or .npy table: name its column, --columns "
                 f"x y z intensity, in Python read_points(path, columns=['x', 'y', 'z', 'intensity'])){alt}, or use a "
                 f"model trained with has_strength among its features (data.features, with the drop_strength "
-                f"augmentation), which labels scans without intensity too")
+                f"augmentation), which labels scans without intensity too"
+            )
         if key is not None:
             strength = fields[key]
             warn_off_unit_scale(strength, "strength", f"{what}: its field {key!r}")
-    return build_scene_features(names, cloud.points if pos is None else pos, color=cloud.colors, normal=normal,
-                                strength=strength, where=what)
+    return build_scene_features(
+        names, cloud.points if pos is None else pos, color=cloud.colors, normal=normal, strength=strength, where=what
+    )
 
 
 def scene_features(sample: Dict[str, Any], features: Sequence[str], where: str) -> Tensor:
@@ -284,10 +342,20 @@ def scene_features(sample: Dict[str, Any], features: Sequence[str], where: str) 
     color = arr("color")
     if color is not None:  # the layouts' 0-255 colours (float or integer) on the unit scale
         color = np.asarray(color, np.float32) / 255.0
-    x = build_scene_features(features, arr("pos"), color=color, normal=arr("normal"), strength=arr("strength"),
-                             height=arr("height"), strength_scan=arr("strength_scan"),
-                             ground_height=arr("ground_height"), verticality=arr("verticality"),
-                             planarity=arr("planarity"), has_strength=arr("has_strength"), where=where)
+    x = build_scene_features(
+        features,
+        arr("pos"),
+        color=color,
+        normal=arr("normal"),
+        strength=arr("strength"),
+        height=arr("height"),
+        strength_scan=arr("strength_scan"),
+        ground_height=arr("ground_height"),
+        verticality=arr("verticality"),
+        planarity=arr("planarity"),
+        has_strength=arr("has_strength"),
+        where=where,
+    )
     return torch.from_numpy(x)
 
 
@@ -380,11 +448,24 @@ class SceneDatasetBase(PointCloudDataset):
         max_points.
     """
 
-    def __init__(self, *, split: str, class_names: Sequence[str], features: Sequence[str],
-                 num_points: Optional[int], transform: Optional[Transform], seed: int, normalize: bool,
-                 cache: bool, voxel_size: Optional[float] = None, max_points: Optional[int] = None,
-                 crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5,
-                 crop_centre: str = "random") -> None:
+    def __init__(
+        self,
+        *,
+        split: str,
+        class_names: Sequence[str],
+        features: Sequence[str],
+        num_points: Optional[int],
+        transform: Optional[Transform],
+        seed: int,
+        normalize: bool,
+        cache: bool,
+        voxel_size: Optional[float] = None,
+        max_points: Optional[int] = None,
+        crops_per_scene: int = 1,
+        mix: Optional[str] = None,
+        mix_prob: float = 0.5,
+        crop_centre: str = "random",
+    ) -> None:
         where = type(self).__name__
         check_int(where, "crops_per_scene", crops_per_scene, 1)
         self.crop_centre = check_choice(where, "crop_centre", crop_centre, CROP_CENTRES)
@@ -396,13 +477,19 @@ class SceneDatasetBase(PointCloudDataset):
         self.voxel_size = check_number(where, "voxel_size", voxel_size, allow_none=True)
         self.max_points = check_int(where, "max_points", max_points, allow_none=True)
         if self.max_points is not None:
-            check_alloc(where, f"max_points={self.max_points} (points of {SAMPLE_BYTES_PER_POINT} bytes on their way "
-                               f"through the pipeline)", SAMPLE_BYTES_PER_POINT * self.max_points)
-        super().__init__(split=split, num_points=num_points, use_normals=False, transform=transform, seed=seed,
-                         normalize=normalize)
+            check_alloc(
+                where,
+                f"max_points={self.max_points} (points of {SAMPLE_BYTES_PER_POINT} bytes on their way "
+                f"through the pipeline)",
+                SAMPLE_BYTES_PER_POINT * self.max_points,
+            )
+        super().__init__(
+            split=split, num_points=num_points, use_normals=False, transform=transform, seed=seed, normalize=normalize
+        )
         if split == "train" and (self.voxel_size is not None or self.max_points is not None):
-            self.sampler = SceneSampler(self.voxel_size, self.max_points, self.num_points, crop_centre=self.crop_centre,
-                                        seed=self.seed)
+            self.sampler = SceneSampler(
+                self.voxel_size, self.max_points, self.num_points, crop_centre=self.crop_centre, seed=self.seed
+            )
         #: copies of every scene per epoch (train crops only; 1 elsewhere)
         self.crops_per_scene = int(crops_per_scene) if isinstance(self.sampler, SceneSampler) else 1
         #: the scan mix of training items (None: none; always None at the other splits)
@@ -413,8 +500,10 @@ class SceneDatasetBase(PointCloudDataset):
         #: the classes ``mix="paste"`` copies (:data:`~gridify.transforms.PASTE_CLASS_NAMES` this dataset has)
         self.paste_labels = tuple(i for i, c in enumerate(self.class_names) if c in PASTE_CLASS_NAMES)
         if self.mix == "paste" and not self.paste_labels:
-            raise ValueError(f"{where}: mix='paste' copies the classes {', '.join(PASTE_CLASS_NAMES)}, and this "
-                             f"dataset has none of them (classes: {', '.join(self.class_names)})")
+            raise ValueError(
+                f"{where}: mix='paste' copies the classes {', '.join(PASTE_CLASS_NAMES)}, and this "
+                f"dataset has none of them (classes: {', '.join(self.class_names)})"
+            )
         self.features = tuple(features)
         self.ignore_index = IGNORE_INDEX
         self.cache = bool(cache)
@@ -524,8 +613,13 @@ class SceneDatasetBase(PointCloudDataset):
         other = int(rng.integers(count - 1))
         other += other >= index
         return mix_scenes_unchecked(
-            scene, self.scene_inputs(other), self.mix, rng, pos_key="coord", label_key="segment",
-            paste_labels=self.paste_labels
+            scene,
+            self.scene_inputs(other),
+            self.mix,
+            rng,
+            pos_key="coord",
+            label_key="segment",
+            paste_labels=self.paste_labels,
         )
 
     def raw(self, index: int) -> Dict[str, Any]:

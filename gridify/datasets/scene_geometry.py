@@ -235,4 +235,3 @@ def scene_level_features(
             if name in wanted:
                 out[name] = v
     return out
-

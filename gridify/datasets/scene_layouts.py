@@ -67,6 +67,7 @@ Shapes:
     coord ``[N, 3]`` float32 (float64 for large offsets), color / normal ``[N, 3]`` float32, strength
     ``[N, 1]`` float32, segment ``[N]`` int64.
 """
+
 from __future__ import annotations
 
 import json
@@ -82,19 +83,59 @@ from .layouts.base import IGNORE_INDEX, integer_labels, layout_colors, layout_er
 from .layouts.mmdet3d import read_mmdet3d_scene
 from .layouts.pointcept import POINTCEPT_FILES, read_pointcept_scene
 from .layouts.s3dis import S3DIS_CLASSES, S3DIS_TEST_AREA, check_unknown, read_s3dis_room, s3dis_room_classes
-from .layouts.scannet import (SCANNET20_CLASSES, SCANNET20_NYU40_IDS, map_nyu40_to_scannet20, read_ply_vertices,
-                              read_scannet_scene)
-from .layouts.semantickitti import (SEMANTICKITTI_CLASSES, SEMANTICKITTI_LEARNING_MAP, SEMANTICKITTI_SPLITS,
-                                    map_semantickitti_labels, read_semantickitti_scan)
+from .layouts.scannet import (
+    SCANNET20_CLASSES,
+    SCANNET20_NYU40_IDS,
+    map_nyu40_to_scannet20,
+    read_ply_vertices,
+    read_scannet_scene,
+)
+from .layouts.semantickitti import (
+    SEMANTICKITTI_CLASSES,
+    SEMANTICKITTI_LEARNING_MAP,
+    SEMANTICKITTI_SPLITS,
+    map_semantickitti_labels,
+    read_semantickitti_scan,
+)
 
 __all__ = [
-    "IGNORE_INDEX", "S3DIS_CLASSES", "S3DIS_TEST_AREA", "SCANNET20_CLASSES", "SCANNET20_NYU40_IDS",
-    "SEMANTICKITTI_CLASSES", "SEMANTICKITTI_LEARNING_MAP", "SEMANTICKITTI_SPLITS", "LAYOUTS", "SceneLayout",
-    "get_layout", "listed_layouts", "SceneRef", "find_scenes", "read_scene", "read_s3dis_room", "read_scannet_scene",
-    "read_ply_vertices", "read_semantickitti_scan", "read_pointcept_scene", "read_mmdet3d_scene",
-    "map_nyu40_to_scannet20", "map_semantickitti_labels", "POINTCEPT_FILES", "scan_label_path", "read_scan_labels",
-    "check_scan_labels", "folder_scan", "scan_folder_note", "scan_name", "read_text_lines", "integer_labels",
-    "s3dis_room_classes", "check_unknown", "layout_colors", "check_layout_classes", "check_scene_selection",
+    "IGNORE_INDEX",
+    "S3DIS_CLASSES",
+    "S3DIS_TEST_AREA",
+    "SCANNET20_CLASSES",
+    "SCANNET20_NYU40_IDS",
+    "SEMANTICKITTI_CLASSES",
+    "SEMANTICKITTI_LEARNING_MAP",
+    "SEMANTICKITTI_SPLITS",
+    "LAYOUTS",
+    "SceneLayout",
+    "get_layout",
+    "listed_layouts",
+    "SceneRef",
+    "find_scenes",
+    "read_scene",
+    "read_s3dis_room",
+    "read_scannet_scene",
+    "read_ply_vertices",
+    "read_semantickitti_scan",
+    "read_pointcept_scene",
+    "read_mmdet3d_scene",
+    "map_nyu40_to_scannet20",
+    "map_semantickitti_labels",
+    "POINTCEPT_FILES",
+    "scan_label_path",
+    "read_scan_labels",
+    "check_scan_labels",
+    "folder_scan",
+    "scan_folder_note",
+    "scan_name",
+    "read_text_lines",
+    "integer_labels",
+    "s3dis_room_classes",
+    "check_unknown",
+    "layout_colors",
+    "check_layout_classes",
+    "check_scene_selection",
     "nested_root_hint",
 ]
 
@@ -123,8 +164,9 @@ def _declared_classes(root: Path) -> Optional[Tuple[int, Path]]:
     return (len(read_text_lines(listed)), listed) if listed.is_file() else None
 
 
-def check_layout_classes(where: str, layout: str, classes: Sequence[str], root: Optional[PathLike] = None,
-                         source: str = "classes") -> None:
+def check_layout_classes(
+    where: str, layout: str, classes: Sequence[str], root: Optional[PathLike] = None, source: str = "classes"
+) -> None:
     """Refuse a class list that does not name the training ids of ``layout``'s labels, naming the list, its length
     and the ids: a name given twice (the second is never labelled); for a layout whose labels are fixed ids (every
     layout with official classes whose ids are not positions in the list: not ``s3dis``) a list of another length
@@ -137,9 +179,12 @@ def check_layout_classes(where: str, layout: str, classes: Sequence[str], root: 
     seen: Dict[str, int] = {}
     for i, name in enumerate(names):
         if name in seen:
-            raise layout_error(where, f"{source} names {name!r} twice (positions {seen[name]} and {i}): the second "
-                                      f"would never be labelled (a phantom class); give each class once "
-                                      f"(data.classes)")
+            raise layout_error(
+                where,
+                f"{source} names {name!r} twice (positions {seen[name]} and {i}): the second "
+                f"would never be labelled (a phantom class); give each class once "
+                f"(data.classes)",
+            )
         seen[name] = i
     info = get_layout(layout)
     fixed = None if info.ids_from_class_list else info.classes
@@ -151,22 +196,31 @@ def check_layout_classes(where: str, layout: str, classes: Sequence[str], root: 
             m, said = found[0], f"{found[1]} declares {found[0]} (the ids 0..{found[0] - 1} of its scenes' labels)"
     if m is None or m == len(names):
         return
-    why = ("a class beyond them is one no point can have (a phantom class)" if len(names) > m
-           else "ids beyond the list would have no class")
-    fix = (f"give {m} names, or leave classes out (data.classes)" if source == "classes"
-           else f"write its {m} class names there, one per line (gridify convert does)")
-    raise layout_error(where, f"{source} names {len(names)} classes, but {said} (classes renames them only): {why}; "
-                              f"{fix}")
+    why = (
+        "a class beyond them is one no point can have (a phantom class)"
+        if len(names) > m
+        else "ids beyond the list would have no class"
+    )
+    fix = (
+        f"give {m} names, or leave classes out (data.classes)"
+        if source == "classes"
+        else f"write its {m} class names there, one per line (gridify convert does)"
+    )
+    raise layout_error(
+        where, f"{source} names {len(names)} classes, but {said} (classes renames them only): {why}; {fix}"
+    )
 
 
-def check_scene_selection(where: str, *, test_area: Any = S3DIS_TEST_AREA, sequences: Any = None,
-                          scenes: Any = None) -> None:
+def check_scene_selection(
+    where: str, *, test_area: Any = S3DIS_TEST_AREA, sequences: Any = None, scenes: Any = None
+) -> None:
     """Refuse, naming the argument, a ``test_area`` that is not an integer Area 1-6 (``"5"`` or None put the
     held-out Area into the training split), and ``sequences`` / ``scenes`` that are not lists of names (a
     string would be read character by character: ``sequences="05"`` as sequences 0 and 5)."""
     if isinstance(test_area, bool) or not isinstance(test_area, (int, np.integer)) or not 1 <= int(test_area) <= 6:
-        raise DatasetError(f"{where}: test_area must be an integer Area 1..6 (the S3DIS Area held out), "
-                           f"got {test_area!r}")
+        raise DatasetError(
+            f"{where}: test_area must be an integer Area 1..6 (the S3DIS Area held out), got {test_area!r}"
+        )
     for name, value in (("sequences", sequences), ("scenes", scenes)):
         if value is None:
             continue
@@ -178,8 +232,15 @@ def check_scene_selection(where: str, *, test_area: Any = S3DIS_TEST_AREA, seque
             raise DatasetError(f"{where}: {name} must hold names (strings or integers), got {odd[0]!r}")
 
 
-def find_scenes(root: PathLike, layout: str, split: str = "train", *, test_area: int = S3DIS_TEST_AREA,
-                sequences: Optional[Sequence[str]] = None, skip_missing: bool = False) -> List[SceneRef]:
+def find_scenes(
+    root: PathLike,
+    layout: str,
+    split: str = "train",
+    *,
+    test_area: int = S3DIS_TEST_AREA,
+    sequences: Optional[Sequence[str]] = None,
+    skip_missing: bool = False,
+) -> List[SceneRef]:
     """The scenes of ``split`` under ``root`` in ``layout`` (see the module docstring), sorted by name.
 
     Args:
@@ -210,8 +271,14 @@ def find_scenes(root: PathLike, layout: str, split: str = "train", *, test_area:
         raise
 
 
-def nested_root_hint(root: PathLike, layout: str, split: str, *, test_area: int = S3DIS_TEST_AREA,
-                     sequences: Optional[Sequence[str]] = None) -> str:
+def nested_root_hint(
+    root: PathLike,
+    layout: str,
+    split: str,
+    *,
+    test_area: int = S3DIS_TEST_AREA,
+    sequences: Optional[Sequence[str]] = None,
+) -> str:
     """When ``root`` has no scenes of ``split`` but one of its subfolders has (``semantickitti_mini`` given for
     ``semantickitti_mini/dataset``), the sentence naming that folder as the root to give; else ``""``."""
     root = Path(root)
@@ -232,14 +299,16 @@ def nested_root_hint(root: PathLike, layout: str, split: str, *, test_area: int 
 _HINT_FOLDERS = 16
 
 
-def _layout_scenes(root: Path, layout: str, split: str, test_area: int,
-                   sequences: Optional[Sequence[str]], skip_missing: bool = False) -> List[SceneRef]:
+def _layout_scenes(
+    root: Path, layout: str, split: str, test_area: int, sequences: Optional[Sequence[str]], skip_missing: bool = False
+) -> List[SceneRef]:
     """:func:`find_scenes` of a checked, existing ``root``: the layout's own."""
     return get_layout(layout).find(root, split, test_area=test_area, sequences=sequences, skip_missing=skip_missing)
 
 
-def read_scene(ref: SceneRef, *, classes: Optional[Sequence[str]] = None, unknown: str = "ignore"
-               ) -> Dict[str, np.ndarray]:
+def read_scene(
+    ref: SceneRef, *, classes: Optional[Sequence[str]] = None, unknown: str = "ignore"
+) -> Dict[str, np.ndarray]:
     """Read the scene ``ref`` (a ``SceneRef`` from :func:`find_scenes`) into the common vocabulary.
 
     ``classes`` / ``unknown`` apply to a layout whose ids are positions in the class list (S3DIS: e.g. the forest
@@ -323,6 +392,9 @@ def check_scan_labels(path: PathLike, ids: np.ndarray, class_names: Sequence[str
     ids = integer_labels(path, ids)
     bad = np.flatnonzero((ids < IGNORE_INDEX) | (ids >= len(class_names)))
     if bad.size:
-        raise layout_error(path, f"label {int(ids[bad[0]])} (row {int(bad[0])}) outside -1..{len(class_names) - 1} "
-                                 f"({len(class_names)} classes of the model)")
+        raise layout_error(
+            path,
+            f"label {int(ids[bad[0]])} (row {int(bad[0])}) outside -1..{len(class_names) - 1} "
+            f"({len(class_names)} classes of the model)",
+        )
     return ids

@@ -24,6 +24,7 @@ Shapes:
     an item: pos ``[N, 3]`` float32, x ``[N, F]`` float32, y ``[N]`` int64 (-1 = ignore),
     index ``[]``, scene (a str); a collated batch: pos ``[sum N_i, 3]``, batch ``[sum N_i]``.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,16 +38,44 @@ from .._files import atomic_write, atomic_write_text, commit_staged, staging_dir
 from ..io.cloud import coordinate_dtype
 from ..registry import DATASETS
 from ._common import DatasetError, PathLike, Transform, default_root
-from .procedural_scenes import (INDOOR_CLASSES, OUTDOOR_CLASSES, ProceduralScenes, make_indoor_scene,
-                                make_outdoor_scan)
+from .procedural_scenes import INDOOR_CLASSES, OUTDOOR_CLASSES, ProceduralScenes, make_indoor_scene, make_outdoor_scan
 from .scene_base import SCENE_FEATURES, SceneDatasetBase, check_features, scene_features
-from .scene_layouts import (IGNORE_INDEX, LAYOUTS, POINTCEPT_FILES, S3DIS_TEST_AREA, SCENE_SPLITS, SceneRef,
-                            check_layout_classes, check_scene_selection, check_unknown, find_scenes, get_layout,
-                            integer_labels, listed_layouts, nested_root_hint, read_scene, read_text_lines)
+from .scene_layouts import (
+    IGNORE_INDEX,
+    LAYOUTS,
+    POINTCEPT_FILES,
+    S3DIS_TEST_AREA,
+    SCENE_SPLITS,
+    SceneRef,
+    check_layout_classes,
+    check_scene_selection,
+    check_unknown,
+    find_scenes,
+    get_layout,
+    integer_labels,
+    listed_layouts,
+    nested_root_hint,
+    read_scene,
+    read_text_lines,
+)
 
-__all__ = ["SceneDatasetBase", "SceneDataset", "S3DIS", "ScanNet", "SemanticKITTI", "SCENE_FEATURES",
-           "convert_to_pointcept", "write_pointcept_scene", "scene_features", "ProceduralScenes",
-           "make_indoor_scene", "make_outdoor_scan", "INDOOR_CLASSES", "OUTDOOR_CLASSES"]
+__all__ = [
+    "SceneDatasetBase",
+    "SceneDataset",
+    "S3DIS",
+    "ScanNet",
+    "SemanticKITTI",
+    "SCENE_FEATURES",
+    "convert_to_pointcept",
+    "write_pointcept_scene",
+    "scene_features",
+    "ProceduralScenes",
+    "make_indoor_scene",
+    "make_outdoor_scan",
+    "INDOOR_CLASSES",
+    "OUTDOOR_CLASSES",
+]
+
 
 def _check_layout_split(where: str, layout: str, split: str) -> None:
     """``layout`` a registered layout, and ``split`` one of :data:`~.scene_layouts.SCENE_SPLITS` unless the
@@ -90,56 +119,105 @@ class SceneDataset(SceneDatasetBase):
     ``normal`` / ``strength`` it has, ``index``, ``scene`` (name).
     """
 
-    def __init__(self, root: Optional[PathLike] = None, layout: str = "pointcept", split: str = "train", *,
-                 features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
-                 voxel_size: Optional[float] = None, max_points: Optional[int] = None, crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5, crop_centre: str = "random",
-                 scenes: Optional[Sequence[str]] = None, sequences: Optional[Sequence[str]] = None,
-                 test_area: int = S3DIS_TEST_AREA, classes: Optional[Sequence[str]] = None, unknown: str = "ignore",
-                 transform: Optional[Transform] = None, seed: int = 0, normalize: bool = False,
-                 cache: bool = False, skip_missing: bool = False) -> None:
+    def __init__(
+        self,
+        root: Optional[PathLike] = None,
+        layout: str = "pointcept",
+        split: str = "train",
+        *,
+        features: Optional[Sequence[str]] = None,
+        num_points: Optional[int] = None,
+        voxel_size: Optional[float] = None,
+        max_points: Optional[int] = None,
+        crops_per_scene: int = 1,
+        mix: Optional[str] = None,
+        mix_prob: float = 0.5,
+        crop_centre: str = "random",
+        scenes: Optional[Sequence[str]] = None,
+        sequences: Optional[Sequence[str]] = None,
+        test_area: int = S3DIS_TEST_AREA,
+        classes: Optional[Sequence[str]] = None,
+        unknown: str = "ignore",
+        transform: Optional[Transform] = None,
+        seed: int = 0,
+        normalize: bool = False,
+        cache: bool = False,
+        skip_missing: bool = False,
+    ) -> None:
         where = type(self).__name__
         _check_layout_split(where, layout, split)
         check_scene_selection(where, test_area=test_area, sequences=sequences, scenes=scenes)
         check_bool(where, "skip_missing", skip_missing)
         info = get_layout(layout)
         if skip_missing and not info.split_lists:
-            raise DatasetError(f"{where}: skip_missing (data.skip_missing) is only read for the layouts with official "
-                               f"split lists ({', '.join(listed_layouts())}), not {layout}: leave it out")
+            raise DatasetError(
+                f"{where}: skip_missing (data.skip_missing) is only read for the layouts with official "
+                f"split lists ({', '.join(listed_layouts())}), not {layout}: leave it out"
+            )
         if classes is not None:  # a fixed layout's ids, names given twice: before any file is looked at
             check_layout_classes(where, layout, classes)
         if features is not None:
             features = check_features(where, features)
         self.root = Path(root) if root is not None else self.default_root(layout)
         self.layout = layout
-        refs = find_scenes(self.root, layout, split, test_area=test_area, sequences=sequences,
-                           skip_missing=skip_missing)
-        if scenes is not None:
-            wanted = [str(s) for s in scenes]
-            missing = sorted(set(wanted) - {r.name for r in refs})
-            if missing:
-                raise DatasetError(f"{where}: scenes {missing[:5]} not found in {self.root} "
-                                   f"({layout}, split {split!r})")
-            refs = [r for r in refs if r.name in set(wanted)]
-        if not refs:
-            hint = nested_root_hint(self.root, layout, split, test_area=test_area, sequences=sequences)
-            raise DatasetError(f"{where}: no {layout} scenes for split {split!r} under {self.root} "
-                               f"(expected: {info.splits}; see datasets/README.md)"
-                               + (f"; {hint}" if hint else ""))
+        refs = self._find_refs(where, split, scenes, test_area, sequences, skip_missing)
         self.refs: List[SceneRef] = refs
         names, source = (classes, "classes") if classes is not None else info.default_classes(self.root)
         if not names:
-            raise DatasetError(f"{where}: no class list for {self.root} ({layout}): write its class names, one per "
-                               f"line, to {self.root / 'classes.txt'} (gridify convert does), or pass them "
-                               f"(data.classes / classes=)")
+            raise DatasetError(
+                f"{where}: no class list for {self.root} ({layout}): write its class names, one per "
+                f"line, to {self.root / 'classes.txt'} (gridify convert does), or pass them "
+                f"(data.classes / classes=)"
+            )
         check_layout_classes(where, layout, names, self.root, source)
         if info.ids_from_class_list:
             check_unknown(where, unknown, names)
         self._read_classes = None if classes is None or not info.ids_from_class_list else tuple(classes)
         self.unknown = unknown
         feats = info.default_features(refs) if features is None else features
-        super().__init__(split=split, class_names=names, features=feats, num_points=num_points,
-                         transform=transform, seed=seed, normalize=normalize, cache=cache, voxel_size=voxel_size,
-                         max_points=max_points, crops_per_scene=crops_per_scene, mix=mix, mix_prob=mix_prob, crop_centre=crop_centre)
+        super().__init__(
+            split=split,
+            class_names=names,
+            features=feats,
+            num_points=num_points,
+            transform=transform,
+            seed=seed,
+            normalize=normalize,
+            cache=cache,
+            voxel_size=voxel_size,
+            max_points=max_points,
+            crops_per_scene=crops_per_scene,
+            mix=mix,
+            mix_prob=mix_prob,
+            crop_centre=crop_centre,
+        )
+
+    def _find_refs(
+        self,
+        where: str,
+        split: str,
+        scenes: Optional[Sequence[str]],
+        test_area: int,
+        sequences: Optional[Sequence[str]],
+        skip_missing: bool,
+    ) -> List[SceneRef]:
+        """The scenes of ``split`` under ``self.root`` (only ``scenes`` when given, each of which must be there);
+        none raises, with a hint when the data sits one folder deeper."""
+        root, layout = self.root, self.layout
+        refs = find_scenes(root, layout, split, test_area=test_area, sequences=sequences, skip_missing=skip_missing)
+        if scenes is not None:
+            wanted = [str(s) for s in scenes]
+            missing = sorted(set(wanted) - {r.name for r in refs})
+            if missing:
+                raise DatasetError(f"{where}: scenes {missing[:5]} not found in {root} ({layout}, split {split!r})")
+            refs = [r for r in refs if r.name in set(wanted)]
+        if not refs:
+            hint = nested_root_hint(root, layout, split, test_area=test_area, sequences=sequences)
+            raise DatasetError(
+                f"{where}: no {layout} scenes for split {split!r} under {root} "
+                f"(expected: {get_layout(layout).splits}; see datasets/README.md)" + (f"; {hint}" if hint else "")
+            )
+        return refs
 
     @staticmethod
     def default_root(layout: str) -> Path:
@@ -162,8 +240,10 @@ class SceneDataset(SceneDatasetBase):
         return read_scene(self.refs[index], classes=self._read_classes, unknown=self.unknown)
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(root={str(self.root)!r}, layout={self.layout!r}, split={self.split!r}, "
-                f"scenes={len(self)}, classes={self.num_classes}, features={list(self.features)})")
+        return (
+            f"{type(self).__name__}(root={str(self.root)!r}, layout={self.layout!r}, split={self.split!r}, "
+            f"scenes={len(self)}, classes={self.num_classes}, features={list(self.features)})"
+        )
 
 
 @DATASETS.register("s3dis")
@@ -173,16 +253,49 @@ class S3DIS(SceneDataset):
     Arguments as for :class:`SceneDataset` (without ``layout`` and ``sequences``).
     """
 
-    def __init__(self, root: Optional[PathLike] = None, split: str = "train", *,
-                 features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
-                 voxel_size: Optional[float] = None, max_points: Optional[int] = None, crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5, crop_centre: str = "random",
-                 scenes: Optional[Sequence[str]] = None, test_area: int = S3DIS_TEST_AREA,
-                 classes: Optional[Sequence[str]] = None, unknown: str = "ignore",
-                 transform: Optional[Transform] = None, seed: int = 0, normalize: bool = False,
-                 cache: bool = False) -> None:
-        super().__init__(root, "s3dis", split, features=features, num_points=num_points, voxel_size=voxel_size,
-                         max_points=max_points, crops_per_scene=crops_per_scene, mix=mix, mix_prob=mix_prob, crop_centre=crop_centre, scenes=scenes, test_area=test_area, classes=classes,
-                         unknown=unknown, transform=transform, seed=seed, normalize=normalize, cache=cache)
+    def __init__(
+        self,
+        root: Optional[PathLike] = None,
+        split: str = "train",
+        *,
+        features: Optional[Sequence[str]] = None,
+        num_points: Optional[int] = None,
+        voxel_size: Optional[float] = None,
+        max_points: Optional[int] = None,
+        crops_per_scene: int = 1,
+        mix: Optional[str] = None,
+        mix_prob: float = 0.5,
+        crop_centre: str = "random",
+        scenes: Optional[Sequence[str]] = None,
+        test_area: int = S3DIS_TEST_AREA,
+        classes: Optional[Sequence[str]] = None,
+        unknown: str = "ignore",
+        transform: Optional[Transform] = None,
+        seed: int = 0,
+        normalize: bool = False,
+        cache: bool = False,
+    ) -> None:
+        super().__init__(
+            root,
+            "s3dis",
+            split,
+            features=features,
+            num_points=num_points,
+            voxel_size=voxel_size,
+            max_points=max_points,
+            crops_per_scene=crops_per_scene,
+            mix=mix,
+            mix_prob=mix_prob,
+            crop_centre=crop_centre,
+            scenes=scenes,
+            test_area=test_area,
+            classes=classes,
+            unknown=unknown,
+            transform=transform,
+            seed=seed,
+            normalize=normalize,
+            cache=cache,
+        )
 
 
 @DATASETS.register("scannet")
@@ -192,14 +305,45 @@ class ScanNet(SceneDataset):
     Arguments as for :class:`SceneDataset` (without ``layout``, ``sequences``, ``test_area``, ``classes``).
     """
 
-    def __init__(self, root: Optional[PathLike] = None, split: str = "train", *,
-                 features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
-                 voxel_size: Optional[float] = None, max_points: Optional[int] = None, crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5, crop_centre: str = "random",
-                 scenes: Optional[Sequence[str]] = None, transform: Optional[Transform] = None, seed: int = 0,
-                 normalize: bool = False, cache: bool = False, skip_missing: bool = False) -> None:
-        super().__init__(root, "scannet", split, features=features, num_points=num_points, voxel_size=voxel_size,
-                         max_points=max_points, crops_per_scene=crops_per_scene, mix=mix, mix_prob=mix_prob, crop_centre=crop_centre, scenes=scenes, transform=transform, seed=seed,
-                         normalize=normalize, cache=cache, skip_missing=skip_missing)
+    def __init__(
+        self,
+        root: Optional[PathLike] = None,
+        split: str = "train",
+        *,
+        features: Optional[Sequence[str]] = None,
+        num_points: Optional[int] = None,
+        voxel_size: Optional[float] = None,
+        max_points: Optional[int] = None,
+        crops_per_scene: int = 1,
+        mix: Optional[str] = None,
+        mix_prob: float = 0.5,
+        crop_centre: str = "random",
+        scenes: Optional[Sequence[str]] = None,
+        transform: Optional[Transform] = None,
+        seed: int = 0,
+        normalize: bool = False,
+        cache: bool = False,
+        skip_missing: bool = False,
+    ) -> None:
+        super().__init__(
+            root,
+            "scannet",
+            split,
+            features=features,
+            num_points=num_points,
+            voxel_size=voxel_size,
+            max_points=max_points,
+            crops_per_scene=crops_per_scene,
+            mix=mix,
+            mix_prob=mix_prob,
+            crop_centre=crop_centre,
+            scenes=scenes,
+            transform=transform,
+            seed=seed,
+            normalize=normalize,
+            cache=cache,
+            skip_missing=skip_missing,
+        )
 
 
 @DATASETS.register("semantickitti")
@@ -209,15 +353,45 @@ class SemanticKITTI(SceneDataset):
     Arguments as for :class:`SceneDataset` (without ``layout``, ``test_area``, ``classes``).
     """
 
-    def __init__(self, root: Optional[PathLike] = None, split: str = "train", *,
-                 features: Optional[Sequence[str]] = None, num_points: Optional[int] = None,
-                 voxel_size: Optional[float] = None, max_points: Optional[int] = None, crops_per_scene: int = 1, mix: Optional[str] = None, mix_prob: float = 0.5, crop_centre: str = "random",
-                 scenes: Optional[Sequence[str]] = None, sequences: Optional[Sequence[str]] = None,
-                 transform: Optional[Transform] = None, seed: int = 0, normalize: bool = False,
-                 cache: bool = False) -> None:
-        super().__init__(root, "semantickitti", split, features=features, num_points=num_points,
-                         voxel_size=voxel_size, max_points=max_points, crops_per_scene=crops_per_scene, mix=mix, mix_prob=mix_prob, crop_centre=crop_centre, scenes=scenes, sequences=sequences,
-                         transform=transform, seed=seed, normalize=normalize, cache=cache)
+    def __init__(
+        self,
+        root: Optional[PathLike] = None,
+        split: str = "train",
+        *,
+        features: Optional[Sequence[str]] = None,
+        num_points: Optional[int] = None,
+        voxel_size: Optional[float] = None,
+        max_points: Optional[int] = None,
+        crops_per_scene: int = 1,
+        mix: Optional[str] = None,
+        mix_prob: float = 0.5,
+        crop_centre: str = "random",
+        scenes: Optional[Sequence[str]] = None,
+        sequences: Optional[Sequence[str]] = None,
+        transform: Optional[Transform] = None,
+        seed: int = 0,
+        normalize: bool = False,
+        cache: bool = False,
+    ) -> None:
+        super().__init__(
+            root,
+            "semantickitti",
+            split,
+            features=features,
+            num_points=num_points,
+            voxel_size=voxel_size,
+            max_points=max_points,
+            crops_per_scene=crops_per_scene,
+            mix=mix,
+            mix_prob=mix_prob,
+            crop_centre=crop_centre,
+            scenes=scenes,
+            sequences=sequences,
+            transform=transform,
+            seed=seed,
+            normalize=normalize,
+            cache=cache,
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -272,8 +446,11 @@ IGNORED_SHARE_WARNING = 0.2
 
 def _conversion_settings(layout: str, names: Sequence[str], unknown: str) -> Dict[str, Any]:
     """What the labels of a conversion depend on (recorded in :data:`CONVERSION_FILE`)."""
-    return {"layout": layout, "classes": list(names),
-            "unknown": unknown if get_layout(layout).ids_from_class_list else None}
+    return {
+        "layout": layout,
+        "classes": list(names),
+        "unknown": unknown if get_layout(layout).ids_from_class_list else None,
+    }
 
 
 def _previous_conversion(out: Path) -> Optional[Dict[str, Any]]:
@@ -283,16 +460,17 @@ def _previous_conversion(out: Path) -> Optional[Dict[str, Any]]:
         try:
             data = json.loads(record.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise DatasetError(f"convert_to_pointcept: {record}: unreadable conversion record ({exc}); delete it "
-                               f"and convert again with overwrite=True (gridify convert --overwrite)") from None
+            raise DatasetError(
+                f"convert_to_pointcept: {record}: unreadable conversion record ({exc}); delete it "
+                f"and convert again with overwrite=True (gridify convert --overwrite)"
+            ) from None
         return data if isinstance(data, dict) else None
     if (out / "classes.txt").is_file():
         return {"classes": read_text_lines(out / "classes.txt")}
     return None
 
 
-def _check_previous_conversion(out: Path, settings: Dict[str, Any], targets: Sequence[Path],
-                               overwrite: bool) -> bool:
+def _check_previous_conversion(out: Path, settings: Dict[str, Any], targets: Sequence[Path], overwrite: bool) -> bool:
     """Refuse to mix scenes of two conversions whose labels differ in one ``out``; True when this run rewrites
     scenes of another conversion (the record then says so until the run completes)."""
     previous = _previous_conversion(out)
@@ -301,23 +479,29 @@ def _check_previous_conversion(out: Path, settings: Dict[str, Any], targets: Seq
     existing = sorted(d for d in out.glob("*/*") if (d / "coord.npy").is_file())
     changed = [k for k in settings if k in previous and previous[k] != settings[k]]
     if previous.get("rewriting") and not overwrite:
-        raise DatasetError(f"convert_to_pointcept: an overwrite of {out} with other settings was interrupted; "
-                           f"its scenes mix two conversions: run it again with overwrite=True (gridify convert "
-                           f"--overwrite)")
+        raise DatasetError(
+            f"convert_to_pointcept: an overwrite of {out} with other settings was interrupted; "
+            f"its scenes mix two conversions: run it again with overwrite=True (gridify convert "
+            f"--overwrite)"
+        )
     if not existing or not changed:
         return bool(previous.get("rewriting"))
     said = "; ".join(f"{k} {previous[k]!r} there, {settings[k]!r} now" for k in changed)
     if not overwrite:
-        raise DatasetError(f"convert_to_pointcept: {out} holds {len(existing)} scene(s) of a conversion with other "
-                           f"settings ({said}); kept, they would read back with the wrong labels: rewrite them with "
-                           f"overwrite=True (gridify convert --overwrite) or write to another out (--out)")
+        raise DatasetError(
+            f"convert_to_pointcept: {out} holds {len(existing)} scene(s) of a conversion with other "
+            f"settings ({said}); kept, they would read back with the wrong labels: rewrite them with "
+            f"overwrite=True (gridify convert --overwrite) or write to another out (--out)"
+        )
     stale = [d for d in existing if d not in set(targets)]
     if stale:
         names = ", ".join(d.relative_to(out).as_posix() for d in stale[:3]) + (", ..." if len(stale) > 3 else "")
-        raise DatasetError(f"convert_to_pointcept: overwrite rewrites the scenes of this run only, but {out} also "
-                           f"holds {len(stale)} scene(s) of the conversion with other settings ({said}) that this "
-                           f"run does not cover ({names}): convert them too (splits 'all', gridify convert "
-                           f"--splits all) or write to another out (--out)")
+        raise DatasetError(
+            f"convert_to_pointcept: overwrite rewrites the scenes of this run only, but {out} also "
+            f"holds {len(stale)} scene(s) of the conversion with other settings ({said}) that this "
+            f"run does not cover ({names}): convert them too (splits 'all', gridify convert "
+            f"--splits all) or write to another out (--out)"
+        )
     return True
 
 
@@ -327,14 +511,15 @@ def _warn_ignored(layout: str, found: set, ignored: int, total: int, names: Sequ
     if not get_layout(layout).ids_from_class_list or total == 0 or ignored < IGNORED_SHARE_WARNING * total:
         return
     unknown = sorted(c for c in found if c not in names)
-    warn_at_caller(f"convert_to_pointcept: {100 * ignored / total:.0f} % of the {total} points converted ({ignored}) "
-                  f"were set to ignore: their classes {unknown} are not in the class list {list(names)}; give the "
-                  f"scenes' own classes (gridify convert --classes {' '.join(sorted(found))}; classes=[...]), or "
-                   f"map them to a class (--unknown NAME; unknown=)")
+    warn_at_caller(
+        f"convert_to_pointcept: {100 * ignored / total:.0f} % of the {total} points converted ({ignored}) "
+        f"were set to ignore: their classes {unknown} are not in the class list {list(names)}; give the "
+        f"scenes' own classes (gridify convert --classes {' '.join(sorted(found))}; classes=[...]), or "
+        f"map them to a class (--unknown NAME; unknown=)"
+    )
 
 
-def _convert_one(ref: SceneRef, d: Path, classes: Optional[Sequence[str]], unknown: str,
-                 found: set) -> Tuple[int, int]:
+def _convert_one(ref: SceneRef, d: Path, classes: Optional[Sequence[str]], unknown: str, found: set) -> Tuple[int, int]:
     """Read ``ref``, write it to ``d``; ``(ignored points, points)``, adding the classes its files name (S3DIS) to
     ``found``."""
     layout = get_layout(ref.layout)
@@ -345,10 +530,39 @@ def _convert_one(ref: SceneRef, d: Path, classes: Optional[Sequence[str]], unkno
     return int((seg == IGNORE_INDEX).sum()), int(seg.size)
 
 
-def convert_to_pointcept(root: PathLike, layout: str, out: PathLike, splits: Sequence[str] = ("all",), *,
-                         test_area: int = S3DIS_TEST_AREA, sequences: Optional[Sequence[str]] = None,
-                         classes: Optional[Sequence[str]] = None, unknown: str = "ignore",
-                         overwrite: bool = False, progress: Any = None, skip_missing: bool = False) -> List[Path]:
+def _scenes_to_convert(
+    root: PathLike,
+    layout: str,
+    splits: Sequence[str],
+    test_area: int,
+    sequences: Optional[Sequence[str]],
+    skip_missing: bool,
+) -> List[Tuple[SceneRef, str]]:
+    """``(scene, split)`` for every scene of ``splits`` of ``layout`` under ``root``, in order; none raises."""
+    refs: List[Tuple[SceneRef, str]] = []
+    for split in splits:
+        _check_layout_split("convert_to_pointcept", layout, split)
+        found = find_scenes(root, layout, split, test_area=test_area, sequences=sequences, skip_missing=skip_missing)
+        refs += [(r, split) for r in found]
+    if not refs:
+        raise DatasetError(f"convert_to_pointcept: no {layout} scenes under {root} for splits {list(splits)}")
+    return refs
+
+
+def convert_to_pointcept(
+    root: PathLike,
+    layout: str,
+    out: PathLike,
+    splits: Sequence[str] = ("all",),
+    *,
+    test_area: int = S3DIS_TEST_AREA,
+    sequences: Optional[Sequence[str]] = None,
+    classes: Optional[Sequence[str]] = None,
+    unknown: str = "ignore",
+    overwrite: bool = False,
+    progress: Any = None,
+    skip_missing: bool = False,
+) -> List[Path]:
     """Convert the scenes of ``splits`` of a raw layout under ``root`` into the common layout under ``out``.
 
     Args:
@@ -386,13 +600,7 @@ def convert_to_pointcept(root: PathLike, layout: str, out: PathLike, splits: Seq
     check_layout_classes("convert_to_pointcept", layout, names)
     out = Path(out)
     check_bool("convert_to_pointcept", "skip_missing", skip_missing)
-    refs: List[Tuple[SceneRef, str]] = []
-    for split in splits:
-        _check_layout_split("convert_to_pointcept", layout, split)
-        refs += [(r, split) for r in find_scenes(root, layout, split, test_area=test_area, sequences=sequences,
-                                                 skip_missing=skip_missing)]
-    if not refs:
-        raise DatasetError(f"convert_to_pointcept: no {layout} scenes under {root} for splits {list(splits)}")
+    refs = _scenes_to_convert(root, layout, splits, test_area, sequences, skip_missing)
     targets = [out.joinpath(*_out_split(ref, split)) for ref, split in refs]
     settings = _conversion_settings(layout, names, unknown)
     rewriting = _check_previous_conversion(out, settings, targets, overwrite)
@@ -442,12 +650,14 @@ def _close_failed_stage(stage: Path, out: Path, exc: BaseException) -> None:
     if not kept:
         shutil.rmtree(stage, ignore_errors=True)
         return
-    exc.args = (f"{exc}; {out} is left as it was, and the {len(kept)} scene(s) converted so far wait in "
-                f"{stage} (a rerun with the same settings resumes from them)", *exc.args[1:])
+    exc.args = (
+        f"{exc}; {out} is left as it was, and the {len(kept)} scene(s) converted so far wait in "
+        f"{stage} (a rerun with the same settings resumes from them)",
+        *exc.args[1:],
+    )
 
 
-def _commit_conversion(stage: Path, out: Path, settings: Dict[str, Any], names: Sequence[str],
-                       rewriting: bool) -> None:
+def _commit_conversion(stage: Path, out: Path, settings: Dict[str, Any], names: Sequence[str], rewriting: bool) -> None:
     """Move the staged scenes into ``out`` (each scene folder whole), then its ``classes.txt`` and record (an
     overwrite of other settings is recorded as under way while its scenes move in)."""
     record = out / CONVERSION_FILE

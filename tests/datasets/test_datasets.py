@@ -1,4 +1,5 @@
 """Datasets of gridify.datasets on real sample data (skipped when absent) and generated layouts."""
+
 import time
 import warnings
 from pathlib import Path
@@ -8,10 +9,22 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from gridify.datasets import (MODELNET10_CLASSES, PROCEDURAL_CATEGORY_TO_PARTS, SHAPENET_CATEGORIES,
-                              SHAPENET_CATEGORY_TO_PARTS, SHAPENET_PART_NAMES, SHAPENET_PARTS, SHAPENET_SYNSETS,
-                              DatasetNotFoundError, ModelNet, ProceduralShapes, ShapeNetPart,
-                              collate_points, stratified_split, stratified_subset)
+from gridify.datasets import (
+    MODELNET10_CLASSES,
+    PROCEDURAL_CATEGORY_TO_PARTS,
+    SHAPENET_CATEGORIES,
+    SHAPENET_CATEGORY_TO_PARTS,
+    SHAPENET_PART_NAMES,
+    SHAPENET_PARTS,
+    SHAPENET_SYNSETS,
+    DatasetNotFoundError,
+    ModelNet,
+    ProceduralShapes,
+    ShapeNetPart,
+    collate_points,
+    stratified_split,
+    stratified_subset,
+)
 from gridify.datasets.dynamic import read_sequence
 from gridify.io import write_ply
 from gridify.transforms import RandomRotateZ
@@ -25,8 +38,20 @@ def _box_off(lo, hi, counts_on_header_line=False):
     lo, hi = np.asarray(lo, float), np.asarray(hi, float)
     unit = np.array([[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0], [0, 0, 1], [1, 0, 1], [1, 1, 1], [0, 1, 1]], float)
     v = lo + unit * (hi - lo)
-    f = [[0, 2, 1], [0, 3, 2], [4, 5, 6], [4, 6, 7], [0, 1, 5], [0, 5, 4],
-         [1, 2, 6], [1, 6, 5], [2, 3, 7], [2, 7, 6], [3, 0, 4], [3, 4, 7]]
+    f = [
+        [0, 2, 1],
+        [0, 3, 2],
+        [4, 5, 6],
+        [4, 6, 7],
+        [0, 1, 5],
+        [0, 5, 4],
+        [1, 2, 6],
+        [1, 6, 5],
+        [2, 3, 7],
+        [2, 7, 6],
+        [3, 0, 4],
+        [3, 4, 7],
+    ]
     head = "OFF8 12 0\n" if counts_on_header_line else "OFF\n8 12 0\n"
     return head + "".join("%g %g %g\n" % tuple(p) for p in v) + "".join("3 %d %d %d\n" % tuple(t) for t in f)
 
@@ -144,8 +169,9 @@ def test_modelnet_normal_resampled_generated(tmp_path):
     np.testing.assert_allclose(item["normal"].norm(dim=1).numpy(), 1.0, atol=1e-5)  # (1,1,1) repaired
     assert int(item["y"]) == MODELNET10_CLASSES.index("chair")
     assert len(ModelNet(root, name="10", split="test", source="normal_resampled")) == 3
-    keep = ModelNet(root, name="10", split="train", source="normal_resampled", align_up_axis=False,
-                    normalize=False, num_points=None)
+    keep = ModelNet(
+        root, name="10", split="train", source="normal_resampled", align_up_axis=False, normalize=False, num_points=None
+    )
     np.testing.assert_allclose(keep[0]["pos"].numpy(), np.loadtxt(keep.files[0], delimiter=",")[:, :3], atol=1e-5)
 
 
@@ -208,8 +234,9 @@ def test_modelnet10_pcd_real_official_split(shared_data):
 
 def test_modelnet40_normal_resampled_real(shared_data):
     root = shared_data / "modelnet40_normal_resampled_sample" / "data"
-    ds = ModelNet(root, name="40", split="trainval", source="normal_resampled", num_points=1024,
-                  transform=RandomRotateZ(seed=0))
+    ds = ModelNet(
+        root, name="40", split="trainval", source="normal_resampled", num_points=1024, transform=RandomRotateZ(seed=0)
+    )
     assert len(ds) == 113 and ds.source_format == "normal_resampled"
     item = ds[ds.files.index(next(f for f in ds.files if f.endswith("sofa_0469.txt")))]
     assert item["x"].shape == (1024, 6)
@@ -224,8 +251,9 @@ def test_modelnet40_normal_resampled_real(shared_data):
 def test_modelnet_off_real_sample(shared_data, tmp_path):
     root = shared_data / "modelnet_off_sample"
     with pytest.warns(UserWarning, match="only 1 of 10"):
-        ds = ModelNet(root, name="10", split="trainval", source="off", num_points=256, mesh_samples=2000,
-                      cache_dir=tmp_path)
+        ds = ModelNet(
+            root, name="10", split="trainval", source="off", num_points=256, mesh_samples=2000, cache_dir=tmp_path
+        )
     assert len(ds) == 5
     item = ds[0]
     assert item["x"].shape == (256, 6) and int(item["y"]) == 0
@@ -269,7 +297,9 @@ def test_shapenet_hdf5_generated(tmp_path):
     d = tmp_path / "hdf5_data"
     d.mkdir()
     cats = [0, 15, 0]
-    pid = np.stack([np.random.default_rng(i).choice(SHAPENET_CATEGORY_TO_PARTS[c], size=64) for i, c in enumerate(cats)])
+    pid = np.stack(
+        [np.random.default_rng(i).choice(SHAPENET_CATEGORY_TO_PARTS[c], size=64) for i, c in enumerate(cats)]
+    )
     make_fake_h5(d / "ply_data_test0.h5", 3, 64, cats, {"pid": pid.astype(np.uint8)})
     ds = ShapeNetPart(tmp_path, split="test", source="hdf5", num_points=64)
     assert len(ds) == 3 and [int(ds[i]["category"]) for i in range(3)] == cats
@@ -296,8 +326,12 @@ def test_shapenet_errors(tmp_path):
         ds[0]
     with pytest.raises(ValueError, match=r"chairtrain1\.seg: local part ids must be 1\.\.4 for Chair, found \[9\]"):
         ds[1]
-    (root / "shapenetcore_partanno_segmentation_benchmark_v0_normal" / "train_test_split"
-     / "shuffled_val_file_list.json").write_text("{not json")
+    (
+        root
+        / "shapenetcore_partanno_segmentation_benchmark_v0_normal"
+        / "train_test_split"
+        / "shuffled_val_file_list.json"
+    ).write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         ShapeNetPart(root, split="val")
 
@@ -412,8 +446,7 @@ def test_procedural_segmentation_parts():
 
 
 def test_procedural_subset_of_classes_and_ply_export(tmp_path):
-    ds = ProceduralShapes("train", num_points=128, num_samples_per_class=2, classes=["mug", "chair"],
-                          use_normals=False)
+    ds = ProceduralShapes("train", num_points=128, num_samples_per_class=2, classes=["mug", "chair"], use_normals=False)
     assert ds.class_names == ["chair", "mug"] and len(ds) == 4
     it = ds[3]
     assert int(it["y"]) == 1 and it["x"].shape == (128, 3)
@@ -435,8 +468,9 @@ def _forged_h5(path: Path, label_shape, extra_pid=False):
     h5py = pytest.importorskip("h5py")
     with h5py.File(path, "w") as h:
         h["data"] = np.random.default_rng(0).normal(size=(3, 16, 3)).astype(np.float32)
-        h.create_dataset("label", shape=label_shape, dtype="u1", chunks=(min(label_shape[0], 1 << 20), 1),
-                         compression="gzip")
+        h.create_dataset(
+            "label", shape=label_shape, dtype="u1", chunks=(min(label_shape[0], 1 << 20), 1), compression="gzip"
+        )
         if extra_pid:
             h["pid"] = np.zeros((3, 16), np.uint8)
 
@@ -446,12 +480,15 @@ def test_hdf5_label_declaring_1e8_entries_is_refused_before_reading(tmp_path, da
     d = tmp_path / ("modelnet40_ply_hdf5_2048" if dataset == "modelnet" else "hdf5_data")
     d.mkdir()
     f = d / ("ply_data_train0.h5" if dataset == "modelnet" else "ply_data_test0.h5")
-    _forged_h5(f, (10 ** 8, 1), extra_pid=dataset == "shapenet")
+    _forged_h5(f, (10**8, 1), extra_pid=dataset == "shapenet")
     assert f.stat().st_size < 100_000
     cls, split = (ModelNet, "train") if dataset == "modelnet" else (ShapeNetPart, "test")
     build = lambda: cls(tmp_path, split=split, source="hdf5", use_normals=False)  # noqa: E731
-    with pytest.raises(ValueError, match=r"ply_data_\w+0.h5: HDF5 dataset 'label' declares shape \(100000000, 1\) "
-                                         r"uint8 \(100000000 bytes\) but the file stores 0 bytes for it"):
+    with pytest.raises(
+        ValueError,
+        match=r"ply_data_\w+0.h5: HDF5 dataset 'label' declares shape \(100000000, 1\) "
+        r"uint8 \(100000000 bytes\) but the file stores 0 bytes for it",
+    ):
         build()
     f.unlink()
     make_fake_h5(f, 3, 16, [0, 1, 2], {"pid": np.zeros((3, 16), np.uint8)} if dataset == "shapenet" else {})
@@ -469,9 +506,12 @@ def test_read_sequence_to_item_refuses_num_points_beyond_memory(tmp_path, monkey
         np.savetxt(tmp_path / f"f{t}.xyz", np.random.default_rng(t).normal(size=(20, 3)), fmt="%.5f")
     seq = read_sequence(tmp_path, timestamps="index")
     assert seq.to_item(32)["pos"].shape == (3, 32, 3)
-    with pytest.raises(ValueError, match=r"PointCloudSequence.to_item: num_points=1000000000 \(3 x 1000000000 "
-                                         r"points .*\) would need"):
-        seq.to_item(10 ** 9)
+    with pytest.raises(
+        ValueError,
+        match=r"PointCloudSequence.to_item: num_points=1000000000 \(3 x 1000000000 "
+        r"points .*\) would need",
+    ):
+        seq.to_item(10**9)
 
 
 def test_truncated_file_inside_a_dataset_names_the_file(tmp_path):

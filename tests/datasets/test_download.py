@@ -1,4 +1,5 @@
 """gridify.datasets.download without the network: file:// URLs, a local HTTP server, monkeypatching."""
+
 import hashlib
 import http.server
 import io
@@ -13,8 +14,15 @@ from pathlib import Path
 import pytest
 
 from gridify.datasets import ModelNet
-from gridify.datasets.download import (ARCHIVES, COMPLETE_MARKER, DownloadError, download_and_extract, download_file,
-                                       extract_archive, sha256_of)
+from gridify.datasets.download import (
+    ARCHIVES,
+    COMPLETE_MARKER,
+    DownloadError,
+    download_and_extract,
+    download_file,
+    extract_archive,
+    sha256_of,
+)
 
 
 def _zip_bytes(members):
@@ -178,8 +186,16 @@ def test_offline_message_then_archive_placed_by_hand(tmp_path, no_network):
     with pytest.raises(DownloadError) as err:
         download_and_extract("toy", tmp_path, urls, sha256=_sha(data), progress=False, note="ask a colleague")
     msg = str(err.value)
-    for needle in ["'toy.zip'", urls[0], urls[1], str(tmp_path / "toy.zip"), _sha(data), "by hand",
-                   "name resolution", "ask a colleague"]:
+    for needle in [
+        "'toy.zip'",
+        urls[0],
+        urls[1],
+        str(tmp_path / "toy.zip"),
+        _sha(data),
+        "by hand",
+        "name resolution",
+        "ask a colleague",
+    ]:
         assert needle in msg, needle
     (tmp_path / "toy.zip").write_bytes(data)  # the user follows the instructions
     dest = download_and_extract("toy", tmp_path, urls, sha256=_sha(data), progress=False)
@@ -203,8 +219,15 @@ def test_zip_slip_refused(tmp_path, member):
     assert not (tmp_path / "root" / "bad").exists() and _no_temp_dirs(tmp_path / "root")
 
 
-@pytest.mark.parametrize("entry", [("link", "sym", "/etc/passwd"), ("toy/link", "sym", "../../outside"),
-                                   ("toy/hard", "hard", "../outside"), ("dev", "fifo", None)])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        ("link", "sym", "/etc/passwd"),
+        ("toy/link", "sym", "../../outside"),
+        ("toy/hard", "hard", "../outside"),
+        ("dev", "fifo", None),
+    ],
+)
 def test_tar_links_outside_refused(tmp_path, entry):
     name, kind, target = entry
     if kind == "fifo":
@@ -347,7 +370,9 @@ def test_extraction_refuses_a_decompression_bomb_and_archives_over_the_limit(tmp
     bomb = tmp_path / "bomb.zip"
     with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("data/zeros.bin", b"\0" * (32 << 20))  # 32 MiB of zeros in ~32 KB
-    with pytest.raises(ValueError, match=r"bomb.zip: .* that expand to 32.0 MiB \(\d+x, more than 100x: a decompression bomb"):
+    with pytest.raises(
+        ValueError, match=r"bomb.zip: .* that expand to 32.0 MiB \(\d+x, more than 100x: a decompression bomb"
+    ):
         extract_archive(bomb, tmp_path / "out")
     assert not any((tmp_path / "out").rglob("*.bin"))  # nothing was written
     ok = tmp_path / "ok.tar"
@@ -357,8 +382,11 @@ def test_extraction_refuses_a_decompression_bomb_and_archives_over_the_limit(tmp
         info.size = len(data)
         tf.addfile(info, io.BytesIO(data))
     monkeypatch.setenv("GRIDIFY_MAX_EXTRACT_BYTES", str(1 << 20))
-    with pytest.raises(ValueError, match=r"ok.tar: expands to 2.0 MiB, more than the extraction limit of 1.0 MiB "
-                                         r"\(set GRIDIFY_MAX_EXTRACT_BYTES"):
+    with pytest.raises(
+        ValueError,
+        match=r"ok.tar: expands to 2.0 MiB, more than the extraction limit of 1.0 MiB "
+        r"\(set GRIDIFY_MAX_EXTRACT_BYTES",
+    ):
         extract_archive(ok, tmp_path / "out2")
     monkeypatch.delenv("GRIDIFY_MAX_EXTRACT_BYTES")
     assert (extract_archive(ok, tmp_path / "out2") / "d" / "a.bin").stat().st_size == 2 << 20

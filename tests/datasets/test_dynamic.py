@@ -1,4 +1,5 @@
 """Sequences of clouds (gridify.datasets.dynamic): the dynamic-shapes dataset, collation, reading sequences."""
+
 import numpy as np
 import pytest
 import torch
@@ -11,8 +12,20 @@ from gridify.models import TemporalGridifiedClassifier
 # the model
 # ------------------------------------------------------------------------------------------------
 def _tiny(rnn="cfc", classes=3, **kw):
-    return TemporalGridifiedClassifier(3, classes, rnn=rnn, rnn_hidden=12, cfc_backbone_units=12, resolution=3,
-                                       k=4, hidden_channels=8, depth=1, kernel_size=3, dropout=0.0, **kw)
+    return TemporalGridifiedClassifier(
+        3,
+        classes,
+        rnn=rnn,
+        rnn_hidden=12,
+        cfc_backbone_units=12,
+        resolution=3,
+        k=4,
+        hidden_channels=8,
+        depth=1,
+        kernel_size=3,
+        dropout=0.0,
+        **kw,
+    )
 
 
 def _write_frames(folder, n_frames, rng):
@@ -38,16 +51,19 @@ def test_dynamic_shapes_deterministic_and_bounded():
     assert not torch.equal(a[0]["times"], c[0]["times"])
     assert int(a[5]["y"]) == 5 % len(DYNAMIC_CLASSES)
     # access order does not matter
-    torch.testing.assert_close(DynamicShapes("train", num_samples_per_class=2, num_points=64,
-                                             sampling="irregular", seed=3)[11]["pos"], a[11]["pos"])
+    torch.testing.assert_close(
+        DynamicShapes("train", num_samples_per_class=2, num_points=64, sampling="irregular", seed=3)[11]["pos"],
+        a[11]["pos"],
+    )
     for i in range(len(a)):
         assert a[i]["pos"].abs().max() < 1.0
 
 
 def test_dynamic_shapes_timestamps():
     reg = DynamicShapes("test", num_samples_per_class=3, num_frames=6, sampling="regular")
-    irr = DynamicShapes("test", num_samples_per_class=3, num_frames=6, sampling="irregular", drop_prob=0.4,
-                        min_frames=2)
+    irr = DynamicShapes(
+        "test", num_samples_per_class=3, num_frames=6, sampling="irregular", drop_prob=0.4, min_frames=2
+    )
     lengths = set()
     for i in range(len(irr)):
         t = irr[i]["times"]
@@ -95,8 +111,9 @@ def test_collate_sequences():
 def test_read_sequence_folder_and_list(tmp_path):
     rng = np.random.default_rng(0)
     paths = _write_frames(tmp_path, 11, rng)  # natural order: sweep_2 before sweep_10
-    (tmp_path / "timestamps.txt").write_text("# sweep times\n" + "\n".join(f"{0.1 * i + 0.01 * (i % 2):.3f}"
-                                                                         for i in range(11)) + "\n")
+    (tmp_path / "timestamps.txt").write_text(
+        "# sweep times\n" + "\n".join(f"{0.1 * i + 0.01 * (i % 2):.3f}" for i in range(11)) + "\n"
+    )
     seq = read_sequence(tmp_path)
     assert len(seq) == 11 and seq.frames[10].points.shape == (30, 3)
     assert seq.times[1] == pytest.approx(0.11)

@@ -4,6 +4,7 @@ Generated folders (PLY, XYZ, NPY, PCD, OFF files written here) and files convert
 (a few ModelNet10 PCDs in a class folder layout, ShapeNet-Part .pts/.seg samples as a segmentation
 folder), the latter skipped when the data is absent.
 """
+
 import pickle
 import shutil
 from pathlib import Path
@@ -12,8 +13,15 @@ import numpy as np
 import pytest
 import torch
 
-from gridify.datasets import (SHAPENET_CATEGORY_TO_PARTS, SHAPENET_SYNSETS, DatasetError, DatasetNotFoundError,
-                              PointFolder, ProceduralShapes, collate_points)
+from gridify.datasets import (
+    SHAPENET_CATEGORY_TO_PARTS,
+    SHAPENET_SYNSETS,
+    DatasetError,
+    DatasetNotFoundError,
+    PointFolder,
+    ProceduralShapes,
+    collate_points,
+)
 from gridify.io import write_ply
 from gridify.transforms import RandomScale
 
@@ -80,8 +88,12 @@ def test_split_first_layout_and_classes_txt_order(tmp_path):
     (tmp_path / "classes.txt").write_text("# label order\ndog\ncat\n")
     ds = PointFolder(tmp_path, "test", num_points=None)
     assert ds.class_names == ["dog", "cat"] and len(ds) == 4
-    assert [(f.parent.name, int(y)) for f, y in zip(ds.files, ds.labels)] == [("cat", 1), ("cat", 1), ("dog", 0),
-                                                                             ("dog", 0)]
+    assert [(f.parent.name, int(y)) for f, y in zip(ds.files, ds.labels)] == [
+        ("cat", 1),
+        ("cat", 1),
+        ("dog", 0),
+        ("dog", 0),
+    ]
 
 
 def test_split_lists_and_mixed_formats(tmp_path):
@@ -104,8 +116,11 @@ def test_flat_class_folders_carve_test_with_test_fraction(tmp_path):
     for cls in ("a", "b"):
         for i in range(5):
             write_ply(tmp_path / cls / f"{i}.ply", _cloud())
-    with pytest.raises(DatasetError, match=r"no test files \(add test folders or a test.txt list, or set "
-                                           r"test_fraction to carve one\)"):
+    with pytest.raises(
+        DatasetError,
+        match=r"no test files \(add test folders or a test.txt list, or set "
+        r"test_fraction to carve one\)",
+    ):
         PointFolder(tmp_path, "test")
     splits = {s: PointFolder(tmp_path, s, test_fraction=0.2, val_fraction=0.25) for s in ("train", "val", "test")}
     assert [len(splits[s]) for s in ("train", "val", "test")] == [6, 2, 2]
@@ -114,8 +129,13 @@ def test_flat_class_folders_carve_test_with_test_fraction(tmp_path):
 
 
 def test_meshes_are_sampled_and_val_folders_are_used(tmp_path):
-    box = "OFF\n8 12 0\n" + "".join(f"{x} {y} {z}\n" for x in (0, 1) for y in (0, 1) for z in (0, 1)) + (
-        "3 0 1 3\n3 0 3 2\n3 4 6 7\n3 4 7 5\n3 0 4 5\n3 0 5 1\n3 2 3 7\n3 2 7 6\n3 0 2 6\n3 0 6 4\n3 1 5 7\n3 1 7 3\n")
+    box = (
+        "OFF\n8 12 0\n"
+        + "".join(f"{x} {y} {z}\n" for x in (0, 1) for y in (0, 1) for z in (0, 1))
+        + (
+            "3 0 1 3\n3 0 3 2\n3 4 6 7\n3 4 7 5\n3 0 4 5\n3 0 5 1\n3 2 3 7\n3 2 7 6\n3 0 2 6\n3 0 6 4\n3 1 5 7\n3 1 7 3\n"
+        )
+    )
     for split in ("train", "val", "test"):
         for cls in ("cube", "other"):
             (tmp_path / cls / split).mkdir(parents=True)
@@ -153,8 +173,11 @@ def test_segmentation_label_sources(tmp_path):
     np.save(d / "b.npy", labels[1])  # b.npy beside b.ply holds b's labels: not a sample
     write_ply(d / "c.ply", pts[2], labels=labels[2])
     header = "ply\nformat ascii 1.0\nelement vertex 30\nproperty float x\nproperty float y\nproperty float z\n"
-    (d / "d.ply").write_text(header + "property int scalar_label\nend_header\n"
-                             + "".join(f"{x} {y} {z} {k}\n" for (x, y, z), k in zip(pts[3], labels[3])))
+    (d / "d.ply").write_text(
+        header
+        + "property int scalar_label\nend_header\n"
+        + "".join(f"{x} {y} {z} {k}\n" for (x, y, z), k in zip(pts[3], labels[3]))
+    )
     (tmp_path / "classes.txt").write_text("seat\nleg\nback\narm\n")
     ds = PointFolder(tmp_path, "train", task="segmentation", num_points=None, normalize=False, val_fraction=0.0)
     assert [f.name for f in ds.files] == ["a.ply", "b.ply", "c.ply", "d.ply"]
@@ -164,8 +187,9 @@ def test_segmentation_label_sources(tmp_path):
     five = tmp_path / "five"
     (five / "test").mkdir(parents=True)
     np.savetxt(five / "test" / "e.txt", np.c_[pts[4], RNG.random(30), labels[4]], fmt="%.6f")
-    named = PointFolder(five, "test", task="segmentation", num_points=None, num_classes=4,
-                        columns=["x", "y", "z", "_", "label"])
+    named = PointFolder(
+        five, "test", task="segmentation", num_points=None, num_classes=4, columns=["x", "y", "z", "_", "label"]
+    )
     np.testing.assert_array_equal(named[0]["y"].numpy(), labels[4])
     assert named.class_names == ["part0", "part1", "part2", "part3"]
 
@@ -217,13 +241,22 @@ def test_file_errors_name_the_file(tmp_path):
         ds[1]
     (root / "train" / "s1.labels").unlink()
     np.savetxt(bad, np.c_[_cloud(20), np.ones((20, 3)) / np.sqrt(3), np.zeros(20)], fmt="%.6f")  # 7 columns
-    with pytest.raises(DatasetError, match=r"s1.xyz: holds xyz \+ normals but .*s0.xyz \(the first file\) "
-                                           r"holds xyz only; every file of a folder dataset must have the same "
-                                           r"columns"):
+    with pytest.raises(
+        DatasetError,
+        match=r"s1.xyz: holds xyz \+ normals but .*s0.xyz \(the first file\) "
+        r"holds xyz only; every file of a folder dataset must have the same "
+        r"columns",
+    ):
         ds[1]
     np.savetxt(bad, np.c_[_cloud(20), RNG.random(20), np.zeros(20)], fmt="%.6f")  # 5 columns: the label is lost
-    with pytest.raises(DatasetError, match=r"s1.xyz: no per-point labels: .*\(name text/npy columns with columns: "
-                                           r"\[x, y, z, _, label\]\)"), pytest.warns(UserWarning, match="5 columns"):
+    with (
+        pytest.raises(
+            DatasetError,
+            match=r"s1.xyz: no per-point labels: .*\(name text/npy columns with columns: "
+            r"\[x, y, z, _, label\]\)",
+        ),
+        pytest.warns(UserWarning, match="5 columns"),
+    ):
         ds[1]
     bad.write_bytes(b"1.0 2.0 3.0 0\nnot numbers at all\n")
     with pytest.raises(DatasetError, match=r"s1.xyz"):
@@ -256,8 +289,13 @@ def test_samples_kept_in_memory_equal_the_files_and_cannot_be_changed_through_an
     root = make_class_folder(tmp_path, n_train=3)
 
     def build(keep):
-        aug = Compose([RandomScale(0.8, 1.2, anisotropic=True, seed=1), RandomJitter(0.01, seed=2),
-                       RandomPointDropout(0.3, seed=3)])
+        aug = Compose(
+            [
+                RandomScale(0.8, 1.2, anisotropic=True, seed=1),
+                RandomJitter(0.01, seed=2),
+                RandomPointDropout(0.3, seed=3),
+            ]
+        )
         return PointFolder(root, "train", num_points=40, val_fraction=0.0, transform=aug, keep_in_memory=keep)
 
     plain, kept = build(False), build(True)
@@ -365,8 +403,14 @@ def test_labels_of_rows_the_reader_dropped_are_dropped_too(tmp_path):
         item = ds[0]
     assert item["y"].tolist() == np.delete(labels, 17).tolist()
     np.savetxt(tmp_path / "train" / "s0.labels", labels[:48], fmt="%d")  # a count that fits neither
-    with pytest.warns(UserWarning), pytest.raises(DatasetError, match=r"s0.labels: 48 labels for the 49 points of "
-                                                  r".*s0.xyz \(read_points dropped 1 of its 50 rows .*row 17"):
+    with (
+        pytest.warns(UserWarning),
+        pytest.raises(
+            DatasetError,
+            match=r"s0.labels: 48 labels for the 49 points of "
+            r".*s0.xyz \(read_points dropped 1 of its 50 rows .*row 17",
+        ),
+    ):
         ds[0]
 
 
@@ -374,15 +418,21 @@ def test_a_non_integer_label_column_is_named_as_such(tmp_path):
     (tmp_path / "train").mkdir()
     table = np.c_[_cloud(20), np.linspace(0, 1, 20)]
     np.savetxt(tmp_path / "train" / "s0.xyz", table, fmt="%.6f")
-    with pytest.raises(DatasetError, match=r"s0.xyz: no per-point labels: .* the file's column 4 holds "
-                                           r"non-integer values \(data row 1: "):
+    with pytest.raises(
+        DatasetError,
+        match=r"s0.xyz: no per-point labels: .* the file's column 4 holds "
+        r"non-integer values \(data row 1: ",
+    ):
         PointFolder(tmp_path, "train", task="segmentation", val_fraction=0.0)
 
 
 def test_one_file_per_class_and_a_val_fraction_says_why_val_is_empty(tmp_path):
     root = make_class_folder(tmp_path, n_train=1, n_test=1)
-    with pytest.raises(DatasetError, match=r"no val files \(val_fraction=0.1 holds out files of a class only when "
-                                           r"it has at least 2 .* each of the 3 class\(es\) has 1 file") as err:
+    with pytest.raises(
+        DatasetError,
+        match=r"no val files \(val_fraction=0.1 holds out files of a class only when "
+        r"it has at least 2 .* each of the 3 class\(es\) has 1 file",
+    ) as err:
         PointFolder(root, "val", val_fraction=0.1)
     assert "set val_fraction > 0" not in str(err.value)
 
@@ -392,9 +442,12 @@ def test_a_file_listed_in_two_splits_is_refused(tmp_path, second):
     root = make_class_folder(tmp_path, classes=("box", "ball"), n_train=2, n_test=1)
     (root / "train.txt").write_text("box/train/box0.ply\nball/train/ball0.ply\n")
     (root / f"{second}.txt").write_text("box/test/box0.ply\n./ball/train/ball0.ply\n")
-    with pytest.raises(DatasetError, match=rf"ball0.ply: listed in both .*train.txt \('ball/train/ball0.ply'\) and "
-                                           rf".*{second}.txt \('./ball/train/ball0.ply'\); the split lists must not "
-                                           r"overlap"):
+    with pytest.raises(
+        DatasetError,
+        match=rf"ball0.ply: listed in both .*train.txt \('ball/train/ball0.ply'\) and "
+        rf".*{second}.txt \('./ball/train/ball0.ply'\); the split lists must not "
+        r"overlap",
+    ):
         PointFolder(root, "train", num_points=16)
     (root / f"{second}.txt").write_text("box/test/box0.ply\nbox/test/box0.ply\n")
     with pytest.raises(DatasetError, match=rf"box0.ply: listed twice in .*{second}.txt"):
@@ -404,19 +457,22 @@ def test_a_file_listed_in_two_splits_is_refused(tmp_path, second):
 def test_a_huge_segmentation_label_id_is_refused_not_allocated(tmp_path):
     (tmp_path / "train").mkdir()
     np.savetxt(tmp_path / "train" / "s0.xyz", _cloud(10), fmt="%.6f")
-    np.savetxt(tmp_path / "train" / "s0.labels", [0] * 9 + [2 ** 40], fmt="%d")
-    with pytest.raises(DatasetError, match=r"s0.labels: label id 1099511627776 would number 1099511627777 parts "
-                                           r".* for the 10 labelled points"):
+    np.savetxt(tmp_path / "train" / "s0.labels", [0] * 9 + [2**40], fmt="%d")
+    with pytest.raises(
+        DatasetError,
+        match=r"s0.labels: label id 1099511627776 would number 1099511627777 parts "
+        r".* for the 10 labelled points",
+    ):
         PointFolder(tmp_path, "train", task="segmentation", val_fraction=0.0)
     with pytest.raises(ValueError, match=r"num_classes=1000000000000 .* would need"):
-        PointFolder(tmp_path, "train", task="segmentation", val_fraction=0.0, num_classes=10 ** 12)
+        PointFolder(tmp_path, "train", task="segmentation", val_fraction=0.0, num_classes=10**12)
 
 
 def test_num_points_beyond_memory_is_refused_at_construction(tmp_path, monkeypatch):
     monkeypatch.setenv("GRIDIFY_MAX_ALLOC_BYTES", str(8 << 30))
     root = make_class_folder(tmp_path, n_train=2, n_test=1)
     with pytest.raises(ValueError, match=r"PointFolder: num_points=1000000000 .* would need"):
-        PointFolder(root, "test", num_points=10 ** 9)
+        PointFolder(root, "test", num_points=10**9)
 
 
 def test_estimate_normals_replaces_the_files_normals_and_reaches_x(tmp_path):
@@ -429,8 +485,9 @@ def test_estimate_normals_replaces_the_files_normals_and_reaches_x(tmp_path):
     expected = estimate_normals(torch.as_tensor(pts, dtype=torch.float64), 8).float()
     assert item["x"].shape == (60, 6) and torch.allclose(item["x"][:, 3:], expected, atol=1e-5)
     assert torch.equal(ds[0]["x"], item["x"])  # computed once, the same every read
-    scaled = PointFolder(root, "test", num_points=None, use_normals=True, estimate_normals=8,
-                         transform=RandomScale(0.5, 0.5))  # uniform scale: normals unchanged
+    scaled = PointFolder(
+        root, "test", num_points=None, use_normals=True, estimate_normals=8, transform=RandomScale(0.5, 0.5)
+    )  # uniform scale: normals unchanged
     assert torch.allclose(scaled[0]["x"][:, 3:], expected, atol=1e-5)
     with pytest.raises(ValueError, match=r"estimate_normals=8 \(data.estimate_normals\) but use_normals=False"):
         PointFolder(root, "test", estimate_normals=8)

@@ -11,9 +11,17 @@ import pytest
 from gridify.datasets import DatasetError, SceneDataset, convert_to_pointcept
 from gridify.datasets.layouts import LAYOUTS, SceneLayout, SceneRef, get_layout, registered_layouts
 from gridify.datasets.layouts.base import IGNORE_INDEX, coord_array, read_with
-from gridify.datasets.scene_layouts import (check_layout_classes, find_scenes, folder_scan, listed_layouts,
-                                            read_scan_labels, read_scene, scan_folder_note, scan_label_path,
-                                            scan_name)
+from gridify.datasets.scene_layouts import (
+    check_layout_classes,
+    find_scenes,
+    folder_scan,
+    listed_layouts,
+    read_scan_labels,
+    read_scene,
+    scan_folder_note,
+    scan_label_path,
+    scan_name,
+)
 from gridify.io.text import read_text_rows
 from gridify.registry import UnknownNameError
 
@@ -104,7 +112,9 @@ def test_the_built_in_layouts_answer_for_themselves(tmp_path):
     ref = SceneRef("Area_2_office_1", "mmdet3d_s3dis", tmp_path)
     assert get_layout("mmdet3d_s3dis").converted_place(ref, "all") == ("Area_2", "office_1")
     assert get_layout("semantickitti").converted_place(SceneRef("08_000000", "semantickitti", tmp_path), "all") == (
-        "val", "08_000000")
+        "val",
+        "08_000000",
+    )
     # single scans: a Pointcept scene folder is one scan named by its folder; a KITTI sequence holds scans
     scene = tmp_path / "scene7"
     scene.mkdir()

@@ -3,6 +3,7 @@
 Determinism per seed and split, the label sets, exact point counts, density that falls with range,
 real occlusion (no return behind a solid from the sensor), speed, and the registered dataset.
 """
+
 import time
 
 import numpy as np
@@ -10,9 +11,17 @@ import pytest
 import torch
 
 from gridify.datasets import ProceduralScenes, collate_points
-from gridify.datasets.procedural_scenes import (INDOOR_CLASSES, OUTDOOR_CLASSES, Primitives, cast_rays,
-                                                make_indoor_scene, make_outdoor_scan, scan_layout,
-                                                sensor_directions, street_layout)
+from gridify.datasets.procedural_scenes import (
+    INDOOR_CLASSES,
+    OUTDOOR_CLASSES,
+    Primitives,
+    cast_rays,
+    make_indoor_scene,
+    make_outdoor_scan,
+    scan_layout,
+    sensor_directions,
+    street_layout,
+)
 from gridify.registry import DATASETS
 
 H = 1.73  # sensor height
@@ -72,9 +81,14 @@ def test_outdoor_density_falls_with_range():
 
 
 def test_occlusion_nothing_behind_a_wall():
-    wall = Primitives(boxes=np.array([[12.0, 0.0, 5.0, 0.5, 6.0, 5.0, 0.0]]), box_labels=np.array([3]),
-                      cylinders=np.zeros((0, 5)), cylinder_labels=np.zeros(0, np.int64),
-                      ellipsoids=np.zeros((0, 6)), ellipsoid_labels=np.zeros(0, np.int64))
+    wall = Primitives(
+        boxes=np.array([[12.0, 0.0, 5.0, 0.5, 6.0, 5.0, 0.0]]),
+        box_labels=np.array([3]),
+        cylinders=np.zeros((0, 5)),
+        cylinder_labels=np.zeros(0, np.int64),
+        ellipsoids=np.zeros((0, 6)),
+        ellipsoid_labels=np.zeros(0, np.int64),
+    )
     s = scan_layout(wall, _rng(0), beams=64, azimuth_steps=1024, sensor_height=H)
     x, y = s["coord"][:, 0], s["coord"][:, 1]
     shadow = (x > 0) & (np.abs(y / np.maximum(x, 1e-6)) < 5.5 / 12.5)  # inside the wall's azimuth span
@@ -90,8 +104,16 @@ def test_occlusion_in_random_streets_first_hit_wins():
         d = sensor_directions(64, 512, rng=rng)
         origin = np.array([0.0, 0.0, H])
         t, lab = cast_rays(origin, d, prims, rng)
-        solid_only = Primitives(prims.boxes, prims.box_labels, prims.cylinders, prims.cylinder_labels,
-                                np.zeros((0, 6)), np.zeros(0, np.int64), prims.road, prims.sidewalk)
+        solid_only = Primitives(
+            prims.boxes,
+            prims.box_labels,
+            prims.cylinders,
+            prims.cylinder_labels,
+            np.zeros((0, 6)),
+            np.zeros(0, np.int64),
+            prims.road,
+            prims.sidewalk,
+        )
         t_solid, _ = cast_rays(origin, d, solid_only, rng)
         hit = np.isfinite(t)
         assert hit.mean() > 0.5
@@ -119,8 +141,9 @@ def test_procedural_scenes_dataset_items_splits_and_registry():
     torch.testing.assert_close(item["pos"], again["pos"])
     val = ProceduralScenes("val", num_scenes=3, num_points=2_000, kind="indoor", seed=5)[1]
     assert not torch.equal(item["pos"], val["pos"])
-    out = ProceduralScenes("val", num_scenes=2, num_points=3_000, kind="outdoor", beams=32,
-                           features=("xyz", "intensity", "height"))
+    out = ProceduralScenes(
+        "val", num_scenes=2, num_points=3_000, kind="outdoor", beams=32, features=("xyz", "intensity", "height")
+    )
     batch = collate_points([out[0], out[1]])
     assert batch["x"].shape == (6_000, 5) and batch["y"].shape == (6_000,) and batch["scene"][1] == "outdoor_val_00001"
     assert out.class_names == list(OUTDOOR_CLASSES) and out.ignore_index == -1
@@ -129,14 +152,15 @@ def test_procedural_scenes_dataset_items_splits_and_registry():
     with pytest.raises(ValueError, match="num_points"):
         ProceduralScenes(num_points=0)
     with pytest.raises(ValueError, match="num_points=10000000000000"):
-        ProceduralScenes(num_points=10 ** 13)
+        ProceduralScenes(num_points=10**13)
 
 
 def test_crops_per_scene_gives_each_copy_its_own_crop_and_keeps_the_scene_count():
     from gridify.training.data import set_train_epoch
 
-    ds = ProceduralScenes("train", num_scenes=2, num_points=3_000, kind="outdoor", seed=1, max_points=500,
-                          crops_per_scene=3)
+    ds = ProceduralScenes(
+        "train", num_scenes=2, num_points=3_000, kind="outdoor", seed=1, max_points=500, crops_per_scene=3
+    )
     assert len(ds) == 6 and ds.scene_count() == 2
     set_train_epoch(ds, None, seed=0, epoch=0)  # the deterministic per-(seed, epoch, scene) crops training uses
     items = [ds[i] for i in range(6)]
@@ -164,8 +188,16 @@ def test_class_balanced_crops_carry_less_of_the_most_frequent_class_and_stay_rep
 
     shares = {}
     for mode in ("random", "class_balanced"):
-        ds = ProceduralScenes("train", num_scenes=2, num_points=6_000, kind="outdoor", seed=1, max_points=600,
-                              crops_per_scene=20, crop_centre=mode)
+        ds = ProceduralScenes(
+            "train",
+            num_scenes=2,
+            num_points=6_000,
+            kind="outdoor",
+            seed=1,
+            max_points=600,
+            crops_per_scene=20,
+            crop_centre=mode,
+        )
         set_train_epoch(ds, None, seed=0, epoch=0)
         counts = np.zeros(ds.num_classes)
         for i in range(len(ds)):
@@ -175,7 +207,9 @@ def test_class_balanced_crops_carry_less_of_the_most_frequent_class_and_stay_rep
         shares[mode] = counts[top] / counts.sum()
         assert torch.equal(ds[5]["y"], ds[5]["y"])  # a copy's crop is a function of (seed, epoch, scene)
     assert shares["class_balanced"] < shares["random"] - 0.1
-    assert ProceduralScenes("val", num_scenes=1, num_points=3_000, crop_centre="class_balanced")[0]["y"].numel() == 3_000
+    assert (
+        ProceduralScenes("val", num_scenes=1, num_points=3_000, crop_centre="class_balanced")[0]["y"].numel() == 3_000
+    )
     with pytest.raises(ValueError, match="ProceduralScenes: crop_centre must be one of"):
         ProceduralScenes("train", num_scenes=1, num_points=3_000, max_points=500, crop_centre="rare")
 
@@ -183,7 +217,9 @@ def test_class_balanced_crops_carry_less_of_the_most_frequent_class_and_stay_rep
 def test_mix_draws_training_items_from_two_scans_and_leaves_other_splits_whole():
     from gridify.training.data import set_train_epoch
 
-    kw = dict(num_scenes=3, num_points=3_000, kind="outdoor", seed=1, voxel_size=0.05, beams=32)  # no crop: the whole mix
+    kw = dict(
+        num_scenes=3, num_points=3_000, kind="outdoor", seed=1, voxel_size=0.05, beams=32
+    )  # no crop: the whole mix
     ds = ProceduralScenes("train", mix="lasermix", mix_prob=1.0, **kw)
     set_train_epoch(ds, None, seed=0, epoch=0)
     scans = [ds.scene(i)["coord"] for i in range(3)]

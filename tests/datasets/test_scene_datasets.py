@@ -5,6 +5,7 @@ SemanticKITTI .bin/.label, Pointcept npy folders, mmdetection3d's processed file
 in ../shared/data (30 SemanticKITTI scans, the forest plot in the S3DIS layout, mmdetection3d's
 ScanNet/S3DIS/SemanticKITTI test data) are read when present and skipped otherwise.
 """
+
 import struct
 import warnings
 from pathlib import Path
@@ -16,10 +17,21 @@ import torch
 
 from gridify.cli import main as gridify_main
 from gridify.datasets import DatasetError, ProceduralScenes, SceneDataset, collate_points, convert_to_pointcept
-from gridify.datasets.scene_layouts import (IGNORE_INDEX, S3DIS_CLASSES, SCANNET20_CLASSES, SCANNET20_NYU40_IDS,
-                                            SEMANTICKITTI_CLASSES, SEMANTICKITTI_LEARNING_MAP, find_scenes,
-                                            map_nyu40_to_scannet20, map_semantickitti_labels, read_ply_vertices,
-                                            read_s3dis_room, read_scene, read_semantickitti_scan)
+from gridify.datasets.scene_layouts import (
+    IGNORE_INDEX,
+    S3DIS_CLASSES,
+    SCANNET20_CLASSES,
+    SCANNET20_NYU40_IDS,
+    SEMANTICKITTI_CLASSES,
+    SEMANTICKITTI_LEARNING_MAP,
+    find_scenes,
+    map_nyu40_to_scannet20,
+    map_semantickitti_labels,
+    read_ply_vertices,
+    read_s3dis_room,
+    read_scene,
+    read_semantickitti_scan,
+)
 from gridify.datasets.scenes import S3DIS, ScanNet, SemanticKITTI, write_pointcept_scene
 from gridify.datasets.scene_base import build_scene_features, scene_height
 from gridify.io import write_ply
@@ -39,9 +51,11 @@ def _rows(n, offset=0.0):
 
 def make_s3dis(root: Path):
     """Area_1/office_1 (ceiling, chair, stairs), Area_2/hall_1 (wall), Area_5/conf_1 (floor, clutter)."""
-    rooms = {("Area_1", "office_1"): {"ceiling_1": 5, "chair_1": 4, "chair_2": 3, "stairs_1": 2},
-             ("Area_2", "hall_1"): {"wall_1": 6},
-             ("Area_5", "conf_1"): {"floor_1": 4, "clutter_1": 2}}
+    rooms = {
+        ("Area_1", "office_1"): {"ceiling_1": 5, "chair_1": 4, "chair_2": 3, "stairs_1": 2},
+        ("Area_2", "hall_1"): {"wall_1": 6},
+        ("Area_5", "conf_1"): {"floor_1": 4, "clutter_1": 2},
+    }
     truth = {}
     for (area, room), objs in rooms.items():
         ann = root / area / room / "Annotations"
@@ -62,10 +76,12 @@ def make_s3dis(root: Path):
 
 def _scannet_mesh_bytes(xyz, rgb, faces):
     """A ScanNet-like binary PLY: x y z float, red green blue alpha uchar, then a face list."""
-    head = (f"ply\nformat binary_little_endian 1.0\ncomment handwritten\nelement vertex {len(xyz)}\n"
-            "property float x\nproperty float y\nproperty float z\nproperty uchar red\nproperty uchar green\n"
-            f"property uchar blue\nproperty uchar alpha\nelement face {len(faces)}\n"
-            "property list uchar int vertex_indices\nend_header\n").encode()
+    head = (
+        f"ply\nformat binary_little_endian 1.0\ncomment handwritten\nelement vertex {len(xyz)}\n"
+        "property float x\nproperty float y\nproperty float z\nproperty uchar red\nproperty uchar green\n"
+        f"property uchar blue\nproperty uchar alpha\nelement face {len(faces)}\n"
+        "property list uchar int vertex_indices\nend_header\n"
+    ).encode()
     body = b"".join(struct.pack("<fffBBBB", *p, *c, 255) for p, c in zip(xyz.tolist(), rgb.tolist()))
     body += b"".join(struct.pack("<Biii", 3, *f) for f in faces)
     return head + body
@@ -75,8 +91,11 @@ def make_scannet(root: Path):
     """scans/scene0000_00 (mesh PLY by hand, labels via write_ply), scans/scene0001_00, scans_test/scene0707_00."""
     nyu = np.array([1, 2, 13, 39, 40, 0, 5, 36, 24, 3])
     truth = {}
-    for name, folder, labelled in (("scene0000_00", "scans", True), ("scene0001_00", "scans", True),
-                                   ("scene0707_00", "scans_test", False)):
+    for name, folder, labelled in (
+        ("scene0000_00", "scans", True),
+        ("scene0001_00", "scans", True),
+        ("scene0707_00", "scans_test", False),
+    ):
         d = root / folder / name
         d.mkdir(parents=True)
         xyz = RNG.uniform(0, 3, (len(nyu), 3)).astype(np.float32)
@@ -118,9 +137,25 @@ def test_label_maps_follow_the_official_definitions():
     got = map_semantickitti_labels(raw | (7 << 16))  # instance ids in the high bits are dropped
     name = {i: c for i, c in enumerate(SEMANTICKITTI_CLASSES)}
     assert [name.get(int(g), "ignore") for g in got] == [
-        "ignore", "ignore", "car", "other-vehicle", "other-vehicle", "road", "ignore", "ignore", "car", "bicyclist",
-        "person", "motorcyclist", "other-vehicle", "other-vehicle", "truck", "other-vehicle", "traffic-sign",
-        "ignore"]
+        "ignore",
+        "ignore",
+        "car",
+        "other-vehicle",
+        "other-vehicle",
+        "road",
+        "ignore",
+        "ignore",
+        "car",
+        "bicyclist",
+        "person",
+        "motorcyclist",
+        "other-vehicle",
+        "other-vehicle",
+        "truck",
+        "other-vehicle",
+        "traffic-sign",
+        "ignore",
+    ]
     got = map_nyu40_to_scannet20(np.array([1, 2, 14, 16, 24, 28, 33, 34, 36, 39, 13, 15, 40, 0, -3, 1000]))
     assert got.tolist() == [0, 1, 12, 13, 14, 15, 16, 17, 18, 19, -1, -1, -1, -1, -1, -1]
     assert SCANNET20_CLASSES[got[9]] == "otherfurniture" and IGNORE_INDEX == -1
@@ -249,9 +284,15 @@ def test_a_labelled_split_warns_of_a_scene_without_a_labelled_point(tmp_path):
 # --------------------------------------------------------------------------------------
 def test_pointcept_generated_folders_missing_labels_and_bad_files(tmp_path):
     coord = RNG.normal(size=(20, 3)).astype(np.float32)
-    write_pointcept_scene(tmp_path / "train" / "a", {"coord": coord, "color": np.full((20, 3), 255.0),
-                                                     "normal": np.tile([0, 0, 1.0], (20, 1)),
-                                                     "segment": np.arange(20) % 4})
+    write_pointcept_scene(
+        tmp_path / "train" / "a",
+        {
+            "coord": coord,
+            "color": np.full((20, 3), 255.0),
+            "normal": np.tile([0, 0, 1.0], (20, 1)),
+            "segment": np.arange(20) % 4,
+        },
+    )
     write_pointcept_scene(tmp_path / "train" / "b", {"coord": coord[:7]})
     (tmp_path / "classes.txt").write_text("a\nb\nc\nd\n")
     ds = SceneDataset(tmp_path, "pointcept", "train", features=("xyz", "color", "normal", "height"))
@@ -264,11 +305,15 @@ def test_pointcept_generated_folders_missing_labels_and_bad_files(tmp_path):
     torch.testing.assert_close(b["x"][:, 3], torch.from_numpy(z7 - np.float32(np.percentile(z7, 1.0))))
     assert a["y"].tolist() == (np.arange(20) % 4).tolist() and b["y"].tolist() == [-1] * 7
     # an xyz-only scene under a recipe with colours: the fix is the config key and the colourless recipe
-    with pytest.raises(DatasetError, match=r"scene 'b' \(.*train/b\): feature 'color' .* has no color .*set "
-                       r"data\.features without it \(e\.g\. \[height\]: the scene_pointcept recipe\)"):
+    with pytest.raises(
+        DatasetError,
+        match=r"scene 'b' \(.*train/b\): feature 'color' .* has no color .*set "
+        r"data\.features without it \(e\.g\. \[height\]: the scene_pointcept recipe\)",
+    ):
         SceneDataset(tmp_path, "pointcept", "train", features=("color",))[1]
-    batch = collate_points([a, SceneDataset(tmp_path, "pointcept", "train", features=("xyz", "color", "normal",
-                                                                                      "height"))[0]])
+    batch = collate_points(
+        [a, SceneDataset(tmp_path, "pointcept", "train", features=("xyz", "color", "normal", "height"))[0]]
+    )
     assert batch["pos"].shape == (40, 3) and batch["scene"] == ["a", "a"] and batch["y"].shape == (40,)
     bad = tmp_path / "train" / "b" / "normal.npy"
     np.save(bad, np.zeros((1000, 3), np.float32))
@@ -288,8 +333,10 @@ def test_pointcept_generated_folders_missing_labels_and_bad_files(tmp_path):
 
 
 def test_mmdet3d_generated_layouts(tmp_path):
-    for sub, name, labels in (("scannet", "scene0000_00", np.array([1, 40, 39, 0])),
-                              ("s3dis", "Area_1_office_2", np.array([0, 12, 5, 13]))):
+    for sub, name, labels in (
+        ("scannet", "scene0000_00", np.array([1, 40, 39, 0])),
+        ("s3dis", "Area_1_office_2", np.array([0, 12, 5, 13])),
+    ):
         (tmp_path / sub / "points").mkdir(parents=True)
         (tmp_path / sub / "semantic_mask").mkdir()
         _rows(4).astype(np.float32).tofile(tmp_path / sub / "points" / f"{name}.bin")
@@ -342,18 +389,38 @@ def test_convert_s3dis_scannet_kitti_round_trip(tmp_path):
         _same_scenes(ScanNet(tmp_path / "scannet", split), tmp_path / "pc_scannet", split)
     make_kitti(tmp_path / "kitti")
     calls = []
-    convert_to_pointcept(tmp_path / "kitti", "semantickitti", tmp_path / "pc_kitti",
-                         progress=lambda *a: calls.append(a))
-    assert sorted(p.name for p in (tmp_path / "pc_kitti").iterdir()) == ["classes.txt", "conversion.json", "test",
-                                                                        "train", "val"]
+    convert_to_pointcept(
+        tmp_path / "kitti", "semantickitti", tmp_path / "pc_kitti", progress=lambda *a: calls.append(a)
+    )
+    assert sorted(p.name for p in (tmp_path / "pc_kitti").iterdir()) == [
+        "classes.txt",
+        "conversion.json",
+        "test",
+        "train",
+        "val",
+    ]
     assert len(calls) == 8 and calls[-1][:2] == (8, 8)
     for split in ("train", "val", "test"):
         _same_scenes(SemanticKITTI(tmp_path / "kitti", split), tmp_path / "pc_kitti", split)
     first = (tmp_path / "pc_kitti" / "train" / "00_000000" / "coord.npy").stat().st_mtime_ns
     convert_to_pointcept(tmp_path / "kitti", "semantickitti", tmp_path / "pc_kitti")  # resumes: nothing rewritten
     assert (tmp_path / "pc_kitti" / "train" / "00_000000" / "coord.npy").stat().st_mtime_ns == first
-    assert gridify_main(["convert", str(tmp_path / "kitti"), "--layout", "semantickitti", "--out",
-                         str(tmp_path / "pc2"), "--sequences", "08", "--quiet"]) == 0
+    assert (
+        gridify_main(
+            [
+                "convert",
+                str(tmp_path / "kitti"),
+                "--layout",
+                "semantickitti",
+                "--out",
+                str(tmp_path / "pc2"),
+                "--sequences",
+                "08",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert sorted(p.name for p in (tmp_path / "pc2" / "val").iterdir()) == ["08_000000", "08_000001"]
     with pytest.raises(SystemExit, match="does not exist"):
         gridify_main(["convert", str(tmp_path / "nothing"), "--layout", "s3dis", "--out", str(tmp_path / "pc3")])
@@ -505,8 +572,9 @@ def test_scene_readers_drop_nan_rows_with_a_count_naming_the_scene(tmp_path, lay
     strength[11] = np.inf
     if layout == "pointcept":
         (tmp_path / "classes.txt").write_text("a\nb\n")
-        write_pointcept_scene(tmp_path / "train" / "s", {"coord": coord, "strength": strength,
-                                                         "segment": rng.integers(0, 2, 50)})
+        write_pointcept_scene(
+            tmp_path / "train" / "s", {"coord": coord, "strength": strength, "segment": rng.integers(0, 2, 50)}
+        )
         ds = SceneDataset(tmp_path, "pointcept", "train", features=["strength"])
     else:
         seq = tmp_path / "sequences" / "00"
@@ -515,7 +583,9 @@ def test_scene_readers_drop_nan_rows_with_a_count_naming_the_scene(tmp_path, lay
         np.concatenate([coord, strength], 1).astype("<f4").tofile(seq / "velodyne" / "000000.bin")
         np.full(50, 40, np.uint32).tofile(seq / "labels" / "000000.label")
         ds = SemanticKITTI(tmp_path, "train", sequences=["00"], features=["strength"])
-    with pytest.warns(UserWarning, match=r"dropped 3 of 50 points with NaN/Inf coordinates or features \(first: row 3\)") as rec:
+    with pytest.warns(
+        UserWarning, match=r"dropped 3 of 50 points with NaN/Inf coordinates or features \(first: row 3\)"
+    ) as rec:
         item = ds[0]
     assert item["pos"].shape == (47, 3) and item["y"].shape == (47,) and torch.isfinite(item["x"]).all()
     assert [w.filename for w in rec if "dropped 3" in str(w.message)] == [__file__]  # the user's line
@@ -544,19 +614,28 @@ def test_ply_vertex_count_below_the_data_is_refused_naming_both_counts(tmp_path)
     head = "ply\nformat ascii 1.0\nelement vertex 3\nproperty float x\nproperty float y\nproperty float z\n"
     f = tmp_path / "short.ply"
     f.write_text(head + "end_header\n" + "".join(f"{i} 0 0\n" for i in range(5)))
-    with pytest.raises(DatasetError, match=r"short\.ply: PLY header declares 3 vertices but the data holds 5 data "
-                                           r"lines"):
+    with pytest.raises(
+        DatasetError,
+        match=r"short\.ply: PLY header declares 3 vertices but the data holds 5 data "
+        r"lines",
+    ):
         read_ply_vertices(f)
     faces = tmp_path / "mesh.ply"  # the lines of a later element (faces) are not vertices
-    faces.write_text(head + "element face 1\nproperty list uchar int vertex_indices\nend_header\n"
-                     + "".join(f"{i} 0 0\n" for i in range(3)) + "3 0 1 2\n")
+    faces.write_text(
+        head
+        + "element face 1\nproperty list uchar int vertex_indices\nend_header\n"
+        + "".join(f"{i} 0 0\n" for i in range(3))
+        + "3 0 1 2\n"
+    )
     assert read_ply_vertices(faces)["x"].tolist() == [0, 1, 2]
     faces.write_text(faces.read_text() + "7 7 7\n")
     with pytest.raises(DatasetError, match=r"declares 3 vertices but the data holds 4 data lines besides 1"):
         read_ply_vertices(faces)
     binary = tmp_path / "short_bin.ply"
-    binary.write_bytes(b"ply\nformat binary_little_endian 1.0\nelement vertex 2\nproperty float x\nproperty float y\n"
-                       b"property float z\nend_header\n" + np.arange(12, dtype="<f4").tobytes())
+    binary.write_bytes(
+        b"ply\nformat binary_little_endian 1.0\nelement vertex 2\nproperty float x\nproperty float y\n"
+        b"property float z\nend_header\n" + np.arange(12, dtype="<f4").tobytes()
+    )
     with pytest.raises(DatasetError, match=r"declares 2 vertices but the data holds 4 records of 12 bytes"):
         read_ply_vertices(binary)
 
@@ -579,8 +658,10 @@ def _float_label_scene(tmp_path: Path, layout: str, labels: np.ndarray):
     d = tmp_path / "scans" / "scene0000_00"  # scannet: a float 'label' property in the labels PLY
     d.mkdir(parents=True)
     (d / "scene0000_00_vh_clean_2.ply").write_bytes(_scannet_mesh_bytes(xyz, np.zeros((len(xyz), 3), int), []))
-    head = (f"ply\nformat ascii 1.0\nelement vertex {len(xyz)}\nproperty float x\nproperty float y\n"
-            f"property float z\nproperty float label\nend_header\n")
+    head = (
+        f"ply\nformat ascii 1.0\nelement vertex {len(xyz)}\nproperty float x\nproperty float y\n"
+        f"property float z\nproperty float label\nend_header\n"
+    )
     rows = "".join(f"{a} {b} {c} {lab}\n" for (a, b, c), lab in zip(xyz.tolist(), labels.tolist()))
     (d / "scene0000_00_vh_clean_2.labels.ply").write_text(head + rows)
     return ScanNet(tmp_path, "all", features=())[0]
@@ -592,8 +673,11 @@ def test_float_labels_are_refused_alike_in_every_layout(tmp_path, layout):
     Pointcept refused every float file); whole numbers stored as floats read as their ids everywhere."""
     item = _float_label_scene(tmp_path / "ok", layout, np.array([1, 2, 5, 1], np.float32))
     assert item["y"].tolist() == ([1, 2, 5, 1] if layout == "pointcept" else [0, 1, 4, 0])
-    with pytest.raises(DatasetError, match=r"(segment\.npy|sem_label\.npy|labels\.ply): labels must be integers, "
-                                           r"row 2 holds 2\.5"):
+    with pytest.raises(
+        DatasetError,
+        match=r"(segment\.npy|sem_label\.npy|labels\.ply): labels must be integers, "
+        r"row 2 holds 2\.5",
+    ):
         _float_label_scene(tmp_path / "bad", layout, np.array([1, 2, 2.5, 1], np.float32))
 
 
@@ -737,8 +821,11 @@ def test_semantickitti_ids_the_learning_map_does_not_define_are_warned_not_silen
 
     train_ids = np.arange(19, dtype=np.uint32)
     train_ids.tofile(tmp_path / "train_ids.label")
-    with pytest.warns(UserWarning, match=r"train_ids\.label: 11 of 19 labels hold semantic ids that SemanticKITTI "
-                                         r"does not define \(first: 2 at row 2;.*save them as \.npy"):
+    with pytest.warns(
+        UserWarning,
+        match=r"train_ids\.label: 11 of 19 labels hold semantic ids that SemanticKITTI "
+        r"does not define \(first: 2 at row 2;.*save them as \.npy",
+    ):
         ids = read_scan_labels(tmp_path / "train_ids.label", 19, SEMANTICKITTI_CLASSES)
     assert (ids == -1).sum() == 11 + 2  # the 11 undefined, and 0 / 1 (unlabeled, outlier) as the map says
     raw = np.array([0, 1, 10, 40, 252, 259, 10 | (7 << 16)], np.uint32)  # instance ids in the high bits
@@ -758,8 +845,11 @@ def test_a_class_list_other_than_the_layouts_ids_is_refused_naming_it(tmp_path):
     root whose classes.txt (or classes=) outgrew its conversion's record, and a name given twice."""
     make_scannet(tmp_path / "sn")
     names = list(SCANNET20_CLASSES)
-    with pytest.raises(DatasetError, match=r"SceneDataset: classes names 21 classes, but scannet's labels are the 20 ids "
-                                           r"0\.\.19 .*phantom class.*give 20 names"):
+    with pytest.raises(
+        DatasetError,
+        match=r"SceneDataset: classes names 21 classes, but scannet's labels are the 20 ids "
+        r"0\.\.19 .*phantom class.*give 20 names",
+    ):
         SceneDataset(tmp_path / "sn", "scannet", "train", classes=names + ["extra"])
     with pytest.raises(DatasetError, match=r"classes names 20 classes, but semantickitti's labels are the 19 ids"):
         SceneDataset(tmp_path / "nowhere", "semantickitti", "train", classes=[f"c{i}" for i in range(20)])
@@ -770,12 +860,18 @@ def test_a_class_list_other_than_the_layouts_ids_is_refused_naming_it(tmp_path):
     renamed = SceneDataset(tmp_path / "sn", "scannet", "train", classes=[n.upper() for n in names])
     assert renamed.class_names[0] == "WALL"  # the same number of ids: a renaming
     convert_to_pointcept(tmp_path / "sn", "scannet", tmp_path / "pc", ["train"])
-    with pytest.raises(DatasetError, match=r"SceneDataset: classes names 21 classes, but .*conversion\.json declares "
-                                           r"20 \(the ids 0\.\.19"):
+    with pytest.raises(
+        DatasetError,
+        match=r"SceneDataset: classes names 21 classes, but .*conversion\.json declares "
+        r"20 \(the ids 0\.\.19",
+    ):
         SceneDataset(tmp_path / "pc", "pointcept", "train", classes=names + ["extra"])
     (tmp_path / "pc" / "classes.txt").write_text("\n".join(names + ["extra"]) + "\n")
-    with pytest.raises(DatasetError, match=r"pc/classes\.txt names 21 classes, but .*conversion\.json declares 20.*"
-                                           r"write its 20 class names there"):
+    with pytest.raises(
+        DatasetError,
+        match=r"pc/classes\.txt names 21 classes, but .*conversion\.json declares 20.*"
+        r"write its 20 class names there",
+    ):
         SceneDataset(tmp_path / "pc", "pointcept", "train")
     with pytest.raises(DatasetError, match=r"convert_to_pointcept: classes names 'a' twice"):
         convert_to_pointcept(tmp_path / "nowhere", "s3dis", tmp_path / "o", classes=["a", "b", "a"])
@@ -803,16 +899,22 @@ def test_16_bit_colours_are_scaled_per_scene_in_every_layout(tmp_path):
     assert float(item["x"].max()) <= 1.0 and read_s3dis_room(room)["color"].max() <= 255.0
     rgb8 = rng.integers(0, 256, (30, 3))  # 8-bit rooms as before
     _s3dis_room(tmp_path / "s8", {"chair_1": np.c_[xyz, rgb8]})
-    np.testing.assert_allclose(S3DIS(tmp_path / "s8", "all", features=("color",))[0]["x"].numpy(), rgb8 / 255.0,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        S3DIS(tmp_path / "s8", "all", features=("color",))[0]["x"].numpy(), rgb8 / 255.0, atol=1e-6
+    )
     _s3dis_room(tmp_path / "bad", {"chair_1": np.c_[xyz[:3], [[1, 2, 3], [4, 5, 6], [7, 70000, 9]]]})
-    with pytest.raises(DatasetError, match=r"Annotations/chair_1\.txt: colour 70000\.0 \(row 2\) is neither 8-bit "
-                                           r"\(0-255\) nor a 16-bit whole number"):
+    with pytest.raises(
+        DatasetError,
+        match=r"Annotations/chair_1\.txt: colour 70000\.0 \(row 2\) is neither 8-bit "
+        r"\(0-255\) nor a 16-bit whole number",
+    ):
         S3DIS(tmp_path / "bad", "all")[0]
     d = tmp_path / "sn" / "scans" / "scene0000_00"  # ScanNet: a mesh with ushort colours
     d.mkdir(parents=True)
-    head = ("ply\nformat binary_little_endian 1.0\nelement vertex 20\nproperty float x\nproperty float y\n"
-            "property float z\nproperty ushort red\nproperty ushort green\nproperty ushort blue\nend_header\n")
+    head = (
+        "ply\nformat binary_little_endian 1.0\nelement vertex 20\nproperty float x\nproperty float y\n"
+        "property float z\nproperty ushort red\nproperty ushort green\nproperty ushort blue\nend_header\n"
+    )
     body = b"".join(struct.pack("<fffHHH", *p, *c) for p, c in zip(xyz[:20].tolist(), bright.tolist()))
     (d / "scene0000_00_vh_clean_2.ply").write_bytes(head.encode() + body)
     x = SceneDataset(tmp_path / "sn", "scannet", "all", features=("color",)).scene(0)["color"] / 255.0
@@ -830,8 +932,9 @@ def test_s3dis_rooms_at_utm_scale_keep_their_precision_with_a_stray_row(tmp_path
     xyz = np.c_[5e6 + np.arange(400) * 0.01, 4.9e6 + rng.uniform(0, 6, 400), rng.uniform(0, 3, 400)].round(4)
     stray = np.vstack([[0.0, 0.0, 0.0], xyz])
     rgb = rng.integers(0, 256, (401, 3))
-    room = _s3dis_room(tmp_path / "raw", {"floor_1": np.c_[stray[:200], rgb[:200]],
-                                          "wall_1": np.c_[stray[200:], rgb[200:]]})
+    room = _s3dis_room(
+        tmp_path / "raw", {"floor_1": np.c_[stray[:200], rgb[:200]], "wall_1": np.c_[stray[200:], rgb[200:]]}
+    )
     assert read_s3dis_room(room)["coord"].dtype == np.float64
     pos = S3DIS(tmp_path / "raw", "all", features=("xyz",))[0]["pos"].numpy()
     assert len(np.unique(pos[1:, 0])) == 400  # every one of the 400 x values stays distinct
@@ -849,18 +952,30 @@ def test_float_ids_are_refused_on_every_path_into_the_common_layout(tmp_path):
 
     coord = RNG.normal(size=(4, 3))
     for key in ("segment", "instance"):
-        with pytest.raises(DatasetError, match=rf"write_pointcept_scene\(.*\): {key}: labels must be integers, row 2 "
-                                               r"holds 1\.5"):
-            write_pointcept_scene(tmp_path / key, {"coord": coord, "color": np.zeros((4, 3)),
-                                                   key: np.array([0, 1, 1.5, 2])})
+        with pytest.raises(
+            DatasetError,
+            match=rf"write_pointcept_scene\(.*\): {key}: labels must be integers, row 2 "
+            r"holds 1\.5",
+        ):
+            write_pointcept_scene(
+                tmp_path / key, {"coord": coord, "color": np.zeros((4, 3)), key: np.array([0, 1, 1.5, 2])}
+            )
         assert not (tmp_path / key).exists()  # nothing written, not even color.npy
     write_pointcept_scene(tmp_path / "ok", {"coord": coord, "segment": np.array([0.0, 1.0, 1.0, 2.0])})
     assert np.load(tmp_path / "ok" / "segment.npy").tolist() == [0, 1, 1, 2]
 
     class Own(SceneDatasetBase):
         def __init__(self):
-            super().__init__(split="val", class_names=["a", "b", "c"], features=(), num_points=None, transform=None,
-                             seed=0, normalize=False, cache=False)
+            super().__init__(
+                split="val",
+                class_names=["a", "b", "c"],
+                features=(),
+                num_points=None,
+                transform=None,
+                seed=0,
+                normalize=False,
+                cache=False,
+            )
 
         def scene_count(self):
             return 1
@@ -882,10 +997,13 @@ def test_an_official_split_list_naming_a_scene_not_on_disk_is_refused(tmp_path):
     naming the list, the scenes and what the root holds, in every layout with split lists, unless skip_missing."""
     make_scannet(tmp_path / "sn")
     (tmp_path / "sn" / "scannetv2_val.txt").write_text("scene0001_00\nscene0002_00\nscene0003_00\n")
-    with pytest.raises(DatasetError, match=r"sn/scannetv2_val\.txt: 2 of the 3 scenes it lists for split 'val' are "
-                                           r"not under .*scans \(first: scene0002_00, scene0003_00\); that folder "
-                                           r"holds 2 scene\(s\): scene0000_00, scene0001_00: .*skip_missing=True "
-                                           r"\(data\.skip_missing: true\)"):
+    with pytest.raises(
+        DatasetError,
+        match=r"sn/scannetv2_val\.txt: 2 of the 3 scenes it lists for split 'val' are "
+        r"not under .*scans \(first: scene0002_00, scene0003_00\); that folder "
+        r"holds 2 scene\(s\): scene0000_00, scene0001_00: .*skip_missing=True "
+        r"\(data\.skip_missing: true\)",
+    ):
         ScanNet(tmp_path / "sn", "val")
     with pytest.warns(UserWarning, match=r"2 of the 3 scenes .*the split holds the 1 others \(skip_missing\)"):
         assert [r.name for r in ScanNet(tmp_path / "sn", "val", skip_missing=True).refs] == ["scene0001_00"]
@@ -893,15 +1011,21 @@ def test_an_official_split_list_naming_a_scene_not_on_disk_is_refused(tmp_path):
     with pytest.raises(DatasetError, match=r"scannetv2_val\.txt: 2 of the 3 scenes"):
         convert_to_pointcept(tmp_path / "sn", "scannet", tmp_path / "pc", ["val"])
     assert not (tmp_path / "pc").exists()
-    with pytest.raises(DatasetError, match=r"skip_missing \(data\.skip_missing\) is only read for the layouts with "
-                                           r"official split lists .*not s3dis"):
+    with pytest.raises(
+        DatasetError,
+        match=r"skip_missing \(data\.skip_missing\) is only read for the layouts with "
+        r"official split lists .*not s3dis",
+    ):
         SceneDataset(tmp_path / "sn", "s3dis", "train", skip_missing=True)
     mm = tmp_path / "mm"  # mmdetection3d's ScanNet layouts: the same lists
     (mm / "points").mkdir(parents=True)
     _rows(4).astype(np.float32).tofile(mm / "points" / "scene0000_00.bin")
     (mm / "scannetv2_train.txt").write_text("scene0000_00\nscene0009_00\n")
-    with pytest.raises(DatasetError, match=r"scannetv2_train\.txt: 1 of the 2 scenes .*\(first: scene0009_00\); "
-                                           r"that folder holds 1 scene\(s\): scene0000_00"):
+    with pytest.raises(
+        DatasetError,
+        match=r"scannetv2_train\.txt: 1 of the 2 scenes .*\(first: scene0009_00\); "
+        r"that folder holds 1 scene\(s\): scene0000_00",
+    ):
         SceneDataset(mm, "mmdet3d_scannet", "train")
     inst = mm / "scannet_train_instance_data"
     inst.mkdir()
@@ -919,8 +1043,10 @@ def test_integer_intensities_go_to_the_unit_scale_by_one_rule(tmp_path):
 
     values = [0, 51, 200, 255]
     for typ, divisor in (("uchar", 255.0), ("ushort", 65535.0), ("int", 255.0), ("uint", 255.0)):
-        head = (f"ply\nformat ascii 1.0\nelement vertex 4\nproperty float x\nproperty float y\nproperty float z\n"
-                f"property {typ} intensity\nend_header\n")
+        head = (
+            f"ply\nformat ascii 1.0\nelement vertex 4\nproperty float x\nproperty float y\nproperty float z\n"
+            f"property {typ} intensity\nend_header\n"
+        )
         (tmp_path / f"{typ}.ply").write_text(head + "".join(f"{i} {i % 2} 0 {v}\n" for i, v in enumerate(values)))
         x = cloud_scene_features(["intensity"], read_points(tmp_path / f"{typ}.ply", fields="all"))
         np.testing.assert_allclose(x[:, 0], np.array(values) / divisor, rtol=1e-6, err_msg=typ)
@@ -928,8 +1054,7 @@ def test_integer_intensities_go_to_the_unit_scale_by_one_rule(tmp_path):
     np.testing.assert_allclose(x16[:, 0], [0, 300 / 65535, 1], rtol=1e-6)
     wide = build_scene_features(["strength"], np.zeros((2, 3)), strength=np.array([0, 2**31 - 1], np.int32))
     assert float(wide.max()) == 1.0  # beyond 16 bits: the type's maximum, still on the unit scale
-    write_pointcept_scene(tmp_path / "pc" / "train" / "s", {"coord": RNG.normal(size=(4, 3)),
-                                                           "segment": np.zeros(4)})
+    write_pointcept_scene(tmp_path / "pc" / "train" / "s", {"coord": RNG.normal(size=(4, 3)), "segment": np.zeros(4)})
     np.save(tmp_path / "pc" / "train" / "s" / "strength.npy", np.array(values, np.uint8))  # Pointcept: the same
     (tmp_path / "pc" / "classes.txt").write_text("a\n")
     x = SceneDataset(tmp_path / "pc", "pointcept", "train", features=("strength",))[0]["x"]

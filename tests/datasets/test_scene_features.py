@@ -8,8 +8,14 @@ import torch
 
 from gridify.datasets import DatasetError, ProceduralScenes
 from gridify.datasets.scene_base import SCENE_FEATURES, build_scene_features, scene_height
-from gridify.datasets.scene_geometry import (GROUND_CELL, STRENGTH_CLIP, ground_height, local_geometry,
-                                             scene_level_features, strength_scan)
+from gridify.datasets.scene_geometry import (
+    GROUND_CELL,
+    STRENGTH_CLIP,
+    ground_height,
+    local_geometry,
+    scene_level_features,
+    strength_scan,
+)
 from gridify.training import config as C
 from gridify.training.data import EpochAugment
 from gridify.transforms import RandomDropStrength
@@ -184,8 +190,18 @@ def test_drop_strength_in_a_run_zeroes_strength_and_has_strength_together():
     names = ["strength", "strength_scan", "has_strength"]
     specs = C.parse_augmentations(["rotate_z", {"name": "drop_strength", "p": 0.5}])
     aug = EpochAugment(specs, seed=0, fit=False)
-    ds = ProceduralScenes("train", num_scenes=3, num_points=3000, kind="outdoor", seed=6, features=names,
-                          voxel_size=0.3, max_points=600, crops_per_scene=6, transform=aug)
+    ds = ProceduralScenes(
+        "train",
+        num_scenes=3,
+        num_points=3000,
+        kind="outdoor",
+        seed=6,
+        features=names,
+        voxel_size=0.3,
+        max_points=600,
+        crops_per_scene=6,
+        transform=aug,
+    )
     flags = []
     for i in range(len(ds)):
         item = ds[i]
@@ -199,8 +215,9 @@ def test_drop_strength_in_a_run_zeroes_strength_and_has_strength_together():
         flags.append(flag)
     assert 0 < sum(flags) < len(flags)  # some crops kept their intensity, some lost it
     # the indoor scenes have no intensity: with has_strength they train with strength 0, without it they are refused
-    indoor = ProceduralScenes("val", num_scenes=1, num_points=2000, kind="indoor", seed=1,
-                              features=["strength", "has_strength"])[0]
+    indoor = ProceduralScenes(
+        "val", num_scenes=1, num_points=2000, kind="indoor", seed=1, features=["strength", "has_strength"]
+    )[0]
     assert not indoor["x"].any()
     with pytest.raises(DatasetError, match=r"feature 'strength' requested but the scene has no strength"):
         ProceduralScenes("val", num_scenes=1, num_points=2000, kind="indoor", seed=1, features=["strength"])[0]

@@ -15,6 +15,7 @@ reads without importing the library: a built-in layout's name goes there too.)
 The registration order is the order in which the single-scan questions are asked (the ground truth of a scan:
 SemanticKITTI's ``labels/`` before Pointcept's ``segment.npy``).
 """
+
 from . import semantickitti  # noqa: F401  (registers the layout; first: see the module docstring)
 from . import pointcept, s3dis, scannet  # noqa: F401  (register the layouts)
 from . import mmdet3d  # noqa: F401  (registers mmdetection3d's three layouts)

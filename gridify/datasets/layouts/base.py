@@ -27,6 +27,7 @@ Shapes:
     coord ``[N, 3]`` float32 (float64 for large offsets), color / normal ``[N, 3]`` float32, strength
     ``[N, 1]`` float32, segment ``[N]`` int64.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,9 +43,21 @@ from ...io.source import read_text_file
 from ...registry import Registry
 from .._common import DatasetError, PathLike
 
-__all__ = ["IGNORE_INDEX", "SceneRef", "SceneLayout", "LAYOUTS", "get_layout", "registered_layouts",
-           "layout_error", "read_with", "coord_array", "load_npy", "integer_labels", "layout_colors",
-           "read_text_lines"]
+__all__ = [
+    "IGNORE_INDEX",
+    "SceneRef",
+    "SceneLayout",
+    "LAYOUTS",
+    "get_layout",
+    "registered_layouts",
+    "layout_error",
+    "read_with",
+    "coord_array",
+    "load_npy",
+    "integer_labels",
+    "layout_colors",
+    "read_text_lines",
+]
 
 #: label of ignored / unlabelled points in every layout's training ids
 IGNORE_INDEX = -1
@@ -94,15 +107,17 @@ class SceneLayout:
         self.name = name
 
     # -------------------------------------------------------------- the scenes of a root
-    def find(self, root: Path, split: str, *, test_area: int, sequences: Optional[Sequence[str]],
-             skip_missing: bool) -> List[SceneRef]:
+    def find(
+        self, root: Path, split: str, *, test_area: int, sequences: Optional[Sequence[str]], skip_missing: bool
+    ) -> List[SceneRef]:
         """The scenes of ``split`` under the existing folder ``root``, sorted by name (``test_area``: the S3DIS
         Area held out; ``sequences``: SemanticKITTI sequences instead of the split's; ``skip_missing``: use the
         scenes of an official split list that are there)."""
         raise NotImplementedError(f"scene layout {self.name!r} does not define find()")
 
-    def read(self, ref: SceneRef, *, classes: Optional[Sequence[str]] = None, unknown: str = "ignore"
-             ) -> Dict[str, np.ndarray]:
+    def read(
+        self, ref: SceneRef, *, classes: Optional[Sequence[str]] = None, unknown: str = "ignore"
+    ) -> Dict[str, np.ndarray]:
         """The scene ``ref`` in the common vocabulary (``classes`` / ``unknown``: read only by a layout whose
         ids come from the class list, :attr:`ids_from_class_list`)."""
         raise NotImplementedError(f"scene layout {self.name!r} does not define read()")
@@ -232,9 +247,12 @@ def layout_colors(where: PathLike, values: Any) -> np.ndarray:
         with np.errstate(invalid="ignore"):
             bad = np.isfinite(a) & ((a < 0) | (a > 65535) | ((a > 255) & (a != np.round(a))))
         row = int(np.flatnonzero(bad.reshape(len(a), -1).any(1))[0])
-        raise layout_error(where, f"colour {float(a[bad][0])!r} (row {row}) is neither 8-bit (0-255) nor a 16-bit "
-                                  f"whole number (0-65535): the colours of a scene are 0-255 values, or 16-bit ones "
-                                  f"(scaled to 0-255 when a scene holds one above 255)")
+        raise layout_error(
+            where,
+            f"colour {float(a[bad][0])!r} (row {row}) is neither 8-bit (0-255) nor a 16-bit "
+            f"whole number (0-65535): the colours of a scene are 0-255 values, or 16-bit ones "
+            f"(scaled to 0-255 when a scene holds one above 255)",
+        )
     return (a.astype(np.float64) * (255.0 / scale)).astype(np.float32)
 
 

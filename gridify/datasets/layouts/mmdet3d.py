@@ -12,6 +12,7 @@ Shapes:
     a scene: coord ``[N, 3]`` float32 (float64 for large offsets), color ``[N, 3]`` float32, segment ``[N]``
     int64.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,13 +21,29 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ...io.raw import read_raw_rows
-from .base import (IGNORE_INDEX, LAYOUTS, SceneLayout, SceneRef, coord_array, get_layout, integer_labels,
-                   layout_colors, layout_error, load_npy, read_with)
+from .base import (
+    IGNORE_INDEX,
+    LAYOUTS,
+    SceneLayout,
+    SceneRef,
+    coord_array,
+    get_layout,
+    integer_labels,
+    layout_colors,
+    layout_error,
+    load_npy,
+    read_with,
+)
 from .s3dis import S3DIS_CLASSES, area_of, area_place, area_split
 from .scannet import SCANNET20_CLASSES, listed_scenes, map_nyu40_to_scannet20, official_split_list
 
-__all__ = ["Mmdet3dLayout", "Mmdet3dScanNetLayout", "Mmdet3dScanNetInstanceLayout", "Mmdet3dS3DISLayout",
-           "read_mmdet3d_scene"]
+__all__ = [
+    "Mmdet3dLayout",
+    "Mmdet3dScanNetLayout",
+    "Mmdet3dScanNetInstanceLayout",
+    "Mmdet3dS3DISLayout",
+    "read_mmdet3d_scene",
+]
 
 
 def read_mmdet3d_scene(ref: SceneRef) -> Dict[str, np.ndarray]:
@@ -41,13 +58,15 @@ class Mmdet3dLayout(SceneLayout):
 
     features = ("color",)
 
-    def selected(self, root: Path, split: str, names: Sequence[str], *, test_area: int,
-                 skip_missing: bool) -> Optional[set]:
+    def selected(
+        self, root: Path, split: str, names: Sequence[str], *, test_area: int, skip_missing: bool
+    ) -> Optional[set]:
         """The scenes of ``split`` among ``names`` (found under ``root``); None: every one."""
         return None
 
-    def find(self, root: Path, split: str, *, test_area: int, sequences: Optional[Sequence[str]],
-             skip_missing: bool) -> List[SceneRef]:
+    def find(
+        self, root: Path, split: str, *, test_area: int, sequences: Optional[Sequence[str]], skip_missing: bool
+    ) -> List[SceneRef]:
         points = sorted((root / "points").glob("*.bin"))
         keep = self.selected(root, split, [f.stem for f in points], test_area=test_area, skip_missing=skip_missing)
         refs = []
@@ -63,16 +82,20 @@ class Mmdet3dLayout(SceneLayout):
         if ref.label_path is None:
             return pts, None
         if ref.label_path.stat().st_size != 8 * len(pts):
-            raise layout_error(ref.label_path, f"{ref.label_path.stat().st_size} bytes, but {ref.path} holds "
-                                               f"{len(pts)} points (int64 labels: {8 * len(pts)} bytes)")
+            raise layout_error(
+                ref.label_path,
+                f"{ref.label_path.stat().st_size} bytes, but {ref.path} holds "
+                f"{len(pts)} points (int64 labels: {8 * len(pts)} bytes)",
+            )
         return pts, read_with(read_raw_rows, ref.label_path, "<i8", 1)[:, 0]
 
     def segment(self, labels: np.ndarray) -> np.ndarray:
         """The training ids ``[N]`` of the file's label values ``[N]`` (NYU40 ids -> the 20 ScanNet classes)."""
         return map_nyu40_to_scannet20(labels)
 
-    def read(self, ref: SceneRef, *, classes: Optional[Sequence[str]] = None, unknown: str = "ignore"
-             ) -> Dict[str, np.ndarray]:
+    def read(
+        self, ref: SceneRef, *, classes: Optional[Sequence[str]] = None, unknown: str = "ignore"
+    ) -> Dict[str, np.ndarray]:
         pts, labels = self.points(ref)
         scene = {"coord": coord_array(pts[:, :3]), "color": layout_colors(ref.path, pts[:, 3:6])}
         if labels is None:
@@ -92,10 +115,10 @@ class Mmdet3dScanNetLayout(Mmdet3dLayout):
     splits = "scannetv2_{split}.txt lists or 'all'"
     split_lists = True
 
-    def selected(self, root: Path, split: str, names: Sequence[str], *, test_area: int,
-                 skip_missing: bool) -> Optional[set]:
-        return listed_scenes(official_split_list(root, split, self.name), names, root / "points", split,
-                             skip_missing)
+    def selected(
+        self, root: Path, split: str, names: Sequence[str], *, test_area: int, skip_missing: bool
+    ) -> Optional[set]:
+        return listed_scenes(official_split_list(root, split, self.name), names, root / "points", split, skip_missing)
 
 
 @LAYOUTS.register("mmdet3d_scannet_instance")
@@ -106,18 +129,22 @@ class Mmdet3dScanNetInstanceLayout(Mmdet3dLayout):
     splits = "scannetv2_{split}.txt lists or 'all'"
     split_lists = True
 
-    def find(self, root: Path, split: str, *, test_area: int, sequences: Optional[Sequence[str]],
-             skip_missing: bool) -> List[SceneRef]:
+    def find(
+        self, root: Path, split: str, *, test_area: int, sequences: Optional[Sequence[str]], skip_missing: bool
+    ) -> List[SceneRef]:
         folder = root / "scannet_train_instance_data" if (root / "scannet_train_instance_data").is_dir() else root
-        names = sorted({f.name[:-len("_vert.npy")] for f in folder.glob("*_vert.npy")})
+        names = sorted({f.name[: -len("_vert.npy")] for f in folder.glob("*_vert.npy")})
         keep = listed_scenes(official_split_list(root, split, self.name), names, folder, split, skip_missing)
         refs = []
         for n in names:
             suffix = "_all" if (folder / f"{n}_vert_all.npy").is_file() else ""
             lab = folder / f"{n}_sem_label{suffix}.npy"
             if keep is None or n in keep:
-                refs.append(SceneRef(n, self.name, folder / f"{n}_vert{suffix}.npy", lab if lab.is_file() else None,
-                                     split=split))
+                refs.append(
+                    SceneRef(
+                        n, self.name, folder / f"{n}_vert{suffix}.npy", lab if lab.is_file() else None, split=split
+                    )
+                )
         return refs
 
     def points(self, ref: SceneRef) -> Tuple[np.ndarray, Optional[np.ndarray]]:
@@ -135,8 +162,9 @@ class Mmdet3dS3DISLayout(Mmdet3dLayout):
     classes = S3DIS_CLASSES
     splits = "by Area, as s3dis"
 
-    def selected(self, root: Path, split: str, names: Sequence[str], *, test_area: int,
-                 skip_missing: bool) -> Optional[set]:
+    def selected(
+        self, root: Path, split: str, names: Sequence[str], *, test_area: int, skip_missing: bool
+    ) -> Optional[set]:
         return {n for n in names if area_split(area_of(n), split, test_area)}
 
     def segment(self, labels: np.ndarray) -> np.ndarray:

@@ -11,6 +11,7 @@ Shapes:
     a scene: coord ``[N, 3]`` float32 (float64 for large offsets), color / normal ``[N, 3]`` float32,
     strength ``[N, 1]`` float32, segment / instance ``[N]`` int64.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,15 +21,30 @@ import numpy as np
 
 from ...io.cloud import unit_scaled
 from .._common import PathLike
-from .base import (IGNORE_INDEX, LAYOUTS, SceneLayout, SceneRef, coord_array, integer_labels, layout_colors,
-                   layout_error, load_npy)
+from .base import (
+    IGNORE_INDEX,
+    LAYOUTS,
+    SceneLayout,
+    SceneRef,
+    coord_array,
+    integer_labels,
+    layout_colors,
+    layout_error,
+    load_npy,
+)
 from .s3dis import area_of, area_split
 
 __all__ = ["POINTCEPT_FILES", "PointceptLayout", "read_pointcept_scene"]
 
 #: the files of a scene folder in the Pointcept layout, and their row width (None: [N])
-POINTCEPT_FILES: Dict[str, Optional[int]] = {"coord": 3, "color": 3, "normal": 3, "strength": 1, "segment": None,
-                                              "instance": None}
+POINTCEPT_FILES: Dict[str, Optional[int]] = {
+    "coord": 3,
+    "color": 3,
+    "normal": 3,
+    "strength": 1,
+    "segment": None,
+    "instance": None,
+}
 
 
 def read_pointcept_scene(scene_dir: PathLike) -> Dict[str, np.ndarray]:
@@ -62,14 +78,16 @@ def read_pointcept_scene(scene_dir: PathLike) -> Dict[str, np.ndarray]:
             raise layout_error(f, "holds no point (shape [0, 3]): a scene needs at least one")
         if not ok or len(a) != n:
             want = f"[{n}]" if width is None else f"[{n}, {width}]"
-            raise layout_error(f, f"expected {want} {'integers' if width is None else 'values'}, got {a.dtype} "
-                                  f"{a.shape}")
+            raise layout_error(
+                f, f"expected {want} {'integers' if width is None else 'values'}, got {a.dtype} {a.shape}"
+            )
         if key == "color":
             a = layout_colors(f, a)  # 8-bit or 16-bit, decided by the scene's values
         elif key == "strength":
             a = unit_scaled(a)  # integer intensities on the unit scale, as every reader puts them
-        scene[key] = (integer_labels(f, a) if width is None
-                      else (coord_array(a) if key == "coord" else a.astype(np.float32)))
+        scene[key] = (
+            integer_labels(f, a) if width is None else (coord_array(a) if key == "coord" else a.astype(np.float32))
+        )
     scene.setdefault("segment", np.full(len(scene["coord"]), IGNORE_INDEX, dtype=np.int64))
     return scene
 
@@ -83,16 +101,18 @@ class PointceptLayout(SceneLayout):
     named_splits = True
     convertible = False
 
-    def find(self, root: Path, split: str, *, test_area: int, sequences: Optional[Sequence[str]],
-             skip_missing: bool) -> List[SceneRef]:
+    def find(
+        self, root: Path, split: str, *, test_area: int, sequences: Optional[Sequence[str]], skip_missing: bool
+    ) -> List[SceneRef]:
         if split == "all":
             folders = sorted(d for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
         elif (root / split).is_dir():
             folders = [root / split]
         else:  # S3DIS convention: Area_N folders, test_area held out
-            folders = sorted((d for d in root.glob("Area_*") if d.is_dir() and area_split(area_of(d.name), split,
-                                                                                             test_area)),
-                             key=lambda q: (area_of(q.name) or 0, q.name))
+            folders = sorted(
+                (d for d in root.glob("Area_*") if d.is_dir() and area_split(area_of(d.name), split, test_area)),
+                key=lambda q: (area_of(q.name) or 0, q.name),
+            )
         refs = []
         for folder in folders:
             for d in sorted(folder.iterdir()):
@@ -101,8 +121,9 @@ class PointceptLayout(SceneLayout):
                     refs.append(SceneRef(name, self.name, d, split=folder.name))
         return refs
 
-    def read(self, ref: SceneRef, *, classes: Optional[Sequence[str]] = None, unknown: str = "ignore"
-             ) -> Dict[str, np.ndarray]:
+    def read(
+        self, ref: SceneRef, *, classes: Optional[Sequence[str]] = None, unknown: str = "ignore"
+    ) -> Dict[str, np.ndarray]:
         return read_pointcept_scene(ref.path)
 
     def default_features(self, refs: Sequence[SceneRef]) -> Tuple[str, ...]:

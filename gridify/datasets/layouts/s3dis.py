@@ -10,6 +10,7 @@ Shapes:
     a room: coord ``[N, 3]`` float32 (float64 for large offsets), color ``[N, 3]`` float32, segment / instance
     ``[N]`` int64.
 """
+
 from __future__ import annotations
 
 import re
@@ -20,14 +21,35 @@ import numpy as np
 
 from ...io.text import read_text_rows
 from .._common import PathLike
-from .base import (IGNORE_INDEX, LAYOUTS, SceneLayout, SceneRef, coord_array, layout_colors, layout_error,
-                   read_with)
+from .base import IGNORE_INDEX, LAYOUTS, SceneLayout, SceneRef, coord_array, layout_colors, layout_error, read_with
 
-__all__ = ["S3DIS_CLASSES", "S3DIS_TEST_AREA", "S3DISLayout", "read_s3dis_room", "s3dis_room_classes",
-           "check_unknown", "area_of", "area_split", "area_place"]
+__all__ = [
+    "S3DIS_CLASSES",
+    "S3DIS_TEST_AREA",
+    "S3DISLayout",
+    "read_s3dis_room",
+    "s3dis_room_classes",
+    "check_unknown",
+    "area_of",
+    "area_split",
+    "area_place",
+]
 
-S3DIS_CLASSES: Tuple[str, ...] = ("ceiling", "floor", "wall", "beam", "column", "window", "door", "table",
-                                  "chair", "sofa", "bookcase", "board", "clutter")
+S3DIS_CLASSES: Tuple[str, ...] = (
+    "ceiling",
+    "floor",
+    "wall",
+    "beam",
+    "column",
+    "window",
+    "door",
+    "table",
+    "chair",
+    "sofa",
+    "bookcase",
+    "board",
+    "clutter",
+)
 #: the Area held out by the standard S3DIS protocol
 S3DIS_TEST_AREA = 5
 
@@ -74,8 +96,10 @@ def check_unknown(where: str, unknown: str, classes: Sequence[str]) -> None:
     """``unknown`` (what an S3DIS file of another class becomes) must be ``"ignore"``, ``"error"`` or one of
     ``classes``: a ValueError naming it (and its config key and flag) otherwise, before any room is read."""
     if unknown not in ("ignore", "error") and unknown not in classes:
-        raise ValueError(f"{where}: unknown={unknown!r} (data.unknown; gridify convert --unknown) must be 'ignore', "
-                         f"'error' or one of the classes {list(classes)}")
+        raise ValueError(
+            f"{where}: unknown={unknown!r} (data.unknown; gridify convert --unknown) must be 'ignore', "
+            f"'error' or one of the classes {list(classes)}"
+        )
 
 
 def s3dis_room_classes(room: PathLike) -> List[str]:
@@ -84,8 +108,9 @@ def s3dis_room_classes(room: PathLike) -> List[str]:
     return sorted({f.stem.rsplit("_", 1)[0] if "_" in f.stem else f.stem for f in files})
 
 
-def read_s3dis_room(room: PathLike, classes: Sequence[str] = S3DIS_CLASSES, unknown: str = "ignore"
-                    ) -> Dict[str, np.ndarray]:
+def read_s3dis_room(
+    room: PathLike, classes: Sequence[str] = S3DIS_CLASSES, unknown: str = "ignore"
+) -> Dict[str, np.ndarray]:
     """One S3DIS room from ``<room>/Annotations/<class>_<i>.txt`` (the class is the file-name prefix).
 
     Args:
@@ -112,8 +137,12 @@ def read_s3dis_room(room: PathLike, classes: Sequence[str] = S3DIS_CLASSES, unkn
         seg.append(np.full(len(block), _s3dis_class(f, classes, unknown), dtype=np.int64))
         inst.append(np.full(len(block), i, dtype=np.int64))
     data = np.concatenate(rows)  # float64: coordinates cast only after the scene is centred (coord_array)
-    return {"coord": coord_array(data[:, :3]), "color": layout_colors(room, data[:, 3:6]),  # the room decides
-            "segment": np.concatenate(seg), "instance": np.concatenate(inst)}
+    return {
+        "coord": coord_array(data[:, :3]),
+        "color": layout_colors(room, data[:, 3:6]),  # the room decides
+        "segment": np.concatenate(seg),
+        "instance": np.concatenate(inst),
+    }
 
 
 @LAYOUTS.register("s3dis")
@@ -126,8 +155,9 @@ class S3DISLayout(SceneLayout):
     folder = "s3dis/Stanford3dDataset_v1.2_Aligned_Version"
     ids_from_class_list = True
 
-    def find(self, root: Path, split: str, *, test_area: int, sequences: Optional[Sequence[str]],
-             skip_missing: bool) -> List[SceneRef]:
+    def find(
+        self, root: Path, split: str, *, test_area: int, sequences: Optional[Sequence[str]], skip_missing: bool
+    ) -> List[SceneRef]:
         refs = []
         for area in sorted(root.glob("Area_*"), key=lambda q: (area_of(q.name) or 0, q.name)):
             if not area.is_dir() or not area_split(area_of(area.name), split, test_area):
@@ -136,8 +166,9 @@ class S3DISLayout(SceneLayout):
                 refs.append(SceneRef(f"{area.name}_{room.name}", self.name, room, split=split))
         return refs
 
-    def read(self, ref: SceneRef, *, classes: Optional[Sequence[str]] = None, unknown: str = "ignore"
-             ) -> Dict[str, np.ndarray]:
+    def read(
+        self, ref: SceneRef, *, classes: Optional[Sequence[str]] = None, unknown: str = "ignore"
+    ) -> Dict[str, np.ndarray]:
         return read_s3dis_room(ref.path, S3DIS_CLASSES if classes is None else classes, unknown)
 
     def converted_place(self, ref: SceneRef, split: str) -> Tuple[str, str]:

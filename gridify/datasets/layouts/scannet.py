@@ -10,6 +10,7 @@ Shapes:
     a scene: coord ``[N, 3]`` float32 (float64 for large offsets), color ``[N, 3]`` float32, segment ``[N]``
     int64.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -21,16 +22,52 @@ import numpy as np
 from ..._checks import warn_at_caller
 from ...io.ply import read_ply_vertices as io_read_ply_vertices
 from .._common import DatasetError, PathLike
-from .base import (IGNORE_INDEX, LAYOUTS, SceneLayout, SceneRef, coord_array, integer_labels, layout_colors,
-                   layout_error, read_text_lines, read_with)
+from .base import (
+    IGNORE_INDEX,
+    LAYOUTS,
+    SceneLayout,
+    SceneRef,
+    coord_array,
+    integer_labels,
+    layout_colors,
+    layout_error,
+    read_text_lines,
+    read_with,
+)
 
-__all__ = ["SCANNET20_CLASSES", "SCANNET20_NYU40_IDS", "ScanNetLayout", "map_nyu40_to_scannet20",
-           "read_ply_vertices", "read_scannet_scene", "official_split_list", "listed_scenes"]
+__all__ = [
+    "SCANNET20_CLASSES",
+    "SCANNET20_NYU40_IDS",
+    "ScanNetLayout",
+    "map_nyu40_to_scannet20",
+    "read_ply_vertices",
+    "read_scannet_scene",
+    "official_split_list",
+    "listed_scenes",
+]
 
 SCANNET20_CLASSES: Tuple[str, ...] = (
-    "wall", "floor", "cabinet", "bed", "chair", "sofa", "table", "door", "window", "bookshelf", "picture",
-    "counter", "desk", "curtain", "refrigerator", "shower curtain", "toilet", "sink", "bathtub",
-    "otherfurniture")
+    "wall",
+    "floor",
+    "cabinet",
+    "bed",
+    "chair",
+    "sofa",
+    "table",
+    "door",
+    "window",
+    "bookshelf",
+    "picture",
+    "counter",
+    "desk",
+    "curtain",
+    "refrigerator",
+    "shower curtain",
+    "toilet",
+    "sink",
+    "bathtub",
+    "otherfurniture",
+)
 #: the NYU40 id of each ScanNet benchmark class (every other id is ignored)
 SCANNET20_NYU40_IDS: Tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 16, 24, 28, 33, 34, 36, 39)
 
@@ -111,13 +148,17 @@ def official_split_list(root: Path, split: str, layout: str) -> Optional[Tuple[L
     for f in (root / f"scannetv2_{split}.txt", root.parent / f"scannetv2_{split}.txt"):
         if f.is_file():
             return read_text_lines(f), f
-    raise layout_error(root, f"{layout} split {split!r} needs the official list scannetv2_{split}.txt in this folder "
-                             f"(from the ScanNet repository's Tasks/Benchmark/); use split='all' or scenes=[...] "
-                             f"without it (in a config: data.<split>.scenes)")
+    raise layout_error(
+        root,
+        f"{layout} split {split!r} needs the official list scannetv2_{split}.txt in this folder "
+        f"(from the ScanNet repository's Tasks/Benchmark/); use split='all' or scenes=[...] "
+        f"without it (in a config: data.<split>.scenes)",
+    )
 
 
-def listed_scenes(listing: Optional[Tuple[List[str], Path]], present: Sequence[str], base: Path, split: str,
-                  skip_missing: bool) -> Optional[set]:
+def listed_scenes(
+    listing: Optional[Tuple[List[str], Path]], present: Sequence[str], base: Path, split: str, skip_missing: bool
+) -> Optional[set]:
     """The scenes of an official split list (None: no list, every scene), when each one it names is among
     ``present`` (the scenes found under ``base``); a listed scene that is not there is refused, naming the list,
     the missing scenes and what the root holds (with ``skip_missing``: warned, and the split keeps the others)."""
@@ -128,14 +169,17 @@ def listed_scenes(listing: Optional[Tuple[List[str], Path]], present: Sequence[s
     missing = [n for n in dict.fromkeys(names) if n not in have]
     if missing:
         held = sorted(have)
-        holds = (f"{len(held)} scene(s): {', '.join(held[:3])}{', ...' if len(held) > 3 else ''}" if held
-                 else "no scene")
-        msg = (f"{f}: {len(missing)} of the {len(set(names))} scenes it lists for split {split!r} are not under {base} "
-               f"(first: {', '.join(missing[:5])}); that folder holds {holds}")
+        holds = f"{len(held)} scene(s): {', '.join(held[:3])}{', ...' if len(held) > 3 else ''}" if held else "no scene"
+        msg = (
+            f"{f}: {len(missing)} of the {len(set(names))} scenes it lists for split {split!r} are not under {base} "
+            f"(first: {', '.join(missing[:5])}); that folder holds {holds}"
+        )
         if not skip_missing:
-            raise DatasetError(f"{msg}: complete the download, or use the scenes that are there with "
-                               f"skip_missing=True (data.skip_missing: true) or split 'all' (gridify convert --splits "
-                               f"all)")
+            raise DatasetError(
+                f"{msg}: complete the download, or use the scenes that are there with "
+                f"skip_missing=True (data.skip_missing: true) or split 'all' (gridify convert --splits "
+                f"all)"
+            )
         warn_at_caller(f"{msg}; the split holds the {len(set(names)) - len(missing)} others (skip_missing)")
     return set(names)
 
@@ -150,19 +194,25 @@ class ScanNetLayout(SceneLayout):
     folder = "scannet"
     split_lists = True
 
-    def find(self, root: Path, split: str, *, test_area: int, sequences: Optional[Sequence[str]],
-             skip_missing: bool) -> List[SceneRef]:
+    def find(
+        self, root: Path, split: str, *, test_area: int, sequences: Optional[Sequence[str]], skip_missing: bool
+    ) -> List[SceneRef]:
         if split == "test":
             base, listing = (root / "scans_test"), None
         else:
             base = root / "scans" if (root / "scans").is_dir() else root
             listing = official_split_list(root, split, self.name)
-        found = [d for d in (sorted(base.iterdir()) if base.is_dir() else [])
-                 if (d / f"{d.name}_vh_clean_2.ply").is_file()]
+        found = [
+            d for d in (sorted(base.iterdir()) if base.is_dir() else []) if (d / f"{d.name}_vh_clean_2.ply").is_file()
+        ]
         keep = listed_scenes(listing, [d.name for d in found], base, split, skip_missing)
-        return [SceneRef(d.name, self.name, d, d / f"{d.name}_vh_clean_2.labels.ply", split=split)
-                for d in found if keep is None or d.name in keep]
+        return [
+            SceneRef(d.name, self.name, d, d / f"{d.name}_vh_clean_2.labels.ply", split=split)
+            for d in found
+            if keep is None or d.name in keep
+        ]
 
-    def read(self, ref: SceneRef, *, classes: Optional[Sequence[str]] = None, unknown: str = "ignore"
-             ) -> Dict[str, np.ndarray]:
+    def read(
+        self, ref: SceneRef, *, classes: Optional[Sequence[str]] = None, unknown: str = "ignore"
+    ) -> Dict[str, np.ndarray]:
         return read_scannet_scene(ref.path)

@@ -10,6 +10,7 @@ mapped to the 19 classes (:data:`SEMANTICKITTI_CLASSES`) by the official learnin
 Shapes:
     a scan: coord ``[N, 3]`` float32, strength ``[N, 1]`` float32, segment ``[N]`` int64.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -23,19 +24,74 @@ from ...io.kitti import read_kitti_labels, read_kitti_rows
 from .._common import PathLike
 from .base import IGNORE_INDEX, LAYOUTS, SceneLayout, SceneRef, layout_error, read_with
 
-__all__ = ["SEMANTICKITTI_CLASSES", "SEMANTICKITTI_LEARNING_MAP", "SEMANTICKITTI_SPLITS", "SemanticKITTILayout",
-           "map_semantickitti_labels", "read_semantickitti_scan"]
+__all__ = [
+    "SEMANTICKITTI_CLASSES",
+    "SEMANTICKITTI_LEARNING_MAP",
+    "SEMANTICKITTI_SPLITS",
+    "SemanticKITTILayout",
+    "map_semantickitti_labels",
+    "read_semantickitti_scan",
+]
 
 SEMANTICKITTI_CLASSES: Tuple[str, ...] = (
-    "car", "bicycle", "motorcycle", "truck", "other-vehicle", "person", "bicyclist", "motorcyclist", "road",
-    "parking", "sidewalk", "other-ground", "building", "fence", "vegetation", "trunk", "terrain", "pole",
-    "traffic-sign")
+    "car",
+    "bicycle",
+    "motorcycle",
+    "truck",
+    "other-vehicle",
+    "person",
+    "bicyclist",
+    "motorcyclist",
+    "road",
+    "parking",
+    "sidewalk",
+    "other-ground",
+    "building",
+    "fence",
+    "vegetation",
+    "trunk",
+    "terrain",
+    "pole",
+    "traffic-sign",
+)
 #: the official learning map (semantic-kitti.yaml), raw id -> training id 0..18 or -1 (ignore);
 #: a raw id not listed is ignored too
 SEMANTICKITTI_LEARNING_MAP: Dict[int, int] = {
-    0: -1, 1: -1, 10: 0, 11: 1, 13: 4, 15: 2, 16: 4, 18: 3, 20: 4, 30: 5, 31: 6, 32: 7, 40: 8, 44: 9,
-    48: 10, 49: 11, 50: 12, 51: 13, 52: -1, 60: 8, 70: 14, 71: 15, 72: 16, 80: 17, 81: 18, 99: -1,
-    252: 0, 253: 6, 254: 5, 255: 7, 256: 4, 257: 4, 258: 3, 259: 4}
+    0: -1,
+    1: -1,
+    10: 0,
+    11: 1,
+    13: 4,
+    15: 2,
+    16: 4,
+    18: 3,
+    20: 4,
+    30: 5,
+    31: 6,
+    32: 7,
+    40: 8,
+    44: 9,
+    48: 10,
+    49: 11,
+    50: 12,
+    51: 13,
+    52: -1,
+    60: 8,
+    70: 14,
+    71: 15,
+    72: 16,
+    80: 17,
+    81: 18,
+    99: -1,
+    252: 0,
+    253: 6,
+    254: 5,
+    255: 7,
+    256: 4,
+    257: 4,
+    258: 3,
+    259: 4,
+}
 SEMANTICKITTI_SPLITS: Dict[str, Tuple[str, ...]] = {
     "train": ("00", "01", "02", "03", "04", "05", "06", "07", "09", "10"),
     "val": ("08",),
@@ -106,31 +162,39 @@ class SemanticKITTILayout(SceneLayout):
     features = ("strength",)
     folder = "semantickitti/dataset"
 
-    def find(self, root: Path, split: str, *, test_area: int, sequences: Optional[Sequence[str]],
-             skip_missing: bool) -> List[SceneRef]:
+    def find(
+        self, root: Path, split: str, *, test_area: int, sequences: Optional[Sequence[str]], skip_missing: bool
+    ) -> List[SceneRef]:
         seq_root = root / "sequences" if (root / "sequences").is_dir() else root
         if sequences is not None:
             wanted = [f"{int(s):02d}" if str(s).isdigit() else str(s) for s in sequences]
         elif split == "all":
-            wanted = (sorted(d.name for d in seq_root.iterdir() if (d / "velodyne").is_dir())
-                      if seq_root.is_dir() else [])
+            wanted = (
+                sorted(d.name for d in seq_root.iterdir() if (d / "velodyne").is_dir()) if seq_root.is_dir() else []
+            )
         else:
             wanted = list(SEMANTICKITTI_SPLITS[split])
         missing = [seq for seq in wanted if not (seq_root / seq / "velodyne").is_dir()]
         if sequences is not None and missing:  # sequences the user named: say which are not there
-            have = (sorted(d.name for d in seq_root.iterdir() if (d / "velodyne").is_dir())
-                    if seq_root.is_dir() else [])
-            raise layout_error(seq_root, f"sequence(s) {missing} not found (no <sequence>/velodyne/ folder); this "
-                                         f"root has {have or 'none'} (data.sequences / sequences=)")
+            have = sorted(d.name for d in seq_root.iterdir() if (d / "velodyne").is_dir()) if seq_root.is_dir() else []
+            raise layout_error(
+                seq_root,
+                f"sequence(s) {missing} not found (no <sequence>/velodyne/ folder); this "
+                f"root has {have or 'none'} (data.sequences / sequences=)",
+            )
         refs = []
         for seq in wanted:
             for b in sorted((seq_root / seq / "velodyne").glob("*.bin")):
-                refs.append(SceneRef(f"{seq}_{b.stem}", self.name, b, seq_root / seq / "labels" / f"{b.stem}.label",
-                                     split=split))
+                refs.append(
+                    SceneRef(
+                        f"{seq}_{b.stem}", self.name, b, seq_root / seq / "labels" / f"{b.stem}.label", split=split
+                    )
+                )
         return refs
 
-    def read(self, ref: SceneRef, *, classes: Optional[Sequence[str]] = None, unknown: str = "ignore"
-             ) -> Dict[str, np.ndarray]:
+    def read(
+        self, ref: SceneRef, *, classes: Optional[Sequence[str]] = None, unknown: str = "ignore"
+    ) -> Dict[str, np.ndarray]:
         return read_semantickitti_scan(ref.path, ref.label_path)
 
     def converted_place(self, ref: SceneRef, split: str) -> Tuple[str, str]:
@@ -154,5 +218,6 @@ class SemanticKITTILayout(SceneLayout):
             what, scans = "a SemanticKITTI dataset root", folder / "sequences" / "NN" / "velodyne"
         else:
             return None
-        return (f"{what} folder; its scans are the .bin files of {scans}/ (their labels are found in labels/ beside "
-                f"it)"), scans
+        return (
+            f"{what} folder; its scans are the .bin files of {scans}/ (their labels are found in labels/ beside it)"
+        ), scans
