@@ -10,7 +10,8 @@ modified in place).
   touch ``x``: the datasets of :mod:`gridify.datasets` build ``x`` from ``pos``/``normal``
   after the transform has run.
 * :class:`RandomResample` draws a new sampling of the same surface: point ``i`` moves to
-  ``p_i + u_i (p_n(i) - p_i)``, ``n(i)`` one of its ``k`` nearest points, ``u_i ~ U(0, max_step)``.
+  ``p_i + u_i (p_n(i) - p_i)``, ``n(i)`` one of its ``k`` nearest points (:func:`gridify.ops.knn`),
+  ``u_i ~ U(0, max_step)``.
 * :class:`RandomDropStrength` zeroes a sample's LiDAR intensity (and sets ``has_strength`` to 0) with
   probability ``p``: a training crop then looks like a scan without intensity.
 * :class:`FixedPoints` subsamples every per-point entry (an array whose first dimension is
@@ -45,7 +46,8 @@ Modules: :mod:`~gridify.transforms.base` (the sample, its check, :class:`RandomT
 :mod:`~gridify.transforms.up_axis` (a cloud's up axis to z), :mod:`~gridify.transforms.augment`
 (the augmentations), :mod:`~gridify.transforms.sampling` (:class:`FixedPoints`, voxels,
 :class:`GridSample`) and :mod:`~gridify.transforms.scene` (scene crops, the scene sampler, scan mixing);
-every public name is importable from ``gridify.transforms``.
+every public name is importable from ``gridify.transforms``. The transforms sit above :mod:`gridify.ops`
+in the layers: :class:`RandomResample`'s neighbours are :func:`gridify.ops.knn`'s.
 
 Shapes:
     pos, normal ``[N, 3]``; every per-point entry ``[N, ...]`` (the transforms' own docstrings give

@@ -11,7 +11,8 @@ r"""Augmentations: seeded random changes of a sample that keep its meaning.
   of kept ones; :class:`RandomDropStrength` zeroes a sample's LiDAR intensity (and sets ``has_strength``
   to 0) with probability ``p``: a training crop then looks like a scan without intensity.
 * :class:`RandomResample` draws a new sampling of the same surface: point ``i`` moves to
-  ``p_i + u_i (p_n(i) - p_i)``, ``n(i)`` one of its ``k`` nearest other points, ``u_i ~ U(0, max_step)``.
+  ``p_i + u_i (p_n(i) - p_i)``, ``n(i)`` one of its ``k`` nearest other points (found by
+  :func:`gridify.ops.knn`), ``u_i ~ U(0, max_step)``.
 
 The results of :class:`RandomRotate`, :class:`RandomScale` and :class:`RandomJitter` are checked to be
 finite (a parameter that makes them overflow their dtype is refused, naming it).
@@ -30,6 +31,7 @@ import numpy as np
 import torch
 
 from .._checks import check_alloc, check_bool, check_int, check_number, fail, is_int, is_real
+from ..ops.knn import knn_bytes, knn_unchecked
 from .base import RandomTransform, Sample, apply_matrix, check_result, check_sample, point_keys
 
 __all__ = [
@@ -448,10 +450,6 @@ class RandomDropStrength(RandomTransform):
         return f"RandomDropStrength(p={self.p}, seed={self.seed})"
 
 
-#: distances computed at once by :meth:`RandomResample.neighbours` (a block of query rows x every point)
-_RESAMPLE_BLOCK = 1 << 22
-
-
 class RandomResample(RandomTransform):
     """A new sampling of the same surface: every point moves toward one of its nearest neighbours.
 
@@ -463,10 +461,11 @@ class RandomResample(RandomTransform):
     Normals and every other per-point entry stay with their point (the displacement is smaller
     than the neighbour spacing).
 
-    The ``k`` nearest neighbours of a cloud are computed once (``O(N^2)`` distances, in blocks of
-    ``2^22``) and kept per cloud, keyed by a 128-bit digest of its coordinates, for at most
-    ``cache_size`` clouds: put this transform first in a training pipeline, where every epoch reads
-    the same points of a shape.
+    The ``k`` nearest neighbours of a cloud are computed once, by :func:`gridify.ops.knn` on the
+    float32 coordinates (exact distances, ties to the lowest index; the KD-tree for large clouds),
+    and kept per cloud, keyed by a 128-bit digest of its coordinates, for at most ``cache_size``
+    clouds: put this transform first in a training pipeline, where every epoch reads the same points
+    of a shape.
 
     Args:
         k: neighbours to choose from (a positive integer; clouds with ``N <= k`` use ``N - 1``).
@@ -508,17 +507,17 @@ class RandomResample(RandomTransform):
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        # its own small search: transforms sit beside gridify.ops in the layers and may not import it
-        p = torch.as_tensor(np.asarray(pos, dtype=np.float32))
+        p = torch.as_tensor(np.asarray(pos, dtype=np.float32)).double()  # exact distances of the float32 cloud
         n = p.shape[0]
-        k = min(self.k, n - 1)
-        check_alloc("RandomResample", f"k={k} neighbours of {n} points", 8 * n * k)
-        rows = max(1, min(n, _RESAMPLE_BLOCK // n))  # query rows per block: memory O(rows x N), not O(N^2)
+        k = max(0, min(self.k, n - 1))
+        check_alloc("RandomResample", f"k={k} neighbours of {n} points", knn_bytes(n, n, k + 1))
         idx = np.empty((n, k), dtype=np.uint16 if n <= 65536 else np.int64)
-        for start in range(0, n, rows):
-            d = torch.cdist(p[start : start + rows], p)
-            d[torch.arange(d.shape[0]), torch.arange(start, start + d.shape[0])] = float("inf")
-            idx[start : start + rows] = torch.topk(d, k, dim=1, largest=False, sorted=True).indices.numpy()
+        if k > 0:  # the k + 1 nearest, the point itself among them (ties to the lowest index), less itself
+            zeros = torch.zeros(n, dtype=torch.long)
+            nb = knn_unchecked(p, p, k + 1, zeros, zeros, torch.tensor([n]))[1].view(n, k + 1)
+            keep = nb != torch.arange(n).unsqueeze(1)
+            keep[:, -1] &= ~keep.all(1)  # a point with k + 1 copies of lower index: its last neighbour goes
+            idx[:] = nb[keep].view(n, k).numpy()
         if self.cache_size > 0:
             if len(self._cache) >= self.cache_size:
                 self._cache.pop(next(iter(self._cache)))

@@ -1,4 +1,7 @@
-"""RandomResample (gridify.transforms.augment): a new sampling of the same surface."""
+"""RandomResample (gridify.transforms.augment): a new sampling of the same surface; its neighbours are
+gridify.ops.knn's, the same as those of the search it held before (compared on fixed seeds)."""
+
+import importlib
 
 import numpy as np
 import pytest
@@ -25,11 +28,11 @@ def test_resample_neighbours_equal_the_loop_reference():
 
 
 def test_resample_neighbours_in_blocks_and_the_allocation_limit(monkeypatch):
-    import gridify.transforms.augment as T
+    K = importlib.import_module("gridify.ops.knn")  # the module (gridify.ops.knn is also the function)
 
     p, _ = _cloud(300, seed=7)
     whole = RandomResample(k=4).neighbours(p)
-    monkeypatch.setattr(T, "_RESAMPLE_BLOCK", 300 * 7)  # 7 query rows a block, the last one short
+    monkeypatch.setattr(K, "CHUNK_ELEMENTS", 300 * 7)  # ops.knn's search: 7 query rows a block, the last one short
     np.testing.assert_array_equal(RandomResample(k=4).neighbours(p), whole)
     monkeypatch.setenv("GRIDIFY_MAX_ALLOC_BYTES", "1000")
     with pytest.raises(ValueError, match="RandomResample: k=4 neighbours of 300 points would need"):
@@ -91,3 +94,51 @@ def test_resample_is_seeded_cached_and_leaves_tiny_clouds():
 def test_resample_refuses_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         RandomResample(**kwargs)
+
+
+def _former_neighbours(pos, k):
+    """RandomResample.neighbours before it called gridify.ops.knn: its own blocked float32 search."""
+    p = torch.as_tensor(np.asarray(pos, dtype=np.float32))
+    n = p.shape[0]
+    k = min(k, n - 1)
+    rows = max(1, min(n, (1 << 22) // n))
+    idx = np.empty((n, k), dtype=np.uint16 if n <= 65536 else np.int64)
+    for start in range(0, n, rows):
+        d = torch.cdist(p[start : start + rows], p)
+        d[torch.arange(d.shape[0]), torch.arange(start, start + d.shape[0])] = float("inf")
+        idx[start : start + rows] = torch.topk(d, k, dim=1, largest=False, sorted=True).indices.numpy()
+    return idx
+
+
+@pytest.mark.parametrize("n,k", [(50, 8), (1024, 8), (3000, 16)])  # 3000 points: ops.knn's KD-tree
+def test_resample_gives_the_former_neighbours_and_samplings(n, k):
+    p, _ = _cloud(n, seed=n)
+    nb = RandomResample(k=k).neighbours(p)
+    assert nb.dtype == np.uint16
+    nb, former = nb.astype(np.int64), _former_neighbours(p, k).astype(np.int64)
+    differ = np.flatnonzero((nb != former).any(1))
+    # the former float32 matrix-product distances put near-equal neighbours out of order now and then (the
+    # 3000-point cloud: 1 row, two distances 3e-7 apart): the same neighbours, in the order of the exact distances
+    assert len(differ) <= n // 1000
+    p64 = p.astype(np.float64)
+    for i in differ:
+        d = ((p64[former[i]] - p64[i]) ** 2).sum(1)
+        np.testing.assert_array_equal(nb[i], former[i][np.lexsort((former[i], d))])
+    a, b = RandomResample(k=k, seed=5), RandomResample(k=k, seed=5)
+    b.neighbours = lambda pos: _former_neighbours(pos, k)
+    same = np.setdiff1d(np.arange(n), differ)
+    for _ in range(2):  # the same draws: the same new points wherever the neighbours are the same
+        np.testing.assert_array_equal(a({"pos": p})["pos"][same], b({"pos": p})["pos"][same])
+
+
+def test_resample_neighbours_of_duplicated_points_leave_the_point_itself_out():
+    p = np.repeat(_cloud(20, seed=3)[0], 3, axis=0)  # every point three times: ties at distance 0
+    nb = RandomResample(k=4).neighbours(p).astype(np.int64)
+    assert (nb != np.arange(60)[:, None]).all()
+    copies = np.arange(60) // 3
+    assert ((nb[:, :2] // 3) == copies[:, None]).all()  # its two copies first, then other points
+    np.testing.assert_array_equal(
+        np.sort(nb[:, :2], axis=1), [sorted(set(range(3 * c, 3 * c + 3)) - {i}) for i, c in enumerate(copies)]
+    )
+    six = np.zeros((6, 3), np.float32)  # more copies than k + 1: the lowest-index others, never itself
+    np.testing.assert_array_equal(RandomResample(k=2).neighbours(six), [[1, 2], [0, 2], [0, 1], [0, 1], [0, 1], [0, 1]])
