@@ -33,7 +33,8 @@ the transform, the argument or entry and the problem; so does a parameter that w
 result overflow its dtype (the results of :class:`RandomRotate`, :class:`RandomScale` and
 :class:`RandomJitter` are checked to be finite). :func:`centre_and_scale` is the
 normalization shared with :func:`gridify.api.normalize_cloud`; it works in float64 and never
-overflows (coordinates of 1e300 normalize like coordinates of 1).
+overflows (coordinates of 1e300 normalize like coordinates of 1); :func:`centre_and_scale_unchecked`
+is the same rule on batched float64 tensors, traceable (a zero-extent cloud goes to the origin).
 
 Randomness: every random transform owns a ``numpy.random.Generator`` seeded from ``seed``
 (or uses the ``generator`` passed in), so two runs with the same seed see the same
@@ -75,6 +76,7 @@ from .normalize import (
     NORMALIZATIONS,
     Normalize,
     centre_and_scale,
+    centre_and_scale_unchecked,
     normalization_name,
     normalization_of_record,
     normalization_record,
@@ -116,6 +118,7 @@ __all__ = [
     "up_axis_rotation",
     "to_z_up",
     "centre_and_scale",
+    "centre_and_scale_unchecked",
     "NORMALIZATIONS",
     "normalization_name",
     "normalization_record",

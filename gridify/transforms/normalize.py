@@ -5,34 +5,74 @@ r"""Centre a cloud and scale it into the unit sphere or cube: the one normalizat
 ``c`` the centroid (``center="mean"``) or the bounding-box centre ``(min_j p_j + max_j p_j) / 2``
 (``center="bbox"``); ``s = max_j |p_j - c|`` (``scale="sphere"``: ``q`` lies in the unit sphere) or
 ``s = max_j max_d |p_jd - c_d|`` (``scale="cube"``: ``q`` lies in ``[-1, 1]^D``, which with ``"bbox"``
-the cloud's longest side spans). :func:`centre_and_scale` computes it in float64, without overflow;
-:class:`Normalize`, :func:`gridify.api.normalize_cloud` and the Predictor call it. :data:`NORMALIZATIONS`
-names the two variants a model is trained with, and the ``normalization_*`` functions translate between
-those names, the ``normalize`` argument and the record a checkpoint stores.
+the cloud's longest side spans). The rule is computed in float64 on ``u = p / 2^e`` (``2^e <= max |p|``,
+an exact power of two), so neither the mean nor the squares overflow for any finite coordinates,
+and the result equals the direct formula whenever that does not overflow. A cloud whose extent
+is zero to float64 precision (``s_u <= 10^-12 max |u|``: all points identical) has no scale.
+
+:func:`centre_and_scale_unchecked` is the rule on float64 tensors, batched and traceable (no
+branch on the values: a zero-extent cloud goes to the origin with ``s = 0``; the ONNX wrappers
+trace it); :func:`centre_and_scale` is its checked entry (any real ``[N, D]`` array, refusing an
+empty cloud and a zero extent), which :class:`Normalize`, :func:`gridify.api.normalize_cloud`
+and the Predictor call. :data:`NORMALIZATIONS` names the two variants a model is trained with,
+and the ``normalization_*`` functions translate between those names, the ``normalize``
+argument and the record a checkpoint stores.
 
 Shapes:
-    pos ``[N, D]`` -> q ``[N, D]``, c ``[D]``, s a float.
+    :func:`centre_and_scale_unchecked`: p ``[..., N, D]`` -> q ``[..., N, D]``, c ``[..., D]``, s ``[...]``;
+    :func:`centre_and_scale`: pos ``[N, D]`` -> q ``[N, D]``, c ``[D]``, s a float.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from .._checks import check_choice
 from .base import Sample, as_real_cloud, check_sample
 
 __all__ = [
     "centre_and_scale",
+    "centre_and_scale_unchecked",
     "Normalize",
     "NORMALIZATIONS",
     "normalization_name",
     "normalization_record",
     "normalization_of_record",
 ]
+
+#: a cloud's extent counts as zero when ``s_u <= ZERO_EXTENT * max |u|`` (``u = p / 2^e``: float64 rounding)
+ZERO_EXTENT = 1e-12
+
+
+def centre_and_scale_unchecked(p: Tensor, center: str = "mean", scale: str = "sphere") -> Tuple[Tensor, Tensor, Tensor]:
+    """``(q, c, s)`` of the rule above for every cloud of the float64 tensor ``p [..., N, D]``
+    (finite, ``N >= 1``; ``center`` / ``scale`` among their two names: nothing is checked).
+
+    The power of two is ``2^floor(log2 max |p|)`` (1 for an all-zero cloud); any power of two gives
+    the same result, since scaling by one is exact. The centroid sums the points in their order, so
+    the result does not depend on how a backend splits a reduction. A cloud of zero extent gets
+    ``q = 0`` (the origin) and ``s = 0``; no step branches on the values, so the function traces to a
+    fixed graph.
+    """
+    top = p.abs().amax(dim=(-2, -1), keepdim=True)  # [..., 1, 1]
+    e = torch.where(top > 0, torch.floor(torch.log2(top)), torch.zeros_like(top))
+    m = torch.pow(2.0, e)
+    u = p / m
+    if center == "mean":  # summed in point order (a cumulative sum): the bits of a numpy mean, on every backend
+        cu = u.cumsum(-2)[..., -1:, :] / u.shape[-2]
+    else:
+        cu = (u.amin(-2, keepdim=True) + u.amax(-2, keepdim=True)) / 2
+    q = u - cu
+    su = q.pow(2).sum(-1).amax(-1).sqrt() if scale == "sphere" else q.abs().amax(dim=(-2, -1))
+    ok = su > ZERO_EXTENT * (top / m)[..., 0, 0]
+    safe = torch.where(ok, su, torch.ones_like(su))
+    q = torch.where(ok[..., None, None], q / safe[..., None, None], torch.zeros_like(q))
+    s = torch.where(ok, su * m[..., 0, 0], torch.zeros_like(su))
+    return q, (cu * m)[..., 0, :], s
 
 
 def centre_and_scale(pos: Any, center: str = "mean", scale: str = "sphere") -> Tuple[np.ndarray, np.ndarray, float]:
@@ -41,12 +81,13 @@ def centre_and_scale(pos: Any, center: str = "mean", scale: str = "sphere") -> T
     the unit sphere) or ``s = max_j max_d |p_jd - c_d|`` (``scale="cube"``: ``q`` lies in the cube
     ``[-1, 1]^D``, which with ``center="bbox"`` the cloud's longest side spans); ``p = q * s + c``.
 
-    Computed on ``p / 2^e`` (``2^e ~ max |p|``, an exact scaling), so neither the mean nor the squares
-    overflow for any finite coordinates; the result equals the direct formula whenever that does
-    not overflow. Raises ValueError for an empty cloud, complex, boolean or non-numeric input
-    (real ints and floats are accepted), NaN/Inf coordinates, an unknown ``center`` or a zero
-    extent (all points identical to float64 precision). The messages name the argument but not
-    the function: callers (:class:`Normalize`, :func:`gridify.api.normalize_cloud`) prefix their own name.
+    The checked entry of :func:`centre_and_scale_unchecked`: computed on ``p / 2^e`` (an exact
+    scaling), so neither the mean nor the squares overflow for any finite coordinates; the result
+    equals the direct formula whenever that does not overflow. Raises ValueError for an empty cloud,
+    complex, boolean or non-numeric input (real ints and floats are accepted), NaN/Inf coordinates,
+    an unknown ``center`` or a zero extent (all points identical to float64 precision). The messages
+    name the argument but not the function: callers (:class:`Normalize`,
+    :func:`gridify.api.normalize_cloud`) prefix their own name.
     """
     if not (isinstance(center, str) and center in ("mean", "bbox")):
         raise ValueError(f"center must be one of ('mean', 'bbox'), got {center!r}")
@@ -57,17 +98,12 @@ def centre_and_scale(pos: Any, center: str = "mean", scale: str = "sphere") -> T
         raise ValueError(f"expected a non-empty [N, D] cloud, got shape {p.shape}")
     if not np.isfinite(p).all():
         raise ValueError("pos contains NaN/Inf coordinates")
-    top = float(np.abs(p).max())
-    m = math.ldexp(1.0, math.frexp(top)[1] - 1) if top > 0 else 1.0  # max |u| in [1, 2)
-    u = p / m
-    cu = u.mean(0) if center == "mean" else (u.min(0) + u.max(0)) / 2
-    q = u - cu
-    su = float(np.sqrt((q * q).sum(1).max())) if scale == "sphere" else float(np.abs(q).max())
-    if not su > 1e-12 * float(np.abs(u).max()):
+    q, c, s = centre_and_scale_unchecked(torch.from_numpy(np.require(p, requirements=("C", "W"))), center, scale)
+    if not float(s) > 0:
         raise ValueError(
             f"all {len(p)} points are identical (zero extent); cannot scale the cloud into the unit {scale}"
         )
-    return q / su, cu * m, su * m
+    return q.numpy(), c.numpy(), float(s)
 
 
 class Normalize:
