@@ -15,7 +15,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "gridify"
 #: bottom to top; a module may import only from its own package or from a lower layer
 LAYERS = [
     ["_version", "_checks", "_optional", "_files", "_paths", "registry", "runtime", "_clinames", "_pretrained"],
-    ["ops", "io", "transforms", "metrics", "precision", "_cliargs", "_progress"],
+    ["ops", "io", "metrics", "precision", "_cliargs", "_progress"],
+    ["transforms"],  # seeded transforms: above ops (RandomResample's neighbours are ops.knn's)
     ["nn", "datasets", "vis", "scene_inference", "_commands"],
     ["backbones", "baselines"],
     ["models"],

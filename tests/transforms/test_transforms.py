@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 import torch
 
-from gridify.api import normalize_cloud
 from gridify.transforms import (
     Compose,
     FixedPoints,
@@ -27,26 +26,6 @@ def _sample(n=64, seed=0, torch_=False):
     if torch_:
         s = {k: torch.as_tensor(v) for k, v in s.items()}
     return s
-
-
-@pytest.mark.parametrize("torch_", [False, True])
-def test_normalize_unit_sphere(torch_):
-    s = _sample(torch_=torch_)
-    out = Normalize()(s)
-    pos = np.asarray(out["pos"])
-    assert type(out["pos"]) is type(s["pos"])
-    np.testing.assert_allclose(pos.mean(0), 0, atol=1e-5)
-    assert abs(np.linalg.norm(pos, axis=1).max() - 1.0) < 1e-5
-    assert out["normal"] is s["normal"]  # untouched by translation + uniform scale
-    assert not np.allclose(np.asarray(s["pos"]), pos)  # the input was not modified in place
-
-
-def test_normalize_zero_extent_raises():
-    s = {"pos": np.tile([[1.0, 2.0, 3.0]], (10, 1))}
-    with pytest.raises(ValueError, match=r"Normalize: all 10 points are identical \(zero extent\)"):
-        Normalize()(s)
-    with pytest.raises(ValueError, match="no 'pos'"):
-        Normalize()({"x": np.zeros((3, 3))})
 
 
 def test_fixed_points_without_replacement_when_possible():
@@ -241,7 +220,7 @@ def test_random_point_dropout_keeps_n_and_moves_labels_with_their_points():
 # ---------------------------------------------------------------------------------------------
 # input validation: every bad input gets a ValueError naming the transform, argument and problem
 # ---------------------------------------------------------------------------------------------
-from gridify.transforms import RandomPointDropout, RandomResample, centre_and_scale, rotation_matrix  # noqa: E402
+from gridify.transforms import RandomPointDropout, RandomResample, rotation_matrix  # noqa: E402
 
 
 def _cloud(n=50, seed=0):
@@ -397,152 +376,3 @@ def test_anisotropic_scale_normals_never_overflow():
     nout = RandomScale(0.5, 2.0, anisotropic=True, seed=0)({"pos": p, "normal": n})["normal"]
     assert tout.dtype == torch.float32
     np.testing.assert_allclose(tout.numpy(), nout, atol=1e-6)
-
-
-@pytest.mark.parametrize(
-    "fn,match",
-    [
-        (
-            lambda p: centre_and_scale(p.astype(complex)),
-            "pos must hold real coordinates, got dtype complex128 "
-            r"\(the imaginary part would be dropped\)",
-        ),
-        (lambda p: centre_and_scale(torch.tensor(p).to(torch.complex64)), "got dtype torch.complex64"),
-        (lambda p: centre_and_scale(np.ones((3, 3), bool)), "pos must hold real coordinates, got dtype bool"),
-        (lambda p: centre_and_scale("abc"), "pos must hold real coordinates"),
-        (lambda p: centre_and_scale([[1, 2, 3], [1]]), r"pos must be an \[N, D\] array of real numbers"),
-        (lambda p: centre_and_scale(p, center="x"), r"center must be one of \('mean', 'bbox'\), got 'x'"),
-        (lambda p: centre_and_scale(p, center=None), r"center must be one of \('mean', 'bbox'\), got None"),
-        (lambda p: centre_and_scale(np.zeros((3, 0))), r"expected a non-empty \[N, D\] cloud"),
-    ],
-)
-def test_centre_and_scale_refuses_bad_input(fn, match):
-    p, _ = _cloud()
-    with pytest.raises(ValueError, match=match):
-        fn(p)
-
-
-def test_centre_and_scale_accepts_real_input_kinds():
-    p, _ = _cloud()
-    ref = centre_and_scale(p)[0]
-    np.testing.assert_allclose(centre_and_scale(p.tolist())[0], ref, atol=1e-12)
-    np.testing.assert_allclose(centre_and_scale(torch.tensor(p))[0], ref, atol=1e-12)
-    q, c, s = centre_and_scale(np.arange(9).reshape(3, 3), center="bbox")
-    np.testing.assert_allclose(q * s + c, np.arange(9).reshape(3, 3), atol=1e-12)
-
-
-@pytest.mark.parametrize("fn", [lambda p: normalize_cloud(p)[0], lambda p: Normalize()({"pos": p})["pos"]])
-def test_normalization_of_extreme_coordinates(fn):
-    rng = np.random.default_rng(0)
-    p = rng.uniform(-1, 1, (30, 3))
-    ref = normalize_cloud(p)[0]
-    for scale in (1e160, 1e300, 1e-300):
-        np.testing.assert_allclose(fn(p * scale), ref, rtol=1e-6, atol=1e-6)
-
-
-def test_up_axis_rotations_are_proper_and_take_the_axis_to_z():
-    from gridify import _cliargs
-    from gridify.transforms import UP_AXES, check_up_axis, to_z_up, up_axis_rotation
-
-    assert _cliargs.UP_AXES == UP_AXES  # the CLI's copy (no torch import while parsing) stays the same
-    basis = {"x": [1, 0, 0], "y": [0, 1, 0], "z": [0, 0, 1]}
-    for axis in UP_AXES:
-        r = up_axis_rotation(axis)
-        v = np.array(basis[axis[-1]], float) * (-1 if axis.startswith("-") else 1)
-        assert np.allclose(r @ v, [0, 0, 1]) and np.allclose(r @ r.T, np.eye(3)) and np.isclose(np.linalg.det(r), 1)
-    p = np.array([[1.0, 2.0, 3.0]], np.float32)
-    q, n = to_z_up(p, "y", p * 2)
-    assert q.dtype == np.float32 and np.array_equal(q, [[1.0, -3.0, 2.0]]) and np.array_equal(n, [[2.0, -6.0, 4.0]])
-    same, none = to_z_up(p, "z")
-    assert same is p and none is None
-    assert check_up_axis("w", " Y ") == "y"
-    with pytest.raises(ValueError, match=r"w: up_axis must be one of z, y, x, -z, -y, -x .*got 'up'"):
-        check_up_axis("w", "up")
-
-
-# ---------------------------------------------------------------------------------------------
-# RandomResample: a new sampling of the same surface
-# ---------------------------------------------------------------------------------------------
-def _knn_loop(p, k):
-    """Loop reference: every point's k nearest other points, nearest first."""
-    out = []
-    for i in range(len(p)):
-        d = [(float(np.sum((p[j] - p[i]) ** 2)), j) for j in range(len(p)) if j != i]
-        out.append([j for _, j in sorted(d)[:k]])
-    return np.array(out)
-
-
-def test_resample_neighbours_equal_the_loop_reference():
-    p, _ = _cloud(60, seed=4)
-    t = RandomResample(k=5)
-    np.testing.assert_array_equal(t.neighbours(p), _knn_loop(p.astype(np.float64), 5))
-    np.testing.assert_array_equal(RandomResample(k=100).neighbours(p[:7]), _knn_loop(p[:7].astype(np.float64), 6))
-
-
-def test_resample_neighbours_in_blocks_and_the_allocation_limit(monkeypatch):
-    import gridify.transforms as T
-
-    p, _ = _cloud(300, seed=7)
-    whole = RandomResample(k=4).neighbours(p)
-    monkeypatch.setattr(T, "_RESAMPLE_BLOCK", 300 * 7)  # 7 query rows a block, the last one short
-    np.testing.assert_array_equal(RandomResample(k=4).neighbours(p), whole)
-    monkeypatch.setenv("GRIDIFY_MAX_ALLOC_BYTES", "1000")
-    with pytest.raises(ValueError, match="RandomResample: k=4 neighbours of 300 points would need"):
-        RandomResample(k=4)({"pos": p})
-
-
-@pytest.mark.parametrize("torch_", [False, True])
-def test_resample_moves_every_point_toward_one_of_its_neighbours(torch_):
-    p, n = _cloud(80, seed=5)
-    s = {"pos": p, "normal": n, "y": np.arange(80), "category": np.int64(2)}
-    if torch_:
-        s = {k: torch.as_tensor(v) for k, v in s.items()}
-    out = RandomResample(k=4, max_step=0.5, seed=1)(s)
-    new = np.asarray(out["pos"], dtype=np.float64)
-    assert new.shape == (80, 3) and (out["pos"].dtype == (torch.float32 if torch_ else np.float32))
-    assert isinstance(out["pos"], torch.Tensor) == torch_
-    nb = _knn_loop(p.astype(np.float64), 4)
-    for i in range(80):  # new_i = p_i + u (p_j - p_i), j among the 4 nearest, 0 <= u <= 0.5
-        fits = []
-        for j in nb[i]:
-            d = p[j].astype(np.float64) - p[i]
-            u = float(np.dot(new[i] - p[i], d) / np.dot(d, d))
-            fits.append((np.linalg.norm(p[i] + u * d - new[i]), u))
-        err, u = min(fits)
-        assert err < 1e-5 and -1e-6 <= u <= 0.5 + 1e-6
-    assert np.abs(new - p).max() > 0  # the points moved
-    np.testing.assert_array_equal(np.asarray(out["normal"]), n)  # other entries stay with their point
-    np.testing.assert_array_equal(np.asarray(out["y"]), np.arange(80))
-    assert int(out["category"]) == 2
-
-
-def test_resample_is_seeded_cached_and_leaves_tiny_clouds():
-    p, _ = _cloud(40, seed=6)
-    a = RandomResample(seed=3)
-    b = RandomResample(seed=3)
-    first = a({"pos": p})["pos"]
-    np.testing.assert_array_equal(first, b({"pos": p})["pos"])  # same seed, same sampling
-    assert not np.array_equal(first, a({"pos": p})["pos"])  # every call a new one
-    assert len(a._cache) == 1  # the neighbours of a cloud are computed once
-    nocache = RandomResample(cache_size=0)
-    nocache({"pos": p})
-    assert not nocache._cache
-    np.testing.assert_array_equal(RandomResample(max_step=0.0)({"pos": p})["pos"], p)
-    one = np.ones((1, 3), np.float32)
-    np.testing.assert_array_equal(RandomResample()({"pos": one})["pos"], one)
-    out = RandomResample()({"pos": torch.tensor(p).bfloat16()})["pos"]
-    assert out.dtype == torch.bfloat16 and out.shape == (40, 3)
-
-
-@pytest.mark.parametrize(
-    "kwargs, match",
-    [
-        ({"k": 0}, "RandomResample: k must be a positive integer, got 0"),
-        ({"max_step": 1.5}, r"RandomResample: max_step must be a number in \[0, 1\], got 1.5"),
-        ({"max_step": float("nan")}, r"RandomResample: max_step must be a number in \[0, 1\]"),
-        ({"cache_size": -1}, "RandomResample: cache_size must be a non-negative integer, got -1"),
-    ],
-)
-def test_resample_refuses_bad_arguments(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        RandomResample(**kwargs)
