@@ -139,3 +139,15 @@ def make_fake_shapenet(root: Path, n_per_split=2):
         for split, items in lists.items():
             (d / "train_test_split" / f"shuffled_{split}_file_list.json").write_text(json.dumps(items))
     return root
+
+
+def modelnet_clouds(root: Path, per_class: int = 1) -> list:
+    """Normalized ModelNet10 test shapes (PCD, 1,024 points each) of every class, from the shared data ``root``."""
+    from gridify.io import read_points
+
+    base = root / "modelnet10_pcd" / "ModelNet10" / "pcd"
+    clouds = []
+    for folder in sorted(p for p in base.iterdir() if p.is_dir()):
+        for f in sorted((folder / "test").glob("*.pcd"))[:per_class]:
+            clouds.append(torch.from_numpy(read_points(f).points).float())
+    return clouds

@@ -1,17 +1,19 @@
 r"""Deployment exports: a trained gridified model as a self-contained ONNX file.
 
 The PyTorch forward builds its graph with data-dependent code (a KD-tree, ``torch.unique``,
-chunked loops), which no exporter can trace. The exported file runs the same network on
-fixed-shape tensors: the layers' traceable forms live with the layers,
-:mod:`gridify.nn.dense` (the bilateral kNN graph by brute force or bucketed search, and the
-(de-)gridification over it, with :class:`gridify.nn.gridification.BipartiteConv`'s own message and
-update methods) and :func:`gridify.models.scene.scene_box_dense` (a scene crop mapped into its
-grid box). This package wraps, traces, checks and runs them:
+chunked loops), which no exporter can trace. The exported file runs the model's own ``forward`` on its
+fixed-shape path instead: inside :func:`gridify.nn.dense.fixed_shapes` the layers take equally sized clouds
+``[B, N, 3]`` and build the bilateral kNN graph by brute force or bucketed search
+(:mod:`gridify.ops.knn_dense`), (de-)gridify over it with
+:class:`gridify.nn.gridification.BipartiteConv`'s own message and update, and a scene segmenter maps every
+crop into its grid box with :func:`gridify.models.scene.scene_box_dense`. This package wraps, traces, checks
+and runs them:
 
-* :mod:`gridify.export.wrappers`: :class:`OnnxClassifier` (``points [B, N, 3]`` (+ ``normals``)
-  -> ``logits [B, K]``) and :class:`OnnxSegmenter` (-> per-point ``logits [B, N, K]``), with the
-  in-graph normalization ``p' = (p - mean(p)) / max_j |p_j - mean(p)|`` (or into ``[-1, 1]^3`` by the
-  bounding box, ``normalize="cube"``; :func:`normalize_points`);
+* :mod:`gridify.export.wrappers`: :class:`OnnxModel` (and :class:`OnnxClassifier`, ``points [B, N, 3]``
+  (+ ``normals``) -> ``logits [B, K]``, and :class:`OnnxSegmenter`, -> per-point ``logits [B, N, K]``): the
+  inputs only (their names and checks, the up axis, the in-graph normalization
+  ``p' = (p - mean(p)) / max_j |p_j - mean(p)|`` or into ``[-1, 1]^3`` by the bounding box,
+  ``normalize="cube"``; :func:`normalize_points`), then the model's forward;
 * :mod:`gridify.export.exporter`: :func:`export_onnx` (trace, parity check against PyTorch with
   onnxruntime on random and degenerate clouds, metadata, atomic write);
 * :mod:`gridify.export.tracing`: the model's state while traced (:func:`tracing_mode`) and the
@@ -23,7 +25,7 @@ Exportable: ``gridified_classifier`` with any registered backbone (``ccnn``, ``r
 ``mrconv`` folded into its inference form), xyz or xyz + normals features; ``gridified_segmenter``
 and ``scene_segmenter``; float32 on the CPU. Writing a file needs the optional extra
 ``pip install 'gridify[export]'`` (onnx, onnxscript, onnxruntime); this package imports without it.
-The names of the layers' dense forms (``gridify_dense``, ``dense_bilateral_knn``, ``NODE_CHUNK``,
+The names of the layers' fixed-shape forms (``gridify_dense``, ``dense_bilateral_knn``, ``NODE_CHUNK``,
 ...) and ``scene_box_dense`` stay importable from here.
 
 Shapes:
@@ -33,20 +35,20 @@ Shapes:
 
 from ..models.scene import scene_box_dense
 from ..nn.dense import (
-    BUCKET_LEVELS,
-    BUCKET_MIN_POINTS,
-    BUCKETS_SEARCHED,
-    NODE_CHUNK,
-    SEARCHES,
-    degridify_dense_graph,
     dense_bilateral_knn,
     dense_bilateral_knn_unchecked,
     dense_edge_index,
     dense_grid_knn_unchecked,
     grid_axes,
     grid_tables,
-    gridify_dense,
-    gridify_dense_graph,
+)
+from ..nn.gridification import gridify_dense
+from ..ops.knn_dense import (
+    BUCKET_LEVELS,
+    BUCKET_MIN_POINTS,
+    BUCKETS_SEARCHED,
+    NODE_CHUNK,
+    SEARCHES,
     node_points_bucketed,
     point_buckets,
 )
@@ -62,13 +64,22 @@ from .exporter import (
 )
 from .runtime import OnnxSceneModel
 from .tracing import DepthwiseConv3dAs2d, depthwise_conv3d_as_2d, eval_mode, tracing_mode
-from .wrappers import ExportError, OnnxClassifier, OnnxSegmenter, check_exportable, fail_export, normalize_points
+from .wrappers import (
+    ExportError,
+    OnnxClassifier,
+    OnnxModel,
+    OnnxSegmenter,
+    check_exportable,
+    fail_export,
+    normalize_points,
+)
 
 __all__ = [
     "DepthwiseConv3dAs2d",
     "ExportError",
     "ExportReport",
     "OnnxClassifier",
+    "OnnxModel",
     "OnnxSegmenter",
     "OnnxSceneModel",
     "NODE_CHUNK",
@@ -80,8 +91,6 @@ __all__ = [
     "BUCKET_LEVELS",
     "BUCKETS_SEARCHED",
     "BUCKET_MIN_POINTS",
-    "gridify_dense_graph",
-    "degridify_dense_graph",
     "scene_box_dense",
     "check_exportable",
     "check_task_exportable",

@@ -1,7 +1,7 @@
 r"""``export_onnx``: a trained gridified model as a self-contained ONNX file, checked before it is written.
 
 :func:`export_onnx` resolves the model (a checkpoint path, a Predictor or a bare model), wraps it
-(:class:`gridify.export.OnnxClassifier` / :class:`gridify.export.OnnxSegmenter`, on a folded copy of
+(:class:`gridify.export.OnnxModel`: the model's own forward on its fixed-shape path, on a folded copy of
 multi-branch layers), traces the wrapper (``torch.onnx.export``, dynamo exporter, under
 :func:`gridify.export.tracing.tracing_mode` with depthwise 3D convolutions as sums of 2D ones),
 checks the file with onnxruntime against the model's own PyTorch forward on random and degenerate
@@ -44,15 +44,14 @@ from .._files import atomic_write_bytes
 from .._progress import elapsed_words, heartbeat
 from .._version import __version__
 from ..checkpoint import build_model_from_checkpoint, checkpoint_file, inference_settings, load_checkpoint
-from ..models import GridifiedClassifier, GridifiedSceneSegmenter, GridifiedSegmenter
-from ..nn.dense import NODE_CHUNK, check_dense_size
+from ..ops.knn_dense import NODE_CHUNK, check_dense_size
 from ..nn.reparam import is_reparameterizable, reparameterize_model
 from ..ops.grid import grid_knn
-from ..registry import TASKS
+from ..registry import MODELS, TASKS
 from ..tasks import get_task
 from ..transforms import NORMALIZATIONS, check_up_axis
 from .tracing import DepthwiseConv3dAs2d, eval_mode, scatter_reduce_rows, tracing_mode
-from .wrappers import ExportError, OnnxClassifier, OnnxSegmenter, check_exportable, fail_export
+from .wrappers import ExportError, OnnxModel, check_exportable, clouds_in_metres, fail_export
 
 __all__ = [
     "DEFAULT_OPSET",
@@ -80,16 +79,9 @@ ONNX_OPSETS = (18, 25)
 DEFAULT_OPSET = 20
 
 
-#: the exportable model classes and their registered names
-_MODEL_NAMES = {
-    GridifiedClassifier: "gridified_classifier",
-    GridifiedSegmenter: "gridified_segmenter",
-    GridifiedSceneSegmenter: "scene_segmenter",
-}
-
-
 def _model_name(net: nn.Module) -> str:
-    return next(name for cls, name in _MODEL_NAMES.items() if isinstance(net, cls))
+    """The name ``net``'s class is registered under in :data:`gridify.registry.MODELS` (else the class name)."""
+    return next((name for name in MODELS.names() if MODELS.get(name) is type(net)), type(net).__name__)
 
 
 # --------------------------------------------------------------------------------------
@@ -101,7 +93,8 @@ class ExportReport:
 
     ``inputs`` / ``outputs`` map tensor names to shapes (a dimension is an int, or a name such as
     ``"batch"`` when it is dynamic); ``max_abs_diff`` is the largest difference between the
-    onnxruntime logits and the PyTorch model's on the check clouds (None without ``verify``).
+    onnxruntime logits and the PyTorch model's on the check clouds (None without ``verify``); ``metric``: the file
+    takes clouds in metres and maps every one into the grid box itself (a scene segmenter's).
     """
 
     path: Path
@@ -114,13 +107,14 @@ class ExportReport:
     num_bytes: int
     model: str = "gridified_classifier"
     normalization: Optional[str] = None
+    metric: bool = False
 
     def summary(self) -> str:
         def shapes(d: Dict[str, List[Union[int, str]]]) -> str:
             return ", ".join(f"{k} [{', '.join(map(str, v))}]" for k, v in d.items())
 
         check = "" if self.max_abs_diff is None else f"; onnxruntime vs PyTorch max |diff| {self.max_abs_diff:.2e}"
-        if self.model == "scene_segmenter":
+        if self.metric:
             mapping = "maps every crop (metres) into the grid box"
         elif not self.normalize:
             mapping = "clouds must be normalized"
@@ -183,7 +177,7 @@ def _resolve(model: Any, where: str) -> Tuple[nn.Module, Union[None, bool, str],
 
 
 def _trace(
-    wrapper: OnnxClassifier,
+    wrapper: OnnxModel,
     example: Tuple[Tensor, ...],
     dynamic_batch: bool,
     dynamic_points: bool,
@@ -196,13 +190,9 @@ def _trace(
         dims[0] = torch.export.Dim("batch", min=1)
     if dynamic_points:
         dims[1] = torch.export.Dim("num_points", min=wrapper.model.gridify.k)
-    shapes: Any = (
-        {name: {a: d for a, d in dims.items() if name != "category" or a == 0} or None for name in wrapper.input_names}
-        if dims
-        else None
-    )
-    if shapes is not None and isinstance(wrapper, OnnxSegmenter):  # forward(*inputs)
-        shapes = {"inputs": tuple(shapes[name] for name in wrapper.input_names)}
+    shapes: Any = None
+    if dims:  # forward(*inputs): a per-cloud input (category) has the batch axis only
+        shapes = {"inputs": tuple({a: d for a, d in dims.items() if a == 0 or t.dim() > 1} or None for t in example)}
     problem = None
     with tracing_mode(wrapper), _quiet_exporter(), DepthwiseConv3dAs2d():
         try:
@@ -284,7 +274,7 @@ def _quiet_exporter() -> Iterator[None]:
 
 
 def _verify(
-    wrapper: OnnxClassifier, data: bytes, checks: List[Tuple[str, Tuple[Tensor, ...]]], atol: float, where: str
+    wrapper: OnnxModel, data: bytes, checks: List[Tuple[str, Tuple[Tensor, ...]]], atol: float, where: str
 ) -> Tuple[float, str]:
     """``(largest |onnxruntime - PyTorch|, the check clouds it came from)`` of the logits over the
     labelled check inputs: a NaN / Inf on one side only counts as an infinite difference (a plain
@@ -337,7 +327,20 @@ def _difference(got: Tensor, want: Tensor) -> float:
     return float(torch.where(same, 0.0, (got - want).abs().nan_to_num(nan=float("inf"))).max())
 
 
-def _node_ties_only(wrapper: OnnxClassifier, inputs: Tuple[Tensor, ...]) -> bool:
+def _file_graph(wrapper: OnnxModel, inputs: Tuple[Tensor, ...]) -> Any:
+    """The fixed-shape graph (:class:`gridify.nn.dense.FixedShapeGraph`) the file builds for ``inputs``: the
+    gridification's, caught as the wrapper runs (its points in the grid box, its point -> node edges)."""
+    graphs: List[Any] = []
+    hook = wrapper.model.gridify.register_forward_hook(lambda module, args, out: graphs.append(out[1]))
+    try:
+        with torch.no_grad(), trusted_inputs():
+            wrapper(*inputs)
+    finally:
+        hook.remove()
+    return graphs[0]
+
+
+def _node_ties_only(wrapper: OnnxModel, inputs: Tuple[Tensor, ...]) -> bool:
     """Whether the fixed-shape graph of the check clouds differs from the model's own (bilateral kNN)
     graph, and only by *equally near* grid nodes: some point's ``k'`` nodes are not
     :func:`gridify.ops.grid_knn`'s, but every point's lie at the same squared distances. A point exactly on a symmetry plane of the lattice
@@ -346,8 +349,8 @@ def _node_ties_only(wrapper: OnnxClassifier, inputs: Tuple[Tensor, ...]) -> bool
     sets are correct, so the file is then compared with PyTorch over the graph it holds."""
     m = wrapper.model.gridify
     with torch.no_grad():
-        pos = wrapper.graph_points(*inputs)
-        point_nodes = wrapper.point_nodes(pos)
+        graph = _file_graph(wrapper, inputs)
+        pos, point_nodes = graph.pos, graph.point_nodes
         B, N = pos.shape[:2]
         kk, R3 = point_nodes.size(2), m.grid.num_nodes
         batch = torch.arange(B).repeat_interleave(N)
@@ -364,7 +367,7 @@ def _node_ties_only(wrapper: OnnxClassifier, inputs: Tuple[Tensor, ...]) -> bool
 
 
 @contextlib.contextmanager
-def _graph_knn_backend(model: GridifiedClassifier) -> Iterator[None]:
+def _graph_knn_backend(model: nn.Module) -> Iterator[None]:
     """The model's node -> points search on the ``torch`` backend for the duration: the float
     arithmetic the exported graph reproduces. Near-ties (distances equal in float32, not in
     float64: dense degenerate clouds hold some) may otherwise go another way on the KD-tree,
@@ -378,7 +381,7 @@ def _graph_knn_backend(model: GridifiedClassifier) -> Iterator[None]:
 
 
 def _check_inputs(
-    wrapper: OnnxClassifier,
+    wrapper: OnnxModel,
     example: Tuple[Tensor, ...],
     batch_size: Optional[int],
     num_points: Optional[int],
@@ -400,7 +403,7 @@ def _check_inputs(
     return checks
 
 
-def _degenerate_inputs(wrapper: OnnxClassifier, batch: int, n: int, seed: int) -> List[Tuple[str, Tuple[Tensor, ...]]]:
+def _degenerate_inputs(wrapper: OnnxModel, batch: int, n: int, seed: int) -> List[Tuple[str, Tuple[Tensor, ...]]]:
     """Seeded degenerate clouds ``[batch, n, 3]``, labelled: identical points, two points repeated,
     collinear and coplanar points (placed as the wrapper's ``example_inputs`` places its clouds). Where a
     graph divides by a spread, compares distances or ties, these are the clouds that break it."""
@@ -448,8 +451,8 @@ def export_onnx(
     cloud is one crop, and :class:`gridify.export.OnnxSceneModel` covers a whole scan with crops as
     :meth:`gridify.Predictor.predict` does. The metadata records the class names, the
     normalization, ``k``, ``R``, the gridify version (a scene segmenter's extent, features, voxel size,
-    crop size). The graph costs time ``O(B N R^3)`` (brute-force distances), memory ``O(B N R^3)``
-    (classifier) or ``O(B N`` :data:`NODE_CHUNK` ``)`` (segmenter: its node search runs in blocks).
+    crop size). The graph costs time ``O(B N R)`` for ``R`` grid nodes (brute force; a scene segmenter's bucketed
+    search far less), memory ``O(B N`` :data:`gridify.ops.knn_dense.NODE_CHUNK` ``)`` (its node search runs in blocks).
 
     Args:
         model: a checkpoint path (``model.pt`` / ``.ckpt``, folded for inference), a shipped model's name
@@ -539,9 +542,9 @@ def _export_num_points(
     k = net.gridify.k
     if num_points is not None and num_points < k:
         fail(where, f"num_points={num_points} is below k={k}: every grid node takes its k nearest points")
-    scene = isinstance(net, GridifiedSceneSegmenter)
-    n = num_points or (4096 if scene else max(int(train_points or 1024), k + 1))
-    block = min(net.gridify.grid.num_nodes, NODE_CHUNK if not isinstance(net, GridifiedClassifier) else 1 << 62)
+    crops = clouds_in_metres(net)  # a scene segmenter's crops: 4,096 points by default
+    n = num_points or (4096 if crops else max(int(train_points or 1024), k + 1))
+    block = min(net.gridify.grid.num_nodes, NODE_CHUNK)
     check_dense_size(where, f"num_points={n}, batch_size={batch_size or 3}", batch_size or 3, n, block, torch.float32)
     return n
 
@@ -562,7 +565,7 @@ def _onnx_model(
     proto = _trace(wrapper, example, batch_size is None, num_points is None, opset, where)
     _check_written_opset(proto, opset, where)
     names = class_names or [f"class{i}" for i in range(net.num_classes)]
-    _set_metadata(proto, wrapper, names, _scene_settings(model) if isinstance(net, GridifiedSceneSegmenter) else None)
+    _set_metadata(proto, wrapper, names, _scene_settings(model) if wrapper.metric else None)
     return proto, names
 
 
@@ -592,6 +595,7 @@ def _write_export(
         max_abs_diff=diff,
         num_bytes=len(data),
         model=_model_name(net),
+        metric=wrapper.metric,
     )
 
 
@@ -694,22 +698,18 @@ def _graph_normalization(normalize: Union[None, bool, str], stored: Union[None, 
     return normalize
 
 
-def _folded_wrapper(
-    net: nn.Module, normalize: Union[bool, str], where: str, up_axis: str = "z"
-) -> Union["OnnxClassifier", "OnnxSegmenter"]:
-    """The :class:`OnnxClassifier` of ``net``, on a folded copy when ``net`` has unfolded
+def _folded_wrapper(net: nn.Module, normalize: Union[bool, str], where: str, up_axis: str = "z") -> OnnxModel:
+    """The :class:`OnnxModel` of ``net``, on a folded copy when ``net`` has unfolded
     multi-branch layers (they cannot be traced); placeholder kernels raise :class:`ExportError`."""
     _check_folded_layers(net, where, before=True)
     if any(is_reparameterizable(m) and not m.reparameterized for m in net.modules()):
         net = copy.deepcopy(net)
         reparameterize_model(net)
         _check_folded_layers(net, where, before=False)
-    if isinstance(net, GridifiedClassifier):
-        return OnnxClassifier(net, normalize=normalize, up_axis=up_axis)
-    return OnnxSegmenter(net, normalize=normalize, up_axis=up_axis)
+    return OnnxModel(net, normalize=normalize, up_axis=up_axis)
 
 
-def _first_run(wrapper: "OnnxClassifier", example: Tuple[Tensor, ...], where: str) -> None:
+def _first_run(wrapper: OnnxModel, example: Tuple[Tensor, ...], where: str) -> None:
     """Run the model once before tracing: lazy initialization (a CCNN fixes its kernel scale on its
     first input), and the model's own failure named as an :class:`ExportError`."""
     with eval_mode(wrapper):
@@ -822,21 +822,18 @@ def _check_folded_layers(net: nn.Module, where: str, before: bool) -> None:
 
 
 def _set_metadata(
-    proto: Any,
-    wrapper: Union[OnnxClassifier, "OnnxSegmenter"],
-    class_names: List[str],
-    scene: Optional[Dict[str, Any]] = None,
+    proto: Any, wrapper: OnnxModel, class_names: List[str], scene: Optional[Dict[str, Any]] = None
 ) -> None:
     """Record what a deployment needs in the ONNX file's ``metadata_props`` (strings): for a scene
-    segmenter also its ``extent`` and, from the checkpoint, the ``features`` (names, in order),
-    ``voxel_size`` and ``max_points`` of its training crops (``scene``)."""
+    segmenter (clouds in metres) also its ``extent`` and, from the checkpoint, the ``features`` (names, in order),
+    ``voxel_size`` and ``max_points`` of its training crops (``scene``); and a line on the inputs and outputs
+    as the file's ``doc_string``."""
     import onnx
 
     net = wrapper.model
-    name = _model_name(net)
     props = {
         "gridify_version": __version__,
-        "model": name,
+        "model": _model_name(net),
         "class_names": json.dumps(class_names),
         "normalize": json.dumps(wrapper.normalize),
         "normalization": wrapper.normalization or "none",
@@ -846,38 +843,27 @@ def _set_metadata(
         "resolution": json.dumps(net.gridify.resolution),
         "up_axis": wrapper.up_axis,
     }
-    if isinstance(net, GridifiedSceneSegmenter):
+    if wrapper.metric:
         props["extent"] = json.dumps(net.extent)
         props.update({key: json.dumps(value) for key, value in (scene or {}).items()})
     onnx.helper.set_model_props(proto, props)
-    if isinstance(wrapper, OnnxClassifier):
-        proto.doc_string = (
-            "gridify gridified classifier: points [B, N, 3]"
-            + (" + normals [B, N, 3]" if wrapper.use_normals else "")
-            + " -> logits [B, K]"
-            + (
-                f"; clouds are centred and scaled into the unit {wrapper.normalization} inside the graph"
-                if wrapper.normalize
-                else "; clouds must already be normalized into the grid box"
-            )
-        )
-    elif wrapper.scene:
-        names = ", ".join((scene or {}).get("features") or []) or "as the checkpoint records"
-        extra = f" + features [B, N, {wrapper.num_features}] ({names})" if wrapper.num_features else ""
-        proto.doc_string = (
-            f"gridify scene segmenter: points [B, N, 3] in metres{extra} -> logits [B, N, K]; every "
-            f"cloud is one crop (its box is mapped into the grid inside the graph); cover a larger "
-            f"scene with crops as training did"
-        )
+    proto.doc_string = _doc_line(wrapper, len(proto.graph.output[0].type.tensor_type.shape.dim), scene)
+
+
+def _doc_line(wrapper: OnnxModel, rank: int, scene: Optional[Dict[str, Any]]) -> str:
+    """``gridify <model>: <inputs> -> logits [B, K] (rank 2) or [B, N, K]; <how the clouds are mapped>``."""
+    described = {"points": "points [B, N, 3]" + (" in metres" if wrapper.metric else "")}
+    names = ", ".join((scene or {}).get("features") or []) or "as the checkpoint records"
+    for name, width in wrapper.inputs.features:
+        if name != "points":
+            described[name] = f"{name} [B, N, {width}]" + (f" ({names})" if name == "features" else "")
+    described.update({name: f"{name} [B] int64" for name, _ in wrapper.inputs.per_cloud})
+    if wrapper.metric:
+        mapping = "every cloud is one crop (its box is mapped into the grid inside the graph); cover a larger scene with crops as training did"
+    elif wrapper.normalize:
+        mapping = f"clouds are centred and scaled into the unit {wrapper.normalization} inside the graph"
     else:
-        proto.doc_string = (
-            "gridify part segmenter: points [B, N, 3]"
-            + (" + normals [B, N, 3]" if wrapper.use_normals else "")
-            + (" + category [B] int64" if wrapper.num_categories else "")
-            + " -> logits [B, N, K]"
-            + (
-                "; clouds are normalized inside the graph"
-                if wrapper.normalize
-                else "; clouds must already be normalized into the grid box"
-            )
-        )
+        mapping = "clouds must already be normalized into the grid box"
+    inputs = " + ".join(described[name] for name in wrapper.input_names)
+    logits = "[B, K]" if rank == 2 else "[B, N, K]"
+    return f"gridify {_model_name(wrapper.model).replace('_', ' ')}: {inputs} -> logits {logits}; {mapping}"

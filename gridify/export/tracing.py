@@ -10,8 +10,11 @@ r"""How the exporter traces a model: the model's state while traced, and the tra
   which onnxruntime runs ~8x faster than its grouped 3D convolution. It lives here, not beside
   :mod:`gridify.nn.depthwise`: no layer calls it, it only replaces ``F.conv3d`` while the exporter
   traces (the layers compute the same values with ``F.conv3d`` / the direct kernels).
+* The models themselves are traced through their own ``forward`` on the layers' fixed-shape path, which
+  the wrappers (:mod:`gridify.export.wrappers`) turn on with :func:`gridify.nn.dense.fixed_shapes` (the
+  switch in the layers, as this module's are switches around them).
 * :func:`scatter_reduce_rows`: the ONNX translation of ``aten.scatter_reduce.two`` (``ScatterND`` on
-  whole rows, the max aggregation of :mod:`gridify.nn.dense`).
+  whole rows, the max aggregation of :func:`gridify.ops.scatter_fixed`).
 
 Shapes:
     depthwise_conv3d_as_2d: x ``[B, C, D, H, W]``, weight ``[C, 1, K, K, K]``, bias ``[C]`` -> ``[B, C, D, H, W]``
@@ -173,7 +176,7 @@ def scatter_reduce_rows(self: Any, dim: int, index: Any, src: Any, reduce: str, 
     torch's exporter writes ``ScatterElements``, which onnxruntime runs element by element (252 ms
     for 98,304 x 64 values on one thread, AMD EPYC, against 5.9 ms for ``ScatterND``: the max
     aggregation of a 16k-point crop's (de-)gridification). The exported models scatter only along
-    ``dim=0`` with an index repeated along the rows (the aggregation of :mod:`gridify.nn.dense`: ``dst[:, None].expand(-1, H)``),
+    ``dim=0`` with an index repeated along the rows (the aggregation of :func:`gridify.ops.scatter_fixed`: ``dst[:, None].expand(-1, H)``),
     so its first column is the row index ``ScatterND`` takes."""
     from onnxscript import opset18 as op  # noqa: PLC0415 - an export dependency, imported when exporting
 

@@ -1,16 +1,19 @@
-"""The exportable forms of the gridified models: :class:`OnnxClassifier` and :class:`OnnxSegmenter`.
+"""The exportable form of a gridified model: :class:`OnnxModel` (and :class:`OnnxClassifier`, :class:`OnnxSegmenter`).
 
-Each wraps a trained model (shared weights) and runs it on fixed-shape tensors, with the layers'
-traceable forms of :mod:`gridify.nn.dense` (the bilateral kNN graph by brute force or bucketed
-search, the (de-)gridification over it) and :func:`gridify.models.scene.scene_box_dense` for a
-scene crop; the backbone, pooling, point branch and head are the model's own modules. With
-``normalize`` the graph first centres every cloud and scales it into the unit sphere,
+A wrapper holds a trained model (shared weights) and runs the model's own ``forward`` on fixed-shape
+tensors, inside :func:`gridify.nn.dense.fixed_shapes` (the layers' fixed-shape, traceable path: the graph
+by brute force or bucketed search, ``OnnxModel.search``). It handles the inputs only, the same way for
+every model: their names, shapes and checks (the model's :meth:`~gridify.models.GridifiedModel.point_inputs`),
+the up axis (points and normals turned to z up, ``p R^T``), and with ``normalize`` the in-graph normalization
+of models of normalized clouds (a model of clouds in metres, whose task does not normalize, maps every
+cloud into its grid itself):
 
     p' = (p - mean(p)) / max_j |p_j - mean(p)|
 
 or, with ``normalize="cube"``, into the cube ``[-1, 1]^3``: ``p' = (p - c) / max_{j,d} |p_jd - c_d|``,
 ``c = (min_j p_j + max_j p_j) / 2`` (in float64, as :func:`gridify.api.normalize_cloud`). Called eagerly, the wrappers check their
 inputs; traced (``torch.onnx.export`` under :func:`gridify.export.tracing.tracing_mode`) they do not.
+:meth:`OnnxModel.reference` is the same call of the model's ``forward`` off the switch (its own sparse path).
 
 Shapes:
     OnnxClassifier: points ``[B, N, 3]`` (+ normals ``[B, N, 3]`` for 6-feature models) -> logits ``[B, K]``.
@@ -36,28 +39,18 @@ from .._checks import (
     validating,
 )
 from ..checkpoint import model_task
-from ..models import GridifiedClassifier, GridifiedSceneSegmenter, GridifiedSegmenter
-from ..models.scene import scale_features, scene_box_dense, scene_box_dense_scaled
-from ..nn.dense import (
-    NODE_CHUNK,
-    SEARCHES,
-    check_dense_clouds,
-    check_dense_size,
-    degridify_dense_graph,
-    dense_bilateral_knn_unchecked,
-    dense_grid_knn_unchecked,
-    grid_axes,
-    grid_tables,
-    gridify_dense_graph,
-    gridify_dense_unchecked,
-)
+from ..nn.dense import fixed_shapes
+from ..ops.knn_dense import NODE_CHUNK, SEARCHES, check_dense_clouds
+from ..tasks import get_task
 from ..transforms import NORMALIZATIONS, check_up_axis, normalization_name, up_axis_rotation
 
 __all__ = [
     "ExportError",
     "OnnxClassifier",
+    "OnnxModel",
     "OnnxSegmenter",
     "check_exportable",
+    "clouds_in_metres",
     "fail_export",
     "normalize_points",
 ]
@@ -69,14 +62,14 @@ class ExportError(RuntimeError):
 
 def check_exportable(model: Any, where: str = "export_onnx") -> None:
     """Raise :class:`ExportError` naming what makes ``model`` unexportable (None when it is fine)."""
-    if not isinstance(model, (GridifiedClassifier, GridifiedSegmenter, GridifiedSceneSegmenter)):
+    if not (isinstance(model, nn.Module) and callable(getattr(model, "point_inputs", None))):
         fail_export(
             where,
             f"{type(model).__name__} is not exportable: the gridified classifier, part segmenter and "
             f"scene segmenter (gridified_classifier, gridified_segmenter, scene_segmenter) have an ONNX "
             f"route",
         )
-    if not isinstance(model, GridifiedSceneSegmenter) and model.in_channels not in (3, 6):
+    if model.point_inputs() is None:
         fail_export(
             where,
             f"the model takes {model.in_channels} features per point; only xyz (3) and xyz + "
@@ -97,20 +90,10 @@ def check_exportable(model: Any, where: str = "export_onnx") -> None:
         )
 
 
-def check_wrapped(where: str, model: Any, classifier: bool) -> None:
-    """Refuse (:class:`ExportError`) a model of the wrong task for a wrapper: :class:`OnnxClassifier` (``classifier``)
-    takes a classifier, :class:`OnnxSegmenter` a part or scene segmenter; the message names the model's task and the
-    wrapper that takes it, before anything of the wrapper is built (a scene segmenter's per-axis grid ended in a
-    TypeError about a tuple)."""
-    if isinstance(model, GridifiedClassifier) == classifier:
-        return
-    right = "OnnxSegmenter" if classifier else "OnnxClassifier"
-    takes = "a classifier (GridifiedClassifier)" if classifier else "a part or scene segmenter"
-    fail_export(
-        where,
-        f"the model is a {type(model).__name__}, a {model_task(model)} model, but {where} wraps {takes}: use "
-        f"{right}(model) (or export_onnx, which picks the wrapper by the model)",
-    )
+def clouds_in_metres(model: nn.Module) -> bool:
+    """Whether ``model`` takes clouds in metres and maps them into its grid itself (its task's clouds are not
+    normalized, :attr:`gridify.tasks.Task.normalized`: a scene segmenter); the export then normalizes nothing."""
+    return not get_task(model_task(model)).normalized
 
 
 def fail_export(where: str, msg: str) -> NoReturn:
@@ -169,330 +152,257 @@ def _to_z_up(rotation: Optional[Tensor], inputs: Tuple[Tensor, ...], names: List
     return tuple(t @ rotation.T if name in ("points", "normals") else t for t, name in zip(inputs, names))
 
 
-class OnnxClassifier(nn.Module):
-    """A :class:`gridify.models.GridifiedClassifier` on fixed-shape inputs, ready for ``torch.onnx.export``.
+class OnnxModel(nn.Module):
+    """A gridified model on fixed-shape inputs, ready for ``torch.onnx.export`` (module docstring).
 
-    ``forward(points [B, N, 3], normals [B, N, 3])`` (``normals`` only for models with
-    ``in_channels == 6``) -> logits ``[B, K]``: optional normalization (:func:`normalize_points`),
-    point features ``x = points'`` (3 features) or ``[points', normals]`` (6, as
-    :class:`gridify.Predictor` builds them), :func:`gridify.nn.dense.gridify_dense`, then the model's
-    ``grid_norm``, ``backbone``, ``pool_grid`` and ``head``. The wrapped model is the given one
-    (shared weights); put it in eval mode. Called eagerly, ``forward`` and :meth:`reference`
-    check their inputs (finite tensors of the model's dtype and device, ``[B, N, 3]`` with
-    ``N >= k``, normals exactly when the model takes them); while traced they do not, so the
-    exported graph holds no checks.
+    ``forward(points [B, N, 3], *inputs)``, the other inputs as the model names them (:attr:`input_names`:
+    ``normals [B, N, 3]``, ``features [B, N, F]``, ``category [B]`` int64) -> the model's logits on them:
+    ``[B, K]`` or per point ``[B, N, K]``. ``search`` (:data:`gridify.ops.knn_dense.SEARCHES`; None: the
+    gridification's own ``fixed_search``) and ``node_chunk``: the graph's node -> points search. The wrapped
+    model is the given one (shared weights); put it in eval mode. Called eagerly, ``forward`` and
+    :meth:`reference` check their inputs (finite tensors of the model's dtype and device, ``[B, N, ...]`` with
+    ``N >= k``, categories in range); while traced they do not, so the exported graph holds no checks.
 
     Shapes:
-        points ``[B, N, 3]``, normals ``[B, N, 3]`` -> logits ``[B, num_classes]``
-    """
-
-    def __init__(self, model: GridifiedClassifier, normalize: Union[bool, str] = True, up_axis: str = "z") -> None:
-        super().__init__()
-        check_exportable(model, type(self).__name__)
-        check_wrapped(type(self).__name__, model, classifier=True)
-        self.model = model
-        #: the named normalization inside the graph (None: the clouds come normalized); normalize: whether any
-        self.normalization = check_normalize(type(self).__name__, normalize)
-        self.normalize = self.normalization is not None
-        self.use_normals = model.in_channels == 6
-        self.up_axis = check_up_axis(type(self).__name__, up_axis)
-        dtype = next(model.parameters()).dtype
-        nodes, axis = grid_tables(model.gridify.grid, dtype=dtype)
-        self.register_buffer("nodes", nodes, persistent=False)
-        self.register_buffer("axis", axis, persistent=False)
-        self.register_buffer("up_rotation", _up_rotation(self.up_axis, dtype), persistent=False)
-
-    @property
-    def input_names(self) -> List[str]:
-        return ["points", "normals"] if self.use_normals else ["points"]
-
-    def _features(self, points: Tensor, normals: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
-        if self.up_rotation is not None:  # the file's clouds have another up axis: rotated to z up first
-            points = points @ self.up_rotation.T
-            normals = None if normals is None else normals @ self.up_rotation.T
-        pos = _normalize_points(points, self.normalization) if self.normalize else points
-        return pos, (torch.cat([pos, normals], -1) if self.use_normals else pos)
-
-    def check_inputs(self, points: Any, normals: Any = None, where: Optional[str] = None) -> None:
-        """Raise ValueError naming what is wrong with ``forward``'s arguments (None when they are fine)."""
-        where = where or f"{type(self).__name__}.forward"
-        dtype, device = self.nodes.dtype, self.nodes.device
-        k = self.model.gridify.k
-        points = check_dense_clouds(where, points, "points", k, dtype, device)
-        if self.use_normals:
-            if normals is None:
-                fail(where, "normals are required: the model takes xyz + normals (in_channels=6)")
-            normals = check_tensor(where, "normals", normals)
-            if normals.shape != points.shape:
-                fail(where, f"normals must have the shape of points {tuple(points.shape)}, got {tuple(normals.shape)}")
-            check_dense_clouds(where, normals, "normals", k, dtype, device)
-        elif normals is not None:
-            fail(where, "the model takes no normals (in_channels=3); pass the points only")
-        check_dense_size(
-            where,
-            f"points {tuple(points.shape)}",
-            points.size(0),
-            points.size(1),
-            self.model.gridify.grid.num_nodes,
-            dtype,
-        )
-
-    def forward(self, points: Tensor, normals: Optional[Tensor] = None) -> Tensor:
-        if not validating():  # traced (or called by library code that checked): the graph itself
-            return self._forward(points, normals)
-        self.check_inputs(points, normals)
-        with trusted_inputs():  # checked once here; the nested modules need not repeat it
-            return self._forward(points, normals)
-
-    def _forward(self, points: Tensor, normals: Optional[Tensor]) -> Tensor:
-        pos, x = self._features(points, normals)
-        m = self.model
-        z = m.backbone(m.grid_norm(gridify_dense_unchecked(m.gridify, pos, x, (self.nodes, self.axis))))
-        return m.head(m.pool_grid(z))
-
-    @torch.no_grad()
-    def reference(self, points: Tensor, normals: Optional[Tensor] = None) -> Tensor:
-        """The same logits through the model's own forward (bilateral kNN graph): the reference path."""
-        if validating():
-            self.check_inputs(points, normals, f"{type(self).__name__}.reference")
-        return self.model(*self._features(points, normals))
-
-    def graph_points(self, points: Tensor, normals: Optional[Tensor] = None) -> Tensor:
-        """The coordinates the graph is built on (normalized when the wrapper normalizes), ``[B, N, 3]``."""
-        return _normalize_points(points, self.normalization) if self.normalize else points
-
-    def point_nodes(self, u: Tensor) -> Tensor:
-        """``P`` of the fixed-shape graph of grid-box points ``u [B, N, 3]``."""
-        return dense_bilateral_knn_unchecked(u, self.model.gridify.k, self.nodes, self.axis)[1]
-
-    def example_inputs(self, batch: int, n: int, seed: int) -> Tuple[Tensor, ...]:
-        """Seeded clouds ``[batch, n, 3]`` on a noisy sphere (+ unit normals): inside the grid box when the
-        wrapper does not normalize, off-centre and larger when it does."""
-        g = torch.Generator().manual_seed(seed)
-        dtype = self.nodes.dtype
-        direction = nn.functional.normalize(torch.randn(batch, n, 3, generator=g, dtype=torch.float64), dim=-1)
-        radius = 0.6 + 0.3 * torch.rand(batch, n, 1, generator=g, dtype=torch.float64)
-        grid = self.model.gridify.grid
-        lo, hi = (torch.tensor(v, dtype=torch.float64) for v in (grid.lower, grid.upper))
-        half = float((hi - lo).min()) / 2
-        points = (lo + hi) / 2 + direction * radius * half
-        if self.normalize:
-            points = points * 3.0 + 2.0
-        out = (points.to(dtype),)
-        if self.use_normals:
-            out += (
-                nn.functional.normalize(torch.randn(batch, n, 3, generator=g, dtype=torch.float64), dim=-1).to(dtype),
-            )
-        return out
-
-    def place(self, u: Tensor, g: torch.Generator) -> Tuple[Tensor, ...]:
-        """Clouds ``u`` (float64, within the unit ball) in the grid box as :meth:`example_inputs` places
-        them (off-centre and larger when the wrapper normalizes), plus seeded unit normals."""
-        grid = self.model.gridify.grid
-        lo, hi = (torch.tensor(v, dtype=torch.float64) for v in (grid.lower, grid.upper))
-        points = (lo + hi) / 2 + u * 0.9 * float((hi - lo).min()) / 2
-        if self.normalize:
-            points = points * 3.0 + 2.0
-        dtype = self.nodes.dtype
-        out = (points.contiguous().to(dtype),)
-        if self.use_normals:
-            out += (nn.functional.normalize(torch.randn(u.shape, generator=g, dtype=torch.float64), dim=-1).to(dtype),)
-        return out
-
-
-class OnnxSegmenter(nn.Module):
-    """A gridified segmenter on fixed-shape inputs, ready for ``torch.onnx.export``: per-point logits.
-
-    * :class:`gridify.models.GridifiedSceneSegmenter` (``scene_segmenter``): ``points [B, N, 3]``
-      in metres (+ ``features [B, N, F]``, the checkpoint's per-point features, when ``F > 0``);
-      every cloud is mapped into the grid box as the model does (:func:`scene_box_dense`).
-    * :class:`gridify.models.GridifiedSegmenter` (``gridified_segmenter``, part segmentation):
-      ``points [B, N, 3]`` (+ ``normals [B, N, 3]`` for 6-feature models, + ``category [B]``
-      int64 for models trained with object categories), normalized as :class:`OnnxClassifier`
-      normalizes.
-
-    Then :func:`dense_grid_knn_unchecked` (node blocks of :data:`NODE_CHUNK`),
-    :func:`gridify_dense_graph`, the model's ``grid_norm`` and ``backbone``,
-    :func:`degridify_dense_graph` and the model's point branch and head: ``logits [B, N, K]``.
-    The wrapped model is the given one (shared weights). Eager calls check their inputs; traced,
-    the graph holds no checks.
-
-    Shapes:
-        points ``[B, N, 3]`` (+ features ``[B, N, F]`` / normals ``[B, N, 3]``, category ``[B]``)
-        -> logits ``[B, N, num_classes]``
+        points ``[B, N, 3]`` (+ normals / features ``[B, N, F]``, category ``[B]``) -> ``[B, K]`` or ``[B, N, K]``
     """
 
     def __init__(
         self,
         model: nn.Module,
         normalize: Union[bool, str] = True,
-        node_chunk: int = NODE_CHUNK,
         up_axis: str = "z",
         search: Optional[str] = None,
+        node_chunk: int = NODE_CHUNK,
     ) -> None:
         super().__init__()
         where = type(self).__name__
         check_exportable(model, where)
-        check_wrapped(where, model, classifier=False)
+        self.check_model(where, model)
         normalization = check_normalize(where, normalize)
         if search is not None and search not in SEARCHES:
             fail(where, f"search must be one of {', '.join(SEARCHES)} (or None: by model), got {search!r}")
         self.node_chunk = check_int(where, "node_chunk", node_chunk, 1)
         self.up_axis = check_up_axis(where, up_axis)
         self.model = model
-        self.scene = isinstance(model, GridifiedSceneSegmenter)
-        # a scene grid holds thousands of nodes over a crop of thousands of points: search by bucket
-        self.search = search or ("bucketed" if self.scene else "brute")
-        #: the named normalization inside the graph (None: the clouds come normalized, and always for a scene crop)
-        self.normalization = None if self.scene else normalization
+        #: what the model takes beside the points (gridify.models.PointInputs)
+        self.inputs = model.point_inputs()
+        self.search = search or model.gridify.fixed_search
+        #: clouds in metres that the model maps into its grid itself: nothing normalized in the graph
+        self.metric = clouds_in_metres(model)
+        #: the named normalization inside the graph (None: the clouds come normalized, or in metres); normalize: whether any
+        self.normalization = None if self.metric else normalization
         self.normalize = self.normalization is not None
-        self.use_normals = not self.scene and model.in_channels == 6
-        self.num_features = model.in_channels if self.scene else 0
-        self.num_categories = 0 if self.scene else int(model.num_categories)
         dtype = next(model.parameters()).dtype
-        grid = model.gridify.grid
         self.register_buffer("up_rotation", _up_rotation(self.up_axis, dtype), persistent=False)
-        self.register_buffer("nodes", grid.positions(dtype=dtype), persistent=False)
-        for name, ax in zip(("axis_x", "axis_y", "axis_z"), grid_axes(grid, dtype=dtype)):
-            self.register_buffer(name, ax, persistent=False)
+        model.gridify.fixed_tables(dtype)  # eagerly now: the traced graph holds the grid's tables as constants
+
+    def check_model(self, where: str, model: nn.Module) -> None:
+        """Refuse a model this wrapper does not take (:class:`OnnxModel`: any exportable one)."""
 
     @property
     def input_names(self) -> List[str]:
-        if self.scene:
-            return ["points"] + (["features"] if self.num_features else [])
-        return ["points"] + (["normals"] if self.use_normals else []) + (["category"] if self.num_categories else [])
+        return self.inputs.names
+
+    @property
+    def nodes(self) -> Tensor:
+        """The grid's node positions ``[R, 3]`` the graph is built on."""
+        return self.model.gridify.fixed_tables(self.model_dtype)[0]
 
     @property
     def axes(self) -> Tuple[Tensor, Tensor, Tensor]:
-        return self.axis_x, self.axis_y, self.axis_z
+        """The grid's per-axis node coordinates (:func:`gridify.nn.dense.grid_axes`)."""
+        return self.model.gridify.fixed_tables(self.model_dtype)[1]
 
-    def graph_points(self, *inputs: Tensor) -> Tensor:
-        """The coordinates the graph is built on (grid box), ``[B, N, 3]``."""
-        if self.scene:
-            return scene_box_dense(inputs[0], self.model.extent, getattr(self.model, "box_trim", 0.0))
-        return _normalize_points(inputs[0], self.normalization) if self.normalize else inputs[0]
+    @property
+    def model_dtype(self) -> torch.dtype:
+        """The model's dtype (the inputs' dtype)."""
+        return next(self.model.parameters()).dtype
 
-    def _features(self, inputs: Tuple[Tensor, ...]) -> Tuple[Tensor, Tensor]:
-        if self.scene:
-            u, half = scene_box_dense_scaled(inputs[0], self.model.extent, getattr(self.model, "box_trim", 0.0))
-            parts = [u] + ([inputs[1]] if self.num_features else [])
-            if getattr(self.model, "scale_input", False):
-                parts.append(scale_features(half).expand(-1, u.size(1), -1))
-            return u, torch.cat(parts, -1) if len(parts) > 1 else u
-        u = self.graph_points(*inputs)
-        return u, (torch.cat([u, inputs[1]], -1) if self.use_normals else u)
+    def model_inputs(self, inputs: Tuple[Tensor, ...]) -> Tuple[Tensor, ...]:
+        """The inputs as the model takes them: points and normals turned to z up, the points normalized."""
+        inputs = _to_z_up(self.up_rotation, inputs, self.input_names)
+        if not self.normalize:
+            return inputs
+        return (_normalize_points(inputs[0], self.normalization),) + tuple(inputs[1:])
+
+    def forward(self, *inputs: Tensor) -> Tensor:
+        if not validating():  # traced (or called by library code that checked): the graph itself
+            return self._forward(*inputs)
+        self.check_inputs(*inputs)
+        with trusted_inputs():  # checked once here; the nested modules need not repeat it
+            return self._forward(*inputs)
+
+    def _forward(self, *inputs: Tensor) -> Tensor:
+        with fixed_shapes(self.search, self.node_chunk):
+            return self.inputs.call(self.model, *self.model_inputs(inputs))
+
+    @torch.no_grad()
+    def reference(self, *inputs: Tensor) -> Tensor:
+        """The same logits through the model's own sparse path (bilateral kNN graph): the reference path."""
+        if validating():
+            self.check_inputs(*inputs, where=f"{type(self).__name__}.reference")
+        return self.inputs.call(self.model, *self.model_inputs(inputs))
 
     def check_inputs(self, *inputs: Any, where: Optional[str] = None) -> None:
         """Raise ValueError naming what is wrong with ``forward``'s arguments (None when they are fine)."""
         where = where or f"{type(self).__name__}.forward"
         names = self.input_names
         if len(inputs) != len(names):
-            fail(where, f"expected the inputs {', '.join(names)} ({len(names)}), got {len(inputs)} tensors")
-        dtype, device = self.nodes.dtype, self.nodes.device
-        k = self.model.gridify.k
-        points = check_dense_clouds(where, inputs[0], "points", k, dtype, device)
-        B, N = points.shape[:2]
+            self._fail_count(where, len(inputs))
+        dtype, device = self.model_dtype, next(self.model.parameters()).device
+        points = check_dense_clouds(where, inputs[0], "points", self.model.gridify.k, dtype, device)
+        widths, classes = dict(self.inputs.features), dict(self.inputs.per_cloud)
         for name, value in zip(names[1:], inputs[1:]):
-            value = check_tensor(where, name, value)
-            if name == "category":
-                if value.dim() != 1 or value.numel() != B or value.dtype != torch.int64:
-                    fail(where, f"category must be an int64 tensor [B] = [{B}], got {value.dtype} {tuple(value.shape)}")
-                bad = ((value < 0) | (value >= self.num_categories)).nonzero().flatten()
-                if bad.numel():
-                    fail(
-                        where,
-                        f"category must hold integers in [0, {self.num_categories}), got "
-                        f"{int(value[bad[0]])} for cloud {int(bad[0])}",
-                    )
-                continue
-            width = self.num_features if name == "features" else 3
-            if value.dim() != 3 or tuple(value.shape) != (B, N, width):
-                fail(
-                    where,
-                    f"{name} must have shape [B, N, {width}] = [{B}, {N}, {width}] (one row per point), got "
-                    f"{tuple(value.shape)}",
-                )
-            check_float(where, name, value)
-            if value.dtype != dtype or value.device != device:
-                fail(
-                    where,
-                    f"{name} must be {str(dtype).replace('torch.', '')} on {device} (the model's), got "
-                    f"{value.dtype} on {value.device}",
-                )
-            check_finite(where, name, value.reshape(B * N, width), torch.arange(B).repeat_interleave(N))
-        nbytes = B * N * min(self.node_chunk, self.nodes.size(0)) * element_size(dtype)
+            if name in classes:
+                _check_per_cloud(where, name, value, points.size(0), classes[name])
+            else:
+                _check_per_point(where, name, value, points, widths[name])
+        chunk = min(self.node_chunk, self.model.gridify.grid.num_nodes)
+        B, N = points.shape[:2]
         check_alloc(
             where,
-            f"points {tuple(points.shape)} (a [B, {min(self.node_chunk, self.nodes.size(0))}, N] distance block)",
-            nbytes,
+            f"points {tuple(points.shape)} (a [B, {chunk}, N] distance block)",
+            B * N * chunk * element_size(dtype),
         )
 
-    def forward(self, *inputs: Tensor) -> Tensor:
-        if not validating():
-            return self._forward(*inputs)
-        self.check_inputs(*inputs)
-        with trusted_inputs():
-            return self._forward(*inputs)
-
-    def _forward(self, *inputs: Tensor) -> Tensor:
-        m = self.model
-        u, x = self._features(_to_z_up(self.up_rotation, inputs, self.input_names))
-        graph = dense_grid_knn_unchecked(u, m.gridify.k, self.nodes, self.axes, self.node_chunk, self.search)
-        z = m.backbone(m.grid_norm(gridify_dense_graph(m.gridify, u, x, self.nodes, graph)))
-        voxel = degridify_dense_graph(m.degridify, z, u, self.nodes, graph)
-        B, N = u.shape[:2]
-        parts = [voxel, m.point_mlp(x)]
-        if self.num_categories:
-            onehot = nn.functional.one_hot(inputs[-1], self.num_categories).to(voxel.dtype)
-            parts.append(onehot.unsqueeze(1).expand(-1, N, -1))
-        return m.head(torch.cat(parts, -1))
-
-    @torch.no_grad()
-    def reference(self, *inputs: Tensor) -> Tensor:
-        """The same logits through the model's own forward (bilateral kNN graph): the reference path."""
-        if validating():
-            self.check_inputs(*inputs, where=f"{type(self).__name__}.reference")
-        inputs = _to_z_up(self.up_rotation, inputs, self.input_names)
-        if self.scene:
-            return self.model(inputs[0], inputs[1] if self.num_features else None)
-        u, x = self._features(inputs)
-        return self.model(u, x, category=inputs[-1] if self.num_categories else None)
-
-    def point_nodes(self, u: Tensor) -> Tensor:
-        """``P`` of the fixed-shape graph of grid-box points ``u [B, N, 3]``."""
-        return dense_grid_knn_unchecked(u, self.model.gridify.k, self.nodes, self.axes, self.node_chunk, self.search)[1]
+    def _fail_count(self, where: str, count: int) -> NoReturn:
+        """The message of a wrong number of inputs: the first one missing, or one the model was built without."""
+        names = self.input_names
+        expected = f"expected the inputs {', '.join(names)} ({len(names)}), got {count} tensors"
+        channels = f"in_channels={self.model.in_channels}"
+        if count < len(names):
+            missing = names[count]
+            takes = " + ".join("xyz" if n == "points" else n for n, _ in self.inputs.features) or "points"
+            verb = "are" if missing.endswith("s") else "is"
+            fail(where, f"{missing} {verb} required: the model takes {takes} ({channels}); {expected}")
+        if self.inputs.without:
+            fail(where, f"the model takes no {self.inputs.without[0]} ({channels}); pass the {', '.join(names)} only")
+        fail(where, expected)
 
     def example_inputs(self, batch: int, n: int, seed: int) -> Tuple[Tensor, ...]:
-        """Seeded random clouds ``[batch, n, 3]`` (+ their other inputs), as :meth:`place` places them."""
+        """Seeded clouds ``[batch, n, 3]`` (+ their other inputs): in metres as :meth:`place` places them for a
+        model of clouds in metres; else on a noisy sphere inside the grid box when the wrapper does not
+        normalize, off-centre and larger when it does."""
         g = torch.Generator().manual_seed(seed)
-        u = 2 * torch.rand(batch, n, 3, generator=g, dtype=torch.float64) - 1
-        if not self.scene:
-            u = nn.functional.normalize(u, dim=-1) * (
-                0.6 + 0.3 * torch.rand(batch, n, 1, generator=g, dtype=torch.float64)
-            )
-        return self.place(u, g)
+        if self.metric:
+            return self.place(2 * torch.rand(batch, n, 3, generator=g, dtype=torch.float64) - 1, g)
+        direction = nn.functional.normalize(torch.randn(batch, n, 3, generator=g, dtype=torch.float64), dim=-1)
+        radius = 0.6 + 0.3 * torch.rand(batch, n, 1, generator=g, dtype=torch.float64)
+        return (self._box_points(direction * radius, 1.0).to(self.model_dtype),) + self._other_inputs(batch, n, g)
 
     def place(self, u: Tensor, g: torch.Generator) -> Tuple[Tensor, ...]:
-        """Clouds ``u`` (float64, in ``[-1, 1]^3``) as inputs: a scene segmenter gets metric points
-        (a 30 x 30 x 3 m box far from the origin, as a scan in map coordinates) and features in
-        ``[0, 1]``; a part segmenter gets them as :meth:`OnnxClassifier.place` places a classifier's, plus
-        normals and categories."""
-        dtype = self.nodes.dtype
+        """Clouds ``u`` (float64, in ``[-1, 1]^3``) as inputs, with seeded other inputs (unit normals, features in
+        ``[0, 1]``, categories): for a model of clouds in metres a 30 x 30 x 3 m box far from the origin (a scan
+        in map coordinates); else in the grid box, off-centre and larger when the wrapper normalizes."""
         batch, n = u.shape[:2]
-        if self.scene:
-            points = torch.tensor([350.0, -120.0, 2.0], dtype=torch.float64) + u * torch.tensor(
-                [15.0, 15.0, 1.5], dtype=torch.float64
-            )
-            out = (points.to(dtype),)
-            if self.num_features:
-                out += (torch.rand(batch, n, self.num_features, generator=g, dtype=torch.float64).to(dtype),)
-            return out
-        points = u * 0.9
-        if self.normalize:
-            points = points * 3.0 + 2.0
-        out = (points.contiguous().to(dtype),)
-        if self.use_normals:
-            out += (nn.functional.normalize(torch.randn(u.shape, generator=g, dtype=torch.float64), dim=-1).to(dtype),)
-        if self.num_categories:
-            out += (torch.randint(0, self.num_categories, (batch,), generator=g),)
-        return out
+        if self.metric:
+            box = torch.tensor([15.0, 15.0, 1.5], dtype=torch.float64)
+            points = torch.tensor([350.0, -120.0, 2.0], dtype=torch.float64) + u * box
+        else:
+            points = self._box_points(u, 0.9).contiguous()
+        return (points.to(self.model_dtype),) + self._other_inputs(batch, n, g)
+
+    def _box_points(self, u: Tensor, fill: float) -> Tensor:
+        """``u`` within the unit ball placed in the grid box (``fill`` of its half width), then off-centre
+        and larger (``3 p + 2``) when the wrapper normalizes."""
+        grid = self.model.gridify.grid
+        lo, hi = (torch.tensor(v, dtype=torch.float64) for v in (grid.lower, grid.upper))
+        points = (lo + hi) / 2 + u * fill * float((hi - lo).min()) / 2
+        return points * 3.0 + 2.0 if self.normalize else points
+
+    def _other_inputs(self, batch: int, n: int, g: torch.Generator) -> Tuple[Tensor, ...]:
+        """Seeded inputs after the points, in order: unit normals, features in ``[0, 1]``, categories."""
+        widths, classes = dict(self.inputs.features), dict(self.inputs.per_cloud)
+        out: List[Tensor] = []
+        for name in self.input_names[1:]:
+            if name in classes:
+                out.append(torch.randint(0, classes[name], (batch,), generator=g))
+            elif name == "normals":
+                normals = torch.randn(batch, n, 3, generator=g, dtype=torch.float64)
+                out.append(nn.functional.normalize(normals, dim=-1).to(self.model_dtype))
+            else:
+                out.append(torch.rand(batch, n, widths[name], generator=g, dtype=torch.float64).to(self.model_dtype))
+        return tuple(out)
+
+
+def _check_per_point(where: str, name: str, value: Any, points: Tensor, width: int) -> None:
+    """A per-point input ``[B, N, width]`` of ``points``' dtype and device, finite (messages name the cloud and row)."""
+    value = check_tensor(where, name, value)
+    B, N = points.shape[:2]
+    if value.dim() != 3 or tuple(value.shape) != (B, N, width):
+        if width == 3:
+            fail(where, f"{name} must have the shape of points {tuple(points.shape)}, got {tuple(value.shape)}")
+        fail(
+            where,
+            f"{name} must have shape [B, N, {width}] = [{B}, {N}, {width}] (one row per point), got {tuple(value.shape)}",
+        )
+    check_float(where, name, value)
+    if value.dtype != points.dtype or value.device != points.device:
+        fail(
+            where,
+            f"{name} must be {str(points.dtype).replace('torch.', '')} on {points.device} (the model's), got "
+            f"{value.dtype} on {value.device}",
+        )
+    check_finite(where, name, value.reshape(B * N, width), torch.arange(B).repeat_interleave(N))
+
+
+def _check_per_cloud(where: str, name: str, value: Any, B: int, classes: int) -> None:
+    """A per-cloud input: int64 ``[B]`` with values in ``[0, classes)``."""
+    value = check_tensor(where, name, value)
+    if value.dim() != 1 or value.numel() != B or value.dtype != torch.int64:
+        fail(where, f"{name} must be an int64 tensor [B] = [{B}], got {value.dtype} {tuple(value.shape)}")
+    bad = ((value < 0) | (value >= classes)).nonzero().flatten()
+    if bad.numel():
+        fail(where, f"{name} must hold integers in [0, {classes}), got {int(value[bad[0]])} for cloud {int(bad[0])}")
+
+
+class OnnxClassifier(OnnxModel):
+    """An :class:`OnnxModel` of a :class:`gridify.models.GridifiedClassifier`: ``forward(points [B, N, 3],
+    normals [B, N, 3])`` (``normals`` only for models with ``in_channels == 6``) -> logits ``[B, K]``.
+
+    Shapes:
+        points ``[B, N, 3]``, normals ``[B, N, 3]`` -> logits ``[B, num_classes]``
+    """
+
+    def check_model(self, where: str, model: nn.Module) -> None:
+        """Refuse a segmenter (a model whose task labels every point) naming its task."""
+        _check_wrapped(where, model, classifier=True)
+
+
+class OnnxSegmenter(OnnxModel):
+    """An :class:`OnnxModel` of a part or scene segmenter: per-point logits ``[B, N, K]``.
+
+    * :class:`gridify.models.GridifiedSceneSegmenter` (``scene_segmenter``): ``points [B, N, 3]``
+      in metres (+ ``features [B, N, F]``, the checkpoint's per-point features, when ``F > 0``);
+      the model maps every cloud into its grid box (:func:`gridify.models.scene.scene_box_dense`), its graph
+      searches by bucket.
+    * :class:`gridify.models.GridifiedSegmenter` (``gridified_segmenter``, part segmentation):
+      ``points [B, N, 3]`` (+ ``normals [B, N, 3]`` for 6-feature models, + ``category [B]``
+      int64 for models trained with object categories), normalized as :class:`OnnxClassifier`
+      normalizes.
+
+    Shapes:
+        points ``[B, N, 3]`` (+ features ``[B, N, F]`` / normals ``[B, N, 3]``, category ``[B]``)
+        -> logits ``[B, N, num_classes]``
+    """
+
+    def check_model(self, where: str, model: nn.Module) -> None:
+        """Refuse a classifier (one label per cloud) naming its task."""
+        _check_wrapped(where, model, classifier=False)
+
+
+def _check_wrapped(where: str, model: Any, classifier: bool) -> None:
+    """Refuse (:class:`ExportError`) a model of the wrong task for a wrapper: :class:`OnnxClassifier` (``classifier``)
+    takes a model of one label per cloud, :class:`OnnxSegmenter` one of a label per point (a part or scene segmenter,
+    :attr:`gridify.tasks.Task.dense`); the message names the model's task and the wrapper that takes it."""
+    task = model_task(model)
+    if get_task(task).dense != classifier:
+        return
+    right = "OnnxSegmenter" if classifier else "OnnxClassifier"
+    takes = "a classifier (GridifiedClassifier)" if classifier else "a part or scene segmenter"
+    fail_export(
+        where,
+        f"the model is a {type(model).__name__}, a {task} model, but {where} wraps {takes}: use "
+        f"{right}(model) (or export_onnx, which picks the wrapper by the model)",
+    )

@@ -10,13 +10,20 @@ run on the model's own intermediate results without re-validating
 exceed the allocation limit are refused at construction, before anything is allocated;
 :meth:`GridifiedModel.set_resolution` is all or nothing.
 
+The same ``forward`` is the exported one: inside :func:`gridify.nn.dense.fixed_shapes` the layers take
+their fixed-shape (traceable) path on equally sized clouds ``[B, N, 3]`` (validated by the caller, the
+ONNX wrappers of :mod:`gridify.export`), and :meth:`GridifiedModel.point_inputs` names what the model
+takes beside the points there (:class:`PointInputs`).
+
 Shapes:
     classifier: pos [N, 3], x [N, F], batch [N] -> [B, num_classes]; segmenter: -> [N, num_classes]
+    (dense [B, N, 3] inputs, and the fixed-shape path: -> [B, num_classes], [B, N, num_classes])
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Optional, Tuple, Union
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -31,9 +38,55 @@ from ..nn.norm import ChannelLayerNorm, recalibrate_batchnorm
 from ..nn.state import all_or_nothing
 from ..registry import MODELS
 
-__all__ = ["GridifiedModel", "GridifiedClassifier", "GridifiedSegmenter", "CLASSIFIER_PRESETS"]
+__all__ = [
+    "GridifiedModel",
+    "GridifiedClassifier",
+    "GridifiedSegmenter",
+    "CLASSIFIER_PRESETS",
+    "PointInputs",
+    "xyz_inputs",
+]
 
 POOLS = ("mean", "max", "meanmax")
+
+
+@dataclass(frozen=True)
+class PointInputs:
+    """What a gridified model takes beside ``points [B, N, 3]``, by name (the inputs of its exported file).
+
+    ``features``: ``(name, width)`` of the per-point inputs ``[B, N, width]`` that make up ``x``, in order
+    (``"points"``: the coordinates themselves); ``per_cloud``: ``(name, classes)`` of the int64 ``[B]``
+    inputs with values in ``[0, classes)``, passed to ``forward`` by keyword (``category``); ``without``: the
+    inputs a model of its kind may take that this one was built without (named in messages).
+    """
+
+    features: Tuple[Tuple[str, int], ...]
+    per_cloud: Tuple[Tuple[str, int], ...] = ()
+    without: Tuple[str, ...] = ()
+
+    @property
+    def names(self) -> List[str]:
+        """``points``, then the other per-point inputs, then the per-cloud ones."""
+        return ["points"] + [n for n, _ in self.features if n != "points"] + [n for n, _ in self.per_cloud]
+
+    def call(self, model: nn.Module, points: Tensor, *inputs: Tensor) -> Tensor:
+        """``model(points, x, **per_cloud)`` on the named inputs of :attr:`names` (``x``: the ``features``
+        concatenated; None without any)."""
+        named = dict(zip(self.names, (points, *inputs)))
+        parts = [named[n] for n, _ in self.features]
+        x = (torch.cat(parts, -1) if len(parts) > 1 else parts[0]) if parts else None
+        return model(points, x, **{n: named[n] for n, _ in self.per_cloud})
+
+
+def xyz_inputs(in_channels: int, per_cloud: Tuple[Tuple[str, int], ...] = (), without: Tuple[str, ...] = ()):
+    """The :class:`PointInputs` of a model of normalized clouds: xyz (``in_channels=3``) or xyz + normals (6),
+    the features :class:`gridify.Predictor` builds; None for any other width."""
+    if in_channels == 3:
+        return PointInputs((("points", 3),), per_cloud, ("normals",) + without)
+    if in_channels == 6:
+        return PointInputs((("points", 3), ("normals", 3)), per_cloud, without)
+    return None
+
 
 #: Named configurations of :class:`GridifiedClassifier` (keyword arguments; any can be overridden).
 #: ``"thesis"`` is the ModelNet40 configuration of the thesis (the class defaults). ``"fast"`` cuts
@@ -173,6 +226,11 @@ class GridifiedModel(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
+    def point_inputs(self) -> Optional[PointInputs]:
+        """What the model takes beside its points, by name (:class:`PointInputs`); None: nothing a deployment
+        builds (a model of other features)."""
+        return None
+
 
 @MODELS.register("gridified_classifier")
 class GridifiedClassifier(GridifiedModel):
@@ -284,6 +342,10 @@ class GridifiedClassifier(GridifiedModel):
         if self.pool == "max":
             return flat.amax(-1)
         return torch.cat([flat.mean(-1), flat.amax(-1)], 1)
+
+    def point_inputs(self) -> Optional[PointInputs]:
+        """``points`` (+ ``normals`` for ``in_channels=6``): ``x`` is ``[points, normals]`` (:func:`xyz_inputs`)."""
+        return xyz_inputs(self.in_channels)
 
     def embed(
         self,
@@ -401,6 +463,13 @@ class GridifiedSegmenter(GridifiedModel):
         )
         self.in_channels, self.num_classes, self.num_categories = in_channels, num_classes, num_categories
 
+    def point_inputs(self) -> Optional[PointInputs]:
+        """``points`` (+ ``normals`` for ``in_channels=6``, :func:`xyz_inputs`), + ``category`` for a model
+        built with ``num_categories``."""
+        if self.num_categories:
+            return xyz_inputs(self.in_channels, (("category", self.num_categories),))
+        return xyz_inputs(self.in_channels, without=("category",))
+
     def forward(
         self,
         pos: Tensor,
@@ -425,6 +494,6 @@ class GridifiedSegmenter(GridifiedModel):
                 voxel = voxel.reshape(-1, voxel.size(-1))
             parts = [voxel, self.point_mlp(x.to(voxel.dtype))]
             if onehot is not None:
-                parts.append(onehot[graph.batch])
+                parts.append(graph.per_point(onehot))
             logits = self.head(torch.cat(parts, -1))
         return logits.view(*dense_shape, -1) if dense else logits

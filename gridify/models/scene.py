@@ -35,9 +35,13 @@ empty: ``in_channels=0``).
 Validation: the points, features and batch are checked once at :meth:`GridifiedSceneSegmenter.forward` (types, shapes,
 NaN/Inf naming the cloud and row), the gridification then checks the batch structure only.
 
+On the fixed-shape path (:func:`gridify.nn.dense.fixed_shapes`: the exported file) the same ``forward`` maps
+equally sized clouds ``[B, N, 3]`` with :func:`scene_box_dense_scaled` (the same arithmetic, traceable) and
+checks nothing (its caller did).
+
 Shapes:
     pos [N, 3] metres, x [N, F], batch [N] -> logits [N, num_classes]
-    (dense pos [B, N, 3], x [B, N, F] -> [B, N, num_classes])
+    (dense pos [B, N, 3], x [B, N, F], and the fixed-shape path -> [B, N, num_classes])
 """
 
 from __future__ import annotations
@@ -60,11 +64,12 @@ from .._checks import (
 )
 from ..backbones.blocks import MaskDropout
 from ..nn.connectivity import BipartiteGraph, GraphBuilder
+from ..nn.dense import fixed_shape_settings
 from ..nn.gridification import Degridification
 from ..nn.inputs import module_dtype, parse_points
 from ..ops.grid import check_resolution, resolution_value
 from ..registry import MODELS
-from .gridified import GridifiedModel
+from .gridified import GridifiedModel, PointInputs
 
 __all__ = [
     "GridifiedSceneSegmenter",
@@ -328,6 +333,7 @@ class GridifiedSceneSegmenter(GridifiedModel):
             message_channels=message_channels,
             pos_hidden_channels=pos_hidden_channels,
         )
+        self.gridify.fixed_search = "bucketed"  # thousands of nodes over crops of thousands of points
         self.degridify = Degridification(
             hidden_channels,
             hidden_channels,
@@ -418,6 +424,31 @@ class GridifiedSceneSegmenter(GridifiedModel):
         check_finite(where, "pos", pos, batch)
         return scene_box_coordinates(pos, batch, num_clouds, self.extent, self.box_trim)
 
+    def point_inputs(self) -> PointInputs:
+        """``points`` (metres) and, for ``in_channels > 0``, ``features``: ``x`` is the features alone (the
+        model adds the grid-box coordinates itself)."""
+        if self.in_channels:
+            return PointInputs((("features", self.in_channels),))
+        return PointInputs((), without=("features",))
+
+    def _box_inputs(
+        self, where: str, pos: Tensor, x: Tensor, batch: Optional[Tensor]
+    ) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+        """``(u, [u, x, a], batch)`` (module docstring) of flat points ``pos [N, 3]``, ``x [N, F]``, checked here
+        (the batch, NaN / Inf), or on the fixed-shape path of clouds ``[B, N, 3]``, ``[B, N, F]`` (checked by
+        the caller, :func:`scene_box_dense_scaled`). ``[u, x, a]`` drops an empty ``x``."""
+        if fixed_shape_settings() is not None:
+            u, half = scene_box_dense_scaled(pos, self.extent, self.box_trim)
+            scale = scale_features(half).expand(-1, pos.size(1), -1) if self.scale_input else None
+        else:
+            batch, num_clouds, _ = check_batch(where, "batch", batch, pos.size(0), device=pos.device)
+            check_finite(where, "pos", pos, batch)
+            check_finite(where, "x", x, batch)
+            u, half = scene_box(pos, batch, num_clouds, self.extent, self.box_trim)
+            scale = scale_features(half)[batch] if self.scale_input else None
+        parts = [u] + ([x] if x.size(-1) else []) + ([scale] if scale is not None else [])
+        return u, (torch.cat(parts, -1) if len(parts) > 1 else u), batch
+
     def forward(
         self,
         pos: Tensor,
@@ -431,11 +462,7 @@ class GridifiedSceneSegmenter(GridifiedModel):
         if x is None and isinstance(pos, Tensor):
             x = pos.new_zeros(pos.shape[:-1] + (0,))
         pos, x, batch, dense_shape = parse_points(where, pos, x, batch, self.in_channels, module_dtype(self))
-        batch, num_clouds, _ = check_batch(where, "batch", batch, pos.size(0), device=pos.device)
-        check_finite(where, "pos", pos, batch)
-        check_finite(where, "x", x, batch)
-        u, half = scene_box(pos, batch, num_clouds, self.extent, self.box_trim)
-        feats = torch.cat([u, x, scale_features(half)[batch]] if self.scale_input else [u, x], -1)
+        u, feats, batch = self._box_inputs(where, pos, x, batch)
         if graph is None:
             with trusted_inputs():  # checked above; the gridification checks the batch structure
                 grid, graph = self.gridify(u, feats, batch, return_graph=True)

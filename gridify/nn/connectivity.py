@@ -78,6 +78,11 @@ class BipartiteGraph:
         point, node = self.edge_index
         return nodes[node % self.grid.num_nodes] - self.pos[point]
 
+    def per_point(self, values: Tensor) -> Tensor:
+        """Per-cloud ``values [B, F]`` at every point, ``[N, F]`` (the layout of the points' features; the
+        fixed-shape graph's :meth:`gridify.nn.dense.FixedShapeGraph.per_point` keeps ``[B, N, F]``)."""
+        return values[self.batch]
+
     def degree(self) -> Tuple[Tensor, Tensor]:
         """Number of edges at every point ``[N]`` and at every grid node ``[B * Rx Ry Rz]``."""
         point, node = self.edge_index

@@ -6,16 +6,31 @@ connectivity (thesis eqs. 4.1, 4.2):
     x_i^G = phi_upd( AGG_{j -> i} phi_msg( phi_node(x_j^P), phi_pos(c_i^G - c_j^P) ) )
     x_j^P = phi_upd'( AGG_{i -> j} phi_msg'( phi_node'(x_i^G), phi_pos'(c_j^P - c_i^G) ) )
 
+Inside :func:`gridify.nn.dense.fixed_shapes` both run their fixed-shape (traceable) path on equally
+sized clouds ``[B, N, 3]``: the graph is :func:`gridify.nn.dense.fixed_bilateral_knn` (every node's
+``k`` points ``A_i``, every point's ``k'`` nodes ``P_j`` with the mask ``keep`` of the edges ``A``
+already holds), the messages are the same :meth:`BipartiteConv.edge_message` as the sparse path's, and
+the aggregation over the two edge kinds is :func:`gridify.ops.scatter_fixed`:
+
+    x_i^G = phi_upd( AGG( {phi_msg(h_j, phi_pos(c_i^G - c_j)) : j in A_i} U {... : i in P_j, keep_{j,i}} ) )
+    x_j^P = phi_upd'( AGG( {phi_msg'(g_i, phi_pos'(c_j - c_i^G)) : i in P_j, keep_{j,i}} U {... : j in A_i} ) )
+
+(a max takes the duplicate edges unmasked: one carries the message of the edge it repeats, the same
+value up to the rounding of the two evaluations, and a maximum counts it once).
+
 Validation: :class:`Gridification` and :class:`Degridification` validate their inputs once
 (NaN/Inf only outside :func:`gridify._checks.trusted_inputs`, i.e. not when a model that
 validated them calls them) and run their :class:`BipartiteConv` trusted; a
 :class:`BipartiteConv` called directly validates its own inputs
 (:func:`gridify.nn.inputs.check_message_passing_inputs`). Sizes that would exceed the
-allocation limit (a resolution, a batch of clouds, a width) are refused before allocating.
+allocation limit (a resolution, a batch of clouds, a width) are refused before allocating. The
+fixed-shape path validates nothing (its callers do: the ONNX wrappers, :func:`gridify_dense`).
 
 Shapes:
     Gridification: pos [N, 3], x [N, F], batch [N] -> [B, C, Rx, Ry, Rz] ([B, C, R, R, R] for an int R);
-    Degridification: grid [B, C, Rx, Ry, Rz], graph -> [N, C_out]
+    Degridification: grid [B, C, Rx, Ry, Rz], graph -> [N, C_out];
+    fixed-shape path: pos [B, N, 3], x [B, N, F] -> [B, C, Rx, Ry, Rz]; grid, graph -> [B, N, C_out];
+    gridify_dense: pos [B, N, 3], x [B, N, F] -> [B, C, R, R, R]
 """
 
 from __future__ import annotations
@@ -43,9 +58,11 @@ from .._checks import (
     validating,
 )
 from ..ops.grid import grid_shape, resolution_value
-from ..ops.scatter import accumulation_dtype, scatter_unchecked
+from ..ops.scatter import accumulation_dtype, scatter_fixed_unchecked, scatter_unchecked
 from ..ops.knn import check_knn_backend
+from ..ops.knn_dense import check_dense_clouds, check_dense_size, index_rows
 from ..registry import POS_EMBEDDINGS
+from .dense import FixedShapeGraph, FixedShapes, fixed_bilateral_knn, fixed_shape_settings, grid_axes
 from .edge_messages import fused_edge_messages, use_fused_messages
 from .connectivity import (
     BipartiteGraph,
@@ -165,7 +182,8 @@ class BipartiteConv(nn.Module):
         :meth:`node_embedding` ``h_src [..., H]`` and the offsets ``offset [..., D]`` (target minus
         source); ``"product"``: ``h_src * phi_pos``, ``"concat"``: ``W_2 GELU(h_src + phi_pos)``.
         The autograd path of :meth:`forward` and the fixed-shape (exported) path
-        (:mod:`gridify.nn.dense`) both compute their messages here. ``-> [..., H]``."""
+        (:meth:`Gridification.fixed_shape_forward`, :meth:`Degridification.fixed_shape_propagate`) both
+        compute their messages here. ``-> [..., H]``."""
         p = self.phi_pos(offset)
         if self.message == "product":
             return h_src * p
@@ -448,6 +466,50 @@ class Gridification(nn.Module):
         worker); its graphs go back in as ``forward(..., graph=graph)``."""
         return GraphBuilder(self.grid, self.k, self.knn_backend, self.max_in_degree)
 
+    #: the node -> points search of the fixed-shape graph (:data:`gridify.ops.knn_dense.SEARCHES`) unless
+    #: :func:`gridify.nn.dense.fixed_shapes` names one; a grid of thousands of nodes over clouds of thousands of
+    #: points (a scene segmenter's) searches by bucket
+    fixed_search = "brute"
+
+    def fixed_tables(
+        self, dtype: torch.dtype = torch.float32, device: Optional[torch.device] = None
+    ) -> Tuple[Tensor, Tuple[Tensor, Tensor, Tensor]]:
+        """The grid's node positions ``[R, 3]`` and per-axis coordinates (:func:`gridify.nn.dense.grid_axes`) of
+        the fixed-shape path: computed once per grid, dtype and device and kept, so that a trace of the path,
+        after one eager call, holds them as constants (not as the ops that compute them)."""
+        device = torch.device("cpu") if device is None else torch.device(device)
+        key = (self.grid.shape, self.grid.lower, self.grid.upper, dtype, device)
+        cached = self.__dict__.get("_fixed_tables")
+        if cached is None or cached[0] != key:
+            cached = (key, (self.grid.positions(device, dtype), grid_axes(self.grid, device, dtype)))
+            self.__dict__["_fixed_tables"] = cached
+        return cached[1]
+
+    def fixed_shape_forward(
+        self, pos: Tensor, x: Tensor, tables: Optional[Tuple[Tensor, Tuple[Tensor, Tensor, Tensor]]] = None
+    ) -> Tuple[Tensor, FixedShapeGraph]:
+        """The fixed-shape path of :meth:`forward` (module docstring; no checks): the grid ``[B, C, Rx, Ry, Rz]``
+        of equally sized clouds ``pos [B, N, 3]`` (finite, ``N >= k``) with features ``x [B, N, F]``, and the
+        graph. ``tables``: :meth:`fixed_tables` (the default)."""
+        settings = fixed_shape_settings() or FixedShapes()
+        nodes, axes = self.fixed_tables(pos.dtype, pos.device) if tables is None else tables
+        search = settings.search or self.fixed_search
+        graph = fixed_bilateral_knn(pos, self.k, nodes, axes, settings.node_chunk, search)
+        conv = self.conv
+        B, N = pos.shape[:2]
+        R, k = nodes.size(0), graph.node_points.size(2)
+        h = conv.node_embedding(x)
+        H = h.size(-1)
+        cloud = torch.arange(B, device=pos.device)
+        src = (graph.node_points + (cloud * N).view(B, 1, 1)).reshape(-1)  # A: node <- its k points, [B R k]
+        dst = (graph.point_nodes + (cloud * R).view(B, 1, 1)).reshape(-1)  # P: point -> its k' nodes, [B N k']
+        offset_a = nodes.repeat(B, 1).repeat_interleave(k, 0) - index_rows(pos.reshape(-1, 3), src)
+        m_a = conv.edge_message(index_rows(h.reshape(-1, H), src), offset_a)
+        m_b = conv.edge_message(h.unsqueeze(2), index_rows(nodes, graph.point_nodes) - pos.unsqueeze(2)).reshape(-1, H)
+        keep = None if conv.aggr == "max" else graph.keep.reshape(-1)  # a max counts a duplicate once
+        out = conv.update(scatter_fixed_unchecked(m_a.view(B * R, k, H), m_b, dst, conv.aggr, extra_keep=keep))
+        return self.grid.to_dense_unchecked(out, B), graph
+
     def forward(
         self,
         pos: Tensor,
@@ -462,6 +524,9 @@ class Gridification(nn.Module):
         DataLoader worker), used instead of building it here; checked against ``pos``/``batch``."""
         where = type(self).__name__
         pos, x, batch, dense_shape = parse_points(where, pos, x, batch, self.in_channels, module_dtype(self))
+        if fixed_shape_settings() is not None:  # equally sized clouds [B, N, 3], validated by the caller
+            grid, fixed = self.fixed_shape_forward(pos, x)
+            return (grid, fixed) if return_graph else grid
         batch, counts = self._check_cloud(where, pos, batch, num_clouds)
         if validating():
             check_finite(where, "x", x, batch)
@@ -558,11 +623,14 @@ class Degridification(nn.Module):
             check_graph(where, graph)
         return self.propagate(grid, graph)
 
-    def propagate(self, grid: Tensor, graph: BipartiteGraph) -> Tensor:
+    def propagate(self, grid: Tensor, graph: Union[BipartiteGraph, FixedShapeGraph]) -> Tensor:
         """De-gridify without validation (``grid`` of the shape :meth:`forward` checks, finite).
 
-        For library code that produced ``grid`` and ``graph`` itself (a model's forward pass).
+        For library code that produced ``grid`` and ``graph`` itself (a model's forward pass); over the graph
+        of the fixed-shape path (:class:`gridify.nn.dense.FixedShapeGraph`) it runs :meth:`fixed_shape_propagate`.
         """
+        if isinstance(graph, FixedShapeGraph):
+            return self.fixed_shape_propagate(grid, graph)
         x = graph.grid.from_dense_unchecked(grid) if grid.dim() == 5 else grid
         x = x.to(module_dtype(self))
         point, node = graph.edge_index
@@ -572,3 +640,86 @@ class Degridification(nn.Module):
         if graph.dense_shape is not None:
             out = out.view(*graph.dense_shape, -1)
         return out
+
+    def fixed_shape_propagate(self, grid: Tensor, graph: FixedShapeGraph) -> Tensor:
+        r"""The fixed-shape path of :meth:`propagate` (module docstring; no checks): grid features
+        ``[B, C, Rx, Ry, Rz]`` at the points ``graph.pos [B, N, 3]``, ``[B, N, C_out]``. Node ``i`` sends to
+        every point of ``A_i`` and to every point ``j`` whose ``P_j`` holds it (``keep``), with offsets
+        ``c_j - c_i^G``."""
+        conv, pos, nodes = self.conv, graph.pos, graph.nodes
+        B, N = pos.shape[:2]
+        R, k, kk = nodes.size(0), graph.node_points.size(2), graph.point_nodes.size(2)
+        h = conv.node_embedding(grid.permute(0, 2, 3, 4, 1).reshape(B * R, -1))
+        H = h.size(-1)
+        cloud = torch.arange(B, device=pos.device)
+        dst = (graph.node_points + (cloud * N).view(B, 1, 1)).reshape(-1)  # A edges: node -> point, [B R k]
+        offset_a = index_rows(pos.reshape(-1, 3), dst) - nodes.repeat(B, 1).repeat_interleave(k, 0)
+        m_a = conv.edge_message(h.repeat_interleave(k, 0), offset_a)
+        src = (graph.point_nodes + (cloud * R).view(B, 1, 1)).reshape(-1)  # P edges: point <- node, [B N k']
+        offset_b = pos.unsqueeze(2).expand(-1, -1, kk, -1).reshape(-1, 3) - index_rows(
+            nodes, graph.point_nodes
+        ).reshape(-1, 3)
+        m_b = conv.edge_message(index_rows(h, src), offset_b)
+        keep = None if conv.aggr == "max" else graph.keep.reshape(B * N, kk)  # a max counts a duplicate once
+        out = conv.update(scatter_fixed_unchecked(m_b.view(B * N, kk, H), m_a, dst, conv.aggr, own_keep=keep))
+        return out.view(B, N, -1)
+
+
+def gridify_dense(
+    module: Gridification, pos: Tensor, x: Tensor, tables: Optional[Tuple[Tensor, Tensor]] = None
+) -> Tensor:
+    r"""The forward of a :class:`Gridification` on fixed-shape tensors (traceable): its fixed-shape path.
+
+    ``pos [B, N, 3]`` (finite, ``N >= k``) and ``x [B, N, F]`` -> ``[B, C, R, R, R]``: the same
+    result as ``module(pos, x)`` (to float rounding) over the edges of
+    :func:`gridify.nn.dense.fixed_bilateral_knn`; points outside the grid box connect to their nearest
+    nodes (``outside="allow"``). Aggregations ``mean``, ``sum`` and ``max``. ``tables``: the grid's
+    :func:`gridify.nn.dense.grid_tables` (None: the module's own). Validates its arguments (outside a
+    trace), then runs :meth:`Gridification.fixed_shape_forward`.
+    """
+    if validating():
+        _check_gridify_dense(module, pos, x, tables)
+    fixed = None if tables is None else (tables[0], (tables[1][0], tables[1][1], tables[1][2]))
+    return module.fixed_shape_forward(pos, x, fixed)[0]
+
+
+def _check_gridify_dense(module: object, pos: object, x: object, tables: object) -> None:
+    where = "gridify_dense"
+    if not isinstance(module, Gridification):
+        fail(where, f"module must be a gridify.nn.Gridification, got {type(module).__name__}")
+    if module.max_in_degree is not None:
+        fail(
+            where,
+            f"the module caps the in-degree (max_in_degree={module.max_in_degree}); gridify_dense builds "
+            f"the uncapped bilateral kNN graph",
+        )
+    p = next(module.parameters())
+    pos = check_dense_clouds(where, pos, "pos", module.k, p.dtype, p.device)
+    x = check_tensor(where, "x", x)
+    if x.dim() != 3 or x.shape[:2] != pos.shape[:2] or x.size(2) != module.in_channels:
+        fail(
+            where,
+            f"x must have shape [B, N, F] = [{pos.size(0)}, {pos.size(1)}, {module.in_channels}] (pos' B and "
+            f"N, the module's in_channels), got {tuple(x.shape)}",
+        )
+    if x.dtype != pos.dtype or x.device != pos.device:
+        fail(where, f"x must have pos' dtype and device ({pos.dtype} on {pos.device}), got {x.dtype} on {x.device}")
+    check_finite(where, "x", x.reshape(-1, x.size(2)), torch.arange(x.size(0)).repeat_interleave(x.size(1)))
+    if tables is not None:
+        R = module.grid.resolution
+        ok = (
+            isinstance(R, int)
+            and isinstance(tables, (tuple, list))
+            and len(tables) == 2
+            and all(isinstance(t, Tensor) for t in tables)
+            and tuple(tables[0].shape) == (R**3, 3)
+            and tuple(tables[1].shape) == (3, R)
+            and all(t.dtype == pos.dtype and t.device == pos.device for t in tables)
+        )
+        if not ok:
+            fail(
+                where,
+                f"tables must be None or the grid's grid_tables(grid, device, dtype): (nodes [{module.grid.num_nodes}, 3], "
+                f"axis [3, {R}]) of pos' dtype and device",
+            )
+    check_dense_size(where, f"pos {tuple(pos.shape)}", pos.size(0), pos.size(1), module.grid.num_nodes, pos.dtype)

@@ -2,6 +2,8 @@
 
 Point clouds come PyG-style (``pos [N, 3]``, features ``x [N, F]``, a sorted ``batch [N]``), as a
 PyG ``Data``/``Batch`` object with those attributes, or dense (``pos [B, N, 3]``, ``x [B, N, F]``).
+Dense clouds are flattened for the sparse path; on the fixed-shape path
+(:func:`gridify.nn.dense.fixed_shapes`) they keep their layout, unchecked (its caller validated them).
 
 Also the checks of the other tensors that flow into these modules: :func:`category_onehot`
 (object categories), :func:`check_message_passing_inputs` (the inputs of
@@ -35,6 +37,7 @@ from .._checks import (
     validating,
 )
 from ..ops.grid import check_resolution
+from .dense import fixed_shape_settings
 
 __all__ = [
     "category_onehot",
@@ -66,8 +69,11 @@ def parse_points(
     Checks types, shapes, dtypes, devices and the feature count (metadata only: no values are
     read, so nothing synchronises with a GPU); ``x=None`` uses the coordinates. ``batch`` is
     returned as given (validate it with :func:`gridify._checks.check_batch`); dense input gives
-    ``dense_shape = (B, N)`` and a generated batch vector. Both tensors are cast to ``dtype``.
+    ``dense_shape = (B, N)`` and a generated batch vector. Both tensors are cast to ``dtype``. On the
+    fixed-shape path dense clouds come back as they are: ``(pos [B, N, 3], x [B, N, F], None, None)``.
     """
+    if fixed_shape_settings() is not None and isinstance(pos, Tensor) and pos.dim() == 3:
+        return pos, (pos if x is None else x), None, None
     if not isinstance(pos, Tensor) and isinstance(getattr(pos, "pos", None), Tensor):  # PyG Data / Batch
         if x is not None or batch is not None:
             fail(where, "pass either a PyG Data/Batch object or tensors pos, x, batch, not both")
@@ -149,8 +155,8 @@ def category_onehot(
             )
         if device is not None:
             check_device(where, "category", category, device)
-        bad = ((category < 0) | (category >= num_categories)).nonzero().flatten()
-        if bad.numel():
+        bad = ((category < 0) | (category >= num_categories)).nonzero().flatten() if validating() else None
+        if bad is not None and bad.numel():
             raise ValueError(
                 f"{where}: category must hold integers in [0, {num_categories}), got "
                 f"{int(category[bad[0]])} for cloud {int(bad[0])}"

@@ -10,12 +10,22 @@ same name with ``_unchecked`` appended, which library code calls once its inputs
 An unchecked implementation checks nothing, sizes included: the entry that calls it checks the
 allocation bounds (``check_knn_size``, ``check_grid_knn_size``, ``check_fps_size``,
 ``check_radius_size``) and the backend's device (``check_knn_backend``) once.
-Each has a loop-based ``*_reference`` used by the tests.
+Each has a loop-based ``*_reference`` used by the tests. Their fixed-shape (traceable) forms, which the
+exported files run, live beside them and are tested against the same references: ``scatter_fixed``
+(:mod:`gridify.ops.scatter`) and the kNN searches between equally sized clouds and a grid's nodes,
+:mod:`gridify.ops.knn_dense` (``knn_dense``, ``grid_knn_dense``).
 """
 
 from .grid import grid_knn, grid_knn_unchecked, grid_positions
 from .knn import knn, knn_reference, knn_unchecked
-from .scatter import accumulation_dtype, scatter, scatter_reference, scatter_unchecked
+from .scatter import (
+    accumulation_dtype,
+    scatter,
+    scatter_fixed,
+    scatter_fixed_unchecked,
+    scatter_reference,
+    scatter_unchecked,
+)
 from .normals import (
     estimate_normals,
     estimate_normals_reference,
@@ -35,6 +45,8 @@ __all__ = [
     "scatter",
     "scatter_unchecked",
     "scatter_reference",
+    "scatter_fixed",
+    "scatter_fixed_unchecked",
     "accumulation_dtype",
     "fps",
     "fps_unchecked",

@@ -18,8 +18,20 @@ rows are accumulated in float32 and rounded once at the end (a float16 sum overf
 whose output fits the allocation limit of :func:`gridify._checks.check_alloc`), then runs
 :func:`scatter_unchecked`.
 
+:func:`scatter_fixed` is the same reduction in fixed shapes (traceable: what the exported
+(de-)gridification runs), for rows that come in two kinds: every bucket ``d < D`` has ``t`` rows of its
+own, ``own [D, t, H]``, and further rows ``extra [E, H]`` go to the buckets ``index [E]``; masks drop rows
+(a duplicate edge of the fixed-shape graph):
+
+    out[d] = REDUCE( {own[d, s] : own_keep[d, s]}  U  {extra[e] : index[e] = d, extra_keep[e]} )
+
+with ``REDUCE`` in {sum, mean, max}, written without ``bincount`` or data-dependent shapes: the own rows
+reduce along their axis, the extra rows are added with ``index_add`` (sum, mean) or ``scatter_reduce``
+(max; exported as ``ScatterND`` on whole rows by :func:`gridify.export.tracing.scatter_reduce_rows`).
+
 Shapes:
-    src: [E, *], index: [E] (int64), output: [dim_size, *]
+    src: [E, *], index: [E] (int64), output: [dim_size, *];
+    scatter_fixed: own [D, t, H] (own_keep [D, t]), extra [E, H] (extra_keep [E]), index [E] -> [D, H]
 """
 
 from __future__ import annotations
@@ -170,6 +182,77 @@ def _extreme_native(src: Tensor, index: Tensor, dim_size: int, reduce: str) -> T
     return src.new_zeros((dim_size,) + tuple(src.shape[1:])).scatter_reduce_(
         0, idx, src, reduce="amax" if reduce == "max" else "amin", include_self=False
     )
+
+
+#: the reductions of :func:`scatter_fixed`
+FIXED_REDUCTIONS = ("sum", "mean", "max")
+
+
+def scatter_fixed(
+    own: Tensor,
+    extra: Tensor,
+    index: Tensor,
+    reduce: str = "sum",
+    own_keep: Optional[Tensor] = None,
+    extra_keep: Optional[Tensor] = None,
+) -> Tensor:
+    """Reduce every bucket's own rows ``own [D, t, H]`` (``t >= 1``) together with the rows ``extra [E, H]``
+    that ``index [E]`` sends to it, masks dropping rows (module docstring). Validates its arguments, then
+    runs :func:`scatter_fixed_unchecked`. ``[D, H]``; a bucket whose rows are all dropped is 0."""
+    where = "scatter_fixed"
+    own, extra, index = (check_tensor(where, n, t) for n, t in (("own", own), ("extra", extra), ("index", index)))
+    check_choice(where, "reduce", reduce, FIXED_REDUCTIONS, unknown=True)
+    if own.dim() != 3 or own.size(1) == 0:
+        fail(where, f"own must have shape [D, t, H] with t >= 1, got {tuple(own.shape)}")
+    if extra.dim() != 2 or extra.size(1) != own.size(2) or index.dim() != 1 or index.numel() != extra.size(0):
+        fail(
+            where,
+            f"extra must have shape [E, H] = [E, {own.size(2)}] and index [E], got {tuple(extra.shape)} and "
+            f"{tuple(index.shape)}",
+        )
+    for name, t in (("own", own), ("extra", extra)):
+        check_float(where, name, t)
+        if t.dtype != own.dtype or t.device != own.device:
+            fail(where, f"{name} must have own's dtype and device ({own.dtype} on {own.device}), got {t.dtype}")
+        check_finite(where, name, t.reshape(t.size(0), -1), dims=("row",))
+    index = check_index(where, "index", index, own.size(0), device=own.device)
+    for name, mask, shape in (("own_keep", own_keep, own.shape[:2]), ("extra_keep", extra_keep, index.shape)):
+        if mask is not None and (not isinstance(mask, Tensor) or mask.dtype != torch.bool or mask.shape != shape):
+            fail(where, f"{name} must be None or a bool tensor {list(shape)}, got {getattr(mask, 'shape', mask)!r}")
+    return scatter_fixed_unchecked(own, extra, index, reduce, own_keep, extra_keep)
+
+
+def scatter_fixed_unchecked(
+    own: Tensor,
+    extra: Tensor,
+    index: Tensor,
+    reduce: str = "sum",
+    own_keep: Optional[Tensor] = None,
+    extra_keep: Optional[Tensor] = None,
+) -> Tensor:
+    """:func:`scatter_fixed` on validated inputs (what the exported (de-)gridification traces). Without masks the
+    max is ``max_s own[d, s]`` folded with ``scatter_reduce(amax)`` of the extra rows; a mask turns the rows it
+    drops into ``-inf`` first (and a bucket left without rows into 0)."""
+    H = own.size(-1)
+    if reduce == "max":
+        if own_keep is not None:
+            own = own.masked_fill(~own_keep.unsqueeze(-1), float("-inf"))
+        if extra_keep is not None:
+            extra = extra.masked_fill(~extra_keep.unsqueeze(-1), float("-inf"))
+        out = own.amax(1).scatter_reduce(0, index.unsqueeze(-1).expand(-1, H), extra, "amax")
+        if own_keep is None and extra_keep is None:  # every bucket has t >= 1 rows
+            return out
+        return out.masked_fill(out == float("-inf"), 0.0)
+    ok = torch.ones(own.shape[:2], dtype=own.dtype, device=own.device) if own_keep is None else own_keep.to(own.dtype)
+    ek = (
+        torch.ones(extra.size(0), dtype=extra.dtype, device=extra.device)
+        if extra_keep is None
+        else extra_keep.to(extra.dtype)
+    )
+    out = (own * ok.unsqueeze(-1)).sum(1).index_add(0, index, extra * ek.unsqueeze(-1))
+    if reduce == "mean":
+        out = out / ok.sum(1).index_add(0, index, ek).clamp(min=1).unsqueeze(-1)
+    return out
 
 
 def scatter_reference(src: Tensor, index: Tensor, dim_size: int, reduce: str = "sum") -> Tensor:

@@ -140,3 +140,52 @@ def test_row_path_gradient_in_float32_matches_scatter_reduce_at_scale():
         (out * w).sum().backward()
         grads.append(x.grad)
     torch.testing.assert_close(grads[0], grads[1])
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max"])
+@pytest.mark.parametrize("masks", [(False, False), (True, False), (False, True), (True, True)])
+def test_scatter_fixed_is_scatter_of_the_rows_it_keeps(reduce, masks):
+    """scatter_fixed (a bucket's own rows [D, t, H] plus extra rows sent by index, masks dropping rows) equals
+    scatter's loop reference of the kept rows, with a bucket whose rows are all dropped at 0."""
+    from gridify.ops import scatter_fixed
+
+    g = torch.Generator().manual_seed(len(reduce) + 2 * masks[0] + masks[1])
+    D, t, E, H = 7, 3, 20, 4
+    own = torch.randn(D, t, H, generator=g, dtype=torch.float64)
+    extra = torch.randn(E, H, generator=g, dtype=torch.float64)
+    index = torch.randint(0, D, (E,), generator=g)
+    own_keep = torch.rand(D, t, generator=g) > 0.4 if masks[0] else None
+    extra_keep = torch.rand(E, generator=g) > 0.4 if masks[1] else None
+    if own_keep is not None:
+        own_keep[2] = False  # bucket 2: no own row ...
+        if extra_keep is None:
+            index[index == 2] = 3  # ... and no extra row: 0
+    rows = torch.cat([own.reshape(-1, H), extra])
+    dst = torch.cat([torch.arange(D).repeat_interleave(t), index])
+    kept = torch.cat(
+        [
+            torch.ones(D * t, dtype=torch.bool) if own_keep is None else own_keep.reshape(-1),
+            torch.ones(E, dtype=torch.bool) if extra_keep is None else extra_keep,
+        ]
+    )
+    want = scatter_reference(rows[kept], dst[kept], D, reduce)
+    got = scatter_fixed(own, extra, index, reduce, own_keep, extra_keep)
+    torch.testing.assert_close(got, want)
+
+
+def test_scatter_fixed_checks_its_arguments():
+    from gridify.ops import scatter_fixed
+
+    own, extra, index = torch.rand(4, 2, 3), torch.rand(5, 3), torch.tensor([0, 1, 2, 3, 3])
+    cases = [
+        (lambda: scatter_fixed(own, extra, index, "min"), "unknown reduce 'min'"),
+        (lambda: scatter_fixed(own[:, :0], extra, index), r"own must have shape \[D, t, H\] with t >= 1"),
+        (lambda: scatter_fixed(own, extra[:, :2], index), r"extra must have shape \[E, H\] = \[E, 3\]"),
+        (lambda: scatter_fixed(own, extra, index + 1), r"index values must lie in \[0, 4\)"),
+        (lambda: scatter_fixed(own, extra.double(), index), "extra must have own's dtype and device"),
+        (lambda: scatter_fixed(own, extra, index, own_keep=torch.ones(4, 3, dtype=torch.bool)), "own_keep must be"),
+        (lambda: scatter_fixed(own, extra * NAN, index), "extra contains NaN"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()

@@ -1,8 +1,8 @@
 """Tests of the deployment route (gridify.export) and of export_model's metadata checks.
 
-* the brute-force, fixed-shape bilateral kNN graph equals gridify.nn.bilateral_knn's edge set
-  (random clouds, several batch / grid sizes, duplicate points, real ModelNet10 shapes), and the
-  masked gridification equals Gridification.forward;
+* the wrapper (the model's own forward on its fixed-shape path) equals the model's reference forward in
+  PyTorch; the depthwise conv3d as conv2d equals conv3d (the fixed-shape graph and (de-)gridification
+  themselves are tested in tests/nn/test_dense.py, the searches in tests/ops/test_knn_dense.py);
 * an ONNX file exported once (dynamic batch and N) gives onnxruntime logits within 1e-4 of the
   PyTorch model on random and real clouds of several sizes, and the probabilities of
   gridify.load(...).predict at the training size; the CLI round trip exports a fixed shape;
@@ -28,11 +28,11 @@ from gridify import export as E
 from gridify.export import exporter as X  # the exporter's private steps (monkeypatch targets)
 from gridify.export import wrappers as W
 from gridify.nn import dense as D
+from gridify.nn import gridification as G  # gridify_dense's check (a monkeypatch target)
+from gridify.ops import knn_dense as KD
 from gridify.checkpoint import export_model, load_checkpoint
-from gridify.io import read_points
 from gridify.models import GridifiedClassifier, GridifiedSegmenter
-from gridify.nn import Gridification, RegularGrid, bilateral_knn
-from gridify.ops import grid_knn
+from tests.helpers import modelnet_clouds
 
 ROOT = Path(__file__).resolve().parents[2]
 HAVE_ONNX = all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxscript", "onnxruntime"))
@@ -68,102 +68,9 @@ def write_checkpoint(
     return path
 
 
-def edge_set(pos, grid, k, backend="torch"):
-    """bilateral_knn's edge_index of equally sized clouds [B, N, 3]."""
-    B, N = pos.shape[:2]
-    batch = torch.arange(B).repeat_interleave(N)
-    return bilateral_knn(pos.reshape(-1, 3), grid, k, batch, knn_backend=backend).edge_index
-
-
-def modelnet_clouds(root, per_class=1):
-    """Normalized ModelNet10 test shapes (PCD, 1,024 points each) of every class."""
-    base = root / "modelnet10_pcd" / "ModelNet10" / "pcd"
-    clouds = []
-    for folder in sorted(p for p in base.iterdir() if p.is_dir()):
-        for f in sorted((folder / "test").glob("*.pcd"))[:per_class]:
-            clouds.append(torch.from_numpy(read_points(f).points).float())
-    return clouds
-
-
 # --------------------------------------------------------------------------------------
-# the fixed-shape graph and gridification (no ONNX needed)
+# the traced forms and the wrapper in PyTorch (no ONNX needed)
 # --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("B, N, R, k", [(1, 100, 5, 4), (3, 200, 6, 8), (2, 1024, 9, 9), (1, 30, 4, 9), (2, 9, 3, 9)])
-@pytest.mark.parametrize("backend", ["torch", "kdtree"])
-def test_dense_graph_equals_bilateral_knn(B, N, R, k, backend):
-    g = torch.Generator().manual_seed(B * N + R)
-    pos = torch.rand(B, N, 3, generator=g) * 2 - 1
-    grid = RegularGrid(R)
-    node_points, point_nodes, keep = E.dense_bilateral_knn(pos, grid, k)
-    assert node_points.shape == (B, R**3, k) and point_nodes.shape == keep.shape == (B, N, min(k, R**3))
-    ei = E.dense_edge_index(node_points, point_nodes, keep)
-    assert torch.equal(ei, edge_set(pos, grid, k, backend))
-    # every kept point -> node edge is new, every dropped one is already in the node's own list
-    own = (
-        node_points.gather(1, point_nodes.reshape(B, -1, 1).expand(-1, -1, k)).view(*keep.shape, k)
-        == torch.arange(N).view(1, N, 1, 1)
-    ).any(-1)
-    assert torch.equal(keep, ~own)
-
-
-def test_dense_graph_with_duplicate_points_and_a_box():
-    """Exact ties between points (every point twice) are broken by the lower index, as knn's torch
-    backend and the KD-tree do; a non-default grid box works the same."""
-    g = torch.Generator().manual_seed(1)
-    pos = torch.rand(2, 100, 3, generator=g) * 2 - 1
-    pos = torch.cat([pos, pos], 1)
-    for grid in (RegularGrid(5), RegularGrid(5, (-1.0, -2.0, -1.0), (1.0, 2.0, 1.5))):
-        ei = E.dense_edge_index(*E.dense_bilateral_knn(pos, grid, 8))
-        for backend in ("torch", "kdtree"):
-            assert torch.equal(ei, edge_set(pos, grid, 8, backend))
-
-
-def test_node_ties_choose_equally_near_nodes():
-    """Points exactly on the lattice's symmetry planes have several equally near grid nodes at the
-    k-th place; grid_knn and the brute force may keep different ones, but always nodes at the
-    same distances, and the node -> points half is identical."""
-    a = torch.linspace(-1, 1, 9)
-    pos = torch.stack(torch.meshgrid(a, a, a, indexing="ij"), -1).reshape(1, -1, 3)
-    grid = RegularGrid(5)
-    nodes = grid.positions()
-    node_points, point_nodes, _ = E.dense_bilateral_knn(pos, grid, 9)
-    ref = grid_knn(pos[0], 9, 5)[1].view(-1, 9)
-
-    def dist(idx):
-        return ((nodes[idx] - pos[0][:, None]) ** 2).sum(-1).sort(1).values
-
-    assert torch.equal(dist(point_nodes[0]), dist(ref))
-    ref_nodes = gridify.ops.knn(pos[0], nodes, 9, backend="torch")[1].view(-1, 9)
-    assert torch.equal(node_points[0], ref_nodes)
-
-
-def test_dense_graph_on_modelnet_shapes(shared_data):
-    from gridify.api import normalize_cloud
-
-    clouds = [torch.from_numpy(normalize_cloud(c.numpy())[0]) for c in modelnet_clouds(shared_data)]
-    assert len(clouds) == 10 and all(c.shape == (1024, 3) for c in clouds)
-    grid = RegularGrid(9)
-    full = torch.stack(clouds)
-    for pos in (full[:1], full[1:3], full[3:, :512], full[:4, ::3]):  # N = 1024, 512, 342; B = 1..7
-        ei = E.dense_edge_index(*E.dense_bilateral_knn(pos, grid, 9))
-        assert torch.equal(ei, edge_set(pos, grid, 9, "auto"))  # KD-tree or brute force by size
-
-
-@pytest.mark.parametrize(
-    "aggr, message, field", [("mean", "product", "rff"), ("max", "concat", "rff"), ("sum", "product", "siren")]
-)
-def test_gridify_dense_equals_gridification(aggr, message, field):
-    torch.manual_seed(0)
-    module = Gridification(6, 16, 5, k=7, aggr=aggr, message=message, pos_embedding=field).eval()
-    pos = torch.rand(3, 90, 3) * 2 - 1
-    x = torch.randn(3, 90, 6)
-    with torch.no_grad():
-        want = module(pos, x)
-        got = E.gridify_dense(module, pos, x)
-    assert got.shape == want.shape == (3, 16, 5, 5, 5)
-    assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
-
-
 @pytest.mark.parametrize("C, R, K, bias", [(6, 5, 3, False), (4, 9, 9, True), (3, 4, 9, True), (2, 6, 1, False)])
 def test_depthwise_conv3d_as_2d_equals_conv3d(C, R, K, bias):
     g = torch.Generator().manual_seed(R * K)
@@ -205,20 +112,6 @@ def test_normalize_points_matches_the_predictor():
     for b in range(2):
         assert torch.equal(got[b], torch.from_numpy(normalize_cloud(pts[b].numpy())[0]))
     assert torch.equal(E.normalize_points(torch.ones(1, 4, 3)), torch.zeros(1, 4, 3))  # no NaN for a point
-
-
-def test_dense_graph_argument_errors():
-    grid = RegularGrid(4)
-    with pytest.raises(ValueError, match=r"dense_bilateral_knn: pos must have shape \[B, N, 3\]"):
-        E.dense_bilateral_knn(torch.rand(10, 3), grid, 4)
-    with pytest.raises(ValueError, match="every cloud needs at least k=8 points, got N=5"):
-        E.dense_bilateral_knn(torch.rand(1, 5, 3), grid, 8)
-    bad = torch.rand(2, 10, 3)
-    bad[1, 3, 0] = float("nan")
-    with pytest.raises(ValueError, match="pos contains NaN values .* cloud 1 at row 13"):
-        E.dense_bilateral_knn(bad, grid, 4)
-    with pytest.raises(ValueError, match="grid must be a RegularGrid"):
-        E.dense_bilateral_knn(torch.rand(1, 10, 3), 4, 4)
 
 
 # --------------------------------------------------------------------------------------
@@ -764,7 +657,9 @@ def test_the_checks_stay_out_of_the_traced_graph(monkeypatch):
     monkeypatch.setattr(E.OnnxClassifier, "check_inputs", no_checks)
     monkeypatch.setattr(D, "check_dense_clouds", no_checks)
     monkeypatch.setattr(W, "check_dense_clouds", no_checks)
-    monkeypatch.setattr(D, "_check_gridify_dense", no_checks)
+    monkeypatch.setattr(KD, "check_dense_clouds", no_checks)
+    monkeypatch.setattr(G, "check_dense_clouds", no_checks)
+    monkeypatch.setattr(G, "_check_gridify_dense", no_checks)
     with E.tracing_mode(wrapper), torch.no_grad():
         assert torch.equal(wrapper(pts), want)
 
@@ -777,28 +672,7 @@ def test_public_helpers_check_their_inputs():
         (lambda: E.normalize_points(torch.ones(1, 0, 3)), "every cloud needs at least one point, got N=0"),
         (lambda: E.normalize_points(torch.full((1, 4, 3), float("inf"))), "points contains Inf values"),
     ]
-    torch.manual_seed(0)
-    module = Gridification(3, 8, 4, k=5).eval()
-    pos, x = torch.rand(2, 30, 3), torch.rand(2, 30, 3)
     cases += [
-        (
-            lambda: E.gridify_dense(module, pos[:, :3], x[:, :3]),
-            "gridify_dense: every cloud needs at least k=5 points, got N=3",
-        ),
-        (lambda: E.gridify_dense(None, pos, x), "gridify_dense: module must be a gridify.nn.Gridification"),
-        (lambda: E.gridify_dense(module, pos.double(), x.double()), "pos must be float32 .*, got torch.float64"),
-        (lambda: E.gridify_dense(module, pos, x[..., :2]), r"x must have shape \[B, N, F\] = \[2, 30, 3\]"),
-        (lambda: E.gridify_dense(module, pos, x[:, :29]), r"x must have shape \[B, N, F\]"),
-        (lambda: E.gridify_dense(module, pos, x.double()), "x must have pos' dtype and device"),
-        (lambda: E.gridify_dense(module, pos, x, (1, 2)), "tables must be None or the grid's grid_tables"),
-        (lambda: E.dense_edge_index(None, None, None), "dense_edge_index: node_points must be a torch.Tensor"),
-        (
-            lambda: E.dense_edge_index(
-                *[t.float() if t.dtype != torch.bool else t for t in E.dense_bilateral_knn(pos, RegularGrid(4), 5)]
-            ),
-            "node_points must be an integer tensor",
-        ),
-        (lambda: E.grid_tables(4), "grid_tables: grid must be a RegularGrid, got int"),
         (
             lambda: E.depthwise_conv3d_as_2d(torch.rand(2, 3), torch.rand(3)),
             r"depthwise_conv3d_as_2d: x must have shape \[B, C, D, H, W\]",
@@ -817,8 +691,6 @@ def test_public_helpers_check_their_inputs():
     for call, message in cases:
         with pytest.raises(ValueError, match=message):
             call()
-    with torch.no_grad():  # valid input still gives the module's result
-        assert torch.allclose(E.gridify_dense(module, pos, x), module(pos, x), atol=1e-5)
 
 
 # --------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-"""ONNX export of the part and scene segmenters (gridify.export.OnnxSegmenter): the fixed-shape
-graph against the bilateral kNN, the dense (de-)gridification against the model's own forward,
-the file against PyTorch (random, degenerate and real clouds), whole scenes through the file's
-crops (OnnxSceneModel), input errors, and ``gridify export`` by name and on segmenter checkpoints."""
+"""ONNX export of the part and scene segmenters (gridify.export.OnnxSegmenter): the wrapper (the model's own
+forward on its fixed-shape path) against the model's reference forward, the file against PyTorch (random,
+degenerate and real clouds), whole scenes through the file's crops (OnnxSceneModel), input errors, and
+``gridify export`` by name and on segmenter checkpoints. (The fixed-shape graph is tested in
+tests/nn/test_dense.py, its searches in tests/ops/test_knn_dense.py.)"""
 
 import importlib.util
 
@@ -14,8 +15,6 @@ from gridify import export as E
 from gridify.checkpoint import export_model
 from gridify.io import PointCloud
 from gridify.models import GridifiedSceneSegmenter, GridifiedSegmenter
-from gridify.nn import RegularGrid
-from gridify.ops import grid_knn, knn
 from gridify.scene_inference import predict_scene
 from tests.helpers import shared_path
 
@@ -67,134 +66,8 @@ def part_model(**overrides):
 
 
 # --------------------------------------------------------------------------------------
-# the fixed-shape graph
+# the wrapper against the model's own forward
 # --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("shape", [(5, 5, 5), (6, 4, 3), (2, 7, 3)])
-@pytest.mark.parametrize("cloud", ["random", "duplicates"])
-def test_dense_grid_knn_is_the_bilateral_knn(shape, cloud):
-    g = torch.Generator().manual_seed(1)
-    pos = torch.rand(2, 60, 3, generator=g) * 2 - 1
-    if cloud == "duplicates":
-        pos[:, 30:] = pos[:, :30]
-    grid = RegularGrid(shape)
-    k = 5
-    nodes = grid.positions()
-    node_points, point_nodes, keep = E.dense_grid_knn_unchecked(pos, k, nodes, E.grid_axes(grid), node_chunk=7)
-    B, N = pos.shape[:2]
-    flat, batch = pos.reshape(-1, 3), torch.arange(B).repeat_interleave(N)
-    node_batch = torch.arange(B).repeat_interleave(grid.num_nodes)
-    # A: node i <- its k nearest points (the torch knn backend, ties to the lower index)
-    a = knn(flat, nodes.repeat(B, 1), k, batch, node_batch, backend="torch")[1].view(B, grid.num_nodes, k)
-    assert torch.equal(node_points.sort(-1).values, (a - (torch.arange(B) * N).view(B, 1, 1)).sort(-1).values)
-    # P: point j -> its k nearest nodes, as grid_knn (same squared distances where a tie picks another node)
-    theirs = grid_knn(flat, k, shape, batch=batch)[1].view(B, N, k) - (torch.arange(B) * grid.num_nodes).view(B, 1, 1)
-    d = lambda idx: (nodes.double()[idx] - pos.double().unsqueeze(2)).pow(2).sum(-1).sort(-1).values  # noqa: E731
-    assert torch.allclose(d(point_nodes), d(theirs), rtol=0, atol=1e-12)
-    # keep drops exactly the point -> node edges the node's own list holds
-    held = torch.gather(node_points, 1, point_nodes.reshape(B, -1, 1).expand(-1, -1, k)).view(B, N, k, k)
-    assert torch.equal(keep, ~(held == torch.arange(N).view(1, N, 1, 1)).any(-1))
-
-
-def _cloud(kind, B, N, g):
-    pos = torch.rand(B, N, 3, generator=g) * 2 - 1
-    if kind == "duplicates":  # ties everywhere: every point twice
-        pos[:, N - N // 2 :] = pos[:, : N // 2]
-    elif kind == "identical":  # one location: every node's distances tie
-        pos[:] = torch.tensor([0.3, -0.2, 0.1])
-    elif kind == "plane":  # a LiDAR ground: most nodes far above every point
-        pos[..., 2] = -0.9
-    elif kind == "clusters":  # dense blobs and empty space
-        pos = (pos * 0.05 + torch.randint(-1, 2, (B, N, 3), generator=g).float() * 0.7).clamp(-1, 1)
-    elif kind == "grid":  # points on a lattice: exact ties of distance in every direction
-        pos = (torch.randint(0, 5, (B, N, 3), generator=g).float() / 2 - 1).contiguous()
-    return pos
-
-
-@pytest.mark.parametrize("kind", ["random", "duplicates", "identical", "plane", "clusters", "grid"])
-@pytest.mark.parametrize("shape,N", [((5, 5, 5), 60), ((6, 4, 3), 9), ((16, 16, 4), 2500)])
-def test_bucketed_search_is_the_brute_force(kind, shape, N):
-    """The bucketed node -> points search gives exactly the brute force's graph (ties included)."""
-    g = torch.Generator().manual_seed(N)
-    pos = _cloud(kind, 2, N, g)
-    grid = RegularGrid(shape)
-    args = (pos, 6, grid.positions(), E.grid_axes(grid), 97)
-    brute = E.dense_grid_knn_unchecked(*args, search="brute")
-    bucketed = E.dense_grid_knn_unchecked(*args, search="bucketed")
-    for a, b in zip(brute, bucketed):
-        assert torch.equal(a, b)
-    alone = E.node_points_bucketed(pos[1:], 6, grid.positions(), E.grid_axes(grid), 97)  # batch composition
-    assert torch.equal(alone[0], bucketed[0][1])
-
-
-@pytest.mark.parametrize("kind", ["plane", "clusters", "duplicates"])
-@pytest.mark.parametrize("widened", [1, 8, 40, 10_000])
-def test_every_stage_of_the_bucketed_search_is_exact(kind, widened):
-    """Nodes the first look cannot prove (empty space above a plane, between clusters; ties) look in their
-    ``widened`` nearest buckets, the rest in every point: the same neighbours whichever stage proves them
-    (widened 1 / 8: the second look proves nothing new and the brute force takes them all; 10,000: every bucket)."""
-    g = torch.Generator().manual_seed(7)
-    pos = _cloud(kind, 2, 3000, g)
-    grid = RegularGrid((24, 24, 6))
-    nodes, axes = grid.positions(), E.grid_axes(grid)
-    brute = E.dense_grid_knn_unchecked(pos, 6, nodes, axes, 500, search="brute")[0]
-    got = E.node_points_bucketed(pos, 6, nodes, axes, 500, levels=6, searched=2, widened=widened)
-    assert torch.equal(got, brute)
-
-
-def test_the_first_look_leaves_nodes_in_empty_space_unproven():
-    """What the widened look is for: over a plane (a LiDAR ground), nodes high above it are not proven by
-    their nearest buckets alone (the case the second look exists for)."""
-    from gridify.nn import dense as D
-
-    pos = _cloud("plane", 1, 3000, torch.Generator().manual_seed(8))
-    grid = RegularGrid((24, 24, 6))
-    nodes, axes = grid.positions(), D.grid_axes(grid)
-    padded, members, lo, hi = D.point_buckets(pos, 6, 8)
-    bounds, nearest = torch.topk(D._bucket_bounds(lo, hi, D._node_spans(nodes, axes)), 3, dim=2, largest=False)
-    cand = D._gather_rows(members, nearest[..., :2]).reshape(1, nodes.size(0), -1)
-    _, proven = D._nearest_candidates(nodes[None], cand, D._gather_rows(padded, cand), bounds[..., 2], 6)
-    unproven = ~proven[0]
-    assert unproven.any()
-    b = torch.zeros(int(unproven.sum()), dtype=torch.long)
-    _, sure = D._widened_search(nodes[unproven], b, padded, members, lo, hi, 6, 40)
-    assert sure.float().mean() > 0.5  # most of them proven by the second look
-
-
-@pytest.mark.parametrize("kind", ["random", "plane", "clusters"])
-@pytest.mark.parametrize("group_levels,groups", [(3, 6), (2, 1), (0, 3), (6, 1)])
-def test_the_first_look_bound_is_below_every_point_it_did_not_look_at(kind, group_levels, groups):
-    """The grouped first look (:func:`_nearest_buckets`): every point outside the buckets a node keeps is at least
-    ``bound`` away from it, whatever the group size (one bucket a group, every bucket one group)."""
-    from gridify.nn import dense as D
-
-    pos = _cloud(kind, 2, 900, torch.Generator().manual_seed(11))
-    grid = RegularGrid((12, 10, 4))
-    nodes, axes = grid.positions(), D.grid_axes(grid)
-    padded, members, lo, hi = D.point_buckets(pos, 6, 8)
-    nearest, bound = D._nearest_buckets(lo, hi, D._node_spans(nodes, axes), 4, group_levels, groups)
-    assert nearest.shape == (2, nodes.size(0), 4) and bound.shape == (2, nodes.size(0))
-    owner = torch.empty(2, padded.size(1), dtype=torch.long)
-    owner.scatter_(1, members.reshape(2, -1), torch.arange(64).repeat_interleave(members.size(2)).expand(2, -1))
-    dist = D._squared_distances(nodes[None, :, None], padded[:, None])  # [2, R, Np] (padding: inf)
-    looked = (owner[:, None, :, None] == nearest[:, :, None, :]).any(-1)  # [2, R, Np]
-    assert (dist.masked_fill(looked, float("inf")).amin(-1) >= bound).all()
-    assert torch.isfinite(bound).any()  # a bound that proves something
-
-
-def test_point_buckets_partition_the_cloud():
-    pos = torch.rand(2, 300, 3) * 2 - 1
-    padded, members, lo, hi = E.point_buckets(pos, levels=4, min_points=8)
-    assert padded.shape == (2, 304, 3) and members.shape == (2, 16, 19)  # 300 padded to 16 buckets of 19
-    assert torch.equal(members.reshape(2, -1).sort(-1).values, torch.arange(304).expand(2, -1))
-    pts = torch.stack([padded[b][members[b]] for b in range(2)])  # [2, 16, 19, 3]
-    real = torch.isfinite(pts[..., 0])
-    assert int(real.sum()) == 600 and torch.isinf(padded[:, 300:]).all()
-    inside = (pts >= lo.unsqueeze(2)) & (pts <= hi.unsqueeze(2))
-    assert inside.all(-1)[real].all()
-    small = E.point_buckets(pos[:, :5], levels=4, min_points=8)[1]  # a tiny cloud: padded to 8 per bucket
-    assert small.shape == (2, 16, 8)
-
-
 def test_segmenter_search_is_checked():
     model, _ = scene_model()
     assert E.OnnxSegmenter(model).search == "bucketed" and part_model()[1].search == "brute"
@@ -202,18 +75,6 @@ def test_segmenter_search_is_checked():
         E.OnnxSegmenter(model, search="kdtree")
 
 
-def test_dense_grid_knn_agrees_with_the_cubic_export_graph():
-    pos = torch.rand(3, 40, 3) * 2 - 1
-    grid = RegularGrid(5)
-    ours = E.dense_grid_knn_unchecked(pos, 6, grid.positions(), E.grid_axes(grid), node_chunk=16)
-    cubic = E.dense_bilateral_knn_unchecked(pos, 6, *E.grid_tables(grid))
-    for a, b in zip(ours, cubic):
-        assert torch.equal(a, b)
-
-
-# --------------------------------------------------------------------------------------
-# the wrapper against the model's own forward
-# --------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "overrides",
     [
