@@ -42,7 +42,13 @@ from ..checkpoint import model_task
 from ..nn.dense import fixed_shapes
 from ..ops.knn_dense import NODE_CHUNK, SEARCHES, check_dense_clouds
 from ..tasks import get_task
-from ..transforms import NORMALIZATIONS, check_up_axis, normalization_name, up_axis_rotation
+from ..transforms import (
+    NORMALIZATIONS,
+    centre_and_scale_unchecked,
+    check_up_axis,
+    normalization_name,
+    up_axis_rotation,
+)
 
 __all__ = [
     "ExportError",
@@ -118,18 +124,10 @@ def normalize_points(points: Tensor, mode: str = "sphere") -> Tensor:
 
 
 def _normalize_points(points: Tensor, mode: str = "sphere") -> Tensor:
-    """:func:`normalize_points` on validated inputs (what the export traces)."""
-    p = points.to(torch.float64)
-    if mode == "cube":
-        q = p - (p.amin(1, keepdim=True) + p.amax(1, keepdim=True)) / 2
-        s = q.abs().amax(-1).amax(1)
-    else:
-        q = p - p.mean(1, keepdim=True)
-        s = q.pow(2).sum(-1).amax(1).sqrt()
-    # s = 0 only when every q is 0: divide by 1 there. No tiny clamp constant: the exporter writes
-    # Python scalars through float32, where a clamp_min(1e-300) became 0.0 and the graph 0 / 0 = NaN.
-    s = torch.where(s > 0, s, torch.ones_like(s))
-    return (q / s.view(-1, 1, 1)).to(points.dtype)
+    """:func:`normalize_points` on validated inputs (what the export traces): the one normalization rule,
+    :func:`gridify.transforms.centre_and_scale_unchecked` (a cloud of zero extent to the origin)."""
+    q, _, _ = centre_and_scale_unchecked(points.to(torch.float64), *NORMALIZATIONS[mode])
+    return q.to(points.dtype)
 
 
 def check_normalize(where: str, normalize: Any) -> Optional[str]:
