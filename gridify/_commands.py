@@ -811,14 +811,9 @@ OPTION_USE: Dict[str, Dict[str, Tuple[str, str]]] = {
         "e2e_batch_size": ("bench:e2e", _E2E),
     },
 }
-#: the model kinds of the table's facts (a route's ``maybe`` before the model is loaded)
+#: the model kinds of the table's facts (a route's ``maybe`` before the model is loaded); a loaded model's is
+#: ``"model:" + gridify.tasks.get_task(task).model_kind``
 MODEL_KINDS = ("model:classifier", "model:part-segmenter", "model:scene-segmenter")
-
-
-def model_kind(whole_scenes: bool, dense: bool) -> str:
-    """The fact of a model's kind: ``model:scene-segmenter`` (scored in whole scenes), ``model:part-segmenter``
-    (a label per point), else ``model:classifier`` (a label per cloud or sequence)."""
-    return "model:" + ("scene-segmenter" if whole_scenes else ("part-segmenter" if dense else "classifier"))
 
 
 def file_facts(path: str) -> Dict[str, Optional[str]]:

@@ -5,6 +5,10 @@ metadata (model name and keyword arguments, task, dataset info, config, gridify 
 Lightning ``.ckpt`` files written by :mod:`gridify.training` carry the same metadata in their
 ``hyper_parameters``. :func:`load_checkpoint` reads either without unpickling any code.
 
+Both record the task their network serves when they are written (the entry ``model_task``, :data:`MODEL_TASK`:
+:func:`model_task` of the model written), and a reader checks the file's ``task`` against that record
+(:func:`check_task`); only an older file without it has the task of its model found again from the model's class.
+
 Every entry a loader uses is type-checked (:func:`check_payload`): a checkpoint whose
 ``state_dict``, ``info``, ``config``, ``model_kwargs`` or class names have the wrong type, or whose
 weights hold NaN/Inf or miss parameters, raises :class:`CheckpointError` naming the entry
@@ -42,6 +46,8 @@ __all__ = [
     "inference_settings",
     "TASKS",
     "model_task",
+    "MODEL_TASK",
+    "recorded_model_task",
     "task_served",
     "check_task",
     "CheckpointError",
@@ -86,19 +92,36 @@ def atomic_torch_save(obj: Any, path: os.PathLike | str) -> None:
 TASKS = tuple(task_names())
 
 
+#: the checkpoint entry recording the task the file's network serves (:func:`model_task` of it, when written)
+MODEL_TASK = "model_task"
+
+
 def model_task(model: Any) -> str:
     """The task (one of :data:`TASKS`) a model class or instance serves: its ``task`` attribute when
     it declares one, else the task whose :attr:`~gridify.tasks.Task.models` table names its registry
-    name, else read from its ``forward``: ``times`` -> ``sequence_classification``,
-    a ``category`` keyword -> ``segmentation`` (per-point logits), otherwise ``classification``."""
-    import inspect
+    name (every built-in model), else the guess of :func:`task_from_forward`.
 
+    What a checkpoint records as its ``model_task`` when it is written (:func:`export_model`, the Lightning
+    checkpoints of :mod:`gridify.training`); a reader takes the record (:func:`recorded_model_task`) and calls this
+    only for an older file that lacks it."""
     declared = getattr(model, "task", None)
     if isinstance(declared, str) and declared in TASKS:
         return declared
     made_for = _task_of_model_class(model if isinstance(model, type) else type(model))
     if made_for is not None:
         return made_for
+    return task_from_forward(model)
+
+
+def task_from_forward(model: Any) -> str:
+    """The task of a model guessed from its ``forward``: ``times`` -> ``sequence_classification``, a ``category``
+    keyword -> ``segmentation`` (per-point logits), otherwise ``classification``.
+
+    The old rule, kept only as the reader of older checkpoints (without a ``model_task`` record) whose model neither
+    declares a task nor is listed in a task's :attr:`~gridify.tasks.Task.models` (a plugin's model): a file
+    written now records the task (:func:`model_task`, :data:`MODEL_TASK`)."""
+    import inspect
+
     forward = getattr(model, "forward", None)
     try:
         params = inspect.signature(forward).parameters if callable(forward) else {}
@@ -124,17 +147,31 @@ def task_served(task: str, serves: str) -> bool:
     return serves == task or (task in TASKS_REGISTRY and serves in get_task(task).model_tasks)
 
 
-def check_task(source: str, task: Any, model_name: Any) -> None:
-    """A checkpoint's ``task`` against its registered model: :class:`CheckpointError` naming the
+def recorded_model_task(payload: Mapping[str, Any], source: str = "checkpoint") -> Optional[str]:
+    """The task a checkpoint's network serves as the file records it (:data:`MODEL_TASK`, written with it), or
+    None for an older file without the record; a record that names no registered task is a
+    :class:`CheckpointError` naming ``source``."""
+    recorded = payload.get(MODEL_TASK)
+    if recorded is None:
+        return None
+    if not isinstance(recorded, str) or recorded not in TASKS_REGISTRY:
+        raise _entry_error(source, f"{MODEL_TASK!r}", f"a registered task ({', '.join(task_names())})", recorded)
+    return recorded
+
+
+def check_task(source: str, task: Any, model_name: Any, recorded: Optional[str] = None) -> None:
+    """A checkpoint's ``task`` against the task its network serves: :class:`CheckpointError` naming the
     file (``source``), the task and the model when they disagree (a classification model whose
     file says segmentation would reach ``forward()`` with a ``category`` keyword it has not got).
-    Unknown tasks and unregistered models are left to the checks that name those."""
+    ``recorded``: the file's ``model_task`` record (:func:`recorded_model_task`); None (an older file): the
+    registered model's :func:`model_task`. Unknown tasks and unregistered models are left to the checks that
+    name those."""
     from . import models  # noqa: F401  (registers the models)
     from .registry import MODELS
 
     if task not in TASKS or not isinstance(model_name, str) or model_name not in MODELS:
         return
-    serves = model_task(MODELS.get(model_name))
+    serves = recorded if recorded is not None else model_task(MODELS.get(model_name))
     if not task_served(task, serves):
         raise CheckpointError(
             f"{source}: entry 'task' is {task!r} but the model {model_name!r} is a {serves} model; "
@@ -229,6 +266,7 @@ def check_export_meta(model: torch.nn.Module, meta: Any) -> Dict[str, Any]:
         fail(where, f"meta['config'] must be a dict (the training config), got {type(config).__name__}")
     names = _class_names(where, model, dict(meta, config=config), info)
     out = dict(meta, info=dict(info, class_names=names), class_names=names, config=config)
+    out[MODEL_TASK] = serves  # the record readers check the task against (check_task)
     try:
         return plain(out)
     except TypeError as exc:
@@ -324,7 +362,8 @@ def load_checkpoint(path: os.PathLike | str) -> Dict[str, Any]:
     """Load a Lightning ``.ckpt`` or an exported ``model.pt`` safely (``weights_only=True``).
 
     Returns a dict with ``kind`` ("lightning" or "export"), ``state_dict`` (of the bare model),
-    ``model_name``, ``model_kwargs``, ``config``, ``task``, ``info`` and ``class_names``.
+    ``model_name``, ``model_kwargs``, ``config``, ``task``, ``model_task`` (the task of the network as the file
+    records it; None in a file written before the record), ``info`` and ``class_names``.
     """
     path = Path(path)
     if not path.exists():
@@ -374,6 +413,7 @@ def _lightning_payload(raw: Dict[str, Any], path: Path) -> Dict[str, Any]:
     state = {k[len(prefix) :]: v for k, v in raw["state_dict"].items() if isinstance(k, str) and k.startswith(prefix)}
     out = {"kind": "lightning", "state_dict": state, "epoch": raw.get("epoch"), "global_step": raw.get("global_step")}
     out.update({k: hp[k] for k in _NEED})
+    out[MODEL_TASK] = hp.get(MODEL_TASK)  # None: written before checkpoints recorded it
     info = hp["info"]
     out["class_names"] = info.get("class_names") if isinstance(info, Mapping) else None
     out["gridify_version"] = hp.get("gridify_version")
@@ -392,6 +432,7 @@ def _export_payload(raw: Dict[str, Any], path: Path) -> Dict[str, Any]:
         gridify_version=raw.get("gridify_version"),
         reparameterized=raw.get("reparameterized", False),
     )
+    out[MODEL_TASK] = raw.get(MODEL_TASK)  # None: written before checkpoints recorded it
     return out
 
 
@@ -460,8 +501,9 @@ def check_payload(payload: Mapping[str, Any], source: str = "checkpoint") -> Non
     """Check the type of every entry of a :func:`load_checkpoint` payload that the loaders use.
 
     ``state_dict`` (names -> tensors), ``model_name``, ``model_kwargs`` (a dict of keyword
-    arguments), ``task``, ``info``, ``config``, ``class_names``, ``gridify_version``,
-    ``reparameterized``, and the ``info``/``config`` entries :func:`gridify.load` reads.
+    arguments), ``task`` (against the ``model_task`` record, or for an older file the model's task),
+    ``info``, ``config``, ``class_names``, ``gridify_version``, ``reparameterized``, and the
+    ``info``/``config`` entries :func:`gridify.load` reads.
     Raises :class:`CheckpointError` naming the first wrong entry.
     """
     if not isinstance(payload, Mapping):
@@ -480,7 +522,7 @@ def check_payload(payload: Mapping[str, Any], source: str = "checkpoint") -> Non
     if not all(isinstance(k, str) for k in kwargs):
         raise _entry_error(source, "'model_kwargs'", "a dict with string keys", kwargs)
     _check_type(source, "'task'", payload["task"], (str,), "a string")
-    check_task(source, payload["task"], payload["model_name"])
+    check_task(source, payload["task"], payload["model_name"], recorded_model_task(payload, source))
     _check_type(source, "'info'", payload["info"], (Mapping,), "a dict")
     _check_config(source, payload["config"])
     _check_names(source, "'class_names'", payload.get("class_names"))

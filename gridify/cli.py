@@ -548,13 +548,14 @@ def _load(args: argparse.Namespace):
 
 
 def _read(args: argparse.Namespace, model: Any = None):
-    """The cloud of ``args.file``; for a scene segmenter with the file's per-point fields (intensity: read_scan)."""
-    from .io import read_points, read_scan
+    """The cloud of ``args.file`` as the model's task reads it (:meth:`~gridify.api.task_predictors.TaskPredictor.read`: a scene
+    segmenter's with the file's per-point fields, intensity); without a model :func:`gridify.io.read_points`."""
+    from .io import read_points
 
     kw: Dict[str, Any] = {"num_samples": args.num_samples}
     if getattr(args, "columns", None):
         kw["columns"] = args.columns  # a format without columns refuses them (read_points)
-    read = read_scan if getattr(model, "whole_scenes", False) and "columns" not in kw else read_points
+    read = read_points if model is None else model.task_predictor.read
     try:
         return read(args.file, **kw)
     except (FileNotFoundError, ValueError) as exc:
@@ -579,9 +580,23 @@ def _flag_words(text: str) -> str:
     return text
 
 
-def _fragments(args: argparse.Namespace) -> Dict[str, Any]:
-    """``max_fragments=`` of ``--max-fragments`` when given (the library's default otherwise)."""
-    return {} if args.max_fragments is None else {"max_fragments": args.max_fragments}
+def _model_options(args: argparse.Namespace, model: Any, entry: str) -> Dict[str, Any]:
+    """The options of ``model.predict`` / ``inspect`` (``entry``) the flags give, None where not given (the task's
+    predictor leaves out another task's option given None, and refuses one given a value: the route has refused
+    its flag before); a progress bar labelled by the command where the task's predictor takes ``progress``."""
+    progress = None
+    if not args.no_progress and model.task_predictor.takes("progress", entry):
+        from ._progress import stderr_bar
+
+        progress = stderr_bar(args.command)
+    return dict(
+        category=args.category,
+        seed=args.seed,
+        estimate_normals=args.estimate_normals,
+        num_votes=args.votes,
+        max_fragments=args.max_fragments,
+        progress=progress,
+    )
 
 
 def _check_route(args: argparse.Namespace, facts: Dict[str, Optional[str]], maybe: Sequence[str] = ()) -> None:
@@ -593,26 +608,20 @@ def _check_route(args: argparse.Namespace, facts: Dict[str, Optional[str]], mayb
 
 
 def _model_facts(model: Any) -> Dict[str, Optional[str]]:
-    """The facts of a loaded model for :data:`gridify._commands.OPTION_USE`: ``model`` and its kind."""
-    from ._commands import model_kind
+    """The facts of a loaded model for :data:`gridify._commands.OPTION_USE`: ``model`` and its kind (the task's
+    :attr:`~gridify.tasks.Task.model_kind`)."""
+    from .tasks import get_task
 
-    kind = model_kind(bool(getattr(model, "whole_scenes", False)), bool(model.dense))
-    return {"model": None, kind: f"a {model.task} model"}
+    return {"model": None, f"model:{get_task(model.task).model_kind}": f"a {model.task} model"}
 
 
-def _predict(model: Any, cloud: Any, args: argparse.Namespace, **kw: Any):
-    try:
-        return model.predict(
-            cloud,
-            category=args.category,
-            seed=args.seed,
-            estimate_normals=args.estimate_normals,
-            up_axis=args.up_axis,
-            **_fragments(args),
-            **kw,
-        )
-    except (ValueError, TypeError) as exc:
-        raise SystemExit(f"gridify {args.command}: error: {exc}")
+def _route_reads(args: argparse.Namespace, dest: str, facts: Dict[str, Optional[str]]) -> bool:
+    """Whether the route of ``facts`` reads the argument ``dest`` of ``args.command``
+    (:data:`gridify._commands.OPTION_USE`): what a flag is for decides where it is used, not the model's task."""
+    from ._cliargs import option_read
+    from ._commands import OPTION_USE
+
+    return option_read(OPTION_USE[args.command][dest][0], facts)
 
 
 def _check_given_files(args: argparse.Namespace) -> None:
@@ -632,10 +641,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
     model = _load(args)
     _check_route(args, {**file_facts(args.file), **_model_facts(model)})
     cloud = _read(args, model)
-    kw: Dict[str, Any] = {"num_votes": args.votes}
-    if getattr(model, "whole_scenes", False):
-        kw["progress"] = not args.no_progress
-    pred = _predict(model, cloud, args, **kw)
+    try:
+        pred = model.predict(cloud, up_axis=args.up_axis, **_model_options(args, model, "predict"))
+    except (ValueError, TypeError) as exc:
+        raise SystemExit(f"gridify predict: error: {exc}")
     print(pred.summary())
     if args.out:
         path = write_prediction(args.out, cloud, pred)
@@ -688,15 +697,6 @@ def _show_options(args: argparse.Namespace) -> dict:
     )
 
 
-def _show_progress(args: argparse.Namespace, model: Any) -> Any:
-    """A bar labelled ``show`` while a scene model labels the scan (minutes for a large one); None otherwise."""
-    if args.no_progress or not getattr(model, "whole_scenes", False):
-        return None
-    from ._progress import stderr_bar
-
-    return stderr_bar("show")
-
-
 def _show_route(args: argparse.Namespace, model: Any = None) -> Tuple[Dict[str, Optional[str]], List[str]]:
     """``(facts, maybe)`` of a ``show`` call for :data:`gridify._commands.OPTION_USE`: the file, the model (its
     kind once loaded) and the layers drawn (``--layers``, else the default: points, and with a model in a window
@@ -718,8 +718,8 @@ def _show_route(args: argparse.Namespace, model: Any = None) -> Tuple[Dict[str, 
         window = named and not args.out
         if window and model is None:
             maybe += ["layers:grid", "layers:edges"]
-        scene = getattr(model, "whole_scenes", False)
-        layers = list(VIS_LAYERS) if window and model is not None and not scene else ["points"]
+        one_grid = model is not None and model.task_predictor.one_grid  # a scene's crops have a grid each
+        layers = list(VIS_LAYERS) if window and one_grid else ["points"]
     facts["layers"] = f"--layers {','.join(layers)}"
     facts.update({f"layers:{name}": None for name in layers if name in ("grid", "edges")})
     return facts, maybe
@@ -742,22 +742,26 @@ def cmd_show(args: argparse.Namespace) -> int:
     options = _show_options(args)
     model = _load(args) if (args.ckpt or args.model) else None
     want = set(layers or ())
-    if getattr(model, "whole_scenes", False) and want & {"grid", "edges"}:  # each crop has a grid of its own
-        raise SystemExit("gridify show: error: --layers: a scene model has no single grid or edges to draw; use points")
+    if model is not None and not model.task_predictor.one_grid and want & {"grid", "edges"}:
+        raise SystemExit(  # each crop of a scene has a grid of its own
+            f"gridify show: error: --layers: a {model.task} model has no single grid or edges to draw; use points"
+        )
+    facts = _show_route(args, model)[0]
     if model is not None:
-        _check_route(args, _show_route(args, model)[0])
-    if model is not None and getattr(model, "whole_scenes", False):
+        _check_route(args, facts)
+    hide = model is not None and _route_reads(args, "hide", facts)  # a scene model (--hide, default ceiling)
+    if hide:
         _hide_names(args, list(model.class_names))  # an unknown class fails now, not after the scan is labelled
     cloud = _read(args, model)
     # a bad --labels file fails now, not after the model has labelled every point (minutes for a scan)
-    truth = _ground_truth(args, cloud, model) if model is not None and model.dense else None
+    truth = _ground_truth(args, cloud, model) if model is not None and _route_reads(args, "labels", facts) else None
     try:
         if model is not None:
             res = _show_labelled(args, model, cloud)
             if layers is None:
                 layers = ["points"] if args.out or res["grid"] is None else list(vis.LAYERS)
             pos, labels, names = res["pos"], res["labels"], res["class_names"]
-            if getattr(model, "whole_scenes", False):  # both panels lose the points predicted as a hidden class
+            if hide:  # both panels lose the points predicted as a hidden class
                 pos, labels, truth = _hide_classes(args, pos, labels, names, truth)
             if truth is not None:
                 img = _show_truth_beside(args, pos, truth, labels, names, options)
@@ -811,16 +815,7 @@ def _show_labelled(args: argparse.Namespace, model: Any, cloud: Any) -> Dict[str
         print(f"{args.pred}: {len(labels)} points: {label_counts(labels, names)}")
         return dict(pos=pos, labels=labels, class_names=names, grid=None, graph=None, title=model.task)
     try:
-        res = model.inspect(
-            cloud,
-            category=args.category,
-            seed=args.seed,
-            estimate_normals=args.estimate_normals,
-            up_axis=args.up_axis or "z",
-            progress=_show_progress(args, model),
-            num_votes=args.votes,
-            **_fragments(args),
-        )
+        res = model.inspect(cloud, up_axis=args.up_axis or "z", **_model_options(args, model, "inspect"))
     except (ValueError, TypeError) as exc:
         raise SystemExit(f"gridify show: error: {exc}")
     pred = res["prediction"]

@@ -42,7 +42,6 @@ from gridify._commands import (
     evaluate_facts,
     evaluate_parser,
     light_route,
-    model_kind,
 )
 from gridify._paths import check_input_file, check_output_file, one_line_errors
 from gridify._cliargs import Interrupted, check_ckpt, given_options
@@ -120,12 +119,6 @@ def scene_settings(
     return out
 
 
-def fragments_setting(args: argparse.Namespace) -> Dict[str, Any]:
-    """``max_fragments=`` of ``--max-fragments`` when given (an int or ``"all"``); empty: the model's default."""
-    value = getattr(args, "max_fragments", None)
-    return {} if value is None else {"max_fragments": value}
-
-
 def scene_views(args: argparse.Namespace, info: Optional[Dict[str, Any]], prog: str) -> Dict[str, Any]:
     """``{"votes", "max_fragments"}`` of a whole-scene evaluation: ``--votes`` / ``--max-fragments`` where
     given, else the checkpoint's recorded defaults (:func:`gridify.scene_inference.scene_defaults`)."""
@@ -149,9 +142,8 @@ def check_scene_flags(args: argparse.Namespace, task: str, prog: str, scan: bool
     given = getattr(args, "given_options", None)
     if given is None:
         given = {key: flag for flag, key in SCENE_FLAGS if getattr(args, key, None) is not None}
-    t = get_task(task)
     facts = evaluate_facts(args, scan)
-    facts[model_kind(t.whole_scenes, t.dense)] = f"a {task} checkpoint"
+    facts[f"model:{get_task(task).model_kind}"] = f"a {task} checkpoint"
     check_route(prog, "evaluate", given, facts)
 
 
@@ -407,12 +399,12 @@ def _scan_and_truth(
     path: Path, args: argparse.Namespace, model: Any, names: Sequence[str], prog: str
 ) -> Tuple[Any, Any, Path]:
     """``(cloud, target labels, label file)`` of one ``--scan`` file (a scene segmenter's read with its per-point
-    fields: :func:`gridify.io.read_scan`); a bad file or label ends the command naming it."""
+    fields: :func:`gridify.io.read_scan`, as the task's predictor reads a file); a bad file or label ends the command
+    naming it."""
     from gridify.datasets.scene_layouts import check_scan_labels, read_scan_labels, scan_label_path
-    from gridify.io import read_points, read_scan
 
     try:
-        cloud = read_scan(path) if model.whole_scenes else read_points(path)
+        cloud = model.task_predictor.read(path)
         label_file = Path(args.labels) if args.labels else scan_label_path(path)
         if label_file is not None:
             return cloud, read_scan_labels(label_file, cloud, list(names)), label_file
@@ -449,12 +441,12 @@ def _scan_model(args: argparse.Namespace, prog: str) -> Any:
 
 
 def _scan_views(args: argparse.Namespace, model: Any, prog: str) -> Dict[str, Any]:
-    """The keyword arguments of ``predict`` for every scan: a scene model's views (the flags, else the
-    checkpoint's defaults, what predict uses) and progress; another model's votes."""
-    if not getattr(model, "whole_scenes", False):
-        return {"num_votes": args.votes or 1, **fragments_setting(args)}
+    """The options of ``predict`` for every scan that the model's task predictor takes
+    (:meth:`~gridify.api.task_predictors.TaskPredictor.takes`): a scene model's views and fragments (the flags, else the checkpoint's
+    defaults, what predict uses) and progress; a part segmenter takes none of them (one pass over every point)."""
     votes, cap = scene_views(args, model.meta.get("info"), prog).values()
-    return {"num_votes": votes, "max_fragments": "all" if cap is None else cap, "progress": not args.no_progress}
+    options = {"num_votes": votes, "max_fragments": "all" if cap is None else cap, "progress": not args.no_progress}
+    return {key: value for key, value in options.items() if model.task_predictor.takes(key)}
 
 
 def _scan_name(path: Path) -> str:
@@ -620,8 +612,8 @@ def _scan_report(
         "class_names": list(names),
         "checkpoint": str(args.ckpt or args.model),
         "labelled_by": "model" if args.pred is None else f"--pred {args.pred}",
-        "votes": views.get("num_votes"),
-        "max_fragments": views.get("max_fragments") if getattr(model, "whole_scenes", False) else None,
+        "votes": views.get("num_votes", 1 if args.pred is None else None),  # a model without views: one pass
+        "max_fragments": views.get("max_fragments"),
         "gridify_version": __version__,
     }
 

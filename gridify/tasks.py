@@ -94,8 +94,11 @@ class Task:
         normalized: clouds live in the unit box (augmented clouds are fitted back into
             ``[-1, 1]^3``); False: metres, left as they are.
         datasets: registry names of the datasets that hold only this task's data.
-        models: registry names of models made for this task that do not declare a ``task`` attribute.
+        models: registry names of models made for this task that do not declare a ``task`` attribute (what
+            :func:`gridify.checkpoint.model_task` records in a checkpoint for them).
         model_tasks: the tasks of models (:func:`gridify.checkpoint.model_task`) that serve it.
+        model_kind: what the command line calls its models (its routes' facts,
+            ``gridify._commands.MODEL_KINDS``): ``classifier``, ``part-segmenter`` or ``scene-segmenter``.
         test_confusion: the test metrics include the confusion matrix.
         whole_scenes: clouds in metres, scored whole through fragments and crops
             (:mod:`gridify.scene_inference`; ``Predictor.predict`` builds the training features).
@@ -117,6 +120,7 @@ class Task:
     datasets: Tuple[str, ...] = ()
     models: Tuple[str, ...] = ()
     model_tasks: Tuple[str, ...] = ()
+    model_kind: str = "classifier"
     whole_scenes: bool = False
     test_confusion: bool = False
     predictor: bool = True
@@ -281,6 +285,7 @@ class ClassificationTask(Task):
     plot_metrics = ("val_oa", "val_macc")
     exportable = True
     datasets = ("modelnet",)
+    models = ("gridified_classifier", "pointnet2_classifier", "point_ckconv_classifier")
     model_tasks = ("classification",)
     test_confusion = True
 
@@ -329,7 +334,9 @@ class SegmentationTask(Task):
     plot_metrics = ("val_instance_miou", "val_class_miou")
     exportable = True
     datasets = ("shapenet",)
+    models = ("gridified_segmenter", "pointnet2_segmenter", "point_ckconv_segmenter")
     model_tasks = ("segmentation",)
+    model_kind = "part-segmenter"
 
     def forward_batch(self, model: torch.nn.Module, batch: Dict[str, Any]) -> torch.Tensor:
         if getattr(model, "num_categories", 0):
@@ -396,6 +403,7 @@ class SceneSegmentationTask(Task):
     datasets = ("scene", "s3dis", "scannet", "semantickitti", "scene_procedural")
     models = ("scene_segmenter",)
     model_tasks = ("scene_segmentation", "segmentation")
+    model_kind = "scene-segmenter"
     test_confusion = True
     whole_scenes = True
 
@@ -511,6 +519,7 @@ class SequenceClassificationTask(ClassificationTask):
     exportable = False
     export_reason = "the temporal model (temporal_cfc) has no ONNX route"
     datasets = ("dynamic_shapes",)
+    models = ()  # temporal_cfc declares its task
     model_tasks = ("sequence_classification",)
     predictor = False
 

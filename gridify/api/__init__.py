@@ -49,7 +49,9 @@ allocation limit before anything is allocated. A call that fails leaves the mode
 The package, by concern: :mod:`gridify.api.inputs` (input coercion, normalization, canonical order,
 normals), :mod:`gridify.api.prediction` (:class:`Prediction`), :mod:`gridify.api.predictor`
 (:class:`Predictor`), :mod:`gridify.api.task_predictors` (what ``predict`` does for each task, found
-through the task: :data:`~gridify.api.task_predictors.PREDICTORS`), :mod:`gridify.api.loading`
+through the task: :data:`~gridify.api.task_predictors.PREDICTORS`; each takes options of its own, e.g.
+``num_votes`` a classifier's and a scene segmenter's, ``max_fragments`` a scene segmenter's, and refuses another
+task's by name), :mod:`gridify.api.loading`
 (:func:`load`) and :mod:`gridify.api.functional` (:func:`gridify`); every public name is importable
 from ``gridify.api``.
 

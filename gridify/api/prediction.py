@@ -12,8 +12,6 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import numpy as np
 
 from .._paths import PREDICTION_FORMATS
-from ..registry import TASKS
-from ..tasks import get_task
 
 __all__ = ["Prediction", "write_prediction", "read_prediction", "label_counts", "PREDICTION_FORMATS"]
 
@@ -43,8 +41,9 @@ class Prediction:
 
     @property
     def dense(self) -> bool:
-        """One label per point (segmentation, scene segmentation), else one per cloud (:attr:`gridify.tasks.Task.dense`)."""
-        return self.task in TASKS and get_task(self.task).dense
+        """One label per point (``labels`` ``[N]``: segmentation, scene segmentation, as the task's predictor made
+        them, :attr:`gridify.tasks.Task.dense`), else one per cloud (``labels`` ``[]``)."""
+        return np.ndim(self.labels) > 0
 
     @property
     def label(self) -> int:
@@ -63,9 +62,7 @@ class Prediction:
     @property
     def point_labels(self) -> np.ndarray:
         """One label per input point ``[N]`` (a classification's class repeated)."""
-        if not self.dense:
-            return np.full(self.num_points, int(self.labels), dtype=np.int64)
-        return self.labels
+        return self.labels if self.dense else np.full(self.num_points, int(self.labels), dtype=np.int64)
 
     def summary(self, top: int = 5) -> str:
         """A few human-readable lines."""
@@ -101,11 +98,10 @@ def write_prediction(path: Union[str, Path], cloud: Any, prediction: Prediction)
     if ext not in PREDICTION_FORMATS:
         raise ValueError(f"--out {path}: unsupported extension {ext!r}; use one of {list(PREDICTION_FORMATS)}")
     labels = prediction.point_labels
-    if ext == ".txt":
-        rows = labels[:, None] if prediction.dense else labels[:1, None]
-        atomic_write(path, lambda fh: np.savetxt(fh, rows, fmt="%d"))
+    if ext == ".txt":  # a label per point, or the cloud's one
+        atomic_write(path, lambda fh: np.savetxt(fh, np.atleast_1d(prediction.labels)[:, None], fmt="%d"))
     elif ext == ".npy":
-        atomic_write(path, lambda fh: np.save(fh, labels if prediction.dense else np.asarray(prediction.labels)))
+        atomic_write(path, lambda fh: np.save(fh, np.asarray(prediction.labels)))
     elif ext == ".ply":
         colors = label_colors(labels, len(prediction.class_names)).astype(np.float32)
         write_ply(path, cloud.points, normals=cloud.normals, colors=colors, labels=labels)

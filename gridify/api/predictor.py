@@ -226,47 +226,49 @@ class Predictor(nn.Module):
         }
 
     # ---- prediction ----------------------------------------------------------------------
+    def _options(self, options: Dict[str, Any], entry: str, where: str) -> Dict[str, Any]:
+        """The options of ``entry`` (``"predict"`` / ``"inspect"``) checked by the task's predictor
+        (:meth:`~gridify.api.task_predictors.TaskPredictor.check_options`), ``progress`` resolved first (its one
+        meaning for every task: :func:`gridify._progress.resolve_progress`; None / False: no option given)."""
+        if "progress" in options:
+            options = dict(options, progress=resolve_progress(where, options["progress"], entry))
+        return self.task_predictor.check_options(self.task, options, entry, where)
+
     @torch.no_grad()
     def predict(
-        self,
-        points: PointsLike,
-        normals: Any = None,
-        category: Any = None,
-        *,
-        num_votes: Optional[int] = None,
-        seed: int = 0,
-        batch_size: int = 8,
-        estimate_normals: bool = False,
-        features: Any = None,
-        progress: Any = None,
-        up_axis: Optional[str] = None,
-        max_fragments: Union[int, str, None] = None,
+        self, points: PointsLike, normals: Any = None, *, up_axis: Optional[str] = None, **options: Any
     ) -> Prediction:
         """Labels and probabilities for one cloud of any size (see the module docstring).
+
+        Every task takes the cloud, its normals and ``up_axis``; the other options are the task's own
+        (:attr:`gridify.api.task_predictors.TaskPredictor.options`), and an option of another task is refused
+        naming the tasks that take it (``num_votes`` of a part segmenter, ``max_fragments`` of a classifier).
 
         Args:
             points: ``[N, 3]`` numpy array or tensor, a :class:`gridify.io.PointCloud`, or a file
                 path (read with :func:`gridify.io.read_points`; its normals are used).
             normals: ``[N, 3]`` normals (required when the model was trained with normals,
                 unless the file/PointCloud has them or ``estimate_normals=True``).
-            category: object category (name or index) for segmentation models that need one.
-            num_votes: random subsets averaged by a classifier when ``N != num_points`` (default 4);
-                views (evenly spaced rotations about z) averaged by a scene segmenter (default: the model's, 1 unless its
-                checkpoint records another).
-            seed: seed of the subsets / chunks (the result is a function of the cloud and seed).
-            batch_size: subsets, chunks or scene crops per forward pass (bounds the memory; a scene runs
-                fewer crops per pass where that many would pass the allocation limit: the same probabilities).
-            estimate_normals: estimate missing normals from the points (local PCA of the 30 nearest; see :func:`estimate_normals`).
-            features: scene segmenters only: the model's per-point features ``[N, F]`` (the columns
-                of its training ``features``), instead of building them from the file.
-            progress: scene segmenters only: ``progress(crops_done, crops_total)`` after every pass, or
-                ``True`` for a bar on stderr (``None`` / ``False``: silent).
             up_axis: the cloud's up direction, ``"z"`` (what the shipped models expect; ``None``, the
                 default, reads it as z up too, and a classifier then also reads it y up: when that reading
                 is clearly more confident, :attr:`Prediction.hints` says so and names the option),
                 ``"y"`` (e.g. ``modelnet40_normal_resampled``, glTF), ``"x"`` or their negatives: the
                 points (and normals) are rotated to z up before anything else (a proper rotation,
                 :func:`gridify.transforms.up_axis_rotation`); labels keep the input order.
+            seed: every task: seed of the subsets / chunks / views (the result is a function of the cloud and seed).
+            batch_size: every task: subsets, chunks or scene crops per forward pass (bounds the memory; a scene runs
+                fewer crops per pass where that many would pass the allocation limit: the same probabilities).
+            estimate_normals: every task: estimate missing normals from the points (local PCA of the 30 nearest; see
+                :func:`estimate_normals`).
+            category: classifiers and part segmenters: the object category (name or index) of a part segmenter
+                trained with object categories (another model refuses one).
+            num_votes: classifiers and scene segmenters: random subsets averaged by a classifier when
+                ``N != num_points`` (default 4); views (evenly spaced rotations about z) averaged by a scene segmenter
+                (default: the model's, 1 unless its checkpoint records another).
+            features: scene segmenters only: the model's per-point features ``[N, F]`` (the columns
+                of its training ``features``), instead of building them from the file.
+            progress: scene segmenters only: ``progress(crops_done, crops_total)`` after every pass, or
+                ``True`` for a bar on stderr (``None`` / ``False``: silent, taken by every task).
             max_fragments: scene segmenters only: grid-subsampled fragments of the scan per view at most
                 (``None``: the model's default, 4 unless its checkpoint records another; ``"all"``: every
                 point in a fragment; see :mod:`gridify.scene_inference`). Fewer fragments, fewer model calls:
@@ -277,30 +279,25 @@ class Predictor(nn.Module):
 
         Raises:
             ValueError: empty cloud, wrong shapes, NaN/Inf, missing normals, missing/unknown
-                category; work or memory beyond the allocation limit (``num_votes`` subsets or views, a scene's
-                peak: :func:`gridify.scene_inference.check_scene_cost`), named with the figure before anything
-                runs. TypeError: unsupported input type.
+                category, an option of another task; work or memory beyond the allocation limit (``num_votes``
+                subsets or views, a scene's peak: :func:`gridify.scene_inference.check_scene_cost`), named with the
+                figure before anything runs. TypeError: unsupported input type, an option no task takes.
         """
         where = f"{type(self).__name__}.predict"
         stated = up_axis is not None
         up_axis = check_up_axis(where, up_axis) if stated else "z"
+        options = self._options(options, "predict", where)
         hint = not stated and self.task_predictor.hints_up_axis
         if hint and isinstance(points, (str, os.PathLike)):
             points = read_points(points)  # read once for both readings (errors name the file as predict would)
-        options = dict(num_votes=num_votes, seed=seed, batch_size=batch_size, estimate_normals=estimate_normals)
-        options.update(features=features, progress=progress, where=where)
-        if max_fragments is not None:  # plugins need not take it
-            options["max_fragments"] = max_fragments
-        pred = self.task_predictor.predict(self, points, normals, category, up_axis=up_axis, **options)
+        pred = self.task_predictor.predict(self, points, normals, up_axis=up_axis, where=where, **options)
         if hint:
-            self._hint_up_axis(pred, points, normals, category, options)
+            self._hint_up_axis(pred, points, normals, options, where)
         return pred
 
-    def _hint_up_axis(
-        self, pred: Prediction, points: Any, normals: Any, category: Any, options: Dict[str, Any]
-    ) -> None:
+    def _hint_up_axis(self, pred: Prediction, points: Any, normals: Any, options: Dict[str, Any], where: str) -> None:
         """Read the cloud y up too and add the task predictor's hint (if any) to ``pred.hints``."""
-        y_up = self.task_predictor.predict(self, points, normals, category, up_axis="y", **options)
+        y_up = self.task_predictor.predict(self, points, normals, up_axis="y", where=where, **options)
         text = self.task_predictor.up_axis_hint(pred, y_up)
         if text:
             pred.hints.append(text)
@@ -361,21 +358,12 @@ class Predictor(nn.Module):
 
     @torch.no_grad()
     def inspect(
-        self,
-        points: PointsLike,
-        normals: Any = None,
-        category: Any = None,
-        *,
-        seed: int = 0,
-        estimate_normals: bool = False,
-        up_axis: Optional[str] = None,
-        progress: Any = None,
-        max_fragments: Union[int, str, None] = None,
-        num_votes: Optional[int] = None,
+        self, points: PointsLike, normals: Any = None, *, up_axis: Optional[str] = None, **options: Any
     ) -> Dict[str, Any]:
         """Everything :func:`gridify.vis.show` draws, in the normalized frame (z up: ``up_axis`` as in
-        :meth:`predict`; ``progress`` and ``max_fragments`` as in :meth:`predict`, scene segmenters only;
-        ``num_votes``: the prediction's subsets or views, as in :meth:`predict`).
+        :meth:`predict`; the options: the task's :attr:`~gridify.api.task_predictors.TaskPredictor.inspect_options`,
+        as in :meth:`predict`: ``seed``, ``estimate_normals``, ``category``, ``num_votes`` (the prediction's subsets
+        or views), and a scene segmenter's ``progress`` and ``max_fragments``).
 
         Returns a dict: ``pos`` ``[N, 3]`` (all points, normalized), ``prediction``
         (:class:`Prediction`), ``grid`` ``[C, R, R, R]`` (the *gridification* output, i.e. the
@@ -386,29 +374,15 @@ class Predictor(nn.Module):
         :meth:`predict`'s y-up hint where a classifier's y-up reading is clearly more confident.
         """
         where = f"{type(self).__name__}.inspect"
-        check_predict_arguments(where, 1 if num_votes is None else num_votes, 1, seed, estimate_normals)
         stated = up_axis is not None
         up_axis = check_up_axis(where, up_axis) if stated else "z"
-        progress = resolve_progress(where, progress, "inspect")
+        options = self._options(options, "inspect", where)
         hint = not stated and self.task_predictor.hints_up_axis
         if hint and isinstance(points, (str, os.PathLike)):
             points = read_points(points)  # read once for both readings
-        res = self.task_predictor.inspect(
-            self,
-            points,
-            normals,
-            category,
-            seed=seed,
-            estimate_normals=estimate_normals,
-            up_axis=up_axis,
-            progress=progress,
-            where=where,
-            **({} if max_fragments is None else {"max_fragments": max_fragments}),  # plugins need not take it
-            **({} if num_votes is None else {"num_votes": num_votes}),
-        )
+        res = self.task_predictor.inspect(self, points, normals, up_axis=up_axis, where=where, **options)
         if hint:
-            options = dict(num_votes=num_votes, seed=seed, estimate_normals=estimate_normals, where=where)
-            self._hint_up_axis(res["prediction"], points, normals, category, options)
+            self._hint_up_axis(res["prediction"], points, normals, options, where)
         return res
 
     def _chunks(self, cloud: Dict[str, Any], seed: int) -> Any:

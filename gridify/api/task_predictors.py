@@ -8,8 +8,19 @@ api layer or in the plugin that adds both)::
 
     @PREDICTORS.register("my_task")
     class MyTaskPredictor(TaskPredictor):
-        def predict(self, predictor, points, normals=None, category=None, **options):
+        options = (*SHARED_OPTIONS, "num_votes")  # the keyword options its predict takes
+
+        def predict(self, predictor, points, normals=None, *, up_axis="z", where="Predictor.predict",
+                    num_votes=None, seed=0, batch_size=8, estimate_normals=False):
             ...  # a gridify.api.Prediction
+
+Each predictor declares the options it takes (:attr:`TaskPredictor.options`, :attr:`TaskPredictor.inspect_options`):
+:meth:`gridify.api.Predictor.predict` hands ``predict(points, normals, up_axis=..., **options)`` to the task's
+predictor after :meth:`TaskPredictor.check_options`, which refuses an option of another task by name (``num_votes``
+given to a part segmenter: "... (num_votes is an option of classification and scene_segmentation models, not of
+segmentation models)"). The command line asks the predictor too: how a file is read (:meth:`TaskPredictor.read`),
+whether it takes a progress bar (:meth:`TaskPredictor.takes`), whether ``inspect`` has one grid to draw
+(:attr:`TaskPredictor.one_grid`).
 
 Built-in predictors (the procedures in detail: the :mod:`gridify.api` docstring):
 
@@ -30,7 +41,8 @@ from __future__ import annotations
 import functools
 import math
 import os
-from typing import Any, Callable, Dict, List, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -39,7 +51,7 @@ from torch import Tensor
 from .._checks import check_alloc, check_int, check_positive_int, fail, is_int
 from .._progress import resolve_progress
 from ..checkpoint import CheckpointError
-from ..io import PointCloud, centre_large_offset, read_scan
+from ..io import PointCloud, centre_large_offset, read_points, read_scan
 from ..nn.state import all_or_nothing, evaluating
 from ..registry import TASKS, Registry
 from ..scene_inference import check_max_fragments, scene_defaults
@@ -52,6 +64,11 @@ from .prediction import Prediction
 __all__ = [
     "PREDICTORS",
     "TaskPredictor",
+    "Option",
+    "OPTIONS",
+    "SHARED_OPTIONS",
+    "entry_options",
+    "option_refusal",
     "CloudPredictor",
     "ClassificationPredictor",
     "PartSegmentationPredictor",
@@ -233,24 +250,126 @@ def pooled(
 
 
 # --------------------------------------------------------------------------------------
+# options
+# --------------------------------------------------------------------------------------
+#: the options every built-in predictor's ``predict`` takes: the seed of the subsets / chunks / views, the clouds
+#: (chunks, crops) per forward pass, normals estimated where the cloud has none (``inspect``: the seed and the normals)
+SHARED_OPTIONS: Tuple[str, ...] = ("seed", "batch_size", "estimate_normals")
+
+
+@dataclass(frozen=True)
+class Option:
+    """How a refusal names an option of ``predict`` / ``inspect``: ``words`` (the keyword, with its command-line flag
+    where it has one) and ``used_by`` (the models it is for; the options of one entry with the same words are named
+    together)."""
+
+    words: str
+    used_by: str = ""
+
+
+#: The built-in options, in the order refusals name them (an option a plugin adds is named by its keyword alone).
+OPTIONS: Dict[str, Option] = {
+    "seed": Option("seed=", "for every model"),
+    "batch_size": Option("batch_size=", "for every model"),
+    "estimate_normals": Option("estimate_normals= (--estimate-normals)", "for every model"),
+    "num_votes": Option(
+        "num_votes= (--votes)", "for classifiers (random subsets) and scene segmenters (rotated views)"
+    ),
+    "category": Option("category (--category)", "only used by part segmenters"),
+    "features": Option("features=", "for scene segmenters"),
+    "progress": Option("progress=", "for scene segmenters"),
+    "max_fragments": Option(
+        "max_fragments= (--max-fragments)", "for scene segmenters, which cover a scan with fragments"
+    ),
+}
+
+
+def _option(name: str) -> Option:
+    return OPTIONS.get(name) or Option(f"{name}=")
+
+
+def entry_options(entry: str = "predict") -> List[str]:
+    """Every option of ``entry`` (``"predict"`` / ``"inspect"``) some served task's predictor takes, in the order of
+    :data:`OPTIONS` (then those plugins add)."""
+    taken = [n for t in served_tasks() for n in predictor_for(t).option_names(entry)]
+    return [n for n in OPTIONS if n in taken] + [n for n in dict.fromkeys(taken) if n not in OPTIONS]
+
+
+def option_refusal(name: str, task: str, takes: Tuple[str, ...], entry: str = "predict") -> str:
+    """Why an option of another task is refused for a ``task`` model (whose predictor takes ``takes``): what it is
+    for, named with the other options of ``entry`` for the same models that this one does not take, and the tasks
+    whose predictors take it (``num_votes= (--votes) is for classifiers ...; this is a segmentation model (num_votes
+    is an option of classification and scene_segmentation models, not of segmentation models)``)."""
+    about = _option(name).used_by
+    group = [n for n in entry_options(entry) if n not in takes and about and _option(n).used_by == about] or [name]
+    owners = [t for t in served_tasks() if name in predictor_for(t).option_names(entry)]
+    whose = f"{name} is an option of {' and '.join(owners)} models, not of {task} models"
+    subject = " and ".join(_option(n).words for n in group)
+    if not about:
+        return f"{subject} is not an option of {task} models ({whose})"
+    return f"{subject} {'are' if len(group) > 1 else 'is'} {about}; this is a {task} model ({whose})"
+
+
+# --------------------------------------------------------------------------------------
 # predictors
 # --------------------------------------------------------------------------------------
 class TaskPredictor:
     """How :meth:`gridify.api.Predictor.predict` (and ``inspect``) run the models of a task.
 
-    Subclasses implement :meth:`predict` (and :meth:`inspect`); they are registered in
-    :data:`PREDICTORS` and found through the task (:func:`predictor_for`). One instance serves every
-    Predictor of its task: the state lives on the Predictor passed in.
+    Subclasses implement :meth:`predict` (and :meth:`inspect`) and declare the keyword options those take
+    (:attr:`options`, :attr:`inspect_options`); they are registered in :data:`PREDICTORS` and found through the
+    task (:func:`predictor_for`). One instance serves every Predictor of its task: the state lives on the
+    Predictor passed in.
 
     Attributes:
         min_in_channels: the fewest input features per point a model of the task takes.
+        options / inspect_options: the keyword options :meth:`predict` / :meth:`inspect` take besides the cloud,
+            its ``normals`` and ``up_axis`` (every task's); :meth:`check_options` refuses the others.
+        one_grid: :meth:`inspect` returns one grid (and its graph) for the cloud, what ``gridify show`` draws as its
+            grid and edges layers (a scene segmenter's crops have a grid each: False).
     """
 
     min_in_channels: int = 1
+    options: Tuple[str, ...] = SHARED_OPTIONS
+    inspect_options: Tuple[str, ...] = ("seed", "estimate_normals")
+    one_grid: bool = True
 
     #: whether :meth:`gridify.api.Predictor.predict` without ``up_axis`` also reads the cloud y up and
     #: asks :meth:`up_axis_hint` whether to say so
     hints_up_axis: bool = False
+
+    def option_names(self, entry: str = "predict") -> Tuple[str, ...]:
+        """:attr:`options` (``entry="predict"``) or :attr:`inspect_options` (``"inspect"``)."""
+        return self.inspect_options if entry == "inspect" else self.options
+
+    def takes(self, name: str, entry: str = "predict") -> bool:
+        """Whether :meth:`predict` (``entry="inspect"``: :meth:`inspect`) takes the option ``name``."""
+        return name in self.option_names(entry)
+
+    def check_options(self, task: str, options: Dict[str, Any], entry: str, where: str) -> Dict[str, Any]:
+        """The ``options`` given to ``entry`` (``"predict"`` / ``"inspect"``) of a ``task`` model that this predictor
+        takes. An option of another task's predictor given a value is refused naming who takes it
+        (:func:`option_refusal`, a ValueError naming ``where``); given None it is left out (None is every such
+        option's default); a name no predictor takes is a TypeError, as Python's for an unknown keyword."""
+        takes = self.option_names(entry)
+        known = entry_options(entry)
+        out: Dict[str, Any] = {}
+        for name, value in options.items():
+            if name in takes:
+                out[name] = value
+            elif name not in known:
+                raise TypeError(
+                    f"{where}() got an unexpected keyword argument {name!r} (a {task} model takes "
+                    f"{', '.join(takes) or 'no option'} besides normals and up_axis)"
+                )
+            elif value is not None:
+                fail(where, option_refusal(name, task, takes, entry))
+        return out
+
+    def read(self, path: Any, **options: Any) -> PointCloud:
+        """A file as this task's models read it (:func:`gridify.io.read_points`; ``options`` are its keyword
+        arguments): what ``gridify predict`` / ``show`` and ``evaluate --scan`` load."""
+        return read_points(path, **options)
 
     def up_axis_hint(self, z_up: Prediction, y_up: Prediction) -> Optional[str]:
         """A line for the user when the cloud read y up (``y_up``) is clearly better explained than read z
@@ -266,19 +385,13 @@ class TaskPredictor:
         predictor: Any,
         points: Any,
         normals: Any = None,
-        category: Any = None,
         *,
-        num_votes: Optional[int] = None,
-        seed: int = 0,
-        batch_size: int = 8,
-        estimate_normals: bool = False,
-        features: Any = None,
-        progress: Any = None,
         up_axis: str = "z",
-        max_fragments: Any = None,
         where: str = "Predictor.predict",
+        **options: Any,
     ) -> Prediction:
-        """:meth:`gridify.api.Predictor.predict` of ``predictor``'s model on one cloud (``up_axis`` checked)."""
+        """:meth:`gridify.api.Predictor.predict` of ``predictor``'s model on one cloud (``up_axis`` checked;
+        ``options``: those of :attr:`options` given, passed by keyword)."""
         raise NotImplementedError
 
     def inspect(
@@ -286,17 +399,12 @@ class TaskPredictor:
         predictor: Any,
         points: Any,
         normals: Any = None,
-        category: Any = None,
         *,
-        seed: int = 0,
-        estimate_normals: bool = False,
         up_axis: str = "z",
-        progress: Any = None,
-        max_fragments: Any = None,
-        num_votes: Optional[int] = None,
         where: str = "Predictor.inspect",
+        **options: Any,
     ) -> Dict[str, Any]:
-        """:meth:`gridify.api.Predictor.inspect` (its arguments checked)."""
+        """:meth:`gridify.api.Predictor.inspect` (``options``: those of :attr:`inspect_options` given)."""
         fail(where, f"the {type(self).__name__} of this {predictor.task} model has nothing to inspect")
 
 
@@ -305,20 +413,14 @@ class TaskPredictor:
 PREDICTORS: Registry[Callable[..., Any]] = Registry("predictor", base=TaskPredictor)
 
 
-def refuse_fragments(predictor: Any, max_fragments: Any, where: str) -> None:
-    """``max_fragments=`` only for a scene segmenter (ValueError naming ``where``)."""
-    if max_fragments is not None:
-        fail(
-            where,
-            f"max_fragments= (--max-fragments) is for scene segmenters, which cover a scan with fragments; "
-            f"this is a {predictor.task} model",
-        )
-
-
 class CloudPredictor(TaskPredictor):
     """Clouds normalized as in training (:meth:`gridify.api.Predictor.prepare`) and run in subsets or
     chunks of the training ``num_points``: subclasses give :meth:`probabilities`, :meth:`check_sizes`
-    and :meth:`first_subset`."""
+    and :meth:`first_subset`. ``category``: an option of both, taken by a part segmenter trained with object
+    categories (:func:`category_index` refuses it for another model)."""
+
+    options = (*SHARED_OPTIONS, "category")
+    inspect_options = ("seed", "estimate_normals", "category")
 
     #: votes of ``predict`` when ``num_votes`` is None (and of ``inspect``'s prediction)
     default_votes: int = 4
@@ -328,21 +430,15 @@ class CloudPredictor(TaskPredictor):
         predictor: Any,
         points: Any,
         normals: Any = None,
-        category: Any = None,
         *,
+        up_axis: str = "z",
+        where: str = "Predictor.predict",
+        category: Any = None,
         num_votes: Optional[int] = None,
         seed: int = 0,
         batch_size: int = 8,
         estimate_normals: bool = False,
-        features: Any = None,
-        progress: Any = None,
-        up_axis: str = "z",
-        max_fragments: Any = None,
-        where: str = "Predictor.predict",
     ) -> Prediction:
-        if features is not None or resolve_progress(where, progress) is not None:
-            fail(where, f"features= and progress= are for scene segmenters; this is a {predictor.task} model")
-        refuse_fragments(predictor, max_fragments, where)
         num_votes = self.default_votes if num_votes is None else num_votes
         check_predict_arguments(where, num_votes, batch_size, seed, estimate_normals)
         cat = category_index(predictor, category, where)
@@ -397,25 +493,21 @@ class CloudPredictor(TaskPredictor):
         predictor: Any,
         points: Any,
         normals: Any = None,
-        category: Any = None,
         *,
+        up_axis: str = "z",
+        where: str = "Predictor.inspect",
+        category: Any = None,
+        num_votes: Optional[int] = None,
         seed: int = 0,
         estimate_normals: bool = False,
-        up_axis: str = "z",
-        progress: Any = None,
-        max_fragments: Any = None,
-        num_votes: Optional[int] = None,
-        where: str = "Predictor.inspect",
     ) -> Dict[str, Any]:
-        if resolve_progress(where, progress) is not None:
-            fail(where, f"progress= is for scene segmenters; this is a {predictor.task} model")
-        refuse_fragments(predictor, max_fragments, where)
+        votes = self.default_votes if num_votes is None else num_votes  # predict's defaults
+        check_predict_arguments(where, votes, 8, seed, estimate_normals)
         model = predictor.model
         if not callable(getattr(model, "gridify", None)):
             fail(where, f"the model ({type(model).__name__}) has no gridification to inspect")
         cat = category_index(predictor, category, where)
         cloud = predictor.prepare(points, normals, estimate_normals=estimate_normals, up_axis=up_axis, where=where)
-        votes = self.default_votes if num_votes is None else num_votes  # predict's defaults
         pred = self.predict_cloud(predictor, cloud, cat, votes, seed, 8, where)
         sub = self.first_subset(predictor, cloud, seed)
         dev = predictor.device
@@ -438,6 +530,8 @@ class CloudPredictor(TaskPredictor):
 class ClassificationPredictor(CloudPredictor):
     """One label per cloud: the softmax averaged over ``num_votes`` seeded subsets of ``num_points``."""
 
+    options = (*CloudPredictor.options, "num_votes")
+    inspect_options = (*CloudPredictor.inspect_options, "num_votes")
     hints_up_axis = True
 
     def check_sizes(self, predictor: Any, where: str, n_in: int, num_votes: int, batch_size: int) -> None:
@@ -472,7 +566,8 @@ class ClassificationPredictor(CloudPredictor):
 @PREDICTORS.register("segmentation")
 class PartSegmentationPredictor(CloudPredictor):
     """A label per point: the cloud in seeded chunks of at most ``num_points``, each segmented as one
-    cloud of a batch; with a ``category``, the argmax restricted to its parts."""
+    cloud of a batch (every point once: no ``num_votes``); with a ``category``, the argmax restricted to its
+    parts."""
 
     def check_sizes(self, predictor: Any, where: str, n_in: int, num_votes: int, batch_size: int) -> None:
         n = predictor.num_points or n_in
@@ -530,6 +625,14 @@ class ScenePredictor(TaskPredictor):
     (:func:`gridify.scene_inference.predict_scene_unchecked`, after one validation here)."""
 
     min_in_channels = 0  # a scene segmenter may take no features beside its coordinates
+    options = (*SHARED_OPTIONS, "num_votes", "features", "progress", "max_fragments")
+    inspect_options = ("seed", "estimate_normals", "num_votes", "progress", "max_fragments")
+    one_grid = False  # each crop has a grid box of its own
+
+    def read(self, path: Any, **options: Any) -> PointCloud:
+        """A scan with every per-point field its format holds (:func:`gridify.io.read_scan`: the features a model was
+        trained with, LiDAR intensity); a text or ``.npy`` file read with named ``columns`` as named."""
+        return read_points(path, **options) if "columns" in options else read_scan(path, **options)
 
     def check_entries(self, path: Any, info: Dict[str, Any], data: Dict[str, Any], width: int) -> None:
         """The inference entries (``voxel_size``, ``max_points``, ``features``) of the right type, checked
@@ -574,17 +677,16 @@ class ScenePredictor(TaskPredictor):
         predictor: Any,
         points: Any,
         normals: Any = None,
-        category: Any = None,
         *,
+        up_axis: str = "z",
+        where: str = "Predictor.predict",
         num_votes: Optional[int] = None,
         seed: int = 0,
         batch_size: int = 8,
         estimate_normals: bool = False,
         features: Any = None,
         progress: Any = None,
-        up_axis: str = "z",
         max_fragments: Any = None,
-        where: str = "Predictor.predict",
     ) -> Prediction:
         from ..scene_inference import check_scene_output  # noqa: PLC0415
 
@@ -592,11 +694,9 @@ class ScenePredictor(TaskPredictor):
         num_votes = votes_default if num_votes is None else num_votes
         check_predict_arguments(where, num_votes, batch_size, seed, estimate_normals)
         max_fragments = fragments_default if max_fragments is None else check_max_fragments(where, max_fragments)
-        if category is not None:
-            fail(where, "category (--category) is only used by part segmenters; a scene segmenter takes none")
         progress = resolve_progress(where, progress)
         self.check_normals_used(predictor, normals, estimate_normals, features, where)
-        points = read_scan(points) if isinstance(points, (str, os.PathLike)) else points  # every field: intensity
+        points = self.read(points) if isinstance(points, (str, os.PathLike)) else points  # every field: intensity
         cloud = (
             points
             if isinstance(points, PointCloud)
@@ -758,32 +858,21 @@ class ScenePredictor(TaskPredictor):
         predictor: Any,
         points: Any,
         normals: Any = None,
-        category: Any = None,
         *,
-        seed: int = 0,
-        estimate_normals: bool = False,
         up_axis: str = "z",
-        progress: Any = None,
-        max_fragments: Any = None,
-        num_votes: Optional[int] = None,
         where: str = "Predictor.inspect",
+        max_fragments: Any = None,
+        **options: Any,
     ) -> Dict[str, Any]:
-        """Metric points, every one labelled; no single grid frame to draw (each crop has its own box)."""
+        """Metric points, every one labelled (:meth:`predict` with these options); no single grid frame to draw
+        (each crop has its own box)."""
         if max_fragments is not None:
-            check_max_fragments(where, max_fragments)  # named as inspect's, before the predict below
+            check_max_fragments(where, max_fragments)  # named as inspect's, before the scan is read
         if isinstance(points, (str, os.PathLike)):  # read once, with the fields the features may need
-            points = read_scan(points)
-        pred = predictor.predict(
-            points,
-            normals,
-            category,
-            seed=seed,
-            estimate_normals=estimate_normals,
-            up_axis=up_axis,
-            progress=progress,
-            max_fragments=max_fragments,
-            num_votes=num_votes,
-        )
+            points = self.read(points)
+        if max_fragments is not None:
+            options["max_fragments"] = max_fragments
+        pred = self.predict(predictor, points, normals, up_axis=up_axis, where=where, **options)
         return {
             "pos": scene_points(points, up_axis, where),
             "prediction": pred,

@@ -92,6 +92,7 @@ __all__ = [
     "RECIPE_COLUMNS",
     "PEERS",
     "peer_registry_name",
+    "peer_of_task",
     "cpu_seconds",
     "graph_timer",
     "time_training",
@@ -351,7 +352,7 @@ def time_training(
         parts = _train_step(task, opt, sched, batch, i, clip, clock, graph, amp)
         parts.update(data=t1 - t0, step=clock() - t0)
         parts["compute"] = parts["graph"] + parts["forward"] + parts["backward"] + parts["optimizer"]
-        n = int(batch["batch"].max()) + 1 if get_task(task.task).dense else int(batch["y"].numel())
+        n = get_task(task.task).num_items(batch)  # clouds (sequences, scenes) of the step
         done.append((parts, n, int(batch["pos"].size(0))))
         if i >= warmup and len(kept) < keep:
             kept.append(batch)
@@ -451,6 +452,7 @@ class _SyntheticBatches:
             pos=pos.to(device),
             x=x.to(device),
             batch=torch.arange(clouds).repeat_interleave(points).to(device),
+            ptr=(torch.arange(clouds + 1) * points).to(device),  # as collate_points: the task counts clouds by it
             y=torch.zeros(labels, dtype=like["y"].dtype, device=device),
         )
         if isinstance(like.get("category"), torch.Tensor):
@@ -462,15 +464,24 @@ class _SyntheticBatches:
 
 # ----------------------------------------------------------------------------- models
 def peer_registry_name(name: str, task: str) -> Tuple[str, str]:
-    """``(family, registry name)`` of a ``--models`` entry: ``pointnet2`` -> ``pointnet2_classifier``."""
+    """``(family, registry name)`` of a ``--models`` entry: ``pointnet2`` -> ``pointnet2_classifier``
+    (:func:`peer_of_task`)."""
     key = name.lower()
-    suffix = "segmenter" if get_task(task).dense else "classifier"
     if key == "gridified":
         return "gridified", ""
     if key in PEERS:
-        return PEERS[key], f"{PEERS[key]}_{suffix}"
+        return PEERS[key], peer_of_task(PEERS[key], task)
     family = next((f for f in GRAPH_WHAT if name.startswith(f)), name)
     return family, name
+
+
+def peer_of_task(family: str, task: str) -> str:
+    """The registry name of the ``family`` peer made for ``task``, or for a task whose models serve it (the tasks'
+    :attr:`~gridify.tasks.Task.models` tables: ``pointnet2_segmenter`` for scene segmentation); the family's
+    classifier when none is (refused with its task by ``_check_model_tasks``)."""
+    serving = (task, *get_task(task).model_tasks)
+    made = [n for t in serving for n in get_task(t).models]
+    return next((n for n in made if n.startswith(f"{family}_")), f"{family}_classifier")
 
 
 def _build_task(cfg: Dict[str, Any], info: Dict[str, Any], num_train: int, name: str) -> Tuple[Any, Dict[str, Any]]:

@@ -58,6 +58,7 @@ import torch
 from torch.utils.data import DataLoader
 from torchmetrics import MeanMetric
 
+from gridify.checkpoint import MODEL_TASK, model_task
 from gridify.nn import recalibrate_batchnorm
 from gridify.tasks import get_task
 
@@ -114,6 +115,8 @@ class PointCloudTask(pl.LightningModule):
         self.task = task
         self.task_def = get_task(task)
         self.model = make_model(model_name, model_kwargs)
+        # the task the network serves, recorded in every checkpoint for its readers (gridify.checkpoint.check_task)
+        self.hparams[MODEL_TASK] = model_task(self.model)
         self.ema_decay = float(optim.get("ema_decay", 0.0))
         # the averaged weights (a submodule: checkpointed under ema.*, moved with the module); None when off
         self.ema = copy.deepcopy(self.model).requires_grad_(False) if self.ema_decay > 0 else None

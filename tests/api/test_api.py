@@ -91,6 +91,18 @@ def test_load_reads_the_metadata(trained):
         gridify.load(trained["cls"] / "missing.pt")
 
 
+def test_a_run_records_the_task_of_its_network_in_both_checkpoints(trained):
+    """The Lightning checkpoint and model.pt record ``model_task`` when written (gridify.checkpoint.MODEL_TASK): a
+    reader checks the file's task against it instead of guessing from the model's class."""
+    from gridify.checkpoint import MODEL_TASK
+
+    for name, task in (("cls", "classification"), ("seg", "segmentation")):
+        for f in ("model.pt", "last.ckpt"):
+            raw = torch.load(trained[name] / f, map_location="cpu", weights_only=True)
+            written = raw["hyper_parameters"] if f == "last.ckpt" else raw
+            assert written[MODEL_TASK] == task and load_checkpoint(trained[name] / f)[MODEL_TASK] == task, (name, f)
+
+
 def test_training_n_agrees_with_the_bare_model(trained):
     """N == training N: one pass over the normalized cloud, exactly the model's own output."""
     pos, nrm = shape("torus", 96)

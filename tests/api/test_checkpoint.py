@@ -178,3 +178,45 @@ def test_checkpoint_weights_are_checked_before_loading(tmp_path):
     with pytest.raises(ValueError, match="gridify.load: device must be a torch.device or a name"):
         gridify.load(_export(tmp_path), device="gpu9")
     assert gridify.load(_export(tmp_path)).predict(np.random.rand(50, 3)).probabilities.shape == (3,)
+
+
+# --------------------------------------------------------------------------- the model_task record
+def test_an_exported_model_records_the_task_of_its_network_and_readers_use_the_record(tmp_path):
+    """``export_model`` records ``model_task``; a reader checks the file's ``task`` against the record, not against
+    a guess from the model's class (edited metadata that agrees with the class but not with the record is refused)."""
+    from gridify.checkpoint import MODEL_TASK, recorded_model_task
+
+    model, meta = _tiny_payload()
+    export_model(tmp_path / "model.pt", model, meta)
+    raw = torch.load(tmp_path / "model.pt", weights_only=True)
+    assert raw[MODEL_TASK] == "classification"
+    payload = load_checkpoint(tmp_path / "model.pt")
+    assert payload[MODEL_TASK] == "classification" and recorded_model_task(payload) == "classification"
+    torch.save(dict(raw, **{MODEL_TASK: "segmentation"}), tmp_path / "edited.pt")
+    with pytest.raises(CheckpointError, match=r"entry 'task' is 'classification' but the model .* is a segmentation"):
+        load_checkpoint(tmp_path / "edited.pt")
+    torch.save(dict(raw, **{MODEL_TASK: "detection"}), tmp_path / "unknown.pt")
+    with pytest.raises(CheckpointError, match=r"entry 'model_task' must be a registered task \(classification, "):
+        load_checkpoint(tmp_path / "unknown.pt")
+    del raw[MODEL_TASK]  # an older file: the task of its registered model, found from its class
+    torch.save(raw, tmp_path / "old.pt")
+    assert load_checkpoint(tmp_path / "old.pt")[MODEL_TASK] is None
+    assert gridify.load(tmp_path / "old.pt").task == "classification"
+
+
+def test_every_built_in_model_has_its_task_by_declaration_or_by_a_task_table():
+    """``model_task`` of a built-in model (what a checkpoint records) never reads a ``forward`` signature: the guess
+    of :func:`gridify.checkpoint.task_from_forward` is left to older files of models that declare nothing."""
+    from gridify import checkpoint as CK
+    from gridify.registry import MODELS
+    from gridify.tasks import get_task, task_names
+
+    for name in MODELS.names():
+        cls = MODELS.get(name)
+        declared = getattr(cls, "task", None)
+        listed = [t for t in task_names() if name in get_task(t).models]
+        assert declared in task_names() or len(listed) == 1, name
+        assert CK.model_task(cls) == (declared if declared in task_names() else listed[0]), name
+    # where the old guess answers, it agrees with the tables (the scene segmenter takes no category keyword)
+    guessed = {n: CK.task_from_forward(MODELS.get(n)) for n in MODELS.names() if n != "scene_segmenter"}
+    assert all(CK.model_task(MODELS.get(n)) == t for n, t in guessed.items()), guessed

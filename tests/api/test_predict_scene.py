@@ -332,7 +332,6 @@ def test_max_fragments_is_refused_for_a_classifier():
 def test_a_scene_checkpoint_records_its_whole_scan_defaults(tmp_path):
     import inspect
 
-    from gridify import Predictor
     from gridify.checkpoint import CheckpointError, export_model, load_checkpoint
     from gridify.export.runtime import OnnxSceneModel
     from gridify.scene_inference import MAX_FRAGMENTS, evaluate_scenes, scene_defaults
@@ -356,7 +355,10 @@ def test_a_scene_checkpoint_records_its_whole_scan_defaults(tmp_path):
         with pytest.raises(CheckpointError, match=rf"entry info\['{key}'\] must be null or a positive integer"):
             load(tmp_path / "bad.pt")
     # the public entries: None means the model's (or file's) default; the scene functions' is MAX_FRAGMENTS
-    for fn in (Predictor.predict, Predictor.inspect, OnnxSceneModel.predict):
+    # (Predictor.predict / inspect hand max_fragments to the scene predictor, whose option it is)
+    from gridify.api.task_predictors import ScenePredictor
+
+    for fn in (ScenePredictor.predict, ScenePredictor.inspect, OnnxSceneModel.predict):
         assert inspect.signature(fn).parameters["max_fragments"].default is None, fn
     for fn in (predict_scene, evaluate_scenes):
         assert inspect.signature(fn).parameters["max_fragments"].default == MAX_FRAGMENTS, fn
