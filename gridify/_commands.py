@@ -16,7 +16,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import _cliargs as types
 
@@ -839,6 +839,18 @@ def check_route(
 ) -> None:
     """:func:`gridify._cliargs.check_options` of ``command``'s row of :data:`OPTION_USE`."""
     types.check_options(prog, OPTION_USE[command], given, facts, maybe)
+
+
+def check_command_route(args: argparse.Namespace, facts: Dict[str, Optional[str]], maybe: Sequence[str] = ()) -> None:
+    """:func:`check_route` of a parsed ``gridify`` sub-command: the row of ``args.command``, the arguments typed
+    (``args.given_options``, set by :func:`gridify.cli.main`); ``maybe``: facts not known yet."""
+    check_route(f"gridify {args.command}", args.command, getattr(args, "given_options", {}), facts, maybe)
+
+
+def route_reads(args: argparse.Namespace, dest: str, facts: Mapping[str, Optional[str]]) -> bool:
+    """Whether the route of ``facts`` reads the argument ``dest`` of ``args.command`` (:data:`OPTION_USE`): what a
+    flag is for decides where the command uses it, not the model's task."""
+    return types.option_read(OPTION_USE[args.command][dest][0], facts)
 
 
 def pred_facts(args: argparse.Namespace) -> Dict[str, Optional[str]]:

@@ -31,7 +31,7 @@ def test_cli_predict_bin_writes_a_labelled_ply_with_progress(tmp_path, capsys):
 def test_show_hides_the_ceiling_of_a_room_by_default_and_named_classes_on_request():
     import argparse
 
-    from gridify.cli import _hide_classes
+    from gridify.cli.show import _hide_classes
 
     names = ["floor", "wall", "ceiling", "chair"]
     pos = np.arange(18, dtype=np.float32).reshape(6, 3)
