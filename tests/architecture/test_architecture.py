@@ -15,8 +15,10 @@ PACKAGE = Path(__file__).resolve().parents[2] / "gridify"
 #: bottom to top; a module may import only from its own package or from a lower layer
 LAYERS = [
     ["_version", "_checks", "_optional", "_files", "_paths", "registry", "runtime", "_clinames", "_pretrained"],
-    ["ops", "io", "metrics", "precision", "_cliargs", "_progress"],
-    ["transforms"],  # seeded transforms: above ops (RandomResample's neighbours are ops.knn's)
+    ["ops", "metrics", "precision", "_cliargs", "_progress"],
+    # above ops: seeded transforms (RandomResample's neighbours are ops.knn's) and the file readers
+    # (repair_normals' nearest valid point is ops.knn's)
+    ["transforms", "io"],
     ["nn", "datasets", "vis", "scene_inference", "_commands"],
     ["backbones", "baselines"],
     ["models"],

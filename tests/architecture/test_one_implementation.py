@@ -1,7 +1,8 @@
 """One implementation of each idea (issue 74): the rule "read a scan with every per-point field its format holds"
 lives in gridify.io alone (``read_scan`` / ``holds_fields``), the scene layouts are found through their registry
 (no comparison with a layout's name outside the layouts' own modules), and the names that meant two things
-(``read_scene``, ``_read_scan``, ``check_run``, ``read_labels``) are defined once.
+(``read_scene``, ``_read_scan``, ``check_run``, ``read_labels``) are defined once, and the neighbour searches
+(k-d trees, all-pairs distances) are written in gridify.ops alone.
 
 Every module under ``gridify/`` and ``scripts/`` is parsed (code only: messages and docstrings may name the rule).
 """
@@ -106,3 +107,32 @@ def test_names_that_meant_two_things_are_defined_once():
     assert len(_definitions("check_run")) <= 1  # the benchmark's; predict's is check_predict_arguments
     # the numpy entry of the one estimator (gridify.api.estimate_normals) calls gridify.ops.estimate_normals
     assert _definitions("estimate_normals") == ["gridify/api/inputs.py", "gridify/ops/normals.py"]
+
+
+#: the names a neighbour search is written with (a k-d tree, all-pairs distances)
+SEARCH_NAMES = {"cKDTree", "KDTree", "cdist", "NearestNeighbors", "BallTree"}
+
+
+def _search_uses(tree):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in SEARCH_NAMES:
+            yield node.lineno, node.attr
+        elif isinstance(node, ast.Name) and node.id in SEARCH_NAMES:
+            yield node.lineno, node.id
+        elif isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name in SEARCH_NAMES:
+                    yield node.lineno, alias.name
+
+
+def test_neighbour_searches_live_in_gridify_ops_only():
+    """kNN and radius searches are gridify.ops' (knn, knn_dense, radius): a reader, a transform or a model asks
+    them instead of building its own tree or distance matrix (transforms' and io.normals' own searches are gone)."""
+    where = {
+        f"{_rel(p)}:{line} ({name})"
+        for p, tree in _trees()
+        if not _rel(p).startswith("gridify/ops/")
+        for line, name in _search_uses(tree)
+    }
+    assert not where, "search through gridify.ops (knn, radius) instead:\n" + "\n".join(sorted(where))
+    assert any(name == "cKDTree" for line, name in _search_uses(ast.parse((PACKAGE / "ops/knn.py").read_text())))
