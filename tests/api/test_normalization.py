@@ -182,6 +182,7 @@ def test_the_onnx_wrapper_normalizes_as_trained(cube_run):
         E.normalize_points(pts, "box")
 
 
+@pytest.mark.slow  # exports a model: about 18 s
 @pytest.mark.skipif(not HAVE_ONNX, reason="needs the export extra: pip install 'gridify[export]'")
 def test_the_exported_file_normalizes_as_trained(cube_run, tmp_path):
     import onnx

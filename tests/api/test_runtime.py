@@ -27,6 +27,7 @@ def test_bad_thresholds_are_named(kwargs, match):
         tune_cpu_allocator(**kwargs)
 
 
+@pytest.mark.slow  # about 15 s of allocations
 @pytest.mark.skipif(not _glibc(), reason="glibc mallopt only")
 def test_tuned_allocator_reuses_freed_memory():
     # in a fresh process: a 64 MiB temporary is above glibc's largest automatic mmap threshold

@@ -8,6 +8,7 @@ Every module under ``gridify/`` and ``scripts/`` is parsed (code only: messages 
 """
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,9 +29,14 @@ def _rel(path):
     return path.relative_to(ROOT).as_posix()
 
 
+@functools.lru_cache(maxsize=None)
+def _parsed():
+    """Every source parsed once for the whole module (parsing them all takes about a second)."""
+    return tuple((path, ast.parse(path.read_text(encoding="utf-8"))) for path in SOURCES)
+
+
 def _trees():
-    for path in SOURCES:
-        yield path, ast.parse(path.read_text(encoding="utf-8"))
+    yield from _parsed()
 
 
 def _is_const(node, value):
@@ -92,9 +98,8 @@ def test_no_module_outside_the_layouts_branches_on_a_layouts_name():
 def _definitions(name):
     """The modules of gridify defining a function ``name`` at module level (methods are not counted)."""
     found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        if any(isinstance(n, ast.FunctionDef) and n.name == name for n in tree.body):
+    for path, tree in _parsed():
+        if path.is_relative_to(PACKAGE) and any(isinstance(n, ast.FunctionDef) and n.name == name for n in tree.body):
             found.append(_rel(path))
     return found
 

@@ -575,6 +575,7 @@ def test_mrconv_placeholder_kernels_are_an_export_error(tmp_path, monkeypatch, n
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow  # exports twice: about 10 s
 @needs_onnx
 def test_onnxruntime_and_write_failures_are_export_errors(tmp_path, monkeypatch):
     import errno
@@ -751,7 +752,7 @@ def old_normalize_points(points, mode="sphere"):
 
 
 @needs_onnx
-@pytest.mark.parametrize("num_points", [None, 12])
+@pytest.mark.parametrize("num_points", [None, pytest.param(12, marks=pytest.mark.slow)])  # each exports: 10 s
 def test_the_export_parity_check_covers_degenerate_clouds(tmp_path, monkeypatch, num_points):
     """The check before writing runs degenerate clouds too (and counts a NaN on one side as a
     difference): a graph that is NaN only on identical points is refused, naming those clouds."""
@@ -807,6 +808,7 @@ def test_node_ties_of_degenerate_clouds_are_told_apart_from_real_differences():
     assert point_nodes[0, 0].tolist() == [62, 37, 57, 61, 63, 67]
 
 
+@pytest.mark.slow  # exports a model: about 13 s
 @needs_onnx
 def test_export_up_axis_rotates_inside_the_file(tmp_path):
     """--up-axis y: the file given a y-up cloud answers as the model does on that cloud rotated to z up."""

@@ -26,6 +26,7 @@ def test_validating_false_inside_compiled_region_true_eagerly():
     assert _checks.validating()
 
 
+@pytest.mark.slow  # torch.compile: about 10 s
 @pytest.mark.filterwarnings("ignore:Dynamo does not know how to trace")
 def test_compiled_classifier_matches_eager():
     torch._dynamo.reset()

@@ -526,6 +526,7 @@ def test_ddp_two_cpu_processes(tmp_path):
     assert report["num_scored"] == res["num_scored"] == 8  # every test shape exactly once over 2 ranks
 
 
+@pytest.mark.slow  # about 8 s; test_ddp_two_cpu_processes stays in the default suite
 def test_ddp_spawn_two_cpu_processes(tmp_path, capfd):
     """ddp_spawn from Python (no script to re-run): the whole run happens in two spawned DDP ranks."""
     args = ["data.batch_size=2", "trainer.max_epochs=1", "trainer.plots=false", "--accelerator", "cpu"]
