@@ -226,7 +226,10 @@ def optimize_graph(model: Any) -> None:
 
     Functions inlined; constants folded and unused nodes, functions and opsets removed (twice, or until
     nothing changes); constants lifted to initializers, duplicate initializers shared; common subexpressions
-    eliminated; output and value names fixed. Measured on the shipped ``semantickitti`` model (a 16,384-point
+    eliminated; output and value names fixed; the nodes' debug metadata cleared (torch's exporter gives every node
+    the Python stack trace, module path and FX node it came from: 6.4 of the shipped ``semantickitti`` file's
+    13.5 MB, with the exporting machine's file paths in every node; the model's own ``metadata_props``, which
+    ``_set_metadata`` writes afterwards, are not touched). Measured on the shipped ``semantickitti`` model (a 16,384-point
     crop, one onnxruntime thread, AMD EPYC): the export 3 min 18 s instead of 7 min 49 s, a file of 3,989
     nodes instead of 3,529 whose logits are bit for bit the same and whose run time is the same within the
     noise of three rounds (1.30-1.53 s against 1.32-1.47 s).
@@ -251,6 +254,7 @@ def optimize_graph(model: Any) -> None:
         common.CommonSubexpressionEliminationPass(),
         common.OutputFixPass(),
         common.NameFixPass(),
+        common.ClearMetadataAndDocStringPass(),
     )(model)
 
 
