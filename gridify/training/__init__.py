@@ -29,7 +29,9 @@ and one per epoch.
 
 The package, one concern per module:
 
-    schema      every config key's declared type, range and default (the check, the key listing, docs/config_keys.md)
+    schema      every config key's declared type, range and default (the check, the key listing, docs/config_keys.md),
+                re-exported from: specs (the value specs, ConfigError), config_keys (the declared keys),
+                config_errors (the section checks, errors in the config's words), config_docs (listing, docs)
     config      shipped configs by name, _base_ inheritance, overrides, validation (ConfigError)
     data        datasets, augmentations, samplers and loaders, the model from the config
     schedule    steps per epoch and the warm-up + cosine learning-rate factor

@@ -35,7 +35,7 @@ from gridify._paths import one_line_errors
 from gridify.datasets import DatasetNotFoundError, DownloadError
 
 from .config import ConfigError, resolve_config
-from .schema import annotated_yaml
+from .config_docs import annotated_yaml
 
 __all__ = ["program_name", "build_parser", "config_from_args", "error_line", "main"]
 
@@ -93,7 +93,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
         cfg = config_from_args(args)
     except ConfigError as exc:
         raise SystemExit(f"{parser.prog}: config error: {error_line(exc)}")
-    if args.print_config:  # each declared key followed by its rule (training/schema.py) as a YAML comment
+    if args.print_config:  # each declared key followed by its rule (training/config_docs.py) as a YAML comment
         print(annotated_yaml(cfg))
         return {"config": cfg}
     from .runner import RUN_ERRORS, run  # Lightning is imported only when a run starts

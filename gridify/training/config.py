@@ -48,18 +48,9 @@ from gridify.transforms import (
     RandomScale,
 )
 
-from .schema import (
-    DATASET_ALIASES,
-    DEFAULTS,
-    SCHEMA,
-    TASKS,
-    ConfigError,
-    check_dataset_section,
-    check_model_section,
-    check_values,
-    dataset_keys,
-    dataset_names,
-)
+from .config_errors import check_dataset_section, check_model_section, check_values, dataset_keys
+from .config_keys import DATASET_ALIASES, DEFAULTS, SCHEMA, TASKS, dataset_names
+from .specs import ConfigError
 
 __all__ = [
     "ConfigError",

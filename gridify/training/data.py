@@ -34,7 +34,7 @@ from gridify.tasks import class_weights, get_task, task_of_dataset
 from gridify.transforms import FixedPoints, SceneSampler, normalization_name, normalization_record
 
 from .config import AUGMENTATIONS, DATA_LOADER_KEYS, DATASET_ALIASES, ConfigError
-from .schema import constructor_keys, dataset_message, model_error
+from .config_errors import constructor_keys, dataset_message, model_error
 
 __all__ = [
     "REPO_ROOT",

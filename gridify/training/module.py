@@ -63,6 +63,7 @@ from gridify.nn import recalibrate_batchnorm
 from gridify.tasks import get_task
 
 from .callbacks import StopAfterEpochs
+from .config_errors import optimizer_error
 from .data import (
     EpochAugment,
     EpochDataLoader,
@@ -76,14 +77,13 @@ from .data import (
 from .ema import ema_decay_at, update_ema
 from .metrics import eval_settings
 from .schedule import OneCycle, warmup_cosine
-from .schema import optimizer_error
 
 __all__ = ["PointCloudTask", "PointCloudData", "build_optimizer", "lightning_classes"]
 
 
 def build_optimizer(params: Any, optim: Dict[str, Any]) -> torch.optim.Optimizer:
     """``AdamW(lr, weight_decay, betas)`` of the ``optim`` section; a value torch refuses is a
-    :class:`~.schema.ConfigError` naming its key (``optim.betas: Invalid beta parameter ...``)."""
+    :class:`~.specs.ConfigError` naming its key (``optim.betas: Invalid beta parameter ...``)."""
     try:
         return torch.optim.AdamW(
             params,

@@ -51,6 +51,7 @@ from gridify.tasks import get_task
 
 from .callbacks import StepCurves, atomic_checkpoint_io, checkpoint_callbacks, make_loggers
 from .config import ConfigError, parse_augmentations
+from .config_errors import trainer_error
 from .data import (
     EpochAugment,
     build_dataset,
@@ -74,7 +75,6 @@ from .report import (
     write_test_outputs,
 )
 from .schedule import steps_per_epoch, world_size_guess
-from .schema import trainer_error
 
 __all__ = [
     "RUN_ERRORS",

@@ -167,7 +167,7 @@ def test_every_model_argument_is_declared_and_its_default_passes():
 
     for name in MODELS.names():
         for key in S.model_keys(name):
-            assert key in S.MODEL_KEYS, f"declare model.{key} ({name}) in gridify/training/schema.py MODEL_KEYS"
+            assert key in S.MODEL_KEYS, f"declare model.{key} ({name}) in gridify/training/config_keys.py MODEL_KEYS"
         for p in inspect.signature(MODELS.get(name)).parameters.values():
             if p.default is not inspect.Parameter.empty and p.name in S.MODEL_KEYS:
                 assert S.MODEL_KEYS[p.name].ok(p.default), (name, p.name, p.default)
