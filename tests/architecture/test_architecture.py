@@ -5,6 +5,7 @@ functions alike, since a function-level import can hide a cycle just as well).
 """
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -145,3 +146,16 @@ def test_no_function_is_longer_than_80_lines(module):
         and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
     ]
     assert not long, f"{path.relative_to(PACKAGE.parent)}: {long}"
+
+
+def test_architecture_md_draws_these_layers():
+    """ARCHITECTURE.md's table "What lives in each layer" names the units of LAYERS, layer by layer, in order."""
+    text = (PACKAGE.parent / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    table = text.split("## What lives in each layer", 1)[1].split("\n## ", 1)[0]
+    drawn = {}
+    for row in table.splitlines():
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[0] or cells[0] in ("layer", "---"):
+            continue
+        drawn.setdefault(cells[0], set()).update(re.findall(r"`([A-Za-z_]+)`", cells[1]))
+    assert list(drawn.values()) == [set(names) for names in LAYERS], list(drawn.items())
