@@ -10,11 +10,11 @@ register them, so that a new scene layout or file format is one change in its ow
 * ``LAYOUTS`` (:func:`layout_names`): the names of the ``@LAYOUTS.register("name")`` lines of
   ``gridify/datasets/layouts/*.py``;
 * ``SUPPORTED_EXTENSIONS``, ``COLUMN_EXTENSIONS``, ``SAMPLED_EXTENSIONS`` (:func:`reader_extensions`): the
-  ``register_reader`` / ``register_mesh_reader`` / ``unregister_reader`` statements of ``gridify/io/`` in the
-  order importing :mod:`gridify.io` runs them.
+  ``register_reader`` / ``register_mesh_reader`` statements of ``gridify/io/builtin.py``, where every built-in
+  format is registered, in their order.
 
-A registration is read when it starts a line (module level, not indented, possibly as a decorator ``@...``) and
-spells its name, extensions, ``options`` and ``replace`` as literals; anything else there is a ValueError naming
+A registration is read when it starts a line (module level, not indented; a layout's possibly as a decorator
+``@...``) and spells its name, extensions and ``options`` as literals; anything else there is a ValueError naming
 the file and line. They are read on first use (a few milliseconds) and cached.
 """
 
@@ -213,9 +213,10 @@ KEY_ROWS = (
 # the values read from the sources of the modules that register them
 # --------------------------------------------------------------------------------------
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
-#: the folder of the scene layouts' modules and that of the file formats' modules
+#: the folder of the scene layouts' modules
 LAYOUT_DIR = os.path.join(_PACKAGE, "datasets", "layouts")
-IO_DIR = os.path.join(_PACKAGE, "io")
+#: the module that registers every built-in file format (the extension lists are read from it)
+BUILTIN_FORMATS = os.path.join(_PACKAGE, "io", "builtin.py")
 
 #: the module attributes read from the sources: :func:`layout_names`, then the three of :func:`reader_extensions`
 _EXTENSION_NAMES = ("SUPPORTED_EXTENSIONS", "COLUMN_EXTENSIONS", "SAMPLED_EXTENSIONS")
@@ -223,13 +224,12 @@ _READ_NAMES = ("LAYOUTS", *_EXTENSION_NAMES)
 #: a statement starting a line that registers a layout (``@LAYOUTS.register(...)``, ``LAYOUTS.register(...)``); the
 #: patterns start with the newline before it (the text read starts with one), which the regex engine finds fast
 _LAYOUT_LINE = r"\n@?LAYOUTS\.register\("
-#: a statement starting a line that registers a format, or imports a module of the same package
-_IO_LINE = r"\n(?:@?(?:register_reader|register_mesh_reader|unregister_reader)\(|from \.(?P<module>\w[\w.]*)? import\b)"
+#: a statement starting a line that registers a format
+_IO_LINE = r"\n(?:register_reader|register_mesh_reader)\("
 #: the positional parameters of the registering functions (gridify/io/registry.py, gridify/io/mesh.py)
 _POSITIONAL = {
     "register_reader": ("extensions", "description", "reader"),
     "register_mesh_reader": ("extensions", "description", "mesh_reader"),
-    "unregister_reader": ("extensions",),
 }
 #: what ``register_mesh_reader`` declares for its formats (gridify/io/mesh.py)
 _MESH_OPTIONS = ("num_samples", "seed")
@@ -329,49 +329,8 @@ def layout_names(folder: str = LAYOUT_DIR) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def _io_calls(folder: str) -> list[tuple[str, object]]:
-    """``("path:line", call)`` of every registering statement of the package ``folder``, in the order importing
-    the package runs them: from its ``__init__.py``, each ``from .module import ...`` line visits that module
-    first (once), as Python does; imports inside functions or indented blocks are not followed."""
-    import _ast
-
-    calls: list[tuple[str, object]] = []
-    seen: set[str] = set()
-
-    def visit(module: str) -> None:
-        path = os.path.join(folder, f"{module}.py")
-        if module in seen or not os.path.isfile(path):
-            return
-        seen.add(module)
-        text = _read(path)
-        for match in re.finditer(_IO_LINE, text):
-            if match["module"]:  # from .module import ...: no need to parse it
-                visit(match["module"].split(".")[0])
-                continue
-            node, where = _statement_at(path, text, match.start() + 1)
-            if isinstance(node, _ast.ImportFrom):  # from . import module, ...
-                for alias in node.names:
-                    visit(alias.name)
-            elif isinstance(node, _ast.Call):
-                calls.append((where, node))
-            else:
-                raise ValueError(f"{where}: a registration must be a call statement, got {_unparse(node)!r}")
-
-    visit("__init__")
-    return calls
-
-
-def _release(table: dict, extensions: tuple[str, ...]) -> None:
-    """The formats of ``table`` holding any of ``extensions`` keep only their other ones (registry._release)."""
-    for exts, options in dict.fromkeys(table[e] for e in extensions if e in table):
-        kept = (tuple(e for e in exts if e not in extensions), options)
-        for ext in kept[0]:
-            table[ext] = kept
-
-
-def _register(table: dict, where: str, call: object) -> None:
-    """Apply one ``register_reader`` / ``register_mesh_reader`` / ``unregister_reader`` call to ``table``
-    (extension -> ``(extensions, options)`` of its format, in registration order), as the registry does."""
+def _format(where: str, call: object) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(extensions, options)`` of one ``register_reader`` / ``register_mesh_reader`` call, from its literals."""
     import _ast
 
     kind = call.func.id
@@ -381,44 +340,38 @@ def _register(table: dict, where: str, call: object) -> None:
     if "extensions" not in args:
         raise ValueError(f"{where}: {kind}(...) without its extensions")
     exts = _strings(where, "extensions", _literal(where, call, "extensions", args["extensions"]))
-    exts = tuple(dict.fromkeys(e.lower() for e in exts))
-    if kind == "unregister_reader":
-        missing = [e for e in exts if e not in table]
-        if missing:
-            raise ValueError(f"{where}: no reader is registered for {', '.join(missing)} (read so far)")
-        _release(table, exts)
-        for ext in exts:
-            del table[ext]
-        return
     options = _MESH_OPTIONS if kind == "register_mesh_reader" else ()
     if kind == "register_reader" and "options" in args:
         value = _literal(where, call, "options", args["options"])
         options = () if value == () else _strings(where, "options", value)
-    replace = _literal(where, call, "replace", args["replace"]) if "replace" in args else False
-    taken = [e for e in exts if e in table]
-    if taken and replace is not True:
-        raise ValueError(f"{where}: {', '.join(taken)} already has a reader (read so far); pass replace=True")
-    _release(table, tuple(taken))
-    for ext in exts:
-        table[ext] = (exts, options)
+    return tuple(dict.fromkeys(e.lower() for e in exts)), options
 
 
 @lru_cache(maxsize=None)
-def reader_extensions(folder: str = IO_DIR) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """``(SUPPORTED_EXTENSIONS, COLUMN_EXTENSIONS, SAMPLED_EXTENSIONS)`` of the formats that importing the package
-    ``folder`` registers (:func:`_io_calls`), read from its sources: every extension in registration order
+def reader_extensions(path: str = BUILTIN_FORMATS) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """``(SUPPORTED_EXTENSIONS, COLUMN_EXTENSIONS, SAMPLED_EXTENSIONS)`` of the built-in formats, read from the
+    ``register_reader`` / ``register_mesh_reader`` statements of ``path`` (``gridify/io/builtin.py``, where every
+    built-in format is registered) without importing it: every extension in registration order
     (:func:`gridify.io.supported_extensions`), then those of the formats whose reader takes ``columns=``
     (``--columns``) and ``num_samples=`` (``--num-samples``: formats that hold or may hold a mesh), format by
     format (:func:`gridify.io.formats`).
 
     Raises:
-        ValueError: a registration the sources do not spell out (a name or expression instead of a literal, an
-            extension registered twice without ``replace=True``), naming the file and line.
+        ValueError: a registration the source does not spell out (a name or expression instead of a literal) or an
+            extension registered twice, naming the file and line.
     """
-    table: dict = {}
-    for where, call in _io_calls(folder):
-        _register(table, where, call)
-    formats = list(dict.fromkeys(table.values()))
+    text = _read(path)
+    formats: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+    first: dict[str, str] = {}
+    for match in re.finditer(_IO_LINE, text):
+        call, where = _statement_at(path, text, match.start() + 1)
+        exts, options = _format(where, call)
+        taken = [e for e in exts if e in first]
+        if taken:
+            raise ValueError(f"{where}: {', '.join(taken)} already has a reader ({first[taken[0]]})")
+        first.update(dict.fromkeys(exts, where))
+        formats.append((exts, options))
+    supported = tuple(e for exts, _ in formats for e in exts)
     columns = tuple(e for exts, options in formats if "columns" in options for e in exts)
     sampled = tuple(e for exts, options in formats if "num_samples" in options for e in exts)
-    return tuple(table), columns, sampled
+    return supported, columns, sampled

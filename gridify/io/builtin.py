@@ -4,9 +4,8 @@ This is the one table the dispatch of :func:`~gridify.io.read_points` /
 :func:`~gridify.io.read_mesh`, the extension lists and the format table of the package
 docstring are read from (see :mod:`gridify.io.registry`); importing the package runs it.
 The command line's extension lists are read from this source without importing it
-(``gridify._clinames.reader_extensions``): each registration starts a line and spells its
-extensions and ``options`` as literals (a reader module may register itself the same way, as
-the decorator of its reader, and be imported here).
+(``gridify._clinames.reader_extensions``): every built-in format is registered here, each
+registration starting a line and spelling its extensions and ``options`` as literals.
 
 Shapes:
     no arrays; each reader's shapes are in its module.

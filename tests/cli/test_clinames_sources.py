@@ -1,7 +1,7 @@
 """The command line's layout names and file extensions are read from the sources that register them (issue 74: a
 new scene layout touches one new module, a new file format touches ``gridify/io`` only): a module written into
-(a copy of) ``gridify/datasets/layouts/`` or ``gridify/io/`` is found without importing anything, in the order the
-registry would hold it. ``tests/cli/test_startup.py`` holds the values read from the real folders equal to the
+(a copy of) ``gridify/datasets/layouts/``, or a registration added to ``gridify/io/builtin.py``, is found without
+importing anything, in the order the registry would hold it. ``tests/cli/test_startup.py`` holds the values read from the real folders equal to the
 registries."""
 
 from __future__ import annotations
@@ -63,59 +63,46 @@ def test_a_layout_registration_the_source_does_not_spell_out_is_refused_naming_t
         N.layout_names(str(layouts))
 
 
-FOO_MODULE = '''"""A toy reader, registered where it is defined."""
-
-from .registry import register_reader
-
-
-@register_reader((".foo", ".FOOZ"), "toy text", options=("columns", "num_samples"))
-def read_foo(path, *, columns=None, num_samples=1):
-    return None
+TOY_FORMATS = """
+register_reader((".foo", ".FOOZ"), "toy text", read_text, options=("columns", "num_samples"))
+register_mesh_reader(
+    ".bar",
+    "toy mesh",
+    read_off,
+)
 
 
 def later():
-    register_reader(".never", "indented: only when later() runs", read_foo)
-'''
+    register_reader(".never", "indented: only when later() runs", read_text)
+"""
 
 
-def test_a_reader_module_written_into_the_folder_is_read_in_registration_order(tmp_path):
-    io = _copy(N.IO_DIR, tmp_path)
-    (io / "foo.py").write_text(FOO_MODULE)
-    (io / "orphan.py").write_text('from .registry import register_reader\n\nregister_reader(".orphan", "x", len)\n')
-    builtin = (io / "builtin.py").read_text()
-    head, first, rest = builtin.partition("\nregister_reader(")
-    # imported before builtin.py's own registrations run: its format comes first, as at run time
-    head = head.replace("from .kitti import", "from . import foo  # noqa: F401\nfrom .kitti import", 1)
-    tail = (
-        "\nfrom .registry import unregister_reader  # noqa: E402\n\n"
-        'register_reader(".TXT", "another text reader", read_text, replace=True)\nunregister_reader(".glb")\n'
-    )
-    (io / "builtin.py").write_text(head + first + rest + tail)
-    supported, columns, sampled = N.reader_extensions(str(io))
-    # .orphan: no module imports it; .never: not at import time; .txt keeps its place but not ``columns``
-    assert supported == (".foo", ".fooz") + tuple(e for e in SUPPORTED if e != ".glb")
-    assert columns == (".foo", ".fooz") + tuple(e for e in COLUMNS if e != ".txt")
-    assert sampled == (".foo", ".fooz") + tuple(e for e in SAMPLED if e != ".glb")
+def test_a_format_registered_in_builtin_is_read_in_registration_order(tmp_path):
+    builtin = tmp_path / "builtin.py"
+    builtin.write_text(Path(N.BUILTIN_FORMATS).read_text() + TOY_FORMATS)
+    supported, columns, sampled = N.reader_extensions(str(builtin))
+    # .never: not at import time; extensions lower case, as the registry keeps them
+    assert supported == SUPPORTED + (".foo", ".fooz", ".bar")
+    assert columns == COLUMNS + (".foo", ".fooz")
+    assert sampled == SAMPLED + (".foo", ".fooz", ".bar")
 
 
 @pytest.mark.parametrize(
     "line, shown",
     [
         ('register_reader(EXTS, "x", len)', r"extensions of register_reader\(\.\.\.\) must be a literal, got 'EXTS'"),
-        ('register_reader(".npy", "again", len)', r"\.npy already has a reader \(read so far\); pass replace=True"),
+        ('register_reader(".NPY", "again", len)', r"\.npy already has a reader \(.*builtin\.py:\d+\)"),
         ('register_reader(".foo", "x", len, options=OPTS)', r"options of register_reader\(\.\.\.\) must be a literal"),
         ("register_mesh_reader(*ARGS)", r"register_mesh_reader\(\.\.\.\) must name its arguments"),
-        ('unregister_reader(".nothing")', r"no reader is registered for \.nothing"),
         ('register_reader((), "x", len)', r"extensions must be a non-empty string or a tuple of them"),
     ],
 )
 def test_a_format_registration_the_source_does_not_spell_out_is_refused_naming_the_line(tmp_path, line, shown):
-    io = _copy(N.IO_DIR, tmp_path)
-    builtin = io / "builtin.py"
-    text = builtin.read_text()
+    builtin = tmp_path / "builtin.py"
+    text = Path(N.BUILTIN_FORMATS).read_text()
     builtin.write_text(text + line + "\n")
     with pytest.raises(ValueError, match=rf"builtin\.py:{text.count(chr(10)) + 1}: {shown}"):
-        N.reader_extensions(str(io))
+        N.reader_extensions(str(builtin))
 
 
 def test_the_read_values_are_module_attributes_read_once_without_importing_the_library():
