@@ -1,17 +1,29 @@
-"""The values the ``gridify`` command line's parser shows and checks, as plain literals.
+"""The values the ``gridify`` command line's parser shows and checks, as plain literals or read from the sources.
 
 The parser is built before anything heavy is imported (``gridify --help``, ``--version`` and
 argument errors answer in well under a second, without PyTorch); each value here mirrors the
 library's own, and ``tests/cli/test_startup.py`` holds every pair equal.
+
+Four values are not written here but read, without importing anything, from the sources of the modules that
+register them, so that a new scene layout or file format is one change in its own place:
+
+* ``LAYOUTS`` (:func:`layout_names`): the names of the ``@LAYOUTS.register("name")`` lines of
+  ``gridify/datasets/layouts/*.py``;
+* ``SUPPORTED_EXTENSIONS``, ``COLUMN_EXTENSIONS``, ``SAMPLED_EXTENSIONS`` (:func:`reader_extensions`): the
+  ``register_reader`` / ``register_mesh_reader`` statements of ``gridify/io/builtin.py``, where every built-in
+  format is registered, in their order.
+
+A registration is read when it starts a line (module level, not indented; a layout's possibly as a decorator
+``@...``) and spells its name, extensions and ``options`` as literals; anything else there is a ValueError naming
+the file and line. They are read on first use (a few milliseconds) and cached.
 """
 
 from __future__ import annotations
 
-#: :func:`gridify.io.supported_extensions` (the readers' registry, in its order)
-SUPPORTED_EXTENSIONS = (
-    ".pcd", ".ply", ".npy", ".npz", ".xyz", ".txt", ".pts", ".csv", ".xyzn", ".xyzrgb",
-    ".las", ".laz", ".bin", ".off", ".obj", ".stl", ".glb", ".gltf",
-)  # fmt: skip
+import os
+import re
+from functools import lru_cache
+
 #: :data:`gridify.export.EXPORT_FORMATS` and :data:`gridify.export.INSTALL_HINT`
 EXPORT_FORMATS = ("onnx",)
 EXPORT_HINT = "pip install 'gridify[export]'  (onnx, onnxscript, onnxruntime)"
@@ -21,11 +33,7 @@ DEFAULT_MAX_EDGES = 1000
 GRID_NODES = ("touched", "all")
 #: :data:`gridify.vis.LAYERS` (what ``gridify show --layers`` draws)
 VIS_LAYERS = ("points", "grid", "edges")
-#: the names of the scene layouts (:data:`gridify.datasets.layouts.LAYOUTS`, sorted; a built-in layout's module
-#: adds its name here) and ``S3DIS_TEST_AREA``
-LAYOUTS = (
-    "mmdet3d_s3dis", "mmdet3d_scannet", "mmdet3d_scannet_instance", "pointcept", "s3dis", "scannet", "semantickitti",
-)  # fmt: skip
+#: ``S3DIS_TEST_AREA`` (``LAYOUTS``, the names of the scene layouts, is read from their modules: :func:`layout_names`)
 S3DIS_TEST_AREA = 5
 #: the finest voxel edge (metres) of the scene settings (``data.voxel_size``, ``gridify evaluate --voxel-size``):
 #: finer voxels overflow the integer voxel coordinates of a scene (this is the value; the schema reads it)
@@ -36,10 +44,6 @@ ARCHIVE_NAMES = (
     "shapenetcore_partanno_segmentation_benchmark_v0_normal", "shapenet_part_seg_hdf5_data", "shapenetcore_partanno_v0",
 )  # fmt: skip
 ARCHIVE_ALIASES = ("shapenet", "shapenetpart", "shapenet_part")
-#: the extensions whose reader takes ``columns=`` (``--columns``) and ``num_samples=`` (``--num-samples``: formats
-#: that hold or may hold a mesh): the formats of :func:`gridify.io.registry.reader_takes`
-COLUMN_EXTENSIONS = (".npy", ".xyz", ".txt", ".pts", ".csv", ".xyzn", ".xyzrgb")
-SAMPLED_EXTENSIONS = (".ply", ".off", ".obj", ".stl", ".glb", ".gltf")
 #: :meth:`gridify.registry.MODELS.names` and the ``data.name`` values (:data:`gridify.registry.DATASETS` and
 #: :data:`gridify.training.schema.DATASET_ALIASES`), as ``gridify list`` prints them
 MODEL_NAMES = (
@@ -203,3 +207,171 @@ KEY_ROWS = (
     ('model.frame_delta', 'true or false', '(from the dataset / model)', 'temporal: also feed the change of the embedding (temporal_cfc)'),
 )
 # fmt: on
+
+
+# --------------------------------------------------------------------------------------
+# the values read from the sources of the modules that register them
+# --------------------------------------------------------------------------------------
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+#: the folder of the scene layouts' modules
+LAYOUT_DIR = os.path.join(_PACKAGE, "datasets", "layouts")
+#: the module that registers every built-in file format (the extension lists are read from it)
+BUILTIN_FORMATS = os.path.join(_PACKAGE, "io", "builtin.py")
+
+#: the module attributes read from the sources: :func:`layout_names`, then the three of :func:`reader_extensions`
+_EXTENSION_NAMES = ("SUPPORTED_EXTENSIONS", "COLUMN_EXTENSIONS", "SAMPLED_EXTENSIONS")
+_READ_NAMES = ("LAYOUTS", *_EXTENSION_NAMES)
+#: a statement starting a line that registers a layout (``@LAYOUTS.register(...)``, ``LAYOUTS.register(...)``); the
+#: patterns start with the newline before it (the text read starts with one), which the regex engine finds fast
+_LAYOUT_LINE = r"\n@?LAYOUTS\.register\("
+#: a statement starting a line that registers a format
+_IO_LINE = r"\n(?:register_reader|register_mesh_reader)\("
+#: the positional parameters of the registering functions (gridify/io/registry.py, gridify/io/mesh.py)
+_POSITIONAL = {
+    "register_reader": ("extensions", "description", "reader"),
+    "register_mesh_reader": ("extensions", "description", "mesh_reader"),
+}
+#: what ``register_mesh_reader`` declares for its formats (gridify/io/mesh.py)
+_MESH_OPTIONS = ("num_samples", "seed")
+_MAX_STATEMENT_LINES = 60
+
+
+def __getattr__(name: str) -> tuple[str, ...]:
+    """``LAYOUTS`` and the extension tuples, read from the sources on first use (:func:`layout_names`,
+    :func:`reader_extensions`)."""
+    if name == "LAYOUTS":
+        return layout_names()
+    if name in _EXTENSION_NAMES:
+        return reader_extensions()[_EXTENSION_NAMES.index(name)]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_READ_NAMES))
+
+
+def _read(path: str) -> str:
+    """The text of the source ``path``, after a newline (so that its first line starts after one too)."""
+    with open(path, encoding="utf-8") as fh:
+        return "\n" + fh.read()
+
+
+def _statement_at(path: str, text: str, start: int) -> tuple[object, str]:
+    """``(the statement starting at offset start of text, "path:line")`` (``text`` as :func:`_read` gives it);
+    after a ``@``, the decorator's expression. Lines are added until they parse (a statement may span several),
+    tried first where a line ends with ``)``, then at every line."""
+    import _ast  # the syntax tree's node classes, built in (``import ast`` costs milliseconds more: only messages
+    # need it, _unparse); imported on first use, as reading the sources is not needed to import this module
+
+    where = f"{path}:{text.count(chr(10), 0, start)}"
+    decorator = text.startswith("@", start)
+    lines = text[start + decorator :].split("\n", _MAX_STATEMENT_LINES)[:_MAX_STATEMENT_LINES]
+    ends = [e for e in range(1, len(lines) + 1) if e == 1 or lines[e - 1].rstrip().endswith(")")]
+    for end in [*ends, *range(1, len(lines) + 1)]:
+        try:
+            tree = compile("\n".join(lines[:end]), path, "eval" if decorator else "exec", _ast.PyCF_ONLY_AST)
+        except SyntaxError:
+            continue
+        node = tree.body if decorator else tree.body[0]
+        return (node.value if isinstance(node, _ast.Expr) else node), where
+    raise ValueError(f"{where}: cannot read the statement starting here within {_MAX_STATEMENT_LINES} lines")
+
+
+def _unparse(node: object) -> str:
+    """The source of ``node`` (for a message: ``import ast`` is paid only then)."""
+    import ast
+
+    return ast.unparse(node)
+
+
+def _literal(where: str, call: object, key: str, node: object) -> object:
+    """The value of the argument ``node`` (``key`` of ``call``), which must be a literal: a constant or a tuple /
+    list of them (a tuple)."""
+    import _ast
+
+    if isinstance(node, _ast.Constant):
+        return node.value
+    if isinstance(node, (_ast.Tuple, _ast.List)):
+        return tuple(_literal(where, call, key, item) for item in node.elts)
+    raise ValueError(
+        f"{where}: {key} of {_unparse(call.func)}(...) must be a literal, got {_unparse(node)!r} (the command line "
+        f"reads it from the source without importing the module)"
+    )
+
+
+def _strings(where: str, what: str, value: object) -> tuple[str, ...]:
+    """``value``, a string or a tuple / list of strings, as a tuple of strings."""
+    values = (value,) if isinstance(value, str) else value
+    if not isinstance(values, (tuple, list)) or not values or not all(isinstance(v, str) and v for v in values):
+        raise ValueError(f"{where}: {what} must be a non-empty string or a tuple of them, got {value!r}")
+    return tuple(values)
+
+
+@lru_cache(maxsize=None)
+def layout_names(folder: str = LAYOUT_DIR) -> tuple[str, ...]:
+    """The names of the scene layouts that the modules of ``folder`` register (the ``@LAYOUTS.register("name")``
+    lines of its ``*.py`` files, lower case as the registry keeps them), sorted: the ``gridify convert --layout``
+    choices, read without importing the modules (:data:`gridify.datasets.layouts.LAYOUTS` imports them).
+
+    Raises:
+        ValueError: a registration without its name as a string literal, naming the file and line.
+    """
+    names = set()
+    for file in sorted(f for f in os.listdir(folder) if f.endswith(".py")):
+        path = os.path.join(folder, file)
+        text = _read(path)
+        for match in re.finditer(_LAYOUT_LINE, text):  # compiled on first use (re caches it)
+            call, where = _statement_at(path, text, match.start() + 1)
+            name = _literal(where, call, "the name", call.args[0]) if getattr(call, "args", None) else None
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"{where}: LAYOUTS.register needs the layout's name, a string literal, first")
+            names.add(name.lower())
+    return tuple(sorted(names))
+
+
+def _format(where: str, call: object) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(extensions, options)`` of one ``register_reader`` / ``register_mesh_reader`` call, from its literals."""
+    import _ast
+
+    kind = call.func.id
+    if any(isinstance(a, _ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        raise ValueError(f"{where}: {kind}(...) must name its arguments, without *args or **kwargs")
+    args = dict(zip(_POSITIONAL[kind], call.args)) | {k.arg: k.value for k in call.keywords}
+    if "extensions" not in args:
+        raise ValueError(f"{where}: {kind}(...) without its extensions")
+    exts = _strings(where, "extensions", _literal(where, call, "extensions", args["extensions"]))
+    options = _MESH_OPTIONS if kind == "register_mesh_reader" else ()
+    if kind == "register_reader" and "options" in args:
+        value = _literal(where, call, "options", args["options"])
+        options = () if value == () else _strings(where, "options", value)
+    return tuple(dict.fromkeys(e.lower() for e in exts)), options
+
+
+@lru_cache(maxsize=None)
+def reader_extensions(path: str = BUILTIN_FORMATS) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """``(SUPPORTED_EXTENSIONS, COLUMN_EXTENSIONS, SAMPLED_EXTENSIONS)`` of the built-in formats, read from the
+    ``register_reader`` / ``register_mesh_reader`` statements of ``path`` (``gridify/io/builtin.py``, where every
+    built-in format is registered) without importing it: every extension in registration order
+    (:func:`gridify.io.supported_extensions`), then those of the formats whose reader takes ``columns=``
+    (``--columns``) and ``num_samples=`` (``--num-samples``: formats that hold or may hold a mesh), format by
+    format (:func:`gridify.io.formats`).
+
+    Raises:
+        ValueError: a registration the source does not spell out (a name or expression instead of a literal) or an
+            extension registered twice, naming the file and line.
+    """
+    text = _read(path)
+    formats: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+    first: dict[str, str] = {}
+    for match in re.finditer(_IO_LINE, text):
+        call, where = _statement_at(path, text, match.start() + 1)
+        exts, options = _format(where, call)
+        taken = [e for e in exts if e in first]
+        if taken:
+            raise ValueError(f"{where}: {', '.join(taken)} already has a reader ({first[taken[0]]})")
+        first.update(dict.fromkeys(exts, where))
+        formats.append((exts, options))
+    supported = tuple(e for exts, _ in formats for e in exts)
+    columns = tuple(e for exts, options in formats if "columns" in options for e in exts)
+    sampled = tuple(e for exts, options in formats if "num_samples" in options for e in exts)
+    return supported, columns, sampled

@@ -3,6 +3,9 @@
 This is the one table the dispatch of :func:`~gridify.io.read_points` /
 :func:`~gridify.io.read_mesh`, the extension lists and the format table of the package
 docstring are read from (see :mod:`gridify.io.registry`); importing the package runs it.
+The command line's extension lists are read from this source without importing it
+(``gridify._clinames.reader_extensions``): every built-in format is registered here, each
+registration starting a line and spelling its extensions and ``options`` as literals.
 
 Shapes:
     no arrays; each reader's shapes are in its module.

@@ -121,6 +121,8 @@ def test_the_scripts_help_and_argument_errors_import_no_torch(script, args, show
 
 
 def test_the_parsers_literals_equal_the_library_values():
+    """The literals of ``gridify._clinames`` and the values it reads from the sources (``LAYOUTS``, the extension
+    tuples: ``tests/cli/test_clinames_sources.py``) equal the registries' once the library is imported."""
     from gridify import _clinames as N
     from gridify.io.registry import formats, mesh_reader_extensions
     from gridify.registry import DATASETS, MODELS

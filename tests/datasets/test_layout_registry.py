@@ -131,3 +131,38 @@ def test_the_built_in_layouts_answer_for_themselves(tmp_path):
     assert scans == seq / "velodyne" and note.startswith("a SemanticKITTI sequence folder; its scans are the .bin")
     assert folder_scan(seq) is None and scan_name(seq / "velodyne" / "000000.bin") == "000000"
     assert scan_label_path(seq / "velodyne" / "000000.bin") == seq / "labels" / "000000.label"
+
+
+def test_the_single_scan_questions_are_asked_in_scan_order_not_import_order(tmp_path):
+    """The built-in layouts are imported by module name; ``scan_order`` decides who answers a scan first
+    (SemanticKITTI's ``labels/`` before Pointcept's ``segment.npy``), and a plugin's layout comes after them unless
+    it says otherwise, ties kept in registration order."""
+    names = [lay.name for lay in registered_layouts()]
+    assert names[:2] == ["semantickitti", "pointcept"] and set(names) == set(LAYOUTS.names())
+
+    class First(ToyLayout):
+        scan_order = 0
+
+    class Late(ToyLayout):
+        scan_order = 100
+
+    scan = tmp_path / "velodyne" / "000000.bin"
+    scan.parent.mkdir()
+    scan.write_bytes(b"\0" * 16)
+    (tmp_path / "labels").mkdir()
+    (tmp_path / "labels" / "000000.label").write_bytes(b"\0" * 4)
+    scan.with_suffix(".txt").write_text("0\n")
+    assert scan_label_path(scan) == tmp_path / "labels" / "000000.label"  # semantickitti answers
+    LAYOUTS.register("toy_late", Late)
+    LAYOUTS.register("toy_default", ToyLayout)
+    LAYOUTS.register("toy_first", First)
+    try:
+        assert [lay.name for lay in registered_layouts()] == ["toy_first", *names, "toy_late", "toy_default"]
+        assert scan_label_path(scan) == scan.with_suffix(".txt")  # toy_first answers before semantickitti
+        First.scan_order = "0"
+        with pytest.raises(TypeError, match=r"scene layout 'toy_first' \(.*First\): scan_order must be an integer"):
+            registered_layouts()
+    finally:
+        for name in ("toy_late", "toy_default", "toy_first"):
+            LAYOUTS.unregister(name)
+    assert [lay.name for lay in registered_layouts()] == names

@@ -45,6 +45,7 @@ from .._common import DatasetError, PathLike
 
 __all__ = [
     "IGNORE_INDEX",
+    "DEFAULT_SCAN_ORDER",
     "SceneRef",
     "SceneLayout",
     "LAYOUTS",
@@ -61,6 +62,8 @@ __all__ = [
 
 #: label of ignored / unlabelled points in every layout's training ids
 IGNORE_INDEX = -1
+#: :attr:`SceneLayout.scan_order` of a layout that sets none: after the built-in ones (10 to 50)
+DEFAULT_SCAN_ORDER = 100
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,11 @@ class SceneLayout:
         ids_from_class_list: the labels are positions in the class list the reader is given (``classes=``, and
             ``unknown=`` for a class outside it), not fixed ids: a longer or shorter list is no error.
         convertible: :func:`gridify.datasets.convert_to_pointcept` converts it (False: the common layout itself).
+        scan_order: its place in :func:`registered_layouts` (lower first; equal ones in registration order): the
+            order in which the single-scan questions (:meth:`scan_label_path`, :meth:`folder_scan`,
+            :meth:`scan_folder_note`, :meth:`scan_name`) are asked, the first answer winning (SemanticKITTI's
+            ``labels/`` before Pointcept's ``segment.npy``), and the order layouts are listed in messages. The
+            built-in layouts take 10 to 50; the default, :data:`DEFAULT_SCAN_ORDER`, puts a plugin's after them.
     """
 
     classes: Optional[Tuple[str, ...]] = None
@@ -102,6 +110,7 @@ class SceneLayout:
     named_splits: bool = False
     ids_from_class_list: bool = False
     convertible: bool = True
+    scan_order: int = DEFAULT_SCAN_ORDER
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -176,8 +185,21 @@ def get_layout(name: str) -> SceneLayout:
 
 
 def registered_layouts() -> List[SceneLayout]:
-    """Every registered layout, in the order they were registered."""
-    return [get_layout(name) for name in LAYOUTS.registered()]
+    """Every registered layout, by :attr:`SceneLayout.scan_order` (lower first; equal ones in the order they were
+    registered): the order in which the single-scan questions are asked.
+
+    Raises:
+        TypeError: a layout's ``scan_order`` is not an integer (naming the layout and its class).
+    """
+    layouts = [get_layout(name) for name in LAYOUTS.registered()]
+    for layout in layouts:
+        order = layout.scan_order
+        if isinstance(order, bool) or not isinstance(order, int):
+            raise TypeError(
+                f"scene layout {layout.name!r} ({type(layout).__qualname__}): scan_order must be an integer, "
+                f"got {type(order).__name__} {order!r}"
+            )
+    return sorted(layouts, key=lambda layout: layout.scan_order)  # sorted() is stable: ties keep registration order
 
 
 # --------------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ class Mmdet3dLayout(SceneLayout):
     (:meth:`segment`)."""
 
     features = ("color",)
+    scan_order = 50
 
     def selected(
         self, root: Path, split: str, names: Sequence[str], *, test_area: int, skip_missing: bool

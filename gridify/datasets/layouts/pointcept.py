@@ -100,6 +100,7 @@ class PointceptLayout(SceneLayout):
     features = ("color", "strength")
     named_splits = True
     convertible = False
+    scan_order = 20  # after semantickitti's (SceneLayout.scan_order)
 
     def find(
         self, root: Path, split: str, *, test_area: int, sequences: Optional[Sequence[str]], skip_missing: bool

@@ -154,6 +154,7 @@ class S3DISLayout(SceneLayout):
     features = ("color",)
     folder = "s3dis/Stanford3dDataset_v1.2_Aligned_Version"
     ids_from_class_list = True
+    scan_order = 30
 
     def find(
         self, root: Path, split: str, *, test_area: int, sequences: Optional[Sequence[str]], skip_missing: bool

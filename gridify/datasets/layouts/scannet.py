@@ -193,6 +193,7 @@ class ScanNetLayout(SceneLayout):
     features = ("color",)
     folder = "scannet"
     split_lists = True
+    scan_order = 40
 
     def find(
         self, root: Path, split: str, *, test_area: int, sequences: Optional[Sequence[str]], skip_missing: bool

@@ -161,6 +161,7 @@ class SemanticKITTILayout(SceneLayout):
     splits = "train: 00-07, 09, 10; val: 08; test: 11-21"
     features = ("strength",)
     folder = "semantickitti/dataset"
+    scan_order = 10  # a scan's labels/<stem>.label is asked for first, before Pointcept's segment.npy
 
     def find(
         self, root: Path, split: str, *, test_area: int, sequences: Optional[Sequence[str]], skip_missing: bool
